@@ -1,0 +1,3 @@
+from attnscale.cli import main
+
+raise SystemExit(main())

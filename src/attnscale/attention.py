@@ -1,0 +1,341 @@
+"""Exact scaled dot-product attention in NumPy: forward and explicit backward.
+
+Letters used everywhere in attnscale: ``L`` queries, ``S`` keys, ``H_q`` query heads, ``H_kv`` key/value
+heads (H_q a multiple of H_kv: grouped-query and multi-query attention), ``d_k`` the query/key size,
+``d_v`` the value size, ``...`` leading (batch) dimensions that broadcast.
+
+    q: (..., H_q, L, d_k)   k: (..., H_kv, S, d_k)   v: (..., H_kv, S, d_v)   ->   out: (..., H_q, L, d_v)
+
+Rank-2 inputs (L, d_k) mean one head. For each head::
+
+    logits = cap(scale · q̂ k̂ᵀ) + bias       (L, S); -inf where not attended      (see attnscale.scales)
+    P      = softmax(logits)                 rows sum to 1 over attended keys
+    out    = P V
+
+``scale`` multiplies q·k; ``None`` means 1/√d_k (Vaswani et al. 2017, footnote 4: with iid unit
+components, Var(q·k) = d_k, and the scale brings it back to 1). A scale of 0.0 is legal.
+
+The forward works head by head with one L×S float array per head, updated in place (scale, mask,
+max-subtraction, exp), and divides the L×d_v output rather than the L×S weights by the row sums.
+A query row with no attended key gives exactly 0 output and exactly 0 gradient, never NaN.
+float16 inputs are computed in float32 and cast back.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from attnscale.errors import InputError, InputTypeError
+from attnscale.masks import causal_alignment, causal_mask
+from attnscale.scales import ScaleLike, ScaleRule, resolve_scale
+
+__all__ = ["attention", "attention_backward", "AttentionResult", "AttentionGrads"]
+
+
+@dataclass(frozen=True)
+class AttentionResult:
+    """What :func:`attention` returns with ``return_details=True``."""
+
+    out: np.ndarray             # (..., H_q, L, d_v)
+    logits: np.ndarray          # (..., H_q, L, S): after scale, cap and bias; -inf where not attended
+    weights: np.ndarray         # (..., H_q, L, S): softmax before dropout; 0 where not attended
+    lse: np.ndarray             # (..., H_q, L): log Σ_j exp(logits); -inf for a fully masked row
+
+
+@dataclass(frozen=True)
+class AttentionGrads:
+    """Gradients of Σ(out ⊙ dout), each of its input's shape and dtype."""
+
+    dq: np.ndarray
+    dk: np.ndarray
+    dv: np.ndarray
+    dbias: np.ndarray | None    # None when no bias was given
+
+
+_FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _as_float(name: str, x) -> np.ndarray:
+    arr = np.asarray(x)
+    if arr.dtype not in _FLOAT_DTYPES:
+        raise InputTypeError(f"{name}: expected a float16, float32 or float64 array, got dtype {arr.dtype}")
+    return arr
+
+
+def _heads_view(name: str, x: np.ndarray) -> np.ndarray:
+    """(..., H, N, d); a rank-2 array (N, d) becomes one head."""
+    if x.ndim < 2:
+        raise InputError(f"{name}: expected at least 2 dimensions (..., H, N, d) or (N, d), got shape {x.shape}")
+    return x[None] if x.ndim == 2 else x
+
+
+def _sum_to(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Undo broadcasting: sum x down to ``shape``."""
+    extra = x.ndim - len(shape)
+    x = x.sum(axis=tuple(range(extra))) if extra > 0 else x
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and x.shape[i] != 1)
+    return x.sum(axis=axes, keepdims=True) if axes else x
+
+
+@dataclass(frozen=True)
+class _Problem:
+    """Validated inputs, broadcast (as views) to the shapes the per-head loop reads."""
+
+    q: np.ndarray               # (*lead, H_q, L, d_k)
+    k: np.ndarray               # (*lead, H_kv, S, d_k)
+    v: np.ndarray               # (*lead, H_kv, S, d_v)
+    mask: np.ndarray | None     # (*lead, H_q, L, S) bool view, or None
+    causal: np.ndarray | None   # (L, S) bool, or None
+    bias: np.ndarray | None     # (*lead, H_q, L, S) view, or None
+    rule: ScaleRule
+    dropout_p: float
+    seed: int | None
+    compute: np.dtype
+    squeeze_heads: bool         # every input was rank 2: drop the head axis of the output
+
+    @property
+    def lead(self):
+        return self.q.shape[:-3]
+
+    @property
+    def group(self) -> int:
+        return self.q.shape[-3] // self.k.shape[-3]
+
+    def allowed(self, idx) -> np.ndarray | None:
+        """(L, S) bool for head ``idx`` = (*lead, h), or None when everything is attended."""
+        if self.mask is None:
+            return self.causal
+        return self.mask[idx] if self.causal is None else self.mask[idx] & self.causal
+
+
+def _prepare(q, k, v, scale, mask, bias, causal, dropout_p, seed, check_finite) -> _Problem:
+    q, k, v = _as_float("q", q), _as_float("k", k), _as_float("v", v)
+    squeeze = max(q.ndim, k.ndim, v.ndim) == 2
+    q4, k4, v4 = _heads_view("q", q), _heads_view("k", k), _heads_view("v", v)
+    H_q, L, d_k = q4.shape[-3:]
+    H_kv, S, _ = k4.shape[-3:]
+    if k4.shape[-1] != d_k:
+        raise InputError(f"k: expected last dimension d_k = {d_k} to match q {q.shape}, got k shape {k.shape}")
+    if v4.shape[-2] != S:
+        raise InputError(f"v: expected S = {S} keys to match k {k.shape}, got v shape {v.shape}")
+    if v4.shape[-3] != H_kv:
+        raise InputError(f"v: expected H_kv = {H_kv} heads to match k {k.shape}, got v shape {v.shape}")
+    if H_kv == 0 or H_q % H_kv:
+        raise InputError(f"k: number of heads H_kv = {H_kv} must divide the number of query heads H_q = {H_q} "
+                         f"(q {q.shape}, k {k.shape})")
+    try:
+        lead = np.broadcast_shapes(q4.shape[:-3], k4.shape[:-3], v4.shape[:-3])
+    except ValueError:
+        raise InputError(f"q, k, v: leading dimensions must broadcast, got q {q.shape}, k {k.shape}, v {v.shape}") from None
+    if check_finite:
+        for name, x in (("q", q), ("k", k), ("v", v)):
+            if not np.isfinite(x).all():
+                raise InputError(f"{name}: contains NaN or Inf; expected finite values (check_finite=False skips this check)")
+    rule = resolve_scale(scale)
+    if isinstance(dropout_p, (bool, np.bool_)) or not isinstance(dropout_p, (int, float, np.integer, np.floating)):
+        raise InputTypeError(f"dropout_p: expected a number in [0, 1), got {type(dropout_p).__name__} {dropout_p!r}")
+    if not 0.0 <= dropout_p < 1.0:
+        raise InputError(f"dropout_p: expected a number in [0, 1), got {dropout_p!r}")
+    if dropout_p > 0 and seed is None:
+        raise InputError("seed: required when dropout_p > 0, so that the dropout mask can be drawn again "
+                         "(backward, reruns); got None")
+    compute = np.result_type(q, k, v)
+    target = lead + (H_q, L, S)
+    mask_view = None
+    if mask is not None:
+        mask = np.asarray(mask)
+        if mask.dtype != np.bool_:
+            raise InputTypeError(f"mask: expected a boolean array (True = attend), got dtype {mask.dtype}")
+        try:
+            mask_view = np.broadcast_to(mask, target)
+        except ValueError:
+            raise InputError(f"mask: shape {mask.shape} cannot broadcast to (..., H_q, L, S) = {target}") from None
+    bias_view = None
+    if bias is not None:
+        bias = _as_float("bias", bias)
+        if check_finite and (np.isnan(bias).any() or (bias == np.inf).any()):
+            raise InputError("bias: contains NaN or +Inf; expected finite values or -inf (masked)")
+        compute = np.result_type(compute, bias)
+        try:
+            bias_view = np.broadcast_to(bias, target)
+        except ValueError:
+            raise InputError(f"bias: shape {bias.shape} cannot broadcast to (..., H_q, L, S) = {target}") from None
+    if compute == np.float16:
+        compute = np.dtype(np.float32)
+    alignment = causal_alignment(causal, L, S)
+    return _Problem(
+        q=np.broadcast_to(q4, lead + q4.shape[-3:]),
+        k=np.broadcast_to(k4, lead + k4.shape[-3:]),
+        v=np.broadcast_to(v4, lead + v4.shape[-3:]),
+        mask=mask_view,
+        causal=None if alignment is None else causal_mask(L, S, alignment),
+        bias=bias_view,
+        rule=rule,
+        dropout_p=float(dropout_p),
+        seed=seed,
+        compute=compute,
+        squeeze_heads=squeeze,
+    )
+
+
+def _head_logits(prob: _Problem, idx, qn: np.ndarray, kn: np.ndarray, allowed):
+    """Logits (L, S) of one head, -inf where not attended, and the factor and pre-cap logits z."""
+    d_k = qn.shape[-1]
+    s = qn @ kn.T                                                    # (L, S): this head's L×S array
+    n = None
+    if prob.rule.uses_n:
+        n = np.full((s.shape[0], 1), s.shape[1]) if allowed is None else allowed.sum(-1, keepdims=True)
+    factor = prob.rule.factor(d_k, n)
+    s *= factor
+    z = None
+    if prob.rule.caps:
+        z = s
+        s = prob.rule.cap(z)
+    if prob.bias is not None:
+        s += prob.bias[idx]
+    if allowed is not None:
+        np.copyto(s, -np.inf, where=~allowed)
+    return s, factor, z
+
+
+def _exp_rows(s: np.ndarray):
+    """In place: s ← exp(s − rowmax). Returns (row sums (L, 1), row max (L, 1)); an all -inf row
+    stays all 0 with sum 0."""
+    m = s.max(axis=-1, keepdims=True)
+    m[m == -np.inf] = 0.0
+    s -= m
+    np.exp(s, out=s)
+    return s.sum(axis=-1, keepdims=True), m
+
+
+def _normalized(prob: _Problem, x: np.ndarray) -> np.ndarray:
+    return prob.rule.normalize(x.astype(prob.compute, copy=False)) if prob.rule.normalizes else x.astype(prob.compute, copy=False)
+
+
+def attention(q, k, v, *, scale: ScaleLike = None, mask=None, bias=None, causal=False,
+              dropout_p: float = 0.0, seed: int | None = None, check_finite: bool = True,
+              return_details: bool = False):
+    """Scaled dot-product attention, exactly.
+
+    Args:
+        q: (..., H_q, L, d_k) queries. k: (..., H_kv, S, d_k) keys. v: (..., H_kv, S, d_v) values.
+            float16/32/64; H_q a multiple of H_kv; leading dimensions broadcast.
+        scale: multiplies q·k. ``None`` = 1/√d_k; a number (0.0 is legal); a rule name
+            ("inverse_sqrt_dk", "inverse_dk", "unscaled", "logn", "qknorm", "softcap") or a
+            :class:`~attnscale.scales.ScaleRule`.
+        mask: boolean, True = attend, broadcastable to (..., H_q, L, S).
+        bias: additive float, broadcastable to (..., H_q, L, S), added after the scale and cap;
+            -inf entries are not attended.
+        causal: False; "top_left" (PyTorch ``is_causal``); "bottom_right" (KV-cache decoding);
+            True only when L == S. See :mod:`attnscale.masks` for pictures.
+        dropout_p: probability of dropping a weight, in [0, 1); survivors are scaled by 1/(1 − p).
+        seed: seeds the dropout mask (required when dropout_p > 0).
+        check_finite: refuse NaN/Inf in q, k, v and NaN/+Inf in bias; False skips the scan.
+        return_details: also return logits, weights and log-sum-exp.
+
+    Returns:
+        out (..., H_q, L, d_v) in the inputs' dtype, or an :class:`AttentionResult`.
+
+    >>> q = np.array([[1.0, 0.0, 1.0, 0.0]]); k = np.array([[0.0, 1.0, 1.0, 1.0]])
+    >>> float(attention(q, k, np.ones((1, 1)), return_details=True).logits[0, 0])  # 1 / √4
+    0.5
+    """
+    prob = _prepare(q, k, v, scale, mask, bias, causal, dropout_p, seed, check_finite)
+    *lead, H_q, L, _ = prob.q.shape
+    S, d_v = prob.v.shape[-2:]
+    out = np.empty(tuple(lead) + (H_q, L, d_v), dtype=prob.compute)
+    if return_details:
+        logits_all = np.empty(tuple(lead) + (H_q, L, S), dtype=prob.compute)
+        weights_all = np.empty_like(logits_all)
+        lse_all = np.empty(tuple(lead) + (H_q, L), dtype=prob.compute)
+    rng = np.random.default_rng(prob.seed) if prob.dropout_p > 0 else None
+    for idx in np.ndindex(*lead, H_q):
+        kv = idx[:-1] + (idx[-1] // prob.group,)
+        allowed = prob.allowed(idx)
+        s, _, _ = _head_logits(prob, idx, _normalized(prob, prob.q[idx]), _normalized(prob, prob.k[kv]), allowed)
+        if return_details:
+            logits_all[idx] = s
+        total, m = _exp_rows(s)                                      # s now holds exp(logits − max)
+        if return_details:
+            with np.errstate(divide="ignore"):
+                lse_all[idx] = (m + np.log(total))[:, 0]
+            np.divide(s, total, out=weights_all[idx], where=total > 0)
+            weights_all[idx][(total == 0)[:, 0]] = 0.0
+        if rng is not None:
+            s *= (rng.random(s.shape) >= prob.dropout_p) / (1.0 - prob.dropout_p)
+        np.divide(s @ prob.v[kv].astype(prob.compute, copy=False), total, out=out[idx], where=total > 0)
+        out[idx][(total == 0)[:, 0]] = 0.0
+    result_dtype = np.result_type(*(np.asarray(x).dtype for x in (q, k, v)))
+    finish = lambda a: (a[..., 0, :, :] if a.ndim >= 3 and prob.squeeze_heads else a).astype(result_dtype, copy=False)  # noqa: E731
+    if not return_details:
+        return finish(out)
+    lse_out = lse_all[..., 0, :] if prob.squeeze_heads else lse_all
+    return AttentionResult(out=finish(out), logits=finish(logits_all), weights=finish(weights_all),
+                           lse=lse_out.astype(result_dtype, copy=False))
+
+
+def attention_backward(q, k, v, dout, *, scale: ScaleLike = None, mask=None, bias=None, causal=False,
+                       dropout_p: float = 0.0, seed: int | None = None,
+                       check_finite: bool = True) -> AttentionGrads:
+    """Vector–Jacobian product of :func:`attention`: gradients of Σ(out ⊙ dout).
+
+    Takes the same arguments as :func:`attention` plus dout: (..., H_q, L, d_v), and recomputes the
+    forward head by head. The step that matters for the seed's argument is the softmax's::
+
+        dS = P ⊙ (dP − rowsum(dP ⊙ P))
+
+    When a row of P is one-hot, P ⊙ (dP − dP_top) is zero everywhere: nothing reaches q and k.
+    """
+    prob = _prepare(q, k, v, scale, mask, bias, causal, dropout_p, seed, check_finite)
+    *lead, H_q, L, d_k = prob.q.shape
+    lead = tuple(lead)
+    S, d_v = prob.v.shape[-2:]
+    dout = _as_float("dout", dout)
+    expected = (L, d_v) if prob.squeeze_heads else lead + (H_q, L, d_v)
+    if np.broadcast_shapes(dout.shape, expected) != expected:
+        raise InputError(f"dout: expected the output's shape {expected}, got {dout.shape}")
+    dout = np.broadcast_to(dout, expected).astype(prob.compute, copy=False)
+    dout = dout[None] if prob.squeeze_heads else dout
+    dq_all = np.zeros(prob.q.shape, dtype=prob.compute)
+    dk_all = np.zeros(prob.k.shape, dtype=prob.compute)
+    dv_all = np.zeros(prob.v.shape, dtype=prob.compute)
+    dbias_all = np.zeros(lead + (H_q, L, S), dtype=prob.compute) if prob.bias is not None else None
+    rng = np.random.default_rng(prob.seed) if prob.dropout_p > 0 else None
+    rule = prob.rule
+    for idx in np.ndindex(*lead, H_q):
+        kv = idx[:-1] + (idx[-1] // prob.group,)
+        q_h = prob.q[idx].astype(prob.compute, copy=False)
+        k_h = prob.k[kv].astype(prob.compute, copy=False)
+        v_h = prob.v[kv].astype(prob.compute, copy=False)
+        qn, kn = _normalized(prob, q_h), _normalized(prob, k_h)
+        s, factor, z = _head_logits(prob, idx, qn, kn, prob.allowed(idx))
+        total, _ = _exp_rows(s)
+        P = np.divide(s, total, out=np.zeros_like(s), where=total > 0)             # (L, S)
+        if rng is not None:
+            keep = (rng.random(s.shape) >= prob.dropout_p) / (1.0 - prob.dropout_p)
+            dv_all[kv] += (P * keep).T @ dout[idx]
+            dP = (dout[idx] @ v_h.T) * keep
+        else:
+            dv_all[kv] += P.T @ dout[idx]
+            dP = dout[idx] @ v_h.T                                                  # (L, S)
+        dS = P * (dP - np.sum(dP * P, axis=-1, keepdims=True))                      # softmax VJP
+        if dbias_all is not None:
+            dbias_all[idx] = dS
+        dz = dS * rule.cap_derivative(z) if rule.caps else dS
+        dA = dz * factor                                                           # A = q̂ k̂ᵀ
+        dqn, dkn = dA @ kn, dA.T @ qn
+        dq_all[idx] += rule.normalize_backward(q_h, dqn) if rule.normalizes else dqn
+        dk_all[kv] += rule.normalize_backward(k_h, dkn) if rule.normalizes else dkn
+
+    def reduce(grad, original):
+        original = np.asarray(original)
+        dtype = original.dtype
+        return _sum_to(grad, original.shape).reshape(original.shape).astype(dtype, copy=False)
+
+    return AttentionGrads(
+        dq=reduce(dq_all, q), dk=reduce(dk_all, k), dv=reduce(dv_all, v),
+        dbias=None if dbias_all is None else reduce(dbias_all, bias),
+    )

@@ -1,0 +1,301 @@
+"""Scale rules: what multiplies q·k before the softmax.
+
+Convention, everywhere in attnscale (as FlashAttention's ``softmax_scale``): a scale *multiplies* the
+logits, ``scale=None`` means the default 1/√d_k, and a scale of 0.0 is a legal, deliberate choice
+(uniform attention) that is never replaced by the default.
+
+A rule turns queries q: (..., L, d_k) and keys k: (..., S, d_k) into logits in three steps::
+
+    q̂, k̂  = rule.normalize(q), rule.normalize(k)      # identity except QK-norm
+    z      = rule.factor(d_k, n) · q̂ k̂ᵀ                 # n: attended keys per row (log-n scaling)
+    logits = rule.cap(z)                                # identity except soft-capping
+
+Each rule carries its formula and a one-line citation. Unscaled attention is a named rule
+(:class:`Unscaled`), never an accident of a falsy scale.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Union
+
+import numpy as np
+
+from attnscale.errors import InputError, InputTypeError
+
+__all__ = [
+    "ScaleRule", "InverseSqrtDk", "InverseDk", "Unscaled", "Constant", "LogN", "QKNorm", "SoftCap",
+    "RULES", "resolve_scale",
+]
+
+
+@dataclass(frozen=True)
+class ScaleRule:
+    """Base rule: a plain multiplier with no normalisation and no cap."""
+
+    name: str = field(init=False, default="rule")
+    formula: str = field(init=False, default="")
+    citation: str = field(init=False, default="")
+
+    def factor(self, d_k: int, n: np.ndarray | int | None = None) -> float | np.ndarray:
+        """The multiplier of q̂·k̂. ``n`` (number of attended keys per row, shape (..., L, 1)) is
+        only read by rules that depend on it."""
+        raise NotImplementedError
+
+    @property
+    def uses_n(self) -> bool:
+        """Whether :meth:`factor` depends on the number of attended keys."""
+        return False
+
+    @property
+    def normalizes(self) -> bool:
+        return False
+
+    @property
+    def caps(self) -> bool:
+        return False
+
+    def normalize(self, x: np.ndarray) -> np.ndarray:
+        """Per-vector transform of q or k, x: (..., d_k). Identity unless QK-norm."""
+        return x
+
+    def normalize_backward(self, x: np.ndarray, dy: np.ndarray) -> np.ndarray:
+        """Vector–Jacobian product of :meth:`normalize` at x."""
+        return dy
+
+    def cap(self, z: np.ndarray) -> np.ndarray:
+        """Elementwise transform of the scaled logits. Identity unless soft-capping."""
+        return z
+
+    def cap_derivative(self, z: np.ndarray) -> np.ndarray:
+        """d cap(z) / dz, elementwise."""
+        return np.ones_like(z)
+
+    def describe(self) -> dict[str, str]:
+        return {"name": self.name, "formula": self.formula, "citation": self.citation}
+
+
+@dataclass(frozen=True)
+class InverseSqrtDk(ScaleRule):
+    name: str = field(init=False, default="inverse_sqrt_dk")
+    formula: str = field(init=False, default="1/√d_k")
+    citation: str = field(init=False, default=(
+        "Vaswani et al. 2017, Attention Is All You Need, §3.2.1 and footnote 4"))
+
+    def factor(self, d_k, n=None):
+        return 1.0 / math.sqrt(d_k)
+
+
+@dataclass(frozen=True)
+class InverseDk(ScaleRule):
+    name: str = field(init=False, default="inverse_dk")
+    formula: str = field(init=False, default="1/d_k")
+    citation: str = field(init=False, default=(
+        "Yang et al. 2022, Tensor Programs V (µP): attention logits scaled by 1/d_k"))
+
+    def factor(self, d_k, n=None):
+        return 1.0 / d_k
+
+
+@dataclass(frozen=True)
+class Unscaled(ScaleRule):
+    name: str = field(init=False, default="unscaled")
+    formula: str = field(init=False, default="1")
+    citation: str = field(init=False, default=(
+        "no scaling: the case the seed and Vaswani et al. 2017 argue against"))
+
+    def factor(self, d_k, n=None):
+        return 1.0
+
+
+@dataclass(frozen=True)
+class Constant(ScaleRule):
+    """A fixed multiplier. 0.0 is legal (uniform attention over attended keys)."""
+
+    value: float = 1.0
+    name: str = field(init=False, default="constant")
+    formula: str = field(init=False, default="c")
+    citation: str = field(init=False, default="a constant chosen by the user")
+
+    def __post_init__(self):
+        if isinstance(self.value, bool) or not isinstance(self.value, (int, float, np.floating, np.integer)):
+            raise InputTypeError(f"scale: expected a real number, got {type(self.value).__name__} {self.value!r}")
+        if not math.isfinite(self.value):
+            raise InputError(f"scale: expected a finite number, got {self.value!r}")
+        object.__setattr__(self, "formula", f"{float(self.value):g}")
+
+    def factor(self, d_k, n=None):
+        return float(self.value)
+
+
+@dataclass(frozen=True)
+class LogN(ScaleRule):
+    """Scalable-Softmax: multiply the base rule's logits by s·ln(n), n = attended keys of the row,
+    so that the largest weight does not fade as the context grows."""
+
+    s: float = 0.43  # the value of Nakanishi's Figure 1; s is a learned parameter in the paper
+    base: ScaleRule = field(default_factory=InverseSqrtDk)
+    name: str = field(init=False, default="logn")
+    formula: str = field(init=False, default="s·ln(n) × base")
+    citation: str = field(init=False, default=(
+        "Nakanishi 2025, Scalable-Softmax Is Superior for Attention (SSMax)"))
+
+    def __post_init__(self):
+        if not math.isfinite(self.s):
+            raise InputError(f"LogN s: expected a finite number, got {self.s!r}")
+        object.__setattr__(self, "formula", f"{self.s:g}·ln(n) × {self.base.formula}")
+
+    @property
+    def uses_n(self):
+        return True
+
+    def factor(self, d_k, n=None):
+        if n is None:
+            raise InputError("LogN.factor: n (number of attended keys per row) is required")
+        # n = 0 (fully masked row) gives ln 0 = -inf; the row has no weights anyway, so use 0.
+        log_n = np.log(np.maximum(n, 1))
+        return self.s * log_n * self.base.factor(d_k, n)
+
+
+@dataclass(frozen=True)
+class QKNorm(ScaleRule):
+    """Normalise each query and key vector before the dot product, then multiply by a gain.
+
+    ``norm="rms"``: x / rms(x), then gain/√d_k (LayerNorm-style QK-norm, Dehghani et al. 2023):
+    logits have variance ≈ gain² for random directions whatever the size of q and k.
+    ``norm="l2"``: x / ‖x‖, then gain (Henry et al. 2020): logits = gain · cos(q, k) ∈ [-gain, gain].
+    """
+
+    gain: float = 1.0
+    norm: str = "rms"
+    eps: float = 1e-6  # keeps zero vectors finite, as RMSNorm/LayerNorm do
+    name: str = field(init=False, default="qknorm")
+    formula: str = field(init=False, default="")
+    citation: str = field(init=False, default=(
+        "Henry et al. 2020, Query-Key Normalization for Transformers; "
+        "Dehghani et al. 2023, Scaling Vision Transformers to 22B Parameters"))
+
+    def __post_init__(self):
+        if self.norm not in ("rms", "l2"):
+            raise InputError(f"QKNorm norm: expected 'rms' or 'l2', got {self.norm!r}")
+        if not math.isfinite(self.gain):
+            raise InputError(f"QKNorm gain: expected a finite number, got {self.gain!r}")
+        formula = (f"{self.gain:g}/√d_k on q/rms(q), k/rms(k)" if self.norm == "rms"
+                   else f"{self.gain:g} on q/‖q‖, k/‖k‖")
+        object.__setattr__(self, "formula", formula)
+
+    @property
+    def normalizes(self):
+        return True
+
+    def _radius(self, x):
+        sq = np.mean(x * x, axis=-1, keepdims=True) if self.norm == "rms" else np.sum(x * x, axis=-1, keepdims=True)
+        return np.sqrt(sq + self.eps)
+
+    def normalize(self, x):
+        return x / self._radius(x)
+
+    def normalize_backward(self, x, dy):
+        r = self._radius(x)
+        y = x / r
+        inner = np.mean(dy * y, axis=-1, keepdims=True) if self.norm == "rms" else np.sum(dy * y, axis=-1, keepdims=True)
+        return (dy - y * inner) / r
+
+    def factor(self, d_k, n=None):
+        return self.gain / math.sqrt(d_k) if self.norm == "rms" else self.gain
+
+
+@dataclass(frozen=True)
+class SoftCap(ScaleRule):
+    """tanh soft-capping on top of any rule: logits = cap · tanh(base_logits / cap), so |logits| < cap."""
+
+    cap_value: float = 50.0
+    base: ScaleRule = field(default_factory=InverseSqrtDk)
+    name: str = field(init=False, default="softcap")
+    formula: str = field(init=False, default="")
+    citation: str = field(init=False, default=(
+        "Gemma Team 2024, Gemma 2 (attention logit soft-capping at 50)"))
+
+    def __post_init__(self):
+        if not (math.isfinite(self.cap_value) and self.cap_value > 0):
+            raise InputError(f"SoftCap cap_value: expected a finite number > 0, got {self.cap_value!r}")
+        object.__setattr__(self, "formula", f"{self.cap_value:g}·tanh(({self.base.formula})·q·k / {self.cap_value:g})")
+
+    @property
+    def uses_n(self):
+        return self.base.uses_n
+
+    @property
+    def normalizes(self):
+        return self.base.normalizes
+
+    @property
+    def caps(self):
+        return True
+
+    def normalize(self, x):
+        return self.base.normalize(x)
+
+    def normalize_backward(self, x, dy):
+        return self.base.normalize_backward(x, dy)
+
+    def factor(self, d_k, n=None):
+        return self.base.factor(d_k, n)
+
+    def cap(self, z):
+        return self.cap_value * np.tanh(self.base.cap(z) / self.cap_value)
+
+    def cap_derivative(self, z):
+        inner = self.base.cap(z)
+        return (1.0 - np.tanh(inner / self.cap_value) ** 2) * self.base.cap_derivative(z)
+
+
+#: Named rules, by canonical name. Aliases map to these in :func:`resolve_scale`.
+RULES: dict[str, ScaleRule] = {
+    "inverse_sqrt_dk": InverseSqrtDk(),
+    "inverse_dk": InverseDk(),
+    "unscaled": Unscaled(),
+    "logn": LogN(),
+    "qknorm": QKNorm(),
+    "softcap": SoftCap(),
+}
+
+_ALIASES = {
+    "1/sqrt(d_k)": "inverse_sqrt_dk", "sqrt": "inverse_sqrt_dk", "default": "inverse_sqrt_dk",
+    "vaswani": "inverse_sqrt_dk", "1/d_k": "inverse_dk", "mup": "inverse_dk", "µp": "inverse_dk",
+    "1": "unscaled", "none": "unscaled", "ssmax": "logn", "log-n": "logn", "qk-norm": "qknorm",
+    "soft-cap": "softcap",
+}
+
+ScaleLike = Union[None, float, int, str, ScaleRule]
+
+
+def resolve_scale(scale: ScaleLike) -> ScaleRule:
+    """Turn the ``scale`` argument into a rule. ``None`` is 1/√d_k; a number is a :class:`Constant`
+    (0.0 included); a string names a rule (see :data:`RULES`); a :class:`ScaleRule` is itself.
+
+    >>> resolve_scale(None).formula
+    '1/√d_k'
+    >>> resolve_scale(0.0).factor(64)
+    0.0
+    >>> resolve_scale("mup").name
+    'inverse_dk'
+    """
+    if scale is None:
+        return RULES["inverse_sqrt_dk"]
+    if isinstance(scale, ScaleRule):
+        return scale
+    if isinstance(scale, str):
+        key = scale.strip().lower()
+        key = _ALIASES.get(key, key)
+        if key not in RULES:
+            names = ", ".join(sorted(RULES) + sorted(_ALIASES))
+            raise InputError(f"scale: unknown scale rule {scale!r}; expected one of: {names}, a number, or None")
+        return RULES[key]
+    if isinstance(scale, (bool, np.bool_)):
+        raise InputTypeError(f"scale: expected a number, a rule name, a ScaleRule or None, got bool {scale!r}")
+    if isinstance(scale, (int, float, np.integer, np.floating)):
+        return Constant(float(scale))
+    raise InputTypeError(
+        f"scale: expected a number, a rule name, a ScaleRule or None, got {type(scale).__name__}")
