@@ -1,0 +1,1 @@
+"""Experiments built on the core: training runs and the real-model probe."""

@@ -1,0 +1,32 @@
+"""Small HTML building blocks shared by every chapter: figures as inline SVG, tables, escaping."""
+
+from __future__ import annotations
+
+import html
+import io
+import re
+
+
+def esc(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def figure_svg(fig, alt: str, caption: str = "") -> str:
+    """A matplotlib figure as an inline ``<figure>`` with an SVG (no external files), then closed."""
+    import matplotlib.pyplot as plt
+
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    plt.close(fig)
+    svg = buf.getvalue()
+    svg = svg[svg.index("<svg"):]                       # drop the XML prolog and DOCTYPE
+    svg = re.sub(r'<svg ([^>]*?)width="[^"]*" height="[^"]*"', r'<svg \1', svg, count=1)  # scale to the column
+    svg = svg.replace("<svg ", f'<svg role="img" aria-label="{esc(alt)}" ', 1)
+    cap = f"<figcaption>{esc(caption)}</figcaption>" if caption else ""
+    return f'<figure class="fig">{svg}{cap}</figure>'
+
+
+def table(header: list[str], rows: list[list[object]], cls: str = "") -> str:
+    head = "".join(f"<th>{esc(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f'<div class="table-wrap"><table class="{esc(cls)}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
