@@ -15,15 +15,15 @@ Rank-2 inputs (L, d_k) mean one head. For each head::
 ``scale`` multiplies q·k; ``None`` means 1/√d_k (Vaswani et al. 2017, footnote 4: with iid unit
 components, Var(q·k) = d_k, and the scale brings it back to 1). A scale of 0.0 is legal.
 
-The forward works head by head with one L×S float array per head, updated in place (scale, mask,
-max-subtraction, exp), and divides the L×d_v output rather than the L×S weights by the row sums.
+The forward works head by head with one L×S float array, allocated once and reused by every head,
+updated in place (bias, mask, max-subtraction, exp); it multiplies the L×d_k queries rather than the
+L×S logits by the scale, and divides the L×d_v output rather than the L×S weights by the row sums.
 A query row with no attended key gives exactly 0 output and exactly 0 gradient, never NaN.
 float16 inputs are computed in float32 and cast back.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -87,8 +87,8 @@ class _Problem:
     q: np.ndarray               # (*lead, H_q, L, d_k)
     k: np.ndarray               # (*lead, H_kv, S, d_k)
     v: np.ndarray               # (*lead, H_kv, S, d_v)
-    mask: np.ndarray | None     # (*lead, H_q, L, S) bool view, or None
-    causal: np.ndarray | None   # (L, S) bool, or None
+    blocked_mask: np.ndarray | None    # (*lead, H_q, L, S) bool view, True = NOT attended, or None
+    blocked_causal: np.ndarray | None  # (L, S) bool, True = NOT attended, or None
     bias: np.ndarray | None     # (*lead, H_q, L, S) view, or None
     rule: ScaleRule
     dropout_p: float
@@ -104,11 +104,14 @@ class _Problem:
     def group(self) -> int:
         return self.q.shape[-3] // self.k.shape[-3]
 
-    def allowed(self, idx) -> np.ndarray | None:
-        """(L, S) bool for head ``idx`` = (*lead, h), or None when everything is attended."""
-        if self.mask is None:
-            return self.causal
-        return self.mask[idx] if self.causal is None else self.mask[idx] & self.causal
+    def blocked(self, idx) -> np.ndarray | None:
+        """(L, S) bool for head ``idx`` = (*lead, h), True where NOT attended; None when everything
+        is attended. Masks are stored inverted once, so no head pays for an L×S inversion."""
+        if self.blocked_mask is None:
+            return self.blocked_causal
+        if self.blocked_causal is None:
+            return self.blocked_mask[idx]
+        return self.blocked_mask[idx] | self.blocked_causal
 
 
 def _prepare(q, k, v, scale, mask, bias, causal, dropout_p, seed, check_finite) -> _Problem:
@@ -123,6 +126,8 @@ def _prepare(q, k, v, scale, mask, bias, causal, dropout_p, seed, check_finite) 
         raise InputError(f"v: expected S = {S} keys to match k {k.shape}, got v shape {v.shape}")
     if v4.shape[-3] != H_kv:
         raise InputError(f"v: expected H_kv = {H_kv} heads to match k {k.shape}, got v shape {v.shape}")
+    if d_k == 0 or S == 0:
+        raise InputError(f"q, k: expected d_k >= 1 and S >= 1 keys, got q shape {q.shape}, k shape {k.shape}")
     if H_kv == 0 or H_q % H_kv:
         raise InputError(f"k: number of heads H_kv = {H_kv} must divide the number of query heads H_q = {H_q} "
                          f"(q {q.shape}, k {k.shape})")
@@ -133,12 +138,17 @@ def _prepare(q, k, v, scale, mask, bias, causal, dropout_p, seed, check_finite) 
     if check_finite:
         for name, x in (("q", q), ("k", k), ("v", v)):
             if not np.isfinite(x).all():
-                raise InputError(f"{name}: contains NaN or Inf; expected finite values (check_finite=False skips this check)")
+                raise InputError(f"{name}: expected finite values, got {np.isnan(x).sum()} NaN and "
+                                 f"{np.isinf(x).sum()} Inf in shape {x.shape} (check_finite=False skips this check)")
     rule = resolve_scale(scale)
     if isinstance(dropout_p, (bool, np.bool_)) or not isinstance(dropout_p, (int, float, np.integer, np.floating)):
         raise InputTypeError(f"dropout_p: expected a number in [0, 1), got {type(dropout_p).__name__} {dropout_p!r}")
     if not 0.0 <= dropout_p < 1.0:
         raise InputError(f"dropout_p: expected a number in [0, 1), got {dropout_p!r}")
+    if seed is not None and (isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer))):
+        raise InputTypeError(f"seed: expected None or an int >= 0, got {type(seed).__name__} {seed!r}")
+    if seed is not None and seed < 0:
+        raise InputError(f"seed: expected None or an int >= 0, got {seed!r}")
     if dropout_p > 0 and seed is None:
         raise InputError("seed: required when dropout_p > 0, so that the dropout mask can be drawn again "
                          "(backward, reruns); got None")
@@ -150,14 +160,15 @@ def _prepare(q, k, v, scale, mask, bias, causal, dropout_p, seed, check_finite) 
         if mask.dtype != np.bool_:
             raise InputTypeError(f"mask: expected a boolean array (True = attend), got dtype {mask.dtype}")
         try:
-            mask_view = np.broadcast_to(mask, target)
+            mask_view = np.broadcast_to(~mask, target)          # inverted at the user's size
         except ValueError:
             raise InputError(f"mask: shape {mask.shape} cannot broadcast to (..., H_q, L, S) = {target}") from None
     bias_view = None
     if bias is not None:
         bias = _as_float("bias", bias)
         if check_finite and (np.isnan(bias).any() or (bias == np.inf).any()):
-            raise InputError("bias: contains NaN or +Inf; expected finite values or -inf (masked)")
+            raise InputError(f"bias: expected finite values or -inf (not attended), got {np.isnan(bias).sum()} NaN "
+                             f"and {(bias == np.inf).sum()} +Inf in shape {bias.shape}")
         compute = np.result_type(compute, bias)
         try:
             bias_view = np.broadcast_to(bias, target)
@@ -170,8 +181,8 @@ def _prepare(q, k, v, scale, mask, bias, causal, dropout_p, seed, check_finite) 
         q=np.broadcast_to(q4, lead + q4.shape[-3:]),
         k=np.broadcast_to(k4, lead + k4.shape[-3:]),
         v=np.broadcast_to(v4, lead + v4.shape[-3:]),
-        mask=mask_view,
-        causal=None if alignment is None else causal_mask(L, S, alignment),
+        blocked_mask=mask_view,
+        blocked_causal=None if alignment is None else ~causal_mask(L, S, alignment),
         bias=bias_view,
         rule=rule,
         dropout_p=float(dropout_p),
@@ -181,23 +192,24 @@ def _prepare(q, k, v, scale, mask, bias, causal, dropout_p, seed, check_finite) 
     )
 
 
-def _head_logits(prob: _Problem, idx, qn: np.ndarray, kn: np.ndarray, allowed):
-    """Logits (L, S) of one head, -inf where not attended, and the factor and pre-cap logits z."""
-    d_k = qn.shape[-1]
-    s = qn @ kn.T                                                    # (L, S): this head's L×S array
+def _head_logits(prob: _Problem, idx, qn: np.ndarray, kn: np.ndarray, blocked, out=None):
+    """Logits (L, S) of one head, -inf where not attended, and the factor and pre-cap logits z.
+    ``out``: an (L, S) array of the compute dtype to write into (the forward reuses one per call)."""
+    (L, d_k), S = qn.shape, kn.shape[0]
     n = None
     if prob.rule.uses_n:
-        n = np.full((s.shape[0], 1), s.shape[1]) if allowed is None else allowed.sum(-1, keepdims=True)
+        n = np.full((L, 1), S) if blocked is None else S - blocked.sum(-1, keepdims=True)
     factor = prob.rule.factor(d_k, n)
-    s *= factor
+    # Scaling the L×d_k queries rather than the L×S logits saves a pass over the largest array.
+    s = np.matmul(qn * np.asarray(factor, dtype=prob.compute), kn.T, out=out)   # (L, S)
     z = None
     if prob.rule.caps:
         z = s
-        s = prob.rule.cap(z)
+        s = prob.rule.cap(z, out=out)        # the forward needs no z: it caps in place
     if prob.bias is not None:
         s += prob.bias[idx]
-    if allowed is not None:
-        np.copyto(s, -np.inf, where=~allowed)
+    if blocked is not None:
+        np.copyto(s, -np.inf, where=blocked)
     return s, factor, z
 
 
@@ -209,6 +221,12 @@ def _exp_rows(s: np.ndarray):
     s -= m
     np.exp(s, out=s)
     return s.sum(axis=-1, keepdims=True), m
+
+
+def _dropout_keep(rng: np.random.Generator, shape, dropout_p: float) -> np.ndarray:
+    """Bool (L, S), True = kept. Forward and backward draw it alike, head by head, from the same seed;
+    float32 draws keep the temporary at half the size of float64 ones."""
+    return rng.random(shape, dtype=np.float32) >= dropout_p
 
 
 def _normalized(prob: _Problem, x: np.ndarray) -> np.ndarray:
@@ -252,21 +270,23 @@ def attention(q, k, v, *, scale: ScaleLike = None, mask=None, bias=None, causal=
         weights_all = np.empty_like(logits_all)
         lse_all = np.empty(tuple(lead) + (H_q, L), dtype=prob.compute)
     rng = np.random.default_rng(prob.seed) if prob.dropout_p > 0 else None
+    scores = np.empty((L, S), dtype=prob.compute)      # the one L×S float array, reused by every head
     for idx in np.ndindex(*lead, H_q):
         kv = idx[:-1] + (idx[-1] // prob.group,)
-        allowed = prob.allowed(idx)
-        s, _, _ = _head_logits(prob, idx, _normalized(prob, prob.q[idx]), _normalized(prob, prob.k[kv]), allowed)
+        s, _, _ = _head_logits(prob, idx, _normalized(prob, prob.q[idx]), _normalized(prob, prob.k[kv]),
+                               prob.blocked(idx), out=scores)
         if return_details:
             logits_all[idx] = s
         total, m = _exp_rows(s)                                      # s now holds exp(logits − max)
         if return_details:
             with np.errstate(divide="ignore"):
                 lse_all[idx] = (m + np.log(total))[:, 0]
-            np.divide(s, total, out=weights_all[idx], where=total > 0)
+            np.divide(s, total, out=weights_all[idx], where=total != 0)
             weights_all[idx][(total == 0)[:, 0]] = 0.0
         if rng is not None:
-            s *= (rng.random(s.shape) >= prob.dropout_p) / (1.0 - prob.dropout_p)
-        np.divide(s @ prob.v[kv].astype(prob.compute, copy=False), total, out=out[idx], where=total > 0)
+            np.multiply(s, _dropout_keep(rng, s.shape, prob.dropout_p), out=s)
+            total = total * (1.0 - prob.dropout_p)                   # survivors scaled by 1/(1 − p)
+        np.divide(s @ prob.v[kv].astype(prob.compute, copy=False), total, out=out[idx], where=total != 0)
         out[idx][(total == 0)[:, 0]] = 0.0
     result_dtype = np.result_type(*(np.asarray(x).dtype for x in (q, k, v)))
     finish = lambda a: (a[..., 0, :, :] if a.ndim >= 3 and prob.squeeze_heads else a).astype(result_dtype, copy=False)  # noqa: E731
@@ -295,7 +315,11 @@ def attention_backward(q, k, v, dout, *, scale: ScaleLike = None, mask=None, bia
     S, d_v = prob.v.shape[-2:]
     dout = _as_float("dout", dout)
     expected = (L, d_v) if prob.squeeze_heads else lead + (H_q, L, d_v)
-    if np.broadcast_shapes(dout.shape, expected) != expected:
+    try:
+        fits = np.broadcast_shapes(dout.shape, expected) == expected
+    except ValueError:
+        fits = False
+    if not fits:
         raise InputError(f"dout: expected the output's shape {expected}, got {dout.shape}")
     dout = np.broadcast_to(dout, expected).astype(prob.compute, copy=False)
     dout = dout[None] if prob.squeeze_heads else dout
@@ -311,11 +335,11 @@ def attention_backward(q, k, v, dout, *, scale: ScaleLike = None, mask=None, bia
         k_h = prob.k[kv].astype(prob.compute, copy=False)
         v_h = prob.v[kv].astype(prob.compute, copy=False)
         qn, kn = _normalized(prob, q_h), _normalized(prob, k_h)
-        s, factor, z = _head_logits(prob, idx, qn, kn, prob.allowed(idx))
+        s, factor, z = _head_logits(prob, idx, qn, kn, prob.blocked(idx))
         total, _ = _exp_rows(s)
-        P = np.divide(s, total, out=np.zeros_like(s), where=total > 0)             # (L, S)
+        P = np.divide(s, total, out=np.zeros_like(s), where=total != 0)             # (L, S)
         if rng is not None:
-            keep = (rng.random(s.shape) >= prob.dropout_p) / (1.0 - prob.dropout_p)
+            keep = _dropout_keep(rng, s.shape, prob.dropout_p) / (1.0 - prob.dropout_p)
             dv_all[kv] += (P * keep).T @ dout[idx]
             dP = (dout[idx] @ v_h.T) * keep
         else:

@@ -64,8 +64,9 @@ class ScaleRule:
         """Vector–Jacobian product of :meth:`normalize` at x."""
         return dy
 
-    def cap(self, z: np.ndarray) -> np.ndarray:
-        """Elementwise transform of the scaled logits. Identity unless soft-capping."""
+    def cap(self, z: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """Elementwise transform of the scaled logits. Identity unless soft-capping, which writes
+        into ``out`` when given (``out=z`` caps in place)."""
         return z
 
     def cap_derivative(self, z: np.ndarray) -> np.ndarray:
@@ -243,8 +244,11 @@ class SoftCap(ScaleRule):
     def factor(self, d_k, n=None):
         return self.base.factor(d_k, n)
 
-    def cap(self, z):
-        return self.cap_value * np.tanh(self.base.cap(z) / self.cap_value)
+    def cap(self, z, out=None):
+        capped = np.divide(self.base.cap(z, out=out), self.cap_value, out=out)   # one array, then in place
+        np.tanh(capped, out=capped)
+        capped *= self.cap_value
+        return capped
 
     def cap_derivative(self, z):
         inner = self.base.cap(z)

@@ -47,7 +47,8 @@ def _as_logits(logits) -> np.ndarray:
     if x.ndim < 1:
         raise InputError(f"logits: expected at least 1 dimension (..., n), got shape {x.shape}")
     if np.isnan(x).any() or (x == np.inf).any():
-        raise InputError("logits: expected finite numbers or -inf, got NaN or +inf")
+        raise InputError(f"logits: expected finite numbers or -inf, got {np.isnan(x).sum()} NaN and "
+                         f"{(x == np.inf).sum()} +inf in shape {x.shape}")
     return x
 
 
