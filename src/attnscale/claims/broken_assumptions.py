@@ -1,0 +1,132 @@
+"""Group 3: where the seed's assumptions break, Var(q·k) follows the general formula, and ÷√d_k no
+longer brings it to 1.
+
+With pairs (qᵢ, kᵢ) independent across i, Var(q·k) = d_k·Var(qᵢkᵢ), and (``attnscale.theory``):
+  independent qᵢ, kᵢ, any laws:  Var(qᵢkᵢ) = σ_q²σ_k² + μ_q²σ_k² + μ_k²σ_q²
+  jointly Gaussian, Cov = c:     Var(qᵢkᵢ) = σ_q²σ_k² + c² + μ_q²σ_k² + μ_k²σ_q² + 2μ_qμ_k c
+Both are derived symbolically here (sympy) and measured by Monte Carlo with Gaussian components. The
+variance is estimated without assuming the mean (each batch gives an unbiased sample variance), since
+the mean of q·k is now d_k(μ_qμ_k + c) ≠ 0: after ÷√d_k that mean still grows as √d_k.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from attnscale.claims.context import Context
+from attnscale.claims.iid_variance import CHUNK_ELEMENTS, widened
+from attnscale.claims.result import ClaimResult
+from attnscale.montecarlo import adaptive_means, prefix_dots
+from attnscale.theory import dot_mean, dot_variance, symbolic_dot_variance, symbolic_gaussian_product_variance
+
+D_KS = (64, 512)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    name_zh: str
+    mu_q: float = 0.0
+    var_q: float = 1.0
+    mu_k: float = 0.0
+    var_k: float = 1.0
+    cov: float = 0.0
+
+    def describe(self) -> str:
+        return (f"μ_q={self.mu_q:g}, σ_q²={self.var_q:g}, μ_k={self.mu_k:g}, σ_k²={self.var_k:g}, "
+                f"Cov={self.cov:g}")
+
+
+CASES = (
+    Case("non-zero means", "均值不为 0", mu_q=0.5, mu_k=0.5),
+    Case("variances ≠ 1", "方差不为 1", var_q=4.0, var_k=0.5),
+    Case("correlated q and k", "q 与 k 相关", cov=0.5),
+    Case("all three", "三者兼有", mu_q=0.5, var_q=2.0, mu_k=-0.5, var_k=1.0, cov=0.5),
+)
+
+
+def run(ctx: Context) -> None:
+    _symbolic(ctx)
+    ctx.tick("general variance formulas")
+    rows, results = [], []
+    n_tests = len(CASES) * len(D_KS)
+    for case in CASES:
+        est = _measure(ctx, case)
+        results.append((case, est))
+        for d, e in zip(D_KS, est):
+            formula = dot_variance(d, case.mu_q, case.var_q, case.mu_k, case.var_k, case.cov)
+            lo, hi = widened(e, ctx.config.confidence, n_tests)
+            rows.append({"case": case.name, "params": asdict(case), "d_k": d,
+                         "estimate": e.value, "ci_low": e.ci_low, "ci_high": e.ci_high, "n_samples": e.n_samples,
+                         "formula": formula, "iid_prediction": float(d), "covers_formula": lo <= formula <= hi,
+                         "excludes_iid": not (e.ci_low <= d <= e.ci_high),
+                         "scaled_variance": e.value / d, "scaled_variance_formula": formula / d,
+                         "scaled_mean": dot_mean(d, case.mu_q, case.mu_k, case.cov) / math.sqrt(d)})
+    ctx.data["broken_assumptions"] = rows
+    for i, (case, est) in enumerate(results, start=3):
+        mine = [r for r in rows if r["case"] == case.name]
+        holds = all(r["covers_formula"] for r in mine)
+        big = mine[-1]
+        ctx.add(ClaimResult(
+            id=f"S3.{i}", chapter="beyond",
+            claim_en=f"{case.name} ({case.describe()}): Var(q·k) follows the general formula, not d_k",
+            claim_zh=f"{case.name_zh}（{case.describe()}）：Var(q·k) 服从一般公式，而不是 d_k",
+            seed_value=None, method="Monte Carlo",
+            expected="; ".join(f"d_k={r['d_k']}: {r['formula']:g} (iid: {r['d_k']})" for r in mine),
+            measured="; ".join(f"d_k={r['d_k']}: {r['estimate']:.4g} [{r['ci_low']:.4g}, {r['ci_high']:.4g}]"
+                               for r in mine)
+                     + f"; after ÷√d_k: {big['scaled_variance']:.3f} (formula {big['scaled_variance_formula']:g}, not 1)",
+            estimate=big["estimate"], ci_low=big["ci_low"], ci_high=big["ci_high"], n_samples=big["n_samples"],
+            verdict="holds" if holds else "fails",
+            note=(f"the iid value d_k is {'outside' if all(r['excludes_iid'] for r in mine) else 'not excluded by'} "
+                  f"the 99% intervals; mean of q·k/√d_k at d_k=512: {big['scaled_mean']:g} (grows as √d_k)"
+                  if case.mu_q * case.mu_k + case.cov != 0 else
+                  f"the iid value d_k is {'outside' if all(r['excludes_iid'] for r in mine) else 'not excluded by'} "
+                  f"the 99% intervals")))
+    ctx.tick("broken assumptions by Monte Carlo")
+
+
+def _symbolic(ctx: Context) -> None:
+    var3, formula3, diff3 = symbolic_dot_variance(3)
+    ctx.add(ClaimResult(
+        id="S3.1", chapter="beyond",
+        claim_en="independent components with means μ, variances σ²: Var(q·k) = d_k(σ_q²σ_k² + μ_q²σ_k² + μ_k²σ_q²)",
+        claim_zh="分量独立、均值 μ、方差 σ²：Var(q·k) = d_k(σ_q²σ_k² + μ_q²σ_k² + μ_k²σ_q²)",
+        seed_value=None, method="symbolic", expected="E[S²] − (E S)² − formula = 0 (d_k = 3, symbols)",
+        measured=f"Var = {var3}; difference {diff3}", verdict="holds" if diff3 == 0 else "fails"))
+    var, formula, diff = symbolic_gaussian_product_variance()
+    ctx.add(ClaimResult(
+        id="S3.2", chapter="beyond",
+        claim_en="jointly Gaussian qᵢ, kᵢ with covariance c: Var(qᵢkᵢ) = σ_q²σ_k² + c² + μ_q²σ_k² + μ_k²σ_q² + 2μ_qμ_k c",
+        claim_zh="qᵢ、kᵢ 联合高斯、协方差 c：Var(qᵢkᵢ) = σ_q²σ_k² + c² + μ_q²σ_k² + μ_k²σ_q² + 2μ_qμ_k c",
+        seed_value=None, method="symbolic", expected="from the moment generating function; difference 0",
+        measured=f"Var = {var}; difference {diff}", verdict="holds" if diff == 0 else "fails",
+        note="pairs (qᵢ, kᵢ) independent across i, so Var(q·k) = d_k·Var(qᵢkᵢ)"))
+
+
+def _measure(ctx: Context, case: Case):
+    cfg = ctx.config
+    min_batches = 30
+    caps = [max(cfg.draw_cap // (8 * d), 1) for d in D_KS]
+    batch_size = max(2, min(CHUNK_ELEMENTS // (2 * D_KS[-1]), min(caps) // min_batches))
+    caps = [max(c, batch_size * min_batches) for c in caps]
+    rho = case.cov / math.sqrt(case.var_q * case.var_k)
+
+    def draw(rng, n_batches, active):
+        grid = D_KS[: int(np.flatnonzero(active).max()) + 1]
+        m = n_batches * batch_size
+        z1 = rng.standard_normal((m, grid[-1]))
+        z2 = rng.standard_normal((m, grid[-1]))
+        q = case.mu_q + math.sqrt(case.var_q) * z1
+        k = case.mu_k + math.sqrt(case.var_k) * (rho * z1 + math.sqrt(1 - rho * rho) * z2)
+        dots = prefix_dots(q, k, grid).reshape(n_batches, batch_size, len(grid))
+        stats = np.full((n_batches, len(D_KS)), np.nan)
+        stats[:, : len(grid)] = np.var(dots, axis=1, ddof=1)  # unbiased, whatever the mean
+        return stats
+
+    return adaptive_means(draw, len(D_KS), batch_size=batch_size, cost=[2 * d for d in D_KS],
+                          rng=ctx.rng(f"broken {case.name}"), max_samples=caps, rel_ci_target=cfg.rel_ci_target,
+                          confidence=cfg.confidence, min_batches=min_batches, chunk_elements=CHUNK_ELEMENTS)

@@ -1,0 +1,36 @@
+"""What a claim group works with: the configuration, independent seeded random streams, and the
+place where it puts its claim results and the data series of the report's figures."""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from attnscale.claims.result import ClaimResult, VerifyConfig
+
+
+@dataclass
+class Context:
+    config: VerifyConfig
+    claims: list[ClaimResult] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+    # tick(label): one sub-step done; tick(label, fraction): that far into the current sub-step
+    tick: Callable[..., None] = lambda label, fraction=None: None
+    memo: dict[str, Any] = field(default_factory=dict)  # results shared between groups, see shared()
+
+    def rng(self, stream: str) -> np.random.Generator:
+        """A generator for one named stream: it depends on the seed and the name only, so a group's
+        numbers do not change when another group is added, removed or run alone."""
+        return np.random.default_rng(np.random.SeedSequence([self.config.seed, zlib.crc32(stream.encode())]))
+
+    def shared(self, key: str, compute: Callable[[], Any]) -> Any:
+        """A computation several groups use (e.g. the variance Monte Carlo), done once per run."""
+        if key not in self.memo:
+            self.memo[key] = compute()
+        return self.memo[key]
+
+    def add(self, claim: ClaimResult) -> None:
+        self.claims.append(claim)

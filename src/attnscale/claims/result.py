@@ -1,0 +1,173 @@
+"""The plain data of a verification run: its configuration, one result per claim, and the verdicts.
+
+A claim's verdict is one of:
+  "holds"             the claim (or the seed's printed number) is right;
+  "fails"             a statement of the seed is false as stated (measured against its own criterion);
+  "seed number wrong" the seed prints a number that differs from the true value at the precision it
+                      prints; ``correct_value`` then gives the true one at that precision.
+
+Printed numbers are judged by :func:`judge_printed`: a number printed with k decimals holds when the
+exact value lies within half a unit of its last shown digit (it is correctly rounded), whichever way
+the seed rounds elsewhere ("148" for e⁵ in one place, "148.4" in another are both right).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal, localcontext
+from typing import Any
+
+from attnscale.errors import InputError
+from attnscale.store import to_jsonable
+
+__all__ = ["CHAPTERS", "METHODS", "VERDICTS", "ClaimResult", "VerifyConfig", "VerifyReport",
+           "printed_decimal", "judge_printed", "format_like"]
+
+# The seed's sections, in its order; every claim belongs to one.
+CHAPTERS = ("formula", "without_scaling", "why_grows", "variance", "proof", "softmax_large",
+            "why_sqrt", "real_numbers", "faq", "beyond")
+METHODS = ("exact arithmetic", "symbolic", "closed form", "Monte Carlo")
+VERDICTS = ("holds", "fails", "seed number wrong")
+
+
+@dataclass
+class ClaimResult:
+    id: str                       # "S<group>.<n>", e.g. "S1.3"
+    chapter: str                  # one of CHAPTERS
+    claim_en: str                 # the claim in one line, English
+    claim_zh: str                 # the same in Chinese, the seed's language
+    seed_value: str | None        # the seed's printed number, verbatim, if it prints one
+    method: str                   # one of METHODS
+    expected: str                 # what the claim says should come out
+    measured: str                 # what came out
+    estimate: float | None = None       # Monte Carlo: the point estimate (else None)
+    ci_low: float | None = None         # Monte Carlo: the 99% interval judged (see note)
+    ci_high: float | None = None
+    n_samples: int | None = None
+    verdict: str = "holds"        # one of VERDICTS
+    correct_value: str | None = None    # the right value when verdict == "seed number wrong"
+    note: str = ""
+
+    def __post_init__(self):
+        if self.chapter not in CHAPTERS:
+            raise InputError(f"chapter: expected one of {CHAPTERS}, got {self.chapter!r}")
+        if self.method not in METHODS:
+            raise InputError(f"method: expected one of {METHODS}, got {self.method!r}")
+        if self.verdict not in VERDICTS:
+            raise InputError(f"verdict: expected one of {VERDICTS}, got {self.verdict!r}")
+
+    def claim(self, lang: str = "en") -> str:
+        return self.claim_zh if lang == "zh" else self.claim_en
+
+
+@dataclass(frozen=True)
+class VerifyConfig:
+    seed: int = 0                  # every random draw derives from this seed
+    quick: bool = False            # smaller sample caps (seconds instead of a minute)
+    rel_ci_target: float = 0.01    # stop a Monte Carlo estimate when its 99% CI half-width / |estimate| ≤ this
+    confidence: float = 0.99       # level of every interval reported
+    max_draws: int | None = None   # sample budget per variance family, in random numbers (None: 2²⁷, quick 2²¹)
+    groups: tuple[int, ...] | None = None  # run only these claim groups (1..9); None = all
+
+    def __post_init__(self):
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
+            raise InputError(f"seed: expected a non-negative integer, got {self.seed!r}")
+        if not 0 < self.rel_ci_target < 1:
+            raise InputError(f"rel_ci_target: expected a number in (0, 1), got {self.rel_ci_target!r}")
+        if not 0.5 < self.confidence < 1:
+            raise InputError(f"confidence: expected a number in (0.5, 1), got {self.confidence!r}")
+        if self.max_draws is not None and self.max_draws < 1024:
+            raise InputError(f"max_draws: expected None or an integer ≥ 1024, got {self.max_draws!r}")
+        if self.groups is not None:
+            bad = [g for g in self.groups if g not in range(1, 10)]
+            if bad:
+                raise InputError(f"groups: expected claim groups among 1..9, got {bad}")
+
+    @property
+    def draw_cap(self) -> int:
+        if self.max_draws is not None:
+            return self.max_draws
+        return 2 ** 21 if self.quick else 2 ** 27
+
+
+@dataclass
+class VerifyReport:
+    config: VerifyConfig
+    environment: dict[str, Any]
+    claims: list[ClaimResult]
+    data: dict[str, Any] = field(default_factory=dict)      # the series the report's figures draw
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per group; not reproducible
+
+    def counts(self) -> dict[str, int]:
+        return {v: sum(c.verdict == v for c in self.claims) for v in VERDICTS}
+
+    def to_dict(self, timings: bool = True) -> dict[str, Any]:
+        """JSON-able data. ``timings=False`` leaves out the only part that differs between two runs
+        with the same seed on the same machine."""
+        out = {"config": to_jsonable(self.config), "environment": to_jsonable(self.environment),
+               "counts": self.counts(), "claims": [to_jsonable(c) for c in self.claims],
+               "data": to_jsonable(self.data)}
+        if timings:
+            out["timings"] = to_jsonable(self.timings)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "VerifyReport":
+        config = dict(d["config"])
+        if config.get("groups") is not None:
+            config["groups"] = tuple(config["groups"])
+        return cls(config=VerifyConfig(**config), environment=dict(d["environment"]),
+                   claims=[ClaimResult(**c) for c in d["claims"]], data=d.get("data", {}),
+                   timings=d.get("timings", {}))
+
+
+def printed_decimal(text: str) -> Decimal:
+    """The value of a number as the seed prints it: thousands separators, optional % sign.
+
+    >>> printed_decimal("5,184,705,528,587,072,045")
+    Decimal('5184705528587072045')
+    """
+    s = text.strip().replace(",", "").replace("%", "")
+    try:
+        return Decimal(s)
+    except ArithmeticError:
+        raise InputError(f"printed number: expected digits like '1,387,386' or '0.971', got {text!r}") from None
+
+
+def _half_ulp(text: str) -> Decimal:
+    """Half a unit of the last digit shown: '148.4' → 0.05, '22,026' → 0.5."""
+    d = printed_decimal(text)
+    exponent = d.as_tuple().exponent
+    scale = Decimal(100) if text.strip().endswith("%") else Decimal(1)
+    return Decimal(5).scaleb(exponent - 1) / scale
+
+
+def judge_printed(text: str, exact: Decimal) -> tuple[str, str | None]:
+    """("holds", None) when ``text`` is ``exact`` correctly rounded at its shown precision; else
+    ("seed number wrong", the right value printed the same way). ``exact`` must carry more digits
+    than ``text`` shows (callers pass ≥ 40 significant digits)."""
+    value = printed_decimal(text)
+    if text.strip().endswith("%"):
+        value = value / 100
+    with localcontext() as ctx:
+        ctx.prec = 80
+        if abs(exact - value) <= _half_ulp(text):
+            return "holds", None
+    return "seed number wrong", format_like(text, exact)
+
+
+def format_like(text: str, exact: Decimal) -> str:
+    """``exact`` rounded and formatted the way ``text`` is (decimals, thousands separators, %).
+
+    >>> format_like("22,026", Decimal("22026.4657948"))
+    '22,026'
+    """
+    percent = text.strip().endswith("%")
+    decimals = max(0, -printed_decimal(text).as_tuple().exponent)
+    with localcontext() as ctx:
+        ctx.prec = 80
+        value = exact * 100 if percent else exact
+        q = value.quantize(Decimal(1).scaleb(-decimals))
+    body = f"{q:,.{decimals}f}" if "," in text else f"{q:.{decimals}f}"
+    return body + ("%" if percent else "")
+

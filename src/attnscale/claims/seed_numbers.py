@@ -1,0 +1,259 @@
+"""Group 1: every number the seed prints, checked at the precision it prints.
+
+Exact values come from sympy's arbitrary-precision evaluation (60 significant digits, with error
+bounds), so no float rounding can hide or invent a wrong digit. A printed number holds when the
+exact value rounds to it at its shown precision (``judge_printed``).
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from fractions import Fraction
+
+import numpy as np
+
+from attnscale.claims.context import Context
+from attnscale.claims.result import ClaimResult, format_like, judge_printed, printed_decimal
+
+DIGITS = 60
+
+
+def _exact(expr) -> Decimal:
+    return Decimal(str(expr.evalf(DIGITS)))
+
+
+def _sym(x: str):
+    import sympy
+
+    return sympy.Rational(x)
+
+
+def _exp(x: str) -> Decimal:
+    import sympy
+
+    return _exact(sympy.exp(_sym(x)))
+
+
+def _softmax_exact(logits: list[str]) -> list[Decimal]:
+    import sympy
+
+    e = [sympy.exp(_sym(x)) for x in logits]
+    total = sum(e)
+    return [_exact(v / total) for v in e]
+
+
+def _sum_exp(logits: list[str]) -> Decimal:
+    import sympy
+
+    return _exact(sum(sympy.exp(_sym(x)) for x in logits))
+
+
+def _more_digits(text: str, exact: Decimal, extra: int = 3) -> str:
+    """The exact value shown the seed's way with ``extra`` more decimals."""
+    decimals = max(0, -printed_decimal(text).as_tuple().exponent) + extra
+    template = ("1,000." if "," in text else "1.") + "0" * decimals + ("%" if text.strip().endswith("%") else "")
+    return format_like(template, exact)
+
+
+def _sum_of_printed(texts: list[str]) -> str:
+    """What the seed's rounded addends add up to, printed like the first of them."""
+    return format_like(texts[0], sum(printed_decimal(t) for t in texts))
+
+
+def _e50_note(text: str) -> str:
+    exact = _exp("50")
+    shown = printed_decimal(text)
+    digits_exact, digits_shown = len(str(int(exact))), len(str(int(shown)))
+    common = next((i for i, (a, b) in enumerate(zip(str(int(exact)), str(int(shown)))) if a != b),
+                  min(digits_exact, digits_shown))
+    return (f"e^50 = {exact:.6e} has {digits_exact} digits before the point; the seed prints {digits_shown} "
+            f"digits, about {float(exact / shown):.0f}× too small (its first {common} digits are right)")
+
+
+def printed(ctx: Context, cid: str, chapter: str, en: str, zh: str, texts: list[str], exact: list[Decimal],
+            note: str = "") -> None:
+    """One claim row for one or more printed numbers; the worst verdict of its numbers wins."""
+    verdicts = [judge_printed(t, e) for t, e in zip(texts, exact)]
+    wrong = [(t, c) for t, (v, c) in zip(texts, verdicts) if v != "holds"]
+    verdict = "seed number wrong" if wrong else "holds"
+    ctx.add(ClaimResult(
+        id=cid, chapter=chapter, claim_en=en, claim_zh=zh, seed_value=", ".join(texts),
+        method="exact arithmetic",
+        expected="the exact value, rounded at the seed's shown precision",
+        measured=", ".join(_more_digits(t, e) for t, e in zip(texts, exact)),
+        verdict=verdict, correct_value=", ".join(c for _, c in wrong) if wrong else None, note=note))
+
+
+def _exp_row(ctx, cid, chapter, x: str, text: str, where_en: str, where_zh: str, note: str = ""):
+    shown = format(float(_sym(x)), "g")  # the exponent as the seed writes it: 0.5, 1.75
+    printed(ctx, cid, chapter, f"e^{shown} = {text} ({where_en})", f"e^{shown} = {text}（{where_zh}）", [text],
+            [_exp(x)], note)
+
+
+def run(ctx: Context) -> None:
+    e50_note = _e50_note("5,184,705,528,587,072,045")
+    # softmax_large: the eˣ table
+    printed(ctx, "S1.1", "softmax_large", "e is about 2.718", "e 约为 2.718", ["2.718"], [_exp("1")])
+    table = [("1", "2.718"), ("5", "148.4"), ("10", "22,026"), ("20", "485,165,195"),
+             ("50", "5,184,705,528,587,072,045")]
+    for i, (x, text) in enumerate(table, start=2):
+        _exp_row(ctx, f"S1.{i}", "softmax_large", x, text, "the eˣ table", "eˣ 表",
+                 e50_note if x == "50" else "")
+    # softmax_large: the scores [50, 10, 5]
+    _exp_row(ctx, "S1.7", "softmax_large", "50", "5,184,705,528,587,072,045", "scores [50, 10, 5]",
+             "分数 [50, 10, 5]", e50_note + "; printed again as the numerator of the softmax line")
+    _exp_row(ctx, "S1.8", "softmax_large", "10", "22,026", "scores [50, 10, 5]", "分数 [50, 10, 5]")
+    _exp_row(ctx, "S1.9", "softmax_large", "5", "148", "scores [50, 10, 5]", "分数 [50, 10, 5]",
+             "printed as 148 here and as 148.4 elsewhere: both are correctly rounded")
+    printed(ctx, "S1.10", "softmax_large", "softmax([50, 10, 5]) ≈ [1.0, 0.0, 0.0]",
+            "softmax([50, 10, 5]) ≈ [1.0, 0.0, 0.0]", ["1.0", "0.0", "0.0"], _softmax_exact(["50", "10", "5"]),
+            "the exact weights are 1 − {:.1e}, {:.1e} and {:.1e}".format(
+                *(float(1 - w) if i == 0 else float(w) for i, w in enumerate(_softmax_exact(["50", "10", "5"])))))
+    # softmax_large: the scores [5, 1, 0.5]
+    for i, (x, text) in enumerate([("5", "148.4"), ("1", "2.718"), ("1/2", "1.649")], start=11):
+        _exp_row(ctx, f"S1.{i}", "softmax_large", x, text, "scores [5, 1, 0.5]", "分数 [5, 1, 0.5]")
+    printed(ctx, "S1.14", "softmax_large", "Sum = 152.780 for scores [5, 1, 0.5]",
+            "分数 [5, 1, 0.5] 的 Sum = 152.780", ["152.780"], [_sum_exp(["5", "1", "1/2"])],
+            "the sum of the exact exponentials; the printed, rounded addends add up to "
+            + _sum_of_printed(["148.400", "2.718", "1.649"]))
+    printed(ctx, "S1.15", "softmax_large", "softmax([5, 1, 0.5]) = [0.971, 0.018, 0.011]",
+            "softmax([5, 1, 0.5]) = [0.971, 0.018, 0.011]", ["0.971", "0.018", "0.011"],
+            _softmax_exact(["5", "1", "1/2"]))
+    # real_numbers: the d_k = 4 example, exactly
+    q, k = [1, 0, 1, 0], [0, 1, 1, 1]
+    dot = sum(Fraction(a) * b for a, b in zip(q, k))
+    root = Fraction(2)  # √4, checked below as an exact square
+    ok = dot == 1 and root * root == 4 and dot / root == Fraction(1, 2)
+    ctx.add(ClaimResult(
+        id="S1.16", chapter="real_numbers",
+        claim_en="d_k = 4: q = [1,0,1,0], k = [0,1,1,1] give q·k = 1, √4 = 2, scaled score 0.5",
+        claim_zh="d_k = 4：q = [1,0,1,0]，k = [0,1,1,1]，点积 = 1，√4 = 2，缩放后 = 0.5",
+        seed_value="1, 2, 0.5", method="exact arithmetic", expected="1, 2, 1/2",
+        measured=f"{dot}, {root}, {dot / root}", verdict="holds" if ok else "seed number wrong",
+        correct_value=None if ok else f"{dot}, {root}, {dot / root}"))
+    # real_numbers: [14, 10, 12] unscaled
+    for i, (x, text) in enumerate([("14", "1,202,604"), ("10", "22,026"), ("12", "162,755")], start=17):
+        _exp_row(ctx, f"S1.{i}", "real_numbers", x, text, "scores [14, 10, 12]", "分数 [14, 10, 12]")
+    printed(ctx, "S1.20", "real_numbers", "Sum = 1,387,386 for scores [14, 10, 12]",
+            "分数 [14, 10, 12] 的 Sum = 1,387,386", ["1,387,386"], [_sum_exp(["14", "10", "12"])],
+            f"the exact sum {format_like('1,000.00', _sum_exp(['14', '10', '12']))} rounds to 1,387,386; "
+            f"the printed, rounded addends add up to {_sum_of_printed(['1,202,604', '22,026', '162,755'])}")
+    w = _softmax_exact(["14", "10", "12"])
+    printed(ctx, "S1.21", "real_numbers", "softmax([14, 10, 12]) = [0.867, 0.016, 0.117]",
+            "softmax([14, 10, 12]) = [0.867, 0.016, 0.117]", ["0.867", "0.016", "0.117"], w)
+    printed(ctx, "S1.22", "real_numbers", "the first word gets 86.7%, the second 1.6%",
+            "第一个词获得 86.7%，第二个词 1.6%", ["86.7%", "1.6%"], w[:2])
+    # real_numbers: after ÷ √64 = 8
+    scaled = [Fraction(x, 8) for x in (14, 10, 12)]
+    ok = Fraction(8) ** 2 == 64 and scaled == [Fraction(7, 4), Fraction(5, 4), Fraction(3, 2)]
+    ctx.add(ClaimResult(
+        id="S1.23", chapter="real_numbers", claim_en="√64 = 8; [14, 10, 12] / 8 = [1.75, 1.25, 1.5]",
+        claim_zh="√64 = 8；[14, 10, 12] / 8 = [1.75, 1.25, 1.5]", seed_value="8; 1.75, 1.25, 1.5",
+        method="exact arithmetic", expected="8; 7/4, 5/4, 3/2",
+        measured="8; " + ", ".join(str(s) for s in scaled), verdict="holds" if ok else "seed number wrong"))
+    for i, (x, text) in enumerate([("7/4", "5.755"), ("5/4", "3.490"), ("3/2", "4.482")], start=24):
+        _exp_row(ctx, f"S1.{i}", "real_numbers", x, text, "scaled scores", "缩放后的分数")
+    printed(ctx, "S1.27", "real_numbers", "Sum = 13.727 for the scaled scores [1.75, 1.25, 1.5]",
+            "缩放后分数 [1.75, 1.25, 1.5] 的 Sum = 13.727", ["13.727"], [_sum_exp(["7/4", "5/4", "3/2"])])
+    ws = _softmax_exact(["7/4", "5/4", "3/2"])
+    printed(ctx, "S1.28", "real_numbers", "softmax([1.75, 1.25, 1.5]) = [0.419, 0.254, 0.326]",
+            "softmax([1.75, 1.25, 1.5]) = [0.419, 0.254, 0.326]", ["0.419", "0.254", "0.326"], ws,
+            f"the rounded weights add up to {_sum_of_printed(['0.419', '0.254', '0.326'])}: rounding, not an error")
+    printed(ctx, "S1.29", "real_numbers", "after scaling: 41.9%, 25.4% and 32.6%",
+            "缩放之后：41.9%、25.4% 和 32.6%", ["41.9%", "25.4%", "32.6%"], ws)
+    # why_sqrt: the variances of [2, 4, 6] and [1, 2, 3], exactly
+    _variance_rows(ctx)
+    # proof: the term counts
+    _count_rows(ctx)
+    _formula_row(ctx)
+    ctx.data["seed_softmax_examples"] = _softmax_examples()
+    ctx.tick("the seed's printed numbers")
+
+
+def _population_variance(values) -> tuple[Fraction, list[Fraction], list[Fraction], Fraction]:
+    xs = [Fraction(v) for v in values]
+    mean = sum(xs) / len(xs)
+    diffs = [x - mean for x in xs]
+    squares = [d * d for d in diffs]
+    return mean, diffs, squares, sum(squares) / len(xs)
+
+
+def _variance_rows(ctx: Context) -> None:
+    for cid, values, seed_mean, seed_diffs, seed_sq, seed_var in [
+        ("S1.30", (2, 4, 6), 4, [-2, 0, 2], [4, 0, 4], "2.67"),
+        ("S1.31", (1, 2, 3), 2, [-1, 0, 1], [1, 0, 1], "0.67"),
+    ]:
+        mean, diffs, squares, var = _population_variance(values)
+        ok_steps = mean == seed_mean and diffs == seed_diffs and squares == seed_sq
+        verdict, correct = judge_printed(seed_var, Decimal(var.numerator) / Decimal(var.denominator))
+        if not ok_steps:
+            verdict, correct = "seed number wrong", f"mean {mean}, differences {diffs}, squares {squares}"
+        ctx.add(ClaimResult(
+            id=cid, chapter="why_sqrt",
+            claim_en=f"{list(values)}: mean {seed_mean}, squared differences {seed_sq}, variance {seed_var}",
+            claim_zh=f"{list(values)}：均值 {seed_mean}，平方差 {seed_sq}，方差 {seed_var}",
+            seed_value=f"{seed_mean}; {seed_diffs}; {seed_sq}; {seed_var}", method="exact arithmetic",
+            expected="the population variance (divide by n = 3), rounded at 2 decimals",
+            measured=f"mean {mean}; [{', '.join(map(str, diffs))}]; [{', '.join(map(str, squares))}]; variance {var}"
+                     f" = {float(var):.5f}",
+            verdict=verdict, correct_value=correct))
+    big = _population_variance((2, 4, 6))[3]
+    small = _population_variance((1, 2, 3))[3]
+    rounded_ratio = Decimal("2.67") / 4   # the seed divides its rounded 2.67
+    verdict, correct = judge_printed("0.67", rounded_ratio)
+    exact_ratio_ok = big / 4 == small
+    ctx.add(ClaimResult(
+        id="S1.32", chapter="why_sqrt", claim_en="dividing by c = 2 divides the variance by c² = 4: 2.67 / 4 = 0.67",
+        claim_zh="除以 c = 2，方差除以 c² = 4：2.67 / 4 = 0.67", seed_value="4; 0.67",
+        method="exact arithmetic", expected="(8/3) / 4 = Var([1, 2, 3]) exactly; 2.67 / 4 rounds to 0.67",
+        measured=f"({big}) / 4 = {big / 4}, Var([1,2,3]) = {small}; 2.67 / 4 = {rounded_ratio}",
+        verdict=verdict if exact_ratio_ok else "fails", correct_value=correct))
+
+
+def _count_rows(ctx: Context) -> None:
+    for cid, d, seed in [("S1.33", 3, "9 = 3 + 6; 3·1 + 6·0 = 3"), ("S1.34", 64, "4096 = 64 + 4032; variance 64")]:
+        terms = [(i, j) for i in range(d) for j in range(d)]
+        diagonal = sum(i == j for i, j in terms)
+        cross = len(terms) - diagonal
+        variance = diagonal * 1 + cross * 0
+        expected = {3: (9, 3, 6, 3), 64: (4096, 64, 4032, 64)}[d]
+        ok = (len(terms), diagonal, cross, variance) == expected
+        ctx.add(ClaimResult(
+            id=cid, chapter="proof",
+            claim_en=f"d_k = {d}: (Σ qᵢkᵢ)² has {expected[0]} terms, {expected[1]} of mean 1 and {expected[2]} of mean 0",
+            claim_zh=f"d_k = {d}：(Σ qᵢkᵢ)² 共 {expected[0]} 项，{expected[1]} 项均值为 1，{expected[2]} 项均值为 0",
+            seed_value=seed, method="exact arithmetic", expected="d_k² terms = d_k diagonal + (d_k² − d_k) cross",
+            measured=f"{len(terms)} terms = {diagonal} + {cross}; variance {variance}",
+            verdict="holds" if ok else "seed number wrong",
+            correct_value=None if ok else f"{len(terms)} = {diagonal} + {cross}",
+            note="the expectation of each term is checked symbolically in group 2 (S2.1)"))
+
+
+def _formula_row(ctx: Context) -> None:
+    """The formula itself: attnscale.attention's default scale is 1/√d_k, against the formula written out."""
+    from attnscale.attention import attention
+    from attnscale.softmax import softmax
+
+    rng = ctx.rng("formula")
+    q, k, v = (rng.standard_normal((5, 64)), rng.standard_normal((7, 64)), rng.standard_normal((7, 3)))
+    written_out = softmax(q @ k.T / np.sqrt(64)) @ v
+    diff = float(np.max(np.abs(attention(q, k, v) - written_out)))
+    tol = 1e-12
+    ctx.add(ClaimResult(
+        id="S1.35", chapter="formula", claim_en="Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k)·V (d_k = 64: divide by 8)",
+        claim_zh="Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k)·V（d_k = 64 时除以 8）", seed_value=None,
+        method="closed form", expected=f"attnscale.attention (default scale) = the formula written out, |diff| ≤ {tol:g}",
+        measured=f"max |diff| = {diff:.2e} (float64, L = 5, S = 7, d_k = 64)",
+        verdict="holds" if diff <= tol else "fails"))
+
+
+def _softmax_examples() -> dict:
+    from attnscale.softmax import softmax
+
+    out = {}
+    for name, logits in [("[50, 10, 5]", [50.0, 10.0, 5.0]), ("[5, 1, 0.5]", [5.0, 1.0, 0.5]),
+                         ("[14, 10, 12]", [14.0, 10.0, 12.0])]:
+        x = np.asarray(logits)
+        out[name] = {"logits": x, "weights": softmax(x), "logits_scaled": x / 8.0, "weights_scaled": softmax(x / 8.0),
+                     "scale": 1.0 / 8.0}
+    return out

@@ -1,0 +1,83 @@
+"""`attnscale verify`: exit codes, table, JSON, Chinese text, bad input."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from attnscale.claims import VerifyConfig, VerifyReport, run_claims
+from attnscale.cli import main
+from attnscale.cli.verify import render_table
+
+
+@pytest.fixture(scope="module")
+def report():
+    return run_claims(VerifyConfig(quick=True))
+
+
+@pytest.fixture
+def cached(monkeypatch, report):
+    """Run the CLI on a report computed once (the end-to-end run is the subprocess test)."""
+    import attnscale.claims
+
+    monkeypatch.setattr(attnscale.claims, "run_claims", lambda config, progress=None: report)
+    return report
+
+
+def test_end_to_end_quick_run_writes_json_and_exits_0(tmp_path):
+    out = tmp_path / "v.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.run([sys.executable, "-m", "attnscale", "verify", "--quick", "--json", str(out)],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "S1.6" in proc.stdout and "SEED WRONG" in proc.stdout
+    assert "5,184,705,528,587,072,464,087" in proc.stdout
+    data = json.loads(out.read_text())
+    assert data["config"]["quick"] is True and len(data["claims"]) == len(VerifyReport.from_dict(data).claims)
+    assert "█" not in proc.stderr  # no progress bar when stderr is not a terminal
+
+
+def test_strict_exits_1_when_a_verdict_is_not_holds(cached, capsys):
+    assert main(["verify", "--quick", "--strict"]) == 1
+    assert main(["verify", "--quick"]) == 0
+
+
+def test_strict_exits_0_when_everything_holds(monkeypatch, report, capsys):
+    import attnscale.claims
+
+    good = VerifyReport(report.config, report.environment, [c for c in report.claims if c.verdict == "holds"],
+                        report.data, report.timings)
+    monkeypatch.setattr(attnscale.claims, "run_claims", lambda config, progress=None: good)
+    assert main(["verify", "--strict"]) == 0
+
+
+def test_json_to_stdout(cached, capsys):
+    assert main(["verify", "--json", "-"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {c["id"] for c in data["claims"]} >= {"S1.6", "S9.2"}
+
+
+def test_lang_zh_prints_chinese_claims(cached, capsys):
+    main(["verify", "--lang", "zh"])
+    out = capsys.readouterr().out
+    assert "不缩放时" in out and "原文数字有误" in out
+
+
+def test_table_is_a_function_of_the_results(report):
+    again = VerifyReport.from_dict(json.loads(json.dumps(report.to_dict())))
+    assert render_table(report) == render_table(again)
+    assert "timings" not in render_table(report) and "total" not in render_table(report).split("\n")[-2]
+
+
+def test_bad_input_is_one_line_and_exit_2(capsys):
+    assert main(["verify", "--rel-ci-target", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "rel_ci_target" in err[0]
+
+
+def test_help_exits_0():
+    with pytest.raises(SystemExit) as exc:
+        main(["verify", "--help"])
+    assert exc.value.code == 0
