@@ -11,7 +11,7 @@ from attnscale import __version__
 from attnscale.errors import AttnScaleError
 
 # One module per subcommand group; each defines register(subparsers).
-COMMAND_MODULES = ("core",)
+COMMAND_MODULES = ("core", "probe", "report", "train", "verify", "telemetry")
 
 EPILOG = """examples:
   attnscale softmax 14 10 12                 the seed's example, unscaled

@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import io
 import re
+import warnings
 
 
 def esc(text: object) -> str:
@@ -16,7 +17,11 @@ def figure_svg(fig, alt: str, caption: str = "") -> str:
     import matplotlib.pyplot as plt
 
     buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight")
+    # Text stays SVG text: the browser sets it in the page's fonts (Chinese included, which
+    # matplotlib's own font lacks) and the page stays small.
+    with plt.rc_context({"svg.fonttype": "none"}), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Glyph .* missing from font")
+        fig.savefig(buf, format="svg", bbox_inches="tight")
     plt.close(fig)
     svg = buf.getvalue()
     svg = svg[svg.index("<svg"):]                       # drop the XML prolog and DOCTYPE

@@ -1,0 +1,494 @@
+"""Figures of the report: measured data in, a matplotlib Figure out.
+
+Every function here only *draws*: it takes a block of ``VerifyReport.data`` (plain lists and dicts,
+already holding estimates, intervals and quantiles) and returns a figure. None of them draws a random
+number or estimates anything; the tests feed them hand-made data and read the plotted values back.
+
+Text is kept as SVG text (``svg.fonttype = none``), so the browser sets it in the page's fonts,
+Chinese included, and the SVGs stay small.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import warnings
+
+# The report's palette: scaled = the page's accent, unscaled = a warm red, the rest neutral.
+SCALED = "#3559c7"
+UNSCALED = "#d1495b"
+NEUTRAL = "#5d6677"
+REFERENCE = "#1d2330"
+SERIES = ("#3559c7", "#d1495b", "#2a9d8f", "#e9a23b", "#7b5ea7", "#5d6677")
+
+RC = {
+    "svg.fonttype": "none",
+    "font.family": "sans-serif",
+    "font.size": 10.5,
+    "axes.titlesize": 11.5,
+    "axes.titleweight": "bold",
+    "axes.labelsize": 10.5,
+    "axes.labelcolor": "#2c3342",
+    "axes.edgecolor": "#c5cbd6",
+    "axes.linewidth": 0.8,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.color": "#e9ecf2",
+    "grid.linewidth": 0.8,
+    "xtick.color": "#5d6677",
+    "ytick.color": "#5d6677",
+    "legend.frameon": False,
+    "legend.fontsize": 9.5,
+    "figure.facecolor": "white",
+    "axes.facecolor": "white",
+}
+
+LABELS = {
+    "unscaled": {"en": "unscaled", "zh": "不缩放"},
+    "scaled": {"en": "÷ √dₖ", "zh": "÷ √dₖ"},
+    "var_axis": {"en": "Var(q·k)", "zh": "Var(q·k)"},
+    "var_scaled_axis": {"en": "Var(q·k / √dₖ)", "zh": "Var(q·k / √dₖ)"},
+    "slope1": {"en": "Var = dₖ (slope 1)", "zh": "Var = dₖ（斜率 1）"},
+    "one": {"en": "Var = 1", "zh": "Var = 1"},
+    "density": {"en": "density", "zh": "密度"},
+    "weight": {"en": "softmax weight", "zh": "softmax 权重"},
+    "before": {"en": "before", "zh": "缩放前"},
+    "after": {"en": "after", "zh": "缩放后"},
+    "key": {"en": "key", "zh": "键"},
+    "max_weight": {"en": "median max weight", "zh": "最大权重（中位数）"},
+    "entropy": {"en": "median entropy / ln n", "zh": "熵 / ln n（中位数）"},
+    "band": {"en": "10%–90% of rows", "zh": "10%–90% 的行"},
+    "jacobian": {"en": "‖∂softmax/∂z‖ (Frobenius)", "zh": "‖∂softmax/∂z‖（Frobenius 范数）"},
+    "keys_n": {"en": "number of keys n", "zh": "键数 n"},
+    "boundary": {"en": "σ = √(2 ln n)", "zh": "σ = √(2 ln n)"},
+    "norm_entropy": {"en": "mean entropy / ln n", "zh": "平均熵 / ln n"},
+    "measured": {"en": "measured (99% CI)", "zh": "测得（99% 置信区间）"},
+    "formula": {"en": "general formula", "zh": "一般公式"},
+    "max_weight_plain": {"en": "largest weight", "zh": "最大权重"},
+    "softmax": {"en": "softmax", "zh": "softmax"},
+    "ssmax": {"en": "Scalable-Softmax (s·ln n)", "zh": "Scalable-Softmax（s·ln n）"},
+    "case": {"en": "case", "zh": "情形"},
+    "mean_unscaled": {"en": "mean over rows (unscaled)", "zh": "各行平均（不缩放）"},
+    "sigma": {"en": "spread σ of the logits", "zh": "logits 的标准差 σ"},
+    "sigma_as_dk": {"en": "unscaled: dₖ = σ²", "zh": "不缩放时：dₖ = σ²"},
+    "asymptote": {"en": "asymptote ln n − σ²/2", "zh": "渐近式 ln n − σ²/2"},
+    "iid_promise": {"en": "1: the seed's assumptions", "zh": "1：原文假设下"},
+    "predicted_rms": {"en": "predicted σ/√N (slope −½)", "zh": "预测 σ/√N（斜率 −½）"},
+    "measured_rms": {"en": "measured", "zh": "测得"},
+    "samples_n": {"en": "samples N", "zh": "样本数 N"},
+    "rms_error": {"en": "RMS error of Var at dₖ = {d}", "zh": "dₖ = {d} 时方差估计的均方根误差"},
+    "equal_logit": {"en": "the common logit c", "zh": "共同的 logit 值 c"},
+    "total_weight": {"en": "total weight (n = {n})", "zh": "总权重（n = {n}）"},
+}
+
+
+def label(key: str, lang: str) -> str:
+    entry = LABELS[key]
+    return entry.get(lang) or entry["en"]
+
+
+@contextlib.contextmanager
+def _style():
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    with plt.rc_context(RC), warnings.catch_warnings():
+        # Chinese glyphs are missing from matplotlib's own font; the browser sets that text.
+        warnings.filterwarnings("ignore", message="Glyph .* missing from font")
+        yield plt
+
+
+def _dk_axis(ax, values) -> None:
+    """Log₂ axis labelled with the d_k values themselves (4, 64, 512 read better than 2²)."""
+    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
+
+    ax.set_xscale("log", base=2)
+    ticks = [v for v in values if v > 0 and math.log2(v).is_integer() and int(math.log2(v)) % 2 == 0] or list(values)
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_major_formatter(_IntFormatter())
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("dₖ")
+
+
+def _IntFormatter():
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda x, _pos: f"{x:,.0f}" if x >= 1 else f"{x:g}")
+
+
+def _errorbars(ax, x, est, lo, hi, color, name, marker="o"):
+    yerr = [[e - l for e, l in zip(est, lo)], [h - e for e, h in zip(est, hi)]]
+    return ax.errorbar(x, est, yerr=yerr, fmt=marker, ms=4.5, color=color, ecolor=color, elinewidth=1.2,
+                       capsize=2.5, label=name, zorder=3)
+
+
+# --------------------------------------------------------------------------------------------------
+# 1. Var(q·k) against d_k, unscaled and scaled
+# --------------------------------------------------------------------------------------------------
+
+def variance_vs_dk(data: dict, lang: str = "en"):
+    """Two log–log panels: Var(q·k) with the line Var = d_k (slope 1), and Var(q·k/√d_k) with Var = 1.
+
+    data: {family: {"d_k": [...], "estimate": [...], "ci_low": [...], "ci_high": [...],
+                    "scaled": {"estimate": [...], "ci_low": [...], "ci_high": [...]}}, ...}
+    (``VerifyReport.data["variance_vs_dk"]``; the intervals are 99% confidence intervals.)
+    """
+    with _style() as plt:
+        fig, axes = plt.subplots(1, 2, figsize=(7.6, 3.5), constrained_layout=True)
+        families = list(data.items())
+        dks = families[0][1]["d_k"]
+        # The claims under test, drawn as lines: Var = d_k before scaling, Var = 1 after.
+        axes[0].plot(dks, dks, color=REFERENCE, lw=1.1, ls="--", label=label("slope1", lang), zorder=2)
+        axes[1].plot(dks, [1.0] * len(dks), color=REFERENCE, lw=1.1, ls="--", label=label("one", lang), zorder=2)
+        # Families side by side at each d_k, so their error bars do not hide each other.
+        offsets = [2 ** ((i - (len(families) - 1) / 2) * 0.09) for i in range(len(families))]
+        for i, (name, fam) in enumerate(families):
+            color, marker = SERIES[i % len(SERIES)], "osD^v<"[i % 6]
+            xs = [d * offsets[i] for d in fam["d_k"]]
+            _errorbars(axes[0], xs, fam["estimate"], fam["ci_low"], fam["ci_high"], color, FAMILY.get(name, name), marker)
+            sc = fam["scaled"]
+            _errorbars(axes[1], xs, sc["estimate"], sc["ci_low"], sc["ci_high"], color, FAMILY.get(name, name), marker)
+        for ax, which, ylabel in ((axes[0], "unscaled", "var_axis"), (axes[1], "scaled", "var_scaled_axis")):
+            ax.set_yscale("log")
+            _dk_axis(ax, dks)
+            ax.set_ylabel(label(ylabel, lang))
+            ax.set_title(label(which, lang), color=UNSCALED if which == "unscaled" else SCALED)
+        axes[0].legend(loc="upper left", fontsize=8.5)
+        axes[1].set_yscale("linear")
+        lo = min(min(f["scaled"]["ci_low"]) for _, f in families)
+        hi = max(max(f["scaled"]["ci_high"]) for _, f in families)
+        pad = max(0.05, (hi - lo) * 0.15)
+        axes[1].set_ylim(min(lo, 1.0) - pad, max(hi, 1.0) + pad)
+        return fig
+
+
+FAMILY = {"gaussian": "Gaussian", "uniform": "uniform", "rademacher": "Rademacher ±1", "student_t5": "Student-t(5)"}
+
+
+# --------------------------------------------------------------------------------------------------
+# 2. Histograms of q·k at a few d_k, before and after scaling
+# --------------------------------------------------------------------------------------------------
+
+def _density(counts, edges, n_samples):
+    """Counts per bin as a probability density (per unit of the axis), so that histograms with
+    different bin widths compare; a change of units, not an estimate."""
+    return [c / (n_samples * (b - a)) for c, a, b in zip(counts, edges[:-1], edges[1:])]
+
+
+def dot_histograms(data: dict, lang: str = "en"):
+    """Step histograms (densities) of q·k: left unscaled, right ÷√d_k, one line per d_k.
+
+    data: {"4": {"d_k": 4, "n_samples": int, "counts": [...], "edges_unscaled": [...],
+                 "edges_scaled": [...]}, "64": {...}, "512": {...}}
+    (``VerifyReport.data["dot_histograms"]``: one set of counts, two sets of bin edges.)
+    """
+    with _style() as plt:
+        fig, axes = plt.subplots(1, 2, figsize=(7.6, 3.2), constrained_layout=True)
+        warm = ("#e9a23b", "#d1495b", "#7b2d43", "#3a0f1f")
+        cool = ("#8fb3ff", "#3559c7", "#14286b", "#0b1640")
+        for i, h in enumerate(data.values()):
+            for ax, which, colors, ls in ((axes[0], "unscaled", warm, "-"), (axes[1], "scaled", cool, "-")):
+                edges = h[f"edges_{which}"]
+                ax.stairs(_density(h["counts"], edges, h["n_samples"]), edges, color=colors[i % 4], lw=1.6,
+                          ls=ls, label=f"dₖ = {h['d_k']}")
+        for ax, which in ((axes[0], "unscaled"), (axes[1], "scaled")):
+            ax.set_title(label(which, lang), color=UNSCALED if which == "unscaled" else SCALED)
+            ax.set_xlabel("q·k" if which == "unscaled" else "q·k / √dₖ")
+            ax.set_ylabel(label("density", lang))
+            ax.legend(loc="upper right")
+        axes[0].set_yscale("log")
+        axes[0].set_ylim(bottom=1e-4)
+        return fig
+
+
+# --------------------------------------------------------------------------------------------------
+# 3. The seed's softmax examples as bars
+# --------------------------------------------------------------------------------------------------
+
+def seed_softmax_examples(data: dict, lang: str = "en"):
+    """Grouped bars, one panel per example: the weights before and after multiplying the logits by
+    ``scale`` (÷8 = ×1/8, the seed's √64).
+
+    data: {"[14, 10, 12]": {"logits": [...], "weights": [...], "logits_scaled": [...],
+                            "weights_scaled": [...], "scale": 0.125}, ...}
+    """
+    with _style() as plt:
+        n = len(data)
+        fig, axes = plt.subplots(1, n, figsize=(max(4.2, min(2.9 * n, 8.2)), 3.2), constrained_layout=True, squeeze=False,
+                                 sharey=True)
+        for ax, (title, ex) in zip(axes[0], data.items()):
+            width = 0.38
+            xs = list(range(len(ex["weights"])))
+            before = ax.bar([x - width / 2 for x in xs], ex["weights"], width, color=UNSCALED,
+                            label=label("before", lang))
+            after = ax.bar([x + width / 2 for x in xs], ex["weights_scaled"], width, color=SCALED,
+                           label=f'{label("after", lang)} ÷ {1 / ex["scale"]:g}')
+            _bar_labels(ax, before, ex["weights"])
+            _bar_labels(ax, after, ex["weights_scaled"])
+            ax.set_xticks(xs, [f"{z:g}" for z in ex["logits"]])
+            ax.set_ylim(0, 1.15)
+            ax.set_title(title)
+            ax.grid(axis="x", visible=False)
+            ax.set_xlabel("logits")
+        axes[0][0].set_ylabel(label("weight", lang))
+        axes[0][-1].legend(loc="upper right", fontsize=8.5)
+        return fig
+
+
+def _bar_labels(ax, bars, values) -> None:
+    for bar, v in zip(bars, values):
+        ax.annotate(f"{v:.3f}", (bar.get_x() + bar.get_width() / 2, bar.get_height()), xytext=(0, 2),
+                    textcoords="offset points", ha="center", va="bottom", fontsize=7.5, color=NEUTRAL)
+
+
+# --------------------------------------------------------------------------------------------------
+# 4. Saturation: max weight and entropy against d_k, with quantile bands
+# --------------------------------------------------------------------------------------------------
+
+def _band(ax, x, s, color, name, ls="-", marker="o"):
+    """Median line and 10–90% quantile band of one summary {"median", "q10", "q90", ...}."""
+    ax.fill_between(x, s["q10"], s["q90"], color=color, alpha=0.12, lw=0)
+    ax.plot(x, s["median"], color=color, lw=1.8, ls=ls, label=name, marker=marker, ms=3)
+
+
+def _shades(base: str, count: int) -> list[str]:
+    """``count`` shades of ``base``, light to dark (n = 16 light, n = 1024 dark)."""
+    return [_mix(base, i / max(count - 1, 1)) for i in range(count)]
+
+
+def _mix(hex_color: str, t: float) -> str:
+    r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
+    f = 1.15 - 0.65 * t
+    return "#{:02x}{:02x}{:02x}".format(*(min(255, int(c * f)) for c in (r, g, b)))
+
+
+def saturation(data: dict, lang: str = "en"):
+    """Median (line) and 10–90% quantile band (shade) over rows, against d_k: the largest weight and
+    the entropy / ln n, unscaled (solid, warm) and ÷√d_k (dashed, blue), one line per n.
+
+    data: {"d_k": [...], "rows": R, "by_n": {"16": {"unscaled": {"max_weight": S, "normalized_entropy": S, ...},
+                                                    "scaled": {...}}, ...}}
+    with S = {"median": [...], "q10": [...], "q90": [...], ...} over d_k
+    (``VerifyReport.data["saturation"]``).
+    """
+    with _style() as plt:
+        fig, axes = plt.subplots(1, 2, figsize=(7.6, 4.0), layout="constrained")
+        ns = list(data["by_n"])
+        warm, cool = _shades(UNSCALED, len(ns)), _shades(SCALED, len(ns))
+        for i, n in enumerate(ns):
+            per = data["by_n"][n]
+            for mode, colors, ls in (("unscaled", warm, "-"), ("scaled", cool, "--")):
+                name = f"{label(mode, lang)}, n = {n}"
+                _band(axes[0], data["d_k"], per[mode]["max_weight"], colors[i], name, ls)
+                _band(axes[1], data["d_k"], per[mode]["normalized_entropy"], colors[i], name, ls)
+        for ax, key in ((axes[0], "max_weight"), (axes[1], "entropy")):
+            _dk_axis(ax, data["d_k"])
+            ax.set_ylabel(label(key, lang))
+            ax.set_ylim(-0.02, 1.02)
+        handles, names = axes[0].get_legend_handles_labels()
+        fig.legend(handles, names, loc="outside lower center", ncols=len(ns), fontsize=8)
+        return fig
+
+
+# --------------------------------------------------------------------------------------------------
+# 5. Jacobian norm quantiles against d_k
+# --------------------------------------------------------------------------------------------------
+
+def jacobian(data: dict, lang: str = "en"):
+    """Median and 10–90% band of ‖J‖_F, J = diag(p) − ppᵀ, per n; unscaled rows also show their mean
+    (dotted): near-ties keep the average row's gradient up while the typical row's vanishes.
+
+    data: {"d_k": [...], "rows": R, "by_n": {"16": {"unscaled": {"jacobian_frobenius": S}, "scaled": {...}}}}
+    with S = {"median", "q10", "q90", "mean", ...} lists over d_k (``VerifyReport.data["jacobian"]``).
+    """
+    with _style() as plt:
+        fig, ax = plt.subplots(figsize=(6.8, 4.2), layout="constrained")
+        ns = list(data["by_n"])
+        warm, cool = _shades(UNSCALED, len(ns)), _shades(SCALED, len(ns))
+        lowest = []
+        for i, n in enumerate(ns):
+            per = data["by_n"][n]
+            for mode, colors, ls in (("unscaled", warm, "-"), ("scaled", cool, "--")):
+                s = per[mode]["jacobian_frobenius"]
+                _band(ax, data["d_k"], s, colors[i], f"{label(mode, lang)}, n = {n}", ls)
+                lowest += [v for v in s["q10"] + s["median"] if v > 0]
+            ax.plot(data["d_k"], per["unscaled"]["jacobian_frobenius"]["mean"], color=warm[i], lw=1.1, ls=":")
+        ax.plot([], [], color=NEUTRAL, lw=1.1, ls=":", label=label("mean_unscaled", lang))
+        ax.set_yscale("log")
+        if lowest:
+            ax.set_ylim(bottom=max(min(lowest) / 3, 1e-18))   # a frozen row's exact 0 would sink the axis
+        _dk_axis(ax, data["d_k"])
+        ax.set_ylabel(label("jacobian", lang))
+        fig.legend(loc="outside lower center", ncols=3, fontsize=8)
+        return fig
+
+
+# --------------------------------------------------------------------------------------------------
+# 6. The phase diagram: spread σ of the logits against the number of keys n
+# --------------------------------------------------------------------------------------------------
+
+def phase(data: dict, lang: str = "en"):
+    """Left: mean entropy / ln n over (σ, n) with the boundary σ = √(2 ln n); the top axis reads σ as
+    the d_k of unscaled attention (σ = √d_k). Right: the same Monte Carlo curves with the
+    random-energy-model asymptote (dashed), which is only an asymptote.
+
+    data: {"sigma": [...], "n": [...], "mc": {"16": [...] per σ}, "mc_ci": {...},
+           "asymptote": {"16": [...]}, "boundary": {"16": σ_c}, "rows": {...}}
+    (``VerifyReport.data["phase"]``).
+    """
+    with _style() as plt:
+        fig, (ax, curves) = plt.subplots(1, 2, figsize=(7.8, 3.6), layout="constrained",
+                                         gridspec_kw={"width_ratios": [1.15, 1]})
+        fig.get_layout_engine().set(wspace=0.12)
+        ns = [int(n) for n in data["n"]]
+        grid = [data["mc"][str(n)] for n in ns]
+        rows = list(range(len(ns)))
+        mesh = ax.pcolormesh(data["sigma"], rows, grid, cmap="viridis", vmin=0, vmax=1, shading="nearest")
+        ax.set_yticks(rows, [f"{n:,}" for n in ns])
+        boundary = [data["boundary"][str(n)] for n in ns]
+        ax.plot(boundary, rows, color="white", lw=3.2)
+        ax.plot(boundary, rows, color=UNSCALED, lw=1.6, ls="--", marker="o", ms=4, label=label("boundary", lang))
+        ax.grid(False)
+        ax.set_xlabel(label("sigma", lang))
+        ax.set_ylabel(label("keys_n", lang))
+        top = ax.secondary_xaxis("top", functions=(lambda x: x ** 2, lambda d: d ** 0.5))
+        top.set_xlabel(label("sigma_as_dk", lang), fontsize=9)
+        top.set_xticks([1, 4, 9, 16, 25, 36])
+        ax.legend(loc="lower left", fontsize=8, labelcolor="white", handlelength=1.6)
+        cb = fig.colorbar(mesh, ax=ax, pad=0.02, shrink=0.9)
+        cb.set_label(label("norm_entropy", lang))
+        cool = _shades(SCALED, len(ns))
+        for i, n in enumerate(ns):
+            key = str(n)
+            lo = [c[0] for c in data["mc_ci"][key]]
+            hi = [c[1] for c in data["mc_ci"][key]]
+            curves.fill_between(data["sigma"], lo, hi, color=cool[i], alpha=0.25, lw=0)
+            curves.plot(data["sigma"], data["mc"][key], color=cool[i], lw=1.8, label=f"n = {n:,}")
+            curves.plot(data["sigma"], data["asymptote"][key], color=cool[i], lw=1.1, ls="--")
+            curves.axvline(data["boundary"][key], color=cool[i], lw=0.8, ls=":")
+        curves.plot([], [], color=NEUTRAL, lw=1.1, ls="--", label=label("asymptote", lang))
+        curves.set_ylim(-0.02, 1.02)
+        curves.set_xlabel(label("sigma", lang))
+        curves.set_ylabel(label("norm_entropy", lang))
+        curves.legend(loc="upper right", fontsize=7.5)
+        return fig
+
+
+# --------------------------------------------------------------------------------------------------
+# 7. Variance under broken assumptions vs the general formula
+# --------------------------------------------------------------------------------------------------
+
+def broken_assumptions(data: list, lang: str = "en"):
+    """Per case and d_k: the measured variance after ÷√d_k, Var(q·k)/d_k (dot, 99% CI) against the
+    general formula's value (bar) and the seed's promise, 1 (dotted line).
+
+    data: [{"case": str, "d_k": int, "estimate", "ci_low", "ci_high", "formula", ...}, ...]
+    (``VerifyReport.data["broken_assumptions"]``; dividing by d_k only changes the unit.)
+    """
+    with _style() as plt:
+        fig, ax = plt.subplots(figsize=(6.8, 0.42 * len(data) + 1.8), layout="constrained")
+        ys = list(range(len(data)))[::-1]
+        per_dk = [(r["estimate"] / r["d_k"], r["ci_low"] / r["d_k"], r["ci_high"] / r["d_k"], r["formula"] / r["d_k"])
+                  for r in data]
+        ax.scatter([f for *_, f in per_dk], ys, marker="|", s=280, color=REFERENCE, lw=2.2,
+                   label=label("formula", lang), zorder=2)
+        ax.errorbar([e for e, *_ in per_dk], ys,
+                    xerr=[[e - lo for e, lo, _, _ in per_dk], [hi - e for e, _, hi, _ in per_dk]],
+                    fmt="o", color=SCALED, ms=4.5, capsize=3, label=label("measured", lang), zorder=3)
+        ax.axvline(1.0, color=UNSCALED, lw=1.2, ls=":", zorder=1, label=label("iid_promise", lang))
+        ax.set_yticks(ys, [f"{case_label(r['case'], lang)}, dₖ = {r['d_k']}" for r in data])
+        ax.set_xlabel(label("var_scaled_axis", lang))
+        ax.grid(axis="y", visible=False)
+        fig.legend(loc="outside lower center", ncols=3, fontsize=8.5)
+        return fig
+
+
+CASES_ZH = {"non-zero means": "均值不为 0", "variances ≠ 1": "方差不为 1", "correlated q and k": "q 与 k 相关",
+            "all three": "三者兼有"}
+
+
+def case_label(name: str, lang: str) -> str:
+    return CASES_ZH.get(name, name) if lang == "zh" else name
+
+
+# --------------------------------------------------------------------------------------------------
+# 8. Scalable-Softmax: the fading maximum
+# --------------------------------------------------------------------------------------------------
+
+def ssmax(data: dict, lang: str = "en"):
+    """The largest weight against n for fixed logits (all −2, the last +3), softmax vs SSMax.
+
+    data: {"n": [...], "softmax": [...], "ssmax": [...], "s": float}  (``VerifyReport.data["ssmax"]``)
+    """
+    with _style() as plt:
+        fig, ax = plt.subplots(figsize=(6.4, 3.2), constrained_layout=True)
+        ax.plot(data["n"], data["softmax"], color=UNSCALED, lw=2, marker="o", ms=3.5, label=label("softmax", lang))
+        ax.plot(data["n"], data["ssmax"], color=SCALED, lw=2, marker="s", ms=3.5,
+                label=f'{label("ssmax", lang)}, s = {data["s"]:g}')
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(_IntFormatter())
+        ax.set_xlabel(label("keys_n", lang))
+        ax.set_ylabel(label("max_weight_plain", lang))
+        ax.set_ylim(-0.02, 1.05)
+        ax.legend(loc="center left")
+        return fig
+
+
+# --------------------------------------------------------------------------------------------------
+# 9. FAQ: the error of the variance estimate shrinks as 1/√N around the exact d_k
+# --------------------------------------------------------------------------------------------------
+
+def error_vs_samples(data: dict, lang: str = "en"):
+    """RMS error of the Monte Carlo variance estimate against the sample count N (log–log), with the
+    predicted σ/√N line (slope −1/2).
+
+    data: {"d_k": int, "replicates": R, "slope": float,
+           "points": [{"n_samples", "rms_error", "predicted", "mean_error"}, ...]}
+    (``VerifyReport.data["error_vs_samples"]``)
+    """
+    from matplotlib.ticker import FuncFormatter
+
+    with _style() as plt:
+        fig, ax = plt.subplots(figsize=(6.0, 3.2), constrained_layout=True)
+        n = [p["n_samples"] for p in data["points"]]
+        ax.plot(n, [p["predicted"] for p in data["points"]], color=REFERENCE, lw=1.1, ls="--",
+                label=label("predicted_rms", lang))
+        ax.plot(n, [p["rms_error"] for p in data["points"]], color=SCALED, lw=0, marker="o", ms=6,
+                label=f'{label("measured_rms", lang)} ({data["replicates"]} ×), slope {data["slope"]:.2f}')
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.xaxis.set_major_formatter(_IntFormatter())
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+        # label the minor ticks 2, 3, 5 (× 10ᵏ) only: a readable log axis without crowding
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _pos: f"{v:g}" if f"{v:.0e}"[0] in "235" else ""))
+        ax.set_xlabel(label("samples_n", lang))
+        ax.set_ylabel(label("rms_error", lang).format(d=data["d_k"]))
+        ax.legend(loc="upper right", fontsize=8.5)
+        return fig
+
+
+# --------------------------------------------------------------------------------------------------
+# 10. Softmax must give all its weight away; softmax₁ need not
+# --------------------------------------------------------------------------------------------------
+
+def give_away(data: dict, lang: str = "en"):
+    """Total attention weight of n equal logits c against c: softmax (always 1) vs softmax₁.
+
+    data: {"n": int, "logit": [...], "softmax_total_measured": [...], "softmax1_total": [...]}
+    (``VerifyReport.data["give_away"]``)
+    """
+    with _style() as plt:
+        fig, ax = plt.subplots(figsize=(6.0, 3.0), constrained_layout=True)
+        ax.plot(data["logit"], data["softmax_total_measured"], color=UNSCALED, lw=2, marker="o", ms=3.5,
+                label="softmax")
+        ax.plot(data["logit"], data["softmax1_total"], color=SCALED, lw=2, marker="s", ms=3.5,
+                label="softmax₁ (Miller 2023)")
+        ax.set_ylim(-0.03, 1.08)
+        ax.set_xlabel(label("equal_logit", lang))
+        ax.set_ylabel(label("total_weight", lang).format(n=data["n"]))
+        ax.legend(loc="center right")
+        return fig

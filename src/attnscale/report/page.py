@@ -1,0 +1,113 @@
+"""The page around the chapters: head with the inlined stylesheet, hero, contents, sections and the
+provenance footer. One self-contained HTML document: no external URL is ever loaded."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+
+from attnscale.report.html import esc
+from attnscale.report.text import t
+from attnscale.report.verdicts import BADGE_CLASS, tally_badges
+
+
+@dataclass
+class Section:
+    id: str                        # the anchor, unique in the page
+    title: str
+    html: str                      # the body, without its heading
+    part: str                      # "seed", "beyond", "experiments" or "appendix"
+    verdicts: list[str] = field(default_factory=list)   # the verdicts of the chapter's claims
+    seconds: float = 0.0           # how long rendering it took
+
+
+PART_KEYS = {"seed": "part_seed", "beyond": "part_beyond", "experiments": "part_experiments",
+             "appendix": "part_appendix"}
+
+
+def stylesheet() -> str:
+    return resources.files("attnscale.report").joinpath("style.css").read_text(encoding="utf-8")
+
+
+def _toc(sections: list[Section], lang: str) -> str:
+    items, part = [], None
+    for s in sections:
+        if s.part != part:
+            part = s.part
+            items.append(f'<li class="part" aria-hidden="true">{esc(t(PART_KEYS[part], lang))}</li>')
+        # A dot per claim that does not hold, so problems are visible from the contents.
+        dots = "".join(f'<span class="dot {BADGE_CLASS[v]}"></span>' for v in s.verdicts
+                       if v in BADGE_CLASS and v != "holds")
+        dots_html = f'<span class="dots">{dots}</span>' if dots else ""
+        items.append(f'<li><a href="#{esc(s.id)}">{esc(s.title)}{dots_html}</a></li>')
+    return f'<nav class="toc" aria-label="{esc(t("contents", lang))}"><h2>{esc(t("contents", lang))}</h2><ol>{"".join(items)}</ol></nav>'
+
+
+def _sections(sections: list[Section], lang: str) -> str:
+    out, part, number = [], None, 0
+    for s in sections:
+        if s.part != part:
+            part = s.part
+            out.append(f'<p class="part-title">{esc(t(PART_KEYS[part], lang))}</p>')
+        number += 1
+        out.append(f'<section class="chapter" id="{esc(s.id)}"><h2><span class="num">{number}</span>'
+                   f'{esc(s.title)}</h2>{s.html}</section>')
+    return "".join(out)
+
+
+def _fmt_seconds(s: float) -> str:
+    return f"{s:.2f} s" if s < 10 else f"{s:.1f} s"
+
+
+def footer(provenance: dict, sections: list[Section], lang: str) -> str:
+    """Versions, seed, configuration, machine and the time each section took."""
+    env = provenance.get("environment", {})
+    verify = provenance.get("verify", {})
+    if verify.get("cached"):
+        verify_text = t("prov_cached", lang).format(s=_fmt_seconds(float(verify.get("seconds_then", 0.0))))
+    else:
+        verify_text = t("prov_computed", lang).format(s=_fmt_seconds(float(verify.get("seconds", 0.0))))
+    rows = [
+        ("prov_version", env.get("attnscale")),
+        ("prov_seed", provenance.get("seed")),
+        ("prov_config", provenance.get("config_text")),
+        ("prov_python", env.get("python")),
+        ("prov_numpy", env.get("numpy")),
+        ("prov_torch", env.get("torch") or t("not_installed", lang)),
+        ("prov_matplotlib", env.get("matplotlib")),
+        ("prov_machine", ", ".join(str(x) for x in (env.get("platform"), env.get("processor") or env.get("machine"),
+                                                     f'{env.get("cpu_count")} CPUs') if x)),
+        ("prov_built", provenance.get("built")),
+        ("prov_verify", verify_text),
+    ]
+    if provenance.get("experiment_files"):
+        rows.append(("prov_experiments", "; ".join(provenance["experiment_files"])))
+    dl = "".join(f"<dt>{esc(t(k, lang))}</dt><dd>{esc(v)}</dd>" for k, v in rows if v is not None)
+    # The verification's own groups first (as timed by its run, which may be a cached earlier one).
+    verify_rows = [(f'{t("prov_verify", lang)} · {name}', sec) for name, sec in provenance.get("verify_timings", {}).items()
+                   if name != "total"]
+    times = "".join(f"<tr><td>{esc(name)}</td><td>{esc(_fmt_seconds(float(sec)))}</td></tr>" for name, sec in verify_rows)
+    times += "".join(f"<tr><td>{esc(s.title)}</td><td>{esc(_fmt_seconds(s.seconds))}</td></tr>" for s in sections)
+    total = provenance.get("total_seconds")
+    if total is not None:
+        times += f'<tr><td><b>{esc(t("prov_total", lang))}</b></td><td><b>{esc(_fmt_seconds(total))}</b></td></tr>'
+    return (f'<footer class="provenance" id="provenance"><div class="inner"><h2>{esc(t("provenance", lang))}</h2>'
+            f'<dl>{dl}</dl><h3 style="font-size:.9rem;margin:1rem 0 .3rem">{esc(t("prov_sections", lang))}</h3>'
+            f'<div class="table-wrap"><table class="timings"><tbody>{times}</tbody></table></div>'
+            f'<p style="margin-top:1rem">{esc(t("lang_switch", lang))}</p></div></footer>')
+
+
+def render_page(sections: list[Section], claims: list[dict], provenance: dict, lang: str, glance: str = "") -> str:
+    html_lang = "zh-CN" if lang == "zh" else "en"
+    hero = (f'<header class="hero"><div class="hero-inner"><p class="kicker">{esc(t("kicker", lang))}</p>'
+            f'<h1>{esc(t("title", lang))}</h1><p class="sub">{esc(t("subtitle", lang))}</p>'
+            '<div class="formula">Attention(Q, K, V) = softmax( Q·Kᵀ <span class="hl">/ √d<sub>k</sub></span> ) · V</div>'
+            f'<div class="tally">{tally_badges(claims, lang)}</div>{glance}</div></header>')
+    return (
+        f'<!doctype html><html lang="{html_lang}"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f'<title>{esc(t("title", lang))}</title>'
+        f'<style>{stylesheet()}</style></head><body>{hero}'
+        f'<div class="layout">{_toc(sections, lang)}<main>{_sections(sections, lang)}</main></div>'
+        f'{footer(provenance, sections, lang)}</body></html>\n'
+    )

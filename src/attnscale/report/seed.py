@@ -1,0 +1,130 @@
+"""The chapters that retell the seed (and go beyond it), from a verification report's data.
+
+Each chapter = its prose (report.text) + its figures (report.figures, drawn from ``data`` blocks the
+verification already computed) + the verdict cards of its claims. A figure that cannot be drawn
+becomes a visible error box inside its chapter; the rest of the page is unaffected.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from typing import Callable
+
+from attnscale.report import figures
+from attnscale.report.html import esc, figure_svg
+from attnscale.report.page import Section
+from attnscale.report.text import BEYOND_CHAPTERS, SEED_CHAPTERS, caption, chapter_text, facts, t
+from attnscale.report.verdicts import claim_list
+from attnscale.report.widget import widget_html
+
+# chapter → the figures drawn in it, in order: (data block, the block's keys to draw or None for all).
+# Each block's name is its figure function's name in report.figures.
+CHAPTER_FIGURES: dict[str, tuple[tuple[str, tuple[str, ...] | None], ...]] = {
+    "formula": (),
+    "without_scaling": (("saturation", None), ("jacobian", None)),
+    "why_grows": (("dot_histograms", None),),
+    "variance": (("variance_vs_dk", None),),
+    "proof": (),
+    "softmax_large": (("seed_softmax_examples", ("[50, 10, 5]", "[5, 1, 0.5]")),),
+    "why_sqrt": (),
+    "real_numbers": (("seed_softmax_examples", ("[14, 10, 12]",)),),
+    "faq": (("error_vs_samples", None),),
+    "beyond": (),
+}
+# The beyond chapter's subsections, each with its figure.
+BEYOND_PARTS: tuple[tuple[str, str], ...] = (("broken", "broken_assumptions"), ("phase", "phase"),
+                                            ("ssmax", "ssmax"), ("give", "give_away"))
+
+
+def figure_html(block: str, data: dict, lang: str, keys: tuple[str, ...] | None = None) -> str:
+    """The figure for ``data[block]`` (only its entries ``keys`` when given) as inline SVG, a note
+    when the block is absent, or an error box when it cannot be drawn."""
+    alt, cap = caption(block, lang, facts(data))
+    block_data = data.get(block)
+    if block_data is not None and keys is not None:
+        block_data = {k: block_data[k] for k in keys if k in block_data} or None
+    if block_data is None:
+        return f'<p class="note">{esc(t("no_data", lang))} <code>{esc(block)}</code></p>'
+    draw: Callable = getattr(figures, block)
+    try:
+        fig = draw(block_data, lang)
+    except Exception as err:   # a data block of an unexpected shape: say so, keep the page
+        detail = "".join(traceback.format_exception_only(type(err), err)).strip()
+        return (f'<div class="error-box" role="alert"><p>{esc(t("figure_error", lang))} '
+                f'<code>{esc(block)}</code></p><pre>{esc(detail)}</pre></div>')
+    # A narrow figure is not blown up to the column's width: at most 130 CSS px per inch drawn.
+    max_px = round(fig.get_figwidth() * 130)
+    return figure_svg(fig, alt, cap).replace('<figure class="fig">', f'<figure class="fig" style="--fig-max:{max_px}px">', 1)
+
+
+def _paras(paras: list[str]) -> str:
+    return "".join(f'<p class="lead">{esc(p)}</p>' if i == 0 else f"<p>{esc(p)}</p>" for i, p in enumerate(paras))
+
+
+def chapter_body(chapter: str, claims: list[dict], data: dict, lang: str, seed: int) -> str:
+    text = chapter_text(chapter, lang, facts(data))
+    body = [_paras(text["paras"])]
+    if chapter == "without_scaling":
+        body.append(widget_html(seed, lang))
+    for block, keys in CHAPTER_FIGURES.get(chapter, ()):
+        body.append(figure_html(block, data, lang, keys))
+    if chapter == "beyond":
+        for key, block in BEYOND_PARTS:
+            heading, para = text[key]
+            body.append(f"<h3>{esc(heading)}</h3><p>{esc(para)}</p>{figure_html(block, data, lang)}")
+        body.append(f'<h3>{esc(t("verdict", lang).capitalize())}</h3>')
+    body.append(claim_list(claims, lang))
+    return "".join(body)
+
+
+def seed_sections(verify: dict, lang: str, seed: int,
+                  tick: Callable[[str], None] = lambda label: None) -> list[Section]:
+    """One Section per chapter of the seed's outline, then the beyond chapter(s)."""
+    claims = verify.get("claims", [])
+    data = verify.get("data", {})
+    sections = []
+    for chapter in SEED_CHAPTERS + BEYOND_CHAPTERS:
+        t0 = time.perf_counter()
+        mine = [c for c in claims if c.get("chapter") == chapter]
+        html = chapter_body(chapter, mine, data, lang, seed)
+        part = "beyond" if chapter in BEYOND_CHAPTERS else "seed"
+        sections.append(Section(id=chapter.replace("_", "-"), title=chapter_text(chapter, lang)["title"], html=html,
+                                part=part, verdicts=[c.get("verdict", "") for c in mine],
+                                seconds=time.perf_counter() - t0))
+        tick(chapter)
+    return sections
+
+
+def glance_html(data: dict, lang: str) -> str:
+    """Three measured numbers for the top of the page, looked up in the verification's data (never
+    computed here); a card whose data is missing is left out."""
+    from attnscale.report.verdicts import fmt_number
+
+    cards = []
+    try:
+        g = next(iter(data["variance_vs_dk"].values()))
+        i = len(g["d_k"]) - 1
+        cards.append((t("glance_var", lang).format(d=fmt_number(g["d_k"][i])), fmt_number(g["estimate"][i]),
+                      f'{t("ci", lang)} [{fmt_number(g["ci_low"][i])}, {fmt_number(g["ci_high"][i])}] · '
+                      f'{t("glance_var_claim", lang)} {fmt_number(g["d_k"][i])}'))
+    except (KeyError, IndexError, StopIteration, TypeError):
+        pass
+    for block, figure, key in (("saturation", "max_weight", "glance_maxw"), ("jacobian", "jacobian_frobenius", "glance_jac")):
+        try:
+            rows = data[block]
+            n = next(iter(rows["by_n"]))
+            d_ks = rows["d_k"]
+            i = d_ks.index(64) if block == "saturation" and 64 in d_ks else len(d_ks) - 1
+            per = rows["by_n"][n]
+            cards.append((t(key, lang).format(d=d_ks[i], n=n),
+                          fmt_number(per["unscaled"][figure]["median"][i], 2),
+                          f'{t("glance_scaled", lang)} {fmt_number(per["scaled"][figure]["median"][i], 2)}'))
+        except (KeyError, IndexError, StopIteration, TypeError, ValueError):
+            pass
+    if not cards:
+        return ""
+    html = "".join(f'<div class="glance-card"><span class="glance-label">{esc(label)}</span>'
+                   f'<span class="glance-value">{esc(value)}</span><span class="glance-sub">{esc(sub)}</span></div>'
+                   for label, value, sub in cards)
+    return f'<div class="glance">{html}</div>'

@@ -1,0 +1,122 @@
+"""The verification's claim results as HTML: verdict badges, one card per claim, and the table of all.
+
+Claims arrive as plain dicts (``VerifyReport.to_dict()["claims"]``, fields of
+:class:`attnscale.claims.ClaimResult`); nothing here computes, it only formats what was measured.
+"""
+
+from __future__ import annotations
+
+import math
+
+from attnscale.report.html import esc
+from attnscale.report.text import pretty, t
+
+# verdict → CSS class of its badge
+BADGE_CLASS = {"holds": "holds", "fails": "fails", "seed number wrong": "wrong"}
+BADGE_MARK = {"holds": "✓", "fails": "✗", "seed number wrong": "≠"}
+
+
+def badge(verdict: str, lang: str) -> str:
+    cls = BADGE_CLASS.get(verdict, "other")
+    label = t(verdict, lang) if verdict in BADGE_CLASS else verdict
+    return f'<span class="badge {cls}">{BADGE_MARK.get(verdict, "•")} {esc(label)}</span>'
+
+
+def fmt_number(x: object, digits: int = 4) -> str:
+    """A measured number for reading: ``digits`` significant digits, thousands kept readable."""
+    if x is None:
+        return "—"
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return str(x)
+    if isinstance(x, int):
+        return f"{x:,}"
+    if not math.isfinite(x):
+        return str(x)
+    if x != 0 and (abs(x) < 1e-3 or abs(x) >= 1e6):
+        return f"{x:.{digits - 1}e}"
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"            # 4,050 rather than 4050 or 4.05e+03
+    return f"{x:.{digits}g}"
+
+
+def claim_text(claim: dict, lang: str) -> str:
+    return pretty((claim.get("claim_zh") if lang == "zh" else None) or claim.get("claim_en") or claim.get("id", ""))
+
+
+def _interval(claim: dict) -> str:
+    low, high = claim.get("ci_low"), claim.get("ci_high")
+    if low is None or high is None:
+        return ""
+    return f"[{fmt_number(low)}, {fmt_number(high)}]"
+
+
+def claim_card(claim: dict, lang: str) -> str:
+    verdict = claim.get("verdict", "")
+    facts = []
+    if claim.get("seed_value"):
+        facts.append((t("seed_says", lang), claim["seed_value"]))
+    facts.append((t("expected", lang), claim.get("expected", "")))
+    facts.append((t("measured", lang), claim.get("measured", "")))
+    if _interval(claim):
+        facts.append((t("ci", lang), _interval(claim)))
+    if claim.get("n_samples"):
+        facts.append((t("samples", lang), fmt_number(int(claim["n_samples"]))))
+    facts.append((t("method", lang), claim.get("method", "")))
+    facts_html = "".join(f'<span><b>{esc(k)}</b><span class="mono">{esc(v)}</span></span>' for k, v in facts)
+    extra = ""
+    if claim.get("correct_value"):
+        extra += f'<p class="verdict-note correct">{esc(t("correct_value", lang))}: {esc(claim["correct_value"])}</p>'
+    if claim.get("note"):
+        extra += f'<p class="verdict-note">{esc(claim["note"])}</p>'
+    return (f'<li class="{BADGE_CLASS.get(verdict, "other")}" data-claim="{esc(claim.get("id", ""))}">'
+            f'<div class="verdict-head">{badge(verdict, lang)}'
+            f'<span class="verdict-claim">{esc(claim_text(claim, lang))}</span>'
+            f'<span class="verdict-id mono">{esc(claim.get("id", ""))}</span></div>'
+            f'<div class="verdict-facts">{facts_html}</div>{extra}</li>')
+
+
+def claim_list(claims: list[dict], lang: str, visible: int = 8) -> str:
+    """Cards for a chapter's claims; beyond ``visible`` of them the rest fold into a <details>."""
+    if not claims:
+        return f'<p class="note">{esc(t("no_claims", lang))}</p>'
+    # Problems first: a reader should not have to scroll past twenty "holds" to find a "fails".
+    order = {"fails": 0, "seed number wrong": 1, "holds": 2}
+    ranked = sorted(claims, key=lambda c: order.get(c.get("verdict"), 3))
+    head = "".join(claim_card(c, lang) for c in ranked[:visible])
+    html = f'<ul class="verdicts">{head}</ul>'
+    if len(ranked) > visible:
+        rest = "".join(claim_card(c, lang) for c in ranked[visible:])
+        more = {"en": f"{len(ranked) - visible} more claims", "zh": f"另外 {len(ranked) - visible} 个论断"}
+        html += (f'<details class="verdicts-more"><summary>{esc(more.get(lang, more["en"]))}</summary>'
+                 f'<ul class="verdicts">{rest}</ul></details>')
+    return html
+
+
+def tally(claims: list[dict]) -> dict[str, int]:
+    """How many claims have each verdict (counting, not measuring: the page's summary line)."""
+    out = {"holds": 0, "fails": 0, "seed number wrong": 0}
+    for c in claims:
+        out[c.get("verdict")] = out.get(c.get("verdict"), 0) + 1
+    return out
+
+
+def tally_badges(claims: list[dict], lang: str) -> str:
+    n = tally(claims)
+    parts = [(n["holds"], "holds", "tally_holds"), (n["fails"], "fails", "tally_fails"),
+             (n["seed number wrong"], "wrong", "tally_wrong")]
+    return "".join(f'<span class="badge {cls}">{count} {esc(t(key, lang))}</span>' for count, cls, key in parts)
+
+
+def all_claims_table(claims: list[dict], lang: str) -> str:
+    """Every claim in one table (verdicts as badges); it scrolls inside its own box on a phone."""
+    header = ["id", t("claim", lang), t("verdict", lang), t("expected", lang), t("measured", lang),
+              t("ci", lang), t("samples", lang), t("method", lang)]
+    head = "".join(f"<th>{esc(h)}</th>" for h in header)
+    rows = []
+    for c in claims:
+        cells = [esc(c.get("id", "")), esc(claim_text(c, lang)), badge(c.get("verdict", ""), lang),
+                 esc(c.get("expected", "")), esc(c.get("measured", "")), esc(_interval(c)),
+                 esc(fmt_number(int(c["n_samples"])) if c.get("n_samples") else ""), esc(c.get("method", ""))]
+        rows.append("<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
+    return (f'<div class="table-wrap"><table class="all-verdicts"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table></div>')

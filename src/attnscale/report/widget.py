@@ -1,0 +1,79 @@
+"""The interactive figure: HTML controls, its configuration (taken from the library's scale rules, so
+the page and attnscale.scales use the same parameters) and the inline script ``widget.js``."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+from attnscale.report.html import esc
+from attnscale.report.text import pretty, t
+
+N_CHOICES = (8, 16, 32, 64, 128)
+D_MAX = 4096
+
+
+def rule_configs(lang: str) -> list[dict]:
+    """The rules the widget offers, with the parameters of attnscale.scales' named rules."""
+    from attnscale.scales import RULES, SoftCap, Unscaled
+
+    logn, qknorm, softcap = RULES["logn"], RULES["qknorm"], RULES["softcap"]
+    softcap_unscaled = SoftCap(cap_value=softcap.cap_value, base=Unscaled())
+    return [
+        {"id": "inverse_sqrt_dk", "kind": "inverse_sqrt_dk", "formula": RULES["inverse_sqrt_dk"].formula + " · q·k"},
+        {"id": "unscaled", "kind": "unscaled", "formula": "q·k"},
+        {"id": "inverse_dk", "kind": "inverse_dk", "formula": RULES["inverse_dk"].formula + " · q·k"},
+        {"id": "qknorm", "kind": "qknorm", "gain": qknorm.gain, "norm": qknorm.norm, "eps": qknorm.eps,
+         "formula": qknorm.formula},
+        {"id": "softcap", "kind": "softcap", "cap": softcap.cap_value, "base": softcap.base.name,
+         "formula": softcap.formula},
+        {"id": "softcap_unscaled", "kind": "softcap", "cap": softcap_unscaled.cap_value, "base": "unscaled",
+         "formula": softcap_unscaled.formula},
+        {"id": "logn", "kind": "logn", "s": logn.s, "base": logn.base.name, "formula": logn.formula + " · q·k"},
+    ]
+
+
+def widget_config(seed: int, lang: str) -> dict:
+    rules = rule_configs(lang)
+    for r in rules:
+        r["label"] = t(f"rule_{r['id']}", lang)
+        r["formula"] = pretty(r["formula"])
+    return {
+        "seed": int(seed) % 2 ** 32, "d_max": D_MAX, "d_k": 64, "n": 16, "n_choices": list(N_CHOICES),
+        "rule": "inverse_sqrt_dk", "rules": rules,
+        "labels": {"key": t("w_key", lang), "keys_axis": t("w_keys_axis", lang), "uniform": t("w_uniform", lang),
+                   "formula": t("w_formula", lang)},
+    }
+
+
+def _script() -> str:
+    return resources.files("attnscale.report").joinpath("widget.js").read_text(encoding="utf-8")
+
+
+def widget_html(seed: int, lang: str) -> str:
+    cfg = widget_config(seed, lang)
+    options = "".join(f'<option value="{esc(r["id"])}"{" selected" if r["id"] == cfg["rule"] else ""}>'
+                      f'{esc(r["label"])}</option>' for r in cfg["rules"])
+    n_options = "".join(f'<option value="{n}"{" selected" if n == cfg["n"] else ""}>{n}</option>'
+                        for n in cfg["n_choices"])
+    readouts = "".join(f'<div class="readout"><span>{esc(t(key, lang))}</span><output id="{oid}">–</output></div>'
+                       for key, oid in (("w_entropy", "w-entropy"), ("w_maxw", "w-maxw"),
+                                        ("w_support", "w-support"), ("w_spread", "w-spread")))
+    # JSON inside <script>: "</" must not appear, or the HTML parser would end the script early.
+    config_json = json.dumps(cfg, ensure_ascii=False).replace("</", "<\\/")
+    return (
+        f'<div class="widget" id="widget"><h3 style="margin-top:0">{esc(t("widget_title", lang))}</h3>'
+        f'<p class="formula-line">{esc(t("widget_lead", lang))}</p>'
+        '<div class="controls">'
+        f'<div><label class="plain" for="w-dk">{esc(t("w_dk", lang))} <output id="w-dk-out">64</output></label>'
+        '<input type="range" id="w-dk" min="0" max="48" step="1" value="24"></div>'
+        f'<div class="row2"><div><label for="w-rule">{esc(t("w_rule", lang))}</label>'
+        f'<select id="w-rule">{options}</select></div>'
+        f'<div style="flex:0 0 5.5rem"><label for="w-n">{esc(t("w_n", lang))}</label><select id="w-n">{n_options}</select></div>'
+        f'<button type="button" id="w-resample" title="{esc(t("w_resample", lang))}">↻</button></div>'
+        '</div>'
+        '<svg class="bars" role="img" aria-label="softmax weights" viewBox="0 0 640 240"></svg>'
+        f'<div class="readouts" aria-live="polite">{readouts}</div><p class="formula-line" id="w-formula"></p></div>'
+        f'<script type="application/json" id="widget-config">{config_json}</script>'
+        f'<script>{_script()}</script>'
+    )

@@ -1,0 +1,179 @@
+"""The report in a real browser: Debian's Chromium, headless, driven by Playwright (never a
+downloaded browser). One real ``attnscale report --quick`` build is shared by every test here.
+
+Checked: the page opens from file:// without console errors; it requests nothing but itself; every
+figure has a size; the slider and the rule selector change the plotted weights and the readouts; the
+widget's JavaScript computes exactly what attnscale's Python computes for the same q and k; the layout
+holds at 1280 px and 390 px (no page-wide horizontal scroll)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--no-first-run"]
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not os.path.exists(CHROMIUM),
+                       reason=f"Debian's chromium is not installed at {CHROMIUM} (CI installs it: make browser)"),
+]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> Path:
+    """A real quick report, built once by the CLI (the verification runs for real)."""
+    tmp = tmp_path_factory.mktemp("browser_report")
+    out = subprocess.run([sys.executable, "-m", "attnscale", "report", "--quick", "--out", str(tmp / "site"),
+                          "--results", str(tmp / "results")], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    path = Path(out.stdout.strip())
+    assert path == (tmp / "site" / "index.html").resolve() and path.exists()
+    return path
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def open_page(browser, report):
+    """open_page(width) → (page, problems, requests): console errors and page errors go to
+    ``problems``; every request the page makes goes to ``requests`` (any other than the page itself
+    is aborted)."""
+    pages = []
+
+    def _open(width: int):
+        page = browser.new_page(viewport={"width": width, "height": 900})
+        pages.append(page)
+        problems, requests = [], []
+        url = report.as_uri()
+        page.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
+        page.on("pageerror", lambda e: problems.append(str(e)))
+        page.on("request", lambda r: requests.append(r.url))
+        page.route("**/*", lambda route: route.continue_() if route.request.url == url else route.abort())
+        page.goto(url)
+        page.wait_for_load_state("load")
+        return page, problems, requests
+
+    yield _open
+    for page in pages:
+        page.close()
+
+
+def test_opens_without_errors_and_loads_nothing_else(open_page, report):
+    page, problems, requests = open_page(1280)
+    assert problems == []
+    assert requests == [report.as_uri()]
+    # nothing on the page points outside it
+    external = page.eval_on_selector_all(
+        "[src], [href]", "els => els.map(e => e.getAttribute('src') || e.getAttribute('href'))"
+                         ".filter(u => !(u.startsWith('#') || u.startsWith('data:')))")
+    assert external == []
+
+
+def test_every_figure_has_a_size(open_page):
+    page, _, _ = open_page(1280)
+    sizes = page.eval_on_selector_all(
+        "figure.fig svg, #widget svg", "els => els.map(e => { const r = e.getBoundingClientRect(); return [r.width, r.height]; })")
+    assert len(sizes) >= 10           # the figures of the verification, and the widget
+    assert all(w > 50 and h > 50 for w, h in sizes), sizes
+    assert page.locator(".error-box").count() == 0
+
+
+def _widget(page) -> dict:
+    return page.evaluate("""() => ({
+        weights: Array.from(document.querySelectorAll('#widget rect.bar')).map(r => +r.getAttribute('data-weight')),
+        heights: Array.from(document.querySelectorAll('#widget rect.bar')).map(r => +r.getAttribute('height')),
+        entropy: document.getElementById('w-entropy').textContent,
+        maxw: document.getElementById('w-maxw').textContent,
+        dk: document.getElementById('w-dk-out').textContent })""")
+
+
+def test_slider_and_rule_change_the_weights_and_readouts(open_page):
+    page, problems, _ = open_page(1280)
+    start = _widget(page)
+    assert start["dk"] == "64" and len(start["weights"]) == 16
+    assert abs(sum(start["weights"]) - 1) < 1e-12
+    page.select_option("#w-rule", "unscaled")
+    unscaled64 = _widget(page)
+    assert unscaled64["weights"] != start["weights"] and unscaled64["entropy"] != start["entropy"]
+    slider = page.locator("#w-dk")
+    slider.focus()
+    page.keyboard.press("End")                       # d_k = 4096, as a user would
+    big = _widget(page)
+    assert big["dk"] == "4096"
+    assert big["weights"] != unscaled64["weights"] and big["heights"] != unscaled64["heights"]
+    page.select_option("#w-rule", "inverse_sqrt_dk")
+    scaled = _widget(page)
+    # Unscaled at d_k = 4096 the row is near one-hot (one row: a near-tie at the top may share it);
+    # scaled, the same q and k keep it spread out.
+    entropy = lambda w: float(w["entropy"].split("/")[0])  # noqa: E731
+    assert max(big["weights"]) > max(scaled["weights"])
+    assert entropy(big) < entropy(scaled) / 2 and entropy(scaled) > 1.0
+    slider.focus()
+    page.keyboard.press("ArrowLeft")
+    assert _widget(page)["dk"] == "3444"             # log steps: 2^(47/4) rounded
+    page.keyboard.press("Home")
+    assert _widget(page)["dk"] == "1"
+    page.select_option("#w-n", "128")
+    assert len(_widget(page)["weights"]) == 128
+    assert problems == []
+
+
+@pytest.mark.parametrize("d_k", [1, 64, 4096])
+def test_widget_matches_the_library(open_page, d_k):
+    """The JavaScript widget and attnscale.attention agree on every rule, for the same q and k."""
+    from attnscale.attention import attention
+    from attnscale.scales import RULES, SoftCap, Unscaled
+
+    page, _, _ = open_page(1280)
+    rules = {"inverse_sqrt_dk": RULES["inverse_sqrt_dk"], "unscaled": RULES["unscaled"],
+             "inverse_dk": RULES["inverse_dk"], "qknorm": RULES["qknorm"], "softcap": RULES["softcap"],
+             "softcap_unscaled": SoftCap(cap_value=RULES["softcap"].cap_value, base=Unscaled()),
+             "logn": RULES["logn"]}
+    options = page.eval_on_selector_all("#w-rule option", "els => els.map(e => e.value)")
+    assert sorted(options) == sorted(rules)
+    index = page.evaluate(f"window.attnscaleWidget.dks.indexOf({d_k})")
+    page.eval_on_selector("#w-dk", "(el, i) => { el.value = String(i); el.dispatchEvent(new Event('input')); }", index)
+    qk = page.evaluate("""() => { const s = window.attnscaleWidget.state, D = 4096;
+        return { q: Array.from(s.q.subarray(0, s.dk)),
+                 k: Array.from({length: s.n}, (_, j) => Array.from(s.k.subarray(j * D, j * D + s.dk))) }; }""")
+    q, k = np.array(qk["q"])[None, :], np.array(qk["k"])
+    assert q.shape == (1, d_k) and k.shape == (16, d_k)
+    for name, rule in rules.items():
+        page.select_option("#w-rule", name)
+        got = page.evaluate("() => ({ logits: Array.from(window.attnscaleWidget.state.logits),"
+                            " weights: Array.from(window.attnscaleWidget.state.weights) })")
+        res = attention(q, k, np.eye(len(k)), scale=rule, return_details=True)
+        np.testing.assert_allclose(got["logits"], res.logits[0], rtol=1e-12, atol=1e-12, err_msg=name)
+        np.testing.assert_allclose(got["weights"], res.weights[0], rtol=1e-10, atol=1e-15, err_msg=name)
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_layout_holds(open_page, width):
+    page, problems, _ = open_page(width)
+    inner = page.evaluate("window.innerWidth")
+    assert page.evaluate("document.documentElement.scrollWidth") <= inner
+    assert page.evaluate("document.body.scrollWidth") <= inner
+    # figures scale to the column; wide tables scroll inside their own box
+    widths = page.eval_on_selector_all("figure.fig svg", "els => els.map(e => e.getBoundingClientRect().right)")
+    assert max(widths) <= inner
+    boxes = page.eval_on_selector_all(".table-wrap", "els => els.map(e => e.getBoundingClientRect().right)")
+    assert boxes and max(boxes) <= inner
+    if width == 390:
+        # the all-verdicts table is wider than a phone: it scrolls inside its box
+        assert page.eval_on_selector("table.all-verdicts", "t => t.parentElement.scrollWidth > t.parentElement.clientWidth")
+    assert problems == []
