@@ -21,7 +21,7 @@ def figure_svg(fig, alt: str, caption: str = "") -> str:
     # matplotlib's own font lacks) and the page stays small.
     with plt.rc_context({"svg.fonttype": "none"}), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Glyph .* missing from font")
-        fig.savefig(buf, format="svg", bbox_inches="tight")
+        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})  # byte-reproducible
     plt.close(fig)
     svg = buf.getvalue()
     svg = svg[svg.index("<svg"):]                       # drop the XML prolog and DOCTYPE

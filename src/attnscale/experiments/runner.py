@@ -1,0 +1,112 @@
+"""Run a sweep: a list of cells (frozen dataclass configurations), each computed once and cached.
+
+* Each cell's result is stored under a hash of the cell (:class:`attnscale.store.ResultCache`) the
+  moment it is done, written atomically: interrupt a sweep (Ctrl-C, kill -9) and run it again, and only
+  the missing cells are computed; no result file is ever half-written.
+* Cells run through a :class:`Backend`, the seam to other engines: anything with
+  ``map(fn, cells)`` yielding ``(index, result)`` pairs as cells finish. :class:`LocalBackend` runs
+  them in worker processes on this machine; a Ray or Dask backend would submit ``fn(cell)`` as remote
+  tasks and yield their results as they complete, with no change to the experiments.
+* ``fn`` must be a module-level function (it is pickled by name) returning plain JSON data.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from typing import Any, Callable, Iterator, Protocol, Sequence
+
+from attnscale.errors import InputError
+from attnscale.store import ResultCache, to_jsonable
+
+__all__ = ["Backend", "SerialBackend", "LocalBackend", "run_sweep", "default_workers"]
+
+Progress = Callable[[int, int, str], None]
+
+
+class Backend(Protocol):
+    def map(self, fn: Callable[[Any], Any], cells: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+        """Compute ``fn(cell)`` for every cell; yield ``(index into cells, result)`` in any order, as
+        each finishes (so that the caller can store it at once)."""
+        ...
+
+
+class SerialBackend:
+    """In this process, one cell after the other (no start-up cost: for small sweeps and tests)."""
+
+    def map(self, fn, cells):
+        for i, cell in enumerate(cells):
+            yield i, fn(cell)
+
+
+def _init_worker() -> None:
+    # One thread per worker: the workers already use the cores, and oversubscribing them slows all.
+    # Set before torch loads (it reads OMP_NUM_THREADS then); torch is not imported here, as cells
+    # that do not need it should not pay for it.
+    os.environ["OMP_NUM_THREADS"] = "1"
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
+
+
+class LocalBackend:
+    """Worker processes on this machine (``concurrent.futures`` with ``forkserver``, or ``spawn``
+    where forkserver is missing): a fresh interpreter per worker, never a fork of a process that may
+    hold threads. At most ``workers`` cells run at once; results come back as they finish."""
+
+    def __init__(self, workers: int = 2, start_method: str | None = None):
+        if workers < 1:
+            raise InputError(f"workers: expected an integer >= 1, got {workers!r}")
+        methods = multiprocessing.get_all_start_methods()
+        self.workers = workers
+        self.start_method = start_method or ("forkserver" if "forkserver" in methods else "spawn")
+
+    def map(self, fn, cells):
+        ctx = multiprocessing.get_context(self.start_method)
+        with ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_init_worker) as pool:
+            pending = {pool.submit(fn, cell): i for i, cell in enumerate(cells)}
+            try:
+                while pending:
+                    done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        yield pending.pop(future), future.result()
+            finally:
+                for future in pending:           # an error or an interrupt: drop what has not started
+                    future.cancel()
+
+
+def default_workers() -> int:
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+def run_sweep(kind: str, cells: Sequence[Any], fn: Callable[[Any], Any], cache: ResultCache,
+              backend: Backend | None = None, progress: Progress | None = None) -> list[Any]:
+    """Results of ``fn`` for every cell, in the order of ``cells``: cached ones are read, the others
+    computed through ``backend`` (default: :class:`SerialBackend`) and cached as each finishes.
+
+    ``kind`` names the experiment in the cache (files ``<kind>-<hash of the cell>.json``).
+    """
+    backend = backend or SerialBackend()
+    total = len(cells)
+    results: list[Any] = [None] * total
+    missing = []
+    for i, cell in enumerate(cells):
+        hit = cache.get(kind, to_jsonable(cell))
+        if hit is None:
+            missing.append(i)
+        else:
+            results[i] = hit
+    done = total - len(missing)
+    if progress:
+        progress(done, total, f"{done} cached")
+    todo = [cells[i] for i in missing]
+    for j, result in backend.map(fn, todo):
+        cell = todo[j]
+        # Round-trip through the cache so that a fresh result and a cached one are the same data.
+        cache.put(kind, to_jsonable(cell), result)
+        results[missing[j]] = cache.get(kind, to_jsonable(cell))
+        done += 1
+        if progress:
+            progress(done, total, getattr(cell, "label", str(cell)))
+    return results

@@ -1,0 +1,71 @@
+"""What every training cell shares: determinism, the optimiser, and the metrics of one attention layer.
+
+The metrics read the rows that feed the loss (``rows``): for the readout model, the query's row.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from attnscale.errors import InputError
+
+__all__ = ["seed_everything", "make_optimizer", "attention_metrics", "grad_norm", "SATURATED_WEIGHT"]
+
+SATURATED_WEIGHT = 0.99   # a row whose largest weight exceeds this is counted as saturated
+
+
+def seed_everything(seed: int):
+    """Seed torch, force deterministic kernels and one thread (cells run in parallel processes).
+    Returns a torch.Generator for the data, seeded independently of the weights."""
+    import torch
+
+    torch.manual_seed(seed)
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
+    return torch.Generator().manual_seed(10_000 + seed)
+
+
+def make_optimizer(name: str, params, lr: float):
+    """``adam`` (PyTorch defaults), ``sgd`` (plain: no momentum, no weight decay)."""
+    import torch
+
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    raise InputError(f"optimizer: expected 'adam' or 'sgd', got {name!r}")
+
+
+def grad_norm(*params) -> tuple[float, bool]:
+    """Frobenius norm of the gradients of ``params`` together, and whether all of them are exactly 0."""
+    import torch
+
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return 0.0, True
+    norm = float(torch.sqrt(sum((g.double() ** 2).sum() for g in grads)))
+    return norm, all(bool((g == 0).all()) for g in grads)
+
+
+def attention_metrics(logits, weights) -> dict[str, object]:
+    """Health of attention rows. logits, weights: (B, H, R, S) torch tensors (R rows per head).
+
+    Returns the median entropy per head (nats), the largest finite logit, and the fraction of rows
+    whose largest weight exceeds :data:`SATURATED_WEIGHT`.
+    """
+    import torch
+
+    p = weights.double()
+    # 0 · ln 0 = 0: log of a zero weight is replaced by 0 (its weight is 0 anyway).
+    logp = torch.where(p > 0, p.clamp_min(np.finfo(np.float64).tiny).log(), torch.zeros_like(p))
+    entropy = -(p * logp).sum(-1)                                        # (B, H, R)
+    per_head = entropy.transpose(0, 1).reshape(entropy.shape[1], -1)     # (H, B·R)
+    finite = logits[logits > -math.inf]
+    return {
+        "entropy_median": [float(v) for v in per_head.median(dim=1).values],
+        "max_logit": float(finite.max()) if finite.numel() else float("nan"),
+        "saturated_frac": float((p.max(-1).values > SATURATED_WEIGHT).double().mean()),
+    }
+

@@ -1,0 +1,149 @@
+"""The sweep runner: order, cache hits, resume after an interruption (also kill -9), process backend."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import dataclass
+
+import pytest
+
+from attnscale.experiments.runner import LocalBackend, SerialBackend, run_sweep
+from attnscale.errors import InputError
+from attnscale.store import ResultCache
+
+CALLS: list[int] = []
+
+
+@dataclass(frozen=True)
+class Cell:
+    x: int
+
+    @property
+    def label(self) -> str:
+        return f"x={self.x}"
+
+
+def square(cell: Cell) -> dict:
+    CALLS.append(cell.x)
+    return {"y": cell.x * cell.x, "half": cell.x / 2}
+
+
+class CountingBackend:
+    """Serial, and records how many cells it was asked to compute."""
+
+    def __init__(self):
+        self.computed = 0
+
+    def map(self, fn, cells):
+        self.computed += len(cells)
+        return SerialBackend().map(fn, cells)
+
+
+def test_results_in_cell_order_and_progress(tmp_path):
+    seen = []
+    cells = [Cell(i) for i in (3, 1, 2)]
+    out = run_sweep("sq", cells, square, ResultCache(tmp_path), progress=lambda d, t, label: seen.append((d, t)))
+    assert [r["y"] for r in out] == [9, 1, 4]
+    assert seen[0] == (0, 3) and seen[-1] == (3, 3)
+
+
+def test_cache_hit_does_not_recompute(tmp_path):
+    cells = [Cell(i) for i in range(4)]
+    first = run_sweep("sq", cells, square, ResultCache(tmp_path))
+    backend = CountingBackend()
+    CALLS.clear()
+    second = run_sweep("sq", cells, square, ResultCache(tmp_path), backend)
+    assert backend.computed == 0 and CALLS == []
+    assert first == second
+
+
+def test_resumed_sweep_equals_uninterrupted(tmp_path):
+    cells = [Cell(i) for i in range(6)]
+    run_sweep("sq", cells[:2] + cells[4:5], square, ResultCache(tmp_path / "resumed"))   # the "interrupted" part
+    backend = CountingBackend()
+    resumed = run_sweep("sq", cells, square, ResultCache(tmp_path / "resumed"), backend)
+    whole = run_sweep("sq", cells, square, ResultCache(tmp_path / "whole"))
+    assert backend.computed == 3
+    assert resumed == whole
+
+
+def test_damaged_cache_file_is_recomputed(tmp_path):
+    cache = ResultCache(tmp_path)
+    run_sweep("sq", [Cell(5)], square, cache)
+    cache.path("sq", {"x": 5}).write_text('{"config": {"x": 5}, "res')      # a torn file, as if written in place
+    backend = CountingBackend()
+    assert run_sweep("sq", [Cell(5)], square, cache, backend)[0]["y"] == 25
+    assert backend.computed == 1
+
+
+def test_local_backend_matches_serial(tmp_path):
+    cells = [Cell(i) for i in range(5)]
+    serial = run_sweep("sq", cells, square, ResultCache(tmp_path / "a"))
+    parallel = run_sweep("sq", cells, square, ResultCache(tmp_path / "b"), LocalBackend(workers=2))
+    assert serial == parallel
+
+
+def test_local_backend_rejects_bad_workers():
+    with pytest.raises(InputError, match="workers"):
+        LocalBackend(workers=0)
+
+
+SLOW_MODULE = """
+import time
+from dataclasses import dataclass
+
+@dataclass(frozen=True)
+class Slow:
+    x: int
+
+def slow_square(cell):
+    time.sleep(0.25)
+    return {"y": cell.x * cell.x}
+"""
+
+DRIVER = """
+import sys
+sys.path.insert(0, {folder!r})
+from slowcells import Slow, slow_square
+from attnscale.experiments.runner import LocalBackend, run_sweep
+from attnscale.store import ResultCache
+
+if __name__ == "__main__":
+    run_sweep("slow", [Slow(i) for i in range(12)], slow_square, ResultCache({cache!r}), LocalBackend(2))
+"""
+
+
+def test_kill_minus_9_then_rerun_computes_only_missing(tmp_path):
+    (tmp_path / "slowcells.py").write_text(textwrap.dedent(SLOW_MODULE))
+    cache_dir = tmp_path / "cache"
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER.format(folder=str(tmp_path), cache=str(cache_dir)))
+    proc = subprocess.Popen([sys.executable, str(driver)], start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(list(cache_dir.glob("slow-*.json"))) < 3:
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)   # the driver and its workers: the group this test started
+        proc.wait()
+    finished = sorted(cache_dir.glob("slow-*.json"))
+    assert 3 <= len(finished) < 12, "the kill should land mid-sweep"
+    for path in finished:                     # nothing half-written
+        assert json.loads(path.read_text())["result"]["y"] >= 0
+
+    sys.path.insert(0, str(tmp_path))
+    try:
+        from slowcells import Slow, slow_square
+        backend = CountingBackend()
+        results = run_sweep("slow", [Slow(i) for i in range(12)], slow_square, ResultCache(cache_dir), backend)
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert backend.computed == 12 - len(finished)
+    assert [r["y"] for r in results] == [i * i for i in range(12)]

@@ -1,0 +1,241 @@
+"""Training experiments: the torch rules match the core's, the task is what it says, quick sweeps give
+finite metrics, resume and cache work on real cells, and the same seed gives the same numbers."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from attnscale.errors import InputError  # noqa: E402
+from attnscale.experiments import logit_growth, scale_vs_dk  # noqa: E402
+from attnscale.experiments.models import ScaledLogits  # noqa: E402
+from attnscale.experiments.runner import LocalBackend, SerialBackend, run_sweep  # noqa: E402
+from attnscale.experiments.sweeps import make_config, run_experiment  # noqa: E402
+from attnscale.experiments.tasks import MarkedCount, grammar_corpus  # noqa: E402
+from attnscale.store import ResultCache  # noqa: E402
+
+TINY_A = scale_vs_dk.ScaleVsDkConfig(rules=("inverse_sqrt_dk", "unscaled", "softcap_unscaled"), d_ks=(16,), seeds=1,
+                                     sgd_lrs=(0.3,), steps=30, log_every=5, final_eval=128)
+
+
+class CountingBackend:
+    def __init__(self):
+        self.computed = 0
+
+    def map(self, fn, cells):
+        self.computed += len(cells)
+        return SerialBackend().map(fn, cells)
+
+
+# --- the torch side of the rules equals the core's NumPy rules -------------------------------------
+
+@pytest.mark.parametrize("name", sorted(scale_vs_dk.RULE_CHOICES))
+@pytest.mark.parametrize("d_k", [5, 64])
+def test_torch_logits_equal_core_rule(name, d_k):
+    rule = scale_vs_dk.RULE_CHOICES[name]
+    rng = np.random.default_rng(d_k)
+    q = rng.normal(size=(2, 3, 4, d_k)) * 3.0   # large enough that soft-capping bends the logits
+    k = rng.normal(size=(2, 3, 7, d_k)) * 3.0
+    expected = rule.cap(rule.factor(d_k) * (rule.normalize(q) @ np.swapaxes(rule.normalize(k), -1, -2)))
+    got = ScaledLogits(rule, d_k).double()(torch.from_numpy(q), torch.from_numpy(k)).detach().numpy()
+    err = np.max(np.abs(got - expected))
+    print(f"{name} d_k={d_k}: max |torch − numpy| = {err:.2e}")
+    assert err <= 1e-12 * max(1.0, np.max(np.abs(expected)))
+
+
+@pytest.mark.parametrize("name", ["unscaled", "softcap_unscaled"])
+def test_logit_jacobian_matches_autograd(name):
+    """The J of the chain-rule explanation: dL/dy = J·dL/dp, y = s·q·k before the cap (float64 autograd)."""
+    rule = scale_vs_dk.RULE_CHOICES[name]
+    rng = np.random.default_rng(7)
+    y = torch.tensor(rng.normal(size=(3, 9)) * 30.0, requires_grad=True)   # large: the cap bends
+    u = torch.tensor(rng.normal(size=(3, 9)))
+    z = rule.cap_value * torch.tanh(y / rule.cap_value) if name == "softcap_unscaled" else y
+    (torch.softmax(z, -1) * u).sum().backward()
+    jac = scale_vs_dk.logit_jacobian(z.detach().numpy(), rule)
+    expected = np.einsum("rst,rt->rs", jac, u.numpy())
+    err = np.max(np.abs(y.grad.numpy() - expected))
+    print(f"{name}: max |autograd − J u| = {err:.2e}")
+    assert err <= 1e-12
+
+
+def test_unsupported_rule_is_refused():
+    from attnscale.scales import LogN
+
+    with pytest.raises(InputError, match="rule"):
+        ScaledLogits(LogN(), 16)
+
+
+def test_bad_cells_are_refused():
+    with pytest.raises(InputError, match="rule"):
+        scale_vs_dk.ScaleCell("sqrt", 16, "adam", 1e-3, 0)
+    with pytest.raises(InputError, match="optimizer"):
+        scale_vs_dk.ScaleCell("unscaled", 16, "lion", 1e-3, 0)
+    with pytest.raises(InputError, match="lr"):
+        logit_growth.LogitCell(0.0, False, 0)
+    with pytest.raises(InputError, match="experiment"):
+        make_config("nope")
+
+
+# --- the task -------------------------------------------------------------------------------------
+
+def test_marked_count_labels_and_ceiling():
+    task = MarkedCount(n_keys=12, n_marked=3, p_one=0.3)
+    tokens, labels = task.sample(40_000, torch.Generator().manual_seed(1))
+    assert tokens.shape == (40_000, 13) and bool((tokens[:, -1] == task.query_token).all())
+    marked = tokens[:, :-1] >= 2
+    assert bool((marked.sum(1) == 3).all())
+    assert torch.equal(labels, ((tokens[:, :-1] == 3).sum(1)))
+    # The one-key ceiling, measured: guess the best count from the first marked bit alone.
+    first = torch.gather(tokens[:, :-1], 1, marked.long().argmax(1, keepdim=True))[:, 0] == 3
+    acc = 0.0
+    for bit in (False, True):
+        sel = labels[first == bit]
+        acc += sel.bincount(minlength=4).max().item() / len(labels)
+    print(f"one-key ceiling: closed form {task.single_key_ceiling():.4f}, sampled {acc:.4f}")
+    assert abs(acc - task.single_key_ceiling()) < 0.01
+
+
+def test_grammar_corpus_is_seeded():
+    a, b, c = grammar_corpus(5000, 0), grammar_corpus(5000, 0), grammar_corpus(5000, 1)
+    assert a == b and a != c and len(a) == 5000
+
+
+# --- experiment A on real cells -------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_a(tmp_path_factory):
+    out = tmp_path_factory.mktemp("a")
+    return out, run_experiment("scale-vs-dk", TINY_A, out)
+
+
+def test_metrics_are_finite(tiny_a):
+    _, summary = tiny_a
+    for entry in summary["cells"]:
+        res = entry["result"]
+        if res["diverged_at"] is not None:
+            continue
+        assert all(math.isfinite(v) for v in res["loss"] + res["accuracy"])
+        for logged in res["log"]:
+            for key in ("loss", "accuracy", "grad_wq", "grad_wk", "max_logit", "saturated_frac"):
+                assert math.isfinite(logged[key]), (entry["cell"], key)
+            assert all(0.0 <= h <= math.log(17) + 1e-9 for h in logged["entropy_median"])
+        assert 0.0 <= res["final_accuracy"] <= 1.0
+
+
+def test_loss_decreases_for_default_rule_with_adam():
+    cell = scale_vs_dk.ScaleCell("inverse_sqrt_dk", 16, "adam", 3e-3, 0, steps=60, log_every=20, final_eval=128)
+    loss = scale_vs_dk.train_cell(cell)["loss"]
+    early, late = np.mean(loss[:10]), np.mean(loss[-10:])
+    print(f"mean loss, first 10 steps {early:.3f}, last 10 {late:.3f}")
+    assert late < early
+
+
+def test_jacobian_from_row_health_matches_effective_one_without_cap(tiny_a):
+    _, summary = tiny_a
+    for entry in summary["cells"]:
+        init = entry["result"]["init"]
+        if entry["cell"]["rule"] != "softcap_unscaled":
+            assert init["effective_jacobian_rms"] == pytest.approx(init["jacobian_frobenius_rms"], rel=1e-9)
+        else:   # cap' ≤ 1 can only shrink it
+            assert init["effective_jacobian_rms"] <= init["jacobian_frobenius_rms"] * (1 + 1e-12)
+
+
+def test_same_weights_for_every_rule_at_step_zero():
+    from attnscale.experiments.models import ReadoutTransformer
+    from attnscale.experiments.training import seed_everything
+
+    task = MarkedCount()
+    states = []
+    for name, rule in scale_vs_dk.RULE_CHOICES.items():
+        seed_everything(3)
+        model = ReadoutTransformer(task.vocab, task.seq_len, task.n_classes, rule, 16)
+        states.append({k: v for k, v in model.state_dict().items() if not k.endswith("gain")})
+    for state in states[1:]:
+        assert state.keys() == states[0].keys()
+        assert all(torch.equal(state[k], states[0][k]) for k in state)
+
+
+def same(a, b) -> bool:
+    """Equal as data, NaN included (NaN != NaN in Python, but a NaN stored twice is the same result)."""
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def test_resumed_sweep_equals_uninterrupted(tmp_path, tiny_a):
+    _, whole = tiny_a
+    cells = TINY_A.cells()
+    run_sweep("scale-vs-dk", cells[1:3], scale_vs_dk.train_cell, ResultCache(tmp_path / "cells"))  # interrupted
+    backend = CountingBackend()
+    resumed = run_experiment("scale-vs-dk", TINY_A, tmp_path, backend)
+    assert backend.computed == len(cells) - 2
+    assert same(resumed["cells"], whole["cells"])
+    assert same(resumed["analysis"], whole["analysis"])
+
+
+def test_cache_hit_does_not_recompute(tiny_a):
+    out, first = tiny_a
+    backend = CountingBackend()
+    again = run_experiment("scale-vs-dk", TINY_A, out, backend)
+    assert backend.computed == 0
+    assert same(again["cells"], first["cells"])
+
+
+def test_same_seed_same_numbers_across_processes(tmp_path, tiny_a):
+    _, serial = tiny_a
+    config = dataclasses.replace(TINY_A, rules=("inverse_sqrt_dk", "unscaled"))
+    parallel = run_experiment("scale-vs-dk", config, tmp_path, LocalBackend(workers=2))
+    by_cell = {str(e["cell"]): e["result"] for e in serial["cells"]}
+    for entry in parallel["cells"]:
+        assert same(entry["result"], by_cell[str(entry["cell"])])
+
+
+def test_other_seed_other_numbers():
+    a = scale_vs_dk.train_cell(scale_vs_dk.ScaleCell("unscaled", 16, "sgd", 0.3, 0, steps=5, final_eval=64))
+    b = scale_vs_dk.train_cell(scale_vs_dk.ScaleCell("unscaled", 16, "sgd", 0.3, 1, steps=5, final_eval=64))
+    assert a["loss"] != b["loss"]
+
+
+def test_chain_rule_anchor_is_exact_and_rows_complete(tiny_a):
+    _, summary = tiny_a
+    rows = summary["analysis"]["chain_rule"]["rows"]
+    assert len(rows) == 2 * len(TINY_A.rules) * len(TINY_A.d_ks)
+    anchor = [r for r in rows if r["rule"] == "inverse_sqrt_dk" and r["d_k"] == 16]
+    assert all(r["ratio"] == pytest.approx(1.0, rel=1e-12) for r in anchor)
+    assert all(r["predicted"] > 0 and math.isfinite(r["measured"]) for r in rows)
+
+
+def test_steps_to_target_is_first_window_reaching_it():
+    result = {"accuracy": [0.0, 1.0, 1.0, 0.0, 1.0, 1.0]}
+    assert scale_vs_dk.steps_to_target(result, 1.0, 2) == 2
+    assert scale_vs_dk.steps_to_target(result, 0.5, 2) == 1
+    assert scale_vs_dk.steps_to_target({"accuracy": [0.2] * 5}, 0.9, 2) is None
+
+
+# --- experiment B -----------------------------------------------------------------------------------
+
+def test_lr_sensitivity_definition():
+    # E[min(l, l0)] − min l over LRs, with a diverged (NaN) run counted as l0.
+    assert logit_growth.lr_sensitivity([2.0, 1.0, 5.0, float("nan")], 4.0) == pytest.approx((2 + 1 + 4 + 4) / 4 - 1)
+
+
+def test_logit_growth_cells_finite_deterministic_and_learning():
+    cell = logit_growth.LogitCell(3e-3, True, 0, steps=30, warmup=3, batch=4, log_every=10, eval_batches=1,
+                                  corpus_chars=5000)
+    a, b = logit_growth.train_cell(cell), logit_growth.train_cell(cell)
+    assert same(a, b)
+    assert a["diverged_at"] is None
+    assert all(math.isfinite(e["valid_loss"]) and math.isfinite(e["max_logit_layer0"]) for e in a["log"])
+    print(f"validation loss {a['init_loss']:.3f} -> {a['final_loss']:.3f}")
+    assert a["final_loss"] < a["init_loss"]
+
+
+def test_quick_configs_are_small():
+    assert len(make_config("scale-vs-dk", quick=True).cells()) <= 40
+    assert len(make_config("logit-growth", quick=True).cells()) <= 8
+    assert make_config("logit-growth", seeds=2).seeds == 2
