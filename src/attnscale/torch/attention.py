@@ -1,0 +1,409 @@
+"""Fast attention on PyTorch that also reports each query row's health, without the L×S matrix.
+
+Same conventions as the NumPy core (:func:`attnscale.attention`)::
+
+    q: (..., H_q, L, d_k)   k: (..., H_kv, S, d_k)   v: (..., H_kv, S, d_v)   ->   out: (..., H_q, L, d_v)
+
+``scale`` multiplies q·k (None = 1/√d_k, 0.0 legal); ``mask`` is bool, True = attend; ``causal`` is
+False, "top_left", "bottom_right" or True (L == S only); H_q a multiple of H_kv (grouped-query).
+Per query row i, with logits s_ij = scale·q_i·k_j (+ bias) over the attended keys:
+
+    lse_i     = ln Σ_j e^{s_ij}                          (what fused kernels keep for their backward)
+    entropy_i = −Σ_j p_ij ln p_ij = lse_i − Σ_j p_ij s_ij  (nats)
+    max_logit_i, min_logit_i                             (on request: float16 overflows past 65504)
+
+A row with nothing attended gets output 0, lse −inf, and NaN figures (as :func:`attnscale.row_health`).
+
+Three exact backends, all with memory O(L·d) except where said:
+
+- ``"kernel"`` (CPU, float32/float64): the fused C++ kernel of :mod:`attnscale.torch.ext`, a
+  flash-style online softmax that accumulates Σ p·(s − max) next to the softmax sum (one extra
+  multiply-add per score). The max logit is its running max, free; the min logit is one compare
+  and select per score in the same pass (about 2% more time, measured by benchmarks/telemetry.py).
+- ``"composed"`` (CPU or CUDA, no bias): PyTorch's own fused kernel, called once with [V, K] as the
+  values — the output's last d_k columns are P·K, so Σ_j p_ij s_ij = scale·q_i·(P K)_i. PyTorch's
+  fused CPU kernel wants one head size for q, k and v, so q and k are zero-padded to d_v + d_k; a
+  mask is handed to it as an additive float (B, H_q, L, S) tensor, the only form it takes; the
+  logit range needs its own pass (the chunked logits below).
+- ``"chunked"`` (anywhere, bias included): logits for a block of query rows at a time,
+  O(rows·S) memory with rows chosen to keep a block near 16 MiB.
+
+``"auto"`` picks the kernel on CPU when it builds, else composed (chunked when a bias is given, or
+for float64 on CUDA). The CUDA path (composed, through PyTorch's memory-efficient kernel, which
+returns the log-sum-exp) is written but was not run on a GPU in this project yet.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from attnscale.errors import InputError, InputTypeError, require
+from attnscale.masks import causal_alignment
+from attnscale.scales import resolve_scale
+
+__all__ = ["attention", "AttentionStats", "BACKENDS", "FLOAT16_MAX"]
+
+BACKENDS = ("auto", "kernel", "composed", "chunked")
+FLOAT16_MAX = 65504.0          # the largest finite float16: a logit beyond it overflows to ±inf
+_Q_BLOCK, _KV_BLOCK = 256, 512  # the kernel's tile: as PyTorch's fused CPU kernel for long sequences
+_CHUNK_ELEMENTS = 1 << 22       # logits per block of the chunked paths (16 MiB in float32)
+
+
+@dataclass(frozen=True)
+class AttentionStats:
+    """What :func:`attention` returns with ``stats=True``. Figures are float32 (float64 for float64
+    inputs), shaped like the rows: (..., H_q, L)."""
+
+    out: Any                   # (..., H_q, L, d_v), the inputs' dtype
+    lse: Any                   # log Σ_j exp(logit_ij); −inf for a row with nothing attended
+    entropy: Any               # −Σ_j p_ij ln p_ij, nats; NaN for a row with nothing attended
+    max_logit: Any             # largest attended logit (None unless max_logit=True); NaN if none
+    min_logit: Any             # smallest attended logit (None unless max_logit=True); NaN if none
+    backend: str               # "kernel" | "composed" | "chunked"
+
+    def float16_overflow(self):
+        """Bool (..., H_q, L): rows with a logit beyond ±65504, which float16 cannot hold (the
+        failure behind PyTorch issue #119131). Needs ``max_logit=True``."""
+        if self.max_logit is None:
+            raise InputError("float16_overflow: needs the logit range; call attention(..., max_logit=True)")
+        return (self.max_logit.abs() > FLOAT16_MAX) | (self.min_logit.abs() > FLOAT16_MAX)
+
+
+@dataclass(frozen=True)
+class _Problem:
+    """Validated inputs, flattened to one batch axis: what every backend reads."""
+
+    q: Any                     # (B, H_q, L, d_k), compute dtype
+    k: Any                     # (B, H_kv, S, d_k)
+    v: Any                     # (B, H_kv, S, d_v)
+    mask: Any                  # (B, H_q, L, S) bool view, or None
+    bias: Any                  # (B, H_q, L, S) view in the compute dtype, or None
+    alignment: str | None      # None, "top_left" or "bottom_right"
+    scale: float
+    lead: tuple                # the broadcast leading shape (...,)
+    squeeze_heads: bool        # every input was rank 2 (L, d): drop the head axis
+    out_dtype: Any
+
+    @property
+    def causal_offset(self) -> int:
+        """Row i attends keys j ≤ i + offset."""
+        L, S = self.q.shape[-2], self.k.shape[-2]
+        return S - L if self.alignment == "bottom_right" else 0
+
+    def shaped(self, x):
+        """(B, H_q, L, ...) → (..., H_q, L, ...), as the inputs were given."""
+        x = x.reshape(self.lead + tuple(x.shape[1:]))
+        return x[0] if self.squeeze_heads else x
+
+
+def _check_tensor(torch, name: str, x):
+    if not isinstance(x, torch.Tensor):
+        raise InputTypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise InputTypeError(f"{name}: expected a floating-point tensor, got dtype {x.dtype}")
+    if x.dim() < 2:
+        raise InputError(f"{name}: expected at least 2 dimensions (..., H, N, d) or (N, d), got shape {tuple(x.shape)}")
+    return x[None] if x.dim() == 2 else x
+
+
+def _scale_factor(scale, d_k: int) -> float:
+    rule = resolve_scale(scale)
+    if rule.uses_n or rule.normalizes or rule.caps:
+        raise InputError(f"scale: rule {rule.name!r} is not a constant factor; attnscale.torch.attention takes "
+                         "None, a number or a constant rule (inverse_sqrt_dk, inverse_dk, unscaled); "
+                         "use attnscale.attention (NumPy) for the others")
+    return float(rule.factor(d_k))
+
+
+def _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite) -> _Problem:
+    squeeze = all(isinstance(x, torch.Tensor) and x.dim() == 2 for x in (q, k, v))
+    q4, k4, v4 = _check_tensor(torch, "q", q), _check_tensor(torch, "k", k), _check_tensor(torch, "v", v)
+    if not (q.dtype == k.dtype == v.dtype):
+        raise InputTypeError(f"q, k, v: expected one dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise InputError(f"q, k, v: expected one device, got q {q.device}, k {k.device}, v {v.device}")
+    H_q, L, d_k = q4.shape[-3:]
+    H_kv, S, _ = k4.shape[-3:]
+    if k4.shape[-1] != d_k:
+        raise InputError(f"k: expected last dimension d_k = {d_k} to match q {tuple(q.shape)}, got k shape {tuple(k.shape)}")
+    if v4.shape[-2] != S:
+        raise InputError(f"v: expected S = {S} keys to match k {tuple(k.shape)}, got v shape {tuple(v.shape)}")
+    if v4.shape[-3] != H_kv:
+        raise InputError(f"v: expected H_kv = {H_kv} heads to match k {tuple(k.shape)}, got v shape {tuple(v.shape)}")
+    if d_k == 0 or S == 0:  # as the NumPy core: no default scale for d_k = 0, no distribution over 0 keys
+        raise InputError(f"q, k: expected d_k >= 1 and S >= 1 keys, got q shape {tuple(q.shape)}, "
+                         f"k shape {tuple(k.shape)}")
+    if H_kv == 0 or H_q % H_kv:
+        raise InputError(f"k: number of heads H_kv = {H_kv} must divide the number of query heads H_q = {H_q} "
+                         f"(q {tuple(q.shape)}, k {tuple(k.shape)})")
+    try:
+        lead = tuple(torch.broadcast_shapes(q4.shape[:-3], k4.shape[:-3], v4.shape[:-3]))
+    except RuntimeError:
+        raise InputError(f"q, k, v: leading dimensions must broadcast, got q {tuple(q.shape)}, "
+                         f"k {tuple(k.shape)}, v {tuple(v.shape)}") from None
+    if check_finite:
+        for name, x in (("q", q), ("k", k), ("v", v)):
+            if not _all_finite(torch, x):
+                raise InputError(f"{name}: contains NaN or Inf; expected finite values (check_finite=False skips this check)")
+    # Half precision is computed in float32, as the NumPy core does for float16.
+    compute = torch.float64 if q.dtype == torch.float64 else torch.float32
+    target = lead + (H_q, L, S)
+
+    batch = math.prod(lead)
+
+    def flat(x):
+        return x.expand(lead + tuple(x.shape[-3:])).reshape((batch,) + tuple(x.shape[-3:])).to(compute)
+
+    mask4 = None
+    if mask is not None:
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+            got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+            raise InputTypeError(f"mask: expected a bool torch.Tensor (True = attend), got {got}")
+        mask4 = _broadcast_rows(torch, "mask", mask.to(q.device), target, batch)
+    bias4 = None
+    if bias is not None:
+        if not isinstance(bias, torch.Tensor) or not bias.is_floating_point():
+            got = bias.dtype if isinstance(bias, torch.Tensor) else type(bias).__name__
+            raise InputTypeError(f"bias: expected a floating-point torch.Tensor, got {got}")
+        if check_finite and bias.numel() and not bool(bias.max() < math.inf):   # max is NaN if any is
+            raise InputError("bias: contains NaN or +Inf; expected finite values or -inf (masked)")
+        bias4 = _broadcast_rows(torch, "bias", bias.to(device=q.device, dtype=compute), target, batch)
+    return _Problem(q=flat(q4), k=flat(k4), v=flat(v4), mask=mask4, bias=bias4,
+                    alignment=causal_alignment(causal, L, S), scale=_scale_factor(scale, d_k),
+                    lead=lead, squeeze_heads=squeeze, out_dtype=q.dtype)
+
+
+def _all_finite(torch, x) -> bool:
+    """No NaN or ±Inf, by two reductions (min and max propagate NaN): no full-size temporary."""
+    if x.numel() == 0:
+        return True
+    lo, hi = torch.aminmax(x)
+    return bool(torch.isfinite(lo) & torch.isfinite(hi))
+
+
+def _broadcast_rows(torch, name: str, x, target: tuple, batch: int):
+    try:
+        x = x.expand(target)
+    except RuntimeError:
+        raise InputError(f"{name}: shape {tuple(x.shape)} cannot broadcast to (..., H_q, L, S) = {target}") from None
+    return x.reshape((batch,) + target[-3:])
+
+
+def attention(q, k, v, *, scale=None, mask=None, bias=None, causal=False, stats: bool = True,
+              max_logit: bool = False, backend: str = "auto", check_finite: bool = True):
+    """Scaled dot-product attention with its per-row figures, exact, in memory O(L·d).
+
+    Args:
+        q: (..., H_q, L, d_k). k: (..., H_kv, S, d_k). v: (..., H_kv, S, d_v). torch tensors of one
+            floating dtype and device; H_q a multiple of H_kv; leading dimensions broadcast; rank 2
+            (N, d) means one head.
+        scale: multiplies q·k. None = 1/√d_k; a number (0.0 is legal); a constant rule name.
+        mask: bool tensor, True = attend, broadcastable to (..., H_q, L, S).
+        bias: additive float tensor, broadcastable to (..., H_q, L, S); -inf entries are not attended.
+        causal: False, "top_left" (PyTorch is_causal), "bottom_right" (KV-cache decoding), or True (L == S).
+        stats: False returns only the output, from plain ``torch.nn.functional.scaled_dot_product_attention``.
+        max_logit: also return each row's largest and smallest attended logit (see the module
+            docstring for what it costs on each backend).
+        backend: "auto", "kernel", "composed" or "chunked" (module docstring).
+        check_finite: refuse NaN/Inf in q, k, v and NaN/+Inf in bias; False skips the scan.
+
+    Returns:
+        :class:`AttentionStats`, or the output tensor (..., H_q, L, d_v) when ``stats=False``.
+
+    >>> import torch
+    >>> q = torch.tensor([[1.0, 0.0, 1.0, 0.0]]); k = torch.tensor([[0.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0]])
+    >>> res = attention(q, k, torch.ones(2, 3), max_logit=True)   # logits 0.5 and 0: ln(e^0.5 + 1)
+    >>> [round(float(x), 4) for x in (res.max_logit[0], res.lse[0], res.entropy[0])]
+    [0.5, 0.9741, 0.6628]
+    """
+    torch = require("torch", "torch")
+    if backend not in BACKENDS:
+        raise InputError(f"backend: expected one of {BACKENDS}, got {backend!r}")
+    p = _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite)
+    if not stats:
+        return p.shaped(_plain_sdpa(torch, p)).to(p.out_dtype)
+    chosen = _choose_backend(p, backend)
+    if p.v.shape[-1] == 0:
+        chosen = "chunked"          # d_v = 0: nothing for a BLAS or a fused kernel to multiply
+    run = _run_nothing_attended if p.q.shape[-2] == 0 else _BACKEND_FUNCTIONS[chosen]
+    out, lse, entropy, hi, lo = run(torch, p, max_logit)
+    return AttentionStats(
+        out=p.shaped(out).to(p.out_dtype), lse=p.shaped(lse), entropy=p.shaped(entropy),
+        max_logit=None if not max_logit else p.shaped(hi), min_logit=None if not max_logit else p.shaped(lo),
+        backend=chosen)
+
+
+def _choose_backend(p: _Problem, backend: str) -> str:
+    from attnscale.torch.ext import kernel_status, load_kernel
+
+    on_cpu = p.q.device.type == "cpu"
+    if backend == "kernel":
+        if not on_cpu:
+            raise InputError(f"backend: 'kernel' runs on CPU tensors only, got device {p.q.device}; use 'composed'")
+        if load_kernel() is None:
+            raise InputError(f"backend: the C++ kernel is not available ({kernel_status()['reason']}); "
+                             "use 'auto' to fall back to composed PyTorch calls")
+        return "kernel"
+    if backend == "composed" and p.bias is not None:
+        raise InputError("bias: the 'composed' backend cannot weight a bias by the probabilities; "
+                         "use backend='kernel' (CPU) or 'chunked'")
+    # PyTorch's fused CUDA kernels have no float64.
+    composable = p.bias is None and (on_cpu or p.q.element_size() < 8)
+    if backend == "composed" and not composable:
+        raise InputError(f"backend: 'composed' has no float64 on {p.q.device} (PyTorch's fused CUDA kernels); "
+                         "use 'chunked' or 'auto'")
+    if backend != "auto":
+        return backend
+    if on_cpu and load_kernel() is not None:
+        return "kernel"
+    return "composed" if composable else "chunked"
+
+
+def _plain_sdpa(torch, p: _Problem):
+    """PyTorch's own SDPA on the same problem: the output only."""
+    F = torch.nn.functional
+    allowed = _allowed(torch, p, 0, p.q.shape[-2]) if (p.mask is not None or p.alignment == "bottom_right") else None
+    attn_mask = allowed
+    if p.bias is not None:
+        attn_mask = p.bias if allowed is None else p.bias.masked_fill(~allowed, -math.inf)
+    is_causal = p.alignment == "top_left" and allowed is None
+    return F.scaled_dot_product_attention(p.q, p.k, p.v, attn_mask=attn_mask, is_causal=is_causal, scale=p.scale,
+                                          enable_gqa=p.k.shape[1] != p.q.shape[1])
+
+
+def _run_kernel(torch, p: _Problem, logit_range: bool):
+    from attnscale.torch.ext import load_kernel
+
+    def blas_ready(x):
+        """Rows of unit-stride numbers, one after another (a transposed (B, L, H, d) view is fine;
+        a broadcast row, stride 0, is not a valid BLAS leading dimension)."""
+        return x if x.stride(-1) == 1 and x.stride(-2) >= max(1, x.shape[-1]) else x.contiguous()
+
+    out, lse, entropy, hi, lo = load_kernel()(
+        blas_ready(p.q), blas_ready(p.k), blas_ready(p.v), p.mask, p.bias,
+        p.alignment is not None, p.causal_offset, p.scale, logit_range, _Q_BLOCK, _KV_BLOCK)
+    return out, lse, entropy, hi, lo
+
+
+def _run_nothing_attended(torch, p: _Problem, logit_range: bool):
+    """No queries (L = 0): empty results of the right shapes."""
+    B, H, L = p.q.shape[:3]
+    rows = torch.full((B, H, L), math.nan, dtype=p.q.dtype, device=p.q.device)
+    return (p.q.new_zeros(B, H, L, p.v.shape[-1]), torch.full_like(rows, -math.inf), rows,
+            rows.clone() if logit_range else None, rows.clone() if logit_range else None)
+
+
+def _allowed(torch, p: _Problem, i0: int, i1: int):
+    """Bool (B, H_q, i1 − i0, S) for query rows i0..i1 (mask and causal combined), or None if all attend."""
+    S = p.k.shape[-2]
+    allowed = None if p.mask is None else p.mask[:, :, i0:i1]
+    if p.alignment is not None:
+        rows = torch.arange(i0, i1, device=p.q.device)[:, None] + p.causal_offset
+        causal = torch.arange(S, device=p.q.device)[None, :] <= rows
+        allowed = causal.expand(p.q.shape[0], p.q.shape[1], -1, -1) if allowed is None else allowed & causal
+    return allowed
+
+
+def _keys_per_query_head(p: _Problem):
+    """k and v with their heads repeated to H_q (grouped-query attention)."""
+    group = p.q.shape[1] // p.k.shape[1]
+    if group == 1:
+        return p.k, p.v
+    return p.k.repeat_interleave(group, dim=1), p.v.repeat_interleave(group, dim=1)
+
+
+def _run_composed(torch, p: _Problem, logit_range: bool):
+    q = p.q
+    k, v = _keys_per_query_head(p)
+    L, d_k, d_v = q.shape[-2], q.shape[-1], v.shape[-1]
+    values = torch.cat([v, k], dim=-1)                                         # (B, H_q, S, d_v + d_k)
+    is_causal = p.alignment == "top_left" and p.mask is None
+    allowed = None if (p.alignment is None or is_causal) and p.mask is None else _allowed(torch, p, 0, L)
+    additive = None
+    if allowed is not None:
+        # Rows padded to a multiple of 16 numbers: PyTorch's CUDA kernel wants its bias aligned so.
+        S = allowed.shape[-1]
+        additive = torch.zeros(allowed.shape[:-1] + (-(-S // 16) * 16,), dtype=q.dtype, device=q.device)
+        additive = additive[..., :S].masked_fill_(~allowed, -math.inf)
+    if q.device.type == "cpu":
+        width = d_v + d_k  # the fused CPU kernel wants one head size; zero columns add nothing to q·k
+        F = torch.nn.functional
+        both, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            F.pad(q, (0, width - d_k)), F.pad(k, (0, width - d_k)), values, 0.0, is_causal,
+            attn_mask=additive, scale=p.scale)
+    else:
+        both, lse, _, _ = torch.ops.aten._scaled_dot_product_efficient_attention(
+            q, k, values, additive, True, 0.0, is_causal, scale=p.scale)
+        lse = lse[..., :L]
+    out, pk = both[..., :d_v], both[..., d_v:]                                  # P V and P K
+    entropy = lse - p.scale * (q * pk).sum(-1)
+    # PyTorch's fused kernels give a row with nothing attended lse 0 (CPU) or a huge number: ask the mask.
+    empty = None if allowed is None else ~allowed.any(-1)
+    if empty is not None and bool(empty.any()):
+        lse = lse.masked_fill(empty, -math.inf)
+        entropy = entropy.masked_fill(empty, math.nan)
+        out = out.masked_fill(empty[..., None], 0.0)
+    hi = lo = None
+    if logit_range:
+        hi, lo = _logit_range(torch, p)
+    return out, lse, entropy, hi, lo
+
+
+def _row_chunks(p: _Problem):
+    B, H, L = p.q.shape[:3]
+    rows = max(1, _CHUNK_ELEMENTS // max(1, B * H * p.k.shape[-2]))
+    return ((i0, min(L, i0 + rows)) for i0 in range(0, L, rows))
+
+
+def _chunk_logits(torch, p: _Problem, k, i0: int, i1: int):
+    """(logits with −inf where not attended, attended) for query rows i0..i1: (B, H_q, rows, S)."""
+    s = p.scale * (p.q[:, :, i0:i1] @ k.transpose(-2, -1))
+    if p.bias is not None:
+        s = s + p.bias[:, :, i0:i1]
+    allowed = _allowed(torch, p, i0, i1)
+    attended = s > -math.inf if allowed is None else allowed & (s > -math.inf)
+    return s.masked_fill(~attended, -math.inf), attended
+
+
+def _range_of(torch, s, attended):
+    hi = s.amax(-1)
+    lo = s.masked_fill(~attended, math.inf).amin(-1)
+    none = ~attended.any(-1)
+    return hi.masked_fill(none, math.nan), lo.masked_fill(none, math.nan)
+
+
+def _logit_range(torch, p: _Problem):
+    """The composed backend's extra pass: each row's largest and smallest attended logit."""
+    k, _ = _keys_per_query_head(p)
+    parts = [_range_of(torch, *_chunk_logits(torch, p, k, i0, i1)) for i0, i1 in _row_chunks(p)]
+    return torch.cat([a for a, _ in parts], dim=-1), torch.cat([b for _, b in parts], dim=-1)
+
+
+def _run_chunked(torch, p: _Problem, logit_range: bool):
+    k, v = _keys_per_query_head(p)
+    outs, lses, ents, his, los = [], [], [], [], []
+    for i0, i1 in _row_chunks(p):
+        s, attended = _chunk_logits(torch, p, k, i0, i1)
+        top = s.amax(-1, keepdim=True)
+        z = s - torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+        e = torch.exp(z)                                                       # 0 where not attended
+        total = e.sum(-1)
+        empty = total == 0
+        safe = torch.where(empty, torch.ones_like(total), total)
+        log_total = torch.log(safe)
+        outs.append((e @ v) / safe[..., None])
+        lses.append((top[..., 0] + log_total).masked_fill(empty, -math.inf))
+        # −ln p = ln Σe − z: the entropy is a sum of non-negative terms, as in the kernel.
+        ents.append((log_total - (e * z.masked_fill(~attended, 0.0)).sum(-1) / safe).masked_fill(empty, math.nan))
+        if logit_range:
+            hi, lo = _range_of(torch, s, attended)
+            his.append(hi)
+            los.append(lo)
+    cat = lambda xs: torch.cat(xs, dim=-1)  # noqa: E731
+    return (torch.cat(outs, dim=-2), cat(lses), cat(ents),
+            cat(his) if logit_range else None, cat(los) if logit_range else None)
+
+
+_BACKEND_FUNCTIONS = {"kernel": _run_kernel, "composed": _run_composed, "chunked": _run_chunked}

@@ -1,0 +1,92 @@
+"""Build and load the fused CPU kernel of :mod:`attnscale.torch.attention` (``health_attention.cpp``).
+
+The kernel is compiled on first use with ``torch.utils.cpp_extension.load`` (g++ and ninja; never at
+``pip install`` time, where build isolation would pull a CUDA torch) and cached under torch's
+extension folder (``TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``): the build is
+named after a hash of the source, the flags, the torch version and the CPU's instruction sets, so a
+changed source or another machine never reuses a stale build. A cached load takes well under a
+second; a fresh build about 7 s on two cores.
+
+When it cannot be built (no compiler, an unusual torch build), :func:`load_kernel` returns None and
+:func:`kernel_status` says why; attention then runs on composed PyTorch calls.
+``ATTNSCALE_NO_KERNEL=1`` in the environment disables the kernel on purpose.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import threading
+from pathlib import Path
+
+__all__ = ["load_kernel", "kernel_status", "SOURCE"]
+
+SOURCE = Path(__file__).with_name("health_attention.cpp")
+
+# -fopenmp: at::parallel_for is an inline OpenMP region, compiled into this library; without the flag
+# it silently runs on one thread. -march=native: the build is cached per CPU (see _build_name).
+_CFLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math")
+_LDFLAGS = ("-fopenmp",)
+
+_lock = threading.Lock()
+_state: dict[str, object] = {}
+
+
+def _cpu_flags() -> str:
+    """The CPU's instruction-set flags (Linux), so that a -march=native build is never reused on
+    another CPU sharing the cache folder."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line for line in f if line.startswith(("flags", "Features"))), "")
+    except OSError:
+        return platform.processor()
+
+
+def _build_name(torch) -> str:
+    digest = hashlib.sha256()
+    digest.update(SOURCE.read_bytes())
+    for part in (*_CFLAGS, *_LDFLAGS, torch.__version__, platform.machine(),
+                 torch.backends.cpu.get_cpu_capability(), _cpu_flags()):
+        digest.update(part.encode())
+    return f"attnscale_health_{digest.hexdigest()[:12]}"
+
+
+def load_kernel():
+    """The op ``torch.ops.attnscale_health.attention``, building it if needed; None if it cannot be built.
+
+    Thread-safe; builds at most once per process (torch's file lock serialises concurrent processes).
+    """
+    with _lock:
+        if "op" in _state:
+            return _state["op"]
+        op, reason = None, "disabled by ATTNSCALE_NO_KERNEL" if os.environ.get("ATTNSCALE_NO_KERNEL") else ""
+        if not reason:
+            try:
+                import torch
+                from torch.utils import cpp_extension
+
+                cpp_extension.load(name=_build_name(torch), sources=[str(SOURCE)], extra_cflags=list(_CFLAGS),
+                                   extra_ldflags=list(_LDFLAGS), is_python_module=False, verbose=False)
+                op = torch.ops.attnscale_health.attention
+                reason = "built"
+            except Exception as err:  # noqa: BLE001 - any build or load failure means: use the fallback
+                reason = f"{type(err).__name__}: {_telling_line(str(err))}"
+        _state["op"], _state["reason"] = op, reason
+        return op
+
+
+def _telling_line(message: str) -> str:
+    """The line of a (long) build log that says what went wrong."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    for marker in ("error:", "not found", "no such file", "undefined symbol"):
+        for line in lines:
+            if marker in line.lower():
+                return line[:300]
+    return lines[0][:300] if lines else "(no message)"
+
+
+def kernel_status() -> dict[str, object]:
+    """{"available": bool, "reason": str}, loading the kernel first if that was not tried yet."""
+    op = load_kernel()
+    return {"available": op is not None, "reason": _state["reason"]}

@@ -1,0 +1,181 @@
+"""attnscale.torch.monitor: outputs untouched, figures equal to independent computations, no tensors kept."""
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from attnscale.errors import InputError, InputTypeError  # noqa: E402
+from attnscale.torch import capture_sdpa, monitor  # noqa: E402
+from attnscale.torch.monitor import Monitor  # noqa: E402
+
+
+class TwoLayers(torch.nn.Module):
+    """Causal self-attention, then cross-attention with an additive mask that also biases (ALiBi-like)."""
+
+    def __init__(self, bias):
+        super().__init__()
+        self.bias = bias
+
+    def forward(self, x, memory):
+        F = torch.nn.functional
+        h = F.scaled_dot_product_attention(x, x, x, is_causal=True)
+        return F.scaled_dot_product_attention(h, memory, memory, attn_mask=self.bias, scale=0.7)
+
+
+def two_layer_problem(seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(2, 3, 11, 8, generator=g, dtype=dtype)
+    memory = torch.randn(2, 3, 13, 8, generator=g, dtype=dtype)
+    bias = torch.randn(1, 3, 11, 13, generator=g, dtype=dtype)
+    bias[..., 0, :] = torch.finfo(dtype).min                  # one fully masked row per head, HF style
+    bias[..., 5:8] = -math.inf
+    return TwoLayers(bias), x, memory
+
+
+def walk_for_tensors(obj, seen=None):
+    """Every torch.Tensor reachable from obj's attributes and containers."""
+    seen = set() if seen is None else seen
+    if id(obj) in seen:
+        return []
+    seen.add(id(obj))
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    found = []
+    children = (obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple, set))
+                else vars(obj).values() if hasattr(obj, "__dict__") else ())
+    for child in children:
+        found += walk_for_tensors(child, seen)
+    return found
+
+
+def test_outputs_unchanged_and_figures_equal_a_float64_recomputation():
+    model, x, memory = two_layer_problem()
+    plain = model(x, memory)
+    with capture_sdpa(model, store=True) as cap:
+        again = model(x, memory)
+    with monitor(model) as mon:
+        watched = model(x, memory)
+    assert torch.equal(plain, watched) and torch.equal(plain, again)
+    heads = {(f.layer, f.head): f for f in mon.summary()}
+    assert len(heads) == 3 and [c.layer for c in mon.calls] == ["TwoLayers", "TwoLayers"]
+    # Both calls come from the root module, so each head aggregates both: recompute from the capture.
+    per_head = {h: [] for h in range(3)}
+    logits_seen = {h: [] for h in range(3)}
+    empty = 0
+    for call in cap.calls:
+        p = call.probabilities()                                   # float64, capture's own softmax
+        entropy = torch.special.entr(p).sum(-1)
+        full = call.attended().any(-1)
+        empty += int((~full).sum())
+        logits = call.logits()
+        for h in range(3):
+            per_head[h].append(entropy[:, h][full[:, h]])
+            logits_seen[h].append(logits[:, h][torch.isfinite(logits[:, h])])
+    assert empty == 2 * 3
+    for h in range(3):
+        e = torch.cat(per_head[h]).numpy()
+        f = heads[("TwoLayers", h)]
+        assert f.calls == 2 and f.rows == e.size and f.rows_empty == 2
+        np.testing.assert_allclose([f.entropy_mean, f.entropy_median, f.entropy_min],
+                                   [e.mean(), np.median(e), e.min()], rtol=1e-9, atol=1e-12)
+        s = torch.cat(logits_seen[h])
+        np.testing.assert_allclose([f.max_logit, f.min_logit], [s.max().item(), s.min().item()], rtol=1e-12)
+        assert f.overflow_rows == 0
+    assert walk_for_tensors(mon) == []                            # figures only: no q, k, v, weights
+
+
+def test_float16_overflow_is_flagged_per_call_and_head():
+    F = torch.nn.functional
+
+    class Loud(torch.nn.Module):
+        def forward(self, q, k):
+            return F.scaled_dot_product_attention(q, k, k)
+
+    layer = Loud()
+    g = torch.Generator().manual_seed(1)
+    q, k = torch.randn(1, 2, 4, 16, generator=g), torch.randn(1, 2, 6, 16, generator=g)
+    q[0, 1, 2] *= 3e5                                             # head 1, row 2: logits ≈ 10⁵
+    with monitor(layer) as mon:
+        layer(q, k)
+        layer(q[:, :, :2], k)                                     # rows 0, 1 only: no overflow
+    assert [c.float16_overflow for c in mon.calls] == [True, False]
+    assert mon.calls[0].max_abs_logit > 65504 > mon.calls[1].max_abs_logit
+    assert [f.overflow_rows for f in mon.summary()] == [0, 1]
+
+
+def test_bad_arguments():
+    with pytest.raises(InputTypeError, match="model: expected a torch.nn.Module or None, got str"):
+        monitor("bert")
+    with pytest.raises(InputError, match="backend: expected one of"):
+        monitor(None, backend="fastest")
+    assert Monitor().summary() == []
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_monitor_on_minilm_equals_the_probe_and_the_eager_weights():
+    transformers = pytest.importorskip("transformers")
+    from attnscale.experiments.pretrained import load_encoder
+    from attnscale.experiments.probe_run import builtin_sentences, run_probe
+
+    texts = builtin_sentences()[:4]
+    loaded = load_encoder()                                       # eager attention, float32
+    loaded.model.double()                                         # float64: compare at 1e-9
+    # The probe averages over real query rows; one sentence per batch has no padding, so the monitor
+    # (which cannot tell padded queries) sees exactly the probe's rows.
+    probe = run_probe(loaded, texts, batch_size=1)
+    assert probe["check"]["passed"]
+    with monitor(loaded.model) as mon, torch.no_grad():
+        for text in texts:
+            loaded.model(**loaded.tokenizer([text], return_tensors="pt"))
+    assert {c.source for c in mon.calls} == {"projections"}
+    layers = probe["layers"]
+    ours = np.array([[f.entropy_mean for f in mon.summary() if f.layer == name] for name in layers])
+    theirs = np.array(probe["per_head"]["entropy"])
+    assert ours.shape == theirs.shape == (6, 12)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=0)
+
+    # The same weights in the SDPA implementation, a padded float32 batch: entropies of every row
+    # (padded queries included) against the eager model's own attention maps.
+    sdpa = transformers.AutoModel.from_pretrained(loaded.folder, attn_implementation="sdpa",
+                                                  local_files_only=True).eval()
+    eager = loaded.model.float()
+    batch = loaded.tokenizer(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        maps = eager(**batch, output_attentions=True).attentions
+        plain = sdpa(**batch).last_hidden_state
+        with monitor(sdpa) as mon:
+            watched = sdpa(**batch).last_hidden_state
+    assert torch.equal(plain, watched)
+    assert {c.source for c in mon.calls} == {"sdpa"} and len(mon.calls) == 6
+    figures = mon.summary()
+    for i, weights in enumerate(maps):
+        entropy = torch.special.entr(weights.double()).sum(-1)        # (B, H, L)
+        for f in figures[i * 12:(i + 1) * 12]:
+            e = entropy[:, f.head].flatten().numpy()
+            np.testing.assert_allclose([f.entropy_mean, f.entropy_min], [e.mean(), e.min()], rtol=2e-5, atol=2e-6)
+
+
+def test_bench_result_renders_as_a_report_chapter():
+    """The benchmark's plain data (tiny shapes, no memory subprocesses) through the chapter renderer."""
+    from attnscale.report.chapters import telemetry as chapter
+    from attnscale.torch.benchmark import TelemetryBenchConfig, format_table, run_telemetry_bench
+
+    result = run_telemetry_bench(TelemetryBenchConfig(shapes=((1, 2, 64, 16),), memory_shapes=(), repeats=1))
+    t = result["timing"][0]
+    assert t["ratio_to_sdpa"]["sdpa"] == 1.0 and set(t["median_s"]) == set(result["variants"])
+    assert "time ÷ plain SDPA" in format_table(result)
+    for lang in ("en", "zh"):
+        html = chapter.render(result, lang)
+        assert "<table" in html and "<svg" in html and "(1, 2, 64, 16)" in html
+
+
+def test_cli_help():
+    from attnscale.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["telemetry-bench", "--help"])
+    assert done.value.code == 0

@@ -1,0 +1,300 @@
+"""attnscale.torch.attention against the NumPy core (float64 oracle) and PyTorch's own SDPA.
+
+Tolerances: float64 figures within 1e-9 relative of the core (with a 1e-12 nats floor for rows whose
+entropy is 0: one attended key); float64 outputs within 1e-12; float32 outputs within 2e-6 of
+PyTorch's SDPA (both float32, errors ~1e-7 against float64), float32 figures within 2e-5 of float64.
+"""
+
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import attnscale  # noqa: E402
+from attnscale.errors import InputError, InputTypeError  # noqa: E402
+from attnscale.torch import AttentionStats, attention, kernel_status  # noqa: E402
+
+attention_module = sys.modules["attnscale.torch.attention"]
+BACKENDS = ("kernel", "composed", "chunked")
+
+
+def kernel_or_skip(backend):
+    if backend == "kernel" and not kernel_status()["available"]:
+        pytest.fail(f"the C++ kernel did not build: {kernel_status()['reason']}")
+
+
+def problem(seed, B=2, H_q=4, H_kv=2, L=37, S=53, d_k=16, d_v=8, dtype=torch.float64, spread=2.0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, H_q, L, d_k, generator=g, dtype=dtype) * spread
+    k = torch.randn(B, H_kv, S, d_k, generator=g, dtype=dtype)
+    v = torch.randn(B, H_kv, S, d_v, generator=g, dtype=dtype)
+    mask = torch.rand(B, 1, L, S, generator=g) > 0.3
+    mask[0, 0, 3] = False                                    # one fully masked row
+    return q, k, v, mask
+
+
+def oracle(q, k, v, **kw):
+    ref = attnscale.attention(q.numpy(), k.numpy(), v.numpy(), return_details=True, **kw)
+    health = attnscale.row_health(ref.logits, spectral=False)
+    attended = np.isfinite(ref.logits)
+    empty = ~attended.any(-1)
+    hi = np.where(empty, np.nan, np.where(attended, ref.logits, -np.inf).max(-1))
+    lo = np.where(empty, np.nan, np.where(attended, ref.logits, np.inf).min(-1))
+    return ref, health, hi, lo
+
+
+def assert_figures(res: AttentionStats, ref, health, hi, lo, rel=1e-9, out_atol=1e-12):
+    empty = health.n == 0
+    np.testing.assert_allclose(res.out.numpy(), ref.out, rtol=0, atol=out_atol)
+    assert (res.out.numpy()[empty] == 0).all()
+    np.testing.assert_array_equal(res.lse.numpy()[empty], -np.inf)
+    np.testing.assert_allclose(res.lse.numpy()[~empty], ref.lse[~empty], rtol=rel, atol=0)
+    assert np.isnan(res.entropy.numpy()[empty]).all()
+    np.testing.assert_allclose(res.entropy.numpy()[~empty], health.entropy[~empty], rtol=rel, atol=1e-12)
+    if res.max_logit is not None:
+        np.testing.assert_allclose(res.max_logit.numpy(), hi, rtol=rel, atol=0)   # NaN where empty, both
+        np.testing.assert_allclose(res.min_logit.numpy(), lo, rtol=rel, atol=0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("causal", [False, "top_left", "bottom_right"])
+@pytest.mark.parametrize("masked", [False, True])
+def test_float64_figures_equal_the_numpy_core(backend, causal, masked):
+    kernel_or_skip(backend)
+    q, k, v, mask = problem(seed=hash((causal, masked)) % 1000)
+    kw = dict(causal=causal, mask=mask if masked else None)
+    res = attention(q, k, v, max_logit=True, backend=backend, **kw)
+    assert res.backend == backend
+    assert_figures(res, *oracle(q, k, v, **{**kw, "mask": None if not masked else mask.numpy()}))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tiles_smaller_than_the_problem_cross_every_block_edge(backend, monkeypatch):
+    """The kernel's online softmax across many key blocks, with rescaling, causal skips and
+    partial blocks; L > S bottom-right leaves leading rows fully masked."""
+    kernel_or_skip(backend)
+    monkeypatch.setattr(attention_module, "_Q_BLOCK", 7)
+    monkeypatch.setattr(attention_module, "_KV_BLOCK", 11)
+    monkeypatch.setattr(attention_module, "_CHUNK_ELEMENTS", 500)
+    q, k, v, mask = problem(seed=3, L=60, S=45, spread=3.0)
+    for causal in (False, "top_left", "bottom_right"):
+        res = attention(q, k, v, mask=mask, causal=causal, max_logit=True, backend=backend)
+        assert_figures(res, *oracle(q, k, v, mask=mask.numpy(), causal=causal))
+
+
+@pytest.mark.parametrize("backend", ["kernel", "chunked"])
+def test_additive_bias_with_masked_entries(backend):
+    kernel_or_skip(backend)
+    q, k, v, mask = problem(seed=5, H_q=2, H_kv=1)
+    g = torch.Generator().manual_seed(9)
+    bias = torch.randn(2, 2, 37, 53, generator=g, dtype=torch.float64)
+    bias[torch.rand(bias.shape, generator=g) < 0.2] = -math.inf
+    res = attention(q, k, v, bias=bias, causal="bottom_right", max_logit=True, backend=backend)
+    assert_figures(res, *oracle(q, k, v, bias=bias.numpy(), causal="bottom_right"))
+
+
+def test_composed_refuses_a_bias():
+    q, k, v, _ = problem(seed=1)
+    with pytest.raises(InputError, match="bias: the 'composed' backend"):
+        attention(q, k, v, bias=torch.zeros(37, 53, dtype=torch.float64), backend="composed")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_huge_logits_keep_entropy_accurate(backend):
+    """Logits in the thousands, entropies near 0: the kernel and chunked paths sum non-negative
+    terms (ln l − u/l), relative 1e-9 above a floor of 1e-15 nats (a few ulps of ln l with l ≈ 1, which
+    the NumPy core rounds too); the composed path subtracts lse − Σ p·s, so it gets an absolute bound."""
+    kernel_or_skip(backend)
+    q, k, v, _ = problem(seed=11, L=20, S=30)
+    res = attention(q, k, v, scale=40.0, backend=backend)
+    ref, health, *_ = oracle(q, k, v, scale=40.0)
+    assert float(np.abs(ref.logits).max()) > 500
+    if backend == "composed":
+        np.testing.assert_allclose(res.entropy.numpy(), health.entropy, rtol=0, atol=1e-11)
+    else:
+        np.testing.assert_allclose(res.entropy.numpy(), health.entropy, rtol=1e-9, atol=1e-15)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_float32_output_matches_pytorch_sdpa(backend):
+    kernel_or_skip(backend)
+    q, k, v, mask = problem(seed=2, L=97, S=130, d_k=64, d_v=64, dtype=torch.float32, spread=1.0)
+    for causal, m in ((False, None), ("top_left", None), (False, mask)):
+        res = attention(q, k, v, mask=m, causal=causal, backend=backend)
+        ours = res.out
+        sdpa = torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=m, is_causal=bool(causal), enable_gqa=True)
+        exact = torch.nn.functional.scaled_dot_product_attention(
+            q.double(), k.double(), v.double(), attn_mask=m, is_causal=bool(causal), enable_gqa=True)
+        err_ours, err_sdpa = (ours.double() - exact).abs().max().item(), (sdpa.double() - exact).abs().max().item()
+        print(f"{backend} {causal} mask={m is not None}: |ours−f64| {err_ours:.2e}  |sdpa−f64| {err_sdpa:.2e}")
+        assert (ours - sdpa).abs().max().item() <= 2e-6
+        assert err_ours <= max(4 * err_sdpa, 1e-6)
+        ref = attention(q.double(), k.double(), v.double(), mask=m, causal=causal, backend="chunked")
+        assert res.entropy.dtype == torch.float32
+        np.testing.assert_allclose(res.entropy.numpy(), ref.entropy.numpy(), rtol=0, atol=2e-5)
+        np.testing.assert_allclose(res.lse.numpy(), ref.lse.numpy(), rtol=0, atol=2e-5)
+
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])   # CUDA adds cases; never skipped
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_auto_backend_on_each_device(device):
+    q, k, v, mask = problem(seed=12, L=70, S=90, d_k=64, d_v=64, dtype=torch.float32, spread=1.0)
+    for causal, m in ((False, None), ("top_left", None), ("bottom_right", mask)):
+        res = attention(q.to(device), k.to(device), v.to(device), mask=None if m is None else m.to(device),
+                        causal=causal, max_logit=True)
+        assert res.backend == ("kernel" if device == "cpu" and kernel_status()["available"] else "composed")
+        ref = attention(q.double(), k.double(), v.double(), mask=m, causal=causal, max_logit=True, backend="chunked")
+        empty = torch.isnan(ref.entropy)
+        np.testing.assert_allclose(res.out.cpu().double().numpy(), ref.out.numpy(), rtol=0, atol=2e-5)
+        for name in ("entropy", "max_logit", "min_logit"):
+            ours, exact = getattr(res, name).cpu(), getattr(ref, name)
+            assert torch.equal(torch.isnan(ours), empty)
+            np.testing.assert_allclose(ours[~empty].double().numpy(), exact[~empty].numpy(), rtol=0, atol=2e-5)
+
+
+def test_stats_false_is_plain_sdpa_exactly():
+    q, k, v, mask = problem(seed=4, dtype=torch.float32)
+    out = attention(q, k, v, mask=mask, stats=False)
+    sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    assert torch.equal(out, sdpa)
+
+
+def test_scale_conventions():
+    q, k, v, _ = problem(seed=6, L=5, S=9)
+    uniform = attention(q, k, v, scale=0.0, max_logit=True)              # 0.0 is legal: uniform weights
+    torch.testing.assert_close(uniform.entropy, torch.full_like(uniform.entropy, math.log(9)), rtol=1e-12, atol=0)
+    assert (uniform.max_logit == 0).all()
+    default = attention(q, k, v)
+    torch.testing.assert_close(default.lse, attention(q, k, v, scale=1 / 4).lse, rtol=0, atol=0)  # 1/√16
+    torch.testing.assert_close(attention(q, k, v, scale="inverse_dk").lse, attention(q, k, v, scale=1 / 16).lse,
+                               rtol=0, atol=0)
+    with pytest.raises(InputError, match="scale: rule 'logn' is not a constant factor"):
+        attention(q, k, v, scale="logn")
+
+
+def test_shapes_rank2_broadcast_and_half_precision():
+    q, k, v, _ = problem(seed=7, B=1, H_q=1, H_kv=1)
+    one = attention(q[0, 0], k[0, 0], v[0, 0])                           # (L, d): one head
+    assert one.out.shape == (37, 8) and one.entropy.shape == (37,)
+    full = attention(q, k, v)
+    torch.testing.assert_close(one.entropy, full.entropy[0, 0], rtol=0, atol=0)
+    shared_kv = attention(q.expand(3, 1, 37, 16), k[0], v[0])            # leading dims broadcast
+    assert shared_kv.out.shape == (3, 1, 37, 8)
+    half = attention(q.half(), k.half(), v.half(), max_logit=True)
+    assert half.out.dtype == torch.float16 and half.entropy.dtype == torch.float32
+    torch.testing.assert_close(half.entropy, full.entropy.float(), rtol=0, atol=5e-3)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_strided_views_as_models_pass_them(backend):
+    """(B, L, H, d) projections viewed as (B, H, L, d), and a query row broadcast along L."""
+    kernel_or_skip(backend)
+    g = torch.Generator().manual_seed(13)
+    qkv = torch.randn(2, 19, 3, 4, 16, generator=g, dtype=torch.float64)       # (B, L, 3, H, d)
+    q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
+    assert not q.is_contiguous()
+    res = attention(q, k, v, causal=True, backend=backend)
+    ref = attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=True, backend="chunked")
+    torch.testing.assert_close(res.entropy, ref.entropy, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(res.out, ref.out, rtol=1e-12, atol=1e-12)
+    row = q[:, :, :1].expand(-1, -1, 19, -1)                                   # stride 0 along L
+    same = attention(row, k, v, backend=backend)
+    torch.testing.assert_close(same.entropy, same.entropy[:, :, :1].expand_as(same.entropy), rtol=1e-12, atol=0)
+
+
+def test_kernel_is_deterministic_across_thread_counts():
+    """Each (batch, head, query block) is one task on one thread: the thread count changes nothing."""
+    kernel_or_skip("kernel")
+    q, k, v, mask = problem(seed=14, L=300, S=600, dtype=torch.float32)
+    before = torch.get_num_threads()
+    try:
+        runs = []
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            runs.append(attention(q, k, v, mask=mask, max_logit=True, backend="kernel"))
+    finally:
+        torch.set_num_threads(before)
+    for name in ("out", "lse", "entropy", "max_logit", "min_logit"):             # NaN rows: fully masked
+        torch.testing.assert_close(getattr(runs[0], name), getattr(runs[1], name), rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_no_queries_and_no_values(backend):
+    kernel_or_skip(backend)
+    res = attention(torch.randn(2, 0, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 3), max_logit=True, backend=backend)
+    assert res.out.shape == (2, 0, 3) and res.entropy.shape == res.max_logit.shape == (2, 0)
+    q, k, v, _ = problem(seed=15, L=6, S=9)
+    empty_v = attention(q, k, v[..., :0], backend=backend)                   # d_v = 0: figures still exact
+    assert empty_v.out.shape == (2, 4, 6, 0)
+    torch.testing.assert_close(empty_v.entropy, attention(q, k, v, backend=backend).entropy, rtol=1e-12, atol=1e-14)
+
+
+def test_float16_overflow_flag():
+    q, k, v, _ = problem(seed=8, L=6, S=7)
+    assert not attention(q, k, v, max_logit=True).float16_overflow().any()
+    big = attention(q, k, v, scale=1e5, max_logit=True)
+    assert big.float16_overflow().any()
+    with pytest.raises(InputError, match="max_logit=True"):
+        attention(q, k, v).float16_overflow()
+
+
+BAD = [
+    (dict(q=[1.0]), InputTypeError, "q: expected a torch.Tensor, got list"),
+    (dict(q=torch.ones(3, dtype=torch.int64)), InputTypeError, "q: expected a floating-point tensor"),
+    (dict(q=torch.ones(4)), InputError, r"q: expected at least 2 dimensions .* got shape \(4,\)"),
+    (dict(k=torch.ones(2, 5, 3)), InputError, "k: expected last dimension d_k = 4"),
+    (dict(q=torch.ones(2, 7, 0), k=torch.ones(2, 5, 0)), InputError, "q, k: expected d_k >= 1 and S >= 1 keys"),
+    (dict(k=torch.ones(2, 0, 4), v=torch.ones(2, 0, 3)), InputError, "q, k: expected d_k >= 1 and S >= 1 keys"),
+    (dict(v=torch.ones(2, 6, 3)), InputError, "v: expected S = 5 keys"),
+    (dict(q=torch.ones(3, 7, 4)), InputError, "k: number of heads H_kv = 2 must divide"),
+    (dict(v=torch.ones(2, 5, 3, dtype=torch.float64)), InputTypeError, "q, k, v: expected one dtype"),
+    (dict(mask=torch.ones(7, 5)), InputTypeError, "mask: expected a bool torch.Tensor"),
+    (dict(mask=torch.ones(6, 5, dtype=torch.bool)), InputError, "mask: shape .* cannot broadcast"),
+    (dict(bias=torch.full((7, 5), math.nan)), InputError, "bias: contains NaN or \\+Inf"),
+    (dict(q=torch.full((2, 7, 4), math.inf)), InputError, "q: contains NaN or Inf"),
+    (dict(causal=True), InputError, "causal: True is ambiguous when L != S"),
+    (dict(causal="left"), InputError, "causal: expected False, True"),
+    (dict(scale=True), InputTypeError, "scale: expected a number"),
+    (dict(backend="fast"), InputError, "backend: expected one of"),
+]
+
+
+@pytest.mark.parametrize("change,error,message", BAD)
+def test_bad_inputs_name_the_argument(change, error, message):
+    args = dict(q=torch.ones(2, 7, 4), k=torch.ones(2, 5, 4), v=torch.ones(2, 5, 3))
+    args.update(change)
+    q, k, v = args.pop("q"), args.pop("k"), args.pop("v")
+    with pytest.raises(error, match=message):
+        attention(q, k, v, **args)
+
+
+def test_without_torch_the_error_names_the_install_command(monkeypatch):
+    from attnscale.errors import MissingDependency
+    from attnscale.torch import monitor
+
+    monkeypatch.setitem(sys.modules, "torch", None)
+    for call in (lambda: attention(1, 2, 3), lambda: monitor(None)):
+        with pytest.raises(MissingDependency, match=r"pip install 'attnscale\[torch\]'"):
+            call()
+
+
+@pytest.mark.parametrize("env", [{"ATTNSCALE_NO_KERNEL": "1"}, {"CXX": "/nonexistent/c++"}])
+def test_without_the_kernel_auto_falls_back_to_composed_calls(env, tmp_path):
+    """Switched off, or unbuildable (no compiler; a fresh, empty build cache)."""
+    code = ("import torch; from attnscale.torch import attention, kernel_status; s = kernel_status(); "
+            "print(s['available'], attention(torch.ones(1, 3, 4), torch.ones(1, 3, 4), torch.ones(1, 3, 4)).backend); "
+            "print(s['reason'])")
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path), **env}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    first, reason = done.stdout.splitlines()[:2]
+    assert first.split() == ["False", "composed"] and reason
+    print(reason)
