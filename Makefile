@@ -21,7 +21,9 @@ browser:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium; }
 
+# The main job: the real-model probe (seconds), then the report, which renders every result present.
 report: setup
+	$(VENV)/bin/attnscale probe
 	$(VENV)/bin/attnscale report
 
 test: setup browser
@@ -29,3 +31,5 @@ test: setup browser
 
 bench: setup
 	$(PY) benchmarks/attention.py
+	$(PY) benchmarks/montecarlo.py
+	$(PY) benchmarks/telemetry.py

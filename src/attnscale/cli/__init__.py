@@ -14,8 +14,12 @@ from attnscale.errors import AttnScaleError
 COMMAND_MODULES = ("core", "probe", "report", "train", "verify", "telemetry")
 
 EPILOG = """examples:
-  attnscale softmax 14 10 12                 the seed's example, unscaled
-  attnscale softmax 14 10 12 --scale 0.125   ... and after dividing by sqrt(64) = 8
+  attnscale report                           the HTML report: every claim of the seed, measured here
+  attnscale verify --strict                  the seed's claims as a table of verdicts (exit 1 if any fails)
+  attnscale probe                            do a real model's queries and keys obey the seed's assumptions?
+  attnscale train scale-vs-dk                does unscaled attention stop learning? (CPU, a few minutes)
+  attnscale telemetry-bench                  attention with per-row entropy vs plain SDPA: time, memory
+  attnscale softmax 14 10 12 --scale 0.125   one row: the seed's example after dividing by sqrt(64) = 8
   attnscale rules                            the scale rules, their formulas and citations
 """
 
