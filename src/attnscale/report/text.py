@@ -113,6 +113,13 @@ def pretty(text: str) -> str:
     return text.replace("d_{k}", "dₖ").replace("d_k", "dₖ")
 
 
+def localize(table: dict, key: str, lang: str, **values) -> str:
+    """``table[key]`` in ``lang`` (English when no translation exists), formatted with ``values``.
+    Chapters bind their own table: ``_t = functools.partial(localize, TEXT)``."""
+    entry = table[key]
+    return (entry.get(lang) or entry["en"]).format(**values)
+
+
 def t(key: str, lang: str) -> str:
     """The interface label ``key`` in ``lang`` (English when no translation exists)."""
     entry = UI[key]

@@ -7,10 +7,12 @@ per-layer table, and the striking heads.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 
 from attnscale.report.html import esc, figure_svg, table
+from attnscale.report.text import localize
 
 TITLE = {"en": "A real model: do its queries and keys obey the seed's assumptions?",
          "zh": "真实模型：它的 q 与 k 符合原文的假设吗？"}
@@ -81,9 +83,7 @@ COLUMNS = (
 )
 
 
-def _t(key: str, lang: str, **kw) -> str:
-    entry = TEXT[key]
-    return (entry.get(lang) or entry["en"]).format(**kw)
+_t = functools.partial(localize, TEXT)
 
 
 def _fmt(x) -> str:

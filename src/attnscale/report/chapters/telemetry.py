@@ -6,7 +6,10 @@ peak-memory ratios against plain PyTorch SDPA, and the monitor's per-layer figur
 
 from __future__ import annotations
 
+import functools
+
 from attnscale.report.html import esc, figure_svg, table
+from attnscale.report.text import localize
 
 TITLE = {"en": "Watching attention health without the L×S matrix",
          "zh": "不生成 L×S 矩阵也能监测注意力的健康"}
@@ -67,9 +70,7 @@ TEXT = {
 }
 
 
-def _t(key: str, lang: str, **kw) -> str:
-    entry = TEXT[key]
-    return (entry.get(lang) or entry["en"]).format(**kw)
+_t = functools.partial(localize, TEXT)
 
 
 def _time_figure(result: dict, lang: str):

@@ -7,11 +7,13 @@ target for Adam and SGD, and the chain-rule check of the gradient at initialisat
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import warnings
 
 from attnscale.report.html import esc, figure_svg, table
+from attnscale.report.text import localize
 
 TITLE = {"en": "Training: does unscaled attention really stop learning?",
          "zh": "训练：不缩放的注意力真的学不动吗？"}
@@ -150,9 +152,7 @@ TEXT = {
 }
 
 
-def _t(key: str, lang: str, **kw) -> str:
-    entry = TEXT[key]
-    return (entry.get(lang) or entry["en"]).format(**kw)
+_t = functools.partial(localize, TEXT)
 
 
 def _p(key: str, lang: str, **kw) -> str:

@@ -8,10 +8,12 @@ the setting differs from Wortsman et al. 2023, whose Figures 1–2 this experime
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 
 from attnscale.report.html import esc, figure_svg, table
+from attnscale.report.text import localize
 
 TITLE = {"en": "Training: attention logits grow at high learning rates (a small-scale proxy)",
          "zh": "训练：高学习率下注意力 logit 的增长（小规模代理实验）"}
@@ -101,9 +103,7 @@ TEXT = {
 }
 
 
-def _t(key: str, lang: str, **kw) -> str:
-    entry = TEXT[key]
-    return (entry.get(lang) or entry["en"]).format(**kw)
+_t = functools.partial(localize, TEXT)
 
 
 def _p(key: str, lang: str, **kw) -> str:
