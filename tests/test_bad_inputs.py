@@ -135,3 +135,13 @@ def test_minus_inf_bias_is_legal_and_means_not_attended():
     v = np.arange(20.0).reshape(2, 5, 2)
     out = attention(Q, K, v, bias=bias)
     np.testing.assert_allclose(out, np.broadcast_to(v[:, 1:].mean(1, keepdims=True), out.shape), rtol=1e-14)
+
+
+def test_finite_inputs_whose_logits_overflow_are_refused_not_nan():
+    q = np.full((3, 4), 1e200)
+    v = np.ones((3, 2))
+    with pytest.raises(InputError, match=r"scale: the logits overflowed .* 3 row\(s\)"):
+        attention(q, q, v, scale=1.0)
+    with pytest.raises(InputError, match="overflowed"):
+        attention_backward(q, q, v, np.ones((3, 2)), scale=1.0)
+    assert np.isnan(attention(q, q, v, scale=1.0, check_finite=False)).all()   # the opt-out propagates

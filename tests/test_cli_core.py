@@ -99,3 +99,27 @@ def test_main_in_process_returns_2_on_library_error(capsys):
     assert main(["softmax", "1", "nan"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "logits" in err
+
+
+def test_softmax_json_is_strict_json_with_null_for_undefined_figures():
+    res = run("softmax", "3", "--json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    assert data["health"]["n"] == 1 and data["health"]["normalized_entropy"] is None
+    assert data["health"]["saturation_index"] is None and data["health"]["entropy"] == 0.0
+
+
+def test_negative_logits_after_double_dash():
+    res = run("softmax", "--", "1", "-inf", "-1e3")
+    assert res.returncode == 0, res.stderr
+    assert "1.0000" in res.stdout and "-inf" in res.stdout
+
+
+def test_unwritable_path_is_one_line_and_exit_code_2(tmp_path, capsys):
+    from attnscale.cli import main
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    assert main(["report", "--quick", "--out", str(blocker / "sub")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "a-file" in err

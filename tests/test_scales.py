@@ -237,3 +237,23 @@ def test_rule_fully_masked_rows_exactly_zero(name):
     g = attention_backward(q, k, v, dout, scale=rule, mask=mask, bias=bias)
     assert np.all(out[1, :, 2] == 0.0) and np.all(g.dq[1, :, 2] == 0.0) and np.all(g.dbias[1, :, 2] == 0.0)
     assert np.isfinite(out).all() and np.isfinite(g.dq).all() and np.isfinite(g.dk).all()
+
+
+def test_the_string_none_is_not_a_rule():
+    # scale=None is 1/√d_k; a "none" read from a config file must not silently mean the opposite.
+    with pytest.raises(InputError, match="unknown scale rule 'none'"):
+        resolve_scale("none")
+
+
+@pytest.mark.parametrize("base", [InverseSqrtDk(), Unscaled()])
+def test_logn_counts_keys_blocked_by_minus_inf_bias_like_masked_keys(base):
+    rng = np.random.default_rng(7)
+    q, k, v = rng.normal(size=(2, 5, 4)), rng.normal(size=(2, 9, 4)), rng.normal(size=(2, 9, 3))
+    bias = np.where(np.arange(9) < 4, 0.0, -np.inf)
+    rule = LogN(s=0.7, base=base)
+    by_bias = attention(q, k, v, scale=rule, bias=bias)
+    kept = attention(q, k[:, :4], v[:, :4], scale=rule)
+    np.testing.assert_allclose(by_bias, kept, rtol=1e-13)
+    g_bias = attention_backward(q, k, v, np.ones((2, 5, 3)), scale=rule, bias=bias)
+    g_kept = attention_backward(q, k[:, :4], v[:, :4], np.ones((2, 5, 3)), scale=rule)
+    np.testing.assert_allclose(g_bias.dq, g_kept.dq, rtol=1e-12, atol=1e-15)

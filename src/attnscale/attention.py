@@ -94,6 +94,7 @@ class _Problem:
     dropout_p: float
     seed: int | None
     compute: np.dtype
+    check_finite: bool
     squeeze_heads: bool         # every input was rank 2: drop the head axis of the output
 
     @property
@@ -188,6 +189,7 @@ def _prepare(q, k, v, scale, mask, bias, causal, dropout_p, seed, check_finite) 
         dropout_p=float(dropout_p),
         seed=seed,
         compute=compute,
+        check_finite=check_finite,
         squeeze_heads=squeeze,
     )
 
@@ -197,11 +199,16 @@ def _head_logits(prob: _Problem, idx, qn: np.ndarray, kn: np.ndarray, blocked, o
     ``out``: an (L, S) array of the compute dtype to write into (the forward reuses one per call)."""
     (L, d_k), S = qn.shape, kn.shape[0]
     n = None
-    if prob.rule.uses_n:
-        n = np.full((L, 1), S) if blocked is None else S - blocked.sum(-1, keepdims=True)
+    if prob.rule.uses_n:                     # n counts attended keys: a -inf bias blocks a key too
+        off = blocked
+        if prob.bias is not None:
+            minus_inf = prob.bias[idx] == -np.inf
+            off = minus_inf if off is None else off | minus_inf
+        n = np.full((L, 1), S) if off is None else S - off.sum(-1, keepdims=True)
     factor = prob.rule.factor(d_k, n)
     # Scaling the L×d_k queries rather than the L×S logits saves a pass over the largest array.
-    s = np.matmul(qn * np.asarray(factor, dtype=prob.compute), kn.T, out=out)   # (L, S)
+    with np.errstate(over="ignore", invalid="ignore"):     # an overflow is caught in _exp_rows
+        s = np.matmul(qn * np.asarray(factor, dtype=prob.compute), kn.T, out=out)   # (L, S)
     z = None
     if prob.rule.caps:
         z = s
@@ -213,14 +220,21 @@ def _head_logits(prob: _Problem, idx, qn: np.ndarray, kn: np.ndarray, blocked, o
     return s, factor, z
 
 
-def _exp_rows(s: np.ndarray):
+def _exp_rows(s: np.ndarray, check_finite: bool = True):
     """In place: s ← exp(s − rowmax). Returns (row sums (L, 1), row max (L, 1)); an all -inf row
-    stays all 0 with sum 0."""
+    stays all 0 with sum 0. A +inf or NaN logit (finite inputs whose product overflowed) makes its
+    row sum NaN: refused when ``check_finite``, so no NaN output appears silently."""
     m = s.max(axis=-1, keepdims=True)
     m[m == -np.inf] = 0.0
-    s -= m
-    np.exp(s, out=s)
-    return s.sum(axis=-1, keepdims=True), m
+    with np.errstate(invalid="ignore"):                    # +inf − +inf: the NaN check below reports it
+        s -= m
+        np.exp(s, out=s)
+        total = s.sum(axis=-1, keepdims=True)
+    if check_finite and np.isnan(total).any():
+        raise InputError(f"scale: the logits overflowed to +inf or NaN in {int(np.isnan(total).sum())} row(s); "
+                         "expected q·k times the scale to stay finite (lower the scale or the inputs' size; "
+                         "check_finite=False skips this check)")
+    return total, m
 
 
 def _dropout_keep(rng: np.random.Generator, shape, dropout_p: float) -> np.ndarray:
@@ -277,7 +291,7 @@ def attention(q, k, v, *, scale: ScaleLike = None, mask=None, bias=None, causal=
                                prob.blocked(idx), out=scores)
         if return_details:
             logits_all[idx] = s
-        total, m = _exp_rows(s)                                      # s now holds exp(logits − max)
+        total, m = _exp_rows(s, prob.check_finite)                   # s now holds exp(logits − max)
         if return_details:
             with np.errstate(divide="ignore"):
                 lse_all[idx] = (m + np.log(total))[:, 0]
@@ -336,7 +350,7 @@ def attention_backward(q, k, v, dout, *, scale: ScaleLike = None, mask=None, bia
         v_h = prob.v[kv].astype(prob.compute, copy=False)
         qn, kn = _normalized(prob, q_h), _normalized(prob, k_h)
         s, factor, z = _head_logits(prob, idx, qn, kn, prob.blocked(idx))
-        total, _ = _exp_rows(s)
+        total, _ = _exp_rows(s, prob.check_finite)
         P = np.divide(s, total, out=np.zeros_like(s), where=total != 0)             # (L, S)
         if rng is not None:
             keep = _dropout_keep(rng, s.shape, prob.dropout_p) / (1.0 - prob.dropout_p)

@@ -268,7 +268,7 @@ RULES: dict[str, ScaleRule] = {
 _ALIASES = {
     "1/sqrt(d_k)": "inverse_sqrt_dk", "sqrt": "inverse_sqrt_dk", "default": "inverse_sqrt_dk",
     "vaswani": "inverse_sqrt_dk", "1/d_k": "inverse_dk", "mup": "inverse_dk", "µp": "inverse_dk",
-    "1": "unscaled", "none": "unscaled", "ssmax": "logn", "log-n": "logn", "qk-norm": "qknorm",
+    "1": "unscaled", "ssmax": "logn", "log-n": "logn", "qk-norm": "qknorm",
     "soft-cap": "softcap",
 }
 

@@ -101,7 +101,7 @@ class ResultCache:
             return None
         try:
             return read_json(path)["result"]
-        except (ValueError, KeyError):
+        except (ValueError, KeyError, TypeError):
             return None  # a foreign or damaged file is recomputed, not trusted
 
     def put(self, kind: str, config: Any, result: Any) -> Path:

@@ -49,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     except AttnScaleError as err:
         print(f"attnscale {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # a path the user named cannot be read or written: their input, not our bug
+        print(f"attnscale {args.command}: error: {err}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("attnscale: interrupted", file=sys.stderr)
         return 130

@@ -12,7 +12,8 @@ def register(sub) -> None:
     p = sub.add_parser(
         "softmax", help="softmax weights and health figures of one row of logits",
         description="Softmax of the given logits (times --scale), with the row's health figures.",
-        epilog="example: attnscale softmax 14 10 12 --scale 0.125",
+        epilog="examples:\n  attnscale softmax 14 10 12 --scale 0.125\n"
+               "  attnscale softmax -- 1 -inf -1e3    (after --, logits may start with '-')",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("logits", nargs="+", type=float, help="the row's logits")
     p.add_argument("--scale", type=float, default=1.0, help="multiplies the logits first (default 1)")
@@ -29,15 +30,18 @@ def run_softmax(args) -> int:
 
     logits = np.asarray(args.logits, dtype=np.float64) * args.scale
     weights = softmax(logits)
-    health = {k: float(v) for k, v in row_health(logits).as_dict().items()}
+    # NaN (a figure undefined for this row, e.g. entropy / ln n with one key) is null in JSON.
+    health = {k: (int(v) if k == "n" else float(v) if np.isfinite(v) else None)
+              for k, v in row_health(logits).as_dict().items()}
     if args.json:
-        print(json.dumps({"logits": logits.tolist(), "weights": weights.tolist(), "health": health}, indent=1))
+        print(json.dumps({"logits": logits.tolist(), "weights": weights.tolist(), "health": health},
+                         indent=1, allow_nan=False))
         return 0
     print(f"{'logit':>12} {'weight':>10}")
     for z, p in zip(logits, weights):
         print(f"{z:12.6g} {p:10.4f}")
     for name, value in health.items():
-        print(f"{name:>20}: {value:.6g}")
+        print(f"{name:>20}: {'undefined' if value is None else format(value, '.6g')}")
     return 0
 
 
