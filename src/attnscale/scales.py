@@ -30,6 +30,15 @@ __all__ = [
 ]
 
 
+def _finite(name: str, value, positive: bool = False) -> float:
+    """A rule parameter as a float, or a clear error naming it."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise InputTypeError(f"{name}: expected a real number, got {type(value).__name__} {value!r}")
+    if not math.isfinite(value) or (positive and value <= 0):
+        raise InputError(f"{name}: expected a finite number{' > 0' if positive else ''}, got {value!r}")
+    return float(value)
+
+
 @dataclass(frozen=True)
 class ScaleRule:
     """Base rule: a plain multiplier with no normalisation and no cap."""
@@ -120,11 +129,7 @@ class Constant(ScaleRule):
     citation: str = field(init=False, default="a constant chosen by the user")
 
     def __post_init__(self):
-        if isinstance(self.value, bool) or not isinstance(self.value, (int, float, np.floating, np.integer)):
-            raise InputTypeError(f"scale: expected a real number, got {type(self.value).__name__} {self.value!r}")
-        if not math.isfinite(self.value):
-            raise InputError(f"scale: expected a finite number, got {self.value!r}")
-        object.__setattr__(self, "formula", f"{float(self.value):g}")
+        object.__setattr__(self, "formula", f"{_finite('scale', self.value):g}")
 
     def factor(self, d_k, n=None):
         return float(self.value)
@@ -143,8 +148,7 @@ class LogN(ScaleRule):
         "Nakanishi 2025, Scalable-Softmax Is Superior for Attention (SSMax)"))
 
     def __post_init__(self):
-        if not math.isfinite(self.s):
-            raise InputError(f"LogN s: expected a finite number, got {self.s!r}")
+        _finite("LogN s", self.s)
         object.__setattr__(self, "formula", f"{self.s:g}·ln(n) × {self.base.formula}")
 
     @property
@@ -180,8 +184,9 @@ class QKNorm(ScaleRule):
     def __post_init__(self):
         if self.norm not in ("rms", "l2"):
             raise InputError(f"QKNorm norm: expected 'rms' or 'l2', got {self.norm!r}")
-        if not math.isfinite(self.gain):
-            raise InputError(f"QKNorm gain: expected a finite number, got {self.gain!r}")
+        _finite("QKNorm gain", self.gain)
+        if _finite("QKNorm eps", self.eps) < 0:
+            raise InputError(f"QKNorm eps: expected a number >= 0, got {self.eps!r}")
         formula = (f"{self.gain:g}/√d_k on q/rms(q), k/rms(k)" if self.norm == "rms"
                    else f"{self.gain:g} on q/‖q‖, k/‖k‖")
         object.__setattr__(self, "formula", formula)
@@ -219,8 +224,7 @@ class SoftCap(ScaleRule):
         "Gemma Team 2024, Gemma 2 (attention logit soft-capping at 50)"))
 
     def __post_init__(self):
-        if not (math.isfinite(self.cap_value) and self.cap_value > 0):
-            raise InputError(f"SoftCap cap_value: expected a finite number > 0, got {self.cap_value!r}")
+        _finite("SoftCap cap_value", self.cap_value, positive=True)
         object.__setattr__(self, "formula", f"{self.cap_value:g}·tanh(({self.base.formula})·q·k / {self.cap_value:g})")
 
     @property

@@ -113,22 +113,18 @@ def jacobian_norms(p, spectral: bool = True) -> tuple[np.ndarray, np.ndarray]:
     differences of numbers near 1 (the regime the seed is about): the mass off the top weight,
     ``rest = 1 − p_top``, is summed directly rather than subtracted.
     """
-    p = np.asarray(p, dtype=np.float64)
-    return _jacobian_norms(p, _rest_after_top(p), spectral)
-
-
-def _rest_after_top(p: np.ndarray) -> np.ndarray:
-    top = np.argmax(p, axis=-1)[..., None]
-    others = p.copy()
-    np.put_along_axis(others, top, 0.0, axis=-1)
-    return np.sum(others, axis=-1)
+    return _jacobian_norms(np.asarray(p, dtype=np.float64), None, spectral)
 
 
 def _jacobian_norms(p, rest, spectral):
+    """``rest`` (the mass off the top weight) is passed when the caller has it more accurately than
+    summing p can give it (row_health sums it from the logits); None sums it here."""
     top_idx = np.argmax(p, axis=-1)[..., None]
     p_top = np.take_along_axis(p, top_idx, axis=-1)[..., 0]
     others = p.copy()
     np.put_along_axis(others, top_idx, 0.0, axis=-1)
+    if rest is None:
+        rest = np.sum(others, axis=-1)
     rest2 = np.sum(others ** 2, axis=-1)
     # ‖J‖_F² = Σ_i p_i²(1 − p_i)² + Σ_{i≠j} p_i² p_j², split at the top weight (1 − p_top = rest).
     fro2 = (np.sum(others ** 2 * (1.0 - others) ** 2, axis=-1)
