@@ -2,6 +2,7 @@
 verdicts, the report's data series, determinism and the JSON round trip."""
 
 import json
+import math
 from decimal import Decimal
 
 import numpy as np
@@ -215,3 +216,191 @@ def test_progress_reaches_its_total():
     calls = []
     run_claims(VerifyConfig(quick=True, groups=(1, 9)), progress=lambda d, t, label: calls.append((d, t, label)))
     assert calls and calls[-1][0] == calls[-1][1]
+
+
+# ---- three-way Monte Carlo verdicts: holds / fails / inconclusive ------------------------------
+
+from attnscale.claims import beyond, give_away, iid_variance, saturation  # noqa: E402
+from attnscale.claims.result import (  # noqa: E402
+    count_verdicts, judge_all, judge_at_least, judge_at_most, judge_below, level_text,
+)
+
+
+@pytest.mark.parametrize("lo, hi, verdict", [(0.91, 0.95, "holds"), (0.9, 0.95, "holds"),
+                                             (0.857, 0.955, "inconclusive"), (0.5, 0.89, "fails")])
+def test_judge_at_least_is_three_way(lo, hi, verdict):
+    assert judge_at_least(lo, hi, 0.9) == verdict
+    # the mirror image: ≤ −0.9 for the negated interval
+    assert judge_at_most(-hi, -lo, -0.9) == verdict
+
+
+@pytest.mark.parametrize("lower, upper, verdict", [((0.1, 0.2), (0.3, 0.4), "holds"),
+                                                   ((0.1, 0.35), (0.3, 0.4), "inconclusive"),
+                                                   ((0.5, 0.6), (0.3, 0.4), "fails")])
+def test_judge_below_separates_intervals(lower, upper, verdict):
+    assert judge_below(lower, upper) == verdict
+
+
+def test_judge_all_fails_if_any_part_fails_and_holds_only_if_all_hold():
+    assert judge_all(["holds", "holds"]) == "holds"
+    assert judge_all(["holds", "inconclusive"]) == "inconclusive"
+    assert judge_all(["inconclusive", "fails", "holds"]) == "fails"
+    with pytest.raises(InputError, match="verdicts"):
+        judge_all([])
+    with pytest.raises(InputError, match="verdicts"):
+        judge_all(["holds", True])
+
+
+def test_counts_include_inconclusive_and_level_text():
+    claims = [ClaimResult("X", "faq", "", "", None, "Monte Carlo", "", "", verdict=v)
+              for v in ("holds", "inconclusive", "inconclusive", "fails")]
+    report = VerifyReport(VerifyConfig(), {}, claims)
+    assert report.counts() == {"holds": 1, "fails": 1, "inconclusive": 2, "seed number wrong": 0}
+    assert report.to_dict()["counts"]["inconclusive"] == 2
+    assert count_verdicts(["holds", "odd"]) == {"holds": 1, "fails": 0, "inconclusive": 0,
+                                                "seed number wrong": 0, "odd": 1}
+    assert level_text(0.99) == "99%" and level_text(0.995) == "99.5%" and level_text(0.95) == "95%"
+
+
+def _fake_rows(overrides: dict) -> dict:
+    """A stand-in for saturation.simulate_rows: every median drifts a little with d_k (so drift ratios are
+    defined); ``overrides[(mode, figure)]`` gives [(median, lo, hi)] per d_k for every n."""
+    def summary(m, lo, hi):
+        return {"median": m, "median_ci": [lo, hi], "q10": lo, "q90": hi, "mean": m, "mean_ci": [lo, hi]}
+
+    by_n = {}
+    for n in saturation.NS:
+        per = {}
+        for mode in ("unscaled", "scaled"):
+            per[mode] = {}
+            for f in saturation.FIGURES:
+                rows = overrides.get((mode, f)) or [(0.5 + 0.01 * i * (mode == "unscaled"),) * 3
+                                                   for i in range(len(saturation.D_KS))]
+                per[mode][f] = [summary(*r) for r in rows]
+        by_n[str(n)] = per
+    return {"rows": 300, "d_k": list(saturation.D_KS), "n": list(saturation.NS), "by_n": by_n}
+
+
+def _run_saturation(overrides: dict):
+    ctx = Context(VerifyConfig(quick=True))
+    ctx.memo["softmax rows"] = _fake_rows(overrides)
+    saturation.run(ctx)
+    return {c.id: c for c in ctx.claims}
+
+
+def _max_weight(ci_1, ci_64, ci_4096):
+    """Unscaled max weight summaries: the given (median, lo, hi) at d_k = 1, 64, 4096, in between filled."""
+    rows = [ci_1] * len(saturation.D_KS)
+    d64 = saturation.D_KS.index(64)
+    for i in range(d64, len(rows)):
+        rows[i] = ci_64
+    rows[-1] = ci_4096
+    return rows
+
+
+def test_s51_compares_the_right_ends_of_the_intervals():
+    # lo(4096) = 0.96 > hi(64) = 0.95 > hi(1) = 0.9: the old chained comparison said "holds", but the
+    # intervals at d_k = 1 and 64 overlap ([0.1, 0.9] vs [0.5, 0.95]): not separated.
+    overlapping = _max_weight((0.5, 0.1, 0.9), (0.9, 0.5, 0.95), (0.98, 0.96, 1.0))
+    assert _run_saturation({("unscaled", "max_weight"): overlapping})["S5.1"].verdict == "inconclusive"
+    separated = _max_weight((0.2, 0.1, 0.3), (0.9, 0.5, 0.95), (0.98, 0.96, 1.0))
+    assert _run_saturation({("unscaled", "max_weight"): separated})["S5.1"].verdict == "holds"
+    reversed_ = _max_weight((0.9, 0.85, 0.95), (0.5, 0.4, 0.6), (0.98, 0.96, 1.0))
+    assert _run_saturation({("unscaled", "max_weight"): reversed_})["S5.1"].verdict == "fails"
+
+
+def test_s53_compares_the_right_ends_of_the_intervals():
+    # hi(4096) = 0.1 < lo(64) = 0.5 < lo(1) = 1.0, yet [0.5, 2.0] at 64 and [1.0, 3.0] at 1 overlap
+    overlapping = _max_weight((2.0, 1.0, 3.0), (1.0, 0.5, 2.0), (0.05, 0.0, 0.1))
+    assert _run_saturation({("unscaled", "entropy"): overlapping})["S5.3"].verdict == "inconclusive"
+    separated = _max_weight((2.0, 1.5, 3.0), (1.0, 0.5, 1.2), (0.05, 0.0, 0.1))
+    assert _run_saturation({("unscaled", "entropy"): separated})["S5.3"].verdict == "holds"
+
+
+def test_s52_straddling_interval_is_inconclusive_not_fails():
+    # the reviewer's case: median 0.93, interval [0.857, 0.955] straddles the 0.9 line
+    straddling = _max_weight((0.2, 0.1, 0.3), (0.93, 0.857, 0.955), (0.99, 0.98, 1.0))
+    c = _run_saturation({("unscaled", "max_weight"): straddling})["S5.2"]
+    assert c.verdict == "inconclusive" and "inconclusive for n = 16, 128, 1024" in c.note
+    below = _max_weight((0.2, 0.1, 0.3), (0.8, 0.7, 0.85), (0.99, 0.98, 1.0))
+    assert _run_saturation({("unscaled", "max_weight"): below})["S5.2"].verdict == "fails"
+    above = _max_weight((0.2, 0.1, 0.3), (0.95, 0.92, 0.97), (0.99, 0.98, 1.0))
+    assert _run_saturation({("unscaled", "max_weight"): above})["S5.2"].verdict == "holds"
+
+
+def test_the_confidence_level_is_printed_from_the_config():
+    report = run_claims(VerifyConfig(quick=True, confidence=0.95, groups=(5,)))
+    c = by_id(report)
+    assert "95% CIs" in c["S5.1"].expected and "99%" not in c["S5.1"].expected + c["S5.2"].expected
+    assert c["S5.1"].ci_level == 0.95
+
+
+def test_variance_claims_store_the_interval_they_judge(quick):
+    c = by_id(quick)
+    series = quick.data["variance_vs_dk"]["gaussian"]
+    level = 1 - 0.01 / 52
+    s24 = c["S2.4"]
+    assert s24.ci_level == pytest.approx(level)
+    assert s24.ci_low < series["ci_low"][-1] and s24.ci_high > series["ci_high"][-1]  # wider than the 99% one
+    assert s24.ci_low <= 4096 <= s24.ci_high
+    s33 = c["S3.3"]
+    assert s33.ci_level == pytest.approx(1 - 0.01 / 8)
+    big = [r for r in quick.data["broken_assumptions"] if r["case"] == "non-zero means"][-1]
+    assert [s33.ci_low, s33.ci_high] == big["judged_ci"] and s33.ci_low < big["ci_low"]
+    # an interval without a stated level is at the configured one
+    assert c["S5.1"].ci_level == 0.99
+
+
+def test_s22_checks_the_mean_too(monkeypatch):
+    import sympy
+
+    c = by_id(run_claims(VerifyConfig(quick=True, groups=(2,))))["S2.2"]
+    assert c.verdict == "holds" and "mean 0" in c.measured
+    mq = sympy.symbols("mu_q", real=True)
+    monkeypatch.setattr(iid_variance, "symbolic_dot_mean", lambda d: mq + 1)  # a wrong mean
+    ctx = Context(VerifyConfig(quick=True))
+    iid_variance._symbolic(ctx)
+    assert by_id(ctx)["S2.2"].verdict == "fails"
+
+
+def test_s85_checks_that_the_max_weight_does_not_decay(monkeypatch):
+    ctx = Context(VerifyConfig(quick=True))
+    beyond._ssmax(ctx)
+    assert by_id(ctx)["S8.5"].verdict == "holds"
+    # a curve that stays ≥ 0.9 but decays with n: the old check (≥ 0.9 only) passed it
+    monkeypatch.setattr(beyond, "ssmax_one_high_max_weight", lambda n: 0.999 - 0.01 * math.log10(n))
+    ctx = Context(VerifyConfig(quick=True))
+    beyond._ssmax(ctx)
+    assert by_id(ctx)["S8.5"].verdict == "fails"
+
+
+def test_s9_is_labelled_a_consistency_check_and_has_no_typed_in_series(quick):
+    assert "consistency check" in by_id(quick)["S9.1"].note
+    assert "softmax_total" not in quick.data["give_away"]
+    assert give_away.LEVELS[0] < 0
+
+
+def test_s133_s134_counts_come_from_the_moment_rules(monkeypatch):
+    from attnscale import theory
+    from attnscale.claims import seed_numbers
+
+    ctx = Context(VerifyConfig())
+    seed_numbers._count_rows(ctx)
+    assert [c.verdict for c in ctx.claims] == ["holds", "holds"]
+    assert "4096 terms = 64 of mean 1 + 4032 of mean 0; variance 64" in ctx.claims[1].measured
+    # with a wrong moment rule (E x = 1) every product has mean 1: the check must notice
+    monkeypatch.setattr(theory, "_UNIT_MOMENTS", {1: 1, 2: 1})
+    ctx = Context(VerifyConfig())
+    seed_numbers._count_rows(ctx)
+    assert [c.verdict for c in ctx.claims] == ["seed number wrong", "seed number wrong"]
+
+
+def test_batch_plan_is_shared_by_both_variance_engines():
+    from attnscale.montecarlo import batch_plan
+
+    size, caps = batch_plan([1000, 100], 2, 64, min_batches=30, chunk_elements=2 ** 21)
+    assert size == 3 and list(caps) == [1000, 100]
+    size, caps = batch_plan([10, 10], 2, 64, min_batches=30, min_batch_size=2)
+    assert size == 2 and list(caps) == [60, 60]   # caps raised so that 30 batches fit
+    size, _ = batch_plan(10 ** 9, 3, 4096, min_batches=30, chunk_elements=2 ** 21)
+    assert size == 2 ** 21 // (2 * 4096)

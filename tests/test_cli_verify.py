@@ -81,3 +81,36 @@ def test_help_exits_0():
     with pytest.raises(SystemExit) as exc:
         main(["verify", "--help"])
     assert exc.value.code == 0
+
+
+def _with_inconclusive(report):
+    """The report with its first claim made inconclusive (the others as they are)."""
+    import dataclasses
+
+    claims = [dataclasses.replace(report.claims[0], verdict="inconclusive")] + [
+        c for c in report.claims[1:] if c.verdict == "holds"]
+    return VerifyReport(report.config, report.environment, claims, report.data, report.timings)
+
+
+def test_inconclusive_is_shown_counted_and_strict(monkeypatch, report, capsys):
+    import attnscale.claims
+
+    mixed = _with_inconclusive(report)
+    table = render_table(mixed)
+    assert f"{mixed.claims[0].id:<6} UNDECIDED" in table
+    assert f"{len(mixed.claims)} claims: {len(mixed.claims) - 1} hold, 0 fail, 1 inconclusive, 0 seed numbers wrong" in table
+    assert "1 条无定论" in render_table(mixed, "zh")
+    monkeypatch.setattr(attnscale.claims, "run_claims", lambda config, progress=None: mixed)
+    assert main(["verify", "--strict"]) == 1          # not "holds" ⇒ exit 1, as before
+    assert main(["verify"]) == 0
+    capsys.readouterr()
+    assert main(["verify", "--json", "-"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["counts"]["inconclusive"] == 1 and data["claims"][0]["verdict"] == "inconclusive"
+
+
+def test_summary_line_counts_every_verdict(report):
+    counts = report.counts()
+    assert set(counts) == {"holds", "fails", "inconclusive", "seed number wrong"}
+    line = [ln for ln in render_table(report).splitlines() if ln.startswith(f"{len(report.claims)} claims:")][0]
+    assert f"{counts['inconclusive']} inconclusive" in line and f"{counts['fails']} fail" in line

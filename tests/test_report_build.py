@@ -293,3 +293,56 @@ def test_cli_help_and_bad_arguments():
     assert bad.returncode == 2 and "--lang" in bad.stderr
     bad = run("report", "--seed", "-3")
     assert bad.returncode == 2 and "non-negative" in bad.stderr
+
+
+REAL_FINGERPRINT = build_mod.code_fingerprint
+
+
+def test_code_fingerprint_covers_masks_and_store(tmp_path, monkeypatch):
+    import shutil
+    from importlib import resources
+
+    pkg = tmp_path / "attnscale"
+    shutil.copytree(resources.files("attnscale"), pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(build_mod.resources, "files", lambda name: pkg)
+    before = REAL_FINGERPRINT()
+    for name in ("masks.py", "store.py"):
+        (pkg / name).write_text((pkg / name).read_text() + "\n# changed\n")
+        after = REAL_FINGERPRINT()
+        assert after != before, name
+        before = after
+
+
+def test_inconclusive_verdict_badges_tally_and_judged_interval():
+    from attnscale.report.verdicts import all_claims_table, badge, claim_card, claim_list, tally_badges
+
+    claims = [{"id": "T.1", "chapter": "faq", "claim_en": "c1", "claim_zh": "论断", "method": "Monte Carlo",
+               "expected": "e", "measured": "m", "verdict": "inconclusive", "ci_low": 0.857, "ci_high": 0.955,
+               "ci_level": 0.99, "n_samples": 300},
+              {"id": "T.2", "chapter": "faq", "claim_en": "c2", "claim_zh": "论断", "method": "Monte Carlo",
+               "expected": "e", "measured": "m", "verdict": "holds", "ci_low": 60.0, "ci_high": 70.0,
+               "ci_level": 1 - 0.01 / 52, "n_samples": 300},
+              {"id": "T.3", "chapter": "faq", "claim_en": "c3", "claim_zh": "论断", "method": "symbolic",
+               "expected": "e", "measured": "m", "verdict": "holds"}]
+    assert 'class="badge inconclusive" title=' in badge("inconclusive", "en") and "inconclusive" in badge("inconclusive", "en")
+    assert "无定论" in badge("inconclusive", "zh")
+    tally = tally_badges(claims, "en")
+    assert '<span class="badge inconclusive" title="the interval does not decide the criterion at this sample size">1 inconclusive' in tally and '<span class="badge holds">2 ' in tally
+    assert "1 个无定论" in tally_badges(claims, "zh")
+    assert "99% CI (judged)" in claim_card(claims[0], "en")
+    assert "99.9808% CI (judged)" in claim_card(claims[1], "en")   # the Bonferroni interval, labelled as such
+    assert "(99.9808%)" in all_claims_table(claims, "en")
+    # problems first: the inconclusive card before the ones that hold
+    html = claim_list(claims, "en")
+    assert html.index('data-claim="T.1"') < html.index('data-claim="T.2"')
+    from pathlib import Path as _P
+    css = (_P(build_mod.__file__).parent / "style.css").read_text()
+    assert ".badge.inconclusive" in css
+
+
+def test_prose_claims_only_what_is_checked():
+    from attnscale.report.text import CHAPTERS
+
+    faq = " ".join(CHAPTERS["faq"]["en"]["paras"])
+    assert "Who introduced the factor? The seed's answers, checked." not in faq and "nothing here checks it" in faq
+    assert "almost on top of each other" in " ".join(CHAPTERS["why_grows"]["en"]["paras"])

@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+from attnscale.claims.result import VERDICTS  # noqa: E402
 from attnscale.report import figures  # noqa: E402
 from attnscale.report.html import figure_svg  # noqa: E402
 
@@ -72,7 +73,7 @@ def fake_data() -> dict:
         "error_vs_samples": {"d_k": 64, "replicates": 30, "slope": -0.49,
                              "points": [{"n_samples": n, "rms_error": 90 / n ** 0.5 * 1.1, "predicted": 90 / n ** 0.5,
                                          "mean_error": 0.1} for n in (64, 256, 1024)]},
-        "give_away": {"n": 16, "logit": [-10.0, 0.0, 10.0], "softmax_total": [1.0] * 3,
+        "give_away": {"n": 16, "logit": [-10.0, 0.0, 10.0],
                       "softmax_total_measured": [1.0, 1.0, 0.9999999], "softmax1_total": [0.0007, 0.94, 0.99999]},
     }
 
@@ -103,7 +104,7 @@ def fake_verify() -> dict:
             "environment": {"attnscale": "0.1.0", "python": "3.x-test", "numpy": "9.9-test", "torch": None,
                             "matplotlib": "3.x", "platform": "TestOS", "machine": "x86_64", "processor": None,
                             "cpu_count": 2},
-            "counts": {v: sum(c["verdict"] == v for c in claims) for v in ("holds", "fails", "seed number wrong")},
+            "counts": {v: sum(c["verdict"] == v for c in claims) for v in VERDICTS},
             "claims": claims, "data": fake_data(), "timings": {"total": 1.5}}
 
 

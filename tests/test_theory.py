@@ -105,3 +105,30 @@ def test_one_high_closed_forms_match_softmax(n):
 def test_bad_input_names_the_argument(call, message):
     with pytest.raises(InputError, match=message.replace("|", r"\|").replace("(", r"\(")):
         call()
+
+
+def test_dot_square_counts_come_from_the_expansion_not_an_index_grid(monkeypatch):
+    for d in range(1, 7):
+        e, n, unit, zero = theory.symbolic_dot_square(d)
+        assert (e, n, unit, zero) == (d, d * d, d, d * d - d)
+        # the sympy-free enumeration agrees (it serves d_k = 64)
+        assert theory.dot_square_terms(d) == (d * d, d, d * d - d, d)
+    assert theory.dot_square_terms(64) == (4096, 64, 4032, 64)
+    # a wrong moment rule (E x = 1) changes the counts: they are not true by construction
+    monkeypatch.setattr(theory, "_UNIT_MOMENTS", {1: 1, 2: 1})
+    assert theory.symbolic_dot_square(3) == (9, 9, 9, 0)
+    assert theory.dot_square_terms(3) == (9, 9, 0, 9)
+
+
+def test_symbolic_dot_mean():
+    mq, mk = sympy.symbols("mu_q mu_k", real=True)
+    assert sympy.simplify(theory.symbolic_dot_mean(3) - 3 * mq * mk) == 0
+
+
+def test_numpy_integers_are_accepted_as_d_k():
+    assert theory.dot_variance(np.int64(64)) == 64.0
+    assert theory.dot_mean(np.int32(8), 1.0, 1.0) == 8.0
+    with pytest.raises(InputError, match="d_k: expected a positive integer, got True"):
+        theory.dot_variance(True)
+    with pytest.raises(InputError, match="got np.float64"):
+        theory.dot_variance(np.float64(3.0))

@@ -221,6 +221,17 @@ def prefix_dot_squares(q: np.ndarray, k: np.ndarray, d_ks: Sequence[int]) -> np.
     return dots * dots
 
 
+def batch_plan(max_samples: int | Sequence[int], n_estimates: int, widest: int, *, min_batches: int = 30,
+               chunk_elements: int = 2 ** 21, min_batch_size: int = 1) -> tuple[int, np.ndarray]:
+    """(batch size, per-estimate sample caps) for :func:`adaptive_means` over a d_k grid whose widest
+    draw is ``widest`` components per vector: a batch of q, k pairs fits in ``chunk_elements`` random
+    numbers, at least ``min_batches`` batches fit under the smallest cap (caps are raised to that if
+    needed), and a batch has at least ``min_batch_size`` samples (2 for a within-batch sample variance)."""
+    caps = np.broadcast_to(np.asarray(max_samples, dtype=np.int64), (n_estimates,))
+    batch_size = int(max(min_batch_size, min(chunk_elements // (2 * widest), int(caps.min()) // min_batches)))
+    return batch_size, np.maximum(caps, batch_size * min_batches)
+
+
 def dot_variance_estimates(component: str, d_ks: Sequence[int], *, rng: np.random.Generator,
                            max_samples: int | Sequence[int], rel_ci_target: float = 0.01,
                            confidence: float = 0.99, min_batches: int = 30, chunk_elements: int = 2 ** 21,
@@ -234,9 +245,8 @@ def dot_variance_estimates(component: str, d_ks: Sequence[int], *, rng: np.rando
     d_ks = tuple(int(d) for d in d_ks)
     if not d_ks or any(b <= a for a, b in zip(d_ks, d_ks[1:])) or d_ks[0] < 1:
         raise InputError(f"d_ks: expected an increasing sequence of positive integers, got {list(d_ks)}")
-    caps = np.broadcast_to(np.asarray(max_samples, dtype=np.int64), (len(d_ks),))
-    batch_size = int(max(1, min(chunk_elements // (2 * d_ks[-1]), int(caps.min()) // min_batches)))
-    caps = np.maximum(caps, batch_size * min_batches)
+    batch_size, caps = batch_plan(max_samples, len(d_ks), d_ks[-1], min_batches=min_batches,
+                                  chunk_elements=chunk_elements)
 
     def draw(rng, n_batches, active):
         grid = d_ks[: int(np.flatnonzero(active).max()) + 1]

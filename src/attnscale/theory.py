@@ -14,6 +14,8 @@ and are what the tests and the claims check the formulas against.
 from __future__ import annotations
 
 import math
+import operator
+from collections import Counter
 from dataclasses import dataclass
 
 from attnscale.errors import InputError
@@ -22,7 +24,7 @@ __all__ = [
     "Component", "COMPONENTS", "product_mean", "product_variance", "dot_mean", "dot_variance",
     "dot_square_variance", "samples_for_relative_ci", "phase_boundary", "rem_entropy",
     "rem_normalized_entropy", "one_high_max_weight", "ssmax_one_high_max_weight",
-    "symbolic_dot_square", "symbolic_dot_variance", "symbolic_gaussian_product_variance",
+    "dot_square_terms", "symbolic_dot_square", "symbolic_dot_mean", "symbolic_dot_variance", "symbolic_gaussian_product_variance",
     "symbolic_scaled_variance",
 ]
 
@@ -46,9 +48,15 @@ COMPONENTS: dict[str, Component] = {
 }
 
 
-def _check_dk(d_k) -> None:
-    if not isinstance(d_k, (int,)) or isinstance(d_k, bool) or d_k < 1:
+def _check_dk(d_k) -> int:
+    """d_k as a Python int; any integer type (NumPy's too) is accepted, bools and floats are not."""
+    try:
+        value = operator.index(d_k)
+    except TypeError:
+        value = None
+    if value is None or isinstance(d_k, bool) or value < 1:
         raise InputError(f"d_k: expected a positive integer, got {d_k!r}")
+    return value
 
 
 def product_mean(mu_q: float = 0.0, mu_k: float = 0.0, cov: float = 0.0) -> float:
@@ -155,36 +163,62 @@ def _expect_monomial(term, moments_of):
     return sympy.expand(value)
 
 
+# E x = 0, E x² = 1 for every component under the seed's assumptions; higher powers do not occur
+_UNIT_MOMENTS = {1: 0, 2: 1}
+
+
 def symbolic_dot_square(d_k: int):
     """Expand (Σᵢ qᵢkᵢ)² for symbols qᵢ, kᵢ and take the expectation under iid mean 0, variance 1.
 
-    Returns (expectation, n_terms, n_diagonal, n_cross): the d_k² products of the expansion, split
-    into the d_k "same pair" terms (qᵢkᵢ)², each of mean E qᵢ² E kᵢ² = 1, and the d_k² − d_k cross
-    terms, each of mean 0 — the seed's 9 = 3 + 6 and 4096 = 64 + 4032.
+    Returns (expectation, n_terms, n_unit, n_zero): the expansion's products, counted from sympy's
+    expanded sum (a monomial with coefficient 2 stands for two products), split by their expectation:
+    n_unit products of expectation 1 (the seed's d_k "same pair" terms (qᵢkᵢ)²) and n_zero of
+    expectation 0 (its d_k² − d_k cross terms) — the seed's 9 = 3 + 6 and 4096 = 64 + 4032. Nothing is
+    counted from an index grid, so a wrong expansion or a wrong moment shows in the counts.
     """
     import sympy
 
-    _check_dk(d_k)
+    d_k = _check_dk(d_k)
     q = sympy.symbols(f"q1:{d_k + 1}")
     k = sympy.symbols(f"k1:{d_k + 1}")
-    pairs = [q[i] * k[i] for i in range(d_k)]
-    products = [a * b for a in pairs for b in pairs]  # the d_k² terms of the square, unsimplified
-    diagonal = sum(1 for i in range(d_k) for j in range(d_k) if i == j)
-    unit = {1: sympy.Integer(0), 2: sympy.Integer(1)}  # E x = 0, E x² = 1; higher powers do not occur
-    moments = {v: (lambda p: unit[p]) for v in (*q, *k)}
-    expectation = sum(_expect_monomial(sympy.expand(t), moments) for t in products)
-    return expectation, len(products), diagonal, len(products) - diagonal
+    s = sum(q[i] * k[i] for i in range(d_k))
+    moments = {v: (lambda p: sympy.Integer(_UNIT_MOMENTS[p])) for v in (*q, *k)}
+    counts = Counter()
+    expectation = sympy.Integer(0)
+    for term in sympy.Add.make_args(sympy.expand(s * s)):
+        coeff, monomial = term.as_coeff_Mul()
+        value = _expect_monomial(monomial, moments)
+        if value not in (0, 1) or not coeff.is_Integer:
+            raise ArithmeticError(f"unexpected term {term} of expectation {value} in (Σ qᵢkᵢ)²")
+        counts[int(value)] += int(coeff)
+        expectation += coeff * value
+    return expectation, counts[1] + counts[0], counts[1], counts[0]
 
 
-def symbolic_dot_variance(d_k: int):
-    """Var(Σᵢ qᵢkᵢ) with independent qᵢ ~ (μ_q, σ_q²), kᵢ ~ (μ_k, σ_k²), by expanding E[S²] − (E S)².
+def dot_square_terms(d_k: int) -> tuple[int, int, int, int]:
+    """(Σᵢ qᵢkᵢ)² without sympy, fast enough for d_k = 64: enumerate the d_k² products (qᵢkᵢ)(qⱼkⱼ),
+    collect each product's variables and powers, and take its expectation by the moment rules of
+    independent components (E x = 0, E x² = 1, expectations of independent factors multiply).
 
-    Returns (variance, formula, difference): the difference simplifies to 0 when the general formula
-    d_k(σ_q²σ_k² + μ_q²σ_k² + μ_k²σ_q²) is right.
+    Returns (n_terms, n_unit, n_zero, expectation) like :func:`symbolic_dot_square`; the expectation is
+    E[(q·k)²], which is Var(q·k) since E[q·k] = Σᵢ E qᵢ E kᵢ = 0.
     """
+    d_k = _check_dk(d_k)
+    counts = Counter()
+    for i in range(d_k):
+        for j in range(d_k):
+            powers = Counter([("q", i), ("k", i), ("q", j), ("k", j)])
+            value = math.prod(_UNIT_MOMENTS[p] for p in powers.values())
+            counts[value] += 1
+    if set(counts) - {0, 1}:
+        raise ArithmeticError(f"unexpected expectations {sorted(counts)} in (Σ qᵢkᵢ)²")
+    return counts[1] + counts[0], counts[1], counts[0], counts[1] * 1 + counts[0] * 0
+
+
+def _dot_moments(d_k: int):
+    """(E S, E S², symbols) for S = Σᵢ qᵢkᵢ, independent qᵢ ~ (μ_q, σ_q²), kᵢ ~ (μ_k, σ_k²)."""
     import sympy
 
-    _check_dk(d_k)
     mq, mk = sympy.symbols("mu_q mu_k", real=True)
     vq, vk = sympy.symbols("sigma_q2 sigma_k2", positive=True)
     q = sympy.symbols(f"q1:{d_k + 1}")
@@ -195,6 +229,26 @@ def symbolic_dot_variance(d_k: int):
     s = sum(q[i] * k[i] for i in range(d_k))
     second = sum(_expect_monomial(t, moments) for t in sympy.Add.make_args(sympy.expand(s * s)))
     first = sum(_expect_monomial(t, moments) for t in sympy.Add.make_args(sympy.expand(s)))
+    return sympy.expand(first), second, (mq, mk, vq, vk)
+
+
+def symbolic_dot_mean(d_k: int):
+    """E[Σᵢ qᵢkᵢ] with independent qᵢ ~ (μ_q, σ_q²), kᵢ ~ (μ_k, σ_k²), from the expansion's moments
+    (symbols mu_q, mu_k, sigma_q2, sigma_k2); d_k·μ_qμ_k when right."""
+    d_k = _check_dk(d_k)
+    return _dot_moments(d_k)[0]
+
+
+def symbolic_dot_variance(d_k: int):
+    """Var(Σᵢ qᵢkᵢ) with independent qᵢ ~ (μ_q, σ_q²), kᵢ ~ (μ_k, σ_k²), by expanding E[S²] − (E S)².
+
+    Returns (variance, formula, difference): the difference simplifies to 0 when the general formula
+    d_k(σ_q²σ_k² + μ_q²σ_k² + μ_k²σ_q²) is right.
+    """
+    import sympy
+
+    d_k = _check_dk(d_k)
+    first, second, (mq, mk, vq, vk) = _dot_moments(d_k)
     variance = sympy.expand(second - first ** 2)
     formula = d_k * (vq * vk + mq ** 2 * vk + mk ** 2 * vq)
     return variance, formula, sympy.simplify(variance - formula)

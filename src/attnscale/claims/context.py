@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from attnscale.claims.result import ClaimResult, VerifyConfig
+from attnscale.claims.result import ClaimResult, VerifyConfig, level_text
 
 
 @dataclass
@@ -32,5 +32,13 @@ class Context:
             self.memo[key] = compute()
         return self.memo[key]
 
+    @property
+    def level(self) -> str:
+        """The configured confidence level as claim texts print it, e.g. "99%"."""
+        return level_text(self.config.confidence)
+
     def add(self, claim: ClaimResult) -> None:
+        """Record a claim; an interval given without its level is at the configured confidence."""
+        if claim.ci_low is not None and claim.ci_level is None:
+            claim.ci_level = self.config.confidence
         self.claims.append(claim)

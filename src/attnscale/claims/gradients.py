@@ -9,8 +9,8 @@ so the mean stays well above the median once most rows are frozen.
 from __future__ import annotations
 
 from attnscale.claims.context import Context
-from attnscale.claims.result import ClaimResult
-from attnscale.claims.saturation import D_KS, NS, _flat, _fmt, _series, drift, simulate_rows
+from attnscale.claims.result import ClaimResult, judge_all, judge_below
+from attnscale.claims.saturation import D_KS, NS, _flat, _fmt, _series, by_n_note, ci, drift, simulate_rows
 
 
 def run(ctx: Context) -> None:
@@ -22,8 +22,8 @@ def run(ctx: Context) -> None:
 
     d256 = D_KS.index(256)
     fro = {n: j["unscaled"]["jacobian_frobenius"] for n, j in jac.items()}
-    falls = all(f[last]["median_ci"][1] < f[d256]["median_ci"][0] and f[d256]["median_ci"][1] < f[d64]["median_ci"][0]
-                for f in fro.values())
+    falls = {n: judge_all(judge_below(ci(f[j]), ci(f[i])) for i, j in ((d64, d256), (d256, last)))
+             for n, f in fro.items()}
     peaks = {n: D_KS[max(range(len(D_KS)), key=lambda i: f[i]["median"])] for n, f in fro.items()}
     top = fro[str(NS[-1])][last]
     ctx.add(ClaimResult(
@@ -31,11 +31,11 @@ def run(ctx: Context) -> None:
         claim_en="unscaled, the gradient through softmax becomes tiny as d_k grows (vanishing gradient)",
         claim_zh="不缩放时，随 d_k 增大，经过 softmax 的梯度变得极小（梯度消失）",
         seed_value=None, method="Monte Carlo",
-        expected="median ‖diag(p) − ppᵀ‖_F falls from d_k = 64 to 256 to 4096 (99% CIs separated), n = 16, 128, 1024",
+        expected=f"median ‖diag(p) − ppᵀ‖_F falls from d_k = 64 to 256 to 4096 ({ctx.level} CIs separated), n = 16, 128, 1024",
         measured="; ".join(f"n={n}: d_k=1 {_fmt(f[0])}, 64 {_fmt(f[d64])}, 4096 {_fmt(f[last])}" for n, f in fro.items()),
         estimate=top["median"], ci_low=top["median_ci"][0], ci_high=top["median_ci"][1], n_samples=sim["rows"],
-        verdict="holds" if falls else "fails",
-        note="median [10%–90% quantiles] over rows; not monotone from d_k = 1: on this grid the median peaks at d_k = "
+        verdict=judge_all(falls.values()),
+        note=by_n_note(falls, "") + "; median [10%–90% quantiles] over rows; not monotone from d_k = 1: on this grid the median peaks at d_k = "
              + ", ".join(f"{peaks[n]} (n={n})" for n in fro)
              + " — near-uniform rows have a small Jacobian too (‖J‖_F ≈ 1/√n), so growing logits first raise it"))
 
@@ -56,16 +56,16 @@ def run(ctx: Context) -> None:
               "detectable for n = " + ", ".join(n for n in undetected if not undetected[n]))
               + " (the spread of ‖q‖/√d_k at small d_k)")))
 
-    apart = all(j["unscaled"]["jacobian_frobenius"][last]["mean_ci"][0]
-                > j["unscaled"]["jacobian_frobenius"][last]["median_ci"][1] for j in jac.values())
+    apart = {n: judge_below(ci(s), ci(s, "mean_ci"))
+             for n, j in jac.items() for s in [j["unscaled"]["jacobian_frobenius"][last]]}
     ctx.add(ClaimResult(
         id="S6.3", chapter="without_scaling",
         claim_en="the average row keeps more gradient than the typical row: near-ties hold the mean up while the median vanishes",
         claim_zh="平均行比典型行保留更多梯度：少数接近并列的行撑起均值，而中位数趋于 0",
         seed_value=None, method="Monte Carlo",
-        expected="unscaled, d_k = 4096: the mean's 99% CI lies above the median's, each n",
+        expected=f"unscaled, d_k = 4096: the mean's {ctx.level} CI lies above the median's, each n",
         measured="; ".join(f"n={n}: mean {j['unscaled']['jacobian_frobenius'][last]['mean']:.3g} vs median "
                            f"{j['unscaled']['jacobian_frobenius'][last]['median']:.3g}" for n, j in jac.items()),
-        verdict="holds" if apart else "fails", n_samples=sim["rows"],
-        note="so a mean over rows understates how many rows have lost their gradient"))
+        verdict=judge_all(apart.values()), n_samples=sim["rows"],
+        note=by_n_note(apart, "") + "; so a mean over rows understates how many rows have lost their gradient"))
     ctx.tick("gradients")

@@ -44,7 +44,7 @@ def run(ctx: Context) -> None:
         method="Monte Carlo",
         expected=f"1 inside every interval ({n_tests} estimates: 4 distributions × {len(D_KS)} d_k; Bonferroni level)",
         measured=(f"{sum(checks)}/{len(checks)} cover 1; Var(q·k/√d_k) from {values.min():.4f} to {values.max():.4f}; "
-                  f"largest deviation {worst[0]:.4f} ({worst[1]}, d_k = {worst[2]}); 99% half-widths "
+                  f"largest deviation {worst[0]:.4f} ({worst[1]}, d_k = {worst[2]}); {ctx.level} half-widths "
                   f"{widths.min():.4f}…{widths.max():.4f}"),
         n_samples=sum(e.n_samples for est in families.values() for e in est),
         verdict="holds" if all(checks) else "fails",

@@ -3,12 +3,18 @@
 A claim's verdict is one of:
   "holds"             the claim (or the seed's printed number) is right;
   "fails"             a statement of the seed is false as stated (measured against its own criterion);
+  "inconclusive"      the interval does not decide the criterion at this sample size: it straddles the
+                      line (or the two intervals to compare overlap), so neither "holds" nor "fails" is shown;
   "seed number wrong" the seed prints a number that differs from the true value at the precision it
                       prints; ``correct_value`` then gives the true one at that precision.
 
 Printed numbers are judged by :func:`judge_printed`: a number printed with k decimals holds when the
 exact value lies within half a unit of its last shown digit (it is correctly rounded), whichever way
 the seed rounds elsewhere ("148" for e⁵ in one place, "148.4" in another are both right).
+
+Monte Carlo criteria are judged by :func:`judge_at_least`, :func:`judge_at_most` and
+:func:`judge_below` (one interval against a line, or two intervals against each other), and a claim
+made of several parts (several n, several d_k) by :func:`judge_all`.
 """
 
 from __future__ import annotations
@@ -21,13 +27,69 @@ from attnscale.errors import InputError
 from attnscale.store import to_jsonable
 
 __all__ = ["CHAPTERS", "METHODS", "VERDICTS", "ClaimResult", "VerifyConfig", "VerifyReport",
-           "printed_decimal", "judge_printed", "format_like"]
+           "printed_decimal", "judge_printed", "format_like", "judge_at_least", "judge_at_most", "judge_below",
+           "judge_all", "count_verdicts", "level_text"]
 
 # The seed's sections, in its order; every claim belongs to one.
 CHAPTERS = ("formula", "without_scaling", "why_grows", "variance", "proof", "softmax_large",
             "why_sqrt", "real_numbers", "faq", "beyond")
 METHODS = ("exact arithmetic", "symbolic", "closed form", "Monte Carlo")
-VERDICTS = ("holds", "fails", "seed number wrong")
+VERDICTS = ("holds", "fails", "inconclusive", "seed number wrong")
+
+
+def judge_at_least(lo: float, hi: float, threshold: float) -> str:
+    """Is the quantity ≥ ``threshold``, given its interval [lo, hi]? "holds" when the whole interval is
+    at or above the line, "fails" when it is wholly below, "inconclusive" when it straddles the line."""
+    if lo >= threshold:
+        return "holds"
+    if hi < threshold:
+        return "fails"
+    return "inconclusive"
+
+
+def judge_at_most(lo: float, hi: float, threshold: float) -> str:
+    """Is the quantity ≤ ``threshold``? The mirror image of :func:`judge_at_least`."""
+    if hi <= threshold:
+        return "holds"
+    if lo > threshold:
+        return "fails"
+    return "inconclusive"
+
+
+def judge_below(lower: tuple[float, float], upper: tuple[float, float]) -> str:
+    """Is the quantity of interval ``lower`` = (lo, hi) below that of interval ``upper``? "holds" when the
+    intervals are separated in that order, "fails" when they are separated the other way round,
+    "inconclusive" when they overlap."""
+    if lower[1] < upper[0]:
+        return "holds"
+    if lower[0] > upper[1]:
+        return "fails"
+    return "inconclusive"
+
+
+def judge_all(verdicts) -> str:
+    """A claim of several parts: "fails" if any part is decided false, "holds" if every part is decided
+    true, else "inconclusive"."""
+    verdicts = list(verdicts)
+    bad = [v for v in verdicts if v not in ("holds", "fails", "inconclusive")]
+    if not verdicts or bad:
+        raise InputError(f"verdicts: expected a non-empty list of 'holds'/'fails'/'inconclusive', got {verdicts!r}")
+    if "fails" in verdicts:
+        return "fails"
+    return "holds" if all(v == "holds" for v in verdicts) else "inconclusive"
+
+
+def count_verdicts(verdicts) -> dict[str, int]:
+    """How many of each verdict: every one of VERDICTS (0 if absent), and any other value as it comes."""
+    out = dict.fromkeys(VERDICTS, 0)
+    for v in verdicts:
+        out[v] = out.get(v, 0) + 1
+    return out
+
+
+def level_text(confidence: float) -> str:
+    """A confidence level as a claim text prints it: 0.99 → "99%", 0.995 → "99.5%"."""
+    return f"{confidence * 100:.6g}%"
 
 
 @dataclass
@@ -41,12 +103,13 @@ class ClaimResult:
     expected: str                 # what the claim says should come out
     measured: str                 # what came out
     estimate: float | None = None       # Monte Carlo: the point estimate (else None)
-    ci_low: float | None = None         # Monte Carlo: the 99% interval judged (see note)
+    ci_low: float | None = None         # Monte Carlo: the interval the verdict judges (see ci_level)
     ci_high: float | None = None
     n_samples: int | None = None
     verdict: str = "holds"        # one of VERDICTS
     correct_value: str | None = None    # the right value when verdict == "seed number wrong"
     note: str = ""
+    ci_level: float | None = None       # the level of [ci_low, ci_high], e.g. 0.99, or a Bonferroni level
 
     def __post_init__(self):
         if self.chapter not in CHAPTERS:
@@ -99,7 +162,7 @@ class VerifyReport:
     timings: dict[str, float] = field(default_factory=dict)  # seconds per group; not reproducible
 
     def counts(self) -> dict[str, int]:
-        return {v: sum(c.verdict == v for c in self.claims) for v in VERDICTS}
+        return count_verdicts(c.verdict for c in self.claims)
 
     def to_dict(self, timings: bool = True) -> dict[str, Any]:
         """JSON-able data. ``timings=False`` leaves out the only part that differs between two runs

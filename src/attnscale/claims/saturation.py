@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnscale.claims.context import Context
-from attnscale.claims.result import ClaimResult
+from attnscale.claims.result import ClaimResult, judge_all, judge_at_least, judge_below
 from attnscale.montecarlo import mean_ci, quantile_ci
 from attnscale.softmax import row_health
 
@@ -74,6 +74,18 @@ def drift(scaled: list[dict], unscaled: list[dict], start: int) -> tuple[float, 
     return max(a) - min(a), max(b) - min(b)
 
 
+def ci(s: dict, key: str = "median_ci") -> tuple[float, float]:
+    """A summary's interval as (lo, hi), for the judges of ``attnscale.claims.result``."""
+    return s[key][0], s[key][1]
+
+
+def by_n_note(parts: dict, what: str) -> str:
+    """Which n a per-n verdict holds, fails, or stays undecided for: "holds for n = 16; inconclusive for …"."""
+    groups = [(v, [str(n) for n, x in parts.items() if x == v]) for v in ("holds", "fails", "inconclusive")]
+    undecided = "inconclusive" in parts.values() and what
+    return "; ".join(f"{v} for n = {', '.join(ns)}" for v, ns in groups if ns) + (f" ({what})" if undecided else "")
+
+
 def _fmt(s: dict) -> str:
     return f"{s['median']:.3g} [{s['q10']:.3g}–{s['q90']:.3g}]"
 
@@ -86,52 +98,54 @@ def run(ctx: Context) -> None:
     flat_from = D_KS.index(16)
 
     # S5.1: median max weight rises toward 1 unscaled.
-    rising = all(by_n[str(n)]["unscaled"]["max_weight"][last]["median_ci"][0]
-                 > by_n[str(n)]["unscaled"]["max_weight"][d64]["median_ci"][1]
-                 > by_n[str(n)]["unscaled"]["max_weight"][0]["median_ci"][1] for n in NS)
+    # each step separated: lo(4096) > hi(64) and lo(64) > hi(1)
+    rising = {n: judge_all(judge_below(ci(mw[i]), ci(mw[j])) for i, j in ((0, d64), (d64, last)))
+              for n in NS for mw in [by_n[str(n)]["unscaled"]["max_weight"]]}
     ctx.add(ClaimResult(
         id="S5.1", chapter="without_scaling",
         claim_en="unscaled, one key takes more and more of the attention as d_k grows (median max weight → 1)",
         claim_zh="不缩放时，随 d_k 增大，一个词获得越来越多的注意力（最大权重中位数 → 1）",
         seed_value=None, method="Monte Carlo",
-        expected="median max weight at d_k = 4096 > at d_k = 64 > at d_k = 1 (99% CIs separated), for n = 16, 128, 1024",
+        expected=f"median max weight at d_k = 4096 > at d_k = 64 > at d_k = 1 ({ctx.level} CIs of each step separated), "
+                 "for n = 16, 128, 1024",
         measured="; ".join(f"n={n}: d_k=1 {_fmt(by_n[str(n)]['unscaled']['max_weight'][0])}, "
                            f"64 {_fmt(by_n[str(n)]['unscaled']['max_weight'][d64])}, "
                            f"4096 {_fmt(by_n[str(n)]['unscaled']['max_weight'][last])}" for n in NS),
         estimate=by_n[str(NS[-1])]["unscaled"]["max_weight"][last]["median"],
         ci_low=by_n[str(NS[-1])]["unscaled"]["max_weight"][last]["median_ci"][0],
         ci_high=by_n[str(NS[-1])]["unscaled"]["max_weight"][last]["median_ci"][1], n_samples=sim["rows"],
-        verdict="holds" if rising else "fails", note="median [10%–90% quantiles] over rows; Gaussian q, k"))
+        verdict=judge_all(rising.values()),
+        note=by_n_note(rising, "") + "; median [10%–90% quantiles] over rows; Gaussian q, k"))
 
     # S5.2: the seed's "at d_k = 64 one word gets nearly all the attention (close to 1.0)".
-    near_one = {n: by_n[str(n)]["unscaled"]["max_weight"][d64]["median_ci"][0] >= 0.9 for n in NS}
+    near_one = {n: judge_at_least(*ci(by_n[str(n)]["unscaled"]["max_weight"][d64]), 0.9) for n in NS}
     ctx.add(ClaimResult(
         id="S5.2", chapter="without_scaling",
         claim_en="at d_k = 64 unscaled, one word gets nearly all the attention (close to 1.0), the others close to 0",
         claim_zh="d_k = 64 不缩放时，一个词几乎获得全部注意力（接近 1.0），其他词接近 0",
         seed_value="1.0", method="Monte Carlo",
-        expected="'nearly all' read as: median max weight ≥ 0.9 (99% CI above 0.9), for n = 16, 128, 1024 keys",
+        expected=f"'nearly all' read as: median max weight ≥ 0.9 ({ctx.level} CI at or above 0.9), for n = 16, 128, 1024 keys",
         measured="; ".join(f"n={n}: {_fmt(by_n[str(n)]['unscaled']['max_weight'][d64])}" for n in NS),
         estimate=by_n[str(NS[-1])]["unscaled"]["max_weight"][d64]["median"],
         ci_low=by_n[str(NS[-1])]["unscaled"]["max_weight"][d64]["median_ci"][0],
         ci_high=by_n[str(NS[-1])]["unscaled"]["max_weight"][d64]["median_ci"][1], n_samples=sim["rows"],
-        verdict="holds" if all(near_one.values()) else "fails",
-        note=("holds for n = " + ", ".join(str(n) for n in NS if near_one[n]) if any(near_one.values()) else
-              "holds for none of the n") + "; the more keys, the less extreme the top weight (see S8.3)"))
+        verdict=judge_all(near_one.values()),
+        note=by_n_note(near_one, "its interval straddles 0.9")
+             + "; the more keys, the less extreme the top weight (see S8.3)"))
 
     # S5.3: entropy → 0 unscaled.
-    falling = all(by_n[str(n)]["unscaled"]["entropy"][last]["median_ci"][1]
-                  < by_n[str(n)]["unscaled"]["entropy"][d64]["median_ci"][0]
-                  < by_n[str(n)]["unscaled"]["entropy"][0]["median_ci"][0] for n in NS)
+    # each step separated: hi(4096) < lo(64) and hi(64) < lo(1)
+    falling = {n: judge_all(judge_below(ci(h[j]), ci(h[i])) for i, j in ((0, d64), (d64, last)))
+               for n in NS for h in [by_n[str(n)]["unscaled"]["entropy"]]}
     ctx.add(ClaimResult(
         id="S5.3", chapter="without_scaling",
         claim_en="unscaled, the attention entropy collapses toward 0 as d_k grows (near one-hot rows)",
         claim_zh="不缩放时，随 d_k 增大注意力熵趋向 0（接近 one-hot）",
         seed_value=None, method="Monte Carlo",
-        expected="median entropy at d_k = 4096 < at 64 < at 1 (99% CIs separated), for n = 16, 128, 1024",
+        expected=f"median entropy at d_k = 4096 < at 64 < at 1 ({ctx.level} CIs of each step separated), for n = 16, 128, 1024",
         measured="; ".join(f"n={n}: ln n={np.log(n):.2f}, d_k=1 {_fmt(by_n[str(n)]['unscaled']['entropy'][0])}, "
                            f"4096 {_fmt(by_n[str(n)]['unscaled']['entropy'][last])} nats" for n in NS),
-        verdict="holds" if falling else "fails", n_samples=sim["rows"]))
+        verdict=judge_all(falling.values()), n_samples=sim["rows"], note=by_n_note(falling, "")))
 
     # S5.4: scaled rows stay put — judged against how far the unscaled rows move over the same d_k.
     ratios, undetected = {}, {}
@@ -150,7 +164,7 @@ def run(ctx: Context) -> None:
                            f"{_fmt(by_n[str(n)]['scaled']['max_weight'][last])}, drift ratio {ratios[n]:.3f}" for n in NS),
         verdict="holds" if all(r <= 0.1 for r in ratios.values()) else "fails", n_samples=sim["rows"],
         note=("a residual drift is " + ("not detectable" if all(undetected.values()) else
-              "detectable (99% CIs of the medians share no common value) for n = "
+              f"detectable ({ctx.level} CIs of the medians share no common value) for n = "
               + ", ".join(str(n) for n in NS if not undetected[n]))
               + ": the scaled logits are (‖q‖/√d_k)·z and ‖q‖/√d_k spreads by ≈ 1/√(2d_k) around 1, "
                 "so rows at small d_k are a mixture of temperatures")))

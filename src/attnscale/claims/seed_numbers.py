@@ -14,6 +14,7 @@ import numpy as np
 
 from attnscale.claims.context import Context
 from attnscale.claims.result import ClaimResult, format_like, judge_printed, printed_decimal
+from attnscale.theory import dot_square_terms
 
 DIGITS = 60
 
@@ -212,21 +213,20 @@ def _variance_rows(ctx: Context) -> None:
 
 def _count_rows(ctx: Context) -> None:
     for cid, d, seed in [("S1.33", 3, "9 = 3 + 6; 3·1 + 6·0 = 3"), ("S1.34", 64, "4096 = 64 + 4032; variance 64")]:
-        terms = [(i, j) for i in range(d) for j in range(d)]
-        diagonal = sum(i == j for i, j in terms)
-        cross = len(terms) - diagonal
-        variance = diagonal * 1 + cross * 0
+        # counted from the products' expectations under the moment rules, not from an index grid
+        n_terms, unit, zero, variance = dot_square_terms(d)
         expected = {3: (9, 3, 6, 3), 64: (4096, 64, 4032, 64)}[d]
-        ok = (len(terms), diagonal, cross, variance) == expected
+        ok = (n_terms, unit, zero, variance) == expected
         ctx.add(ClaimResult(
             id=cid, chapter="proof",
             claim_en=f"d_k = {d}: (Σ qᵢkᵢ)² has {expected[0]} terms, {expected[1]} of mean 1 and {expected[2]} of mean 0",
             claim_zh=f"d_k = {d}：(Σ qᵢkᵢ)² 共 {expected[0]} 项，{expected[1]} 项均值为 1，{expected[2]} 项均值为 0",
             seed_value=seed, method="exact arithmetic", expected="d_k² terms = d_k diagonal + (d_k² − d_k) cross",
-            measured=f"{len(terms)} terms = {diagonal} + {cross}; variance {variance}",
+            measured=f"{n_terms} terms = {unit} of mean 1 + {zero} of mean 0; variance {variance}",
             verdict="holds" if ok else "seed number wrong",
-            correct_value=None if ok else f"{len(terms)} = {diagonal} + {cross}",
-            note="the expectation of each term is checked symbolically in group 2 (S2.1)"))
+            correct_value=None if ok else f"{n_terms} = {unit} + {zero}; variance {variance}",
+            note="each product (qᵢkᵢ)(qⱼkⱼ) is classified by its expectation under E x = 0, E x² = 1 "
+                 "(attnscale.theory.dot_square_terms); sympy's expansion agrees for d_k ≤ 8 (S2.1)"))
 
 
 def _formula_row(ctx: Context) -> None:

@@ -9,12 +9,14 @@ import argparse
 import sys
 import textwrap
 
-VERDICT_MARK = {"holds": "holds", "fails": "FAILS", "seed number wrong": "SEED WRONG"}
+VERDICT_MARK = {"holds": "holds", "fails": "FAILS", "inconclusive": "UNDECIDED", "seed number wrong": "SEED WRONG"}
 LABELS = {
     "en": {"expected": "expected", "measured": "measured", "correct": "correct value", "note": "note",
-           "seed": "seed prints", "summary": "{n} claims: {holds} hold, {fails} fail, {wrong} seed numbers wrong"},
+           "seed": "seed prints", "summary": "{n} claims: {holds} hold, {fails} fail, {inconclusive} inconclusive, {wrong} seed numbers wrong",
+           "legend": "UNDECIDED = inconclusive: the interval does not decide the criterion at this sample size"},
     "zh": {"expected": "预期", "measured": "实测", "correct": "正确值", "note": "说明", "seed": "原文数字",
-           "summary": "共 {n} 条：{holds} 条成立，{fails} 条不成立，{wrong} 个原文数字有误"},
+           "summary": "共 {n} 条：{holds} 条成立，{fails} 条不成立，{inconclusive} 条无定论，{wrong} 个原文数字有误",
+           "legend": "UNDECIDED = 无定论：在当前样本量下置信区间无法判定该标准"},
 }
 
 
@@ -23,7 +25,8 @@ def register(sub) -> None:
         "verify", help="check every claim and number of the seed (exact arithmetic, symbolic, Monte Carlo)",
         description="Check every claim and every printed number of the seed post on this machine: one row per "
                     "claim with the method, what is expected, what was measured (Monte Carlo: estimate, 99% "
-                    "confidence interval, sample count) and a verdict.",
+                    "confidence interval, sample count) and a verdict: holds, FAILS (shown false), UNDECIDED "
+                    "(inconclusive: the interval does not decide at this sample size) or SEED WRONG.",
         epilog="examples:\n  attnscale verify --quick\n  attnscale verify --json verify.json --lang zh\n"
                "  attnscale verify --strict    exit 1 unless every verdict is 'holds'",
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -77,7 +80,9 @@ def render_table(report, lang: str = "en", width: int = 110) -> str:
     counts = report.counts()
     out.append("-" * width)
     out.append(labels["summary"].format(n=len(report.claims), holds=counts["holds"], fails=counts["fails"],
-                                        wrong=counts["seed number wrong"]))
+                                        inconclusive=counts["inconclusive"], wrong=counts["seed number wrong"]))
+    if counts["inconclusive"]:
+        out.append(labels["legend"])
     cfg = report.config
     out.append(f"seed {cfg.seed}, {'quick' if cfg.quick else 'full'} run, Monte Carlo target ±{cfg.rel_ci_target:g} "
                f"(relative, {cfg.confidence:.0%} CI), attnscale {report.environment.get('attnscale')}")

@@ -66,7 +66,9 @@ def code_fingerprint() -> str:
     other code is not reused."""
     h = hashlib.sha256()
     pkg = resources.files("attnscale")
-    paths = [pkg.joinpath(name) for name in ("attention.py", "scales.py", "softmax.py", "montecarlo.py", "theory.py", "__init__.py")]
+    # masks.py decides S1.35's attention; store.py how the results serialise to JSON
+    paths = [pkg.joinpath(name) for name in ("attention.py", "scales.py", "softmax.py", "masks.py", "store.py",
+                                             "montecarlo.py", "theory.py", "__init__.py")]
     claims = pkg.joinpath("claims")
     if claims.is_dir():
         paths += sorted((p for p in claims.iterdir() if p.name.endswith(".py")), key=lambda p: p.name)

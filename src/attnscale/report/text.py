@@ -27,14 +27,20 @@ UI: dict[str, dict[str, str]] = {
     "part_appendix": {"en": "Appendix", "zh": "附录"},
     "holds": {"en": "holds", "zh": "成立"},
     "fails": {"en": "fails", "zh": "不成立"},
+    "inconclusive": {"en": "inconclusive", "zh": "无定论"},
     "seed number wrong": {"en": "seed number wrong", "zh": "原文数字有误"},
     "tally_holds": {"en": "claims hold", "zh": "个论断成立"},
     "tally_fails": {"en": "fail", "zh": "个不成立"},
+    "tally_inconclusive": {"en": "inconclusive", "zh": "个无定论"},
+    "inconclusive_means": {"en": "the interval does not decide the criterion at this sample size",
+                           "zh": "在当前样本量下置信区间无法判定该标准"},
     "tally_wrong": {"en": "seed numbers wrong", "zh": "个原文数字有误"},
     "expected": {"en": "expected", "zh": "期望"},
     "measured": {"en": "measured", "zh": "测得"},
     "method": {"en": "method", "zh": "方法"},
     "ci": {"en": "99% CI", "zh": "99% 置信区间"},
+    "ci_at": {"en": "{level} CI (judged)", "zh": "{level} 置信区间（据此判定）"},
+    "ci_judged": {"en": "interval judged (level)", "zh": "判定所用区间（置信水平）"},
     "samples": {"en": "samples", "zh": "样本"},
     "seed_says": {"en": "the seed says", "zh": "原文写的是"},
     "correct_value": {"en": "correct value", "zh": "正确值"},
@@ -168,7 +174,7 @@ CHAPTERS: dict[str, dict[str, dict]] = {
             "q·k = q₁k₁ + q₂k₂ + … + q_{{d_k}}·k_{{d_k}} adds d_k terms. They are positive and negative and partly "
             "cancel, but not completely: the more terms, the wider the spread of the sum.",
             "The histograms below show q·k for random vectors at d_k = {hist_dks}. Unscaled (left), the "
-            "spread widens with d_k; divided by √d_k (right), the three curves lie on top of each other."]},
+            "spread widens with d_k; divided by √d_k (right), the three curves lie almost on top of each other."]},
         "zh": {"title": "为什么点积会随 dₖ 增大？", "paras": [
             "q·k = q₁k₁ + q₂k₂ + … + q_{{dₖ}}k_{{dₖ}} 把 dₖ 个项加在一起。这些项有正有负、部分抵消，但不会完全抵消："
             "项越多，和的分布就越宽。",
@@ -229,12 +235,14 @@ CHAPTERS: dict[str, dict[str, dict]] = {
     },
     "faq": {
         "en": {"title": "FAQ", "paras": [
-            "Does scaling matter when d_k is small? Is the variance only approximately d_k? Who introduced the "
-            "factor? The seed's answers, checked.",
+            "Does scaling matter when d_k is small? Is the variance only approximately d_k? The seed's answers "
+            "to these two, checked. (Who introduced the factor is a matter of record, Vaswani et al. 2017, "
+            "not of measurement: nothing here checks it.)",
             "“Exact, not approximate” can be watched: the Monte Carlo estimate of the variance closes in on d_k "
             "with an error that shrinks as 1/√N, as it must for an exact value."]},
         "zh": {"title": "常见问题", "paras": [
-            "dₖ 较小时缩放重要吗？点积的方差只是近似等于 dₖ 吗？缩放因子是谁引入的？逐一检验原文的回答。",
+            "dₖ 较小时缩放重要吗？点积的方差只是近似等于 dₖ 吗？逐一检验原文对这两个问题的回答。"
+            "（缩放因子由谁引入——Vaswani 等人 2017——是史实而非测量，这里不作检验。）",
             "“精确而非近似”是可以看到的：方差的蒙特卡罗估计向 dₖ 收敛，误差按 1/√N 缩小，精确值理应如此。"]},
     },
     "beyond": {

@@ -8,18 +8,21 @@ from __future__ import annotations
 
 import math
 
+from attnscale.claims.result import count_verdicts, level_text
 from attnscale.report.html import esc
 from attnscale.report.text import pretty, t
 
 # verdict → CSS class of its badge
-BADGE_CLASS = {"holds": "holds", "fails": "fails", "seed number wrong": "wrong"}
-BADGE_MARK = {"holds": "✓", "fails": "✗", "seed number wrong": "≠"}
+BADGE_CLASS = {"holds": "holds", "fails": "fails", "inconclusive": "inconclusive", "seed number wrong": "wrong"}
+BADGE_MARK = {"holds": "✓", "fails": "✗", "inconclusive": "?", "seed number wrong": "≠"}
 
 
 def badge(verdict: str, lang: str) -> str:
     cls = BADGE_CLASS.get(verdict, "other")
     label = t(verdict, lang) if verdict in BADGE_CLASS else verdict
-    return f'<span class="badge {cls}">{BADGE_MARK.get(verdict, "•")} {esc(label)}</span>'
+    # "inconclusive" is new to readers: the badge says what it means on hover
+    title = f' title="{esc(t("inconclusive_means", lang))}"' if verdict == "inconclusive" else ""
+    return f'<span class="badge {cls}"{title}>{BADGE_MARK.get(verdict, "•")} {esc(label)}</span>'
 
 
 def fmt_number(x: object, digits: int = 4) -> str:
@@ -50,6 +53,14 @@ def _interval(claim: dict) -> str:
     return f"[{fmt_number(low)}, {fmt_number(high)}]"
 
 
+def _ci_label(claim: dict, lang: str) -> str:
+    """"99% CI", or the level the stored interval really has (e.g. a Bonferroni 99.98%)."""
+    level = claim.get("ci_level")
+    if level is None:
+        return t("ci", lang)
+    return t("ci_at", lang).format(level=level_text(level))
+
+
 def claim_card(claim: dict, lang: str) -> str:
     verdict = claim.get("verdict", "")
     facts = []
@@ -58,7 +69,7 @@ def claim_card(claim: dict, lang: str) -> str:
     facts.append((t("expected", lang), claim.get("expected", "")))
     facts.append((t("measured", lang), claim.get("measured", "")))
     if _interval(claim):
-        facts.append((t("ci", lang), _interval(claim)))
+        facts.append((_ci_label(claim, lang), _interval(claim)))
     if claim.get("n_samples"):
         facts.append((t("samples", lang), fmt_number(int(claim["n_samples"]))))
     facts.append((t("method", lang), claim.get("method", "")))
@@ -80,8 +91,8 @@ def claim_list(claims: list[dict], lang: str, visible: int = 8) -> str:
     if not claims:
         return f'<p class="note">{esc(t("no_claims", lang))}</p>'
     # Problems first: a reader should not have to scroll past twenty "holds" to find a "fails".
-    order = {"fails": 0, "seed number wrong": 1, "holds": 2}
-    ranked = sorted(claims, key=lambda c: order.get(c.get("verdict"), 3))
+    order = {"fails": 0, "seed number wrong": 1, "inconclusive": 2, "holds": 3}
+    ranked = sorted(claims, key=lambda c: order.get(c.get("verdict"), 4))
     head = "".join(claim_card(c, lang) for c in ranked[:visible])
     html = f'<ul class="verdicts">{head}</ul>'
     if len(ranked) > visible:
@@ -92,30 +103,27 @@ def claim_list(claims: list[dict], lang: str, visible: int = 8) -> str:
     return html
 
 
-def tally(claims: list[dict]) -> dict[str, int]:
-    """How many claims have each verdict (counting, not measuring: the page's summary line)."""
-    out = {"holds": 0, "fails": 0, "seed number wrong": 0}
-    for c in claims:
-        out[c.get("verdict")] = out.get(c.get("verdict"), 0) + 1
-    return out
-
-
 def tally_badges(claims: list[dict], lang: str) -> str:
-    n = tally(claims)
+    """The page's summary line: how many claims have each verdict (``VerifyReport.counts``'s counting)."""
+    n = count_verdicts(c.get("verdict") for c in claims)
     parts = [(n["holds"], "holds", "tally_holds"), (n["fails"], "fails", "tally_fails"),
+             (n["inconclusive"], "inconclusive", "tally_inconclusive"),
              (n["seed number wrong"], "wrong", "tally_wrong")]
-    return "".join(f'<span class="badge {cls}">{count} {esc(t(key, lang))}</span>' for count, cls, key in parts)
+    return "".join(f'<span class="badge {cls}"'
+                   + (f' title="{esc(t("inconclusive_means", lang))}"' if cls == "inconclusive" else "")
+                   + f'>{count} {esc(t(key, lang))}</span>' for count, cls, key in parts)
 
 
 def all_claims_table(claims: list[dict], lang: str) -> str:
     """Every claim in one table (verdicts as badges); it scrolls inside its own box on a phone."""
     header = ["id", t("claim", lang), t("verdict", lang), t("expected", lang), t("measured", lang),
-              t("ci", lang), t("samples", lang), t("method", lang)]
+              t("ci_judged", lang), t("samples", lang), t("method", lang)]
     head = "".join(f"<th>{esc(h)}</th>" for h in header)
     rows = []
     for c in claims:
         cells = [esc(c.get("id", "")), esc(claim_text(c, lang)), badge(c.get("verdict", ""), lang),
-                 esc(c.get("expected", "")), esc(c.get("measured", "")), esc(_interval(c)),
+                 esc(c.get("expected", "")), esc(c.get("measured", "")),
+                 esc(_interval(c) + (f" ({level_text(c['ci_level'])})" if _interval(c) and c.get("ci_level") else "")),
                  esc(fmt_number(int(c["n_samples"])) if c.get("n_samples") else ""), esc(c.get("method", ""))]
         rows.append("<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
     return (f'<div class="table-wrap"><table class="all-verdicts"><thead><tr>{head}</tr></thead>'
