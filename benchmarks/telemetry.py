@@ -18,16 +18,13 @@ from attnscale.torch.benchmark import TelemetryBenchConfig, format_table, run_te
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--quick", action="store_true", help="shapes (1, 4, 256, 64) and (1, 4, 512, 64)")
+    parser.add_argument("--quick", action="store_true", help="shapes " + " and ".join(map(str, TelemetryBenchConfig.QUICK_SHAPES)))
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's own choice)")
     parser.add_argument("--out", help="also write the result as JSON here")
     args = parser.parse_args(argv)
-    if args.quick:
-        config = TelemetryBenchConfig(shapes=((1, 4, 256, 64), (1, 4, 512, 64)), memory_shapes=((1, 4, 512, 64),),
-                                      repeats=args.repeats, device=args.device, threads=args.threads)
-    else:
-        config = TelemetryBenchConfig(repeats=args.repeats, device=args.device, threads=args.threads)
+    make = TelemetryBenchConfig.quick if args.quick else TelemetryBenchConfig
+    config = make(repeats=args.repeats, device=args.device, threads=args.threads)
     result = run_telemetry_bench(config)
     print(format_table(result))
     if args.out:

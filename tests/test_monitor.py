@@ -166,11 +166,16 @@ def test_bench_result_renders_as_a_report_chapter():
 
     result = run_telemetry_bench(TelemetryBenchConfig(shapes=((1, 2, 64, 16),), memory_shapes=(), repeats=1))
     t = result["timing"][0]
-    assert t["ratio_to_sdpa"]["sdpa"] == 1.0 and set(t["median_s"]) == set(result["variants"])
+    assert set(t["median_s"]) == set(result["variants"]) == set(t["ratio_to_sdpa"])
+    for name, ratio in t["ratio_to_sdpa"].items():     # each a measured time over SDPA's, from the same run
+        assert math.isfinite(ratio) and ratio > 0
+        assert ratio == pytest.approx(t["median_s"][name] / t["median_s"]["sdpa"], rel=1e-12)
     assert "time ÷ plain SDPA" in format_table(result)
     for lang in ("en", "zh"):
         html = chapter.render(result, lang)
         assert "<table" in html and "<svg" in html and "(1, 2, 64, 16)" in html
+    if result.get("load_average"):                     # read once the timings are done
+        assert "after the run" in chapter.render(result, "en")
 
 
 def test_cli_help():
@@ -179,3 +184,43 @@ def test_cli_help():
     with pytest.raises(SystemExit) as done:
         main(["telemetry-bench", "--help"])
     assert done.value.code == 0
+
+
+class SelfAttention(torch.nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.scaled_dot_product_attention(x, x, x, scale=0.5)
+
+
+@pytest.mark.parametrize("shape", [(2, 5, 8), (2, 3, 5, 8), (2, 3, 2, 5, 8)])
+def test_any_sdpa_layout_three_four_or_five_dimensional(shape):
+    """SDPA takes 3-D (N, L, E) and any leading dimensions; the monitor must neither break the
+    forward nor change its output, and its figures equal the softmax's computed here directly."""
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(len(shape)), dtype=torch.float64)
+    layer = SelfAttention()
+    plain = layer(x)
+    with monitor(layer) as mon:
+        watched = layer(x)
+    assert torch.equal(plain, watched)
+    p = torch.softmax(0.5 * x @ x.transpose(-2, -1), dim=-1)
+    entropy = torch.special.entr(p).sum(-1)                                 # (..., L)
+    heads = 1 if len(shape) == 3 else shape[-3]
+    per_head = entropy.reshape(-1, 1, shape[-2]) if len(shape) == 3 else entropy.reshape(-1, heads, shape[-2])
+    figures = mon.summary()
+    assert [f.head for f in figures] == list(range(heads))
+    for f in figures:
+        e = per_head[:, f.head].flatten().numpy()
+        assert f.rows == e.size and f.rows_empty == 0 and f.rows_broken == 0
+        np.testing.assert_allclose([f.entropy_mean, f.entropy_min], [e.mean(), e.min()], rtol=1e-12, atol=1e-14)
+    B = math.prod(shape[:-3]) if len(shape) > 3 else shape[0]
+    assert mon.calls[0].shape == (B, heads, shape[-2], shape[-2], shape[-1], shape[-1])
+
+
+def test_an_overflowed_row_counts_as_overflow_not_as_empty():
+    """q·k beyond float32's range is +inf: such a row has no distribution, but it attended keys."""
+    layer = SelfAttention()
+    x = torch.full((1, 2, 3, 4), 1e19)
+    with monitor(layer) as mon:
+        layer(x)
+    for f in mon.summary():
+        assert (f.rows_empty, f.rows_broken, f.overflow_rows, f.rows) == (0, 3, 3, 0)
+    assert mon.calls[0].float16_overflow

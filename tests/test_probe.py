@@ -94,6 +94,8 @@ def test_the_split_is_exact_and_the_independent_prediction_is_a_product_of_margi
     fig = head_figures(call_sums(**call))
     ref = direct(call)
     parts = sum(fig[p] for p in ("part_uneven_variances", "part_means", "part_cross_dimension", "part_correlation"))
+    # Bookkeeping only: the four parts telescope to ratio − 1 by construction, so this catches a
+    # dropped or double-counted term, not a wrong variance. The checks below are independent.
     np.testing.assert_allclose(parts, fig["ratio"] - 1, rtol=0, atol=1e-12)
     for h, r in ref.items():
         # V_ind: Var(q·k) with q and k drawn independently from the pairs' marginals = all products.
@@ -178,3 +180,15 @@ def test_bad_inputs_are_named(kwargs, error, message):
     kwargs.setdefault("scale", 1.0)
     with pytest.raises(error, match=message):
         call_sums(**kwargs)
+
+
+def test_the_chapter_names_the_scale_the_result_recorded():
+    """The entropy caption states the model's recorded scale, and calls it 1/√d_k only when it is."""
+    from attnscale.report.chapters import probe as chapter
+
+    assert chapter._scale_text(0.125, 64) == "0.125 = 1/√64"
+    assert chapter._scale_text(0.1, 64) == "0.1"
+    assert "√" not in chapter._scale_text(1.0, 64)
+    for lang in ("en", "zh"):
+        caption = chapter._t("caption_entropy", lang, scale=chapter._scale_text(0.1, 64))
+        assert "0.1" in caption and "1/√d_k" not in caption

@@ -147,3 +147,64 @@ def test_kill_minus_9_then_rerun_computes_only_missing(tmp_path):
         sys.path.remove(str(tmp_path))
     assert backend.computed == 12 - len(finished)
     assert [r["y"] for r in results] == [i * i for i in range(12)]
+
+
+INTERRUPT_MODULE = """
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+@dataclass(frozen=True)
+class Cell:
+    x: int
+    marker: str
+
+def work(cell):
+    if cell.x == 1:
+        time.sleep(0.3)
+        Path(cell.marker).write_text("done")
+    if cell.x == 2:
+        time.sleep(8)               # a long cell, still running when Ctrl-C comes
+    return {"y": cell.x}
+"""
+
+INTERRUPT_DRIVER = """
+import json, sys, time
+from pathlib import Path
+sys.path.insert(0, {folder!r})
+from interruptcells import Cell, work
+from attnscale.experiments.runner import LocalBackend
+
+if __name__ == "__main__":
+    marker = Path({marker!r})
+    gen = LocalBackend(2).map(work, [Cell(i, str(marker)) for i in range(3)])
+    first = next(gen)
+    deadline = time.monotonic() + 30
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.5)                 # cell 1 has finished, but nobody has read it yet
+    start = time.monotonic()
+    handed = gen.throw(KeyboardInterrupt)
+    try:
+        next(gen)
+        raised = False
+    except KeyboardInterrupt:
+        raised = True
+    print(json.dumps({{"first": first, "handed": handed, "raised": raised,
+                       "seconds": time.monotonic() - start}}))
+"""
+
+
+def test_ctrl_c_hands_over_finished_cells_and_does_not_wait_for_running_ones(tmp_path):
+    """Cell 2 sleeps 8 s. On KeyboardInterrupt the backend yields the finished, unread cell 1 (so
+    run_sweep caches it) and re-raises within a few seconds, not after the running cell ends."""
+    (tmp_path / "interruptcells.py").write_text(textwrap.dedent(INTERRUPT_MODULE))
+    driver = tmp_path / "driver.py"
+    driver.write_text(INTERRUPT_DRIVER.format(folder=str(tmp_path), marker=str(tmp_path / "cell1.done")))
+    done = subprocess.run([sys.executable, str(driver)], capture_output=True, text=True, timeout=90,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["first"] == [0, {"y": 0}]
+    assert seen["handed"] == [1, {"y": 1}] and seen["raised"]
+    assert seen["seconds"] < 4, seen

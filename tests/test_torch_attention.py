@@ -298,3 +298,134 @@ def test_without_the_kernel_auto_falls_back_to_composed_calls(env, tmp_path):
     first, reason = done.stdout.splitlines()[:2]
     assert first.split() == ["False", "composed"] and reason
     print(reason)
+
+
+# --- numerical edge cases of the kernel (each found by review; each test failed before its fix) ------
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("jump", [50.0, 90.0, 200.0, 300.0, 1000.0])
+def test_a_later_key_block_far_above_the_running_max(dtype, jump):
+    """The online softmax rescales its sums by e^{−δ} when a later key block raises the max by δ; past
+    float32's exp underflow (δ > 87) that factor must be exactly 0, not garbage. Reference: the chunked
+    backend in float64 on the same (rounded) inputs; float32 within 2e-6 relative (out, lse) and 2e-6
+    nats (entropy), float64 within 1e-12."""
+    kernel_or_skip("kernel")
+    S = 2 * attention_module._KV_BLOCK + 7                   # two full key blocks and a partial third
+    g = torch.Generator().manual_seed(int(jump))
+    q = (torch.randn(1, 1, 3, 8, generator=g) * 0.5).to(dtype)   # other logits of order 1
+    q[..., 0] = torch.tensor([1.0, 0.5, -1.0], dtype=dtype)      # rows: +jump, +jump/2, −jump
+    k = (torch.randn(1, 1, S, 8, generator=g) * 0.5).to(dtype)
+    k[..., 0] = 0.0
+    k[0, 0, attention_module._KV_BLOCK + 3, 0] = jump          # one key in the second block
+    v = torch.randn(1, 1, S, 5, generator=g).to(dtype)
+    res = attention(q, k, v, scale=1.0, backend="kernel", max_logit=True)
+    ref = attention(q.double(), k.double(), v.double(), scale=1.0, backend="chunked", max_logit=True)
+    tol = 2e-6 if dtype == torch.float32 else 1e-12
+    assert (res.entropy >= 0).all(), res.entropy
+    np.testing.assert_allclose(res.out.double().numpy(), ref.out.numpy(), rtol=tol, atol=tol)
+    np.testing.assert_allclose(res.lse.double().numpy(), ref.lse.numpy(), rtol=tol, atol=0)
+    np.testing.assert_allclose(res.entropy.double().numpy(), ref.entropy.numpy(), rtol=0, atol=tol)
+    np.testing.assert_allclose(res.max_logit.double().numpy(), ref.max_logit.numpy(), rtol=tol, atol=0)
+
+
+@pytest.mark.parametrize("scale", [10.0, 100.0])
+def test_composed_float32_entropy_is_never_negative(scale):
+    """The composed backend's entropy is lse − scale·q·(PK), a difference: in float32 it has an absolute
+    error of order eps·|lse| and, unclamped, went negative (−1.4e-4 at scale 10). Clamped at 0, and
+    within 8·eps32·|lse| + 1e-6 nats of float64 chunked on the same inputs."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 4, 64, d, generator=g) for d in (64, 64, 16))
+    res = attention(q, k, v, scale=scale, backend="composed")
+    ref = attention(q.double(), k.double(), v.double(), scale=scale, backend="chunked")
+    assert (res.entropy >= 0).all()
+    error = (res.entropy.double() - ref.entropy).abs()
+    bound = 8 * torch.finfo(torch.float32).eps * ref.lse.abs() + 1e-6
+    assert (error <= bound).all(), float((error - bound).max())
+    print(f"scale {scale}: max |entropy error| {float(error.max()):.2e} nats, max |lse| {float(ref.lse.abs().max()):.0f}")
+
+
+@pytest.mark.parametrize("backend", ["kernel", "chunked"])
+def test_an_overflowed_logit_is_not_reported_as_nothing_attended(backend):
+    """q·k = 4e38 overflows float32 to +inf (finite inputs, so check_finite lets it through): the row
+    has no distribution, and must not look like a fully masked one (out 0, lse −inf)."""
+    kernel_or_skip(backend)
+    q, k, v = torch.full((1, 1, 2, 4), 1e19), torch.full((1, 1, 3, 4), 1e19), torch.ones(1, 1, 3, 2)
+    res = attention(q, k, v, scale=1.0, backend=backend, max_logit=True)
+    assert (res.lse == math.inf).all() and res.entropy.isnan().all() and res.out.isnan().all()
+    assert (res.max_logit == math.inf).all() and res.float16_overflow().all()
+
+
+@pytest.mark.parametrize("backend", ["kernel", "chunked"])
+@pytest.mark.parametrize("block", [0, 1, 2])
+@pytest.mark.parametrize("only_that_key", [False, True])
+def test_a_nan_logit_makes_its_row_nan_in_any_key_block(backend, block, only_that_key):
+    """A NaN key (check_finite=False) in the first, second or partial third key block: every row
+    comes out NaN (lse NaN, not −inf), also when the mask leaves that key the only one attended."""
+    kernel_or_skip(backend)
+    S = 2 * attention_module._KV_BLOCK + 7
+    g = torch.Generator().manual_seed(block)
+    q, k, v = torch.randn(1, 2, 3, 8, generator=g), torch.randn(1, 2, S, 8, generator=g), torch.randn(1, 2, S, 4, generator=g)
+    j = block * attention_module._KV_BLOCK + 2
+    k[0, 0, j, 0] = math.nan                                   # head 0 only; head 1 is a healthy control
+    mask = None
+    if only_that_key:
+        mask = torch.zeros(S, dtype=torch.bool)
+        mask[j] = True
+    res = attention(q, k, v, mask=mask, scale=1.0, backend=backend, check_finite=False, max_logit=True)
+    broken = res.lse[0, 0]
+    assert broken.isnan().all() and res.entropy[0, 0].isnan().all() and res.out[0, 0].isnan().all()
+    assert torch.isfinite(res.lse[0, 1]).all() and torch.isfinite(res.out[0, 1]).all()
+
+
+def test_a_stale_build_lock_is_removed_and_the_kernel_loads(tmp_path):
+    """A build killed mid-way leaves torch's lock file; torch then waits on it forever. An old lock
+    (mtime an hour ago) is removed and the kernel builds (a fresh cache: one build, ~7 s on 2 cores)."""
+    code = ("import os, sys, time\n"
+            "from pathlib import Path\n"
+            "import torch\n"
+            "from torch.utils import cpp_extension\n"
+            "from attnscale.torch import ext\n"
+            "lock = Path(cpp_extension._get_build_directory(ext._build_name(torch), False)) / 'lock'\n"
+            "lock.touch(); os.utime(lock, (time.time() - 3600,) * 2)\n"
+            "s = ext.kernel_status(); print(s['available'], lock.exists()); print(s['reason'])\n")
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path)}
+    env.pop("ATTNSCALE_NO_KERNEL", None)
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0].split() == ["True", "False"], done.stdout
+
+
+def test_a_young_build_lock_is_waited_for_then_an_old_one_removed(tmp_path):
+    """A lock a live build holds is waited on until released; one older than the limit is removed."""
+    import threading
+
+    from attnscale.torch import ext
+
+    lock = tmp_path / "lock"
+    lock.touch()
+    releaser = threading.Timer(0.3, lock.unlink)
+    releaser.start()
+    ext._clear_stale_lock(lock, max_age=60, poll=0.01)          # returns once the build releases it
+    releaser.join()
+    assert not lock.exists()
+    lock.touch()
+    os.utime(lock, (lock.stat().st_mtime - 120,) * 2)
+    ext._clear_stale_lock(lock, max_age=60, poll=0.01)
+    assert not lock.exists()
+    ext._clear_stale_lock(lock)                                  # no lock: returns at once
+
+
+def test_ninja_next_to_the_python_is_found_without_an_activated_venv(tmp_path, monkeypatch):
+    """torch runs `ninja` from PATH only; a venv's own ninja sits beside its python."""
+    from attnscale.torch import ext
+
+    (tmp_path / "ninja").write_text("")
+    monkeypatch.setattr(ext.sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setattr(ext.shutil, "which", lambda name: None)
+    monkeypatch.setenv("PATH", "/usr/bin")
+    ext._find_ninja_next_to_python()
+    assert os.environ["PATH"].split(os.pathsep) == [str(tmp_path), "/usr/bin"]
+    monkeypatch.setattr(ext.shutil, "which", lambda name: "/usr/bin/ninja")   # already on PATH: unchanged
+    monkeypatch.setenv("PATH", "/usr/bin")
+    ext._find_ninja_next_to_python()
+    assert os.environ["PATH"] == "/usr/bin"

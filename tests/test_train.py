@@ -239,3 +239,32 @@ def test_quick_configs_are_small():
     assert len(make_config("scale-vs-dk", quick=True).cells()) <= 40
     assert len(make_config("logit-growth", quick=True).cells()) <= 8
     assert make_config("logit-growth", seeds=2).seeds == 2
+
+
+def test_a_serial_cell_leaves_torch_process_settings_as_they_were(tmp_path):
+    """seed_everything makes kernels deterministic and torch single-threaded, process-wide: right in a
+    worker, a leak in the caller's process. The serial backend puts both back after each cell."""
+    deterministic, threads = torch.are_deterministic_algorithms_enabled(), torch.get_num_threads()
+    try:
+        torch.use_deterministic_algorithms(False)
+        torch.set_num_threads(3)                               # not what seed_everything sets (1)
+        cell = scale_vs_dk.ScaleCell("unscaled", 16, "sgd", 0.3, 0, steps=3, final_eval=32)
+        (result,) = run_sweep("scale-vs-dk", [cell], scale_vs_dk.train_cell, ResultCache(tmp_path), SerialBackend())
+        assert 0.0 <= result["final_accuracy"] <= 1.0
+        assert not torch.are_deterministic_algorithms_enabled()
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.use_deterministic_algorithms(deterministic)
+        torch.set_num_threads(threads)
+
+
+def test_causal_attention_refuses_keys_that_are_not_the_queries():
+    from attnscale.experiments.models import Attention
+    from attnscale.scales import InverseSqrtDk
+
+    attn = Attention(8, 2, 4, 4, InverseSqrtDk(), causal=True)
+    x = torch.randn(1, 3, 8)
+    assert attn(x).shape == (1, 3, 8)
+    with pytest.raises(InputError, match=r"context: causal attention needs .*L == S.*\(1, 3, 8\).*\(1, 5, 8\)"):
+        attn(x, torch.randn(1, 5, 8))
+    assert Attention(8, 2, 4, 4, InverseSqrtDk())(x, torch.randn(1, 5, 8)).shape == (1, 3, 8)

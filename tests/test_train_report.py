@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 pytest.importorskip("torch")
@@ -62,3 +64,32 @@ def test_cli_help_lists_experiments(capsys):
     assert exc.value.code == 0
     out = capsys.readouterr().out
     assert "scale-vs-dk" in out and "logit-growth" in out and "--quick" in out
+
+
+def test_the_single_key_sentence_follows_the_two_ceilings(summaries):
+    """"The same as guessing" only when the result's two ceilings are equal; else both numbers, no claim."""
+    import copy
+
+    a, _ = summaries
+    single, prior = a["analysis"]["single_key_ceiling"], a["analysis"]["prior_ceiling"]
+    same = "the same as guessing" in training.render(a, "en")
+    assert same == math.isclose(single, prior, rel_tol=1e-9, abs_tol=1e-12)
+    other = copy.deepcopy(a)
+    other["analysis"]["prior_ceiling"] = single / 2
+    for lang, said in (("en", "the same as guessing"), ("zh", "相同")):
+        html = training.render(other, lang)
+        assert f"{single / 2:.3f}" in html and said not in html.split("W_Q")[0]
+    other["analysis"]["prior_ceiling"] = single
+    assert "the same as guessing" in training.render(other, "en")
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_logit_growth_text_claims_only_what_it_measured(summaries, lang):
+    """No "attends almost uniformly" (nothing measures uniformity); a cause of the low-LR gap is a guess."""
+    _, b = summaries
+    html = training_logits.render(b, lang)
+    assert "uniform" not in html and "均匀的" not in html
+    assert "steps are too few there" not in html
+    text = training_logits.TEXT
+    assert "not measured" in text["low_end"]["en"] and "未测量" in text["low_end"]["zh"]
+    assert "uniform" not in text["collapse"]["en"] and "均匀" not in text["collapse"]["zh"]

@@ -43,10 +43,22 @@ def config_hash(config: Any, length: int = 16) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:length]
 
 
-def _umask() -> int:
+def _read_umask() -> int:
+    """The process umask, read without changing it where Linux shows it (/proc); elsewhere by
+    setting and restoring it, once, at import (before any thread of ours writes files)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+_UMASK = _read_umask()
 
 
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
@@ -58,7 +70,7 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; results are ordinary files
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; results are ordinary files
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

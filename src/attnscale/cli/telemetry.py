@@ -21,7 +21,7 @@ def register(sub) -> None:
                     "(medians, ratios); then run the monitor on all-MiniLM-L6-v2.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--repeats", type=int, default=7, help="timed repeats per variant (default 7)")
-    p.add_argument("--quick", action="store_true", help="shapes (1, 4, 256, 64) and (1, 4, 512, 64)")
+    p.add_argument("--quick", action="store_true", help="small shapes, a smoke run")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     p.add_argument("--no-model", action="store_true", help="skip the monitor on all-MiniLM-L6-v2")
     p.add_argument("--out", default="attnscale-results", metavar="DIR",
@@ -34,11 +34,8 @@ def run_telemetry_bench_command(args) -> int:
     from attnscale.store import write_json_atomic
     from attnscale.torch.benchmark import TelemetryBenchConfig, format_table, measure_monitor, run_telemetry_bench
 
-    if args.quick:
-        config = TelemetryBenchConfig(shapes=((1, 4, 256, 64), (1, 4, 512, 64)), memory_shapes=((1, 4, 512, 64),),
-                                      repeats=args.repeats, device=args.device)
-    else:
-        config = TelemetryBenchConfig(repeats=args.repeats, device=args.device)
+    make = TelemetryBenchConfig.quick if args.quick else TelemetryBenchConfig
+    config = make(repeats=args.repeats, device=args.device)
     with Progress() as progress:
         result = run_telemetry_bench(config, progress=progress)
     print(format_table(result))

@@ -87,7 +87,7 @@ class AttentionRecord:
 
 class Attention(nn.Module):
     """Multi-head attention, no biases. x: (B, L, D) queries, context: (B, S, D) keys and values
-    (default: x itself) -> (B, L, D).
+    (default: x itself) -> (B, L, D). ``causal`` masks key j > query i, so needs L == S (self-attention).
 
     ``qk_layernorm`` applies a LayerNorm (learnable gain, no bias) to each head's q and k before the
     rule, as Dehghani et al. 2023 and Wortsman et al. 2023 do.
@@ -120,8 +120,11 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         z = self.logits(q, k)                                        # (B, H, L, S)
         if self.causal:
-            L = z.shape[-1]
-            keep = torch.ones(L, L, dtype=torch.bool, device=z.device).tril()
+            L, S = z.shape[-2:]
+            if L != S:  # query i ↔ key i only when they are the same positions; top- or bottom-right is a guess
+                raise InputError(f"context: causal attention needs the queries' own positions as keys (L == S), "
+                                 f"got x {tuple(x.shape)} and context {tuple(context.shape)}")
+            keep = torch.ones(L, S, dtype=torch.bool, device=z.device).tril()
             z = z.masked_fill(~keep, float("-inf"))
         p = torch.softmax(z, dim=-1)
         if self.keep_record:

@@ -34,11 +34,20 @@ class Backend(Protocol):
 
 
 class SerialBackend:
-    """In this process, one cell after the other (no start-up cost: for small sweeps and tests)."""
+    """In this process, one cell after the other (no start-up cost: for small sweeps and tests).
+    Process-wide settings a training cell makes (deterministic kernels, one thread) are undone after
+    each cell, so that they do not leak into the caller."""
 
     def map(self, fn, cells):
+        from attnscale.experiments import training   # light: it imports torch only when a cell does
+
         for i, cell in enumerate(cells):
-            yield i, fn(cell)
+            before = training.process_settings()
+            try:
+                result = fn(cell)
+            finally:
+                training.restore_process_settings(before)
+            yield i, result
 
 
 def _init_worker() -> None:
@@ -64,16 +73,33 @@ class LocalBackend:
 
     def map(self, fn, cells):
         ctx = multiprocessing.get_context(self.start_method)
-        with ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_init_worker) as pool:
-            pending = {pool.submit(fn, cell): i for i, cell in enumerate(cells)}
-            try:
-                while pending:
-                    done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                    for future in done:
-                        yield pending.pop(future), future.result()
-            finally:
-                for future in pending:           # an error or an interrupt: drop what has not started
-                    future.cancel()
+        pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_init_worker)
+        pending = {pool.submit(fn, cell): i for i, cell in enumerate(cells)}
+        try:
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    yield pending.pop(future), future.result()
+        except KeyboardInterrupt:
+            # Ctrl-C: hand over the cells that already finished (so the caller caches them), then stop.
+            ready = [f for f in pending if f.done() and not f.cancelled() and f.exception() is None]
+            _stop(pool)
+            for future in ready:
+                yield pending.pop(future), future.result()
+            raise
+        finally:
+            # Cells left over (an error, an interrupt, or the caller stopped reading): do not wait for them.
+            if pending:
+                _stop(pool)
+            else:
+                pool.shutdown(wait=True)
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Drop the cells not started and return without waiting for the running ones (their results
+    would be discarded; waiting made Ctrl-C take as long as the slowest running cell). A Ctrl-C in a
+    terminal reaches the workers too, which ends them."""
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 def default_workers() -> int:

@@ -11,16 +11,52 @@ import numpy as np
 
 from attnscale.errors import InputError
 
-__all__ = ["seed_everything", "make_optimizer", "attention_metrics", "grad_norm", "SATURATED_WEIGHT"]
+__all__ = ["seed_everything", "process_settings", "restore_process_settings", "make_optimizer", "attention_metrics", "grad_norm", "SATURATED_WEIGHT"]
 
 SATURATED_WEIGHT = 0.99   # a row whose largest weight exceeds this is counted as saturated
 
 
-def seed_everything(seed: int):
-    """Seed torch, force deterministic kernels and one thread (cells run in parallel processes).
-    Returns a torch.Generator for the data, seeded independently of the weights."""
+# torch's process-wide settings as they were before seed_everything first changed them in this process.
+_first_settings: list[tuple[bool, bool, int]] = []
+
+
+def process_settings() -> tuple[bool, bool, int] | None:
+    """torch's (deterministic algorithms, warn-only, intra-op threads), or None when torch is not
+    imported yet (then they are torch's defaults)."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    return (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+            torch.get_num_threads())
+
+
+def restore_process_settings(settings: tuple[bool, bool, int] | None) -> None:
+    """Put back what :func:`process_settings` returned before a cell ran. None (torch was not imported
+    then): the settings torch had before :func:`seed_everything` first changed them, if it did."""
+    if settings is None:
+        if not _first_settings:
+            return
+        settings = _first_settings[0]
     import torch
 
+    deterministic, warn_only, threads = settings
+    torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
+    torch.set_num_threads(threads)
+
+
+def seed_everything(seed: int):
+    """Seed torch, force deterministic kernels and one thread (cells run in parallel processes).
+    Returns a torch.Generator for the data, seeded independently of the weights.
+
+    The deterministic flag and the thread count are process-wide: a cell run in the caller's own
+    process (:class:`~attnscale.experiments.runner.SerialBackend`) gets them put back afterwards
+    (:func:`process_settings`, :func:`restore_process_settings`)."""
+    import torch
+
+    if not _first_settings:
+        _first_settings.append(process_settings())
     torch.manual_seed(seed)
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)

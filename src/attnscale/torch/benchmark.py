@@ -57,6 +57,13 @@ class TelemetryBenchConfig:
         if unknown or "sdpa" not in self.variants:
             raise InputError(f"variants: expected a subset of {VARIANTS} including 'sdpa', got {self.variants!r}")
 
+    QUICK_SHAPES = ((1, 4, 256, 64), (1, 4, 512, 64))       # a smoke run: seconds, not minutes
+
+    @classmethod
+    def quick(cls, **kw) -> "TelemetryBenchConfig":
+        """Small shapes (:attr:`QUICK_SHAPES`; memory on the larger), other fields as given."""
+        return cls(shapes=cls.QUICK_SHAPES, memory_shapes=cls.QUICK_SHAPES[-1:], **kw)
+
 
 def _inputs(torch, shape, device: str, seed: int):
     g = torch.Generator().manual_seed(seed)

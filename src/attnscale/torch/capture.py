@@ -16,12 +16,14 @@ given) and appended to ``cap.calls`` only when ``store=True`` (a monitor compute
 - ``index``: running number of the call within this capture (0, 1, ...).
 - ``name``: the innermost module running when the call happened: its path in ``model``
   (``"encoder.layer.3.attention.self"``) when ``model`` is given, else its class name ("" if none).
-- ``q: (B, H_q, L, d_k)``, ``k: (B, H_k, S, d_k)``, ``v: (B, H_k, S, d_v)``: detached tensors.
+- ``q: (..., H_q, L, d_k)``, ``k: (..., H_k, S, d_k)``, ``v: (..., H_k, S, d_v)``: detached tensors,
+  shaped exactly as the model passed them — usually 4-D ``(B, H, N, d)``, but SDPA also takes any
+  number of leading dimensions, and 3-D ``(N, L, d)`` with no head axis.
 - ``attn_mask``: None, a bool tensor (True = attend) or an additive float tensor, broadcastable to
-  ``(B, H_q, L, S)``, exactly as the model passed it.
+  ``(..., H_q, L, S)``, exactly as the model passed it.
 - ``is_causal``: SDPA's flag (top-left aligned causal mask), ``dropout_p``, ``enable_gqa``.
 - ``scale``: the factor that actually multiplied q·kᵀ, resolved (SDPA's None → 1/√d_k). Never None.
-- ``output: (B, H_q, L, d_v)``: what the call returned.
+- ``output: (..., H_q, L, d_v)``: what the call returned.
 - ``source``: ``"sdpa"`` (intercepted call) or ``"projections"`` (rebuilt, see below).
 - ``weights``: the model's own probabilities ``(B, H_q, L, S)`` when it computed them (eager
   attention), else None.
@@ -71,15 +73,15 @@ class SDPACall:
 
     index: int
     name: str
-    q: Any                     # (B, H_q, L, d_k)
-    k: Any                     # (B, H_k, S, d_k)
-    v: Any                     # (B, H_k, S, d_v)
-    attn_mask: Any             # None | bool (True = attend) | additive float, broadcastable to (B, H_q, L, S)
+    q: Any                     # (..., H_q, L, d_k) as passed (see the module docstring)
+    k: Any                     # (..., H_k, S, d_k)
+    v: Any                     # (..., H_k, S, d_v)
+    attn_mask: Any             # None | bool (True = attend) | additive float, broadcastable to (..., H_q, L, S)
     is_causal: bool
     scale: float               # resolved: multiplies q·kᵀ
     dropout_p: float
     enable_gqa: bool
-    output: Any                # (B, H_q, L, d_v)
+    output: Any                # (..., H_q, L, d_v)
     source: str = "sdpa"       # "sdpa" | "projections"
     weights: Any = None        # the model's own probabilities (B, H_q, L, S), when it computed them
 

@@ -15,7 +15,11 @@ What is kept: per (layer, head), each row's entropy in the figures' dtype (4 byt
 a float32 or half model, 8 for float64; so that the median is exact), and running max/min logits and
 counts. A "layer" is the innermost module that made the call (see capture): a module that calls
 attention twice has both calls aggregated under its name. A fully masked row counts in ``rows_empty``
-and in no figure.
+and in no figure; a row whose logits overflowed to +inf or are NaN (the kernel reports it NaN, not
+empty) counts in ``rows_broken`` and in no entropy figure, and an overflowed one in ``overflow_rows``.
+
+Any SDPA layout is taken: q (..., H_q, L, d_k) with any number of leading dimensions (all folded
+into the batch), or 3-D (N, L, d_k), which has no head axis and is counted as one head.
 
 Figures describe the softmax before any dropout (a training-mode call's dropout_p is ignored).
 
@@ -26,6 +30,7 @@ whatever the dtype the model ran in (a float32 model that would overflow once ca
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,7 +48,7 @@ class CallRecord:
 
     index: int
     layer: str
-    shape: tuple               # (B, H_q, L, S, d_k, d_v)
+    shape: tuple               # (B, H_q, L, S, d_k, d_v); B = product of all leading dims (1 head if 3-D)
     dtype: str
     source: str                # "sdpa" or "projections" (see capture)
     backend: str               # which attnscale.torch backend computed the figures
@@ -66,12 +71,14 @@ class HeadFigures:
     max_logit: float           # largest logit seen
     min_logit: float           # smallest attended logit seen
     overflow_rows: int         # rows with |logit| > 65504
+    rows_broken: int = 0       # rows with a NaN or +inf logit (no entropy figure)
 
 
 @dataclass
 class _Accumulator:
     calls: int = 0
     rows_empty: int = 0
+    rows_broken: int = 0
     overflow_rows: int = 0
     max_logit: float = -np.inf
     min_logit: float = np.inf
@@ -84,7 +91,8 @@ class _Accumulator:
         return HeadFigures(layer=layer, head=head, calls=self.calls, rows=int(e.size), rows_empty=self.rows_empty,
                            entropy_mean=stat(np.mean), entropy_median=stat(np.median), entropy_min=stat(np.min),
                            max_logit=self.max_logit if seen else float("nan"),
-                           min_logit=self.min_logit if seen else float("nan"), overflow_rows=self.overflow_rows)
+                           min_logit=self.min_logit if seen else float("nan"), overflow_rows=self.overflow_rows,
+                           rows_broken=self.rows_broken)
 
 
 class Monitor:
@@ -114,19 +122,22 @@ class Monitor:
                               causal="top_left" if call.is_causal else False, max_logit=True,
                               backend=self._backend, check_finite=False)
         entropy, hi, lo = _per_head(stats.entropy), _per_head(stats.max_logit), _per_head(stats.min_logit)
+        empty = _per_head(stats.lse) == -np.inf                      # nothing attended (NaN lse: broken)
         reach = np.fmax(np.abs(hi), np.abs(lo))                     # max |logit| per row; NaN if empty
         overflow = reach > FLOAT16_MAX
         for h in range(entropy.shape[0]):
             acc = self._heads.setdefault((call.name, h), _Accumulator())
             full = ~np.isnan(entropy[h])
             acc.calls += 1
-            acc.rows_empty += int((~full).sum())
+            acc.rows_empty += int(empty[h].sum())
+            acc.rows_broken += int((~full & ~empty[h]).sum())
             acc.overflow_rows += int(overflow[h].sum())
             if full.any():
                 acc.entropies.append(entropy[h][full])
                 acc.max_logit = max(acc.max_logit, float(np.max(hi[h][full])))
                 acc.min_logit = min(acc.min_logit, float(np.min(lo[h][full])))
-        B, H_q, L, d_k = call.q.shape
+        *lead, H_q, L, d_k = call.q.shape if call.q.dim() > 3 else (call.q.shape[0], 1, *call.q.shape[1:])
+        B = math.prod(lead)
         biggest = float(np.nanmax(reach)) if not np.isnan(reach).all() else float("nan")
         self.calls.append(CallRecord(
             index=call.index, layer=call.name, shape=(B, H_q, L, call.k.shape[-2], d_k, call.v.shape[-1]),
@@ -135,8 +146,11 @@ class Monitor:
 
 
 def _per_head(x) -> np.ndarray:
-    """(B, H, L) figures → (H, B·L), NumPy on the CPU, in the figures' dtype."""
-    return x.transpose(0, 1).reshape(x.shape[1], -1).cpu().numpy()
+    """(..., H, L) figures → (H, ·), NumPy on the CPU, in the figures' dtype; (N, L), from 3-D
+    inputs without a head axis, → (1, N·L)."""
+    if x.dim() == 2:
+        return x.reshape(1, -1).cpu().numpy()
+    return x.reshape(-1, *x.shape[-2:]).transpose(0, 1).reshape(x.shape[-2], -1).cpu().numpy()
 
 
 def _mask_and_bias(torch, attn_mask):

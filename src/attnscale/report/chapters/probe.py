@@ -66,9 +66,9 @@ TEXT = {
                       "zh": "每层（行）每头（列）的 Var(q·k) / (d_k σ_q² σ_k²)；1 表示原文的方差公式成立。"},
     "alt_entropy": {"en": "Heat maps per layer and head of the normalized entropy with and without the scale",
                     "zh": "按层与头的热图：有与没有缩放时的归一化熵"},
-    "caption_entropy": {"en": "Entropy / ln n of the model's rows (0 = one-hot, 1 = uniform), with its 1/√d_k "
-                              "scale (left) and with the scale removed (right).",
-                        "zh": "模型各行的熵 / ln n（0 = 独热，1 = 均匀），左为模型自身的 1/√d_k 缩放，右为去掉缩放。"},
+    "caption_entropy": {"en": "Entropy / ln n of the model's rows (0 = one-hot, 1 = uniform), with its own "
+                              "scale, {scale} (left), and with the scale removed (right).",
+                        "zh": "模型各行的熵 / ln n（0 = 独热，1 = 均匀），左为模型自身的缩放 {scale}，右为去掉缩放。"},
 }
 
 # Per-layer table: (figure, English header, Chinese header).
@@ -132,6 +132,13 @@ def heatmaps(result: dict, lang: str):
     return fig_ratio, fig_entropy
 
 
+def _scale_text(scale: float, d_k: int) -> str:
+    """The recorded scale, named 1/√d_k only when it is that number."""
+    if d_k > 0 and math.isclose(scale, 1.0 / math.sqrt(d_k), rel_tol=1e-6):
+        return f"{scale:.4g} = 1/√{d_k}"
+    return f"{scale:.4g}"
+
+
 def render(result: dict, lang: str) -> str:
     cfg, check = result["config"], result["check"]
     worst = max(check["max_abs_diff_per_layer"]) if check["max_abs_diff_per_layer"] else float("nan")
@@ -148,7 +155,8 @@ def render(result: dict, lang: str) -> str:
         warnings.filterwarnings("ignore", message="Glyph .* missing from font")
         fig_ratio, fig_entropy = heatmaps(result, lang)
         parts.append(figure_svg(fig_ratio, _t("alt_ratio", lang), _t("caption_ratio", lang)))
-        parts.append(figure_svg(fig_entropy, _t("alt_entropy", lang), _t("caption_entropy", lang)))
+        parts.append(figure_svg(fig_entropy, _t("alt_entropy", lang),
+                                _t("caption_entropy", lang, scale=_scale_text(result["scale"], result["d_k"]))))
     parts.append(f"<p>{esc(_t('split', lang))}</p>")
     header = [_t("layer", lang)] + [zh if lang == "zh" else en for _, en, zh in COLUMNS]
     per_layer = result["per_layer"]

@@ -7,6 +7,7 @@ peak-memory ratios against plain PyTorch SDPA, and the monitor's per-layer figur
 from __future__ import annotations
 
 import functools
+import statistics
 
 from attnscale.report.html import esc, figure_svg, table
 from attnscale.report.text import localize
@@ -50,8 +51,8 @@ TEXT = {
                  "zh": "各变体、各形状相对普通 SDPA 的时间比柱状图"},
     "kernel_missing": {"en": "The C++ kernel was not available in this run: {reason}.",
                        "zh": "本次运行中 C++ 内核不可用：{reason}。"},
-    "noisy": {"en": "Load average during the run: {load}; on a busy machine the ratios are noisy.",
-              "zh": "运行期间的平均负载：{load}；机器繁忙时比值有噪声。"},
+    "noisy": {"en": "Load average after the run: {load}; on a busy machine the ratios are noisy.",
+              "zh": "运行结束后的平均负载：{load}；机器繁忙时比值有噪声。"},
     "monitor": {
         "en": ("The monitor on {model} ({n} sequences, padded to {length} tokens): every attention call's rows, "
                "recomputed from q, k, v and aggregated per layer and head, never storing q, k or weights. "
@@ -94,12 +95,6 @@ def _time_figure(result: dict, lang: str):
     return fig
 
 
-def _median(values):
-    xs = sorted(values)
-    n = len(xs)
-    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
-
-
 def _monitor_part(found: dict, lang: str) -> list[str]:
     overflow = sum(1 for c in found["calls"] if c["float16_overflow"])
     parts = [f"<p>{esc(_t('monitor', lang, model=found.get('model', '?'), n=found.get('n_sequences', '?'), length=found.get('padded_length', '?'), ratio=found['ratio'], equal=found['outputs_bitwise_equal'], overflow=overflow, calls=len(found['calls'])))}</p>"]
@@ -110,7 +105,7 @@ def _monitor_part(found: dict, lang: str) -> list[str]:
     for name, heads in layers.items():
         lowest = min(heads, key=lambda h: h["entropy_mean"])
         rows.append([name, f"{sum(h['entropy_mean'] for h in heads) / len(heads):.3f}",
-                     f"{_median([h['entropy_median'] for h in heads]):.3f}",
+                     f"{statistics.median(h['entropy_median'] for h in heads):.3f}",
                      f"{min(h['entropy_min'] for h in heads):.3g}", f"{max(h['max_logit'] for h in heads):.2f}",
                      f"{lowest['head']} ({lowest['entropy_mean']:.3f})"])
     header = [_t(k, lang) for k in ("layer", "mean_entropy", "median_entropy", "min_entropy", "max_logit",

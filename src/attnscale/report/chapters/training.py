@@ -33,16 +33,21 @@ TEXT = {
         "en": ("A one-layer transformer (width {d_model}, {heads} heads) learns to count the ones among "
                "{k} marked positions out of {n}: the query must spread its attention evenly over the {k} "
                "marked keys. One attended key is not enough: from one marked bit the best possible "
-               "accuracy is {single:.3f}, the same as guessing the most likely count ({prior:.3f}). "
+               "accuracy is {single:.3f}, {versus}. "
                "W_Q and W_K start with Var(q_i) ≈ 1, so Var(q·k) ≈ dₖ, the seed's assumption. Every "
                "rule starts from the same weights for a given dₖ and seed; {steps} steps of batch {batch}, "
                "{seeds} seeds. Adam runs at lr {adam_lr:g}; plain SGD runs on the grid {sgd_lrs}."),
         "zh": ("一层 transformer（宽 {d_model}，{heads} 个头）学习数出 {n} 个位置中 {k} 个标记位置上 1 的个数："
                "查询必须把注意力均匀地分散到 {k} 个标记键上。只看一个键不够：仅凭一个标记位，最佳准确率为 "
-               "{single:.3f}，与猜最常见的计数（{prior:.3f}）相同。W_Q 与 W_K 的初始化使 Var(q_i) ≈ 1，"
+               "{single:.3f}，{versus}。W_Q 与 W_K 的初始化使 Var(q_i) ≈ 1，"
                "于是 Var(q·k) ≈ dₖ，正是原文的假设。同一 dₖ 与种子下各规则从相同权重出发；训练 {steps} 步，"
                "批大小 {batch}，{seeds} 个种子。Adam 学习率 {adam_lr:g}；普通 SGD 在网格 {sgd_lrs} 上运行。"),
     },
+    # Which of the two is said follows from the result's two ceilings, compared in render.
+    "single_same": {"en": "the same as guessing the most likely count ({prior:.3f})",
+                    "zh": "与猜最常见的计数（{prior:.3f}）相同"},
+    "single_above": {"en": "against {prior:.3f} for guessing the most likely count",
+                     "zh": "而猜最常见的计数可得 {prior:.3f}"},
     "tuned": {
         "en": "The SGD learning rate tuned for 1/√dₖ (best mean final accuracy over seeds), used for every rule: "
               "{lrs}. "
@@ -263,8 +268,11 @@ def render(result: dict, lang: str) -> str:
     cfg, analysis = result["config"], result["analysis"]
     task = cfg["task"]
     first = result["cells"][0]["cell"] if result["cells"] else {}
+    single, prior = analysis["single_key_ceiling"], analysis["prior_ceiling"]
+    same = math.isclose(single, prior, rel_tol=1e-9, abs_tol=1e-12)
+    versus = _t("single_same" if same else "single_above", lang, prior=prior)
     parts = [_p("intro", lang, d_model=first.get("d_model"), heads=first.get("n_heads"), k=task["n_marked"],
-                n=task["n_keys"], single=analysis["single_key_ceiling"], prior=analysis["prior_ceiling"],
+                n=task["n_keys"], single=single, versus=versus,
                 steps=cfg["steps"], batch=cfg["batch"], seeds=cfg["seeds"], adam_lr=cfg["adam_lr"],
                 sgd_lrs=", ".join(f"{v:g}" for v in cfg["sgd_lrs"]))]
     tuned = ", ".join(f"dₖ = {k}: {v:g}" for k, v in analysis["sgd_lr_tuned_for_reference"].items())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+import statistics
 import warnings
 
 from attnscale.report.html import esc, figure_svg, table
@@ -54,18 +55,19 @@ TEXT = {
     },
     "collapse": {
         "en": ("With QK-layernorm at lr {lr:g} the layer-0 maximum logit ended at {end:.3g}, below its value at "
-               "initialisation ({init:.3g}): there layer 0 attends almost uniformly. The normalised q and k can "
+               "initialisation ({init:.3g}); both are means over {seeds} seed(s). The normalised q and k can "
                "only reach large logits through the LayerNorm gains; the product of their RMS values in layer 0 "
-               "went from {g0:.3g} to {g1:.3g} over training."),
-        "zh": ("有 QK-layernorm 且学习率为 {lr:g} 时，第 0 层最大 logit 最终为 {end:.3g}，低于初始化时的 {init:.3g}："
-               "此时第 0 层的注意力几乎是均匀的。归一化后的 q、k 只能通过 LayerNorm 增益得到大的 logit；第 0 层两组增益 "
-               "RMS 之积在训练中从 {g0:.3g} 变为 {g1:.3g}。"),
+               "went from {g0:.3g} to {g1:.3g} over training (same mean)."),
+        "zh": ("有 QK-layernorm 且学习率为 {lr:g} 时，第 0 层最大 logit 最终为 {end:.3g}，低于初始化时的 {init:.3g}"
+               "（两者均为 {seeds} 个种子的平均）。归一化后的 q、k 只能通过 LayerNorm 增益得到大的 logit；"
+               "第 0 层两组增益 RMS 之积在训练中从 {g0:.3g} 变为 {g1:.3g}（同样取平均）。"),
     },
     "low_end": {
-        "en": ("Both variants lose {gap:.2f} nats or more at the lowest learning rate ({lr:g}) against their best: "
-               "{steps} steps are too few there, and that shortfall enters both LR sensitivities alike."),
-        "zh": ("在最低学习率（{lr:g}）下两种变体都比各自最佳差 {gap:.2f} nats 以上：{steps} 步在那里太少，"
-               "这一不足同样计入两者的学习率敏感度。"),
+        "en": ("Both variants lose {gap:.2f} nats or more at the lowest learning rate ({lr:g}) against their best. "
+               "A likely cause, not measured here, is that {steps} steps are too few at that rate; the "
+               "shortfall counts in both LR sensitivities."),
+        "zh": ("在最低学习率（{lr:g}）下两种变体都比各自最佳差 {gap:.2f} nats 以上。一个可能的原因（此处未测量）是"
+               "在该学习率下 {steps} 步太少；这一差距同样计入两者的学习率敏感度。"),
     },
     "paper": {
         "en": ("How this differs from the paper. Wortsman et al. train on C4 for 1e5 steps, with models from "
@@ -188,13 +190,17 @@ def render(result: dict, lang: str) -> str:
     parts = [f"<p>{esc(intro)}</p>"]
     hi, lo = max(lrs), min(lrs)
 
-    def init_logit(qk: bool) -> float:
-        return next(c["result"]["log"][0]["max_logit_layer0"] for c in result["cells"]
-                    if c["cell"]["qk_layernorm"] == qk)
+    def seed_mean(qk: bool, lr: float, entry: int, key: str) -> float:
+        """Mean over seeds of log[entry][key] of the cells at (qk, lr): as the table's means."""
+        return statistics.fmean(c["result"]["log"][entry][key] for c in result["cells"]
+                                if c["cell"]["qk_layernorm"] == qk and c["cell"]["lr"] == lr)
+
+    def init_logit(qk: bool, lr: float) -> float:
+        return seed_mean(qk, lr, 0, "max_logit_layer0")
 
     peak = lambda qk, lr: _row(rows, qk, lr)["max_logit_peak_mean"]   # noqa: E731
-    parts.append(_p("growth", lang, lr=hi, base=peak(False, hi), qk=peak(True, hi), init_base=init_logit(False),
-                    init_qk=init_logit(True), lr_lo=lo, base_lo=peak(False, lo), qk_lo=peak(True, lo)))
+    parts.append(_p("growth", lang, lr=hi, base=peak(False, hi), qk=peak(True, hi), init_base=init_logit(False, hi),
+                    init_qk=init_logit(True, hi), lr_lo=lo, base_lo=peak(False, lo), qk_lo=peak(True, lo)))
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Glyph .* missing from font")
         parts.append(figure_svg(logits_figure(result, lang), _t("alt_logits", lang),
@@ -215,13 +221,12 @@ def render(result: dict, lang: str) -> str:
     low_gap = min(_row(rows, qk, lo)["final_loss_mean"] - best_ for qk, best_ in ((False, bb), (True, bq)))
     if math.isfinite(low_gap) and low_gap > 0:
         parts.append(_p("low_end", lang, gap=low_gap, lr=lo, steps=cfg["steps"]))
-    collapsed = [lr for lr in lrs if _row(rows, True, lr)["max_logit_final_mean"] < init_logit(True)]
+    collapsed = [lr for lr in lrs if _row(rows, True, lr)["max_logit_final_mean"] < init_logit(True, lr)]
     if collapsed:
         lr_c = max(collapsed)
-        log = next(c["result"]["log"] for c in result["cells"]
-                   if c["cell"]["qk_layernorm"] and c["cell"]["lr"] == lr_c)
         parts.append(_p("collapse", lang, lr=lr_c, end=_row(rows, True, lr_c)["max_logit_final_mean"],
-                        init=init_logit(True), g0=log[0]["qk_gain_layer0"], g1=log[-1]["qk_gain_layer0"]))
+                        init=init_logit(True, lr_c), seeds=_row(rows, True, lr_c)["seeds"],
+                        g0=seed_mean(True, lr_c, 0, "qk_gain_layer0"), g1=seed_mean(True, lr_c, -1, "qk_gain_layer0")))
     header = [_t("h_variant", lang), _t("lr", lang), _t("h_final", lang), _t("h_div", lang), _t("h_peak", lang),
               _t("h_end", lang)]
     body = [[_t("qk" if r["qk_layernorm"] else "baseline", lang), f"{r['lr']:g}", _num(r["final_loss_mean"]),

@@ -10,6 +10,13 @@ second; a fresh build about 7 s on two cores.
 When it cannot be built (no compiler, an unusual torch build), :func:`load_kernel` returns None and
 :func:`kernel_status` says why; attention then runs on composed PyTorch calls.
 ``ATTNSCALE_NO_KERNEL=1`` in the environment disables the kernel on purpose.
+
+Two things the plain ``cpp_extension.load`` gets wrong, handled here: torch looks for ninja only on
+PATH, so a script run as ``.venv/bin/attnscale`` without an activated venv would not find the ninja
+installed next to its Python (the ``probe`` extra installs it); and a build killed mid-way leaves its
+lock file behind, on which every later load waits forever. A lock older than
+:data:`STALE_LOCK_SECONDS` (far longer than a build) is removed; a younger one is waited for until
+it is gone or that old.
 """
 
 from __future__ import annotations
@@ -17,10 +24,13 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import shutil
+import sys
 import threading
+import time
 from pathlib import Path
 
-__all__ = ["load_kernel", "kernel_status", "SOURCE"]
+__all__ = ["load_kernel", "kernel_status", "SOURCE", "STALE_LOCK_SECONDS"]
 
 SOURCE = Path(__file__).with_name("health_attention.cpp")
 
@@ -29,6 +39,7 @@ SOURCE = Path(__file__).with_name("health_attention.cpp")
 _CFLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math")
 _LDFLAGS = ("-fopenmp",)
 
+STALE_LOCK_SECONDS = 600.0   # a build takes seconds; a lock this old was left by a killed build
 _lock = threading.Lock()
 _state: dict[str, object] = {}
 
@@ -66,7 +77,10 @@ def load_kernel():
                 import torch
                 from torch.utils import cpp_extension
 
-                cpp_extension.load(name=_build_name(torch), sources=[str(SOURCE)], extra_cflags=list(_CFLAGS),
+                name = _build_name(torch)
+                _find_ninja_next_to_python()
+                _clear_stale_lock(Path(cpp_extension._get_build_directory(name, False)) / "lock")
+                cpp_extension.load(name=name, sources=[str(SOURCE)], extra_cflags=list(_CFLAGS),
                                    extra_ldflags=list(_LDFLAGS), is_python_module=False, verbose=False)
                 op = torch.ops.attnscale_health.attention
                 reason = "built"
@@ -74,6 +88,34 @@ def load_kernel():
                 reason = f"{type(err).__name__}: {_telling_line(str(err))}"
         _state["op"], _state["reason"] = op, reason
         return op
+
+
+def _find_ninja_next_to_python() -> None:
+    """Put the folder of this Python's own ninja (a venv's bin/) on PATH when PATH has none: torch
+    runs ``ninja`` by name only."""
+    if shutil.which("ninja") is not None:
+        return
+    beside = Path(sys.executable).with_name("ninja")
+    if beside.is_file():
+        os.environ["PATH"] = os.pathsep.join(filter(None, (str(beside.parent), os.environ.get("PATH"))))
+
+
+def _clear_stale_lock(lock: Path, max_age: float = STALE_LOCK_SECONDS, poll: float = 0.1) -> None:
+    """Return once ``lock`` is absent, removing it when older than ``max_age`` seconds (torch's
+    lock file is written once when a build starts, so its age is the build's age). A live build
+    releases it within seconds; a killed one never does, and torch would wait on it forever."""
+    while True:
+        try:
+            age = time.time() - lock.stat().st_mtime
+        except FileNotFoundError:
+            return
+        if age > max_age:
+            try:
+                lock.unlink()
+            except FileNotFoundError:
+                pass
+            return
+        time.sleep(poll)
 
 
 def _telling_line(message: str) -> str:

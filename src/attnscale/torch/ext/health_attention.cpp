@@ -8,7 +8,7 @@
 //
 // Both terms of the entropy are ≥ 0, so it is never a difference of two large numbers (as
 // lse − Σ p·s would be for huge logits). When the max moves from m to m' = m + δ, every term is
-// rescaled by α = e^{−δ}:  l ← α·l,  u ← α·(u − δ·l).  The max logit is the final m (free); the min
+// rescaled by α = e^{−δ}:  l ← α·l,  u ← α·(u − δ·l) (α = 0 exactly once e^{−δ} underflows).  The max logit is the final m (free); the min
 // logit, computed only on request, costs a compare and a select per score inside the max pass.
 //
 // Shapes (PyTorch SDPA layout): q (B, H_q, L, d_k), k (B, H_kv, S, d_k), v (B, H_kv, S, d_v), last
@@ -199,8 +199,13 @@ void run(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at
             for (int64_t c = 0; c < cols; ++c) mx = s[c] > mx ? s[c] : mx;
           }
           const T m_new = std::max(m[r], mx);
-          if (m_new == lowest) {  // nothing attended yet in this row: no weight reaches the values
-            std::fill(s, s + cols, T(0));
+          if (m_new == lowest) {  // nothing attended yet in this row: no weight reaches the values...
+            bool poisoned = false;  // ...unless a logit is NaN (the max pass skips NaN): keep it visible
+            for (int64_t c = 0; c < cols; ++c) {
+              poisoned |= s[c] != s[c];
+              s[c] = s[c] == s[c] ? T(0) : nan;
+            }
+            if (poisoned) l[r] = nan;
             continue;
           }
           T sum = 0, sum_d = 0;
@@ -209,14 +214,18 @@ void run(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at
             const T d = s[c] - m_new;
             const bool keep = d >= under;  // masked entries (lowest) and underflow weigh exactly 0
             const T dk = keep ? d : T(0);
-            const T e = keep ? exp_nonpositive(dk) : T(0);
+            // d is NaN for a NaN logit, or for a +inf one (inf − inf: q·k overflowed): the weight is
+            // NaN, so the row reads as broken downstream instead of as "nothing attended" (l = 0).
+            const T e = keep ? exp_nonpositive(dk) : (d == d ? T(0) : nan);
             s[c] = e;
             sum += e;
             sum_d += e * dk;
           }
-          if (l[r] > T(0)) {
+          if (l[r] != T(0)) {  // > 0, or NaN (a broken row stays NaN)
             const T delta = m_new - m[r];
-            const T alpha = exp_nonpositive(-delta);
+            // exp_nonpositive is valid only down to `under`: a jump of the max beyond it (a later key
+            // block with a logit ≥ 87 above the running max, in float32) weighs the old sums exactly 0.
+            const T alpha = -delta >= under ? exp_nonpositive(-delta) : T(0);
             u[r] = alpha * (u[r] - delta * l[r]) + sum_d;
             l[r] = alpha * l[r] + sum;
             if (alpha != T(1)) {
@@ -246,6 +255,14 @@ void run(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at
           ent_p[row0 + r] = log_l - u[r] * inv;
           max_p[row0 + r] = m[r];
           if (min_p) min_p[row0 + r] = lo[r];
+        } else if (l[r] != l[r]) {  // a NaN or +inf logit (q·k overflowed): no distribution, and say so
+          T* orow = O + r * d_v;
+          std::fill(orow, orow + d_v, nan);
+          const bool overflowed = m[r] == inf;  // as the chunked backend: lse +inf, the range as seen
+          lse_p[row0 + r] = overflowed ? inf : nan;
+          ent_p[row0 + r] = nan;
+          max_p[row0 + r] = overflowed ? inf : nan;
+          if (min_p) min_p[row0 + r] = overflowed ? lo[r] : nan;
         } else {  // a fully masked row: zero output (already), no distribution
           lse_p[row0 + r] = -inf;
           ent_p[row0 + r] = nan;
