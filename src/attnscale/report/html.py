@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import html
 import io
+import math
 import re
 import warnings
 
 
 def esc(text: object) -> str:
     return html.escape(str(text), quote=True)
+
+
+def number(x, spec: str = ".3g") -> str:
+    """A figure from a result file as text; a missing or non-finite value (None, NaN, ±inf) is "—"."""
+    return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
 
 
 def figure_svg(fig, alt: str, caption: str = "") -> str:

@@ -11,7 +11,7 @@ import functools
 import math
 import warnings
 
-from attnscale.report.html import esc, figure_svg, table
+from attnscale.report.html import esc, figure_svg, number, table
 from attnscale.report.text import localize
 
 TITLE = {"en": "A real model: do its queries and keys obey the seed's assumptions?",
@@ -86,8 +86,7 @@ COLUMNS = (
 _t = functools.partial(localize, TEXT)
 
 
-def _fmt(x) -> str:
-    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3g}"
+_fmt = number
 
 
 def _heatmap(ax, fig, data, title: str, lang: str, cmap: str, limits, digits: int) -> None:

@@ -12,7 +12,7 @@ import math
 import statistics
 import warnings
 
-from attnscale.report.html import esc, figure_svg, table
+from attnscale.report.html import esc, figure_svg, number, table
 from attnscale.report.text import localize
 
 TITLE = {"en": "Training: does unscaled attention really stop learning?",
@@ -168,8 +168,8 @@ def _name(rule: str, lang: str) -> str:
     return NAMES.get(rule, {}).get(lang) or NAMES.get(rule, {}).get("en") or rule
 
 
-def _num(x, spec=".2f") -> str:
-    return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
+def _num(x, spec: str = ".2f") -> str:
+    return number(x, spec)
 
 
 def _acc(s: dict) -> str:

@@ -13,7 +13,7 @@ import math
 import statistics
 import warnings
 
-from attnscale.report.html import esc, figure_svg, table
+from attnscale.report.html import esc, figure_svg, number, table
 from attnscale.report.text import localize
 
 TITLE = {"en": "Training: attention logits grow at high learning rates (a small-scale proxy)",
@@ -112,8 +112,8 @@ def _p(key: str, lang: str, **kw) -> str:
     return f"<p>{esc(_t(key, lang, **kw))}</p>"
 
 
-def _num(x, spec=".3f") -> str:
-    return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
+def _num(x, spec: str = ".3f") -> str:
+    return number(x, spec)
 
 
 def _row(table_rows: list[dict], qk: bool, lr: float) -> dict:
