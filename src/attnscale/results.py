@@ -1,0 +1,242 @@
+"""The results contract: where each kind of result lives, and the one envelope every producer writes.
+
+Every program that computes (``verify``, the training sweeps, the probes, the benchmarks) writes its
+result through :func:`write`; every face (the report, ``--json``) reads it through :func:`read` or
+:func:`read_preferred`. Nothing else names a result path.
+
+* **Kinds** (:data:`KINDS`): one table from a kind's name to its place under the results root and the
+  fields its data must hold. A quick run lives apart from a full one (``quick.json`` beside
+  ``result.json``), so it never silently replaces it.
+* **Envelope**: ``{"schema", "kind", "quick", "created", "config", "seed", "version", "environment",
+  "data"}``. ``data`` is the producer's own, everything a face shows (analyses included).
+* **Strict JSON** (RFC 8259): NaN and ±inf are refused at write time, naming where they are, so that a
+  figure that does not exist is written as ``null`` with a reason beside it (see :func:`finite_or_none`).
+  ``jq``, JavaScript's ``JSON.parse`` and every other reader take the files.
+* **Atomic** writes (:func:`attnscale.store.write_bytes_atomic`): an interrupted producer leaves the
+  old file or the new one, never half of one.
+* **Validated** reads: a missing file, a malformed one, a wrong kind or a missing required field is a
+  :class:`ResultError` naming the file and the field, raised at read time, not as a broken page later.
+
+    >>> import tempfile
+    >>> root = tempfile.mkdtemp()
+    >>> _ = write("demo", {"answer": 42}, config={"n": 1}, seed=0, quick=True, root=root)
+    >>> env = read("demo", root=root, quick=True)
+    >>> env.data["answer"], env.quick, env.kind
+    (42, True, 'demo')
+    >>> read_preferred("demo", root=root).quick     # no full result: the quick one, flagged
+    True
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from attnscale.errors import InputError
+from attnscale.store import to_jsonable, write_bytes_atomic
+
+__all__ = [
+    "DEFAULT_ROOT", "SCHEMA", "Kind", "KINDS", "Envelope", "ResultError", "ResultMissing",
+    "result_path", "cells_dir", "write", "read", "read_preferred", "dumps", "strict_jsonable",
+    "finite_or_none", "check_writable",
+]
+
+DEFAULT_ROOT = Path("attnscale-results")
+SCHEMA = 1
+ENVELOPE_FIELDS = ("schema", "kind", "quick", "created", "config", "seed", "version", "environment", "data")
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of result: its folder under the root (the name itself) and the dotted paths that its
+    ``data`` must hold (checked on write and on read, so a renamed key fails where it is made)."""
+    name: str
+    required: tuple[str, ...] = ()
+    description: str = ""
+
+
+# The one table of kinds. A producer adds its kind here; a chapter names a kind, never a path.
+KINDS: dict[str, Kind] = {k.name: k for k in (
+    Kind("demo", ("answer",), "a doctest's"),
+    Kind("verify", ("claims", "counts"), "attnscale verify: the seed's claims and their verdicts"),
+    Kind("probe/minilm", ("model", "heads"), "attnscale probe --model minilm"),
+    Kind("probe/smollm2", ("model", "heads"), "attnscale probe --model smollm2"),
+    Kind("rescale/smollm2", ("alphas",), "attnscale rescale --model smollm2"),
+    Kind("rescale/minilm", ("alphas",), "attnscale rescale --model minilm"),
+    Kind("train/scale-vs-dk", ("cells", "analysis"), "attnscale train scale-vs-dk"),
+    Kind("train/logit-growth", ("cells", "analysis"), "attnscale train logit-growth"),
+    Kind("train/lm", ("cells", "analysis"), "attnscale train lm"),
+    Kind("telemetry", ("rows",), "attnscale telemetry-bench"),
+)}
+
+
+class ResultError(InputError):
+    """A result file that cannot be used: the message names the file and the field."""
+
+
+class ResultMissing(ResultError):
+    """No result file of this kind yet."""
+
+
+@dataclass(frozen=True)
+class Envelope:
+    kind: str
+    data: Any
+    config: Any = None
+    seed: int | None = None
+    quick: bool = False
+    version: str = ""
+    environment: dict = field(default_factory=dict)
+    created: str = ""                 # UTC, ISO 8601
+    path: Path | None = None          # where it was read from (None before it is written)
+
+    def to_dict(self) -> dict:
+        return {"schema": SCHEMA, "kind": self.kind, "quick": self.quick, "created": self.created,
+                "config": self.config, "seed": self.seed, "version": self.version,
+                "environment": self.environment, "data": self.data}
+
+
+def _kind(kind: str) -> Kind:
+    if kind not in KINDS:
+        raise InputError(f"kind: expected one of {sorted(KINDS)}, got {kind!r}")
+    return KINDS[kind]
+
+
+def result_path(kind: str, root: str | os.PathLike = DEFAULT_ROOT, quick: bool = False) -> Path:
+    """``<root>/<kind>/result.json``, or ``quick.json`` for a quick run."""
+    return Path(root) / _kind(kind).name / ("quick.json" if quick else "result.json")
+
+
+def cells_dir(kind: str, root: str | os.PathLike = DEFAULT_ROOT) -> Path:
+    """Where a sweep of this kind caches its cells (keyed by a hash of each cell, so quick and full
+    cells never collide)."""
+    return Path(root) / _kind(kind).name / "cells"
+
+
+def finite_or_none(x: Any) -> float | None:
+    """``float(x)`` when finite, else ``None``: write the reason beside it (e.g. ``"diverged"``)."""
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def strict_jsonable(obj: Any, where: str = "data") -> Any:
+    """Plain JSON data (see :func:`attnscale.store.to_jsonable`), refusing NaN and ±inf with an
+    error that names where they are (``data.cells[3].loss``)."""
+    return _check_finite(to_jsonable(obj), where)
+
+
+def _check_finite(obj: Any, where: str) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        raise ValueError(f"{where}: {obj!r} is not valid JSON; write null and say why beside it")
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            _check_finite(v, f"{where}.{k}")
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            _check_finite(v, f"{where}[{i}]")
+    return obj
+
+
+def _lookup(data: Any, dotted: str) -> bool:
+    node = data
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def _missing_fields(kind: Kind, data: Any) -> list[str]:
+    return [f for f in kind.required if not _lookup(data, f)]
+
+
+def dumps(obj: Any, indent: int | None = 1) -> str:
+    """Strict JSON text of ``obj`` (an :class:`Envelope` or plain data): for ``--json -``."""
+    if isinstance(obj, Envelope):
+        obj = obj.to_dict()
+    return json.dumps(strict_jsonable(obj, "result"), indent=indent, ensure_ascii=False, allow_nan=False)
+
+
+def write(kind: str, data: Any, *, config: Any = None, seed: int | None = None, quick: bool = False,
+          root: str | os.PathLike = DEFAULT_ROOT, path: str | os.PathLike | None = None) -> Envelope:
+    """Wrap ``data`` in the envelope and write it atomically to :func:`result_path` (or ``path``).
+    Returns the envelope as written (with ``path`` set)."""
+    from attnscale import __version__
+    from attnscale.provenance import environment
+
+    spec = _kind(kind)
+    data = strict_jsonable(data)
+    missing = _missing_fields(spec, data)
+    if missing:
+        raise ValueError(f"result {kind!r}: data lacks the required field(s) {missing}")
+    env = Envelope(kind=kind, data=data, config=strict_jsonable(config, "config"), seed=seed,
+                   quick=bool(quick), version=__version__, environment=environment(),
+                   created=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    target = Path(path) if path is not None else result_path(kind, root, quick)
+    write_bytes_atomic(target, dumps(env).encode("utf-8"))
+    return Envelope(**{**env.__dict__, "path": target})
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def read(kind: str, root: str | os.PathLike = DEFAULT_ROOT, quick: bool = False,
+         path: str | os.PathLike | None = None) -> Envelope:
+    """The envelope of ``kind`` (full, or quick), validated. Raises :class:`ResultMissing` when there
+    is no file, :class:`ResultError` naming the file and the field when it cannot be used."""
+    spec = _kind(kind)
+    target = Path(path) if path is not None else result_path(kind, root, quick)
+    if not target.is_file():
+        raise ResultMissing(f"{target}: no {kind} result here yet ({spec.description or kind})")
+    try:
+        raw = json.loads(target.read_text(encoding="utf-8"), parse_constant=_refuse_constant)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ResultError(f"{target}: not a strict JSON result file ({err})") from None
+    if not isinstance(raw, dict):
+        raise ResultError(f"{target}: expected a JSON object (the result envelope), got {type(raw).__name__}")
+    absent = [f for f in ENVELOPE_FIELDS if f not in raw]
+    if absent:
+        raise ResultError(f"{target}: envelope field(s) {absent} missing (written by an older attnscale? rerun it)")
+    if raw["schema"] != SCHEMA:
+        raise ResultError(f"{target}: field 'schema' is {raw['schema']!r}, expected {SCHEMA}")
+    if raw["kind"] != kind:
+        raise ResultError(f"{target}: field 'kind' is {raw['kind']!r}, expected {kind!r}")
+    missing = _missing_fields(spec, raw["data"])
+    if missing:
+        raise ResultError(f"{target}: field(s) {['data.' + m for m in missing]} missing from the {kind} result")
+    return Envelope(kind=kind, data=raw["data"], config=raw["config"], seed=raw["seed"],
+                    quick=bool(raw["quick"]), version=raw["version"], environment=raw["environment"],
+                    created=raw["created"], path=target)
+
+
+def read_preferred(kind: str, root: str | os.PathLike = DEFAULT_ROOT) -> Envelope:
+    """The full result when there is one, else the quick one (its ``quick`` flag set, for the face to
+    say so); :class:`ResultMissing` when there is neither."""
+    try:
+        return read(kind, root, quick=False)
+    except ResultMissing:
+        return read(kind, root, quick=True)
+
+
+def check_writable(path: str | os.PathLike, what: str = "out") -> Path:
+    """Refuse, before any work, an output path that cannot be written: the nearest existing folder on
+    its way must be a writable folder. Creates nothing."""
+    path = Path(path)
+    probe = path
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise InputError(f"{what}: {str(probe)!r} is a file, expected a folder on the way to {str(path)!r}")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise InputError(f"{what}: cannot write under {str(probe)!r} (permission denied)")
+    return path
