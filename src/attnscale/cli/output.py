@@ -1,0 +1,54 @@
+"""One convention for every command's machine-readable output: ``--json FILE`` writes the result as
+strict JSON to FILE, ``--json -`` prints it on stdout *instead of* the table; ``--quiet`` silences
+progress. The target is checked before any work, so a bad path fails in a second, not after an hour.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from attnscale import results
+from attnscale.errors import InputError
+from attnscale.store import write_bytes_atomic
+
+
+def add_json_option(parser, what: str = "the result") -> None:
+    parser.add_argument("--json", metavar="FILE", default=None,
+                        help=f"also write {what} as strict JSON to FILE; '-' prints it on stdout instead of the table")
+
+
+def add_quiet_option(parser) -> None:
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def check_json_target(args) -> None:
+    """Refuse an unwritable ``--json FILE`` before the work starts (its folder must exist: a typo in a
+    path creates nothing)."""
+    target = getattr(args, "json", None)
+    if target in (None, "-"):
+        return
+    path = Path(target)
+    if path.is_dir():
+        raise InputError(f"--json: {target!r} is a folder, expected a file name")
+    if not path.parent.is_dir():
+        raise InputError(f"--json: the folder {str(path.parent)!r} does not exist")
+    results.check_writable(path.parent, "--json")
+
+
+def json_to_stdout(args) -> bool:
+    """True when ``--json -``: the command prints JSON and no table."""
+    return getattr(args, "json", None) == "-"
+
+
+def emit_json(args, obj: Any) -> None:
+    """Write ``obj`` (an :class:`attnscale.results.Envelope` or plain data) where ``--json`` says."""
+    target = getattr(args, "json", None)
+    if target is None:
+        return
+    text = results.dumps(obj)
+    if target == "-":
+        sys.stdout.write(text + "\n")
+    else:
+        write_bytes_atomic(target, (text + "\n").encode("utf-8"))
