@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 
 
 def test_every_named_rule_has_name_formula_citation():
-    assert set(RULES) == {"inverse_sqrt_dk", "inverse_dk", "unscaled", "logn", "qknorm", "softcap"}
+    assert set(RULES) == {"inverse_sqrt_dk", "inverse_dk", "unscaled", "logn", "qknorm", "softcap", "softcap_unscaled"}
     for name, rule in RULES.items():
         assert rule.name == name
         assert rule.formula and rule.citation
@@ -257,3 +257,24 @@ def test_logn_counts_keys_blocked_by_minus_inf_bias_like_masked_keys(base):
     g_bias = attention_backward(q, k, v, np.ones((2, 5, 3)), scale=rule, bias=bias)
     g_kept = attention_backward(q, k[:, :4], v[:, :4], np.ones((2, 5, 3)), scale=rule)
     np.testing.assert_allclose(g_bias.dq, g_kept.dq, rtol=1e-12, atol=1e-15)
+
+
+def test_softcap_unscaled_is_a_named_rule_the_core_takes():
+    import attnscale
+    from attnscale.scales import SOFTCAP_DEFAULT
+
+    rule = resolve_scale("softcap_unscaled")
+    assert rule is RULES["softcap_unscaled"] and rule.name == "softcap_unscaled"
+    assert isinstance(rule.base, Unscaled) and rule.cap_value == SOFTCAP_DEFAULT
+    rng = np.random.default_rng(3)
+    q, k, v = rng.standard_normal((5, 64)) * 4, rng.standard_normal((7, 64)) * 4, rng.standard_normal((7, 3))
+    z = q @ k.T                                  # unscaled logits, far beyond the cap for some pairs
+    assert np.abs(z).max() > SOFTCAP_DEFAULT
+    capped = SOFTCAP_DEFAULT * np.tanh(z / SOFTCAP_DEFAULT)
+    w = np.exp(capped - capped.max(-1, keepdims=True))
+    w /= w.sum(-1, keepdims=True)
+    out = attnscale.attention(q, k, v, scale="softcap_unscaled")
+    np.testing.assert_allclose(out, w @ v, rtol=1e-12, atol=1e-12)
+    # the Gemma rule over 1/sqrt(d_k) keeps its name; the two differ
+    assert RULES["softcap"].name == "softcap"
+    assert not np.allclose(out, attnscale.attention(q, k, v, scale="softcap"))

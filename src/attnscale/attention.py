@@ -31,6 +31,7 @@ import numpy as np
 from attnscale.errors import InputError, InputTypeError
 from attnscale.masks import causal_alignment, causal_mask
 from attnscale.scales import ScaleLike, ScaleRule, resolve_scale
+from attnscale.shapes import check_qkv_shapes
 
 __all__ = ["attention", "attention_backward", "AttentionResult", "AttentionGrads"]
 
@@ -119,23 +120,8 @@ def _prepare(q, k, v, scale, mask, bias, causal, dropout_p, seed, check_finite) 
     q, k, v = _as_float("q", q), _as_float("k", k), _as_float("v", v)
     squeeze = max(q.ndim, k.ndim, v.ndim) == 2
     q4, k4, v4 = _heads_view("q", q), _heads_view("k", k), _heads_view("v", v)
-    H_q, L, d_k = q4.shape[-3:]
-    H_kv, S, _ = k4.shape[-3:]
-    if k4.shape[-1] != d_k:
-        raise InputError(f"k: expected last dimension d_k = {d_k} to match q {q.shape}, got k shape {k.shape}")
-    if v4.shape[-2] != S:
-        raise InputError(f"v: expected S = {S} keys to match k {k.shape}, got v shape {v.shape}")
-    if v4.shape[-3] != H_kv:
-        raise InputError(f"v: expected H_kv = {H_kv} heads to match k {k.shape}, got v shape {v.shape}")
-    if d_k == 0 or S == 0:
-        raise InputError(f"q, k: expected d_k >= 1 and S >= 1 keys, got q shape {q.shape}, k shape {k.shape}")
-    if H_kv == 0 or H_q % H_kv:
-        raise InputError(f"k: number of heads H_kv = {H_kv} must divide the number of query heads H_q = {H_q} "
-                         f"(q {q.shape}, k {k.shape})")
-    try:
-        lead = np.broadcast_shapes(q4.shape[:-3], k4.shape[:-3], v4.shape[:-3])
-    except ValueError:
-        raise InputError(f"q, k, v: leading dimensions must broadcast, got q {q.shape}, k {k.shape}, v {v.shape}") from None
+    sh = check_qkv_shapes(q4.shape, k4.shape, v4.shape, q.shape, k.shape, v.shape)
+    H_q, L, d_k, S, lead = sh.H_q, sh.L, sh.d_k, sh.S, sh.lead
     if check_finite:
         for name, x in (("q", q), ("k", k), ("v", v)):
             if not np.isfinite(x).all():

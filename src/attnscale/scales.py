@@ -26,8 +26,14 @@ from attnscale.errors import InputError, InputTypeError
 
 __all__ = [
     "ScaleRule", "InverseSqrtDk", "InverseDk", "Unscaled", "Constant", "LogN", "QKNorm", "SoftCap",
-    "RULES", "resolve_scale",
+    "RULES", "resolve_scale", "SSMAX_DEFAULT_S", "SOFTCAP_DEFAULT",
 ]
+
+#: Scalable-Softmax's s: the value of Nakanishi 2025's Figure 1 (s is a learned parameter in the paper).
+#: Defined here once; the claims, the closed forms and the report take it from here.
+SSMAX_DEFAULT_S = 0.43
+#: The soft-cap of attention logits in Gemma 2 (Gemma Team 2024).
+SOFTCAP_DEFAULT = 50.0
 
 
 def _finite(name: str, value, positive: bool = False) -> float:
@@ -140,7 +146,7 @@ class LogN(ScaleRule):
     """Scalable-Softmax: multiply the base rule's logits by s·ln(n), n = attended keys of the row,
     so that the largest weight does not fade as the context grows."""
 
-    s: float = 0.43  # the value of Nakanishi's Figure 1; s is a learned parameter in the paper
+    s: float = SSMAX_DEFAULT_S
     base: ScaleRule = field(default_factory=InverseSqrtDk)
     name: str = field(init=False, default="logn")
     formula: str = field(init=False, default="s·ln(n) × base")
@@ -214,9 +220,10 @@ class QKNorm(ScaleRule):
 
 @dataclass(frozen=True)
 class SoftCap(ScaleRule):
-    """tanh soft-capping on top of any rule: logits = cap · tanh(base_logits / cap), so |logits| < cap."""
+    """tanh soft-capping on top of any rule: logits = cap · tanh(base_logits / cap), so |logits| < cap.
+    Its name is ``softcap`` over the default 1/√d_k, else ``softcap_<base>`` (``softcap_unscaled``)."""
 
-    cap_value: float = 50.0
+    cap_value: float = SOFTCAP_DEFAULT
     base: ScaleRule = field(default_factory=InverseSqrtDk)
     name: str = field(init=False, default="softcap")
     formula: str = field(init=False, default="")
@@ -225,6 +232,8 @@ class SoftCap(ScaleRule):
 
     def __post_init__(self):
         _finite("SoftCap cap_value", self.cap_value, positive=True)
+        if self.base.name != "inverse_sqrt_dk":
+            object.__setattr__(self, "name", f"softcap_{self.base.name}")
         object.__setattr__(self, "formula", f"{self.cap_value:g}·tanh(({self.base.formula})·q·k / {self.cap_value:g})")
 
     @property
@@ -267,13 +276,16 @@ RULES: dict[str, ScaleRule] = {
     "logn": LogN(),
     "qknorm": QKNorm(),
     "softcap": SoftCap(),
+    # Soft-capping without any scaling: the control that asks whether a cap alone rescues unscaled
+    # attention (the training experiment's rule, the widget's option).
+    "softcap_unscaled": SoftCap(base=Unscaled()),
 }
 
 _ALIASES = {
     "1/sqrt(d_k)": "inverse_sqrt_dk", "sqrt": "inverse_sqrt_dk", "default": "inverse_sqrt_dk",
     "vaswani": "inverse_sqrt_dk", "1/d_k": "inverse_dk", "mup": "inverse_dk", "µp": "inverse_dk",
     "1": "unscaled", "ssmax": "logn", "log-n": "logn", "qk-norm": "qknorm",
-    "soft-cap": "softcap",
+    "soft-cap": "softcap", "soft-cap-unscaled": "softcap_unscaled",
 }
 
 ScaleLike = Union[None, float, int, str, ScaleRule]

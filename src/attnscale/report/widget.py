@@ -15,10 +15,10 @@ D_MAX = 4096
 
 def rule_configs(lang: str) -> list[dict]:
     """The rules the widget offers, with the parameters of attnscale.scales' named rules."""
-    from attnscale.scales import RULES, SoftCap, Unscaled
+    from attnscale.scales import RULES
 
     logn, qknorm, softcap = RULES["logn"], RULES["qknorm"], RULES["softcap"]
-    softcap_unscaled = SoftCap(cap_value=softcap.cap_value, base=Unscaled())
+    softcap_unscaled = RULES["softcap_unscaled"]
     return [
         {"id": "inverse_sqrt_dk", "kind": "inverse_sqrt_dk", "formula": RULES["inverse_sqrt_dk"].formula + " · q·k"},
         {"id": "unscaled", "kind": "unscaled", "formula": "q·k"},
@@ -27,7 +27,7 @@ def rule_configs(lang: str) -> list[dict]:
          "formula": qknorm.formula},
         {"id": "softcap", "kind": "softcap", "cap": softcap.cap_value, "base": softcap.base.name,
          "formula": softcap.formula},
-        {"id": "softcap_unscaled", "kind": "softcap", "cap": softcap_unscaled.cap_value, "base": "unscaled",
+        {"id": "softcap_unscaled", "kind": "softcap", "cap": softcap_unscaled.cap_value, "base": softcap_unscaled.base.name,
          "formula": softcap_unscaled.formula},
         {"id": "logn", "kind": "logn", "s": logn.s, "base": logn.base.name, "formula": logn.formula + " · q·k"},
     ]

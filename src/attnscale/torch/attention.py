@@ -48,6 +48,7 @@ from typing import Any
 from attnscale.errors import InputError, InputTypeError, require
 from attnscale.masks import causal_alignment
 from attnscale.scales import resolve_scale
+from attnscale.shapes import check_qkv_shapes
 
 __all__ = ["attention", "AttentionStats", "BACKENDS", "FLOAT16_MAX"]
 
@@ -130,25 +131,8 @@ def _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite) -> _Proble
         raise InputTypeError(f"q, k, v: expected one dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}")
     if not (q.device == k.device == v.device):
         raise InputError(f"q, k, v: expected one device, got q {q.device}, k {k.device}, v {v.device}")
-    H_q, L, d_k = q4.shape[-3:]
-    H_kv, S, _ = k4.shape[-3:]
-    if k4.shape[-1] != d_k:
-        raise InputError(f"k: expected last dimension d_k = {d_k} to match q {tuple(q.shape)}, got k shape {tuple(k.shape)}")
-    if v4.shape[-2] != S:
-        raise InputError(f"v: expected S = {S} keys to match k {tuple(k.shape)}, got v shape {tuple(v.shape)}")
-    if v4.shape[-3] != H_kv:
-        raise InputError(f"v: expected H_kv = {H_kv} heads to match k {tuple(k.shape)}, got v shape {tuple(v.shape)}")
-    if d_k == 0 or S == 0:  # as the NumPy core: no default scale for d_k = 0, no distribution over 0 keys
-        raise InputError(f"q, k: expected d_k >= 1 and S >= 1 keys, got q shape {tuple(q.shape)}, "
-                         f"k shape {tuple(k.shape)}")
-    if H_kv == 0 or H_q % H_kv:
-        raise InputError(f"k: number of heads H_kv = {H_kv} must divide the number of query heads H_q = {H_q} "
-                         f"(q {tuple(q.shape)}, k {tuple(k.shape)})")
-    try:
-        lead = tuple(torch.broadcast_shapes(q4.shape[:-3], k4.shape[:-3], v4.shape[:-3]))
-    except RuntimeError:
-        raise InputError(f"q, k, v: leading dimensions must broadcast, got q {tuple(q.shape)}, "
-                         f"k {tuple(k.shape)}, v {tuple(v.shape)}") from None
+    sh = check_qkv_shapes(q4.shape, k4.shape, v4.shape, q.shape, k.shape, v.shape)
+    H_q, L, d_k, S, lead = sh.H_q, sh.L, sh.d_k, sh.S, sh.lead
     if check_finite:
         for name, x in (("q", q), ("k", k), ("v", v)):
             if not _all_finite(torch, x):
