@@ -1,8 +1,14 @@
-"""``attnscale report``: build the self-contained HTML report and print its path."""
+"""``attnscale report``: build the self-contained HTML report from the results folder and print its path.
+
+The report only reads results. When the verification's result is missing or stale (written by another
+attnscale version, or for another quick/random-seed configuration than asked, or ``--fresh``), this
+command runs ``attnscale verify`` first, writes its result into the results folder, and says so.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def _seed(text: str) -> int:
@@ -18,31 +24,88 @@ def _seed(text: str) -> int:
 def register(sub) -> None:
     p = sub.add_parser(
         "report", help="build the HTML report: the seed's story, every number measured here, as figures",
-        description="Build DIR/index.html: one self-contained page (no network) with the seed's chapters, "
-                    "the verification's verdicts, figures, an interactive attention row, and the chapters of "
-                    "the experiments whose result files exist. Prints the page's path.",
-        epilog="examples:\n  attnscale report\n  attnscale report --lang zh --out report-zh\n"
-               "  attnscale report --quick            (seconds; wider confidence intervals)",
+        description="Build DIR/index.html (or DIR/index.zh.html with --lang zh, beside the English page): one "
+                    "self-contained page (no network) with the seed's chapters, the verification's verdicts, "
+                    "figures, an interactive attention row, and the chapters of the experiments whose results "
+                    "exist. Runs the verification first when its result is missing or stale. Prints the page's path.",
+        epilog="examples:\n  attnscale report\n  attnscale report --lang zh     (writes index.zh.html beside index.html)\n"
+               "  attnscale report --quick            (seconds; wider confidence intervals)\n"
+               "  attnscale report --open             (and open it in the browser)",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="attnscale-report", metavar="DIR",
-                   help="folder for index.html (default: ./attnscale-report)")
+                   help="folder for index.html / index.zh.html (default: ./attnscale-report)")
     p.add_argument("--lang", choices=("en", "zh"), default="en", help="page language (default: en)")
-    p.add_argument("--quick", action="store_true", help="quick verification: seconds, wider intervals")
-    p.add_argument("--fresh", action="store_true", help="recompute the verification even when it is cached")
-    p.add_argument("--results", default="attnscale-results", metavar="DIR",
-                   help="experiment results are read from here, the verification is cached under DIR/cache "
+    p.add_argument("--quick", action="store_true", help="show the quick verification: seconds, wider intervals")
+    p.add_argument("--fresh", action="store_true", help="rerun the verification even when its result is current")
+    p.add_argument("--results", default=None, metavar="DIR",
+                   help="every result is read from here; the verification is written here when it runs "
                         "(default: ./attnscale-results)")
-    p.add_argument("--seed", type=_seed, default=0, help="seed of every random draw (default: 0)")
+    p.add_argument("--seed", type=_seed, default=0, help="random seed of the verification and the widget (default: 0)")
+    p.add_argument("--open", action="store_true", help="open the page in the web browser when it is built")
+    p.add_argument("--quiet", action="store_true", help="no progress and no notes on stderr")
     p.set_defaults(run=run_report)
 
 
+def stale_reason(env, quick: bool, seed: int) -> str | None:
+    """Why the verification result ``env`` cannot be shown for this request, or None when it can."""
+    from attnscale import __version__
+
+    if env.version != __version__:
+        return f"it was written by attnscale {env.version or '?'}, this is {__version__}"
+    if env.quick != quick:
+        return f"it is a {'quick' if env.quick else 'full'} run, a {'quick' if quick else 'full'} one was asked"
+    if env.seed != seed:
+        return f"its random seed is {env.seed}, {seed} was asked"
+    return None
+
+
+def current_verify(root, quick: bool, seed: int, fresh: bool) -> str | None:
+    """None when the verification result under ``root`` can be shown, else why it must run first."""
+    from attnscale import results
+
+    path = results.result_path("verify", root, quick)
+    if fresh:
+        return "--fresh asks for it"
+    try:
+        env = results.read("verify", root, quick=quick)
+    except results.ResultMissing:
+        return f"there is no verification result at {path} yet"
+    except results.ResultError as err:
+        return f"the verification result cannot be read ({err})"
+    return stale_reason(env, quick, seed)
+
+
+def open_in_browser(path) -> bool:
+    """Open the page in the default browser; False (and no error) where there is none."""
+    import webbrowser
+
+    try:
+        return bool(webbrowser.open(path.resolve().as_uri()))
+    except webbrowser.Error:
+        return False
+
+
 def run_report(args) -> int:
+    from attnscale import results
     from attnscale.cli.progress import Progress
+    from attnscale.cli.verify import run_and_save, verify_config
     from attnscale.report.build import ReportConfig, build_report
 
-    config = ReportConfig(out=args.out, results=args.results, lang=args.lang, quick=args.quick,
-                          fresh=args.fresh, seed=args.seed)
-    with Progress() as progress:
+    root = results.DEFAULT_ROOT if args.results is None else args.results
+    config = ReportConfig(out=args.out, results=root, lang=args.lang, quick=args.quick, seed=args.seed)
+    results.check_writable(config.out, "--out")
+    note = (lambda text: None) if args.quiet else (lambda text: print(f"attnscale report: {text}", file=sys.stderr))
+    with Progress(enabled=False if args.quiet else None) as progress:
+        reason = current_verify(root, args.quick, args.seed, args.fresh)
+        if reason is not None:
+            results.check_writable(root, "--results")
+            note(f"running the verification first ({'attnscale verify --quick' if args.quick else 'attnscale verify'}"
+                 f" --seed {args.seed}): {reason}")
+            _, env = run_and_save(verify_config(args.quick, args.seed, results_root=root), root, progress)
+            progress.close()
+            note(f"wrote {env.path}")
         result = build_report(config, progress)
     print(result.path.resolve())
+    if args.open and not open_in_browser(result.path):
+        note("no web browser to open it with here; open the path above")
     return 0

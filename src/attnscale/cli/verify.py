@@ -1,6 +1,8 @@
 """``attnscale verify``: every claim of the seed checked on this machine, one row per claim.
 
-The table is a function of the results only (no timings), so the same seed prints the same bytes.
+The verification's result is written into the results folder (kind ``verify``, quick apart from full)
+like every experiment's, and where ``--json FILE|-`` says; the report reads it from there. The table
+is a function of the results only (no timings), so the same random seed prints the same bytes.
 """
 
 from __future__ import annotations
@@ -8,6 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 import textwrap
+
+from attnscale.cli.output import add_json_option, add_quiet_option, check_json_target, emit_json, json_to_stdout
 
 VERDICT_MARK = {"holds": "holds", "fails": "FAILS", "inconclusive": "UNDECIDED", "seed number wrong": "SEED WRONG"}
 LABELS = {
@@ -30,7 +34,11 @@ def register(sub) -> None:
         epilog="examples:\n  attnscale verify --quick\n  attnscale verify --json verify.json --lang zh\n"
                "  attnscale verify --strict    exit 1 unless every verdict is 'holds'",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE ('-': stdout, no table)")
+    add_json_option(p, "the verification's result")
+    add_quiet_option(p)
+    p.add_argument("--results", default=None, metavar="DIR",
+                   help="results folder: the result goes to DIR/verify/result.json (quick.json for --quick) "
+                        "(default: ./attnscale-results)")
     p.add_argument("--lang", choices=("en", "zh"), default="en", help="language of the claim text (default en)")
     p.add_argument("--strict", action="store_true", help="exit 1 when any verdict is not 'holds'")
     p.add_argument("--quick", action="store_true", help="small sample caps: seconds instead of a minute")
@@ -40,23 +48,59 @@ def register(sub) -> None:
     p.set_defaults(run=run_verify)
 
 
+def verify_data(report) -> dict:
+    """The ``verify`` result's data: everything the report shows (claim rows, stored counts, the
+    chapter outline in order with each chapter's part, the figures' series, timings), so the report
+    computes nothing. The configuration, random seed and environment go in the envelope."""
+    from attnscale.claims.result import CHAPTERS
+
+    d = report.to_dict()
+    # "beyond": the chapters past the blog post's own outline (claims.result.CHAPTERS ends with them)
+    outline = [{"id": c, "part": "beyond" if c.startswith("beyond") else "seed"} for c in CHAPTERS]
+    return {"claims": d["claims"], "counts": d["counts"], "chapters": outline, "series": d["data"],
+            "timings": d["timings"]}
+
+
+def verify_config(quick: bool, seed: int, rel_ci_target: float | None = None, results_root=None):
+    """The VerifyConfig of a run, with the results folder when the claims read other results."""
+    import dataclasses
+
+    from attnscale.claims import VerifyConfig
+
+    kw = {"seed": seed, "quick": quick}
+    if rel_ci_target is not None:
+        kw["rel_ci_target"] = rel_ci_target
+    if results_root is not None and "results_root" in {f.name for f in dataclasses.fields(VerifyConfig)}:
+        kw["results_root"] = str(results_root)
+    return VerifyConfig(**kw)
+
+
+def run_and_save(config, root, progress=None):
+    """Run the verification of ``config`` and write its result under ``root``; (report, envelope)."""
+    from attnscale import results
+    from attnscale.claims import run_claims
+    from attnscale.store import to_jsonable
+
+    report = run_claims(config, progress=progress)
+    cfg = {k: v for k, v in to_jsonable(config).items() if k != "results_root"}   # a path: not the result's
+    env = results.write("verify", verify_data(report), config=cfg, seed=config.seed, quick=config.quick, root=root)
+    return report, env
+
+
 def run_verify(args) -> int:
-    import json
-
-    from attnscale.claims import VerifyConfig, run_claims
+    from attnscale import results
     from attnscale.cli.progress import Progress
-    from attnscale.store import to_jsonable, write_json_atomic
 
-    config = VerifyConfig(seed=args.seed, quick=args.quick, rel_ci_target=args.rel_ci_target)
-    with Progress() as progress:
-        report = run_claims(config, progress=progress)
-    if args.json == "-":
-        print(json.dumps(to_jsonable(report.to_dict()), indent=1, ensure_ascii=False))
-    else:
-        if args.json:
-            write_json_atomic(args.json, report.to_dict())
+    check_json_target(args)
+    root = results.check_writable(args.results or results.DEFAULT_ROOT, "--results")
+    config = verify_config(args.quick, args.seed, args.rel_ci_target, root)
+    with Progress(enabled=False if args.quiet else None) as progress:
+        report, env = run_and_save(config, root, progress)
+    emit_json(args, env)
+    if not json_to_stdout(args):
         sys.stdout.write(render_table(report, args.lang))
-    print(f"attnscale verify: {report.timings.get('total', 0.0):.1f} s", file=sys.stderr)
+    if not args.quiet:
+        print(f"attnscale verify: {report.timings.get('total', 0.0):.1f} s; wrote {env.path}", file=sys.stderr)
     if args.strict and any(c.verdict != "holds" for c in report.claims):
         return 1
     return 0

@@ -1,5 +1,12 @@
-"""Build the report: get the verification's results (from the cache when their configuration and code
-are unchanged), render every chapter, and write ``<out>/index.html`` atomically.
+"""Build the report from a results folder: read the verification's result (kind ``verify``) and every
+experiment chapter's result through :mod:`attnscale.results`, render them, and write the page
+atomically. The report runs nothing: when the verification's result is missing the build fails with
+:class:`attnscale.results.ResultMissing`, and the ``attnscale report`` command (attnscale.cli.report)
+runs ``attnscale verify`` first and says so.
+
+Reproducible: the page is a function of the result files and the configuration only. Its date is the
+newest ``created`` of the results it shows, its timings are the ones recorded in them, and no path of
+this machine is printed, so a results folder copied elsewhere builds the same bytes.
 
 Atomic: the page is written into a temporary folder beside ``out`` and renamed into place
 (``os.rename``/``os.replace``, atomic on POSIX), so an interrupted build leaves the previous report
@@ -8,32 +15,31 @@ as it was.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from importlib import resources
 from pathlib import Path
 from typing import Callable
 
+from attnscale import results
 from attnscale.errors import InputError
 from attnscale.report.text import LANGS
 
 Progress = Callable[[int, int, str], None]
 
+#: The page of each language, side by side in the output folder (each links to the other).
+PAGE_NAMES = {"en": "index.html", "zh": "index.zh.html"}
+
 
 @dataclass(frozen=True)
 class ReportConfig:
-    out: Path = Path("attnscale-report")        # the folder that receives index.html
-    results: Path = Path("attnscale-results")   # experiment result files are read from here
+    out: Path = Path("attnscale-report")        # the folder that receives index.html / index.zh.html
+    results: Path = results.DEFAULT_ROOT        # every result is read from here
     lang: str = "en"                            # "en" or "zh"
-    quick: bool = False                         # the verification's quick mode (seconds, wider CIs)
-    fresh: bool = False                         # recompute the verification even if cached
-    seed: int = 0                               # the verification's and the widget's seed
-    cache: Path | None = None                   # where verification results are cached; None: <results>/cache
+    quick: bool = False                         # show the quick verification result (verify/quick.json)
+    seed: int = 0                               # the widget's seed
 
     def __post_init__(self):
         if self.lang not in LANGS:
@@ -42,75 +48,32 @@ class ReportConfig:
             raise InputError(f"seed: expected a non-negative integer, got {self.seed!r}")
         object.__setattr__(self, "out", Path(self.out))
         object.__setattr__(self, "results", Path(self.results))
-        if self.cache is not None:
-            object.__setattr__(self, "cache", Path(self.cache))
         if self.out.exists() and not self.out.is_dir():
-            raise InputError(f"out: expected a folder for index.html, got the existing file {str(self.out)!r}")
+            raise InputError(f"out: expected a folder for {PAGE_NAMES[self.lang]}, got the existing file {str(self.out)!r}")
 
     @property
-    def cache_dir(self) -> Path:
-        return self.cache if self.cache is not None else self.results / "cache"
+    def page_name(self) -> str:
+        return PAGE_NAMES[self.lang]
 
 
 @dataclass
 class BuildResult:
-    path: Path                       # <out>/index.html
-    seconds: float
-    verify_cached: bool
-    sections: dict[str, float] = field(default_factory=dict)   # title → seconds
+    path: Path                       # <out>/index.html or <out>/index.zh.html
+    seconds: float                   # this build's wall time (not on the page: it would differ per build)
+    verify: results.Envelope         # the verification result the page shows
     experiment_status: dict[str, str] = field(default_factory=dict)  # module → rendered/missing/error
 
 
-def code_fingerprint() -> str:
-    """A hash of the sources that decide the verification's numbers: a cached result computed by
-    other code is not reused."""
-    h = hashlib.sha256()
-    pkg = resources.files("attnscale")
-    # masks.py decides S1.35's attention; store.py how the results serialise to JSON
-    paths = [pkg.joinpath(name) for name in ("attention.py", "scales.py", "softmax.py", "masks.py", "store.py",
-                                             "montecarlo.py", "theory.py", "__init__.py")]
-    claims = pkg.joinpath("claims")
-    if claims.is_dir():
-        paths += sorted((p for p in claims.iterdir() if p.name.endswith(".py")), key=lambda p: p.name)
-    for p in paths:
-        if p.is_file():
-            h.update(p.name.encode())
-            h.update(p.read_bytes())
-    return h.hexdigest()[:16]
-
-
-def verify_cache_key(config: ReportConfig) -> dict:
-    from attnscale import __version__
-    from attnscale.claims import VerifyConfig
-    from attnscale.store import to_jsonable
-
-    return {"verify": to_jsonable(VerifyConfig(seed=config.seed, quick=config.quick)),
-            "attnscale": __version__, "code": code_fingerprint()}
-
-
-def load_verify(config: ReportConfig, progress: Progress | None = None) -> tuple[dict, dict]:
-    """The verification report as plain data, and how it was obtained ({"cached", "seconds", ...}).
-    Read from the cache unless ``config.fresh``; computed and cached otherwise."""
-    from attnscale.claims import VerifyConfig, run_claims
-    from attnscale.store import ResultCache
-
-    cache = ResultCache(config.cache_dir)
-    key = verify_cache_key(config)
-    if not config.fresh:
-        hit = cache.get("verify", key)
-        if hit is not None:
-            return hit["report"], {"cached": True, "seconds_then": hit["seconds"], "path": str(cache.path("verify", key))}
-    t0 = time.perf_counter()
-    report = run_claims(VerifyConfig(seed=config.seed, quick=config.quick), progress).to_dict()
-    seconds = time.perf_counter() - t0
-    path = cache.put("verify", key, {"report": report, "seconds": seconds})
-    return report, {"cached": False, "seconds": seconds, "path": str(path)}
+def read_verify(config: ReportConfig) -> results.Envelope:
+    """The verification result the page shows (full or quick as configured), validated."""
+    return results.read("verify", config.results, quick=config.quick)
 
 
 def write_site_atomic(out: Path, files: dict[str, bytes]) -> Path:
     """Write ``files`` (name → bytes) into the folder ``out`` so that a reader never sees a half-written
     report: everything is written and synced in a temporary folder beside ``out`` first. A new
-    ``out`` is that folder renamed; an existing one receives each file by ``os.replace``."""
+    ``out`` is that folder renamed; an existing one receives each file by ``os.replace`` (other files
+    in it, such as the other language's page, stay)."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.building-"))
@@ -136,86 +99,79 @@ def write_site_atomic(out: Path, files: dict[str, bytes]) -> Path:
         raise
 
 
-def _config_text(config: ReportConfig, verify: dict) -> str:
-    vc = verify.get("config", {})
-    parts = [f"lang={config.lang}", f"quick={config.quick}", f"fresh={config.fresh}",
-             f"results={config.results}"]
-    parts += [f"verify.{k}={v}" for k, v in vc.items() if k != "seed"]
-    return ", ".join(parts)
-
-
 def build_report(config: ReportConfig, progress: Progress | None = None) -> BuildResult:
-    """Build ``config.out/index.html``. ``progress(done, total, label)`` follows the verification
-    (when it runs) and then each chapter."""
+    """Build ``config.out/<page>``. ``progress(done, total, label)`` follows the chapters. Raises
+    :class:`attnscale.results.ResultMissing` when there is no verification result to show."""
     from attnscale.report.chapters import EXPERIMENT_CHAPTERS
-    from attnscale.report.text import BEYOND_CHAPTERS, SEED_CHAPTERS
 
     start = time.perf_counter()
-    n_chapters = len(SEED_CHAPTERS) + len(BEYOND_CHAPTERS) + len(EXPERIMENT_CHAPTERS) + 1
-    verify_total = [0]
-
-    def verify_progress(done: int, total: int, label: str) -> None:
-        verify_total[0] = total
-        if progress:
-            progress(done, total + n_chapters, f"verify: {label}")
-
-    verify, how = load_verify(config, verify_progress)
-    done = [verify_total[0]]
+    verify = read_verify(config)
+    total = len(verify.data["chapters"]) + len(EXPERIMENT_CHAPTERS) + 1
+    done = [0]
 
     def tick(label: str) -> None:
         done[0] += 1
         if progress:
-            progress(done[0], verify_total[0] + n_chapters, f"chapter: {label}")
+            progress(done[0], total, f"chapter: {label}")
 
-    page, sections, statuses = render_report(verify, how, config, tick, start)
-    path = write_site_atomic(config.out, {"index.html": page.encode("utf-8")}) / "index.html"
-    return BuildResult(path=path, seconds=time.perf_counter() - start, verify_cached=bool(how.get("cached")),
-                       sections=sections, experiment_status=statuses)
+    page, statuses = render_report(verify, config, tick)
+    path = write_site_atomic(config.out, {config.page_name: page.encode("utf-8")}) / config.page_name
+    return BuildResult(path=path, seconds=time.perf_counter() - start, verify=verify, experiment_status=statuses)
 
 
-def render_report(verify: dict, how: dict, config: ReportConfig,
-                  tick: Callable[[str], None] = lambda label: None,
-                  start: float | None = None) -> tuple[str, dict[str, float], dict[str, str]]:
-    """The page's HTML from a verification report (``VerifyReport.to_dict()``) and the experiment
-    result files under ``config.results``; also the seconds per section and each experiment
-    chapter's status. Computes nothing that a result already holds."""
-    from attnscale.provenance import environment
+def render_report(verify: results.Envelope, config: ReportConfig,
+                  tick: Callable[[str], None] = lambda label: None) -> tuple[str, dict[str, str]]:
+    """The page's HTML from the verification result and the experiment results under
+    ``config.results``, and each experiment chapter's status. Computes nothing a result holds."""
     from attnscale.report.chapters import EXPERIMENT_CHAPTERS
-    from attnscale.report.experiments import render_experiment
+    from attnscale.report.experiments import provenance_text, render_experiment
     from attnscale.report.html import esc
     from attnscale.report.page import Section, render_page
-    from attnscale.report.seed import glance_html, seed_sections
+    from attnscale.report.seed import glance_html, lang_links, seed_sections
     from attnscale.report.text import t
     from attnscale.report.verdicts import all_claims_table
 
-    start = time.perf_counter() if start is None else start
-    sections = seed_sections(verify, config.lang, config.seed, tick)
-    statuses, files = {}, []
+    lang = config.lang
+    sections = seed_sections(verify, lang, config.seed, tick)
+    statuses, shown = {}, [("verify", verify)]
     for name in EXPERIMENT_CHAPTERS:
-        t0 = time.perf_counter()
-        ch = render_experiment(name, config.results, config.lang)
+        ch = render_experiment(name, config.results, lang)
         statuses[name] = ch.status
-        if ch.status == "rendered":
-            files.append(ch.source)
+        if ch.envelope is not None:
+            shown.append((ch.kind, ch.envelope))
         sections.append(Section(id=f"exp-{name.replace('_', '-')}", title=ch.title, html=ch.html,
-                                part="experiments", seconds=time.perf_counter() - t0))
+                                part="experiments", seconds=ch.seconds))
         tick(name)
-    t0 = time.perf_counter()
-    claims = verify.get("claims", [])
-    sections.append(Section(id="all-verdicts", title=t("all_verdicts", config.lang), part="appendix",
-                            html=f'<p>{esc(t("all_verdicts_lead", config.lang))}</p>'
-                                 f'{all_claims_table(claims, config.lang)}',
-                            seconds=time.perf_counter() - t0))
+    claims = verify.data["claims"]
+    sections.append(Section(id="all-verdicts", title=t("all_verdicts", lang), part="appendix",
+                            html=f'<p>{esc(t("all_verdicts_lead", lang))}</p>{all_claims_table(claims, lang)}'))
     tick("all verdicts")
+    timings = {name: sec for name, sec in verify.data["timings"].items() if name != "total"}
     provenance = {
-        "environment": verify.get("environment") or environment(),
-        "seed": config.seed,
+        "environment": verify.environment,
+        "seed": verify.seed,
         "config_text": _config_text(config, verify),
-        "built": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
-        "verify": how,
-        "verify_timings": verify.get("timings", {}),
-        "experiment_files": files,
-        "total_seconds": time.perf_counter() - start,
+        "built": _built(env for _, env in shown),
+        "verify": {"cached": True, "seconds_then": verify.data["timings"].get("total", 0.0)},
+        "verify_timings": timings,
+        "experiment_files": [f"{kind}: {provenance_text(env, lang)}" for kind, env in shown],
+        # the table lists the verification's groups and each section's recorded compute time: its
+        # total is their sum, so it equals what it lists
+        "total_seconds": sum(timings.values()) + sum(s.seconds for s in sections),
     }
-    page = render_page(sections, claims, provenance, config.lang, glance_html(verify.get("data", {}), config.lang))
-    return page, {s.title: s.seconds for s in sections}, statuses
+    glance = glance_html(verify.data["series"], lang) + lang_links(lang, PAGE_NAMES)
+    page = render_page(sections, verify.data["counts"], provenance, lang, glance)
+    return page, statuses
+
+
+def _built(envelopes) -> str:
+    """The page's date: that of the newest result it shows (a rebuild from the same results, here or
+    on another machine, gives the same page)."""
+    created = max((env.created for env in envelopes if env.created), default="")
+    return created.replace("T", " ").replace("Z", " UTC")
+
+
+def _config_text(config: ReportConfig, verify: results.Envelope) -> str:
+    parts = [f"lang={config.lang}", f"quick={verify.quick}", f"widget seed={config.seed}"]
+    parts += [f"verify.{k}={v}" for k, v in (verify.config or {}).items() if k not in ("seed", "quick")]
+    return ", ".join(parts)

@@ -1,9 +1,12 @@
-"""Chapters from experiment result files (training, real-model probe, telemetry).
+"""Chapters from experiment results (training, real-model probe, telemetry).
 
-Each module listed in :data:`attnscale.report.chapters.EXPERIMENT_CHAPTERS` is rendered from
-``<results>/<RESULT_PATH>`` when that file exists, and replaced by a note with its ``HOW_TO`` command
-when it does not. A chapter that fails to import or render becomes an error box: one broken chapter
-never costs the reader the rest of the report.
+Each module listed in :data:`attnscale.report.chapters.EXPERIMENT_CHAPTERS` names the ``KIND`` of
+result it shows; its result is read through :func:`attnscale.results.read_preferred` (the full run
+when there is one, else the quick one) and handed to its ``render(env, lang)``. Generically, for every
+chapter: no result yet → a note with its ``HOW_TO`` command; a malformed result → an error box with
+the reader's message (the file and the field); a quick result → a "quick run" label beside the title;
+and a line under the title says where and when the result was computed. A chapter that fails to
+import or render becomes an error box too: one broken chapter never costs the reader the rest.
 """
 
 from __future__ import annotations
@@ -11,8 +14,8 @@ from __future__ import annotations
 import importlib
 import traceback
 from dataclasses import dataclass
-from pathlib import Path
 
+from attnscale import results
 from attnscale.report.html import esc
 from attnscale.report.text import t
 
@@ -20,17 +23,49 @@ from attnscale.report.text import t
 @dataclass
 class RenderedChapter:
     name: str          # the module name under attnscale.report.chapters
-    title: str
+    title: str         # with the quick-run label when the result is a quick one
     html: str          # the chapter's body (without its <h2>)
-    status: str        # "rendered", "missing" (no result file yet) or "error"
-    source: str        # the result file it was read from, or would be
+    status: str        # "rendered", "missing" (no result yet) or "error"
+    kind: str = ""     # the kind of result it shows
+    envelope: results.Envelope | None = None   # the result read (None when missing or unreadable)
+
+    @property
+    def seconds(self) -> float:
+        """The recorded compute time of the result shown (its data's ``wall_s``), 0 when none."""
+        data = self.envelope.data if self.envelope is not None else None
+        wall = data.get("wall_s") if isinstance(data, dict) else None
+        return float(wall) if isinstance(wall, (int, float)) else 0.0
 
 
-def _title(module, name: str, lang: str) -> str:
+def title_of(module, name: str, lang: str) -> str:
     title = getattr(module, "TITLE", None) if module is not None else None
     if isinstance(title, dict):
         return title.get(lang) or title.get("en") or name
     return str(title) if title else name.replace("_", " ")
+
+
+def quick_title(title: str, env: results.Envelope | None, lang: str) -> str:
+    """``title`` with the quick-run label when ``env`` is a quick result."""
+    return f"{title} · {t('quick_label', lang)}" if env is not None and env.quick else title
+
+
+def machine_text(environment: dict) -> str:
+    """The machine of a result's environment, for reading: "Linux-6.1-x86_64, 2 CPUs"."""
+    env = environment or {}
+    cpus = f'{env.get("cpu_count")} CPUs' if env.get("cpu_count") else None
+    return ", ".join(str(x) for x in (env.get("platform") or env.get("machine"), cpus) if x)
+
+
+def provenance_text(env: results.Envelope, lang: str) -> str:
+    """Where a result comes from: quick or full run, when (UTC), on what machine, which attnscale."""
+    run = t("quick_run" if env.quick else "full_run", lang)
+    when = env.created.replace("T", " ").replace("Z", " UTC")
+    return t("computed_by", lang).format(run=run, when=when, machine=machine_text(env.environment),
+                                        version=env.version)
+
+
+def provenance_line(env: results.Envelope, lang: str) -> str:
+    return f'<p class="note provenance-line">{esc(provenance_text(env, lang))}</p>'
 
 
 def _error_box(lang: str, err: BaseException) -> str:
@@ -39,23 +74,25 @@ def _error_box(lang: str, err: BaseException) -> str:
             f'<pre>{esc(detail)}</pre></div>')
 
 
-def render_experiment(name: str, results_dir: Path, lang: str) -> RenderedChapter:
+def missing_note(how_to: str, lang: str) -> str:
+    return (f'<div class="note"><p>{esc(t("missing_result", lang))}</p>'
+            f'<pre><code>{esc(how_to)}</code></pre><p>{esc(t("missing_then", lang))}</p></div>')
+
+
+def render_experiment(name: str, root, lang: str) -> RenderedChapter:
     """One experiment chapter: rendered, a how-to note, or an error box. Never raises (except
     KeyboardInterrupt/SystemExit, which must still stop the build)."""
-    from attnscale.store import read_json
-
-    module = None
-    source = ""
+    module, kind, env = None, "", None
     try:
         module = importlib.import_module(f"attnscale.report.chapters.{name}")
-        source = str(Path(results_dir) / module.RESULT_PATH)
-        path = Path(source)
-        if not path.exists():
-            how = esc(getattr(module, "HOW_TO", ""))
-            html = (f'<div class="note"><p>{esc(t("missing_result", lang))}</p>'
-                    f'<pre><code>{how}</code></pre><p>{esc(t("missing_then", lang))}</p></div>')
-            return RenderedChapter(name, _title(module, name, lang), html, "missing", source)
-        html = module.render(read_json(path), lang)
-        return RenderedChapter(name, _title(module, name, lang), html, "rendered", source)
-    except Exception as err:  # a chapter's bug, its damaged result file, its missing dependency
-        return RenderedChapter(name, _title(module, name, lang), _error_box(lang, err), "error", source)
+        kind = module.KIND
+        try:
+            env = results.read_preferred(kind, root)
+        except results.ResultMissing:
+            return RenderedChapter(name, title_of(module, name, lang), missing_note(getattr(module, "HOW_TO", ""), lang),
+                                   "missing", kind)
+        html = provenance_line(env, lang) + module.render(env, lang)
+        return RenderedChapter(name, quick_title(title_of(module, name, lang), env, lang), html, "rendered", kind, env)
+    except Exception as err:  # a malformed result (ResultError names file and field), a chapter's bug
+        return RenderedChapter(name, quick_title(title_of(module, name, lang), env, lang), _error_box(lang, err),
+                               "error", kind, env)

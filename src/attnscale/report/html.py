@@ -13,9 +13,47 @@ def esc(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-def number(x, spec: str = ".3g") -> str:
-    """A figure from a result file as text; a missing or non-finite value (None, NaN, ±inf) is "—"."""
-    return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
+def number(x, spec: str = ".3g", *, digits: int | None = None) -> str:
+    """A figure from a result file as text; a missing or non-finite value (None, NaN, ±inf) is "—".
+
+    ``spec`` is a format spec; with ``digits`` the figure is set for reading instead: integers with
+    thousands separators, floats to ``digits`` significant digits, scientific below 10⁻³ and from 10⁶.
+    A value that is not a number (a label) is shown as it is.
+
+    >>> number(0.12345), number(None), number(float("nan")), number(4050.2, digits=4), number(12345678)
+    ('0.123', '—', '—', '4,050', '1.23e+07')
+    >>> number(1387386, digits=4), number(2.5e-5, digits=3), number(0.8, digits=2)
+    ('1,387,386', '2.50e-05', '0.8')
+    """
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "—"
+    if digits is None:
+        return format(x, spec)
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return str(x)
+    if isinstance(x, int):
+        return f"{x:,}"
+    if x != 0 and (abs(x) < 1e-3 or abs(x) >= 1e6):
+        return f"{x:.{digits - 1}e}"
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"            # 4,050 rather than 4050 or 4.05e+03
+    return f"{x:.{digits}g}"
+
+
+def percent(fraction: float) -> str:
+    """A level or a share as a percentage, as many digits as it has: 0.99 → "99%", 0.995 → "99.5%"."""
+    return f"{fraction * 100:.6g}%"
+
+
+def seconds(s: float | None) -> str:
+    """A duration for reading: "4.25 s", "38.6 s", "6 min 12 s"; "—" when unknown."""
+    if s is None or not math.isfinite(s):
+        return "—"
+    if s < 10:
+        return f"{s:.2f} s"
+    if s < 120:
+        return f"{s:.1f} s"
+    return f"{int(s // 60)} min {round(s % 60):d} s"
 
 
 def figure_svg(fig, alt: str, caption: str = "") -> str:
@@ -25,7 +63,8 @@ def figure_svg(fig, alt: str, caption: str = "") -> str:
     buf = io.StringIO()
     # Text stays SVG text: the browser sets it in the page's fonts (Chinese included, which
     # matplotlib's own font lacks) and the page stays small.
-    with plt.rc_context({"svg.fonttype": "none"}), warnings.catch_warnings():
+    # A fixed hash salt makes the SVG's element ids a function of the figure: same results, same page.
+    with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": "attnscale"}), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Glyph .* missing from font")
         fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})  # byte-reproducible
     plt.close(fig)

@@ -1,20 +1,22 @@
-"""The chapters that retell the seed (and go beyond it), from a verification report's data.
+"""The chapters that retell the seed (and go beyond it), from the verification's result.
 
-Each chapter = its prose (report.text) + its figures (report.figures, drawn from ``data`` blocks the
+The seed is the blog post the verification checks (see :data:`attnscale.report.text.SEED_POST`); the
+chapters follow the outline the result lists (``data["chapters"]``: id and part, in order). Each chapter
+= its prose (report.text) + its figures (report.figures, drawn from the ``series`` blocks the
 verification already computed) + the verdict cards of its claims. A figure that cannot be drawn
 becomes a visible error box inside its chapter; the rest of the page is unaffected.
 """
 
 from __future__ import annotations
 
-import time
 import traceback
 from typing import Callable
 
 from attnscale.report import figures
-from attnscale.report.html import esc, figure_svg
+from attnscale.report.experiments import provenance_line, quick_title
+from attnscale.report.html import esc, figure_svg, number
 from attnscale.report.page import Section
-from attnscale.report.text import BEYOND_CHAPTERS, SEED_CHAPTERS, caption, chapter_text, facts, t
+from attnscale.report.text import SEED_POST, caption, chapter_text, facts, pretty, t
 from attnscale.report.verdicts import claim_list
 from attnscale.report.widget import widget_html
 
@@ -37,10 +39,12 @@ BEYOND_PARTS: tuple[tuple[str, str], ...] = (("broken", "broken_assumptions"), (
                                             ("ssmax", "ssmax"), ("give", "give_away"))
 
 
-def figure_html(block: str, data: dict, lang: str, keys: tuple[str, ...] | None = None) -> str:
+def figure_html(block: str, data: dict, lang: str, keys: tuple[str, ...] | None = None,
+                values: dict | None = None) -> str:
     """The figure for ``data[block]`` (only its entries ``keys`` when given) as inline SVG, a note
-    when the block is absent, or an error box when it cannot be drawn."""
-    alt, cap = caption(block, lang, facts(data))
+    when the block is absent, or an error box when it cannot be drawn. ``values`` fill the
+    caption's slots (default: :func:`attnscale.report.text.facts` of ``data``)."""
+    alt, cap = caption(block, lang, values if values is not None else facts(data))
     block_data = data.get(block)
     if block_data is not None and keys is not None:
         block_data = {k: block_data[k] for k in keys if k in block_data} or None
@@ -62,52 +66,72 @@ def _paras(paras: list[str]) -> str:
     return "".join(f'<p class="lead">{esc(p)}</p>' if i == 0 else f"<p>{esc(p)}</p>" for i, p in enumerate(paras))
 
 
-def chapter_body(chapter: str, claims: list[dict], data: dict, lang: str, seed: int) -> str:
-    text = chapter_text(chapter, lang, facts(data))
+def seed_post_html(lang: str) -> str:
+    """The blog post this page checks: title, author, where it was published, linked."""
+    post = SEED_POST
+    return (f'<p class="note seed-post">{esc(t("seed_post_is", lang))} '
+            f'<a href="{esc(post["url"])}">{esc(pretty(post["title"].get(lang, post["title"]["en"])))}</a>, '
+            f'{esc(post["author"])}, {esc(post["published"].get(lang, post["published"]["en"]))}. '
+            f'{esc(t("seed_post_copy", lang))}</p>')
+
+
+def chapter_body(chapter: str, claims: list[dict], data: dict, lang: str, seed: int, values: dict | None = None) -> str:
+    values = values if values is not None else facts(data)
+    text = chapter_text(chapter, lang, values)
     body = [_paras(text["paras"])]
+    if chapter == "formula":
+        body.append(seed_post_html(lang))
     if chapter == "without_scaling":
         body.append(widget_html(seed, lang))
     for block, keys in CHAPTER_FIGURES.get(chapter, ()):
-        body.append(figure_html(block, data, lang, keys))
+        body.append(figure_html(block, data, lang, keys, values))
     if chapter == "beyond":
         for key, block in BEYOND_PARTS:
             heading, para = text[key]
-            body.append(f"<h3>{esc(heading)}</h3><p>{esc(para)}</p>{figure_html(block, data, lang)}")
+            body.append(f"<h3>{esc(heading)}</h3><p>{esc(para)}</p>{figure_html(block, data, lang, None, values)}")
         body.append(f'<h3>{esc(t("verdict", lang).capitalize())}</h3>')
     body.append(claim_list(claims, lang))
     return "".join(body)
 
 
-def seed_sections(verify: dict, lang: str, seed: int,
+def seed_sections(verify, lang: str, seed: int,
                   tick: Callable[[str], None] = lambda label: None) -> list[Section]:
-    """One Section per chapter of the seed's outline, then the beyond chapter(s)."""
-    claims = verify.get("claims", [])
-    data = verify.get("data", {})
-    sections = []
-    for chapter in SEED_CHAPTERS + BEYOND_CHAPTERS:
-        t0 = time.perf_counter()
+    """One Section per chapter of the outline in the verification result ``verify`` (an
+    :class:`attnscale.results.Envelope` of kind ``verify``), in its order; a quick result is labelled
+    beside each title, and the first chapter of each part says where and when it was computed."""
+    claims, data, outline = verify.data["claims"], verify.data["series"], verify.data["chapters"]
+    values = facts(data, verify.config, outline)
+    sections, part = [], None
+    for entry in outline:
+        chapter = entry["id"]
         mine = [c for c in claims if c.get("chapter") == chapter]
-        html = chapter_body(chapter, mine, data, lang, seed)
-        part = "beyond" if chapter in BEYOND_CHAPTERS else "seed"
-        sections.append(Section(id=chapter.replace("_", "-"), title=chapter_text(chapter, lang)["title"], html=html,
-                                part=part, verdicts=[c.get("verdict", "") for c in mine],
-                                seconds=time.perf_counter() - t0))
+        html = chapter_body(chapter, mine, data, lang, seed, values)
+        if entry["part"] != part:
+            part = entry["part"]
+            html = provenance_line(verify, lang) + html
+        sections.append(Section(id=chapter.replace("_", "-"), title=quick_title(chapter_text(chapter, lang)["title"], verify, lang),
+                                html=html, part=part, verdicts=[c.get("verdict", "") for c in mine]))
         tick(chapter)
     return sections
+
+
+def lang_links(lang: str, pages: dict[str, str]) -> str:
+    """Links to this page in the other languages (each page links to the others)."""
+    links = "".join(f'<a href="{esc(name)}" hreflang="{esc(other)}">{esc(t("lang_name_" + other, lang))}</a>'
+                    for other, name in pages.items() if other != lang)
+    return f'<p class="lang-switch">{links}</p>' if links else ""
 
 
 def glance_html(data: dict, lang: str) -> str:
     """Three measured numbers for the top of the page, looked up in the verification's data (never
     computed here); a card whose data is missing is left out."""
-    from attnscale.report.verdicts import fmt_number
-
     cards = []
     try:
         g = next(iter(data["variance_vs_dk"].values()))
         i = len(g["d_k"]) - 1
-        cards.append((t("glance_var", lang).format(d=fmt_number(g["d_k"][i])), fmt_number(g["estimate"][i]),
-                      f'{t("ci", lang)} [{fmt_number(g["ci_low"][i])}, {fmt_number(g["ci_high"][i])}] · '
-                      f'{t("glance_var_claim", lang)} {fmt_number(g["d_k"][i])}'))
+        cards.append((t("glance_var", lang).format(d=number(g["d_k"][i], digits=4)), number(g["estimate"][i], digits=4),
+                      f'{t("ci_plain", lang)} [{number(g["ci_low"][i], digits=4)}, {number(g["ci_high"][i], digits=4)}] · '
+                      f'{t("glance_var_claim", lang)} {number(g["d_k"][i], digits=4)}'))
     except (KeyError, IndexError, StopIteration, TypeError):
         pass
     for block, figure, key in (("saturation", "max_weight", "glance_maxw"), ("jacobian", "jacobian_frobenius", "glance_jac")):
@@ -118,8 +142,8 @@ def glance_html(data: dict, lang: str) -> str:
             i = d_ks.index(64) if block == "saturation" and 64 in d_ks else len(d_ks) - 1
             per = rows["by_n"][n]
             cards.append((t(key, lang).format(d=d_ks[i], n=n),
-                          fmt_number(per["unscaled"][figure]["median"][i], 2),
-                          f'{t("glance_scaled", lang)} {fmt_number(per["scaled"][figure]["median"][i], 2)}'))
+                          number(per["unscaled"][figure]["median"][i], digits=2),
+                          f'{t("glance_scaled", lang)} {number(per["scaled"][figure]["median"][i], digits=2)}'))
         except (KeyError, IndexError, StopIteration, TypeError, ValueError):
             pass
     if not cards:

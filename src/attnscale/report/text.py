@@ -1,4 +1,4 @@
-"""Every word of the report in English and Chinese (the seed's language): interface labels and the
+"""Every word of the report in English and Chinese (the language of the blog post it checks): interface labels and the
 chapters' prose. Settings of the verification are not typed here: the page fills ``{named}`` slots
 from its data (``facts``); literal braces are doubled.
 
@@ -15,34 +15,38 @@ UI: dict[str, dict[str, str]] = {
               "zh": "为什么要除以 √dₖ？每一个论断，都在你的机器上测量"},
     "kicker": {"en": "attnscale report", "zh": "attnscale 报告"},
     "subtitle": {
-        "en": "The blog post “why we scale dot-product attention by √d_k”, retold with figures. Every number "
-              "below was computed while this page was built: Monte Carlo estimates with 99% confidence "
-              "intervals, exact arithmetic where floats could hide a digit, and a verdict on each claim.",
-        "zh": "把博客《为什么点积注意力要除以 √dₖ》用图重新讲一遍。下面每一个数字都是在生成本页时计算出来的："
-              "带 99% 置信区间的蒙特卡罗估计、在浮点数可能掩盖误差之处使用精确算术，并对每个论断给出判定。"},
+        "en": "A blog post on why dot-product attention is scaled by √d_k, retold with figures and every claim "
+              "checked by attnscale: Monte Carlo estimates with confidence intervals, exact arithmetic where "
+              "floats could hide a digit, and a verdict on each claim. No number is typed in; each part says "
+              "which result file it comes from, when and on what machine that was computed, and whether it "
+              "was a quick or a full run (see also “How this page was made” at the end).",
+        "zh": "把一篇关于点积注意力为何要除以 √dₖ 的博客用图重新讲一遍，并由 attnscale 逐条检验其论断："
+              "带置信区间的蒙特卡罗估计、在浮点数可能掩盖误差之处使用精确算术，并对每个论断给出判定。"
+              "没有任何数字是手写的；每一部分都注明它来自哪个结果文件、何时在哪台机器上计算、是快速运行还是完整运行"
+              "（另见页末“本页是如何生成的”）。"},
     "contents": {"en": "Contents", "zh": "目录"},
-    "part_seed": {"en": "The seed, checked", "zh": "原文，逐条验证"},
-    "part_beyond": {"en": "Beyond the seed", "zh": "原文之外"},
+    "part_seed": {"en": "The blog post, checked", "zh": "原文，逐条验证"},
+    "part_beyond": {"en": "Beyond the blog post", "zh": "原文之外"},
     "part_experiments": {"en": "Experiments", "zh": "实验"},
     "part_appendix": {"en": "Appendix", "zh": "附录"},
     "holds": {"en": "holds", "zh": "成立"},
     "fails": {"en": "fails", "zh": "不成立"},
     "inconclusive": {"en": "inconclusive", "zh": "无定论"},
-    "seed number wrong": {"en": "seed number wrong", "zh": "原文数字有误"},
+    "seed number wrong": {"en": "blog post's number wrong", "zh": "原文数字有误"},
     "tally_holds": {"en": "claims hold", "zh": "个论断成立"},
     "tally_fails": {"en": "fail", "zh": "个不成立"},
     "tally_inconclusive": {"en": "inconclusive", "zh": "个无定论"},
     "inconclusive_means": {"en": "the interval does not decide the criterion at this sample size",
                            "zh": "在当前样本量下置信区间无法判定该标准"},
-    "tally_wrong": {"en": "seed numbers wrong", "zh": "个原文数字有误"},
+    "tally_wrong": {"en": "of the blog post's numbers wrong", "zh": "个原文数字有误"},
     "expected": {"en": "expected", "zh": "期望"},
     "measured": {"en": "measured", "zh": "测得"},
     "method": {"en": "method", "zh": "方法"},
-    "ci": {"en": "99% CI", "zh": "99% 置信区间"},
+    "ci_plain": {"en": "CI", "zh": "置信区间"},
     "ci_at": {"en": "{level} CI (judged)", "zh": "{level} 置信区间（据此判定）"},
     "ci_judged": {"en": "interval judged (level)", "zh": "判定所用区间（置信水平）"},
     "samples": {"en": "samples", "zh": "样本"},
-    "seed_says": {"en": "the seed says", "zh": "原文写的是"},
+    "seed_says": {"en": "the blog post says", "zh": "原文写的是"},
     "correct_value": {"en": "correct value", "zh": "正确值"},
     "claim": {"en": "claim", "zh": "论断"},
     "verdict": {"en": "verdict", "zh": "判定"},
@@ -62,7 +66,7 @@ UI: dict[str, dict[str, str]] = {
                 "zh": "验证没有为这张图提供数据。"},
     "provenance": {"en": "How this page was made", "zh": "本页是如何生成的"},
     "prov_version": {"en": "attnscale", "zh": "attnscale 版本"},
-    "prov_seed": {"en": "seed", "zh": "随机种子"},
+    "prov_seed": {"en": "random seed", "zh": "随机种子"},
     "prov_config": {"en": "configuration", "zh": "配置"},
     "prov_python": {"en": "Python", "zh": "Python"},
     "prov_numpy": {"en": "NumPy", "zh": "NumPy"},
@@ -71,11 +75,15 @@ UI: dict[str, dict[str, str]] = {
     "prov_machine": {"en": "machine", "zh": "机器"},
     "prov_built": {"en": "built", "zh": "生成时间"},
     "prov_verify": {"en": "verification", "zh": "验证"},
-    "prov_cached": {"en": "read from the cache (computed earlier in {s})",
-                    "zh": "读取自缓存（之前计算耗时 {s}）"},
+    "prov_cached": {"en": "read from its result file (the verification took {s} when it ran)",
+                    "zh": "读取自其结果文件（验证运行时耗时 {s}）"},
     "prov_computed": {"en": "computed now in {s}", "zh": "本次计算耗时 {s}"},
-    "prov_sections": {"en": "time per section", "zh": "各部分耗时"},
-    "prov_total": {"en": "total", "zh": "合计"},
+    "prov_sections": {"en": "compute time, as recorded in the result files: the verification's groups, then each "
+                             "section's own result (the blog post's chapters have none of their own: they show "
+                             "the verification's); drawing this page is not counted",
+                      "zh": "计算耗时（取自结果文件）：先列验证的各组，再列各部分自己的结果"
+                            "（原文各章没有自己的结果，显示的是验证的结果）；生成本页的时间不计在内"},
+    "prov_total": {"en": "total of the rows above", "zh": "以上各行合计"},
     "prov_experiments": {"en": "result files", "zh": "结果文件"},
     "not_installed": {"en": "not installed", "zh": "未安装"},
     "widget_title": {"en": "Try it: one attention row", "zh": "动手试试：一行注意力"},
@@ -104,13 +112,25 @@ UI: dict[str, dict[str, str]] = {
     "rule_softcap_unscaled": {"en": "soft-cap 50, unscaled", "zh": "软上限 50，不缩放"},
     "rule_logn": {"en": "log-n (Scalable-Softmax)", "zh": "log-n（Scalable-Softmax）"},
     "glance_var": {"en": "Var(q·k) at d_k = {d}, measured", "zh": "dₖ = {d} 时测得的 Var(q·k)"},
-    "glance_var_claim": {"en": "the seed says d_k =", "zh": "原文：dₖ ="},
+    "glance_var_claim": {"en": "the blog post says d_k =", "zh": "原文：dₖ ="},
     "glance_maxw": {"en": "largest weight, unscaled, d_k = {d}, n = {n} (median row)",
                     "zh": "最大权重，不缩放，dₖ = {d}，n = {n}（中位数行）"},
     "glance_jac": {"en": "softmax gradient ‖J‖, unscaled, d_k = {d}, n = {n} (median row)",
                    "zh": "softmax 梯度 ‖J‖，不缩放，dₖ = {d}，n = {n}（中位数行）"},
     "glance_scaled": {"en": "with ÷√d_k:", "zh": "除以 √dₖ 后："},
-    "lang_switch": {"en": "中文版: attnscale report --lang zh", "zh": "English: attnscale report --lang en"},
+    "lang_switch": {"en": "中文版: index.zh.html beside this page (attnscale report --lang zh)",
+                    "zh": "English: index.html beside this page (attnscale report --lang en)"},
+    "lang_name_en": {"en": "English", "zh": "English"},
+    "lang_name_zh": {"en": "中文版", "zh": "中文版"},
+    "quick_label": {"en": "quick run", "zh": "快速运行"},
+    "quick_run": {"en": "quick run", "zh": "快速运行"},
+    "full_run": {"en": "full run", "zh": "完整运行"},
+    "computed_by": {"en": "From a {run} computed {when} on {machine} (attnscale {version}).",
+                    "zh": "来自 {when} 在 {machine} 上计算的{run}（attnscale {version}）。"},
+    "seed_post_is": {"en": "The blog post checked here:", "zh": "本页检验的博客："},
+    "seed_post_copy": {"en": "This page checks the Chinese translation kept with attnscale; “the blog post” below "
+                             "always means it, and “random seed” the generator's seed.",
+                       "zh": "本页检验的是随 attnscale 保存的中文译文；下文的“原文”都指它，“随机种子”指随机数生成器的种子。"},
 }
 
 
@@ -132,11 +152,16 @@ def t(key: str, lang: str) -> str:
     return pretty(entry.get(lang) or entry["en"])
 
 
-# The chapters of the seed's outline, in its order, then the chapters beyond it. Each chapter's id is
-# the ``chapter`` field of the verification's claims that belong to it.
-SEED_CHAPTERS = ("formula", "without_scaling", "why_grows", "variance", "proof", "softmax_large",
-                 "why_sqrt", "real_numbers", "faq")
-BEYOND_CHAPTERS = ("beyond",)
+# The blog post the verification checks (the project calls it "the seed"): named and linked on the page.
+SEED_POST = {
+    "title": {"en": "Why we scale the dot-product attention by √d_k", "zh": "为什么点积注意力要除以 √dₖ"},
+    "author": "Amit Shekhar",
+    "published": {"en": "Outcome School blog", "zh": "Outcome School 博客"},
+    "url": "https://outcomeschool.com/blog",
+}
+
+# The chapters' words, by the chapter ids of the verification result's outline (its ``chapters``,
+# which also gives their order and part).
 
 CHAPTERS: dict[str, dict[str, dict]] = {
     "formula": {
@@ -145,53 +170,54 @@ CHAPTERS: dict[str, dict[str, dict]] = {
             "compared with every key by a dot product, the scores are divided by √d_k, a softmax turns "
             "each row of scores into weights that sum to 1, and the output is the weighted sum of the values. "
             "d_k is the length of the query and key vectors.",
-            "This page is about the “÷ √d_k”. The seed explains it in eight steps; each chapter below "
-            "retells one step and then shows what we measured, with a verdict."]},
+            "This page is about the “÷ √d_k”. The blog post explains it in {n_seed_chapters} sections (its FAQ "
+            "included); each chapter below retells one of them and then shows what we measured, with a verdict."]},
         "zh": {"title": "注意力公式（快速回顾）", "paras": [
             "缩放点积注意力把查询、键和值变成输出：每个查询与每个键做点积，分数除以 √dₖ，"
             "softmax 把每一行分数变成和为 1 的权重，输出就是值的加权和。dₖ 是查询和键向量的维度。",
-            "本页关注的正是“÷ √dₖ”。原文分八步讲解它；下面每一章复述其中一步，然后给出我们的测量结果与判定。"]},
+            "本页关注的正是“÷ √dₖ”。原文分 {n_seed_chapters} 个部分（含常见问题）讲解它；下面每一章复述其中一部分，然后给出我们的测量结果与判定。"]},
     },
     "without_scaling": {
         "en": {"title": "What happens without scaling?", "paras": [
-            "Skip the division and feed Q·Kᵀ straight into the softmax. In real models d_k is 64, 128 or "
-            "more, and the raw scores grow with it. A softmax of large scores is nearly one-hot: one key takes "
-            "almost all the weight, the others almost none, and the gradients that should teach the model "
-            "shrink toward zero.",
+            "Skip the division and feed Q·Kᵀ straight into the softmax. The blog post says that in real models "
+            "d_k is 64, 128 or more, that the raw scores grow with it, and that a softmax of large scores is "
+            "nearly one-hot (one key takes almost all the weight, the others almost none), so that the "
+            "gradients that should teach the model shrink toward zero. The verdicts below say which of these "
+            "hold as stated.",
             "Try it below: pick “unscaled” and drag d_k to the right. Then switch back to 1/√d_k.",
             "One row is an anecdote. The figures after it summarise many random rows: the typical row (median) "
             "and the spread of rows (10%–90% band), for n = {sat_ns} keys."]},
         "zh": {"title": "不缩放会发生什么？", "paras": [
-            "跳过除法，直接把 Q·Kᵀ 送进 softmax。真实模型中 dₖ 是 64、128 甚至更大，原始分数随之增大。"
-            "对很大的分数做 softmax，结果几乎是 one-hot：一个键拿走几乎全部权重，其余几乎为零，"
-            "本该用来训练模型的梯度也趋向于零。",
+            "跳过除法，直接把 Q·Kᵀ 送进 softmax。原文说：真实模型中 dₖ 是 64、128 甚至更大，原始分数随之增大；"
+            "对很大的分数做 softmax，结果几乎是 one-hot（一个键拿走几乎全部权重，其余几乎为零），"
+            "本该用来训练模型的梯度也趋向于零。下面的判定说明其中哪些说法按原文所述成立。",
             "在下面亲自试试：选择“不缩放”，把 dₖ 往右拖。然后再切回 1/√dₖ。",
             "一行只是个例。后面的图汇总了大量随机行：典型的一行（中位数）和各行的分布（10%–90% 带），"
             "键数 n = {sat_ns_zh}。"]},
     },
     "why_grows": {
         "en": {"title": "Why does the dot product grow with d_k?", "paras": [
-            "q·k = q₁k₁ + q₂k₂ + … + q_{{d_k}}·k_{{d_k}} adds d_k terms. They are positive and negative and partly "
-            "cancel, but not completely: the more terms, the wider the spread of the sum.",
+            "q·k = q₁k₁ + q₂k₂ + … adds d_k terms qᵢkᵢ, one per component i = 1, …, d_k. They are positive and "
+            "negative and partly cancel, but not completely: the more terms, the wider the spread of the sum.",
             "The histograms below show q·k for random vectors at d_k = {hist_dks}. Unscaled (left), the "
-            "spread widens with d_k; divided by √d_k (right), the three curves lie almost on top of each other."]},
+            "spread widens with d_k; divided by √d_k (right), the {n_hist} curves lie almost on top of each other."]},
         "zh": {"title": "为什么点积会随 dₖ 增大？", "paras": [
-            "q·k = q₁k₁ + q₂k₂ + … + q_{{dₖ}}k_{{dₖ}} 把 dₖ 个项加在一起。这些项有正有负、部分抵消，但不会完全抵消："
+            "q·k = q₁k₁ + q₂k₂ + … 把 dₖ 个项 qᵢkᵢ（每个分量 i = 1, …, dₖ 一项）加在一起。这些项有正有负、部分抵消，但不会完全抵消："
             "项越多，和的分布就越宽。",
             "下面的直方图展示了 dₖ = {hist_dks_zh} 时随机向量的 q·k。不缩放时（左），分布随 dₖ 变宽；"
-            "除以 √dₖ 后（右），三条曲线几乎重合。"]},
+            "除以 √dₖ 后（右），{n_hist} 条曲线几乎重合。"]},
     },
     "variance": {
         "en": {"title": "The variance of the dot product", "paras": [
             "Variance measures spread. If every component of q and k has mean 0 and variance 1, each product "
             "qᵢkᵢ has mean 0 and variance 1, and the d_k independent products add up to a variance of d_k.",
-            "We measured the variance by Monte Carlo for d_k from 1 to 4096. On log–log axes a variance equal to "
-            "d_k is a line of slope 1; the error bars are 99% confidence intervals."]},
+            "We measured the variance by Monte Carlo for d_k from {var_dk_min} to {var_dk_max}. On log–log axes a "
+            "variance equal to d_k is a line of slope 1; the error bars are {level} confidence intervals."]},
         "zh": {"title": "理解点积的方差", "paras": [
             "方差衡量离散程度。若 q 和 k 的每个分量均值为 0、方差为 1，则每个乘积 qᵢkᵢ 的均值为 0、方差为 1，"
             "dₖ 个独立乘积相加，方差为 dₖ。",
-            "我们用蒙特卡罗方法测量了 dₖ 从 1 到 4096 的方差。在双对数坐标中，方差等于 dₖ 是一条斜率为 1 的直线；"
-            "误差线是 99% 置信区间。"]},
+            "我们用蒙特卡罗方法测量了 dₖ 从 {var_dk_min} 到 {var_dk_max} 的方差。在双对数坐标中，方差等于 dₖ 是一条斜率为 1 的直线；"
+            "误差线是 {level} 置信区间。"]},
     },
     "proof": {
         "en": {"title": "Step by step: the variance is d_k", "paras": [
@@ -207,10 +233,10 @@ CHAPTERS: dict[str, dict[str, dict]] = {
     "softmax_large": {
         "en": {"title": "What large dot products do to softmax", "paras": [
             "eˣ grows extremely fast, so in a softmax the largest score takes over as the scores grow apart. "
-            "The seed's two examples, [50, 10, 5] and [5, 1, 0.5], show it; the figure also shows them divided "
+            "The blog post's two examples, [50, 10, 5] and [5, 1, 0.5], show it; the figure also shows them divided "
             "by 8, as the next chapters will do.",
-            "Every value of the seed's eˣ table is recomputed with exact arithmetic and compared at the "
-            "precision the seed prints it."]},
+            "Every value of the blog post's eˣ table is recomputed with exact arithmetic and compared at the "
+            "precision the blog post prints it."]},
         "zh": {"title": "大的点积对 softmax 的影响", "paras": [
             "eˣ 增长极快，所以当分数彼此拉开时，softmax 中最大的分数会占据主导。原文的两个例子 [50, 10, 5] 和 "
             "[5, 1, 0.5] 展示了这一点；图中也给出了它们除以 8 之后的结果，正如后面几章要做的那样。",
@@ -220,14 +246,14 @@ CHAPTERS: dict[str, dict[str, dict]] = {
         "en": {"title": "Why √d_k is the right factor", "paras": [
             "Dividing a random variable by a constant c divides its variance by c². The dot product has "
             "variance d_k, so d_k / c² = 1 gives c = √d_k: the one factor that brings the variance back to 1 at "
-            "every d_k. The seed's [2, 4, 6] example shows the c² rule."]},
+            "every d_k. The blog post's [2, 4, 6] example shows the c² rule."]},
         "zh": {"title": "为什么 √dₖ 是正确的缩放因子", "paras": [
             "把随机变量除以常数 c，方差会除以 c²。点积的方差是 dₖ，令 dₖ / c² = 1 得 c = √dₖ："
             "它是在任何 dₖ 下都能把方差拉回 1 的那个因子。原文用 [2, 4, 6] 的例子说明了 c² 规则。"]},
     },
     "real_numbers": {
         "en": {"title": "Checking with real numbers", "paras": [
-            "The seed's worked examples: a dot product at d_k = 4, and three scores [14, 10, 12] at d_k = 64, "
+            "The blog post's worked examples: a dot product at d_k = 4, and three scores [14, 10, 12] at d_k = 64, "
             "before and after dividing by √64 = 8. Every digit it prints is recomputed below."]},
         "zh": {"title": "用真实数字验证", "paras": [
             "原文的算例：dₖ = 4 时的一个点积，以及 dₖ = 64 时的三个分数 [14, 10, 12] 在除以 √64 = 8 前后的结果。"
@@ -235,7 +261,7 @@ CHAPTERS: dict[str, dict[str, dict]] = {
     },
     "faq": {
         "en": {"title": "FAQ", "paras": [
-            "Does scaling matter when d_k is small? Is the variance only approximately d_k? The seed's answers "
+            "Does scaling matter when d_k is small? Is the variance only approximately d_k? The blog post's answers "
             "to these two, checked. (Who introduced the factor is a matter of record, Vaswani et al. 2017, "
             "not of measurement: nothing here checks it.)",
             "“Exact, not approximate” can be watched: the Monte Carlo estimate of the variance closes in on d_k "
@@ -246,8 +272,8 @@ CHAPTERS: dict[str, dict[str, dict]] = {
             "“精确而非近似”是可以看到的：方差的蒙特卡罗估计向 dₖ 收敛，误差按 1/√N 缩小，精确值理应如此。"]},
     },
     "beyond": {
-        "en": {"title": "Beyond the seed", "paras": [
-            "The seed's argument rests on assumptions (independent components, mean 0, variance 1) and on one "
+        "en": {"title": "Beyond the blog post", "paras": [
+            "The blog post's argument rests on assumptions (independent components, mean 0, variance 1) and on one "
             "fixed number of keys. Here we change both and measure what happens."],
             "broken": ("When the assumptions break",
                        "With means μ, variances σ² or correlated q and k, the measured variance follows the general "
@@ -293,15 +319,25 @@ class _Facts(dict):
         return "…"
 
 
-def facts(data: dict) -> _Facts:
-    """The prose's slots filled from the verification's data (its settings, formatted, never typed
-    here): which d_k the histograms use, which n the saturation rows have, SSMax's s."""
+def facts(data: dict, config: dict | None = None, outline: list | None = None) -> _Facts:
+    """The prose's slots filled from the verification's result (its settings, formatted, never typed
+    here): which d_k the histograms use, which n the saturation rows have, SSMax's s, the range of
+    d_k of the variance, the confidence level (``config``), the number of the blog post's chapters
+    (``outline``)."""
     out = _Facts()
+    if (config or {}).get("confidence") is not None:
+        out["level"] = f'{config["confidence"] * 100:.6g}%'
+    if outline:
+        out["n_seed_chapters"] = str(sum(entry["part"] == "seed" for entry in outline))
+    var = next(iter((data.get("variance_vs_dk") or {}).values()), None)
+    if var and var.get("d_k"):
+        out["var_dk_min"], out["var_dk_max"] = str(min(var["d_k"])), str(max(var["d_k"]))
     hist = data.get("dot_histograms") or {}
     dks = [str(h.get("d_k", k)) for k, h in hist.items()]
     if dks:
         out["hist_dks"] = ", ".join(dks[:-1]) + " and " + dks[-1] if len(dks) > 1 else dks[0]
         out["hist_dks_zh"] = "、".join(dks)
+        out["n_hist"] = str(len(dks))
     ns = list((data.get("saturation") or {}).get("by_n", {}))
     if ns:
         out["sat_ns"] = ", ".join(ns[:-1]) + " and " + ns[-1] if len(ns) > 1 else ns[0]
@@ -328,20 +364,20 @@ CAPTIONS: dict[str, dict[str, tuple[str, str]]] = {
     "variance_vs_dk": {
         "en": ("Variance of q·k against d_k, unscaled and scaled",
                "Monte Carlo variance of q·k (left) and of q·k/√d_k (right) for several component distributions, "
-               "with 99% confidence intervals. Left: the dashed line Var = d_k has slope 1 on these log–log axes. "
+               "with {level} confidence intervals. Left: the dashed line Var = d_k has slope 1 on these log–log axes. "
                "Right: after ÷√d_k every point sits on Var = 1."),
         "zh": ("q·k 的方差随 dₖ 的变化（缩放前后）",
-               "q·k（左）与 q·k/√dₖ（右）的蒙特卡罗方差，多种分量分布，误差线为 99% 置信区间。"
+               "q·k（左）与 q·k/√dₖ（右）的蒙特卡罗方差，多种分量分布，误差线为 {level} 置信区间。"
                "左：虚线 Var = dₖ 在双对数坐标中斜率为 1。右：除以 √dₖ 后，所有点都落在 Var = 1 上。")},
     "dot_histograms": {
         "en": ("Histograms of q·k at d_k = {hist_dks}",
                "Distribution of q·k for random q, k with iid N(0, 1) components. Unscaled, the spread grows like "
-               "√d_k; divided by √d_k the three histograms coincide."),
+               "√d_k; divided by √d_k the {n_hist} histograms coincide."),
         "zh": ("dₖ = {hist_dks_zh} 时 q·k 的直方图",
-               "分量独立服从 N(0, 1) 的随机 q、k 的 q·k 分布。不缩放时宽度按 √dₖ 增长；除以 √dₖ 后三个直方图重合。")},
+               "分量独立服从 N(0, 1) 的随机 q、k 的 q·k 分布。不缩放时宽度按 √dₖ 增长；除以 √dₖ 后{n_hist} 个直方图重合。")},
     "seed_softmax_examples": {
-        "en": ("The seed's softmax examples, before and after ÷8",
-               "Softmax weights of the seed's score vectors, recomputed: as given (red) and divided by √64 = 8 "
+        "en": ("The blog post's softmax examples, before and after ÷8",
+               "Softmax weights of the blog post's score vectors, recomputed: as given (red) and divided by √64 = 8 "
                "(blue)."),
         "zh": ("原文的 softmax 例子，除以 8 前后",
                "重新计算原文各组分数的 softmax 权重：原样（红）与除以 √64 = 8 之后（蓝）。")},
@@ -374,20 +410,20 @@ CAPTIONS: dict[str, dict[str, tuple[str, str]]] = {
                "每行 ∂softmax/∂z 的 Frobenius 范数：中位数（线）与 10%–90% 带。不缩放时塌缩到 0——即梯度消失；缩放后保持平稳。")},
     "phase": {
         "en": ("Phase diagram over the logits' spread σ and the number of keys n",
-               "Mean entropy / ln n of softmax rows of n iid N(0, σ²) logits (Monte Carlo, 99% CI bands on the "
+               "Mean entropy / ln n of softmax rows of n iid N(0, σ²) logits (Monte Carlo, {level} CI bands on the "
                "right). Unscaled attention has σ = √d_k (top axis). The red dashed line is the boundary "
                "σ = √(2 ln n), i.e. d_k = 2 ln n: beyond it the rows are frozen. Right: dashed, the "
                "random-energy-model asymptote ln n − σ²/2 — an asymptote, visibly off near the boundary."),
         "zh": ("logits 标准差 σ 与键数 n 上的相图",
-               "n 个独立 N(0, σ²) logits 组成的 softmax 行的平均熵 / ln n（蒙特卡罗，右图阴影为 99% 置信区间）。"
+               "n 个独立 N(0, σ²) logits 组成的 softmax 行的平均熵 / ln n（蒙特卡罗，右图阴影为 {level} 置信区间）。"
                "不缩放注意力的 σ = √dₖ（上方坐标轴）。红色虚线是边界 σ = √(2 ln n)，即 dₖ = 2 ln n：越过它，行就被“冻结”。"
                "右图虚线是随机能量模型的渐近式 ln n − σ²/2——它只是渐近式，在边界附近明显偏离。")},
     "broken_assumptions": {
-        "en": ("Variance when the seed's assumptions break",
-               "Measured variance after ÷√d_k (dots, 99% CI) against the general formula (bars). The dotted line "
-               "is the variance 1 that ÷√d_k promises under the seed's assumptions."),
+        "en": ("Variance when the blog post's assumptions break",
+               "Measured variance after ÷√d_k (dots, {level} CI) against the general formula (bars). The dotted line "
+               "is the variance 1 that ÷√d_k promises under the blog post's assumptions."),
         "zh": ("原文假设不成立时的方差",
-               "除以 √dₖ 后测得的方差（点，99% 置信区间）与一般公式（竖线）对比。点线是在原文假设下 ÷√dₖ 所承诺的方差 1。")},
+               "除以 √dₖ 后测得的方差（点，{level} 置信区间）与一般公式（竖线）对比。点线是在原文假设下 ÷√dₖ 所承诺的方差 1。")},
     "ssmax": {
         "en": ("Scalable-Softmax keeps the maximum from fading",
                "All logits −2 except the last, +3: the largest softmax weight against the number of keys n, "

@@ -1,15 +1,13 @@
 """The verification's claim results as HTML: verdict badges, one card per claim, and the table of all.
 
-Claims arrive as plain dicts (``VerifyReport.to_dict()["claims"]``, fields of
-:class:`attnscale.claims.ClaimResult`); nothing here computes, it only formats what was measured.
+Claims arrive as plain dicts (the ``claims`` of the ``verify`` result, fields of a claim result:
+id, chapter, claim_en/zh, verdict, expected, measured, ci_low/high/level, n_samples, method, note);
+the tally is the result's stored ``counts``. Nothing here computes, it only formats what was measured.
 """
 
 from __future__ import annotations
 
-import math
-
-from attnscale.claims.result import count_verdicts, level_text
-from attnscale.report.html import esc
+from attnscale.report.html import esc, number, percent
 from attnscale.report.text import pretty, t
 
 # verdict → CSS class of its badge
@@ -25,23 +23,6 @@ def badge(verdict: str, lang: str) -> str:
     return f'<span class="badge {cls}"{title}>{BADGE_MARK.get(verdict, "•")} {esc(label)}</span>'
 
 
-def fmt_number(x: object, digits: int = 4) -> str:
-    """A measured number for reading: ``digits`` significant digits, thousands kept readable."""
-    if x is None:
-        return "—"
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
-        return str(x)
-    if isinstance(x, int):
-        return f"{x:,}"
-    if not math.isfinite(x):
-        return str(x)
-    if x != 0 and (abs(x) < 1e-3 or abs(x) >= 1e6):
-        return f"{x:.{digits - 1}e}"
-    if abs(x) >= 1000:
-        return f"{x:,.0f}"            # 4,050 rather than 4050 or 4.05e+03
-    return f"{x:.{digits}g}"
-
-
 def claim_text(claim: dict, lang: str) -> str:
     return pretty((claim.get("claim_zh") if lang == "zh" else None) or claim.get("claim_en") or claim.get("id", ""))
 
@@ -50,15 +31,15 @@ def _interval(claim: dict) -> str:
     low, high = claim.get("ci_low"), claim.get("ci_high")
     if low is None or high is None:
         return ""
-    return f"[{fmt_number(low)}, {fmt_number(high)}]"
+    return f"[{number(low, digits=4)}, {number(high, digits=4)}]"
 
 
 def _ci_label(claim: dict, lang: str) -> str:
     """"99% CI", or the level the stored interval really has (e.g. a Bonferroni 99.98%)."""
     level = claim.get("ci_level")
     if level is None:
-        return t("ci", lang)
-    return t("ci_at", lang).format(level=level_text(level))
+        return t("ci_plain", lang)
+    return t("ci_at", lang).format(level=percent(level))
 
 
 def claim_card(claim: dict, lang: str) -> str:
@@ -66,19 +47,19 @@ def claim_card(claim: dict, lang: str) -> str:
     facts = []
     if claim.get("seed_value"):
         facts.append((t("seed_says", lang), claim["seed_value"]))
-    facts.append((t("expected", lang), claim.get("expected", "")))
-    facts.append((t("measured", lang), claim.get("measured", "")))
+    facts.append((t("expected", lang), pretty(claim.get("expected", ""))))
+    facts.append((t("measured", lang), pretty(claim.get("measured", ""))))
     if _interval(claim):
         facts.append((_ci_label(claim, lang), _interval(claim)))
     if claim.get("n_samples"):
-        facts.append((t("samples", lang), fmt_number(int(claim["n_samples"]))))
+        facts.append((t("samples", lang), number(int(claim["n_samples"]), digits=4)))
     facts.append((t("method", lang), claim.get("method", "")))
     facts_html = "".join(f'<span><b>{esc(k)}</b><span class="mono">{esc(v)}</span></span>' for k, v in facts)
     extra = ""
     if claim.get("correct_value"):
         extra += f'<p class="verdict-note correct">{esc(t("correct_value", lang))}: {esc(claim["correct_value"])}</p>'
     if claim.get("note"):
-        extra += f'<p class="verdict-note">{esc(claim["note"])}</p>'
+        extra += f'<p class="verdict-note">{esc(pretty(claim["note"]))}</p>'
     return (f'<li class="{BADGE_CLASS.get(verdict, "other")}" data-claim="{esc(claim.get("id", ""))}">'
             f'<div class="verdict-head">{badge(verdict, lang)}'
             f'<span class="verdict-claim">{esc(claim_text(claim, lang))}</span>'
@@ -103,9 +84,9 @@ def claim_list(claims: list[dict], lang: str, visible: int = 8) -> str:
     return html
 
 
-def tally_badges(claims: list[dict], lang: str) -> str:
-    """The page's summary line: how many claims have each verdict (``VerifyReport.counts``'s counting)."""
-    n = count_verdicts(c.get("verdict") for c in claims)
+def tally_badges(counts: dict[str, int], lang: str) -> str:
+    """The page's summary line: how many claims have each verdict, as the result counted them."""
+    n = {v: int(counts.get(v, 0)) for v in BADGE_CLASS}
     parts = [(n["holds"], "holds", "tally_holds"), (n["fails"], "fails", "tally_fails"),
              (n["inconclusive"], "inconclusive", "tally_inconclusive"),
              (n["seed number wrong"], "wrong", "tally_wrong")]
@@ -122,9 +103,9 @@ def all_claims_table(claims: list[dict], lang: str) -> str:
     rows = []
     for c in claims:
         cells = [esc(c.get("id", "")), esc(claim_text(c, lang)), badge(c.get("verdict", ""), lang),
-                 esc(c.get("expected", "")), esc(c.get("measured", "")),
-                 esc(_interval(c) + (f" ({level_text(c['ci_level'])})" if _interval(c) and c.get("ci_level") else "")),
-                 esc(fmt_number(int(c["n_samples"])) if c.get("n_samples") else ""), esc(c.get("method", ""))]
+                 esc(pretty(c.get("expected", ""))), esc(pretty(c.get("measured", ""))),
+                 esc(_interval(c) + (f" ({percent(c['ci_level'])})" if _interval(c) and c.get("ci_level") else "")),
+                 esc(number(int(c["n_samples"]), digits=4) if c.get("n_samples") else ""), esc(c.get("method", ""))]
         rows.append("<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
     return (f'<div class="table-wrap"><table class="all-verdicts"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table></div>')

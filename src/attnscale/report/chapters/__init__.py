@@ -1,17 +1,19 @@
-"""Chapters rendered from experiment result files.
+"""Chapters rendered from experiment results.
 
 Each module here defines:
     TITLE: dict[str, str]          # {"en": ..., "zh": ...}
-    RESULT_PATH: str               # the result file, relative to the results folder
+    KIND: str                      # the kind of result it shows (a key of attnscale.results.KINDS)
     HOW_TO: str                    # the command that produces it, shown when it is missing
-    render(result: dict, lang: str) -> str   # an HTML fragment (figures via report.html.figure_svg)
+    render(env, lang) -> str       # an HTML fragment from env.data (figures via report.html.figure_svg)
 
-The report (``attnscale.report.experiments.render_experiment``) renders a chapter listed in
-EXPERIMENT_CHAPTERS from ``<results>/<RESULT_PATH>`` when that file exists, shows HOW_TO when it does
-not, and shows an error box in its place when the module fails to import or ``render`` raises: one
-broken chapter never costs the reader the rest of the page. ``render`` receives the JSON as written
-and must not recompute what it holds; ``lang`` is "en" or "zh". Sub-headings inside a chapter are <h3>;
-tables via report.html.table scroll inside their own box on a phone.
+The report (``attnscale.report.experiments.render_experiment``) reads a listed chapter's result with
+``results.read_preferred(KIND)`` (full, else quick: then a "quick run" label stands beside the title),
+shows HOW_TO when there is none, the reader's error (file and field) when it is malformed, and an
+error box when the module fails to import or ``render`` raises: one broken chapter never costs the
+reader the rest of the page. ``env`` is the :class:`attnscale.results.Envelope` (``env.data``,
+``env.config``, ``env.quick``, ``env.created``, ``env.environment``); ``render`` formats and places what
+``env.data`` holds and computes nothing; ``lang`` is "en" or "zh". Sub-headings inside a chapter are
+<h3>; tables via report.html.table scroll inside their own box on a phone.
 """
 
 EXPERIMENT_CHAPTERS: tuple[str, ...] = ("probe", "training", "training_logits", "telemetry")

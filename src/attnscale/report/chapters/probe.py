@@ -16,7 +16,7 @@ from attnscale.report.text import localize
 
 TITLE = {"en": "A real model: do its queries and keys obey the seed's assumptions?",
          "zh": "真实模型：它的 q 与 k 符合原文的假设吗？"}
-RESULT_PATH = "probe/summary.json"
+KIND = "probe/minilm"
 HOW_TO = "attnscale probe"
 
 TEXT = {
@@ -138,7 +138,8 @@ def _scale_text(scale: float, d_k: int) -> str:
     return f"{scale:.4g}"
 
 
-def render(result: dict, lang: str) -> str:
+def render(env, lang: str) -> str:
+    result = {**env.data, "config": env.config}
     cfg, check = result["config"], result["check"]
     worst = max(check["max_abs_diff_per_layer"]) if check["max_abs_diff_per_layer"] else float("nan")
     intro = _t("intro", lang, model=cfg["model"], layers=len(result["layers"]), heads=result["n_heads"],

@@ -14,7 +14,7 @@ from attnscale.report.text import localize
 
 TITLE = {"en": "Watching attention health without the L×S matrix",
          "zh": "不生成 L×S 矩阵也能监测注意力的健康"}
-RESULT_PATH = "telemetry/summary.json"
+KIND = "telemetry"
 HOW_TO = "attnscale telemetry-bench"
 
 TEXT = {
@@ -114,7 +114,8 @@ def _monitor_part(found: dict, lang: str) -> list[str]:
     return parts
 
 
-def render(result: dict, lang: str) -> str:
+def render(env, lang: str) -> str:
+    result = {**env.data, "config": env.config}
     cfg = result["config"]
     parts = [f"<p>{esc(_t('intro', lang, device=cfg['device'], threads=result['threads'], repeats=cfg['repeats']))}</p>"]
     if not result["kernel"]["available"]:

@@ -17,7 +17,7 @@ from attnscale.report.text import localize
 
 TITLE = {"en": "Training: does unscaled attention really stop learning?",
          "zh": "训练：不缩放的注意力真的学不动吗？"}
-RESULT_PATH = "train/scale-vs-dk/summary.json"
+KIND = "train/scale-vs-dk"
 HOW_TO = "attnscale train scale-vs-dk"
 
 NAMES = {
@@ -264,7 +264,8 @@ def chain_figure(rows: list[dict], lang: str):
     return fig
 
 
-def render(result: dict, lang: str) -> str:
+def render(env, lang: str) -> str:
+    result = {**env.data, "config": env.config}
     cfg, analysis = result["config"], result["analysis"]
     task = cfg["task"]
     first = result["cells"][0]["cell"] if result["cells"] else {}

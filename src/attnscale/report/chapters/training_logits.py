@@ -18,7 +18,7 @@ from attnscale.report.text import localize
 
 TITLE = {"en": "Training: attention logits grow at high learning rates (a small-scale proxy)",
          "zh": "训练：高学习率下注意力 logit 的增长（小规模代理实验）"}
-RESULT_PATH = "train/logit-growth/summary.json"
+KIND = "train/logit-growth"
 HOW_TO = "attnscale train logit-growth"
 
 TEXT = {
@@ -177,7 +177,8 @@ def loss_figure(summary: dict, lang: str):
     return fig
 
 
-def render(result: dict, lang: str) -> str:
+def render(env, lang: str) -> str:
+    result = {**env.data, "config": env.config}
     cfg, analysis = result["config"], result["analysis"]
     cell0 = result["cells"][0]
     first, res0 = cell0["cell"], cell0["result"]
