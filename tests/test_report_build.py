@@ -1,12 +1,15 @@
-"""Building the report: the verification is read from its cache (or recomputed with --fresh), every
-chapter renders, a broken experiment chapter becomes an error box, the page is self-contained and
-bilingual, and writing is atomic (an interrupted build leaves the previous report intact).
+"""Building the report: the verification's result is read from the results folder (never computed
+by the report), every chapter renders, a missing or malformed experiment result becomes a note or a
+named error, a quick result is labelled, the page is self-contained, bilingual (two pages side by
+side) and reproducible from a copied results folder, and writing is atomic (an interrupted build
+leaves the previous report intact).
 
-These tests feed a hand-made verification report through the real cache, so they run in seconds;
-tests/test_report_browser.py builds a real one."""
+These tests write a hand-made verification result through attnscale.results, so they run in
+seconds; tests/test_report_browser.py builds a real one."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -16,9 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from attnscale.report import build as build_mod
-from attnscale.report.build import ReportConfig, build_report, verify_cache_key, write_site_atomic
-from attnscale.store import ResultCache
+from attnscale import results
+from attnscale.report.build import ReportConfig, build_report, write_site_atomic
 from test_report_figures import fake_verify
 
 
@@ -26,25 +28,28 @@ def _config(tmp_path, **kw) -> ReportConfig:
     return ReportConfig(out=tmp_path / "site", results=tmp_path / "results", quick=True, **kw)
 
 
-def _prime_cache(config: ReportConfig, verify: dict | None = None) -> Path:
-    return ResultCache(config.cache_dir).put("verify", verify_cache_key(config),
-                                             {"report": verify or fake_verify(), "seconds": 12.5})
+def write_verify(root, verify: dict | None = None, quick: bool = True, seed: int = 0) -> results.Envelope:
+    """A hand-made verification written as `attnscale verify` writes it."""
+    from attnscale.claims import VerifyReport
+    from attnscale.cli.verify import verify_data
+
+    v = verify or fake_verify()
+    config = {**v["config"], "quick": quick, "seed": seed}
+    return results.write("verify", verify_data(VerifyReport.from_dict(v)), config=config, seed=seed, quick=quick,
+                         root=root)
 
 
-@pytest.fixture(autouse=True)
-def stable_code(monkeypatch, request):
-    """Pin the code fingerprint: the verification's sources may change while the tests run."""
-    if request.node.name != "test_cache_key_follows_seed_quick_and_code":
-        monkeypatch.setattr(build_mod, "code_fingerprint", lambda: "pinned")
+def _prime(config: ReportConfig, verify: dict | None = None) -> results.Envelope:
+    return write_verify(config.results, verify, quick=config.quick)
 
 
 @pytest.fixture
 def no_engine(monkeypatch):
-    """Fail loudly if the build runs the verification instead of reading the cache."""
+    """Fail loudly if anything runs the verification instead of reading its result."""
     import attnscale.claims
 
     def boom(*a, **k):
-        raise AssertionError("the verification ran although its result was cached")
+        raise AssertionError("the verification ran although its result was there")
 
     monkeypatch.setattr(attnscale.claims, "run_claims", boom)
 
@@ -54,7 +59,8 @@ def fast_figures(monkeypatch):
     """Stand-in figures for tests about everything but figures (matplotlib takes seconds)."""
     from attnscale.report import seed
 
-    monkeypatch.setattr(seed, "figure_html", lambda block, data, lang, keys=None: f'<figure class="fig" data-block="{block}"></figure>')
+    monkeypatch.setattr(seed, "figure_html",
+                        lambda block, data, lang, keys=None, values=None: f'<figure class="fig" data-block="{block}"></figure>')
 
 
 @pytest.fixture(scope="module")
@@ -64,18 +70,17 @@ def built_en(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         import attnscale.claims
 
-        mp.setattr(build_mod, "code_fingerprint", lambda: "pinned")
-        mp.setattr(attnscale.claims, "run_claims", None)   # calling it would fail: the cache must answer
+        mp.setattr(attnscale.claims, "run_claims", None)   # calling it would fail: the result must answer
         config = _config(tmp_path)
-        _prime_cache(config)
+        _prime(config)
         seen = []
         result = build_report(config, progress=lambda d, t, label: seen.append((d, t, label)))
     return config, result, seen
 
 
-def test_build_reads_the_cached_verification_and_writes_one_page(built_en):
+def test_build_reads_the_verification_result_and_writes_one_page(built_en):
     config, result, seen = built_en
-    assert result.verify_cached
+    assert result.verify.kind == "verify" and result.verify.quick
     assert result.path == config.out / "index.html" and result.path.exists()
     assert sorted(p.name for p in config.out.iterdir()) == ["index.html"]
     page = result.path.read_text(encoding="utf-8")
@@ -85,10 +90,10 @@ def test_build_reads_the_cached_verification_and_writes_one_page(built_en):
         assert f'data-claim="{claim["id"]}"' in page
     chapter = re.search(r'<section class="chapter" id="variance">(.*?)</section>', page, re.S).group(1)
     assert 'data-claim="T3.0"' in chapter and 'data-claim="T2.0"' not in chapter
-    # verdict badges, the seed's wrong number with its correction, HTML in notes escaped
+    # verdict badges, the wrong number with its correction, HTML in notes escaped
     assert 'class="badge fails"' in page and 'class="badge wrong"' in page
     assert "0.868" in page and "&lt;b&gt;not bold&lt;/b&gt;" in page
-    # one inline SVG per figure of each chapter (the seed's examples appear in two), plus the widget
+    # one inline SVG per figure of each chapter (the blog post's examples appear in two), plus the widget
     from attnscale.report.seed import BEYOND_PARTS, CHAPTER_FIGURES
 
     n_figures = sum(len(f) for f in CHAPTER_FIGURES.values()) + len(BEYOND_PARTS)
@@ -102,69 +107,231 @@ def test_build_reads_the_cached_verification_and_writes_one_page(built_en):
     assert '<span class="glance-value">0.8</span>' in glance          # unscaled median max weight at d_k = 64
     # progress went up to its total, one tick per chapter
     assert seen and seen[-1][0] == seen[-1][1]
-    # provenance footer: seed, versions from the verification's environment, cache note, timings
+    # provenance: versions and machine of the verification's result, its date as the page's date
     footer = page[page.index('<footer'):]
-    for text in ("9.9-test", "3.x-test", "TestOS", "12.5", "quick=True"):
+    env = result.verify
+    for text in (env.environment["numpy"], env.environment["python"], "quick=True",
+                 env.created.replace("T", " ").replace("Z", " UTC")):
         assert text in footer
+    # every chapter of the blog post carries the quick-run label, and says where its numbers come from
+    assert page.count(" · quick run</h2>") == len(env.data["chapters"])
+    assert "From a quick run computed" in page
+    # no raw markup, one spelling of d_k in the prose
+    assert "_{" not in re.sub(r"<(script|style|svg)\b.*?</\1>", "", page, flags=re.S)
 
 
-def test_fresh_recomputes_and_refreshes_the_cache(tmp_path, monkeypatch, fast_figures):
-    import attnscale.claims
-
-    config = _config(tmp_path, fresh=True)
-    _prime_cache(config)
-    calls = []
-
-    class FakeReport:
-        def to_dict(self):
-            v = fake_verify()
-            v["claims"] = v["claims"][:3]
-            return v
-
-    def fake_run(cfg, progress=None):
-        calls.append(cfg)
-        if progress:
-            progress(1, 1, "fake")
-        return FakeReport()
-
-    monkeypatch.setattr(attnscale.claims, "run_claims", fake_run)
-    result = build_report(config)
-    assert len(calls) == 1 and calls[0].quick and calls[0].seed == 0
-    assert not result.verify_cached
-    cached = ResultCache(config.cache_dir).get("verify", verify_cache_key(config))
-    assert len(cached["report"]["claims"]) == 3
-    # without --fresh the next build reads what --fresh wrote
-    again = build_report(ReportConfig(out=config.out, results=config.results, quick=True))
-    assert again.verify_cached and len(calls) == 1
+def test_typed_numbers_in_the_prose_come_from_the_result(tmp_path, no_engine, fast_figures):
+    """The confidence level, the d_k range and the number of the blog post's chapters follow the data."""
+    v = fake_verify()
+    v["config"]["confidence"] = 0.95
+    config = _config(tmp_path)
+    env = _prime(config, v)
+    page = build_report(config).path.read_text(encoding="utf-8")
+    variance = re.search(r'id="variance">(.*?)</section>', page, re.S).group(1)
+    d_ks = next(iter(v["data"]["variance_vs_dk"].values()))["d_k"]
+    assert "95% confidence intervals" in variance and "99%" not in variance
+    assert f"from {min(d_ks)} to {max(d_ks)}" in variance
+    n_seed = sum(c["part"] == "seed" for c in env.data["chapters"])
+    assert f"in {n_seed} sections" in page
 
 
-def test_cache_key_follows_seed_quick_and_code(tmp_path, monkeypatch):
-    a = verify_cache_key(_config(tmp_path))
-    assert a == verify_cache_key(_config(tmp_path))
-    assert a != verify_cache_key(ReportConfig(out=tmp_path / "s", results=tmp_path / "r", quick=True, seed=1))
-    assert a != verify_cache_key(ReportConfig(out=tmp_path / "s", results=tmp_path / "r", quick=False))
-    monkeypatch.setattr(build_mod, "code_fingerprint", lambda: "other code")
-    assert a != verify_cache_key(_config(tmp_path))
+def test_the_tally_and_the_chapter_order_come_from_the_result(tmp_path, no_engine, fast_figures):
+    """The page counts nothing: the tally is the result's stored counts, the order its outline."""
+    config = _config(tmp_path)
+    env = _prime(config)
+    data = dict(env.data)
+    data["counts"] = {"holds": 41, "fails": 3, "inconclusive": 2, "seed number wrong": 1}
+    data["chapters"] = list(reversed(data["chapters"]))
+    results.write("verify", data, config=env.config, seed=0, quick=True, root=config.results)
+    page = build_report(config).path.read_text(encoding="utf-8")
+    tally = re.search(r'<div class="tally">(.*?)</div>', page, re.S).group(1)
+    assert ">41 claims hold<" in tally and ">3 fail<" in tally and ">2 inconclusive<" in tally
+    ids = re.findall(r'<section class="chapter" id="([a-z-]+)">', page)
+    assert ids[:2] == ["beyond", "faq"]
+
+
+def test_the_timings_table_total_is_the_sum_of_its_rows(built_en):
+    page = built_en[1].path.read_text(encoding="utf-8")
+    table = re.search(r'<table class="timings">(.*?)</table>', page, re.S).group(1)
+    rows = re.findall(r"<tr><td>(.*?)</td><td>(?:<b>)?([\d.]+) s", table)
+    *listed, (label, total) = rows
+    assert "total" in label and listed
+    assert float(total) == pytest.approx(sum(float(s) for _, s in listed), abs=0.05 * len(listed))
+
+
+def test_the_report_never_imports_the_producers():
+    src = Path(build_report.__code__.co_filename).parent
+    offending = [f"{p.name}:{i}" for p in src.rglob("*.py") for i, line in enumerate(p.read_text().splitlines(), 1)
+                 if "attnscale.claims" in line or "attnscale.experiments" in line]
+    assert offending == []
+
+
+def test_missing_verification_is_a_clear_error_not_a_computation(tmp_path, no_engine):
+    with pytest.raises(results.ResultMissing, match="verify"):
+        build_report(_config(tmp_path))
+
+
+def test_a_copied_results_folder_builds_the_same_page(tmp_path, no_engine, monkeypatch):
+    """Another folder, another working directory, no cache: the same bytes (the date is the results')."""
+    import shutil
+
+    config = _config(tmp_path / "a", lang="zh")
+    _prime(config)
+    first = build_report(config).path.read_bytes()
+    copy = tmp_path / "elsewhere" / "copied-results"
+    shutil.copytree(config.results, copy)
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    second = build_report(ReportConfig(out="site", results="copied-results", quick=True, lang="zh")).path.read_bytes()
+    assert second == first
 
 
 def test_interrupted_build_leaves_the_previous_report_intact(tmp_path, no_engine, monkeypatch):
     from attnscale.report import seed
 
     config = _config(tmp_path)
-    _prime_cache(config)
-    monkeypatch.setattr(seed, "figure_html", lambda block, data, lang, keys=None: "<figure></figure>")
+    _prime(config)
+    monkeypatch.setattr(seed, "figure_html", lambda block, data, lang, keys=None, values=None: "<figure></figure>")
     first = build_report(config).path.read_bytes()
 
-    def interrupted(block, data, lang, keys=None):
+    def interrupted(block, data, lang, keys=None, values=None):
         if block == "saturation":          # half-way through the chapters
             raise KeyboardInterrupt
         return "<figure></figure>"
 
     monkeypatch.setattr(seed, "figure_html", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        build_report(_config(tmp_path, lang="zh"))
+        build_report(_config(tmp_path, seed=3))
     assert (config.out / "index.html").read_bytes() == first
     assert [p.name for p in tmp_path.iterdir() if ".building-" in p.name] == []
+
+
+def _fake_chapter(monkeypatch, name, render, kind="demo"):
+    mod = types.ModuleType(f"attnscale.report.chapters.{name}")
+    mod.TITLE = {"en": f"Experiment {name}", "zh": f"实验 {name}"}
+    mod.KIND = kind
+    mod.HOW_TO = f"attnscale train --{name}"
+    mod.render = render
+    monkeypatch.setitem(sys.modules, mod.__name__, mod)
+    return mod
+
+
+def test_experiment_chapters_render_note_or_error_box(tmp_path, no_engine, monkeypatch, fast_figures):
+    import attnscale.report.chapters as chapters
+
+    config = _config(tmp_path)
+    _prime(config)
+    results.write("demo", {"answer": [3.0, 2.5]}, config={"n": 2}, seed=0, quick=False, root=config.results)
+    _fake_chapter(monkeypatch, "fake_ok", lambda env, lang: f"<p>losses {env.data['answer']} in {lang}</p>")
+
+    def broken(env, lang):
+        raise KeyError("loss_curve")
+
+    _fake_chapter(monkeypatch, "fake_broken", broken)
+    _fake_chapter(monkeypatch, "fake_missing", lambda env, lang: "never", kind="train/lm")
+    monkeypatch.setattr(chapters, "EXPERIMENT_CHAPTERS", ("fake_ok", "fake_broken", "fake_missing", "fake_absent"))
+    result = build_report(config)
+    assert result.experiment_status == {"fake_ok": "rendered", "fake_broken": "error", "fake_missing": "missing",
+                                        "fake_absent": "error"}
+    page = result.path.read_text(encoding="utf-8")
+    assert "<p>losses [3.0, 2.5] in en</p>" in page
+    assert "Experiment fake_ok</h2>" in page            # a full result: no quick label
+    broken_html = re.search(r'id="exp-fake-broken">(.*?)</section>', page, re.S).group(1)
+    assert 'class="error-box"' in broken_html and "loss_curve" in broken_html
+    missing_html = re.search(r'id="exp-fake-missing">(.*?)</section>', page, re.S).group(1)
+    assert "attnscale train --fake_missing" in missing_html
+    # the chapters after the broken one and the footer are still there, with each file's provenance
+    assert 'id="all-verdicts"' in page and "<footer" in page
+    assert "demo: From a full run computed" in page
+
+
+def test_a_malformed_result_is_named_in_its_chapter_and_a_quick_one_labelled(tmp_path, no_engine, monkeypatch,
+                                                                              fast_figures):
+    """A renamed key fails where the result is read (file and field named), not while rendering."""
+    import attnscale.report.chapters as chapters
+
+    config = _config(tmp_path)
+    _prime(config)
+    env = results.write("demo", {"answer": 1}, seed=0, quick=True, root=config.results)
+    rendered = []
+    _fake_chapter(monkeypatch, "fake", lambda env, lang: rendered.append(env) or "<p>fine</p>")
+    monkeypatch.setattr(chapters, "EXPERIMENT_CHAPTERS", ("fake",))
+    page = build_report(config).path.read_text(encoding="utf-8")
+    assert "Experiment fake · quick run</h2>" in page and "<p>fine</p>" in page and rendered[0].quick
+    raw = json.loads(env.path.read_text())
+    raw["data"]["answr"] = raw["data"].pop("answer")
+    env.path.write_text(json.dumps(raw))
+    result = build_report(config)
+    assert result.experiment_status == {"fake": "error"} and len(rendered) == 1   # render never ran
+    box = re.search(r'id="exp-fake">(.*?)</section>', result.path.read_text(encoding="utf-8"), re.S).group(1)
+    assert 'class="error-box"' in box and "data.answer" in box and "quick.json" in box
+
+
+def test_chinese_page_beside_the_english_one_each_linking_the_other(tmp_path, no_engine, fast_figures):
+    config = _config(tmp_path, lang="zh")
+    _prime(config)
+    english = build_report(_config(tmp_path)).path
+    path = build_report(config).path
+    assert path.name == "index.zh.html" and english.exists() and english.parent == path.parent
+    page = path.read_text(encoding="utf-8")
+    assert '<html lang="zh-CN">' in page and '<a href="index.html" hreflang="en">' in page
+    assert '<a href="index.zh.html" hreflang="zh">' in english.read_text(encoding="utf-8")
+    for text in ("注意力公式（快速回顾）", "大的点积对 softmax 的影响", "论断 3.0：variance", "原文数字有误", "成立", "快速运行"):
+        assert text in page
+    assert "What happens without scaling?" not in page
+
+
+@pytest.mark.parametrize("why, make", [
+    ("no verification result", lambda root: None),
+    ("written by attnscale 0.0.0-old", lambda root: _rewrite(root, version="0.0.0-old")),
+    ("its random seed is 5", lambda root: _rewrite(root, seed=5)),
+])
+def test_cli_runs_the_verification_first_when_missing_or_stale(tmp_path, monkeypatch, capsys, fast_figures, why, make):
+    import attnscale.claims
+    from attnscale.claims import VerifyReport
+    from attnscale.cli import main
+
+    root = tmp_path / "results"
+    make(root)
+    calls = []
+
+    def fake_run(cfg, progress=None):
+        calls.append(cfg)
+        return VerifyReport.from_dict(fake_verify())
+
+    monkeypatch.setattr(attnscale.claims, "run_claims", fake_run)
+    assert main(["report", "--quick", "--out", str(tmp_path / "site"), "--results", str(root)]) == 0
+    err = capsys.readouterr().err
+    assert len(calls) == 1 and calls[0].quick and calls[0].seed == 0
+    assert "running the verification first" in err and why in err
+    env = results.read("verify", root, quick=True)
+    assert env.seed == 0 and env.quick
+    # now current: the next report reads it
+    assert main(["report", "--quick", "--out", str(tmp_path / "site"), "--results", str(root)]) == 0
+    assert len(calls) == 1
+
+
+def _rewrite(root, **fields):
+    env = write_verify(root)
+    raw = json.loads(env.path.read_text())
+    raw.update(fields)
+    env.path.write_text(json.dumps(raw))
+
+
+def test_open_opens_the_page_or_says_there_is_no_browser(tmp_path, no_engine, monkeypatch, capsys, fast_figures):
+    import webbrowser
+
+    from attnscale.cli import main
+
+    config = _config(tmp_path)
+    _prime(config)
+    opened = []
+    monkeypatch.setattr(webbrowser, "open", lambda url: opened.append(url) or True)
+    args = ["report", "--quick", "--open", "--out", str(config.out), "--results", str(config.results)]
+    assert main(args) == 0
+    assert opened == [(config.out / "index.html").resolve().as_uri()]
+    monkeypatch.setattr(webbrowser, "open", lambda url: False)
+    assert main(args) == 0
+    assert "no web browser" in capsys.readouterr().err
 
 
 def test_failure_while_moving_into_place_leaves_old_files_and_no_temp_folder(tmp_path, monkeypatch):
@@ -188,13 +355,12 @@ def test_failure_while_moving_into_place_leaves_old_files_and_no_temp_folder(tmp
 def test_a_kill_during_the_build_leaves_the_previous_report(tmp_path):
     """A real SIGKILL in the middle of a build (not a Python exception): the old page survives."""
     config = _config(tmp_path)
-    _prime_cache(config)
+    _prime(config)
     out = config.out
     write_site_atomic(out, {"index.html": b"previous report"})
     script = (
         "import sys, time, os\n"
         "from attnscale.report import build, figures\n"
-        "build.code_fingerprint = lambda: 'pinned'\n"
         "def slow(*a, **k):\n"
         "    print('rendering', flush=True); time.sleep(60)\n"
         "figures.jacobian = slow\n"
@@ -209,58 +375,13 @@ def test_a_kill_during_the_build_leaves_the_previous_report(tmp_path):
     assert (out / "index.html").read_bytes() == b"previous report"
 
 
-def _fake_chapter(monkeypatch, name, render, result_path="exp/summary.json"):
-    mod = types.ModuleType(f"attnscale.report.chapters.{name}")
-    mod.TITLE = {"en": f"Experiment {name}", "zh": f"实验 {name}"}
-    mod.RESULT_PATH = result_path
-    mod.HOW_TO = f"attnscale train --{name}"
-    mod.render = render
-    monkeypatch.setitem(sys.modules, mod.__name__, mod)
-    return mod
-
-
-def test_experiment_chapters_render_note_or_error_box(tmp_path, no_engine, monkeypatch, fast_figures):
-    import attnscale.report.chapters as chapters
-    from attnscale.store import write_json_atomic
-
-    config = _config(tmp_path)
-    _prime_cache(config)
-    write_json_atomic(config.results / "exp" / "summary.json", {"loss": [3.0, 2.5]})
-    _fake_chapter(monkeypatch, "fake_ok", lambda result, lang: f"<p>losses {result['loss']} in {lang}</p>")
-
-    def broken(result, lang):
-        raise KeyError("loss_curve")
-
-    _fake_chapter(monkeypatch, "fake_broken", broken)
-    _fake_chapter(monkeypatch, "fake_missing", lambda r, l: "never", result_path="nothing/here.json")
-    monkeypatch.setattr(chapters, "EXPERIMENT_CHAPTERS", ("fake_ok", "fake_broken", "fake_missing", "fake_absent"))
-    result = build_report(config)
-    assert result.experiment_status == {"fake_ok": "rendered", "fake_broken": "error", "fake_missing": "missing",
-                                        "fake_absent": "error"}
-    page = result.path.read_text(encoding="utf-8")
-    assert "<p>losses [3.0, 2.5] in en</p>" in page
-    broken_html = re.search(r'id="exp-fake-broken">(.*?)</section>', page, re.S).group(1)
-    assert 'class="error-box"' in broken_html and "loss_curve" in broken_html
-    missing_html = re.search(r'id="exp-fake-missing">(.*?)</section>', page, re.S).group(1)
-    assert "attnscale train --fake_missing" in missing_html
-    # the chapters after the broken one and the footer are still there
-    assert 'id="all-verdicts"' in page and "<footer" in page
-    assert str(config.results / "exp" / "summary.json") in page   # the file it read, in the provenance
-
-
-def test_chinese_page(tmp_path, no_engine):
-    config = _config(tmp_path, lang="zh")
-    _prime_cache(config)
-    page = build_report(config).path.read_text(encoding="utf-8")
-    assert '<html lang="zh-CN">' in page
-    for text in ("注意力公式（快速回顾）", "大的点积对 softmax 的影响", "论断 3.0：variance", "原文数字有误", "成立"):
-        assert text in page
-    assert "What happens without scaling?" not in page
-
-
 def test_page_is_self_contained(built_en):
     page = built_en[1].path.read_text(encoding="utf-8")
-    assert re.findall(r'(?:src|href)\s*=\s*["\']?\s*(?:https?:)?//', page, re.I) == []
+    # nothing is loaded from elsewhere; the one external address is a link a reader may follow (the blog post)
+    assert re.findall(r'src\s*=\s*["\']?\s*(?:https?:)?//', page, re.I) == []
+    from attnscale.report.text import SEED_POST
+    assert re.findall(r'href\s*=\s*["\']?\s*((?:https?:)?//[^"\' >]*)', page, re.I) == [SEED_POST["url"]]
+    assert re.search(r'<a href="' + re.escape(SEED_POST["url"]) + '">', page)
     assert "<link" not in page and "<script src" not in page and "@import" not in page
     assert re.findall(r"url\(\s*['\"]?(?!data:|#)", page) == []
 
@@ -279,38 +400,23 @@ def test_cli_builds_and_prints_the_path(tmp_path, no_engine, capsys, fast_figure
     from attnscale.cli import main
 
     config = _config(tmp_path)
-    _prime_cache(config)
+    _prime(config)
     assert main(["report", "--quick", "--out", str(config.out), "--results", str(config.results)]) == 0
-    printed = capsys.readouterr().out.strip()
-    assert Path(printed) == (config.out / "index.html").resolve()
+    out = capsys.readouterr()
+    assert Path(out.out.strip()) == (config.out / "index.html").resolve()
+    assert "running the verification" not in out.err     # it was current: read, not rerun
 
 
 def test_cli_help_and_bad_arguments():
     run = lambda *a: subprocess.run([sys.executable, "-m", "attnscale", *a], capture_output=True, text=True)  # noqa: E731
     ok = run("report", "--help")
-    assert ok.returncode == 0 and "--lang" in ok.stdout and "--fresh" in ok.stdout
+    assert ok.returncode == 0 and "--lang" in ok.stdout and "--fresh" in ok.stdout and "--open" in ok.stdout
     bad = run("report", "--lang", "fr")
     assert bad.returncode == 2 and "--lang" in bad.stderr
     bad = run("report", "--seed", "-3")
     assert bad.returncode == 2 and "non-negative" in bad.stderr
 
 
-REAL_FINGERPRINT = build_mod.code_fingerprint
-
-
-def test_code_fingerprint_covers_masks_and_store(tmp_path, monkeypatch):
-    import shutil
-    from importlib import resources
-
-    pkg = tmp_path / "attnscale"
-    shutil.copytree(resources.files("attnscale"), pkg, ignore=shutil.ignore_patterns("__pycache__"))
-    monkeypatch.setattr(build_mod.resources, "files", lambda name: pkg)
-    before = REAL_FINGERPRINT()
-    for name in ("masks.py", "store.py"):
-        (pkg / name).write_text((pkg / name).read_text() + "\n# changed\n")
-        after = REAL_FINGERPRINT()
-        assert after != before, name
-        before = after
 
 
 def test_inconclusive_verdict_badges_tally_and_judged_interval():
@@ -326,9 +432,10 @@ def test_inconclusive_verdict_badges_tally_and_judged_interval():
                "expected": "e", "measured": "m", "verdict": "holds"}]
     assert 'class="badge inconclusive" title=' in badge("inconclusive", "en") and "inconclusive" in badge("inconclusive", "en")
     assert "无定论" in badge("inconclusive", "zh")
-    tally = tally_badges(claims, "en")
+    counts = {"holds": 2, "fails": 0, "inconclusive": 1, "seed number wrong": 0}
+    tally = tally_badges(counts, "en")
     assert '<span class="badge inconclusive" title="the interval does not decide the criterion at this sample size">1 inconclusive' in tally and '<span class="badge holds">2 ' in tally
-    assert "1 个无定论" in tally_badges(claims, "zh")
+    assert "1 个无定论" in tally_badges(counts, "zh")
     assert "99% CI (judged)" in claim_card(claims[0], "en")
     assert "99.9808% CI (judged)" in claim_card(claims[1], "en")   # the Bonferroni interval, labelled as such
     assert "(99.9808%)" in all_claims_table(claims, "en")
@@ -336,7 +443,7 @@ def test_inconclusive_verdict_badges_tally_and_judged_interval():
     html = claim_list(claims, "en")
     assert html.index('data-claim="T.1"') < html.index('data-claim="T.2"')
     from pathlib import Path as _P
-    css = (_P(build_mod.__file__).parent / "style.css").read_text()
+    css = (_P(build_report.__code__.co_filename).parent / "style.css").read_text()
     assert ".badge.inconclusive" in css
 
 
@@ -344,5 +451,5 @@ def test_prose_claims_only_what_is_checked():
     from attnscale.report.text import CHAPTERS
 
     faq = " ".join(CHAPTERS["faq"]["en"]["paras"])
-    assert "Who introduced the factor? The seed's answers, checked." not in faq and "nothing here checks it" in faq
+    assert "Who introduced the factor? The blog post's answers, checked." not in faq and "nothing here checks it" in faq
     assert "almost on top of each other" in " ".join(CHAPTERS["why_grows"]["en"]["paras"])

@@ -43,7 +43,7 @@ from attnscale.store import to_jsonable, write_bytes_atomic
 __all__ = [
     "DEFAULT_ROOT", "SCHEMA", "Kind", "KINDS", "Envelope", "ResultError", "ResultMissing",
     "result_path", "cells_dir", "write", "read", "read_preferred", "dumps", "strict_jsonable",
-    "finite_or_none", "check_writable",
+    "finite_or_none", "nulled_nonfinite", "check_writable",
 ]
 
 DEFAULT_ROOT = Path("attnscale-results")
@@ -124,6 +124,29 @@ def finite_or_none(x: Any) -> float | None:
         return None
     x = float(x)
     return x if math.isfinite(x) else None
+
+
+def nulled_nonfinite(obj: Any, where: str = "data") -> tuple[Any, dict[str, str]]:
+    """``obj`` as plain JSON data with every NaN/±inf replaced by ``None``, and the reasons: where each
+    was and what it was (``{"data.cells[3].result.loss": "NaN"}``). For producers whose data may hold
+    non-finite figures that their own code does not yet name: write the reasons beside the data.
+
+    >>> nulled_nonfinite({"loss": [1.0, float("nan")], "peak": float("inf")})
+    ({'loss': [1.0, None], 'peak': None}, {'data.loss[1]': 'NaN', 'data.peak': 'Infinity'})
+    """
+    reasons: dict[str, str] = {}
+
+    def walk(x, at):
+        if isinstance(x, float) and not math.isfinite(x):
+            reasons[at] = "NaN" if x != x else ("Infinity" if x > 0 else "-Infinity")
+            return None
+        if isinstance(x, dict):
+            return {k: walk(v, f"{at}.{k}") for k, v in x.items()}
+        if isinstance(x, list):
+            return [walk(v, f"{at}[{i}]") for i, v in enumerate(x)]
+        return x
+
+    return walk(to_jsonable(obj), where), reasons
 
 
 def strict_jsonable(obj: Any, where: str = "data") -> Any:

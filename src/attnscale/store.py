@@ -1,5 +1,7 @@
 """Result files on disk: atomic writes and a cache keyed by a hash of the configuration.
 
+Everything written here is strict JSON (RFC 8259). A cache entry keeps NaN and ±inf exactly (a diverged
+run's loss must stay a divergence) by tagging them, ``{"$float": "NaN"}``, and untagging on read.
 Nothing is ever half-written: files are written next to their destination and renamed into place
 (``os.replace`` is atomic on POSIX), so an interrupted run (even kill -9) leaves either the old file
 or the new one.
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -21,7 +24,7 @@ __all__ = ["config_hash", "to_jsonable", "write_json_atomic", "write_bytes_atomi
 
 def to_jsonable(obj: Any) -> Any:
     """Plain JSON data from dataclasses, NumPy scalars/arrays, tuples and paths. NaN and ±inf stay
-    floats (json writes them as NaN/Infinity, which Python and the report's JavaScript both read)."""
+    floats here: a writer decides (results refuse them; the cache tags them)."""
     if hasattr(obj, "__dataclass_fields__"):
         return {k: to_jsonable(getattr(obj, k)) for k in obj.__dataclass_fields__}
     if isinstance(obj, dict):
@@ -79,14 +82,39 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
     return path
 
 
+_TAG = "$float"
+
+
+def _tag_nonfinite(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return {_TAG: "NaN" if obj != obj else ("Infinity" if obj > 0 else "-Infinity")}
+    if isinstance(obj, dict):
+        return {k: _tag_nonfinite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_tag_nonfinite(v) for v in obj]
+    return obj
+
+
+def _untag(d: dict) -> Any:
+    return float(d[_TAG]) if len(d) == 1 and d.get(_TAG) in ("NaN", "Infinity", "-Infinity") else d
+
+
 def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
-    text = json.dumps(to_jsonable(data), indent=1, sort_keys=False, ensure_ascii=False)
+    """Strict JSON, NaN and ±inf tagged (read back exactly by :func:`read_json`)."""
+    text = json.dumps(_tag_nonfinite(to_jsonable(data)), indent=1, sort_keys=False, ensure_ascii=False,
+                      allow_nan=False)
     return write_bytes_atomic(path, text.encode("utf-8"))
 
 
+def _refuse(constant: str):
+    raise ValueError(f"{constant} is not valid JSON")
+
+
 def read_json(path: str | os.PathLike) -> Any:
+    """A file :func:`write_json_atomic` wrote (tagged non-finite floats restored); bare NaN/Infinity,
+    which no strict reader takes, is refused."""
     with open(path, encoding="utf-8") as f:
-        return json.load(f)
+        return json.load(f, object_hook=_untag, parse_constant=_refuse)
 
 
 class ResultCache:

@@ -1,50 +1,58 @@
-"""``attnscale train <experiment>``: run a training sweep (resuming from its cache) and print its tables."""
+"""``attnscale train <experiment>``: run a training sweep (resuming from its cache), write its result
+``train/<experiment>`` into the results folder and print its tables."""
 
 from __future__ import annotations
 
 import argparse
 import math
 
+from attnscale.cli.output import add_json_option, add_quiet_option, check_json_target, emit_json, json_to_stdout
+
 
 def register(sub) -> None:
     p = sub.add_parser(
         "train", help="training experiments: scale-vs-dk, logit-growth",
-        description="Run a training sweep on the CPU. Finished cells are cached under OUT/cells, so an "
-                    "interrupted run resumes where it stopped. Writes OUT/summary.json.",
+        description="Run a training sweep on the CPU. Finished cells are cached under "
+                    "DIR/train/<experiment>/cells, so an interrupted run resumes where it stopped. Writes the result "
+                    "DIR/train/<experiment>/result.json (quick.json for --quick), which the report reads.",
         epilog="examples:\n  attnscale train scale-vs-dk --quick\n  attnscale train logit-growth --workers 2",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("experiment", choices=("scale-vs-dk", "logit-growth"), help="which experiment")
     p.add_argument("--quick", action="store_true",
                    help="a small version that runs in seconds (same code, fewer cells and steps)")
     p.add_argument("--seeds", type=int, default=None, help="number of seeds (default: the experiment's)")
-    p.add_argument("--out", default=None,
-                   help="output folder (default: ./attnscale-results/train/<experiment>)")
+    p.add_argument("--results", "--out", dest="results", default=None, metavar="DIR",
+                   help="results folder (default: ./attnscale-results); --out is the same option")
+    add_json_option(p, "the experiment's result")
+    add_quiet_option(p)
     p.add_argument("--workers", type=int, default=None,
                    help="worker processes (default: min(2, CPUs)); 1 runs in this process")
     p.set_defaults(run=run_train)
 
 
 def run_train(args) -> int:
-    from pathlib import Path
-
+    from attnscale import results
     from attnscale.cli.progress import Progress
     from attnscale.errors import InputError
     from attnscale.experiments.runner import LocalBackend, SerialBackend, default_workers
-    from attnscale.experiments.sweeps import DEFAULT_OUT, make_config, run_experiment
+    from attnscale.experiments.sweeps import make_config, run_experiment
 
     if args.seeds is not None and args.seeds < 1:
         raise InputError(f"--seeds: expected an integer >= 1, got {args.seeds}")
     workers = default_workers() if args.workers is None else args.workers
     if workers < 1:
         raise InputError(f"--workers: expected an integer >= 1, got {workers}")
+    check_json_target(args)
+    root = results.check_writable(args.results or results.DEFAULT_ROOT, "--results")
     config = make_config(args.experiment, quick=args.quick, seeds=args.seeds)
-    out = Path(args.out) if args.out else DEFAULT_OUT / args.experiment
     backend = SerialBackend() if workers == 1 else LocalBackend(workers)
-    with Progress() as progress:
-        summary = run_experiment(args.experiment, config, out, backend, progress)
-    render = _print_scale_vs_dk if args.experiment == "scale-vs-dk" else _print_logit_growth
-    render(summary["analysis"])
-    print(f"\nwrote {out / 'summary.json'} ({len(summary['cells'])} cells, {summary['wall_s']:.1f} s)")
+    with Progress(enabled=False if args.quiet else None) as progress:
+        env = run_experiment(args.experiment, config, root, backend, progress, quick=args.quick)
+    emit_json(args, env)
+    if not json_to_stdout(args):
+        render = _print_scale_vs_dk if args.experiment == "scale-vs-dk" else _print_logit_growth
+        render(env.data["analysis"])
+        print(f"\nwrote {env.path} ({len(env.data['cells'])} cells, {env.data['wall_s']:.1f} s)")
     return 0
 
 

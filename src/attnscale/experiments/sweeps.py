@@ -1,12 +1,15 @@
-"""The training experiments by name, and how one is run into ``<out>/summary.json``.
+"""The training experiments by name, and how one is run into its result (kind ``train/<name>``).
 
     >>> sorted(EXPERIMENTS)
     ['logit-growth', 'scale-vs-dk']
 
-A summary holds the experiment's configuration, its seeds, the environment, every cell with its
-result (final metrics and per-step metrics), and the analysis (the numbers of the report's text).
-Cell results are cached under ``<out>/cells/`` by a hash of the cell, so a rerun only computes the
-missing cells.
+The result is written through :func:`attnscale.results.write` under the results root (quick runs apart
+from full ones). Its data: the description, every cell with its result (final metrics and per-step
+metrics), the analysis (every figure the report shows) and the wall time of this invocation; the
+configuration, random seeds and environment are in the envelope. Non-finite figures are written as
+``null`` with a ``nonfinite`` map beside them (where each was, and whether NaN or ±inf). Cell results
+are cached under :func:`attnscale.results.cells_dir` by a hash of the cell, so a rerun only computes
+the missing cells (and quick and full cells never collide).
 """
 
 from __future__ import annotations
@@ -17,15 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from attnscale import results
 from attnscale.errors import InputError
 from attnscale.experiments import logit_growth, scale_vs_dk
 from attnscale.experiments.runner import Backend, run_sweep
-from attnscale.provenance import environment
-from attnscale.store import ResultCache, to_jsonable, write_json_atomic
+from attnscale.store import ResultCache, to_jsonable
 
-__all__ = ["Experiment", "EXPERIMENTS", "make_config", "run_experiment", "DEFAULT_OUT"]
-
-DEFAULT_OUT = Path("attnscale-results") / "train"
+__all__ = ["Experiment", "EXPERIMENTS", "make_config", "run_experiment", "kind_of"]
 
 
 @dataclass(frozen=True)
@@ -56,24 +57,35 @@ def make_config(name: str, quick: bool = False, seeds: int | None = None):
     return config if seeds is None else dataclasses.replace(config, seeds=seeds)
 
 
-def run_experiment(name: str, config, out: str | Path, backend: Backend | None = None,
-                   progress: Callable[[int, int, str], None] | None = None) -> dict:
-    """Run (or resume) every cell of ``config``, analyse, write ``<out>/summary.json`` atomically and
-    return the summary."""
+def kind_of(name: str) -> str:
+    """The result kind of experiment ``name``: ``train/<name>``."""
+    return f"train/{name}"
+
+
+def is_quick(name: str, config) -> bool:
+    """Whether ``config`` is the experiment's quick configuration (at its seed count)."""
+    quick = EXPERIMENTS[name].config_type.quick()
+    return config == dataclasses.replace(quick, seeds=config.seeds)
+
+
+def run_experiment(name: str, config, root: str | Path = results.DEFAULT_ROOT, backend: Backend | None = None,
+                   progress: Callable[[int, int, str], None] | None = None,
+                   quick: bool | None = None) -> results.Envelope:
+    """Run (or resume) every cell of ``config``, analyse, write the ``train/<name>`` result under
+    ``root`` atomically and return its envelope. ``quick`` (default: whether ``config`` is the
+    experiment's quick configuration) says which of quick.json / result.json it is."""
     experiment = EXPERIMENTS[name]
-    out = Path(out)
+    kind = kind_of(name)
+    quick = is_quick(name, config) if quick is None else bool(quick)
     cells = config.cells()
     start = time.monotonic()
-    results = run_sweep(name, cells, experiment.train_cell, ResultCache(out / "cells"), backend, progress)
-    summary = {
-        "experiment": name,
+    done = run_sweep(name, cells, experiment.train_cell, ResultCache(results.cells_dir(kind, root)), backend, progress)
+    data, nonfinite = results.nulled_nonfinite({
         "description": experiment.description,
-        "config": to_jsonable(config),
-        "seeds": list(range(config.seeds)),
-        "environment": environment(),
-        "cells": [{"cell": to_jsonable(c), "result": r} for c, r in zip(cells, results)],
-        "analysis": experiment.analyse(config, cells, results),
-        "wall_s": time.monotonic() - start,   # of this invocation: cached cells cost nothing
-    }
-    write_json_atomic(out / "summary.json", summary)
-    return summary
+        "cells": [{"cell": to_jsonable(c), "result": r} for c, r in zip(cells, done)],
+        "analysis": experiment.analyse(config, cells, done),
+    })
+    data["wall_s"] = time.monotonic() - start      # of this invocation: cached cells cost nothing
+    if nonfinite:
+        data["nonfinite"] = nonfinite
+    return results.write(kind, data, config=to_jsonable(config), seed=0, quick=quick, root=root)
