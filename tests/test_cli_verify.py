@@ -1,4 +1,5 @@
-"""`attnscale verify`: exit codes, table, JSON, Chinese text, bad input."""
+"""`attnscale verify`: exit codes, table, its result in the results folder, --json FILE|-, Chinese text,
+bad input."""
 
 import json
 import os
@@ -17,6 +18,12 @@ def report():
     return run_claims(VerifyConfig(quick=True))
 
 
+@pytest.fixture(autouse=True)
+def in_tmp(tmp_path, monkeypatch):
+    """Every test runs in its own folder: the default results folder is never the user's."""
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.fixture
 def cached(monkeypatch, report):
     """Run the CLI on a report computed once (the end-to-end run is the subprocess test)."""
@@ -26,16 +33,26 @@ def cached(monkeypatch, report):
     return report
 
 
+def _refuse(constant):
+    raise ValueError(f"{constant} is not strict JSON")
+
+
 def test_end_to_end_quick_run_writes_json_and_exits_0(tmp_path):
     out = tmp_path / "v.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     proc = subprocess.run([sys.executable, "-m", "attnscale", "verify", "--quick", "--json", str(out)],
-                          capture_output=True, text=True, timeout=120, env=env)
+                          capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "S1.6" in proc.stdout and "SEED WRONG" in proc.stdout
     assert "5,184,705,528,587,072,464,087" in proc.stdout
-    data = json.loads(out.read_text())
-    assert data["config"]["quick"] is True and len(data["claims"]) == len(VerifyReport.from_dict(data).claims)
+    data = json.loads(out.read_text(), parse_constant=_refuse)          # strict JSON
+    assert data["kind"] == "verify" and data["quick"] is True and data["config"]["quick"] is True
+    assert len(data["data"]["claims"]) == sum(data["data"]["counts"].values())
+    # the same result in the default results folder (the test's cwd), where the report reads it
+    from attnscale import results
+
+    env = results.read("verify", tmp_path / results.DEFAULT_ROOT, quick=True)
+    assert env.data == data["data"] and "verify/quick.json" in proc.stderr
     assert "█" not in proc.stderr  # no progress bar when stderr is not a terminal
 
 
@@ -55,8 +72,33 @@ def test_strict_exits_0_when_everything_holds(monkeypatch, report, capsys):
 
 def test_json_to_stdout(cached, capsys):
     assert main(["verify", "--json", "-"]) == 0
-    data = json.loads(capsys.readouterr().out)
-    assert {c["id"] for c in data["claims"]} >= {"S1.6", "S9.2"}
+    out = capsys.readouterr().out
+    data = json.loads(out, parse_constant=_refuse)              # only the JSON: no table
+    assert {c["id"] for c in data["data"]["claims"]} >= {"S1.6", "S9.2"}
+
+
+def test_results_option_and_quick_apart_from_full(cached, tmp_path, capsys):
+    from attnscale import results
+
+    root = tmp_path / "elsewhere"
+    assert main(["verify", "--quiet", "--results", str(root)]) == 0
+    assert main(["verify", "--quiet", "--quick", "--results", str(root)]) == 0
+    assert capsys.readouterr().err == ""                         # --quiet: nothing on stderr
+    full, quick = results.read("verify", root), results.read("verify", root, quick=True)
+    assert not full.quick and quick.quick and full.path != quick.path
+    # the chapter outline and the stored counts travel with the result (the report computes neither)
+    from attnscale.claims.result import CHAPTERS
+
+    assert [c["id"] for c in full.data["chapters"]] == list(CHAPTERS)
+    assert full.data["counts"] == cached.counts()
+
+
+def test_unwritable_json_target_is_refused_before_any_work(monkeypatch, tmp_path, capsys):
+    import attnscale.claims
+
+    monkeypatch.setattr(attnscale.claims, "run_claims", lambda *a, **k: pytest.fail("ran before checking --json"))
+    assert main(["verify", "--json", str(tmp_path / "no-such-dir" / "v.json")]) == 2
+    assert "--json" in capsys.readouterr().err and not (tmp_path / "no-such-dir").exists()
 
 
 def test_lang_zh_prints_chinese_claims(cached, capsys):
@@ -105,7 +147,7 @@ def test_inconclusive_is_shown_counted_and_strict(monkeypatch, report, capsys):
     assert main(["verify"]) == 0
     capsys.readouterr()
     assert main(["verify", "--json", "-"]) == 0
-    data = json.loads(capsys.readouterr().out)
+    data = json.loads(capsys.readouterr().out)["data"]
     assert data["counts"]["inconclusive"] == 1 and data["claims"][0]["verdict"] == "inconclusive"
 
 

@@ -90,3 +90,90 @@ def test_check_writable(tmp_path):
     (tmp_path / "f").write_text("x")
     with pytest.raises(ValueError, match="is a file"):
         results.check_writable(tmp_path / "f" / "sub")
+
+
+# --- every kind this project's producers write through the contract parses strictly -----------------
+
+def _tiny_train_configs():
+    pytest.importorskip("torch")
+    from attnscale.experiments import logit_growth, scale_vs_dk
+
+    return {
+        # the unscaled rule at a large learning rate: non-finite figures are likely, and must not leak
+        "scale-vs-dk": scale_vs_dk.ScaleVsDkConfig(rules=("inverse_sqrt_dk", "unscaled"), d_ks=(16,), seeds=1,
+                                                   sgd_lrs=(0.3,), steps=6, log_every=3, final_eval=32),
+        "logit-growth": logit_growth.LogitGrowthConfig(lrs=(3e-1,), seeds=1, steps=4, warmup=1, batch=2,
+                                                       log_every=2, corpus_chars=4000),
+    }
+
+
+@pytest.fixture(scope="module")
+def produced(tmp_path_factory):
+    """One result of every kind written by verify and the training sweeps (tiny configurations)."""
+    from attnscale.claims import VerifyConfig
+    from attnscale.cli.verify import run_and_save
+    from attnscale.experiments.sweeps import kind_of, run_experiment
+
+    root = tmp_path_factory.mktemp("produced")
+    envs = {"verify": run_and_save(VerifyConfig(quick=True, groups=(1, 8)), root)[1]}
+    for name, config in _tiny_train_configs().items():
+        envs[kind_of(name)] = run_experiment(name, config, root, quick=True)
+    return root, envs
+
+
+def test_every_produced_kind_is_strict_json_and_reads_back(produced):
+    root, envs = produced
+    from attnscale.experiments.sweeps import EXPERIMENTS, kind_of
+
+    assert set(envs) == {"verify"} | {kind_of(n) for n in EXPERIMENTS}
+    assert set(envs) <= set(results.KINDS)
+    for kind, env in envs.items():
+        raw = strict_load(env.path)                     # NaN / Infinity would raise here
+        assert raw["kind"] == kind and raw["quick"] is True
+        back = results.read(kind, root, quick=True)
+        assert back.data == raw["data"]
+        # every cell cache a sweep wrote is strict JSON too
+        for cell in results.cells_dir(kind, root).glob("*.json") if kind != "verify" else ():
+            strict_load(cell)
+
+
+def test_nonfinite_figures_become_null_with_where_and_what(tmp_path, monkeypatch):
+    """A producer's NaN/inf (a diverged run) is written as null, and the reason stands beside it."""
+    from attnscale.experiments import sweeps
+
+    def fake_train(cell):
+        return {"loss": [2.0, float("nan")], "peak": float("inf")}
+
+    fake = sweeps.Experiment("fake", sweeps.EXPERIMENTS["scale-vs-dk"].config_type, fake_train,
+                             lambda config, cells, done: {"best": float("-inf")}, "a fake sweep")
+    monkeypatch.setitem(sweeps.EXPERIMENTS, "scale-vs-dk", fake)
+    config = _tiny_train_configs()["scale-vs-dk"]
+    env = sweeps.run_experiment("scale-vs-dk", config, tmp_path, quick=False)
+    raw = strict_load(env.path)
+    assert raw["data"]["cells"][0]["result"] == {"loss": [2.0, None], "peak": None}
+    assert raw["data"]["analysis"] == {"best": None}
+    assert raw["data"]["nonfinite"]["data.cells[0].result.loss[1]"] == "NaN"
+    assert raw["data"]["nonfinite"]["data.cells[0].result.peak"] == "Infinity"
+    assert raw["data"]["nonfinite"]["data.analysis.best"] == "-Infinity"
+    # the cell cache keeps them exactly (a divergence stays one on resume), in strict JSON
+    cached = sorted(results.cells_dir("train/scale-vs-dk", tmp_path).glob("*.json"))
+    assert cached and all(strict_load(p) for p in cached)
+    from attnscale.store import read_json
+
+    loss = read_json(cached[0])["result"]["loss"]
+    assert loss[0] == 2.0 and math.isnan(loss[1])
+
+
+def test_a_renamed_analysis_key_fails_at_read_time_naming_file_and_field(produced, tmp_path):
+    import shutil
+
+    root, envs = produced
+    copy = tmp_path / "copy"
+    shutil.copytree(root, copy)
+    path = results.result_path("train/scale-vs-dk", copy, quick=True)
+    raw = strict_load(path)
+    raw["data"]["analysis"]["tables"] = raw["data"]["analysis"].pop("table")
+    path.write_text(json.dumps(raw))
+    with pytest.raises(ResultError) as err:
+        results.read_preferred("train/scale-vs-dk", copy)
+    assert str(path) in str(err.value) and "data.analysis.table" in str(err.value)
