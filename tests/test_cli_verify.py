@@ -156,3 +156,19 @@ def test_summary_line_counts_every_verdict(report):
     assert set(counts) == {"holds", "fails", "inconclusive", "seed number wrong"}
     line = [ln for ln in render_table(report).splitlines() if ln.startswith(f"{len(report.claims)} claims:")][0]
     assert f"{counts['inconclusive']} inconclusive" in line and f"{counts['fails']} fail" in line
+
+
+def test_only_runs_a_subset_and_keeps_it_out_of_the_results_folder(cached, tmp_path, capsys):
+    import dataclasses
+
+    from attnscale import results
+
+    root = tmp_path / "r"
+    code = main(["verify", "--only", "S1", "--results", str(root), "--json", "-"])
+    err = capsys.readouterr().err
+    if "only" not in {f.name for f in dataclasses.fields(VerifyConfig)}:
+        assert code == 2 and "--only" in err                  # this attnscale's claims take no subset yet
+        return
+    assert code == 0 and "partial" in err
+    with pytest.raises(results.ResultMissing):
+        results.read("verify", root)

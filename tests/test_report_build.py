@@ -453,3 +453,22 @@ def test_prose_claims_only_what_is_checked():
     faq = " ".join(CHAPTERS["faq"]["en"]["paras"])
     assert "Who introduced the factor? The blog post's answers, checked." not in faq and "nothing here checks it" in faq
     assert "almost on top of each other" in " ".join(CHAPTERS["why_grows"]["en"]["paras"])
+
+
+def test_the_verification_is_stale_when_a_result_it_judged_from_was_replaced(tmp_path):
+    from attnscale.cli.report import current_verify
+
+    root = tmp_path / "results"
+    train = results.write("train/scale-vs-dk", {"cells": [], "analysis": {"table": []}}, seed=0, root=root)
+    env = write_verify(root)
+    data = dict(env.data)
+    data["claims"] = [{**data["claims"][0], "sources": [{"kind": "train/scale-vs-dk", "quick": False,
+                                                         "created": train.created}]}] + data["claims"][1:]
+    results.write("verify", data, config=env.config, seed=0, quick=True, root=root)
+    assert current_verify(root, quick=True, seed=0, fresh=False) is None
+    raw = json.loads(train.path.read_text())
+    raw["created"] = "2099-01-01T00:00:00Z"                 # rerun since
+    train.path.write_text(json.dumps(raw))
+    reason = current_verify(root, quick=True, seed=0, fresh=False)
+    assert "T0.0" in reason and "train/scale-vs-dk" in reason and "2099" in reason
+    assert "--fresh" in current_verify(root, quick=True, seed=0, fresh=True)

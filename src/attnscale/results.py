@@ -42,7 +42,7 @@ from attnscale.store import to_jsonable, write_bytes_atomic
 
 __all__ = [
     "DEFAULT_ROOT", "SCHEMA", "Kind", "KINDS", "Envelope", "ResultError", "ResultMissing",
-    "result_path", "cells_dir", "write", "read", "read_preferred", "dumps", "strict_jsonable",
+    "result_path", "cells_dir", "envelope", "write", "read", "read_preferred", "dumps", "strict_jsonable",
     "finite_or_none", "nulled_nonfinite", "check_writable",
 ]
 
@@ -187,10 +187,10 @@ def dumps(obj: Any, indent: int | None = 1) -> str:
     return json.dumps(strict_jsonable(obj, "result"), indent=indent, ensure_ascii=False, allow_nan=False)
 
 
-def write(kind: str, data: Any, *, config: Any = None, seed: int | None = None, quick: bool = False,
-          root: str | os.PathLike = DEFAULT_ROOT, path: str | os.PathLike | None = None) -> Envelope:
-    """Wrap ``data`` in the envelope and write it atomically to :func:`result_path` (or ``path``).
-    Returns the envelope as written (with ``path`` set)."""
+def envelope(kind: str, data: Any, *, config: Any = None, seed: int | None = None,
+             quick: bool = False) -> Envelope:
+    """The envelope :func:`write` would write (validated, strict, with this attnscale's version and
+    environment and the time now), not written: for ``--json`` of a run that is not kept."""
     from attnscale import __version__
     from attnscale.provenance import environment
 
@@ -199,9 +199,16 @@ def write(kind: str, data: Any, *, config: Any = None, seed: int | None = None, 
     missing = _missing_fields(spec, data)
     if missing:
         raise ValueError(f"result {kind!r}: data lacks the required field(s) {missing}")
-    env = Envelope(kind=kind, data=data, config=strict_jsonable(config, "config"), seed=seed,
-                   quick=bool(quick), version=__version__, environment=environment(),
-                   created=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    return Envelope(kind=kind, data=data, config=strict_jsonable(config, "config"), seed=seed,
+                    quick=bool(quick), version=__version__, environment=environment(),
+                    created=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+
+def write(kind: str, data: Any, *, config: Any = None, seed: int | None = None, quick: bool = False,
+          root: str | os.PathLike = DEFAULT_ROOT, path: str | os.PathLike | None = None) -> Envelope:
+    """Wrap ``data`` in the envelope and write it atomically to :func:`result_path` (or ``path``).
+    Returns the envelope as written (with ``path`` set)."""
+    env = envelope(kind, data, config=config, seed=seed, quick=quick)
     target = Path(path) if path is not None else result_path(kind, root, quick)
     write_bytes_atomic(target, dumps(env).encode("utf-8"))
     return Envelope(**{**env.__dict__, "path": target})

@@ -1,7 +1,8 @@
 """``attnscale report``: build the self-contained HTML report from the results folder and print its path.
 
 The report only reads results. When the verification's result is missing or stale (written by another
-attnscale version, or for another quick/random-seed configuration than asked, or ``--fresh``), this
+attnscale version, for another quick/random-seed configuration than asked, judged from a training or
+probe result that has since been replaced, or ``--fresh``), this
 command runs ``attnscale verify`` first, writes its result into the results folder, and says so.
 """
 
@@ -59,6 +60,23 @@ def stale_reason(env, quick: bool, seed: int) -> str | None:
     return None
 
 
+def changed_source(env, root) -> str | None:
+    """Why the verification is stale because a result its claims were judged from (a claim's
+    ``sources``: kind, quick, created) has changed or gone since, or None."""
+    from attnscale import results
+
+    for claim in env.data.get("claims", []):
+        for src in claim.get("sources") or []:
+            try:
+                now = results.read_preferred(src["kind"], root)
+            except results.ResultError:
+                return f"claim {claim.get('id')} was judged from a {src['kind']} result that is no longer there"
+            if (now.created, now.quick) != (src.get("created"), src.get("quick")):
+                return (f"claim {claim.get('id')} was judged from the {src['kind']} result of {src.get('created')}, "
+                        f"which has since been replaced (now {now.created})")
+    return None
+
+
 def current_verify(root, quick: bool, seed: int, fresh: bool) -> str | None:
     """None when the verification result under ``root`` can be shown, else why it must run first."""
     from attnscale import results
@@ -72,7 +90,7 @@ def current_verify(root, quick: bool, seed: int, fresh: bool) -> str | None:
         return f"there is no verification result at {path} yet"
     except results.ResultError as err:
         return f"the verification result cannot be read ({err})"
-    return stale_reason(env, quick, seed)
+    return stale_reason(env, quick, seed) or changed_source(env, root)
 
 
 def open_in_browser(path) -> bool:

@@ -45,6 +45,9 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0); same seed, same output")
     p.add_argument("--rel-ci-target", type=float, default=0.01, metavar="R",
                    help="stop a Monte Carlo estimate when its 99%% CI half-width is R × |estimate| (default 0.01)")
+    p.add_argument("--only", metavar="IDS", default=None,
+                   help="check only these claims, by id prefix, comma-separated: 'S5' (every S5.x), 'S5,S7.2'; "
+                        "a partial run is not written into the results folder")
     p.set_defaults(run=run_verify)
 
 
@@ -61,28 +64,38 @@ def verify_data(report) -> dict:
             "timings": d["timings"]}
 
 
-def verify_config(quick: bool, seed: int, rel_ci_target: float | None = None, results_root=None):
-    """The VerifyConfig of a run, with the results folder when the claims read other results."""
+def verify_config(quick: bool, seed: int, rel_ci_target: float | None = None, results_root=None, only=None):
+    """The VerifyConfig of a run, with the results folder when the claims read other results and the
+    claim-id prefixes of ``only`` (where this attnscale's claims take them)."""
     import dataclasses
 
     from attnscale.claims import VerifyConfig
+    from attnscale.errors import InputError
 
+    fields = {f.name for f in dataclasses.fields(VerifyConfig)}
     kw = {"seed": seed, "quick": quick}
     if rel_ci_target is not None:
         kw["rel_ci_target"] = rel_ci_target
-    if results_root is not None and "results_root" in {f.name for f in dataclasses.fields(VerifyConfig)}:
+    if results_root is not None and "results_root" in fields:
         kw["results_root"] = str(results_root)
+    if only is not None:
+        if "only" not in fields:
+            raise InputError("--only: this attnscale's verification cannot run a subset of claims")
+        kw["only"] = tuple(p.strip() for p in only.split(",") if p.strip())
     return VerifyConfig(**kw)
 
 
-def run_and_save(config, root, progress=None):
-    """Run the verification of ``config`` and write its result under ``root``; (report, envelope)."""
+def run_and_save(config, root, progress=None, save: bool = True):
+    """Run the verification of ``config`` and write its result under ``root`` (when ``save``; else the
+    envelope is made but not written); (report, envelope)."""
     from attnscale import results
     from attnscale.claims import run_claims
     from attnscale.store import to_jsonable
 
     report = run_claims(config, progress=progress)
     cfg = {k: v for k, v in to_jsonable(config).items() if k != "results_root"}   # a path: not the result's
+    if not save:
+        return report, results.envelope("verify", verify_data(report), config=cfg, seed=config.seed, quick=config.quick)
     env = results.write("verify", verify_data(report), config=cfg, seed=config.seed, quick=config.quick, root=root)
     return report, env
 
@@ -93,14 +106,16 @@ def run_verify(args) -> int:
 
     check_json_target(args)
     root = results.check_writable(args.results or results.DEFAULT_ROOT, "--results")
-    config = verify_config(args.quick, args.seed, args.rel_ci_target, root)
+    config = verify_config(args.quick, args.seed, args.rel_ci_target, root, args.only)
+    partial = args.only is not None
     with Progress(enabled=False if args.quiet else None) as progress:
-        report, env = run_and_save(config, root, progress)
+        report, env = run_and_save(config, root, progress, save=not partial)
     emit_json(args, env)
     if not json_to_stdout(args):
         sys.stdout.write(render_table(report, args.lang))
     if not args.quiet:
-        print(f"attnscale verify: {report.timings.get('total', 0.0):.1f} s; wrote {env.path}", file=sys.stderr)
+        where = "not written into the results folder (--only: partial)" if partial else f"wrote {env.path}"
+        print(f"attnscale verify: {report.timings.get('total', 0.0):.1f} s; {where}", file=sys.stderr)
     if args.strict and any(c.verdict != "holds" for c in report.claims):
         return 1
     return 0
