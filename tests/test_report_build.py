@@ -472,3 +472,17 @@ def test_the_verification_is_stale_when_a_result_it_judged_from_was_replaced(tmp
     reason = current_verify(root, quick=True, seed=0, fresh=False)
     assert "T0.0" in reason and "train/scale-vs-dk" in reason and "2099" in reason
     assert "--fresh" in current_verify(root, quick=True, seed=0, fresh=True)
+
+
+def test_the_jacobian_caption_reads_the_curve_from_the_data():
+    """Change the crossover in the data and the caption's words change with it."""
+    from attnscale.report.text import caption, facts
+
+    data = {"jacobian": {"crossover": {"16": {"d_k": 64}, "1024": {"d_k": None}}, "peak_d_k": {"16": 16, "1024": 256}}}
+    _, cap = caption("jacobian", "en", facts(data))
+    assert "n = 16: below the scaled one from dₖ = 64 on, peaks at dₖ = 16" in cap
+    assert "n = 1024: never below the scaled one on this grid, peaks at dₖ = 256" in cap
+    data["jacobian"]["crossover"]["16"]["d_k"] = 256
+    assert "from dₖ = 256 on" in caption("jacobian", "en", facts(data))[1]
+    assert "collapses" not in cap and "dₖ = 64 起低于" in caption("jacobian", "zh", facts(
+        {"jacobian": {"crossover": {"16": {"d_k": 64}}}}))[1]

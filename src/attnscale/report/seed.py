@@ -141,9 +141,11 @@ def glance_html(data: dict, lang: str) -> str:
             d_ks = rows["d_k"]
             i = d_ks.index(64) if block == "saturation" and 64 in d_ks else len(d_ks) - 1
             per = rows["by_n"][n]
-            cards.append((t(key, lang).format(d=d_ks[i], n=n),
-                          number(per["unscaled"][figure]["median"][i], digits=2),
-                          f'{t("glance_scaled", lang)} {number(per["scaled"][figure]["median"][i], digits=2)}'))
+            sub = f'{t("glance_scaled", lang)} {number(per["scaled"][figure]["median"][i], digits=2)}'
+            cross = (rows.get("crossover") or {}).get(n) or {}
+            if cross.get("d_k") is not None:      # the curve is not monotone: say from where it is below
+                sub += " · " + t("glance_cross", lang).format(d=cross["d_k"])
+            cards.append((t(key, lang).format(d=d_ks[i], n=n), number(per["unscaled"][figure]["median"][i], digits=2), sub))
         except (KeyError, IndexError, StopIteration, TypeError, ValueError):
             pass
     if not cards:

@@ -118,6 +118,7 @@ UI: dict[str, dict[str, str]] = {
     "glance_jac": {"en": "softmax gradient ‖J‖, unscaled, d_k = {d}, n = {n} (median row)",
                    "zh": "softmax 梯度 ‖J‖，不缩放，dₖ = {d}，n = {n}（中位数行）"},
     "glance_scaled": {"en": "with ÷√d_k:", "zh": "除以 √dₖ 后："},
+    "glance_cross": {"en": "unscaled is below it only from d_k = {d} on", "zh": "不缩放的值仅从 dₖ = {d} 起低于它"},
     "lang_switch": {"en": "中文版: index.zh.html beside this page (attnscale report --lang zh)",
                     "zh": "English: index.html beside this page (attnscale report --lang en)"},
     "lang_name_en": {"en": "English", "zh": "English"},
@@ -342,9 +343,32 @@ def facts(data: dict, config: dict | None = None, outline: list | None = None) -
     if ns:
         out["sat_ns"] = ", ".join(ns[:-1]) + " and " + ns[-1] if len(ns) > 1 else ns[0]
         out["sat_ns_zh"] = "、".join(ns)
+    out.update(_jacobian_story(data.get("jacobian") or {}))
     if (data.get("ssmax") or {}).get("s") is not None:
         out["ssmax_s"] = f'{data["ssmax"]["s"]:g}'
     return out
+
+
+def _jacobian_story(jac: dict) -> dict[str, str]:
+    """The Jacobian caption's reading of the curve, from the verification's crossover per n (where the
+    unscaled median drops below the scaled one for good) and the d_k of its peak; without them, only
+    what the figure shows."""
+    cross, peaks = jac.get("crossover"), jac.get("peak_d_k") or {}
+    if not cross:
+        return {"jac_story": "Compare the red (unscaled) and blue (÷√d_k) medians at each d_k.",
+                "jac_story_zh": "请在每个 dₖ 处比较红色（不缩放）与蓝色（除以 √dₖ）的中位数。"}
+    en, zh = [], []
+    for n, c in cross.items():
+        peak = f", peaks at d_k = {peaks[n]}" if n in peaks else ""
+        peak_zh = f"，在 dₖ = {peaks[n]} 处最大" if n in peaks else ""
+        if c.get("d_k") is None:
+            en.append(f"n = {n}: never below the scaled one on this grid{peak}")
+            zh.append(f"n = {n}：在本网格上从未低于缩放后的值{peak_zh}")
+        else:
+            en.append(f"n = {n}: below the scaled one from d_k = {c['d_k']} on{peak}")
+            zh.append(f"n = {n}：从 dₖ = {c['d_k']} 起低于缩放后的值{peak_zh}")
+    return {"jac_story": "The unscaled median, per number of keys: " + "; ".join(en) + ".",
+            "jac_story_zh": "不缩放时的中位数，按键数：" + "；".join(zh) + "。"}
 
 
 def _fill(text: str, values: dict | None) -> str:
@@ -404,10 +428,9 @@ CAPTIONS: dict[str, dict[str, tuple[str, str]]] = {
     "jacobian": {
         "en": ("The softmax Jacobian's norm against d_k",
                "Frobenius norm of ∂softmax/∂z per row: median (line) and 10%–90% band; dotted: the mean over "
-               "rows, unscaled. Unscaled, the typical row's gradient collapses toward 0 — the vanishing gradient — "
-               "while a few near-tied rows hold the mean up; scaled, it stays flat."),
+               "rows, unscaled. {jac_story}"),
         "zh": ("softmax 雅可比矩阵的范数随 dₖ 的变化",
-               "每行 ∂softmax/∂z 的 Frobenius 范数：中位数（线）与 10%–90% 带。不缩放时塌缩到 0——即梯度消失；缩放后保持平稳。")},
+               "每行 ∂softmax/∂z 的 Frobenius 范数：中位数（线）与 10%–90% 带；点线：不缩放时各行的平均值。{jac_story_zh}")},
     "phase": {
         "en": ("Phase diagram over the logits' spread σ and the number of keys n",
                "Mean entropy / ln n of softmax rows of n iid N(0, σ²) logits (Monte Carlo, {level} CI bands on the "
