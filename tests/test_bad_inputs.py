@@ -145,3 +145,24 @@ def test_finite_inputs_whose_logits_overflow_are_refused_not_nan():
     with pytest.raises(InputError, match="overflowed"):
         attention_backward(q, q, v, np.ones((3, 2)), scale=1.0)
     assert np.isnan(attention(q, q, v, scale=1.0, check_finite=False)).all()   # the opt-out propagates
+
+
+@pytest.mark.parametrize("argv", [
+    ["verify", "--quick", "--results", "{file}/sub"],
+    ["report", "--quick", "--results", "{file}/sub"],
+    ["train", "scale-vs-dk", "--quick", "--results", "{file}/sub"],
+    ["train", "scale-vs-dk", "--quick", "--json", "{dir}/missing/x.json"],
+])
+def test_an_unusable_results_folder_or_json_target_is_one_line_and_exit_2_before_any_work(tmp_path, capsys,
+                                                                                        monkeypatch, argv):
+    import attnscale.claims
+    from attnscale.cli import main
+
+    monkeypatch.setattr(attnscale.claims, "run_claims", lambda *a, **k: pytest.fail("worked before checking"))
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    argv = [a.format(file=blocker, dir=tmp_path) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and ("--results" in err or "--json" in err)
+    assert not (tmp_path / "missing").exists()

@@ -167,8 +167,9 @@ def render_report(verify: results.Envelope, config: ReportConfig,
 def _built(envelopes) -> str:
     """The page's date: that of the newest result it shows (a rebuild from the same results, here or
     on another machine, gives the same page)."""
-    created = max((env.created for env in envelopes if env.created), default="")
-    return created.replace("T", " ").replace("Z", " UTC")
+    from attnscale.report.experiments import when_text
+
+    return when_text(max((env.created for env in envelopes if env.created), default=""))
 
 
 def _config_text(config: ReportConfig, verify: results.Envelope) -> str:

@@ -56,11 +56,15 @@ def machine_text(environment: dict) -> str:
     return ", ".join(str(x) for x in (env.get("platform") or env.get("machine"), cpus) if x)
 
 
+def when_text(created: str) -> str:
+    """An envelope's ``created`` (ISO 8601, UTC) for reading: "2026-12-01 08:41:53 UTC"."""
+    return created.replace("T", " ").replace("Z", " UTC")
+
+
 def provenance_text(env: results.Envelope, lang: str) -> str:
     """Where a result comes from: quick or full run, when (UTC), on what machine, which attnscale."""
     run = t("quick_run" if env.quick else "full_run", lang)
-    when = env.created.replace("T", " ").replace("Z", " UTC")
-    return t("computed_by", lang).format(run=run, when=when, machine=machine_text(env.environment),
+    return t("computed_by", lang).format(run=run, when=when_text(env.created), machine=machine_text(env.environment),
                                         version=env.version)
 
 
