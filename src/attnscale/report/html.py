@@ -45,17 +45,6 @@ def percent(fraction: float) -> str:
     return f"{fraction * 100:.6g}%"
 
 
-def seconds(s: float | None) -> str:
-    """A duration for reading: "4.25 s", "38.6 s", "6 min 12 s"; "—" when unknown."""
-    if s is None or not math.isfinite(s):
-        return "—"
-    if s < 10:
-        return f"{s:.2f} s"
-    if s < 120:
-        return f"{s:.1f} s"
-    return f"{int(s // 60)} min {round(s % 60):d} s"
-
-
 def figure_svg(fig, alt: str, caption: str = "") -> str:
     """A matplotlib figure as an inline ``<figure>`` with an SVG (no external files), then closed."""
     import matplotlib.pyplot as plt

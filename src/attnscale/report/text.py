@@ -8,11 +8,13 @@ paragraphs. A Chinese string missing from a table falls back to English rather t
 
 from __future__ import annotations
 
+from attnscale.report.html import percent
+
 LANGS = ("en", "zh")
 
 UI: dict[str, dict[str, str]] = {
-    "title": {"en": "Why divide by √d_k? Every claim, measured on your machine",
-              "zh": "为什么要除以 √dₖ？每一个论断，都在你的机器上测量"},
+    "title": {"en": "Why divide by √d_k? Every claim of a blog post, measured",
+              "zh": "为什么要除以 √dₖ？一篇博客的每一个论断，逐条测量"},
     "kicker": {"en": "attnscale report", "zh": "attnscale 报告"},
     "subtitle": {
         "en": "A blog post on why dot-product attention is scaled by √d_k, retold with figures and every claim "
@@ -108,8 +110,8 @@ UI: dict[str, dict[str, str]] = {
     "rule_unscaled": {"en": "unscaled", "zh": "不缩放"},
     "rule_inverse_dk": {"en": "1/d_k (µP)", "zh": "1/dₖ（µP）"},
     "rule_qknorm": {"en": "QK-norm", "zh": "QK-norm"},
-    "rule_softcap": {"en": "soft-cap 50 on 1/√d_k (Gemma 2)", "zh": "软上限 50，基于 1/√dₖ（Gemma 2）"},
-    "rule_softcap_unscaled": {"en": "soft-cap 50, unscaled", "zh": "软上限 50，不缩放"},
+    "rule_softcap": {"en": "soft-cap {cap:g} on 1/√d_k (Gemma 2)", "zh": "软上限 {cap:g}，基于 1/√dₖ（Gemma 2）"},
+    "rule_softcap_unscaled": {"en": "soft-cap {cap:g}, unscaled", "zh": "软上限 {cap:g}，不缩放"},
     "rule_logn": {"en": "log-n (Scalable-Softmax)", "zh": "log-n（Scalable-Softmax）"},
     "glance_var": {"en": "Var(q·k) at d_k = {d}, measured", "zh": "dₖ = {d} 时测得的 Var(q·k)"},
     "glance_var_claim": {"en": "the blog post says d_k =", "zh": "原文：dₖ ="},
@@ -327,7 +329,7 @@ def facts(data: dict, config: dict | None = None, outline: list | None = None) -
     (``outline``)."""
     out = _Facts()
     if (config or {}).get("confidence") is not None:
-        out["level"] = f'{config["confidence"] * 100:.6g}%'
+        out["level"] = percent(config["confidence"])
     if outline:
         out["n_seed_chapters"] = str(sum(entry["part"] == "seed" for entry in outline))
     var = next(iter((data.get("variance_vs_dk") or {}).values()), None)
