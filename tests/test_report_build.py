@@ -115,7 +115,8 @@ def test_build_reads_the_verification_result_and_writes_one_page(built_en):
         assert text in footer
     # every chapter of the blog post carries the quick-run label, and says where its numbers come from
     assert page.count(" · quick run</h2>") == len(env.data["chapters"])
-    assert "From a quick run computed" in page
+    assert "From verify/quick.json: a quick run computed" in page
+    assert "while this page was built" not in page      # the results were computed earlier, elsewhere maybe
     # no raw markup, one spelling of d_k in the prose
     assert "_{" not in re.sub(r"<(script|style|svg)\b.*?</\1>", "", page, flags=re.S)
 
@@ -241,7 +242,7 @@ def test_experiment_chapters_render_note_or_error_box(tmp_path, no_engine, monke
     assert "attnscale train --fake_missing" in missing_html
     # the chapters after the broken one and the footer are still there, with each file's provenance
     assert 'id="all-verdicts"' in page and "<footer" in page
-    assert "demo: From a full run computed" in page
+    assert "From demo/result.json: a full run computed" in page
 
 
 def test_a_malformed_result_is_named_in_its_chapter_and_a_quick_one_labelled(tmp_path, no_engine, monkeypatch,

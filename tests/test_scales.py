@@ -278,3 +278,15 @@ def test_softcap_unscaled_is_a_named_rule_the_core_takes():
     # the Gemma rule over 1/sqrt(d_k) keeps its name; the two differ
     assert RULES["softcap"].name == "softcap"
     assert not np.allclose(out, attnscale.attention(q, k, v, scale="softcap"))
+
+
+def test_attnscale_rules_lists_softcap_unscaled(capsys):
+    import json
+
+    from attnscale.cli import main
+
+    assert main(["rules", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert set(rows) == set(RULES)
+    assert rows["softcap_unscaled"]["formula"] == RULES["softcap_unscaled"].formula
+    assert "Gemma" in rows["softcap_unscaled"]["citation"]

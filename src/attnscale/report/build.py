@@ -154,7 +154,7 @@ def render_report(verify: results.Envelope, config: ReportConfig,
         "built": _built(env for _, env in shown),
         "verify": {"cached": True, "seconds_then": verify.data["timings"].get("total", 0.0)},
         "verify_timings": timings,
-        "experiment_files": [f"{kind}: {provenance_text(env, lang)}" for kind, env in shown],
+        "experiment_files": [provenance_text(env, lang) for _, env in shown],
         # the table lists the verification's groups and each section's recorded compute time: its
         # total is their sum, so it equals what it lists
         "total_seconds": sum(timings.values()) + sum(s.seconds for s in sections),

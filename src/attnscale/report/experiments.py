@@ -62,10 +62,12 @@ def when_text(created: str) -> str:
 
 
 def provenance_text(env: results.Envelope, lang: str) -> str:
-    """Where a result comes from: quick or full run, when (UTC), on what machine, which attnscale."""
+    """Where a result comes from: its file in the results folder, quick or full run, when (UTC), on what
+    machine, which attnscale."""
     run = t("quick_run" if env.quick else "full_run", lang)
-    return t("computed_by", lang).format(run=run, when=when_text(env.created), machine=machine_text(env.environment),
-                                        version=env.version)
+    file = results.result_path(env.kind, "", env.quick).as_posix()     # relative to the results folder
+    return t("computed_by", lang).format(file=file, run=run, when=when_text(env.created),
+                                        machine=machine_text(env.environment), version=env.version)
 
 
 def provenance_line(env: results.Envelope, lang: str) -> str:

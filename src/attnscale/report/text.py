@@ -128,8 +128,8 @@ UI: dict[str, dict[str, str]] = {
     "quick_label": {"en": "quick run", "zh": "快速运行"},
     "quick_run": {"en": "quick run", "zh": "快速运行"},
     "full_run": {"en": "full run", "zh": "完整运行"},
-    "computed_by": {"en": "From a {run} computed {when} on {machine} (attnscale {version}).",
-                    "zh": "来自 {when} 在 {machine} 上计算的{run}（attnscale {version}）。"},
+    "computed_by": {"en": "From {file}: a {run} computed {when} on {machine} (attnscale {version}).",
+                    "zh": "来自 {file}：{when} 在 {machine} 上计算的{run}（attnscale {version}）。"},
     "seed_post_is": {"en": "The blog post checked here:", "zh": "本页检验的博客："},
     "seed_post_copy": {"en": "This page checks the Chinese translation kept with attnscale; “the blog post” below "
                              "always means it, and “random seed” the generator's seed.",
