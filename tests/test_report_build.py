@@ -406,6 +406,14 @@ def test_cli_builds_and_prints_the_path(tmp_path, no_engine, capsys, fast_figure
     out = capsys.readouterr()
     assert Path(out.out.strip()) == (config.out / "index.html").resolve()
     assert "running the verification" not in out.err     # it was current: read, not rerun
+    # --json -: what was built, instead of the path
+    assert main(["report", "--quick", "--quiet", "--json", "-", "--out", str(config.out),
+                 "--results", str(config.results)]) == 0
+    built = json.loads(capsys.readouterr().out)
+    assert built["page"] == str((config.out / "index.html").resolve()) and built["verify"]["quick"] is True
+    from attnscale.report.chapters import EXPERIMENT_CHAPTERS
+
+    assert set(built["chapters"]) == set(EXPERIMENT_CHAPTERS)
 
 
 def test_cli_help_and_bad_arguments():

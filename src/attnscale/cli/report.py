@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from attnscale.cli.output import add_json_option, add_quiet_option, check_json_target, emit_json, json_to_stdout
+
 
 def _seed(text: str) -> int:
     try:
@@ -43,7 +45,8 @@ def register(sub) -> None:
                         "(default: ./attnscale-results)")
     p.add_argument("--seed", type=_seed, default=0, help="random seed of the verification and the widget (default: 0)")
     p.add_argument("--open", action="store_true", help="open the page in the web browser when it is built")
-    p.add_argument("--quiet", action="store_true", help="no progress and no notes on stderr")
+    add_json_option(p, "what was built (page, language, each chapter's status, the verification shown)")
+    add_quiet_option(p)
     p.set_defaults(run=run_report)
 
 
@@ -109,6 +112,7 @@ def run_report(args) -> int:
     from attnscale.cli.verify import run_and_save, verify_config
     from attnscale.report.build import ReportConfig, build_report
 
+    check_json_target(args)
     root = results.DEFAULT_ROOT if args.results is None else args.results
     config = ReportConfig(out=args.out, results=root, lang=args.lang, quick=args.quick, seed=args.seed)
     results.check_writable(config.out, "--out")
@@ -123,7 +127,11 @@ def run_report(args) -> int:
             progress.close()
             note(f"wrote {env.path}")
         result = build_report(config, progress)
-    print(result.path.resolve())
+    emit_json(args, {"page": str(result.path.resolve()), "lang": config.lang, "chapters": result.experiment_status,
+                     "verify": {"path": str(result.verify.path), "quick": result.verify.quick,
+                                "created": result.verify.created, "version": result.verify.version}})
+    if not json_to_stdout(args):
+        print(result.path.resolve())
     if args.open and not open_in_browser(result.path):
         note("no web browser to open it with here; open the path above")
     return 0
