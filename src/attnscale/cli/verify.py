@@ -16,7 +16,7 @@ from attnscale.cli.output import add_json_option, add_quiet_option, check_json_t
 VERDICT_MARK = {"holds": "holds", "fails": "FAILS", "inconclusive": "UNDECIDED", "seed number wrong": "SEED WRONG"}
 LABELS = {
     "en": {"expected": "expected", "measured": "measured", "correct": "correct value", "note": "note",
-           "seed": "seed prints", "summary": "{n} claims: {holds} hold, {fails} fail, {inconclusive} inconclusive, {wrong} seed numbers wrong",
+           "seed": "the blog post prints", "summary": "{n} claims: {holds} hold, {fails} fail, {inconclusive} inconclusive, {wrong} seed numbers wrong",
            "legend": "UNDECIDED = inconclusive: the interval does not decide the criterion at this sample size"},
     "zh": {"expected": "预期", "measured": "实测", "correct": "正确值", "note": "说明", "seed": "原文数字",
            "summary": "共 {n} 条：{holds} 条成立，{fails} 条不成立，{inconclusive} 条无定论，{wrong} 个原文数字有误",
@@ -42,7 +42,7 @@ def register(sub) -> None:
     p.add_argument("--lang", choices=("en", "zh"), default="en", help="language of the claim text (default en)")
     p.add_argument("--strict", action="store_true", help="exit 1 when any verdict is not 'holds'")
     p.add_argument("--quick", action="store_true", help="small sample caps: seconds instead of a minute")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0); same seed, same output")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0); same random seed, same output")
     p.add_argument("--rel-ci-target", type=float, default=0.01, metavar="R",
                    help="stop a Monte Carlo estimate when its 99%% CI half-width is R × |estimate| (default 0.01)")
     p.add_argument("--only", metavar="IDS", default=None,
@@ -143,6 +143,6 @@ def render_table(report, lang: str = "en", width: int = 110) -> str:
     if counts["inconclusive"]:
         out.append(labels["legend"])
     cfg = report.config
-    out.append(f"seed {cfg.seed}, {'quick' if cfg.quick else 'full'} run, Monte Carlo target ±{cfg.rel_ci_target:g} "
+    out.append(f"random seed {cfg.seed}, {'quick' if cfg.quick else 'full'} run, Monte Carlo target ±{cfg.rel_ci_target:g} "
                f"(relative, {cfg.confidence:.0%} CI), attnscale {report.environment.get('attnscale')}")
     return "\n".join(out) + "\n"
