@@ -21,6 +21,12 @@ def register(sub) -> None:
                    help="output folder (default: ./attnscale-results/train/<experiment>)")
     p.add_argument("--workers", type=int, default=None,
                    help="worker processes (default: min(2, CPUs)); 1 runs in this process")
+    p.add_argument("--backend", choices=("local", "ray"), default="local",
+                   help="where cells run: worker processes here (default) or Ray tasks (pip install 'attnscale[cluster]')")
+    p.add_argument("--address", default=None, metavar="auto|HOST:PORT",
+                   help="with --backend ray: the cluster to join (default: a private local Ray instance of --workers CPUs)")
+    p.add_argument("--cpus-per-cell", type=int, default=1, metavar="N",
+                   help="with --backend ray: CPUs reserved by each cell (default 1)")
     p.set_defaults(run=run_train)
 
 
@@ -29,7 +35,7 @@ def run_train(args) -> int:
 
     from attnscale.cli.progress import Progress
     from attnscale.errors import InputError
-    from attnscale.experiments.runner import LocalBackend, SerialBackend, default_workers
+    from attnscale.experiments.runner import default_workers
     from attnscale.experiments.sweeps import DEFAULT_OUT, make_config, run_experiment
 
     if args.seeds is not None and args.seeds < 1:
@@ -39,13 +45,32 @@ def run_train(args) -> int:
         raise InputError(f"--workers: expected an integer >= 1, got {workers}")
     config = make_config(args.experiment, quick=args.quick, seeds=args.seeds)
     out = Path(args.out) if args.out else DEFAULT_OUT / args.experiment
-    backend = SerialBackend() if workers == 1 else LocalBackend(workers)
+    backend = _backend(args, workers)
     with Progress() as progress:
         summary = run_experiment(args.experiment, config, out, backend, progress)
     render = _print_scale_vs_dk if args.experiment == "scale-vs-dk" else _print_logit_growth
     render(summary["analysis"])
     print(f"\nwrote {out / 'summary.json'} ({len(summary['cells'])} cells, {summary['wall_s']:.1f} s)")
     return 0
+
+
+def _backend(args, workers: int):
+    from attnscale.errors import InputError
+    from attnscale.experiments.runner import LocalBackend, SerialBackend
+
+    if args.backend == "ray":
+        from attnscale.errors import require
+        from attnscale.experiments.ray_backend import RayBackend
+
+        require("ray", "cluster")       # before any work: say which extra to install
+        if args.cpus_per_cell < 1:
+            raise InputError(f"--cpus-per-cell: expected an integer >= 1, got {args.cpus_per_cell}")
+
+        return RayBackend(address=args.address, num_cpus=None if args.address else workers,
+                          cpus_per_cell=args.cpus_per_cell)
+    if args.address is not None:
+        raise InputError(f"--address: only with --backend ray, got --address {args.address!r} with --backend local")
+    return SerialBackend() if workers == 1 else LocalBackend(workers)
 
 
 def _fmt(x, spec=".3f") -> str:
