@@ -27,6 +27,12 @@ def register(sub) -> None:
     add_quiet_option(p)
     p.add_argument("--workers", type=int, default=None,
                    help="worker processes (default: min(2, CPUs)); 1 runs in this process")
+    p.add_argument("--backend", choices=("local", "ray"), default="local",
+                   help="where cells run: worker processes here (default) or Ray tasks (pip install 'attnscale[cluster]')")
+    p.add_argument("--address", default=None, metavar="auto|HOST:PORT",
+                   help="with --backend ray: the cluster to join (default: a private local Ray instance of --workers CPUs)")
+    p.add_argument("--cpus-per-cell", type=int, default=1, metavar="N",
+                   help="with --backend ray: CPUs reserved by each cell (default 1)")
     p.set_defaults(run=run_train)
 
 
@@ -34,7 +40,7 @@ def run_train(args) -> int:
     from attnscale import results
     from attnscale.cli.progress import Progress
     from attnscale.errors import InputError
-    from attnscale.experiments.runner import LocalBackend, SerialBackend, default_workers
+    from attnscale.experiments.runner import default_workers
     from attnscale.experiments.sweeps import make_config, run_experiment
 
     if args.seeds is not None and args.seeds < 1:
@@ -45,7 +51,7 @@ def run_train(args) -> int:
     check_json_target(args)
     root = results.check_writable(args.results or results.DEFAULT_ROOT, "--results")
     config = make_config(args.experiment, quick=args.quick, seeds=args.seeds)
-    backend = SerialBackend() if workers == 1 else LocalBackend(workers)
+    backend = _backend(args, workers)
     with Progress(enabled=False if args.quiet else None) as progress:
         env = run_experiment(args.experiment, config, root, backend, progress, quick=args.quick)
     emit_json(args, env)
@@ -54,6 +60,24 @@ def run_train(args) -> int:
         render(env.data["analysis"])
         print(f"\nwrote {env.path} ({len(env.data['cells'])} cells, {env.data['wall_s']:.1f} s)")
     return 0
+
+
+def _backend(args, workers: int):
+    from attnscale.errors import InputError
+    from attnscale.experiments.runner import LocalBackend, SerialBackend
+
+    if args.backend == "ray":
+        from attnscale.errors import require
+        from attnscale.experiments.ray_backend import RayBackend
+
+        require("ray", "cluster")       # before any work: say which extra to install
+        if args.cpus_per_cell < 1:
+            raise InputError(f"--cpus-per-cell: expected an integer >= 1, got {args.cpus_per_cell}")
+        return RayBackend(address=args.address, num_cpus=None if args.address else workers,
+                          cpus_per_cell=args.cpus_per_cell)
+    if args.address is not None:
+        raise InputError(f"--address: only with --backend ray, got --address {args.address!r} with --backend local")
+    return SerialBackend() if workers == 1 else LocalBackend(workers)
 
 
 def _fmt(x, spec=".3f") -> str:

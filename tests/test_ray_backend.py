@@ -1,0 +1,182 @@
+"""The Ray backend: same results as the local backends, retries of killed workers, Ctrl-C, versions.
+
+One local Ray instance (2 CPUs) serves the in-process tests; the Ctrl-C test runs the CLI, which starts
+and stops a private instance of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from attnscale.errors import InputError
+from attnscale.experiments.runner import LocalBackend, SerialBackend, run_sweep
+from attnscale.store import ResultCache
+
+ray = pytest.importorskip("ray", reason="the cluster extra (pip install 'attnscale[cluster]') is not installed")
+
+from attnscale.experiments.ray_backend import RayBackend, VersionMismatch, _run_cell  # noqa: E402
+
+TESTS = Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="module")
+def ray_instance():
+    # Workers import this module by name (the cells below live here), so they need the tests folder.
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+             runtime_env={"env_vars": {"PYTHONPATH": str(TESTS)}})
+    yield
+    ray.shutdown()
+
+
+@dataclass(frozen=True)
+class PidCell:
+    folder: str
+    i: int
+
+    @property
+    def label(self) -> str:
+        return f"cell {self.i}"
+
+
+def pid_cell(cell: PidCell) -> dict:
+    """Records each attempt; cell 0's first attempt waits (to be killed), its retry returns at once."""
+    folder = Path(cell.folder)
+    attempts = sorted(folder.glob(f"attempt-{cell.i}-*"))
+    (folder / f"attempt-{cell.i}-{len(attempts)}-{os.getpid()}").write_text("")
+    if cell.i == 0 and not attempts:
+        time.sleep(120)
+    return {"i": cell.i, "attempt": len(attempts)}
+
+
+def failing_cell(cell: PidCell) -> dict:
+    raise ValueError(f"cell {cell.i} is broken")
+
+
+class CountingCache(ResultCache):
+    def __init__(self, root):
+        super().__init__(root)
+        self.puts = []
+
+    def put(self, kind, config, result):
+        self.puts.append(json.dumps(config, sort_keys=True))
+        return super().put(kind, config, result)
+
+
+def quick_cells(n: int):
+    from attnscale.experiments import scale_vs_dk
+
+    return scale_vs_dk.ScaleVsDkConfig.quick().cells()[:n]
+
+
+def test_same_results_as_serial_and_local(tmp_path, ray_instance):
+    from attnscale.experiments import scale_vs_dk
+
+    cells = quick_cells(3)
+    runs = {}
+    for name, backend in (("serial", SerialBackend()), ("local", LocalBackend(2)), ("ray", RayBackend())):
+        out = run_sweep("scale-vs-dk", cells, scale_vs_dk.train_cell, ResultCache(tmp_path / name), backend)
+        runs[name] = json.dumps(out, sort_keys=True)
+    assert runs["ray"] == runs["serial"] == runs["local"]
+    files = {name: sorted(p.read_bytes() for p in (tmp_path / name).glob("*.json")) for name in runs}
+    assert files["ray"] == files["serial"]                  # the cache files too, byte for byte
+
+
+def test_killed_worker_is_retried_and_every_cell_cached_once(tmp_path, ray_instance):
+    cells = [PidCell(str(tmp_path), i) for i in range(3)]
+    cache = CountingCache(tmp_path / "cache")
+
+    def kill_first_attempt():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            found = list(tmp_path.glob("attempt-0-0-*"))
+            if found:
+                os.kill(int(found[0].name.rsplit("-", 1)[1]), signal.SIGKILL)
+                return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_first_attempt)
+    killer.start()
+    out = run_sweep("pid", cells, pid_cell, cache, RayBackend(max_retries=2))
+    killer.join()
+    assert [r["i"] for r in out] == [0, 1, 2]
+    assert out[0]["attempt"] == 1                           # the retry's result, after the kill
+    assert len(list(tmp_path.glob("attempt-0-*"))) == 2
+    assert sorted(cache.puts) == sorted(set(cache.puts)) and len(cache.puts) == 3
+
+
+def test_cell_exception_reaches_the_caller_unretried(tmp_path, ray_instance):
+    with pytest.raises(ValueError, match="cell 0 is broken"):
+        run_sweep("bad", [PidCell(str(tmp_path), 0)], failing_cell, ResultCache(tmp_path), RayBackend(max_retries=3))
+
+
+def test_version_mismatch_is_refused(tmp_path, ray_instance, monkeypatch):
+    with pytest.raises(VersionMismatch, match="install attnscale 0.0.0-other"):
+        _run_cell(__name__, "pid_cell", PidCell(str(tmp_path), 1), "0.0.0-other", 1)
+    import attnscale
+
+    monkeypatch.setattr(attnscale, "__version__", "9.9.9")  # the driver claims another version
+    with pytest.raises(VersionMismatch, match="the driver 9.9.9"):
+        run_sweep("v", [PidCell(str(tmp_path), 1)], pid_cell, ResultCache(tmp_path / "c"), RayBackend())
+
+
+def test_bad_arguments():
+    with pytest.raises(InputError, match="cpus_per_cell"):
+        RayBackend(cpus_per_cell=0)
+    with pytest.raises(InputError, match="address"):
+        RayBackend(address="  ")
+    with pytest.raises(InputError, match="max_retries"):
+        RayBackend(max_retries=-1)
+
+    def local_fn(cell):
+        return cell
+
+    with pytest.raises(InputError, match="module-level"):
+        list(RayBackend().map(local_fn, [1]))
+
+
+def _ray_processes() -> set[int]:
+    out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+    return {int(line.split(None, 1)[0]) for line in out.splitlines()
+            if any(k in line for k in ("raylet", "gcs_server", "ray::", "default_worker.py"))}
+
+
+def _cell_files(folder: Path) -> dict[str, float]:
+    return {str(p): p.stat().st_mtime_ns for p in folder.rglob("*.json") if p.name not in ("summary.json",)
+            and "cells" in p.parts}
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_finished_cells_and_leaves_no_process(tmp_path):
+    before = _ray_processes()
+    cmd = [sys.executable, "-m", "attnscale", "train", "scale-vs-dk", "--quick", "--backend", "ray",
+           "--workers", "2", "--out", str(tmp_path / "out")]
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not _cell_files(tmp_path) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert _cell_files(tmp_path), "no cell finished within 120 s"
+    proc.send_signal(signal.SIGINT)
+    t0 = time.monotonic()
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert time.monotonic() - t0 < 15
+    assert "Traceback" not in err
+    kept = _cell_files(tmp_path)
+    time.sleep(1.0)                                         # give stragglers a moment to show themselves
+    assert not (_ray_processes() - before), "Ray processes left behind"
+    # Rerun: only the missing cells are computed; the ones kept are not rewritten.
+    done = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    after = _cell_files(tmp_path)
+    assert all(after[p] == mtime for p, mtime in kept.items())
+    assert len(after) > len(kept)
