@@ -4,8 +4,10 @@ Every function here only *draws*: it takes a block of ``VerifyReport.data`` (pla
 already holding estimates, intervals and quantiles) and returns a figure. None of them draws a random
 number or estimates anything; the tests feed them hand-made data and read the plotted values back.
 
-Text is kept as SVG text (``svg.fonttype = none``), so the browser sets it in the page's fonts,
-Chinese included, and the SVGs stay small.
+Every figure of the report, the chapters' included, is drawn inside :func:`style`: one set of
+rcParams, and one font set-up. Text is kept as SVG text (``svg.fonttype = none``), so the browser
+sets it, and the SVGs stay small; it names DejaVu Sans for Latin and then the CJK font that the page
+embeds (:mod:`attnscale.report.fonts`), which matplotlib also uses to lay Chinese labels out.
 """
 
 from __future__ import annotations
@@ -89,14 +91,24 @@ def label(key: str, lang: str) -> str:
 
 
 @contextlib.contextmanager
-def _style():
+def style(rc: dict | None = None):
+    """The one figure style of the report: ``with style() as plt: fig, ax = plt.subplots(...)``.
+
+    The report's rcParams (:data:`RC`, then ``rc`` on top), the Agg backend, and the fonts: DejaVu
+    Sans, then the CJK font the page embeds (registered with matplotlib on first use), so that
+    Chinese labels are measured with real glyphs and the SVG text names the embedded family."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
-    with plt.rc_context(RC), warnings.catch_warnings():
-        # Chinese glyphs are missing from matplotlib's own font; the browser sets that text.
+    from attnscale.report.fonts import matplotlib_families
+
+    # The families themselves, not the "sans-serif" alias: a Text keeps them from its creation, so a
+    # figure saved later (html.figure_svg) still names the embedded CJK family.
+    fonts = {"font.family": [*matplotlib_families(), "sans-serif"]}
+    with plt.rc_context({**RC, **fonts, **(rc or {})}), warnings.catch_warnings():
+        # Without a CJK font on this machine, Chinese glyphs are missing: the browser sets that text.
         warnings.filterwarnings("ignore", message="Glyph .* missing from font")
         yield plt
 
@@ -137,7 +149,7 @@ def variance_vs_dk(data: dict, lang: str = "en"):
                     "scaled": {"estimate": [...], "ci_low": [...], "ci_high": [...]}}, ...}
     (``VerifyReport.data["variance_vs_dk"]``; the intervals are 99% confidence intervals.)
     """
-    with _style() as plt:
+    with style() as plt:
         fig, axes = plt.subplots(1, 2, figsize=(7.6, 3.5), constrained_layout=True)
         families = list(data.items())
         dks = families[0][1]["d_k"]
@@ -186,7 +198,7 @@ def dot_histograms(data: dict, lang: str = "en"):
                  "edges_scaled": [...]}, "64": {...}, "512": {...}}
     (``VerifyReport.data["dot_histograms"]``: one set of counts, two sets of bin edges.)
     """
-    with _style() as plt:
+    with style() as plt:
         fig, axes = plt.subplots(1, 2, figsize=(7.6, 3.2), constrained_layout=True)
         warm = ("#e9a23b", "#d1495b", "#7b2d43", "#3a0f1f")
         cool = ("#8fb3ff", "#3559c7", "#14286b", "#0b1640")
@@ -216,7 +228,7 @@ def seed_softmax_examples(data: dict, lang: str = "en"):
     data: {"[14, 10, 12]": {"logits": [...], "weights": [...], "logits_scaled": [...],
                             "weights_scaled": [...], "scale": 0.125}, ...}
     """
-    with _style() as plt:
+    with style() as plt:
         n = len(data)
         fig, axes = plt.subplots(1, n, figsize=(max(4.2, min(2.9 * n, 8.2)), 3.2), constrained_layout=True, squeeze=False,
                                  sharey=True)
@@ -275,7 +287,7 @@ def saturation(data: dict, lang: str = "en"):
     with S = {"median": [...], "q10": [...], "q90": [...], ...} over d_k
     (``VerifyReport.data["saturation"]``).
     """
-    with _style() as plt:
+    with style() as plt:
         fig, axes = plt.subplots(1, 2, figsize=(7.6, 4.0), layout="constrained")
         ns = list(data["by_n"])
         warm, cool = _shades(UNSCALED, len(ns)), _shades(SCALED, len(ns))
@@ -305,7 +317,7 @@ def jacobian(data: dict, lang: str = "en"):
     data: {"d_k": [...], "rows": R, "by_n": {"16": {"unscaled": {"jacobian_frobenius": S}, "scaled": {...}}}}
     with S = {"median", "q10", "q90", "mean", ...} lists over d_k (``VerifyReport.data["jacobian"]``).
     """
-    with _style() as plt:
+    with style() as plt:
         fig, ax = plt.subplots(figsize=(6.8, 4.2), layout="constrained")
         ns = list(data["by_n"])
         warm, cool = _shades(UNSCALED, len(ns)), _shades(SCALED, len(ns))
@@ -340,7 +352,7 @@ def phase(data: dict, lang: str = "en"):
            "asymptote": {"16": [...]}, "boundary": {"16": σ_c}, "rows": {...}}
     (``VerifyReport.data["phase"]``).
     """
-    with _style() as plt:
+    with style() as plt:
         fig, (ax, curves) = plt.subplots(1, 2, figsize=(7.8, 3.6), layout="constrained",
                                          gridspec_kw={"width_ratios": [1.15, 1]})
         fig.get_layout_engine().set(wspace=0.12)
@@ -389,7 +401,7 @@ def broken_assumptions(data: list, lang: str = "en"):
     data: [{"case": str, "d_k": int, "estimate", "ci_low", "ci_high", "formula", ...}, ...]
     (``VerifyReport.data["broken_assumptions"]``; dividing by d_k only changes the unit.)
     """
-    with _style() as plt:
+    with style() as plt:
         fig, ax = plt.subplots(figsize=(6.8, 0.42 * len(data) + 1.8), layout="constrained")
         ys = list(range(len(data)))[::-1]
         per_dk = [(r["estimate"] / r["d_k"], r["ci_low"] / r["d_k"], r["ci_high"] / r["d_k"], r["formula"] / r["d_k"])
@@ -424,7 +436,7 @@ def ssmax(data: dict, lang: str = "en"):
 
     data: {"n": [...], "softmax": [...], "ssmax": [...], "s": float}  (``VerifyReport.data["ssmax"]``)
     """
-    with _style() as plt:
+    with style() as plt:
         fig, ax = plt.subplots(figsize=(6.4, 3.2), constrained_layout=True)
         ax.plot(data["n"], data["softmax"], color=UNSCALED, lw=2, marker="o", ms=3.5, label=label("softmax", lang))
         ax.plot(data["n"], data["ssmax"], color=SCALED, lw=2, marker="s", ms=3.5,
@@ -452,7 +464,7 @@ def error_vs_samples(data: dict, lang: str = "en"):
     """
     from matplotlib.ticker import FuncFormatter
 
-    with _style() as plt:
+    with style() as plt:
         fig, ax = plt.subplots(figsize=(6.0, 3.2), constrained_layout=True)
         n = [p["n_samples"] for p in data["points"]]
         ax.plot(n, [p["predicted"] for p in data["points"]], color=REFERENCE, lw=1.1, ls="--",
@@ -481,7 +493,7 @@ def give_away(data: dict, lang: str = "en"):
     data: {"n": int, "logit": [...], "softmax_total_measured": [...], "softmax1_total": [...]}
     (``VerifyReport.data["give_away"]``)
     """
-    with _style() as plt:
+    with style() as plt:
         fig, ax = plt.subplots(figsize=(6.0, 3.0), constrained_layout=True)
         ax.plot(data["logit"], data["softmax_total_measured"], color=UNSCALED, lw=2, marker="o", ms=3.5,
                 label="softmax")

@@ -6,7 +6,6 @@ import html
 import io
 import math
 import re
-import warnings
 
 
 def esc(text: object) -> str:
@@ -20,13 +19,12 @@ def number(x, spec: str = ".3g") -> str:
 
 def figure_svg(fig, alt: str, caption: str = "") -> str:
     """A matplotlib figure as an inline ``<figure>`` with an SVG (no external files), then closed."""
-    import matplotlib.pyplot as plt
+    from attnscale.report.figures import style
 
     buf = io.StringIO()
-    # Text stays SVG text: the browser sets it in the page's fonts (Chinese included, which
-    # matplotlib's own font lacks) and the page stays small.
-    with plt.rc_context({"svg.fonttype": "none"}), warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Glyph .* missing from font")
+    # In the report's figure style (text stays SVG text, set by the browser in the fonts the page
+    # embeds; tick labels made while saving get the same fonts as the rest).
+    with style() as plt:
         fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})  # byte-reproducible
     plt.close(fig)
     svg = buf.getvalue()
