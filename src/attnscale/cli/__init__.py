@@ -80,9 +80,22 @@ def _run(args) -> int:
     except AttnScaleError as err:
         print(f"attnscale {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:        # `attnscale rules | head`: the reader has gone, nothing to say
+        _silence_stdout()
+        return 141                 # 128 + SIGPIPE, as a shell reports it
     except OSError as err:  # a path the user named cannot be read or written: their input, not our bug
         print(f"attnscale {args.command}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("attnscale: interrupted", file=sys.stderr)
         return 130
+
+
+def _silence_stdout() -> None:
+    # The interpreter flushes stdout at exit; into a closed pipe that would print another error.
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass

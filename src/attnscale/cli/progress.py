@@ -1,37 +1,91 @@
-"""A progress bar on stderr for long work; silent when stderr is not a terminal.
+"""Progress of long work on stderr, so that a long run never looks dead.
+
+* On a terminal: a bar redrawn in place, with done/total, elapsed time and the time left (ETA).
+* Elsewhere (``> log 2>&1``, CI, a job runner): one plain line every few seconds, and the last one,
+  ``[12/30] 40% · 1m05s elapsed · ~1m38s left · <label>``, never a carriage return.
+* ``quiet=True`` (the commands' ``--quiet``): nothing.
 
 The library never prints: long-running library functions take a ``progress(done, total, label)``
-callback, and the CLI passes an instance of :class:`Progress`.
+callback, and the CLI passes an instance of :class:`Progress`::
+
+    with Progress(quiet=args.quiet) as progress:
+        run_experiment(..., progress=progress)
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from typing import Callable
+
+
+def fmt_duration(seconds: float) -> str:
+    """``7s``, ``1m05s``, ``2h03m``: short enough for a progress line."""
+    s = int(round(max(seconds, 0.0)))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
 class Progress:
-    def __init__(self, stream=None, enabled: bool | None = None, width: int = 28):
+    def __init__(self, stream=None, quiet: bool = False, tty: bool | None = None, every_s: float = 5.0,
+                 width: int = 28, clock: Callable[[], float] = time.monotonic):
         self.stream = stream or sys.stderr
-        self.enabled = self.stream.isatty() if enabled is None else enabled
+        self.quiet = quiet
+        self.tty = _isatty(self.stream) if tty is None else tty
+        self.every_s = every_s
         self.width = width
-        self.start = time.monotonic()
+        self.clock = clock
+        self.start = clock()
         self._shown = False
+        self._last_line: float | None = None     # when the last plain line was written
+        self._first: tuple[int, float] | None = None   # (done, time) at the first call: cached cells are free
+
+    def eta(self, done: int, total: int, now: float) -> float | None:
+        """Seconds left at the rate measured since the first call (work done before it, e.g. cells
+        read from a cache, does not count); None until something has been done."""
+        if self._first is None:
+            return None
+        done0, t0 = self._first
+        if done <= done0 or now <= t0:
+            return None
+        return (total - done) * (now - t0) / (done - done0)
 
     def __call__(self, done: int, total: int, label: str = "") -> None:
-        if not self.enabled or total <= 0:
+        if self.quiet or total <= 0:
             return
-        frac = min(max(done / total, 0.0), 1.0)
-        filled = int(round(frac * self.width))
-        elapsed = time.monotonic() - self.start
-        bar = "█" * filled + "·" * (self.width - filled)
-        self.stream.write(f"\r{bar} {done}/{total} {elapsed:5.1f}s {label[:40]:<40}")
-        self.stream.flush()
-        self._shown = True
+        now = self.clock()
+        if self._first is None:
+            self._first = (done, now)
+        elapsed = now - self.start
+        eta = self.eta(done, total, now)
+        left = "" if eta is None or done >= total else f" ~{fmt_duration(eta)} left"
+        if self.tty:
+            frac = min(max(done / total, 0.0), 1.0)
+            filled = int(round(frac * self.width))
+            bar = "█" * filled + "·" * (self.width - filled)
+            text = f"{bar} {done}/{total} {fmt_duration(elapsed)}{left} {label[:36]}"
+            self.stream.write(f"\r{text:<{self.width + 64}}")
+            self.stream.flush()
+            self._shown = True
+            return
+        due = self._last_line is None or now - self._last_line >= self.every_s or done >= total
+        if due:
+            pct = 100.0 * done / total
+            parts = [f"[{done}/{total}] {pct:.0f}%", f"{fmt_duration(elapsed)} elapsed"]
+            if left:
+                parts.append(left.strip())
+            if label:
+                parts.append(label[:60])
+            self.stream.write(" · ".join(parts) + "\n")
+            self.stream.flush()
+            self._last_line = now
 
     def close(self) -> None:
         if self._shown:
-            self.stream.write("\r" + " " * (self.width + 60) + "\r")
+            self.stream.write("\r" + " " * (self.width + 64) + "\r")
             self.stream.flush()
             self._shown = False
 
@@ -40,3 +94,10 @@ class Progress:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _isatty(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):       # no isatty, or a closed stream
+        return False
