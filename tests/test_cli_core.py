@@ -194,7 +194,7 @@ def test_unwritable_path_is_one_line_and_exit_code_2(tmp_path, capsys):
 
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    assert main(["report", "--quick", "--out", str(blocker / "sub")]) == 2
+    assert main(["report", "--quick", "--out", str(blocker / "sub"), "--results", str(tmp_path / "results")]) == 2
     err = capsys.readouterr().err
     # one error line (after the progress lines, as long as `report` checks its --out only at the end)
     last = err.strip().splitlines()[-1]
