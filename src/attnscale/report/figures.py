@@ -13,6 +13,7 @@ embeds (:mod:`attnscale.report.fonts`), which matplotlib also uses to lay Chines
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import math
 import warnings
 
@@ -90,13 +91,21 @@ def label(key: str, lang: str) -> str:
     return entry.get(lang) or entry["en"]
 
 
+# The variant being drawn: "wide" (the column of a desktop page, up to 46rem) or "narrow" (a phone).
+_VARIANT: contextvars.ContextVar[str] = contextvars.ContextVar("figure_variant", default="wide")
+NARROW_WIDTH_IN = 4.4        # ≈ the 388 px column of a 420 px phone at 1.2 px per pt: text at its size
+NARROW_BREAKPOINT_PX = 600   # the page switches to the narrow variant below this width (style.css)
+
+
 @contextlib.contextmanager
 def style(rc: dict | None = None):
     """The one figure style of the report: ``with style() as plt: fig, ax = plt.subplots(...)``.
 
     The report's rcParams (:data:`RC`, then ``rc`` on top), the Agg backend, and the fonts: DejaVu
     Sans, then the CJK font the page embeds (registered with matplotlib on first use), so that
-    Chinese labels are measured with real glyphs and the SVG text names the embedded family."""
+    Chinese labels are measured with real glyphs and the SVG text names the embedded family.
+    Inside :func:`responsive_figure`'s narrow pass, ``plt.subplots`` lays the panels out for a
+    phone (see :class:`_NarrowPyplot`)."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -110,7 +119,75 @@ def style(rc: dict | None = None):
     with plt.rc_context({**RC, **fonts, **(rc or {})}), warnings.catch_warnings():
         # Without a CJK font on this machine, Chinese glyphs are missing: the browser sets that text.
         warnings.filterwarnings("ignore", message="Glyph .* missing from font")
-        yield plt
+        yield _NarrowPyplot(plt) if _VARIANT.get() == "narrow" else plt
+
+
+class _NarrowPyplot:
+    """pyplot for a phone's column: ``subplots(r, c)`` makes the transposed grid (panels side by
+    side are stacked) in a figure :data:`NARROW_WIDTH_IN` wide, and hands the axes back in the
+    caller's ``(r, c)`` order, so a figure function draws both variants unchanged. The text keeps
+    its size in points, so on a phone it is as large as on a desktop."""
+
+    def __init__(self, plt):
+        self._plt = plt
+
+    def __getattr__(self, name):
+        return getattr(self._plt, name)
+
+    def subplots(self, nrows=1, ncols=1, *, squeeze=True, sharex=False, sharey=False, gridspec_kw=None,
+                 figsize=None, **kw):
+        import numpy as np
+
+        w, h = figsize or self._plt.rcParams["figure.figsize"]
+        swap = {"row": "col", "col": "row"}
+        grid = dict(gridspec_kw or {})
+        if "width_ratios" in grid or "height_ratios" in grid:
+            grid["width_ratios"], grid["height_ratios"] = grid.pop("height_ratios", None), grid.pop("width_ratios", None)
+        for key in ("width_ratios", "height_ratios"):
+            if key in kw:
+                kw[{"width_ratios": "height_ratios", "height_ratios": "width_ratios"}[key]] = kw.pop(key)
+        if nrows == 1 and ncols == 1:                 # one panel: keep its proportions, within reason
+            size = (NARROW_WIDTH_IN, min(max(h * NARROW_WIDTH_IN / w * 1.15, 2.6), max(h, 2.6)))
+        else:                                         # each of the ncols rows of the narrow figure
+            size = (NARROW_WIDTH_IN, ncols * min(max(h / nrows, 2.4), 3.4))
+        fig, axes = self._plt.subplots(ncols, nrows, squeeze=False, sharex=swap.get(sharey, sharey),
+                                       sharey=swap.get(sharex, sharex), gridspec_kw=grid or None,
+                                       figsize=size, **kw)
+        axes = np.asarray(axes).T                     # the caller's (nrows, ncols) order
+        if squeeze:
+            axes = axes[0, 0] if axes.size == 1 else axes.ravel() if 1 in axes.shape else axes
+        return fig, axes
+
+
+def legend_columns(n: int) -> int:
+    """Columns of a legend below the axes: ``n`` in the page's column, at most 2 on a phone (a wider
+    legend would widen the narrow figure, and the browser would shrink all of its text)."""
+    return min(n, 2) if _VARIANT.get() == "narrow" else n
+
+
+def responsive_figure(draw, alt: str, caption: str = "", px_per_inch: float | None = None) -> str:
+    """A figure readable at 1280 px and at 420 px: ``draw()`` (a function that makes the figure
+    inside :func:`style`) runs twice, for the page's column and for a phone's, and the page shows
+    the one that fits (``.fig-wide`` / ``.fig-narrow`` in style.css, switched at
+    :data:`NARROW_BREAKPOINT_PX`). ``px_per_inch`` caps the wide one's width at that many CSS px
+    per inch drawn (a small figure is not blown up to the column).
+
+        html = responsive_figure(lambda: saturation(data, lang), alt, caption)
+    """
+    from attnscale.report.html import esc, svg_of
+
+    fig = draw()
+    max_px = round(fig.get_figwidth() * px_per_inch) if px_per_inch else None
+    wide = svg_of(fig, alt)
+    token = _VARIANT.set("narrow")
+    try:
+        narrow = svg_of(draw(), alt)
+    finally:
+        _VARIANT.reset(token)
+    cap = f"<figcaption>{esc(caption)}</figcaption>" if caption else ""
+    fig_style = f' style="--fig-max:{max_px}px"' if max_px else ""
+    return (f'<figure class="fig fig-responsive"{fig_style}><div class="fig-wide">{wide}</div>'
+            f'<div class="fig-narrow">{narrow}</div>{cap}</figure>')
 
 
 def _dk_axis(ax, values) -> None:
@@ -302,7 +379,7 @@ def saturation(data: dict, lang: str = "en"):
             ax.set_ylabel(label(key, lang))
             ax.set_ylim(-0.02, 1.02)
         handles, names = axes[0].get_legend_handles_labels()
-        fig.legend(handles, names, loc="outside lower center", ncols=len(ns), fontsize=8)
+        fig.legend(handles, names, loc="outside lower center", ncols=legend_columns(len(ns)), fontsize=8)
         return fig
 
 
@@ -335,7 +412,7 @@ def jacobian(data: dict, lang: str = "en"):
             ax.set_ylim(bottom=max(min(lowest) / 3, 1e-18))   # a frozen row's exact 0 would sink the axis
         _dk_axis(ax, data["d_k"])
         ax.set_ylabel(label("jacobian", lang))
-        fig.legend(loc="outside lower center", ncols=3, fontsize=8)
+        fig.legend(loc="outside lower center", ncols=legend_columns(3), fontsize=8)
         return fig
 
 
@@ -415,7 +492,7 @@ def broken_assumptions(data: list, lang: str = "en"):
         ax.set_yticks(ys, [f"{case_label(r['case'], lang)}, dₖ = {r['d_k']}" for r in data])
         ax.set_xlabel(label("var_scaled_axis", lang))
         ax.grid(axis="y", visible=False)
-        fig.legend(loc="outside lower center", ncols=3, fontsize=8.5)
+        fig.legend(loc="outside lower center", ncols=legend_columns(3), fontsize=8.5)
         return fig
 
 
