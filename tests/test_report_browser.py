@@ -268,3 +268,34 @@ def test_english_page_footer_chinese_is_embedded(report):
     """The English page's language switch is Chinese: its few characters are carried too."""
     html = report.read_text(encoding="utf-8")
     assert "<style>@font-face" in html and f'font-family:"{FAMILY}"' in html
+
+
+# --- figures at 1280 px and at 420 px -------------------------------------------------------------
+
+@pytest.mark.parametrize("width, shown", [(1280, "fig-wide"), (420, "fig-narrow")])
+def test_responsive_figure_shows_the_variant_that_fits_with_readable_text(browser, tmp_path, width, shown):
+    from attnscale.report import figures
+    from attnscale.report.page import stylesheet
+
+    data = {"n": [10, 100, 1000, 100000], "softmax": [0.94, 0.6, 0.13, 0.0015], "ssmax": [0.99, 0.98, 0.97, 0.96],
+            "s": 0.43}
+    fig = figures.responsive_figure(lambda: figures.ssmax(data, "en"),
+                                    "alt", "caption", px_per_inch=130)
+    path = tmp_path / "fig.html"
+    path.write_text('<!doctype html><html><head><meta charset="utf-8"><meta name="viewport" '
+                    f'content="width=device-width, initial-scale=1"><style>{stylesheet()}</style></head><body>'
+                    f'<div class="layout"><nav class="toc"></nav><main>{fig}</main></div></body></html>',
+                    encoding="utf-8")
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    try:
+        page.goto(path.as_uri())
+        seen = page.evaluate("""() => [...document.querySelectorAll('.fig-responsive > div')].map(d => ({
+            cls: d.className, width: d.getBoundingClientRect().width,
+            text: [...d.querySelectorAll('text')].map(t => t.getBoundingClientRect().height).filter(h => h > 0) }))""")
+    finally:
+        page.close()
+    visible = [d for d in seen if d["width"] > 0]
+    assert [d["cls"] for d in visible] == [shown]
+    heights = sorted(visible[0]["text"])
+    # a glyph box is ~1.15x the font size: the median label is at least ~10 px, none under ~8 px
+    assert heights and heights[len(heights) // 2] >= 11 and heights[0] >= 9, heights
