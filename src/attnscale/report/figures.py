@@ -114,8 +114,11 @@ def style(rc: dict | None = None):
     from attnscale.report.fonts import matplotlib_families
 
     # The families themselves, not the "sans-serif" alias: a Text keeps them from its creation, so a
-    # figure saved later (html.figure_svg) still names the embedded CJK family.
-    fonts = {"font.family": [*matplotlib_families(), "sans-serif"]}
+    # figure saved later still names the embedded CJK family. The alias gets them too, for text made
+    # with family "sans-serif" and saved here (html.svg_of saves inside this style).
+    families = matplotlib_families()
+    fonts = {"font.family": [*families, "sans-serif"],
+             "font.sans-serif": [*families, *matplotlib.rcParamsDefault["font.sans-serif"]]}
     with plt.rc_context({**RC, **fonts, **(rc or {})}), warnings.catch_warnings():
         # Without a CJK font on this machine, Chinese glyphs are missing: the browser sets that text.
         warnings.filterwarnings("ignore", message="Glyph .* missing from font")

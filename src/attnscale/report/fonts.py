@@ -93,7 +93,8 @@ def _subset(font: CjkFont, chars: str) -> bytes:
     from fontTools import subset
     from fontTools.ttLib import TTFont
 
-    source = TTFont(str(font.path), fontNumber=font.index, lazy=True)
+    # recalcTimestamp=False: the same characters give the same bytes (the page is reproducible).
+    source = TTFont(str(font.path), fontNumber=font.index, lazy=True, recalcTimestamp=False)
     # No OpenType layout features: they pull in vertical-text and other alternates a horizontal page
     # never shows (40% of the bytes); no hinting: browsers ignore CFF hints at screen sizes.
     options = subset.Options(layout_features=[], hinting=False, flavor="woff2")
