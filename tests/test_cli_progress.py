@@ -22,7 +22,7 @@ def test_durations():
 
 def test_without_a_terminal_one_line_every_few_seconds_with_eta():
     out, clock = io.StringIO(), Clock()
-    p = Progress(out, tty=False, every_s=5, clock=clock)
+    p = Progress(out, tty=False, every_s=5, clock=clock, heartbeat=False)
     p(2, 12, "2 cached")                       # the first call: cached work is not timed
     for done in range(3, 13):
         clock.t += 2.0                         # a cell every 2 s
@@ -71,3 +71,24 @@ def test_stream_without_isatty_is_not_a_terminal():
     sink = Sink()
     Progress(sink)(1, 1, "done")
     assert sink.text.startswith("[1/1] 100%")
+
+
+def test_heartbeat_repeats_the_line_while_a_long_step_runs():
+    """No call for a while (one long cell): the log still gets a line every every_s, with the
+    elapsed time updated; it stops with close() and once the work is done."""
+    import time
+
+    out = io.StringIO()
+    with Progress(out, tty=False, every_s=0.2) as p:
+        p(0, 3, "start")
+        time.sleep(0.9)
+    beats = out.getvalue().splitlines()
+    assert len(beats) >= 3 and all(line.startswith("[0/3] 0%") for line in beats)
+    after = len(out.getvalue())
+    time.sleep(0.4)
+    assert len(out.getvalue()) == after                 # closed: silent
+    done = io.StringIO()
+    with Progress(done, tty=False, every_s=0.1) as p:
+        p(1, 1, "all")
+        time.sleep(0.35)
+    assert done.getvalue().count("\n") == 1
