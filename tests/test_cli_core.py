@@ -199,3 +199,13 @@ def test_unwritable_path_is_one_line_and_exit_code_2(tmp_path, capsys):
     # one error line (after the progress lines, as long as `report` checks its --out only at the end)
     last = err.strip().splitlines()[-1]
     assert last.startswith("attnscale report: error: ") and "a-file" in last and "Traceback" not in err
+
+
+def test_main_puts_the_callers_sigint_handler_back(capsys):
+    import signal
+
+    from attnscale.cli import main
+
+    before = signal.getsignal(signal.SIGINT)
+    assert main(["rules", "--json", "-"]) == 0
+    assert signal.getsignal(signal.SIGINT) is before

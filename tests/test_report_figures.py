@@ -307,9 +307,15 @@ def test_narrow_variant_transposes_grids_and_squeezes_like_pyplot():
             _, grid = p.subplots(2, 3, sharex="col")
             _, row = p.subplots(1, 3)
             _, one = p.subplots()
+            _, shared = p.subplots(1, 2, sharey=True)
     finally:
         _VARIANT.reset(token)
     assert grid.shape == (2, 3) and row.shape == (3,) and not isinstance(one, np.ndarray)
+    # the caller's sharing holds: y shared side by side stays y shared when stacked; "col" follows the columns
+    assert shared[0].get_shared_y_axes().joined(shared[0], shared[1])
+    assert not shared[0].get_shared_x_axes().joined(shared[0], shared[1])
+    assert grid[0][1].get_shared_x_axes().joined(grid[0][1], grid[1][1])
+    assert not grid[0][0].get_shared_x_axes().joined(grid[0][0], grid[0][1])
     # the caller's row 0 is the narrow figure's first column
     assert grid[0][0].get_position().x0 < grid[1][0].get_position().x0
 

@@ -142,24 +142,28 @@ class _NarrowPyplot:
         import numpy as np
 
         w, h = figsize or self._plt.rcParams["figure.figsize"]
+        # The caller's columns become rows: ratios and spacing trade places, and so does sharing
+        # "by row" and "by column" (which data axis is shared does not change).
         swap = {"row": "col", "col": "row"}
-        grid = dict(gridspec_kw or {})
-        if "width_ratios" in grid or "height_ratios" in grid:
-            grid["width_ratios"], grid["height_ratios"] = grid.pop("height_ratios", None), grid.pop("width_ratios", None)
-        for key in ("width_ratios", "height_ratios"):
-            if key in kw:
-                kw[{"width_ratios": "height_ratios", "height_ratios": "width_ratios"}[key]] = kw.pop(key)
+        kw = _transposed(kw)
+        grid = _transposed(gridspec_kw or {})
         if nrows == 1 and ncols == 1:                 # one panel: keep its proportions, within reason
             size = (NARROW_WIDTH_IN, min(max(h * NARROW_WIDTH_IN / w * 1.15, 2.6), max(h, 2.6)))
         else:                                         # each of the ncols rows of the narrow figure
             size = (NARROW_WIDTH_IN, ncols * min(max(h / nrows, 2.4), 3.4))
-        fig, axes = self._plt.subplots(ncols, nrows, squeeze=False, sharex=swap.get(sharey, sharey),
-                                       sharey=swap.get(sharex, sharex), gridspec_kw=grid or None,
+        fig, axes = self._plt.subplots(ncols, nrows, squeeze=False, sharex=swap.get(sharex, sharex),
+                                       sharey=swap.get(sharey, sharey), gridspec_kw=grid or None,
                                        figsize=size, **kw)
         axes = np.asarray(axes).T                     # the caller's (nrows, ncols) order
         if squeeze:
             axes = axes[0, 0] if axes.size == 1 else axes.ravel() if 1 in axes.shape else axes
         return fig, axes
+
+
+def _transposed(options: dict) -> dict:
+    """Grid options with width and height (ratios, spacing) exchanged."""
+    pairs = {"width_ratios": "height_ratios", "height_ratios": "width_ratios", "wspace": "hspace", "hspace": "wspace"}
+    return {pairs.get(k, k): v for k, v in options.items()}
 
 
 def legend_columns(n: int) -> int:
