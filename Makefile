@@ -16,14 +16,19 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # Debian packages, each only if missing, without recommends or upgrades, quietly (the log is shown
-# only when apt fails). $(call apt,FILE-IT-INSTALLS,PACKAGE)
+# only when apt fails). Without apt-get (not Debian) it says what to install and goes on.
+# $(call apt,FILE-IT-INSTALLS,PACKAGE)
 APT_LOG := $(VENV)/apt.log
 define apt
-	@[ -e $(1) ] || { \
+	@if [ -e $(1) ]; then :; \
+	elif ! command -v apt-get >/dev/null 2>&1; then \
+	  echo "no apt-get here: install $(2) (its Debian name) yourself; going on without it"; \
+	else \
 	  echo "installing Debian's $(2) (once)"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); mkdir -p $(VENV); \
 	  { $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q \
-	      --no-install-recommends --no-upgrade $(2); } >$(APT_LOG) 2>&1 || { cat $(APT_LOG); exit 1; }; }
+	      --no-install-recommends --no-upgrade $(2); } >$(APT_LOG) 2>&1 || { cat $(APT_LOG); exit 1; }; \
+	fi
 endef
 
 # Noto Sans CJK SC: the report embeds a subset of it, so that its Chinese reads on any machine.
