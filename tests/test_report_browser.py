@@ -223,8 +223,9 @@ def latin_only_browser(playwright, tmp_path_factory):
     b.close()
 
 
-def _glyph_shots(browser, path: Path, chars: str) -> list[bytes]:
-    """Screenshots of each character, alone in a span set in the page's body font, on ``path``."""
+def _glyph_shots(browser, path: Path, chars: str, svg_font: bool = False) -> list[bytes]:
+    """Screenshots of each character, alone in a span set in the page's body font (or, with
+    ``svg_font``, in the font family a figure's text names), on ``path``."""
     page = browser.new_page(viewport={"width": 420, "height": 900})
     try:
         page.goto(path.as_uri())
@@ -237,6 +238,9 @@ def _glyph_shots(browser, path: Path, chars: str) -> list[bytes]:
                           s.style.cssText = 'position:fixed;top:0;left:0;font-size:40px;background:#fff;z-index:9';
                           document.body.appendChild(s); }
                 s.textContent = c; }""", c)
+            if svg_font:
+                page.evaluate("""() => { const t = document.querySelector('figure.fig svg text');
+                    document.getElementById('glyph-probe').style.fontFamily = getComputedStyle(t).fontFamily; }""")
             shots.append(page.locator("#glyph-probe").screenshot())
         embedded = page.evaluate("f => [...document.fonts].some(x => x.family.replace(/[\"']/g, '') === f"
                                  " && x.status === 'loaded')", FAMILY)
@@ -261,6 +265,11 @@ def test_chinese_page_shows_glyphs_without_system_cjk_fonts(latin_only_browser, 
     assert embedded and not embedded_after
     assert len(set(boxes)) == 1, "without the font every character should be the same box"
     assert len(set(with_font)) == len(chars) and not set(with_font) & set(boxes)
+    # the figures' text names the same family: their Chinese labels get the glyphs too
+    svg_with, _ = _glyph_shots(latin_only_browser, report_zh, chars, svg_font=True)
+    svg_boxes, _ = _glyph_shots(latin_only_browser, stripped, chars, svg_font=True)
+    assert FAMILY in html[html.index("<svg"):] and len(set(svg_boxes)) == 1
+    assert len(set(svg_with)) == len(chars) and not set(svg_with) & set(svg_boxes)
 
 
 @pytest.mark.skipif(find_cjk_font() is None, reason="no CJK font to embed here")
