@@ -4,9 +4,9 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup browser report test bench
+.PHONY: setup fonts browser report test bench
 
-setup: $(VENV)/.installed
+setup: $(VENV)/.installed fonts
 
 # Reinstalled whenever pyproject.toml changes. torch is pinned there to the CPU build (torch==2.13.0).
 $(VENV)/.installed: pyproject.toml
@@ -15,11 +15,29 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
+# Debian packages, each only if missing, without recommends or upgrades, quietly (the log is shown
+# only when apt fails). Without apt-get (not Debian) it says what to install and goes on.
+# $(call apt,FILE-IT-INSTALLS,PACKAGE)
+APT_LOG := $(VENV)/apt.log
+define apt
+	@if [ -e $(1) ]; then :; \
+	elif ! command -v apt-get >/dev/null 2>&1; then \
+	  echo "no apt-get here: install $(2) (its Debian name) yourself; going on without it"; \
+	else \
+	  echo "installing Debian's $(2) (once)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); mkdir -p $(VENV); \
+	  { $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q \
+	      --no-install-recommends --no-upgrade $(2); } >$(APT_LOG) 2>&1 || { cat $(APT_LOG); exit 1; }; \
+	fi
+endef
+
+# Noto Sans CJK SC: the report embeds a subset of it, so that its Chinese reads on any machine.
+fonts:
+	$(call apt,/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc,fonts-noto-cjk)
+
 # Debian's Chromium for the browser tests (never a browser download).
 browser:
-	@command -v chromium >/dev/null 2>&1 || { \
-	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium; }
+	$(call apt,/usr/bin/chromium,chromium)
 
 # The main job: the real-model probe (seconds), then the report, which renders every result present.
 report: setup

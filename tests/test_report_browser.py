@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from attnscale.report.fonts import FAMILY, find_cjk_font
+
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--no-first-run"]
@@ -27,25 +29,44 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(scope="module")
-def report(tmp_path_factory) -> Path:
-    """A real quick report, built once by the CLI (the verification runs for real)."""
-    tmp = tmp_path_factory.mktemp("browser_report")
-    out = subprocess.run([sys.executable, "-m", "attnscale", "report", "--quick", "--out", str(tmp / "site"),
-                          "--results", str(tmp / "results")], capture_output=True, text=True, timeout=300)
+def _build(tmp: Path, site: str, *args: str) -> Path:
+    out = subprocess.run([sys.executable, "-m", "attnscale", "report", "--quick", "--out", str(tmp / site),
+                          "--results", str(tmp / "results"), *args], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    path = Path(out.stdout.strip())
-    assert path == (tmp / "site" / "index.html").resolve() and path.exists()
+    path = Path(out.stdout.strip().splitlines()[-1])
+    assert path.parent == (tmp / site).resolve() and path.exists()
     return path
 
 
 @pytest.fixture(scope="module")
-def browser():
+def built(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("browser_report")
+
+
+@pytest.fixture(scope="module")
+def report(built) -> Path:
+    """A real quick report, built once by the CLI (the verification runs for real)."""
+    return _build(built, "site")
+
+
+@pytest.fixture(scope="module")
+def report_zh(built, report) -> Path:
+    """The Chinese page of the same results (the verification is cached by then)."""
+    return _build(built, "site-zh", "--lang", "zh")
+
+
+@pytest.fixture(scope="module")
+def playwright():
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
+        yield p
+
+
+@pytest.fixture(scope="module")
+def browser(playwright):
+    b = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+    yield b
+    b.close()
 
 
 @pytest.fixture
@@ -177,3 +198,113 @@ def test_layout_holds(open_page, width):
         # the all-verdicts table is wider than a phone: it scrolls inside its box
         assert page.eval_on_selector("table.all-verdicts", "t => t.parentElement.scrollWidth > t.parentElement.clientWidth")
     assert problems == []
+
+
+# --- the Chinese page on a machine without CJK fonts ----------------------------------------------
+
+FONTS_CONF = """<?xml version="1.0"?><!DOCTYPE fontconfig SYSTEM "fonts.dtd">
+<fontconfig><dir>/usr/share/fonts/truetype/dejavu</dir><cachedir>{cache}</cachedir></fontconfig>"""
+
+
+@pytest.fixture(scope="module")
+def latin_only_browser(playwright, tmp_path_factory):
+    """Chromium whose fontconfig sees DejaVu only: a machine without any CJK font, whatever this one
+    has installed (checked with fc-list :lang=zh, as a newcomer would)."""
+    if not os.path.isdir("/usr/share/fonts/truetype/dejavu"):
+        pytest.skip("DejaVu (fonts-dejavu-core) is not installed")
+    tmp = tmp_path_factory.mktemp("fontconfig")
+    conf = tmp / "fonts.conf"
+    conf.write_text(FONTS_CONF.format(cache=tmp / "cache"))
+    env = {**os.environ, "FONTCONFIG_FILE": str(conf)}
+    listed = subprocess.run(["fc-list", ":lang=zh"], env=env, capture_output=True, text=True)
+    assert listed.returncode == 0 and listed.stdout.strip() == "", listed.stdout
+    b = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS, env=env)
+    yield b
+    b.close()
+
+
+def _glyph_shots(browser, path: Path, chars: str, svg_font: bool = False) -> list[bytes]:
+    """Screenshots of each character, alone in a span set in the page's body font (or, with
+    ``svg_font``, in the font family a figure's text names), on ``path``."""
+    page = browser.new_page(viewport={"width": 420, "height": 900})
+    try:
+        page.goto(path.as_uri())
+        page.wait_for_load_state("load")
+        page.evaluate("document.fonts.ready")
+        shots = []
+        for c in chars:
+            page.evaluate("""c => { let s = document.getElementById('glyph-probe');
+                if (!s) { s = document.createElement('span'); s.id = 'glyph-probe';
+                          s.style.cssText = 'position:fixed;top:0;left:0;font-size:40px;background:#fff;z-index:9';
+                          document.body.appendChild(s); }
+                s.textContent = c; }""", c)
+            if svg_font:
+                page.evaluate("""() => { const t = document.querySelector('figure.fig svg text');
+                    document.getElementById('glyph-probe').style.fontFamily = getComputedStyle(t).fontFamily; }""")
+            shots.append(page.locator("#glyph-probe").screenshot())
+        embedded = page.evaluate("f => [...document.fonts].some(x => x.family.replace(/[\"']/g, '') === f"
+                                 " && x.status === 'loaded')", FAMILY)
+        return shots, embedded
+    finally:
+        page.close()
+
+
+@pytest.mark.skipif(find_cjk_font() is None, reason="no CJK font to embed here (make setup installs fonts-noto-cjk)")
+def test_chinese_page_shows_glyphs_without_system_cjk_fonts(latin_only_browser, report_zh, tmp_path):
+    """With the page's embedded font, different characters look different; with the @font-face
+    removed, the same browser draws each as the same missing-glyph box."""
+    html = report_zh.read_text(encoding="utf-8")
+    title = html.split("<h1>", 1)[1].split("</h1>", 1)[0]
+    chars = "".join(dict.fromkeys(c for c in title if "\u4e00" <= c <= "\u9fff"))[:4]
+    assert len(chars) == 4, title
+    with_font, embedded = _glyph_shots(latin_only_browser, report_zh, chars)
+    stripped = tmp_path / "no-font.html"
+    start = html.index("<style>@font-face")
+    stripped.write_text(html[:start] + html[html.index("</style>", start) + len("</style>"):], encoding="utf-8")
+    boxes, embedded_after = _glyph_shots(latin_only_browser, stripped, chars)
+    assert embedded and not embedded_after
+    assert len(set(boxes)) == 1, "without the font every character should be the same box"
+    assert len(set(with_font)) == len(chars) and not set(with_font) & set(boxes)
+    # the figures' text names the same family: their Chinese labels get the glyphs too
+    svg_with, _ = _glyph_shots(latin_only_browser, report_zh, chars, svg_font=True)
+    svg_boxes, _ = _glyph_shots(latin_only_browser, stripped, chars, svg_font=True)
+    assert FAMILY in html[html.index("<svg"):] and len(set(svg_boxes)) == 1
+    assert len(set(svg_with)) == len(chars) and not set(svg_with) & set(svg_boxes)
+
+
+@pytest.mark.skipif(find_cjk_font() is None, reason="no CJK font to embed here")
+def test_english_page_footer_chinese_is_embedded(report):
+    """The English page's language switch is Chinese: its few characters are carried too."""
+    html = report.read_text(encoding="utf-8")
+    assert "<style>@font-face" in html and f'font-family:"{FAMILY}"' in html
+
+
+# --- figures at 1280 px and at 420 px -------------------------------------------------------------
+
+@pytest.mark.parametrize("width, shown", [(1280, "fig-wide"), (420, "fig-narrow")])
+def test_responsive_figure_shows_the_variant_that_fits_with_readable_text(browser, tmp_path, width, shown):
+    from attnscale.report import figures
+    from attnscale.report.page import stylesheet
+
+    data = {"n": [10, 100, 1000, 100000], "softmax": [0.94, 0.6, 0.13, 0.0015], "ssmax": [0.99, 0.98, 0.97, 0.96],
+            "s": 0.43}
+    fig = figures.responsive_figure(lambda: figures.ssmax(data, "en"),
+                                    "alt", "caption", px_per_inch=130)
+    path = tmp_path / "fig.html"
+    path.write_text('<!doctype html><html><head><meta charset="utf-8"><meta name="viewport" '
+                    f'content="width=device-width, initial-scale=1"><style>{stylesheet()}</style></head><body>'
+                    f'<div class="layout"><nav class="toc"></nav><main>{fig}</main></div></body></html>',
+                    encoding="utf-8")
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    try:
+        page.goto(path.as_uri())
+        seen = page.evaluate("""() => [...document.querySelectorAll('.fig-responsive > div')].map(d => ({
+            cls: d.className, width: d.getBoundingClientRect().width,
+            text: [...d.querySelectorAll('text')].map(t => t.getBoundingClientRect().height).filter(h => h > 0) }))""")
+    finally:
+        page.close()
+    visible = [d for d in seen if d["width"] > 0]
+    assert [d["cls"] for d in visible] == [shown]
+    heights = sorted(visible[0]["text"])
+    # a glyph box is ~1.15x the font size: the median label is at least ~10 px, none under ~8 px
+    assert heights and heights[len(heights) // 2] >= 11 and heights[0] >= 9, heights

@@ -240,3 +240,94 @@ def test_every_figure_becomes_inline_svg_with_text_kept_as_text(block):
     assert "<text" in html                       # svg.fonttype = none: the browser sets the (Chinese) text
     # Rasterised parts (a colour bar) are embedded as data: URIs, never linked.
     assert "href=\"http" not in html and "href='http" not in html
+
+
+# --- readable at 1280 px and at 420 px ------------------------------------------------------------
+
+FIGURES = ("variance_vs_dk", "dot_histograms", "seed_softmax_examples", "saturation", "jacobian", "phase",
+           "broken_assumptions", "ssmax", "error_vs_samples", "give_away")
+
+
+def _text_px(svg: str, column_px: float, max_px: float | None = None) -> list[float]:
+    """The size in CSS px of every text of an inline SVG shown ``column_px`` wide (or ``max_px``)."""
+    import re
+
+    view_w = float(re.search(r'viewBox="[\d.]+ [\d.]+ ([\d.]+) [\d.]+"', svg).group(1))
+    shown = min(column_px, max_px) if max_px else column_px
+    return [float(s) * shown / view_w for s in re.findall(r"font-size: ?([\d.]+)px", svg)]
+
+
+@pytest.mark.parametrize("name", FIGURES)
+def test_every_figure_is_readable_on_a_desktop_and_on_a_phone(name):
+    """The text of each figure, where the page shows it: the wide variant in the 736 px column (at
+    most 130 px per inch drawn), the narrow one in a 420 px phone's 388 px column. Median ≥ 10 px,
+    none under 8 px (the issue measured 3-5 px at 420 px before)."""
+    import re
+
+    html = figures.responsive_figure(lambda: getattr(figures, name)(fake_data()[name], "en"), name, "c",
+                                     px_per_inch=130)
+    wide, narrow = re.findall(r"<svg .*?</svg>", html, flags=re.S)
+    max_px = float(re.search(r"--fig-max:(\d+)px", html).group(1))
+    for svg, column, cap in ((wide, 736, max_px), (narrow, 388, None)):
+        sizes = _text_px(svg, column, cap)
+        assert sizes and min(sizes) >= 8 and float(np.median(sizes)) >= 10, (name, column, sorted(sizes)[:5])
+
+
+def test_narrow_variant_stacks_side_by_side_panels_and_keeps_the_callers_axes_order():
+    seen = {}
+
+    def draw():
+        with figures.style() as p:
+            fig, axes = p.subplots(1, 2, figsize=(7.6, 3.5), squeeze=False, gridspec_kw={"width_ratios": [2, 1]})
+            axes[0][0].set_title("first")
+            axes[0][1].set_title("second")
+            fig.canvas.draw()
+            seen.setdefault("shapes", []).append(np.shape(axes))
+            seen.setdefault("boxes", []).append([a.get_position().bounds for a in axes[0]])
+            seen.setdefault("widths", []).append(fig.get_figwidth())
+            return fig
+
+    html = figures.responsive_figure(draw, "alt", "a caption")
+    assert seen["shapes"] == [(1, 2), (1, 2)]
+    (w0, w1), (n0, n1) = seen["boxes"]
+    assert abs(w0[1] - w1[1]) < 1e-6 and w0[0] < w1[0]          # wide: side by side, same row
+    assert abs(n0[0] - n1[0]) < 0.05 and n0[1] > n1[1]           # narrow: one above the other
+    assert n0[3] > 1.5 * n1[3]                                    # the width ratios became height ratios
+    assert seen["widths"][1] == figures.NARROW_WIDTH_IN < seen["widths"][0]
+    assert html.count("<svg ") == 2 and 'class="fig-wide"' in html and 'class="fig-narrow"' in html
+    assert html.count("<figcaption>a caption</figcaption>") == 1
+
+
+def test_narrow_variant_transposes_grids_and_squeezes_like_pyplot():
+    from attnscale.report.figures import _VARIANT
+
+    token = _VARIANT.set("narrow")
+    try:
+        with figures.style() as p:
+            _, grid = p.subplots(2, 3, sharex="col")
+            _, row = p.subplots(1, 3)
+            _, one = p.subplots()
+            _, shared = p.subplots(1, 2, sharey=True)
+    finally:
+        _VARIANT.reset(token)
+    assert grid.shape == (2, 3) and row.shape == (3,) and not isinstance(one, np.ndarray)
+    # the caller's sharing holds: y shared side by side stays y shared when stacked; "col" follows the columns
+    assert shared[0].get_shared_y_axes().joined(shared[0], shared[1])
+    assert not shared[0].get_shared_x_axes().joined(shared[0], shared[1])
+    assert grid[0][1].get_shared_x_axes().joined(grid[0][1], grid[1][1])
+    assert not grid[0][0].get_shared_x_axes().joined(grid[0][0], grid[0][1])
+    # the caller's row 0 is the narrow figure's first column
+    assert grid[0][0].get_position().x0 < grid[1][0].get_position().x0
+
+
+def test_table_with_details_keeps_the_summary_short_and_the_full_table_behind_details():
+    from attnscale.report.html import table_with_details
+
+    rows = [[f"r{i}", i] for i in range(30)]
+    html = table_with_details(["name", "value"], rows, summary_rows=[rows[7]], lang="zh")
+    short, full = html.split("<details", 1)
+    assert short.count("<tr>") == 2 and "r7" in short                # header and the one summary row
+    assert full.count("<tr>") == 31 and "全部 30 行" in full
+    assert table_with_details(["a"], [[1], [2]]).count("<details") == 0
+    default = table_with_details(["a"], [[i] for i in range(20)], limit=5)
+    assert default.split("<details", 1)[0].count("<tr>") == 6 and "All 20 rows" in default

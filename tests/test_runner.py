@@ -208,3 +208,61 @@ def test_ctrl_c_hands_over_finished_cells_and_does_not_wait_for_running_ones(tmp
     assert seen["first"] == [0, {"y": 0}]
     assert seen["handed"] == [1, {"y": 1}] and seen["raised"]
     assert seen["seconds"] < 4, seen
+
+
+def _session_alive(sid: int) -> list[int]:
+    """Processes of session ``sid`` that still run (zombies waiting for init to reap them are dead)."""
+    alive = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.getsid(int(entry)) != sid:
+                continue
+            state = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in ("Z", "X"):
+            alive.append(int(entry))
+    return alive
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads the process table from /proc")
+def test_sigint_to_train_with_workers_ends_fast_leaves_no_process_keeps_cells(tmp_path):
+    """SIGINT to the driver alone (as kill -INT or a job runner sends it, not the terminal's
+    process-group Ctrl-C): exit 130 within 10 s, no process of its session left, the finished cells
+    cached; a second SIGINT during the clean-up prints no traceback."""
+    pytest.importorskip("torch")
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "attnscale", "train", "scale-vs-dk", "--quick", "--workers", "2",
+                             "--out", str(out)], cwd=tmp_path, start_new_session=True, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not list((out / "cells").glob("*.json")) and proc.poll() is None:
+            time.sleep(0.05)
+        cached_before = len(list((out / "cells").glob("*.json")))
+        assert cached_before >= 1 and proc.poll() is None, "the interrupt should land mid-sweep"
+        start = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.1)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=10)
+        seconds = time.monotonic() - start
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130 and seconds < 10, (proc.returncode, seconds, stderr)
+    assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
+    assert stderr.strip().splitlines()[-1] == "attnscale: interrupted"
+    deadline = time.monotonic() + 5                    # the forkserver sees its pipe close
+    while _session_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _session_alive(proc.pid) == []
+    cells = sorted((out / "cells").glob("*.json"))
+    assert len(cells) >= cached_before and not (out / "summary.json").exists()
+    for path in cells:                                 # whole files, each a finished cell
+        assert "final_accuracy" in json.dumps(json.loads(path.read_text())["result"])

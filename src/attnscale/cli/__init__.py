@@ -4,8 +4,11 @@ module of this package and registers itself through ``register(subparsers)``."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import signal
 import sys
+import threading
 
 from attnscale import __version__
 from attnscale.errors import AttnScaleError
@@ -38,20 +41,61 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _first_interrupt_only(signum, frame):
+    # The first Ctrl-C stops the work; the clean-up that follows (ending worker processes, caching
+    # the finished cells) must not be cut short by a second one, which would leave orphans and
+    # print "Exception ignored ..." tracebacks. The clean-up is bounded (see experiments.runner).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _interrupt_once():
+    if threading.current_thread() is not threading.main_thread():
+        yield                                   # signals can only be handled in the main thread
+        return
+    before = signal.signal(signal.SIGINT, _first_interrupt_only)
+    try:
+        yield
+    finally:
+        # After a real Ctrl-C the command is exiting: stay deaf to a second one through the
+        # interpreter's own exit (it joins threads); otherwise put the caller's handler back.
+        if signal.getsignal(signal.SIGINT) is _first_interrupt_only:
+            signal.signal(signal.SIGINT, before)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "run", None):
         parser.print_help()
         return 2
+    with _interrupt_once():
+        return _run(args)
+
+
+def _run(args) -> int:
     try:
         return int(args.run(args) or 0)
     except AttnScaleError as err:
         print(f"attnscale {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:        # `attnscale rules | head`: the reader has gone, nothing to say
+        _silence_stdout()
+        return 141                 # 128 + SIGPIPE, as a shell reports it
     except OSError as err:  # a path the user named cannot be read or written: their input, not our bug
         print(f"attnscale {args.command}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("attnscale: interrupted", file=sys.stderr)
         return 130
+
+
+def _silence_stdout() -> None:
+    # The interpreter flushes stdout at exit; into a closed pipe that would print another error.
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass

@@ -3,55 +3,189 @@
 from __future__ import annotations
 
 import argparse
-import json
+import re
+import sys
+import unicodedata
 
 import numpy as np
+
+from attnscale.cli.output import add_json_option, check_json_target, emit_json, json_to_stdout
+from attnscale.errors import InputError
+
+LANGS = ("en", "zh")
+
+# The terminal's words, per language (the numbers and the rules' formulas and citations are data).
+WORDS = {
+    "logit": {"en": "logit", "zh": "logit"},
+    "weight": {"en": "weight", "zh": "权重"},
+    "undefined": {"en": "undefined", "zh": "无定义"},
+    "masked": {"en": "masked (-inf): weight 0", "zh": "被屏蔽（-inf）：权重为 0"},
+    "scaled": {"en": "logits multiplied by --scale {s:g}", "zh": "logits 已乘以 --scale {s:g}"},
+    "rule": {"en": "rule", "zh": "规则"},
+    "formula": {"en": "formula", "zh": "公式"},
+    "citation": {"en": "citation", "zh": "出处"},
+    "rules_note": {"en": "use one with attnscale.attention(q, k, v, scale=NAME)",
+                   "zh": "用法：attnscale.attention(q, k, v, scale=规则名)"},
+}
+
+# The health figures of one row (attnscale.softmax.row_health), as a reader sees them.
+HEALTH = {
+    "n": {"en": "keys n", "zh": "键数 n"},
+    "entropy": {"en": "entropy", "zh": "熵"},
+    "normalized_entropy": {"en": "entropy / ln n", "zh": "熵 / ln n"},
+    "max_weight": {"en": "largest weight", "zh": "最大权重"},
+    "effective_support": {"en": "effective keys 1/Σp²", "zh": "有效键数 1/Σp²"},
+    "jacobian_frobenius": {"en": "‖J‖ Frobenius", "zh": "‖J‖ Frobenius 范数"},
+    "jacobian_spectral": {"en": "‖J‖ spectral", "zh": "‖J‖ 谱范数"},
+    "saturation_index": {"en": "saturation σ/√(2 ln n)", "zh": "饱和指数 σ/√(2 ln n)"},
+}
+
+# What each rule is for, in Chinese (the citations are references and stay as published).
+RULES_ZH = {
+    "inverse_sqrt_dk": "除以 √d_k（原文与 Vaswani 等人的做法）",
+    "inverse_dk": "除以 d_k（µP）",
+    "unscaled": "不缩放（原文所反对的情形）",
+    "logn": "乘以 s·ln(n)，n 为参与注意力的键数",
+    "qknorm": "先对 q、k 做 RMS 归一化，再除以 √d_k",
+    "softcap": "除以 √d_k 后用 tanh 软截断",
+}
+
+
+def _w(key: str, lang: str, table: dict = WORDS) -> str:
+    entry = table[key]
+    return entry.get(lang) or entry["en"]
+
+
+def _width(text: str) -> int:
+    """Columns on a terminal: CJK characters take two."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def _pad(text: str, width: int, right: bool = False) -> str:
+    fill = " " * max(0, width - _width(text))
+    return fill + text if right else text + fill
+
+
+def _add_lang_option(parser) -> None:
+    parser.add_argument("--lang", choices=LANGS, default="en", help="language of the table (default en)")
 
 
 def register(sub) -> None:
     p = sub.add_parser(
         "softmax", help="softmax weights and health figures of one row of logits",
-        description="Softmax of the given logits (times --scale), with the row's health figures.",
+        description="Softmax of the given logits (times --scale), with the row's health figures. "
+                    "Without logits (or with -), reads them from stdin: numbers separated by spaces, "
+                    "commas or new lines.",
         epilog="examples:\n  attnscale softmax 14 10 12 --scale 0.125\n"
-               "  attnscale softmax -- 1 -inf -1e3    (after --, logits may start with '-')",
+               "  attnscale softmax -- 1 -inf -1e3    (after --, logits may start with '-')\n"
+               "  echo 14 10 12 | attnscale softmax --json -",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("logits", nargs="+", type=float, help="the row's logits")
-    p.add_argument("--scale", type=float, default=1.0, help="multiplies the logits first (default 1)")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("logits", nargs="*", metavar="LOGIT",
+                   help="the row's logits (-inf: a masked key); none or '-': read them from stdin")
+    p.add_argument("--scale", default="1", help="a finite number that multiplies the logits first (default 1)")
+    add_json_option(p, "the logits, weights and health figures")
+    _add_lang_option(p)
     p.set_defaults(run=run_softmax)
 
     r = sub.add_parser("rules", help="list the named scale rules with formula and citation")
-    r.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_json_option(r, "the rules")
+    _add_lang_option(r)
     r.set_defaults(run=run_rules)
 
 
-def run_softmax(args) -> int:
+def parse_numbers(tokens: list[str], where: str = "logits") -> np.ndarray:
+    """``tokens`` as float64; a bad one is an error naming it and its place (1-based)."""
+    values = []
+    for i, token in enumerate(tokens, 1):
+        try:
+            values.append(float(token))
+        except ValueError:
+            raise InputError(f"{where}: expected numbers, got {token!r} (number {i})") from None
+    if not values:
+        raise InputError(f"{where}: expected at least one number, got none")
+    return np.asarray(values, dtype=np.float64)
+
+
+def _read_logits(args, stdin) -> np.ndarray:
+    tokens = args.logits
+    if tokens in ([], ["-"]):
+        if stdin is None or stdin.isatty():
+            raise InputError("logits: expected numbers as arguments or on stdin, got neither "
+                             "(example: attnscale softmax 14 10 12)")
+        return parse_numbers([t for t in re.split(r"[\s,]+", stdin.read()) if t], "logits (stdin)")
+    return parse_numbers(tokens)
+
+
+def resolve_scale_option(text: str) -> float:
+    """``--scale`` as the factor of :func:`attnscale.scales.resolve_scale`'s rule, with errors that
+    name ``--scale`` (NaN, ±inf and overflowing values such as 1e400 are refused)."""
+    from attnscale.scales import resolve_scale
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise InputError(f"--scale: expected a number, got {text!r}") from None
+    try:
+        rule = resolve_scale(value)
+    except InputError as err:
+        raise InputError(f"--scale {text}: {str(err).removeprefix('scale: ')}") from None
+    return float(rule.factor(1))
+
+
+def run_softmax(args, stdin=None) -> int:
     from attnscale.softmax import row_health, softmax
 
-    logits = np.asarray(args.logits, dtype=np.float64) * args.scale
-    weights = softmax(logits)
-    # NaN (a figure undefined for this row, e.g. entropy / ln n with one key) is null in JSON.
+    check_json_target(args)
+    raw = _read_logits(args, sys.stdin if stdin is None else stdin)
+    scale = resolve_scale_option(args.scale)
+    with np.errstate(over="ignore", invalid="ignore"):
+        logits = raw * scale
+    overflow = np.isfinite(raw) & ~np.isfinite(logits)
+    if overflow.any():
+        i = int(np.argmax(overflow))
+        raise InputError(f"--scale {args.scale}: times the logit {raw[i]:g} it overflows float64")
+    weights = softmax(logits)            # the library refuses NaN and +inf logits, naming them
     health = {k: (int(v) if k == "n" else float(v) if np.isfinite(v) else None)
               for k, v in row_health(logits).as_dict().items()}
-    if args.json:
-        print(json.dumps({"logits": logits.tolist(), "weights": weights.tolist(), "health": health},
-                         indent=1, allow_nan=False))
+    masked = [i for i, z in enumerate(logits) if z == -np.inf]
+    data = {"scale": scale,
+            "logits": [None if z == -np.inf else float(z) for z in logits],
+            "masked": masked,    # the indices whose logit is -inf (null above): weight 0, not attended
+            "weights": weights.tolist(),
+            "health": health,    # null: a figure undefined for this row (e.g. entropy / ln n with one key)
+            "health_null": "undefined for this row" if None in health.values() else None}
+    emit_json(args, data)
+    if json_to_stdout(args):
         return 0
-    print(f"{'logit':>12} {'weight':>10}")
+    lang = args.lang
+    print(f"{_pad(_w('logit', lang), 12, True)} {_pad(_w('weight', lang), 10, True)}")
     for z, p in zip(logits, weights):
         print(f"{z:12.6g} {p:10.4f}")
     for name, value in health.items():
-        print(f"{name:>20}: {'undefined' if value is None else format(value, '.6g')}")
+        shown = _w("undefined", lang) if value is None else format(value, ".6g")
+        print(f"{_pad(_w(name, lang, HEALTH), 24, True)}: {shown}")
+    if masked:
+        print(f"{len(masked)} {_w('masked', lang)}")
+    if scale != 1.0:
+        print(_w("scaled", lang).format(s=scale))
     return 0
 
 
 def run_rules(args) -> int:
     from attnscale.scales import RULES
 
+    check_json_target(args)
     rows = [rule.describe() for rule in RULES.values()]
-    if args.json:
-        print(json.dumps(rows, indent=1, ensure_ascii=False))
+    if args.lang == "zh":
+        rows = [{**row, "description_zh": RULES_ZH.get(row["name"])} for row in rows]
+    emit_json(args, rows)
+    if json_to_stdout(args):
         return 0
+    lang = args.lang
+    print(f"{_pad(_w('rule', lang), 16)} {_pad(_w('formula', lang), 40)} {_w('citation', lang)}")
     for row in rows:
         print(f"{row['name']:<16} {row['formula']:<40} {row['citation']}")
+        if row.get("description_zh"):
+            print(f"{'':<16} {row['description_zh']}")
+    print(f"\n{_w('rules_note', lang)}")
     return 0

@@ -37,6 +37,22 @@ def check_json_target(args) -> None:
     results.check_writable(path.parent, "--json")
 
 
+def check_out_folder(folder, what: str = "--out", named: bool = True) -> Path:
+    """Refuse, before any work, an output folder that cannot be made or written: ``--out D``.
+
+    The command may create ``D`` and anything inside it, never folders above it: a ``named`` folder
+    (one the user typed) must have an existing parent, so a typo (``/nonexistent-dir/x``) creates
+    nothing and fails at once. A default folder (``named=False``, e.g. ``./attnscale-results/train``)
+    may create its missing parents under the current folder. Either way the nearest existing folder
+    on the way must be writable (:func:`attnscale.results.check_writable`). Creates nothing."""
+    path = Path(folder)
+    if path.exists() and not path.is_dir():
+        raise InputError(f"{what}: {str(path)!r} is a file, expected a folder")
+    if named and not path.exists() and not path.parent.is_dir():
+        raise InputError(f"{what}: the folder {str(path.parent)!r} (where {path.name!r} would be made) does not exist")
+    return results.check_writable(path, what)
+
+
 def json_to_stdout(args) -> bool:
     """True when ``--json -``: the command prints JSON and no table."""
     return getattr(args, "json", None) == "-"

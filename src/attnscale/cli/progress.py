@@ -1,37 +1,117 @@
-"""A progress bar on stderr for long work; silent when stderr is not a terminal.
+"""Progress of long work on stderr, so that a long run never looks dead.
+
+* On a terminal: a bar redrawn in place, with done/total, elapsed time and the time left (ETA).
+* Elsewhere (``> log 2>&1``, CI, a job runner): one plain line every few seconds, and the last one,
+  ``[12/30] 40% · 1m05s elapsed · ~1m38s left · <label>``, never a carriage return; while a long
+  step runs, a heartbeat thread repeats the line (with the time updated) so the log never goes quiet.
+* ``quiet=True`` (the commands' ``--quiet``): nothing.
 
 The library never prints: long-running library functions take a ``progress(done, total, label)``
-callback, and the CLI passes an instance of :class:`Progress`.
+callback, and the CLI passes an instance of :class:`Progress`::
+
+    with Progress(quiet=args.quiet) as progress:
+        run_experiment(..., progress=progress)
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
+from typing import Callable
+
+
+def fmt_duration(seconds: float) -> str:
+    """``7s``, ``1m05s``, ``2h03m``: short enough for a progress line."""
+    s = int(round(max(seconds, 0.0)))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
 class Progress:
-    def __init__(self, stream=None, enabled: bool | None = None, width: int = 28):
+    def __init__(self, stream=None, quiet: bool = False, tty: bool | None = None, every_s: float = 5.0,
+                 width: int = 28, clock: Callable[[], float] = time.monotonic, heartbeat: bool = True):
         self.stream = stream or sys.stderr
-        self.enabled = self.stream.isatty() if enabled is None else enabled
+        self.quiet = quiet
+        self.tty = _isatty(self.stream) if tty is None else tty
+        self.every_s = every_s
         self.width = width
-        self.start = time.monotonic()
+        self.clock = clock
+        self.start = clock()
         self._shown = False
+        self._last_line: float | None = None     # when the last plain line was written
+        self._first: tuple[int, float] | None = None   # (done, time) at the first call: cached cells are free
+        self._state: tuple[int, int, str] | None = None  # the last (done, total, label)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._beat: threading.Thread | None = None
+        self._heartbeat = heartbeat and not self.tty and not quiet
+
+    def eta(self, done: int, total: int, now: float) -> float | None:
+        """Seconds left at the rate measured since the first call (work done before it, e.g. cells
+        read from a cache, does not count); None until something has been done."""
+        if self._first is None:
+            return None
+        done0, t0 = self._first
+        if done <= done0 or now <= t0:
+            return None
+        return (total - done) * (now - t0) / (done - done0)
 
     def __call__(self, done: int, total: int, label: str = "") -> None:
-        if not self.enabled or total <= 0:
+        if self.quiet or total <= 0:
             return
-        frac = min(max(done / total, 0.0), 1.0)
-        filled = int(round(frac * self.width))
-        elapsed = time.monotonic() - self.start
-        bar = "█" * filled + "·" * (self.width - filled)
-        self.stream.write(f"\r{bar} {done}/{total} {elapsed:5.1f}s {label[:40]:<40}")
+        now = self.clock()
+        if self._first is None:
+            self._first = (done, now)
+        if self.tty:
+            eta = self.eta(done, total, now)
+            left = "" if eta is None or done >= total else f" ~{fmt_duration(eta)} left"
+            frac = min(max(done / total, 0.0), 1.0)
+            filled = int(round(frac * self.width))
+            bar = "█" * filled + "·" * (self.width - filled)
+            text = f"{bar} {done}/{total} {fmt_duration(now - self.start)}{left} {label[:36]}"
+            self.stream.write(f"\r{text:<{self.width + 64}}")
+            self.stream.flush()
+            self._shown = True
+            return
+        with self._lock:
+            self._state = (done, total, label)
+            if self._last_line is None or now - self._last_line >= self.every_s or done >= total:
+                self._line(now)
+        if self._heartbeat and self._beat is None and done < total:
+            self._beat = threading.Thread(target=self._beating, name="progress-heartbeat", daemon=True)
+            self._beat.start()
+
+    def _line(self, now: float) -> None:
+        done, total, label = self._state
+        parts = [f"[{done}/{total}] {100.0 * done / total:.0f}%", f"{fmt_duration(now - self.start)} elapsed"]
+        eta = self.eta(done, total, now)
+        if eta is not None and done < total:
+            parts.append(f"~{fmt_duration(eta)} left")
+        if label:
+            parts.append(label[:60])
+        self.stream.write(" · ".join(parts) + "\n")
         self.stream.flush()
-        self._shown = True
+        self._last_line = now
+
+    def _beating(self) -> None:
+        # The work may sit on one step for minutes: say so every every_s seconds.
+        while not self._stop.wait(self.every_s / 2):
+            with self._lock:
+                now = self.clock()
+                if self._state and self._state[0] < self._state[1] and now - self._last_line >= self.every_s:
+                    self._line(now)
 
     def close(self) -> None:
+        self._stop.set()
+        if self._beat is not None:
+            self._beat.join()
+            self._beat = None
         if self._shown:
-            self.stream.write("\r" + " " * (self.width + 60) + "\r")
+            self.stream.write("\r" + " " * (self.width + 64) + "\r")
             self.stream.flush()
             self._shown = False
 
@@ -40,3 +120,10 @@ class Progress:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _isatty(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):       # no isatty, or a closed stream
+        return False

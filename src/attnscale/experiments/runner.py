@@ -4,9 +4,13 @@
   moment it is done, written atomically: interrupt a sweep (Ctrl-C, kill -9) and run it again, and only
   the missing cells are computed; no result file is ever half-written.
 * Cells run through a :class:`Backend`, the seam to other engines: anything with
-  ``map(fn, cells)`` yielding ``(index, result)`` pairs as cells finish. :class:`LocalBackend` runs
-  them in worker processes on this machine; a Ray or Dask backend would submit ``fn(cell)`` as remote
-  tasks and yield their results as they complete, with no change to the experiments.
+  ``map(fn, cells)`` returning a generator of ``(index, result)`` pairs as cells finish.
+  :class:`LocalBackend` runs them in worker processes on this machine; a Ray or Dask backend would
+  submit ``fn(cell)`` as remote tasks and yield their results as they complete, with no change to the
+  experiments.
+* Stopping: :func:`run_sweep` closes the generator when it stops early (Ctrl-C, an error), and the
+  backend then ends the work still running itself (the driver may be the only process that got the
+  signal: ``kill -INT``, a job runner, a test), so that nothing is left behind.
 * ``fn`` must be a module-level function (it is pickled by name) returning plain JSON data.
 """
 
@@ -14,7 +18,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import sys
+import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
@@ -29,7 +35,8 @@ Progress = Callable[[int, int, str], None]
 class Backend(Protocol):
     def map(self, fn: Callable[[Any], Any], cells: Sequence[Any]) -> Iterator[tuple[int, Any]]:
         """Compute ``fn(cell)`` for every cell; yield ``(index into cells, result)`` in any order, as
-        each finishes (so that the caller can store it at once)."""
+        each finishes (so that the caller can store it at once). On ``close()`` or an exception
+        thrown in (KeyboardInterrupt), stop every cell still running before returning."""
         ...
 
 
@@ -51,6 +58,9 @@ class SerialBackend:
 
 
 def _init_worker() -> None:
+    # Ctrl-C in a terminal reaches the whole process group; the driver alone decides what happens
+    # (it hands over the finished cells, then ends the workers), so a worker never sees it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # One thread per worker: the workers already use the cores, and oversubscribing them slows all.
     # Set before torch loads (it reads OMP_NUM_THREADS then); torch is not imported here, as cells
     # that do not need it should not pay for it.
@@ -81,25 +91,37 @@ class LocalBackend:
                 for future in done:
                     yield pending.pop(future), future.result()
         except KeyboardInterrupt:
-            # Ctrl-C: hand over the cells that already finished (so the caller caches them), then stop.
+            # Ctrl-C: end the workers, then hand over the cells that had already finished (so that
+            # the caller caches them) and stop.
             ready = [f for f in pending if f.done() and not f.cancelled() and f.exception() is None]
-            _stop(pool)
+            _terminate(pool)
             for future in ready:
                 yield pending.pop(future), future.result()
             raise
         finally:
-            # Cells left over (an error, an interrupt, or the caller stopped reading): do not wait for them.
+            # Cells left over (an error, an interrupt, or the caller stopped reading): end them now
+            # rather than wait for them; their results would be discarded.
             if pending:
-                _stop(pool)
+                _terminate(pool)
             else:
                 pool.shutdown(wait=True)
 
 
-def _stop(pool: ProcessPoolExecutor) -> None:
-    """Drop the cells not started and return without waiting for the running ones (their results
-    would be discarded; waiting made Ctrl-C take as long as the slowest running cell). A Ctrl-C in a
-    terminal reaches the workers too, which ends them."""
+def _terminate(pool: ProcessPoolExecutor, grace_s: float = 3.0) -> None:
+    """Drop the cells not started and end the running ones: SIGTERM, then SIGKILL after ``grace_s``.
+    Without this the interpreter's exit waits for every running cell (``concurrent.futures`` joins
+    its workers at exit), which made Ctrl-C hang for as long as the slowest cell."""
+    workers = list((getattr(pool, "_processes", None) or {}).values())  # no public handle before 3.14
     pool.shutdown(wait=False, cancel_futures=True)
+    for w in workers:
+        if w.is_alive():
+            w.terminate()
+    deadline = time.monotonic() + grace_s
+    for w in workers:
+        w.join(max(0.0, deadline - time.monotonic()))
+        if w.is_alive():
+            w.kill()
+            w.join(1.0)
 
 
 def default_workers() -> int:
@@ -127,12 +149,18 @@ def run_sweep(kind: str, cells: Sequence[Any], fn: Callable[[Any], Any], cache: 
     if progress:
         progress(done, total, f"{done} cached")
     todo = [cells[i] for i in missing]
-    for j, result in backend.map(fn, todo):
-        cell = todo[j]
-        # Round-trip through the cache so that a fresh result and a cached one are the same data.
-        cache.put(kind, to_jsonable(cell), result)
-        results[missing[j]] = cache.get(kind, to_jsonable(cell))
-        done += 1
-        if progress:
-            progress(done, total, getattr(cell, "label", str(cell)))
+    stream = backend.map(fn, todo)
+    try:
+        for j, result in stream:
+            cell = todo[j]
+            # Round-trip through the cache so that a fresh result and a cached one are the same data.
+            cache.put(kind, to_jsonable(cell), result)
+            results[missing[j]] = cache.get(kind, to_jsonable(cell))
+            done += 1
+            if progress:
+                progress(done, total, getattr(cell, "label", str(cell)))
+    finally:
+        # On Ctrl-C or an error here, the backend stops its running cells now, not whenever the
+        # garbage collector gets to the generator (a traceback keeps it alive).
+        getattr(stream, "close", lambda: None)()
     return results

@@ -4,13 +4,16 @@ Every function here only *draws*: it takes a block of ``VerifyReport.data`` (pla
 already holding estimates, intervals and quantiles) and returns a figure. None of them draws a random
 number or estimates anything; the tests feed them hand-made data and read the plotted values back.
 
-Text is kept as SVG text (``svg.fonttype = none``), so the browser sets it in the page's fonts,
-Chinese included, and the SVGs stay small.
+Every figure of the report, the chapters' included, is drawn inside :func:`style`: one set of
+rcParams, and one font set-up. Text is kept as SVG text (``svg.fonttype = none``), so the browser
+sets it, and the SVGs stay small; it names DejaVu Sans for Latin and then the CJK font that the page
+embeds (:mod:`attnscale.report.fonts`), which matplotlib also uses to lay Chinese labels out.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import math
 import warnings
 
@@ -88,17 +91,110 @@ def label(key: str, lang: str) -> str:
     return entry.get(lang) or entry["en"]
 
 
+# The variant being drawn: "wide" (the column of a desktop page, up to 46rem) or "narrow" (a phone).
+_VARIANT: contextvars.ContextVar[str] = contextvars.ContextVar("figure_variant", default="wide")
+NARROW_WIDTH_IN = 4.4        # ≈ the 388 px column of a 420 px phone at 1.2 px per pt: text at its size
+NARROW_BREAKPOINT_PX = 600   # the page switches to the narrow variant below this width (style.css)
+
+
 @contextlib.contextmanager
-def _style():
+def style(rc: dict | None = None):
+    """The one figure style of the report: ``with style() as plt: fig, ax = plt.subplots(...)``.
+
+    The report's rcParams (:data:`RC`, then ``rc`` on top), the Agg backend, and the fonts: DejaVu
+    Sans, then the CJK font the page embeds (registered with matplotlib on first use), so that
+    Chinese labels are measured with real glyphs and the SVG text names the embedded family.
+    Inside :func:`responsive_figure`'s narrow pass, ``plt.subplots`` lays the panels out for a
+    phone (see :class:`_NarrowPyplot`)."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
-    with plt.rc_context(RC), warnings.catch_warnings():
-        # Chinese glyphs are missing from matplotlib's own font; the browser sets that text.
+    from attnscale.report.fonts import matplotlib_families
+
+    # The families themselves, not the "sans-serif" alias: a Text keeps them from its creation, so a
+    # figure saved later still names the embedded CJK family. The alias gets them too, for text made
+    # with family "sans-serif" and saved here (html.svg_of saves inside this style).
+    families = matplotlib_families()
+    fonts = {"font.family": [*families, "sans-serif"],
+             "font.sans-serif": [*families, *matplotlib.rcParamsDefault["font.sans-serif"]]}
+    with plt.rc_context({**RC, **fonts, **(rc or {})}), warnings.catch_warnings():
+        # Without a CJK font on this machine, Chinese glyphs are missing: the browser sets that text.
         warnings.filterwarnings("ignore", message="Glyph .* missing from font")
-        yield plt
+        yield _NarrowPyplot(plt) if _VARIANT.get() == "narrow" else plt
+
+
+class _NarrowPyplot:
+    """pyplot for a phone's column: ``subplots(r, c)`` makes the transposed grid (panels side by
+    side are stacked) in a figure :data:`NARROW_WIDTH_IN` wide, and hands the axes back in the
+    caller's ``(r, c)`` order, so a figure function draws both variants unchanged. The text keeps
+    its size in points, so on a phone it is as large as on a desktop."""
+
+    def __init__(self, plt):
+        self._plt = plt
+
+    def __getattr__(self, name):
+        return getattr(self._plt, name)
+
+    def subplots(self, nrows=1, ncols=1, *, squeeze=True, sharex=False, sharey=False, gridspec_kw=None,
+                 figsize=None, **kw):
+        import numpy as np
+
+        w, h = figsize or self._plt.rcParams["figure.figsize"]
+        # The caller's columns become rows: ratios and spacing trade places, and so does sharing
+        # "by row" and "by column" (which data axis is shared does not change).
+        swap = {"row": "col", "col": "row"}
+        kw = _transposed(kw)
+        grid = _transposed(gridspec_kw or {})
+        if nrows == 1 and ncols == 1:                 # one panel: keep its proportions, within reason
+            size = (NARROW_WIDTH_IN, min(max(h * NARROW_WIDTH_IN / w * 1.15, 2.6), max(h, 2.6)))
+        else:                                         # each of the ncols rows of the narrow figure
+            size = (NARROW_WIDTH_IN, ncols * min(max(h / nrows, 2.4), 3.4))
+        fig, axes = self._plt.subplots(ncols, nrows, squeeze=False, sharex=swap.get(sharex, sharex),
+                                       sharey=swap.get(sharey, sharey), gridspec_kw=grid or None,
+                                       figsize=size, **kw)
+        axes = np.asarray(axes).T                     # the caller's (nrows, ncols) order
+        if squeeze:
+            axes = axes[0, 0] if axes.size == 1 else axes.ravel() if 1 in axes.shape else axes
+        return fig, axes
+
+
+def _transposed(options: dict) -> dict:
+    """Grid options with width and height (ratios, spacing) exchanged."""
+    pairs = {"width_ratios": "height_ratios", "height_ratios": "width_ratios", "wspace": "hspace", "hspace": "wspace"}
+    return {pairs.get(k, k): v for k, v in options.items()}
+
+
+def legend_columns(n: int) -> int:
+    """Columns of a legend below the axes: ``n`` in the page's column, at most 2 on a phone (a wider
+    legend would widen the narrow figure, and the browser would shrink all of its text)."""
+    return min(n, 2) if _VARIANT.get() == "narrow" else n
+
+
+def responsive_figure(draw, alt: str, caption: str = "", px_per_inch: float | None = None) -> str:
+    """A figure readable at 1280 px and at 420 px: ``draw()`` (a function that makes the figure
+    inside :func:`style`) runs twice, for the page's column and for a phone's, and the page shows
+    the one that fits (``.fig-wide`` / ``.fig-narrow`` in style.css, switched at
+    :data:`NARROW_BREAKPOINT_PX`). ``px_per_inch`` caps the wide one's width at that many CSS px
+    per inch drawn (a small figure is not blown up to the column).
+
+        html = responsive_figure(lambda: saturation(data, lang), alt, caption)
+    """
+    from attnscale.report.html import esc, svg_of
+
+    fig = draw()
+    max_px = round(fig.get_figwidth() * px_per_inch) if px_per_inch else None
+    wide = svg_of(fig, alt)
+    token = _VARIANT.set("narrow")
+    try:
+        narrow = svg_of(draw(), alt)
+    finally:
+        _VARIANT.reset(token)
+    cap = f"<figcaption>{esc(caption)}</figcaption>" if caption else ""
+    fig_style = f' style="--fig-max:{max_px}px"' if max_px else ""
+    return (f'<figure class="fig fig-responsive"{fig_style}><div class="fig-wide">{wide}</div>'
+            f'<div class="fig-narrow">{narrow}</div>{cap}</figure>')
 
 
 def _dk_axis(ax, values) -> None:
@@ -137,7 +233,7 @@ def variance_vs_dk(data: dict, lang: str = "en"):
                     "scaled": {"estimate": [...], "ci_low": [...], "ci_high": [...]}}, ...}
     (``VerifyReport.data["variance_vs_dk"]``; the intervals are 99% confidence intervals.)
     """
-    with _style() as plt:
+    with style() as plt:
         fig, axes = plt.subplots(1, 2, figsize=(7.6, 3.5), constrained_layout=True)
         families = list(data.items())
         dks = families[0][1]["d_k"]
@@ -186,7 +282,7 @@ def dot_histograms(data: dict, lang: str = "en"):
                  "edges_scaled": [...]}, "64": {...}, "512": {...}}
     (``VerifyReport.data["dot_histograms"]``: one set of counts, two sets of bin edges.)
     """
-    with _style() as plt:
+    with style() as plt:
         fig, axes = plt.subplots(1, 2, figsize=(7.6, 3.2), constrained_layout=True)
         warm = ("#e9a23b", "#d1495b", "#7b2d43", "#3a0f1f")
         cool = ("#8fb3ff", "#3559c7", "#14286b", "#0b1640")
@@ -216,7 +312,7 @@ def seed_softmax_examples(data: dict, lang: str = "en"):
     data: {"[14, 10, 12]": {"logits": [...], "weights": [...], "logits_scaled": [...],
                             "weights_scaled": [...], "scale": 0.125}, ...}
     """
-    with _style() as plt:
+    with style() as plt:
         n = len(data)
         fig, axes = plt.subplots(1, n, figsize=(max(4.2, min(2.9 * n, 8.2)), 3.2), constrained_layout=True, squeeze=False,
                                  sharey=True)
@@ -275,7 +371,7 @@ def saturation(data: dict, lang: str = "en"):
     with S = {"median": [...], "q10": [...], "q90": [...], ...} over d_k
     (``VerifyReport.data["saturation"]``).
     """
-    with _style() as plt:
+    with style() as plt:
         fig, axes = plt.subplots(1, 2, figsize=(7.6, 4.0), layout="constrained")
         ns = list(data["by_n"])
         warm, cool = _shades(UNSCALED, len(ns)), _shades(SCALED, len(ns))
@@ -290,7 +386,7 @@ def saturation(data: dict, lang: str = "en"):
             ax.set_ylabel(label(key, lang))
             ax.set_ylim(-0.02, 1.02)
         handles, names = axes[0].get_legend_handles_labels()
-        fig.legend(handles, names, loc="outside lower center", ncols=len(ns), fontsize=8)
+        fig.legend(handles, names, loc="outside lower center", ncols=legend_columns(len(ns)), fontsize=8)
         return fig
 
 
@@ -305,7 +401,7 @@ def jacobian(data: dict, lang: str = "en"):
     data: {"d_k": [...], "rows": R, "by_n": {"16": {"unscaled": {"jacobian_frobenius": S}, "scaled": {...}}}}
     with S = {"median", "q10", "q90", "mean", ...} lists over d_k (``VerifyReport.data["jacobian"]``).
     """
-    with _style() as plt:
+    with style() as plt:
         fig, ax = plt.subplots(figsize=(6.8, 4.2), layout="constrained")
         ns = list(data["by_n"])
         warm, cool = _shades(UNSCALED, len(ns)), _shades(SCALED, len(ns))
@@ -323,7 +419,7 @@ def jacobian(data: dict, lang: str = "en"):
             ax.set_ylim(bottom=max(min(lowest) / 3, 1e-18))   # a frozen row's exact 0 would sink the axis
         _dk_axis(ax, data["d_k"])
         ax.set_ylabel(label("jacobian", lang))
-        fig.legend(loc="outside lower center", ncols=3, fontsize=8)
+        fig.legend(loc="outside lower center", ncols=legend_columns(3), fontsize=8)
         return fig
 
 
@@ -340,7 +436,7 @@ def phase(data: dict, lang: str = "en"):
            "asymptote": {"16": [...]}, "boundary": {"16": σ_c}, "rows": {...}}
     (``VerifyReport.data["phase"]``).
     """
-    with _style() as plt:
+    with style() as plt:
         fig, (ax, curves) = plt.subplots(1, 2, figsize=(7.8, 3.6), layout="constrained",
                                          gridspec_kw={"width_ratios": [1.15, 1]})
         fig.get_layout_engine().set(wspace=0.12)
@@ -389,7 +485,7 @@ def broken_assumptions(data: list, lang: str = "en"):
     data: [{"case": str, "d_k": int, "estimate", "ci_low", "ci_high", "formula", ...}, ...]
     (``VerifyReport.data["broken_assumptions"]``; dividing by d_k only changes the unit.)
     """
-    with _style() as plt:
+    with style() as plt:
         fig, ax = plt.subplots(figsize=(6.8, 0.42 * len(data) + 1.8), layout="constrained")
         ys = list(range(len(data)))[::-1]
         per_dk = [(r["estimate"] / r["d_k"], r["ci_low"] / r["d_k"], r["ci_high"] / r["d_k"], r["formula"] / r["d_k"])
@@ -403,7 +499,7 @@ def broken_assumptions(data: list, lang: str = "en"):
         ax.set_yticks(ys, [f"{case_label(r['case'], lang)}, dₖ = {r['d_k']}" for r in data])
         ax.set_xlabel(label("var_scaled_axis", lang))
         ax.grid(axis="y", visible=False)
-        fig.legend(loc="outside lower center", ncols=3, fontsize=8.5)
+        fig.legend(loc="outside lower center", ncols=legend_columns(3), fontsize=8.5)
         return fig
 
 
@@ -424,7 +520,7 @@ def ssmax(data: dict, lang: str = "en"):
 
     data: {"n": [...], "softmax": [...], "ssmax": [...], "s": float}  (``VerifyReport.data["ssmax"]``)
     """
-    with _style() as plt:
+    with style() as plt:
         fig, ax = plt.subplots(figsize=(6.4, 3.2), constrained_layout=True)
         ax.plot(data["n"], data["softmax"], color=UNSCALED, lw=2, marker="o", ms=3.5, label=label("softmax", lang))
         ax.plot(data["n"], data["ssmax"], color=SCALED, lw=2, marker="s", ms=3.5,
@@ -452,7 +548,7 @@ def error_vs_samples(data: dict, lang: str = "en"):
     """
     from matplotlib.ticker import FuncFormatter
 
-    with _style() as plt:
+    with style() as plt:
         fig, ax = plt.subplots(figsize=(6.0, 3.2), constrained_layout=True)
         n = [p["n_samples"] for p in data["points"]]
         ax.plot(n, [p["predicted"] for p in data["points"]], color=REFERENCE, lw=1.1, ls="--",
@@ -481,7 +577,7 @@ def give_away(data: dict, lang: str = "en"):
     data: {"n": int, "logit": [...], "softmax_total_measured": [...], "softmax1_total": [...]}
     (``VerifyReport.data["give_away"]``)
     """
-    with _style() as plt:
+    with style() as plt:
         fig, ax = plt.subplots(figsize=(6.0, 3.0), constrained_layout=True)
         ax.plot(data["logit"], data["softmax_total_measured"], color=UNSCALED, lw=2, marker="o", ms=3.5,
                 label="softmax")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from importlib import resources
 
+from attnscale.report import fonts
 from attnscale.report.html import esc
 from attnscale.report.text import t
 from attnscale.report.verdicts import BADGE_CLASS, tally_badges
@@ -103,7 +104,7 @@ def render_page(sections: list[Section], claims: list[dict], provenance: dict, l
             f'<h1>{esc(t("title", lang))}</h1><p class="sub">{esc(t("subtitle", lang))}</p>'
             '<div class="formula">Attention(Q, K, V) = softmax( Q·Kᵀ <span class="hl">/ √d<sub>k</sub></span> ) · V</div>'
             f'<div class="tally">{tally_badges(claims, lang)}</div>{glance}</div></header>')
-    return (
+    return embed_fonts(
         f'<!doctype html><html lang="{html_lang}"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f'<title>{esc(t("title", lang))}</title>'
@@ -111,3 +112,11 @@ def render_page(sections: list[Section], claims: list[dict], provenance: dict, l
         f'<div class="layout">{_toc(sections, lang)}<main>{_sections(sections, lang)}</main></div>'
         f'{footer(provenance, sections, lang)}</body></html>\n'
     )
+
+
+def embed_fonts(page: str) -> str:
+    """``page`` with the glyphs it shows: the ``@font-face`` of :func:`attnscale.report.fonts.font_face_css`
+    (a CJK subset with exactly the page's non-ASCII characters) added to its head. Call it on the
+    final text: whatever is added afterwards is not covered. Unchanged without a CJK font."""
+    css = fonts.font_face_css(page)
+    return page.replace("</head>", f"<style>{css}</style></head>", 1) if css else page
