@@ -569,12 +569,14 @@ def _saturation_finding(config: ScaleVsDkConfig, runs: dict, table: list[dict]) 
         median = statistics.median(growth) if growth else None
         trend = None if median is None else ("grows" if median >= LOGIT_GROWTH else
                                              "shrinks" if median <= 1 / LOGIT_GROWTH else "steady")
+        paths = {"stayed": sum(a and b for a, b in zip(start, end)), "became": sum(b and not a for a, b in zip(start, end)),
+                 "left": sum(a and not b for a, b in zip(start, end)), "never": sum(not a and not b for a, b in zip(start, end))}
         out[outcome] = {
             "runs": len(logs),
-            "stayed_saturated": sum(a and b for a, b in zip(start, end)),
-            "became_saturated": sum(b and not a for a, b in zip(start, end)),
-            "left_saturation": sum(a and not b for a, b in zip(start, end)),
-            "never_saturated": sum(not a and not b for a, b in zip(start, end)),
+            "stayed_saturated": paths["stayed"], "became_saturated": paths["became"],
+            "left_saturation": paths["left"], "never_saturated": paths["never"],
+            # The path most of them take (a tie: the first of stayed, became, left, never).
+            "dominant_path": max(paths, key=paths.get) if logs else None,
             "saturated_start": _spread(log[0]["saturated_frac"] for log in logs),
             "saturated_end": _spread(log[-1]["saturated_frac"] for log in logs),
             "logit_std_start": _spread(log[0].get("logit_std") for log in logs),
@@ -601,12 +603,15 @@ def _softcap_finding(table: list[dict]) -> dict:
                      "softcap_logit_std_end": cap["end"]["logit_std"]["mean"],
                      "unscaled_logit_std_end": un["end"]["logit_std"]["mean"]})
     saturated = [r for r in rows if (r["softcap_saturated_start"] or 0) >= SATURATED_RUN]
-    return {"rows": rows,
-            "saturated_yet_learns": [r["d_k"] for r in saturated if 2 * r["softcap_reached"] > r["seeds"]],
+    learns = [r["d_k"] for r in saturated if 2 * r["softcap_reached"] > r["seeds"]]
+    lower = [r["d_k"] for r in rows if None not in (r["softcap_logit_std_end"], r["unscaled_logit_std_end"])
+             and r["softcap_logit_std_end"] < r["unscaled_logit_std_end"]]
+    return {"rows": rows, "saturated_yet_learns": learns,
             "saturated_and_fails": [r["d_k"] for r in saturated if 2 * r["softcap_reached"] <= r["seeds"]],
-            "lower_logits_at_end": [r["d_k"] for r in rows if None not in (r["softcap_logit_std_end"],
-                                                                            r["unscaled_logit_std_end"])
-                                    and r["softcap_logit_std_end"] < r["unscaled_logit_std_end"]]}
+            "lower_logits_at_end": lower,
+            # Where it starts saturated, learns, and ends with smaller logits than unscaled: the d_k at which
+            # the chapter offers (as a hypothesis) that the cap is what lets it learn.
+            "learns_with_lower_logits": [d for d in learns if d in lower]}
 
 
 def _optimiser_finding(table: list[dict]) -> dict:

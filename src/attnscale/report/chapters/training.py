@@ -406,11 +406,11 @@ def _saturation(finding: dict, s: dict, lang: str) -> list[str]:
     if not fails["runs"]:
         out.append(_p("sat_none", lang))
     else:
-        counts = {k: fails[f"{k}_saturated" if k in ("stayed", "became", "never") else "left_saturation"]
-                  for k in ("stayed", "became", "left", "never")}
-        path = max(counts, key=counts.get)
+        path = fails["dominant_path"]
         text = _t("sat_fails", lang, n=fails["runs"], thr=s["saturated_run"], s0=_range(fails["logit_std_start"], ".3g"),
-                  s1=_range(fails["logit_std_end"], ".3g"), g=_n(fails["growth_median"], ".2g"), **counts)
+                  s1=_range(fails["logit_std_end"], ".3g"), g=_n(fails["growth_median"], ".2g"),
+                  stayed=fails["stayed_saturated"], became=fails["became_saturated"], left=fails["left_saturation"],
+                  never=fails["never_saturated"])
         growth = _t(f"grow_{fails['growth']}", lang, G=s["logit_growth"]) if fails["growth"] else ""
         out.append(f"<p>{esc(text)} {esc(_t('path_' + path, lang))} {esc(growth)}</p>")
         if fails["growth"] == "grows" and path == "became":
@@ -436,7 +436,7 @@ def _softcap(finding: dict, s: dict, lang: str) -> list[str]:
     if not out:
         fracs = _join(f"{_n(r['softcap_saturated_start'], '.2f')} (dₖ = {d})" for d, r in rows.items())
         return [_p("cap_never", lang, thr=s["saturated_run"], fracs=fracs)]
-    lower = [d for d in finding["saturated_yet_learns"] if d in finding["lower_logits_at_end"]]
+    lower = finding["learns_with_lower_logits"]
     if lower:
         out.append(_hyp("hyp_cap", lang, d_ks=", ".join(map(str, lower)),
                         cap=_join(_n(rows[d]["softcap_logit_std_end"]) for d in lower),
