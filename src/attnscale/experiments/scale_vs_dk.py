@@ -569,8 +569,9 @@ def _saturation_finding(config: ScaleVsDkConfig, runs: dict, table: list[dict]) 
         median = statistics.median(growth) if growth else None
         trend = None if median is None else ("grows" if median >= LOGIT_GROWTH else
                                              "shrinks" if median <= 1 / LOGIT_GROWTH else "steady")
-        paths = {"stayed": sum(a and b for a, b in zip(start, end)), "became": sum(b and not a for a, b in zip(start, end)),
-                 "left": sum(a and not b for a, b in zip(start, end)), "never": sum(not a and not b for a, b in zip(start, end))}
+        pairs = list(zip(start, end))
+        paths = {"stayed": pairs.count((True, True)), "became": pairs.count((False, True)),
+                 "left": pairs.count((True, False)), "never": pairs.count((False, False))}
         out[outcome] = {
             "runs": len(logs),
             "stayed_saturated": paths["stayed"], "became_saturated": paths["became"],

@@ -82,9 +82,9 @@ TEXT = {
     "ratio": {"en": "×{r} the steps", "zh": "步数 ×{r}"},
     "findings": {"en": "What the numbers say", "zh": "数字说明了什么"},
     "glance": {"en": "Adam, seed range [min, max]: the query rows' logit standard deviation and saturated fraction "
-                     "(largest weight > {w:g}) at step 0 and at the last logged step, and the largest logit at the end.",
-               "zh": "Adam，种子范围 [最小, 最大]：查询行的 logit 标准差与饱和比例（最大权重 > {w:g}），在第 0 步与最后一个"
-                     "记录步；以及结束时的最大 logit。"},
+                     "(largest weight > {w:g}) and the largest logit, at step 0 and at the last logged step.",
+               "zh": "Adam，种子范围 [最小, 最大]：查询行的 logit 标准差、饱和比例（最大权重 > {w:g}）与最大 logit，"
+                     "在第 0 步与最后一个记录步。"},
     "why_sd": {"en": "Without the scale the seed predicts logits of standard deviation √dₖ (here: {pred}); measured at "
                      "step 0 on the query rows of unscaled attention: {meas}.",
                "zh": "不缩放时，原文预言 logit 标准差为 √dₖ（此处为 {pred}）；不缩放注意力的查询行在第 0 步实测为 {meas}。"},
@@ -226,6 +226,7 @@ TEXT = {
     "h_sd1": {"en": "logit sd, end", "zh": "logit 标准差，结束"},
     "h_sat0": {"en": "saturated, step 0", "zh": "饱和，第 0 步"},
     "h_sat1": {"en": "saturated, end", "zh": "饱和，结束"},
+    "h_max0": {"en": "max logit, step 0", "zh": "最大 logit，第 0 步"},
     "h_max1": {"en": "max logit, end", "zh": "最大 logit，结束"},
     "h_reached": {"en": "reached", "zh": "达到"},
     "table_note": {"en": "Final accuracy: mean [min, max] over seeds on {n_eval} fresh samples. Steps: first step at "
@@ -379,11 +380,11 @@ def _verdict_lines(rows: list[dict], lang: str) -> list[str]:
 
 def _glance_table(rows: list[dict], lang: str) -> str:
     header = [_t("h_rule", lang), "dₖ", _t("h_sd0", lang), _t("h_sd1", lang), _t("h_sat0", lang), _t("h_sat1", lang),
-              _t("h_max1", lang), _t("h_reached", lang)]
+              _t("h_max0", lang), _t("h_max1", lang), _t("h_reached", lang)]
     body = [[_name(r["rule"], lang), r["d_k"], _range(r["adam"]["start"]["logit_std"], ".3g"),
              _range(r["adam"]["end"]["logit_std"], ".3g"), _range(r["adam"]["start"]["saturated_frac"]),
-             _range(r["adam"]["end"]["saturated_frac"]), _range(r["adam"]["end"]["max_logit"], ".3g"),
-             f"{r['adam']['reached']}/{r['adam']['seeds']}"] for r in rows]
+             _range(r["adam"]["end"]["saturated_frac"]), _range(r["adam"]["start"]["max_logit"], ".3g"),
+             _range(r["adam"]["end"]["max_logit"], ".3g"), f"{r['adam']['reached']}/{r['adam']['seeds']}"] for r in rows]
     return table(header, body, cls="numeric")
 
 
