@@ -35,6 +35,26 @@ class CountingBackend:
         return SerialBackend().map(fn, cells)
 
 
+class InterruptedBackend:
+    """Serial, then a Ctrl-C after ``done`` cells have been handed back (and so cached)."""
+
+    def __init__(self, done: int):
+        self.done = done
+
+    def map(self, fn, cells):
+        for count, item in enumerate(SerialBackend().map(fn, cells)):
+            if count == self.done:
+                raise KeyboardInterrupt
+            yield item
+
+
+def run_a(config, root, backend=None) -> dict:
+    """The sweep's data through sweeps.run_experiment, whichever it returns: this branch's summary dict
+    or the results envelope (``.data``) of the results contract."""
+    out = run_experiment("scale-vs-dk", config, root, backend)
+    return out.data if hasattr(out, "data") else out
+
+
 # --- the torch side of the rules equals the core's NumPy rules -------------------------------------
 
 @pytest.mark.parametrize("name", sorted(scale_vs_dk.RULE_CHOICES))
@@ -116,7 +136,7 @@ def test_grammar_corpus_is_seeded():
 @pytest.fixture(scope="module")
 def tiny_a(tmp_path_factory):
     out = tmp_path_factory.mktemp("a")
-    return out, run_experiment("scale-vs-dk", TINY_A, out)
+    return out, run_a(TINY_A, out)
 
 
 def test_metrics_are_finite(tiny_a):
@@ -210,9 +230,10 @@ def _untimed(x):
 def test_resumed_sweep_equals_uninterrupted(tmp_path, tiny_a):
     _, whole = tiny_a
     cells = TINY_A.cells()
-    run_sweep("scale-vs-dk", cells[1:3], scale_vs_dk.train_cell, ResultCache(tmp_path / "cells"))  # interrupted
+    with pytest.raises(KeyboardInterrupt):
+        run_a(TINY_A, tmp_path, InterruptedBackend(done=2))
     backend = CountingBackend()
-    resumed = run_experiment("scale-vs-dk", TINY_A, tmp_path, backend)
+    resumed = run_a(TINY_A, tmp_path, backend)
     assert backend.computed == len(cells) - 2
     assert same(resumed["cells"], whole["cells"])
     assert same(resumed["analysis"], whole["analysis"])
@@ -221,7 +242,7 @@ def test_resumed_sweep_equals_uninterrupted(tmp_path, tiny_a):
 def test_cache_hit_does_not_recompute(tiny_a):
     out, first = tiny_a
     backend = CountingBackend()
-    again = run_experiment("scale-vs-dk", TINY_A, out, backend)
+    again = run_a(TINY_A, out, backend)
     assert backend.computed == 0
     assert same(again["cells"], first["cells"])
 
@@ -229,7 +250,7 @@ def test_cache_hit_does_not_recompute(tiny_a):
 def test_same_seed_same_numbers_across_processes(tmp_path, tiny_a):
     _, serial = tiny_a
     config = dataclasses.replace(TINY_A, rules=("inverse_sqrt_dk", "unscaled"), d_ks=(16,), sgd_lrs=(0.3,))
-    parallel = run_experiment("scale-vs-dk", config, tmp_path, LocalBackend(workers=2))
+    parallel = run_a(config, tmp_path, LocalBackend(workers=2))
     by_cell = {str(e["cell"]): e["result"] for e in serial["cells"]}
     for entry in parallel["cells"]:
         assert same(entry["result"], by_cell[str(entry["cell"])])

@@ -480,6 +480,7 @@ def _setup(config: ScaleVsDkConfig, cells: list[ScaleCell]) -> dict:
             "adam_lr": config.adam_lr, "sgd_lrs": list(config.sgd_lrs), "final_eval": config.final_eval,
             "log_every": config.log_every, "target_accuracy": config.target_accuracy, "rules": list(config.rules),
             "d_ks": list(config.d_ks), "cells": len(cells), "saturated_weight": SATURATED_WEIGHT,
+            "caps": {r: RULE_CHOICES[r].cap_value for r in config.rules if isinstance(RULE_CHOICES[r], SoftCap)},
             "like_reference_steps": LIKE_REFERENCE_STEPS, "saturated_run": SATURATED_RUN,
             "logit_growth": LOGIT_GROWTH}
 

@@ -242,6 +242,7 @@ _t = functools.partial(localize, TEXT)
 def render(env, lang: str) -> str:
     a = env.data["analysis"]
     s, f = a["setup"], a["findings"]
+    names = _labels(s, lang)
     versus = _t("single_same" if a["single_key_is_prior"] else "single_above", lang, prior=a["prior_ceiling"])
     out = [_p("intro", lang, d_model=s["d_model"], heads=s["n_heads"], k=s["n_marked"], n=s["n_keys"],
               single=a["single_key_ceiling"], versus=versus, steps=s["steps"], batch=s["batch"], seeds=s["seeds"],
@@ -251,22 +252,22 @@ def render(env, lang: str) -> str:
     out += _reference(f["reference"], s, lang) + _tuning(a["sgd_tuning"], lang)
     for opt in ("adam", "sgd_reference_lr"):
         label = _opt(opt, lang)
-        out.append(_figure(_curves_figure(a, opt, lang), _t("alt_curves", lang, opt=label),
+        out.append(_figure(_curves_figure(a, opt, names, lang), _t("alt_curves", lang, opt=label),
                            _t("cap_curves", lang, opt=label, w=s["saturated_weight"])))
-    out.append(_results_table(a["table"], lang))
+    out.append(_results_table(a["table"], names, lang))
     out.append(_note("table_note", lang, n_eval=s["final_eval"], window=s["log_every"], target=s["target_accuracy"]))
     out.append(f"<h3>{esc(_t('verdict_head', lang))}</h3>")
     out.append(_p("verdict_def", lang, target=s["target_accuracy"], like=s["like_reference_steps"], steps=s["steps"]))
-    out += _verdict_lines(a["table"], lang)
+    out += _verdict_lines(a["table"], names, lang)
     out.append(f"<h3>{esc(_t('findings', lang))}</h3>")
     out.append(_p("glance", lang, w=s["saturated_weight"]))
-    out.append(_glance_table(a["table"], lang))
+    out.append(_glance_table(a["table"], names, lang))
     if f["logit_sd_at_init"]:
         out.append(_p("why_sd", lang, pred=_join(f"{_n(r['predicted'])} (dₖ = {r['d_k']})" for r in f["logit_sd_at_init"]),
                       meas=_join(_n(r["measured"]) for r in f["logit_sd_at_init"])))
     out += _gradient(f["gradient_step0"], lang) + _saturation(f["saturation_path"], s, lang)
-    out += _softcap(f["softcap"], s, lang) + _optimiser(f["optimiser"], s, lang) + _zero(f["zero_gradient"], lang)
-    out += _chain(a["chain_rule"], lang)
+    out += _softcap(f["softcap"], s, lang) + _optimiser(f["optimiser"], s, names, lang) + _zero(f["zero_gradient"], lang)
+    out += _chain(a["chain_rule"], names, lang)
     out.append(_timing(a["timing"], env.data.get("wall_s"), lang))
     return "\n".join(out)
 
@@ -300,8 +301,9 @@ def _range(spread: dict, spec: str = ".2f") -> str:
     return lo if lo == hi else f"{lo}–{hi}"
 
 
-def _name(rule: str, lang: str) -> str:
-    return t(f"rule_{rule}", lang)
+def _labels(setup: dict, lang: str) -> dict[str, str]:
+    """The report's one label table (report.text), soft-cap labels filled with the sweep's own cap."""
+    return {rule: t(f"rule_{rule}", lang).format(cap=setup["caps"].get(rule, 0)) for rule in setup["rules"]}
 
 
 def _opt(which: str, lang: str) -> str:
@@ -357,31 +359,31 @@ def _tuning(tuning: list[dict], lang: str) -> list[str]:
     return [f"<p>{esc(_t('tuned', lang, lrs=lrs))} {esc(said)} {esc(_t('tuned_note', lang))}</p>"]
 
 
-def _results_table(rows: list[dict], lang: str) -> str:
+def _results_table(rows: list[dict], names: dict, lang: str) -> str:
     header = [_t("h_rule", lang), "dₖ", _t("h_acc", lang, opt="Adam"), _t("h_steps", lang), _t("h_verdict", lang),
               _t("h_acc", lang, opt=_t("sgd_ref", lang)), _t("h_steps", lang), _t("h_verdict", lang),
               _t("h_best_lr", lang), _t("h_acc", lang, opt=_t("sgd_best", lang)), _t("h_steps", lang)]
-    body = [[_name(r["rule"], lang), r["d_k"], _acc(r["adam"]), _steps(r["adam"]), _verdict(r["adam"], lang),
+    body = [[names[r["rule"]], r["d_k"], _acc(r["adam"]), _steps(r["adam"]), _verdict(r["adam"], lang),
              _acc(r["sgd_reference_lr"]), _steps(r["sgd_reference_lr"]), _verdict(r["sgd_reference_lr"], lang),
              _lr(r["sgd_best_lr"]), _acc(r["sgd_best_lr"]), _steps(r["sgd_best_lr"])] for r in rows]
     return table(header, body, cls="numeric")
 
 
-def _verdict_lines(rows: list[dict], lang: str) -> list[str]:
+def _verdict_lines(rows: list[dict], names: dict, lang: str) -> list[str]:
     items = []
     for rule in dict.fromkeys(r["rule"] for r in rows):
         for opt in ("adam", "sgd_reference_lr"):
             mine = [r for r in rows if r["rule"] == rule]
             said = _join(f"dₖ = {r['d_k']}" + (f" (lr {r[opt]['lr']:g})" if opt != "adam" else "") +
                          f" {_verdict(r[opt], lang)}" for r in mine)
-            items.append(f"<li>{esc(_t('v_line', lang, rule=_name(rule, lang), opt=_opt(opt, lang), items=said))}</li>")
+            items.append(f"<li>{esc(_t('v_line', lang, rule=names[rule], opt=_opt(opt, lang), items=said))}</li>")
     return [f"<ul>{''.join(items)}</ul>"]
 
 
-def _glance_table(rows: list[dict], lang: str) -> str:
+def _glance_table(rows: list[dict], names: dict, lang: str) -> str:
     header = [_t("h_rule", lang), "dₖ", _t("h_sd0", lang), _t("h_sd1", lang), _t("h_sat0", lang), _t("h_sat1", lang),
               _t("h_max0", lang), _t("h_max1", lang), _t("h_reached", lang)]
-    body = [[_name(r["rule"], lang), r["d_k"], _range(r["adam"]["start"]["logit_std"], ".3g"),
+    body = [[names[r["rule"]], r["d_k"], _range(r["adam"]["start"]["logit_std"], ".3g"),
              _range(r["adam"]["end"]["logit_std"], ".3g"), _range(r["adam"]["start"]["saturated_frac"]),
              _range(r["adam"]["end"]["saturated_frac"]), _range(r["adam"]["start"]["max_logit"], ".3g"),
              _range(r["adam"]["end"]["max_logit"], ".3g"), f"{r['adam']['reached']}/{r['adam']['seeds']}"] for r in rows]
@@ -445,8 +447,8 @@ def _softcap(finding: dict, s: dict, lang: str) -> list[str]:
     return out
 
 
-def _optimiser(finding: dict, s: dict, lang: str) -> list[str]:
-    pairs = lambda items: _join(f"{_name(i['rule'], lang)} dₖ = {i['d_k']}" for i in items)  # noqa: E731
+def _optimiser(finding: dict, s: dict, names: dict, lang: str) -> list[str]:
+    pairs = lambda items: _join(f"{names[i['rule']]} dₖ = {i['d_k']}" for i in items)  # noqa: E731
     out = []
     if finding["adam_only"]:
         out += [_p("adam_only", lang, pairs=pairs(finding["adam_only"])), _hyp("hyp_adam", lang)]
@@ -465,19 +467,19 @@ def _zero(finding: dict, lang: str) -> list[str]:
     return out
 
 
-def _chain(chain: dict, lang: str) -> list[str]:
+def _chain(chain: dict, names: dict, lang: str) -> list[str]:
     summary = chain.get("summary")
     if not chain["rows"] or summary is None:
         return []
     quoted = summary["quoted"] or {}
-    out = [_p("chain", lang, anchor=_name(chain["anchor"]["rule"], lang), anchor_dk=chain["anchor"]["d_k"],
+    out = [_p("chain", lang, anchor=names[chain["anchor"]["rule"]], anchor_dk=chain["anchor"]["d_k"],
               lo=_n(summary["ratio_min"], ".2f"), hi=_n(summary["ratio_max"], ".2f"), n=summary["pairs"],
               span=_n(summary["factor_span"], ".0f"), big=quoted.get("d_k"), blind=_n(quoted.get("scale_only")),
               pred=_n(quoted.get("predicted")), meas=_n(quoted.get("measured")))]
-    out.append(_figure(_chain_figure(chain["rows"], lang), _t("alt_chain", lang), _t("cap_chain", lang)))
+    out.append(_figure(_chain_figure(chain["rows"], names, lang), _t("alt_chain", lang), _t("cap_chain", lang)))
     header = [_t("h_grad", lang), _t("h_rule", lang), "dₖ", "s", _t("logit_sd", lang), _t("h_maxp", lang),
               _t("h_scale_only", lang), _t("predicted", lang), _t("measured", lang), _t("h_ratio", lang)]
-    body = [["W_Q" if r["gradient"] == "grad_wq" else "W_K", _name(r["rule"], lang), r["d_k"], _n(r["factor"], ".4g"),
+    body = [["W_Q" if r["gradient"] == "grad_wq" else "W_K", names[r["rule"]], r["d_k"], _n(r["factor"], ".4g"),
              _n(r["logit_std"], ".2f"), _n(r["max_weight_mean"], ".3f"), _n(r["scale_only"]), _n(r["predicted"]),
              _n(r["measured"]), _n(r["ratio"], ".2f")] for r in chain["rows"]]
     return out + [table(header, body, cls="numeric"), _p("chain_rest", lang)]
@@ -491,7 +493,7 @@ def _timing(timing: dict, wall_s, lang: str) -> str:
 
 # --- figures: drawn from the analysis' curves and chain-rule rows only ---------------------------------
 
-def _curves_figure(a: dict, opt: str, lang: str):
+def _curves_figure(a: dict, opt: str, names: dict, lang: str):
     from attnscale.report.figures import SERIES, _style
 
     setup = a["setup"]
@@ -510,7 +512,7 @@ def _curves_figure(a: dict, opt: str, lang: str):
                         for seed in c["per_seed"][key]:
                             ax.plot(c["steps"][:len(seed)], [_nan(v) for v in seed], color=color, lw=0.6, alpha=0.35)
                         ax.plot(c["steps"], [_nan(v) for v in c["mean"][key]], color=color, lw=1.6,
-                                label=_name(rule, lang) if row == 0 else None)
+                                label=names[rule] if row == 0 else None)
             axes[0][col].axhline(a["single_key_ceiling"], color="#5d6677", ls=":", lw=1)
             axes[0][col].set_title(f"dₖ = {d_k}")
             axes[0][col].set_ylim(0, 1.02)
@@ -528,7 +530,7 @@ def _nan(v):
     return float("nan") if v is None else v
 
 
-def _chain_figure(rows: list[dict], lang: str):
+def _chain_figure(rows: list[dict], names: dict, lang: str):
     from attnscale.report.figures import SERIES, _style
 
     rules = list(dict.fromkeys(r["rule"] for r in rows))
@@ -540,7 +542,7 @@ def _chain_figure(rows: list[dict], lang: str):
                 pts = [r for r in sel if r["rule"] == rule]
                 color = SERIES[i % len(SERIES)]
                 ax.scatter([r["predicted"] for r in pts], [r["measured"] for r in pts], color=color,
-                           label=_name(rule, lang), s=28)
+                           label=names[rule], s=28)
                 # Hollow: the scale alone (blind to saturation), on the same row as the full prediction.
                 blind = [r for r in pts if r["scale_only"]]
                 ax.scatter([r["scale_only"] for r in blind], [r["measured"] for r in blind], facecolors="none",
