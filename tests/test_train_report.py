@@ -50,6 +50,15 @@ def logit_summary(tmp_path_factory):
             "analysis": logit_growth.analyse(LOGITS, cells, out)}
 
 
+def _render_logits(summary: dict, lang: str) -> str:
+    """The logit-growth chapter on ``summary``: as an envelope where the chapter takes one (``KIND``,
+    render(env, lang), the results contract), else as the summary dict itself."""
+    if not hasattr(training_logits, "KIND"):
+        return training_logits.render(summary, lang)
+    data = {k: v for k, v in summary.items() if k != "config"}
+    return training_logits.render(results.Envelope(kind=training_logits.KIND, data=data, config=summary["config"]), lang)
+
+
 def _words(html: str) -> str:
     html = re.sub(r"<svg.*?</svg>", " ", html, flags=re.S)
     return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html)).replace("&#x27;", "'")
@@ -97,7 +106,7 @@ def test_the_single_key_sentence_follows_the_two_ceilings(scale_env):
 
 
 def test_logit_growth_chapter_shows_the_summary(logit_summary):
-    html = training_logits.render(logit_summary, "en")
+    html = _render_logits(logit_summary, "en")
     assert html.count("<svg") == 2
     sens = logit_summary["analysis"]["lr_sensitivity"]["baseline"]["mean"]
     assert f"{sens:.3f}" in html
@@ -114,7 +123,7 @@ def test_logit_growth_low_end_sentence_follows_the_losses(logit_summary):
         summary = copy.deepcopy(logit_summary)
         for r in summary["analysis"]["table"]:
             r["final_loss_mean"] = loss_at_low if r["lr"] == low else 2.0
-        return _words(training_logits.render(summary, "en"))
+        return _words(_render_logits(summary, "en"))
 
     worse = with_low_loss(2.5)
     assert "lose 0.50 nats or more at the lowest learning rate" in worse and "not measured here" in worse
