@@ -113,8 +113,9 @@ TEXT = {
     "path_became": {"en": "Most of them are not saturated at step 0 but become so as training goes on.",
                     "zh": "其中多数在第 0 步并不饱和，而是随训练变得饱和。"},
     "path_left": {"en": "Most of them start saturated and leave saturation.", "zh": "其中多数起初饱和，之后离开饱和。"},
-    "path_never": {"en": "Most of them are never saturated at a logged step: saturation does not explain those failures.",
-                   "zh": "其中多数在任何记录步都不饱和：饱和解释不了这些失败。"},
+    "path_never": {"en": "Most of them are never saturated at a logged step: saturation, counted this way, does not "
+                         "explain those failures.",
+                   "zh": "其中多数在任何记录步都不饱和：按这种计法，饱和解释不了这些失败。"},
     "grow_grows": {"en": "Their logits grow during training (median last ÷ first logit standard deviation ≥ {G:g}).",
                    "zh": "它们的 logit 在训练中增长（最后 ÷ 最初 logit 标准差的中位数 ≥ {G:g}）。"},
     "grow_shrinks": {"en": "Their logits shrink during training (median ratio ≤ 1/{G:g}).",
