@@ -1,7 +1,7 @@
 """Report chapter: does unscaled attention really stop learning? (experiment A, ``train/scale-vs-dk``)
 
 Reads the ``train/scale-vs-dk`` result (written by ``attnscale train scale-vs-dk``) and only formats and
-places what its analysis holds (:func:`attnscale.experiments.scale_vs_dk.analyse`): the set-up, the SGD
+places what its analysis holds (``scale_vs_dk.analyse`` in the experiments): the set-up, the SGD
 rate tuned for 1/√d_k and whether it lies inside the grid, learning curves with the logit spread and the
 saturated rows over training, the table of final accuracy, steps to target and verdicts, the findings
 each interpretive sentence is chosen by, the chain-rule check of the gradient at initialisation, and the
