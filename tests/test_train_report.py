@@ -1,56 +1,135 @@
-"""The training chapters render from summaries alone (both languages), and the train CLI is wired."""
+"""The training chapters render from their results alone (both languages), their sentences follow the
+data, and the train CLI is wired.
+
+The results are built here from real (tiny) cells through the experiments' own ``train_cell`` and
+``analyse``; the scale-vs-dk one goes through ``results.write``/``results.read`` (strict JSON) into the
+envelope its chapter receives."""
 
 from __future__ import annotations
 
-import math
+import copy
+import re
 
 import pytest
 
 pytest.importorskip("torch")
 
+from attnscale import results  # noqa: E402
 from attnscale.cli import main  # noqa: E402
 from attnscale.experiments import logit_growth, scale_vs_dk  # noqa: E402
-from attnscale.experiments.sweeps import run_experiment  # noqa: E402
+from attnscale.experiments.runner import run_sweep  # noqa: E402
 from attnscale.report.chapters import EXPERIMENT_CHAPTERS, training, training_logits  # noqa: E402
+from attnscale.store import ResultCache, to_jsonable  # noqa: E402
+
+SCALE = scale_vs_dk.ScaleVsDkConfig(rules=("inverse_sqrt_dk", "unscaled"), d_ks=(16,), seeds=1, sgd_lrs=(0.1, 0.3),
+                                    steps=12, log_every=4, final_eval=64)
+LOGITS = logit_growth.LogitGrowthConfig(lrs=(1e-3, 1e-1), steps=8, warmup=2, batch=4, log_every=4, corpus_chars=4000)
+
+
+def _sweep(name, module, config, root):
+    cells = config.cells()
+    out = run_sweep(name, cells, module.train_cell, ResultCache(root / "cells"))
+    return cells, out
 
 
 @pytest.fixture(scope="module")
-def summaries(tmp_path_factory):
-    out = tmp_path_factory.mktemp("train")
-    a = scale_vs_dk.ScaleVsDkConfig(rules=("inverse_sqrt_dk", "unscaled"), d_ks=(16,), seeds=1, sgd_lrs=(0.3,),
-                                    steps=12, log_every=4, final_eval=64)
-    b = logit_growth.LogitGrowthConfig(lrs=(1e-3, 1e-1), steps=8, warmup=2, batch=4, log_every=4,
-                                       corpus_chars=4000)
-    return (run_experiment("scale-vs-dk", a, out / "scale-vs-dk"),
-            run_experiment("logit-growth", b, out / "logit-growth"))
+def scale_env(tmp_path_factory):
+    root = tmp_path_factory.mktemp("scale")
+    cells, out = _sweep("scale-vs-dk", scale_vs_dk, SCALE, root)
+    data = {"description": "test", "cells": [{"cell": to_jsonable(c), "result": r} for c, r in zip(cells, out)],
+            "analysis": scale_vs_dk.analyse(SCALE, cells, out), "wall_s": 3.25}
+    results.write(training.KIND, data, config=to_jsonable(SCALE), seed=0, quick=True, root=root)
+    return results.read(training.KIND, root=root, quick=True)
+
+
+@pytest.fixture(scope="module")
+def logit_summary(tmp_path_factory):
+    root = tmp_path_factory.mktemp("logits")
+    cells, out = _sweep("logit-growth", logit_growth, LOGITS, root)
+    return {"config": to_jsonable(LOGITS), "cells": [{"cell": to_jsonable(c), "result": r} for c, r in zip(cells, out)],
+            "analysis": logit_growth.analyse(LOGITS, cells, out)}
+
+
+def _render_logits(summary: dict, lang: str) -> str:
+    """The logit-growth chapter on ``summary``: as an envelope where the chapter takes one (``KIND``,
+    render(env, lang), the results contract), else as the summary dict itself."""
+    if not hasattr(training_logits, "KIND"):
+        return training_logits.render(summary, lang)
+    data = {k: v for k, v in summary.items() if k != "config"}
+    return training_logits.render(results.Envelope(kind=training_logits.KIND, data=data, config=summary["config"]), lang)
+
+
+def _words(html: str) -> str:
+    html = re.sub(r"<svg.*?</svg>", " ", html, flags=re.S)
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html)).replace("&#x27;", "'")
+
+
+def _text_only(env, lang: str) -> str:
+    """The chapter's words without its figures (seconds each to draw; the text tests do not read them)."""
+    from unittest import mock
+
+    with mock.patch.object(training, "_curves_figure", lambda *a: None), \
+            mock.patch.object(training, "_chain_figure", lambda *a: None), \
+            mock.patch.object(training, "_figure", lambda fig, alt, caption: ""):
+        return _words(training.render(env, lang))
 
 
 def test_chapters_are_registered():
     assert "training" in EXPERIMENT_CHAPTERS and "training_logits" in EXPERIMENT_CHAPTERS
-    assert training.RESULT_PATH == "train/scale-vs-dk/summary.json"
-    assert training_logits.RESULT_PATH == "train/logit-growth/summary.json"
+    assert training.KIND == "train/scale-vs-dk" and training.KIND in results.KINDS
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
-def test_scale_vs_dk_chapter_shows_the_summary(summaries, lang):
-    a, _ = summaries
-    html = training.render(a, lang)
-    assert html.count("<svg") == 2 and "<table" in html
-    ceiling = f"{a['analysis']['single_key_ceiling']:.3f}"
-    assert ceiling in html
-    ratio = a["analysis"]["chain_rule"]["rows"][1]["ratio"]
-    assert f"{ratio:.2f}" in html
+def test_scale_vs_dk_chapter_shows_the_result(scale_env, lang):
+    a = scale_env.data["analysis"]
+    html = training.render(scale_env, lang)
+    assert html.count("<svg") == 3 and "<table" in html
+    assert f"{a['single_key_ceiling']:.3f}" in html
+    unscaled = next(r for r in a["chain_rule"]["rows"] if r["rule"] == "unscaled" and r["gradient"] == "grad_wq")
+    assert f"{unscaled['ratio']:.2f}" in html
+    tuned = a["sgd_tuning"][0]
+    assert f"dₖ = 16: {'‹' if tuned['edge'] == 'low' else '›' if tuned['edge'] == 'high' else ''}{tuned['lr']:g}" in html
+    assert ("快速扫描" if lang == "zh" else "Quick sweep") in html                 # read back as quick: said so
 
 
-@pytest.mark.parametrize("lang", ["en", "zh"])
-def test_logit_growth_chapter_shows_the_summary(summaries, lang):
-    _, b = summaries
-    html = training_logits.render(b, lang)
+def test_the_single_key_sentence_follows_the_two_ceilings(scale_env):
+    """"The same as guessing" only when the analysis finds the two ceilings equal; else both numbers."""
+    a = scale_env.data["analysis"]
+    assert a["single_key_is_prior"] == (a["single_key_ceiling"] == pytest.approx(a["prior_ceiling"]))
+    assert ("the same as guessing" in _text_only(scale_env, "en")) == a["single_key_is_prior"]
+    other = copy.deepcopy(scale_env.data)
+    other["analysis"].update(single_key_is_prior=False, prior_ceiling=a["single_key_ceiling"] / 2)
+    env = results.Envelope(kind=training.KIND, data=other, quick=True)
+    for lang, said in (("en", "the same as guessing"), ("zh", "相同")):
+        intro = _text_only(env, lang).split("W_Q")[0]
+        assert f"{a['single_key_ceiling'] / 2:.3f}" in intro and said not in intro
+
+
+def test_logit_growth_chapter_shows_the_summary(logit_summary):
+    html = _render_logits(logit_summary, "en")
     assert html.count("<svg") == 2
-    sens = b["analysis"]["lr_sensitivity"]["baseline"]["mean"]
+    sens = logit_summary["analysis"]["lr_sensitivity"]["baseline"]["mean"]
     assert f"{sens:.3f}" in html
-    params = b["cells"][0]["result"]["parameters"]
+    params = logit_summary["cells"][0]["result"]["parameters"]
     assert f"{params:,}" in html and params > 0
+
+
+def test_logit_growth_low_end_sentence_follows_the_losses(logit_summary):
+    """The "loses … at the lowest learning rate" paragraph (a cause marked as not measured) appears when, and
+    only when, both variants' final loss at the lowest rate is above their best."""
+    low = min(r["lr"] for r in logit_summary["analysis"]["table"])
+
+    def with_low_loss(loss_at_low):
+        summary = copy.deepcopy(logit_summary)
+        for r in summary["analysis"]["table"]:
+            r["final_loss_mean"] = loss_at_low if r["lr"] == low else 2.0
+        return _words(_render_logits(summary, "en"))
+
+    worse = with_low_loss(2.5)
+    assert "lose 0.50 nats or more at the lowest learning rate" in worse and "not measured here" in worse
+    best_at_low = with_low_loss(1.9)                   # the lowest rate is now the best: no shortfall to explain
+    assert "nats or more" not in best_at_low and "not measured here" not in best_at_low
+    assert "uniform" not in worse                       # nothing measures uniformity
 
 
 def test_cli_rejects_bad_seeds(capsys):
@@ -66,30 +145,14 @@ def test_cli_help_lists_experiments(capsys):
     assert "scale-vs-dk" in out and "logit-growth" in out and "--quick" in out
 
 
-def test_the_single_key_sentence_follows_the_two_ceilings(summaries):
-    """"The same as guessing" only when the result's two ceilings are equal; else both numbers, no claim."""
-    import copy
+def test_cli_table_prints_the_analysis(scale_env, capsys):
+    from attnscale.cli.train import _print_scale_vs_dk
 
-    a, _ = summaries
-    single, prior = a["analysis"]["single_key_ceiling"], a["analysis"]["prior_ceiling"]
-    same = "the same as guessing" in training.render(a, "en")
-    assert same == math.isclose(single, prior, rel_tol=1e-9, abs_tol=1e-12)
-    other = copy.deepcopy(a)
-    other["analysis"]["prior_ceiling"] = single / 2
-    for lang, said in (("en", "the same as guessing"), ("zh", "相同")):
-        html = training.render(other, lang)
-        assert f"{single / 2:.3f}" in html and said not in html.split("W_Q")[0]
-    other["analysis"]["prior_ceiling"] = single
-    assert "the same as guessing" in training.render(other, "en")
-
-
-@pytest.mark.parametrize("lang", ["en", "zh"])
-def test_logit_growth_text_claims_only_what_it_measured(summaries, lang):
-    """No "attends almost uniformly" (nothing measures uniformity); a cause of the low-LR gap is a guess."""
-    _, b = summaries
-    html = training_logits.render(b, lang)
-    assert "uniform" not in html and "均匀的" not in html
-    assert "steps are too few there" not in html
-    text = training_logits.TEXT
-    assert "not measured" in text["low_end"]["en"] and "未测量" in text["low_end"]["zh"]
-    assert "uniform" not in text["collapse"]["en"] and "均匀" not in text["collapse"]["zh"]
+    a = scale_env.data["analysis"]
+    _print_scale_vs_dk(a)
+    out = capsys.readouterr().out
+    assert f"d_k=16: {a['sgd_tuning'][0]['lr']:g}" in out
+    line = next(x for x in out.splitlines() if x.startswith("unscaled"))
+    adam = a["table"][1]["adam"]
+    assert f"{adam['verdict']} {adam['seeds_agreeing']}/{adam['seeds']}" in line
+    assert f"{a['timing']['cpu_s']:.0f} CPU-s" in out

@@ -86,7 +86,8 @@ def _fmt(x, spec=".3f") -> str:
 
 def _acc(s) -> str:
     a = s["final_accuracy"]
-    return f"{_fmt(a['mean'], '.2f')} [{_fmt(a['min'], '.2f')},{_fmt(a['max'], '.2f')}]"
+    div = f" div{s['diverged']}" if s["diverged"] else ""
+    return f"{_fmt(a['mean'], '.2f')} [{_fmt(a['min'], '.2f')},{_fmt(a['max'], '.2f')}]{div}"
 
 
 def _reach(s) -> str:
@@ -95,19 +96,29 @@ def _reach(s) -> str:
     return f"{_fmt(s['steps_to_target']['mean'], '.0f')} {s['reached']}/{s['seeds']}"
 
 
+def _verdict(s) -> str:
+    ratio = f" x{s['steps_ratio']:.2g}" if s["verdict"] == "slower" and s["steps_ratio"] is not None else ""
+    return f"{s['verdict']}{ratio} {s['seeds_agreeing']}/{s['seeds']}" if s["verdict"] else "-"
+
+
 def _print_scale_vs_dk(a: dict) -> None:
     print(f"target accuracy {a['target_accuracy']:g}; chance-level ceilings: prior {a['prior_ceiling']:.3f}, "
           f"one attended key {a['single_key_ceiling']:.3f}")
-    print("SGD learning rate tuned for 1/sqrt(d_k): "
-          + ", ".join(f"d_k={k}: {v:g}" for k, v in a["sgd_lr_tuned_for_reference"].items()))
-    print("final accuracy mean [min,max] over seeds; steps to target: mean over seeds that reached it, reached/seeds")
-    head = f"{'rule':<17}{'d_k':>4}  {'Adam acc':<17}{'steps':<11}{'SGD@ref acc':<17}{'steps':<11}" \
-           f"{'SGD@best lr':>11} {'acc':<17}{'steps':<11}"
-    print(head)
+    grid = ", ".join(f"{lr:g}" for lr in a["setup"]["sgd_lrs"])
+    print(f"SGD learning rate tuned for 1/sqrt(d_k) on the grid {grid}: "
+          + ", ".join(f"d_k={t['d_k']}: {t['lr']:g}" + (f" (at the grid's {t['edge']} edge)" if t["edge"] else "")
+                      for t in a["sgd_tuning"]))
+    print("final accuracy mean [min,max] over seeds; steps to target: mean over seeds that reached it, reached/seeds;")
+    print(f"verdict against 1/sqrt(d_k) on the same seeds: learns (within {a['setup']['like_reference_steps']:g}x its "
+          f"steps), slower, fails, diverges; seeds agreeing")
+    print(f"{'rule':<17}{'d_k':>4}  {'Adam acc':<17}{'steps':<11}{'verdict':<18}{'SGD@tuned acc':<17}{'steps':<11}"
+          f"{'verdict':<18}{'own lr':>7} {'acc':<17}{'steps':<11}")
     for row in a["table"]:
         adam, ref, best = row["adam"], row["sgd_reference_lr"], row["sgd_best_lr"]
-        print(f"{row['rule']:<17}{row['d_k']:>4}  {_acc(adam):<17}{_reach(adam):<11}{_acc(ref):<17}"
-              f"{_reach(ref):<11}{best['lr']:>11g} {_acc(best):<17}{_reach(best):<11}")
+        edge = {"low": "<", "high": ">"}.get(best.get("edge"), "")
+        print(f"{row['rule']:<17}{row['d_k']:>4}  {_acc(adam):<17}{_reach(adam):<11}{_verdict(adam):<18}"
+              f"{_acc(ref):<17}{_reach(ref):<11}{_verdict(ref):<18}{edge + format(best['lr'], 'g'):>7} "
+              f"{_acc(best):<17}{_reach(best):<11}")
     rows = a["chain_rule"]["rows"]
     if rows:
         anchor = a["chain_rule"]["anchor"]
@@ -118,9 +129,13 @@ def _print_scale_vs_dk(a: dict) -> None:
         print(f"{'grad':<8}{'rule':<17}{'d_k':>4}{'s':>9}{'logit sd':>9}{'max p':>7}{'J rms':>7}"
               f"{'s only':>10}{'predicted':>11}{'measured':>11}{'ratio':>7}")
         for r in rows:
-            print(f"{r['gradient']:<8}{r['rule']:<17}{r['d_k']:>4}{r['factor']:>9.4g}{r['logit_std']:>9.3g}"
-                  f"{r['max_weight_mean']:>7.3f}{r['effective_jacobian_rms']:>7.3f}{r['scale_only']:>10.4g}"
-                  f"{r['predicted']:>11.4g}{r['measured']:>11.4g}{r['ratio']:>7.2f}")
+            print(f"{r['gradient']:<8}{r['rule']:<17}{r['d_k']:>4}{_fmt(r['factor'], '.4g'):>9}"
+                  f"{_fmt(r['logit_std'], '.3g'):>9}{_fmt(r['max_weight_mean']):>7}{_fmt(r['effective_jacobian_rms']):>7}"
+                  f"{_fmt(r['scale_only'], '.4g'):>10}{_fmt(r['predicted'], '.4g'):>11}{_fmt(r['measured'], '.4g'):>11}"
+                  f"{_fmt(r['ratio'], '.2f'):>7}")
+    t = a["timing"]
+    print(f"\ncells' own run time: {t['cpu_s']:.0f} CPU-s in all, {_fmt(t['wall_s_per_cell'], '.2g')} s wall per cell "
+          f"on average ({t['timed']} cells timed)")
 
 
 def _print_logit_growth(a: dict) -> None:

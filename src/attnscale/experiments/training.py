@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from attnscale.errors import InputError
+from attnscale.results import finite_or_none
 
 __all__ = ["seed_everything", "process_settings", "restore_process_settings", "make_optimizer", "attention_metrics", "grad_norm", "SATURATED_WEIGHT"]
 
@@ -88,8 +89,10 @@ def grad_norm(*params) -> tuple[float, bool]:
 def attention_metrics(logits, weights) -> dict[str, object]:
     """Health of attention rows. logits, weights: (B, H, R, S) torch tensors (R rows per head).
 
-    Returns the median entropy per head (nats), the largest finite logit, and the fraction of rows
-    whose largest weight exceeds :data:`SATURATED_WEIGHT`.
+    Returns the median entropy per head (nats), the largest finite logit, the mean over rows of each
+    row's logit standard deviation (over its finite logits: the spread that saturates a row), and the
+    fraction of rows whose largest weight exceeds :data:`SATURATED_WEIGHT`. A figure that does not
+    exist (no finite logit) is None.
     """
     import torch
 
@@ -98,10 +101,17 @@ def attention_metrics(logits, weights) -> dict[str, object]:
     logp = torch.where(p > 0, p.clamp_min(np.finfo(np.float64).tiny).log(), torch.zeros_like(p))
     entropy = -(p * logp).sum(-1)                                        # (B, H, R)
     per_head = entropy.transpose(0, 1).reshape(entropy.shape[1], -1)     # (H, B·R)
-    finite = logits[logits > -math.inf]
+    z = logits.double()
+    present = z > -math.inf                                               # masked keys are -inf
+    count = present.sum(-1)                                               # (B, H, R)
+    zf = torch.where(present, z, torch.zeros_like(z))
+    mean = zf.sum(-1) / count.clamp_min(1)
+    var = (torch.where(present, z - mean[..., None], torch.zeros_like(z)) ** 2).sum(-1) / count.clamp_min(1)
+    finite = z[present]
     return {
         "entropy_median": [float(v) for v in per_head.median(dim=1).values],
-        "max_logit": float(finite.max()) if finite.numel() else float("nan"),
+        "max_logit": finite_or_none(finite.max()) if finite.numel() else None,
+        "logit_std": finite_or_none(var.sqrt()[count > 0].mean()) if bool((count > 0).any()) else None,
         "saturated_frac": float((p.max(-1).values > SATURATED_WEIGHT).double().mean()),
     }
 
