@@ -196,9 +196,10 @@ def test_unwritable_path_is_one_line_and_exit_code_2(tmp_path, capsys):
     blocker.write_text("not a folder")
     assert main(["report", "--quick", "--out", str(blocker / "sub"), "--results", str(tmp_path / "results")]) == 2
     err = capsys.readouterr().err
-    # one error line (after the progress lines, as long as `report` checks its --out only at the end)
-    last = err.strip().splitlines()[-1]
-    assert last.startswith("attnscale report: error: ") and "a-file" in last and "Traceback" not in err
+    # checked before any work: one line and nothing else (no verification ran, nothing was written)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("attnscale report: error: ") and "a-file" in lines[0]
+    assert not (tmp_path / "results").exists()
 
 
 def test_main_puts_the_callers_sigint_handler_back(capsys):

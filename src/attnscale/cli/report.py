@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from attnscale.cli.output import add_json_option, add_quiet_option, check_json_target, emit_json, json_to_stdout
+from attnscale.cli.output import (add_json_option, add_quiet_option, check_json_target, check_out_folder, emit_json,
+                                  json_to_stdout)
 
 
 def _seed(text: str) -> int:
@@ -115,12 +116,12 @@ def run_report(args) -> int:
     check_json_target(args)
     root = results.DEFAULT_ROOT if args.results is None else args.results
     config = ReportConfig(out=args.out, results=root, lang=args.lang, quick=args.quick, seed=args.seed)
-    results.check_writable(config.out, "--out")
+    check_out_folder(config.out, "--out", named=args.out is not None)
     note = (lambda text: None) if args.quiet else (lambda text: print(f"attnscale report: {text}", file=sys.stderr))
-    with Progress(enabled=False if args.quiet else None) as progress:
+    with Progress(quiet=args.quiet) as progress:
         reason = current_verify(root, args.quick, args.seed, args.fresh)
         if reason is not None:
-            results.check_writable(root, "--results")
+            check_out_folder(root, "--results", named=args.results is not None)
             note(f"running the verification first ({'attnscale verify --quick' if args.quick else 'attnscale verify'}"
                  f" --seed {args.seed}): {reason}")
             _, env = run_and_save(verify_config(args.quick, args.seed, results_root=root), root, progress)

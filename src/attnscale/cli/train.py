@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import math
 
-from attnscale.cli.output import add_json_option, add_quiet_option, check_json_target, emit_json, json_to_stdout
+from attnscale.cli.output import (add_json_option, add_quiet_option, check_json_target, check_out_folder, emit_json,
+                                  json_to_stdout)
 
 
 def register(sub) -> None:
@@ -49,10 +50,10 @@ def run_train(args) -> int:
     if workers < 1:
         raise InputError(f"--workers: expected an integer >= 1, got {workers}")
     check_json_target(args)
-    root = results.check_writable(args.results or results.DEFAULT_ROOT, "--results")
+    root = check_out_folder(args.results or results.DEFAULT_ROOT, "--results", named=args.results is not None)
     config = make_config(args.experiment, quick=args.quick, seeds=args.seeds)
     backend = _backend(args, workers)
-    with Progress(enabled=False if args.quiet else None) as progress:
+    with Progress(quiet=args.quiet) as progress:
         env = run_experiment(args.experiment, config, root, backend, progress, quick=args.quick)
     emit_json(args, env)
     if not json_to_stdout(args):

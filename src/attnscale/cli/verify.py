@@ -11,7 +11,8 @@ import argparse
 import sys
 import textwrap
 
-from attnscale.cli.output import add_json_option, add_quiet_option, check_json_target, emit_json, json_to_stdout
+from attnscale.cli.output import (add_json_option, add_quiet_option, check_json_target, check_out_folder, emit_json,
+                                  json_to_stdout)
 
 VERDICT_MARK = {"holds": "holds", "fails": "FAILS", "inconclusive": "UNDECIDED", "seed number wrong": "SEED WRONG"}
 LABELS = {
@@ -105,10 +106,10 @@ def run_verify(args) -> int:
     from attnscale.cli.progress import Progress
 
     check_json_target(args)
-    root = results.check_writable(args.results or results.DEFAULT_ROOT, "--results")
+    root = check_out_folder(args.results or results.DEFAULT_ROOT, "--results", named=args.results is not None)
     config = verify_config(args.quick, args.seed, args.rel_ci_target, root, args.only)
     partial = args.only is not None
-    with Progress(enabled=False if args.quiet else None) as progress:
+    with Progress(quiet=args.quiet) as progress:
         report, env = run_and_save(config, root, progress, save=not partial)
     emit_json(args, env)
     if not json_to_stdout(args):

@@ -495,13 +495,13 @@ def _timing(timing: dict, wall_s, lang: str) -> str:
 # --- figures: drawn from the analysis' curves and chain-rule rows only ---------------------------------
 
 def _curves_figure(a: dict, opt: str, names: dict, lang: str):
-    from attnscale.report.figures import SERIES, _style
+    from attnscale.report.figures import SERIES, style
 
     setup = a["setup"]
     choice = "adam" if opt == "adam" else "tuned_for_reference"
     curves = [c for c in a["curves"] if c["lr_choice"] == choice]
     metrics = ("accuracy", "logit_std", "saturated_frac")
-    with _style() as plt:
+    with style() as plt:
         fig, axes = plt.subplots(3, len(setup["d_ks"]), figsize=(4.1 * len(setup["d_ks"]), 7.6), sharex=True,
                                  squeeze=False, constrained_layout=True)
         for col, d_k in enumerate(setup["d_ks"]):
@@ -532,10 +532,10 @@ def _nan(v):
 
 
 def _chain_figure(rows: list[dict], names: dict, lang: str):
-    from attnscale.report.figures import SERIES, _style
+    from attnscale.report.figures import SERIES, style
 
     rules = list(dict.fromkeys(r["rule"] for r in rows))
-    with _style() as plt:
+    with style() as plt:
         fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.8), constrained_layout=True)
         for ax, which in zip(axes, ("grad_wq", "grad_wk")):
             sel = [r for r in rows if r["gradient"] == which and r["predicted"] and r["measured"]]
