@@ -240,9 +240,9 @@ def test_sigint_to_train_with_workers_ends_fast_leaves_no_process_keeps_cells(tm
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not list((out / "cells").glob("*.json")) and proc.poll() is None:
+        while time.monotonic() < deadline and not list(out.glob("**/cells/*.json")) and proc.poll() is None:
             time.sleep(0.05)
-        cached_before = len(list((out / "cells").glob("*.json")))
+        cached_before = len(list(out.glob("**/cells/*.json")))
         assert cached_before >= 1 and proc.poll() is None, "the interrupt should land mid-sweep"
         start = time.monotonic()
         proc.send_signal(signal.SIGINT)
@@ -262,7 +262,7 @@ def test_sigint_to_train_with_workers_ends_fast_leaves_no_process_keeps_cells(tm
     while _session_alive(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _session_alive(proc.pid) == []
-    cells = sorted((out / "cells").glob("*.json"))
+    cells = sorted(out.glob("**/cells/*.json"))
     assert len(cells) >= cached_before and not (out / "summary.json").exists()
     for path in cells:                                 # whole files, each a finished cell
         assert "final_accuracy" in json.dumps(json.loads(path.read_text())["result"])

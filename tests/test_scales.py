@@ -285,7 +285,7 @@ def test_attnscale_rules_lists_softcap_unscaled(capsys):
 
     from attnscale.cli import main
 
-    assert main(["rules", "--json"]) == 0
+    assert main(["rules", "--json", "-"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
     assert set(rows) == set(RULES)
     assert rows["softcap_unscaled"]["formula"] == RULES["softcap_unscaled"].formula
