@@ -35,6 +35,8 @@ def register(sub) -> None:
     p.add_argument("--strict", action="store_true", help="exit 1 when any verdict is not 'holds'")
     p.add_argument("--quick", action="store_true", help="small sample caps: seconds instead of a minute")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0); same seed, same output")
+    p.add_argument("--only", metavar="IDS", default=None,
+                   help="compute only these claims: comma-separated id prefixes, e.g. S5 or S5,S7.2")
     p.add_argument("--rel-ci-target", type=float, default=0.01, metavar="R",
                    help="stop a Monte Carlo estimate when its 99%% CI half-width is R × |estimate| (default 0.01)")
     p.set_defaults(run=run_verify)
@@ -47,7 +49,8 @@ def run_verify(args) -> int:
     from attnscale.cli.progress import Progress
     from attnscale.store import to_jsonable, write_json_atomic
 
-    config = VerifyConfig(seed=args.seed, quick=args.quick, rel_ci_target=args.rel_ci_target)
+    config = VerifyConfig(seed=args.seed, quick=args.quick, rel_ci_target=args.rel_ci_target,
+                          only=None if args.only is None else tuple(p.strip() for p in args.only.split(",")))
     with Progress() as progress:
         report = run_claims(config, progress=progress)
     if args.json == "-":
