@@ -233,24 +233,28 @@ def batch_plan(max_samples: int | Sequence[int], n_estimates: int, widest: int, 
     return batch_size, np.maximum(caps, batch_size * min_batches)
 
 
-def all_pairs_dot_square_means(q: np.ndarray, k: np.ndarray, d_ks: Sequence[int]) -> np.ndarray:
+def all_pairs_dot_square_means(q: np.ndarray, k: np.ndarray, d_ks: Sequence[int],
+                               chunk_elements: int = 2 ** 21) -> np.ndarray:
     """Per batch, the mean of (qᵢ·kⱼ)² over all b² pairs (i, j) of its b queries and b keys, at every d_k
     of an increasing grid (prefixes, as :func:`prefix_dots`).
 
-    q, k: (batches, b, max(d_ks)); returns (batches, len(d_ks)) in float64. The dot products of one
-    batch are a (b, b) matrix product, accumulated segment by segment between consecutive d_k.
+    q, k: (batches, b, max(d_ks)); returns (batches, len(d_ks)) in float64. The dot products of a
+    batch are a (b, b) matrix product, accumulated segment by segment between consecutive d_k; batches
+    go a stack at a time, the stack's (b, b) products holding at most ``chunk_elements`` numbers.
     """
     d_ks = [int(d) for d in d_ks]
     if q.shape != k.shape or q.ndim != 3 or q.shape[2] != d_ks[-1]:
         raise InputError(f"q, k: expected equal shapes (batches, b, {d_ks[-1]}) (the largest d_k), got {q.shape}, {k.shape}")
-    b = q.shape[1]
-    out = np.empty((q.shape[0], len(d_ks)))
-    for i in range(q.shape[0]):      # one (b, b) product per batch: 2-D products go to BLAS
-        qi, ki = q[i].astype(np.float64, copy=False), k[i].astype(np.float64, copy=False)  # ±1 int8: exact
-        dots = np.zeros((b, b))
+    n_batches, b = q.shape[0], q.shape[1]
+    step = max(1, chunk_elements // (b * b))
+    out = np.empty((n_batches, len(d_ks)))
+    for first in range(0, n_batches, step):
+        qs = q[first:first + step].astype(np.float64, copy=False)   # ±1 int8 → exact in float64
+        ks = k[first:first + step].astype(np.float64, copy=False)
+        dots = np.zeros((qs.shape[0], b, b))
         for g, (start, end) in enumerate(zip([0, *d_ks[:-1]], d_ks)):
-            dots += qi[:, start:end] @ ki[:, start:end].T
-            out[i, g] = np.einsum("ij,ij->", dots, dots) / (b * b)
+            dots += np.matmul(qs[:, :, start:end], ks[:, :, start:end].transpose(0, 2, 1))
+            out[first:first + step, g] = np.einsum("bij,bij->b", dots, dots) / (b * b)
     return out
 
 
@@ -282,7 +286,7 @@ def dot_variance_estimates(component: str, d_ks: Sequence[int], *, rng: np.rando
         q = draw_components(component, rng, (n_batches, batch_size, grid[-1]))
         k = draw_components(component, rng, (n_batches, batch_size, grid[-1]))
         stats = np.full((n_batches, len(d_ks)), np.nan)
-        stats[:, : len(grid)] = all_pairs_dot_square_means(q, k, grid)
+        stats[:, : len(grid)] = all_pairs_dot_square_means(q, k, grid, chunk_elements)
         return stats
 
     return adaptive_means(draw, len(d_ks), batch_size=batch_size, cost=[2 * d for d in d_ks], rng=rng,

@@ -189,7 +189,7 @@ def _quotient_row(ctx: Context, numerators: list[str], denominator: str, texts: 
         seed_value=", ".join(texts), method="exact arithmetic",
         expected="each quotient of the printed numbers, rounded at the seed's shown precision",
         measured="; ".join(where), verdict="seed number wrong" if wrong else "holds",
-        correct_value=", ".join(f"{t} → {c}" for t, c in wrong) if wrong else None,
+        correct_value=", ".join(c for _, c in wrong) if wrong else None,
         note=("the quotients as written round to " + ", ".join(format_like(t, q) for t, q in zip(texts, quotients))
               + "; the printed weights are the exact softmax weights rounded "
               + ("(all right, S1.28)" if all(exact_ok) else "(not all: see S1.28)")
