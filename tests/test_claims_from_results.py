@@ -129,7 +129,20 @@ def test_only_computes_the_selected_claims(tmp_path):
 
 def test_config_round_trip_keeps_only_and_the_results_root(tmp_path):
     report = run_claims(VerifyConfig(quick=True, only=("S9",), results_root=tmp_path))
-    back = VerifyReport.from_dict(json.loads(json.dumps(report.to_dict(), default=str)))
+    back = VerifyReport.from_dict(json.loads(json.dumps(report.to_dict())))
     assert back.config == report.config and back.config.only == ("S9",)
     assert back.config.results_root == tmp_path
     assert VerifyConfig(only="S9").only == ("S9",)
+
+
+def test_cli_only_and_json_show_the_new_rows_and_margins(capsys):
+    from attnscale.cli import main
+
+    assert main(["verify", "--quick", "--only", "S3.3,S7", "--json", "-"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    rows = {c["id"]: c for c in data["claims"]}
+    assert set(rows) == {"S3.3", "S7.1", "S7.2", "S7.3", "S7.4"}
+    assert rows["S3.3"]["margin"] == 0.05 and "sources" in rows["S7.2"]
+    assert data["config"]["only"] == ["S3.3", "S7"]
+    assert main(["verify", "--only", "S42"]) == 2
+    assert "only: expected claim id prefixes" in capsys.readouterr().err
