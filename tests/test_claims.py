@@ -510,7 +510,7 @@ def test_s85_checks_that_the_max_weight_does_not_decay(monkeypatch):
     beyond._ssmax(ctx)
     assert by_id(ctx)["S8.5"].verdict == "holds"
     # a curve that stays ≥ 0.9 but decays with n: the old check (≥ 0.9 only) passed it
-    monkeypatch.setattr(beyond, "ssmax_one_high_max_weight", lambda n: 0.999 - 0.01 * math.log10(n))
+    monkeypatch.setattr(beyond, "ssmax_one_high_max_weight", lambda n, s: 0.999 - 0.01 * math.log10(n))
     ctx = Context(VerifyConfig(quick=True))
     beyond._ssmax(ctx)
     assert by_id(ctx)["S8.5"].verdict == "fails"

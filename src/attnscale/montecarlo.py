@@ -233,6 +233,9 @@ def batch_plan(max_samples: int | Sequence[int], n_estimates: int, widest: int, 
     return batch_size, np.maximum(caps, batch_size * min_batches)
 
 
+BLAS_FROM = 64   # segment width from which the (b, b) products go to BLAS
+
+
 def all_pairs_dot_square_means(q: np.ndarray, k: np.ndarray, d_ks: Sequence[int],
                                chunk_elements: int = 2 ** 21) -> np.ndarray:
     """Per batch, the mean of (qᵢ·kⱼ)² over all b² pairs (i, j) of its b queries and b keys, at every d_k
@@ -253,7 +256,10 @@ def all_pairs_dot_square_means(q: np.ndarray, k: np.ndarray, d_ks: Sequence[int]
         ks = k[first:first + step].astype(np.float64, copy=False)
         dots = np.zeros((qs.shape[0], b, b))
         for g, (start, end) in enumerate(zip([0, *d_ks[:-1]], d_ks)):
-            dots += np.matmul(qs[:, :, start:end], ks[:, :, start:end].transpose(0, 2, 1))
+            qa, ka = qs[:, :, start:end], ks[:, :, start:end]
+            # narrow segments: numpy's own loop; a multi-threaded BLAS call costs more than it saves there
+            dots += (np.einsum("bik,bjk->bij", qa, ka) if end - start < BLAS_FROM
+                     else np.matmul(qa, ka.transpose(0, 2, 1)))
             out[first:first + step, g] = np.einsum("bij,bij->b", dots, dots) / (b * b)
     return out
 
@@ -261,7 +267,8 @@ def all_pairs_dot_square_means(q: np.ndarray, k: np.ndarray, d_ks: Sequence[int]
 def dot_variance_estimates(component: str, d_ks: Sequence[int], *, rng: np.random.Generator,
                            max_samples: int | Sequence[int], rel_ci_target: float = 0.01,
                            confidence: float = 0.99, min_batches: int = 30, chunk_elements: int = 2 ** 21,
-                           progress: Callable[[int, int, str], None] | None = None) -> list[Estimate]:
+                           progress: Callable[[int, int, str], None] | None = None,
+                           max_batch: int = 64) -> list[Estimate]:
     """Var(q·k) = E[(q·k)²] for iid mean-0, variance-1 components, at every d_k of an increasing grid.
 
     A batch draws b independent queries and b independent keys and averages (qᵢ·kⱼ)² over all b² pairs
@@ -270,6 +277,8 @@ def dot_variance_estimates(component: str, d_ks: Sequence[int], *, rng: np.rando
     from the spread of the batch means as always; the variance of one batch mean has the closed form
     :func:`attnscale.theory.pair_mean_variance`, about b/2 to b times smaller than with b independent
     pairs for the same random numbers. ``n_samples`` counts the draws (queries = keys), not the pairs.
+    ``max_batch`` bounds b: the pairs cost b² per batch, which only pays where d_k is large; 64 keeps the
+    CPU time of the whole grid at or below that of independent pairs.
 
     One draw of width max(active d_k) serves every d_k through prefixes, so the estimates at different
     d_k are correlated but each interval is valid on its own. The batch size is fixed so that at least
@@ -280,6 +289,7 @@ def dot_variance_estimates(component: str, d_ks: Sequence[int], *, rng: np.rando
         raise InputError(f"d_ks: expected an increasing sequence of positive integers, got {list(d_ks)}")
     batch_size, caps = batch_plan(max_samples, len(d_ks), d_ks[-1], min_batches=min_batches,
                                   chunk_elements=chunk_elements, min_batch_size=2)
+    batch_size = min(batch_size, max_batch)
 
     def draw(rng, n_batches, active):
         grid = d_ks[: int(np.flatnonzero(active).max()) + 1]
