@@ -467,7 +467,11 @@ def test_s52_straddling_interval_is_inconclusive_not_fails():
     below = _max_weight((0.2, 0.1, 0.3), (0.8, 0.7, 0.85), (0.99, 0.98, 1.0))
     assert _run_saturation({("unscaled", "max_weight"): below})["S5.2"].verdict == "fails"
     above = _max_weight((0.2, 0.1, 0.3), (0.95, 0.92, 0.97), (0.99, 0.98, 1.0))
-    assert _run_saturation({("unscaled", "max_weight"): above})["S5.2"].verdict == "holds"
+    c = _run_saturation({("unscaled", "max_weight"): above})["S5.2"]
+    assert c.verdict == "holds" and "it would hold from d_k = 64 (n=16), 64 (n=128), 64 (n=1024)" in c.note
+    # the straddling case would hold only at d_k = 4096, where the interval is above 0.9
+    c = _run_saturation({("unscaled", "max_weight"): straddling})["S5.2"]
+    assert "it would hold from d_k = 4096 (n=16)" in c.note
 
 
 def test_the_confidence_level_is_printed_from_the_config():
