@@ -17,7 +17,7 @@ import time
 from typing import Callable
 
 from attnscale.claims.result import (
-    CHAPTERS, METHODS, N_GROUPS, VERDICTS, ClaimResult, VerifyConfig, VerifyReport, judge_printed, selects,
+    CHAPTERS, METHODS, VERDICTS, ClaimResult, VerifyConfig, VerifyReport, judge_printed, selects,
 )
 from attnscale.errors import InputError
 
