@@ -125,6 +125,10 @@ def test_only_computes_the_selected_claims(tmp_path):
         run_claims(VerifyConfig(quick=True, only=("S9.7",)))
     # only and groups narrow each other
     assert VerifyConfig(groups=(1, 2), only=("S2", "S5")).selected_groups == [2]
+    from attnscale.claims import GROUPS
+    from attnscale.claims.result import N_GROUPS
+
+    assert sorted(GROUPS) == list(range(1, N_GROUPS + 1)) == VerifyConfig().selected_groups
 
 
 def test_config_round_trip_keeps_only_and_the_results_root(tmp_path):

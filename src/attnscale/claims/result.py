@@ -3,8 +3,10 @@
 A claim's verdict is one of:
   "holds"             the claim (or the seed's printed number) is right;
   "fails"             a statement of the seed is false as stated (measured against its own criterion);
-  "inconclusive"      the interval does not decide the criterion at this sample size: it straddles the
-                      line (or the two intervals to compare overlap), so neither "holds" nor "fails" is shown;
+  "inconclusive"      not decided: the interval does not decide the criterion at this sample size (it
+                      straddles the line, two intervals to compare overlap, or an equality's interval is
+                      wider than its margin); or the results a claim is judged from are missing (the row
+                      names the command); or the claim is not checkable by computation (method "citation");
   "seed number wrong" the seed prints a number that differs from the true value at the precision it
                       prints; ``correct_value`` then gives the true one at that precision.
 
