@@ -550,3 +550,15 @@ def test_batch_plan_is_shared_by_both_variance_engines():
     assert size == 2 and list(caps) == [60, 60]   # caps raised so that 30 batches fit
     size, _ = batch_plan(10 ** 9, 3, 4096, min_batches=30, chunk_elements=2 ** 21)
     assert size == 2 ** 21 // (2 * 4096)
+
+
+def test_s54_a_large_drift_fails_only_when_detectable():
+    assert saturation.stays_put(0.05, False) == "holds"
+    assert saturation.stays_put(0.3, True) == "inconclusive" and saturation.stays_put(0.3, False) == "fails"
+    n = len(saturation.D_KS)
+    # the scaled medians drift by a third of the unscaled drift (0.01 per grid step)
+    wide = [(0.5 + 0.004 * i, 0.4, 0.6 + 0.004 * i) for i in range(n)]
+    narrow = [(0.5 + 0.004 * i, 0.4995 + 0.004 * i, 0.5005 + 0.004 * i) for i in range(n)]
+    assert _run_saturation({("scaled", "max_weight"): wide})["S5.4"].verdict == "inconclusive"
+    c = _run_saturation({("scaled", "max_weight"): narrow})["S5.4"]
+    assert c.verdict == "fails" and "detectable" in c.note and "drift ratio 0.400" in c.measured
