@@ -90,6 +90,9 @@ def test_the_lm_experiment_counts_too_and_a_broken_result_is_named(tmp_path):
     results.write("train/scale-vs-dk", {"cells": [], "analysis": {}}, root=tmp_path)
     c = claims(tmp_path)
     assert c["S10.1"].verdict == "holds"          # still judged from train/lm
+    _train(tmp_path, [{"rule": "unscaled", "verdict": "fails"}], kind="train/lm")   # no d_k
+    c = claims(tmp_path)
+    assert c["S10.1"].verdict == "inconclusive" and "analysis.verdicts needs" in c["S10.1"].measured
     bad = tmp_path / "train" / "lm" / "result.json"
     bad.unlink()
     c = claims(tmp_path)
@@ -105,6 +108,10 @@ def test_normalised_inputs_fraction_of_heads(tmp_path):
     _probe(tmp_path, "probe/minilm", "all-MiniLM-L6-v2", 32, heads[2:] + [_head(4, q_var=0.1)])
     c = claims(tmp_path)
     assert c["S10.3"].verdict == "fails" and "0/3 heads (0%) meet it" in c["S10.3"].measured
+    _probe(tmp_path, "probe/minilm", "all-MiniLM-L6-v2", 32, [{"layer": 0, "head": 0, "q_mean": 0.0}])
+    c = claims(tmp_path)
+    assert c["S10.3"].verdict == "inconclusive" and "data.heads needs" in c["S10.3"].measured
+    assert c["S10.4"].verdict == "fails"    # the model's d_k is still read
 
 
 def test_dk_of_real_models(tmp_path):

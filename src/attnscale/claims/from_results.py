@@ -31,6 +31,8 @@ LARGE_D_K = 64            # the seed's "large": "in real Transformers d_k is 64,
 MEAN_TOLERANCE = 0.1      # |mean of the components| ≤ this counts as "mean 0"
 VARIANCE_FACTOR = 1.25    # variance within [1/1.25, 1.25] counts as "variance 1"
 TRAINING_VERDICTS = ("learns", "slower", "fails", "diverges")
+HEAD_FIELDS = ("q_mean", "q_var", "k_mean", "k_var")            # of data["heads"] entries, as read
+VERDICT_FIELDS = ("rule", "d_k", "optimiser", "lr", "verdict")   # of analysis["verdicts"] entries, as read
 
 
 def _read(ctx: Context, kinds) -> tuple[list[results.Envelope], list[str]]:
@@ -69,10 +71,11 @@ def training_cells(envs: list[results.Envelope]) -> tuple[list[dict], list[str]]
             unusable.append(f"{env.path}: no analysis.verdicts (written by an older attnscale? rerun "
                             f"{results.KINDS[env.kind].description})")
             continue
-        bad = [v for v in verdicts if not isinstance(v, dict) or v.get("verdict") not in TRAINING_VERDICTS]
+        bad = [v for v in verdicts if not isinstance(v, dict) or v.get("verdict") not in TRAINING_VERDICTS
+               or any(key not in v for key in VERDICT_FIELDS)]
         if bad:
-            unusable.append(f"{env.path}: analysis.verdicts has entries without a verdict among "
-                            f"{TRAINING_VERDICTS}, e.g. {bad[0]!r}")
+            unusable.append(f"{env.path}: analysis.verdicts needs {VERDICT_FIELDS} with a verdict among "
+                            f"{TRAINING_VERDICTS} in every entry, e.g. not {bad[0]!r}")
             continue
         reference = {(v["d_k"], v["optimiser"], v["lr"]): v["verdict"] for v in verdicts if v.get("rule") == SCALED}
         for v in verdicts:
@@ -130,9 +133,13 @@ def _model_name(env: results.Envelope) -> str:
 
 
 def _normalised_claim(ctx: Context, envs, missing) -> None:
-    per = {}
+    per, missing = {}, list(missing)
     for env in envs:
         heads = env.data["heads"]
+        if not isinstance(heads, list) or any(not isinstance(h, dict) or any(f not in h for f in HEAD_FIELDS)
+                                              for h in heads):
+            missing.append(f"{env.path}: data.heads needs {HEAD_FIELDS} in every head")
+            continue
         met = sum(_normalised(h) for h in heads)
         per[_model_name(env)] = (met, len(heads), env.quick,
                                  statistics.median(h["q_var"] for h in heads) if heads else math.nan,
@@ -149,7 +156,7 @@ def _normalised_claim(ctx: Context, envs, missing) -> None:
                  "tokens), each model",
         measured="; ".join(f"{m}{' (quick)' if q else ''}: {met}/{total} heads ({met / total:.0%}) meet it; median "
                            f"Var q {qv:.3g}, Var k {kv:.3g}" for m, (met, total, q, qv, kv) in per.items() if total)
-                 or "no probe results: " + "; ".join(missing),
+                 or "no usable probe results: " + "; ".join(missing),
         verdict=judge_all(parts.values()) if parts else "inconclusive", sources=_sources(envs),
         note=(f"read from {_provenance(envs)}; the probe's moments are pair-weighted (each token weighted by the "
               "pairs it is in)" if envs else "no probe results")
@@ -158,7 +165,9 @@ def _normalised_claim(ctx: Context, envs, missing) -> None:
 
 
 def _dk_claim(ctx: Context, envs, missing) -> None:
-    models = {_model_name(e): int(e.data["model"]["d_k"]) for e in envs}
+    missing = list(missing) + [f"{e.path}: data.model has no integer d_k" for e in envs
+                               if not isinstance(e.data["model"].get("d_k"), int)]
+    models = {_model_name(e): e.data["model"]["d_k"] for e in envs if isinstance(e.data["model"].get("d_k"), int)}
     small = {m: d for m, d in models.items() if d < LARGE_D_K}
     verdict = "inconclusive" if not models else "fails" if small else "holds"
     ctx.add(ClaimResult(
@@ -167,7 +176,8 @@ def _dk_claim(ctx: Context, envs, missing) -> None:
         claim_zh="在真实的 Transformer 模型中，d_k 是 64、128 甚至更大",
         seed_value="64, 128", method="model probe",
         expected=f"d_k ≥ {LARGE_D_K} in every real model this project loads",
-        measured="; ".join(f"{m}: d_k = {d}" for m, d in models.items()) or "no probe results: " + "; ".join(missing),
+        measured="; ".join(f"{m}: d_k = {d}" for m, d in models.items())
+                 or "no usable probe results: " + "; ".join(missing),
         verdict=verdict, sources=_sources(envs),
         note=(f"{len(small)} of {len(models)} loaded models below {LARGE_D_K}: "
               + ", ".join(f"{m} ({d})" for m, d in small.items()) if small else
