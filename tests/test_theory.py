@@ -132,3 +132,21 @@ def test_numpy_integers_are_accepted_as_d_k():
         theory.dot_variance(True)
     with pytest.raises(InputError, match="got np.float64"):
         theory.dot_variance(np.float64(3.0))
+
+
+def test_pair_mean_variance_by_exact_enumeration_of_rademacher():
+    import itertools
+
+    for d, b in ((2, 2), (3, 2), (1, 3)):
+        values = []
+        for bits in itertools.product((-1, 1), repeat=2 * b * d):
+            q = np.array(bits[: b * d]).reshape(b, d)
+            k = np.array(bits[b * d:]).reshape(b, d)
+            values.append(np.mean((q @ k.T) ** 2))
+        assert np.mean(values) == pytest.approx(d)
+        assert np.var(values) == pytest.approx(theory.pair_mean_variance(d, 1.0, 1.0, b), abs=1e-12)
+    assert theory.pair_mean_variance(64, 3.0, 3.0, 1) == theory.dot_square_variance(64, 3.0, 3.0)
+    assert theory.samples_for_relative_ci(64, 3.0, 0.01, 2.576, batch=1) == math.ceil(
+        (2.576 * math.sqrt(theory.dot_square_variance(64, 3.0, 3.0)) / 64 / 0.01) ** 2)
+    with pytest.raises(InputError, match="batch"):
+        theory.pair_mean_variance(4, 3.0, 3.0, 0)

@@ -28,7 +28,8 @@ import numpy as np
 from attnscale.errors import InputError
 
 __all__ = ["Estimate", "t_quantile", "z_quantile", "mean_ci", "quantile_ci", "adaptive_means",
-           "SAMPLERS", "draw_components", "prefix_dots", "prefix_dot_squares", "dot_variance_estimates"]
+           "SAMPLERS", "draw_components", "prefix_dots", "prefix_dot_squares", "all_pairs_dot_square_means",
+           "dot_variance_estimates"]
 
 
 @dataclass(frozen=True)
@@ -232,30 +233,70 @@ def batch_plan(max_samples: int | Sequence[int], n_estimates: int, widest: int, 
     return batch_size, np.maximum(caps, batch_size * min_batches)
 
 
+BLAS_FROM = 64   # segment width from which the (b, b) products go to BLAS
+
+
+def all_pairs_dot_square_means(q: np.ndarray, k: np.ndarray, d_ks: Sequence[int],
+                               chunk_elements: int = 2 ** 21) -> np.ndarray:
+    """Per batch, the mean of (qᵢ·kⱼ)² over all b² pairs (i, j) of its b queries and b keys, at every d_k
+    of an increasing grid (prefixes, as :func:`prefix_dots`).
+
+    q, k: (batches, b, max(d_ks)); returns (batches, len(d_ks)) in float64. The dot products of a
+    batch are a (b, b) matrix product, accumulated segment by segment between consecutive d_k; batches
+    go a stack at a time, the stack's (b, b) products holding at most ``chunk_elements`` numbers.
+    """
+    d_ks = [int(d) for d in d_ks]
+    if q.shape != k.shape or q.ndim != 3 or q.shape[2] != d_ks[-1]:
+        raise InputError(f"q, k: expected equal shapes (batches, b, {d_ks[-1]}) (the largest d_k), got {q.shape}, {k.shape}")
+    n_batches, b = q.shape[0], q.shape[1]
+    step = max(1, chunk_elements // (b * b))
+    out = np.empty((n_batches, len(d_ks)))
+    for first in range(0, n_batches, step):
+        qs = q[first:first + step].astype(np.float64, copy=False)   # ±1 int8 → exact in float64
+        ks = k[first:first + step].astype(np.float64, copy=False)
+        dots = np.zeros((qs.shape[0], b, b))
+        for g, (start, end) in enumerate(zip([0, *d_ks[:-1]], d_ks)):
+            qa, ka = qs[:, :, start:end], ks[:, :, start:end]
+            # narrow segments: numpy's own loop; a multi-threaded BLAS call costs more than it saves there
+            dots += (np.einsum("bik,bjk->bij", qa, ka) if end - start < BLAS_FROM
+                     else np.matmul(qa, ka.transpose(0, 2, 1)))
+            out[first:first + step, g] = np.einsum("bij,bij->b", dots, dots) / (b * b)
+    return out
+
+
 def dot_variance_estimates(component: str, d_ks: Sequence[int], *, rng: np.random.Generator,
                            max_samples: int | Sequence[int], rel_ci_target: float = 0.01,
                            confidence: float = 0.99, min_batches: int = 30, chunk_elements: int = 2 ** 21,
-                           progress: Callable[[int, int, str], None] | None = None) -> list[Estimate]:
+                           progress: Callable[[int, int, str], None] | None = None,
+                           max_batch: int = 64) -> list[Estimate]:
     """Var(q·k) = E[(q·k)²] for iid mean-0, variance-1 components, at every d_k of an increasing grid.
 
-    One draw of width max(active d_k) serves every d_k through prefixes (:func:`prefix_dot_squares`),
-    so the estimates at different d_k are correlated but each interval is valid on its own. The batch
-    size is fixed so that at least ``min_batches`` batches fit under the smallest cap.
+    A batch draws b independent queries and b independent keys and averages (qᵢ·kⱼ)² over all b² pairs
+    (:func:`all_pairs_dot_square_means`): every pair is a draw of (q·k)² with the right law, the pairs
+    of a batch share vectors (so they are not independent), and the batches are. The interval comes
+    from the spread of the batch means as always; the variance of one batch mean has the closed form
+    :func:`attnscale.theory.pair_mean_variance`, about b/2 to b times smaller than with b independent
+    pairs for the same random numbers. ``n_samples`` counts the draws (queries = keys), not the pairs.
+    ``max_batch`` bounds b: the pairs cost b² per batch, which only pays where d_k is large; 64 keeps the
+    CPU time of the whole grid at or below that of independent pairs.
+
+    One draw of width max(active d_k) serves every d_k through prefixes, so the estimates at different
+    d_k are correlated but each interval is valid on its own. The batch size is fixed so that at least
+    ``min_batches`` batches fit under the smallest cap.
     """
     d_ks = tuple(int(d) for d in d_ks)
     if not d_ks or any(b <= a for a, b in zip(d_ks, d_ks[1:])) or d_ks[0] < 1:
         raise InputError(f"d_ks: expected an increasing sequence of positive integers, got {list(d_ks)}")
     batch_size, caps = batch_plan(max_samples, len(d_ks), d_ks[-1], min_batches=min_batches,
-                                  chunk_elements=chunk_elements)
+                                  chunk_elements=chunk_elements, min_batch_size=2)
+    batch_size = min(batch_size, max_batch)
 
     def draw(rng, n_batches, active):
         grid = d_ks[: int(np.flatnonzero(active).max()) + 1]
-        m = n_batches * batch_size
-        q = draw_components(component, rng, (m, grid[-1]))
-        k = draw_components(component, rng, (m, grid[-1]))
-        squares = prefix_dot_squares(q, k, grid)
+        q = draw_components(component, rng, (n_batches, batch_size, grid[-1]))
+        k = draw_components(component, rng, (n_batches, batch_size, grid[-1]))
         stats = np.full((n_batches, len(d_ks)), np.nan)
-        stats[:, : len(grid)] = squares.reshape(n_batches, batch_size, len(grid)).mean(axis=1)
+        stats[:, : len(grid)] = all_pairs_dot_square_means(q, k, grid, chunk_elements)
         return stats
 
     return adaptive_means(draw, len(d_ks), batch_size=batch_size, cost=[2 * d for d in d_ks], rng=rng,

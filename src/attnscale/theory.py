@@ -19,6 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from attnscale.errors import InputError
+from attnscale.scales import SSMAX_DEFAULT_S
 
 __all__ = [
     "Component", "COMPONENTS", "product_mean", "product_variance", "dot_mean", "dot_variance",
@@ -110,10 +111,25 @@ def dot_square_variance(d_k: int, fourth_q: float, fourth_k: float) -> float:
     return d_k * fourth_q * fourth_k + 2.0 * d_k * d_k - 3.0 * d_k
 
 
-def samples_for_relative_ci(d_k: int, fourth: float, rel_half_width: float, z: float) -> int:
-    """Samples the mean of (q·k)² needs for a CI half-width of ``rel_half_width`` × d_k (CLT, level z)."""
-    sd = math.sqrt(dot_square_variance(d_k, fourth, fourth)) / d_k
-    return math.ceil((z * sd / rel_half_width) ** 2)
+def pair_mean_variance(d_k: int, fourth_q: float, fourth_k: float, batch: int) -> float:
+    """Variance of the mean of (qᵢ·kⱼ)² over all batch² pairs of ``batch`` iid queries and ``batch`` iid
+    keys (iid mean-0, variance-1 components), the batch statistic of the variance Monte Carlo.
+
+    Pairs sharing a query covary by Var(E[(q·k)²|q]) = Var(‖q‖²) = d(E qᵢ⁴ − 1), likewise for keys, so
+    Var = [Var((q·k)²) + (batch − 1)·d·(E qᵢ⁴ − 1 + E kᵢ⁴ − 1)] / batch². ``batch = 1``: one pair.
+    """
+    _check_dk(d_k)
+    if batch < 1:
+        raise InputError(f"batch: expected an integer ≥ 1, got {batch!r}")
+    shared = (batch - 1) * d_k * (fourth_q - 1.0 + fourth_k - 1.0)
+    return (dot_square_variance(d_k, fourth_q, fourth_k) + shared) / batch ** 2
+
+
+def samples_for_relative_ci(d_k: int, fourth: float, rel_half_width: float, z: float, batch: int = 1) -> int:
+    """Draws (of q and k) the variance estimator needs for a CI half-width of ``rel_half_width`` × d_k
+    (CLT, level z), in batches of ``batch`` draws averaged over all their pairs (:func:`pair_mean_variance`)."""
+    sd = math.sqrt(pair_mean_variance(d_k, fourth, fourth, batch)) / d_k
+    return batch * math.ceil((z * sd / rel_half_width) ** 2)
 
 
 def phase_boundary(n: int) -> float:
@@ -144,7 +160,7 @@ def one_high_max_weight(n: int, high: float = 3.0, low: float = -2.0, factor: fl
     return 1.0 / (1.0 + (n - 1) * math.exp(factor * (low - high)))
 
 
-def ssmax_one_high_max_weight(n: int, s: float = 0.43, high: float = 3.0, low: float = -2.0) -> float:
+def ssmax_one_high_max_weight(n: int, s: float = SSMAX_DEFAULT_S, high: float = 3.0, low: float = -2.0) -> float:
     """The same with Scalable-Softmax, which multiplies the logits by s·ln n (Nakanishi 2025, Fig. 1)."""
     return one_high_max_weight(n, high, low, factor=s * math.log(n))
 

@@ -5,7 +5,8 @@
     >>> report.claims[0].verdict
     'holds'
 
-``run_claims`` runs the groups below (one module each) and returns a :class:`VerifyReport`: the
+``run_claims`` runs the groups below (one module each; ``VerifyConfig.only`` narrows them to the
+claims whose ids start with given prefixes, e.g. ``("S5", "S7.2")``) and returns a :class:`VerifyReport`: the
 claim results, and in ``data`` the series the report's figures draw, so that nothing is recomputed
 when rendering. The library never prints; pass ``progress(done, total, label)`` to follow a run.
 """
@@ -16,8 +17,9 @@ import time
 from typing import Callable
 
 from attnscale.claims.result import (
-    CHAPTERS, METHODS, VERDICTS, ClaimResult, VerifyConfig, VerifyReport, judge_printed,
+    CHAPTERS, METHODS, VERDICTS, ClaimResult, VerifyConfig, VerifyReport, judge_printed, selects,
 )
+from attnscale.errors import InputError
 
 __all__ = ["run_claims", "VerifyConfig", "VerifyReport", "ClaimResult", "CHAPTERS", "METHODS", "VERDICTS",
            "judge_printed", "GROUPS"]
@@ -33,6 +35,7 @@ GROUPS: dict[int, tuple[str, int, str]] = {
     7: ("faq", 2, "the FAQ: small d_k; exact, not approximate"),
     8: ("beyond", 2, "beyond the seed: the number of keys, Scalable-Softmax"),
     9: ("give_away", 1, "softmax must give its weight away"),
+    10: ("from_results", 1, "judged from the training and probe results, and the paper"),
 }
 
 
@@ -45,7 +48,7 @@ def run_claims(config: VerifyConfig | None = None,
     from attnscale.provenance import environment
 
     config = config or VerifyConfig()
-    groups = sorted(config.groups) if config.groups is not None else sorted(GROUPS)
+    groups = config.selected_groups
     # Progress counts sub-steps in thousandths, so long Monte Carlo steps can report within themselves.
     total = 1000 * sum(GROUPS[g][1] for g in groups)
     done = 0
@@ -68,5 +71,10 @@ def run_claims(config: VerifyConfig | None = None,
         importlib.import_module(f"attnscale.claims.{module}").run(ctx)
         timings[f"group {g}: {module}"] = round(time.perf_counter() - t0, 3)
     timings["total"] = round(time.perf_counter() - start, 3)
-    return VerifyReport(config=config, environment=environment(), claims=ctx.claims, data=ctx.data,
+    claims = [c for c in ctx.claims if config.keeps(c.id)]
+    unmatched = [p for p in config.only or () if not any(selects(p, c.id) for c in ctx.claims)]
+    if unmatched:
+        known = ", ".join(c.id for c in ctx.claims)
+        raise InputError(f"only: {unmatched} match no claim; the selected groups have {known}")
+    return VerifyReport(config=config, environment=environment(), claims=claims, data=ctx.data,
                         timings=timings)

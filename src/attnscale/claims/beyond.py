@@ -20,12 +20,15 @@ from attnscale.claims.context import Context
 from attnscale.claims.result import ClaimResult, judge_all, judge_below, judge_printed
 from attnscale.claims.saturation import D_KS as ROW_D_KS, NS as ROW_NS, ci, simulate_rows
 from attnscale.montecarlo import mean_ci
+from attnscale.scales import SSMAX_DEFAULT_S
 from attnscale.softmax import row_health, softmax
 from attnscale.theory import phase_boundary, rem_normalized_entropy, ssmax_one_high_max_weight
 
 PHASE_NS = (16, 128, 1024, 8192)
 SIGMAS = tuple(round(0.25 * i, 2) for i in range(1, 25))   # 0.25 … 6
 SSMAX_FIGURE = {10: "0.943", 100: "0.600", 1000: "0.129", 100000: "0.0015"}
+# Nakanishi's Figure 1 value of SSMax's s; to be imported from attnscale.scales once it defines it there
+SSMAX_S = SSMAX_DEFAULT_S          # the one value, defined with the rule in attnscale.scales
 
 
 def run(ctx: Context) -> None:
@@ -110,12 +113,12 @@ def _abs_interval(lo: float, hi: float) -> tuple[float, float]:
 
 def _ssmax(ctx: Context) -> None:
     ns = [int(round(10 ** e)) for e in np.arange(1, 5.01, 0.25)]
-    series = {"n": ns, "softmax": [], "ssmax": [], "s": 0.43}
+    series = {"n": ns, "softmax": [], "ssmax": [], "s": SSMAX_S}
     for n in ns:
         logits = np.full(n, -2.0)
         logits[-1] = 3.0
         series["softmax"].append(float(softmax(logits)[-1]))
-        series["ssmax"].append(float(softmax(0.43 * math.log(n) * logits)[-1]))
+        series["ssmax"].append(float(softmax(SSMAX_S * math.log(n) * logits)[-1]))
     ctx.data["ssmax"] = series
     texts, exact, verdicts, measured = [], [], [], []
     import sympy
@@ -135,16 +138,17 @@ def _ssmax(ctx: Context) -> None:
         seed_value=None, method="exact arithmetic", expected="e³/(e³ + (n − 1)e⁻²) rounds to the printed values",
         measured="; ".join(measured) + " (attnscale.softmax agrees to 1e-12)",
         verdict="holds" if all(verdicts) else "fails", note="numbers from Nakanishi 2025, not from the seed"))
-    ss = {n: ssmax_one_high_max_weight(n) for n in SSMAX_FIGURE}
+    ss = {n: ssmax_one_high_max_weight(n, SSMAX_S) for n in SSMAX_FIGURE}
     ss_lib = [series["ssmax"][ns.index(n)] for n in SSMAX_FIGURE if n in ns]
     # "does not decay": non-decreasing over the whole grid n = 10 … 10⁵ (17 points), not only ≥ 0.9
-    curve = [ssmax_one_high_max_weight(n) for n in ns]
+    curve = [ssmax_one_high_max_weight(n, SSMAX_S) for n in ns]
     steps = [b - a for a, b in zip(curve, curve[1:])]
     ok = all(v >= 0.9 for v in curve) and min(steps) >= 0 and all(
-        abs(a - ssmax_one_high_max_weight(n)) < 1e-12 for a, n in zip(ss_lib, [n for n in SSMAX_FIGURE if n in ns]))
+        abs(a - ssmax_one_high_max_weight(n, SSMAX_S)) < 1e-12 for a, n in zip(ss_lib, [n for n in SSMAX_FIGURE if n in ns]))
     ctx.add(ClaimResult(
-        id="S8.5", chapter="beyond", claim_en="with SSMax (logits × s·ln n, s = 0.43) the max weight stays near 1 as n grows",
-        claim_zh="使用 SSMax（logits × s·ln n，s = 0.43）时，最大权重随 n 增大仍接近 1",
+        id="S8.5", chapter="beyond",
+        claim_en=f"with SSMax (logits × s·ln n, s = {SSMAX_S:g}) the max weight stays near 1 as n grows",
+        claim_zh=f"使用 SSMax（logits × s·ln n，s = {SSMAX_S:g}）时，最大权重随 n 增大仍接近 1",
         seed_value=None, method="closed form", expected=f"max weight ≥ 0.9 at n = 10 … 10⁵, and it does not decay (non-decreasing over {len(ns)} n)",
         measured="; ".join(f"n={n}: {v:.4f}" for n, v in ss.items())
                  + f"; minimum {min(curve):.4f}; smallest step between neighbouring n {min(steps):+.2e}",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from attnscale.claims.context import Context
-from attnscale.claims.iid_variance import D_KS, variance_families, widened
-from attnscale.claims.result import ClaimResult
+from attnscale.claims.iid_variance import D_KS, equality_verdicts, margin_text, variance_families, widened
+from attnscale.claims.result import ClaimResult, judge_all
 from attnscale.theory import symbolic_scaled_variance
 
 
@@ -28,25 +28,28 @@ def run(ctx: Context) -> None:
         expected="[sqrt(d_k)]", measured=f"solve(d_k/c² = 1, c > 0) = {roots}", verdict="holds" if ok else "fails"))
     families = variance_families(ctx)
     n_tests = sum(len(e) for e in families.values())
-    checks, worst = [], (0.0, "", 0)
-    for name, est in families.items():
-        for e, d_k in zip(est, D_KS):
-            lo, hi = widened(e, ctx.config.confidence, n_tests)
-            checks.append(lo / d_k <= 1.0 <= hi / d_k)
-            dev = abs(e.value / d_k - 1.0)
-            if dev > worst[0]:
-                worst = (dev, name, d_k)
+    margin = ctx.config.margin
+    # Var(q·k/√d_k) = Var(q·k)/d_k: the judged intervals divided by d_k, against 1
+    scaled = [(lo / d_k, hi / d_k) for est in families.values()
+              for e, d_k in zip(est, D_KS) for lo, hi in [widened(e, ctx.config.confidence, n_tests)]]
+    labels = [f"{name}, d_k = {d_k}" for name in families for d_k in D_KS]
+    verdicts = equality_verdicts(scaled, [1.0] * len(scaled), margin)
     values = np.array([e.value / d_k for est in families.values() for e, d_k in zip(est, D_KS)])
+    dev = np.abs(values - 1.0)
+    worst = int(np.argmax(dev))
     widths = np.array([e.half_width / d_k for est in families.values() for e, d_k in zip(est, D_KS)])
     ctx.add(ClaimResult(
         id="S4.3", chapter="why_sqrt", claim_en="after ÷√d_k the dot product has variance 1 at every d_k (1…4096)",
         claim_zh="除以 √d_k 之后，每个 d_k（1…4096）下点积的方差都是 1", seed_value="d_k / d_k = 1",
         method="Monte Carlo",
-        expected=f"1 inside every interval ({n_tests} estimates: 4 distributions × {len(D_KS)} d_k; Bonferroni level)",
-        measured=(f"{sum(checks)}/{len(checks)} cover 1; Var(q·k/√d_k) from {values.min():.4f} to {values.max():.4f}; "
-                  f"largest deviation {worst[0]:.4f} ({worst[1]}, d_k = {worst[2]}); {ctx.level} half-widths "
-                  f"{widths.min():.4f}…{widths.max():.4f}"),
+        expected=f"1 inside every interval, each within 1 ± {margin:.0%} (equivalence margin; {n_tests} estimates: "
+                 f"4 distributions × {len(D_KS)} d_k; Bonferroni level)",
+        measured=(f"{sum(lo <= 1.0 <= hi for lo, hi in scaled)}/{len(scaled)} cover 1; "
+                  + margin_text(verdicts, scaled, [1.0] * len(scaled), labels, margin)
+                  + f"; Var(q·k/√d_k) from {values.min():.4f} to {values.max():.4f}; "
+                    f"largest deviation {dev[worst]:.4f} ({labels[worst]}); {ctx.level} half-widths "
+                    f"{widths.min():.4f}…{widths.max():.4f}"),
         n_samples=sum(e.n_samples for est in families.values() for e in est),
-        verdict="holds" if all(checks) else "fails",
-        note="the same draws as S2.4–S2.7, divided by d_k; n_samples counts all 52 estimates"))
+        verdict=judge_all(verdicts), margin=margin,
+        note=f"the same draws as S2.4–S2.7, divided by d_k; n_samples counts all {n_tests} estimates"))
     ctx.tick("rescaling")

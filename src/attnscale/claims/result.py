@@ -3,8 +3,10 @@
 A claim's verdict is one of:
   "holds"             the claim (or the seed's printed number) is right;
   "fails"             a statement of the seed is false as stated (measured against its own criterion);
-  "inconclusive"      the interval does not decide the criterion at this sample size: it straddles the
-                      line (or the two intervals to compare overlap), so neither "holds" nor "fails" is shown;
+  "inconclusive"      not decided: the interval does not decide the criterion at this sample size (it
+                      straddles the line, two intervals to compare overlap, or an equality's interval is
+                      wider than its margin); or the results a claim is judged from are missing (the row
+                      names the command); or the claim is not checkable by computation (method "citation");
   "seed number wrong" the seed prints a number that differs from the true value at the precision it
                       prints; ``correct_value`` then gives the true one at that precision.
 
@@ -14,27 +16,38 @@ the seed rounds elsewhere ("148" for e⁵ in one place, "148.4" in another are b
 
 Monte Carlo criteria are judged by :func:`judge_at_least`, :func:`judge_at_most` and
 :func:`judge_below` (one interval against a line, or two intervals against each other), and a claim
-made of several parts (several n, several d_k) by :func:`judge_all`.
+made of several parts (several n, several d_k) by :func:`judge_all`. An equality (Var(q·k) = d_k and
+the like) is judged by :func:`judge_equal`: it holds only when the interval covers the claimed value
+*and* is precise enough to say so, i.e. lies within a stated equivalence margin (``ClaimResult.margin``,
+relative to the claimed value); a wide interval that merely covers the value is "inconclusive".
+
+Claims judged from other programs' results (training, probes) name them in ``ClaimResult.sources``
+(kind, quick or full, when written), and say "quick" in their text when only a quick result exists.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from decimal import Decimal, localcontext
+from pathlib import Path
 from typing import Any
 
 from attnscale.errors import InputError
+from attnscale.results import DEFAULT_ROOT
 from attnscale.store import to_jsonable
 
 __all__ = ["CHAPTERS", "METHODS", "VERDICTS", "ClaimResult", "VerifyConfig", "VerifyReport",
            "printed_decimal", "judge_printed", "format_like", "judge_at_least", "judge_at_most", "judge_below",
-           "judge_all", "count_verdicts", "level_text"]
+           "judge_equal", "judge_all", "count_verdicts", "level_text", "selects"]
 
 # The seed's sections, in its order; every claim belongs to one.
 CHAPTERS = ("formula", "without_scaling", "why_grows", "variance", "proof", "softmax_large",
             "why_sqrt", "real_numbers", "faq", "beyond")
-METHODS = ("exact arithmetic", "symbolic", "closed form", "Monte Carlo")
+METHODS = ("exact arithmetic", "symbolic", "closed form", "Monte Carlo", "training results", "model probe",
+           "citation")
 VERDICTS = ("holds", "fails", "inconclusive", "seed number wrong")
+N_GROUPS = 10  # claim groups S1 … S10 (attnscale.claims.GROUPS)
 
 
 def judge_at_least(lo: float, hi: float, threshold: float) -> str:
@@ -65,6 +78,19 @@ def judge_below(lower: tuple[float, float], upper: tuple[float, float]) -> str:
     if lower[0] > upper[1]:
         return "fails"
     return "inconclusive"
+
+
+def judge_equal(lo: float, hi: float, value: float, margin: float) -> str:
+    """Is the quantity equal to ``value``, given its interval [lo, hi] and a relative equivalence
+    margin? "fails" when the interval excludes ``value``; "holds" when it covers ``value`` and lies
+    within value·(1 ± margin); "inconclusive" when it covers ``value`` but is wider than the margin
+    (the data cannot tell the claim from a deviation of that size)."""
+    if not margin > 0:
+        raise InputError(f"margin: expected a relative margin > 0, got {margin!r}")
+    if not lo <= value <= hi:
+        return "fails"
+    band = abs(value) * margin
+    return "holds" if value - band <= lo and hi <= value + band else "inconclusive"
 
 
 def judge_all(verdicts) -> str:
@@ -110,6 +136,8 @@ class ClaimResult:
     correct_value: str | None = None    # the right value when verdict == "seed number wrong"
     note: str = ""
     ci_level: float | None = None       # the level of [ci_low, ci_high], e.g. 0.99, or a Bonferroni level
+    margin: float | None = None         # equality claims: the relative equivalence margin "holds" requires
+    sources: list | None = None         # results read: [{"kind", "quick", "created", "path"}], else None
 
     def __post_init__(self):
         if self.chapter not in CHAPTERS:
@@ -123,6 +151,15 @@ class ClaimResult:
         return self.claim_zh if lang == "zh" else self.claim_en
 
 
+CLAIM_ID = re.compile(r"S(\d+)(?:\.(\d+))?")
+
+
+def selects(prefix: str, claim_id: str) -> bool:
+    """Does the ``only`` prefix select this claim? "S5" selects S5.1, S5.2, …; "S5.2" selects S5.2 only
+    (not S5.20)."""
+    return claim_id == prefix or claim_id.startswith(prefix + ".")
+
+
 @dataclass(frozen=True)
 class VerifyConfig:
     seed: int = 0                  # every random draw derives from this seed
@@ -130,7 +167,10 @@ class VerifyConfig:
     rel_ci_target: float = 0.01    # stop a Monte Carlo estimate when its 99% CI half-width / |estimate| ≤ this
     confidence: float = 0.99       # level of every interval reported
     max_draws: int | None = None   # sample budget per variance family, in random numbers (None: 2²⁷, quick 2²¹)
-    groups: tuple[int, ...] | None = None  # run only these claim groups (1..9); None = all
+    groups: tuple[int, ...] | None = None  # run only these claim groups (1..10); None = all
+    margin: float = 0.05           # equality claims hold only inside value·(1 ± margin) (see judge_equal)
+    results_root: Path = DEFAULT_ROOT      # where the training and probe results are read from
+    only: tuple[str, ...] | None = None    # claim id prefixes ("S5", "S7.2"): compute only these
 
     def __post_init__(self):
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
@@ -141,10 +181,33 @@ class VerifyConfig:
             raise InputError(f"confidence: expected a number in (0.5, 1), got {self.confidence!r}")
         if self.max_draws is not None and self.max_draws < 1024:
             raise InputError(f"max_draws: expected None or an integer ≥ 1024, got {self.max_draws!r}")
+        if not (isinstance(self.margin, (int, float)) and 0 < self.margin < 1):
+            raise InputError(f"margin: expected a relative equivalence margin in (0, 1), got {self.margin!r}")
         if self.groups is not None:
-            bad = [g for g in self.groups if g not in range(1, 10)]
+            bad = [g for g in self.groups if g not in range(1, N_GROUPS + 1)]
             if bad:
-                raise InputError(f"groups: expected claim groups among 1..9, got {bad}")
+                raise InputError(f"groups: expected claim groups among 1..{N_GROUPS}, got {bad}")
+        # JSON gives back a str and a list: normalise, so that a config survives its round trip
+        object.__setattr__(self, "results_root", Path(self.results_root))
+        if self.only is not None:
+            only = (self.only,) if isinstance(self.only, str) else tuple(self.only)
+            object.__setattr__(self, "only", only)
+            bad = [p for p in only if not isinstance(p, str) or not CLAIM_ID.fullmatch(p)
+                   or not 1 <= int(CLAIM_ID.fullmatch(p).group(1)) <= N_GROUPS]
+            if not only or bad:
+                raise InputError(f"only: expected claim id prefixes like 'S5' or 'S7.2' (groups S1..S{N_GROUPS}), "
+                                 f"got {list(only) if only else 'nothing'}")
+
+    @property
+    def selected_groups(self) -> list[int]:
+        """The groups to run: ``groups`` (all if None), narrowed to those ``only`` names."""
+        groups = set(self.groups) if self.groups is not None else set(range(1, N_GROUPS + 1))
+        if self.only is not None:
+            groups &= {int(CLAIM_ID.fullmatch(p).group(1)) for p in self.only}
+        return sorted(groups)
+
+    def keeps(self, claim_id: str) -> bool:
+        return self.only is None or any(selects(p, claim_id) for p in self.only)
 
     @property
     def draw_cap(self) -> int:
@@ -177,8 +240,9 @@ class VerifyReport:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "VerifyReport":
         config = dict(d["config"])
-        if config.get("groups") is not None:
-            config["groups"] = tuple(config["groups"])
+        for key in ("groups", "only"):
+            if config.get(key) is not None:
+                config[key] = tuple(config[key])
         return cls(config=VerifyConfig(**config), environment=dict(d["environment"]),
                    claims=[ClaimResult(**c) for c in d["claims"]], data=d.get("data", {}),
                    timings=d.get("timings", {}))

@@ -162,6 +162,7 @@ def run(ctx: Context) -> None:
             f"the rounded weights add up to {_sum_of_printed(['0.419', '0.254', '0.326'])}: rounding, not an error")
     printed(ctx, "S1.29", "real_numbers", "after scaling: 41.9%, 25.4% and 32.6%",
             "缩放之后：41.9%、25.4% 和 32.6%", ["41.9%", "25.4%", "32.6%"], ws)
+    _quotient_row(ctx, ["5.755", "3.490", "4.482"], "13.727", ["0.419", "0.254", "0.326"], ws)
     # why_sqrt: the variances of [2, 4, 6] and [1, 2, 3], exactly
     _variance_rows(ctx)
     # proof: the term counts
@@ -169,6 +170,31 @@ def run(ctx: Context) -> None:
     _formula_row(ctx)
     ctx.data["seed_softmax_examples"] = _softmax_examples()
     ctx.tick("the seed's printed numbers")
+
+
+def _quotient_row(ctx: Context, numerators: list[str], denominator: str, texts: list[str],
+                  exact_weights: list[Decimal]) -> None:
+    """S1.36: the seed writes its weights as quotients of its own rounded numbers; each quotient is
+    judged as written, and the exact softmax weight is shown beside it (S1.28 judges those)."""
+    quotients = [printed_decimal(a) / printed_decimal(denominator) for a in numerators]
+    verdicts = [judge_printed(t, q) for t, q in zip(texts, quotients)]
+    wrong = [(t, c) for t, (v, c) in zip(texts, verdicts) if v != "holds"]
+    exact_ok = [judge_printed(t, w)[0] == "holds" for t, w in zip(texts, exact_weights)]
+    where = [f"{a}/{denominator} = {_more_digits(t, q)} → {format_like(t, q)}; exact softmax {_more_digits(t, w)} "
+             f"→ {format_like(t, w)}" for a, t, q, w in zip(numerators, texts, quotients, exact_weights)]
+    differ = [t for t, q, w in zip(texts, quotients, exact_weights) if format_like(t, q) != format_like(t, w)]
+    line = "softmax = [" + ", ".join(f"{a}/{denominator}" for a in numerators) + "] = [" + ", ".join(texts) + "]"
+    ctx.add(ClaimResult(
+        id="S1.36", chapter="real_numbers", claim_en=line, claim_zh=line,
+        seed_value=", ".join(texts), method="exact arithmetic",
+        expected="each quotient of the printed numbers, rounded at the seed's shown precision",
+        measured="; ".join(where), verdict="seed number wrong" if wrong else "holds",
+        correct_value=", ".join(c for _, c in wrong) if wrong else None,
+        note=("the quotients as written round to " + ", ".join(format_like(t, q) for t, q in zip(texts, quotients))
+              + "; the printed weights are the exact softmax weights rounded "
+              + ("(all right, S1.28)" if all(exact_ok) else "(not all: see S1.28)")
+              + (f": {', '.join(differ)} is right as a weight but not as the quotient written beside it — "
+                 "rounding the numerator and the denominator first moves the last digit" if differ else ""))))
 
 
 def _population_variance(values) -> tuple[Fraction, list[Fraction], list[Fraction], Fraction]:
