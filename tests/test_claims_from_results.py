@@ -17,7 +17,7 @@ def _verdict(rule, d_k, verdict, optimiser="adam", lr=3e-3, seeds=3, agreeing=3)
 
 
 def _train(root, verdicts, kind="train/scale-vs-dk", quick=False):
-    results.write(kind, {"cells": [], "analysis": {"verdicts": verdicts}}, quick=quick, root=root)
+    results.write(kind, {"cells": [], "analysis": {"verdicts": verdicts, "table": []}}, quick=quick, root=root)
 
 
 def _probe(root, kind, name, d_k, heads):
@@ -87,7 +87,7 @@ def test_the_lm_experiment_counts_too_and_a_broken_result_is_named(tmp_path):
     _train(tmp_path, [_verdict("inverse_sqrt_dk", 64, "learns"), _verdict("unscaled", 64, "fails")], kind="train/lm")
     c = claims(tmp_path)
     assert c["S10.1"].verdict == "holds" and "train/lm d_k=64" in c["S10.1"].measured
-    results.write("train/scale-vs-dk", {"cells": [], "analysis": {}}, root=tmp_path)
+    results.write("train/scale-vs-dk", {"cells": [], "analysis": {"table": [], "verdicts": []}}, root=tmp_path)
     c = claims(tmp_path)
     assert c["S10.1"].verdict == "holds"          # still judged from train/lm
     _train(tmp_path, [{"rule": "unscaled", "verdict": "fails"}], kind="train/lm")   # no d_k
@@ -96,7 +96,7 @@ def test_the_lm_experiment_counts_too_and_a_broken_result_is_named(tmp_path):
     bad = tmp_path / "train" / "lm" / "result.json"
     bad.unlink()
     c = claims(tmp_path)
-    assert c["S10.1"].verdict == "inconclusive" and "no analysis.verdicts" in c["S10.1"].measured
+    assert c["S10.1"].verdict == "inconclusive" and "no unscaled cell at d_k ≥ 64" in c["S10.1"].measured
 
 
 def test_normalised_inputs_fraction_of_heads(tmp_path):
@@ -150,10 +150,10 @@ def test_cli_only_and_json_show_the_new_rows_and_margins(capsys):
     from attnscale.cli import main
 
     assert main(["verify", "--quick", "--only", "S3.3,S7", "--json", "-"]) == 0
-    data = json.loads(capsys.readouterr().out)
-    rows = {c["id"]: c for c in data["claims"]}
+    env = json.loads(capsys.readouterr().out)                 # the verify envelope (results contract)
+    rows = {c["id"]: c for c in env["data"]["claims"]}
     assert set(rows) == {"S3.3", "S7.1", "S7.2", "S7.3", "S7.4"}
     assert rows["S3.3"]["margin"] == 0.05 and "sources" in rows["S7.2"]
-    assert data["config"]["only"] == ["S3.3", "S7"]
+    assert env["config"]["only"] == ["S3.3", "S7"] and env["kind"] == "verify"
     assert main(["verify", "--only", "S42"]) == 2
     assert "only: expected claim id prefixes" in capsys.readouterr().err

@@ -145,13 +145,13 @@ def test_nonfinite_figures_become_null_with_where_and_what(tmp_path, monkeypatch
         return {"loss": [2.0, float("nan")], "peak": float("inf")}
 
     fake = sweeps.Experiment("fake", sweeps.EXPERIMENTS["scale-vs-dk"].config_type, fake_train,
-                             lambda config, cells, done: {"best": float("-inf"), "table": []}, "a fake sweep")
+                             lambda config, cells, done: {"best": float("-inf"), "table": [], "verdicts": []}, "a fake sweep")
     monkeypatch.setitem(sweeps.EXPERIMENTS, "scale-vs-dk", fake)
     config = _tiny_train_configs()["scale-vs-dk"]
     env = sweeps.run_experiment("scale-vs-dk", config, tmp_path, quick=False)
     raw = strict_load(env.path)
     assert raw["data"]["cells"][0]["result"] == {"loss": [2.0, None], "peak": None}
-    assert raw["data"]["analysis"] == {"best": None, "table": []}
+    assert raw["data"]["analysis"] == {"best": None, "table": [], "verdicts": []}
     assert raw["data"]["nonfinite"]["data.cells[0].result.loss[1]"] == "NaN"
     assert raw["data"]["nonfinite"]["data.cells[0].result.peak"] == "Infinity"
     assert raw["data"]["nonfinite"]["data.analysis.best"] == "-Infinity"
