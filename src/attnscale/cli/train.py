@@ -6,14 +6,17 @@ import argparse
 import math
 
 
+from attnscale.cli.output import add_json_option
+
+
 def register(sub) -> None:
     p = sub.add_parser(
-        "train", help="training experiments: scale-vs-dk, logit-growth",
+        "train", help="training experiments: scale-vs-dk, logit-growth, lm",
         description="Run a training sweep on the CPU. Finished cells are cached under OUT/cells, so an "
                     "interrupted run resumes where it stopped. Writes OUT/summary.json.",
         epilog="examples:\n  attnscale train scale-vs-dk --quick\n  attnscale train logit-growth --workers 2",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("experiment", choices=("scale-vs-dk", "logit-growth"), help="which experiment")
+    p.add_argument("experiment", choices=("scale-vs-dk", "logit-growth", "lm"), help="which experiment")
     p.add_argument("--quick", action="store_true",
                    help="a small version that runs in seconds (same code, fewer cells and steps)")
     p.add_argument("--seeds", type=int, default=None, help="number of seeds (default: the experiment's)")
@@ -21,11 +24,52 @@ def register(sub) -> None:
                    help="output folder (default: ./attnscale-results/train/<experiment>)")
     p.add_argument("--workers", type=int, default=None,
                    help="worker processes (default: min(2, CPUs)); 1 runs in this process")
+    lm = p.add_argument_group("lm only (a small GPT on real text)")
+    lm.add_argument("--text", metavar="FILE", default=None,
+                    help="train on this UTF-8 text file instead of the standard library's documentation")
+    lm.add_argument("--steps", type=int, default=None, help="training steps per run")
+    lm.add_argument("--lr", type=float, default=None, help="AdamW learning rate (default: tuned for 1/sqrt(d_k))")
+    lm.add_argument("--sgd-lrs", default=None, metavar="LR,LR,...", help="the SGD learning-rate grid")
+    lm.add_argument("--rules", default=None, metavar="RULE,RULE,...", help="scale rules (inverse_sqrt_dk among them)")
+    lm.add_argument("--d-ks", default=None, metavar="D,D,...", help="head sizes d_k, each dividing --d-model")
+    lm.add_argument("--d-model", type=int, default=None, help="model width")
+    lm.add_argument("--context", type=int, default=None, help="tokens (bytes) per sequence")
+    add_json_option(p, "the result envelope")
     p.set_defaults(run=run_train)
 
 
+def _lm_overrides(args) -> dict:
+    """The lm config fields the options set; refused for the other experiments."""
+    from attnscale.errors import InputError
+
+    def numbers(option: str, text: str, kind):
+        try:
+            return tuple(kind(x) for x in text.split(",") if x.strip())
+        except ValueError:
+            raise InputError(f"{option}: expected a comma-separated list of numbers, got {text!r}") from None
+
+    given = {"text": args.text, "steps": args.steps, "adamw_lr": args.lr, "d_model": args.d_model,
+             "context": args.context,
+             "sgd_lrs": None if args.sgd_lrs is None else numbers("--sgd-lrs", args.sgd_lrs, float),
+             "rules": None if args.rules is None else tuple(r.strip() for r in args.rules.split(",") if r.strip()),
+             "d_ks": None if args.d_ks is None else numbers("--d-ks", args.d_ks, int)}
+    given = {k: v for k, v in given.items() if v is not None}
+    if given and args.experiment != "lm":
+        raise InputError(f"--{next(iter(given)).replace('_', '-')}: only the lm experiment takes this option")
+    if "text" in given:
+        from attnscale.experiments.text_data import check_text_file
+
+        given["text"] = str(check_text_file(given["text"]))
+    return given
+
+
 def run_train(args) -> int:
+    import dataclasses
+    import sys
     from pathlib import Path
+
+    from attnscale import results
+    from attnscale.cli.output import check_json_target, emit_json, json_to_stdout
 
     from attnscale.cli.progress import Progress
     from attnscale.errors import InputError
@@ -38,13 +82,24 @@ def run_train(args) -> int:
     if workers < 1:
         raise InputError(f"--workers: expected an integer >= 1, got {workers}")
     config = make_config(args.experiment, quick=args.quick, seeds=args.seeds)
+    overrides = _lm_overrides(args)
+    if overrides:
+        config = dataclasses.replace(config, **overrides)
     out = Path(args.out) if args.out else DEFAULT_OUT / args.experiment
+    check_json_target(args)
+    results.check_writable(out, "--out")
     backend = SerialBackend() if workers == 1 else LocalBackend(workers)
     with Progress() as progress:
         summary = run_experiment(args.experiment, config, out, backend, progress)
-    render = _print_scale_vs_dk if args.experiment == "scale-vs-dk" else _print_logit_growth
-    render(summary["analysis"])
-    print(f"\nwrote {out / 'summary.json'} ({len(summary['cells'])} cells, {summary['wall_s']:.1f} s)")
+    if args.experiment == "lm":
+        env = results.write("train/lm", summary, config=summary["config"], quick=args.quick,
+                            path=out / ("quick.json" if args.quick else "result.json"))
+        emit_json(args, env)
+    if not json_to_stdout(args):
+        render = {"scale-vs-dk": _print_scale_vs_dk, "logit-growth": _print_logit_growth, "lm": _print_lm}
+        render[args.experiment](summary["analysis"])
+    print(f"\nwrote {out / 'summary.json'} ({len(summary['cells'])} cells, {summary['wall_s']:.1f} s)",
+          file=sys.stderr if json_to_stdout(args) else sys.stdout)
     return 0
 
 
@@ -100,3 +155,20 @@ def _print_logit_growth(a: dict) -> None:
               f"{_fmt(r['max_logit_final_mean'], '.4g'):>16}")
     for name, s in a["lr_sensitivity"].items():
         print(f"LR sensitivity {name}: {s['mean']:.4f} (per seed: {', '.join(f'{v:.4f}' for v in s['per_seed'])})")
+
+
+def _print_lm(a: dict) -> None:
+    m = a["model"]
+    print(f"GPT: width {m['d_model']}, {m['n_layers']} layers, context {m['context']}, {m['parameters']:,} parameters; "
+          f"unigram baseline {a['unigram_bpb']:.3f} bits/byte")
+    interior = a["sgd"]["reference_best_interior"]
+    print("SGD rate best for 1/sqrt(d_k): " + ", ".join(
+        f"d_k={k}: {v:g}{'' if interior[k] else ' (at the edge of the grid)'}" for k, v in a["sgd"]["reference_best_lr"].items()))
+    print(f"verdict vs 1/sqrt(d_k), same seed: steps to {a['target_factor']:g}x its final loss, ratio "
+          f"<= {a['like_ratio']:g} learns; median ratio [min,max] over seeds")
+    print(f"{'rule':<17}{'d_k':>4}  {'optimiser':<13}{'lr':>7}  {'final bpb':<10}{'verdict':<10}{'seeds':<7}{'ratio':<18}")
+    for v in a["verdicts"]:
+        s = v["steps_ratio_spread"]
+        ratio = "-" if v["steps_ratio"] is None else f"{v['steps_ratio']:.2f} [{s['min']:.2f},{s['max']:.2f}]"
+        print(f"{v['rule']:<17}{v['d_k']:>4}  {v['optimiser']:<13}{v['lr']:>7g}  {_fmt(v['final_bpb']['mean']):<10}"
+              f"{v['verdict'] or '-':<10}{str(v['seeds_agreeing']) + '/' + str(v['seeds']):<7}{ratio:<18}")

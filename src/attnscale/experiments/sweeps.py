@@ -1,7 +1,7 @@
 """The training experiments by name, and how one is run into ``<out>/summary.json``.
 
     >>> sorted(EXPERIMENTS)
-    ['logit-growth', 'scale-vs-dk']
+    ['lm', 'logit-growth', 'scale-vs-dk']
 
 A summary holds the experiment's configuration, its seeds, the environment, every cell with its
 result (final metrics and per-step metrics), and the analysis (the numbers of the report's text).
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from attnscale.errors import InputError
-from attnscale.experiments import logit_growth, scale_vs_dk
+from attnscale.experiments import lm, logit_growth, scale_vs_dk
 from attnscale.experiments.runner import Backend, run_sweep
 from attnscale.provenance import environment
 from attnscale.store import ResultCache, to_jsonable, write_json_atomic
@@ -44,6 +44,9 @@ EXPERIMENTS: dict[str, Experiment] = {
     logit_growth.KIND: Experiment(
         logit_growth.KIND, logit_growth.LogitGrowthConfig, logit_growth.train_cell, logit_growth.analyse,
         "attention-logit growth vs learning rate, with and without QK-layernorm (Wortsman et al. 2023)"),
+    lm.KIND: Experiment(
+        lm.KIND, lm.LMConfig, lm.train_cell, lm.analyse,
+        "a small GPT on real English text with each scale rule: does unscaled attention stop learning?"),
 }
 
 
