@@ -193,10 +193,16 @@ def test_judge_follows_the_numbers(curve, verdict, ratio):
 
 # --- the sweep -------------------------------------------------------------------------------------
 
-def test_sweep_analysis_has_the_contract_verdicts_and_resumes(tmp_path):
+@pytest.fixture(scope="module")
+def tiny_sweep(tmp_path_factory):
+    out = tmp_path_factory.mktemp("lm")
     backend = CountingBackend()
-    summary = run_experiment("lm", TINY, tmp_path, backend)
-    assert backend.computed == len(TINY.cells()) == 4
+    return run_experiment("lm", TINY, out, backend), backend.computed, out
+
+
+def test_sweep_analysis_has_the_contract_verdicts_and_resumes(tiny_sweep):
+    summary, computed, out = tiny_sweep
+    assert computed == len(TINY.cells()) == 4
     verdicts = summary["analysis"]["verdicts"]
     assert {(v["rule"], v["optimiser"]) for v in verdicts} == {
         (r, o) for r in TINY.rules for o in ("adamw", "sgd", "sgd-own-best")}
@@ -208,8 +214,48 @@ def test_sweep_analysis_has_the_contract_verdicts_and_resumes(tmp_path):
     assert summary["analysis"]["sgd"]["reference_best_interior"] == {"8": False}   # one rate: never interior
     json.dumps(summary, allow_nan=False)
     again = CountingBackend()
-    assert run_experiment("lm", TINY, tmp_path, again)["analysis"] == summary["analysis"]
+    assert run_experiment("lm", TINY, out, again)["analysis"] == summary["analysis"]
     assert again.computed == 0
+
+
+def _envelope(summary):
+    from attnscale.results import Envelope
+
+    return Envelope(kind="train/lm", data=json.loads(json.dumps(summary)), quick=True)
+
+
+def test_chapter_renders_both_languages(tiny_sweep):
+    from attnscale.report.chapters import EXPERIMENT_CHAPTERS
+    from attnscale.report.chapters import lm as chapter
+
+    assert "lm" in EXPERIMENT_CHAPTERS and chapter.KIND == "train/lm"
+    env = _envelope(tiny_sweep[0])
+    for lang in ("en", "zh"):
+        page = chapter.render(env, lang)
+        assert page.count("<svg") == 2 and page.count("<table") == 2
+        assert lm.PROMPT in page
+    assert "unigram baseline" in chapter.render(env, "en").lower()
+
+
+def test_chapter_words_follow_the_data(tiny_sweep):
+    from attnscale.report.chapters import lm as chapter
+
+    env = _envelope(tiny_sweep[0])
+    verdicts = env.data["analysis"]["verdicts"]
+    unscaled = next(v for v in verdicts if v["rule"] == "unscaled" and v["optimiser"] == "adamw")
+    words = {}
+    for verdict, ratio in (("learns", 1.0), ("slower", 2.5), ("fails", None), ("diverges", None)):
+        unscaled.update(verdict=verdict, steps_ratio=ratio)
+        words[verdict] = chapter.render(env, "en")
+    assert "AdamW, unscaled: learns like 1/√dₖ at dₖ = 8." in words["learns"]
+    assert "AdamW, unscaled: learns slower at dₖ = 8 (2.50× the steps)." in words["slower"]
+    assert "AdamW, unscaled: does not reach 1.1× the 1/√dₖ run" in words["fails"]
+    assert "AdamW, unscaled: diverges at dₖ = 8." in words["diverges"]
+    env.data["analysis"]["sgd"]["reference_best_interior"]["8"] = True
+    assert "inside the grid" in chapter.render(env, "en") and "edge of the grid" in words["learns"]
+    curve = next(c for c in env.data["analysis"]["curves"] if c["rule"] == "unscaled" and c["optimiser"] == "adamw")
+    curve["max_abs_logit"][-1] = 12345.0
+    assert "ends at 1.23e+04 unscaled" in chapter.render(env, "en")
 
 
 DRIVER = """
@@ -246,3 +292,55 @@ def test_sigkill_then_rerun_computes_only_missing_cells(tmp_path):
     backend = CountingBackend()
     run_experiment("lm", config, tmp_path / "out", backend)
     assert backend.computed == len(config.cells()) - finished
+
+
+# --- the command line ------------------------------------------------------------------------------
+
+TINY_ARGS = ["--rules", "inverse_sqrt_dk,unscaled", "--d-ks", "8", "--d-model", "16", "--context", "16", "--steps", "3",
+             "--sgd-lrs", "0.3", "--workers", "1"]
+
+
+def test_cli_json_to_stdout_is_strict_and_alone(tmp_path, capsys):
+    from attnscale.cli import main
+
+    assert main(["train", "lm", "--quick", "--json", "-", "--out", str(tmp_path / "out"), *TINY_ARGS]) == 0
+    out = capsys.readouterr().out
+    env = json.loads(out, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
+    assert env["kind"] == "train/lm" and env["quick"] is True
+    assert {v["rule"] for v in env["data"]["analysis"]["verdicts"]} == {"inverse_sqrt_dk", "unscaled"}
+    assert (tmp_path / "out" / "quick.json").is_file() and not (tmp_path / "out" / "result.json").exists()
+
+
+@pytest.mark.parametrize("args, argument", [
+    (["--rules", "inverse_sqrt_dk,nonsense"], "rules"),
+    (["--d-ks", "48"], "d_k"),
+    (["--context", "100000000"], "--context"),
+    (["--lr", "0"], "lr"),
+    (["--lr=-1e-3"], "lr"),
+    (["--steps", "0"], "steps"),
+    (["--sgd-lrs", "0.1,abc"], "--sgd-lrs"),
+    (["--text", "MISSING"], "--text"),
+    (["--text", "DIR"], "--text"),
+    (["--text", "EMPTY"], "--text"),
+    (["--text", "LATIN1"], "--text"),
+])
+def test_cli_bad_input_is_one_line_exit_2_nothing_written(tmp_path, capsys, args, argument):
+    from attnscale.cli import main
+
+    files = {"MISSING": tmp_path / "missing.txt", "DIR": tmp_path, "EMPTY": tmp_path / "empty.txt",
+             "LATIN1": tmp_path / "latin1.txt"}
+    files["EMPTY"].write_bytes(b"")
+    files["LATIN1"].write_bytes("naïve café".encode("latin-1"))
+    args = [str(files.get(a, a)) for a in args]
+    out = tmp_path / "out"
+    assert main(["train", "lm", "--quick", "--out", str(out), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"error: {argument}" in err, err
+    assert not out.exists()
+
+
+def test_lm_options_are_refused_for_other_experiments(capsys):
+    from attnscale.cli import main
+
+    assert main(["train", "scale-vs-dk", "--quick", "--steps", "5"]) == 2
+    assert "--steps: only the lm experiment" in capsys.readouterr().err
