@@ -41,6 +41,7 @@ from attnscale.experiments import scale_vs_dk
 from attnscale.experiments.text_data import DEFAULT_TEXT, VOCAB, ByteText
 from attnscale.results import finite_or_none
 from attnscale.scales import RULES, ScaleRule
+from attnscale.torch.attention import BACKENDS
 
 __all__ = ["KIND", "RULE_CHOICES", "REFERENCE_RULE", "LMCell", "LMConfig", "train_cell", "analyse",
            "TARGET_FACTOR", "LIKE_RATIO", "VERDICTS"]
@@ -55,6 +56,9 @@ TARGET_FACTOR = 1.1      # a run "gets there" at TARGET_FACTOR × the reference 
 LIKE_RATIO = 1.25        # steps to get there ≤ LIKE_RATIO × the reference's: "learns" like 1/√d_k
 VERDICTS = ("learns", "slower", "fails", "diverges")   # best to worst
 PROMPT = "The return statement"
+#: attnscale.torch.attention's backend for every rule but soft-cap (always "chunked"): "kernel" (the
+#: fused CPU kernel) as soon as it has a backward pass; until then "chunked", which has one.
+BACKEND = "chunked"
 
 
 def _positive(name: str, value, integer: bool = True) -> None:
@@ -79,17 +83,17 @@ class LMCell:
     optimizer: str              # "adamw" or "sgd"
     lr: float                   # peak learning rate
     seed: int
-    steps: int = 300
+    steps: int = 100
     batch: int = 16
     context: int = 64
     d_model: int = 256
     n_layers: int = 2
-    log_every: int = 20
-    eval_windows: int = 64      # fixed validation windows of `context` tokens
+    log_every: int = 10
+    eval_windows: int = 32      # fixed validation windows of `context` tokens
     text: str = DEFAULT_TEXT
     text_sha256: str = ""
     valid_fraction: float = 0.1
-    backend: str = "chunked"    # of attnscale.torch.attention; "kernel" once it has a backward
+    backend: str = BACKEND
     prompt: str = PROMPT
     sample_bytes: int = 120
     code_version: int = 1       # bump when training code changes: old cached results then miss
@@ -104,6 +108,8 @@ class LMCell:
             _positive(name, getattr(self, name))
         if self.d_model % self.d_k:
             raise InputError(f"d_k: expected a divisor of d_model={self.d_model}, got {self.d_k}")
+        if self.backend not in BACKENDS:
+            raise InputError(f"backend: expected one of {BACKENDS}, got {self.backend!r}")
 
     @property
     def label(self) -> str:
@@ -120,17 +126,17 @@ class LMConfig:
     rules: tuple[str, ...] = tuple(RULE_CHOICES)
     d_ks: tuple[int, ...] = (16, 64, 256)
     seeds: int = 3
-    adamw_lr: float = 3e-3
-    sgd_lrs: tuple[float, ...] = (0.1, 0.3, 1.0, 3.0)
-    steps: int = 300
+    adamw_lr: float = 1e-3
+    sgd_lrs: tuple[float, ...] = (0.01, 0.03, 0.1, 0.3)
+    steps: int = 100
     batch: int = 16
     context: int = 64
     d_model: int = 256
     n_layers: int = 2
-    log_every: int = 20
-    eval_windows: int = 64
+    log_every: int = 10
+    eval_windows: int = 32
     text: str = DEFAULT_TEXT
-    backend: str = "chunked"
+    backend: str = BACKEND
 
     def __post_init__(self):
         unknown = [r for r in self.rules if r not in RULE_CHOICES]
@@ -158,7 +164,7 @@ class LMConfig:
     @classmethod
     def quick(cls, seeds: int = 1) -> "LMConfig":
         """Under 2 minutes on 2 workers: every rule, two d_k, three SGD rates, few steps."""
-        return cls(d_ks=(16, 256), seeds=seeds, sgd_lrs=(0.3, 1.0, 3.0), steps=30, batch=8, log_every=10,
+        return cls(d_ks=(16, 256), seeds=seeds, sgd_lrs=(0.03, 0.1, 0.3), steps=20, batch=8, log_every=5,
                    eval_windows=16)
 
     def cells(self) -> list[LMCell]:

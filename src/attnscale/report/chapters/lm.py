@@ -37,7 +37,8 @@ TEXT = {
                         "the comparison at its best rate is not bracketed, and may not be its optimum."),
                  "zh": ("在 dₖ = {dks} 时，对 1/√dₖ 最好的 SGD 学习率位于网格边缘（{rates}）：该处的比较没有被"
                         "包围，可能不是其最优学习率。")},
-    "verdict_line": {"en": "{optimiser}, {rule}: {parts}.", "zh": "{optimiser}，{rule}：{parts}。"},
+    "verdict_line": {"en": "{optimiser} — {rule}: {parts}.", "zh": "{optimiser} — {rule}：{parts}。"},
+    "joiner": {"en": " · ", "zh": "、"},
     "learns": {"en": "learns like 1/√d_k at d_k = {dks}", "zh": "在 dₖ = {dks} 时与 1/√dₖ 学得一样快"},
     "slower": {"en": "learns slower at d_k = {dks} ({ratios}× the steps)",
                "zh": "在 dₖ = {dks} 时学得更慢（所需步数为 {ratios} 倍）"},
@@ -107,16 +108,19 @@ def _panels(curves: list, d_ks: list, rules: list, rows: list[tuple[str, str, bo
                 if log:
                     ax.set_yscale("log")
                 ax.set_title(pretty(f"d_k = {d_k}") if row == 0 else "")
-                ax.set_xlabel(_t("step", lang))
+                if row == len(rows) - 1:
+                    ax.set_xlabel(_t("step", lang))
                 if col == 0:
                     ax.set_ylabel(_t(ylabel, lang))
-        axes[0][-1].legend(fontsize=8)
+        fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside lower center", ncol=3, fontsize=8.5)
     return fig
 
 
 def _verdict_lines(verdicts: list, reference: str, factor: float, steps: int, lang: str) -> list[str]:
+    """One sentence per optimiser and outcome: rules whose verdicts read alike share a sentence."""
     lines = []
     for optimiser in ("adamw", "sgd", "sgd-own-best"):
+        alike: dict[str, list[str]] = {}
         for rule in dict.fromkeys(v["rule"] for v in verdicts if v["rule"] != reference):
             rows = [v for v in verdicts if v["rule"] == rule and v["optimiser"] == optimiser and v["verdict"]]
             parts = []
@@ -126,8 +130,10 @@ def _verdict_lines(verdicts: list, reference: str, factor: float, steps: int, la
                     parts.append(_t(verdict, lang, dks=", ".join(str(v["d_k"]) for v in mine), factor=factor, steps=steps,
                                     ratios=", ".join(number(v["steps_ratio"], ".2f") for v in mine)))
             if parts:
-                lines.append(_t("verdict_line", lang, optimiser=_t(optimiser, lang), rule=_rule(rule, lang),
-                                parts="; ".join(parts)))
+                alike.setdefault("; ".join(parts), []).append(_rule(rule, lang))
+        lines += [_t("verdict_line", lang, optimiser=_t(optimiser, lang), rule=_t("joiner", lang).join(rules),
+                     parts=parts)
+                  for parts, rules in alike.items()]
     return lines
 
 
@@ -157,7 +163,7 @@ def render(env, lang: str) -> str:
                                                                ("entropy_mean", "entropy", False)], lang),
                             _t("alt_health", lang), _t("cap_health", lang)))
     parts.append(p("rule_of", factor=a["target_factor"], like=a["like_ratio"]))
-    head = [_t("h_rule", lang), "d_k"] + [_t(o, lang) for o in ("adamw", "sgd", "sgd-own-best")]
+    head = [_t("h_rule", lang), pretty("d_k")] + [_t(o, lang) for o in ("adamw", "sgd", "sgd-own-best")]
     cell = lambda v: (f"{_t(v['verdict'] + '_w', lang) if v['verdict'] else '—'} {v['seeds_agreeing']}/{v['seeds']}"   # noqa: E731
                       f" ×{number(v['steps_ratio'], '.2f')} (lr {v['lr']:g})")
     find = lambda rule, d_k, o: next(v for v in a["verdicts"] if (v["rule"], v["d_k"], v["optimiser"]) == (rule, d_k, o))   # noqa: E731
