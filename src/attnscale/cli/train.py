@@ -54,12 +54,14 @@ def _lm_overrides(args) -> dict:
              "rules": None if args.rules is None else tuple(r.strip() for r in args.rules.split(",") if r.strip()),
              "d_ks": None if args.d_ks is None else numbers("--d-ks", args.d_ks, int)}
     given = {k: v for k, v in given.items() if v is not None}
+    if args.json is not None and args.experiment != "lm":
+        raise InputError("--json: only the lm experiment writes its result as an envelope so far")
     if given and args.experiment != "lm":
         raise InputError(f"--{next(iter(given)).replace('_', '-')}: only the lm experiment takes this option")
     if "text" in given:
         from attnscale.experiments.text_data import check_text_file
 
-        given["text"] = str(check_text_file(given["text"]))
+        given["text"] = str(check_text_file(given["text"]).resolve())
     return given
 
 

@@ -54,15 +54,16 @@ TEXT = {
                        "to the worse), how many agree, and the median ratio."),
                 "zh": ("判定以同一种子的 1/√dₖ 运行为参照：达到其最终验证损失 {factor:g} 倍所需的步数，不超过其 {like:g} "
                        "倍记为“学得一样”；取多数种子的判定（平局取较差者）、一致的种子数与比值的中位数。")},
-    "samples": {"en": "Greedy continuations of “{prompt}” at d_k = {dk} (AdamW, seed {seed}):",
-                "zh": "dₖ = {dk} 时对“{prompt}”的贪心续写（AdamW，种子 {seed}）："},
+    "samples": {"en": ("Greedy continuations of “{prompt}” (AdamW, seed {seed}; in brackets the run's final "
+                        "validation bits per byte):"),
+                "zh": "对“{prompt}”的贪心续写（AdamW，种子 {seed}；括号内为该运行最终的验证集比特/字节）："},
     "adamw": {"en": "AdamW", "zh": "AdamW"},
     "sgd": {"en": "SGD at the 1/√d_k rate", "zh": "SGD（1/√dₖ 的最佳学习率）"},
     "sgd-own-best": {"en": "SGD at its own best rate", "zh": "SGD（自身最佳学习率）"},
     "learns_w": {"en": "learns", "zh": "学得一样"}, "slower_w": {"en": "slower", "zh": "更慢"},
     "fails_w": {"en": "fails", "zh": "未达到"}, "diverges_w": {"en": "diverges", "zh": "发散"},
-    "h_rule": {"en": "rule", "zh": "规则"}, "h_bpb": {"en": "final bits/byte", "zh": "最终比特/字节"},
-    "h_sample": {"en": "sample", "zh": "续写"}, "h_diverged": {"en": "(diverged)", "zh": "（发散）"},
+    "h_rule": {"en": "rule", "zh": "规则"},
+    "h_diverged": {"en": "(diverged)", "zh": "（发散）"},
     "step": {"en": "step", "zh": "步"}, "bpb": {"en": "validation bits per byte", "zh": "验证集比特/字节"},
     "max_logit": {"en": "largest |logit|", "zh": "最大 |logit|"},
     "entropy": {"en": "mean row entropy (nats)", "zh": "平均行熵（nats）"},
@@ -170,9 +171,10 @@ def render(env, lang: str) -> str:
     parts.append(table(head, [[pretty(_rule(r, lang)), d] + [cell(find(r, d, o)) for o in ("adamw", "sgd", "sgd-own-best")]
                               for d in d_ks for r in rules], cls="numeric"))
     s = a["samples"]
-    parts.append(p("samples", prompt=s["prompt"], dk=s["d_k"], seed=s["seed"]))
-    parts.append(table([_t("h_rule", lang), _t("h_bpb", lang), _t("h_sample", lang)],
-                       [[pretty(_rule(row["rule"], lang)), number(row["final_bpb"], ".3f"),
-                         s["prompt"] + (row["text"] if row["text"] is not None else " " + _t("h_diverged", lang))]
+    parts.append(p("samples", prompt=s["prompt"], seed=s["seed"]))
+    sample = lambda text, bpb: (s["prompt"] + text + f" ({number(bpb, '.2f')})" if text is not None   # noqa: E731
+                                else _t("h_diverged", lang))
+    parts.append(table([_t("h_rule", lang)] + [pretty(f"d_k = {d}") for d in s["d_ks"]],
+                       [[pretty(_rule(row["rule"], lang))] + [sample(*tb) for tb in zip(row["texts"], row["final_bpb"])]
                         for row in s["rows"]]))
     return "\n".join(parts)
