@@ -6,7 +6,10 @@ The model and batch are the sweep's (:class:`attnscale.experiments.lm.LMCell` de
 cell does every step: forward, cross-entropy, backward, AdamW update. The two contenders start from
 the same weights and see the same batches; in each round each runs ``--steps`` steps, one after the
 other (interleaved, so that a noisy machine hurts both alike). Printed: median tokens per second of
-each, and the ratio of medians, figures on ÷ SDPA (1.0 = free; below 1 = slower).
+each, and the ratio of medians, figures on ÷ SDPA (1.0 = free; below 1 = slower). Time is the
+process's CPU time (one thread): on a shared machine, wall time mostly measures the neighbours (on
+the development machine, under a load of 10 on 2 cores, the same 3 steps took 0.5 s or 3.5 s of
+wall time); wall-time rates are kept in the JSON too.
 
     python benchmarks/lm.py                                   # d_k 16, 64, 256; 5 rounds of 5 steps
     python benchmarks/lm.py --rounds 9 --backend composed --json lm-bench.json
@@ -50,19 +53,23 @@ def measure(d_k: int, rule: str, backend: str, rounds: int, steps: int) -> dict:
     for name, figures in (("figures", True), ("sdpa", False)):
         torch.manual_seed(0)
         contenders[name] = make_step(GPT(shape, RULE_CHOICES[rule], backend=backend, figures=figures), batches)
-    times = {name: [] for name in contenders}
+    cpu = {name: [] for name in contenders}
+    wall = {name: [] for name in contenders}
     for name, step in contenders.items():          # warm-up: allocator, first-call dispatch
         step(0)
     for r in range(rounds):
         for name, step in contenders.items():
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             for i in range(steps):
                 step(r * steps + i)
-            times[name].append(time.perf_counter() - start)
+            cpu[name].append(time.process_time() - start_cpu)
+            wall[name].append(time.perf_counter() - start)
     tokens = steps * cell.batch * cell.context
-    rate = {name: tokens / statistics.median(ts) for name, ts in times.items()}
+    rate = {name: tokens / statistics.median(ts) for name, ts in cpu.items()}
+    wall_rate = {name: tokens / statistics.median(ts) for name, ts in wall.items()}
     return {"d_k": d_k, "heads": cell.d_model // d_k, "rule": rule, "backend": backend, "tokens_per_round": tokens,
-            "seconds": times, "tokens_per_s": rate, "ratio": rate["figures"] / rate["sdpa"]}
+            "cpu_seconds": cpu, "wall_seconds": wall, "tokens_per_s": rate, "ratio": rate["figures"] / rate["sdpa"],
+            "wall_tokens_per_s": wall_rate, "wall_ratio": wall_rate["figures"] / wall_rate["sdpa"]}
 
 
 def main() -> None:
@@ -77,7 +84,7 @@ def main() -> None:
     torch.set_num_threads(1)                         # as the sweep's workers
     rows = [measure(int(d), args.rule, args.backend, args.rounds, args.steps) for d in args.d_ks.split(",")]
     print(f"GPT of the lm sweep, {args.rule}, figures via backend {args.backend!r}, 1 thread, "
-          f"median of {args.rounds} rounds of {args.steps} training steps")
+          f"median of {args.rounds} rounds of {args.steps} training steps, tokens per CPU-second")
     print(f"{'d_k':>5}{'heads':>6}{'figures tok/s':>15}{'SDPA tok/s':>12}{'figures / SDPA':>16}")
     for r in rows:
         print(f"{r['d_k']:>5}{r['heads']:>6}{r['tokens_per_s']['figures']:>15.0f}{r['tokens_per_s']['sdpa']:>12.0f}"

@@ -164,7 +164,7 @@ def render(env, lang: str) -> str:
                                                                ("entropy_mean", "entropy", False)], lang),
                             _t("alt_health", lang), _t("cap_health", lang)))
     parts.append(p("rule_of", factor=a["target_factor"], like=a["like_ratio"]))
-    head = [_t("h_rule", lang), pretty("d_k")] + [_t(o, lang) for o in ("adamw", "sgd", "sgd-own-best")]
+    head = [_t("h_rule", lang), pretty("d_k")] + [pretty(_t(o, lang)) for o in ("adamw", "sgd", "sgd-own-best")]
     cell = lambda v: (f"{_t(v['verdict'] + '_w', lang) if v['verdict'] else '—'} {v['seeds_agreeing']}/{v['seeds']}"   # noqa: E731
                       f" ×{number(v['steps_ratio'], '.2f')} (lr {v['lr']:g})")
     find = lambda rule, d_k, o: next(v for v in a["verdicts"] if (v["rule"], v["d_k"], v["optimiser"]) == (rule, d_k, o))   # noqa: E731
