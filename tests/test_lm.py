@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import signal
 import subprocess
@@ -348,3 +347,12 @@ def test_lm_options_are_refused_for_other_experiments(capsys):
 
     assert main(["train", "scale-vs-dk", "--quick", "--steps", "5"]) == 2
     assert "--steps: only the lm experiment" in capsys.readouterr().err
+
+
+def test_sweep_sizes_are_the_budgeted_ones():
+    full, quick = lm.LMConfig(), lm.LMConfig.quick()
+    assert len(full.cells()) == 270 and full.seeds >= 3 and full.d_ks == (16, 64, 256)
+    assert len(quick.cells()) == 48 and quick.seeds == 1 and len(quick.d_ks) == 2 and quick.steps < full.steps
+    assert {c.d_model // c.d_k for c in full.cells()} == {16, 4, 1}
+    lrs = sorted(full.sgd_lrs)
+    assert len(lrs) >= 3     # a best rate can be interior

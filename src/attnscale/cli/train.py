@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import math
 
-
 from attnscale.cli.output import add_json_option
 
 
@@ -72,7 +71,6 @@ def run_train(args) -> int:
 
     from attnscale import results
     from attnscale.cli.output import check_json_target, emit_json, json_to_stdout
-
     from attnscale.cli.progress import Progress
     from attnscale.errors import InputError
     from attnscale.experiments.runner import LocalBackend, SerialBackend, default_workers

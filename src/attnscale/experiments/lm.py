@@ -34,7 +34,7 @@ import hashlib
 import math
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from attnscale.errors import InputError
 from attnscale.experiments import scale_vs_dk
@@ -83,7 +83,7 @@ class LMCell:
     optimizer: str              # "adamw" or "sgd"
     lr: float                   # peak learning rate
     seed: int
-    steps: int = 80
+    steps: int = 72
     batch: int = 16
     context: int = 64
     d_model: int = 256
@@ -119,13 +119,15 @@ class LMCell:
 @dataclass(frozen=True)
 class LMConfig:
     """The sweep: rules × d_k × (AdamW at one rate + SGD over ``sgd_lrs``) × seeds, by default
-    6 × 3 × (1 + 4) × 3 = 270 cells of 80 steps.
+    6 × 3 × (1 + 4) × 3 = 270 cells of 72 steps.
 
     Sized for the issue's budget, the full sweep within 60 minutes on 2 workers. Measured on the
-    2-core development machine under a load of 10–15 (so in CPU seconds, which contention inflates
-    rather than deflates): one 100-step cell cost 30.6 CPU-s at d_k 16 (34.6 with soft-cap), 23.3 at
-    d_k 64 and 21.3 at d_k 256; at 80 steps about 21 on average, so about 5,700 CPU-s, 47 minutes on
-    2 workers, before the SGD runs that diverge early.
+    2-core development machine under a load of 7–15 (so in CPU seconds, which contention inflates
+    rather than deflates): 100-step cells cost 30.6 CPU-s at d_k 16 (34.6 with soft-cap), 23.3 at
+    d_k 64, 21.3 at d_k 256; 80-step cells 27.2 (unscaled, d_k 16, SGD) and 22.3 (log-n, d_k 256,
+    AdamW). At 72 steps that is about 21.5 on average: 270 cells ≈ 5,800 CPU-s ≈ 49 minutes on 2
+    workers, before the SGD runs that diverge early. ``--quick``: 48 cells, 196 CPU-s measured, so
+    about 100 s on 2 workers.
 
     The rates come from pilots at d_k 64, seed 0, 120 steps, validation bits per byte. AdamW: 3.649
     at 3e-4, 3.393 at 1e-3, 3.420 at 3e-3. SGD: 4.276 at 0.03, 4.298 at 0.1, 4.70 at 0.3 (150 steps),
@@ -137,7 +139,7 @@ class LMConfig:
     seeds: int = 3
     adamw_lr: float = 1e-3
     sgd_lrs: tuple[float, ...] = (0.01, 0.03, 0.1, 0.3)
-    steps: int = 80
+    steps: int = 72
     batch: int = 16
     context: int = 64
     d_model: int = 256
