@@ -87,13 +87,6 @@ def test_logit_jacobian_matches_autograd(name):
     assert err <= 1e-12
 
 
-def test_unsupported_rule_is_refused():
-    from attnscale.scales import LogN
-
-    with pytest.raises(InputError, match="rule"):
-        ScaledLogits(LogN(), 16)
-
-
 def test_bad_cells_are_refused():
     with pytest.raises(InputError, match="rule"):
         scale_vs_dk.ScaleCell("sqrt", 16, "adam", 1e-3, 0)

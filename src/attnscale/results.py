@@ -70,7 +70,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("rescale/minilm", ("alphas",), "attnscale rescale --model minilm"),
     Kind("train/scale-vs-dk", ("cells", "analysis", "analysis.table", "analysis.verdicts"), "attnscale train scale-vs-dk"),
     Kind("train/logit-growth", ("cells", "analysis", "analysis.table"), "attnscale train logit-growth"),
-    Kind("train/lm", ("cells", "analysis"), "attnscale train lm"),
+    Kind("train/lm", ("cells", "analysis", "analysis.verdicts", "analysis.curves"), "attnscale train lm"),
     Kind("telemetry", ("rows",), "attnscale telemetry-bench"),
 )}
 

@@ -12,13 +12,13 @@ from attnscale.cli.output import (add_json_option, add_quiet_option, check_json_
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "train", help="training experiments: scale-vs-dk, logit-growth",
+        "train", help="training experiments: scale-vs-dk, logit-growth, lm",
         description="Run a training sweep on the CPU. Finished cells are cached under "
                     "DIR/train/<experiment>/cells, so an interrupted run resumes where it stopped. Writes the result "
                     "DIR/train/<experiment>/result.json (quick.json for --quick), which the report reads.",
         epilog="examples:\n  attnscale train scale-vs-dk --quick\n  attnscale train logit-growth --workers 2",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("experiment", choices=("scale-vs-dk", "logit-growth"), help="which experiment")
+    p.add_argument("experiment", choices=("scale-vs-dk", "logit-growth", "lm"), help="which experiment")
     p.add_argument("--quick", action="store_true",
                    help="a small version that runs in seconds (same code, fewer cells and steps)")
     p.add_argument("--seeds", type=int, default=None, help="number of seeds (default: the experiment's)")
@@ -34,10 +34,47 @@ def register(sub) -> None:
                    help="with --backend ray: the cluster to join (default: a private local Ray instance of --workers CPUs)")
     p.add_argument("--cpus-per-cell", type=int, default=1, metavar="N",
                    help="with --backend ray: CPUs reserved by each cell (default 1)")
+    lm = p.add_argument_group("lm only (a small GPT on real text)")
+    lm.add_argument("--text", metavar="FILE", default=None,
+                    help="train on this UTF-8 text file instead of the standard library's documentation")
+    lm.add_argument("--steps", type=int, default=None, help="training steps per run")
+    lm.add_argument("--lr", type=float, default=None, help="AdamW learning rate (default: tuned for 1/sqrt(d_k))")
+    lm.add_argument("--sgd-lrs", default=None, metavar="LR,LR,...", help="the SGD learning-rate grid")
+    lm.add_argument("--rules", default=None, metavar="RULE,RULE,...", help="scale rules (inverse_sqrt_dk among them)")
+    lm.add_argument("--d-ks", default=None, metavar="D,D,...", help="head sizes d_k, each dividing --d-model")
+    lm.add_argument("--d-model", type=int, default=None, help="model width")
+    lm.add_argument("--context", type=int, default=None, help="tokens (bytes) per sequence")
     p.set_defaults(run=run_train)
 
 
+def _lm_overrides(args) -> dict:
+    """The lm config fields the options set; refused for the other experiments."""
+    from attnscale.errors import InputError
+
+    def numbers(option: str, text: str, kind):
+        try:
+            return tuple(kind(x) for x in text.split(",") if x.strip())
+        except ValueError:
+            raise InputError(f"{option}: expected a comma-separated list of numbers, got {text!r}") from None
+
+    given = {"text": args.text, "steps": args.steps, "adamw_lr": args.lr, "d_model": args.d_model,
+             "context": args.context,
+             "sgd_lrs": None if args.sgd_lrs is None else numbers("--sgd-lrs", args.sgd_lrs, float),
+             "rules": None if args.rules is None else tuple(r.strip() for r in args.rules.split(",") if r.strip()),
+             "d_ks": None if args.d_ks is None else numbers("--d-ks", args.d_ks, int)}
+    given = {k: v for k, v in given.items() if v is not None}
+    if given and args.experiment != "lm":
+        raise InputError(f"--{next(iter(given)).replace('_', '-')}: only the lm experiment takes this option")
+    if "text" in given:
+        from attnscale.experiments.text_data import check_text_file
+
+        given["text"] = str(check_text_file(given["text"]).resolve())
+    return given
+
+
 def run_train(args) -> int:
+    import dataclasses
+
     from attnscale import results
     from attnscale.cli.progress import Progress
     from attnscale.errors import InputError
@@ -52,13 +89,16 @@ def run_train(args) -> int:
     check_json_target(args)
     root = check_out_folder(args.results or results.DEFAULT_ROOT, "--results", named=args.results is not None)
     config = make_config(args.experiment, quick=args.quick, seeds=args.seeds)
+    overrides = _lm_overrides(args)
+    if overrides:
+        config = dataclasses.replace(config, **overrides)
     backend = _backend(args, workers)
     with Progress(quiet=args.quiet) as progress:
         env = run_experiment(args.experiment, config, root, backend, progress, quick=args.quick)
     emit_json(args, env)
     if not json_to_stdout(args):
-        render = _print_scale_vs_dk if args.experiment == "scale-vs-dk" else _print_logit_growth
-        render(env.data["analysis"])
+        render = {"scale-vs-dk": _print_scale_vs_dk, "logit-growth": _print_logit_growth, "lm": _print_lm}
+        render[args.experiment](env.data["analysis"])
         print(f"\nwrote {env.path} ({len(env.data['cells'])} cells, {env.data['wall_s']:.1f} s)")
     return 0
 
@@ -148,3 +188,20 @@ def _print_logit_growth(a: dict) -> None:
               f"{_fmt(r['max_logit_final_mean'], '.4g'):>16}")
     for name, s in a["lr_sensitivity"].items():
         print(f"LR sensitivity {name}: {s['mean']:.4f} (per seed: {', '.join(f'{v:.4f}' for v in s['per_seed'])})")
+
+
+def _print_lm(a: dict) -> None:
+    m = a["model"]
+    print(f"GPT: width {m['d_model']}, {m['n_layers']} layers, context {m['context']}, {m['parameters']:,} parameters; "
+          f"unigram baseline {a['unigram_bpb']:.3f} bits/byte")
+    interior = a["sgd"]["reference_best_interior"]
+    print("SGD rate best for 1/sqrt(d_k): " + ", ".join(
+        f"d_k={k}: {v:g}{'' if interior[k] else ' (at the edge of the grid)'}" for k, v in a["sgd"]["reference_best_lr"].items()))
+    print(f"verdict vs 1/sqrt(d_k), same seed: steps to {a['target_factor']:g}x its final loss, ratio "
+          f"<= {a['like_ratio']:g} learns; median ratio [min,max] over seeds")
+    print(f"{'rule':<17}{'d_k':>4}  {'optimiser':<13}{'lr':>7}  {'final bpb':<10}{'verdict':<10}{'seeds':<7}{'ratio':<18}")
+    for v in a["verdicts"]:
+        s = v["steps_ratio_spread"]
+        ratio = "-" if v["steps_ratio"] is None else f"{v['steps_ratio']:.2f} [{s['min']:.2f},{s['max']:.2f}]"
+        print(f"{v['rule']:<17}{v['d_k']:>4}  {v['optimiser']:<13}{v['lr']:>7g}  {_fmt(v['final_bpb']['mean']):<10}"
+              f"{v['verdict'] or '-':<10}{str(v['seeds_agreeing']) + '/' + str(v['seeds']):<7}{ratio:<18}")

@@ -22,55 +22,14 @@ import math
 from dataclasses import dataclass
 
 from attnscale.errors import InputError, require
-from attnscale.scales import InverseDk, InverseSqrtDk, QKNorm, ScaleRule, SoftCap, Unscaled, Constant
+from attnscale.scales import InverseSqrtDk, ScaleRule
+from attnscale.torch.scales import ScaledLogits
 
 torch = require("torch", "torch")
 nn = torch.nn
 F = torch.nn.functional
 
 __all__ = ["ScaledLogits", "Attention", "ReadoutTransformer", "TinyGPT", "GPTConfig", "AttentionRecord"]
-
-
-class ScaledLogits(nn.Module):
-    """Logits of one rule: ``cap(factor · normalize(q) · normalize(k)ᵀ)``, as :mod:`attnscale.scales`.
-
-    q: (B, H, L, d_k), k: (B, H, S, d_k) -> (B, H, L, S). :class:`QKNorm`'s gain becomes a learnable
-    scalar initialised at the rule's gain (Henry et al. 2020 learn it too); every other rule has no
-    parameter. Rules whose factor depends on the number of keys (log-n) are not supported here.
-    """
-
-    def __init__(self, rule: ScaleRule, d_k: int):
-        super().__init__()
-        if not isinstance(rule, (InverseSqrtDk, InverseDk, Unscaled, Constant, QKNorm, SoftCap)):
-            raise InputError(f"rule: expected one of inverse_sqrt_dk, inverse_dk, unscaled, constant, qknorm, "
-                             f"softcap, got {rule.name!r}")
-        self.rule = rule
-        self.d_k = d_k
-        self.base = ScaledLogits(rule.base, d_k) if isinstance(rule, SoftCap) else None
-        if isinstance(rule, QKNorm):
-            self.gain = nn.Parameter(torch.tensor(float(rule.gain)))
-
-    def _normalize(self, x):
-        sq = x.pow(2).mean(-1, keepdim=True) if self.rule.norm == "rms" else x.pow(2).sum(-1, keepdim=True)
-        return x * torch.rsqrt(sq + self.rule.eps)
-
-    def factor(self) -> float:
-        """The multiplier s of q̂·k̂ now (QK-norm's includes its learned gain)."""
-        if self.base is not None:
-            return self.base.factor()
-        if isinstance(self.rule, QKNorm):
-            gain = float(self.gain.detach())
-            return gain / math.sqrt(self.d_k) if self.rule.norm == "rms" else gain
-        return float(self.rule.factor(self.d_k))
-
-    def forward(self, q, k):
-        if self.base is not None:                        # soft-cap: cap · tanh(base logits / cap)
-            cap = self.rule.cap_value
-            return cap * torch.tanh(self.base(q, k) / cap)
-        if isinstance(self.rule, QKNorm):
-            factor = self.gain / math.sqrt(self.d_k) if self.rule.norm == "rms" else self.gain
-            return factor * (self._normalize(q) @ self._normalize(k).transpose(-2, -1))
-        return self.rule.factor(self.d_k) * (q @ k.transpose(-2, -1))
 
 
 @dataclass

@@ -35,7 +35,7 @@ from attnscale.errors import InputError
 from attnscale.experiments.tasks import MarkedCount
 from attnscale.experiments.training import SATURATED_WEIGHT
 from attnscale.results import finite_or_none
-from attnscale.scales import RULES, ScaleRule, SoftCap, Unscaled
+from attnscale.scales import RULES, ScaleRule, SoftCap
 
 __all__ = ["RULE_CHOICES", "ScaleCell", "ScaleVsDkConfig", "train_cell", "analyse", "tune_sgd", "verdict_of_seeds",
            "steps_to_target", "chain_rule_check", "KIND", "VERDICTS", "LIKE_REFERENCE_STEPS", "SATURATED_RUN",
@@ -61,7 +61,7 @@ RULE_CHOICES: dict[str, ScaleRule] = {
     "unscaled": RULES["unscaled"],
     "inverse_dk": RULES["inverse_dk"],
     "qknorm": RULES["qknorm"],
-    "softcap_unscaled": SoftCap(50.0, Unscaled()),
+    "softcap_unscaled": RULES["softcap_unscaled"],
 }
 REFERENCE_RULE = "inverse_sqrt_dk"
 

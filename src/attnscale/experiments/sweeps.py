@@ -1,7 +1,7 @@
 """The training experiments by name, and how one is run into its result (kind ``train/<name>``).
 
     >>> sorted(EXPERIMENTS)
-    ['logit-growth', 'scale-vs-dk']
+    ['lm', 'logit-growth', 'scale-vs-dk']
 
 The result is written through :func:`attnscale.results.write` under the results root (quick runs apart
 from full ones). Its data: the description, every cell with its result (final metrics and per-step
@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from attnscale import results
 from attnscale.errors import InputError
-from attnscale.experiments import logit_growth, scale_vs_dk
+from attnscale.experiments import lm, logit_growth, scale_vs_dk
 from attnscale.experiments.runner import Backend, run_sweep
 from attnscale.store import ResultCache, to_jsonable
 
@@ -45,6 +45,9 @@ EXPERIMENTS: dict[str, Experiment] = {
     logit_growth.KIND: Experiment(
         logit_growth.KIND, logit_growth.LogitGrowthConfig, logit_growth.train_cell, logit_growth.analyse,
         "attention-logit growth vs learning rate, with and without QK-layernorm (Wortsman et al. 2023)"),
+    lm.KIND: Experiment(
+        lm.KIND, lm.LMConfig, lm.train_cell, lm.analyse,
+        "a small GPT on real English text with each scale rule: does unscaled attention stop learning?"),
 }
 
 

@@ -1,0 +1,366 @@
+"""The lm experiment: the torch rules equal the core's, the data is what it says, the GPT learns real
+text, the same seed gives the same numbers, the sweep resumes after kill -9, bad input is one line,
+the verdicts follow the numbers, and the chapter's words follow the data."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from attnscale import attention as core_attention  # noqa: E402
+from attnscale.errors import InputError  # noqa: E402
+from attnscale.experiments import lm  # noqa: E402
+from attnscale.experiments.gpt import GPT, GPTShape  # noqa: E402
+from attnscale.experiments.runner import SerialBackend  # noqa: E402
+from attnscale.experiments.sweeps import run_experiment  # noqa: E402
+from attnscale.experiments.text_data import ByteText, check_text_file  # noqa: E402
+from attnscale.scales import LogN  # noqa: E402
+from attnscale.torch.scales import ScaledLogits, attended_keys  # noqa: E402
+
+#: Seconds on one core: two rules, one d_k, AdamW and one SGD rate, a few steps of a narrow model.
+TINY = lm.LMConfig(rules=("inverse_sqrt_dk", "unscaled"), d_ks=(8,), seeds=1, sgd_lrs=(0.3,), steps=6, batch=4,
+                   context=16, d_model=16, n_layers=1, log_every=3, eval_windows=4)
+
+
+def tiny_cell(**kw) -> lm.LMCell:
+    base = dict(steps=6, batch=4, context=16, d_model=16, n_layers=1, log_every=3, eval_windows=4, sample_bytes=8)
+    return lm.LMCell(**{**dict(rule="inverse_sqrt_dk", d_k=8, optimizer="adamw", lr=3e-3, seed=0), **base, **kw})
+
+
+class CountingBackend:
+    def __init__(self):
+        self.computed = 0
+
+    def map(self, fn, cells):
+        self.computed += len(cells)
+        return SerialBackend().map(fn, cells)
+
+
+# --- every rule's torch path equals the NumPy core (float64) -----------------------------------------
+
+@pytest.mark.parametrize("name", sorted(lm.RULE_CHOICES))
+@pytest.mark.parametrize("causal", [True, False])
+def test_every_rule_logits_and_attention_equal_the_core(name, causal):
+    """ScaledLogits' logits, and attend()'s output, lse, entropy and logit range (the path the GPT
+    trains through), against attnscale.attention in float64."""
+    rule = lm.RULE_CHOICES[name]
+    rng = np.random.default_rng(3)
+    B, H, L, d_k = 2, 3, 9, 5
+    q, k, v = (rng.normal(size=(B, H, L, d)) * 3.0 for d in (d_k, d_k, 4))   # large: soft-cap bends
+    ref = core_attention(q, k, v, scale=rule, causal=causal, return_details=True)
+    module = ScaledLogits(rule, d_k).double()
+    tq, tk, tv = (torch.from_numpy(x) for x in (q, k, v))
+    logits = module(tq, tk, attended_keys(L, L, causal)).detach().numpy()
+    keep = ref.logits > -np.inf
+    assert np.max(np.abs(logits[keep] - ref.logits[keep])) <= 1e-12 * max(1.0, np.abs(ref.logits[keep]).max())
+    res = module.attend(tq, tk, tv, causal=causal)
+    p = ref.weights
+    entropy = -(np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0)).sum(-1)
+    masked = np.where(keep, ref.logits, np.nan)
+    for got, want in ((res.out, ref.out), (res.lse, ref.lse), (res.entropy, entropy),
+                      (res.max_logit, np.nanmax(masked, -1)), (res.min_logit, np.nanmin(masked, -1))):
+        err = np.max(np.abs(got.detach().numpy() - want))
+        assert err <= 1e-10, f"{name}: {err:.2e}"
+
+
+def test_qknorm_gain_is_learned_and_logn_needs_n():
+    module = ScaledLogits(lm.RULE_CHOICES["qknorm"], 8)
+    q, k, v = torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8)
+    module.attend(q, k, v).out.sum().backward()
+    assert module.gain.grad is not None and float(module.gain.grad) != 0.0
+    with pytest.raises(InputError, match="^n:"):
+        ScaledLogits(LogN(), 8)(q, k)
+    with pytest.raises(InputError, match="factor"):
+        ScaledLogits(LogN(), 8).factor()
+
+
+@pytest.mark.parametrize("name", sorted(lm.RULE_CHOICES))
+@pytest.mark.parametrize("backend", ["chunked", "composed"])
+def test_every_rule_gives_gradients_to_q_and_k(name, backend):
+    """gradcheck (float64) through attend(); soft-cap takes the chunked path whatever the backend."""
+    module = ScaledLogits(lm.RULE_CHOICES[name], 4).double()
+    q, k, v = (torch.randn(1, 1, 5, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    torch.autograd.gradcheck(lambda a, b, c: module.attend(a, b, c, backend=backend).out, (q, k, v))
+
+
+# --- the text ----------------------------------------------------------------------------------------
+
+def test_default_text_is_real_english_split_contiguously():
+    text = ByteText.from_source()
+    assert len(text.train) + len(text.valid) > 400_000
+    assert abs(len(text.valid) / (len(text.train) + len(text.valid)) - 0.1) < 1e-4
+    assert b" the " in text.train.tobytes() and b" the " in text.valid.tobytes()
+    assert 3.5 < text.unigram_bits() < 6.0     # English bytes: about 4.5 bits, well below 8 (uniform)
+
+
+def test_text_file_problems_are_one_line_naming_text(tmp_path):
+    (tmp_path / "empty.txt").write_bytes(b"")
+    (tmp_path / "latin1.txt").write_bytes("café".encode("latin-1"))
+    for path, words in ((tmp_path / "nope.txt", "does not exist"), (tmp_path, "directory"),
+                        (tmp_path / "empty.txt", "empty"), (tmp_path / "latin1.txt", "not UTF-8")):
+        with pytest.raises(InputError, match=f"^--text: .*{words}"):
+            check_text_file(path)
+    (tmp_path / "short.txt").write_text("tiny text " * 10)
+    with pytest.raises(InputError, match=r"^--context: 64 .* has 100 bytes"):
+        ByteText.from_source(str(tmp_path / "short.txt"), context=64)
+
+
+# --- the model and one cell --------------------------------------------------------------------------
+
+def test_every_rule_starts_from_the_same_weights():
+    states = []
+    for name in lm.RULE_CHOICES:
+        torch.manual_seed(5)
+        model = GPT(GPTShape(context=16, d_model=16, n_layers=2, d_k=4), lm.RULE_CHOICES[name])
+        states.append({k: v for k, v in model.state_dict().items() if not k.endswith("rule.gain")})
+    for other in states[1:]:
+        assert other.keys() == states[0].keys()
+        assert all(torch.equal(other[k], states[0][k]) for k in other)
+
+
+def test_head_tied_to_embedding_and_heads_from_d_k():
+    model = GPT(GPTShape(context=8, d_model=16, n_layers=1, d_k=4), lm.RULE_CHOICES["unscaled"])
+    assert model.blocks[0].attn.n_heads == 4
+    tokens = torch.randint(0, 256, (2, 8))
+    model(tokens).sum().backward()
+    assert model.tok.weight.grad is not None
+    assert tuple(model.blocks[0].attn.figures["entropy"].shape) == (2, 4, 8)
+
+
+def test_cell_log_has_every_figure_and_is_strict_json():
+    result = lm.train_cell(tiny_cell(rule="softcap_unscaled"))
+    assert [e["step"] for e in result["log"]] == [0, 3, 6]
+    entry = result["log"][-1]
+    assert len(entry["grad_wq"]) == len(entry["grad_wk"]) == 1 and entry["grad_wq"][0] > 0
+    heads = entry["heads"][0]
+    for key in ("entropy_mean", "entropy_min", "max_abs_logit", "saturated_frac"):
+        assert len(heads[key]) == 2
+    assert all(lo <= mean for lo, mean in zip(heads["entropy_min"], heads["entropy_mean"]))
+    assert all(m < 50.0 for m in heads["max_abs_logit"])        # the soft-cap's bound
+    json.dumps(result, allow_nan=False)
+    assert result["diverged"] is None and isinstance(result["sample"], str)
+
+
+def test_same_seed_same_numbers_other_seed_other_numbers():
+    a, b = lm.train_cell(tiny_cell()), lm.train_cell(tiny_cell())
+    strip = lambda r: {k: v for k, v in r.items() if k not in ("cpu_s", "wall_s")}   # noqa: E731
+    assert strip(a) == strip(b)
+    assert lm.train_cell(tiny_cell(seed=1))["log"] != a["log"]
+
+
+def test_a_diverged_run_is_recorded_not_raised():
+    result = lm.train_cell(tiny_cell(rule="unscaled", optimizer="sgd", lr=1e30))
+    assert result["diverged"] is not None and result["final_bpb"] is None and result["final_bpb_reason"] == "diverged"
+    json.dumps(result, allow_nan=False)
+
+
+def test_tiny_gpt_with_inverse_sqrt_dk_and_adamw_beats_the_unigram_baseline():
+    """The model really learns: within its budget, validation below the text's unigram cross-entropy."""
+    result = lm.train_cell(lm.LMCell("inverse_sqrt_dk", 16, "adamw", 1e-2, 0, steps=150, batch=16, context=32,
+                                     d_model=32, n_layers=1, log_every=50, eval_windows=32, sample_bytes=8))
+    print(f"unigram {result['unigram_bpb']:.3f}, init {result['init_bpb']:.3f}, final {result['final_bpb']:.3f} bpb")
+    assert result["final_bpb"] < result["unigram_bpb"] - 0.3
+
+
+# --- verdicts --------------------------------------------------------------------------------------
+
+def _run(curve, diverged=False):
+    log = [{"step": 10 * i, "valid_bpb": v} for i, v in enumerate(curve)]
+    return {"log": log, "final_bpb": None if diverged else curve[-1], "diverged": {"step": 1} if diverged else None,
+            "init_bpb": curve[0]}
+
+
+@pytest.mark.parametrize("curve, verdict, ratio", [
+    ([8, 4, 3.2, 3.0, 3.0], "learns", 1.0),          # target 1.1 × 3.0 = 3.3: step 20 like the reference
+    ([8, 5, 4, 3.3, 3.1], "slower", 1.5),            # step 30 against 20
+    ([8, 6, 5, 4.0, 3.5], "fails", None),            # never at or below 3.3
+])
+def test_judge_follows_the_numbers(curve, verdict, ratio):
+    reference = _run([8, 4, 3.2, 3.0, 3.0])
+    assert lm.judge(_run(curve), reference) == (verdict, ratio)
+    assert lm.judge(_run([8, 4], diverged=True), reference) == ("diverges", None)
+    assert lm.judge(_run(curve), _run([8, 4], diverged=True)) == (None, None)
+
+
+# --- the sweep -------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_sweep(tmp_path_factory):
+    out = tmp_path_factory.mktemp("lm")
+    backend = CountingBackend()
+    return run_experiment("lm", TINY, out, backend).data, backend.computed, out
+
+
+def test_sweep_analysis_has_the_contract_verdicts_and_resumes(tiny_sweep):
+    summary, computed, out = tiny_sweep
+    assert computed == len(TINY.cells()) == 4
+    verdicts = summary["analysis"]["verdicts"]
+    assert {(v["rule"], v["optimiser"]) for v in verdicts} == {
+        (r, o) for r in TINY.rules for o in ("adamw", "sgd", "sgd-own-best")}
+    for v in verdicts:
+        assert set(v) >= {"rule", "d_k", "optimiser", "lr", "verdict", "seeds", "seeds_agreeing", "steps_ratio"}
+        assert v["verdict"] in lm.VERDICTS
+    ref = next(v for v in verdicts if v["rule"] == "inverse_sqrt_dk" and v["optimiser"] == "adamw")
+    assert ref["verdict"] == "learns" and ref["steps_ratio"] == 1.0
+    assert summary["analysis"]["sgd"]["reference_best_interior"] == {"8": False}   # one rate: never interior
+    json.dumps(summary, allow_nan=False)
+    again = CountingBackend()
+    assert run_experiment("lm", TINY, out, again).data["analysis"] == summary["analysis"]
+    assert again.computed == 0
+
+
+def _envelope(summary):
+    from attnscale.results import Envelope
+
+    from attnscale.store import to_jsonable
+
+    return Envelope(kind="train/lm", data=json.loads(json.dumps(summary)), config=to_jsonable(TINY), quick=True)
+
+
+def test_chapter_renders_both_languages(tiny_sweep):
+    from attnscale.report.chapters import EXPERIMENT_CHAPTERS
+    from attnscale.report.chapters import lm as chapter
+
+    assert "lm" in EXPERIMENT_CHAPTERS and chapter.KIND == "train/lm"
+    env = _envelope(tiny_sweep[0])
+    pages = {lang: chapter.render(env, lang) for lang in ("en", "zh")}
+    for page in pages.values():
+        assert page.count("<svg") == 2 and page.count("<table") == 2
+        assert lm.PROMPT in page
+    assert "Unigram baseline" in pages["en"] and "一元模型基线" in pages["zh"]
+
+
+def test_chapter_words_follow_the_data(tiny_sweep, monkeypatch):
+    from attnscale.report.chapters import lm as chapter
+
+    monkeypatch.setattr(chapter, "_panels", lambda *args, **kw: None)       # the words only: no figures
+    monkeypatch.setattr(chapter, "figure_svg", lambda *args, **kw: "")
+    env = _envelope(tiny_sweep[0])
+    verdicts = env.data["analysis"]["verdicts"]
+    unscaled = next(v for v in verdicts if v["rule"] == "unscaled" and v["optimiser"] == "adamw")
+    words = {}
+    for verdict, ratio in (("learns", 1.0), ("slower", 2.5), ("fails", None), ("diverges", None)):
+        unscaled.update(verdict=verdict, steps_ratio=ratio)
+        words[verdict] = chapter.render(env, "en")
+    assert "AdamW — unscaled: learns like 1/√dₖ at dₖ = 8." in words["learns"]
+    assert "AdamW — unscaled: learns slower at dₖ = 8 (2.50× the steps)." in words["slower"]
+    assert "AdamW — unscaled: does not reach 1.1× the 1/√dₖ run" in words["fails"]
+    assert "AdamW — unscaled: diverges at dₖ = 8." in words["diverges"]
+    env.data["analysis"]["sgd"]["reference_best_interior"]["8"] = True
+    assert "inside the grid" in chapter.render(env, "en") and "edge of the grid" in words["learns"]
+    curve = next(c for c in env.data["analysis"]["curves"] if c["rule"] == "unscaled" and c["optimiser"] == "adamw")
+    curve["max_abs_logit"][-1] = 12345.0
+    assert "ends at 1.23e+04 unscaled" in chapter.render(env, "en")
+
+
+DRIVER = """
+import sys
+from attnscale.experiments import lm
+from attnscale.experiments.runner import SerialBackend
+from attnscale.experiments.sweeps import run_experiment
+
+if __name__ == "__main__":
+    config = lm.LMConfig(rules=("inverse_sqrt_dk", "logn"), d_ks=(8, 16), seeds=1,
+                         sgd_lrs=(0.3,), steps=2, batch=4, context=16, d_model=16, n_layers=1, log_every=1,
+                         eval_windows=2)
+    run_experiment("lm", config, sys.argv[1], SerialBackend())
+"""
+
+
+def test_sigkill_then_rerun_computes_only_missing_cells(tmp_path):
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER)
+    from attnscale import results
+
+    cells_dir = results.cells_dir("train/lm", tmp_path / "out")
+    proc = subprocess.Popen([sys.executable, str(driver), str(tmp_path / "out")], start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(list(cells_dir.glob("lm-*.json"))) < 2:
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)      # the group this test started
+        proc.wait()
+    finished = len(list(cells_dir.glob("lm-*.json")))
+    config = dataclasses.replace(TINY, rules=("inverse_sqrt_dk", "logn"), d_ks=(8, 16), steps=2, log_every=1,
+                                 eval_windows=2)   # the driver's
+    assert 2 <= finished < len(config.cells()) == 8, "the kill should land mid-sweep"
+    backend = CountingBackend()
+    run_experiment("lm", config, tmp_path / "out", backend)
+    assert backend.computed == len(config.cells()) - finished
+
+
+# --- the command line ------------------------------------------------------------------------------
+
+TINY_ARGS = ["--rules", "inverse_sqrt_dk,unscaled", "--d-ks", "8", "--d-model", "16", "--context", "16", "--steps", "3",
+             "--sgd-lrs", "0.3", "--workers", "1"]
+
+
+def test_cli_json_to_stdout_is_strict_and_alone(tmp_path, capsys):
+    from attnscale.cli import main
+
+    assert main(["train", "lm", "--quick", "--json", "-", "--out", str(tmp_path / "out"), *TINY_ARGS]) == 0
+    out = capsys.readouterr().out
+    env = json.loads(out, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
+    assert env["kind"] == "train/lm" and env["quick"] is True
+    assert {v["rule"] for v in env["data"]["analysis"]["verdicts"]} == {"inverse_sqrt_dk", "unscaled"}
+    from attnscale import results
+
+    out = tmp_path / "out"
+    assert results.result_path("train/lm", out, quick=True).is_file()
+    assert not results.result_path("train/lm", out).exists()
+
+
+@pytest.mark.parametrize("args, argument", [
+    (["--rules", "inverse_sqrt_dk,nonsense"], "rules"),
+    (["--d-ks", "48"], "d_k"),
+    (["--context", "100000000"], "--context"),
+    (["--lr", "0"], "lr"),
+    (["--lr=-1e-3"], "lr"),
+    (["--steps", "0"], "steps"),
+    (["--sgd-lrs", "0.1,abc"], "--sgd-lrs"),
+    (["--text", "MISSING"], "--text"),
+    (["--text", "DIR"], "--text"),
+    (["--text", "EMPTY"], "--text"),
+    (["--text", "LATIN1"], "--text"),
+])
+def test_cli_bad_input_is_one_line_exit_2_nothing_written(tmp_path, capsys, args, argument):
+    from attnscale.cli import main
+
+    files = {"MISSING": tmp_path / "missing.txt", "DIR": tmp_path, "EMPTY": tmp_path / "empty.txt",
+             "LATIN1": tmp_path / "latin1.txt"}
+    files["EMPTY"].write_bytes(b"")
+    files["LATIN1"].write_bytes("naïve café".encode("latin-1"))
+    args = [str(files.get(a, a)) for a in args]
+    out = tmp_path / "out"
+    assert main(["train", "lm", "--quick", "--out", str(out), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"error: {argument}" in err, err
+    assert not out.exists()
+
+
+def test_lm_options_are_refused_for_other_experiments(capsys):
+    from attnscale.cli import main
+
+    assert main(["train", "scale-vs-dk", "--quick", "--steps", "5"]) == 2
+    assert "--steps: only the lm experiment" in capsys.readouterr().err
+
+
+def test_sweep_sizes_are_the_budgeted_ones():
+    full, quick = lm.LMConfig(), lm.LMConfig.quick()
+    assert len(full.cells()) == 270 and full.seeds >= 3 and full.d_ks == (16, 64, 256)
+    assert len(quick.cells()) == 48 and quick.seeds == 1 and len(quick.d_ks) == 2 and quick.steps < full.steps
+    assert {c.d_model // c.d_k for c in full.cells()} == {16, 4, 1}
+    lrs = sorted(full.sgd_lrs)
+    assert len(lrs) >= 3     # a best rate can be interior
