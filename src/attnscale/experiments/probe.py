@@ -99,6 +99,15 @@ def _row_sums(values: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndar
     return np.where(ok, values, 0.0).sum(axis=(0, 2)), ok.sum(axis=(0, 2))
 
 
+def _weighted_gram(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Σ_{b,t} w[b,h,t] x[b,h,t,:] x[b,h,t,:]ᵀ per head: x (B, H, T, d), w (B, H, T) → (H, d, d).
+    One batched matrix product (BLAS), not an einsum: the probe's hot spot."""
+    B, H, T, d = x.shape
+    xh = np.moveaxis(x, 1, 0).reshape(H, B * T, d)
+    wh = np.moveaxis(w, 1, 0).reshape(H, B * T, 1).astype(np.float64)
+    return np.swapaxes(xh * wh, 1, 2) @ xh
+
+
 def call_sums(q, k, *, scale: float, attended=None, bias=None, query_valid=None,
               key_kinds: dict | None = None, key_offset: int | None | str = "auto") -> dict[str, np.ndarray]:
     """Additive per-head sums of one attention call; finish with :func:`head_figures`.
@@ -134,9 +143,9 @@ def call_sums(q, k, *, scale: float, attended=None, bias=None, query_valid=None,
     sums = {
         "pairs": n_row.sum(axis=(0, 2)).astype(np.float64),               # (H,)
         "q1": np.einsum("bhl,bhld->hd", n_row, q),                        # (H, d)
-        "q2": np.einsum("bhld,bhle->hde", q * n_row[..., None], q, optimize=True),   # (H, d, d)
+        "q2": _weighted_gram(q, n_row),                                   # (H, d, d)
         "k1": np.einsum("bhs,bhsd->hd", n_col, k),
-        "k2": np.einsum("bhsd,bhse->hde", k * n_col[..., None], k, optimize=True),
+        "k2": _weighted_gram(k, n_col),
         "x1": xs.sum(axis=(0, 2, 3)),
         "x2": (xs * xs).sum(axis=(0, 2, 3)),
         "within": (np.where(pairs, x - row_mean[..., None], 0.0) ** 2).sum(axis=(0, 2, 3)),
