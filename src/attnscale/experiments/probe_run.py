@@ -220,7 +220,7 @@ def run_probe(loaded, texts: list[str], *, batch_size: int = 32, tolerance: floa
         query_valid = enc["attention_mask"].numpy().astype(bool)
         calls: list = []
         with torch.no_grad(), attention_calls(model, on_call=calls.append):
-            model(**enc)
+            model.base_model(**enc)                      # no language-model head: its logits are not needed
         if not calls:
             raise InputError(f"model: no attention call of {type(model).__name__} went through the attention "
                              "interface; expected a Hugging Face model that uses it")
@@ -274,6 +274,7 @@ def run_probe(loaded, texts: list[str], *, batch_size: int = 32, tolerance: floa
         grids = {f: np.array([layer[f] for layer in per_head]) for f in names}
         data["float16"] = _float16(grids)
         data["striking_heads"] = striking_heads(grids)
+        data["analysis"] = analysis(grids)
     data["seconds"] = {"load": loaded.seconds, "probe": time.perf_counter() - started}
     return data
 
@@ -307,6 +308,35 @@ def _float16(grids: dict) -> dict:
     return {"limit": FLOAT16_MAX, "max_abs_logit": scaled, "max_abs_logit_unscaled": unscaled,
             "margin": FLOAT16_MAX / scaled if scaled > 0 else None,
             "margin_unscaled": FLOAT16_MAX / unscaled if unscaled > 0 else None}
+
+
+def _spread(values: np.ndarray) -> dict:
+    v = values[np.isfinite(values)]
+    return {"min": float(v.min()), "median": float(np.median(v)), "max": float(v.max())}
+
+
+def _where(grid: np.ndarray, flat: int) -> dict:
+    layer, head = np.unravel_index(flat, grid.shape)
+    return {"layer": int(layer), "head": int(head), "value": float(grid[layer, head])}
+
+
+def analysis(grids: dict[str, np.ndarray]) -> dict:
+    """The figures the report's sentences are chosen by (the report computes nothing): spreads and
+    counts over all heads. ``grids``: figure → (layers, heads) array."""
+    pair, token = grids["ratio_pair"], grids["ratio_token"]
+    sink = grids["sink_first"]
+    frozen = (grids["saturation_index_unscaled"] >= 1) & (grids["saturation_index"] < 1)
+    return {
+        "n_heads": int(pair.size),
+        "ratio_pair": {**_spread(pair), "above_1": int((pair > 1).sum()), "below_1": int((pair < 1).sum())},
+        "ratio_token": {**_spread(token), "above_1": int((token > 1).sum()), "below_1": int((token < 1).sum())},
+        "top_pair": _where(pair, int(np.nanargmax(pair))), "top_token": _where(token, int(np.nanargmax(token))),
+        "max_abs_pair_minus_token": float(np.nanmax(np.abs(pair - token))),
+        "sink_first": {**_spread(sink), "over_half": int((sink > 0.5).sum())},
+        "normalized_entropy": _spread(grids["normalized_entropy"]),
+        "normalized_entropy_unscaled": _spread(grids["normalized_entropy_unscaled"]),
+        "frozen_only_unscaled": int(frozen.sum()),
+    }
 
 
 def head_grid(data: dict, figure: str) -> list[list]:

@@ -14,4 +14,4 @@ and must not recompute what it holds; ``lang`` is "en" or "zh". Sub-headings ins
 tables via report.html.table scroll inside their own box on a phone.
 """
 
-EXPERIMENT_CHAPTERS: tuple[str, ...] = ("probe", "training", "training_logits", "telemetry")
+EXPERIMENT_CHAPTERS: tuple[str, ...] = ("probe", "probe_smollm2", "rescale", "rescale_minilm", "training", "training_logits", "telemetry")
