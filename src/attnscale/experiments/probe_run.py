@@ -29,7 +29,7 @@ import numpy as np
 from attnscale.errors import InputError, require
 from attnscale.experiments.probe import add_sums, call_sums, check_probabilities, head_figures
 
-__all__ = ["builtin_sentences", "read_texts", "run_probe", "striking_heads", "head_grid", "FIGURES",
+__all__ = ["builtin_sentences", "read_texts", "run_probe", "striking_heads", "analysis", "FIGURES",
            "FLOAT16_MAX", "WEIGHTING"]
 
 FLOAT16_MAX = 65504.0
@@ -337,15 +337,6 @@ def analysis(grids: dict[str, np.ndarray]) -> dict:
         "normalized_entropy_unscaled": _spread(grids["normalized_entropy_unscaled"]),
         "frozen_only_unscaled": int(frozen.sum()),
     }
-
-
-def head_grid(data: dict, figure: str) -> list[list]:
-    """The figure as a layer × head grid (lists), from ``data["heads"]``."""
-    n_layers, n_heads = data["model"]["n_layers"], data["model"]["n_heads_q"]
-    grid = [[None] * n_heads for _ in range(n_layers)]
-    for row in data["heads"]:
-        grid[row["layer"]][row["head"]] = row.get(figure)
-    return grid
 
 
 def striking_heads(figure: dict[str, np.ndarray], limit: int = 3) -> list[dict]:

@@ -173,11 +173,18 @@ def heatmap(grid, title: str, lang: str, cmap: str, limits, digits: int):
     return fig
 
 
+def head_grid(data: dict, figure: str) -> list[list]:
+    """``data["heads"]`` (one dict per layer × head) laid out as a layer × head grid; None = missing."""
+    n_layers, n_heads = data["model"]["n_layers"], data["model"]["n_heads_q"]
+    grid = [[None] * n_heads for _ in range(n_layers)]
+    for row in data["heads"]:
+        grid[row["layer"]][row["head"]] = row.get(figure)
+    return grid
+
+
 def heatmaps(data: dict, lang: str) -> list[tuple[object, str, str]]:
     """(figure, alt, caption) for the ratio, the first-token weight, and the entropy with and without
     the scale, each per layer × head."""
-    from attnscale.experiments.probe_run import head_grid
-
     a = data["analysis"]
     # The ratio's colour scale includes 1 (the seed's prediction).
     ratio_limits = (min(1.0, a["ratio_pair"]["min"]), max(1.0, a["ratio_pair"]["max"]))
