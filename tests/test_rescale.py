@@ -185,3 +185,28 @@ def test_probe_chapter_words_follow_the_data():
     assert "beyond float16's 65504" in words[5]
     for lang in ("en", "zh"):
         probe.render(results.Envelope(kind="probe/smollm2", data=altered), lang)
+
+
+@pytest.mark.model
+def test_cli_json_dash_prints_strict_json_and_no_table(capsys, tmp_path):
+    pytest.importorskip("transformers")
+    text = tmp_path / "s.txt"
+    text.write_text("The cat sat on the mat.\nRain again, all day.\n", encoding="utf-8")
+    args = ["rescale", "--model", "minilm", "--text", str(text), "--alphas", "1,2", "--out", str(tmp_path), "--quiet"]
+    assert main(args + ["--json", "-"]) == 0
+    out = capsys.readouterr().out
+    env = json.loads(out, parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
+    assert env["kind"] == "rescale/minilm" and [r["alpha"] for r in env["data"]["alphas"]][:2] == [1.0, 2.0]
+    assert results.read("rescale/minilm", tmp_path).data == env["data"]
+    assert main(args) == 0
+    table = capsys.readouterr().out
+    assert "not what training without the scale would give" in table and "cos mean" in table
+
+
+def test_rescale_help_runs():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "attnscale", "rescale", "--help"], capture_output=True, text=True)
+    assert done.returncode == 0 and "{smollm2,minilm}" in done.stdout and "--max-tokens N" in done.stdout
+    assert "not training without it" in " ".join(done.stdout.split())
