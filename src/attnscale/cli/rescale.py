@@ -108,21 +108,21 @@ def summary_table(data: dict) -> str:
         lines.append(f"check: α = 1 cross-entropy {check['our_loss']:.6f} vs the model's own loss {check['own_loss']:.6f} "
                      f"(relative {check['relative_difference']:.1e}, tolerance {check['tolerance']:g}) — "
                      f"{'passed' if check['passed'] else 'FAILED'}")
-        lines += ["", f"{'α':>6} {'CE':>8} {'ppl':>10} {'H/lnn':>6} {'maxw':>6}  continuation of {data['prompt']!r}"]
+        lines += ["", f"{'α':>7} {'CE':>8} {'ppl':>10} {'H/lnn':>6} {'maxw':>6}  continuation of {data['prompt']!r}"]
     else:
         lines.append(f"text: {text['source']}: {text['n_sequences']} sentences, {text['n_tokens']} tokens")
         lines.append(f"check: α = 1 embeddings vs the model's own: max |difference| {check['max_abs_difference']:.1e} "
                      f"(tolerance {check['tolerance']:g}) — {'passed' if check['passed'] else 'FAILED'}")
-        lines += ["", f"{'α':>6} {'cos mean':>9} {'cos min':>9} {'H/lnn':>6} {'maxw':>6}"]
+        lines += ["", f"{'α':>7} {'cos mean':>9} {'cos min':>9} {'H/lnn':>6} {'maxw':>6}"]
     analysis = data["analysis"]
     for row in data["alphas"]:
         key = f"{row['alpha']:g}"
         entropy, top = analysis["mean_normalized_entropy"][key], analysis["mean_max_weight"][key]
         if decoder:
-            lines.append(f"{key:>6} {row['cross_entropy']:>8.4f} {_num(row['perplexity'], 5):>10} "
+            lines.append(f"{key:>7} {row['cross_entropy']:>8.4f} {_num(row['perplexity'], 5):>10} "
                          f"{_num(entropy, 3):>6} {_num(top, 3):>6}  {row['continuation']!r}")
         else:
-            lines.append(f"{key:>6} {row['cosine_mean']:>9.4f} {row['cosine_min']:>9.4f} {_num(entropy, 3):>6} "
+            lines.append(f"{key:>7} {row['cosine_mean']:>9.4f} {row['cosine_min']:>9.4f} {_num(entropy, 3):>6} "
                          f"{_num(top, 3):>6}")
     lines.append("CE: next-token cross-entropy (nats); ppl = exp(CE); H/lnn, maxw: mean over layers, heads and rows "
                  "of entropy/ln n and max weight" if decoder else
