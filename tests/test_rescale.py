@@ -113,6 +113,9 @@ def test_rescale_chapter_words_follow_the_data():
     words = sentences(rescale.render(results.Envelope(kind=rescale.KIND, data=altered), "en"))
     assert words[0].startswith("The lowest perplexity is at α = 0.5 (20)")
     assert words[2].startswith("The greedy continuation of “The capital of France is” is the same at every α")
+    altered["analysis"].update(alphas_changed_continuation=[0.5, 2.0, 8.0], alphas_same_continuation=[])
+    words = sentences(rescale.render(results.Envelope(kind=rescale.KIND, data=altered), "en"))
+    assert words[2] == "The greedy continuation of “The capital of France is” changes at every α other than 1."
     failed = copy.deepcopy(data)
     failed["check"]["passed"] = False
     assert "Check FAILED" in rescale.render(results.Envelope(kind=rescale.KIND, data=failed), "zh") or \

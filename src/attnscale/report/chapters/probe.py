@@ -256,7 +256,10 @@ def render(env, lang: str) -> str:
     parts.append(f"<p>{esc(ok)}</p>")
     parts.append(f"<p>{esc(_t('weighting', lang))}</p>")
     parts.append("<ul>" + "".join(f"<li>{esc(s)}</li>" for s in findings(data, lang)) + "</ul>")
-    parts.extend(figure_svg(fig, alt, caption) for fig, alt, caption in heatmaps(data, lang))
+    # Side by side on a wide screen, one under the other on a phone: each map stays legible at both.
+    cells = "".join(f'<div style="flex:1 1 340px;min-width:0">{figure_svg(fig, alt, caption)}</div>'
+                    for fig, alt, caption in heatmaps(data, lang))
+    parts.append(f'<div style="display:flex;flex-wrap:wrap;gap:0 1.5em">{cells}</div>')
     parts.append(f"<p>{esc(_t('split', lang))}</p>")
     per_layer = data["per_layer"]
     columns = [c for c in COLUMNS if c[0] in per_layer]

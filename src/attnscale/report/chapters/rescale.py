@@ -51,6 +51,8 @@ TEXT = {
     "same_continuation": {"en": "The greedy continuation of “{prompt}” stays the same as at α = 1 for α = {same} and "
                                 "changes for α = {changed}.",
                           "zh": "对“{prompt}”的贪心续写在 α = {same} 时与 α = 1 相同，在 α = {changed} 时改变。"},
+    "all_changed": {"en": "The greedy continuation of “{prompt}” changes at every α other than 1.",
+                    "zh": "对“{prompt}”的贪心续写在 α = 1 以外的每个 α 下都改变。"},
     "all_same": {"en": "The greedy continuation of “{prompt}” is the same at every α tried.",
                  "zh": "对“{prompt}”的贪心续写在所试的每个 α 下都相同。"},
     "worst_cosine": {"en": "The embeddings move most at α = {a}: the least similar sentence keeps a cosine of {cos} to "
@@ -138,9 +140,9 @@ def findings(data: dict, lang: str) -> list[str]:
         if a["has_unscaled"]:
             out.append(_t("unscaled", lang, a=f"{data['unscaled_alpha']:g}", ppl=number(a["perplexity_unscaled"]),
                           ratio=number(a["perplexity_ratio"][f"{data['unscaled_alpha']:g}"])))
-        changed = a["alphas_changed_continuation"]
-        out.append(_t("same_continuation" if changed else "all_same", lang, prompt=data["prompt"],
-                      same=_alphas(a["alphas_same_continuation"]), changed=_alphas(changed)))
+        changed, same = a["alphas_changed_continuation"], a["alphas_same_continuation"]
+        key = "all_same" if not changed else "all_changed" if not same else "same_continuation"
+        out.append(_t(key, lang, prompt=data["prompt"], same=_alphas(same), changed=_alphas(changed)))
     else:
         out.append(_t("worst_cosine", lang, a=f"{a['worst_alpha']:g}", cos=number(a["worst_cosine_min"])))
         if a["has_unscaled"]:
