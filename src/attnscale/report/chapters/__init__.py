@@ -16,4 +16,5 @@ reader the rest of the page. ``env`` is the :class:`attnscale.results.Envelope` 
 <h3>; tables via report.html.table scroll inside their own box on a phone.
 """
 
-EXPERIMENT_CHAPTERS: tuple[str, ...] = ("probe", "training", "training_logits", "lm", "telemetry")
+EXPERIMENT_CHAPTERS: tuple[str, ...] = ("probe", "probe_smollm2", "rescale", "rescale_minilm", "training", "training_logits",
+                                       "lm", "telemetry")

@@ -1,0 +1,131 @@
+"""``attnscale rescale``: multiply a trained model's attention scale by α and measure what changes."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from fractions import Fraction
+
+from attnscale import results
+from attnscale.cli import output
+from attnscale.errors import InputError
+
+EPILOG = """examples:
+  attnscale rescale                          SmolLM2-135M: perplexity for α = 1/8 ... 8 on Python's own docs
+  attnscale rescale --model minilm           all-MiniLM-L6-v2: how far the sentence embeddings move
+  attnscale rescale --text book.txt --max-tokens 2048   your text, in 4 consecutive windows of 512 tokens
+  attnscale rescale --alphas 1/2,1,2 --json -          three values, strict JSON on stdout
+
+This measures how sensitive a model trained with 1/√d_k is to another scale at inference; it does not
+say what training without the scale would give (attnscale train does). α = √d_k removes the scale.
+"""
+
+
+def parse_alphas(text: str) -> tuple[float, ...]:
+    """ "1/8,0.5,1,2" → (0.125, 0.5, 1.0, 2.0); each finite and > 0."""
+    values = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            value = float(Fraction(part)) if "/" in part else float(part)
+        except (ValueError, ZeroDivisionError):
+            raise InputError(f"--alphas: expected numbers or fractions separated by commas, got {part!r}") from None
+        if not math.isfinite(value) or value <= 0:
+            raise InputError(f"--alphas: expected finite numbers > 0, got {part!r}")
+        values.append(value)
+    return tuple(values)
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "rescale", help="multiply a trained model's attention scale by α: perplexity, entropy, continuations",
+        description="Multiply every attention layer's scale by α (the model's own eager attention, nothing else "
+                    "changed) and measure next-token cross-entropy and perplexity (SmolLM2) or how far the "
+                    "sentence embeddings move (MiniLM), the mean row entropy and max weight per layer, and a "
+                    "greedy continuation of a fixed prompt. It measures the sensitivity of a model trained "
+                    "with 1/√d_k, not training without it.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="smollm2", choices=("smollm2", "minilm"),
+                   help="smollm2: SmolLM2-135M-Instruct, de-quantised from 4 bits (default); minilm: all-MiniLM-L6-v2")
+    p.add_argument("--alphas", default="1/8,1/4,1/2,1,2,4,8", metavar="A,B,...",
+                   help="the factors, 1 among them (default 1/8,1/4,1/2,1,2,4,8)")
+    p.add_argument("--text", metavar="FILE",
+                   help="UTF-8 text (SmolLM2: read whole; MiniLM: one sentence per line). Default: a fixed slice "
+                        "of pydoc_data.topics (SmolLM2), the built-in sentences (MiniLM)")
+    p.add_argument("--max-tokens", type=int, default=512, metavar="N",
+                   help="SmolLM2: tokens read from the text's start (default 512)")
+    p.add_argument("--window", type=int, default=512, metavar="W",
+                   help="SmolLM2: tokens per consecutive causal window (default 512)")
+    output.add_json_option(p)
+    output.add_quiet_option(p)
+    p.add_argument("--out", default=str(results.DEFAULT_ROOT), metavar="DIR",
+                   help=f"results folder; writes DIR/rescale/MODEL/result.json (default ./{results.DEFAULT_ROOT})")
+    p.set_defaults(run=run_rescale_command)
+
+
+def run_rescale_command(args) -> int:
+    from attnscale.cli.progress import Progress
+    from attnscale.experiments import pretrained
+    from attnscale.experiments.probe_run import builtin_sentences, read_texts
+    from attnscale.experiments.rescale import RescaleConfig, default_text, read_text, run_rescale
+
+    config = RescaleConfig(alphas=parse_alphas(args.alphas), max_tokens=args.max_tokens, window=args.window)
+    output.check_json_target(args)
+    results.check_writable(args.out, "--out")
+    text = texts = None
+    if args.model == "smollm2":
+        text, source = (read_text(args.text), args.text) if args.text else default_text()
+        if not text.strip():
+            raise InputError(f"--text: {args.text!r} holds no text, expected at least two tokens")
+    else:
+        texts, source = (read_texts(args.text), args.text) if args.text else (builtin_sentences(), "built-in sentences")
+    loaded = pretrained.load_model(args.model)
+    with Progress(quiet=args.quiet) as progress:
+        data = run_rescale(loaded, config, text=text, texts=texts, source=source, progress=progress)
+    env = results.write(f"rescale/{args.model}", data, config=data["config"], seed=None, root=args.out)
+    output.emit_json(args, env)
+    if not output.json_to_stdout(args):
+        print(summary_table(data))
+        print(f"result: {env.path}")
+    return 0 if data["check"]["passed"] else 1
+
+
+def _num(x, digits: int = 4) -> str:
+    return "—" if x is None else f"{x:.{digits}g}"
+
+
+def summary_table(data: dict) -> str:
+    model, check, text = data["model"], data["check"], data["text"]
+    decoder = model["causal"]
+    lines = [f"{model['name']}: every attention scale × α (d_k = {model['d_k']}, own scale {model['scale']:.4g}; "
+             f"α = {data['unscaled_alpha']:g} removes it)"]
+    if model.get("weights_note"):
+        lines.append(f"note: {model['weights_note']}")
+    lines.append(f"measures: {data['what']}")
+    if decoder:
+        lines.append(f"text: {text['source']}: {text['n_tokens']} tokens in {text['windows']} window(s) of up to "
+                     f"{text['window']}, {text['tokens_predicted']} predicted")
+        lines.append(f"check: α = 1 cross-entropy {check['our_loss']:.6f} vs the model's own loss {check['own_loss']:.6f} "
+                     f"(relative {check['relative_difference']:.1e}, tolerance {check['tolerance']:g}) — "
+                     f"{'passed' if check['passed'] else 'FAILED'}")
+        lines += ["", f"{'α':>7} {'CE':>8} {'ppl':>10} {'H/lnn':>6} {'maxw':>6}  continuation of {data['prompt']!r}"]
+    else:
+        lines.append(f"text: {text['source']}: {text['n_sequences']} sentences, {text['n_tokens']} tokens")
+        lines.append(f"check: α = 1 embeddings vs the model's own: max |difference| {check['max_abs_difference']:.1e} "
+                     f"(tolerance {check['tolerance']:g}) — {'passed' if check['passed'] else 'FAILED'}")
+        lines += ["", f"{'α':>7} {'cos mean':>9} {'cos min':>9} {'H/lnn':>6} {'maxw':>6}"]
+    analysis = data["analysis"]
+    for row in data["alphas"]:
+        key = f"{row['alpha']:g}"
+        entropy, top = analysis["mean_normalized_entropy"][key], analysis["mean_max_weight"][key]
+        if decoder:
+            lines.append(f"{key:>7} {row['cross_entropy']:>8.4f} {_num(row['perplexity'], 5):>10} "
+                         f"{_num(entropy, 3):>6} {_num(top, 3):>6}  {row['continuation']!r}")
+        else:
+            lines.append(f"{key:>7} {row['cosine_mean']:>9.4f} {row['cosine_min']:>9.4f} {_num(entropy, 3):>6} "
+                         f"{_num(top, 3):>6}")
+    lines.append("CE: next-token cross-entropy (nats); ppl = exp(CE); H/lnn, maxw: mean over layers, heads and rows "
+                 "of entropy/ln n and max weight" if decoder else
+                 "cos: cosine of each sentence's embedding to its α = 1 embedding; H/lnn, maxw: means over layers, "
+                 "heads and rows")
+    return "\n".join(lines)

@@ -1,0 +1,321 @@
+"""Turn a trained model's attention scale: every layer's scale × α, and what that does.
+
+What this measures, plainly: the *sensitivity* of a model that was trained with scale 1/√d_k to a
+different scale at inference, all else fixed. It does not tell what training without the scale
+would give (a model trained unscaled would have learned other weights); the training experiments
+(``attnscale train``) answer that. α = √d_k removes the scale ("unscaled"): α = 8 at d_k = 64.
+
+* Decoder (SmolLM2): next-token cross-entropy and perplexity on real English text, read from the
+  text's start: ``max_tokens`` tokens in consecutive causal windows of ``window`` tokens (each
+  window's first token is predicted by nothing); per layer the mean row entropy, normalized entropy
+  and max weight (rows with two or more keys); a greedy continuation of a fixed prompt. The α = 1
+  loss is checked against the model's own (``labels=`` in transformers).
+* Encoder (MiniLM): how far the sentence embeddings (mean of the last hidden states over real
+  tokens, the model's own pooling) move: cosine to α = 1 per sentence; the same per-layer figures.
+
+The scale is changed through :mod:`attnscale.experiments.hf_attention` (the model's own eager
+attention with ``scaling × α``), so nothing else in the model moves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import sys
+import time
+from typing import Callable
+
+import numpy as np
+
+from attnscale.errors import InputError, require
+
+__all__ = ["ALPHAS", "PROMPT", "RescaleConfig", "check_alphas", "default_text", "read_text",
+           "run_rescale", "WHAT"]
+
+ALPHAS = (1 / 8, 1 / 4, 1 / 2, 1.0, 2.0, 4.0, 8.0)
+PROMPT = "The capital of France is"
+# The default text: two topics of the Python documentation shipped with every Python (pydoc_data).
+DEFAULT_TOPICS = ("objects", "execmodel")
+LOSS_TOLERANCE = 1e-4      # relative: our α = 1 cross-entropy against the model's own loss
+EMBEDDING_TOLERANCE = 1e-5  # absolute: our α = 1 embeddings against the model's own
+WHAT = ("the sensitivity of a model trained with scale 1/√d_k to a changed scale at inference (every "
+        "layer's scale × α); not what training without the scale would give")
+
+
+@dataclasses.dataclass(frozen=True)
+class RescaleConfig:
+    alphas: tuple[float, ...] = ALPHAS
+    max_tokens: int = 512          # decoder: tokens read from the text's start
+    window: int = 512              # decoder: tokens per causal window
+    prompt: str = PROMPT
+    new_tokens: int = 12           # decoder: greedy continuation length
+    batch_size: int = 32           # encoder: sentences per padded batch
+    include_unscaled: bool = True  # add α = √d_k (no scale at all) when it is not among the alphas
+
+    def __post_init__(self):
+        check_alphas(self.alphas)
+        for name in ("max_tokens", "window", "new_tokens", "batch_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise InputError(f"{name}: expected a positive integer, got {value!r}")
+        if self.window < 2:
+            raise InputError(f"window: expected at least 2 tokens (one pair to predict), got {self.window}")
+
+
+def check_alphas(alphas) -> tuple[float, ...]:
+    """α values: finite and > 0, at least one, and 1 among them (the reference)."""
+    values = tuple(alphas)
+    if not values:
+        raise InputError("alpha: expected at least one value, got none")
+    for a in values:
+        if isinstance(a, bool) or not isinstance(a, (int, float)) or not math.isfinite(a) or a <= 0:
+            raise InputError(f"alpha: expected finite numbers > 0, got {a!r}")
+    if 1.0 not in values:
+        raise InputError(f"alpha: expected 1 among the values (the model's own scale, the reference), got {values}")
+    return values
+
+
+def default_text() -> tuple[str, str]:
+    """(text, source): the fixed slice of real English the intervention reads by default."""
+    from pydoc_data import topics
+
+    text = "\n\n".join(topics.topics[key] for key in DEFAULT_TOPICS)
+    names = " + ".join(f"pydoc_data.topics[{key!r}]" for key in DEFAULT_TOPICS)
+    return text, f"{names} (Python {sys.version.split()[0]})"
+
+
+def read_text(path) -> str:
+    """A whole UTF-8 file as one text."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"text: cannot read {str(path)!r} as UTF-8 text: {err}") from None
+
+
+def _row_figures(call, query_valid=None) -> tuple[np.ndarray, int]:
+    """Sums over real query rows with two or more attended keys of (entropy, normalized entropy, max
+    weight), and the row count. ``call.weights``: (B, H, L, S); query_valid: bool (B, L) or None."""
+    torch = sys.modules["torch"]
+    p = call.weights.double()
+    n = call.attended().sum(-1).expand(p.shape[:-1])          # keys per row, from the mask: a weight
+    keep = n >= 2                                              # that underflowed to 0 still counts
+    if query_valid is not None:
+        keep = keep & query_valid.bool()[:, None, :]
+    entropy = torch.special.entr(p).sum(-1)
+    normalized = entropy / torch.log(n.clamp(min=2).double())
+    top = p.amax(-1)
+    sums = np.array([float(entropy[keep].sum()), float(normalized[keep].sum()), float(top[keep].sum())])
+    return sums, int(keep.sum())
+
+
+class _LayerStats:
+    """Per-layer sums of the row figures over the calls of one α (on_call of attention_calls)."""
+
+    def __init__(self):
+        self.sums: dict[str, np.ndarray] = {}
+        self.rows: dict[str, int] = {}
+        self.order: list[str] = []
+        self.query_valid = None           # bool (B, L) of the batch running now; None: every query
+
+    def __call__(self, call) -> None:
+        sums, rows = _row_figures(call, self.query_valid)
+        if call.name not in self.sums:
+            self.order.append(call.name)
+            self.sums[call.name], self.rows[call.name] = np.zeros(3), 0
+        self.sums[call.name] += sums
+        self.rows[call.name] += rows
+
+    def means(self) -> dict[str, list]:
+        out = {"entropy_per_layer": [], "normalized_entropy_per_layer": [], "max_weight_per_layer": []}
+        for name in self.order:
+            mean = self.sums[name] / self.rows[name] if self.rows[name] else np.full(3, np.nan)
+            for key, value in zip(out, mean):
+                out[key].append(float(value) if np.isfinite(value) else None)
+        return out
+
+
+def _model_facts(loaded) -> dict:
+    config = loaded.model.config
+    n_q = config.num_attention_heads
+    d_k = getattr(config, "head_dim", None) or config.hidden_size // n_q
+    return {"name": loaded.name, "architecture": type(loaded.model).__name__, "package_version": loaded.version,
+            "weights_sha256": loaded.sha256, "weights_note": loaded.weights_note or None,
+            "d_k": d_k, "n_layers": config.num_hidden_layers, "n_heads_q": n_q,
+            "n_heads_kv": getattr(config, "num_key_value_heads", None) or n_q, "causal": loaded.causal,
+            "scale": d_k ** -0.5}
+
+
+def run_rescale(loaded, config: RescaleConfig, *, text: str | None = None, texts: list[str] | None = None,
+                source: str = "", progress: Callable[[int, int, str], None] | None = None) -> dict:
+    """The intervention on ``loaded``: a decoder reads ``text`` (one string), an encoder ``texts``
+    (one sentence each). Returns the result's data (strict-JSON-ready)."""
+    require("torch", "probe")
+    started = time.perf_counter()
+    model = _model_facts(loaded)
+    unscaled = 1.0 / model["scale"]
+    if config.include_unscaled and not any(math.isclose(a, unscaled, rel_tol=1e-9) for a in config.alphas):
+        config = dataclasses.replace(config, alphas=tuple(sorted(config.alphas + (unscaled,))))
+    if loaded.causal:
+        if text is None:
+            raise InputError("text: a decoder reads one text, got none")
+        data = _decoder(loaded, config, text, source, model["scale"], progress)
+    else:
+        if not texts:
+            raise InputError("texts: an encoder reads one sentence per line, got none")
+        data = _encoder(loaded, config, texts, source, model["scale"], progress)
+    data.update(model=model, what=WHAT, unscaled_alpha=unscaled,
+                config={"model": loaded.name, "model_version": loaded.version, "alphas": list(config.alphas),
+                        "max_tokens": config.max_tokens, "window": config.window, "prompt": config.prompt,
+                        "new_tokens": config.new_tokens, "batch_size": config.batch_size, "text": source})
+    data["analysis"] = _analysis(data)
+    data["seconds"] = {"load": loaded.seconds, "rescale": time.perf_counter() - started}
+    return data
+
+
+def _windows(ids: list[int], max_tokens: int, window: int) -> list[list[int]]:
+    ids = ids[:max_tokens]
+    chunks = [ids[i:i + window] for i in range(0, len(ids), window)]
+    return [c for c in chunks if len(c) >= 2]      # a lone last token predicts nothing
+
+
+def _cross_entropy_sum(logits, ids) -> tuple[float, int]:
+    """Σ −log p(next token) in float64 over one window. logits: (1, T, V); ids: (1, T)."""
+    torch = sys.modules["torch"]
+    logp = torch.log_softmax(logits[0, :-1].double(), dim=-1)
+    picked = logp.gather(-1, ids[0, 1:, None])[:, 0]
+    return float(-picked.sum()), int(picked.numel())
+
+
+def _decoder(loaded, config: RescaleConfig, text: str, source: str, scale: float, progress) -> dict:
+    import torch
+
+    from attnscale.experiments.hf_attention import attention_calls
+
+    model, tokenizer = loaded.model, loaded.tokenizer
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    windows = _windows(ids, config.max_tokens, config.window)
+    if not windows:
+        raise InputError(f"text: expected at least 2 tokens (one token pair to predict), got {len(ids)}")
+    prompt = tokenizer(config.prompt, return_tensors="pt")
+    steps, done = len(config.alphas) * (len(windows) + 1), 0
+    rows, own = [], None
+    for alpha in config.alphas:
+        stats, total, count, first_window = _LayerStats(), 0.0, 0, None
+        for w in windows:
+            x = torch.tensor([w])
+            with torch.no_grad(), attention_calls(model, alpha=alpha, on_call=stats):
+                logits = model(input_ids=x).logits
+            ce, n = _cross_entropy_sum(logits, x)
+            total, count = total + ce, count + n
+            first_window = ce / n if first_window is None else first_window
+            done += 1
+            if progress is not None:
+                progress(done, steps, f"α = {alpha:g}")
+        with torch.no_grad(), attention_calls(model, alpha=alpha):
+            out = model.generate(**prompt, max_new_tokens=config.new_tokens, do_sample=False,
+                                 pad_token_id=tokenizer.eos_token_id)
+        done += 1
+        continuation = tokenizer.decode(out[0, prompt["input_ids"].shape[1]:], skip_special_tokens=True)
+        ce = total / count
+        rows.append({"alpha": alpha, "scale": alpha * scale, "cross_entropy": ce, "perplexity": _finite(math.exp(ce) if ce < 700 else math.inf),
+                     "cross_entropy_first_window": first_window, "continuation": continuation, **stats.means()})
+        if alpha == 1.0:
+            x = torch.tensor([windows[0]])
+            with torch.no_grad():
+                own = float(model(input_ids=x, labels=x).loss)
+            ours = first_window
+    check = {"what": "α = 1: our float64 cross-entropy of the first window against the model's own loss "
+                     "(labels=, its own attention implementation)",
+             "own_loss": own, "our_loss": ours, "relative_difference": abs(ours - own) / abs(own),
+             "tolerance": LOSS_TOLERANCE}
+    check["passed"] = check["relative_difference"] <= LOSS_TOLERANCE
+    return {"alphas": rows, "check": check, "prompt": config.prompt,
+            "text": {"source": source, "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+                     "n_tokens": sum(len(w) for w in windows), "windows": len(windows), "window": config.window,
+                     "tokens_predicted": sum(len(w) - 1 for w in windows), "tokens_in_text": len(ids)}}
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def _embeddings(model, enc):
+    """Mean of the last hidden states over real tokens, per sentence: (B, hidden) float64."""
+    hidden = model(**enc).last_hidden_state.double()
+    mask = enc["attention_mask"][..., None].double()
+    return (hidden * mask).sum(1) / mask.sum(1)
+
+
+def _encoder(loaded, config: RescaleConfig, texts: list[str], source: str, scale: float, progress) -> dict:
+    import torch
+
+    from attnscale.experiments.hf_attention import attention_calls
+
+    model, tokenizer = loaded.model, loaded.tokenizer
+    batches = [texts[i:i + config.batch_size] for i in range(0, len(texts), config.batch_size)]
+    encoded = [tokenizer(b, padding=True, truncation=True, return_tensors="pt") for b in batches]
+    steps, done = len(config.alphas) * len(encoded), 0
+    embeddings, rows = {}, []
+    for alpha in config.alphas:
+        stats, parts = _LayerStats(), []
+        for enc in encoded:
+            stats.query_valid = enc["attention_mask"]
+            with torch.no_grad(), attention_calls(model, alpha=alpha, on_call=stats):
+                parts.append(_embeddings(model, enc))
+            done += 1
+            if progress is not None:
+                progress(done, steps, f"α = {alpha:g}")
+        embeddings[alpha] = torch.cat(parts)
+        rows.append({"alpha": alpha, "scale": alpha * scale, **stats.means()})
+    with torch.no_grad():
+        own = torch.cat([_embeddings(model, enc) for enc in encoded])
+    reference = embeddings[1.0]
+    for row in rows:
+        cos = torch.nn.functional.cosine_similarity(embeddings[row["alpha"]], reference, dim=-1)
+        row.update(cosine_mean=float(cos.mean()), cosine_min=float(cos.min()))
+    diff = float((reference - own).abs().max())
+    check = {"what": "α = 1: our sentence embeddings against the model's own (its own attention implementation)",
+             "max_abs_difference": diff, "tolerance": EMBEDDING_TOLERANCE, "passed": diff <= EMBEDDING_TOLERANCE}
+    n_tokens = int(sum(int(enc["attention_mask"].sum()) for enc in encoded))
+    return {"alphas": rows, "check": check,
+            "text": {"source": source, "n_sequences": len(texts), "n_tokens": n_tokens}}
+
+
+def _analysis(data: dict) -> dict:
+    """The figures the chapter's sentences are chosen by (the chapter computes nothing)."""
+    rows = data["alphas"]
+    base = next(r for r in rows if r["alpha"] == 1.0)
+    unscaled = next((r for r in rows if math.isclose(r["alpha"], data["unscaled_alpha"], rel_tol=1e-9)), None)
+    out = {"reference_alpha": 1.0, "has_unscaled": unscaled is not None}
+    if "cross_entropy" in base:
+        best = min(rows, key=lambda r: r["cross_entropy"])
+        out.update(
+            best_alpha=best["alpha"], best_cross_entropy=best["cross_entropy"], best_perplexity=best["perplexity"],
+            cross_entropy_alpha1=base["cross_entropy"], perplexity_alpha1=base["perplexity"],
+            perplexity_ratio={_key(r["alpha"]): _ratio(r["perplexity"], base["perplexity"]) for r in rows},
+            alphas_same_continuation=[r["alpha"] for r in rows
+                                      if r["alpha"] != 1.0 and r["continuation"] == base["continuation"]],
+            alphas_changed_continuation=[r["alpha"] for r in rows if r["continuation"] != base["continuation"]],
+            perplexity_unscaled=None if unscaled is None else unscaled["perplexity"])
+    else:
+        worst = min(rows, key=lambda r: r["cosine_min"])
+        out.update(worst_alpha=worst["alpha"], worst_cosine_min=worst["cosine_min"],
+                   cosine_min_unscaled=None if unscaled is None else unscaled["cosine_min"])
+    out["mean_max_weight"] = {_key(r["alpha"]): _mean(r["max_weight_per_layer"]) for r in rows}
+    out["mean_normalized_entropy"] = {_key(r["alpha"]): _mean(r["normalized_entropy_per_layer"]) for r in rows}
+    return out
+
+
+def _key(alpha: float) -> str:
+    return f"{alpha:g}"
+
+
+def _ratio(a, b):
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def _mean(values) -> float | None:
+    finite = [v for v in values if v is not None]
+    return float(np.mean(finite)) if finite else None
