@@ -468,7 +468,7 @@ def test_the_verification_is_stale_when_a_result_it_judged_from_was_replaced(tmp
     from attnscale.cli.report import current_verify
 
     root = tmp_path / "results"
-    train = results.write("train/scale-vs-dk", {"cells": [], "analysis": {"table": []}}, seed=0, root=root)
+    train = results.write("train/scale-vs-dk", {"cells": [], "analysis": {"table": [], "verdicts": []}}, seed=0, root=root)
     env = write_verify(root)
     data = dict(env.data)
     data["claims"] = [{**data["claims"][0], "sources": [{"kind": "train/scale-vs-dk", "quick": False,
