@@ -218,6 +218,7 @@ def train_cell(cell: LogitCell) -> dict:
     peaks = [e["max_logit_layer0"] for e in log if e["max_logit_layer0"] is not None]
     train_peaks = [e["max_logit_train"] for e in log if e["max_logit_train"] is not None]
     return {
+        "variant": cell.variant,
         "init_loss": init_loss,
         "final_loss": log[-1]["valid_loss"] if diverged_at is None else None,
         "final_loss_reason": None if diverged_at is None else f"diverged at step {diverged_at}",
