@@ -25,7 +25,9 @@ eager attention rebuilt from its projections).
   kernel on CPU). Calls it cannot honour run on SDPA instead and are counted in ``mon.fallbacks``
   (and each step's), never dropped silently: ``dropout`` (dropout_p > 0; figures then recomputed
   as in observe mode, describing the softmax before the dropout), ``learned mask`` (an attn_mask
-  that requires grad; recomputed too), ``unsupported`` (inputs attnscale.torch.attention refuses;
+  that requires grad; recomputed too), ``fully masked row`` (a float attn_mask that masks every
+  key of a row with finite numbers, HF's finfo.min: SDPA then averages v by the mask's softmax, we
+  would give 0; recomputed too), ``unsupported`` (inputs attnscale.torch.attention refuses;
   no figures), ``eager attention`` (a module that never called SDPA, rebuilt from its projections
   and observed). Calls SDPA itself would refuse (is_causal with an attn_mask, head counts that do
   not broadcast without enable_gqa) are left to SDPA, which raises its own error.
@@ -374,6 +376,12 @@ class Monitor:
             return None
         try:
             mask, bias = split_attn_mask(m)
+            if bias is not None or (m is not None and m.dtype != torch.bool):
+                # SDPA masks nothing: a row whose every entry is a huge finite negative (HF's finfo.min)
+                # still gets softmax(mask)·v from it, where we give 0.
+                if bool((~mask.any(-1) & torch.isfinite(m).any(-1)).any()):
+                    self._fallback("fully masked row")
+                    return None
             stats = attention(q, k, v, scale=a["scale"], mask=mask, bias=bias,
                               causal="top_left" if a["is_causal"] else False, max_logit=True,
                               backend=TRAINING_BACKEND if grad else self._backend, check_finite=False)
