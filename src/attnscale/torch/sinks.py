@@ -29,9 +29,13 @@ class JSONLSink:
     truncates an existing file first)."""
 
     def __init__(self, path, append: bool = False):
+        from attnscale.errors import InputError
         from attnscale.results import check_writable
 
-        self.path = check_writable(path, "path")
+        self.path = Path(path)
+        if self.path.is_dir():
+            raise InputError(f"path: {str(self.path)!r} is a folder, expected a file to write JSON lines to")
+        check_writable(self.path.parent, "path")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "a" if append else "w", encoding="utf-8")
 
