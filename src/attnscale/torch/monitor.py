@@ -155,56 +155,70 @@ class Step:
         return {"step": self.step, "calls": self.calls, "fallbacks": dict(self.fallbacks), "heads": heads}
 
 
-# Order of the per-call sums and maxima kept by _Running.
-_COUNTS = ("rows", "rows_empty", "saturated", "overflow", "total")
-_MAXES = ("neg_entropy_min", "max_logit", "neg_min_logit", "max_abs_logit")
-
-
 class _Running:
-    """Running aggregates of one layer's H heads: counts (5, H), maxima (4, H), Σ entropy (H,)."""
+    """Running aggregates of one layer's H heads, as tensors of H numbers on the figures' device:
+    counts of rows with no entropy (empty or broken), empty and saturated rows, float16 overflows;
+    the largest logit; the smallest entropy and logit; Σ entropy. Plus rows seen per head (an int)."""
 
-    def __init__(self, torch, heads: int, device):
-        self.calls = 0
-        self.counts = torch.zeros(len(_COUNTS), heads, dtype=torch.int64, device=device)
-        self.maxes = torch.full((len(_MAXES), heads), -math.inf, dtype=torch.float64, device=device)
+    def __init__(self, torch, heads: int, device, dtype):
+        self.calls = self.total = 0
+        self.counts = torch.zeros(3, heads, dtype=torch.int64, device=device)      # no entropy, empty, saturated
+        self.overflow = torch.zeros(heads, dtype=torch.int64, device=device)
+        self.max_logit = torch.full((heads,), -math.inf, dtype=dtype, device=device)
+        self.mins = torch.full((2, heads), math.inf, dtype=dtype, device=device)    # entropy, logit
         self.entropy_sum = torch.zeros(heads, dtype=torch.float64, device=device)
 
     def add(self, other) -> None:
         self.calls += other.calls
+        self.total += other.total
         self.counts += other.counts
+        self.overflow += other.overflow
         self.entropy_sum += other.entropy_sum
-        self.maxes = self.maxes.maximum(other.maxes)
+        self.max_logit = self.max_logit.maximum(other.max_logit.to(self.max_logit.dtype))
+        self.mins = self.mins.minimum(other.mins.to(self.mins.dtype))
 
     def plain(self) -> dict:
         """Python numbers per head: {name: list of H}."""
-        c = dict(zip(_COUNTS, self.counts.cpu().tolist()))
-        m = dict(zip(_MAXES, self.maxes.cpu().tolist()))
-        c["rows_broken"] = [t - r - e for t, r, e in zip(c["total"], c["rows"], c["rows_empty"])]
-        c["entropy_sum"] = self.entropy_sum.cpu().tolist()
-        return {**c, **m}
+        no_entropy, empty, saturated = self.counts.cpu().tolist()
+        rows = [self.total - n for n in no_entropy]
+        hi = self.max_logit.double().cpu().tolist()
+        ent_min, lo = self.mins.double().cpu().tolist()
+        return {"rows": rows, "rows_empty": empty, "rows_broken": [n - e for n, e in zip(no_entropy, empty)],
+                "saturated": saturated, "overflow": self.overflow.cpu().tolist(),
+                "entropy_sum": self.entropy_sum.cpu().tolist(), "entropy_min": ent_min, "max_logit": hi,
+                "min_logit": lo,
+                # lo ≤ hi in every row, so max |logit| = max(max hi, −min lo): no per-row |·| needed.
+                "max_abs_logit": [max(a, -b) for a, b in zip(hi, lo)]}
 
 
 def _rows_by_head(x):
-    """(..., H, L) figures → (H, N) with every row of a head in one line; (N, L), from 3-D inputs
-    without a head axis (and rank 1), → (1, N·L)."""
+    """(..., H, L) figures → a (N, H, L) view, rows of one head along axes 0 and 2; (N, L), from 3-D
+    inputs without a head axis (and rank 1), → (1, 1, N·L): one head."""
     if x.dim() <= 2:
-        return x.reshape(1, -1)
-    return x.reshape(-1, *x.shape[-2:]).transpose(0, 1).reshape(x.shape[-2], -1)
+        return x.reshape(1, 1, -1)
+    return x.reshape(-1, *x.shape[-2:])
 
 
 def _call_figures(torch, stats) -> tuple[_Running, object]:
-    """One call's figures as a :class:`_Running` of its own (a dozen tensor operations over all
-    heads at once, no per-head loop), and its per-row entropies (H, N)."""
+    """One call's figures as a :class:`_Running` of its own — reductions over all heads at once, no
+    per-head loop, no copy of the rows — and its per-row entropies (N, H, L).
+
+    An empty row has NaN entropy and logits and lse −inf; a broken one NaN entropy (its logits may be
+    +inf): NaN-skipping reductions leave both out of the entropy figures, and an overflowed +inf logit
+    stays visible in the head's max logit."""
     ent, hi, lo, lse = (_rows_by_head(x.detach()) for x in (stats.entropy, stats.max_logit, stats.min_logit, stats.lse))
-    full = ~torch.isnan(ent)                                     # attended, finite logits
-    reach = torch.fmax(hi.abs(), lo.abs())                       # max |logit| per row; NaN if empty
+    rows = (0, 2)
     run = _Running.__new__(_Running)
-    run.calls = 1
-    run.counts = torch.stack([full, lse == -math.inf, full & (hi - lse > _LOG_SATURATED),
-                              reach > FLOAT16_MAX]).sum(-1)
-    run.counts = torch.cat([run.counts, run.counts.new_full((1, ent.shape[0]), ent.shape[1])])
-    run.maxes = torch.stack([-ent, hi, -lo, reach]).masked_fill(~full, -math.inf).amax(-1).double()
-    run.entropy_sum = ent.masked_fill(~full, 0.0).sum(-1, dtype=torch.float64)
+    run.calls, run.total = 1, ent.shape[0] * ent.shape[2]
+    run.counts = torch.stack([torch.isnan(ent).sum(rows), (lse == -math.inf).sum(rows),
+                              (hi - lse > _LOG_SATURATED).sum(rows)])               # NaN compares False
+    run.max_logit = hi.nan_to_num(nan=-math.inf).amax(rows)
+    run.mins = torch.stack([ent.nan_to_num(nan=math.inf).amin(rows), lo.nan_to_num(nan=math.inf).amin(rows)])
+    run.entropy_sum = ent.nansum(rows, dtype=torch.float64)
+    # Counting float16 overflows takes four passes; most calls have none, which the extremes show.
+    loud = float(torch.maximum(run.max_logit.max(), -run.mins[1].min())) > FLOAT16_MAX
+    run.overflow = (((hi > FLOAT16_MAX) | (lo < -FLOAT16_MAX)).sum(rows) if loud
+                    else torch.zeros_like(run.counts[0]))
     return run, ent
 
 
@@ -224,6 +238,7 @@ class Monitor:
         self._step_fallbacks: Counter = Counter()
         self._step_calls = 0
         self._skip_observe = False
+        self._mask_cache = None
 
     # -- figures out ------------------------------------------------------------------------------
 
@@ -241,8 +256,8 @@ class Monitor:
                 out.append(HeadFigures(
                     layer=layer, head=h, calls=self._merged(layer).calls, rows=rows, rows_empty=p["rows_empty"][h],
                     entropy_mean=p["entropy_sum"][h] / rows if seen else nan, entropy_median=median,
-                    entropy_min=-p["neg_entropy_min"][h] if seen else nan,
-                    max_logit=p["max_logit"][h] if seen else nan, min_logit=-p["neg_min_logit"][h] if seen else nan,
+                    entropy_min=p["entropy_min"][h] if seen else nan,
+                    max_logit=p["max_logit"][h] if seen else nan, min_logit=p["min_logit"][h] if seen else nan,
                     overflow_rows=p["overflow"][h], rows_broken=p["rows_broken"][h],
                     saturated_rows=p["saturated"][h]))
         return out
@@ -269,12 +284,13 @@ class Monitor:
                     layer=layer, head=h, calls=run.calls, rows=rows, rows_empty=p["rows_empty"][h],
                     rows_broken=p["rows_broken"][h],
                     entropy_mean=p["entropy_sum"][h] / rows if rows else nan,
-                    entropy_min=-p["neg_entropy_min"][h] if rows else nan,
+                    entropy_min=p["entropy_min"][h] if rows else nan,
                     max_logit=p["max_logit"][h] if rows else nan, max_abs_logit=p["max_abs_logit"][h] if rows else nan,
                     saturated_fraction=p["saturated"][h] / rows if rows else nan, float16_overflow=p["overflow"][h]))
             self._add(self._total, layer, run)
         result = Step(step=int(global_step), calls=self._step_calls, fallbacks=dict(self._step_fallbacks), heads=heads)
         self._current = {}
+        self._mask_cache = None
         self._step_fallbacks = Counter()
         self._step_calls = 0
         if log:
@@ -296,7 +312,7 @@ class Monitor:
     def _merged(self, layer: str) -> _Running:
         torch = require("torch", "torch")
         parts = [t[layer] for t in (self._total, self._current) if layer in t]
-        out = _Running(torch, parts[0].counts.shape[1], parts[0].counts.device)
+        out = _Running(torch, parts[0].counts.shape[1], parts[0].counts.device, parts[0].mins.dtype)
         for p in parts:
             out.add(p)
         return out
@@ -307,7 +323,7 @@ class Monitor:
             table[layer].add(run)
         else:
             torch = require("torch", "torch")
-            table[layer] = _Running(torch, run.counts.shape[1], run.counts.device)
+            table[layer] = _Running(torch, run.counts.shape[1], run.counts.device, torch.float64)
             table[layer].add(run)
 
     def _layer_key(self, name: str, heads: int) -> str:
@@ -320,14 +336,14 @@ class Monitor:
     def _fold(self, name: str, q, k, v, stats, source: str, index: int) -> None:
         torch = require("torch", "torch")
         run, ent = _call_figures(torch, stats)
-        layer = self._layer_key(name, ent.shape[0])
+        layer = self._layer_key(name, ent.shape[1])
         self._add(self._current, layer, run)
         self._step_calls += 1
         if not self._history:
             return
-        full = ~torch.isnan(ent)
-        for h in range(ent.shape[0]):
-            self._entropies.setdefault((layer, h), []).append(ent[h][full[h]].cpu().numpy())
+        for h in range(ent.shape[1]):
+            e = ent[:, h].reshape(-1)
+            self._entropies.setdefault((layer, h), []).append(e[~torch.isnan(e)].cpu().numpy())
         *lead, H_q, L, d_k = q.shape if q.dim() > 3 else (q.shape[0], 1, *q.shape[1:])
         p = run.plain()
         reach = [r for r, n in zip(p["max_abs_logit"], p["rows"]) if n]
@@ -356,6 +372,20 @@ class Monitor:
                               backend=self._backend, check_finite=False)
         self._fold(call.name, call.q, call.k, call.v, stats, call.source, call.index)
 
+    def _mask_parts(self, torch, m):
+        """(mask, bias, averaged) of SDPA's attn_mask ``m``: :func:`split_attn_mask`, and whether a
+        row we call fully masked holds finite numbers — SDPA masks nothing, so such a row (HF's
+        finfo.min) gets softmax(mask)·v from it where we give 0. Kept for the previous call's mask
+        tensor until the step closes: a model hands the same mask to every layer."""
+        if m is None:
+            return None, None, False
+        if self._mask_cache is not None and self._mask_cache[0] is m and self._mask_cache[1] == m._version:
+            return self._mask_cache[2]
+        mask, bias = split_attn_mask(m)
+        averaged = m.dtype != torch.bool and bool((~mask.any(-1) & torch.isfinite(m).any(-1)).any())
+        self._mask_cache = (m, m._version, (mask, bias, averaged))
+        return mask, bias, averaged
+
     def replace(self, name: str, a: dict):
         """Compute one intercepted SDPA call (arguments as capture passes them) with its figures;
         None leaves it to SDPA (a fallback, or a call SDPA itself refuses)."""
@@ -375,13 +405,10 @@ class Monitor:
             self._fallback("learned mask")
             return None
         try:
-            mask, bias = split_attn_mask(m)
-            if bias is not None or (m is not None and m.dtype != torch.bool):
-                # SDPA masks nothing: a row whose every entry is a huge finite negative (HF's finfo.min)
-                # still gets softmax(mask)·v from it, where we give 0.
-                if bool((~mask.any(-1) & torch.isfinite(m).any(-1)).any()):
-                    self._fallback("fully masked row")
-                    return None
+            mask, bias, averaged = self._mask_parts(torch, m)
+            if averaged:
+                self._fallback("fully masked row")
+                return None
             stats = attention(q, k, v, scale=a["scale"], mask=mask, bias=bias,
                               causal="top_left" if a["is_causal"] else False, max_logit=True,
                               backend=TRAINING_BACKEND if grad else self._backend, check_finite=False)
