@@ -14,8 +14,8 @@ pytest.importorskip("torch")
 
 from attnscale import results  # noqa: E402
 from attnscale.experiments import logit_growth  # noqa: E402
-from attnscale.experiments.runner import SerialBackend  # noqa: E402
-from attnscale.experiments.sweeps import run_experiment  # noqa: E402
+from attnscale.experiments.runner import SerialBackend, run_sweep  # noqa: E402
+from attnscale.store import ResultCache, to_jsonable  # noqa: E402
 from attnscale.report.chapters import training_logits as chapter  # noqa: E402
 
 TAU = 4.0                      # low enough that the guard acts within a few steps
@@ -25,7 +25,12 @@ TAU = 4.0                      # low enough that the guard acts within a few ste
 def run(tmp_path_factory):
     config = logit_growth.LogitGrowthConfig(lrs=(1e-3, 3e-1), steps=8, warmup=2, batch=4, log_every=4,
                                             corpus_chars=4000, tau=TAU)
-    summary = run_experiment("logit-growth", config, tmp_path_factory.mktemp("lg"), SerialBackend())
+    cells = config.cells()
+    done = run_sweep("logit-growth", cells, logit_growth.train_cell,
+                     ResultCache(tmp_path_factory.mktemp("lg") / "cells"), SerialBackend())
+    # The data of the train/logit-growth result, as the sweep writes it.
+    summary = {"cells": [{"cell": to_jsonable(c), "result": r} for c, r in zip(cells, done)],
+               "analysis": logit_growth.analyse(config, cells, done)}
     return config, summary
 
 
