@@ -100,7 +100,14 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--batch", type=int, default=8, help="MiniLM sentences per forward")
     parser.add_argument("--no-minilm", action="store_true")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads (default 1: on a shared 2-core machine two threads spin against each other; "
+                             "0 = torch's own choice)")
     args = parser.parse_args(argv)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     from attnscale.torch.monitor import TRAINING_BACKEND
 
     rows = []
@@ -115,7 +122,7 @@ def main(argv=None) -> int:
         if "max_abs_diff" in r:
             print(f"{'':<38}max |replace − plain| = {r['max_abs_diff']:.3g}; backends {r['backends']}; "
                   f"fallbacks: {r['fallbacks'] or 'none'}")
-    print(f"medians of {args.repeats} interleaved rounds; load average {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"medians of {args.repeats} interleaved rounds, {args.threads or 'default'} torch thread(s); load average {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 
 

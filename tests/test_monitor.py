@@ -84,8 +84,7 @@ def test_outputs_unchanged_and_figures_equal_a_float64_recomputation():
         s = torch.cat(logits_seen[h])
         np.testing.assert_allclose([f.max_logit, f.min_logit], [s.max().item(), s.min().item()], rtol=1e-12)
         assert f.overflow_rows == 0
-    # Figures only: no q, k, v or weights, just the running aggregates of 3 heads (5 counts each).
-    assert all(t.numel() <= 5 * 3 for t in walk_for_tensors(mon))
+    assert walk_for_tensors(mon) == []                            # figures only: no q, k, v, weights
 
 
 def test_float16_overflow_is_flagged_per_call_and_head():

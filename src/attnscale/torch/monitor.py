@@ -33,7 +33,7 @@ eager attention rebuilt from its projections).
   not broadcast without enable_gqa) are left to SDPA, which raises its own error.
 
 What is kept, per (layer, head): running aggregates only — counts, Σ entropy, extremes — as a few
-tensors of H numbers, whatever the number of calls (no q, k, v, weights or per-row arrays), for the
+NumPy arrays of H numbers, whatever the number of calls (no q, k, v, weights or per-row arrays), for the
 current step and for the whole context. ``history=True`` (the default) also keeps each row's entropy
 (4 bytes per query row, for an exact median in :meth:`Monitor.summary`) and one :class:`CallRecord`
 per call; a training loop passes ``history=False``, which keeps memory bounded over any number of
@@ -156,17 +156,21 @@ class Step:
 
 
 class _Running:
-    """Running aggregates of one layer's H heads, as tensors of H numbers on the figures' device:
-    counts of rows with no entropy (empty or broken), empty and saturated rows, float16 overflows;
-    the largest logit; the smallest entropy and logit; Σ entropy. Plus rows seen per head (an int)."""
+    """Running aggregates of one layer's H heads, NumPy arrays of H numbers: counts of rows with no
+    entropy (empty or broken), empty and saturated rows, float16 overflows; the largest logit; the
+    smallest entropy and logit; Σ entropy. Plus the rows seen per head (an int)."""
 
-    def __init__(self, torch, heads: int, device, dtype):
+    def __init__(self, heads: int):
         self.calls = self.total = 0
-        self.counts = torch.zeros(3, heads, dtype=torch.int64, device=device)      # no entropy, empty, saturated
-        self.overflow = torch.zeros(heads, dtype=torch.int64, device=device)
-        self.max_logit = torch.full((heads,), -math.inf, dtype=dtype, device=device)
-        self.mins = torch.full((2, heads), math.inf, dtype=dtype, device=device)    # entropy, logit
-        self.entropy_sum = torch.zeros(heads, dtype=torch.float64, device=device)
+        self.counts = np.zeros((3, heads), np.int64)        # no entropy, empty, saturated
+        self.overflow = np.zeros(heads, np.int64)
+        self.max_logit = np.full(heads, -np.inf)
+        self.mins = np.full((2, heads), np.inf)              # entropy, logit
+        self.entropy_sum = np.zeros(heads)
+
+    @property
+    def heads(self) -> int:
+        return self.counts.shape[1]
 
     def add(self, other) -> None:
         self.calls += other.calls
@@ -174,51 +178,52 @@ class _Running:
         self.counts += other.counts
         self.overflow += other.overflow
         self.entropy_sum += other.entropy_sum
-        self.max_logit = self.max_logit.maximum(other.max_logit.to(self.max_logit.dtype))
-        self.mins = self.mins.minimum(other.mins.to(self.mins.dtype))
+        np.maximum(self.max_logit, other.max_logit, out=self.max_logit)
+        np.minimum(self.mins, other.mins, out=self.mins)
 
     def plain(self) -> dict:
         """Python numbers per head: {name: list of H}."""
-        no_entropy, empty, saturated = self.counts.cpu().tolist()
-        rows = [self.total - n for n in no_entropy]
-        hi = self.max_logit.double().cpu().tolist()
-        ent_min, lo = self.mins.double().cpu().tolist()
-        return {"rows": rows, "rows_empty": empty, "rows_broken": [n - e for n, e in zip(no_entropy, empty)],
-                "saturated": saturated, "overflow": self.overflow.cpu().tolist(),
-                "entropy_sum": self.entropy_sum.cpu().tolist(), "entropy_min": ent_min, "max_logit": hi,
-                "min_logit": lo,
+        no_entropy, empty, saturated = self.counts.tolist()
+        hi, (ent_min, lo) = self.max_logit.tolist(), self.mins.tolist()
+        return {"rows": [self.total - n for n in no_entropy], "rows_empty": empty,
+                "rows_broken": [n - e for n, e in zip(no_entropy, empty)], "saturated": saturated,
+                "overflow": self.overflow.tolist(), "entropy_sum": self.entropy_sum.tolist(),
+                "entropy_min": ent_min, "max_logit": hi, "min_logit": lo,
                 # lo ≤ hi in every row, so max |logit| = max(max hi, −min lo): no per-row |·| needed.
                 "max_abs_logit": [max(a, -b) for a, b in zip(hi, lo)]}
 
 
-def _rows_by_head(x):
-    """(..., H, L) figures → a (N, H, L) view, rows of one head along axes 0 and 2; (N, L), from 3-D
-    inputs without a head axis (and rank 1), → (1, 1, N·L): one head."""
-    if x.dim() <= 2:
-        return x.reshape(1, 1, -1)
-    return x.reshape(-1, *x.shape[-2:])
+def _rows_by_head(x) -> np.ndarray:
+    """(..., H, L) figures → NumPy (N, H, L) on the host, rows of one head along axes 0 and 2; (N, L),
+    from 3-D inputs without a head axis (and rank 1), → (1, 1, N·L): one head."""
+    x = x.detach()
+    x = x.reshape(1, 1, -1) if x.dim() <= 2 else x.reshape(-1, *x.shape[-2:])
+    return x.cpu().numpy()
 
 
-def _call_figures(torch, stats) -> tuple[_Running, object]:
-    """One call's figures as a :class:`_Running` of its own — reductions over all heads at once, no
-    per-head loop, no copy of the rows — and its per-row entropies (N, H, L).
+def _call_figures(stats) -> tuple[_Running, np.ndarray]:
+    """One call's figures as a :class:`_Running` of its own — NumPy reductions over all heads at
+    once (a few µs each, where a torch call costs tens) — and its per-row entropies (N, H, L).
 
     An empty row has NaN entropy and logits and lse −inf; a broken one NaN entropy (its logits may be
-    +inf): NaN-skipping reductions leave both out of the entropy figures, and an overflowed +inf logit
-    stays visible in the head's max logit."""
-    ent, hi, lo, lse = (_rows_by_head(x.detach()) for x in (stats.entropy, stats.max_logit, stats.min_logit, stats.lse))
+    +inf): NaN-skipping reductions (fmax, fmin) leave both out of the entropy figures, and an
+    overflowed +inf logit stays visible in the head's max logit."""
+    ent, hi, lo, lse = (_rows_by_head(x) for x in (stats.entropy, stats.max_logit, stats.min_logit, stats.lse))
     rows = (0, 2)
     run = _Running.__new__(_Running)
     run.calls, run.total = 1, ent.shape[0] * ent.shape[2]
-    run.counts = torch.stack([torch.isnan(ent).sum(rows), (lse == -math.inf).sum(rows),
-                              (hi - lse > _LOG_SATURATED).sum(rows)])               # NaN compares False
-    run.max_logit = hi.nan_to_num(nan=-math.inf).amax(rows)
-    run.mins = torch.stack([ent.nan_to_num(nan=math.inf).amin(rows), lo.nan_to_num(nan=math.inf).amin(rows)])
-    run.entropy_sum = ent.nansum(rows, dtype=torch.float64)
+    nan = np.isnan(ent)
+    with np.errstate(invalid="ignore"):                                 # inf − inf in a broken row: NaN, not saturated
+        saturated = np.count_nonzero(hi - lse > _LOG_SATURATED, axis=rows)
+    run.counts = np.stack([np.count_nonzero(nan, axis=rows), np.count_nonzero(lse == -np.inf, axis=rows), saturated])
+    run.max_logit = np.fmax.reduce(hi, axis=rows, initial=-np.inf).astype(np.float64)
+    run.mins = np.stack([np.fmin.reduce(ent, axis=rows, initial=np.inf),
+                         np.fmin.reduce(lo, axis=rows, initial=np.inf)]).astype(np.float64)
+    run.entropy_sum = np.where(nan, 0.0, ent).sum(axis=rows, dtype=np.float64)
     # Counting float16 overflows takes four passes; most calls have none, which the extremes show.
-    loud = float(torch.maximum(run.max_logit.max(), -run.mins[1].min())) > FLOAT16_MAX
-    run.overflow = (((hi > FLOAT16_MAX) | (lo < -FLOAT16_MAX)).sum(rows) if loud
-                    else torch.zeros_like(run.counts[0]))
+    loud = max(run.max_logit.max(), -run.mins[1].min()) > FLOAT16_MAX
+    run.overflow = (np.count_nonzero((hi > FLOAT16_MAX) | (lo < -FLOAT16_MAX), axis=rows) if loud
+                    else np.zeros(ent.shape[1], np.int64))
     return run, ent
 
 
@@ -310,32 +315,27 @@ class Monitor:
         return list(dict.fromkeys([*self._total, *self._current]))
 
     def _merged(self, layer: str) -> _Running:
-        torch = require("torch", "torch")
         parts = [t[layer] for t in (self._total, self._current) if layer in t]
-        out = _Running(torch, parts[0].counts.shape[1], parts[0].counts.device, parts[0].mins.dtype)
+        out = _Running(parts[0].heads)
         for p in parts:
             out.add(p)
         return out
 
     @staticmethod
     def _add(table: dict, layer: str, run: _Running) -> None:
-        if layer in table:
-            table[layer].add(run)
-        else:
-            torch = require("torch", "torch")
-            table[layer] = _Running(torch, run.counts.shape[1], run.counts.device, torch.float64)
-            table[layer].add(run)
+        if layer not in table:
+            table[layer] = _Running(run.heads)
+        table[layer].add(run)
 
     def _layer_key(self, name: str, heads: int) -> str:
         """The layer's name; a module whose calls change head count gets one entry per count."""
         for table in (self._current, self._total):
-            if name in table and table[name].counts.shape[1] != heads:
+            if name in table and table[name].heads != heads:
                 return f"{name}[{heads} heads]"
         return name
 
     def _fold(self, name: str, q, k, v, stats, source: str, index: int) -> None:
-        torch = require("torch", "torch")
-        run, ent = _call_figures(torch, stats)
+        run, ent = _call_figures(stats)
         layer = self._layer_key(name, ent.shape[1])
         self._add(self._current, layer, run)
         self._step_calls += 1
@@ -343,7 +343,7 @@ class Monitor:
             return
         for h in range(ent.shape[1]):
             e = ent[:, h].reshape(-1)
-            self._entropies.setdefault((layer, h), []).append(e[~torch.isnan(e)].cpu().numpy())
+            self._entropies.setdefault((layer, h), []).append(e[~np.isnan(e)])
         *lead, H_q, L, d_k = q.shape if q.dim() > 3 else (q.shape[0], 1, *q.shape[1:])
         p = run.plain()
         reach = [r for r, n in zip(p["max_abs_logit"], p["rows"]) if n]
