@@ -45,9 +45,11 @@ How calls are found:
   call itself, so nothing is counted twice. Limits, said openly: this rebuild is right only for
   models whose projections feed the dot product unchanged (BERT, RoBERTa, ELECTRA...; not rotary
   models); a module whose keys come from a KV cache is listed in ``cap.skipped`` instead.
-- Module names come from forward pre/post hooks kept as a stack: on every module of ``model`` when
-  it is given, else global module hooks (which need no model but only know class names, and cannot
-  see keyword arguments before the call — the mask is read after it).
+- Module names: with ``model`` given, the innermost of its modules running at the call — the nearest
+  caller frame whose ``self`` is one of them — and forward hooks only on its BERT-style attention
+  modules and their projections (hooks on every module would cost a forward ~10%). Without a
+  model, global module hooks kept as a stack (which need no model but only know class names, cost
+  every module's call, and cannot see keyword arguments before the call — the mask is read after it).
 
 Tensors are detached, not copied: do not modify them in place while you hold the calls.
 """
@@ -56,6 +58,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -124,6 +127,7 @@ class Capture:
         self._replace = replace
         self._count = 0
         self._stack: list[_Frame] = []
+        self._names: dict[int, str] | None = None    # module id → path, when a model is given
 
     def _emit(self, **fields) -> None:
         call = SDPACall(index=self._count, **fields)
@@ -134,7 +138,17 @@ class Capture:
             self.calls.append(call)
 
     def _innermost_name(self) -> str:
-        return self._stack[-1].name if self._stack else ""
+        if self._names is None:
+            return self._stack[-1].name if self._stack else ""
+        # With a model, only its attention modules carry hooks (hooks on every module cost a forward
+        # ~10%); the innermost of its modules running is the nearest caller frame whose ``self`` it is.
+        frame = sys._getframe(1)
+        while frame is not None:
+            owner = frame.f_locals.get("self")
+            if owner is not None and id(owner) in self._names:
+                return self._names[id(owner)]
+            frame = frame.f_back
+        return ""
 
 
 class _Frame:
@@ -250,6 +264,16 @@ def _rebuild_from_projections(cap: Capture, frame: _Frame, args, kwargs, output)
         weights=None if weights is None else weights.detach())
 
 
+def _rebuildable(model) -> list:
+    """The modules of ``model`` whose forward the hooks must see: BERT-style attention modules (to
+    rebuild eager attention) and their query/key/value projections."""
+    out = []
+    for m in model.modules():
+        if _is_projection_attention(m):
+            out += [m, *(getattr(m, attr) for attr in _PROJECTIONS)]
+    return out
+
+
 def _make_hooks(cap: Capture, names: dict[int, str] | None):
     def pre_hook(module, args):
         name = names.get(id(module), "") if names is not None else type(module).__name__
@@ -314,8 +338,9 @@ class capture_sdpa:
         cap = self._capture
         if self._model is not None:
             names = {id(m): (n or type(m).__name__) for n, m in self._model.named_modules()}
+            cap._names = names
             pre, post = _make_hooks(cap, names)
-            for m in self._model.modules():
+            for m in _rebuildable(self._model):
                 self._handles.append(m.register_forward_pre_hook(pre))
                 self._handles.append(m.register_forward_hook(post, with_kwargs=True, always_call=True))
         else:
