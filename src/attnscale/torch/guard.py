@@ -128,6 +128,7 @@ class LogitGuard:
             why = "; ".join(self.refused) or "no module has w_q/w_k, q_proj/k_proj or query/key projections"
             raise InputError(f"model: no attention projections the logit guard can rescale ({why})")
         self.clips = 0             # heads rescaled so far, over all steps
+        self.overflowed = 0        # heads left alone because their max logit was +inf (no factor exists)
 
     def apply(self, step) -> list[Clip]:
         """Rescale every head of ``step`` (a :class:`attnscale.torch.monitor.Step`) whose max logit
@@ -141,6 +142,8 @@ class LogitGuard:
                                  f"(it knows {sorted(self.targets)}); give monitor and guard the same model")
             if math.isfinite(h.max_logit) and h.max_logit > self.tau:
                 by_layer.setdefault(h.layer, {})[h.head] = h.max_logit
+            elif h.max_logit == math.inf:
+                self.overflowed += 1
         done = []
         with torch.no_grad():
             for layer, peaks in by_layer.items():
