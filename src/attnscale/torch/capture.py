@@ -99,7 +99,6 @@ class SDPACall:
 
     def logits(self):
         """float64 (B, H_q, L, S): scale·q·kᵀ plus any additive mask; −inf where not attended."""
-        torch = require("torch", "torch")
         x = self.scale * (self.q.double() @ self.keys_for_queries().transpose(-2, -1))
         _, bias = split_attn_mask(self.attn_mask)
         if bias is not None:
