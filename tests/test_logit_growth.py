@@ -149,3 +149,19 @@ def test_cells_refuse_qk_clip_with_qk_layernorm_and_bad_tau():
         logit_growth.LogitCell(1e-3, False, 0, qk_clip=0.0)
     with pytest.raises(InputError, match="tau: expected a finite number > 0"):
         dataclasses.replace(logit_growth.LogitGrowthConfig(), tau=-1.0)
+
+
+def test_the_models_sdpa_path_equals_its_explicit_softmax():
+    """TinyGPT's attention through SDPA (what the monitor rides) computes what its explicit softmax does."""
+    import torch
+
+    from attnscale.experiments.models import GPTConfig, TinyGPT
+
+    torch.manual_seed(0)
+    fused = TinyGPT(GPTConfig(vocab=13, context=16, d_model=32, n_layers=2, n_heads=4, sdpa=True))
+    explicit = TinyGPT(GPTConfig(vocab=13, context=16, d_model=32, n_layers=2, n_heads=4, sdpa=False))
+    explicit.load_state_dict(fused.state_dict())
+    x = torch.randint(0, 13, (3, 16), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x), explicit(x), rtol=1e-5, atol=1e-5)
+    assert not explicit.blocks[0].attn.sdpa and fused.blocks[0].attn._constant_factor() == pytest.approx(1 / 8 ** 0.5)   # 1/√d_k, d_k = 8

@@ -69,7 +69,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("rescale/smollm2", ("alphas",), "attnscale rescale --model smollm2"),
     Kind("rescale/minilm", ("alphas",), "attnscale rescale --model minilm"),
     Kind("train/scale-vs-dk", ("cells", "analysis"), "attnscale train scale-vs-dk"),
-    Kind("train/logit-growth", ("cells", "analysis"), "attnscale train logit-growth"),
+    Kind("train/logit-growth", ("cells", "analysis.table", "analysis.guard", "analysis.setup"),
+         "attnscale train logit-growth"),
     Kind("train/lm", ("cells", "analysis"), "attnscale train lm"),
     Kind("telemetry", ("rows",), "attnscale telemetry-bench"),
 )}
