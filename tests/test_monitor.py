@@ -134,7 +134,7 @@ def test_monitor_on_minilm_equals_the_probe_and_the_eager_weights():
     assert {c.source for c in mon.calls} == {"projections"}
     layers = probe["layers"]
     ours = np.array([[f.entropy_mean for f in mon.summary() if f.layer == name] for name in layers])
-    theirs = np.array(probe["per_head"]["entropy"])
+    theirs = np.array([[h["entropy"] for h in probe["heads"] if h["layer"] == i] for i in range(len(layers))])
     assert ours.shape == theirs.shape == (6, 12)
     np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=0)
 

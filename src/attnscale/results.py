@@ -69,7 +69,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("rescale/smollm2", ("model", "alphas", "check", "analysis"), "attnscale rescale --model smollm2"),
     Kind("rescale/minilm", ("model", "alphas", "check", "analysis"), "attnscale rescale --model minilm"),
     Kind("train/scale-vs-dk", ("cells", "analysis", "analysis.table", "analysis.verdicts"), "attnscale train scale-vs-dk"),
-    Kind("train/logit-growth", ("cells", "analysis", "analysis.table"), "attnscale train logit-growth"),
+    Kind("train/logit-growth", ("cells", "analysis.table", "analysis.guard", "analysis.setup"),
+         "attnscale train logit-growth"),
     Kind("train/lm", ("cells", "analysis", "analysis.verdicts", "analysis.curves"), "attnscale train lm"),
     Kind("telemetry", ("rows",), "attnscale telemetry-bench"),
 )}

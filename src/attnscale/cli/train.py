@@ -180,14 +180,20 @@ def _print_scale_vs_dk(a: dict) -> None:
 
 
 def _print_logit_growth(a: dict) -> None:
-    print(f"{'qk-layernorm':<13}{'lr':>8}{'final loss':>12}{'diverged':>9}{'init loss':>10}"
-          f"{'peak max logit':>15}{'final max logit':>16}")
+    print(f"{'variant':<14}{'lr':>8}{'final loss':>12}{'diverged':>9}{'init loss':>10}"
+          f"{'peak max logit':>15}{'final max logit':>16}{'train peak':>12}{'clips':>7}")
     for r in a["table"]:
-        print(f"{str(r['qk_layernorm']):<13}{r['lr']:>8g}{_fmt(r['final_loss_mean']):>12}{r['diverged']:>9}"
+        print(f"{r['variant']:<14}{r['lr']:>8g}{_fmt(r['final_loss_mean']):>12}{r['diverged']:>9}"
               f"{_fmt(r['init_loss']):>10}{_fmt(r['max_logit_peak_mean'], '.4g'):>15}"
-              f"{_fmt(r['max_logit_final_mean'], '.4g'):>16}")
+              f"{_fmt(r['max_logit_final_mean'], '.4g'):>16}{_fmt(r['max_logit_train_peak_mean'], '.4g'):>12}"
+              f"{_fmt(r['clipped_heads_mean'], '.0f'):>7}")
     for name, s in a["lr_sensitivity"].items():
         print(f"LR sensitivity {name}: {s['mean']:.4f} (per seed: {', '.join(f'{v:.4f}' for v in s['per_seed'])})")
+    g = a.get("guard")
+    if g:
+        print(f"QK-clip at tau {g['tau']:g}: largest training-batch max logit {_fmt(g['train_peak'], '.4g')} "
+              f"({_fmt(g['train_peak_over_tau'], '.3g')} x tau; measured before that step's clip), "
+              f"without the guard {_fmt(g['baseline_train_peak'], '.4g')}")
 
 
 def _print_lm(a: dict) -> None:

@@ -50,12 +50,19 @@ class Attention(nn.Module):
 
     ``qk_layernorm`` applies a LayerNorm (learnable gain, no bias) to each head's q and k before the
     rule, as Dehghani et al. 2023 and Wortsman et al. 2023 do.
+
+    ``sdpa``: compute the attention with ``torch.nn.functional.scaled_dot_product_attention`` when the
+    rule is a constant factor (1/√d_k, 1/d_k, unscaled, a constant) and no record is asked for, as
+    production models do — so that :func:`attnscale.torch.monitor` sees and can replace the call.
+    The other rules (QK-norm's learned gain, soft-capping) and ``keep_record`` always use the
+    explicit softmax below. Off by default: the two paths round differently.
     """
 
     def __init__(self, d_model: int, n_heads: int, d_k: int, d_v: int, rule: ScaleRule,
-                 causal: bool = False, qk_layernorm: bool = False):
+                 causal: bool = False, qk_layernorm: bool = False, sdpa: bool = False):
         super().__init__()
         self.n_heads, self.d_k, self.d_v, self.causal = n_heads, d_k, d_v, causal
+        self.sdpa = sdpa
         self.w_q = nn.Linear(d_model, n_heads * d_k, bias=False)
         self.w_k = nn.Linear(d_model, n_heads * d_k, bias=False)
         self.w_v = nn.Linear(d_model, n_heads * d_v, bias=False)
@@ -65,6 +72,13 @@ class Attention(nn.Module):
         self.logits = ScaledLogits(rule, d_k)
         self.record: AttentionRecord | None = None
         self.keep_record = False
+
+    def _constant_factor(self) -> float | None:
+        """The rule's factor when SDPA can compute this attention, else None."""
+        rule = self.logits.rule
+        if not self.sdpa or not isinstance(rule, (InverseSqrtDk, InverseDk, Unscaled, Constant)):
+            return None
+        return float(rule.factor(self.d_k))
 
     def _heads(self, x, size):
         b, l, _ = x.shape
@@ -77,6 +91,13 @@ class Attention(nn.Module):
         v = self._heads(self.w_v(context), self.d_v)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
+        factor = self._constant_factor()
+        if factor is not None and not self.keep_record:
+            if self.causal and q.shape[-2] != k.shape[-2]:
+                raise InputError(f"context: causal attention needs the queries' own positions as keys (L == S), "
+                                 f"got x {tuple(x.shape)} and context {tuple(context.shape)}")
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, scale=factor)  # (B, H, L, d_v)
+            return self.w_o(out.transpose(1, 2).reshape(x.shape[0], x.shape[1], self.n_heads * self.d_v))
         z = self.logits(q, k)                                        # (B, H, L, S)
         if self.causal:
             L, S = z.shape[-2:]
@@ -133,6 +154,7 @@ class GPTConfig:
     n_layers: int = 2
     n_heads: int = 4           # d_k = d_v = d_model / n_heads
     qk_layernorm: bool = False
+    sdpa: bool = True          # attention through SDPA (see Attention), so a monitor can ride it
 
     def __post_init__(self):
         if self.d_model % self.n_heads:
@@ -145,7 +167,7 @@ class _Block(nn.Module):
         d_head = cfg.d_model // cfg.n_heads
         self.ln1 = nn.LayerNorm(cfg.d_model, bias=False)
         self.attn = Attention(cfg.d_model, cfg.n_heads, d_head, d_head, InverseSqrtDk(), causal=True,
-                              qk_layernorm=cfg.qk_layernorm)
+                              qk_layernorm=cfg.qk_layernorm, sdpa=cfg.sdpa)
         self.ln2 = nn.LayerNorm(cfg.d_model, bias=False)
         self.mlp = nn.Sequential(nn.Linear(cfg.d_model, 4 * cfg.d_model, bias=False), nn.GELU(),
                                  nn.Linear(4 * cfg.d_model, cfg.d_model, bias=False))

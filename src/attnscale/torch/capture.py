@@ -4,7 +4,7 @@ API::
 
     from attnscale.torch.capture import capture_sdpa, SDPACall
 
-    with capture_sdpa(model=None, store=True, on_call=None) as cap:
+    with capture_sdpa(model=None, store=True, on_call=None, replace=None) as cap:
         model(**inputs)
     cap.calls        # list[SDPACall] in call order (empty when store=False)
     cap.skipped      # list[(module name, reason)]: attention modules seen but not reconstructable
@@ -20,7 +20,8 @@ given) and appended to ``cap.calls`` only when ``store=True`` (a monitor compute
   shaped exactly as the model passed them — usually 4-D ``(B, H, N, d)``, but SDPA also takes any
   number of leading dimensions, and 3-D ``(N, L, d)`` with no head axis.
 - ``attn_mask``: None, a bool tensor (True = attend) or an additive float tensor, broadcastable to
-  ``(..., H_q, L, S)``, exactly as the model passed it.
+  ``(..., H_q, L, S)``, exactly as the model passed it; :mod:`attnscale.torch.sdpa_mask` says which
+  entries mask and which add a bias.
 - ``is_causal``: SDPA's flag (top-left aligned causal mask), ``dropout_p``, ``enable_gqa``.
 - ``scale``: the factor that actually multiplied q·kᵀ, resolved (SDPA's None → 1/√d_k). Never None.
 - ``output: (..., H_q, L, d_v)``: what the call returned.
@@ -44,9 +45,11 @@ How calls are found:
   call itself, so nothing is counted twice. Limits, said openly: this rebuild is right only for
   models whose projections feed the dot product unchanged (BERT, RoBERTa, ELECTRA...; not rotary
   models); a module whose keys come from a KV cache is listed in ``cap.skipped`` instead.
-- Module names come from forward pre/post hooks kept as a stack: on every module of ``model`` when
-  it is given, else global module hooks (which need no model but only know class names, and cannot
-  see keyword arguments before the call — the mask is read after it).
+- Module names: with ``model`` given, the innermost of its modules running at the call — the nearest
+  caller frame whose ``self`` is one of them — and forward hooks only on its BERT-style attention
+  modules and their projections (hooks on every module would cost a forward ~10%). Without a
+  model, global module hooks kept as a stack (which need no model but only know class names, cost
+  every module's call, and cannot see keyword arguments before the call — the mask is read after it).
 
 Tensors are detached, not copied: do not modify them in place while you hold the calls.
 """
@@ -55,16 +58,14 @@ from __future__ import annotations
 
 import inspect
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from attnscale.errors import require
+from attnscale.torch.sdpa_mask import MASKED_BELOW, attended, split_attn_mask
 
 __all__ = ["SDPACall", "Capture", "capture_sdpa", "MASKED_BELOW"]
-
-# An additive mask entry at or below this masks its key: exp(−10⁴) is 0 even in float64, so such an
-# entry carries no weight (Hugging Face uses the dtype's most negative number, old BERT −10000).
-MASKED_BELOW = -1.0e4
 
 
 @dataclass
@@ -92,25 +93,16 @@ class SDPACall:
         return k.repeat_interleave(groups, dim=-3) if groups > 1 else k
 
     def attended(self):
-        """Bool (B, H_q, L, S): True where a query attends a key (mask and causal flag combined)."""
-        torch = require("torch", "torch")
-        *_, L, _ = self.q.shape
-        S = self.k.shape[-2]
-        shape = (*self.q.shape[:-2], L, S)
-        att = torch.ones(shape, dtype=torch.bool, device=self.q.device)
-        if self.attn_mask is not None:
-            m = self.attn_mask
-            att = att & (m if m.dtype == torch.bool else m > MASKED_BELOW)
-        if self.is_causal:
-            att = att & torch.ones(L, S, dtype=torch.bool, device=self.q.device).tril()
-        return att
+        """Bool (B, H_q, L, S): True where a query attends a key (mask and causal flag combined,
+        read by :func:`attnscale.torch.sdpa_mask.attended`)."""
+        return attended(self.attn_mask, self.is_causal, self.q, self.k)
 
     def logits(self):
         """float64 (B, H_q, L, S): scale·q·kᵀ plus any additive mask; −inf where not attended."""
-        torch = require("torch", "torch")
         x = self.scale * (self.q.double() @ self.keys_for_queries().transpose(-2, -1))
-        if self.attn_mask is not None and self.attn_mask.dtype != torch.bool:
-            x = x + self.attn_mask.double()
+        _, bias = split_attn_mask(self.attn_mask)
+        if bias is not None:
+            x = x + bias.double()
         return x.masked_fill(~self.attended(), -math.inf)
 
     def probabilities(self):
@@ -126,13 +118,15 @@ class SDPACall:
 class Capture:
     """What :func:`capture_sdpa` yields: ``calls`` (when storing) and ``skipped``."""
 
-    def __init__(self, store: bool, on_call: Callable[[SDPACall], None] | None):
+    def __init__(self, store: bool, on_call: Callable[[SDPACall], None] | None, replace=None):
         self.calls: list[SDPACall] = []
         self.skipped: list[tuple[str, str]] = []
         self._store = store
         self._on_call = on_call
+        self._replace = replace
         self._count = 0
         self._stack: list[_Frame] = []
+        self._names: dict[int, str] | None = None    # module id → path, when a model is given
 
     def _emit(self, **fields) -> None:
         call = SDPACall(index=self._count, **fields)
@@ -143,7 +137,17 @@ class Capture:
             self.calls.append(call)
 
     def _innermost_name(self) -> str:
-        return self._stack[-1].name if self._stack else ""
+        if self._names is None:
+            return self._stack[-1].name if self._stack else ""
+        # With a model, only its attention modules carry hooks (hooks on every module cost a forward
+        # ~10%); the innermost of its modules running is the nearest caller frame whose ``self`` it is.
+        frame = sys._getframe(1)
+        while frame is not None:
+            owner = frame.f_locals.get("self")
+            if owner is not None and id(owner) in self._names:
+                return self._names[id(owner)]
+            frame = frame.f_back
+        return ""
 
 
 class _Frame:
@@ -188,20 +192,26 @@ def _make_mode(cap: Capture):
 
     class _SDPAMode(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func is not sdpa:
+                return func(*args, **(kwargs or {}))
+            for frame in cap._stack:
+                frame.saw_sdpa = True
+            a = _sdpa_arguments(args, kwargs)
+            name = cap._innermost_name()
+            if cap._replace is not None:
+                out = cap._replace(name, a)
+                if out is not None:
+                    return out
             out = func(*args, **(kwargs or {}))
-            if func is sdpa:
-                for frame in cap._stack:
-                    frame.saw_sdpa = True
-                a = _sdpa_arguments(args, kwargs)
-                q = a["query"]
-                scale = a["scale"]
-                cap._emit(
-                    name=cap._innermost_name(), q=q.detach(), k=a["key"].detach(), v=a["value"].detach(),
-                    attn_mask=None if a["attn_mask"] is None else a["attn_mask"].detach(),
-                    is_causal=bool(a["is_causal"]),
-                    scale=1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale),
-                    dropout_p=float(a["dropout_p"]), enable_gqa=bool(a["enable_gqa"]),
-                    output=out.detach(), source="sdpa")
+            q = a["query"]
+            scale = a["scale"]
+            cap._emit(
+                name=name, q=q.detach(), k=a["key"].detach(), v=a["value"].detach(),
+                attn_mask=None if a["attn_mask"] is None else a["attn_mask"].detach(),
+                is_causal=bool(a["is_causal"]),
+                scale=1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale),
+                dropout_p=float(a["dropout_p"]), enable_gqa=bool(a["enable_gqa"]),
+                output=out.detach(), source="sdpa")
             return out
 
     return _SDPAMode()
@@ -253,6 +263,16 @@ def _rebuild_from_projections(cap: Capture, frame: _Frame, args, kwargs, output)
         weights=None if weights is None else weights.detach())
 
 
+def _rebuildable(model) -> list:
+    """The modules of ``model`` whose forward the hooks must see: BERT-style attention modules (to
+    rebuild eager attention) and their query/key/value projections."""
+    out = []
+    for m in model.modules():
+        if _is_projection_attention(m):
+            out += [m, *(getattr(m, attr) for attr in _PROJECTIONS)]
+    return out
+
+
 def _make_hooks(cap: Capture, names: dict[int, str] | None):
     def pre_hook(module, args):
         name = names.get(id(module), "") if names is not None else type(module).__name__
@@ -284,9 +304,16 @@ class capture_sdpa:
     model: a ``torch.nn.Module`` to name calls after its module paths (and the only way its
     eager BERT-style attention can be rebuilt with names); None hooks all modules globally.
     store: keep the calls in ``cap.calls``; on_call: called with each :class:`SDPACall` as it happens.
+    replace: called first with ``(name, arguments)`` for every intercepted SDPA call (arguments: a
+    dict of SDPA's parameter names ``query, key, value, attn_mask, dropout_p, is_causal, scale,
+    enable_gqa`` to what was passed, defaults filled in, tensors as they are: not detached). A tensor
+    it returns is the call's output, and SDPA is not run nor an :class:`SDPACall` made; None runs
+    SDPA and records the call as usual. This is how :func:`attnscale.torch.monitor` in
+    ``mode="replace"`` computes the model's attention itself.
     """
 
-    def __init__(self, model=None, store: bool = True, on_call: Callable[[SDPACall], None] | None = None):
+    def __init__(self, model=None, store: bool = True, on_call: Callable[[SDPACall], None] | None = None,
+                 replace: Callable[[str, dict], Any] | None = None):
         torch = require("torch", "torch")
         if model is not None and not isinstance(model, torch.nn.Module):
             from attnscale.errors import InputTypeError
@@ -296,8 +323,12 @@ class capture_sdpa:
             from attnscale.errors import InputTypeError
 
             raise InputTypeError(f"on_call: expected a callable or None, got {type(on_call).__name__}")
+        if replace is not None and not callable(replace):
+            from attnscale.errors import InputTypeError
+
+            raise InputTypeError(f"replace: expected a callable or None, got {type(replace).__name__}")
         self._model = model
-        self._capture = Capture(bool(store), on_call)
+        self._capture = Capture(bool(store), on_call, replace)
         self._handles: list = []
         self._mode = None
 
@@ -306,8 +337,9 @@ class capture_sdpa:
         cap = self._capture
         if self._model is not None:
             names = {id(m): (n or type(m).__name__) for n, m in self._model.named_modules()}
+            cap._names = names
             pre, post = _make_hooks(cap, names)
-            for m in self._model.modules():
+            for m in _rebuildable(self._model):
                 self._handles.append(m.register_forward_pre_hook(pre))
                 self._handles.append(m.register_forward_hook(post, with_kwargs=True, always_call=True))
         else:

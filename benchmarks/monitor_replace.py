@@ -1,0 +1,130 @@
+"""The monitor's cost on a real model: MiniLM forward with attnscale.torch.monitor ÷ without.
+
+    python benchmarks/monitor_replace.py                # MiniLM (pinned package), 8 sentences, float32, CPU
+    python benchmarks/monitor_replace.py --repeats 9 --batch 16
+    python benchmarks/monitor_replace.py --no-minilm    # only the small training step below
+
+Variants, interleaved in one run (medians, so a load change hits them alike):
+
+- ``plain``: the model's SDPA implementation, no monitor;
+- ``observe``: ``monitor(model)`` — SDPA runs, the figures are recomputed (two passes);
+- ``replace``: ``monitor(model, mode="replace", history=False)`` — the fused kernel computes the
+  attention and its figures in one pass (target ≤ 1.05× plain).
+
+Also a training step (forward, backward, AdamW) of the logit-growth experiment's TinyGPT, plain ÷
+observe ÷ replace: replace in training runs on monitor.TRAINING_BACKEND. Prints ratios to plain, the
+largest |replace − plain| output difference, and the load average, since timings on a shared
+machine are inflated.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+
+def interleaved(work, repeats: int) -> dict:
+    """Median seconds of ``work()`` per variant (plain, observe, replace); each round runs every
+    variant once, in turn. The monitor is entered before the clock starts and left after it stops,
+    as a training loop enters it once: what is timed is the model's work under it."""
+    from attnscale.torch.monitor import monitor
+
+    def timed(mode):
+        if mode is None:
+            t0 = time.perf_counter()
+            work()
+            return time.perf_counter() - t0
+        with monitor(work.model, mode=mode, history=False) as mon:
+            t0 = time.perf_counter()
+            work()
+            mon.step(0, log=False)
+            return time.perf_counter() - t0
+
+    modes = {"plain": None, "observe": "observe", "replace": "replace"}
+    for mode in modes.values():                                   # warm-up: caches, kernel build, allocator
+        timed(mode)
+    times = {name: [] for name in modes}
+    for _ in range(repeats):
+        for name, mode in modes.items():
+            times[name].append(timed(mode))
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def minilm(repeats: int, batch: int) -> dict:
+    import torch
+
+    from attnscale.experiments.pretrained import load_encoder
+    from attnscale.experiments.probe_run import builtin_sentences
+    from attnscale.torch.monitor import monitor
+
+    loaded = load_encoder(attn_implementation="sdpa")
+    model = loaded.model
+    inputs = loaded.tokenizer(builtin_sentences()[:batch], padding=True, return_tensors="pt")
+
+    def forward():
+        with torch.no_grad():
+            return model(**inputs).last_hidden_state
+
+    forward.model = model
+    plain = forward()
+    with monitor(model, mode="replace") as mon:
+        replaced = forward()
+    return {"shape": tuple(inputs["input_ids"].shape), "medians": interleaved(forward, repeats),
+            "max_abs_diff": float((replaced - plain).abs().max()), "fallbacks": dict(mon.fallbacks),
+            "backends": sorted({c.backend for c in mon.calls})}
+
+
+def training_step(repeats: int) -> dict:
+    import torch
+
+    from attnscale.experiments.models import GPTConfig, TinyGPT
+
+    torch.manual_seed(0)
+    model = TinyGPT(GPTConfig(vocab=48, context=64, d_model=64, n_layers=2, n_heads=4))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randint(0, 48, (16, 64), generator=torch.Generator().manual_seed(1))
+
+    def step():
+        loss = torch.nn.functional.cross_entropy(model(x)[:, :-1].flatten(0, 1), x[:, 1:].flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    step.model = model
+    return {"shape": (16, 4, 64, 16), "medians": interleaved(step, repeats)}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--batch", type=int, default=8, help="MiniLM sentences per forward")
+    parser.add_argument("--no-minilm", action="store_true")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads (default 1: on a shared 2-core machine two threads spin against each other; "
+                             "0 = torch's own choice)")
+    args = parser.parse_args(argv)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    from attnscale.torch.monitor import TRAINING_BACKEND
+
+    rows = []
+    if not args.no_minilm:
+        rows.append(("MiniLM forward", minilm(args.repeats, args.batch)))
+    rows.append((f"TinyGPT train step (replace: {TRAINING_BACKEND})", training_step(args.repeats)))
+    print(f"{'':<38}{'shape':<20}{'plain ms':>10}{'observe ×':>11}{'replace ×':>11}")
+    for name, r in rows:
+        m = r["medians"]
+        print(f"{name:<38}{str(r['shape']):<20}{m['plain'] * 1e3:>10.2f}{m['observe'] / m['plain']:>11.3f}"
+              f"{m['replace'] / m['plain']:>11.3f}")
+        if "max_abs_diff" in r:
+            print(f"{'':<38}max |replace − plain| = {r['max_abs_diff']:.3g}; backends {r['backends']}; "
+                  f"fallbacks: {r['fallbacks'] or 'none'}")
+    print(f"medians of {args.repeats} interleaved rounds, {args.threads or 'default'} torch thread(s); load average {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

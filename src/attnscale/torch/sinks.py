@@ -1,0 +1,88 @@
+"""Where :meth:`attnscale.torch.monitor.Monitor.step` sends each step's per layer × head figures.
+
+A sink is any object with ``write(record: dict)`` and ``close()``; ``record`` is
+:meth:`attnscale.torch.monitor.Step.to_json`: ``{"step", "calls", "fallbacks", "heads": [{"layer",
+"head", "entropy_mean", "entropy_min", "max_logit", "max_abs_logit", "saturated_fraction",
+"float16_overflow", ...}]}``, with null (and ``why_null``) for a figure that does not exist.
+
+- :class:`JSONLSink`: one strict-JSON line per step (RFC 8259: no NaN or Infinity), flushed at once,
+  so ``jq`` or a crashed run's reader gets every finished step.
+- :class:`TensorBoardSink`: scalars through ``torch.utils.tensorboard.SummaryWriter``, tagged
+  ``attention/<figure>/<layer>/head<h>`` (one chart per figure, one line per head), and
+  ``attention/fallbacks/<reason>``. Needs ``tensorboard`` (``pip install 'attnscale[tensorboard]'``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from attnscale.errors import InputTypeError, require
+
+__all__ = ["JSONLSink", "TensorBoardSink", "FIGURES"]
+
+FIGURES = ("entropy_mean", "entropy_min", "max_logit", "max_abs_logit", "saturated_fraction", "float16_overflow")
+
+
+class JSONLSink:
+    """Append one JSON line per step to ``path`` (created with its folders; ``append=False``
+    truncates an existing file first)."""
+
+    def __init__(self, path, append: bool = False):
+        from attnscale.errors import InputError
+        from attnscale.results import check_writable
+
+        self.path = Path(path)
+        if self.path.is_dir():
+            raise InputError(f"path: {str(self.path)!r} is a folder, expected a file to write JSON lines to")
+        check_writable(self.path.parent, "path")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "a" if append else "w", encoding="utf-8")
+
+    def write(self, record: dict) -> None:
+        # allow_nan=False: a NaN that slipped through is a bug to see, not a file jq cannot read.
+        self._file.write(json.dumps(record, allow_nan=False, ensure_ascii=False) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class TensorBoardSink:
+    """Scalars to TensorBoard. ``log_dir``: a folder for a new SummaryWriter (closed by
+    :meth:`close`), or ``writer``: the training loop's own SummaryWriter (flushed, left open)."""
+
+    def __init__(self, log_dir=None, writer=None, prefix: str = "attention"):
+        if (log_dir is None) == (writer is None):
+            raise InputTypeError("TensorBoardSink: expected exactly one of log_dir or writer")
+        if writer is None:
+            require("tensorboard", "tensorboard")
+            from torch.utils.tensorboard import SummaryWriter
+
+            writer = SummaryWriter(log_dir=str(Path(log_dir)))
+            self._owned = True
+        else:
+            self._owned = False
+        self.writer = writer
+        self._prefix = prefix
+
+    def write(self, record: dict) -> None:
+        step = record["step"]
+        for h in record["heads"]:
+            for name in FIGURES:
+                if h.get(name) is not None:
+                    self.writer.add_scalar(f"{self._prefix}/{name}/{h['layer']}/head{h['head']}", h[name], step)
+        for reason, count in record["fallbacks"].items():
+            self.writer.add_scalar(f"{self._prefix}/fallbacks/{reason}", count, step)
+
+    def close(self) -> None:
+        self.writer.flush()
+        if self._owned:
+            self.writer.close()

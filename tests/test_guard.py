@@ -1,0 +1,192 @@
+"""attnscale.torch.guard (QK-clip): a clipped head's max logit on its batch becomes exactly τ, the others are
+untouched; in training every head stays ≤ τ × the last update's growth; GQA, HF BERT and Llama; refusals."""
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from attnscale.errors import InputError  # noqa: E402
+from attnscale.experiments.models import GPTConfig, TinyGPT  # noqa: E402
+from attnscale.torch import monitor  # noqa: E402
+from attnscale.torch.guard import LogitGuard  # noqa: E402
+
+F = torch.nn.functional
+
+
+def gpt(seed=0, qk_layernorm=False, n_layers=1):
+    # One layer by default: a clip in layer 0 changes what later layers see, so only it can be checked exactly.
+    torch.manual_seed(seed)
+    return TinyGPT(GPTConfig(vocab=13, context=16, d_model=32, n_layers=n_layers, n_heads=4, qk_layernorm=qk_layernorm))
+
+
+def first_layer(step):
+    """The step's figures of its first layer only (later layers see what the clip changed)."""
+    import dataclasses
+
+    return dataclasses.replace(step, heads=[h for h in step.heads if h.layer == step.heads[0].layer])
+
+
+def batch(seed=1):
+    return torch.randint(0, 13, (4, 16), generator=torch.Generator().manual_seed(seed))
+
+
+def recorded_max_logits(model, x) -> np.ndarray:
+    """(layers, heads) largest attended logit, from the explicit softmax path's own logits (not the monitor)."""
+    out = []
+    for block in model.blocks:
+        block.attn.keep_record = True
+    with torch.no_grad():
+        model(x)
+    for block in model.blocks:
+        z = block.attn.record.logits                                      # (B, H, L, S), −inf where masked
+        out.append([float(z[:, h][torch.isfinite(z[:, h])].max()) for h in range(z.shape[1])])
+        block.attn.keep_record = False
+    return np.array(out)
+
+
+def monitored_step(model, x):
+    with monitor(model, mode="observe", history=False) as mon, torch.no_grad():
+        model(x)
+        return mon.step(0, log=False)
+
+
+def test_a_clipped_head_ends_at_tau_exactly_and_the_others_are_untouched():
+    model, x = gpt(), batch()
+    before = recorded_max_logits(model, x)
+    tau = float(np.median(before))                                       # about half the heads above
+    step = monitored_step(model, x)
+    np.testing.assert_allclose([h.max_logit for h in step.heads], before.flatten(), rtol=1e-5)
+    guard = LogitGuard(model, tau)
+    clips = guard.apply(step)
+    assert {(c.layer, c.head) for c in clips} == {(f"blocks.{i}.attn", h) for i, h in zip(*np.nonzero(before > tau))}
+    after = recorded_max_logits(model, x)
+    above = before > tau
+    assert above.any() and (~above).any()
+    np.testing.assert_allclose(after[above], tau, rtol=1e-5)
+    assert np.array_equal(after[~above], before[~above])
+    assert all(c.factor == pytest.approx(tau / c.max_logit) for c in clips) and guard.clips == len(clips)
+
+
+def test_in_training_every_head_stays_within_tau_times_the_last_updates_growth():
+    """Per step t: m_t (the monitor, before the update), m'_t (same batch after the update), m''_t (after
+    the clip). A clipped head has m''_t = τ·m'_t/m_t exactly: τ plus the last update's growth."""
+    tau = 8.0
+    plain, guarded = gpt(), gpt()
+    x = batch()                                                           # one batch: logits grow fast
+    runs = {}
+    for name, model in (("plain", plain), ("guarded", guarded)):
+        opt = torch.optim.Adam(model.parameters(), lr=0.1)
+        guard = LogitGuard(model, tau) if name == "guarded" else None
+        peaks = []
+        with monitor(model, mode="replace" if guard else "observe", history=False) as mon:
+            for _ in range(10):
+                loss = F.cross_entropy(model(x)[:, :-1].flatten(0, 1), x[:, 1:].flatten())
+                step = mon.step(0, log=False)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                m = np.array([h.max_logit for h in step.heads]).reshape(1, 4)
+                peaks.append(m.max())
+                if guard is None:
+                    continue
+                grown = recorded_max_logits(model, x)                     # m'_t
+                clipped = {(c.layer, c.head) for c in guard.apply(step)}
+                after = recorded_max_logits(model, x)                     # m''_t
+                for layer in range(1):
+                    for h in range(4):
+                        if (f"blocks.{layer}.attn", h) in clipped:
+                            assert after[layer, h] == pytest.approx(tau * grown[layer, h] / m[layer, h], rel=1e-4)
+                            assert after[layer, h] <= tau * max(1.0, grown[layer, h] / m[layer, h]) * (1 + 1e-4)
+                        else:
+                            assert m[layer, h] <= tau and after[layer, h] == grown[layer, h]
+        runs[name] = (peaks, guard.clips if guard else 0)
+    print("peak max logit per step, plain:", np.round(runs["plain"][0], 1), "guarded:", np.round(runs["guarded"][0], 1))
+    assert max(runs["plain"][0]) > 3 * tau                                # not vacuous: without it they run away
+    assert runs["guarded"][1] > 0 and max(runs["guarded"][0]) < max(runs["plain"][0]) / 2
+
+
+class GroupedQuery(torch.nn.Module):
+    """Llama-style names: q_proj, k_proj (with biases, as Qwen2), head_dim; 4 query heads on 2 key heads."""
+
+    def __init__(self, d=16, heads=4, kv_heads=2, head_dim=4):
+        super().__init__()
+        self.head_dim, self.heads, self.kv_heads = head_dim, heads, kv_heads
+        self.q_proj = torch.nn.Linear(d, heads * head_dim)
+        self.k_proj = torch.nn.Linear(d, kv_heads * head_dim)
+        self.v_proj = torch.nn.Linear(d, kv_heads * head_dim)
+
+    def forward(self, x):
+        B, L, _ = x.shape
+        q = self.q_proj(x).view(B, L, self.heads, -1).transpose(1, 2)
+        k = self.k_proj(x).view(B, L, self.kv_heads, -1).transpose(1, 2)
+        v = self.v_proj(x).view(B, L, self.kv_heads, -1).transpose(1, 2)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+
+def test_grouped_query_heads_each_shrink_by_their_own_factor():
+    torch.manual_seed(0)
+    model = GroupedQuery()
+    with torch.no_grad():
+        model.q_proj.weight[4:8] *= 6.0                                   # head 1 (group 0) and ...
+        model.q_proj.weight[12:16] *= 3.0                                 # ... head 3 (group 1) run hot
+    x = torch.randn(2, 9, 16, generator=torch.Generator().manual_seed(2))
+    before = np.array([h.max_logit for h in monitored_step(model, x).heads])
+    tau = float(np.sort(before)[1]) * 1.01                                # two heads above τ
+    clips = LogitGuard(model, tau).apply(monitored_step(model, x))
+    assert len(clips) == 2
+    after = np.array([h.max_logit for h in monitored_step(model, x).heads])
+    np.testing.assert_allclose(after, np.minimum(before, tau), rtol=1e-5)
+
+
+def test_refusals_name_the_reason():
+    with pytest.raises(InputError, match="QK-norm"):
+        LogitGuard(gpt(qk_layernorm=True), 10.0)
+    with pytest.raises(InputError, match="no attention projections"):
+        LogitGuard(torch.nn.Sequential(torch.nn.Linear(3, 3)), 10.0)
+    for tau in (0.0, -1.0, math.inf, True):
+        with pytest.raises(InputError, match="tau: expected a finite number > 0"):
+            LogitGuard(gpt(), tau)
+    other = GroupedQuery()
+    with pytest.raises(InputError, match="give monitor and guard the same model"):
+        LogitGuard(gpt(), 1.0).apply(monitored_step(other, torch.randn(1, 3, 16)))
+
+
+@pytest.mark.parametrize("family", ["bert", "llama"])
+def test_hugging_face_attention_is_found_and_clipped_exactly(family):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    if family == "bert":
+        config = transformers.BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                         intermediate_size=64, attn_implementation="sdpa")
+        model = transformers.BertModel(config).eval()
+        layers = [f"encoder.layer.{i}.attention.self" for i in range(2)]
+    else:
+        config = transformers.LlamaConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                          num_key_value_heads=2, intermediate_size=64, attn_implementation="sdpa")
+        model = transformers.LlamaModel(config).eval()
+        layers = [f"layers.{i}.self_attn" for i in range(2)]
+    ids = torch.randint(0, 50, (2, 12), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        for layer in layers:                                              # logits large enough to clip
+            attn = model.get_submodule(layer)
+            for proj in (attn.query, attn.key) if family == "bert" else (attn.q_proj, attn.k_proj):
+                proj.weight *= 4.0
+
+    def figures():
+        with monitor(model, mode="observe", history=False) as mon, torch.no_grad():
+            model(input_ids=ids)
+            return mon.step(0, log=False)
+
+    before = figures()
+    assert sorted({h.layer for h in before.heads}) == layers
+    first = first_layer(before)
+    tau = float(np.median([h.max_logit for h in first.heads]))
+    guard = LogitGuard(model, tau)
+    assert sorted(guard.targets) == layers
+    assert len(guard.apply(first)) == 2
+    after = first_layer(figures())
+    np.testing.assert_allclose([h.max_logit for h in after.heads],
+                               [min(h.max_logit, tau) for h in first.heads], rtol=1e-4)

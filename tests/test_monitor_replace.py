@@ -1,0 +1,256 @@
+"""attnscale.torch.monitor in replace mode and per-step logging: outputs equal SDPA's within the stated
+tolerance, training follows plain SDPA's loss curve, step figures equal an independent float64
+recomputation, fallbacks are counted, memory stays bounded."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from attnscale.errors import InputError, InputTypeError  # noqa: E402
+from attnscale.torch import monitor  # noqa: E402
+from attnscale.torch.monitor import SATURATED_P  # noqa: E402
+
+F = torch.nn.functional
+
+
+class TwoCalls(torch.nn.Module):
+    """Causal self-attention, then grouped-query cross-attention with an HF-style additive mask that
+    also biases (and fully masks one row)."""
+
+    def forward(self, x, memory, bias):
+        h = F.scaled_dot_product_attention(x, x, x, is_causal=True)
+        kv = memory[:, :1]                                                 # one key head for three query heads
+        return F.scaled_dot_product_attention(h, kv, kv, attn_mask=bias, scale=0.7, enable_gqa=True)
+
+
+def problem(dtype, seed=0, dead_row=-math.inf):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(2, 3, 11, 8, generator=g, dtype=dtype)
+    memory = torch.randn(2, 3, 13, 8, generator=g, dtype=dtype)
+    bias = torch.randn(1, 3, 11, 13, generator=g, dtype=dtype)
+    bias[..., 5:8] = torch.finfo(dtype).min
+    bias[..., 0, :] = dead_row
+    return x, memory, bias
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_replace_outputs_equal_sdpa_within_the_stated_tolerance_and_figures_equal_observe(dtype):
+    model = TwoCalls()
+    x, memory, bias = problem(dtype)
+    with torch.no_grad():
+        plain = model(x, memory, bias)
+        with monitor(model, mode="observe") as seen:
+            model(x, memory, bias)
+        with monitor(model, mode="replace") as mon:
+            replaced = model(x, memory, bias)
+    # The module docstring's tolerance: max |Δout| ≤ 1e-5·max|v| in float32 (rounding, not bit-for-bit).
+    tol = (1e-5 if dtype == torch.float32 else 1e-12) * float(max(x.abs().max(), memory.abs().max()))
+    diff = float((replaced - plain).abs().max())
+    print(f"{dtype}: max |replace − SDPA| = {diff:.3g} (tolerance {tol:.3g})")
+    assert diff <= tol
+    assert not mon.fallbacks and [c.source for c in mon.calls] == ["replaced", "replaced"]
+    for a, b in zip(mon.summary(), seen.summary()):
+        assert (a.layer, a.head, a.rows, a.rows_empty, a.calls, a.saturated_rows) == \
+               (b.layer, b.head, b.rows, b.rows_empty, b.calls, b.saturated_rows)
+        np.testing.assert_allclose([a.entropy_mean, a.entropy_min, a.max_logit, a.min_logit],
+                                   [b.entropy_mean, b.entropy_min, b.max_logit, b.min_logit], rtol=1e-6, atol=1e-9)
+
+
+def test_a_row_masked_by_finite_numbers_falls_back_to_sdpa():
+    """SDPA gives a row whose every key is masked by finfo.min the mean of v, not 0: left to SDPA, counted."""
+    model = TwoCalls()
+    x, memory, bias = problem(torch.float32, dead_row=torch.finfo(torch.float32).min)
+    with torch.no_grad():
+        plain = model(x, memory, bias)
+        with monitor(model, mode="replace") as mon:
+            replaced = model(x, memory, bias)
+    # The second call is SDPA's own (on the first call's replaced output: equal to rounding).
+    torch.testing.assert_close(replaced, plain, rtol=0, atol=1e-5)
+    assert float(plain[:, :, 0].abs().max()) > 0.01                       # not the 0 we would give
+    assert mon.fallbacks == {"fully masked row": 1}
+    assert [c.source for c in mon.calls] == ["replaced", "sdpa"]        # still observed
+
+
+class TinyLM(torch.nn.Module):
+    """Embedding → one causal SDPA layer of 2 heads → logits. Keeps the last q, k it made (detached)
+    so that a test can recompute the attention figures independently."""
+
+    def __init__(self, vocab=11, d=16, heads=2):
+        super().__init__()
+        self.heads, self.d_k = heads, d // heads
+        self.emb = torch.nn.Embedding(vocab, d)
+        self.qkv = torch.nn.Linear(d, 3 * d)
+        self.out = torch.nn.Linear(d, vocab)
+
+    def forward(self, tokens):
+        B, L = tokens.shape
+        q, k, v = self.qkv(self.emb(tokens)).view(B, L, 3, self.heads, self.d_k).permute(2, 0, 3, 1, 4)
+        self.last = (q.detach(), k.detach())
+        h = F.scaled_dot_product_attention(q, k, v, is_causal=True)        # (B, H, L, d_k)
+        return self.out(h.transpose(1, 2).reshape(B, L, -1))
+
+
+def train(mode, steps=8, seed=0):
+    torch.manual_seed(seed)
+    model = TinyLM()
+    opt = torch.optim.Adam(model.parameters(), lr=3e-2)
+    data = torch.Generator().manual_seed(1)
+    losses, figures, recomputed = [], [], []
+    ctx = monitor(model, mode=mode, history=False) if mode else None
+    mon = ctx.__enter__() if ctx else None
+    try:
+        for step in range(steps):
+            x = (torch.randint(0, 11, (4, 1), generator=data) + 3 * torch.arange(9)) % 11   # learnable
+            loss = F.cross_entropy(model(x)[:, :-1].flatten(0, 1), x[:, 1:].flatten())
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(float(loss.detach()))
+            recomputed.append(independent_figures(*model.last))
+            if mon is not None:
+                figures.append(mon.step(step))
+    finally:
+        if ctx is not None:
+            ctx.__exit__(None, None, None)
+    return losses, figures, recomputed, (mon.fallbacks if mon else None)
+
+
+def independent_figures(q, k):
+    """Per head, float64 from q and k: entropy mean and min, max logit, max |logit|, saturated fraction."""
+    q, k = q.double(), k.double()
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    L = s.shape[-1]
+    s = s.masked_fill(~torch.ones(L, L, dtype=torch.bool).tril(), -math.inf)
+    p = torch.softmax(s, -1)
+    entropy = torch.special.entr(p).sum(-1)                                  # (B, H, L)
+    finite = torch.where(torch.isfinite(s), s, torch.nan)
+    out = []
+    for h in range(q.shape[1]):
+        e, z = entropy[:, h], finite[:, h]
+        out.append([float(e.mean()), float(e.min()), float(z.nan_to_num(-math.inf).max()),
+                    float(z.abs().nan_to_num(-math.inf).max()), float((p[:, h].amax(-1) > SATURATED_P).double().mean())])
+    return out
+
+
+def test_training_in_replace_mode_follows_sdpa_and_logs_the_true_figures():
+    plain, _, _, _ = train(None)
+    replaced, steps, recomputed, fallbacks = train("replace")
+    print("loss curves:", [f"{a:.6f}/{b:.6f}" for a, b in zip(plain, replaced)])
+    np.testing.assert_allclose(replaced, plain, rtol=1e-5)                 # float32 rounding, 8 Adam steps
+    assert plain[-1] < plain[0]                                            # it learned: a curve, not a constant
+    assert not fallbacks
+    for step, mine in zip(steps, recomputed):
+        assert step.calls == 1 and [(h.layer, h.head) for h in step.heads] == [("TinyLM", 0), ("TinyLM", 1)]
+        for h, ref in zip(step.heads, mine):
+            assert h.rows == 4 * 9 and h.rows_empty == 0
+            got = [h.entropy_mean, h.entropy_min, h.max_logit, h.max_abs_logit, h.saturated_fraction]
+            np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_gradients_flow_through_the_replaced_call():
+    q, k, v = (torch.randn(2, 2, 7, 5, dtype=torch.float64, requires_grad=True) for _ in range(3))
+
+    class One(torch.nn.Module):
+        def forward(self, q, k, v):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    layer = One()
+    ref = torch.autograd.grad(layer(q, k, v).square().sum(), (q, k, v))
+    with monitor(layer, mode="replace") as mon:
+        got = torch.autograd.grad(layer(q, k, v).square().sum(), (q, k, v))
+    assert mon.calls[0].backend == "chunked"
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+class Dropping(torch.nn.Module):
+    def forward(self, x, mask=None):
+        return F.scaled_dot_product_attention(x, x, x, attn_mask=mask, dropout_p=0.5 if self.training else 0.0)
+
+
+def test_fallbacks_are_counted_and_still_observed_where_they_can_be():
+    layer = Dropping().train()
+    x = torch.randn(1, 2, 6, 4)
+    with monitor(layer, mode="replace") as mon:
+        torch.manual_seed(0)
+        out = layer(x)
+        step = mon.step(0)
+    torch.manual_seed(0)
+    assert torch.equal(out, layer(x))                                      # SDPA ran it, with its dropout
+    assert mon.fallbacks == {"dropout": 1} and step.fallbacks == {"dropout": 1}
+    assert step.calls == 1 and all(h.rows == 6 for h in step.heads)       # figures recomputed (pre-dropout)
+
+    learned = torch.zeros(6, 6, requires_grad=True)
+    with monitor(layer.eval(), mode="replace") as mon:
+        layer(x, learned).sum().backward()
+    assert mon.fallbacks == {"learned mask": 1} and learned.grad is not None
+
+    class NoKeys(torch.nn.Module):
+        def forward(self, q, k):
+            return F.scaled_dot_product_attention(q, k, k)
+
+    with monitor(NoKeys(), mode="replace") as mon:                        # SDPA takes S = 0 keys; we refuse
+        out = NoKeys()(x, x[:, :, :0])
+    assert out.shape == x.shape
+    assert mon.fallbacks == {"unsupported": 1} and mon.summary() == []
+
+
+def test_step_figures_are_strict_json_with_reasons_for_nulls():
+    class Masked(torch.nn.Module):
+        def forward(self, x, mask):
+            return F.scaled_dot_product_attention(x, x, x, attn_mask=mask)
+
+    x = torch.randn(1, 2, 3, 4)
+    mask = torch.ones(1, 2, 3, 3, dtype=torch.bool)
+    mask[0, 1] = False                                                    # head 1 attends nothing
+    layer = Masked()
+    with monitor(layer, mode="replace", history=False) as mon:
+        layer(x, mask)
+        first = mon.step(5)
+        second = mon.step(6)                                              # nothing since: no heads
+    record = json.loads(json.dumps(first.to_json(), allow_nan=False))
+    assert record["step"] == 5 and record["calls"] == 1
+    h0, h1 = record["heads"]
+    assert h0["rows"] == 3 and h0["entropy_mean"] > 0 and "why_null" not in h0
+    assert h1["rows_empty"] == 3 and h1["entropy_mean"] is None and h1["why_null"] == "no row attended any key"
+    assert second.heads == [] and second.calls == 0
+    assert [f.rows for f in mon.summary()] == [3, 0]                      # the context keeps the total
+
+
+def kept_numbers(obj, seen=None) -> int:
+    """Numbers in every NumPy array and tensor reachable from obj's attributes and containers."""
+    seen = set() if seen is None else seen
+    if id(obj) in seen:
+        return 0
+    seen.add(id(obj))
+    if isinstance(obj, (np.ndarray, torch.Tensor)):
+        return obj.size if isinstance(obj, np.ndarray) else obj.numel()
+    children = (obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple, set))
+                else vars(obj).values() if hasattr(obj, "__dict__") else ())
+    return sum(kept_numbers(c, seen) for c in children)
+
+
+def test_memory_is_bounded_whatever_the_number_of_calls():
+    layer = Dropping().eval()
+    x = torch.randn(2, 4, 16, 8)
+    with monitor(layer, mode="replace", history=False) as mon:
+        layer(x)
+        after_one = kept_numbers(mon)
+        for _ in range(50):
+            layer(x)
+        after_many = kept_numbers(mon)
+        assert mon.step(0).heads[0].calls == 51
+    assert after_one == after_many <= 10 * 4                              # ten numbers per head
+
+
+def test_bad_arguments():
+    with pytest.raises(InputError, match="mode: expected one of"):
+        monitor(None, mode="rewrite")
+    with pytest.raises(InputTypeError, match="sinks: expected objects with write"):
+        monitor(None, sinks=[print])
+    with monitor(None, mode="replace") as mon, pytest.raises(InputTypeError, match="global_step: expected an int"):
+        mon.step("3")

@@ -1,0 +1,95 @@
+"""attnscale.torch.sinks: the JSON-lines sink writes strict JSON a line per step; TensorBoard's holds
+the same numbers (skipped when tensorboard is not installed); a missing tensorboard names its install."""
+
+import json
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from attnscale.errors import MissingDependency  # noqa: E402
+from attnscale.torch import monitor  # noqa: E402
+from attnscale.torch.sinks import JSONLSink, TensorBoardSink  # noqa: E402
+
+F = torch.nn.functional
+
+
+class Masked(torch.nn.Module):
+    def forward(self, x, mask):
+        return F.scaled_dot_product_attention(x, x, x, attn_mask=mask)
+
+
+def run_steps(sinks, steps=3):
+    layer = Masked()
+    g = torch.Generator().manual_seed(0)
+    mask = torch.ones(1, 2, 4, 4, dtype=torch.bool)
+    mask[0, 1] = False                                       # head 1 attends nothing: its figures are null
+    returned = []
+    with monitor(layer, mode="replace", history=False, sinks=sinks) as mon:
+        for step in range(steps):
+            layer(torch.randn(1, 2, 4, 8, generator=g) * (step + 1), mask)
+            returned.append(mon.step(10 * step))
+    return returned
+
+
+def strict_loads(line: str):
+    def refuse(name):
+        raise ValueError(f"non-standard JSON constant {name}")
+    return json.loads(line, parse_constant=refuse)
+
+
+def test_jsonl_sink_writes_one_strict_json_line_per_step(tmp_path):
+    path = tmp_path / "deep" / "attn.jsonl"
+    steps = run_steps([JSONLSink(path)])
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 3
+    records = [strict_loads(line) for line in lines]
+    for record, step in zip(records, steps):
+        assert record == json.loads(json.dumps(step.to_json()))
+        assert record["step"] == step.step
+        head0, head1 = record["heads"]
+        assert head0["entropy_mean"] == pytest.approx(step.heads[0].entropy_mean) and head0["rows"] == 4
+        assert head1["entropy_mean"] is None and math.isnan(step.heads[1].entropy_mean)
+        assert head1["why_null"] == "no row attended any key"
+    assert [r["step"] for r in records] == [0, 10, 20]
+    # append=True keeps what is there (a resumed run); the default starts the file afresh.
+    run_steps([JSONLSink(path, append=True)], steps=1)
+    assert len(path.read_text().splitlines()) == 4
+    run_steps([JSONLSink(path)], steps=1)
+    assert len(path.read_text().splitlines()) == 1
+
+
+def test_jsonl_sink_refuses_an_unwritable_path(tmp_path):
+    from attnscale.errors import InputError
+
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(InputError, match="path: .* is a file, expected a folder"):
+        JSONLSink(blocker / "attn.jsonl")
+
+
+def test_tensorboard_sink_holds_the_step_figures(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    steps = run_steps([TensorBoardSink(log_dir=tmp_path)])
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    tags = events.Tags()["scalars"]
+    assert "attention/entropy_mean/Masked/head0" in tags
+    assert not any("head1" in t for t in tags if "entropy" in t)  # null figures are not written
+    written = events.Scalars("attention/max_logit/Masked/head0")
+    assert [e.step for e in written] == [0, 10, 20]
+    assert [e.value for e in written] == pytest.approx([s.heads[0].max_logit for s in steps], rel=1e-6)
+
+
+def test_tensorboard_missing_names_the_install_command(monkeypatch):
+    import attnscale.torch.sinks as sinks
+
+    def absent(module, extra):
+        raise MissingDependency(f"{module} is not installed; install it with: pip install 'attnscale[{extra}]'")
+
+    monkeypatch.setattr(sinks, "require", absent)
+    with pytest.raises(MissingDependency, match=r"pip install 'attnscale\[tensorboard\]'"):
+        TensorBoardSink(log_dir="unused")
