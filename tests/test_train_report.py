@@ -114,24 +114,6 @@ def test_logit_growth_chapter_shows_the_summary(logit_summary):
     assert f"{params:,}" in html and params > 0
 
 
-def test_logit_growth_low_end_sentence_follows_the_losses(logit_summary):
-    """The "loses … at the lowest learning rate" paragraph (a cause marked as not measured) appears when, and
-    only when, both variants' final loss at the lowest rate is above their best."""
-    low = min(r["lr"] for r in logit_summary["analysis"]["table"])
-
-    def with_low_loss(loss_at_low):
-        summary = copy.deepcopy(logit_summary)
-        for r in summary["analysis"]["table"]:
-            r["final_loss_mean"] = loss_at_low if r["lr"] == low else 2.0
-        return _words(_render_logits(summary, "en"))
-
-    worse = with_low_loss(2.5)
-    assert "lose 0.50 nats or more at the lowest learning rate" in worse and "not measured here" in worse
-    best_at_low = with_low_loss(1.9)                   # the lowest rate is now the best: no shortfall to explain
-    assert "nats or more" not in best_at_low and "not measured here" not in best_at_low
-    assert "uniform" not in worse                       # nothing measures uniformity
-
-
 def test_cli_rejects_bad_seeds(capsys):
     assert main(["train", "scale-vs-dk", "--seeds", "0"]) == 2
     assert "--seeds" in capsys.readouterr().err

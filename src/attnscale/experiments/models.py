@@ -76,7 +76,7 @@ class Attention(nn.Module):
     def _constant_factor(self) -> float | None:
         """The rule's factor when SDPA can compute this attention, else None."""
         rule = self.logits.rule
-        if not self.sdpa or not isinstance(rule, (InverseSqrtDk, InverseDk, Unscaled, Constant)):
+        if not self.sdpa or rule.uses_n or rule.normalizes or rule.caps:
             return None
         return float(rule.factor(self.d_k))
 
