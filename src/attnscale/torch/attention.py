@@ -191,10 +191,6 @@ def _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite) -> _Proble
     except RuntimeError:
         raise InputError(f"q, k, v: leading dimensions must broadcast, got q {tuple(q.shape)}, "
                          f"k {tuple(k.shape)}, v {tuple(v.shape)}") from None
-    if check_finite:
-        for name, x in (("q", q), ("k", k), ("v", v)):
-            if not _all_finite(torch, x):
-                raise InputError(f"{name}: contains NaN or Inf; expected finite values (check_finite=False skips this check)")
     # Half precision is computed in float32, as the NumPy core does for float16.
     compute = torch.float64 if q.dtype == torch.float64 else torch.float32
     target = lead + (H_q, L, S)
@@ -225,12 +221,21 @@ def _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite) -> _Proble
     return _apply_rule(torch, p, rule)
 
 
-def _all_finite(torch, x) -> bool:
-    """No NaN or ±Inf, by two reductions (min and max propagate NaN): no full-size temporary."""
-    if x.numel() == 0:
-        return True
-    lo, hi = torch.aminmax(x)
-    return bool(torch.isfinite(lo) & torch.isfinite(hi))
+def _check_finite(torch, given: dict, kernel: bool) -> None:
+    """Refuse NaN or ±Inf in q, k, v as given, naming the first. With the kernel built, its own
+    vectorised scan (float32/float64 CPU); else two reductions (min and max propagate NaN). No
+    full-size temporary either way."""
+    for name, x in given.items():
+        if x.numel() == 0:
+            continue
+        if kernel and x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
+            four = x[(None,) * (4 - x.dim())] if x.dim() <= 4 else x.flatten(0, -4)
+            finite = torch.ops.attnscale_health.all_finite(four)
+        else:
+            lo, hi = torch.aminmax(x)
+            finite = bool(torch.isfinite(lo) & torch.isfinite(hi))
+        if not finite:
+            raise InputError(f"{name}: contains NaN or Inf; expected finite values (check_finite=False skips this check)")
 
 
 def _broadcast_rows(torch, name: str, x, target: tuple, batch: int):
@@ -278,8 +283,12 @@ def attention(q, k, v, *, scale=None, mask=None, bias=None, causal=False, stats:
         raise InputError(f"backend: expected one of {BACKENDS}, got {backend!r}")
     p = _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite)
     if not stats and not p.softcap:     # PyTorch's SDPA cannot cap: a capped call takes the path below
+        if check_finite:
+            _check_finite(torch, {"q": q, "k": k, "v": v}, kernel=False)
         return p.shaped(_plain_sdpa(torch, p)).to(p.out_dtype)
     chosen = _choose_backend(p, backend)
+    if check_finite:
+        _check_finite(torch, {"q": q, "k": k, "v": v}, kernel=chosen == "kernel")
     if p.v.shape[-1] == 0:
         chosen = "chunked"          # d_v = 0: nothing for a BLAS or a fused kernel to multiply
     run = _run_nothing_attended if p.q.shape[-2] == 0 else _BACKEND_FUNCTIONS[chosen]
