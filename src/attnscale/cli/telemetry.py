@@ -102,6 +102,8 @@ def format_table(env) -> str:
         for row in (r for r in data["rows"] if r["pass"] == pass_):
             lines.append(f"{'':<18}{_shape(row):<19}{_causal(row):<8}{row['median_s']['sdpa']:>9.4f}"
                          + "".join(f"{_ratio(row['ratio_to_sdpa'][v], '.3f'):>14}" for v in variants if v != "sdpa"))
+            lines.append(f"{'':<18}{'  CPU time ratio':<27}{row['cpu_median_s']['sdpa']:>9.4f}"
+                         + "".join(f"{_ratio(row['cpu_ratio_to_sdpa'][v], '.3f'):>14}" for v in variants if v != "sdpa"))
     for row in data["memory"]:
         variants = list(row["peak_rise_bytes"])
         lines.append(f"peak memory rise ÷ plain SDPA, {row['pass']} {_shape(row)} {_causal(row)}: "
@@ -140,7 +142,8 @@ def format_markdown(env) -> str:
                                        f"{data['threads']} threads", f"torch {machine.get('torch')}") if x)
     load = ", ".join(f"{x:.1f}" for x in data["load_average"]) if data.get("load_average") else "unknown"
     lines = [f"Measured {env.created[:10]} on {where} ({data['device']}; load average after the run {load}), "
-             f"medians of {data['repeats']}{', a quick run' if env.quick else ''}. Generated from "
+             f"medians of {data['repeats']}{', a quick run' if env.quick else ''}; each cell wall-clock time "
+             f"(CPU time in brackets) ÷ plain SDPA's in the same run. Generated from "
              f"`{env.path}` by `attnscale telemetry-bench --markdown`.", ""]
     for pass_, variants in data["variants"].items():
         others = [v for v in variants if v != "sdpa"]
@@ -149,7 +152,8 @@ def format_markdown(env) -> str:
         for row in (r for r in data["rows"] if r["pass"] == pass_):
             lines.append(f"| {_shape(row)}{', causal' if row['causal'] else ''} | "
                          f"{row['median_s']['sdpa'] * 1e3:.0f} ms | "
-                         + " | ".join(_ratio(row["ratio_to_sdpa"][v]) for v in others) + " |")
+                         + " | ".join(f"{_ratio(row['ratio_to_sdpa'][v])} ({_ratio(row['cpu_ratio_to_sdpa'][v])})"
+                                      for v in others) + " |")
         lines.append("")
     if data["memory"]:
         variants = list(dict.fromkeys(v for row in data["memory"] for v in row["peak_rise_bytes"] if v != "sdpa"))

@@ -15,6 +15,9 @@ Passes: ``forward`` (under ``torch.no_grad``) and ``forward+backward`` (inputs t
 
 Times: each repeat runs every variant once, in turn, so that a busy machine slows them alike; the
 median over repeats is reported, and each ratio is a median over the SDPA median of the same run.
+Wall-clock time is the figure; the process's CPU time is recorded beside it (``cpu_ratio_to_sdpa``),
+which a loaded machine does not inflate by preemption, though it counts threads' spin-waits: with
+``threads=1`` it measures the work alone.
 Peak memory: each (variant, pass) runs in a fresh Python process, and the figure is the rise of its
 peak resident set (Linux VmHWM, reset through /proc/self/clear_refs) over the resident set just
 before the call, inputs (and the output gradient) already allocated; on CUDA, torch's peak allocator
@@ -160,21 +163,26 @@ def _time_row(torch, shape, causal: bool, pass_: str, variants, config: Telemetr
     q, k, v, dout = _pass_inputs(torch, shape, config, pass_)
     fns = {name: _variant(torch, name, causal) for name in variants}
     times: dict[str, list[float]] = {name: [] for name in variants}
+    cpu: dict[str, list[float]] = {name: [] for name in variants}
     for name in variants:                           # warm-up: kernel build, allocator, caches
         _call(torch, fns[name], q, k, v, dout)
     _sync(torch, config.device)
     label = f"{pass_} {tuple(shape)}{' causal' if causal else ''}"
     for r in range(config.repeats):
         for name in variants:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             _call(torch, fns[name], q, k, v, dout)
             _sync(torch, config.device)
             times[name].append(time.perf_counter() - t0)
+            cpu[name].append(time.process_time() - c0)
         if progress:
             progress(r + 1, config.repeats, label)
     medians = {name: statistics.median(ts) for name, ts in times.items()}
+    cpu_medians = {name: statistics.median(ts) for name, ts in cpu.items()}
     return {"pass": pass_, "shape": list(shape), "causal": causal, "median_s": medians, "times_s": times,
-            "ratio_to_sdpa": {name: medians[name] / medians["sdpa"] for name in variants}}
+            "ratio_to_sdpa": {name: medians[name] / medians["sdpa"] for name in variants},
+            "cpu_median_s": cpu_medians,
+            "cpu_ratio_to_sdpa": {name: cpu_medians[name] / cpu_medians["sdpa"] for name in variants}}
 
 
 _CHILD = r"""
