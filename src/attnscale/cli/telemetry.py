@@ -89,7 +89,7 @@ def _causal(row) -> str:
 
 
 def _ratio(x, spec=".2f") -> str:
-    return "failed" if x is None else f"{x:{spec}}×"
+    return "—" if x is None else f"{x:{spec}}×"
 
 
 def format_table(env) -> str:
@@ -101,9 +101,10 @@ def format_table(env) -> str:
                      + "".join(f"{v:>14}" for v in variants if v != "sdpa"))
         for row in (r for r in data["rows"] if r["pass"] == pass_):
             lines.append(f"{'':<18}{_shape(row):<19}{_causal(row):<8}{row['median_s']['sdpa']:>9.4f}"
-                         + "".join(f"{_ratio(row['ratio_to_sdpa'][v], '.3f'):>14}" for v in variants if v != "sdpa"))
+                         + "".join(f"{_ratio(row['ratio_to_sdpa'].get(v), '.3f'):>14}" for v in variants if v != "sdpa"))
             lines.append(f"{'':<18}{'  CPU time ratio':<27}{row['cpu_median_s']['sdpa']:>9.4f}"
-                         + "".join(f"{_ratio(row['cpu_ratio_to_sdpa'][v], '.3f'):>14}" for v in variants if v != "sdpa"))
+                         + "".join(f"{_ratio(row['cpu_ratio_to_sdpa'].get(v), '.3f'):>14}" for v in variants if v != "sdpa"))
+            lines += [f"{'':<18}  {name} skipped: {why}" for name, why in row.get("skipped", {}).items()]
     for row in data["memory"]:
         variants = list(row["peak_rise_bytes"])
         lines.append(f"peak memory rise ÷ plain SDPA, {row['pass']} {_shape(row)} {_causal(row)}: "
@@ -153,7 +154,7 @@ def format_markdown(env) -> str:
             lines.append(f"| {_shape(row)}{', causal' if row['causal'] else ''} | "
                          f"{row['median_s']['sdpa'] * 1e3:.0f} ms | "
                          + " | ".join(f"{_ratio(row['ratio_to_sdpa'][v])} ({_ratio(row['cpu_ratio_to_sdpa'][v])})"
-                                      for v in others) + " |")
+                                      if v in row["ratio_to_sdpa"] else "skipped" for v in others) + " |")
         lines.append("")
     if data["memory"]:
         variants = list(dict.fromkeys(v for row in data["memory"] for v in row["peak_rise_bytes"] if v != "sdpa"))

@@ -59,6 +59,8 @@ class TelemetryBenchConfig:
     backward_variants: tuple = ("sdpa", "kernel")           # forward + backward (naive: an L×S graph)
     memory_shapes: tuple = ((1, 8, 8192, 64),)              # where peak memory is measured
     memory_variants: tuple = ("sdpa", "kernel", "kernel+range", "composed")   # naive: GiBs at 8192
+    memory_causal: tuple = (False,)
+    naive_max_weights: int = 1 << 26        # naive is skipped where B·H·L·S is larger (256 MiB of float32)
     backward: bool = True
     device: str = "cpu"
     threads: int = 0                                        # torch intra-op threads; 0 = torch's default
@@ -78,8 +80,10 @@ class TelemetryBenchConfig:
             chosen = getattr(self, name)
             if set(chosen) - set(VARIANTS) or "sdpa" not in chosen:
                 raise InputError(f"{name}: expected a subset of {VARIANTS} including 'sdpa', got {chosen!r}")
-        if not self.causal or any(not isinstance(c, bool) for c in self.causal):
-            raise InputError(f"causal: expected a non-empty tuple of True/False, got {self.causal!r}")
+        for name in ("causal", "memory_causal"):
+            chosen = getattr(self, name)
+            if not chosen or any(not isinstance(c, bool) for c in chosen):
+                raise InputError(f"{name}: expected a non-empty tuple of True/False, got {chosen!r}")
 
     @classmethod
     def quick(cls, **kw) -> "TelemetryBenchConfig":
@@ -160,6 +164,11 @@ def _pass_inputs(torch, shape, config: TelemetryBenchConfig, pass_: str):
 
 
 def _time_row(torch, shape, causal: bool, pass_: str, variants, config: TelemetryBenchConfig, progress) -> dict:
+    B, H, L, _ = shape
+    skipped = {}
+    if "naive" in variants and B * H * L * L > config.naive_max_weights:
+        skipped["naive"] = f"its {B}×{H}×{L}×{L} weights exceed naive_max_weights = {config.naive_max_weights}"
+        variants = tuple(v for v in variants if v != "naive")
     q, k, v, dout = _pass_inputs(torch, shape, config, pass_)
     fns = {name: _variant(torch, name, causal) for name in variants}
     times: dict[str, list[float]] = {name: [] for name in variants}
@@ -182,7 +191,8 @@ def _time_row(torch, shape, causal: bool, pass_: str, variants, config: Telemetr
     return {"pass": pass_, "shape": list(shape), "causal": causal, "median_s": medians, "times_s": times,
             "ratio_to_sdpa": {name: medians[name] / medians["sdpa"] for name in variants},
             "cpu_median_s": cpu_medians,
-            "cpu_ratio_to_sdpa": {name: cpu_medians[name] / cpu_medians["sdpa"] for name in variants}}
+            "cpu_ratio_to_sdpa": {name: cpu_medians[name] / cpu_medians["sdpa"] for name in variants},
+            "skipped": skipped}
 
 
 _CHILD = r"""
@@ -281,7 +291,7 @@ def run_telemetry_bench(config: TelemetryBenchConfig = TelemetryBenchConfig(),
               for pass_ in passes for shape in config.shapes for causal in config.causal]
     memory = [_memory_row(shape, causal, pass_, [v for v in _available(config.memory_variants, config.device)
                                                  if v in variants[pass_]], config, progress)
-              for pass_ in passes for shape in config.memory_shapes for causal in config.causal]
+              for pass_ in passes for shape in config.memory_shapes for causal in config.memory_causal]
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     return {
         "rows": timing,
