@@ -2,8 +2,10 @@
 tiny shapes, one repeat (speed itself is measured only by benchmarks/telemetry.py)."""
 
 import copy
+import dataclasses
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -103,3 +105,11 @@ def test_markdown_without_a_result_says_which_command_makes_it(capsys, tmp_path)
 def test_markdown_renders_a_written_result(envelope, capsys):
     assert main(["telemetry-bench", "--markdown", "--out", str(envelope.path.parents[1])]) == 0
     assert capsys.readouterr().out.strip() == format_markdown(envelope)
+
+
+def test_the_readme_shows_what_the_committed_result_renders():
+    """README "Measured here" is generated: `attnscale telemetry-bench --markdown --out docs/results`."""
+    repo = Path(__file__).parents[1]
+    env = results.read("telemetry", path=repo / "docs" / "results" / "telemetry" / "result.json")
+    relative = dataclasses.replace(env, path=env.path.relative_to(repo))   # as the command run there names it
+    assert format_markdown(relative) in (repo / "README.md").read_text()

@@ -21,8 +21,11 @@ lse +inf (overflow) or NaN (kernel and chunked backends).
 
 Gradients: ``out`` is differentiable on every backend (with respect to q, k, v and a float bias);
 the kernel has its own flash-style backward (probabilities recomputed block by block from the saved
-lse, memory O(L·d)). The figures (lse, entropy, logit range) are diagnostics and come back
-**detached**: no gradient flows through them.
+lse, memory O(L·d); one task per (batch, KV head), so dk and dv of a query-head group are summed
+without atomics and the result does not depend on the thread count). A bias that requires grad gets
+its gradient from a (B, H_q, L, S) buffer: O(L·S), the size of the bias when it is given in full (a
+broadcast one is summed back from it). The figures (lse, entropy, logit range) are diagnostics and
+come back **detached**: no gradient flows through them.
 
 Three backends, all with memory O(L·d) except where said; the kernel and chunked ones are exact to
 rounding (the entropy a sum of non-negative terms), the composed one subtracts:
@@ -41,9 +44,10 @@ rounding (the entropy a sum of non-negative terms), the composed one subtracts:
 - ``"chunked"`` (anywhere, bias included): logits for a block of query rows at a time,
   O(rows·S) memory with rows chosen to keep a block near 16 MiB.
 
-``"auto"`` picks the kernel on CPU when it builds, else composed (chunked when a bias is given, or
-for float64 on CUDA). The CUDA path (composed, through PyTorch's memory-efficient kernel, which
-returns the log-sum-exp) is written but was not run on a GPU in this project yet.
+``"auto"`` picks the kernel on CPU when it builds, else composed (chunked when a bias or a soft-cap
+is given, or for float64 on CUDA). The CUDA path (composed, through PyTorch's memory-efficient
+kernel, which returns the log-sum-exp, and whose own backward gives the gradients) is written and
+tested by tests that run only where a GPU is present; it was not run on a GPU in this project yet.
 """
 
 from __future__ import annotations
