@@ -160,6 +160,20 @@ def test_every_scale_rule_has_the_gradient_of_the_chunked_torch_path(rule, small
         assert torch.autograd.gradcheck(run("kernel"), (q, k, v), fast_mode=True)
 
 
+def test_soft_cap_with_a_bias_that_requires_grad(small_blocks):
+    """dbias is the gradient at the logits (after the cap), dq and dk go through the cap's derivative."""
+    q, k, v, g = tensors(22, 1, 2, 1, 9, 12, 5, 3, spread=4.0)
+    bias = torch.randn(9, 12, dtype=torch.float64, generator=g)
+    bias[3, :5] = -math.inf
+    bias.requires_grad_()
+    fn = lambda q, k, v, b: attention(q, k, v, scale="softcap", bias=b, causal="bottom_right",  # noqa: E731
+                                      backend="kernel").out
+    assert torch.autograd.gradcheck(fn, (q, k, v, bias), fast_mode=True)
+    chunked = lambda q, k, v, b: attention(q, k, v, scale="softcap", bias=b, causal="bottom_right",  # noqa: E731
+                                           backend="chunked").out
+    assert_close_rel(grads(fn, (q, k, v, bias)), grads(chunked, (q, k, v, bias)), what="dq dk dv dbias")
+
+
 def test_fully_masked_rows_get_exactly_zero_gradient(small_blocks):
     q, k, v, g = tensors(5, 1, 2, 2, 9, 11, 4, 3)
     mask = torch.rand(1, 2, 9, 11, generator=g) > 0.5

@@ -71,7 +71,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("train/scale-vs-dk", ("cells", "analysis"), "attnscale train scale-vs-dk"),
     Kind("train/logit-growth", ("cells", "analysis"), "attnscale train logit-growth"),
     Kind("train/lm", ("cells", "analysis"), "attnscale train lm"),
-    Kind("telemetry", ("rows",), "attnscale telemetry-bench"),
+    Kind("telemetry", ("rows", "memory", "verdicts", "variants"), "attnscale telemetry-bench"),
 )}
 
 
