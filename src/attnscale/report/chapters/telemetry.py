@@ -16,6 +16,8 @@ KIND = "telemetry"
 TITLE = {"en": "Watching attention health without the L×S matrix",
          "zh": "不生成 L×S 矩阵也能监测注意力的健康"}
 HOW_TO = "attnscale telemetry-bench"
+# Read only by report/experiments.py before the contract branch (which reads KIND) lands; remove then.
+RESULT_PATH = "telemetry/result.json"
 
 TEXT = {
     "intro": {
