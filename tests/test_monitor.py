@@ -159,25 +159,6 @@ def test_monitor_on_minilm_equals_the_probe_and_the_eager_weights():
             np.testing.assert_allclose([f.entropy_mean, f.entropy_min], [e.mean(), e.min()], rtol=2e-5, atol=2e-6)
 
 
-def test_bench_result_renders_as_a_report_chapter():
-    """The benchmark's plain data (tiny shapes, no memory subprocesses) through the chapter renderer."""
-    from attnscale.report.chapters import telemetry as chapter
-    from attnscale.torch.benchmark import TelemetryBenchConfig, format_table, run_telemetry_bench
-
-    result = run_telemetry_bench(TelemetryBenchConfig(shapes=((1, 2, 64, 16),), memory_shapes=(), repeats=1))
-    t = result["timing"][0]
-    assert set(t["median_s"]) == set(result["variants"]) == set(t["ratio_to_sdpa"])
-    for name, ratio in t["ratio_to_sdpa"].items():     # each a measured time over SDPA's, from the same run
-        assert math.isfinite(ratio) and ratio > 0
-        assert ratio == pytest.approx(t["median_s"][name] / t["median_s"]["sdpa"], rel=1e-12)
-    assert "time ÷ plain SDPA" in format_table(result)
-    for lang in ("en", "zh"):
-        html = chapter.render(result, lang)
-        assert "<table" in html and "<svg" in html and "(1, 2, 64, 16)" in html
-    if result.get("load_average"):                     # read once the timings are done
-        assert "after the run" in chapter.render(result, "en")
-
-
 def test_cli_help():
     from attnscale.cli import main
 

@@ -176,8 +176,44 @@ def test_scale_conventions():
     torch.testing.assert_close(default.lse, attention(q, k, v, scale=1 / 4).lse, rtol=0, atol=0)  # 1/√16
     torch.testing.assert_close(attention(q, k, v, scale="inverse_dk").lse, attention(q, k, v, scale=1 / 16).lse,
                                rtol=0, atol=0)
-    with pytest.raises(InputError, match="scale: rule 'logn' is not a constant factor"):
-        attention(q, k, v, scale="logn")
+
+
+RULES = ["logn", "qknorm", "softcap", attnscale.scales.QKNorm(gain=3.0, norm="l2"),
+         attnscale.scales.SoftCap(cap_value=2.0, base=attnscale.scales.LogN(s=0.7))]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("rule", RULES, ids=str)
+def test_every_scale_rule_equals_the_numpy_core(backend, rule):
+    """QK-norm, log-n (per-row factor: the attended count under mask, causal limit and −inf bias) and
+    soft-capping, in float64, on every backend that can honour them; the composed one names what it cannot."""
+    kernel_or_skip(backend)
+    q, k, v, mask = problem(seed=16, L=23, S=31, spread=4.0)
+    bias = torch.randn(23, 31, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    bias[2, :7] = -math.inf
+    for kw in (dict(mask=mask, causal="bottom_right"), dict(bias=bias)):
+        capped = attnscale.scales.resolve_scale(rule).caps
+        if backend == "composed" and ("bias" in kw or capped):
+            with pytest.raises(InputError, match="bias: the 'composed'|scale: the 'composed' backend cannot soft-cap"):
+                attention(q, k, v, scale=rule, backend=backend, **kw)
+            continue
+        res = attention(q, k, v, scale=rule, max_logit=True, backend=backend, **kw)
+        numpy_kw = {name: (x.numpy() if isinstance(x, torch.Tensor) else x) for name, x in kw.items()}
+        ref, health, hi, lo = oracle(q, k, v, scale=rule, **numpy_kw)
+        entropy_atol = 1e-11 if backend == "composed" else 1e-12
+        np.testing.assert_allclose(res.out.numpy(), ref.out, rtol=0, atol=1e-12)
+        empty = health.n == 0
+        np.testing.assert_allclose(res.lse.numpy()[~empty], ref.lse[~empty], rtol=1e-9, atol=0)
+        np.testing.assert_allclose(res.entropy.numpy()[~empty], health.entropy[~empty], rtol=1e-9, atol=entropy_atol)
+        np.testing.assert_allclose(res.max_logit.numpy(), hi, rtol=1e-9, atol=0)
+        np.testing.assert_allclose(res.min_logit.numpy(), lo, rtol=1e-9, atol=0)
+
+
+def test_a_rule_no_backend_can_honour_is_named():
+    q, k, v, _ = problem(seed=6, L=5, S=9)
+    twice = attnscale.scales.SoftCap(cap_value=3.0, base=attnscale.scales.SoftCap(cap_value=5.0))
+    with pytest.raises(InputError, match="scale: rule .* caps more than once"):
+        attention(q, k, v, scale=twice)
 
 
 def test_shapes_rank2_broadcast_and_half_precision():

@@ -72,7 +72,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("train/logit-growth", ("cells", "analysis.table", "analysis.guard", "analysis.setup"),
          "attnscale train logit-growth"),
     Kind("train/lm", ("cells", "analysis", "analysis.verdicts", "analysis.curves"), "attnscale train lm"),
-    Kind("telemetry", ("rows",), "attnscale telemetry-bench"),
+    Kind("telemetry", ("rows", "memory", "verdicts", "variants"), "attnscale telemetry-bench"),
 )}
 
 

@@ -4,9 +4,11 @@ Same conventions as the NumPy core (:func:`attnscale.attention`)::
 
     q: (..., H_q, L, d_k)   k: (..., H_kv, S, d_k)   v: (..., H_kv, S, d_v)   ->   out: (..., H_q, L, d_v)
 
-``scale`` multiplies q·k (None = 1/√d_k, 0.0 legal); ``mask`` is bool, True = attend; ``causal`` is
-False, "top_left", "bottom_right" or True (L == S only); H_q a multiple of H_kv (grouped-query).
-Per query row i, with logits s_ij = scale·q_i·k_j (+ bias) over the attended keys:
+``scale`` multiplies q·k (None = 1/√d_k, 0.0 legal) and may be any rule of :mod:`attnscale.scales`
+(QK-norm normalises q and k first, log-n scales each row by s·ln(attended keys), soft-capping caps
+the logits; as the NumPy core); ``mask`` is bool, True = attend; ``causal`` is False, "top_left",
+"bottom_right" or True (L == S only); H_q a multiple of H_kv (grouped-query).
+Per query row i, with logits s_ij = cap(scale·q̂_i·k̂_j) (+ bias) over the attended keys:
 
     lse_i     = ln Σ_j e^{s_ij}                          (what fused kernels keep for their backward)
     entropy_i = −Σ_j p_ij ln p_ij = lse_i − Σ_j p_ij s_ij  (nats)
@@ -17,6 +19,14 @@ A row with a NaN logit, or a +inf one (q·k overflowed; only with ``check_finite
 finite inputs) is not disguised as one with nothing attended: its output and entropy are NaN, its
 lse +inf (overflow) or NaN (kernel and chunked backends).
 
+Gradients: ``out`` is differentiable on every backend (with respect to q, k, v and a float bias);
+the kernel has its own flash-style backward (probabilities recomputed block by block from the saved
+lse, memory O(L·d); one task per (batch, KV head), so dk and dv of a query-head group are summed
+without atomics and the result does not depend on the thread count). A bias that requires grad gets
+its gradient from a (B, H_q, L, S) buffer: O(L·S), the size of the bias when it is given in full (a
+broadcast one is summed back from it). The figures (lse, entropy, logit range) are diagnostics and
+come back **detached**: no gradient flows through them.
+
 Three backends, all with memory O(L·d) except where said; the kernel and chunked ones are exact to
 rounding (the entropy a sum of non-negative terms), the composed one subtracts:
 
@@ -24,7 +34,7 @@ rounding (the entropy a sum of non-negative terms), the composed one subtracts:
   flash-style online softmax that accumulates Σ p·(s − max) next to the softmax sum (one extra
   multiply-add per score). The max logit is its running max, free; the min logit is one compare
   and select per score in the same pass (about 2% more time, measured by benchmarks/telemetry.py).
-- ``"composed"`` (CPU or CUDA, no bias): PyTorch's own fused kernel, called once with [V, K] as the
+- ``"composed"`` (CPU or CUDA, no bias, no soft-cap): PyTorch's own fused kernel, called once with [V, K] as the
   values — the output's last d_k columns are P·K, so Σ_j p_ij s_ij = scale·q_i·(P K)_i, and the
   entropy lse − scale·q·(PK) is a difference: its absolute error is about eps·|lse| (float32 at
   scale 10 on unit-variance q, k of d_k 64: ~1e-4 nats), clamped at 0 from below. PyTorch's
@@ -34,15 +44,16 @@ rounding (the entropy a sum of non-negative terms), the composed one subtracts:
 - ``"chunked"`` (anywhere, bias included): logits for a block of query rows at a time,
   O(rows·S) memory with rows chosen to keep a block near 16 MiB.
 
-``"auto"`` picks the kernel on CPU when it builds, else composed (chunked when a bias is given, or
-for float64 on CUDA). The CUDA path (composed, through PyTorch's memory-efficient kernel, which
-returns the log-sum-exp) is written but was not run on a GPU in this project yet.
+``"auto"`` picks the kernel on CPU when it builds, else composed (chunked when a bias or a soft-cap
+is given, or for float64 on CUDA). The CUDA path (composed, through PyTorch's memory-efficient
+kernel, which returns the log-sum-exp, and whose own backward gives the gradients) is written and
+tested by tests that run only where a GPU is present; it was not run on a GPU in this project yet.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from attnscale.errors import InputError, InputTypeError, require
@@ -89,6 +100,7 @@ class _Problem:
     bias: Any                  # (B, H_q, L, S) view in the compute dtype, or None
     alignment: str | None      # None, "top_left" or "bottom_right"
     scale: float
+    softcap: float             # c of cap(z) = c·tanh(z/c); 0 = no cap
     lead: tuple                # the broadcast leading shape (...,)
     squeeze_heads: bool        # every input was rank 2 (L, d): drop the head axis
     out_dtype: Any
@@ -115,13 +127,47 @@ def _check_tensor(torch, name: str, x):
     return x[None] if x.dim() == 2 else x
 
 
-def _scale_factor(scale, d_k: int) -> float:
-    rule = resolve_scale(scale)
-    if rule.uses_n or rule.normalizes or rule.caps:
-        raise InputError(f"scale: rule {rule.name!r} is not a constant factor; attnscale.torch.attention takes "
-                         "None, a number or a constant rule (inverse_sqrt_dk, inverse_dk, unscaled); "
-                         "use attnscale.attention (NumPy) for the others")
-    return float(rule.factor(d_k))
+def _apply_rule(torch, p: _Problem, rule) -> _Problem:
+    """The rule folded into what every backend takes: q̂, k̂ (QK-norm, in torch, so differentiable),
+    a per-row factor multiplied into q̂ when it depends on the attended count (log-n; then scale 1),
+    else one constant ``scale``; and the soft-cap value."""
+    softcap = 0.0
+    if rule.caps:
+        if getattr(rule, "base", None) is None or rule.base.caps or not hasattr(rule, "cap_value"):
+            raise InputError(f"scale: rule {rule.describe()['formula']!r} caps more than once; "
+                             "attnscale.torch.attention takes one soft-cap (use attnscale.attention, NumPy)")
+        softcap = float(rule.cap_value)
+    q, k = p.q, p.k
+    if rule.normalizes:
+        q, k = _normalized(torch, rule, q), _normalized(torch, rule, k)
+    d_k = q.shape[-1]
+    if rule.uses_n:
+        n = _attended_counts(torch, p).cpu().numpy()[..., None]                     # (B, H_q, L, 1)
+        factor = torch.as_tensor(rule.factor(d_k, n), dtype=q.dtype, device=q.device)
+        return replace(p, q=q * factor, k=k, scale=1.0, softcap=softcap)
+    return replace(p, q=q, k=k, scale=float(rule.factor(d_k)), softcap=softcap)
+
+
+def _normalized(torch, rule, x):
+    """QK-norm's x / rms(x) or x / ‖x‖ (with its eps), x: (..., d_k), the rule found through any caps."""
+    while not hasattr(rule, "norm"):
+        rule = rule.base
+    squares = (x * x).mean(-1, keepdim=True) if rule.norm == "rms" else (x * x).sum(-1, keepdim=True)
+    return x / torch.sqrt(squares + rule.eps)
+
+
+def _attended_counts(torch, p: _Problem):
+    """(B, H_q, L): keys each row attends (mask, causal limit and −inf bias), as log-n scaling counts them."""
+    B, H, L = p.q.shape[:3]
+    S = p.k.shape[-2]
+    parts = []
+    for i0, i1 in _row_chunks(p):
+        allowed = _allowed(torch, p, i0, i1)
+        if p.bias is not None:
+            finite = p.bias[:, :, i0:i1] != -math.inf
+            allowed = finite if allowed is None else allowed & finite
+        parts.append(torch.full((B, H, i1 - i0), S, device=p.q.device) if allowed is None else allowed.sum(-1))
+    return torch.cat(parts, dim=-1) if parts else torch.zeros((B, H, 0), device=p.q.device)
 
 
 def _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite) -> _Problem:
@@ -133,10 +179,6 @@ def _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite) -> _Proble
         raise InputError(f"q, k, v: expected one device, got q {q.device}, k {k.device}, v {v.device}")
     sh = check_qkv_shapes(q4.shape, k4.shape, v4.shape, q.shape, k.shape, v.shape)
     H_q, L, d_k, S, lead = sh.H_q, sh.L, sh.d_k, sh.S, sh.lead
-    if check_finite:
-        for name, x in (("q", q), ("k", k), ("v", v)):
-            if not _all_finite(torch, x):
-                raise InputError(f"{name}: contains NaN or Inf; expected finite values (check_finite=False skips this check)")
     # Half precision is computed in float32, as the NumPy core does for float16.
     compute = torch.float64 if q.dtype == torch.float64 else torch.float32
     target = lead + (H_q, L, S)
@@ -160,17 +202,28 @@ def _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite) -> _Proble
         if check_finite and bias.numel() and not bool(bias.max() < math.inf):   # max is NaN if any is
             raise InputError("bias: contains NaN or +Inf; expected finite values or -inf (masked)")
         bias4 = _broadcast_rows(torch, "bias", bias.to(device=q.device, dtype=compute), target, batch)
-    return _Problem(q=flat(q4), k=flat(k4), v=flat(v4), mask=mask4, bias=bias4,
-                    alignment=causal_alignment(causal, L, S), scale=_scale_factor(scale, d_k),
-                    lead=lead, squeeze_heads=squeeze, out_dtype=q.dtype)
+    rule = resolve_scale(scale)
+    p = _Problem(q=flat(q4), k=flat(k4), v=flat(v4), mask=mask4, bias=bias4,
+                 alignment=causal_alignment(causal, L, S), scale=1.0, softcap=0.0,
+                 lead=lead, squeeze_heads=squeeze, out_dtype=q.dtype)
+    return _apply_rule(torch, p, rule)
 
 
-def _all_finite(torch, x) -> bool:
-    """No NaN or ±Inf, by two reductions (min and max propagate NaN): no full-size temporary."""
-    if x.numel() == 0:
-        return True
-    lo, hi = torch.aminmax(x)
-    return bool(torch.isfinite(lo) & torch.isfinite(hi))
+def _check_finite(torch, given: dict, kernel: bool) -> None:
+    """Refuse NaN or ±Inf in q, k, v as given, naming the first. With the kernel built, its own
+    vectorised scan (float32/float64 CPU); else two reductions (min and max propagate NaN). No
+    full-size temporary either way."""
+    for name, x in given.items():
+        if x.numel() == 0:
+            continue
+        if kernel and x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
+            four = x[(None,) * (4 - x.dim())] if x.dim() <= 4 else x.flatten(0, -4)
+            finite = torch.ops.attnscale_health.all_finite(four)
+        else:
+            lo, hi = torch.aminmax(x)
+            finite = bool(torch.isfinite(lo) & torch.isfinite(hi))
+        if not finite:
+            raise InputError(f"{name}: contains NaN or Inf; expected finite values (check_finite=False skips this check)")
 
 
 def _broadcast_rows(torch, name: str, x, target: tuple, batch: int):
@@ -189,7 +242,9 @@ def attention(q, k, v, *, scale=None, mask=None, bias=None, causal=False, stats:
         q: (..., H_q, L, d_k). k: (..., H_kv, S, d_k). v: (..., H_kv, S, d_v). torch tensors of one
             floating dtype and device; H_q a multiple of H_kv; leading dimensions broadcast; rank 2
             (N, d) means one head.
-        scale: multiplies q·k. None = 1/√d_k; a number (0.0 is legal); a constant rule name.
+        scale: multiplies q·k. None = 1/√d_k; a number (0.0 is legal); a rule or its name
+            (:mod:`attnscale.scales`: inverse_sqrt_dk, inverse_dk, unscaled, logn, qknorm, softcap;
+            the composed backend cannot soft-cap and says so).
         mask: bool tensor, True = attend, broadcastable to (..., H_q, L, S).
         bias: additive float tensor, broadcastable to (..., H_q, L, S); -inf entries are not attended.
         causal: False, "top_left" (PyTorch is_causal), "bottom_right" (KV-cache decoding), or True (L == S).
@@ -201,6 +256,9 @@ def attention(q, k, v, *, scale=None, mask=None, bias=None, causal=False, stats:
 
     Returns:
         :class:`AttentionStats`, or the output tensor (..., H_q, L, d_v) when ``stats=False``.
+        ``out`` carries gradients (``.backward()`` works on every backend); the figures are detached
+        diagnostics. A backend that could not record a backward for inputs that require grad raises
+        :class:`InputError` rather than return an output without one.
 
     >>> import torch
     >>> q = torch.tensor([[1.0, 0.0, 1.0, 0.0]]); k = torch.tensor([[0.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0]])
@@ -212,17 +270,34 @@ def attention(q, k, v, *, scale=None, mask=None, bias=None, causal=False, stats:
     if backend not in BACKENDS:
         raise InputError(f"backend: expected one of {BACKENDS}, got {backend!r}")
     p = _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite)
-    if not stats:
+    if not stats and not p.softcap:     # PyTorch's SDPA cannot cap: a capped call takes the path below
+        if check_finite:
+            _check_finite(torch, {"q": q, "k": k, "v": v}, kernel=False)
         return p.shaped(_plain_sdpa(torch, p)).to(p.out_dtype)
     chosen = _choose_backend(p, backend)
+    if check_finite:
+        _check_finite(torch, {"q": q, "k": k, "v": v}, kernel=chosen == "kernel")
     if p.v.shape[-1] == 0:
         chosen = "chunked"          # d_v = 0: nothing for a BLAS or a fused kernel to multiply
     run = _run_nothing_attended if p.q.shape[-2] == 0 else _BACKEND_FUNCTIONS[chosen]
     out, lse, entropy, hi, lo = run(torch, p, max_logit)
-    return AttentionStats(
-        out=p.shaped(out).to(p.out_dtype), lse=p.shaped(lse), entropy=p.shaped(entropy),
-        max_logit=None if not max_logit else p.shaped(hi), min_logit=None if not max_logit else p.shaped(lo),
-        backend=chosen)
+    _check_graph(torch, (q, k, v, bias), out, chosen)
+    out = p.shaped(out).to(p.out_dtype)
+    if not stats:
+        return out
+    figure = lambda x: None if x is None else p.shaped(x).detach()  # noqa: E731
+    return AttentionStats(out=out, lse=figure(lse), entropy=figure(entropy),
+                          max_logit=figure(hi) if max_logit else None, min_logit=figure(lo) if max_logit else None,
+                          backend=chosen)
+
+
+def _check_graph(torch, inputs, out, backend: str) -> None:
+    """Refuse an output that lost its gradient: inputs require grad, autograd is on, yet the backend
+    recorded no backward (a kernel op without its autograd formula would otherwise return one quietly)."""
+    wants = torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in inputs)
+    if wants and not out.requires_grad:
+        raise InputError(f"backend: {backend!r} gave no gradient for inputs that require grad; "
+                         "use backend='chunked' or call under torch.no_grad()")
 
 
 def _choose_backend(p: _Problem, backend: str) -> str:
@@ -239,8 +314,11 @@ def _choose_backend(p: _Problem, backend: str) -> str:
     if backend == "composed" and p.bias is not None:
         raise InputError("bias: the 'composed' backend cannot weight a bias by the probabilities; "
                          "use backend='kernel' (CPU) or 'chunked'")
+    if backend == "composed" and p.softcap:
+        raise InputError("scale: the 'composed' backend cannot soft-cap the logits (rule 'softcap': PyTorch's "
+                         "fused kernels take none); use backend='kernel' (CPU) or 'chunked'")
     # PyTorch's fused CUDA kernels have no float64.
-    composable = p.bias is None and (on_cpu or p.q.element_size() < 8)
+    composable = p.bias is None and not p.softcap and (on_cpu or p.q.element_size() < 8)
     if backend == "composed" and not composable:
         raise InputError(f"backend: 'composed' has no float64 on {p.q.device} (PyTorch's fused CUDA kernels); "
                          "use 'chunked' or 'auto'")
@@ -273,7 +351,7 @@ def _run_kernel(torch, p: _Problem, logit_range: bool):
 
     out, lse, entropy, hi, lo = load_kernel()(
         blas_ready(p.q), blas_ready(p.k), blas_ready(p.v), p.mask, p.bias,
-        p.alignment is not None, p.causal_offset, p.scale, logit_range, _Q_BLOCK, _KV_BLOCK)
+        p.alignment is not None, p.causal_offset, p.scale, p.softcap, logit_range, _Q_BLOCK, _KV_BLOCK)
     return out, lse, entropy, hi, lo
 
 
@@ -281,7 +359,9 @@ def _run_nothing_attended(torch, p: _Problem, logit_range: bool):
     """No queries (L = 0): empty results of the right shapes."""
     B, H, L = p.q.shape[:3]
     rows = torch.full((B, H, L), math.nan, dtype=p.q.dtype, device=p.q.device)
-    return (p.q.new_zeros(B, H, L, p.v.shape[-1]), torch.full_like(rows, -math.inf), rows,
+    # Zero, but from q, k and v, so that a backward gives them zero gradients (as SDPA does).
+    out = (p.q.sum(-1, keepdim=True) + p.k.sum() + p.v.sum()).expand(B, H, L, p.v.shape[-1]) * 0
+    return (out, torch.full_like(rows, -math.inf), rows,
             rows.clone() if logit_range else None, rows.clone() if logit_range else None)
 
 
@@ -351,6 +431,8 @@ def _row_chunks(p: _Problem):
 def _chunk_logits(torch, p: _Problem, k, i0: int, i1: int):
     """(logits with −inf where not attended, attended) for query rows i0..i1: (B, H_q, rows, S)."""
     s = p.scale * (p.q[:, :, i0:i1] @ k.transpose(-2, -1))
+    if p.softcap:
+        s = p.softcap * torch.tanh(s / p.softcap)
     if p.bias is not None:
         s = s + p.bias[:, :, i0:i1]
     allowed = _allowed(torch, p, i0, i1)

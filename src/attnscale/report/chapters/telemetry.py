@@ -1,44 +1,48 @@
-"""Report chapter: attention health at fused-kernel speed — what the per-row figures cost.
+"""Report chapter: attention health at fused-kernel cost — what the per-row figures cost, forward and
+forward + backward, and the monitor's per-layer figures on a real model.
 
-Reads ``telemetry/summary.json`` (written by ``attnscale telemetry-bench``) and only draws it: time and
-peak-memory ratios against plain PyTorch SDPA, and the monitor's per-layer figures on a real model.
+Reads the ``telemetry`` result (written by ``attnscale telemetry-bench``) and only formats it: every
+ratio, verdict and per-layer aggregate comes from ``env.data``.
 """
 
 from __future__ import annotations
 
 import functools
-import statistics
 
-from attnscale.report.html import esc, figure_svg, table
+from attnscale.report.html import esc, number, table
 from attnscale.report.text import localize
 
+KIND = "telemetry"
 TITLE = {"en": "Watching attention health without the L×S matrix",
          "zh": "不生成 L×S 矩阵也能监测注意力的健康"}
-KIND = "telemetry"
 HOW_TO = "attnscale telemetry-bench"
 
 TEXT = {
     "intro": {
-        "en": ("Fast attention kernels never return the attention weights: materialising the L×S matrix is what "
-               "makes attention slow. Yet each row's entropy needs only two running sums next to the softmax "
-               "sum: entropy = ln l − u/l with l = Σ e^(s−m) and u = Σ e^(s−m)(s−m). attnscale.torch.attention "
-               "computes the output, the log-sum-exp and the entropy of every row, exactly, in memory O(L·d). "
-               "Measured below on {device} with {threads} threads, float32, medians of {repeats} interleaved "
-               "runs; every ratio divides by plain torch SDPA measured in the same run."),
-        "zh": ("快速注意力内核从不返回注意力权重：生成 L×S 矩阵正是注意力慢的原因。但每一行的熵只需在 softmax "
-               "求和旁再累加两个量：熵 = ln l − u/l，其中 l = Σ e^(s−m)，u = Σ e^(s−m)(s−m)。"
-               "attnscale.torch.attention 精确计算每一行的输出、log-sum-exp 与熵，内存 O(L·d)。"
-               "以下在 {device}（{threads} 线程，float32）上测得，取 {repeats} 次交替运行的中位数；"
-               "每个比值都除以同一次运行中测得的普通 torch SDPA。"),
+        "en": ("Each row's entropy needs only two running sums next to the softmax sum: entropy = ln l − u/l with "
+               "l = Σ e^(s−m) and u = Σ e^(s−m)(s−m). attnscale.torch.attention computes the output, the "
+               "log-sum-exp and the entropy of every row, exactly, in memory O(L·d), and its backward recomputes "
+               "the probabilities from the saved log-sum-exp. Measured {date} on {machine} ({device}, {threads} "
+               "threads), medians of {repeats} interleaved runs; every ratio divides by plain torch SDPA measured "
+               "in the same run (CPU time in brackets)."),
+        "zh": ("每一行的熵只需在 softmax 求和旁再累加两个量：熵 = ln l − u/l，其中 l = Σ e^(s−m)，"
+               "u = Σ e^(s−m)(s−m)。attnscale.torch.attention 精确计算每一行的输出、log-sum-exp 与熵，内存 O(L·d)；"
+               "其反向传播由保存的 log-sum-exp 重算概率。{date} 在 {machine}（{device}，{threads} 线程）上测得，"
+               "取 {repeats} 次交替运行的中位数；每个比值都除以同一次运行中测得的普通 torch SDPA（括号内为 CPU 时间）。"),
     },
-    "time_caption": {"en": "Time ÷ plain SDPA (lower is better; 1 = free).",
-                     "zh": "时间 ÷ 普通 SDPA（越低越好；1 表示没有额外开销）。"},
-    "memory_caption": {"en": "Peak memory rise ÷ plain SDPA at {shape}, each variant in a fresh process.",
-                       "zh": "{shape} 时的峰值内存增量 ÷ 普通 SDPA，每个变体在新进程中测量。"},
-    "shape": {"en": "(B, H, L, d)", "zh": "(B, H, L, d)"},
-    "variant": {"en": "variant", "zh": "变体"},
-    "ratio": {"en": "ratio", "zh": "比值"},
-    "mib": {"en": "MiB", "zh": "MiB"},
+    "time_caption": {"en": "{pass_}: time ÷ plain SDPA (lower is better; 1 = free).",
+                     "zh": "{pass_}：时间 ÷ 普通 SDPA（越低越好；1 表示没有额外开销）。"},
+    "memory_caption": {"en": "Peak memory rise ÷ plain SDPA, each variant in a fresh process.",
+                       "zh": "峰值内存增量 ÷ 普通 SDPA，每个变体在新进程中测量。"},
+    "case": {"en": "case", "zh": "情形"},
+    "sdpa_time": {"en": "SDPA median", "zh": "SDPA 中位数"},
+    "causal": {"en": "causal", "zh": "因果"},
+    "met": {"en": "{what} {pass_} at {where}: {ratio}× against a target of ≤ {target}× — met.",
+            "zh": "{where} 的 {pass_} {what}：{ratio}×，目标 ≤ {target}×，达到。"},
+    "missed": {"en": "{what} {pass_} at {where}: {ratio}× against a target of ≤ {target}× — missed by {excess}%.",
+               "zh": "{where} 的 {pass_} {what}：{ratio}×，目标 ≤ {target}×，差 {excess}%。"},
+    "unmeasured": {"en": "{what} {pass_} at {where}: not measured (the run failed).",
+                   "zh": "{where} 的 {pass_} {what}：未测得（运行失败）。"},
     "legend": {
         "en": ("sdpa: torch.nn.functional.scaled_dot_product_attention (output only). kernel: the fused C++ "
                "kernel, output + lse + entropy. kernel+range: also the max and min logit. composed: one fused "
@@ -47,20 +51,14 @@ TEXT = {
                "kernel+range：另加最大与最小 logit。composed：对 [V, K] 调用一次 PyTorch 融合内核（q、k 补零）。"
                "naive：先生成权重矩阵，再算熵。"),
     },
-    "alt_time": {"en": "Bar chart of time ratios to plain SDPA per variant and shape",
-                 "zh": "各变体、各形状相对普通 SDPA 的时间比柱状图"},
     "kernel_missing": {"en": "The C++ kernel was not available in this run: {reason}.",
                        "zh": "本次运行中 C++ 内核不可用：{reason}。"},
-    "noisy": {"en": "Load average after the run: {load}; on a busy machine the ratios are noisy.",
-              "zh": "运行结束后的平均负载：{load}；机器繁忙时比值有噪声。"},
     "monitor": {
-        "en": ("The monitor on {model} ({n} sequences, padded to {length} tokens): every attention call's rows, "
-               "recomputed from q, k, v and aggregated per layer and head, never storing q, k or weights. "
-               "Forward time ×{ratio:.2f}; outputs bit-for-bit equal to the unmonitored model: {equal}. "
-               "float16 overflow (|logit| > 65504) in {overflow} of {calls} calls."),
-        "zh": ("在 {model} 上运行监测器（{n} 个序列，填充到 {length} 个词元）：每次注意力调用的每一行都由 q、k、v "
-               "重算，按层和头汇总，从不保存 q、k 或权重。前向时间 ×{ratio:.2f}；输出与未监测时逐位相同：{equal}。"
-               "{calls} 次调用中有 {overflow} 次在 float16 下会溢出（|logit| > 65504）。"),
+        "en": ("The monitor on {model} ({n} sequences, padded to {length} tokens), per layer: forward time ×{ratio}; "
+               "outputs bit-for-bit equal to the unmonitored model: {equal}; float16 overflow (|logit| > 65504) in "
+               "{overflow} of {calls} calls."),
+        "zh": ("在 {model} 上运行监测器（{n} 个序列，填充到 {length} 个词元），按层汇总：前向时间 ×{ratio}；"
+               "输出与未监测时逐位相同：{equal}；{calls} 次调用中有 {overflow} 次在 float16 下会溢出（|logit| > 65504）。"),
     },
     "layer": {"en": "layer", "zh": "层"},
     "mean_entropy": {"en": "mean entropy (nats)", "zh": "平均熵（奈特）"},
@@ -70,72 +68,53 @@ TEXT = {
     "lowest_head": {"en": "head with lowest mean entropy", "zh": "平均熵最低的头"},
 }
 
-
 _t = functools.partial(localize, TEXT)
 
 
-def _time_figure(result: dict, lang: str):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    variants = [v for v in result["variants"] if v != "sdpa"]
-    timing = result["timing"]
-    fig, ax = plt.subplots(figsize=(6.4, 3.0))
-    width = 0.8 / max(1, len(timing))
-    for i, t in enumerate(timing):
-        xs = [j + i * width for j in range(len(variants))]
-        ax.bar(xs, [t["ratio_to_sdpa"][v] for v in variants], width, label=str(tuple(t["shape"])))
-    ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_xticks([j + width * (len(timing) - 1) / 2 for j in range(len(variants))], variants)
-    ax.set_yscale("log")
-    ax.set_ylabel("time ÷ SDPA")
-    ax.legend(title=_t("shape", lang), fontsize=8)
-    return fig
+def _case(row: dict, lang: str) -> str:
+    return str(tuple(row["shape"])) + (f", {_t('causal', lang)}" if row["causal"] else "")
 
 
-def _monitor_part(found: dict, lang: str) -> list[str]:
-    overflow = sum(1 for c in found["calls"] if c["float16_overflow"])
-    parts = [f"<p>{esc(_t('monitor', lang, model=found.get('model', '?'), n=found.get('n_sequences', '?'), length=found.get('padded_length', '?'), ratio=found['ratio'], equal=found['outputs_bitwise_equal'], overflow=overflow, calls=len(found['calls'])))}</p>"]
-    layers: dict[str, list[dict]] = {}
-    for head in found["heads"]:
-        layers.setdefault(head["layer"], []).append(head)
-    rows = []
-    for name, heads in layers.items():
-        lowest = min(heads, key=lambda h: h["entropy_mean"])
-        rows.append([name, f"{sum(h['entropy_mean'] for h in heads) / len(heads):.3f}",
-                     f"{statistics.median(h['entropy_median'] for h in heads):.3f}",
-                     f"{min(h['entropy_min'] for h in heads):.3g}", f"{max(h['max_logit'] for h in heads):.2f}",
-                     f"{lowest['head']} ({lowest['entropy_mean']:.3f})"])
-    header = [_t(k, lang) for k in ("layer", "mean_entropy", "median_entropy", "min_entropy", "max_logit",
-                                    "lowest_head")]
-    parts.append(table(header, rows))
-    return parts
+def _cell(row: dict, variant: str) -> str:
+    return f"{number(row['ratio_to_sdpa'].get(variant), '.2f')} ({number(row['cpu_ratio_to_sdpa'].get(variant), '.2f')})"
+
+
+def _verdict(v: dict, lang: str) -> str:
+    key = "unmeasured" if v["ratio"] is None else ("met" if v["met"] else "missed")
+    return _t(key, lang, what=v["measure"], pass_=v["pass"], where=_case(v, lang), ratio=number(v["ratio"], ".2f"),
+              target=number(v["target"], "g"), excess=number(None if v["excess"] is None else 100 * v["excess"], ".0f"))
+
+
+def _monitor(m: dict, lang: str) -> list[str]:
+    head = _t("monitor", lang, model=m["model"], n=m["n_sequences"], length=m["padded_length"],
+              ratio=number(m["ratio"], ".2f"), equal=m["outputs_bitwise_equal"],
+              overflow=m["float16_overflow_calls"], calls=m["calls_per_forward"])
+    rows = [[r["layer"], number(r["entropy_mean"]), number(r["entropy_median_of_medians"]), number(r["entropy_min"]),
+             number(r["max_logit"], ".2f"), f"{r['lowest_head']} ({number(r['lowest_head_entropy_mean'])})"]
+            for r in m["layers"]]
+    header = [_t(k, lang) for k in ("layer", "mean_entropy", "median_entropy", "min_entropy", "max_logit", "lowest_head")]
+    return [f"<p>{esc(head)}</p>", table(header, rows)]
 
 
 def render(env, lang: str) -> str:
-    result = {**env.data, "config": env.config}
-    cfg = result["config"]
-    parts = [f"<p>{esc(_t('intro', lang, device=cfg['device'], threads=result['threads'], repeats=cfg['repeats']))}</p>"]
-    if not result["kernel"]["available"]:
-        parts.append(f"<p>{esc(_t('kernel_missing', lang, reason=result['kernel']['reason']))}</p>")
-    variants = result["variants"]
-    rows = [[str(tuple(t["shape"]))] + [f"{t['ratio_to_sdpa'][v]:.2f}" for v in variants]
-            + [f"{t['median_s']['sdpa'] * 1e3:.1f} ms"] for t in result["timing"]]
-    parts.append(f"<p>{esc(_t('time_caption', lang))}</p>")
-    parts.append(table([_t("shape", lang)] + variants + ["sdpa"], rows))
-    parts.append(figure_svg(_time_figure(result, lang), _t("alt_time", lang), _t("time_caption", lang)))
-    for m in result["memory"]:
-        cells = [("—" if m["ratio_to_sdpa"].get(v) is None else f"{m['ratio_to_sdpa'][v]:.2f}") for v in variants]
-        mib = [("—" if m["peak_rise_bytes"].get(v) is None else f"{m['peak_rise_bytes'][v] / 2**20:.0f}")
-               for v in variants]
-        parts.append(f"<p>{esc(_t('memory_caption', lang, shape=tuple(m['shape'])))}</p>")
-        parts.append(table([_t("variant", lang)] + variants, [[_t("ratio", lang)] + cells, [_t("mib", lang)] + mib]))
+    d = env.data
+    machine = ", ".join(str(x) for x in (d["machine"].get("cpu"), f"{d['machine'].get('cores')} cores") if x)
+    parts = [f"<p>{esc(_t('intro', lang, date=env.created[:10], machine=machine, device=d['device'], threads=d['threads'], repeats=d['repeats']))}</p>"]
+    if not d["kernel"]["available"]:
+        parts.append(f"<p>{esc(_t('kernel_missing', lang, reason=d['kernel']['reason']))}</p>")
+    for pass_, variants in d["variants"].items():
+        others = [v for v in variants if v != "sdpa"]
+        rows = [[_case(r, lang), f"{number(r['median_s']['sdpa'] * 1e3, '.0f')} ms"] + [_cell(r, v) for v in others]
+                for r in d["rows"] if r["pass"] == pass_]
+        parts += [f"<p>{esc(_t('time_caption', lang, pass_=pass_))}</p>",
+                  table([_t("case", lang), _t("sdpa_time", lang)] + others, rows)]
+    if d["memory"]:
+        variants = list(dict.fromkeys(v for r in d["memory"] for v in r["peak_rise_bytes"]))
+        rows = [[f"{r['pass']}, {_case(r, lang)}"] + [number(r["ratio_to_sdpa"].get(v), ".2f") for v in variants]
+                for r in d["memory"]]
+        parts += [f"<p>{esc(_t('memory_caption', lang))}</p>", table([_t("case", lang)] + variants, rows)]
+    parts.append("<ul>" + "".join(f"<li>{esc(_verdict(v, lang))}</li>" for v in d["verdicts"]) + "</ul>")
     parts.append(f"<p>{esc(_t('legend', lang))}</p>")
-    if result.get("load_average"):
-        load = ", ".join(f"{x:.1f}" for x in result["load_average"])
-        parts.append(f"<p>{esc(_t('noisy', lang, load=load))}</p>")
-    if result.get("monitor"):
-        parts += _monitor_part(result["monitor"], lang)
+    if d.get("monitor"):
+        parts += _monitor(d["monitor"], lang)
     return "\n".join(parts)

@@ -1,6 +1,7 @@
-// Fused CPU attention that also returns each query row's log-sum-exp, entropy and logit range.
+// Fused CPU attention that also returns each query row's log-sum-exp, entropy and logit range, and
+// its flash-style backward.
 //
-// Flash-style online softmax over key blocks (Dao et al. 2022, "FlashAttention", algorithm 1), with
+// Forward: online softmax over key blocks (Dao et al. 2022, "FlashAttention", algorithm 1), with
 // one more running sum next to the softmax sum. For row i, with running max m and d_j = s_j − m:
 //
 //     l = Σ_j e^{d_j}          u = Σ_j e^{d_j} · d_j   (≤ 0)
@@ -11,10 +12,21 @@
 // rescaled by α = e^{−δ}:  l ← α·l,  u ← α·(u − δ·l) (α = 0 exactly once e^{−δ} underflows).  The max logit is the final m (free); the min
 // logit, computed only on request, costs a compare and a select per score inside the max pass.
 //
+// Backward (Dao 2023, "FlashAttention-2", algorithm 2): the probabilities are recomputed block by
+// block from the saved lse, p_ij = e^{s_ij − lse_i}, never stored whole. With D_i = Σ_c dO_ic·O_ic
+// (= Σ_j p_ij dP_ij):  dV = Pᵀ dO,  dP = dO Vᵀ,  dS = P ∘ (dP − D),  dbias = dS,
+// dZ = dS ∘ cap'(z),  dQ = scale · dZ K,  dK = scale · dZᵀ Q.  One task owns a (batch, KV head) and
+// every query head of its group, so dK and dV are summed over the group without atomics, and the
+// result does not depend on the thread count.
+//
+// Logits: s = cap(scale · q·k) + bias, cap(z) = c·tanh(z / c) when softcap c > 0 (Gemma 2), else z;
+// a masked entry (mask False, bias −inf, past the causal limit) is not attended.
+//
 // Shapes (PyTorch SDPA layout): q (B, H_q, L, d_k), k (B, H_kv, S, d_k), v (B, H_kv, S, d_v), last
 // dimension contiguous, any other strides; mask bool and bias float broadcast (strided) to
-// (B, H_q, L, S). Work is split over (batch, head, query block) with at::parallel_for; the two
-// products per block go to the BLAS that libtorch_cpu carries (sgemm_/dgemm_).
+// (B, H_q, L, S). Work is split with at::parallel_for; the products per block go to the BLAS that
+// libtorch_cpu carries (sgemm_/dgemm_). Memory beyond inputs and outputs: one block of scores per
+// thread (two, three with a cap, in the backward).
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -29,6 +41,7 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 extern "C" {
@@ -40,13 +53,15 @@ void dgemm_(const char*, const char*, const int*, const int*, const int*, const 
 
 namespace {
 
-// Row-major C (m×n) = alpha · A (m×k) · op(B) + beta · C, through column-major BLAS (C^T = op(B)^T A^T).
-// b_transposed: B is stored as (n×k) rows (keys), else as (k×n) rows (values).
+// Row-major C (m×n) = alpha · op(A) (m×k) · op(B) (k×n) + beta · C, through column-major BLAS
+// (Cᵀ = op(B)ᵀ op(A)ᵀ). a_transposed: A is stored as (k×m) rows; b_transposed: B is stored as (n×k)
+// rows (keys), else as (k×n) rows (values).
 template <typename T>
-void gemm_rows(int m, int n, int k, T alpha, const T* a, int lda, const T* b, int ldb, bool b_transposed,
-               T beta, T* c, int ldc) {
+void gemm(int m, int n, int k, T alpha, const T* a, int lda, bool a_transposed, const T* b, int ldb,
+          bool b_transposed, T beta, T* c, int ldc) {
+  if (m == 0 || n == 0) return;
   const char tb = b_transposed ? 'T' : 'N';
-  const char ta = 'N';
+  const char ta = a_transposed ? 'T' : 'N';
   if constexpr (std::is_same_v<T, float>) {
     sgemm_(&tb, &ta, &n, &m, &k, &alpha, b, &ldb, a, &lda, &beta, c, &ldc);
   } else {
@@ -105,33 +120,89 @@ inline Strides strides_of(const at::Tensor& t) {
   return {t.stride(0), t.stride(1), t.stride(2), t.stride(3)};
 }
 
+// What forward and backward share: the inputs, and how a block of logits is made from them.
 template <typename T>
-void run(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor* mask,
-         const at::Tensor* bias, bool causal, int64_t causal_offset, double scale_d, bool logit_range,
-         int64_t q_block, int64_t kv_block, at::Tensor& out, at::Tensor& lse, at::Tensor& entropy,
-         at::Tensor& max_logit, at::Tensor& min_logit) {
-  const int64_t B = q.size(0), H_q = q.size(1), L = q.size(2), d_k = q.size(3);
-  const int64_t H_kv = k.size(1), S = k.size(2), d_v = v.size(3);
-  const int64_t group = H_q / H_kv;
+struct Logits {
+  int64_t B, H_q, L, d_k, H_kv, S, d_v, group;
+  const T *q, *k, *v;
+  Strides qs, ks, vs;
+  const bool* mask;
+  Strides ms;
+  const T* bias;
+  Strides bs;
+  bool causal;
+  int64_t causal_offset;
+  T scale, softcap;
+  static constexpr T lowest = std::numeric_limits<T>::lowest();  // a masked logit (finite: 0·it stays 0)
+
+  Logits(const at::Tensor& q_, const at::Tensor& k_, const at::Tensor& v_, const at::Tensor* mask_,
+         const at::Tensor* bias_, bool causal_, int64_t offset, double scale_, double softcap_)
+      : B(q_.size(0)), H_q(q_.size(1)), L(q_.size(2)), d_k(q_.size(3)), H_kv(k_.size(1)), S(k_.size(2)),
+        d_v(v_.size(3)), group(q_.size(1) / k_.size(1)), q(q_.const_data_ptr<T>()), k(k_.const_data_ptr<T>()),
+        v(v_.const_data_ptr<T>()), qs(strides_of(q_)), ks(strides_of(k_)), vs(strides_of(v_)),
+        mask(mask_ ? mask_->const_data_ptr<bool>() : nullptr), ms(mask_ ? strides_of(*mask_) : Strides{0, 0, 0, 0}),
+        bias(bias_ ? bias_->const_data_ptr<T>() : nullptr), bs(bias_ ? strides_of(*bias_) : Strides{0, 0, 0, 0}),
+        causal(causal_), causal_offset(offset), scale(static_cast<T>(scale_)), softcap(static_cast<T>(softcap_)) {}
+
+  const T* Q(int64_t b, int64_t h, int64_t i) const { return q + b * qs.b + h * qs.h + i * qs.row; }
+  const T* K(int64_t b, int64_t hk, int64_t j) const { return k + b * ks.b + hk * ks.h + j * ks.row; }
+  const T* V(int64_t b, int64_t hk, int64_t j) const { return v + b * vs.b + hk * vs.h + j * vs.row; }
+
+  // Causal: row i attends keys j ≤ i + offset, so no key past the limit of a block's last row.
+  int64_t key_end(int64_t i0, int64_t rows) const {
+    return causal ? std::clamp<int64_t>(i0 + rows + causal_offset, 0, S) : S;
+  }
+
+  // scores (rows×cols, row stride ld) = scale · Q[i0..] K[j0..]ᵀ, before the cap, bias and masks.
+  void products(int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols, T* scores, int64_t ld) const {
+    gemm<T>(static_cast<int>(rows), static_cast<int>(cols), static_cast<int>(d_k), scale, Q(b, h, i0),
+            static_cast<int>(qs.row), false, K(b, h / group, j0), static_cast<int>(ks.row), true, T(0), scores,
+            static_cast<int>(ld));
+  }
+
+  // One row of products → logits: cap (keeping tanh in `th` when given), bias, mask, causal limit.
+  void finish_row(int64_t b, int64_t h, int64_t i, int64_t j0, int64_t cols, T* s, T* th) const {
+    constexpr T inf = std::numeric_limits<T>::infinity();
+    if (softcap > T(0)) {
+      const T inv = T(1) / softcap;
+      for (int64_t c = 0; c < cols; ++c) {
+        const T t = std::tanh(s[c] * inv);
+        if (th) th[c] = t;
+        s[c] = softcap * t;
+      }
+    }
+    if (bias) {
+      const T* brow = bias + b * bs.b + h * bs.h + i * bs.row + j0 * bs.col;
+      for (int64_t c = 0; c < cols; ++c) {
+        const T add = brow[c * bs.col];
+        s[c] = add == -inf ? lowest : s[c] + add;
+      }
+    }
+    if (mask) {
+      const bool* mrow = mask + b * ms.b + h * ms.h + i * ms.row + j0 * ms.col;
+      for (int64_t c = 0; c < cols; ++c) s[c] = mrow[c * ms.col] ? s[c] : lowest;
+    }
+    if (causal) {
+      const int64_t allowed = std::clamp<int64_t>(i + causal_offset + 1 - j0, 0, cols);
+      std::fill(s + allowed, s + cols, lowest);
+    }
+  }
+};
+
+template <typename T>
+void run(const Logits<T>& in, bool logit_range, int64_t q_block, int64_t kv_block, at::Tensor& out,
+         at::Tensor& lse, at::Tensor& entropy, at::Tensor& max_logit, at::Tensor& min_logit) {
+  const int64_t B = in.B, H_q = in.H_q, L = in.L, d_v = in.d_v;
   const int64_t qb = std::max<int64_t>(1, std::min(q_block, L));
-  const int64_t kb = std::max<int64_t>(1, std::min(kv_block, S));
+  const int64_t kb = std::max<int64_t>(1, std::min(kv_block, in.S));
   const int64_t n_qblocks = (L + qb - 1) / qb;
   constexpr int64_t per_line = 64 / sizeof(T);
   const int64_t ld = (kb + per_line - 1) / per_line * per_line;  // scores row stride: whole cache lines
-  const T scale = static_cast<T>(scale_d);
-  constexpr T lowest = std::numeric_limits<T>::lowest();  // a masked logit (finite: 0·it stays 0)
+  constexpr T lowest = Logits<T>::lowest;
   constexpr T nan = std::numeric_limits<T>::quiet_NaN();
   constexpr T inf = std::numeric_limits<T>::infinity();
   constexpr T under = kUnderflow<T>;
 
-  const T* qp = q.const_data_ptr<T>();
-  const T* kp = k.const_data_ptr<T>();
-  const T* vp = v.const_data_ptr<T>();
-  const Strides qs = strides_of(q), ks = strides_of(k), vs = strides_of(v);
-  const bool* mp = mask ? mask->const_data_ptr<bool>() : nullptr;
-  const Strides ms = mask ? strides_of(*mask) : Strides{0, 0, 0, 0};
-  const T* bp = bias ? bias->const_data_ptr<T>() : nullptr;
-  const Strides bs = bias ? strides_of(*bias) : Strides{0, 0, 0, 0};
   T* op = out.data_ptr<T>();
   T* lse_p = lse.data_ptr<T>();
   T* ent_p = entropy.data_ptr<T>();
@@ -147,41 +218,20 @@ void run(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at
       const int64_t h = (task / n_qblocks) % H_q;
       const int64_t i0 = (task % n_qblocks) * qb;
       const int64_t rows = std::min(qb, L - i0);
-      const int64_t hk = h / group;
-      const T* Q = qp + b * qs.b + h * qs.h + i0 * qs.row;
-      const T* K = kp + b * ks.b + hk * ks.h;
-      const T* V = vp + b * vs.b + hk * vs.h;
+      const T* V = in.V(b, h / in.group, 0);
       T* O = op + ((b * H_q + h) * L + i0) * d_v;
       std::fill(O, O + rows * d_v, T(0));
       std::fill(m.begin(), m.end(), lowest);
       std::fill(l.begin(), l.end(), T(0));
       std::fill(u.begin(), u.end(), T(0));
       std::fill(lo.begin(), lo.end(), inf);
-      // Causal: row i attends keys j ≤ i + offset, so no key past the block's last row's limit.
-      const int64_t j_end = causal ? std::min<int64_t>(S, i0 + rows + causal_offset) : S;
+      const int64_t j_end = in.key_end(i0, rows);
       for (int64_t j0 = 0; j0 < j_end; j0 += kb) {
         const int64_t cols = std::min(kb, j_end - j0);
-        gemm_rows<T>(static_cast<int>(rows), static_cast<int>(cols), static_cast<int>(d_k), scale, Q,
-                     static_cast<int>(qs.row), K + j0 * ks.row, static_cast<int>(ks.row), true, T(0),
-                     scores, static_cast<int>(ld));
+        in.products(b, h, i0, rows, j0, cols, scores, ld);
         for (int64_t r = 0; r < rows; ++r) {
-          const int64_t i = i0 + r;
           T* s = scores + r * ld;
-          if (bp) {
-            const T* brow = bp + b * bs.b + h * bs.h + i * bs.row + j0 * bs.col;
-            for (int64_t c = 0; c < cols; ++c) {
-              const T add = brow[c * bs.col];
-              s[c] = add == -inf ? lowest : s[c] + add;
-            }
-          }
-          if (mp) {
-            const bool* mrow = mp + b * ms.b + h * ms.h + i * ms.row + j0 * ms.col;
-            for (int64_t c = 0; c < cols; ++c) s[c] = mrow[c * ms.col] ? s[c] : lowest;
-          }
-          if (causal) {
-            const int64_t allowed = std::clamp<int64_t>(i + causal_offset + 1 - j0, 0, cols);
-            std::fill(s + allowed, s + cols, lowest);
-          }
+          in.finish_row(b, h, i0 + r, j0, cols, s, nullptr);
           // Plain selects, not std::max/min: their reference returns made gcc vectorise these reductions
           // with gathers, and this pass then cost a fifth of the whole kernel (measured).
           T mx = lowest;
@@ -239,9 +289,9 @@ void run(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at
           }
           m[r] = m_new;
         }
-        gemm_rows<T>(static_cast<int>(rows), static_cast<int>(d_v), static_cast<int>(cols), T(1),
-                     scores, static_cast<int>(ld), V + j0 * vs.row, static_cast<int>(vs.row), false,
-                     T(1), O, static_cast<int>(d_v));
+        gemm<T>(static_cast<int>(rows), static_cast<int>(d_v), static_cast<int>(cols), T(1), scores,
+                static_cast<int>(ld), false, V + j0 * in.vs.row, static_cast<int>(in.vs.row), false, T(1), O,
+                static_cast<int>(d_v));
       }
       const int64_t row0 = (b * H_q + h) * L + i0;
       for (int64_t r = 0; r < rows; ++r) {
@@ -274,18 +324,178 @@ void run(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at
   });
 }
 
-// Returns [out (B, H_q, L, d_v), lse, entropy, max_logit, min_logit (each (B, H_q, L); min_logit empty
-// unless logit_range)], in the inputs' dtype (float32 or float64).
-std::vector<at::Tensor> health_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                         const std::optional<at::Tensor>& mask,
-                                         const std::optional<at::Tensor>& bias, bool causal,
-                                         int64_t causal_offset, double scale, bool logit_range,
-                                         int64_t q_block, int64_t kv_block) {
+// The backward. dq (B, H_q, L, d_k), dk (B, H_kv, S, d_k), dv (B, H_kv, S, d_v) zero on entry,
+// contiguous; dbias (B, H_q, L, S) contiguous (written in full) or null. out, dout: (B, H_q, L, d_v),
+// last dimension contiguous; lse (B, H_q, L) contiguous.
+template <typename T>
+void run_backward(const Logits<T>& in, const at::Tensor& out, const at::Tensor& dout, const at::Tensor& lse,
+                  int64_t q_block, int64_t kv_block, at::Tensor& dq, at::Tensor& dk, at::Tensor& dv,
+                  at::Tensor* dbias) {
+  const int64_t B = in.B, H_q = in.H_q, L = in.L, S = in.S, d_k = in.d_k, d_v = in.d_v;
+  const int64_t qb = std::max<int64_t>(1, std::min(q_block, L));
+  const int64_t kb = std::max<int64_t>(1, std::min(kv_block, S));
+  constexpr int64_t per_line = 64 / sizeof(T);
+  const int64_t ld = (kb + per_line - 1) / per_line * per_line;
+  constexpr T inf = std::numeric_limits<T>::infinity();
+  constexpr T nan = std::numeric_limits<T>::quiet_NaN();
+  constexpr T under = kUnderflow<T>;
+  const bool capped = in.softcap > T(0);
+
+  const T* op = out.const_data_ptr<T>();
+  const Strides os = strides_of(out);
+  const T* gp = dout.const_data_ptr<T>();
+  const Strides gs = strides_of(dout);
+  const T* lse_p = lse.const_data_ptr<T>();
+  T* dq_p = dq.data_ptr<T>();
+  T* dk_p = dk.data_ptr<T>();
+  T* dv_p = dv.data_ptr<T>();
+  T* db_p = dbias ? dbias->data_ptr<T>() : nullptr;
+
+  at::parallel_for(0, B * in.H_kv, 1, [&](int64_t begin, int64_t end) {
+    Scratch<T> p_buffer(static_cast<size_t>(qb * ld)), dp_buffer(static_cast<size_t>(qb * ld));
+    Scratch<T> th_buffer(capped ? static_cast<size_t>(qb * ld) : 1);
+    T* const P = p_buffer.get();
+    T* const dP = dp_buffer.get();
+    T* const TH = capped ? th_buffer.get() : nullptr;
+    std::vector<T> D(qb);
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = task / in.H_kv, hk = task % in.H_kv;
+      const T* K = in.K(b, hk, 0);
+      const T* V = in.V(b, hk, 0);
+      T* dK = dk_p + (b * in.H_kv + hk) * S * d_k;
+      T* dV = dv_p + (b * in.H_kv + hk) * S * d_v;
+      for (int64_t h = hk * in.group; h < (hk + 1) * in.group; ++h) {
+        for (int64_t i0 = 0; i0 < L; i0 += qb) {
+          const int64_t rows = std::min(qb, L - i0);
+          const T* Q = in.Q(b, h, i0);
+          const T* O = op + b * os.b + h * os.h + i0 * os.row;
+          const T* dO = gp + b * gs.b + h * gs.h + i0 * gs.row;
+          const T* lse_rows = lse_p + (b * H_q + h) * L + i0;
+          T* dQ = dq_p + ((b * H_q + h) * L + i0) * d_k;
+          for (int64_t r = 0; r < rows; ++r) {
+            T acc = 0;
+            const T* o = O + r * os.row;
+            const T* g = dO + r * gs.row;
+#pragma omp simd reduction(+ : acc)
+            for (int64_t c = 0; c < d_v; ++c) acc += g[c] * o[c];
+            D[r] = acc;
+          }
+          const int64_t j_end = in.key_end(i0, rows);
+          if (db_p) {  // keys past the causal limit of the whole block get no gradient: zero them here
+            for (int64_t r = 0; r < rows; ++r) {
+              T* drow = db_p + ((b * H_q + h) * L + i0 + r) * S;
+              std::fill(drow + j_end, drow + S, T(0));
+            }
+          }
+          for (int64_t j0 = 0; j0 < j_end; j0 += kb) {
+            const int64_t cols = std::min(kb, j_end - j0);
+            in.products(b, h, i0, rows, j0, cols, P, ld);
+            for (int64_t r = 0; r < rows; ++r) {
+              T* s = P + r * ld;
+              in.finish_row(b, h, i0 + r, j0, cols, s, capped ? TH + r * ld : nullptr);
+              const T m = lse_rows[r];
+              if (m == -inf) {  // nothing attended: no probability, no gradient
+                std::fill(s, s + cols, T(0));
+                continue;
+              }
+#pragma omp simd
+              for (int64_t c = 0; c < cols; ++c) {
+                const T d = s[c] - m;  // ≤ 0 up to rounding: lse is at least the row's max
+                const bool keep = d >= under;
+                s[c] = keep ? exp_nonpositive(keep ? d : T(0)) : (d == d ? T(0) : nan);
+              }
+            }
+            // dV[j0..] += Pᵀ dO
+            gemm<T>(static_cast<int>(cols), static_cast<int>(d_v), static_cast<int>(rows), T(1), P,
+                    static_cast<int>(ld), true, dO, static_cast<int>(gs.row), false, T(1), dV + j0 * d_v,
+                    static_cast<int>(d_v));
+            // dP = dO V[j0..]ᵀ
+            gemm<T>(static_cast<int>(rows), static_cast<int>(cols), static_cast<int>(d_v), T(1), dO,
+                    static_cast<int>(gs.row), false, V + j0 * in.vs.row, static_cast<int>(in.vs.row), true, T(0),
+                    dP, static_cast<int>(ld));
+            for (int64_t r = 0; r < rows; ++r) {
+              const T* p = P + r * ld;
+              T* ds = dP + r * ld;
+              const T Dr = D[r];
+#pragma omp simd
+              for (int64_t c = 0; c < cols; ++c) ds[c] = p[c] * (ds[c] - Dr);
+              if (db_p) std::copy(ds, ds + cols, db_p + ((b * H_q + h) * L + i0 + r) * S + j0);
+              if (capped) {
+                const T* t = TH + r * ld;
+#pragma omp simd
+                for (int64_t c = 0; c < cols; ++c) ds[c] *= T(1) - t[c] * t[c];
+              }
+            }
+            // dQ += scale · dZ K[j0..];  dK[j0..] += scale · dZᵀ Q
+            gemm<T>(static_cast<int>(rows), static_cast<int>(d_k), static_cast<int>(cols), in.scale, dP,
+                    static_cast<int>(ld), false, K + j0 * in.ks.row, static_cast<int>(in.ks.row), false, T(1), dQ,
+                    static_cast<int>(d_k));
+            gemm<T>(static_cast<int>(cols), static_cast<int>(d_k), static_cast<int>(rows), in.scale, dP,
+                    static_cast<int>(ld), true, Q, static_cast<int>(in.qs.row), false, T(1), dK + j0 * d_k,
+                    static_cast<int>(d_k));
+          }
+        }
+      }
+    }
+  });
+}
+
+// Whether every number of x (4-D, any strides) is finite: Σ x·0 is 0 for finite numbers and NaN as
+// soon as one is ±inf or NaN, a multiply-add per number that vectorises (−ffast-math is not on, so
+// the compiler may not fold x·0 to 0). On one thread, on purpose: a scan of a few MiB takes well under
+// a millisecond, while waking a second thread on a busy machine cost ~8 ms of CPU per parallel
+// region (measured; torch's parallel aminmax, used before, paid that three times a call).
+template <typename T>
+bool all_finite_impl(const at::Tensor& x) {
+  const int64_t n0 = x.size(0), n1 = x.size(1), n2 = x.size(2), n3 = x.size(3);
+  const Strides st = strides_of(x);
+  const T* base = x.const_data_ptr<T>();
+  T acc = 0;
+  for (int64_t t = 0; t < n0 * n1; ++t) {
+    const T* plane = base + (t / n1) * st.b + (t % n1) * st.h;
+    for (int64_t i = 0; i < n2; ++i) {
+      const T* row = plane + i * st.row;
+      if (st.col == 1) {
+#pragma omp simd reduction(+ : acc)
+        for (int64_t c = 0; c < n3; ++c) acc += row[c] * T(0);
+      } else {
+        for (int64_t c = 0; c < n3; ++c) acc += row[c * st.col] * T(0);
+      }
+    }
+    if (acc != acc) return false;
+  }
+  return true;
+}
+
+bool all_finite(const at::Tensor& x) {
+  TORCH_CHECK(x.dim() == 4, "all_finite: expected a 4-D tensor");
+  if (x.numel() == 0) return true;
+  if (x.scalar_type() == at::kFloat) return all_finite_impl<float>(x);
+  TORCH_CHECK(x.scalar_type() == at::kDouble, "all_finite: dtype must be float32 or float64");
+  return all_finite_impl<double>(x);
+}
+
+void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                  const std::optional<at::Tensor>& mask, const std::optional<at::Tensor>& bias) {
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "q, k, v must be 4-D (B, H, N, d)");
   TORCH_CHECK(q.scalar_type() == k.scalar_type() && q.scalar_type() == v.scalar_type(),
               "q, k, v must share one dtype");
+  TORCH_CHECK(q.scalar_type() == at::kFloat || q.scalar_type() == at::kDouble,
+              "dtype must be float32 or float64, got ", q.scalar_type());
   TORCH_CHECK(q.stride(3) == 1 && k.stride(3) == 1 && v.stride(3) == 1, "last dimension must be contiguous");
   TORCH_CHECK(k.size(1) > 0 && q.size(1) % k.size(1) == 0, "H_kv must divide H_q");
+  if (mask.has_value()) TORCH_CHECK(mask->scalar_type() == at::kBool && mask->dim() == 4, "mask must be 4-D bool");
+  if (bias.has_value())
+    TORCH_CHECK(bias->scalar_type() == q.scalar_type() && bias->dim() == 4, "bias must be 4-D, q's dtype");
+}
+
+// Returns (out (B, H_q, L, d_v), lse, entropy, max_logit, min_logit (each (B, H_q, L); min_logit empty
+// unless logit_range)), in the inputs' dtype (float32 or float64).
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> health_attention(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::optional<at::Tensor>& mask,
+    const std::optional<at::Tensor>& bias, bool causal, int64_t causal_offset, double scale, double softcap,
+    bool logit_range, int64_t q_block, int64_t kv_block) {
+  check_inputs(q, k, v, mask, bias);
   const auto B = q.size(0), H_q = q.size(1), L = q.size(2);
   auto opts = q.options();
   at::Tensor out = at::empty({B, H_q, L, v.size(3)}, opts);
@@ -295,24 +505,60 @@ std::vector<at::Tensor> health_attention(const at::Tensor& q, const at::Tensor& 
   at::Tensor min_logit = logit_range ? at::empty({B, H_q, L}, opts) : at::empty({0}, opts);
   const at::Tensor* mp = mask.has_value() ? &mask.value() : nullptr;
   const at::Tensor* bp = bias.has_value() ? &bias.value() : nullptr;
-  if (mp) TORCH_CHECK(mp->scalar_type() == at::kBool && mp->dim() == 4, "mask must be 4-D bool");
-  if (bp) TORCH_CHECK(bp->scalar_type() == q.scalar_type() && bp->dim() == 4, "bias must be 4-D, q's dtype");
   if (q.scalar_type() == at::kFloat) {
-    run<float>(q, k, v, mp, bp, causal, causal_offset, scale, logit_range, q_block, kv_block, out, lse,
-               entropy, max_logit, min_logit);
-  } else if (q.scalar_type() == at::kDouble) {
-    run<double>(q, k, v, mp, bp, causal, causal_offset, scale, logit_range, q_block, kv_block, out, lse,
-                entropy, max_logit, min_logit);
+    run<float>(Logits<float>(q, k, v, mp, bp, causal, causal_offset, scale, softcap), logit_range, q_block,
+               kv_block, out, lse, entropy, max_logit, min_logit);
   } else {
-    TORCH_CHECK(false, "dtype must be float32 or float64, got ", q.scalar_type());
+    run<double>(Logits<double>(q, k, v, mp, bp, causal, causal_offset, scale, softcap), logit_range, q_block,
+                kv_block, out, lse, entropy, max_logit, min_logit);
   }
   return {out, lse, entropy, max_logit, min_logit};
+}
+
+// Returns (dq, dk, dv, dbias): dq like q (B, H_q, L, d_k), dk and dv like k and v (B, H_kv, S, ·),
+// dbias (B, H_q, L, S) when bias_grad, else empty.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> health_attention_backward(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out, const at::Tensor& dout,
+    const at::Tensor& lse, const std::optional<at::Tensor>& mask, const std::optional<at::Tensor>& bias,
+    bool causal, int64_t causal_offset, double scale, double softcap, bool bias_grad, int64_t q_block,
+    int64_t kv_block) {
+  check_inputs(q, k, v, mask, bias);
+  TORCH_CHECK(out.sizes() == dout.sizes() && out.dim() == 4 && out.size(3) == v.size(3) &&
+                  out.size(2) == q.size(2) && out.size(1) == q.size(1) && out.size(0) == q.size(0),
+              "out and dout must be (B, H_q, L, d_v)");
+  TORCH_CHECK(out.scalar_type() == q.scalar_type() && dout.scalar_type() == q.scalar_type() &&
+                  lse.scalar_type() == q.scalar_type(), "out, dout, lse must have q's dtype");
+  TORCH_CHECK(out.stride(3) == 1 && dout.stride(3) == 1, "out, dout: last dimension must be contiguous");
+  TORCH_CHECK(lse.is_contiguous() && lse.dim() == 3, "lse must be contiguous (B, H_q, L)");
+  auto opts = q.options();
+  at::Tensor dq = at::zeros(q.sizes(), opts);
+  at::Tensor dk = at::zeros(k.sizes(), opts);
+  at::Tensor dv = at::zeros(v.sizes(), opts);
+  at::Tensor dbias = bias_grad ? at::empty({q.size(0), q.size(1), q.size(2), k.size(2)}, opts) : at::empty({0}, opts);
+  const at::Tensor* mp = mask.has_value() ? &mask.value() : nullptr;
+  const at::Tensor* bp = bias.has_value() ? &bias.value() : nullptr;
+  at::Tensor* dbp = bias_grad ? &dbias : nullptr;
+  if (q.scalar_type() == at::kFloat) {
+    run_backward<float>(Logits<float>(q, k, v, mp, bp, causal, causal_offset, scale, softcap), out, dout, lse,
+                        q_block, kv_block, dq, dk, dv, dbp);
+  } else {
+    run_backward<double>(Logits<double>(q, k, v, mp, bp, causal, causal_offset, scale, softcap), out, dout, lse,
+                         q_block, kv_block, dq, dk, dv, dbp);
+  }
+  return {dq, dk, dv, dbias};
 }
 
 }  // namespace
 
 TORCH_LIBRARY(attnscale_health, m) {
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor? mask, Tensor? bias, bool causal, int causal_offset, "
-        "float scale, bool logit_range, int q_block, int kv_block) -> Tensor[]");
+        "float scale, float softcap, bool logit_range, int q_block, int kv_block) "
+        "-> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+  m.def("attention_backward(Tensor q, Tensor k, Tensor v, Tensor out, Tensor dout, Tensor lse, Tensor? mask, "
+        "Tensor? bias, bool causal, int causal_offset, float scale, float softcap, bool bias_grad, int q_block, "
+        "int kv_block) -> (Tensor, Tensor, Tensor, Tensor)");
+  m.def("all_finite(Tensor x) -> bool");
   m.impl("attention", c10::DispatchKey::CPU, &health_attention);
+  m.impl("all_finite", c10::DispatchKey::CPU, &all_finite);
+  m.impl("attention_backward", c10::DispatchKey::CPU, &health_attention_backward);
 }
