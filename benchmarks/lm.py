@@ -24,6 +24,7 @@ import time
 import torch
 
 from attnscale.experiments.gpt import GPT, GPTShape
+from attnscale.experiments import lm
 from attnscale.experiments.lm import RULE_CHOICES, LMCell
 from attnscale.experiments.text_data import VOCAB, ByteText
 from attnscale.provenance import environment
@@ -76,7 +77,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--d-ks", default="16,64,256")
     parser.add_argument("--rule", default="inverse_sqrt_dk", choices=sorted(RULE_CHOICES))
-    parser.add_argument("--backend", default="chunked", help="of attnscale.torch.attention, for the figures")
+    parser.add_argument("--backend", default=lm.BACKEND, help="of attnscale.torch.attention, for the figures (default: the experiment's)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=5, help="training steps per contender per round")
     parser.add_argument("--json", default=None, help="also write the measurements to this file")

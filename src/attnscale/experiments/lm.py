@@ -56,9 +56,9 @@ TARGET_FACTOR = 1.1      # a run "gets there" at TARGET_FACTOR × the reference 
 LIKE_RATIO = 1.25        # steps to get there ≤ LIKE_RATIO × the reference's: "learns" like 1/√d_k
 VERDICTS = ("learns", "slower", "fails", "diverges")   # best to worst
 PROMPT = "The return statement"
-#: attnscale.torch.attention's backend for every rule but soft-cap (always "chunked"): "kernel" (the
-#: fused CPU kernel) as soon as it has a backward pass; until then "chunked", which has one.
-BACKEND = "chunked"
+#: attnscale.torch.attention's backend for every rule but soft-cap (always "chunked"): "auto", the
+#: fused CPU kernel (forward and backward) where it builds, else the composed path.
+BACKEND = "auto"
 
 
 def _positive(name: str, value, integer: bool = True) -> None:

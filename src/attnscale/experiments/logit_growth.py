@@ -15,11 +15,11 @@ norm 1), linear warm-up then cosine decay, at learning rates 1e-3 … 3e-1, in t
 
 The model's attention (PyTorch SDPA) runs inside :func:`attnscale.torch.monitor`, which gives every
 training step's per-head max logit (it feeds the guard) and the layer-0 max logit over the
-validation batches that is logged. It runs in :data:`MONITOR_MODE` "observe": training is then
-bit-for-bit what it is without the monitor, and the figures cost one extra fused-kernel forward
-per call (~1.2× a plain step, measured under load). "replace" would give them in the model's own
-pass, but its training backend on this branch (chunked, through autograd) costs ~2× a step; switch
-once the fused kernel has its backward.
+validation batches that is logged. It runs in :data:`MONITOR_MODE` "replace": the fused kernel
+computes the model's attention, forward and backward, and its figures in the same pass
+(``benchmarks/monitor_replace.py``: 1.19× a plain step, where "observe", bit-for-bit plain
+training plus one extra forward per call, costs 1.29×). Outputs equal SDPA's to rounding, not
+bit-for-bit.
 
 LR sensitivity, as the paper defines it: E over the learning rates of [min(ℓ(lr), ℓ₀) − min_lr ℓ(lr)],
 with ℓ the final loss and ℓ₀ the loss at initialisation (a diverged run counts as ℓ₀).
@@ -41,7 +41,7 @@ __all__ = ["LogitCell", "LogitGrowthConfig", "train_cell", "analyse", "lr_sensit
 
 KIND = "logit-growth"
 VARIANTS = ("baseline", "qk_layernorm", "qk_clip")
-MONITOR_MODE = "observe"        # "replace" once the fused kernel has its backward (see above)
+MONITOR_MODE = "replace"        # the figures from the model's own attention (see above)
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class LogitCell:
     eval_batches: int = 4       # fixed validation batches of ``batch`` sequences
     corpus_chars: int = 200_000
     corpus_seed: int = 0
-    code_version: int = 3       # bump when training code changes: old cached results then miss
+    code_version: int = 4       # bump when training code changes: old cached results then miss
 
     def __post_init__(self):
         if not (self.lr > 0 and math.isfinite(self.lr)):

@@ -72,10 +72,9 @@ __all__ = ["monitor", "Monitor", "CallRecord", "HeadFigures", "Step", "StepHead"
            "SATURATED_P"]
 
 MODES = ("observe", "replace")
-# The backend of replace mode when gradients are needed. "chunked" gives gradients through PyTorch's
-# autograd (memory O(L·S) per call, as eager attention); switch to "auto" (the fused kernel) once
-# the kernel has its own backward pass (issue 13).
-TRAINING_BACKEND = "chunked"
+# The backend of replace mode when gradients are needed: "auto", the fused kernel with its own
+# flash-style backward (memory O(L·d)) where it builds, else the composed path.
+TRAINING_BACKEND = "auto"
 SATURATED_P = 0.99                 # a row is saturated when its largest weight exceeds this
 _LOG_SATURATED = math.log(SATURATED_P)
 
