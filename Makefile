@@ -52,3 +52,6 @@ bench: setup
 	$(PY) benchmarks/attention.py
 	$(PY) benchmarks/montecarlo.py
 	$(PY) benchmarks/telemetry.py
+	$(PY) benchmarks/lm.py
+	$(PY) benchmarks/monitor_replace.py
+	$(PY) benchmarks/ray_backend.py

@@ -17,7 +17,7 @@ def _verdict(rule, d_k, verdict, optimiser="adam", lr=3e-3, seeds=3, agreeing=3)
 
 
 def _train(root, verdicts, kind="train/scale-vs-dk", quick=False):
-    results.write(kind, {"cells": [], "analysis": {"verdicts": verdicts, "table": []}}, quick=quick, root=root)
+    results.write(kind, {"cells": [], "analysis": {"verdicts": verdicts, "table": [], "curves": {}}}, quick=quick, root=root)
 
 
 def _probe(root, kind, name, d_k, heads):

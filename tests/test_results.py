@@ -96,9 +96,11 @@ def test_check_writable(tmp_path):
 
 def _tiny_train_configs():
     pytest.importorskip("torch")
-    from attnscale.experiments import logit_growth, scale_vs_dk
+    from attnscale.experiments import lm, logit_growth, scale_vs_dk
 
     return {
+        "lm": lm.LMConfig(rules=("inverse_sqrt_dk", "unscaled"), d_ks=(8,), seeds=1, sgd_lrs=(0.3,), steps=4,
+                          batch=4, context=16, d_model=16, n_layers=1, log_every=2, eval_windows=2),
         # the unscaled rule at a large learning rate: non-finite figures are likely, and must not leak
         "scale-vs-dk": scale_vs_dk.ScaleVsDkConfig(rules=("inverse_sqrt_dk", "unscaled"), d_ks=(16,), seeds=1,
                                                    sgd_lrs=(0.3,), steps=6, log_every=3, final_eval=32),
