@@ -48,8 +48,8 @@ def main(argv=None) -> int:
     n = len(cells)
     med = statistics.median
     print(f"quick scale-vs-dk sweep: {n} cells, {args.cpus} CPUs, medians of {args.repeats}")
-    print(f"| backend | sweep time | cells/s | start-up |")
-    print(f"|---|---|---|---|")
+    print("| backend | sweep time | cells/s | start-up |")
+    print("|---|---|---|---|")
     print(f"| LocalBackend({args.cpus}) | {med(local):.1f} s | {n / med(local):.2f} | (in the sweep time) |")
     print(f"| RayBackend (local instance) | {med(ray_sweep):.1f} s | {n / med(ray_sweep):.2f} | {med(ray_start):.1f} s |")
     print(f"cells/s on Ray ÷ on LocalBackend: {med(local) / med(ray_sweep):.2f}× (start-up excluded), "

@@ -112,12 +112,19 @@ def test_opens_without_errors_and_loads_nothing_else(open_page, report):
     assert links <= set(PAGE_NAMES.values()) | {SEED_POST["url"]}, links
 
 
-def test_every_figure_has_a_size(open_page):
-    page, _, _ = open_page(1280)
+@pytest.mark.parametrize("width", [1280, 420])
+def test_every_figure_has_a_size(open_page, width):
+    page, _, _ = open_page(width)
+    # a responsive figure carries a wide and a narrow drawing; the one that does not fit is hidden
     sizes = page.eval_on_selector_all(
-        "figure.fig svg, #widget svg", "els => els.map(e => { const r = e.getBoundingClientRect(); return [r.width, r.height]; })")
+        "figure.fig svg, #widget svg", "els => els.filter(e => e.checkVisibility()).map(e => {"
+                                       " const r = e.getBoundingClientRect(); return [r.width, r.height]; })")
     assert len(sizes) >= 10           # the figures of the verification, and the widget
     assert all(w > 50 and h > 50 for w, h in sizes), sizes
+    narrow = page.eval_on_selector_all(".fig-narrow", "els => els.filter(e => e.checkVisibility()).length")
+    from attnscale.report.figures import NARROW_BREAKPOINT_PX
+
+    assert (narrow > 0) == (width < NARROW_BREAKPOINT_PX)     # the phone's drawings show on a phone only
     assert page.locator(".error-box").count() == 0
 
 

@@ -97,7 +97,7 @@ def test_build_reads_the_verification_result_and_writes_one_page(built_en):
     from attnscale.report.seed import BEYOND_PARTS, CHAPTER_FIGURES
 
     n_figures = sum(len(f) for f in CHAPTER_FIGURES.values()) + len(BEYOND_PARTS)
-    assert len(re.findall(r'<figure class="fig"[^>]*><svg', page)) == n_figures
+    assert len(re.findall(r'<figure class="fig[^"]*"[^>]*>(?:<div class="fig-wide">)?<svg', page)) == n_figures
     assert {b for f in CHAPTER_FIGURES.values() for b, _ in f} | {b for _, b in BEYOND_PARTS} == set(fake_verify()["data"])
     assert 'id="widget"' in page
     # the prose's settings and the hero's numbers come from the data (the fake has n = 16 and 128)

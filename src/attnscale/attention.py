@@ -121,7 +121,7 @@ def _prepare(q, k, v, scale, mask, bias, causal, dropout_p, seed, check_finite) 
     squeeze = max(q.ndim, k.ndim, v.ndim) == 2
     q4, k4, v4 = _heads_view("q", q), _heads_view("k", k), _heads_view("v", v)
     sh = check_qkv_shapes(q4.shape, k4.shape, v4.shape, q.shape, k.shape, v.shape)
-    H_q, L, d_k, S, lead = sh.H_q, sh.L, sh.d_k, sh.S, sh.lead
+    H_q, L, S, lead = sh.H_q, sh.L, sh.S, sh.lead
     if check_finite:
         for name, x in (("q", q), ("k", k), ("v", v)):
             if not np.isfinite(x).all():

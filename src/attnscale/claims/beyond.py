@@ -120,7 +120,7 @@ def _ssmax(ctx: Context) -> None:
         series["softmax"].append(float(softmax(logits)[-1]))
         series["ssmax"].append(float(softmax(SSMAX_S * math.log(n) * logits)[-1]))
     ctx.data["ssmax"] = series
-    texts, exact, verdicts, measured = [], [], [], []
+    verdicts, measured = [], []
     import sympy
 
     for n, text in SSMAX_FIGURE.items():

@@ -14,7 +14,7 @@ from typing import Callable
 
 from attnscale.report import figures
 from attnscale.report.experiments import provenance_line, quick_title
-from attnscale.report.html import esc, figure_svg, number
+from attnscale.report.html import esc, number
 from attnscale.report.page import Section
 from attnscale.report.text import SEED_POST, caption, chapter_text, facts, pretty, t
 from attnscale.report.verdicts import claim_list
@@ -52,14 +52,13 @@ def figure_html(block: str, data: dict, lang: str, keys: tuple[str, ...] | None 
         return f'<p class="note">{esc(t("no_data", lang))} <code>{esc(block)}</code></p>'
     draw: Callable = getattr(figures, block)
     try:
-        fig = draw(block_data, lang)
+        # Drawn for the column and for a phone; a narrow figure is not blown up to the column's
+        # width: at most 130 CSS px per inch drawn.
+        return figures.responsive_figure(lambda: draw(block_data, lang), alt, cap, px_per_inch=130)
     except Exception as err:   # a data block of an unexpected shape: say so, keep the page
         detail = "".join(traceback.format_exception_only(type(err), err)).strip()
         return (f'<div class="error-box" role="alert"><p>{esc(t("figure_error", lang))} '
                 f'<code>{esc(block)}</code></p><pre>{esc(detail)}</pre></div>')
-    # A narrow figure is not blown up to the column's width: at most 130 CSS px per inch drawn.
-    max_px = round(fig.get_figwidth() * 130)
-    return figure_svg(fig, alt, cap).replace('<figure class="fig">', f'<figure class="fig" style="--fig-max:{max_px}px">', 1)
 
 
 def _paras(paras: list[str]) -> str:

@@ -178,7 +178,7 @@ def _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite) -> _Proble
     if not (q.device == k.device == v.device):
         raise InputError(f"q, k, v: expected one device, got q {q.device}, k {k.device}, v {v.device}")
     sh = check_qkv_shapes(q4.shape, k4.shape, v4.shape, q.shape, k.shape, v.shape)
-    H_q, L, d_k, S, lead = sh.H_q, sh.L, sh.d_k, sh.S, sh.lead
+    H_q, L, S, lead = sh.H_q, sh.L, sh.S, sh.lead
     # Half precision is computed in float32, as the NumPy core does for float16.
     compute = torch.float64 if q.dtype == torch.float64 else torch.float32
     target = lead + (H_q, L, S)

@@ -138,7 +138,7 @@ def _verdict_lines(verdicts: list, reference: str, factor: float, steps: int, la
 
 
 def render(env, lang: str) -> str:
-    data, a = env.data, env.data["analysis"]
+    a = env.data["analysis"]
     cfg, m, sgd = env.config, a["model"], a["sgd"]
     d_ks, rules = cfg["d_ks"], cfg["rules"]
     p = lambda key, **kw: f"<p>{esc(pretty(_t(key, lang, **kw)))}</p>"   # noqa: E731
