@@ -276,5 +276,7 @@ def test_zero_gradient_sentence_does_not_say_not_zero_when_it_was_zero(base):
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_chapter_renders_every_part_in_both_languages(base, lang):
     html = render(copy.deepcopy(base), lang, figures=lang == "en")     # figures take seconds: drawn once
-    assert html.count("<svg" if lang == "en" else "<figure") == 3 and html.count("<table") == 3
+    # three tables, the biggest (the gradient check) also whole behind a <details>
+    assert html.count("<svg" if lang == "en" else "<figure") == 3 and html.count("<table") == 4
+    assert html.count("<details") == 1
     assert "{" not in text(html)                                             # every placeholder filled

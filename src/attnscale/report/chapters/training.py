@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 
-from attnscale.report.html import esc, figure_svg, number, table
+from attnscale.report.html import esc, figure_svg, number, table, table_with_details
 from attnscale.report.text import localize, t
 
 KIND = "train/scale-vs-dk"
@@ -483,7 +483,10 @@ def _chain(chain: dict, names: dict, lang: str) -> list[str]:
     body = [["W_Q" if r["gradient"] == "grad_wq" else "W_K", names[r["rule"]], r["d_k"], _n(r["factor"], ".4g"),
              _n(r["logit_std"], ".2f"), _n(r["max_weight_mean"], ".3f"), _n(r["scale_only"]), _n(r["predicted"]),
              _n(r["measured"]), _n(r["ratio"], ".2f")] for r in chain["rows"]]
-    return out + [table(header, body, cls="numeric"), _p("chain_rest", lang)]
+    # at a glance the largest d_k (where the rules differ most); every row behind a <details>
+    top = max(r["d_k"] for r in chain["rows"])
+    glance = [row for row, r in zip(body, chain["rows"]) if r["d_k"] == top]
+    return out + [table_with_details(header, body, glance, lang, cls="numeric"), _p("chain_rest", lang)]
 
 
 def _timing(timing: dict, wall_s, lang: str) -> str:
