@@ -20,7 +20,11 @@ import numpy as np
 
 from attnscale.errors import InputError, InputTypeError
 
-__all__ = ["softmax", "logsumexp", "RowHealth", "row_health", "softmax_jacobian", "jacobian_norms"]
+__all__ = ["softmax", "logsumexp", "RowHealth", "row_health", "softmax_jacobian", "jacobian_norms", "SATURATED_WEIGHT"]
+
+#: A row whose largest weight exceeds this is counted as saturated (nearly one-hot), by the training
+#: experiments and the monitor alike.
+SATURATED_WEIGHT = 0.99
 
 
 def _attended(logits: np.ndarray, mask: np.ndarray | None) -> np.ndarray:

@@ -11,10 +11,9 @@ import numpy as np
 
 from attnscale.errors import InputError
 from attnscale.results import finite_or_none
+from attnscale.softmax import SATURATED_WEIGHT   # re-exported: the experiments' saturation threshold
 
 __all__ = ["seed_everything", "process_settings", "restore_process_settings", "make_optimizer", "attention_metrics", "grad_norm", "SATURATED_WEIGHT"]
-
-SATURATED_WEIGHT = 0.99   # a row whose largest weight exceeds this is counted as saturated
 
 
 # torch's process-wide settings as they were before seed_everything first changed them in this process.

@@ -45,7 +45,7 @@ counts its calls twice. A fully masked row counts in ``rows_empty`` and in no fi
 logits overflowed to +inf or are NaN counts in ``rows_broken`` and in no entropy figure (an
 overflowed +inf does show as the head's max logit), and an overflowed one in the float16 overflow
 count. A row is saturated when its largest weight
-exceeds 0.99 (:data:`SATURATED_P`): exp(max logit − lse), free from the kernel's figures.
+exceeds :data:`SATURATED_P` (:data:`attnscale.softmax.SATURATED_WEIGHT`): exp(max logit − lse), free from the kernel's figures.
 
 Any SDPA layout is taken: q (..., H_q, L, d_k) with any number of leading dimensions (all folded
 into the batch), or 3-D (N, L, d_k), which has no head axis and is counted as one head.
@@ -64,6 +64,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnscale.errors import InputError, InputTypeError, require
+from attnscale.softmax import SATURATED_WEIGHT
 from attnscale.torch.attention import FLOAT16_MAX, attention
 from attnscale.torch.capture import capture_sdpa
 from attnscale.torch.sdpa_mask import split_attn_mask
@@ -75,7 +76,7 @@ MODES = ("observe", "replace")
 # The backend of replace mode when gradients are needed: "auto", the fused kernel with its own
 # flash-style backward (memory O(L·d)) where it builds, else the composed path.
 TRAINING_BACKEND = "auto"
-SATURATED_P = 0.99                 # a row is saturated when its largest weight exceeds this
+SATURATED_P = SATURATED_WEIGHT     # a row is saturated when its largest weight exceeds this
 _LOG_SATURATED = math.log(SATURATED_P)
 
 
