@@ -33,3 +33,32 @@ def require(module: str, extra: str):
     except ImportError:
         raise MissingDependency(
             f"{module} is not installed; install it with: pip install 'attnscale[{extra}]'") from None
+
+
+def check_count(name: str, value, minimum: int = 1) -> int:
+    """``value`` as a whole number >= ``minimum`` (steps, seeds, workers, sizes), or an
+    :class:`InputError` naming ``name``. Booleans are refused: ``True`` is not a count."""
+    import numbers
+
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise InputError(f"{name}: expected an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def check_positive(name: str, value) -> float:
+    """``value`` as a finite real number > 0 (a learning rate, a threshold), or an
+    :class:`InputError` naming ``name``."""
+    import math
+    import numbers
+
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (value > 0 and math.isfinite(value)):
+        raise InputError(f"{name}: expected a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def check_choice(name: str, value, choices) -> None:
+    """An :class:`InputError` naming ``name`` unless ``value`` is one of ``choices`` (names listed
+    sorted when ``choices`` is a mapping or set, in their own order otherwise)."""
+    if value not in choices:
+        listed = sorted(choices) if isinstance(choices, (dict, set, frozenset)) else tuple(choices)
+        raise InputError(f"{name}: expected one of {listed}, got {value!r}")

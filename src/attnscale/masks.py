@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnscale.errors import InputError
+from attnscale.errors import InputError, check_choice
 
 __all__ = ["CAUSAL_ALIGNMENTS", "causal_alignment", "causal_mask"]
 
@@ -46,7 +46,6 @@ def causal_mask(L: int, S: int, alignment: str = "top_left") -> np.ndarray:
     array([[1, 1, 0],
            [1, 1, 1]])
     """
-    if alignment not in CAUSAL_ALIGNMENTS:
-        raise InputError(f"alignment: expected one of {CAUSAL_ALIGNMENTS}, got {alignment!r}")
+    check_choice("alignment", alignment, CAUSAL_ALIGNMENTS)
     offset = 0 if alignment == "top_left" else S - L
     return np.arange(S)[None, :] <= np.arange(L)[:, None] + offset

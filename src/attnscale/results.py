@@ -37,7 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from attnscale.errors import InputError
+from attnscale.errors import InputError, check_choice
 from attnscale.store import to_jsonable, write_bytes_atomic
 
 __all__ = [
@@ -103,8 +103,7 @@ class Envelope:
 
 
 def _kind(kind: str) -> Kind:
-    if kind not in KINDS:
-        raise InputError(f"kind: expected one of {sorted(KINDS)}, got {kind!r}")
+    check_choice("kind", kind, KINDS)
     return KINDS[kind]
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from attnscale.errors import InputError, require
+from attnscale.errors import InputError, check_count, require
 from attnscale.scales import ScaleRule
 
 torch = require("torch", "torch")
@@ -42,8 +42,7 @@ class GPTShape:
 
     def __post_init__(self):
         for name in ("vocab", "context", "d_model", "n_layers", "d_k"):
-            if getattr(self, name) < 1:
-                raise InputError(f"{name}: expected an integer >= 1, got {getattr(self, name)!r}")
+            check_count(name, getattr(self, name))
         if self.d_model % self.d_k:
             raise InputError(f"d_k: expected a divisor of d_model={self.d_model}, got {self.d_k}")
 

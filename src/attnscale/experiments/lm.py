@@ -36,8 +36,9 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from attnscale.errors import InputError
+from attnscale.errors import InputError, check_choice, check_count, check_positive
 from attnscale.experiments import scale_vs_dk
+from attnscale.experiments.cells import shared_settings
 from attnscale.experiments.text_data import DEFAULT_TEXT, VOCAB, ByteText
 from attnscale.results import finite_or_none
 from attnscale.scales import RULES, ScaleRule
@@ -61,12 +62,6 @@ PROMPT = "The return statement"
 BACKEND = "auto"
 
 
-def _positive(name: str, value, integer: bool = True) -> None:
-    ok = value >= 1 if integer else (value > 0 and math.isfinite(value))
-    if not ok:
-        raise InputError(f"{name}: expected {'an integer >= 1' if integer else 'a finite number > 0'}, got {value!r}")
-
-
 def text_digest(source: str) -> str:
     """sha256 of the text's bytes: in every cell, so that an edited --text file misses the cache."""
     from attnscale.experiments.text_data import load_text
@@ -74,15 +69,18 @@ def text_digest(source: str) -> str:
     return hashlib.sha256(load_text(source)).hexdigest()[:16]
 
 
-@dataclass(frozen=True)
-class LMCell:
-    """One training run. Its hash is its cache key: every field that changes the numbers is here."""
+def _check_d_k(d_k, d_model: int) -> None:
+    check_count("d_k", d_k)
+    if d_model % d_k:
+        raise InputError(f"d_k: expected a divisor of d_model={d_model}, got {d_k}")
 
-    rule: str                   # a key of RULE_CHOICES
-    d_k: int
-    optimizer: str              # "adamw" or "sgd"
-    lr: float                   # peak learning rate
-    seed: int
+
+@dataclass(frozen=True, kw_only=True)
+class LMRun:
+    """What every run of the sweep shares: the model's width and depth, the batches, the schedule's
+    length, the text and the attention backend. The sweep (:class:`LMConfig`) and each run
+    (:class:`LMCell`) extend it, so each setting and its default is declared once."""
+
     steps: int = 72
     batch: int = 16
     context: int = 64
@@ -91,25 +89,35 @@ class LMCell:
     log_every: int = 8
     eval_windows: int = 32      # fixed validation windows of `context` tokens
     text: str = DEFAULT_TEXT
+    backend: str = BACKEND
+
+    def __post_init__(self):
+        for name in ("steps", "batch", "context", "d_model", "n_layers", "log_every", "eval_windows"):
+            check_count(name, getattr(self, name))
+        check_choice("backend", self.backend, BACKENDS)
+
+
+@dataclass(frozen=True)
+class LMCell(LMRun):
+    """One training run. Its hash is its cache key: every field that changes the numbers is here."""
+
+    rule: str                   # a key of RULE_CHOICES
+    d_k: int
+    optimizer: str              # "adamw" or "sgd"
+    lr: float                   # peak learning rate
+    seed: int
     text_sha256: str = ""
     valid_fraction: float = 0.1
-    backend: str = BACKEND
     prompt: str = PROMPT
     sample_bytes: int = 100
     code_version: int = 1       # bump when training code changes: old cached results then miss
 
     def __post_init__(self):
-        if self.rule not in RULE_CHOICES:
-            raise InputError(f"rule: expected one of {sorted(RULE_CHOICES)}, got {self.rule!r}")
-        if self.optimizer not in OPTIMIZERS:
-            raise InputError(f"optimizer: expected one of {OPTIMIZERS}, got {self.optimizer!r}")
-        _positive("lr", self.lr, integer=False)
-        for name in ("d_k", "steps", "batch", "context", "d_model", "n_layers", "log_every", "eval_windows"):
-            _positive(name, getattr(self, name))
-        if self.d_model % self.d_k:
-            raise InputError(f"d_k: expected a divisor of d_model={self.d_model}, got {self.d_k}")
-        if self.backend not in BACKENDS:
-            raise InputError(f"backend: expected one of {BACKENDS}, got {self.backend!r}")
+        super().__post_init__()
+        check_choice("rule", self.rule, RULE_CHOICES)
+        check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        check_positive("lr", self.lr)
+        _check_d_k(self.d_k, self.d_model)
 
     @property
     def label(self) -> str:
@@ -117,7 +125,7 @@ class LMCell:
 
 
 @dataclass(frozen=True)
-class LMConfig:
+class LMConfig(LMRun):
     """The sweep: rules × d_k × (AdamW at one rate + SGD over ``sgd_lrs``) × seeds, by default
     6 × 3 × (1 + 4) × 3 = 270 cells of 72 steps.
 
@@ -139,37 +147,25 @@ class LMConfig:
     seeds: int = 3
     adamw_lr: float = 1e-3
     sgd_lrs: tuple[float, ...] = (0.01, 0.03, 0.1, 0.3)
-    steps: int = 72
-    batch: int = 16
-    context: int = 64
-    d_model: int = 256
-    n_layers: int = 2
-    log_every: int = 8
-    eval_windows: int = 32
-    text: str = DEFAULT_TEXT
-    backend: str = BACKEND
 
     def __post_init__(self):
+        super().__post_init__()
         unknown = [r for r in self.rules if r not in RULE_CHOICES]
         if unknown:
             raise InputError(f"rules: unknown rule(s) {unknown}; expected names among {sorted(RULE_CHOICES)}")
         if REFERENCE_RULE not in self.rules:
             raise InputError(f"rules: expected {REFERENCE_RULE!r} among them (every verdict is against it), "
                              f"got {list(self.rules)}")
-        _positive("seeds", self.seeds)
-        for name in ("steps", "batch", "context", "d_model", "n_layers", "log_every", "eval_windows"):
-            _positive(name, getattr(self, name))
-        _positive("lr", self.adamw_lr, integer=False)
+        check_count("seeds", self.seeds)
+        check_positive("lr", self.adamw_lr)      # the CLI's --lr
         if not self.sgd_lrs:
             raise InputError("sgd_lrs: expected at least one SGD learning rate, got none")
         for lr in self.sgd_lrs:
-            _positive("sgd_lrs", lr, integer=False)
+            check_positive("sgd_lrs", lr)
         if not self.d_ks:
             raise InputError("d_ks: expected at least one d_k, got none")
         for d_k in self.d_ks:
-            _positive("d_k", d_k)
-            if self.d_model % d_k:
-                raise InputError(f"d_k: expected divisors of d_model={self.d_model}, got {d_k}")
+            _check_d_k(d_k, self.d_model)
         ByteText.from_source(self.text, context=self.context)   # the text exists and holds one window each side
 
     @classmethod
@@ -179,9 +175,7 @@ class LMConfig:
                    eval_windows=16)
 
     def cells(self) -> list[LMCell]:
-        common = dict(steps=self.steps, batch=self.batch, context=self.context, d_model=self.d_model,
-                      n_layers=self.n_layers, log_every=self.log_every, eval_windows=self.eval_windows,
-                      text=self.text, text_sha256=text_digest(self.text), backend=self.backend)
+        common = dict(shared_settings(self, LMRun), text_sha256=text_digest(self.text))
         out = []
         for seed in range(self.seeds):
             for d_k in self.d_ks:

@@ -35,7 +35,8 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from attnscale.errors import InputError
+from attnscale.errors import InputError, check_count, check_positive
+from attnscale.experiments.cells import shared_settings
 
 __all__ = ["LogitCell", "LogitGrowthConfig", "train_cell", "analyse", "lr_sensitivity", "KIND", "VARIANTS"]
 
@@ -44,37 +45,47 @@ VARIANTS = ("baseline", "qk_layernorm", "qk_clip")
 MONITOR_MODE = "replace"        # the figures from the model's own attention (see above)
 
 
+@dataclass(frozen=True, kw_only=True)
+class LogitRun:
+    """What every run of the sweep shares; :class:`LogitGrowthConfig` and :class:`LogitCell` extend
+    it, so each setting and its default is declared once."""
+
+    steps: int = 1000
+    warmup: int = 50            # linear warm-up steps (5 %, as the paper), then cosine decay to 0
+    batch: int = 16             # sequences per step
+    log_every: int = 25
+    corpus_chars: int = 200_000
+
+    def __post_init__(self):
+        for name in ("steps", "batch", "log_every", "corpus_chars"):
+            check_count(name, getattr(self, name))
+        if not 0 <= self.warmup < self.steps:
+            raise InputError(f"warmup: expected 0 <= warmup < steps={self.steps}, got {self.warmup!r}")
+
+
 @dataclass(frozen=True)
-class LogitCell:
+class LogitCell(LogitRun):
     """One training run of the LM. Its hash is its cache key."""
 
     lr: float                   # peak learning rate
     qk_layernorm: bool
     seed: int
     qk_clip: float | None = None  # τ of the logit guard (None: no guard)
-    steps: int = 1000
-    warmup: int = 50            # linear warm-up steps (5 %, as the paper), then cosine decay to 0
-    batch: int = 16             # sequences per step
     context: int = 64
     d_model: int = 64
     n_layers: int = 2
     n_heads: int = 4
     weight_decay: float = 1e-4  # independent of the peak LR, as the paper: p ← p − (lr_t/lr)·λ·p
     clip_norm: float = 1.0      # global gradient-norm clipping, as the paper
-    log_every: int = 25
     eval_batches: int = 4       # fixed validation batches of ``batch`` sequences
-    corpus_chars: int = 200_000
     corpus_seed: int = 0
     code_version: int = 4       # bump when training code changes: old cached results then miss
 
     def __post_init__(self):
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise InputError(f"lr: expected a finite number > 0, got {self.lr!r}")
-        if not 0 <= self.warmup < self.steps:
-            raise InputError(f"warmup: expected 0 <= warmup < steps={self.steps}, got {self.warmup!r}")
-        for name in ("batch", "context", "log_every", "eval_batches"):
-            if getattr(self, name) < 1:
-                raise InputError(f"{name}: expected an integer >= 1, got {getattr(self, name)!r}")
+        super().__post_init__()
+        check_positive("lr", self.lr)
+        for name in ("context", "eval_batches"):
+            check_count(name, getattr(self, name))
         if self.qk_clip is not None and not (self.qk_clip > 0 and math.isfinite(self.qk_clip)):
             raise InputError(f"qk_clip: expected None or a finite τ > 0, got {self.qk_clip!r}")
         if self.qk_clip is not None and self.qk_layernorm:
@@ -91,23 +102,17 @@ class LogitCell:
 
 
 @dataclass(frozen=True)
-class LogitGrowthConfig:
+class LogitGrowthConfig(LogitRun):
     lrs: tuple[float, ...] = (1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1)
     seeds: int = 1
-    steps: int = 1000
-    warmup: int = 50
-    batch: int = 16
-    log_every: int = 25
-    corpus_chars: int = 200_000
     tau: float = 100.0          # the guard's threshold (Kimi K2 trained with τ = 100)
 
     def __post_init__(self):
+        super().__post_init__()
         if len(self.lrs) < 1 or any(not (lr > 0) for lr in self.lrs):
             raise InputError(f"lrs: expected positive learning rates, got {self.lrs!r}")
-        if self.seeds < 1:
-            raise InputError(f"seeds: expected an integer >= 1, got {self.seeds!r}")
-        if not (self.tau > 0 and math.isfinite(self.tau)):
-            raise InputError(f"tau: expected a finite number > 0, got {self.tau!r}")
+        check_count("seeds", self.seeds)
+        check_positive("tau", self.tau)
 
     @classmethod
     def quick(cls, seeds: int = 1) -> "LogitGrowthConfig":
@@ -117,8 +122,7 @@ class LogitGrowthConfig:
 
     def cells(self) -> list[LogitCell]:
         arms = {"baseline": (False, None), "qk_layernorm": (True, None), "qk_clip": (False, self.tau)}
-        return [LogitCell(lr, arms[v][0], seed, qk_clip=arms[v][1], steps=self.steps, warmup=self.warmup,
-                          batch=self.batch, log_every=self.log_every, corpus_chars=self.corpus_chars)
+        return [LogitCell(lr, arms[v][0], seed, qk_clip=arms[v][1], **shared_settings(self, LogitRun))
                 for seed in range(self.seeds) for v in VARIANTS for lr in self.lrs]
 
 

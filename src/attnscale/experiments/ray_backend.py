@@ -25,7 +25,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from attnscale.errors import AttnScaleError, InputError, require
+from attnscale.errors import AttnScaleError, InputError, check_count, require
 
 __all__ = ["RayBackend", "VersionMismatch"]
 
@@ -79,11 +79,9 @@ class RayBackend:
         if self.address is not None and (not isinstance(self.address, str) or not self.address.strip()):
             raise InputError(f"address: expected None, 'auto' or 'HOST:PORT', got {self.address!r}")
         for name in ("cpus_per_cell", "num_cpus"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise InputError(f"{name}: expected an integer >= 1, got {value!r}")
-        if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int) or self.max_retries < 0:
-            raise InputError(f"max_retries: expected an integer >= 0, got {self.max_retries!r}")
+            if getattr(self, name) is not None:
+                check_count(name, getattr(self, name))
+        check_count("max_retries", self.max_retries, minimum=0)
 
     def _connect(self, ray) -> bool:
         """Join or start Ray; True when this backend started it (and so must stop it)."""

@@ -24,7 +24,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
-from attnscale.errors import InputError
+from attnscale.errors import check_count
 from attnscale.store import ResultCache, to_jsonable
 
 __all__ = ["Backend", "SerialBackend", "LocalBackend", "run_sweep", "default_workers"]
@@ -75,8 +75,7 @@ class LocalBackend:
     hold threads. At most ``workers`` cells run at once; results come back as they finish."""
 
     def __init__(self, workers: int = 2, start_method: str | None = None):
-        if workers < 1:
-            raise InputError(f"workers: expected an integer >= 1, got {workers!r}")
+        check_count("workers", workers)
         methods = multiprocessing.get_all_start_methods()
         self.workers = workers
         self.start_method = start_method or ("forkserver" if "forkserver" in methods else "spawn")

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from attnscale.errors import InputError
+from attnscale.errors import InputError, check_choice, check_count, check_positive
+from attnscale.experiments.cells import shared_settings
 from attnscale.experiments.tasks import MarkedCount
 from attnscale.experiments.training import SATURATED_WEIGHT
 from attnscale.results import finite_or_none
@@ -64,10 +65,27 @@ RULE_CHOICES: dict[str, ScaleRule] = {
     "softcap_unscaled": RULES["softcap_unscaled"],
 }
 REFERENCE_RULE = "inverse_sqrt_dk"
+OPTIMIZERS = ("adam", "sgd")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScaleRun:
+    """What every run of the sweep shares; :class:`ScaleVsDkConfig` and :class:`ScaleCell` extend it,
+    so each setting and its default is declared once."""
+
+    steps: int = 500
+    batch: int = 64
+    log_every: int = 10       # steps between logged metrics (and the window of the running accuracy)
+    final_eval: int = 2048    # fresh samples for the final accuracy
+    task: MarkedCount = field(default_factory=MarkedCount)
+
+    def __post_init__(self):
+        for name in ("steps", "batch", "log_every", "final_eval"):
+            check_count(name, getattr(self, name))
 
 
 @dataclass(frozen=True)
-class ScaleCell:
+class ScaleCell(ScaleRun):
     """One training run. Its hash is its cache key: every field that changes the numbers is here."""
 
     rule: str                 # a key of RULE_CHOICES
@@ -75,25 +93,16 @@ class ScaleCell:
     optimizer: str            # "adam" or "sgd"
     lr: float
     seed: int
-    steps: int = 500
-    batch: int = 64
-    log_every: int = 10       # steps between logged metrics (and the window of the running accuracy)
-    final_eval: int = 2048    # fresh samples for the final accuracy
     d_model: int = 32
     n_heads: int = 2
-    task: MarkedCount = field(default_factory=MarkedCount)
     code_version: int = 4     # bump when training code changes: old cached results then miss
 
     def __post_init__(self):
-        if self.rule not in RULE_CHOICES:
-            raise InputError(f"rule: expected one of {sorted(RULE_CHOICES)}, got {self.rule!r}")
-        if self.optimizer not in ("adam", "sgd"):
-            raise InputError(f"optimizer: expected 'adam' or 'sgd', got {self.optimizer!r}")
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise InputError(f"lr: expected a finite number > 0, got {self.lr!r}")
-        for name in ("d_k", "steps", "batch", "log_every", "final_eval"):
-            if getattr(self, name) < 1:
-                raise InputError(f"{name}: expected an integer >= 1, got {getattr(self, name)!r}")
+        super().__post_init__()
+        check_choice("rule", self.rule, RULE_CHOICES)
+        check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        check_positive("lr", self.lr)
+        check_count("d_k", self.d_k)
 
     @property
     def label(self) -> str:
@@ -101,7 +110,7 @@ class ScaleCell:
 
 
 @dataclass(frozen=True)
-class ScaleVsDkConfig:
+class ScaleVsDkConfig(ScaleRun):
     """The sweep. Default: 270 cells of 500 steps; the cells at the grid's top rate diverge within a
     few steps. Each cell records its own run time, and the report states the times measured (see
     :meth:`quick` for seconds instead of minutes).
@@ -115,20 +124,16 @@ class ScaleVsDkConfig:
     seeds: int = 3
     adam_lr: float = 3e-3
     sgd_lrs: tuple[float, ...] = (0.03, 0.1, 0.3, 0.9, 2.7)
-    steps: int = 500
-    batch: int = 64
-    log_every: int = 10
-    final_eval: int = 2048
     target_accuracy: float = 0.9
-    task: MarkedCount = field(default_factory=MarkedCount)
 
     def __post_init__(self):
+        super().__post_init__()
         unknown = [r for r in self.rules if r not in RULE_CHOICES]
         if unknown or REFERENCE_RULE not in self.rules:
             raise InputError(f"rules: expected names among {sorted(RULE_CHOICES)} including {REFERENCE_RULE!r}, "
                              f"got {list(self.rules)}")
-        if self.seeds < 1:
-            raise InputError(f"seeds: expected an integer >= 1, got {self.seeds!r}")
+        check_count("seeds", self.seeds)
+        check_positive("adam_lr", self.adam_lr)
         if not 0 < self.target_accuracy <= 1:
             raise InputError(f"target_accuracy: expected a number in (0, 1], got {self.target_accuracy!r}")
         if not self.sgd_lrs or list(self.sgd_lrs) != sorted(set(self.sgd_lrs)):
@@ -140,8 +145,7 @@ class ScaleVsDkConfig:
         return cls(d_ks=(16, 64), seeds=seeds, sgd_lrs=(0.03, 0.1, 0.3), steps=40, log_every=10, final_eval=256)
 
     def cells(self) -> list[ScaleCell]:
-        common = dict(steps=self.steps, batch=self.batch, log_every=self.log_every,
-                      final_eval=self.final_eval, task=self.task)
+        common = shared_settings(self, ScaleRun)
         out = []
         for seed in range(self.seeds):
             for d_k in self.d_ks:

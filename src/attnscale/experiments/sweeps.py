@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from attnscale import results
-from attnscale.errors import InputError
+from attnscale.errors import check_choice
 from attnscale.experiments import lm, logit_growth, scale_vs_dk
 from attnscale.experiments.runner import Backend, run_sweep
 from attnscale.store import ResultCache, to_jsonable
@@ -53,8 +53,7 @@ EXPERIMENTS: dict[str, Experiment] = {
 
 def make_config(name: str, quick: bool = False, seeds: int | None = None):
     """The configuration of experiment ``name``: default, or quick; ``seeds`` overrides its seed count."""
-    if name not in EXPERIMENTS:
-        raise InputError(f"experiment: expected one of {sorted(EXPERIMENTS)}, got {name!r}")
+    check_choice("experiment", name, EXPERIMENTS)
     kind = EXPERIMENTS[name].config_type
     config = kind.quick() if quick else kind()
     return config if seeds is None else dataclasses.replace(config, seeds=seeds)

@@ -56,7 +56,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from attnscale.errors import InputError, InputTypeError, require
+from attnscale.errors import InputError, InputTypeError, check_choice, require
 from attnscale.masks import causal_alignment
 from attnscale.scales import resolve_scale
 from attnscale.shapes import check_qkv_shapes
@@ -267,8 +267,7 @@ def attention(q, k, v, *, scale=None, mask=None, bias=None, causal=False, stats:
     [0.5, 0.9741, 0.6628]
     """
     torch = require("torch", "torch")
-    if backend not in BACKENDS:
-        raise InputError(f"backend: expected one of {BACKENDS}, got {backend!r}")
+    check_choice("backend", backend, BACKENDS)
     p = _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite)
     if not stats and not p.softcap:     # PyTorch's SDPA cannot cap: a capped call takes the path below
         if check_finite:

@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from attnscale.errors import InputError, InputTypeError, require
+from attnscale.errors import InputError, InputTypeError, check_positive, require
 
 __all__ = ["LogitGuard", "Clip", "find_heads"]
 
@@ -120,9 +120,7 @@ class LogitGuard:
         torch = require("torch", "torch")
         if not isinstance(model, torch.nn.Module):
             raise InputTypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
-        if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not (tau > 0 and math.isfinite(tau)):
-            raise InputError(f"tau: expected a finite number > 0, got {tau!r}")
-        self.tau = float(tau)
+        self.tau = check_positive("tau", tau)
         self.targets, self.refused = find_heads(model)
         if not self.targets:
             why = "; ".join(self.refused) or "no module has w_q/w_k, q_proj/k_proj or query/key projections"

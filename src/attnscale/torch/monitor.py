@@ -63,7 +63,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnscale.errors import InputError, InputTypeError, require
+from attnscale.errors import InputError, InputTypeError, check_choice, require
 from attnscale.softmax import SATURATED_WEIGHT
 from attnscale.torch.attention import FLOAT16_MAX, attention
 from attnscale.torch.capture import capture_sdpa
@@ -446,10 +446,8 @@ class monitor:
     def __init__(self, model=None, backend: str = "auto", mode: str = "observe", sinks=(), history: bool = True):
         from attnscale.torch.attention import BACKENDS
 
-        if backend not in BACKENDS:
-            raise InputError(f"backend: expected one of {BACKENDS}, got {backend!r}")
-        if mode not in MODES:
-            raise InputError(f"mode: expected one of {MODES}, got {mode!r}")
+        check_choice("backend", backend, BACKENDS)
+        check_choice("mode", mode, MODES)
         sinks = list(sinks)
         for s in sinks:
             if not (callable(getattr(s, "write", None)) and callable(getattr(s, "close", None))):
