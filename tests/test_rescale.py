@@ -148,7 +148,7 @@ def probe_data():
     per_layer = {"ratio_pair": [1.6, 2.6], "ratio_token": [1.5, 2.5], "sink_first": [0.3, 0.3]}
     return {
         "config": {"n_sequences": 4, "n_tokens": 40},
-        "check": {"passed": True, "max_abs_diff_per_layer": [1e-7, 2e-7], "tolerance": 1e-5, "rows_checked": 240},
+        "check": {"passed": True, "max_abs_diff_per_layer": [1e-7, 2e-7], "max_abs_diff": 2e-7, "tolerance": 1e-5, "rows_checked": 240},
         "model": {"name": "TinyLM", "d_k": 64, "n_layers": 2, "n_heads_q": 3, "n_heads_kv": 1, "causal": True,
                   "scale": 0.125, "rope_theta": 1e4, "weights_note": "weights de-quantised from 4 bits"},
         "heads": heads, "per_layer": per_layer, "absent": {"sink_bos": "no bos token in the text"},

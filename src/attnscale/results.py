@@ -64,8 +64,8 @@ class Kind:
 KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("demo", ("answer",), "a doctest's"),
     Kind("verify", ("claims", "counts"), "attnscale verify: the seed's claims and their verdicts"),
-    Kind("probe/minilm", ("model", "heads"), "attnscale probe --model minilm"),
-    Kind("probe/smollm2", ("model", "heads"), "attnscale probe --model smollm2"),
+    Kind("probe/minilm", ("model", "heads", "check.max_abs_diff"), "attnscale probe --model minilm"),
+    Kind("probe/smollm2", ("model", "heads", "check.max_abs_diff"), "attnscale probe --model smollm2"),
     Kind("rescale/smollm2", ("model", "alphas", "check", "analysis"), "attnscale rescale --model smollm2"),
     Kind("rescale/minilm", ("model", "alphas", "check", "analysis"), "attnscale rescale --model minilm"),
     Kind("train/scale-vs-dk", ("cells", "analysis", "analysis.table", "analysis.verdicts"), "attnscale train scale-vs-dk"),

@@ -26,7 +26,7 @@ from typing import Callable
 
 import numpy as np
 
-from attnscale.errors import InputError, require
+from attnscale.errors import InputError, check_count, require
 from attnscale.experiments.probe import add_sums, call_sums, check_probabilities, head_figures
 
 __all__ = ["builtin_sentences", "read_texts", "run_probe", "striking_heads", "analysis", "FIGURES",
@@ -195,8 +195,7 @@ def run_probe(loaded, texts: list[str], *, batch_size: int = 32, tolerance: floa
     threadpool_limits = require("threadpoolctl", "probe").threadpool_limits
     if not texts:
         raise InputError("texts: expected at least one sequence, got none")
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise InputError(f"batch_size: expected a positive integer, got {batch_size!r}")
+    check_count("batch_size", batch_size)
     started = time.perf_counter()
     model, tokenizer = loaded.model, loaded.tokenizer
     if tokenizer.pad_token is None:                       # padding is masked: any token will do
@@ -241,7 +240,8 @@ def run_probe(loaded, texts: list[str], *, batch_size: int = 32, tolerance: floa
                 check["rows_checked"] += int(query_valid.sum()) * layers[i]["n_heads_q"]
                 sums[i] = add_sums(sums[i], call_sums(**arrays, query_valid=query_valid, key_kinds=kinds,
                                                       key_offset=0))
-        if max(check["max_abs_diff_per_layer"]) > tolerance:
+        check["max_abs_diff"] = max(check["max_abs_diff_per_layer"])
+        if check["max_abs_diff"] > tolerance:
             check["passed"] = False
             break
         if progress is not None:

@@ -28,7 +28,7 @@ from typing import Callable
 
 import numpy as np
 
-from attnscale.errors import InputError, require
+from attnscale.errors import InputError, check_count, require
 
 __all__ = ["ALPHAS", "PROMPT", "RescaleConfig", "check_alphas", "default_text", "read_text",
            "run_rescale", "WHAT"]
@@ -56,9 +56,7 @@ class RescaleConfig:
     def __post_init__(self):
         check_alphas(self.alphas)
         for name in ("max_tokens", "window", "new_tokens", "batch_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise InputError(f"{name}: expected a positive integer, got {value!r}")
+            check_count(name, getattr(self, name))
         if self.window < 2:
             raise InputError(f"window: expected at least 2 tokens (one pair to predict), got {self.window}")
 

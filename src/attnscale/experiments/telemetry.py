@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from attnscale.errors import InputError, require
+from attnscale.errors import InputError, check_count, require
 
 __all__ = ["TelemetryBenchConfig", "run_telemetry_bench", "measure_monitor", "monitor_layers", "VARIANTS",
            "PASSES", "TARGETS", "check_device"]
@@ -74,8 +74,7 @@ class TelemetryBenchConfig:
                 raise InputError(f"shapes: expected (B, H, L, d) with positive sizes, got {shape!r}")
         if self.threads < 0:
             raise InputError(f"threads: expected 0 (torch's default) or a positive count, got {self.threads}")
-        if self.repeats < 1:
-            raise InputError(f"repeats: expected at least 1, got {self.repeats}")
+        check_count("repeats", self.repeats)
         for name in ("forward_variants", "backward_variants", "memory_variants"):
             chosen = getattr(self, name)
             if set(chosen) - set(VARIANTS) or "sdpa" not in chosen:
