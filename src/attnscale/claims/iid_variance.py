@@ -199,6 +199,7 @@ def _variance_claim(ctx: Context, cid: str, name: str, est: list[Estimate], conf
     top = est[-1]
     batch = top.n_samples // top.n_batches
     sd_theory = math.sqrt(pair_mean_variance(D_KS[-1], comp.fourth_moment, comp.fourth_moment, batch) / top.n_batches)
+    judged_at = bonferroni_level(confidence, n_tests)
     ctx.add(ClaimResult(
         id=cid, chapter="variance",
         claim_en=f"Var(q·k) = d_k for d_k = 1…4096, {comp.how_drawn} components",
@@ -206,7 +207,7 @@ def _variance_claim(ctx: Context, cid: str, name: str, est: list[Estimate], conf
         seed_value="d_k", method="Monte Carlo",
         expected=f"every interval covers d_k and lies within d_k·(1 ± {margin:.0%}) (equivalence margin; "
                  f"{len(D_KS)} d_k values, judged at the Bonferroni level "
-                 f"{level_text(bonferroni_level(confidence, n_tests))} over all {n_tests})",
+                 f"{level_text(judged_at)} over all {n_tests})",
         measured=(f"{sum(cover99)}/{len(est)} per-estimate {ctx.level} CIs cover d_k; "
                   + margin_text(verdicts, wide, D_KS, [f"d_k = {d}" for d in D_KS], margin)
                   + f"; d_k=4096: Var/d_k = "
@@ -215,7 +216,7 @@ def _variance_claim(ctx: Context, cid: str, name: str, est: list[Estimate], conf
                     f"({top.n_samples * batch:,} pairs); "
                     f"{converged}/{len(est)} reached ±{ctx.config.rel_ci_target:.0%}"),
         # the interval stored is the one judged: d_k = 4096's at the Bonferroni level
-        estimate=top.value, ci_low=wide[-1][0], ci_high=wide[-1][1], ci_level=bonferroni_level(confidence, n_tests),
+        estimate=top.value, ci_low=wide[-1][0], ci_high=wide[-1][1], ci_level=judged_at,
         n_samples=top.n_samples, verdict=judge_all(verdicts), margin=margin,
         note=(f"inconclusive = every interval covers d_k but not all are inside ±{margin:.0%}: more samples needed to "
               "say 'equal' at that precision; "
