@@ -364,7 +364,8 @@ def test_progress_reaches_its_total():
 
 from attnscale.claims import beyond, faq, give_away, iid_variance, saturation  # noqa: E402
 from attnscale.claims.result import (  # noqa: E402
-    count_verdicts, judge_all, judge_at_least, judge_at_most, judge_below, level_text,
+    by_n_note, count_verdicts, interval_text, judge_all, judge_at_least, judge_at_most, judge_below, judge_falling,
+    judge_rising, level_text, per_n,
 )
 
 
@@ -391,6 +392,27 @@ def test_judge_all_fails_if_any_part_fails_and_holds_only_if_all_hold():
         judge_all([])
     with pytest.raises(InputError, match="verdicts"):
         judge_all(["holds", True])
+
+
+def test_a_trend_holds_only_when_every_step_is_separated():
+    up = [(0.1, 0.2), (0.3, 0.4), (0.5, 0.6)]
+    assert judge_rising(up) == "holds" and judge_falling(up) == "fails"
+    assert judge_falling(iter(up[::-1])) == "holds"          # any iterable, e.g. a generator
+    # one step overlapping leaves the trend undecided; one step the wrong way fails it
+    assert judge_rising([(0.1, 0.2), (0.15, 0.4), (0.5, 0.6)]) == "inconclusive"
+    assert judge_rising([(0.1, 0.2), (0.3, 0.4), (0.0, 0.05)]) == "fails"
+    with pytest.raises(InputError, match="intervals"):
+        judge_rising([(0.1, 0.2)])
+
+
+def test_per_n_words_what_was_measured_and_how_it_was_judged():
+    assert interval_text(0.12345, 0.1, 0.15) == "0.123 [0.100, 0.150]"
+    assert interval_text(1234.5, 1200, 1300, ".3g") == "1.23e+03 [1.2e+03, 1.3e+03]"
+    assert per_n({16: "a", 128: "b"}) == "n=16: a; n=128: b"
+    assert per_n({"16": "a", "128": "b"}, sep=", ") == "n=16: a, n=128: b"
+    assert by_n_note({16: "holds", 128: "inconclusive"}, "overlap") == \
+        "holds for n = 16; inconclusive for n = 128 (overlap)"
+    assert by_n_note({16: "holds", 128: "holds"}, "overlap") == "holds for n = 16, 128"
 
 
 def test_counts_include_inconclusive_and_level_text():
@@ -562,3 +584,37 @@ def test_s54_a_large_drift_fails_only_when_detectable():
     assert _run_saturation({("scaled", "max_weight"): wide})["S5.4"].verdict == "inconclusive"
     c = _run_saturation({("scaled", "max_weight"): narrow})["S5.4"]
     assert c.verdict == "fails" and "detectable" in c.note and "drift ratio 0.400" in c.measured
+
+
+def test_s54_and_s62_judge_and_word_one_criterion():
+    """S5.4 (max weight, entropy) and S6.2 (Jacobian norm) use the same stays-put criterion: with the same
+    detectable drift of the scaled medians, both fail, state the same expectation and open the note alike."""
+    from attnscale.claims import gradients
+
+    n = len(saturation.D_KS)
+    narrow = [(0.5 + 0.004 * i, 0.4995 + 0.004 * i, 0.5005 + 0.004 * i) for i in range(n)]
+    ctx = Context(VerifyConfig(quick=True))
+    ctx.memo["softmax rows"] = _fake_rows({("scaled", "max_weight"): narrow, ("scaled", "jacobian_frobenius"): narrow})
+    saturation.run(ctx)
+    gradients.run(ctx)
+    s54, s62 = (next(c for c in ctx.claims if c.id == i) for i in ("S5.4", "S6.2"))
+    assert s54.verdict == s62.verdict == "fails"
+    assert s54.expected == s62.expected and "over d_k = 16…4096" in s54.expected
+    opening = "a residual drift is detectable (99% CIs of the medians share no common value) for n = 16, 128, 1024"
+    assert s54.note.startswith(opening) and s62.note.startswith(opening)
+    assert "drift ratio 0.400" in s54.measured and "drift ratio 0.400" in s62.measured
+
+
+def test_stays_put_takes_the_worst_figure_of_each_n():
+    def summaries(medians, half=0.001):
+        return [{"median": m, "median_ci": [m - half, m + half]} for m in medians]
+
+    unscaled = summaries([0.0, 1.0, 2.0])                     # moves by 2 from index 0 on
+    still, creeping = summaries([0.5, 0.5, 0.5]), summaries([0.5, 0.6, 0.9])
+    per, verdict = saturation.judge_stays_put({16: [(still, unscaled)], 128: [(still, unscaled), (creeping, unscaled)]}, 0)
+    assert per[16] == (0.0, True)
+    assert per[128][0] == pytest.approx(0.2) and per[128][1] is False   # the creeping figure decides
+    assert verdict == "fails"
+    # from index 1 on the creeping figure moves 0.3 of 1.0: still too much, but undetectable with wide intervals
+    per, verdict = saturation.judge_stays_put({128: [(summaries([0.5, 0.6, 0.9], half=0.5), unscaled)]}, 1)
+    assert per[128] == (pytest.approx(0.3), True) and verdict == "inconclusive"

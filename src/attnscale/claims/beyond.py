@@ -17,7 +17,7 @@ from decimal import Decimal
 import numpy as np
 
 from attnscale.claims.context import Context
-from attnscale.claims.result import ClaimResult, judge_all, judge_below, judge_printed
+from attnscale.claims.result import ClaimResult, interval_text, judge_below, judge_falling, judge_printed, per_n
 from attnscale.claims.saturation import D_KS as ROW_D_KS, NS as ROW_NS, ci, simulate_rows
 from attnscale.montecarlo import mean_ci
 from attnscale.scales import SSMAX_DEFAULT_S
@@ -27,8 +27,7 @@ from attnscale.theory import phase_boundary, rem_normalized_entropy, ssmax_one_h
 PHASE_NS = (16, 128, 1024, 8192)
 SIGMAS = tuple(round(0.25 * i, 2) for i in range(1, 25))   # 0.25 … 6
 SSMAX_FIGURE = {10: "0.943", 100: "0.600", 1000: "0.129", 100000: "0.0015"}
-# Nakanishi's Figure 1 value of SSMax's s; to be imported from attnscale.scales once it defines it there
-SSMAX_S = SSMAX_DEFAULT_S          # the one value, defined with the rule in attnscale.scales
+SSMAX_S = SSMAX_DEFAULT_S          # Nakanishi's Figure 1 value of SSMax's s, defined with the rule in attnscale.scales
 
 
 def run(ctx: Context) -> None:
@@ -79,8 +78,8 @@ def _phase(ctx: Context) -> None:
         seed_value=None, method="Monte Carlo",
         expected=f"at σ = σ_c/2 the gap MC − asymptote of H/ln n is smaller at n = {PHASE_NS[-1]} than at n = {PHASE_NS[0]} "
                  f"({ctx.level} CIs of |gap| separated)",
-        measured="σ=σ_c/2: " + ", ".join(f"n={n}: {at[n][0.5][0].value:.3f} vs {at[n][0.5][2]:.3f}" for n in PHASE_NS)
-                 + "; σ=σ_c: " + ", ".join(f"n={n}: {at[n][1.0][0].value:.3f} vs {at[n][1.0][2]:.3f}" for n in PHASE_NS),
+        measured="; ".join(f"σ={where}: " + per_n({n: f"{at[n][r][0].value:.3f} vs {at[n][r][2]:.3f}" for n in PHASE_NS},
+                                                  sep=", ") for where, r in (("σ_c/2", 0.5), ("σ_c", 1.0))),
         estimate=large.value, ci_low=large.ci_low, ci_high=large.ci_high, n_samples=grid["rows"][str(PHASE_NS[-1])],
         verdict=judge_below(_abs_interval(large.ci_low, large.ci_high), _abs_interval(small.ci_low, small.ci_high)),
         note="H/ln n, mean over rows; near the boundary the asymptote (0 at σ_c) is far off at practical n: "
@@ -97,7 +96,7 @@ def _phase(ctx: Context) -> None:
         seed_value=None, method="Monte Carlo",
         expected=f"H/ln n at σ = 2σ_c is lower at n = {PHASE_NS[-1]} than at n = {PHASE_NS[0]} ({ctx.level} CIs separated): "
                  "the entropy stays O(1) nats while ln n grows",
-        measured=", ".join(f"n={n}: {e.value:.3f} [{e.ci_low:.3f}, {e.ci_high:.3f}]" for n, e in zip(PHASE_NS, frozen))
+        measured=per_n({n: interval_text(e.value, e.ci_low, e.ci_high) for n, e in zip(PHASE_NS, frozen)}, sep=", ")
                  + "; d_k > 2 ln n means d_k ≥ " + ", ".join(f"{d} (n={n})" for n, d in d_frozen.items()),
         estimate=frozen[-1].value, ci_low=frozen[-1].ci_low, ci_high=frozen[-1].ci_high,
         n_samples=grid["rows"][str(PHASE_NS[-1])], verdict=falls,
@@ -120,7 +119,7 @@ def _ssmax(ctx: Context) -> None:
         series["softmax"].append(float(softmax(logits)[-1]))
         series["ssmax"].append(float(softmax(SSMAX_S * math.log(n) * logits)[-1]))
     ctx.data["ssmax"] = series
-    verdicts, measured = [], []
+    verdicts, measured = [], {}
     import sympy
 
     for n, text in SSMAX_FIGURE.items():
@@ -130,13 +129,13 @@ def _ssmax(ctx: Context) -> None:
         logits[-1] = 3.0
         float_value = float(softmax(logits)[-1])
         verdicts.append(judge_printed(text, e)[0] == "holds" and abs(float_value - float(e)) < 1e-12)
-        measured.append(f"n={n}: {float(e):.6g}")
+        measured[n] = f"{float(e):.6g}"
     ctx.add(ClaimResult(
         id="S8.4", chapter="beyond",
         claim_en="Scalable-Softmax Fig. 1: logits all −2 but one +3; softmax max weight 0.943, 0.600, 0.129, 0.0015 at n = 10, 100, 1000, 10⁵",
         claim_zh="Scalable-Softmax 图 1：logits 除一个为 +3 外全为 −2；softmax 最大权重在 n = 10、100、1000、10⁵ 时为 0.943、0.600、0.129、0.0015",
         seed_value=None, method="exact arithmetic", expected="e³/(e³ + (n − 1)e⁻²) rounds to the printed values",
-        measured="; ".join(measured) + " (attnscale.softmax agrees to 1e-12)",
+        measured=per_n(measured) + " (attnscale.softmax agrees to 1e-12)",
         verdict="holds" if all(verdicts) else "fails", note="numbers from Nakanishi 2025, not from the seed"))
     ss = {n: ssmax_one_high_max_weight(n, SSMAX_S) for n in SSMAX_FIGURE}
     ss_lib = [series["ssmax"][ns.index(n)] for n in SSMAX_FIGURE if n in ns]
@@ -150,7 +149,7 @@ def _ssmax(ctx: Context) -> None:
         claim_en=f"with SSMax (logits × s·ln n, s = {SSMAX_S:g}) the max weight stays near 1 as n grows",
         claim_zh=f"使用 SSMax（logits × s·ln n，s = {SSMAX_S:g}）时，最大权重随 n 增大仍接近 1",
         seed_value=None, method="closed form", expected=f"max weight ≥ 0.9 at n = 10 … 10⁵, and it does not decay (non-decreasing over {len(ns)} n)",
-        measured="; ".join(f"n={n}: {v:.4f}" for n, v in ss.items())
+        measured=per_n({n: f"{v:.4f}" for n, v in ss.items()})
                  + f"; minimum {min(curve):.4f}; smallest step between neighbouring n {min(steps):+.2e}",
         verdict="holds" if ok else "fails"))
 
@@ -159,7 +158,7 @@ def _keys_not_dk(ctx: Context) -> None:
     sim = simulate_rows(ctx)
     last = len(ROW_D_KS) - 1
     med = [sim["by_n"][str(n)]["scaled"]["max_weight"][last] for n in ROW_NS]
-    falls = judge_all(judge_below(ci(med[i + 1]), ci(med[i])) for i in range(len(med) - 1))
+    falls = judge_falling(ci(m) for m in med)
     ent = [sim["by_n"][str(n)]["scaled"]["normalized_entropy"][last]["median"] for n in ROW_NS]
     ctx.add(ClaimResult(
         id="S8.3", chapter="beyond",
@@ -167,6 +166,6 @@ def _keys_not_dk(ctx: Context) -> None:
         claim_zh="√d_k 消除了对 d_k 的依赖，但没有消除对键数量 n 的依赖：缩放后的行仍随 n 变化",
         seed_value=None, method="Monte Carlo",
         expected=f"scaled, d_k = 4096: median max weight falls as n grows ({ctx.level} CIs separated); H/ln n ≈ 1 − 1/(2 ln n)",
-        measured="; ".join(f"n={n}: max weight {m['median']:.4f}, H/ln n {h:.3f} (asymptote {rem_normalized_entropy(1.0, n):.3f})"
-                           for n, m, h in zip(ROW_NS, med, ent)),
+        measured=per_n({n: f"max weight {m['median']:.4f}, H/ln n {h:.3f} (asymptote {rem_normalized_entropy(1.0, n):.3f})"
+                        for n, m, h in zip(ROW_NS, med, ent)}),
         verdict=falls, n_samples=sim["rows"]))

@@ -18,8 +18,8 @@ import math
 import numpy as np
 
 from attnscale.claims.context import Context
-from attnscale.claims.result import ClaimResult, judge_all, judge_at_most, judge_below
-from attnscale.claims.saturation import MODES, NEARLY_ALL, by_n_note, draw_logits
+from attnscale.claims.result import ClaimResult, by_n_note, interval_text, judge_all, judge_at_most, judge_below, per_n
+from attnscale.claims.saturation import MODES, NEARLY_ALL, draw_logits
 from attnscale.montecarlo import quantile_ci
 from attnscale.softmax import row_health, softmax
 from attnscale.theory import COMPONENTS, dot_square_variance
@@ -39,13 +39,10 @@ def _paired_change(ctx: Context, d_k: int, n: int, rows: int) -> tuple[np.ndarra
     return tv, dh
 
 
-def _fmt_ci(est: tuple[float, float, float]) -> str:
-    return f"{est[0]:.3f} [{est[1]:.3f}, {est[2]:.3f}]"
-
-
 def run(ctx: Context) -> None:
     rows = 2000 if ctx.config.quick else 20000
     conf = ctx.config.confidence
+    ns = ", ".join(map(str, NS))
     change = {(d, n): _paired_change(ctx, d, n, rows) for d in (SMALL_D_K, 64) for n in NS}
     tv = {key: quantile_ci(v[0], 0.5, conf) for key, v in change.items()}
     dh = {key: quantile_ci(v[1], 0.5, conf) for key, v in change.items()}
@@ -55,8 +52,8 @@ def run(ctx: Context) -> None:
         claim_zh="d_k 小时缩放影响较小：d_k = 4 时缩放移动的注意力远少于 d_k = 64",
         seed_value=None, method="Monte Carlo",
         expected=f"median TV(softmax(s), softmax(s/√d_k)) at d_k = 4 below that at d_k = 64 ({ctx.level} CIs separated), "
-                 "n = 3, 16, 128",
-        measured="; ".join(f"n={n}: {tv[(SMALL_D_K, n)][0]:.3f} vs {tv[(64, n)][0]:.3f}" for n in NS),
+                 f"n = {ns}",
+        measured=per_n({n: f"{tv[(SMALL_D_K, n)][0]:.3f} vs {tv[(64, n)][0]:.3f}" for n in NS}),
         verdict=judge_all(less.values()), n_samples=rows,
         note=by_n_note(less, "") + "; TV = ½Σ|p − p′|, the share of attention that moves; Gaussian q, k"))
 
@@ -73,9 +70,10 @@ def run(ctx: Context) -> None:
         claim_zh="d_k 较小（如 4）时缩放不太重要：无论是否缩放，softmax 都表现良好",
         seed_value="1 → 0.5", method="Monte Carlo",
         expected=f"'behaves well' read as: not saturated — median max weight ≤ {NEARLY_ALL:g} ({ctx.level} CI at or below "
-                 f"S5.2's 'nearly all' line), unscaled and scaled, at d_k = {SMALL_D_K}, n = 3, 16, 128",
-        measured="; ".join(f"n={n}: max weight unscaled {_fmt_ci(top[(n, 'unscaled')])}, scaled {_fmt_ci(top[(n, 'scaled')])}; "
-                           f"H/ln n {ent[(n, 'unscaled')][0]:.3f} / {ent[(n, 'scaled')][0]:.3f}" for n in NS),
+                 f"S5.2's 'nearly all' line), unscaled and scaled, at d_k = {SMALL_D_K}, n = {ns}",
+        measured=per_n({n: f"max weight unscaled {interval_text(*top[(n, 'unscaled')])}, "
+                           f"scaled {interval_text(*top[(n, 'scaled')])}; "
+                           f"H/ln n {ent[(n, 'unscaled')][0]:.3f} / {ent[(n, 'scaled')][0]:.3f}" for n in NS}),
         estimate=top[worst][0], ci_low=top[worst][1], ci_high=top[worst][2], n_samples=rows,
         verdict=judge_all(well.values()),
         note=by_n_note(well, f"an interval straddles {NEARLY_ALL:g}")
@@ -92,8 +90,9 @@ def run(ctx: Context) -> None:
         claim_zh="对常见问题的更强解读：d_k 较小（4）时，缩放与否 softmax 的表现几乎相同",
         seed_value=None, method="Monte Carlo",
         expected=f"'about the same' read as: median TV distance ≤ {BARELY:g} and median |ΔH|/ln n ≤ {BARELY:g} "
-                 f"({ctx.level} CIs), the same rows with and without ÷√4, n = 3, 16, 128",
-        measured="; ".join(f"n={n}: TV {_fmt_ci(tv[(SMALL_D_K, n)])}, |ΔH|/ln n {_fmt_ci(dh[(SMALL_D_K, n)])}" for n in NS),
+                 f"({ctx.level} CIs), the same rows with and without ÷√4, n = {ns}",
+        measured=per_n({n: f"TV {interval_text(*tv[(SMALL_D_K, n)])}, |ΔH|/ln n {interval_text(*dh[(SMALL_D_K, n)])}"
+                        for n in NS}),
         estimate=tv[(SMALL_D_K, NS[1])][0], ci_low=tv[(SMALL_D_K, NS[1])][1], ci_high=tv[(SMALL_D_K, NS[1])][2],
         n_samples=rows, verdict=judge_all(barely.values()),
         note=by_n_note(barely, f"an interval straddles {BARELY:g}")

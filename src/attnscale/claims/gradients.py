@@ -12,9 +12,9 @@ tell different stories: a few rows with near-ties at the top keep a sizeable gra
 from __future__ import annotations
 
 from attnscale.claims.context import Context
-from attnscale.claims.result import ClaimResult, judge_all, judge_below
+from attnscale.claims.result import ClaimResult, by_n_note, judge_all, judge_below, per_n
 from attnscale.claims.saturation import (
-    D_KS, NS, STAYS_PUT, _flat, _fmt, _series, by_n_note, ci, crossover, drift, simulate_rows, stays_put,
+    D_KS, NS, _fmt, _series, ci, crossover, judge_stays_put, median_fields, simulate_rows, stays_put_words,
 )
 
 SEED_D_K = 64   # "in real Transformers d_k is 64, 128 or more": the seed's example
@@ -51,7 +51,7 @@ def run(ctx: Context) -> None:
         return "holds" if i == last or judge_below(ci(fro[n][last]), ci(fro[n][i])) == "holds" else "inconclusive"
 
     falls = {n: verdict(n) for n in fro}
-    top = fro[str(NS[-1])][last]
+    ns = ", ".join(map(str, NS))
     ctx.add(ClaimResult(
         id="S6.1", chapter="without_scaling",
         claim_en="unscaled, the gradient through softmax becomes tiny as d_k grows (vanishing gradient)",
@@ -59,10 +59,10 @@ def run(ctx: Context) -> None:
         seed_value=None, method="Monte Carlo",
         expected=f"on the curve d_k = {', '.join(map(str, D_KS))}: past some d_k the unscaled median ‖diag(p) − ppᵀ‖_F "
                  f"lies below the scaled one at every larger d_k and falls on to d_k = 4096 ({ctx.level} CIs separated), "
-                 "n = 16, 128, 1024",
-        measured="; ".join(f"n={n}: unscaled {_crossing_text(cross[n])}; peak at d_k = {peaks[n]}; "
-                           f"4096 {_fmt(f[last])}" for n, f in fro.items()),
-        estimate=top["median"], ci_low=top["median_ci"][0], ci_high=top["median_ci"][1], n_samples=sim["rows"],
+                 f"n = {ns}",
+        measured=per_n({n: f"unscaled {_crossing_text(cross[n])}; peak at d_k = {peaks[n]}; 4096 {_fmt(f[last])}"
+                        for n, f in fro.items()}),
+        **median_fields(fro[str(NS[-1])][last]), n_samples=sim["rows"],
         verdict=judge_all(falls.values()),
         note=by_n_note(falls, "") + "; median [10%–90% quantiles] over rows. Not monotone: below the crossover the "
              "unscaled gradient is larger than the scaled one — near-uniform rows have a small Jacobian too "
@@ -76,30 +76,24 @@ def run(ctx: Context) -> None:
         claim_zh="在真实 Transformer 的 d_k（64）下，不缩放的注意力梯度已经更小",
         seed_value="64", method="Monte Carlo",
         expected=f"at d_k = {SEED_D_K}: unscaled median ‖J‖_F below the scaled one ({ctx.level} CIs separated), "
-                 "n = 16, 128, 1024",
-        measured="; ".join(f"n={n}: unscaled {_fmt(f[d64])} vs scaled {_fmt(jac[n]['scaled']['jacobian_frobenius'][d64])}"
-                           for n, f in fro.items()),
+                 f"n = {ns}",
+        measured=per_n({n: f"unscaled {_fmt(f[d64])} vs scaled {_fmt(jac[n]['scaled']['jacobian_frobenius'][d64])}"
+                        for n, f in fro.items()}),
         verdict=judge_all(at64.values()), n_samples=sim["rows"],
         note=by_n_note(at64, "the intervals overlap") + "; the seed's 'd_k is large → gradients vanish' at its own "
              "example d_k, Gaussian q, k; 'fails' for an n means the unscaled gradient is the larger one there"))
 
-    ratios = {n: drift(j["scaled"]["jacobian_frobenius"], j["unscaled"]["jacobian_frobenius"], flat_from)
-              for n, j in jac.items()}
-    undetected = {n: _flat(j["scaled"]["jacobian_frobenius"], flat_from) for n, j in jac.items()}
+    flat, verdict = judge_stays_put({n: [(j["scaled"]["jacobian_frobenius"], j["unscaled"]["jacobian_frobenius"])]
+                                     for n, j in jac.items()}, flat_from)
+    expected, drift_note = stays_put_words(flat, ctx.level, flat_from)
     ctx.add(ClaimResult(
         id="S6.2", chapter="why_sqrt",
         claim_en="after ÷√d_k the softmax Jacobian norm stays flat in d_k",
         claim_zh="除以 √d_k 之后，softmax 雅可比范数不随 d_k 变化",
-        seed_value=None, method="Monte Carlo",
-        expected=f"over d_k = 16…4096 the scaled medians move by ≤ {STAYS_PUT:.0%} of what the unscaled medians move, "
-                 f"each n (a larger move fails only when detectable: the {ctx.level} CIs share no common value)",
-        measured="; ".join(f"n={n}: d_k=16 {_fmt(j['scaled']['jacobian_frobenius'][flat_from])}, "
-                           f"4096 {_fmt(j['scaled']['jacobian_frobenius'][last])}, drift ratio "
-                           f"{ratios[n][0] / ratios[n][1]:.3f}" for n, j in jac.items()),
-        verdict=judge_all(stays_put(a / b, undetected[n]) for n, (a, b) in ratios.items()), n_samples=sim["rows"],
-        note=("a residual drift is " + ("not detectable" if all(undetected.values()) else
-              "detectable for n = " + ", ".join(n for n in undetected if not undetected[n]))
-              + " (the spread of ‖q‖/√d_k at small d_k)")))
+        seed_value=None, method="Monte Carlo", expected=expected,
+        measured=per_n({n: f"d_k={D_KS[flat_from]} {_fmt(f[flat_from])}, 4096 {_fmt(f[last])}, drift ratio {flat[n][0]:.3f}"
+                        for n, j in jac.items() for f in [j["scaled"]["jacobian_frobenius"]]}),
+        verdict=verdict, n_samples=sim["rows"], note=drift_note + " (the spread of ‖q‖/√d_k at small d_k)"))
 
     apart = {n: judge_below(ci(s), ci(s, "mean_ci"))
              for n, j in jac.items() for s in [j["unscaled"]["jacobian_frobenius"][last]]}
@@ -109,8 +103,8 @@ def run(ctx: Context) -> None:
         claim_zh="平均行比典型行保留更多梯度：少数接近并列的行撑起均值，而中位数趋于 0",
         seed_value=None, method="Monte Carlo",
         expected=f"unscaled, d_k = 4096: the mean's {ctx.level} CI lies above the median's, each n",
-        measured="; ".join(f"n={n}: mean {j['unscaled']['jacobian_frobenius'][last]['mean']:.3g} vs median "
-                           f"{j['unscaled']['jacobian_frobenius'][last]['median']:.3g}" for n, j in jac.items()),
+        measured=per_n({n: f"mean {s['mean']:.3g} vs median {s['median']:.3g}"
+                        for n, j in jac.items() for s in [j["unscaled"]["jacobian_frobenius"][last]]}),
         verdict=judge_all(apart.values()), n_samples=sim["rows"],
         note=by_n_note(apart, "") + "; so a mean over rows understates how many rows have lost their gradient"))
     ctx.tick("gradients")

@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from attnscale.claims.context import Context
-from attnscale.claims.result import ClaimResult, judge_all, judge_below, judge_equal, level_text
+from attnscale.claims.result import ClaimResult, interval_text, judge_all, judge_equal, judge_rising, level_text
 from attnscale.montecarlo import Estimate, dot_variance_estimates, quantile_ci, t_quantile, z_quantile
 from attnscale.theory import (
     COMPONENTS, pair_mean_variance, samples_for_relative_ci, symbolic_dot_mean, symbolic_dot_square,
@@ -94,7 +94,7 @@ def _growth(ctx: Context) -> None:
                         "counts": counts, "outside": int(n - counts.sum()),
                         "std_unscaled": float(np.std(dots)), "std_scaled": float(np.std(dots / math.sqrt(d)))}
     ctx.data["dot_histograms"] = hist
-    grows = judge_all(judge_below(medians[a][1:], medians[b][1:]) for a, b in zip(HIST_D_KS, HIST_D_KS[1:]))
+    grows = judge_rising(medians[d][1:] for d in HIST_D_KS)
     ratio = medians[512][0] / medians[4][0]
     ctx.add(ClaimResult(
         id="S2.3", chapter="why_grows",
@@ -102,7 +102,7 @@ def _growth(ctx: Context) -> None:
         claim_zh="项数越多 |q·k| 越大：d_k = 512 的点积远大于 d_k = 4",
         seed_value=None, method="Monte Carlo",
         expected=f"median |q·k| increases with d_k ({ctx.level} CIs separated), roughly ∝ √d_k",
-        measured=", ".join(f"d_k={d}: {medians[d][0]:.3g} [{medians[d][1]:.3g}, {medians[d][2]:.3g}]" for d in HIST_D_KS)
+        measured=", ".join(f"d_k={d}: {interval_text(*medians[d], spec='.3g')}" for d in HIST_D_KS)
                  + f"; ratio 512/4 = {ratio:.2f} (√128 = {math.sqrt(128):.2f})",
         estimate=medians[512][0], ci_low=medians[512][1], ci_high=medians[512][2], n_samples=n,
         verdict=grows,
@@ -199,6 +199,7 @@ def _variance_claim(ctx: Context, cid: str, name: str, est: list[Estimate], conf
     top = est[-1]
     batch = top.n_samples // top.n_batches
     sd_theory = math.sqrt(pair_mean_variance(D_KS[-1], comp.fourth_moment, comp.fourth_moment, batch) / top.n_batches)
+    judged_at = bonferroni_level(confidence, n_tests)
     ctx.add(ClaimResult(
         id=cid, chapter="variance",
         claim_en=f"Var(q·k) = d_k for d_k = 1…4096, {comp.how_drawn} components",
@@ -206,15 +207,16 @@ def _variance_claim(ctx: Context, cid: str, name: str, est: list[Estimate], conf
         seed_value="d_k", method="Monte Carlo",
         expected=f"every interval covers d_k and lies within d_k·(1 ± {margin:.0%}) (equivalence margin; "
                  f"{len(D_KS)} d_k values, judged at the Bonferroni level "
-                 f"{level_text(bonferroni_level(confidence, n_tests))} over all {n_tests})",
+                 f"{level_text(judged_at)} over all {n_tests})",
         measured=(f"{sum(cover99)}/{len(est)} per-estimate {ctx.level} CIs cover d_k; "
                   + margin_text(verdicts, wide, D_KS, [f"d_k = {d}" for d in D_KS], margin)
-                  + f"; d_k=4096: Var/d_k = {top.value / D_KS[-1]:.4f} [{top.ci_low / D_KS[-1]:.4f}, "
-                    f"{top.ci_high / D_KS[-1]:.4f}] ({ctx.level}), n = {top.n_samples:,} draws "
+                  + f"; d_k=4096: Var/d_k = "
+                    f"{interval_text(top.value / D_KS[-1], top.ci_low / D_KS[-1], top.ci_high / D_KS[-1], '.4f')} "
+                    f"({ctx.level}), n = {top.n_samples:,} draws "
                     f"({top.n_samples * batch:,} pairs); "
                     f"{converged}/{len(est)} reached ±{ctx.config.rel_ci_target:.0%}"),
         # the interval stored is the one judged: d_k = 4096's at the Bonferroni level
-        estimate=top.value, ci_low=wide[-1][0], ci_high=wide[-1][1], ci_level=bonferroni_level(confidence, n_tests),
+        estimate=top.value, ci_low=wide[-1][0], ci_high=wide[-1][1], ci_level=judged_at,
         n_samples=top.n_samples, verdict=judge_all(verdicts), margin=margin,
         note=(f"inconclusive = every interval covers d_k but not all are inside ±{margin:.0%}: more samples needed to "
               "say 'equal' at that precision; "

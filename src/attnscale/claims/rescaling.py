@@ -43,7 +43,7 @@ def run(ctx: Context) -> None:
         claim_zh="除以 √d_k 之后，每个 d_k（1…4096）下点积的方差都是 1", seed_value="d_k / d_k = 1",
         method="Monte Carlo",
         expected=f"1 inside every interval, each within 1 ± {margin:.0%} (equivalence margin; {n_tests} estimates: "
-                 f"4 distributions × {len(D_KS)} d_k; Bonferroni level)",
+                 f"{len(families)} distributions × {len(D_KS)} d_k; Bonferroni level)",
         measured=(f"{sum(lo <= 1.0 <= hi for lo, hi in scaled)}/{len(scaled)} cover 1; "
                   + margin_text(verdicts, scaled, [1.0] * len(scaled), labels, margin)
                   + f"; Var(q·k/√d_k) from {values.min():.4f} to {values.max():.4f}; "

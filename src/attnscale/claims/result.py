@@ -15,8 +15,10 @@ exact value lies within half a unit of its last shown digit (it is correctly rou
 the seed rounds elsewhere ("148" for e⁵ in one place, "148.4" in another are both right).
 
 Monte Carlo criteria are judged by :func:`judge_at_least`, :func:`judge_at_most` and
-:func:`judge_below` (one interval against a line, or two intervals against each other), and a claim
-made of several parts (several n, several d_k) by :func:`judge_all`. An equality (Var(q·k) = d_k and
+:func:`judge_below` (one interval against a line, or two intervals against each other), a trend along
+a sequence by :func:`judge_rising` and :func:`judge_falling` (every step's intervals separated), and a
+claim made of several parts (several n, several d_k) by :func:`judge_all`; :func:`by_n_note` and
+:func:`per_n` word the parts of a claim judged for each n. An equality (Var(q·k) = d_k and
 the like) is judged by :func:`judge_equal`: it holds only when the interval covers the claimed value
 *and* is precise enough to say so, i.e. lies within a stated equivalence margin (``ClaimResult.margin``,
 relative to the claimed value); a wide interval that merely covers the value is "inconclusive".
@@ -39,7 +41,8 @@ from attnscale.store import to_jsonable
 
 __all__ = ["CHAPTERS", "METHODS", "VERDICTS", "ClaimResult", "VerifyConfig", "VerifyReport",
            "printed_decimal", "judge_printed", "format_like", "judge_at_least", "judge_at_most", "judge_below",
-           "judge_equal", "judge_all", "count_verdicts", "level_text", "selects"]
+           "judge_equal", "judge_all", "judge_rising", "judge_falling", "count_verdicts", "level_text",
+           "interval_text", "per_n", "by_n_note", "selects"]
 
 # The seed's sections, in its order; every claim belongs to one.
 CHAPTERS = ("formula", "without_scaling", "why_grows", "variance", "proof", "softmax_large",
@@ -105,6 +108,20 @@ def judge_all(verdicts) -> str:
     return "holds" if all(v == "holds" for v in verdicts) else "inconclusive"
 
 
+def judge_rising(intervals) -> str:
+    """Does the quantity rise along a sequence, given its intervals [(lo, hi), …]? Every step is judged
+    by :func:`judge_below` (the earlier interval below the next), the steps by :func:`judge_all`."""
+    intervals = list(intervals)
+    if len(intervals) < 2:
+        raise InputError(f"intervals: expected two or more (lo, hi) intervals, got {intervals!r}")
+    return judge_all(judge_below(a, b) for a, b in zip(intervals, intervals[1:]))
+
+
+def judge_falling(intervals) -> str:
+    """Does the quantity fall along a sequence? The mirror image of :func:`judge_rising`."""
+    return judge_rising(list(intervals)[::-1])
+
+
 def count_verdicts(verdicts) -> dict[str, int]:
     """How many of each verdict: every one of VERDICTS (0 if absent), and any other value as it comes."""
     out = dict.fromkeys(VERDICTS, 0)
@@ -116,6 +133,24 @@ def count_verdicts(verdicts) -> dict[str, int]:
 def level_text(confidence: float) -> str:
     """A confidence level as a claim text prints it: 0.99 → "99%", 0.995 → "99.5%"."""
     return f"{confidence * 100:.6g}%"
+
+
+def interval_text(value: float, lo: float, hi: float, spec: str = ".3f") -> str:
+    """An estimate and its interval as a claim text prints them: "0.123 [0.101, 0.145]"."""
+    return f"{value:{spec}} [{lo:{spec}}, {hi:{spec}}]"
+
+
+def per_n(texts: dict, sep: str = "; ") -> str:
+    """What was measured for each n, {n: text}, as one line: "n=16: …; n=128: …"."""
+    return sep.join(f"n={n}: {text}" for n, text in texts.items())
+
+
+def by_n_note(parts: dict, what: str) -> str:
+    """Which n a per-n verdict {n: verdict} holds, fails, or stays undecided for: "holds for n = 16;
+    inconclusive for n = 128 (``what``)", ``what`` saying why, when an n is undecided."""
+    groups = [(v, [str(n) for n, x in parts.items() if x == v]) for v in ("holds", "fails", "inconclusive")]
+    undecided = "inconclusive" in parts.values() and what
+    return "; ".join(f"{v} for n = {', '.join(ns)}" for v, ns in groups if ns) + (f" ({what})" if undecided else "")
 
 
 @dataclass

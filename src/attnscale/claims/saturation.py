@@ -21,7 +21,9 @@ from typing import Callable
 import numpy as np
 
 from attnscale.claims.context import Context
-from attnscale.claims.result import ClaimResult, judge_all, judge_at_least, judge_below
+from attnscale.claims.result import (
+    ClaimResult, by_n_note, judge_all, judge_at_least, judge_below, judge_falling, judge_rising, per_n,
+)
 from attnscale.montecarlo import mean_ci, quantile_ci
 from attnscale.softmax import row_health
 
@@ -136,11 +138,9 @@ def ci(s: dict, key: str = "median_ci") -> tuple[float, float]:
     return s[key][0], s[key][1]
 
 
-def by_n_note(parts: dict, what: str) -> str:
-    """Which n a per-n verdict holds, fails, or stays undecided for: "holds for n = 16; inconclusive for …"."""
-    groups = [(v, [str(n) for n, x in parts.items() if x == v]) for v in ("holds", "fails", "inconclusive")]
-    undecided = "inconclusive" in parts.values() and what
-    return "; ".join(f"{v} for n = {', '.join(ns)}" for v, ns in groups if ns) + (f" ({what})" if undecided else "")
+def median_fields(s: dict) -> dict:
+    """A summary's median and its interval as the ClaimResult fields that show them."""
+    return {"estimate": s["median"], "ci_low": s["median_ci"][0], "ci_high": s["median_ci"][1]}
 
 
 STAYS_PUT = 0.1   # S5.4, S6.2: "barely move" = the scaled medians move ≤ 10% of what the unscaled ones move
@@ -155,6 +155,32 @@ def stays_put(ratio: float, undetectable: bool) -> str:
     return "inconclusive" if undetectable else "fails"
 
 
+def judge_stays_put(figures_by_n: dict, start: int) -> tuple[dict, str]:
+    """S5.4, S6.2: do the scaled medians stay put over d_k from index ``start`` of D_KS on, measured
+    against how far the unscaled ones move? ``figures_by_n`` maps each n to its figures, each a pair
+    (scaled, unscaled) of summary lists over D_KS. Returns ({n: (drift ratio, undetectable)}, the
+    verdict over all n): an n's drift ratio is the largest over its figures of the scaled medians'
+    range over the unscaled medians' range; its drift is undetectable when, in every figure, the
+    scaled medians' intervals share a common value."""
+    per = {}
+    for n, figures in figures_by_n.items():
+        ratios = [a / b for a, b in (drift(scaled, unscaled, start) for scaled, unscaled in figures)]
+        per[n] = (max(ratios), all(_flat(scaled, start) for scaled, _ in figures))
+    return per, judge_all(stays_put(ratio, undetectable) for ratio, undetectable in per.values())
+
+
+def stays_put_words(per: dict, level: str, start: int) -> tuple[str, str]:
+    """The criterion of :func:`judge_stays_put` as a claim's ``expected`` says it, and the opening of
+    its note: whether, and for which n, a residual drift of the scaled medians is detectable."""
+    expected = (f"over d_k = {D_KS[start]}…{D_KS[-1]} the scaled medians move by ≤ {STAYS_PUT:.0%} of what the "
+                f"unscaled medians move, each n (a larger move fails only when detectable: the {level} CIs share "
+                "no common value)")
+    detectable = [str(n) for n, (_, undetectable) in per.items() if not undetectable]
+    note = "a residual drift is " + (f"detectable ({level} CIs of the medians share no common value) for n = "
+                                     + ", ".join(detectable) if detectable else "not detectable")
+    return expected, note
+
+
 def _fmt(s: dict) -> str:
     return f"{s['median']:.3g} [{s['q10']:.3g}–{s['q90']:.3g}]"
 
@@ -165,32 +191,30 @@ def run(ctx: Context) -> None:
     last, d64 = len(D_KS) - 1, D_KS.index(64)
     by_n = sim["by_n"]
     flat_from = D_KS.index(16)
+    ns = ", ".join(map(str, NS))
+    steps = (0, d64, last)   # S5.1, S5.3: d_k = 1, 64, 4096
+    unscaled = {f: {n: by_n[str(n)]["unscaled"][f] for n in NS} for f in ("max_weight", "entropy")}
 
     # S5.1: median max weight rises toward 1 unscaled.
     # each step separated: lo(4096) > hi(64) and lo(64) > hi(1)
-    rising = {n: judge_all(judge_below(ci(mw[i]), ci(mw[j])) for i, j in ((0, d64), (d64, last)))
-              for n in NS for mw in [by_n[str(n)]["unscaled"]["max_weight"]]}
+    rising = {n: judge_rising(ci(mw[i]) for i in steps) for n, mw in unscaled["max_weight"].items()}
     ctx.add(ClaimResult(
         id="S5.1", chapter="without_scaling",
         claim_en="unscaled, one key takes more and more of the attention as d_k grows (median max weight → 1)",
         claim_zh="不缩放时，随 d_k 增大，一个词获得越来越多的注意力（最大权重中位数 → 1）",
         seed_value=None, method="Monte Carlo",
         expected=f"median max weight at d_k = 4096 > at d_k = 64 > at d_k = 1 ({ctx.level} CIs of each step separated), "
-                 "for n = 16, 128, 1024",
-        measured="; ".join(f"n={n}: d_k=1 {_fmt(by_n[str(n)]['unscaled']['max_weight'][0])}, "
-                           f"64 {_fmt(by_n[str(n)]['unscaled']['max_weight'][d64])}, "
-                           f"4096 {_fmt(by_n[str(n)]['unscaled']['max_weight'][last])}" for n in NS),
-        estimate=by_n[str(NS[-1])]["unscaled"]["max_weight"][last]["median"],
-        ci_low=by_n[str(NS[-1])]["unscaled"]["max_weight"][last]["median_ci"][0],
-        ci_high=by_n[str(NS[-1])]["unscaled"]["max_weight"][last]["median_ci"][1], n_samples=sim["rows"],
+                 f"for n = {ns}",
+        measured=per_n({n: f"d_k=1 {_fmt(mw[0])}, 64 {_fmt(mw[d64])}, 4096 {_fmt(mw[last])}"
+                        for n, mw in unscaled["max_weight"].items()}),
+        **median_fields(unscaled["max_weight"][NS[-1]][last]), n_samples=sim["rows"],
         verdict=judge_all(rising.values()),
         note=by_n_note(rising, "") + "; median [10%–90% quantiles] over rows; Gaussian q, k"))
 
     # S5.2: the seed's "at d_k = 64 one word gets nearly all the attention (close to 1.0)".
-    near_one = {n: judge_at_least(*ci(by_n[str(n)]["unscaled"]["max_weight"][d64]), NEARLY_ALL) for n in NS}
+    near_one = {n: judge_at_least(*ci(mw[d64]), NEARLY_ALL) for n, mw in unscaled["max_weight"].items()}
     # the d_k from which it would hold: the median's interval at or above the line there and beyond
-    from_dk = {n: first_from([judge_at_least(*ci(s), NEARLY_ALL) for s in by_n[str(n)]["unscaled"]["max_weight"]])
-               for n in NS}
+    from_dk = {n: first_from([judge_at_least(*ci(s), NEARLY_ALL) for s in mw]) for n, mw in unscaled["max_weight"].items()}
     ctx.data["saturation"]["nearly_all"] = {"threshold": NEARLY_ALL, "at_d_k": 64,
                                             "holds_from_d_k": {str(n): None if i is None else D_KS[i]
                                                                for n, i in from_dk.items()}}
@@ -200,11 +224,9 @@ def run(ctx: Context) -> None:
         claim_zh="d_k = 64 不缩放时，一个词几乎获得全部注意力（接近 1.0），其他词接近 0",
         seed_value="1.0", method="Monte Carlo",
         expected=f"'nearly all' read as: median max weight ≥ {NEARLY_ALL:g} ({ctx.level} CI at or above {NEARLY_ALL:g}), "
-                 "for n = 16, 128, 1024 keys",
-        measured="; ".join(f"n={n}: {_fmt(by_n[str(n)]['unscaled']['max_weight'][d64])}" for n in NS),
-        estimate=by_n[str(NS[-1])]["unscaled"]["max_weight"][d64]["median"],
-        ci_low=by_n[str(NS[-1])]["unscaled"]["max_weight"][d64]["median_ci"][0],
-        ci_high=by_n[str(NS[-1])]["unscaled"]["max_weight"][d64]["median_ci"][1], n_samples=sim["rows"],
+                 f"for n = {ns} keys",
+        measured=per_n({n: _fmt(mw[d64]) for n, mw in unscaled["max_weight"].items()}),
+        **median_fields(unscaled["max_weight"][NS[-1]][d64]), n_samples=sim["rows"],
         verdict=judge_all(near_one.values()),
         note=by_n_note(near_one, f"its interval straddles {NEARLY_ALL:g}")
              + f"; on the grid d_k = {', '.join(map(str, D_KS))} it would hold from d_k = "
@@ -213,38 +235,29 @@ def run(ctx: Context) -> None:
 
     # S5.3: entropy → 0 unscaled.
     # each step separated: hi(4096) < lo(64) and hi(64) < lo(1)
-    falling = {n: judge_all(judge_below(ci(h[j]), ci(h[i])) for i, j in ((0, d64), (d64, last)))
-               for n in NS for h in [by_n[str(n)]["unscaled"]["entropy"]]}
+    falling = {n: judge_falling(ci(h[i]) for i in steps) for n, h in unscaled["entropy"].items()}
     ctx.add(ClaimResult(
         id="S5.3", chapter="without_scaling",
         claim_en="unscaled, the attention entropy collapses toward 0 as d_k grows (near one-hot rows)",
         claim_zh="不缩放时，随 d_k 增大注意力熵趋向 0（接近 one-hot）",
         seed_value=None, method="Monte Carlo",
-        expected=f"median entropy at d_k = 4096 < at 64 < at 1 ({ctx.level} CIs of each step separated), for n = 16, 128, 1024",
-        measured="; ".join(f"n={n}: ln n={np.log(n):.2f}, d_k=1 {_fmt(by_n[str(n)]['unscaled']['entropy'][0])}, "
-                           f"4096 {_fmt(by_n[str(n)]['unscaled']['entropy'][last])} nats" for n in NS),
+        expected=f"median entropy at d_k = 4096 < at 64 < at 1 ({ctx.level} CIs of each step separated), for n = {ns}",
+        measured=per_n({n: f"ln n={np.log(n):.2f}, d_k=1 {_fmt(h[0])}, 4096 {_fmt(h[last])} nats"
+                        for n, h in unscaled["entropy"].items()}),
         verdict=judge_all(falling.values()), n_samples=sim["rows"], note=by_n_note(falling, "")))
 
     # S5.4: scaled rows stay put — judged against how far the unscaled rows move over the same d_k.
-    ratios, undetected = {}, {}
-    for n in NS:
-        per = by_n[str(n)]
-        ratios[n] = max(drift(per["scaled"][f], per["unscaled"][f], flat_from)[0]
-                        / drift(per["scaled"][f], per["unscaled"][f], flat_from)[1] for f in ("max_weight", "entropy"))
-        undetected[n] = all(_flat(per["scaled"][f], flat_from) for f in ("max_weight", "entropy"))
+    flat, verdict = judge_stays_put({n: [(by_n[str(n)]["scaled"][f], by_n[str(n)]["unscaled"][f])
+                                         for f in ("max_weight", "entropy")] for n in NS}, flat_from)
+    expected, drift_note = stays_put_words(flat, ctx.level, flat_from)
     ctx.add(ClaimResult(
         id="S5.4", chapter="why_sqrt",
         claim_en="after ÷√d_k the rows stay put: max weight and entropy barely move with d_k",
         claim_zh="除以 √d_k 之后，行的最大权重和熵几乎不随 d_k 变化",
-        seed_value=None, method="Monte Carlo",
-        expected=f"over d_k = 16…4096 the scaled medians move by ≤ {STAYS_PUT:.0%} of what the unscaled medians move, "
-                 f"each n (a larger move fails only when detectable: the {ctx.level} CIs share no common value)",
-        measured="; ".join(f"n={n}: max weight {_fmt(by_n[str(n)]['scaled']['max_weight'][flat_from])} → "
-                           f"{_fmt(by_n[str(n)]['scaled']['max_weight'][last])}, drift ratio {ratios[n]:.3f}" for n in NS),
-        verdict=judge_all(stays_put(ratios[n], undetected[n]) for n in NS), n_samples=sim["rows"],
-        note=("a residual drift is " + ("not detectable" if all(undetected.values()) else
-              f"detectable ({ctx.level} CIs of the medians share no common value) for n = "
-              + ", ".join(str(n) for n in NS if not undetected[n]))
-              + ": the scaled logits are (‖q‖/√d_k)·z and ‖q‖/√d_k spreads by ≈ 1/√(2d_k) around 1, "
-                "so rows at small d_k are a mixture of temperatures")))
+        seed_value=None, method="Monte Carlo", expected=expected,
+        measured=per_n({n: f"max weight {_fmt(mw[flat_from])} → {_fmt(mw[last])}, drift ratio {flat[n][0]:.3f}"
+                        for n in NS for mw in [by_n[str(n)]["scaled"]["max_weight"]]}),
+        verdict=verdict, n_samples=sim["rows"],
+        note=drift_note + ": the scaled logits are (‖q‖/√d_k)·z and ‖q‖/√d_k spreads by ≈ 1/√(2d_k) around 1, "
+                          "so rows at small d_k are a mixture of temperatures"))
     ctx.tick("saturation")

@@ -71,18 +71,23 @@ def _e50_note(text: str) -> str:
             f"digits, about {float(exact / shown):.0f}× too small (its first {common} digits are right)")
 
 
+def judge_numbers(texts: list[str], exact: list[Decimal]) -> tuple[str, str | None]:
+    """Several printed numbers judged as one (``judge_printed`` each): ("holds", None) when all are
+    right, else ("seed number wrong", the right values of the wrong ones, printed the seed's way)."""
+    wrong = [c for v, c in (judge_printed(t, e) for t, e in zip(texts, exact)) if v != "holds"]
+    return ("seed number wrong", ", ".join(wrong)) if wrong else ("holds", None)
+
+
 def printed(ctx: Context, cid: str, chapter: str, en: str, zh: str, texts: list[str], exact: list[Decimal],
             note: str = "") -> None:
     """One claim row for one or more printed numbers; the worst verdict of its numbers wins."""
-    verdicts = [judge_printed(t, e) for t, e in zip(texts, exact)]
-    wrong = [(t, c) for t, (v, c) in zip(texts, verdicts) if v != "holds"]
-    verdict = "seed number wrong" if wrong else "holds"
+    verdict, correct = judge_numbers(texts, exact)
     ctx.add(ClaimResult(
         id=cid, chapter=chapter, claim_en=en, claim_zh=zh, seed_value=", ".join(texts),
         method="exact arithmetic",
         expected="the exact value, rounded at the seed's shown precision",
         measured=", ".join(_more_digits(t, e) for t, e in zip(texts, exact)),
-        verdict=verdict, correct_value=", ".join(c for _, c in wrong) if wrong else None, note=note))
+        verdict=verdict, correct_value=correct, note=note))
 
 
 def _exp_row(ctx, cid, chapter, x: str, text: str, where_en: str, where_zh: str, note: str = ""):
@@ -177,8 +182,7 @@ def _quotient_row(ctx: Context, numerators: list[str], denominator: str, texts: 
     """S1.36: the seed writes its weights as quotients of its own rounded numbers; each quotient is
     judged as written, and the exact softmax weight is shown beside it (S1.28 judges those)."""
     quotients = [printed_decimal(a) / printed_decimal(denominator) for a in numerators]
-    verdicts = [judge_printed(t, q) for t, q in zip(texts, quotients)]
-    wrong = [(t, c) for t, (v, c) in zip(texts, verdicts) if v != "holds"]
+    verdict, correct = judge_numbers(texts, quotients)
     exact_ok = [judge_printed(t, w)[0] == "holds" for t, w in zip(texts, exact_weights)]
     where = [f"{a}/{denominator} = {_more_digits(t, q)} → {format_like(t, q)}; exact softmax {_more_digits(t, w)} "
              f"→ {format_like(t, w)}" for a, t, q, w in zip(numerators, texts, quotients, exact_weights)]
@@ -188,8 +192,7 @@ def _quotient_row(ctx: Context, numerators: list[str], denominator: str, texts: 
         id="S1.36", chapter="real_numbers", claim_en=line, claim_zh=line,
         seed_value=", ".join(texts), method="exact arithmetic",
         expected="each quotient of the printed numbers, rounded at the seed's shown precision",
-        measured="; ".join(where), verdict="seed number wrong" if wrong else "holds",
-        correct_value=", ".join(c for _, c in wrong) if wrong else None,
+        measured="; ".join(where), verdict=verdict, correct_value=correct,
         note=("the quotients as written round to " + ", ".join(format_like(t, q) for t, q in zip(texts, quotients))
               + "; the printed weights are the exact softmax weights rounded "
               + ("(all right, S1.28)" if all(exact_ok) else "(not all: see S1.28)")
