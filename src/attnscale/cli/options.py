@@ -13,6 +13,21 @@ from attnscale.cli.words import LANGS
 MODEL_REMARKS = {"smollm2": "de-quantised from 4 bits"}
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter, but a description or epilog paragraph with an indented line (examples,
+    a command to type) is kept as written, while prose paragraphs wrap to the terminal's width."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        paragraphs = []
+        for para in text.split("\n\n"):
+            lines = para.splitlines(keepends=True)
+            if any(line.startswith(" ") for line in lines):
+                paragraphs.append("".join(indent + line for line in lines))
+            else:
+                paragraphs.append(super()._fill_text(para, width, indent))
+        return "\n\n".join(paragraphs)
+
+
 def examples_epilog(examples: Sequence[str], after: str | None = None) -> str:
     """The ``examples:`` block of a --help (one indented command line each), then ``after`` if given."""
     text = "examples:\n" + "\n".join(f"  {line}" for line in examples)
@@ -22,10 +37,9 @@ def examples_epilog(examples: Sequence[str], after: str | None = None) -> str:
 def add_command(sub, name: str, help: str, description: str | None = None, examples: Sequence[str] = (),
                 after: str | None = None) -> argparse.ArgumentParser:
     """Add subcommand ``name``: ``help`` in ``attnscale --help``; its own --help shows ``description``
-    and the ``examples`` (then ``after``) as written, line breaks kept."""
+    wrapped to the terminal, then the ``examples`` as written and ``after``."""
     return sub.add_parser(name, help=help, description=description,
-                          epilog=examples_epilog(examples, after) if examples else None,
-                          formatter_class=argparse.RawDescriptionHelpFormatter)
+                          epilog=examples_epilog(examples, after) if examples else None, formatter_class=HelpFormatter)
 
 
 def non_negative_int(text: str) -> int:
