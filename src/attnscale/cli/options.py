@@ -69,7 +69,8 @@ def results_root(args):
     return DEFAULT_ROOT if args.results is None else args.results
 
 
-def add_seed_option(parser, help: str = "random seed") -> None:
+def add_seed_option(parser, help: str) -> None:
+    """``--seed N``: a non-negative integer, 0 by default; ``help`` says what it seeds."""
     parser.add_argument("--seed", type=non_negative_int, default=0, help=f"{help} (default: 0)")
 
 
