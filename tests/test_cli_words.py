@@ -47,6 +47,8 @@ def test_word_formats_slots_and_names_an_unknown_key_or_section():
         word("nope", "logit")
     with pytest.raises(CatalogError, match=r"rule_purpose\.logn has no text in 'en'"):
         word("rule_purpose", "logn", "en")
+    with pytest.raises(CatalogError, match=r"softmax\.scaled needs the slot \{s\}"):
+        word("softmax", "scaled", "en")
 
 
 def test_a_missing_language_falls_back_to_english(monkeypatch):
@@ -60,6 +62,7 @@ def test_a_missing_language_falls_back_to_english(monkeypatch):
     ('[a]\nx = { en = "{n} keys", zh = "{m} 个键" }', r"a\.x: the languages' \{slots\} differ: en \['n'\], zh \['m'\]"),
     ('[a]\nx = "one"', r"a\.x: expected a table of texts"),
     ('a = "one"', r"\[a\] is not a section"),
+    ('[a]\nx = { en = "a { brace", zh = "一" }', r"a\.x: expected '\}' before end of string"),
     ('[rule_purpose]\nx = { en = "only English" }', r"rule_purpose\.x: expected the languages \['zh'\]"),
 ])
 def test_a_malformed_catalog_is_refused_naming_the_entry(toml, message):

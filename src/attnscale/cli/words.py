@@ -42,7 +42,11 @@ def check_catalog(catalog: dict, source: str = CATALOG) -> dict:
                 raise CatalogError(f"{where}: expected a table of texts such as {{ en = \"...\", zh = \"...\" }}")
             if set(entry) - set(LANGS) or needed - set(entry):
                 raise CatalogError(f"{where}: expected the languages {sorted(needed)}, got {sorted(entry)}")
-            if len({frozenset(_slots(text)) for text in entry.values()}) > 1:
+            try:
+                slots = {frozenset(_slots(text)) for text in entry.values()}
+            except ValueError as err:      # a lone brace; a literal one is written {{ or }}
+                raise CatalogError(f"{where}: {err}") from None
+            if len(slots) > 1:
                 raise CatalogError(f"{where}: the languages' {{slots}} differ: "
                                    + ", ".join(f"{lang} {sorted(_slots(t))}" for lang, t in entry.items()))
     return catalog
@@ -56,8 +60,8 @@ def catalog() -> dict:
 
 
 def word(section: str, key: str, lang: str = "en", **slots) -> str:
-    """The text of ``section.key`` in ``lang`` (English when that language has none), formatted with
-    ``slots`` when given."""
+    """The text of ``section.key`` in ``lang`` (English when that language has none), its ``{slots}``
+    filled from ``slots`` (every slot it has must be given)."""
     entries = catalog().get(section)
     if entries is None:
         raise CatalogError(f"{CATALOG}: no section [{section}]; sections: {', '.join(sorted(catalog()))}")
@@ -67,4 +71,7 @@ def word(section: str, key: str, lang: str = "en", **slots) -> str:
     text = entry.get(lang) or entry.get("en")
     if text is None:
         raise CatalogError(f"{CATALOG}: {section}.{key} has no text in {lang!r} and no English to fall back on")
-    return text.format(**slots) if slots else text
+    try:
+        return text.format(**slots)
+    except KeyError as err:
+        raise CatalogError(f"{CATALOG}: {section}.{key} needs the slot {{{err.args[0]}}}") from None
