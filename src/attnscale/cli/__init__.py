@@ -11,29 +11,30 @@ import sys
 import threading
 
 from attnscale import __version__
+from attnscale.cli.options import HelpFormatter, examples_epilog
 from attnscale.errors import AttnScaleError
 
 # One module per subcommand group; each defines register(subparsers).
 COMMAND_MODULES = ("core", "probe", "rescale", "report", "train", "verify", "telemetry")
 
-EPILOG = """examples:
-  attnscale report                           the HTML report: every claim of the seed, measured here
-  attnscale verify --strict                  the seed's claims as a table of verdicts (exit 1 if any fails)
-  attnscale probe                            do a real model's queries and keys obey the seed's assumptions?
-  attnscale rescale                          a real LLM's perplexity with its attention scale × 1/8 ... 8
-  attnscale train scale-vs-dk                does unscaled attention stop learning? (CPU, a few minutes)
-  attnscale telemetry-bench                  attention with per-row entropy vs plain SDPA: time, memory
-  attnscale softmax 14 10 12 --scale 0.125   one row: the seed's example after dividing by sqrt(64) = 8
-  attnscale rules                            the scale rules, their formulas and citations
-"""
+EXAMPLES = [
+    "attnscale report                           the HTML report: every claim of the seed, measured here",
+    "attnscale verify --strict                  the seed's claims as a table of verdicts (exit 1 if any fails)",
+    "attnscale probe                            do a real model's queries and keys obey the seed's assumptions?",
+    "attnscale rescale                          a real LLM's perplexity with its attention scale × 1/8 ... 8",
+    "attnscale train scale-vs-dk                does unscaled attention stop learning? (CPU, a few minutes)",
+    "attnscale telemetry-bench                  attention with per-row entropy vs plain SDPA: time, memory",
+    "attnscale softmax 14 10 12 --scale 0.125   one row: the seed's example after dividing by sqrt(64) = 8",
+    "attnscale rules                            the scale rules, their formulas and citations",
+]
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="attnscale",
         description="See, measure and trust what the 1/sqrt(d_k) in softmax(Q K^T / sqrt(d_k)) V does.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=examples_epilog(EXAMPLES),
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"attnscale {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -2,58 +2,16 @@
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 import unicodedata
 
 import numpy as np
 
+from attnscale.cli.options import add_command, add_lang_option
 from attnscale.cli.output import add_json_option, check_json_target, emit_json, json_to_stdout
+from attnscale.cli.words import word
 from attnscale.errors import InputError
-
-LANGS = ("en", "zh")
-
-# The terminal's words, per language (the numbers and the rules' formulas and citations are data).
-WORDS = {
-    "logit": {"en": "logit", "zh": "logit"},
-    "weight": {"en": "weight", "zh": "权重"},
-    "undefined": {"en": "undefined", "zh": "无定义"},
-    "masked": {"en": "masked (-inf): weight 0", "zh": "被屏蔽（-inf）：权重为 0"},
-    "scaled": {"en": "logits multiplied by --scale {s:g}", "zh": "logits 已乘以 --scale {s:g}"},
-    "rule": {"en": "rule", "zh": "规则"},
-    "formula": {"en": "formula", "zh": "公式"},
-    "citation": {"en": "citation", "zh": "出处"},
-    "rules_note": {"en": "use one with attnscale.attention(q, k, v, scale=NAME)",
-                   "zh": "用法：attnscale.attention(q, k, v, scale=规则名)"},
-}
-
-# The health figures of one row (attnscale.softmax.row_health), as a reader sees them.
-HEALTH = {
-    "n": {"en": "keys n", "zh": "键数 n"},
-    "entropy": {"en": "entropy", "zh": "熵"},
-    "normalized_entropy": {"en": "entropy / ln n", "zh": "熵 / ln n"},
-    "max_weight": {"en": "largest weight", "zh": "最大权重"},
-    "effective_support": {"en": "effective keys 1/Σp²", "zh": "有效键数 1/Σp²"},
-    "jacobian_frobenius": {"en": "‖J‖ Frobenius", "zh": "‖J‖ Frobenius 范数"},
-    "jacobian_spectral": {"en": "‖J‖ spectral", "zh": "‖J‖ 谱范数"},
-    "saturation_index": {"en": "saturation σ/√(2 ln n)", "zh": "饱和指数 σ/√(2 ln n)"},
-}
-
-# What each rule is for, in Chinese (the citations are references and stay as published).
-RULES_ZH = {
-    "inverse_sqrt_dk": "除以 √d_k（原文与 Vaswani 等人的做法）",
-    "inverse_dk": "除以 d_k（µP）",
-    "unscaled": "不缩放（原文所反对的情形）",
-    "logn": "乘以 s·ln(n)，n 为参与注意力的键数",
-    "qknorm": "先对 q、k 做 RMS 归一化，再除以 √d_k",
-    "softcap": "除以 √d_k 后用 tanh 软截断",
-}
-
-
-def _w(key: str, lang: str, table: dict = WORDS) -> str:
-    entry = table[key]
-    return entry.get(lang) or entry["en"]
 
 
 def _width(text: str) -> int:
@@ -66,30 +24,27 @@ def _pad(text: str, width: int, right: bool = False) -> str:
     return fill + text if right else text + fill
 
 
-def _add_lang_option(parser) -> None:
-    parser.add_argument("--lang", choices=LANGS, default="en", help="language of the table (default en)")
-
-
 def register(sub) -> None:
-    p = sub.add_parser(
-        "softmax", help="softmax weights and health figures of one row of logits",
+    p = add_command(
+        sub, "softmax", help="softmax weights and health figures of one row of logits",
         description="Softmax of the given logits (times --scale), with the row's health figures. "
                     "Without logits (or with -), reads them from stdin: numbers separated by spaces, "
                     "commas or new lines.",
-        epilog="examples:\n  attnscale softmax 14 10 12 --scale 0.125\n"
-               "  attnscale softmax -- 1 -inf -1e3    (after --, logits may start with '-')\n"
-               "  echo 14 10 12 | attnscale softmax --json -",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        examples=["attnscale softmax 14 10 12 --scale 0.125",
+                  "attnscale softmax -- 1 -inf -1e3    (after --, logits may start with '-')",
+                  "echo 14 10 12 | attnscale softmax --json -"])
     p.add_argument("logits", nargs="*", metavar="LOGIT",
                    help="the row's logits (-inf: a masked key); none or '-': read them from stdin")
     p.add_argument("--scale", default="1", help="a finite number that multiplies the logits first (default 1)")
     add_json_option(p, "the logits, weights and health figures")
-    _add_lang_option(p)
+    add_lang_option(p, "the table")
     p.set_defaults(run=run_softmax)
 
-    r = sub.add_parser("rules", help="list the named scale rules with formula and citation")
+    r = add_command(sub, "rules", help="list the named scale rules with formula and citation",
+                    examples=["attnscale rules --lang zh       with what each rule is for, in Chinese",
+                              "attnscale rules --json -        the rules as strict JSON"])
     add_json_option(r, "the rules")
-    _add_lang_option(r)
+    add_lang_option(r, "the table")
     r.set_defaults(run=run_rules)
 
 
@@ -158,16 +113,16 @@ def run_softmax(args, stdin=None) -> int:
     if json_to_stdout(args):
         return 0
     lang = args.lang
-    print(f"{_pad(_w('logit', lang), 12, True)} {_pad(_w('weight', lang), 10, True)}")
+    print(f"{_pad(word('softmax', 'logit', lang), 12, True)} {_pad(word('softmax', 'weight', lang), 10, True)}")
     for z, p in zip(logits, weights):
         print(f"{z:12.6g} {p:10.4f}")
     for name, value in health.items():
-        shown = _w("undefined", lang) if value is None else format(value, ".6g")
-        print(f"{_pad(_w(name, lang, HEALTH), 24, True)}: {shown}")
+        shown = word("softmax", "undefined", lang) if value is None else format(value, ".6g")
+        print(f"{_pad(word('health', name, lang), 24, True)}: {shown}")
     if masked:
-        print(f"{len(masked)} {_w('masked', lang)}")
+        print(f"{len(masked)} {word('softmax', 'masked', lang)}")
     if scale != 1.0:
-        print(_w("scaled", lang).format(s=scale))
+        print(word("softmax", "scaled", lang, s=scale))
     return 0
 
 
@@ -177,15 +132,16 @@ def run_rules(args) -> int:
     check_json_target(args)
     rows = [rule.describe() for rule in RULES.values()]
     if args.lang == "zh":
-        rows = [{**row, "description_zh": RULES_ZH.get(row["name"])} for row in rows]
+        rows = [{**row, "description_zh": word("rule_purpose", row["name"], "zh")} for row in rows]
     emit_json(args, rows)
     if json_to_stdout(args):
         return 0
     lang = args.lang
-    print(f"{_pad(_w('rule', lang), 16)} {_pad(_w('formula', lang), 40)} {_w('citation', lang)}")
+    print(f"{_pad(word('rules', 'rule', lang), 16)} {_pad(word('rules', 'formula', lang), 40)} "
+          f"{word('rules', 'citation', lang)}")
     for row in rows:
         print(f"{row['name']:<16} {row['formula']:<40} {row['citation']}")
         if row.get("description_zh"):
             print(f"{'':<16} {row['description_zh']}")
-    print(f"\n{_w('rules_note', lang)}")
+    print(f"\n{word('rules', 'note', lang)}")
     return 0

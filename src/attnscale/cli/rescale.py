@@ -2,23 +2,22 @@
 
 from __future__ import annotations
 
-import argparse
 import math
 from fractions import Fraction
 
 from attnscale import results
 from attnscale.cli import output
+from attnscale.cli.options import add_command, add_model_option, add_results_option, results_root
 from attnscale.errors import InputError
 
-EPILOG = """examples:
-  attnscale rescale                          SmolLM2-135M: perplexity for α = 1/8 ... 8 on Python's own docs
-  attnscale rescale --model minilm           all-MiniLM-L6-v2: how far the sentence embeddings move
-  attnscale rescale --text book.txt --max-tokens 2048   your text, in 4 consecutive windows of 512 tokens
-  attnscale rescale --alphas 1/2,1,2 --json -          three values, strict JSON on stdout
-
-This measures how sensitive a model trained with 1/√d_k is to another scale at inference; it does not
-say what training without the scale would give (attnscale train does). α = √d_k removes the scale.
-"""
+EXAMPLES = [
+    "attnscale rescale                          SmolLM2-135M: perplexity for α = 1/8 ... 8 on Python's own docs",
+    "attnscale rescale --model minilm           all-MiniLM-L6-v2: how far the sentence embeddings move",
+    "attnscale rescale --text book.txt --max-tokens 2048   your text, in 4 consecutive windows of 512 tokens",
+    "attnscale rescale --alphas 1/2,1,2 --json -          three values, strict JSON on stdout",
+]
+AFTER = """This measures how sensitive a model trained with 1/√d_k is to another scale at inference; it does not
+say what training without the scale would give (attnscale train does). α = √d_k removes the scale."""
 
 
 def parse_alphas(text: str) -> tuple[float, ...]:
@@ -37,16 +36,15 @@ def parse_alphas(text: str) -> tuple[float, ...]:
 
 
 def register(sub) -> None:
-    p = sub.add_parser(
-        "rescale", help="multiply a trained model's attention scale by α: perplexity, entropy, continuations",
+    p = add_command(
+        sub, "rescale", help="multiply a trained model's attention scale by α: perplexity, entropy, continuations",
         description="Multiply every attention layer's scale by α (the model's own eager attention, nothing else "
                     "changed) and measure next-token cross-entropy and perplexity (SmolLM2) or how far the "
                     "sentence embeddings move (MiniLM), the mean row entropy and max weight per layer, and a "
                     "greedy continuation of a fixed prompt. It measures the sensitivity of a model trained "
                     "with 1/√d_k, not training without it.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="smollm2", choices=("smollm2", "minilm"),
-                   help="smollm2: SmolLM2-135M-Instruct, de-quantised from 4 bits (default); minilm: all-MiniLM-L6-v2")
+        examples=EXAMPLES, after=AFTER)
+    add_model_option(p, default="smollm2")
     p.add_argument("--alphas", default="1/8,1/4,1/2,1,2,4,8", metavar="A,B,...",
                    help="the factors, 1 among them (default 1/8,1/4,1/2,1,2,4,8)")
     p.add_argument("--text", metavar="FILE",
@@ -58,8 +56,7 @@ def register(sub) -> None:
                    help="SmolLM2: tokens per consecutive causal window (default 512)")
     output.add_json_option(p)
     output.add_quiet_option(p)
-    p.add_argument("--out", default=str(results.DEFAULT_ROOT), metavar="DIR",
-                   help=f"results folder; writes DIR/rescale/MODEL/result.json (default ./{results.DEFAULT_ROOT})")
+    add_results_option(p, "results folder; writes DIR/rescale/MODEL/result.json", flags=("--out",))
     p.set_defaults(run=run_rescale_command)
 
 
@@ -71,7 +68,7 @@ def run_rescale_command(args) -> int:
 
     config = RescaleConfig(alphas=parse_alphas(args.alphas), max_tokens=args.max_tokens, window=args.window)
     output.check_json_target(args)
-    results.check_writable(args.out, "--out")
+    root = results.check_writable(results_root(args), "--out")
     text = texts = None
     if args.model == "smollm2":
         text, source = (read_text(args.text), args.text) if args.text else default_text()
@@ -82,7 +79,7 @@ def run_rescale_command(args) -> int:
     loaded = pretrained.load_model(args.model)
     with Progress(quiet=args.quiet) as progress:
         data = run_rescale(loaded, config, text=text, texts=texts, source=source, progress=progress)
-    env = results.write(f"rescale/{args.model}", data, config=data["config"], seed=None, root=args.out)
+    env = results.write(f"rescale/{args.model}", data, config=data["config"], seed=None, root=root)
     output.emit_json(args, env)
     if not output.json_to_stdout(args):
         print(summary_table(data))

@@ -3,30 +3,29 @@ peak memory) against plain SDPA, and the monitor on a real model; its terminal a
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-EPILOG = """examples:
-  attnscale telemetry-bench                 the issue's shapes, float32, CPU, forward and forward+backward
-  attnscale telemetry-bench --quick         small shapes, a smoke run (written apart, as quick.json)
-  attnscale telemetry-bench --no-model      skip the monitor on all-MiniLM-L6-v2
-  attnscale telemetry-bench --markdown      print the last result as the README's table; runs nothing
-"""
+from attnscale.cli.options import add_command, add_results_option, results_root
+from attnscale.cli.output import add_json_option, add_quiet_option
+
+EXAMPLES = [
+    "attnscale telemetry-bench                 the issue's shapes, float32, CPU, forward and forward+backward",
+    "attnscale telemetry-bench --quick         small shapes, a smoke run (written apart, as quick.json)",
+    "attnscale telemetry-bench --no-model      skip the monitor on all-MiniLM-L6-v2",
+    "attnscale telemetry-bench --markdown      print the last result as the README's table; runs nothing",
+]
 
 LABELS = {"sdpa": "SDPA", "kernel": "fused kernel: out + lse + entropy", "kernel+range": "+ max/min logit",
           "composed": "one fused PyTorch call on [V, K]", "naive": "materialise weights, then entropy"}
 
 
 def register(sub) -> None:
-    from attnscale.cli.output import add_json_option, add_quiet_option
-    from attnscale.results import DEFAULT_ROOT
-
-    p = sub.add_parser(
-        "telemetry-bench", help="time and memory of attention with per-row figures vs plain SDPA",
+    p = add_command(
+        sub, "telemetry-bench", help="time and memory of attention with per-row figures vs plain SDPA",
         description="Measure attnscale.torch.attention (output + log-sum-exp + entropy, exact, no L×S matrix) "
                     "against plain torch SDPA and the naive materialise-then-entropy path, forward and "
                     "forward + backward, in one run (medians, ratios); then run the monitor on all-MiniLM-L6-v2.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        examples=EXAMPLES)
     p.add_argument("--repeats", type=int, default=5, help="timed repeats per variant (default 5)")
     p.add_argument("--quick", action="store_true", help="small shapes, a smoke run")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
@@ -35,8 +34,7 @@ def register(sub) -> None:
     p.add_argument("--no-model", action="store_true", help="skip the monitor on all-MiniLM-L6-v2")
     p.add_argument("--markdown", action="store_true",
                    help="print the result found under --out as Markdown tables (the README's); run nothing")
-    p.add_argument("--out", default=str(DEFAULT_ROOT), metavar="DIR",
-                   help=f"results root; writes DIR/telemetry/result.json (quick.json with --quick; default {DEFAULT_ROOT})")
+    add_results_option(p, "results root; writes DIR/telemetry/result.json (quick.json with --quick)", flags=("--out",))
     add_json_option(p)
     add_quiet_option(p)
     p.set_defaults(run=run_telemetry_bench_command)
@@ -51,12 +49,13 @@ def run_telemetry_bench_command(args) -> int:
     from attnscale.experiments.telemetry import (TelemetryBenchConfig, check_device, measure_monitor,
                                                  run_telemetry_bench)
 
+    root = results_root(args)
     if args.markdown:
-        print(format_markdown(results.read_preferred("telemetry", args.out)))
+        print(format_markdown(results.read_preferred("telemetry", root)))
         return 0
     check_device(args.device)
     check_json_target(args)
-    results.check_writable(results.result_path("telemetry", args.out, args.quick), "--out")
+    results.check_writable(results.result_path("telemetry", root, args.quick), "--out")
     make = TelemetryBenchConfig.quick if args.quick else TelemetryBenchConfig
     config = make(repeats=args.repeats, device=args.device, threads=args.threads, backward=not args.no_backward)
     with Progress(enabled=False if args.quiet else None) as progress:
@@ -71,7 +70,7 @@ def run_telemetry_bench_command(args) -> int:
         found["model"] = loaded.name
         found["n_sequences"], found["padded_length"] = (int(n) for n in batch["input_ids"].shape)
         data["monitor"] = found
-    env = results.write("telemetry", data, config=asdict(config), seed=config.seed, quick=args.quick, root=args.out)
+    env = results.write("telemetry", data, config=asdict(config), seed=config.seed, quick=args.quick, root=root)
     if not json_to_stdout(args):
         print(format_table(env))
     emit_json(args, env)

@@ -3,27 +3,25 @@
 
 from __future__ import annotations
 
-import argparse
 import math
 
+from attnscale.cli.options import add_command, add_results_option, results_root
 from attnscale.cli.output import (add_json_option, add_quiet_option, check_json_target, check_out_folder, emit_json,
                                   json_to_stdout)
 
 
 def register(sub) -> None:
-    p = sub.add_parser(
-        "train", help="training experiments: scale-vs-dk, logit-growth, lm",
+    p = add_command(
+        sub, "train", help="training experiments: scale-vs-dk, logit-growth, lm",
         description="Run a training sweep on the CPU. Finished cells are cached under "
                     "DIR/train/<experiment>/cells, so an interrupted run resumes where it stopped. Writes the result "
                     "DIR/train/<experiment>/result.json (quick.json for --quick), which the report reads.",
-        epilog="examples:\n  attnscale train scale-vs-dk --quick\n  attnscale train logit-growth --workers 2",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        examples=["attnscale train scale-vs-dk --quick", "attnscale train logit-growth --workers 2"])
     p.add_argument("experiment", choices=("scale-vs-dk", "logit-growth", "lm"), help="which experiment")
     p.add_argument("--quick", action="store_true",
                    help="a small version that runs in seconds (same code, fewer cells and steps)")
     p.add_argument("--seeds", type=int, default=None, help="number of seeds (default: the experiment's)")
-    p.add_argument("--results", "--out", dest="results", default=None, metavar="DIR",
-                   help="results folder (default: ./attnscale-results); --out is the same option")
+    add_results_option(p, "results folder; --out is the same option", flags=("--results", "--out"))
     add_json_option(p, "the experiment's result")
     add_quiet_option(p)
     p.add_argument("--workers", type=int, default=None,
@@ -75,7 +73,6 @@ def _lm_overrides(args) -> dict:
 def run_train(args) -> int:
     import dataclasses
 
-    from attnscale import results
     from attnscale.cli.progress import Progress
     from attnscale.errors import InputError
     from attnscale.experiments.runner import default_workers
@@ -87,7 +84,7 @@ def run_train(args) -> int:
     if workers < 1:
         raise InputError(f"--workers: expected an integer >= 1, got {workers}")
     check_json_target(args)
-    root = check_out_folder(args.results or results.DEFAULT_ROOT, "--results", named=args.results is not None)
+    root = check_out_folder(results_root(args), "--results", named=args.results is not None)
     config = make_config(args.experiment, quick=args.quick, seeds=args.seeds)
     overrides = _lm_overrides(args)
     if overrides:

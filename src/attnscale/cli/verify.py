@@ -7,43 +7,31 @@ is a function of the results only (no timings), so the same random seed prints t
 
 from __future__ import annotations
 
-import argparse
 import sys
 import textwrap
 
+from attnscale.cli.options import add_command, add_lang_option, add_results_option, add_seed_option, results_root
 from attnscale.cli.output import (add_json_option, add_quiet_option, check_json_target, check_out_folder, emit_json,
                                   json_to_stdout)
+from attnscale.cli.words import word
 
 VERDICT_MARK = {"holds": "holds", "fails": "FAILS", "inconclusive": "UNDECIDED", "seed number wrong": "SEED WRONG"}
-LABELS = {
-    "en": {"expected": "expected", "measured": "measured", "correct": "correct value", "note": "note",
-           "seed": "the blog post prints", "summary": "{n} claims: {holds} hold, {fails} fail, {inconclusive} inconclusive, {wrong} seed numbers wrong",
-           "legend": "UNDECIDED = inconclusive: the interval does not decide the criterion at this sample size"},
-    "zh": {"expected": "预期", "measured": "实测", "correct": "正确值", "note": "说明", "seed": "原文数字",
-           "summary": "共 {n} 条：{holds} 条成立，{fails} 条不成立，{inconclusive} 条无定论，{wrong} 个原文数字有误",
-           "legend": "UNDECIDED = 无定论：在当前样本量下置信区间无法判定该标准"},
-}
-
-
 def register(sub) -> None:
-    p = sub.add_parser(
-        "verify", help="check every claim and number of the seed (exact arithmetic, symbolic, Monte Carlo)",
+    p = add_command(
+        sub, "verify", help="check every claim and number of the seed (exact arithmetic, symbolic, Monte Carlo)",
         description="Check every claim and every printed number of the seed post on this machine: one row per "
                     "claim with the method, what is expected, what was measured (Monte Carlo: estimate, 99% "
                     "confidence interval, sample count) and a verdict: holds, FAILS (shown false), UNDECIDED "
                     "(inconclusive: the interval does not decide at this sample size) or SEED WRONG.",
-        epilog="examples:\n  attnscale verify --quick\n  attnscale verify --json verify.json --lang zh\n"
-               "  attnscale verify --strict    exit 1 unless every verdict is 'holds'",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        examples=["attnscale verify --quick", "attnscale verify --json verify.json --lang zh",
+                  "attnscale verify --strict    exit 1 unless every verdict is 'holds'"])
     add_json_option(p, "the verification's result")
     add_quiet_option(p)
-    p.add_argument("--results", default=None, metavar="DIR",
-                   help="results folder: the result goes to DIR/verify/result.json (quick.json for --quick) "
-                        "(default: ./attnscale-results)")
-    p.add_argument("--lang", choices=("en", "zh"), default="en", help="language of the claim text (default en)")
+    add_results_option(p, "results folder: the result goes to DIR/verify/result.json (quick.json for --quick)")
+    add_lang_option(p, "the claim text")
     p.add_argument("--strict", action="store_true", help="exit 1 when any verdict is not 'holds'")
     p.add_argument("--quick", action="store_true", help="small sample caps: seconds instead of a minute")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0); same random seed, same output")
+    add_seed_option(p, "random seed; same random seed, same output")
     p.add_argument("--rel-ci-target", type=float, default=0.01, metavar="R",
                    help="stop a Monte Carlo estimate when its 99%% CI half-width is R × |estimate| (default 0.01)")
     p.add_argument("--only", metavar="IDS", default=None,
@@ -96,11 +84,10 @@ def run_and_save(config, root, progress=None, save: bool = True):
 
 
 def run_verify(args) -> int:
-    from attnscale import results
     from attnscale.cli.progress import Progress
 
     check_json_target(args)
-    root = check_out_folder(args.results or results.DEFAULT_ROOT, "--results", named=args.results is not None)
+    root = check_out_folder(results_root(args), "--results", named=args.results is not None)
     config = verify_config(args.quick, args.seed, args.rel_ci_target, root, args.only)
     partial = args.only is not None
     with Progress(quiet=args.quiet) as progress:
@@ -118,7 +105,6 @@ def run_verify(args) -> int:
 
 def render_table(report, lang: str = "en", width: int = 110) -> str:
     """The terminal table: a header line per claim (id, verdict, method, claim) and indented details."""
-    labels = LABELS[lang]
     out = [f"{'ID':<6} {'VERDICT':<10} {'METHOD':<16} CLAIM", "-" * width]
     indent = " " * 7
     for c in report.claims:
@@ -129,14 +115,14 @@ def render_table(report, lang: str = "en", width: int = 110) -> str:
                    ("correct", c.correct_value), ("note", c.note)]
         for key, value in details:
             if value:
-                out.append(textwrap.fill(f"{labels[key]}: {value}", width=width, initial_indent=indent,
+                out.append(textwrap.fill(f"{word('verify', key, lang)}: {value}", width=width, initial_indent=indent,
                                          subsequent_indent=indent + "  "))
     counts = report.counts()
     out.append("-" * width)
-    out.append(labels["summary"].format(n=len(report.claims), holds=counts["holds"], fails=counts["fails"],
-                                        inconclusive=counts["inconclusive"], wrong=counts["seed number wrong"]))
+    out.append(word("verify", "summary", lang, n=len(report.claims), holds=counts["holds"], fails=counts["fails"],
+                    inconclusive=counts["inconclusive"], wrong=counts["seed number wrong"]))
     if counts["inconclusive"]:
-        out.append(labels["legend"])
+        out.append(word("verify", "legend", lang))
     cfg = report.config
     out.append(f"random seed {cfg.seed}, {'quick' if cfg.quick else 'full'} run, Monte Carlo target ±{cfg.rel_ci_target:g} "
                f"(relative, {cfg.confidence:.0%} CI), attnscale {report.environment.get('attnscale')}")

@@ -1,0 +1,89 @@
+"""The pieces every subcommand's parser is built from: the command itself with its examples, and the
+options several commands share (results folder, random seed, language, model), each defined once so
+that its flag, type, default and the wording of its default agree everywhere."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Sequence
+
+from attnscale.cli.words import LANGS
+
+# What the --model help says beyond the model's own name (attnscale.experiments.pretrained.MODELS).
+MODEL_REMARKS = {"smollm2": "de-quantised from 4 bits"}
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter, but a description or epilog paragraph with an indented line (examples,
+    a command to type) is kept as written, while prose paragraphs wrap to the terminal's width."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        paragraphs = []
+        for para in text.split("\n\n"):
+            lines = para.splitlines(keepends=True)
+            if any(line.startswith(" ") for line in lines):
+                paragraphs.append("".join(indent + line for line in lines))
+            else:
+                paragraphs.append(super()._fill_text(para, width, indent))
+        return "\n\n".join(paragraphs)
+
+
+def examples_epilog(examples: Sequence[str], after: str | None = None) -> str:
+    """The ``examples:`` block of a --help (one indented command line each), then ``after`` if given."""
+    text = "examples:\n" + "\n".join(f"  {line}" for line in examples)
+    return f"{text}\n\n{after}" if after else text
+
+
+def add_command(sub, name: str, help: str, description: str | None = None, examples: Sequence[str] = (),
+                after: str | None = None) -> argparse.ArgumentParser:
+    """Add subcommand ``name``: ``help`` in ``attnscale --help``; its own --help shows ``description``
+    wrapped to the terminal, then the ``examples`` as written and ``after``."""
+    return sub.add_parser(name, help=help, description=description,
+                          epilog=examples_epilog(examples, after) if examples else None, formatter_class=HelpFormatter)
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse ``type``: ``text`` as an integer >= 0 (argparse names the option in its error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value}")
+    return value
+
+
+def add_results_option(parser, help: str, flags: Sequence[str] = ("--results",)) -> None:
+    """The results folder, ``args.results``: None means :data:`attnscale.results.DEFAULT_ROOT`, which
+    the help names. ``help`` says what the command reads or writes there."""
+    from attnscale.results import DEFAULT_ROOT
+
+    parser.add_argument(*flags, dest="results", default=None, metavar="DIR",
+                        help=f"{help} (default: ./{DEFAULT_ROOT})")
+
+
+def results_root(args):
+    """The results folder the command was given, or the default one."""
+    from attnscale.results import DEFAULT_ROOT
+
+    return DEFAULT_ROOT if args.results is None else args.results
+
+
+def add_seed_option(parser, help: str) -> None:
+    """``--seed N``: a non-negative integer, 0 by default; ``help`` says what it seeds."""
+    parser.add_argument("--seed", type=non_negative_int, default=0, help=f"{help} (default: 0)")
+
+
+def add_lang_option(parser, what: str) -> None:
+    """``--lang en|zh``: the language of ``what`` (the languages of the CLI's catalog)."""
+    parser.add_argument("--lang", choices=LANGS, default="en", help=f"language of {what} (default: en)")
+
+
+def add_model_option(parser, default: str) -> None:
+    """``--model``: one of the pinned pretrained models, ``default`` first in the help."""
+    from attnscale.experiments.pretrained import MODELS
+
+    names = [default, *(m for m in MODELS if m != default)]
+    described = [f"{m}: {MODELS[m]}" + (f", {MODEL_REMARKS[m]}" if m in MODEL_REMARKS else "")
+                 + (" (default)" if m == default else "") for m in names]
+    parser.add_argument("--model", default=default, choices=names, help="; ".join(described))
