@@ -7,6 +7,8 @@ import io
 import math
 import re
 
+from attnscale.report.text import t
+
 
 def esc(text: object) -> str:
     return html.escape(str(text), quote=True)
@@ -75,9 +77,6 @@ def table(header: list[str], rows: list[list[object]], cls: str = "") -> str:
     return f'<div class="table-wrap"><table class="{esc(cls)}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
-MORE_ROWS = {"en": "All {n} rows", "zh": "全部 {n} 行"}
-
-
 def table_with_details(header: list[str], rows: list[list[object]], summary_rows: list[list[object]] | None = None,
                        lang: str = "en", cls: str = "", limit: int = 8) -> str:
     """A big table as a short one with the full table behind a ``<details>`` ("All 30 rows").
@@ -89,6 +88,6 @@ def table_with_details(header: list[str], rows: list[list[object]], summary_rows
         if len(rows) <= limit:
             return table(header, rows, cls)
         summary_rows = rows[:limit]
-    more = MORE_ROWS.get(lang, MORE_ROWS["en"]).format(n=len(rows))
+    more = t("more_rows", lang).format(n=len(rows))
     return (f'{table(header, summary_rows, cls)}<details class="table-more"><summary>{esc(more)}</summary>'
             f'{table(header, rows, cls)}</details>')

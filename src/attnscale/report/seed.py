@@ -44,7 +44,7 @@ def figure_html(block: str, data: dict, lang: str, keys: tuple[str, ...] | None 
     """The figure for ``data[block]`` (only its entries ``keys`` when given) as inline SVG, a note
     when the block is absent, or an error box when it cannot be drawn. ``values`` fill the
     caption's slots (default: :func:`attnscale.report.text.facts` of ``data``)."""
-    alt, cap = caption(block, lang, values if values is not None else facts(data))
+    alt, cap = caption(block, lang, values if values is not None else facts(data, lang))
     block_data = data.get(block)
     if block_data is not None and keys is not None:
         block_data = {k: block_data[k] for k in keys if k in block_data} or None
@@ -75,7 +75,7 @@ def seed_post_html(lang: str) -> str:
 
 
 def chapter_body(chapter: str, claims: list[dict], data: dict, lang: str, seed: int, values: dict | None = None) -> str:
-    values = values if values is not None else facts(data)
+    values = values if values is not None else facts(data, lang)
     text = chapter_text(chapter, lang, values)
     body = [_paras(text["paras"])]
     if chapter == "formula":
@@ -99,7 +99,7 @@ def seed_sections(verify, lang: str, seed: int,
     :class:`attnscale.results.Envelope` of kind ``verify``), in its order; a quick result is labelled
     beside each title, and the first chapter of each part says where and when it was computed."""
     claims, data, outline = verify.data["claims"], verify.data["series"], verify.data["chapters"]
-    values = facts(data, verify.config, outline)
+    values = facts(data, lang, verify.config, outline)
     sections, part = [], None
     for entry in outline:
         chapter = entry["id"]

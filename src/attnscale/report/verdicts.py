@@ -78,8 +78,8 @@ def claim_list(claims: list[dict], lang: str, visible: int = 8) -> str:
     html = f'<ul class="verdicts">{head}</ul>'
     if len(ranked) > visible:
         rest = "".join(claim_card(c, lang) for c in ranked[visible:])
-        more = {"en": f"{len(ranked) - visible} more claims", "zh": f"另外 {len(ranked) - visible} 个论断"}
-        html += (f'<details class="verdicts-more"><summary>{esc(more.get(lang, more["en"]))}</summary>'
+        more = t("more_claims", lang).format(n=len(ranked) - visible)
+        html += (f'<details class="verdicts-more"><summary>{esc(more)}</summary>'
                  f'<ul class="verdicts">{rest}</ul></details>')
     return html
 
