@@ -6,12 +6,36 @@ import html
 import io
 import math
 import re
+import traceback
 
 from attnscale.report.text import t
 
 
 def esc(text: object) -> str:
     return html.escape(str(text), quote=True)
+
+
+def para(text: str) -> str:
+    """A paragraph of prose, escaped."""
+    return f"<p>{esc(text)}</p>"
+
+
+def note(text: str) -> str:
+    """A paragraph set as a note (smaller, muted), escaped."""
+    return f'<p class="note">{esc(text)}</p>'
+
+
+def bullets(items) -> str:
+    """A list of sentences, each escaped."""
+    return "<ul>" + "".join(f"<li>{esc(s)}</li>" for s in items) + "</ul>"
+
+
+def error_box(message: str, code: str = "", err: BaseException | None = None) -> str:
+    """A red box in place of what could not be shown: ``message``, then ``code`` (what failed, e.g.
+    a data block's name), then the error ``err`` as Python prints its last line."""
+    named = f" <code>{esc(code)}</code>" if code else ""
+    detail = f"<pre>{esc(''.join(traceback.format_exception_only(type(err), err)).strip())}</pre>" if err else ""
+    return f'<div class="error-box" role="alert"><p>{esc(message)}{named}</p>{detail}</div>'
 
 
 def number(x, spec: str = ".3g", *, digits: int | None = None) -> str:

@@ -9,12 +9,11 @@ becomes a visible error box inside its chapter; the rest of the page is unaffect
 
 from __future__ import annotations
 
-import traceback
 from typing import Callable
 
 from attnscale.report import figures
 from attnscale.report.experiments import provenance_line, quick_title
-from attnscale.report.html import esc, number
+from attnscale.report.html import error_box, esc, number
 from attnscale.report.page import Section
 from attnscale.report.text import SEED_POST, caption, chapter_text, facts, pretty, t
 from attnscale.report.verdicts import claim_list
@@ -56,9 +55,7 @@ def figure_html(block: str, data: dict, lang: str, keys: tuple[str, ...] | None 
         # width: at most 130 CSS px per inch drawn.
         return figures.responsive_figure(lambda: draw(block_data, lang), alt, cap, px_per_inch=130)
     except Exception as err:   # a data block of an unexpected shape: say so, keep the page
-        detail = "".join(traceback.format_exception_only(type(err), err)).strip()
-        return (f'<div class="error-box" role="alert"><p>{esc(t("figure_error", lang))} '
-                f'<code>{esc(block)}</code></p><pre>{esc(detail)}</pre></div>')
+        return error_box(t("figure_error", lang), block, err)
 
 
 def _paras(paras: list[str]) -> str:

@@ -8,8 +8,8 @@ and filled by the analysis' figures (verdicts, ratios, best rates, the interior 
 
 from __future__ import annotations
 
-from attnscale.report.html import esc, figure_svg, number, table
 from attnscale.report import text
+from attnscale.report.html import figure_svg, number, para, table
 from attnscale.report.text import pretty, t
 
 KIND = "train/lm"
@@ -79,7 +79,7 @@ def render(env, lang: str) -> str:
     a = env.data["analysis"]
     cfg, m, sgd = env.config, a["model"], a["sgd"]
     d_ks, rules = cfg["d_ks"], cfg["rules"]
-    p = lambda key, **kw: f"<p>{esc(pretty(_t(key, lang, **kw)))}</p>"   # noqa: E731
+    p = lambda key, **kw: para(pretty(_t(key, lang, **kw)))   # noqa: E731
     parts = [p("intro", d_model=m["d_model"], layers=m["n_layers"], context=m["context"], params=m["parameters"],
                dk0=d_ks[0], train=a["text"]["train_bytes"], source=a["text"]["source"], valid=a["text"]["valid_bytes"],
                steps=cfg["steps"], batch=cfg["batch"], seeds=cfg["seeds"], adamw=a["adamw_lr"],
@@ -88,7 +88,7 @@ def render(env, lang: str) -> str:
     rates = ", ".join(f"d_k {k}: {v:g}" for k, v in sgd["reference_best_lr"].items())
     edge = [k for k, inside in sgd["reference_best_interior"].items() if not inside]
     parts.append(p("sgd_edge", dks=", ".join(edge), rates=rates) if edge else p("sgd_in", rates=rates))
-    parts += [f"<p>{esc(pretty(line))}</p>" for line in
+    parts += [para(pretty(line)) for line in
               _verdict_lines(a["verdicts"], a["reference_rule"], a["target_factor"], cfg["steps"], lang)]
     parts.append(figure_svg(_panels(a["curves"], d_ks, rules, [("valid_bpb", "bpb", False)], lang, a["unigram_bpb"]),
                             _t("alt_bpb", lang), _t("cap_bpb", lang)))

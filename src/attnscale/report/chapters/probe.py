@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 
-from attnscale.report import figures
-from attnscale.report.html import esc, figure_svg, number, table
-from attnscale.report import text
+from attnscale.report import figures, text
+from attnscale.report.html import bullets, error_box, esc, figure_svg, note, number, para, table
+from attnscale.report.text import t
 
 KIND = "probe/minilm"
 TITLE = text.entry("probe", "title")
@@ -130,22 +130,22 @@ def render(env, lang: str) -> str:
     intro = _t("intro", lang, model=model["name"], layers=model["n_layers"], heads=heads, d_k=model["d_k"],
                scale=_scale_text(model["scale"], model["d_k"]), kind=_t("decoder" if model["causal"] else "encoder", lang),
                n=cfg["n_sequences"], tokens=cfg["n_tokens"], rope=_t("rope", lang) if model.get("rope_theta") else "")
-    parts = [f"<p>{esc(intro)}</p>"]
+    parts = [para(intro)]
     if model.get("weights_note"):
-        parts.append(f'<p class="note">{esc(_t("weights_note", lang, note=model["weights_note"]))}</p>')
+        parts.append(note(t("weights_note", lang).format(note=model["weights_note"])))
     if not check["passed"]:
         failed = _t("check_failed", lang, diff=number(worst), tol=f"{check['tolerance']:g}")
-        parts.append(f'<div class="error-box" role="alert"><p>{esc(failed)}</p></div>')
+        parts.append(error_box(failed))
         return "\n".join(parts)
     ok = _t("check_ok", lang, diff=f"{worst:.1e}", rows=check["rows_checked"], tol=f"{check['tolerance']:g}")
-    parts.append(f"<p>{esc(ok)}</p>")
-    parts.append(f"<p>{esc(_t('weighting', lang))}</p>")
-    parts.append("<ul>" + "".join(f"<li>{esc(s)}</li>" for s in findings(data, lang)) + "</ul>")
+    parts.append(para(ok))
+    parts.append(para(_t('weighting', lang)))
+    parts.append(bullets(findings(data, lang)))
     # Side by side on a wide screen, one under the other on a phone: each map stays legible at both.
     cells = "".join(f'<div style="flex:1 1 340px;min-width:0">{figure_svg(fig, alt, caption)}</div>'
                     for fig, alt, caption in heatmaps(data, lang))
     parts.append(f'<div style="display:flex;flex-wrap:wrap;gap:0 1.5em">{cells}</div>')
-    parts.append(f"<p>{esc(_t('split', lang))}</p>")
+    parts.append(para(_t('split', lang)))
     per_layer = data["per_layer"]
     columns = [f for f in COLUMNS if f in per_layer]
     header = [_t("layer", lang)] + [_t(f"col_{f}", lang) for f in columns]

@@ -7,9 +7,9 @@ sentence embeddings move). Every number and choice of words comes from ``env.dat
 
 from __future__ import annotations
 
-from attnscale.report import figures
-from attnscale.report.html import esc, figure_svg, number, table
-from attnscale.report import text
+from attnscale.report import figures, text
+from attnscale.report.html import bullets, error_box, figure_svg, note, number, para, table
+from attnscale.report.text import t
 
 KIND = "rescale/smollm2"
 TITLE = text.entry("rescale", "title")
@@ -91,25 +91,25 @@ def _check(data: dict, lang: str) -> str:
     else:
         ok = _t("check_embedding", lang, diff=number(check["max_abs_difference"], ".1e"), tol=f"{check['tolerance']:g}")
     if check["passed"]:
-        return f"<p>{esc(ok)}</p>"
-    return f'<div class="error-box" role="alert"><p>{esc(_t("check_failed", lang, detail=ok))}</p></div>'
+        return para(ok)
+    return error_box(_t("check_failed", lang, detail=ok))
 
 
 def render(env, lang: str) -> str:
     data = env.data
     model, text = data["model"], data["text"]
     what = _t("what", lang, model=model["name"], scale=number(model["scale"], ".4g"), unscaled=f"{data['unscaled_alpha']:g}")
-    parts = [f"<p>{esc(what)}</p>"]
+    parts = [para(what)]
     if model.get("weights_note"):
-        parts.append(f'<p class="note">{esc(_t("weights_note", lang, note=model["weights_note"]))}</p>')
+        parts.append(note(t("weights_note", lang).format(note=model["weights_note"])))
     if model["causal"]:
         about = _t("text_decoder", lang, source=text["source"], tokens=text["n_tokens"], windows=text["windows"],
                    window=text["window"], predicted=text["tokens_predicted"])
     else:
         about = _t("text_encoder", lang, source=text["source"], n=text["n_sequences"], tokens=text["n_tokens"])
-    parts.append(f"<p>{esc(about)}</p>")
+    parts.append(para(about))
     parts.append(_check(data, lang))
-    parts.append("<ul>" + "".join(f"<li>{esc(s)}</li>" for s in findings(data, lang)) + "</ul>")
+    parts.append(bullets(findings(data, lang)))
     parts.append(figure_svg(plot(data, lang), _t("alt", lang),
                             _t("caption_decoder" if model["causal"] else "caption_encoder", lang)))
     a = data["analysis"]

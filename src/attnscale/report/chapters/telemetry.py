@@ -7,8 +7,8 @@ ratio, verdict and per-layer aggregate comes from ``env.data``.
 
 from __future__ import annotations
 
-from attnscale.report.html import esc, number, table
 from attnscale.report import text
+from attnscale.report.html import bullets, number, para, table
 
 KIND = "telemetry"
 TITLE = text.entry("telemetry", "title")
@@ -37,28 +37,28 @@ def _monitor(m: dict, lang: str) -> list[str]:
              number(r["max_logit"], ".2f"), f"{r['lowest_head']} ({number(r['lowest_head_entropy_mean'])})"]
             for r in m["layers"]]
     header = [_t(k, lang) for k in ("layer", "mean_entropy", "median_entropy", "min_entropy", "max_logit", "lowest_head")]
-    return [f"<p>{esc(head)}</p>", table(header, rows)]
+    return [para(head), table(header, rows)]
 
 
 def render(env, lang: str) -> str:
     d = env.data
     machine = ", ".join(str(x) for x in (d["machine"].get("cpu"), f"{d['machine'].get('cores')} cores") if x)
-    parts = [f"<p>{esc(_t('intro', lang, date=env.created[:10], machine=machine, device=d['device'], threads=d['threads'], repeats=d['repeats']))}</p>"]
+    parts = [para(_t('intro', lang, date=env.created[:10], machine=machine, device=d['device'], threads=d['threads'], repeats=d['repeats']))]
     if not d["kernel"]["available"]:
-        parts.append(f"<p>{esc(_t('kernel_missing', lang, reason=d['kernel']['reason']))}</p>")
+        parts.append(para(_t('kernel_missing', lang, reason=d['kernel']['reason'])))
     for pass_, variants in d["variants"].items():
         others = [v for v in variants if v != "sdpa"]
         rows = [[_case(r, lang), f"{number(r['median_s']['sdpa'] * 1e3, '.0f')} ms"] + [_cell(r, v) for v in others]
                 for r in d["rows"] if r["pass"] == pass_]
-        parts += [f"<p>{esc(_t('time_caption', lang, pass_=pass_))}</p>",
+        parts += [para(_t('time_caption', lang, pass_=pass_)),
                   table([_t("case", lang), _t("sdpa_time", lang)] + others, rows)]
     if d["memory"]:
         variants = list(dict.fromkeys(v for r in d["memory"] for v in r["peak_rise_bytes"]))
         rows = [[f"{r['pass']}, {_case(r, lang)}"] + [number(r["ratio_to_sdpa"].get(v), ".2f") for v in variants]
                 for r in d["memory"]]
-        parts += [f"<p>{esc(_t('memory_caption', lang))}</p>", table([_t("case", lang)] + variants, rows)]
-    parts.append("<ul>" + "".join(f"<li>{esc(_verdict(v, lang))}</li>" for v in d["verdicts"]) + "</ul>")
-    parts.append(f"<p>{esc(_t('legend', lang))}</p>")
+        parts += [para(_t('memory_caption', lang)), table([_t("case", lang)] + variants, rows)]
+    parts.append(bullets(_verdict(v, lang) for v in d["verdicts"]))
+    parts.append(para(_t('legend', lang)))
     if d.get("monitor"):
         parts += _monitor(d["monitor"], lang)
     return "\n".join(parts)

@@ -11,8 +11,8 @@ the result cannot show is said as a hypothesis and marked so.
 
 from __future__ import annotations
 
-from attnscale.report.html import esc, figure_svg, number, table, table_with_details
 from attnscale.report import text
+from attnscale.report.html import esc, figure_svg, number, para, table, table_with_details
 from attnscale.report.text import t
 
 KIND = "train/scale-vs-dk"
@@ -33,7 +33,7 @@ def render(env, lang: str) -> str:
     out += _reference(f["reference"], s, lang) + _tuning(a["sgd_tuning"], lang)
     for opt in ("adam", "sgd_reference_lr"):
         label = _opt(opt, lang)
-        out.append(_figure(_curves_figure(a, opt, names, lang), _t("alt_curves", lang, opt=label),
+        out.append(figure_svg(_curves_figure(a, opt, names, lang), _t("alt_curves", lang, opt=label),
                            _t("cap_curves", lang, opt=label, w=s["saturated_weight"])))
     out.append(_results_table(a["table"], names, lang))
     out.append(_note("table_note", lang, n_eval=s["final_eval"], window=s["log_every"], target=s["target_accuracy"]))
@@ -56,7 +56,7 @@ def render(env, lang: str) -> str:
 # --- small formatting helpers ----------------------------------------------------------------------
 
 def _p(key: str, lang: str, **kw) -> str:
-    return f"<p>{esc(_t(key, lang, **kw))}</p>"
+    return para(_t(key, lang, **kw))
 
 
 def _note(key: str, lang: str, **kw) -> str:
@@ -89,10 +89,6 @@ def _labels(setup: dict, lang: str) -> dict[str, str]:
 
 def _opt(which: str, lang: str) -> str:
     return _t("opt_adam" if which == "adam" else "opt_sgd", lang)
-
-
-def _figure(fig, alt: str, caption: str) -> str:
-    return figure_svg(fig, alt, caption)
 
 
 def _verdict(s: dict, lang: str) -> str:
@@ -257,7 +253,7 @@ def _chain(chain: dict, names: dict, lang: str) -> list[str]:
               lo=_n(summary["ratio_min"], ".2f"), hi=_n(summary["ratio_max"], ".2f"), n=summary["pairs"],
               span=_n(summary["factor_span"], ".0f"), big=quoted.get("d_k"), blind=_n(quoted.get("scale_only")),
               pred=_n(quoted.get("predicted")), meas=_n(quoted.get("measured")))]
-    out.append(_figure(_chain_figure(chain["rows"], names, lang), _t("alt_chain", lang), _t("cap_chain", lang)))
+    out.append(figure_svg(_chain_figure(chain["rows"], names, lang), _t("alt_chain", lang), _t("cap_chain", lang)))
     header = [_t("h_grad", lang), _t("h_rule", lang), "dₖ", "s", _t("logit_sd", lang), _t("h_maxp", lang),
               _t("h_scale_only", lang), _t("predicted", lang), _t("measured", lang), _t("h_ratio", lang)]
     body = [["W_Q" if r["gradient"] == "grad_wq" else "W_K", names[r["rule"]], r["d_k"], _n(r["factor"], ".4g"),

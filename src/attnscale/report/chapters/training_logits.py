@@ -9,19 +9,19 @@ how the setting differs from Wortsman et al. 2023. Every number comes from ``env
 
 from __future__ import annotations
 
-from attnscale.report.html import esc, figure_svg, number, table
 from attnscale.report import text
+from attnscale.report.html import figure_svg, number, para, table
 
 KIND = "train/logit-growth"
 TITLE = text.entry("training_logits", "title")
 _t = text.words("training_logits")
 HOW_TO = "attnscale train logit-growth"
 VARIANTS = ("baseline", "qk_layernorm", "qk_clip")
-_SHORT = ("base", "qk", "clip")                  # their names in TEXT's fields
+_SHORT = ("base", "qk", "clip")                  # their names in the catalog's slots
 
 
 def _p(key: str, lang: str, **kw) -> str:
-    return f"<p>{esc(_t(key, lang, **kw))}</p>"
+    return para(_t(key, lang, **kw))
 
 
 def _lr(x) -> str:
