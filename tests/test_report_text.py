@@ -143,3 +143,16 @@ def test_each_experiment_chapter_has_its_title_in_both_languages():
     for name in EXPERIMENT_CHAPTERS:
         module = importlib.import_module(f"attnscale.report.chapters.{name}")
         assert module.TITLE == text.entry(name, "title") and set(module.TITLE) == {"en", "zh"}, name
+
+
+def test_every_rule_of_a_sweep_has_a_finished_label():
+    """The language-model sweep trains the soft-cap too: its label names the cap (it once showed
+    "soft-cap {cap:g}, unscaled"), from the result's caps where it records them, else the rule's own."""
+    from attnscale.experiments.lm import RULE_CHOICES
+    from attnscale.report.chapters import lm
+
+    for rule in RULE_CHOICES:
+        for lang in text.LANGS:
+            assert "{" not in lm._rule(rule, lang), (rule, lang)
+    assert lm._rule("softcap_unscaled", "en") == "soft-cap 50, unscaled"
+    assert text.rule_label("softcap_unscaled", "zh", cap=30) == "软上限 30，不缩放"

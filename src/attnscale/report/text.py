@@ -69,6 +69,17 @@ def t(key: str, lang: str) -> str:
     return pretty(lookup("ui", key, lang))
 
 
+def rule_label(rule: str, lang: str, cap: float | None = None) -> str:
+    """A scale rule's name on the page (the label "rule_<rule>"). A soft-cap's names its cap: ``cap``
+    (what a result recorded), else the cap of the rule of that name in attnscale.scales."""
+    if cap is None:
+        from attnscale.scales import RULES, SoftCap
+
+        named = RULES.get(rule)
+        cap = named.cap_value if isinstance(named, SoftCap) else 0
+    return t(f"rule_{rule}", lang).format(cap=cap)
+
+
 # The blog post the verification checks (the project calls it "the seed"): named and linked on the page.
 SEED_POST = {
     "title": entry("seed_post", "title"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from attnscale.report import text
 from attnscale.report.html import figure_svg, number, para, table
-from attnscale.report.text import pretty, t
+from attnscale.report.text import pretty, rule_label
 
 KIND = "train/lm"
 TITLE = text.entry("lm", "title")
@@ -18,7 +18,8 @@ _t = text.words("lm")
 HOW_TO = "attnscale train lm"
 
 def _rule(name: str, lang: str) -> str:
-    return t(f"rule_{name}", lang)
+    # The soft-cap's label names the cap of the rule the sweep trained with (the result does not record it).
+    return rule_label(name, lang)
 
 
 def _panels(curves: list, d_ks: list, rules: list, rows: list[tuple[str, str, bool]], lang: str, unigram=None):

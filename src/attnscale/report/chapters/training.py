@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from attnscale.report import text
 from attnscale.report.html import esc, figure_svg, number, para, table, table_with_details
-from attnscale.report.text import t
+from attnscale.report.text import rule_label
 
 KIND = "train/scale-vs-dk"
 TITLE = text.entry("training", "title")
@@ -84,7 +84,7 @@ def _range(spread: dict, spec: str = ".2f") -> str:
 
 def _labels(setup: dict, lang: str) -> dict[str, str]:
     """The report's one label table (report.text), soft-cap labels filled with the sweep's own cap."""
-    return {rule: t(f"rule_{rule}", lang).format(cap=setup["caps"].get(rule, 0)) for rule in setup["rules"]}
+    return {rule: rule_label(rule, lang, setup["caps"].get(rule)) for rule in setup["rules"]}
 
 
 def _opt(which: str, lang: str) -> str:
