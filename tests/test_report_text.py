@@ -68,6 +68,8 @@ def test_a_missing_section_or_key_names_both():
         text.chapter_text("no_such_chapter", "en")
     with pytest.raises(KeyError):                           # still a KeyError to a caller that expects one
         text.t("no_such_label", "en")
+    with pytest.raises(text.MissingText, match=r"entry 'intro' of section \[lm\] \(zh\) has the slot \{d_model\}"):
+        text.words("lm")("intro", "zh")                     # a slot the caller left unfilled
 
 
 def test_a_chinese_gap_falls_back_to_english_and_slots_are_filled(monkeypatch):

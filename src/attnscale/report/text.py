@@ -55,7 +55,13 @@ def words(section: str) -> Callable[..., str]:
     """The lookup of one section, as chapters bind it: ``_t = text.words("rescale")``, then
     ``_t(key, lang, **values)`` is the entry in ``lang`` with its ``{named}`` slots formatted."""
     def _t(key: str, lang: str, **values) -> str:
-        return lookup(section, key, lang).format(**values)
+        try:
+            return lookup(section, key, lang).format(**values)
+        except KeyError as err:
+            if isinstance(err, MissingText):
+                raise
+            raise MissingText(f"report text: entry {key!r} of section [{section}] ({lang}) has the slot "
+                              f"{{{err.args[0]}}}, which the code does not fill") from None
     return _t
 
 
