@@ -457,11 +457,11 @@ def test_inconclusive_verdict_badges_tally_and_judged_interval():
 
 
 def test_prose_claims_only_what_is_checked():
-    from attnscale.report.text import CHAPTERS
+    from attnscale.report.text import chapter_text
 
-    faq = " ".join(CHAPTERS["faq"]["en"]["paras"])
+    faq = " ".join(chapter_text("faq", "en")["paras"])
     assert "Who introduced the factor? The blog post's answers, checked." not in faq and "nothing here checks it" in faq
-    assert "almost on top of each other" in " ".join(CHAPTERS["why_grows"]["en"]["paras"])
+    assert "almost on top of each other" in " ".join(chapter_text("why_grows", "en")["paras"])
 
 
 def test_the_verification_is_stale_when_a_result_it_judged_from_was_replaced(tmp_path):
@@ -488,10 +488,10 @@ def test_the_jacobian_caption_reads_the_curve_from_the_data():
     from attnscale.report.text import caption, facts
 
     data = {"jacobian": {"crossover": {"16": {"d_k": 64}, "1024": {"d_k": None}}, "peak_d_k": {"16": 16, "1024": 256}}}
-    _, cap = caption("jacobian", "en", facts(data))
+    _, cap = caption("jacobian", "en", facts(data, "en"))
     assert "n = 16: below the scaled one from dₖ = 64 on, peaks at dₖ = 16" in cap
     assert "n = 1024: never below the scaled one on this grid, peaks at dₖ = 256" in cap
     data["jacobian"]["crossover"]["16"]["d_k"] = 256
-    assert "from dₖ = 256 on" in caption("jacobian", "en", facts(data))[1]
+    assert "from dₖ = 256 on" in caption("jacobian", "en", facts(data, "en"))[1]
     assert "collapses" not in cap and "dₖ = 64 起低于" in caption("jacobian", "zh", facts(
-        {"jacobian": {"crossover": {"16": {"d_k": 64}}}}))[1]
+        {"jacobian": {"crossover": {"16": {"d_k": 64}}}}, "zh"))[1]

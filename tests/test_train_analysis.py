@@ -83,7 +83,7 @@ def render(analysis, lang="en", quick=False, wall_s=12.0, figures=False) -> str:
         return training.render(env, lang)
     with mock.patch.object(training, "_curves_figure", lambda *a: None), \
             mock.patch.object(training, "_chain_figure", lambda *a: None), \
-            mock.patch.object(training, "_figure", lambda fig, alt, caption: f"<figure>{caption}</figure>"):
+            mock.patch.object(training, "figure_svg", lambda fig, alt, caption: f"<figure>{caption}</figure>"):
         return training.render(env, lang)
 
 

@@ -70,7 +70,7 @@ def _text_only(env, lang: str) -> str:
 
     with mock.patch.object(training, "_curves_figure", lambda *a: None), \
             mock.patch.object(training, "_chain_figure", lambda *a: None), \
-            mock.patch.object(training, "_figure", lambda fig, alt, caption: ""):
+            mock.patch.object(training, "figure_svg", lambda fig, alt, caption: ""):
         return _words(training.render(env, lang))
 
 

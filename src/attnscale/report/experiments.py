@@ -12,11 +12,10 @@ import or render becomes an error box too: one broken chapter never costs the re
 from __future__ import annotations
 
 import importlib
-import traceback
 from dataclasses import dataclass
 
 from attnscale import results
-from attnscale.report.html import esc
+from attnscale.report.html import error_box, esc
 from attnscale.report.text import t
 
 
@@ -74,12 +73,6 @@ def provenance_line(env: results.Envelope, lang: str) -> str:
     return f'<p class="note provenance-line">{esc(provenance_text(env, lang))}</p>'
 
 
-def _error_box(lang: str, err: BaseException) -> str:
-    detail = "".join(traceback.format_exception_only(type(err), err)).strip()
-    return (f'<div class="error-box" role="alert"><p>{esc(t("chapter_error", lang))}</p>'
-            f'<pre>{esc(detail)}</pre></div>')
-
-
 def missing_note(how_to: str, lang: str) -> str:
     return (f'<div class="note"><p>{esc(t("missing_result", lang))}</p>'
             f'<pre><code>{esc(how_to)}</code></pre><p>{esc(t("missing_then", lang))}</p></div>')
@@ -100,5 +93,5 @@ def render_experiment(name: str, root, lang: str) -> RenderedChapter:
         html = provenance_line(env, lang) + module.render(env, lang)
         return RenderedChapter(name, quick_title(title_of(module, name, lang), env, lang), html, "rendered", kind, env)
     except Exception as err:  # a malformed result (ResultError names file and field), a chapter's bug
-        return RenderedChapter(name, quick_title(title_of(module, name, lang), env, lang), _error_box(lang, err),
+        return RenderedChapter(name, quick_title(title_of(module, name, lang), env, lang), error_box(t("chapter_error", lang), err=err),
                                "error", kind, env)

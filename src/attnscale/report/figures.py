@@ -17,6 +17,8 @@ import contextvars
 import math
 import warnings
 
+from attnscale.report import text
+
 # The report's palette: scaled = the page's accent, unscaled = a warm red, the rest neutral.
 SCALED = "#3559c7"
 UNSCALED = "#d1495b"
@@ -47,48 +49,9 @@ RC = {
     "axes.facecolor": "white",
 }
 
-LABELS = {
-    "unscaled": {"en": "unscaled", "zh": "不缩放"},
-    "scaled": {"en": "÷ √dₖ", "zh": "÷ √dₖ"},
-    "var_axis": {"en": "Var(q·k)", "zh": "Var(q·k)"},
-    "var_scaled_axis": {"en": "Var(q·k / √dₖ)", "zh": "Var(q·k / √dₖ)"},
-    "slope1": {"en": "Var = dₖ (slope 1)", "zh": "Var = dₖ（斜率 1）"},
-    "one": {"en": "Var = 1", "zh": "Var = 1"},
-    "density": {"en": "density", "zh": "密度"},
-    "weight": {"en": "softmax weight", "zh": "softmax 权重"},
-    "before": {"en": "before", "zh": "缩放前"},
-    "after": {"en": "after", "zh": "缩放后"},
-    "key": {"en": "key", "zh": "键"},
-    "max_weight": {"en": "median max weight", "zh": "最大权重（中位数）"},
-    "entropy": {"en": "median entropy / ln n", "zh": "熵 / ln n（中位数）"},
-    "band": {"en": "10%–90% of rows", "zh": "10%–90% 的行"},
-    "jacobian": {"en": "‖∂softmax/∂z‖ (Frobenius)", "zh": "‖∂softmax/∂z‖（Frobenius 范数）"},
-    "keys_n": {"en": "number of keys n", "zh": "键数 n"},
-    "boundary": {"en": "σ = √(2 ln n)", "zh": "σ = √(2 ln n)"},
-    "norm_entropy": {"en": "mean entropy / ln n", "zh": "平均熵 / ln n"},
-    "measured": {"en": "measured (99% CI)", "zh": "测得（99% 置信区间）"},
-    "formula": {"en": "general formula", "zh": "一般公式"},
-    "max_weight_plain": {"en": "largest weight", "zh": "最大权重"},
-    "softmax": {"en": "softmax", "zh": "softmax"},
-    "ssmax": {"en": "Scalable-Softmax (s·ln n)", "zh": "Scalable-Softmax（s·ln n）"},
-    "case": {"en": "case", "zh": "情形"},
-    "mean_unscaled": {"en": "mean over rows (unscaled)", "zh": "各行平均（不缩放）"},
-    "sigma": {"en": "spread σ of the logits", "zh": "logits 的标准差 σ"},
-    "sigma_as_dk": {"en": "unscaled: dₖ = σ²", "zh": "不缩放时：dₖ = σ²"},
-    "asymptote": {"en": "asymptote ln n − σ²/2", "zh": "渐近式 ln n − σ²/2"},
-    "iid_promise": {"en": "1: the seed's assumptions", "zh": "1：原文假设下"},
-    "predicted_rms": {"en": "predicted σ/√N (slope −½)", "zh": "预测 σ/√N（斜率 −½）"},
-    "measured_rms": {"en": "measured", "zh": "测得"},
-    "samples_n": {"en": "samples N", "zh": "样本数 N"},
-    "rms_error": {"en": "RMS error of Var at dₖ = {d}", "zh": "dₖ = {d} 时方差估计的均方根误差"},
-    "equal_logit": {"en": "the common logit c", "zh": "共同的 logit 值 c"},
-    "total_weight": {"en": "total weight (n = {n})", "zh": "总权重（n = {n}）"},
-}
-
-
 def label(key: str, lang: str) -> str:
-    entry = LABELS[key]
-    return entry.get(lang) or entry["en"]
+    """An axis label or legend entry of the seed chapters' figures (section [figures] of the text catalog)."""
+    return text.lookup("figures", key, lang)
 
 
 # The variant being drawn: "wide" (the column of a desktop page, up to 46rem) or "narrow" (a phone).
@@ -503,12 +466,13 @@ def broken_assumptions(data: list, lang: str = "en"):
         return fig
 
 
-CASES_ZH = {"non-zero means": "均值不为 0", "variances ≠ 1": "方差不为 1", "correlated q and k": "q 与 k 相关",
-            "all three": "三者兼有"}
-
-
 def case_label(name: str, lang: str) -> str:
-    return CASES_ZH.get(name, name) if lang == "zh" else name
+    """A broken-assumption case by the English name the verification writes; a name the catalog
+    lacks is shown as written."""
+    try:
+        return text.lookup("cases", name, lang)
+    except text.MissingText:
+        return name
 
 
 # --------------------------------------------------------------------------------------------------

@@ -6,10 +6,36 @@ import html
 import io
 import math
 import re
+import traceback
+
+from attnscale.report.text import t
 
 
 def esc(text: object) -> str:
     return html.escape(str(text), quote=True)
+
+
+def para(text: str) -> str:
+    """A paragraph of prose, escaped."""
+    return f"<p>{esc(text)}</p>"
+
+
+def note(text: str) -> str:
+    """A paragraph set as a note (smaller, muted), escaped."""
+    return f'<p class="note">{esc(text)}</p>'
+
+
+def bullets(items) -> str:
+    """A list of sentences, each escaped."""
+    return "<ul>" + "".join(f"<li>{esc(s)}</li>" for s in items) + "</ul>"
+
+
+def error_box(message: str, code: str = "", err: BaseException | None = None) -> str:
+    """A red box in place of what could not be shown: ``message``, then ``code`` (what failed, e.g.
+    a data block's name), then the error ``err`` as Python prints its last line."""
+    named = f" <code>{esc(code)}</code>" if code else ""
+    detail = f"<pre>{esc(''.join(traceback.format_exception_only(type(err), err)).strip())}</pre>" if err else ""
+    return f'<div class="error-box" role="alert"><p>{esc(message)}{named}</p>{detail}</div>'
 
 
 def number(x, spec: str = ".3g", *, digits: int | None = None) -> str:
@@ -75,9 +101,6 @@ def table(header: list[str], rows: list[list[object]], cls: str = "") -> str:
     return f'<div class="table-wrap"><table class="{esc(cls)}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
-MORE_ROWS = {"en": "All {n} rows", "zh": "全部 {n} 行"}
-
-
 def table_with_details(header: list[str], rows: list[list[object]], summary_rows: list[list[object]] | None = None,
                        lang: str = "en", cls: str = "", limit: int = 8) -> str:
     """A big table as a short one with the full table behind a ``<details>`` ("All 30 rows").
@@ -89,6 +112,6 @@ def table_with_details(header: list[str], rows: list[list[object]], summary_rows
         if len(rows) <= limit:
             return table(header, rows, cls)
         summary_rows = rows[:limit]
-    more = MORE_ROWS.get(lang, MORE_ROWS["en"]).format(n=len(rows))
+    more = t("more_rows", lang).format(n=len(rows))
     return (f'{table(header, summary_rows, cls)}<details class="table-more"><summary>{esc(more)}</summary>'
             f'{table(header, rows, cls)}</details>')

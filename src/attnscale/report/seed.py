@@ -9,12 +9,11 @@ becomes a visible error box inside its chapter; the rest of the page is unaffect
 
 from __future__ import annotations
 
-import traceback
 from typing import Callable
 
 from attnscale.report import figures
 from attnscale.report.experiments import provenance_line, quick_title
-from attnscale.report.html import esc, number
+from attnscale.report.html import error_box, esc, number
 from attnscale.report.page import Section
 from attnscale.report.text import SEED_POST, caption, chapter_text, facts, pretty, t
 from attnscale.report.verdicts import claim_list
@@ -44,7 +43,7 @@ def figure_html(block: str, data: dict, lang: str, keys: tuple[str, ...] | None 
     """The figure for ``data[block]`` (only its entries ``keys`` when given) as inline SVG, a note
     when the block is absent, or an error box when it cannot be drawn. ``values`` fill the
     caption's slots (default: :func:`attnscale.report.text.facts` of ``data``)."""
-    alt, cap = caption(block, lang, values if values is not None else facts(data))
+    alt, cap = caption(block, lang, values if values is not None else facts(data, lang))
     block_data = data.get(block)
     if block_data is not None and keys is not None:
         block_data = {k: block_data[k] for k in keys if k in block_data} or None
@@ -56,9 +55,7 @@ def figure_html(block: str, data: dict, lang: str, keys: tuple[str, ...] | None 
         # width: at most 130 CSS px per inch drawn.
         return figures.responsive_figure(lambda: draw(block_data, lang), alt, cap, px_per_inch=130)
     except Exception as err:   # a data block of an unexpected shape: say so, keep the page
-        detail = "".join(traceback.format_exception_only(type(err), err)).strip()
-        return (f'<div class="error-box" role="alert"><p>{esc(t("figure_error", lang))} '
-                f'<code>{esc(block)}</code></p><pre>{esc(detail)}</pre></div>')
+        return error_box(t("figure_error", lang), block, err)
 
 
 def _paras(paras: list[str]) -> str:
@@ -75,7 +72,7 @@ def seed_post_html(lang: str) -> str:
 
 
 def chapter_body(chapter: str, claims: list[dict], data: dict, lang: str, seed: int, values: dict | None = None) -> str:
-    values = values if values is not None else facts(data)
+    values = values if values is not None else facts(data, lang)
     text = chapter_text(chapter, lang, values)
     body = [_paras(text["paras"])]
     if chapter == "formula":
@@ -99,7 +96,7 @@ def seed_sections(verify, lang: str, seed: int,
     :class:`attnscale.results.Envelope` of kind ``verify``), in its order; a quick result is labelled
     beside each title, and the first chapter of each part says where and when it was computed."""
     claims, data, outline = verify.data["claims"], verify.data["series"], verify.data["chapters"]
-    values = facts(data, verify.config, outline)
+    values = facts(data, lang, verify.config, outline)
     sections, part = [], None
     for entry in outline:
         chapter = entry["id"]

@@ -7,7 +7,7 @@ the tally is the result's stored ``counts``. Nothing here computes, it only form
 
 from __future__ import annotations
 
-from attnscale.report.html import esc, number, percent
+from attnscale.report.html import esc, note, number, percent
 from attnscale.report.text import pretty, t
 
 # verdict → CSS class of its badge
@@ -70,7 +70,7 @@ def claim_card(claim: dict, lang: str) -> str:
 def claim_list(claims: list[dict], lang: str, visible: int = 8) -> str:
     """Cards for a chapter's claims; beyond ``visible`` of them the rest fold into a <details>."""
     if not claims:
-        return f'<p class="note">{esc(t("no_claims", lang))}</p>'
+        return note(t("no_claims", lang))
     # Problems first: a reader should not have to scroll past twenty "holds" to find a "fails".
     order = {"fails": 0, "seed number wrong": 1, "inconclusive": 2, "holds": 3}
     ranked = sorted(claims, key=lambda c: order.get(c.get("verdict"), 4))
@@ -78,8 +78,8 @@ def claim_list(claims: list[dict], lang: str, visible: int = 8) -> str:
     html = f'<ul class="verdicts">{head}</ul>'
     if len(ranked) > visible:
         rest = "".join(claim_card(c, lang) for c in ranked[visible:])
-        more = {"en": f"{len(ranked) - visible} more claims", "zh": f"另外 {len(ranked) - visible} 个论断"}
-        html += (f'<details class="verdicts-more"><summary>{esc(more.get(lang, more["en"]))}</summary>'
+        more = t("more_claims", lang).format(n=len(ranked) - visible)
+        html += (f'<details class="verdicts-more"><summary>{esc(more)}</summary>'
                  f'<ul class="verdicts">{rest}</ul></details>')
     return html
 

@@ -7,7 +7,7 @@ import json
 from importlib import resources
 
 from attnscale.report.html import esc
-from attnscale.report.text import pretty, t
+from attnscale.report.text import pretty, rule_label, t
 
 N_CHOICES = (8, 16, 32, 64, 128)
 D_MAX = 4096
@@ -36,7 +36,7 @@ def rule_configs(lang: str) -> list[dict]:
 def widget_config(seed: int, lang: str) -> dict:
     rules = rule_configs(lang)
     for r in rules:
-        r["label"] = t(f"rule_{r['id']}", lang).format(cap=r.get("cap", 0))   # the cap from scales.RULES
+        r["label"] = rule_label(r["id"], lang, r.get("cap"))
         r["formula"] = pretty(r["formula"])
     return {
         "seed": int(seed) % 2 ** 32, "d_max": D_MAX, "d_k": 64, "n": 16, "n_choices": list(N_CHOICES),

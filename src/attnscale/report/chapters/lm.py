@@ -8,79 +8,18 @@ and filled by the analysis' figures (verdicts, ratios, best rates, the interior 
 
 from __future__ import annotations
 
-import functools
-
-from attnscale.report.html import esc, figure_svg, number, table
-from attnscale.report.text import localize, pretty, t
+from attnscale.report import text
+from attnscale.report.html import figure_svg, number, para, table
+from attnscale.report.text import pretty, rule_label
 
 KIND = "train/lm"
-TITLE = {"en": "Training: a small GPT on real English text, with each scale rule",
-         "zh": "训练：在真实英文文本上用各种缩放规则训练一个小 GPT"}
+TITLE = text.entry("lm", "title")
+_t = text.words("lm")
 HOW_TO = "attnscale train lm"
 
-TEXT = {
-    "intro": {"en": ("A decoder-only GPT in nanoGPT's shape (width {d_model}, {layers} layers, context {context} "
-                     "bytes, {params:,} parameters at d_k = {dk0}; heads = width ÷ d_k) on {train:,} bytes of "
-                     "{source}, validated on the {valid:,} bytes after them. {steps} steps of {batch} sequences, "
-                     "{seeds} seed(s); for a given d_k and seed every rule starts from the same weights. AdamW at "
-                     "{adamw:g}; plain SGD over the rates {sgd}. Figures come from the attention the model trains "
-                     "with. Unigram baseline: {unigram} bits per byte; at initialisation: {init}."),
-              "zh": ("nanoGPT 形状的仅解码器 GPT（宽 {d_model}，{layers} 层，上下文 {context} 字节，dₖ = {dk0} 时 "
-                     "{params:,} 个参数；头数 = 宽度 ÷ dₖ），在 {source} 的 {train:,} 个字节上训练，用其后的 {valid:,} "
-                     "个字节验证。{steps} 步，每步 {batch} 个序列，{seeds} 个种子；同一 dₖ 与种子下各规则从相同权重出发。"
-                     "AdamW 学习率 {adamw:g}；普通 SGD 的学习率网格为 {sgd}。各项指标来自模型训练时所用的注意力本身。"
-                     "一元模型基线：每字节 {unigram} 比特；初始化时：{init}。")},
-    "sgd_in": {"en": "The SGD rate best for 1/√d_k is inside the grid at every d_k ({rates}).",
-               "zh": "对 1/√dₖ 最好的 SGD 学习率在每个 dₖ 下都位于网格内部（{rates}）。"},
-    "sgd_edge": {"en": ("The SGD rate best for 1/√d_k lies at the edge of the grid at d_k = {dks} ({rates}): there "
-                        "the comparison at its best rate is not bracketed, and may not be its optimum."),
-                 "zh": ("在 dₖ = {dks} 时，对 1/√dₖ 最好的 SGD 学习率位于网格边缘（{rates}）：该处的比较没有被"
-                        "包围，可能不是其最优学习率。")},
-    "verdict_line": {"en": "{optimiser} — {rule}: {parts}.", "zh": "{optimiser} — {rule}：{parts}。"},
-    "joiner": {"en": " · ", "zh": "、"},
-    "learns": {"en": "learns like 1/√d_k at d_k = {dks}", "zh": "在 dₖ = {dks} 时与 1/√dₖ 学得一样快"},
-    "slower": {"en": "learns slower at d_k = {dks} ({ratios}× the steps)",
-               "zh": "在 dₖ = {dks} 时学得更慢（所需步数为 {ratios} 倍）"},
-    "fails": {"en": "does not reach {factor:g}× the 1/√d_k run's final loss within {steps} steps at d_k = {dks}",
-              "zh": "在 dₖ = {dks} 时 {steps} 步内未达到 1/√dₖ 最终损失的 {factor:g} 倍"},
-    "diverges": {"en": "diverges at d_k = {dks}", "zh": "在 dₖ = {dks} 时发散"},
-    "logits": {"en": ("At d_k = {dk} with AdamW the largest |logit| ends at {unscaled} unscaled against {ref} with "
-                      "1/√d_k, and the mean row entropy at {ent_u} against {ent_r} nats."),
-               "zh": ("dₖ = {dk}、AdamW 时，最大 |logit| 最终为：不缩放 {unscaled}，1/√dₖ {ref}；平均行熵为 {ent_u} "
-                      "对 {ent_r} nats。")},
-    "rule_of": {"en": ("Verdict against the 1/√d_k run of the same seed: steps to reach {factor:g}× its final "
-                       "validation loss, “learns” up to {like:g}× its steps; the verdict of most seeds (a tie goes "
-                       "to the worse), how many agree, and the median ratio."),
-                "zh": ("判定以同一种子的 1/√dₖ 运行为参照：达到其最终验证损失 {factor:g} 倍所需的步数，不超过其 {like:g} "
-                       "倍记为“学得一样”；取多数种子的判定（平局取较差者）、一致的种子数与比值的中位数。")},
-    "samples": {"en": ("Greedy continuations of “{prompt}” (AdamW, seed {seed}; in brackets the run's final "
-                        "validation bits per byte):"),
-                "zh": "对“{prompt}”的贪心续写（AdamW，种子 {seed}；括号内为该运行最终的验证集比特/字节）："},
-    "adamw": {"en": "AdamW", "zh": "AdamW"},
-    "sgd": {"en": "SGD at the 1/√d_k rate", "zh": "SGD（1/√dₖ 的最佳学习率）"},
-    "sgd-own-best": {"en": "SGD at its own best rate", "zh": "SGD（自身最佳学习率）"},
-    "learns_w": {"en": "learns", "zh": "学得一样"}, "slower_w": {"en": "slower", "zh": "更慢"},
-    "fails_w": {"en": "fails", "zh": "未达到"}, "diverges_w": {"en": "diverges", "zh": "发散"},
-    "h_rule": {"en": "rule", "zh": "规则"},
-    "h_diverged": {"en": "(diverged)", "zh": "（发散）"},
-    "step": {"en": "step", "zh": "步"}, "bpb": {"en": "validation bits per byte", "zh": "验证集比特/字节"},
-    "max_logit": {"en": "largest |logit|", "zh": "最大 |logit|"},
-    "entropy": {"en": "mean row entropy (nats)", "zh": "平均行熵（nats）"},
-    "unigram": {"en": "unigram baseline", "zh": "一元模型基线"},
-    "alt_bpb": {"en": "Validation bits per byte against the step, per d_k and rule",
-                "zh": "各 dₖ 与规则下验证集比特/字节随步数的变化"},
-    "cap_bpb": {"en": "AdamW. Line: mean over seeds; band: min to max; dotted: the unigram baseline.",
-                "zh": "AdamW。线：各种子平均；带：最小到最大；虚线：一元模型基线。"},
-    "alt_health": {"en": "Largest |logit| and mean row entropy against the step", "zh": "最大 |logit| 与平均行熵随步数的变化"},
-    "cap_health": {"en": "AdamW, means over seeds; over every layer and head, rows attending at least two keys.",
-                   "zh": "AdamW，各种子平均；遍及每层每头、至少关注两个键的行。"},
-}
-
-_t = functools.partial(localize, TEXT)
-
-
 def _rule(name: str, lang: str) -> str:
-    return t(f"rule_{name}", lang)
+    # The soft-cap's label names the cap of the rule the sweep trained with (the result does not record it).
+    return rule_label(name, lang)
 
 
 def _panels(curves: list, d_ks: list, rules: list, rows: list[tuple[str, str, bool]], lang: str, unigram=None):
@@ -141,7 +80,7 @@ def render(env, lang: str) -> str:
     a = env.data["analysis"]
     cfg, m, sgd = env.config, a["model"], a["sgd"]
     d_ks, rules = cfg["d_ks"], cfg["rules"]
-    p = lambda key, **kw: f"<p>{esc(pretty(_t(key, lang, **kw)))}</p>"   # noqa: E731
+    p = lambda key, **kw: para(pretty(_t(key, lang, **kw)))   # noqa: E731
     parts = [p("intro", d_model=m["d_model"], layers=m["n_layers"], context=m["context"], params=m["parameters"],
                dk0=d_ks[0], train=a["text"]["train_bytes"], source=a["text"]["source"], valid=a["text"]["valid_bytes"],
                steps=cfg["steps"], batch=cfg["batch"], seeds=cfg["seeds"], adamw=a["adamw_lr"],
@@ -150,7 +89,7 @@ def render(env, lang: str) -> str:
     rates = ", ".join(f"d_k {k}: {v:g}" for k, v in sgd["reference_best_lr"].items())
     edge = [k for k, inside in sgd["reference_best_interior"].items() if not inside]
     parts.append(p("sgd_edge", dks=", ".join(edge), rates=rates) if edge else p("sgd_in", rates=rates))
-    parts += [f"<p>{esc(pretty(line))}</p>" for line in
+    parts += [para(pretty(line)) for line in
               _verdict_lines(a["verdicts"], a["reference_rule"], a["target_factor"], cfg["steps"], lang)]
     parts.append(figure_svg(_panels(a["curves"], d_ks, rules, [("valid_bpb", "bpb", False)], lang, a["unigram_bpb"]),
                             _t("alt_bpb", lang), _t("cap_bpb", lang)))

@@ -7,85 +7,14 @@ sentence embeddings move). Every number and choice of words comes from ``env.dat
 
 from __future__ import annotations
 
-import functools
-
-from attnscale.report import figures
-from attnscale.report.html import esc, figure_svg, number, table
-from attnscale.report.text import localize
+from attnscale.report import figures, text
+from attnscale.report.html import bullets, error_box, figure_svg, note, number, para, table
+from attnscale.report.text import t
 
 KIND = "rescale/smollm2"
-TITLE = {"en": "Turning a trained LLM's attention scale: SmolLM2-135M with 1/√d_k × α",
-         "zh": "调节训练好的大模型的注意力缩放：SmolLM2-135M，1/√d_k × α"}
+TITLE = text.entry("rescale", "title")
+_t = text.words("rescale")
 HOW_TO = "attnscale rescale --model smollm2"
-
-TEXT = {
-    "what": {"en": ("What this measures: {model} was trained with the scale 1/√d_k = {scale}; here every attention "
-                    "layer's scale is multiplied by α at inference, nothing else changed, and α = {unscaled} removes "
-                    "the scale altogether. It shows how sensitive a model trained with 1/√d_k is to its scale — not "
-                    "what training without the scale would give (the training chapters answer that)."),
-             "zh": ("这里测的是什么：{model} 训练时使用缩放 1/√d_k = {scale}；这里在推理时把每个注意力层的缩放乘以 α，其余不变，"
-                    "α = {unscaled} 即完全去掉缩放。它显示的是用 1/√d_k 训练出的模型对缩放有多敏感，而不是不缩放训练会得到什么"
-                    "（那由训练实验的章节回答）。")},
-    "weights_note": {"en": "Note: {note}.", "zh": "注意（权重）：{note}。"},
-    "text_decoder": {"en": "Text: {source}, {tokens} tokens in {windows} causal window(s) of up to {window} tokens, "
-                           "{predicted} of them predicted.",
-                     "zh": "文本：{source}，{tokens} 个词元，分为 {windows} 个最长 {window} 词元的因果窗口，其中 {predicted} 个被预测。"},
-    "text_encoder": {"en": "Text: {source}, {n} sentences, {tokens} tokens.",
-                     "zh": "文本：{source}，{n} 个句子，{tokens} 个词元。"},
-    "check_loss": {"en": "Check: at α = 1 our cross-entropy {ours} equals the model's own loss {own} (relative "
-                         "difference {rel}, tolerance {tol}).",
-                   "zh": "校验：α = 1 时我们算出的交叉熵 {ours} 与模型自身的损失 {own} 一致（相对差 {rel}，容差 {tol}）。"},
-    "check_embedding": {"en": "Check: at α = 1 our sentence embeddings equal the model's own to {diff} (tolerance {tol}).",
-                        "zh": "校验：α = 1 时我们得到的句向量与模型自身的相差不超过 {diff}（容差 {tol}）。"},
-    "check_failed": {"en": "Check FAILED: at α = 1 the intervention does not reproduce the model ({detail}); the "
-                           "figures below are not to be trusted.",
-                     "zh": "校验失败：α = 1 时干预未能重现模型（{detail}），下面的数字不可信。"},
-    "best_is_one": {"en": "The model's own scale is the best of those tried: perplexity {ppl} at α = 1.",
-                    "zh": "在所试的缩放中，模型自身的缩放最好：α = 1 时困惑度为 {ppl}。"},
-    "best_other": {"en": "The lowest perplexity is at α = {best} ({best_ppl}), not at the model's own scale ({ppl} at "
-                         "α = 1).",
-                   "zh": "困惑度最低的是 α = {best}（{best_ppl}），而不是模型自身的缩放（α = 1 时为 {ppl}）。"},
-    "unscaled": {"en": "Without the scale (α = {a}) the perplexity is {ppl}, {ratio} times that at α = 1.",
-                 "zh": "去掉缩放（α = {a}）时困惑度为 {ppl}，是 α = 1 时的 {ratio} 倍。"},
-    "same_continuation": {"en": "The greedy continuation of “{prompt}” stays the same as at α = 1 for α = {same} and "
-                                "changes for α = {changed}.",
-                          "zh": "对“{prompt}”的贪心续写在 α = {same} 时与 α = 1 相同，在 α = {changed} 时改变。"},
-    "all_changed": {"en": "The greedy continuation of “{prompt}” changes at every α other than 1.",
-                    "zh": "对“{prompt}”的贪心续写在 α = 1 以外的每个 α 下都改变。"},
-    "all_same": {"en": "The greedy continuation of “{prompt}” is the same at every α tried.",
-                 "zh": "对“{prompt}”的贪心续写在所试的每个 α 下都相同。"},
-    "worst_cosine": {"en": "The embeddings move most at α = {a}: the least similar sentence keeps a cosine of {cos} to "
-                           "its α = 1 embedding.",
-                     "zh": "句向量在 α = {a} 时移动最大：最不相似的句子与其 α = 1 句向量的余弦为 {cos}。"},
-    "unscaled_cosine": {"en": "Without the scale (α = {a}) the least similar sentence keeps a cosine of {cos}.",
-                        "zh": "去掉缩放（α = {a}）时，最不相似的句子余弦为 {cos}。"},
-    "entropy": {"en": "Mean entropy / ln n over layers, heads and rows: {lo} at α = {a_lo}, {one} at α = 1, {hi} at "
-                      "α = {a_hi}; mean max weight {w_lo}, {w_one}, {w_hi}.",
-                "zh": "各层、各头、各行的平均熵 / ln n：α = {a_lo} 时 {lo}，α = 1 时 {one}，α = {a_hi} 时 {hi}；"
-                      "平均最大权重依次为 {w_lo}、{w_one}、{w_hi}。"},
-    "alpha": {"en": "α (× the model's scale)", "zh": "α（× 模型自身缩放）"},
-    "perplexity": {"en": "perplexity", "zh": "困惑度"},
-    "cosine": {"en": "cosine to α = 1", "zh": "与 α = 1 的余弦"},
-    "cos_mean": {"en": "mean over sentences", "zh": "句子平均"},
-    "cos_min": {"en": "least similar sentence", "zh": "最不相似的句子"},
-    "ent_axis": {"en": "mean entropy / ln n, max weight", "zh": "平均熵 / ln n、最大权重"},
-    "ent": {"en": "entropy / ln n", "zh": "熵 / ln n"},
-    "maxw": {"en": "max weight", "zh": "最大权重"},
-    "own_scale": {"en": "model's own scale", "zh": "模型自身缩放"},
-    "no_scale": {"en": "no scale", "zh": "无缩放"},
-    "alt": {"en": "The measure against α on a logarithmic axis, and the mean entropy and max weight",
-            "zh": "各项指标随 α（对数轴）的变化，以及平均熵与最大权重"},
-    "caption_decoder": {"en": "Left: next-token perplexity against α (both axes logarithmic). Right: mean entropy / ln n "
-                              "and max weight of the attention rows.",
-                        "zh": "左：下一个词元的困惑度随 α 的变化（双对数轴）。右：注意力各行的平均熵 / ln n 与最大权重。"},
-    "caption_encoder": {"en": "Left: cosine of each sentence embedding to its α = 1 embedding (mean and least similar), "
-                              "α on a logarithmic axis. Right: mean entropy / ln n and max weight of the attention rows.",
-                        "zh": "左：每个句向量与其 α = 1 句向量的余弦（平均与最不相似），α 为对数轴。右：注意力各行的平均熵 / ln n 与最大权重。"},
-    "continuation": {"en": "continuation", "zh": "续写"},
-}
-
-_t = functools.partial(localize, TEXT)
-
 
 def _alphas(values) -> str:
     return ", ".join(f"{a:g}" for a in values) or "—"
@@ -162,25 +91,25 @@ def _check(data: dict, lang: str) -> str:
     else:
         ok = _t("check_embedding", lang, diff=number(check["max_abs_difference"], ".1e"), tol=f"{check['tolerance']:g}")
     if check["passed"]:
-        return f"<p>{esc(ok)}</p>"
-    return f'<div class="error-box" role="alert"><p>{esc(_t("check_failed", lang, detail=ok))}</p></div>'
+        return para(ok)
+    return error_box(_t("check_failed", lang, detail=ok))
 
 
 def render(env, lang: str) -> str:
     data = env.data
     model, text = data["model"], data["text"]
     what = _t("what", lang, model=model["name"], scale=number(model["scale"], ".4g"), unscaled=f"{data['unscaled_alpha']:g}")
-    parts = [f"<p>{esc(what)}</p>"]
+    parts = [para(what)]
     if model.get("weights_note"):
-        parts.append(f'<p class="note">{esc(_t("weights_note", lang, note=model["weights_note"]))}</p>')
+        parts.append(note(t("weights_note", lang).format(note=model["weights_note"])))
     if model["causal"]:
         about = _t("text_decoder", lang, source=text["source"], tokens=text["n_tokens"], windows=text["windows"],
                    window=text["window"], predicted=text["tokens_predicted"])
     else:
         about = _t("text_encoder", lang, source=text["source"], n=text["n_sequences"], tokens=text["n_tokens"])
-    parts.append(f"<p>{esc(about)}</p>")
+    parts.append(para(about))
     parts.append(_check(data, lang))
-    parts.append("<ul>" + "".join(f"<li>{esc(s)}</li>" for s in findings(data, lang)) + "</ul>")
+    parts.append(bullets(findings(data, lang)))
     parts.append(figure_svg(plot(data, lang), _t("alt", lang),
                             _t("caption_decoder" if model["causal"] else "caption_encoder", lang)))
     a = data["analysis"]
