@@ -25,3 +25,10 @@ def test_cpus_per_cell_checked(tmp_path, capsys):
     pytest.importorskip("ray")
     rc = main(["train", "scale-vs-dk", "--quick", "--backend", "ray", "--cpus-per-cell", "0", "--out", str(tmp_path / "o")])
     assert rc == 2 and "--cpus-per-cell" in capsys.readouterr().err
+
+
+def test_train_runs_and_prints_exactly_the_registered_experiments():
+    from attnscale.cli import train
+    from attnscale.experiments.sweeps import EXPERIMENTS
+
+    assert list(train.PRINTERS) == list(EXPERIMENTS)

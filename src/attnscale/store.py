@@ -9,6 +9,7 @@ or the new one.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -25,8 +26,8 @@ __all__ = ["config_hash", "to_jsonable", "write_json_atomic", "write_bytes_atomi
 def to_jsonable(obj: Any) -> Any:
     """Plain JSON data from dataclasses, NumPy scalars/arrays, tuples and paths. NaN and ±inf stay
     floats here: a writer decides (results refuse them; the cache tags them)."""
-    if hasattr(obj, "__dataclass_fields__"):
-        return {k: to_jsonable(getattr(obj, k)) for k in obj.__dataclass_fields__}
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}   # not ClassVars
     if isinstance(obj, dict):
         return {str(k): to_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):

@@ -35,10 +35,11 @@ import math
 import statistics
 import time
 from dataclasses import dataclass
+from typing import ClassVar
 
 from attnscale.errors import InputError, check_choice, check_count, check_positive
 from attnscale.experiments import scale_vs_dk
-from attnscale.experiments.cells import shared_settings
+from attnscale.experiments.cells import RuleRun, shared_settings
 from attnscale.experiments.text_data import DEFAULT_TEXT, VOCAB, ByteText
 from attnscale.results import finite_or_none
 from attnscale.scales import RULES, ScaleRule
@@ -98,14 +99,13 @@ class LMRun:
 
 
 @dataclass(frozen=True)
-class LMCell(LMRun):
-    """One training run. Its hash is its cache key: every field that changes the numbers is here."""
+class LMCell(RuleRun, LMRun):
+    """One training run (rule, d_k, optimizer "adamw" or "sgd", peak learning rate, seed, then the
+    shared settings). Its hash is its cache key: every field that changes the numbers is here."""
 
-    rule: str                   # a key of RULE_CHOICES
-    d_k: int
-    optimizer: str              # "adamw" or "sgd"
-    lr: float                   # peak learning rate
-    seed: int
+    RULES: ClassVar = RULE_CHOICES
+    OPTIMIZERS: ClassVar = OPTIMIZERS
+
     text_sha256: str = ""
     valid_fraction: float = 0.1
     prompt: str = PROMPT
@@ -114,14 +114,8 @@ class LMCell(LMRun):
 
     def __post_init__(self):
         super().__post_init__()
-        check_choice("rule", self.rule, RULE_CHOICES)
-        check_choice("optimizer", self.optimizer, OPTIMIZERS)
-        check_positive("lr", self.lr)
+        self.check_run()
         _check_d_k(self.d_k, self.d_model)
-
-    @property
-    def label(self) -> str:
-        return f"{self.rule} d_k={self.d_k} {self.optimizer} lr={self.lr:g} seed={self.seed}"
 
 
 @dataclass(frozen=True)

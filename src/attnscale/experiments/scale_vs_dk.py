@@ -28,11 +28,12 @@ import math
 import statistics
 import time
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
-from attnscale.errors import InputError, check_choice, check_count, check_positive
-from attnscale.experiments.cells import shared_settings
+from attnscale.errors import InputError, check_count, check_positive
+from attnscale.experiments.cells import RuleRun, shared_settings
 from attnscale.experiments.tasks import MarkedCount
 from attnscale.experiments.training import SATURATED_WEIGHT
 from attnscale.results import finite_or_none
@@ -85,28 +86,20 @@ class ScaleRun:
 
 
 @dataclass(frozen=True)
-class ScaleCell(ScaleRun):
-    """One training run. Its hash is its cache key: every field that changes the numbers is here."""
+class ScaleCell(RuleRun, ScaleRun):
+    """One training run (rule, d_k, optimizer "adam" or "sgd", learning rate, seed, then the shared
+    settings). Its hash is its cache key: every field that changes the numbers is here."""
 
-    rule: str                 # a key of RULE_CHOICES
-    d_k: int                  # query/key size per head
-    optimizer: str            # "adam" or "sgd"
-    lr: float
-    seed: int
+    RULES: ClassVar = RULE_CHOICES
+    OPTIMIZERS: ClassVar = OPTIMIZERS
+
     d_model: int = 32
     n_heads: int = 2
     code_version: int = 4     # bump when training code changes: old cached results then miss
 
     def __post_init__(self):
         super().__post_init__()
-        check_choice("rule", self.rule, RULE_CHOICES)
-        check_choice("optimizer", self.optimizer, OPTIMIZERS)
-        check_positive("lr", self.lr)
-        check_count("d_k", self.d_k)
-
-    @property
-    def label(self) -> str:
-        return f"{self.rule} d_k={self.d_k} {self.optimizer} lr={self.lr:g} seed={self.seed}"
+        self.check_run()
 
 
 @dataclass(frozen=True)
