@@ -84,6 +84,15 @@ def test_qknorm_gain_is_learned_and_logn_needs_n():
         ScaledLogits(LogN(), 8).factor()
 
 
+def test_the_factor_of_a_learned_gain_is_read_without_a_warning():
+    import warnings
+
+    module = ScaledLogits(lm.RULE_CHOICES["qknorm"], 16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # torch warns when a tensor that requires grad becomes a float
+        assert module.factor() == pytest.approx(module.rule.gain / 4)
+
+
 @pytest.mark.parametrize("name", sorted(lm.RULE_CHOICES))
 @pytest.mark.parametrize("backend", ["chunked", "composed"])
 def test_every_rule_gives_gradients_to_q_and_k(name, backend):

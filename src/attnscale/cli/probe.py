@@ -105,7 +105,7 @@ def summary_table(data: dict) -> str:
     if model.get("weights_note"):
         lines.append(f"note: {model['weights_note']}")
     lines += [
-        f"check: rebuilt probabilities match the model's own to {max(check['max_abs_diff_per_layer']):.1e} "
+        f"check: rebuilt probabilities match the model's own to {check['max_abs_diff']:.1e} "
         f"(tolerance {check['tolerance']:g}, {check['rows_checked']} rows) — passed",
         "",
         "layer " + " ".join(f"{h:>{w}}" for _, h, w in columns),

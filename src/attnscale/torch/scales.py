@@ -95,7 +95,8 @@ class ScaledLogits(nn.Module):
         the number of keys have none."""
         if self.inner.uses_n:
             raise InputError(f"factor: rule {self.rule.name!r} has one factor per row, not one number")
-        return float(self._factor(None, None))
+        s = self._factor(None, None)
+        return float(s.detach()) if isinstance(s, torch.Tensor) else float(s)   # a reading, not a graph node
 
     def cap(self, z):
         """The soft-caps, innermost first: cap · tanh(z / cap)."""

@@ -124,7 +124,7 @@ def findings(data: dict, lang: str) -> list[str]:
 def render(env, lang: str) -> str:
     data = env.data
     cfg, check, model = data["config"], data["check"], data["model"]
-    worst = max(check["max_abs_diff_per_layer"]) if check["max_abs_diff_per_layer"] else None
+    worst = check["max_abs_diff"]
     heads = (_t("heads_same", lang, n=model["n_heads_q"]) if model["n_heads_q"] == model["n_heads_kv"] else
              _t("heads_gqa", lang, n=model["n_heads_q"], kv=model["n_heads_kv"]))
     intro = _t("intro", lang, model=model["name"], layers=model["n_layers"], heads=heads, d_k=model["d_k"],
