@@ -17,7 +17,8 @@ from decimal import Decimal
 import numpy as np
 
 from attnscale.claims.context import Context
-from attnscale.claims.result import ClaimResult, interval_text, judge_below, judge_falling, judge_printed, per_n
+from attnscale.claims.register import claim
+from attnscale.claims.result import interval_text, judge_below, judge_falling, judge_printed, per_n
 from attnscale.claims.saturation import D_KS as ROW_D_KS, NS as ROW_NS, ci, simulate_rows
 from attnscale.montecarlo import mean_ci
 from attnscale.scales import SSMAX_DEFAULT_S
@@ -71,11 +72,7 @@ def _phase(ctx: Context) -> None:
 
     # S8.1: the asymptote gets better with n at σ = σ_c/2, and is far off at the boundary.
     small, large = at[PHASE_NS[0]][0.5][1], at[PHASE_NS[-1]][0.5][1]
-    ctx.add(ClaimResult(
-        id="S8.1", chapter="beyond",
-        claim_en="softmax of n iid logits of spread σ: entropy ≈ ln n − σ²/2 below σ_c = √(2 ln n) (an asymptote in n)",
-        claim_zh="n 个标准差为 σ 的独立 logits 的 softmax：σ < σ_c = √(2 ln n) 时熵 ≈ ln n − σ²/2（n → ∞ 的渐近式）",
-        seed_value=None, method="Monte Carlo",
+    ctx.add(claim("S8.1",
         expected=f"at σ = σ_c/2 the gap MC − asymptote of H/ln n is smaller at n = {PHASE_NS[-1]} than at n = {PHASE_NS[0]} "
                  f"({ctx.level} CIs of |gap| separated)",
         measured="; ".join(f"σ={where}: " + per_n({n: f"{at[n][r][0].value:.3f} vs {at[n][r][2]:.3f}" for n in PHASE_NS},
@@ -89,11 +86,7 @@ def _phase(ctx: Context) -> None:
     frozen = [at[n][2.0][0] for n in PHASE_NS]
     falls = judge_below((frozen[-1].ci_low, frozen[-1].ci_high), (frozen[0].ci_low, frozen[0].ci_high))
     d_frozen = {n: math.floor(2 * math.log(n)) + 1 for n in ROW_NS}
-    ctx.add(ClaimResult(
-        id="S8.2", chapter="beyond",
-        claim_en="beyond σ_c = √(2 ln n) the softmax is frozen: unscaled attention on random inputs freezes once d_k > 2 ln n",
-        claim_zh="σ 超过 σ_c = √(2 ln n) 时 softmax 冻结：随机输入下不缩放的注意力在 d_k > 2 ln n 时即冻结",
-        seed_value=None, method="Monte Carlo",
+    ctx.add(claim("S8.2",
         expected=f"H/ln n at σ = 2σ_c is lower at n = {PHASE_NS[-1]} than at n = {PHASE_NS[0]} ({ctx.level} CIs separated): "
                  "the entropy stays O(1) nats while ln n grows",
         measured=per_n({n: interval_text(e.value, e.ci_low, e.ci_high) for n, e in zip(PHASE_NS, frozen)}, sep=", ")
@@ -130,11 +123,8 @@ def _ssmax(ctx: Context) -> None:
         float_value = float(softmax(logits)[-1])
         verdicts.append(judge_printed(text, e)[0] == "holds" and abs(float_value - float(e)) < 1e-12)
         measured[n] = f"{float(e):.6g}"
-    ctx.add(ClaimResult(
-        id="S8.4", chapter="beyond",
-        claim_en="Scalable-Softmax Fig. 1: logits all −2 but one +3; softmax max weight 0.943, 0.600, 0.129, 0.0015 at n = 10, 100, 1000, 10⁵",
-        claim_zh="Scalable-Softmax 图 1：logits 除一个为 +3 外全为 −2；softmax 最大权重在 n = 10、100、1000、10⁵ 时为 0.943、0.600、0.129、0.0015",
-        seed_value=None, method="exact arithmetic", expected="e³/(e³ + (n − 1)e⁻²) rounds to the printed values",
+    ctx.add(claim("S8.4", weights={"en": ", ".join(SSMAX_FIGURE.values()), "zh": "、".join(SSMAX_FIGURE.values())},
+        expected="e³/(e³ + (n − 1)e⁻²) rounds to the printed values",
         measured=per_n(measured) + " (attnscale.softmax agrees to 1e-12)",
         verdict="holds" if all(verdicts) else "fails", note="numbers from Nakanishi 2025, not from the seed"))
     ss = {n: ssmax_one_high_max_weight(n, SSMAX_S) for n in SSMAX_FIGURE}
@@ -144,11 +134,8 @@ def _ssmax(ctx: Context) -> None:
     steps = [b - a for a, b in zip(curve, curve[1:])]
     ok = all(v >= 0.9 for v in curve) and min(steps) >= 0 and all(
         abs(a - ssmax_one_high_max_weight(n, SSMAX_S)) < 1e-12 for a, n in zip(ss_lib, [n for n in SSMAX_FIGURE if n in ns]))
-    ctx.add(ClaimResult(
-        id="S8.5", chapter="beyond",
-        claim_en=f"with SSMax (logits × s·ln n, s = {SSMAX_S:g}) the max weight stays near 1 as n grows",
-        claim_zh=f"使用 SSMax（logits × s·ln n，s = {SSMAX_S:g}）时，最大权重随 n 增大仍接近 1",
-        seed_value=None, method="closed form", expected=f"max weight ≥ 0.9 at n = 10 … 10⁵, and it does not decay (non-decreasing over {len(ns)} n)",
+    ctx.add(claim(
+        "S8.5", s=f"{SSMAX_S:g}", expected=f"max weight ≥ 0.9 at n = 10 … 10⁵, and it does not decay (non-decreasing over {len(ns)} n)",
         measured=per_n({n: f"{v:.4f}" for n, v in ss.items()})
                  + f"; minimum {min(curve):.4f}; smallest step between neighbouring n {min(steps):+.2e}",
         verdict="holds" if ok else "fails"))
@@ -160,11 +147,7 @@ def _keys_not_dk(ctx: Context) -> None:
     med = [sim["by_n"][str(n)]["scaled"]["max_weight"][last] for n in ROW_NS]
     falls = judge_falling(ci(m) for m in med)
     ent = [sim["by_n"][str(n)]["scaled"]["normalized_entropy"][last]["median"] for n in ROW_NS]
-    ctx.add(ClaimResult(
-        id="S8.3", chapter="beyond",
-        claim_en="√d_k removes the dependence on d_k, not on the number of keys n: scaled rows still change with n",
-        claim_zh="√d_k 消除了对 d_k 的依赖，但没有消除对键数量 n 的依赖：缩放后的行仍随 n 变化",
-        seed_value=None, method="Monte Carlo",
+    ctx.add(claim("S8.3",
         expected=f"scaled, d_k = 4096: median max weight falls as n grows ({ctx.level} CIs separated); H/ln n ≈ 1 − 1/(2 ln n)",
         measured=per_n({n: f"max weight {m['median']:.4f}, H/ln n {h:.3f} (asymptote {rem_normalized_entropy(1.0, n):.3f})"
                         for n, m, h in zip(ROW_NS, med, ent)}),

@@ -18,7 +18,8 @@ import numpy as np
 
 from attnscale.claims.context import Context
 from attnscale.claims.iid_variance import CHUNK_ELEMENTS, bonferroni_level, margin_text, widened
-from attnscale.claims.result import ClaimResult, interval_text, judge_all, judge_equal, level_text
+from attnscale.claims.register import claim
+from attnscale.claims.result import interval_text, judge_all, judge_equal, level_text
 from attnscale.montecarlo import adaptive_means, batch_plan, prefix_dots
 from attnscale.theory import dot_mean, dot_variance, symbolic_dot_variance, symbolic_gaussian_product_variance
 
@@ -74,11 +75,8 @@ def run(ctx: Context) -> None:
         verdicts = [r["verdict"] for r in mine]
         big = mine[-1]
         margin = ctx.config.margin
-        ctx.add(ClaimResult(
-            id=f"S3.{i}", chapter="beyond",
-            claim_en=f"{case.name} ({case.describe()}): Var(q·k) follows the general formula, not d_k",
-            claim_zh=f"{case.name_zh}（{case.describe()}）：Var(q·k) 服从一般公式，而不是 d_k",
-            seed_value=None, method="Monte Carlo",
+        ctx.add(claim(
+            f"S3.{i}", case={"en": case.name, "zh": case.name_zh}, params=case.describe(),
             expected="; ".join(f"d_k={r['d_k']}: {r['formula']:g} (iid: {r['d_k']})" for r in mine)
                      + f" inside the interval at the Bonferroni level "
                        f"{level_text(judged_at)} over all {n_tests}, "
@@ -102,18 +100,12 @@ def run(ctx: Context) -> None:
 
 def _symbolic(ctx: Context) -> None:
     var3, formula3, diff3 = symbolic_dot_variance(3)
-    ctx.add(ClaimResult(
-        id="S3.1", chapter="beyond",
-        claim_en="independent components with means μ, variances σ²: Var(q·k) = d_k(σ_q²σ_k² + μ_q²σ_k² + μ_k²σ_q²)",
-        claim_zh="分量独立、均值 μ、方差 σ²：Var(q·k) = d_k(σ_q²σ_k² + μ_q²σ_k² + μ_k²σ_q²)",
-        seed_value=None, method="symbolic", expected="E[S²] − (E S)² − formula = 0 (d_k = 3, symbols)",
+    ctx.add(claim("S3.1",
+        expected="E[S²] − (E S)² − formula = 0 (d_k = 3, symbols)",
         measured=f"Var = {var3}; difference {diff3}", verdict="holds" if diff3 == 0 else "fails"))
     var, formula, diff = symbolic_gaussian_product_variance()
-    ctx.add(ClaimResult(
-        id="S3.2", chapter="beyond",
-        claim_en="jointly Gaussian qᵢ, kᵢ with covariance c: Var(qᵢkᵢ) = σ_q²σ_k² + c² + μ_q²σ_k² + μ_k²σ_q² + 2μ_qμ_k c",
-        claim_zh="qᵢ、kᵢ 联合高斯、协方差 c：Var(qᵢkᵢ) = σ_q²σ_k² + c² + μ_q²σ_k² + μ_k²σ_q² + 2μ_qμ_k c",
-        seed_value=None, method="symbolic", expected="from the moment generating function; difference 0",
+    ctx.add(claim("S3.2",
+        expected="from the moment generating function; difference 0",
         measured=f"Var = {var}; difference {diff}", verdict="holds" if diff == 0 else "fails",
         note="pairs (qᵢ, kᵢ) independent across i, so Var(q·k) = d_k·Var(qᵢkᵢ)"))
 

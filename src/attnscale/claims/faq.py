@@ -18,7 +18,8 @@ import math
 import numpy as np
 
 from attnscale.claims.context import Context
-from attnscale.claims.result import ClaimResult, by_n_note, interval_text, judge_all, judge_at_most, judge_below, per_n
+from attnscale.claims.register import claim
+from attnscale.claims.result import by_n_note, interval_text, judge_all, judge_at_most, judge_below, per_n
 from attnscale.claims.saturation import MODES, NEARLY_ALL, draw_logits
 from attnscale.montecarlo import quantile_ci
 from attnscale.softmax import row_health, softmax
@@ -47,10 +48,7 @@ def run(ctx: Context) -> None:
     tv = {key: quantile_ci(v[0], 0.5, conf) for key, v in change.items()}
     dh = {key: quantile_ci(v[1], 0.5, conf) for key, v in change.items()}
     less = {n: judge_below(tv[(SMALL_D_K, n)][1:], tv[(64, n)][1:]) for n in NS}
-    ctx.add(ClaimResult(
-        id="S7.1", chapter="faq", claim_en="scaling matters less at small d_k: at d_k = 4 it moves far less attention than at d_k = 64",
-        claim_zh="d_k 小时缩放影响较小：d_k = 4 时缩放移动的注意力远少于 d_k = 64",
-        seed_value=None, method="Monte Carlo",
+    ctx.add(claim("S7.1",
         expected=f"median TV(softmax(s), softmax(s/√d_k)) at d_k = 4 below that at d_k = 64 ({ctx.level} CIs separated), "
                  f"n = {ns}",
         measured=per_n({n: f"{tv[(SMALL_D_K, n)][0]:.3f} vs {tv[(64, n)][0]:.3f}" for n in NS}),
@@ -64,11 +62,7 @@ def run(ctx: Context) -> None:
     ent = {key: quantile_ci(h.normalized_entropy, 0.5, conf) for key, h in health.items()}
     well = {n: judge_all(judge_at_most(*top[(n, mode)][1:], NEARLY_ALL) for mode in MODES) for n in NS}
     worst = max(top, key=lambda key: top[key][0])
-    ctx.add(ClaimResult(
-        id="S7.2", chapter="faq",
-        claim_en="when d_k is small (e.g. 4) scaling is not very important: softmax behaves well either way (no saturation)",
-        claim_zh="d_k 较小（如 4）时缩放不太重要：无论是否缩放，softmax 都表现良好",
-        seed_value="1 → 0.5", method="Monte Carlo",
+    ctx.add(claim("S7.2",
         expected=f"'behaves well' read as: not saturated — median max weight ≤ {NEARLY_ALL:g} ({ctx.level} CI at or below "
                  f"S5.2's 'nearly all' line), unscaled and scaled, at d_k = {SMALL_D_K}, n = {ns}",
         measured=per_n({n: f"max weight unscaled {interval_text(*top[(n, 'unscaled')])}, "
@@ -84,11 +78,7 @@ def run(ctx: Context) -> None:
     # S7.4: the stronger reading — the rows barely change.
     barely = {n: judge_all([judge_at_most(*tv[(SMALL_D_K, n)][1:], BARELY), judge_at_most(*dh[(SMALL_D_K, n)][1:], BARELY)])
               for n in NS}
-    ctx.add(ClaimResult(
-        id="S7.4", chapter="faq",
-        claim_en="a stronger reading of the FAQ: at small d_k (4) softmax behaves about the same with or without scaling",
-        claim_zh="对常见问题的更强解读：d_k 较小（4）时，缩放与否 softmax 的表现几乎相同",
-        seed_value=None, method="Monte Carlo",
+    ctx.add(claim("S7.4",
         expected=f"'about the same' read as: median TV distance ≤ {BARELY:g} and median |ΔH|/ln n ≤ {BARELY:g} "
                  f"({ctx.level} CIs), the same rows with and without ÷√4, n = {ns}",
         measured=per_n({n: f"TV {interval_text(*tv[(SMALL_D_K, n)])}, |ΔH|/ln n {interval_text(*dh[(SMALL_D_K, n)])}"
@@ -138,10 +128,7 @@ def _error_shrinks(ctx: Context) -> None:
         series.append({"n_samples": n, "rms_error": value, "predicted": pred, "mean_error": float(np.mean(errors))})
     slope = float(np.polyfit(np.log(sizes), np.log(rms), 1)[0])
     ctx.data["error_vs_samples"] = {"d_k": d_k, "replicates": replicates, "points": series, "slope": slope}
-    ctx.add(ClaimResult(
-        id="S7.3", chapter="faq", claim_en="Var(q·k) = d_k is exact, not approximate: the estimate's error shrinks as 1/√samples around d_k",
-        claim_zh="Var(q·k) = d_k 是精确的而非近似：估计误差以 1/√样本数 的速度收敛到 d_k",
-        seed_value="d_k", method="Monte Carlo",
+    ctx.add(claim("S7.3",
         expected=f"RMS error = √(Var((q·k)²)/N) = {sd_one:.1f}/√N at d_k = 64 (each within its {ctx.level} χ² band), slope −0.5",
         measured="; ".join(f"N={s['n_samples']}: {s['rms_error']:.3g} (pred {s['predicted']:.3g})" for s in series)
                  + f"; fitted slope {slope:.3f}",

@@ -22,7 +22,8 @@ import statistics
 
 from attnscale import results
 from attnscale.claims.context import Context
-from attnscale.claims.result import ClaimResult, judge_all
+from attnscale.claims.register import claim
+from attnscale.claims.result import judge_all
 
 TRAIN_KINDS = ("train/scale-vs-dk", "train/lm")
 PROBE_KINDS = ("probe/minilm", "probe/smollm2")
@@ -91,8 +92,8 @@ def _cell_text(c: dict) -> str:
     return f"d_k={c['d_k']} {c['optimiser']} lr={c['lr']:g}: {c['verdict']}{agree}"
 
 
-def _training_claim(ctx: Context, cid: str, chapter: str, en: str, zh: str, seed_value: str, supports: set,
-                    contradicts: set, reading: str, envs, missing, cells, unusable) -> None:
+def _training_claim(ctx: Context, cid: str, supports: set, contradicts: set, reading: str, envs, missing, cells,
+                    unusable) -> None:
     kinds = ", ".join(TRAIN_KINDS)
     evidence = [c for c in cells if c["reference"] in (None, "learns")]
     excluded = len(cells) - len(evidence)
@@ -109,9 +110,8 @@ def _training_claim(ctx: Context, cid: str, chapter: str, en: str, zh: str, seed
                     + ", ".join(f"{n} {v}" for v, n in counts.items() if n)
                     + " — " + "; ".join(f"{c['kind']} {_cell_text(c)}" for c in evidence))
     quick = any(e.quick for e in envs)
-    ctx.add(ClaimResult(
-        id=cid, chapter=chapter, claim_en=en, claim_zh=zh, seed_value=seed_value, method="training results",
-        expected=f"{reading}; judged on every unscaled cell at d_k ≥ {LARGE_D_K} of {kinds} whose setting "
+    ctx.add(claim(
+        cid, expected=f"{reading}; judged on every unscaled cell at d_k ≥ {LARGE_D_K} of {kinds} whose setting "
                  "(d_k, optimiser, learning rate) lets 1/√d_k learn",
         measured=("quick results: " if quick else "") + measured, verdict=verdict, sources=_sources(envs),
         note=(f"read from {_provenance(envs)}" if envs else "no training results")
@@ -146,11 +146,7 @@ def _normalised_claim(ctx: Context, envs, missing) -> None:
                                  statistics.median(h["k_var"] for h in heads) if heads else math.nan)
     parts = {m: ("holds" if met / total >= 0.5 else "fails") if total else "inconclusive"
              for m, (met, total, *_) in per.items()}
-    ctx.add(ClaimResult(
-        id="S10.3", chapter="variance",
-        claim_en="the components of q and k are normalised to mean 0, variance 1: the standard assumption",
-        claim_zh="Query 与 Key 的分量被归一化为均值 0、方差 1：这是标准假设",
-        seed_value="0; 1", method="model probe",
+    ctx.add(claim("S10.3",
         expected=f"in real models, at least half of the heads have q and k with |mean| ≤ {MEAN_TOLERANCE:g} and "
                  f"variance within [{1 / VARIANCE_FACTOR:g}, {VARIANCE_FACTOR:g}] (per head, over components and "
                  "tokens), each model",
@@ -170,11 +166,7 @@ def _dk_claim(ctx: Context, envs, missing) -> None:
     models = {_model_name(e): e.data["model"]["d_k"] for e in envs if isinstance(e.data["model"].get("d_k"), int)}
     small = {m: d for m, d in models.items() if d < LARGE_D_K}
     verdict = "inconclusive" if not models else "fails" if small else "holds"
-    ctx.add(ClaimResult(
-        id="S10.4", chapter="without_scaling",
-        claim_en="in real Transformer models d_k is 64, 128 or more",
-        claim_zh="在真实的 Transformer 模型中，d_k 是 64、128 甚至更大",
-        seed_value="64, 128", method="model probe",
+    ctx.add(claim("S10.4",
         expected=f"d_k ≥ {LARGE_D_K} in every real model this project loads",
         measured="; ".join(f"{m}: d_k = {d}" for m, d in models.items())
                  or "no usable probe results: " + "; ".join(missing),
@@ -189,12 +181,7 @@ def _dk_claim(ctx: Context, envs, missing) -> None:
 # ---- the paper --------------------------------------------------------------------------------
 
 def _citation_claim(ctx: Context) -> None:
-    ctx.add(ClaimResult(
-        id="S10.5", chapter="faq",
-        claim_en="the authors of 'Attention Is All You Need' chose √d_k because it is mathematically the value that "
-                 "keeps the scores' variance at 1",
-        claim_zh="《Attention Is All You Need》的作者选择 √d_k，是因为从数学上讲这是使分数方差保持为 1 的正确值",
-        seed_value=None, method="citation",
+    ctx.add(claim("S10.5",
         expected="not checkable by computation: a statement about the authors' reasons; compared with what the "
                  "paper says",
         measured="Vaswani et al. 2017, §3.2.1: \"We suspect that for large values of d_k, the dot products grow "
@@ -213,16 +200,11 @@ def run(ctx: Context) -> None:
     train, train_missing = _read(ctx, TRAIN_KINDS)
     cells, unusable = training_cells(train)
     common = dict(envs=train, missing=train_missing, cells=cells, unusable=unusable)
-    _training_claim(ctx, "S10.1", "softmax_large",
-                    "with large d_k and no scaling the gradients vanish and learning stops",
-                    "d_k 大且不缩放时，梯度消失，学习停止", None, supports={"fails"}, contradicts={"learns", "slower"},
+    _training_claim(ctx, "S10.1", supports={"fails"}, contradicts={"learns", "slower"},
                     reading="'learning stops' read as: the unscaled rule fails to learn (a 'fails' verdict) where "
                             "1/√d_k learns; 'learns' or 'slower' contradicts it, 'diverges' is another failure "
                             "(undecided)", **common)
-    _training_claim(ctx, "S10.2", "why_sqrt",
-                    "without ÷√d_k the Transformer can hardly learn effectively, especially when d_k is large",
-                    "没有 ÷√d_k，Transformer 架构就难以有效学习，尤其是在维度较大时", None,
-                    supports={"fails", "slower", "diverges"}, contradicts={"learns"},
+    _training_claim(ctx, "S10.2", supports={"fails", "slower", "diverges"}, contradicts={"learns"},
                     reading="'can hardly learn effectively' read as: at large d_k the unscaled rule does not learn "
                             "as 1/√d_k does (verdict 'fails', 'diverges' or 'slower'); a 'learns' contradicts it",
                     **common)

@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from attnscale.claims.context import Context
-from attnscale.claims.result import ClaimResult
+from attnscale.claims.register import claim
 from attnscale.softmax import softmax
 
 LEVELS = tuple(float(c) for c in range(-12, 7, 2))
@@ -34,11 +34,7 @@ def run(ctx: Context) -> None:
             worst_uniform = max(worst_uniform, float(np.max(np.abs(p - 1.0 / n))) * n)
             worst_sum = max(worst_sum, abs(float(np.sum(p)) - 1.0))
     tol = 4 * np.finfo(float).eps
-    ctx.add(ClaimResult(
-        id="S9.1", chapter="without_scaling",
-        claim_en="softmax's weights always sum to 1: a token must give all its attention away, equal logits → uniform 1/n",
-        claim_zh="softmax 的输出总和总是 1：token 必须把全部注意力分配出去，相同的 logits → 均匀的 1/n",
-        seed_value="1", method="closed form",
+    ctx.add(claim("S9.1",
         expected=f"|Σp − 1| and n·|p − 1/n| ≤ {tol:.1e} for equal logits c = {LEVELS[0]:g}…{LEVELS[-1]:g}, n = {', '.join(map(str, ns))}",
         measured=f"max |Σp − 1| = {worst_sum:.1e}, max n·|p − 1/n| = {worst_uniform:.1e}",
         verdict="holds" if worst_sum <= tol and worst_uniform <= tol else "fails",
@@ -52,11 +48,7 @@ def run(ctx: Context) -> None:
     ctx.data["give_away"] = {"n": N_KEYS, "logit": list(LEVELS),
                              "softmax_total_measured": [float(np.sum(softmax(np.full(N_KEYS, c)))) for c in LEVELS],
                              "softmax1_total": totals}
-    ctx.add(ClaimResult(
-        id="S9.2", chapter="beyond",
-        claim_en="softmax₁ (Miller 2023) can give almost nothing away: with equal logits c the total is n·e^c/(1 + n·e^c)",
-        claim_zh="softmax₁（Miller 2023）可以几乎不分配注意力：logits 都为 c 时总权重为 n·e^c/(1 + n·e^c)",
-        seed_value=None, method="closed form",
+    ctx.add(claim("S9.2",
         expected=f"attnscale softmax₁ total = closed form (relative error < 1e-12); total < 1e-3 at c = {LEVELS[0]:g}",
         measured=f"n = {N_KEYS}: total {totals[0]:.2e} at c = {LEVELS[0]:g}, {totals[-1]:.4f} at c = {LEVELS[-1]:g}; "
                  f"max relative error {err:.1e}",

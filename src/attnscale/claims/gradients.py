@@ -12,7 +12,8 @@ tell different stories: a few rows with near-ties at the top keep a sizeable gra
 from __future__ import annotations
 
 from attnscale.claims.context import Context
-from attnscale.claims.result import ClaimResult, by_n_note, judge_all, judge_below, per_n
+from attnscale.claims.register import claim
+from attnscale.claims.result import by_n_note, judge_all, judge_below, per_n
 from attnscale.claims.saturation import (
     D_KS, NS, _fmt, _series, ci, crossover, judge_stays_put, median_fields, simulate_rows, stays_put_words,
 )
@@ -52,11 +53,7 @@ def run(ctx: Context) -> None:
 
     falls = {n: verdict(n) for n in fro}
     ns = ", ".join(map(str, NS))
-    ctx.add(ClaimResult(
-        id="S6.1", chapter="without_scaling",
-        claim_en="unscaled, the gradient through softmax becomes tiny as d_k grows (vanishing gradient)",
-        claim_zh="不缩放时，随 d_k 增大，经过 softmax 的梯度变得极小（梯度消失）",
-        seed_value=None, method="Monte Carlo",
+    ctx.add(claim("S6.1",
         expected=f"on the curve d_k = {', '.join(map(str, D_KS))}: past some d_k the unscaled median ‖diag(p) − ppᵀ‖_F "
                  f"lies below the scaled one at every larger d_k and falls on to d_k = 4096 ({ctx.level} CIs separated), "
                  f"n = {ns}",
@@ -70,11 +67,7 @@ def run(ctx: Context) -> None:
 
     # S6.4: the seed's own d_k.
     at64 = {n: judge_below(ci(f[d64]), ci(jac[n]["scaled"]["jacobian_frobenius"][d64])) for n, f in fro.items()}
-    ctx.add(ClaimResult(
-        id="S6.4", chapter="without_scaling",
-        claim_en="at the d_k of real Transformers (64), unscaled attention already has the smaller gradient",
-        claim_zh="在真实 Transformer 的 d_k（64）下，不缩放的注意力梯度已经更小",
-        seed_value="64", method="Monte Carlo",
+    ctx.add(claim("S6.4",
         expected=f"at d_k = {SEED_D_K}: unscaled median ‖J‖_F below the scaled one ({ctx.level} CIs separated), "
                  f"n = {ns}",
         measured=per_n({n: f"unscaled {_fmt(f[d64])} vs scaled {_fmt(jac[n]['scaled']['jacobian_frobenius'][d64])}"
@@ -86,22 +79,15 @@ def run(ctx: Context) -> None:
     flat, verdict = judge_stays_put({n: [(j["scaled"]["jacobian_frobenius"], j["unscaled"]["jacobian_frobenius"])]
                                      for n, j in jac.items()}, flat_from)
     expected, drift_note = stays_put_words(flat, ctx.level, flat_from)
-    ctx.add(ClaimResult(
-        id="S6.2", chapter="why_sqrt",
-        claim_en="after ÷√d_k the softmax Jacobian norm stays flat in d_k",
-        claim_zh="除以 √d_k 之后，softmax 雅可比范数不随 d_k 变化",
-        seed_value=None, method="Monte Carlo", expected=expected,
+    ctx.add(claim("S6.2",
+        expected=expected,
         measured=per_n({n: f"d_k={D_KS[flat_from]} {_fmt(f[flat_from])}, 4096 {_fmt(f[last])}, drift ratio {flat[n][0]:.3f}"
                         for n, j in jac.items() for f in [j["scaled"]["jacobian_frobenius"]]}),
         verdict=verdict, n_samples=sim["rows"], note=drift_note + " (the spread of ‖q‖/√d_k at small d_k)"))
 
     apart = {n: judge_below(ci(s), ci(s, "mean_ci"))
              for n, j in jac.items() for s in [j["unscaled"]["jacobian_frobenius"][last]]}
-    ctx.add(ClaimResult(
-        id="S6.3", chapter="without_scaling",
-        claim_en="the average row keeps more gradient than the typical row: near-ties hold the mean up while the median vanishes",
-        claim_zh="平均行比典型行保留更多梯度：少数接近并列的行撑起均值，而中位数趋于 0",
-        seed_value=None, method="Monte Carlo",
+    ctx.add(claim("S6.3",
         expected=f"unscaled, d_k = 4096: the mean's {ctx.level} CI lies above the median's, each n",
         measured=per_n({n: f"mean {s['mean']:.3g} vs median {s['median']:.3g}"
                         for n, j in jac.items() for s in [j["unscaled"]["jacobian_frobenius"][last]]}),

@@ -18,7 +18,8 @@ import math
 import numpy as np
 
 from attnscale.claims.context import Context
-from attnscale.claims.result import ClaimResult, interval_text, judge_all, judge_equal, judge_rising, level_text
+from attnscale.claims.register import claim
+from attnscale.claims.result import interval_text, judge_all, judge_equal, judge_rising, level_text
 from attnscale.montecarlo import Estimate, dot_variance_estimates, quantile_ci, t_quantile, z_quantile
 from attnscale.theory import (
     COMPONENTS, pair_mean_variance, samples_for_relative_ci, symbolic_dot_mean, symbolic_dot_square,
@@ -28,7 +29,6 @@ from attnscale.theory import (
 D_KS = tuple(2 ** i for i in range(13))          # 1 … 4096
 HIST_D_KS = (4, 64, 512)
 CHUNK_ELEMENTS = 2 ** 21                          # random numbers per draw call (16 MiB of float64)
-NAMES_ZH = {"gaussian": "高斯", "uniform": "均匀", "rademacher": "Rademacher（±1）", "student_t5": "Student-t(5)"}
 
 
 def run(ctx: Context) -> None:
@@ -48,10 +48,8 @@ def _symbolic(ctx: Context) -> None:
         expectation, n_terms, unit, zero = symbolic_dot_square(d)
         rows.append((d, expectation, n_terms, unit, zero))
     ok = all(e == d and n == d * d and g == d and c == d * d - d for d, e, n, g, c in rows)
-    ctx.add(ClaimResult(
-        id="S2.1", chapter="proof", claim_en="E[(Σᵢ qᵢkᵢ)²] = d_k: d_k diagonal terms of mean 1, d_k² − d_k cross terms of mean 0",
-        claim_zh="E[(Σᵢ qᵢkᵢ)²] = d_k：d_k 个对角项均值为 1，d_k² − d_k 个交叉项均值为 0",
-        seed_value=None, method="symbolic", expected="E = d_k, terms = d_k + (d_k² − d_k), for d_k = 1…8",
+    ctx.add(claim("S2.1",
+        expected="E = d_k, terms = d_k + (d_k² − d_k), for d_k = 1…8",
         measured="; ".join(f"d_k={d}: E={e}, {n}={g}+{c}" for d, e, n, g, c in rows[::3]) + " (all 8 checked)",
         verdict="holds" if ok else "fails",
         note="sympy expands the square; each product of the expansion is counted by its expectation (1 or 0) "
@@ -65,10 +63,7 @@ def _symbolic(ctx: Context) -> None:
     seed = {mq: 0, mk: 0, vq: 1, vk: 1}
     seed_case = sympy.simplify(variance.subs(seed))
     seed_mean = sympy.simplify(mean.subs(seed))
-    ctx.add(ClaimResult(
-        id="S2.2", chapter="variance", claim_en="a single product qᵢkᵢ of independent mean-0, variance-1 numbers has mean 0 and variance 1 × 1 = 1",
-        claim_zh="两个独立、均值 0、方差 1 的数之积 qᵢkᵢ：均值 0，方差 1 × 1 = 1", seed_value="0; 1 x 1 = 1",
-        method="symbolic",
+    ctx.add(claim("S2.2",
         expected="E[qᵢkᵢ] = μ_qμ_k → 0 and Var(qᵢkᵢ) = σ_q²σ_k² + μ_q²σ_k² + μ_k²σ_q² → 1 at μ = 0, σ² = 1",
         measured=f"E[qᵢkᵢ] = {mean}, Var(qᵢkᵢ) = {variance}; at the seed's assumptions: mean {seed_mean}, "
                  f"variance {seed_case}",
@@ -96,11 +91,7 @@ def _growth(ctx: Context) -> None:
     ctx.data["dot_histograms"] = hist
     grows = judge_rising(medians[d][1:] for d in HIST_D_KS)
     ratio = medians[512][0] / medians[4][0]
-    ctx.add(ClaimResult(
-        id="S2.3", chapter="why_grows",
-        claim_en="adding more terms makes |q·k| larger: d_k = 512 gives much larger dot products than d_k = 4",
-        claim_zh="项数越多 |q·k| 越大：d_k = 512 的点积远大于 d_k = 4",
-        seed_value=None, method="Monte Carlo",
+    ctx.add(claim("S2.3",
         expected=f"median |q·k| increases with d_k ({ctx.level} CIs separated), roughly ∝ √d_k",
         measured=", ".join(f"d_k={d}: {interval_text(*medians[d], spec='.3g')}" for d in HIST_D_KS)
                  + f"; ratio 512/4 = {ratio:.2f} (√128 = {math.sqrt(128):.2f})",
@@ -200,11 +191,8 @@ def _variance_claim(ctx: Context, cid: str, name: str, est: list[Estimate], conf
     batch = top.n_samples // top.n_batches
     sd_theory = math.sqrt(pair_mean_variance(D_KS[-1], comp.fourth_moment, comp.fourth_moment, batch) / top.n_batches)
     judged_at = bonferroni_level(confidence, n_tests)
-    ctx.add(ClaimResult(
-        id=cid, chapter="variance",
-        claim_en=f"Var(q·k) = d_k for d_k = 1…4096, {comp.how_drawn} components",
-        claim_zh=f"分量服从{NAMES_ZH[name]}分布（{comp.how_drawn}）时，d_k = 1…4096 的 Var(q·k) = d_k",
-        seed_value="d_k", method="Monte Carlo",
+    ctx.add(claim(
+        cid, how_drawn=comp.how_drawn,
         expected=f"every interval covers d_k and lies within d_k·(1 ± {margin:.0%}) (equivalence margin; "
                  f"{len(D_KS)} d_k values, judged at the Bonferroni level "
                  f"{level_text(judged_at)} over all {n_tests})",

@@ -6,7 +6,8 @@ import numpy as np
 
 from attnscale.claims.context import Context
 from attnscale.claims.iid_variance import D_KS, equality_verdicts, margin_text, variance_families, widened
-from attnscale.claims.result import ClaimResult, judge_all
+from attnscale.claims.register import claim
+from attnscale.claims.result import judge_all
 from attnscale.theory import symbolic_scaled_variance
 
 
@@ -14,17 +15,13 @@ def run(ctx: Context) -> None:
     import sympy
 
     lhs, rhs, diff = symbolic_scaled_variance()
-    ctx.add(ClaimResult(
-        id="S4.1", chapter="why_sqrt", claim_en="Var(X / c) = Var(X) / c² (not / c)",
-        claim_zh="Var(X / c) = Var(X) / c²（而不是 / c）", seed_value="d_k / c^2", method="symbolic",
+    ctx.add(claim("S4.1",
         expected="Var(X/c) − Var(X)/c² = 0 for symbolic values x₁, x₂, x₃ and c ≠ 0",
         measured=f"difference {diff}", verdict="holds" if diff == 0 else "fails"))
     d, c = sympy.symbols("d_k c", positive=True)
     roots = sympy.solve(sympy.Eq(d / c ** 2, 1), c)
     ok = roots == [sympy.sqrt(d)]
-    ctx.add(ClaimResult(
-        id="S4.2", chapter="why_sqrt", claim_en="d_k / c² = 1 has the one positive solution c = √d_k",
-        claim_zh="d_k / c² = 1 的唯一正解是 c = √d_k", seed_value="c = sqrt(d_k)", method="symbolic",
+    ctx.add(claim("S4.2",
         expected="[sqrt(d_k)]", measured=f"solve(d_k/c² = 1, c > 0) = {roots}", verdict="holds" if ok else "fails"))
     families = variance_families(ctx)
     n_tests = sum(len(e) for e in families.values())
@@ -38,10 +35,7 @@ def run(ctx: Context) -> None:
     dev = np.abs(values - 1.0)
     worst = int(np.argmax(dev))
     widths = np.array([e.half_width / d_k for est in families.values() for e, d_k in zip(est, D_KS)])
-    ctx.add(ClaimResult(
-        id="S4.3", chapter="why_sqrt", claim_en="after ÷√d_k the dot product has variance 1 at every d_k (1…4096)",
-        claim_zh="除以 √d_k 之后，每个 d_k（1…4096）下点积的方差都是 1", seed_value="d_k / d_k = 1",
-        method="Monte Carlo",
+    ctx.add(claim("S4.3",
         expected=f"1 inside every interval, each within 1 ± {margin:.0%} (equivalence margin; {n_tests} estimates: "
                  f"{len(families)} distributions × {len(D_KS)} d_k; Bonferroni level)",
         measured=(f"{sum(lo <= 1.0 <= hi for lo, hi in scaled)}/{len(scaled)} cover 1; "

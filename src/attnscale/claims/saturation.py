@@ -21,8 +21,9 @@ from typing import Callable
 import numpy as np
 
 from attnscale.claims.context import Context
+from attnscale.claims.register import claim
 from attnscale.claims.result import (
-    ClaimResult, by_n_note, judge_all, judge_at_least, judge_below, judge_falling, judge_rising, per_n,
+    by_n_note, judge_all, judge_at_least, judge_below, judge_falling, judge_rising, per_n,
 )
 from attnscale.montecarlo import mean_ci, quantile_ci
 from attnscale.softmax import row_health
@@ -198,11 +199,7 @@ def run(ctx: Context) -> None:
     # S5.1: median max weight rises toward 1 unscaled.
     # each step separated: lo(4096) > hi(64) and lo(64) > hi(1)
     rising = {n: judge_rising(ci(mw[i]) for i in steps) for n, mw in unscaled["max_weight"].items()}
-    ctx.add(ClaimResult(
-        id="S5.1", chapter="without_scaling",
-        claim_en="unscaled, one key takes more and more of the attention as d_k grows (median max weight → 1)",
-        claim_zh="不缩放时，随 d_k 增大，一个词获得越来越多的注意力（最大权重中位数 → 1）",
-        seed_value=None, method="Monte Carlo",
+    ctx.add(claim("S5.1",
         expected=f"median max weight at d_k = 4096 > at d_k = 64 > at d_k = 1 ({ctx.level} CIs of each step separated), "
                  f"for n = {ns}",
         measured=per_n({n: f"d_k=1 {_fmt(mw[0])}, 64 {_fmt(mw[d64])}, 4096 {_fmt(mw[last])}"
@@ -218,11 +215,7 @@ def run(ctx: Context) -> None:
     ctx.data["saturation"]["nearly_all"] = {"threshold": NEARLY_ALL, "at_d_k": 64,
                                             "holds_from_d_k": {str(n): None if i is None else D_KS[i]
                                                                for n, i in from_dk.items()}}
-    ctx.add(ClaimResult(
-        id="S5.2", chapter="without_scaling",
-        claim_en="at d_k = 64 unscaled, one word gets nearly all the attention (close to 1.0), the others close to 0",
-        claim_zh="d_k = 64 不缩放时，一个词几乎获得全部注意力（接近 1.0），其他词接近 0",
-        seed_value="1.0", method="Monte Carlo",
+    ctx.add(claim("S5.2",
         expected=f"'nearly all' read as: median max weight ≥ {NEARLY_ALL:g} ({ctx.level} CI at or above {NEARLY_ALL:g}), "
                  f"for n = {ns} keys",
         measured=per_n({n: _fmt(mw[d64]) for n, mw in unscaled["max_weight"].items()}),
@@ -236,11 +229,7 @@ def run(ctx: Context) -> None:
     # S5.3: entropy → 0 unscaled.
     # each step separated: hi(4096) < lo(64) and hi(64) < lo(1)
     falling = {n: judge_falling(ci(h[i]) for i in steps) for n, h in unscaled["entropy"].items()}
-    ctx.add(ClaimResult(
-        id="S5.3", chapter="without_scaling",
-        claim_en="unscaled, the attention entropy collapses toward 0 as d_k grows (near one-hot rows)",
-        claim_zh="不缩放时，随 d_k 增大注意力熵趋向 0（接近 one-hot）",
-        seed_value=None, method="Monte Carlo",
+    ctx.add(claim("S5.3",
         expected=f"median entropy at d_k = 4096 < at 64 < at 1 ({ctx.level} CIs of each step separated), for n = {ns}",
         measured=per_n({n: f"ln n={np.log(n):.2f}, d_k=1 {_fmt(h[0])}, 4096 {_fmt(h[last])} nats"
                         for n, h in unscaled["entropy"].items()}),
@@ -250,11 +239,8 @@ def run(ctx: Context) -> None:
     flat, verdict = judge_stays_put({n: [(by_n[str(n)]["scaled"][f], by_n[str(n)]["unscaled"][f])
                                          for f in ("max_weight", "entropy")] for n in NS}, flat_from)
     expected, drift_note = stays_put_words(flat, ctx.level, flat_from)
-    ctx.add(ClaimResult(
-        id="S5.4", chapter="why_sqrt",
-        claim_en="after ÷√d_k the rows stay put: max weight and entropy barely move with d_k",
-        claim_zh="除以 √d_k 之后，行的最大权重和熵几乎不随 d_k 变化",
-        seed_value=None, method="Monte Carlo", expected=expected,
+    ctx.add(claim("S5.4",
+        expected=expected,
         measured=per_n({n: f"max weight {_fmt(mw[flat_from])} → {_fmt(mw[last])}, drift ratio {flat[n][0]:.3f}"
                         for n in NS for mw in [by_n[str(n)]["scaled"]["max_weight"]]}),
         verdict=verdict, n_samples=sim["rows"],

@@ -13,7 +13,8 @@ from fractions import Fraction
 import numpy as np
 
 from attnscale.claims.context import Context
-from attnscale.claims.result import ClaimResult, format_like, judge_printed, printed_decimal
+from attnscale.claims.register import claim
+from attnscale.claims.result import format_like, judge_printed, printed_decimal
 from attnscale.theory import dot_square_terms
 
 DIGITS = 60
@@ -78,95 +79,84 @@ def judge_numbers(texts: list[str], exact: list[Decimal]) -> tuple[str, str | No
     return ("seed number wrong", ", ".join(wrong)) if wrong else ("holds", None)
 
 
-def printed(ctx: Context, cid: str, chapter: str, en: str, zh: str, texts: list[str], exact: list[Decimal],
-            note: str = "") -> None:
-    """One claim row for one or more printed numbers; the worst verdict of its numbers wins."""
+class Printed(list):
+    """The seed's printed numbers as a claim's ``{seed}`` slot: ``{seed}`` is all of them, "1.0, 0.0,
+    0.0" (as the seed lists them), ``{seed[0]}`` the first."""
+
+    def __format__(self, spec: str) -> str:
+        return format(", ".join(self), spec)
+
+
+def printed(ctx: Context, cid: str, texts: list[str], exact: list[Decimal], note: str = "", **slots) -> None:
+    """One claim row for one or more printed numbers (the register's ``{seed}`` slot, see
+    :class:`Printed`; ``slots`` fills any other); the worst verdict of its numbers wins."""
     verdict, correct = judge_numbers(texts, exact)
-    ctx.add(ClaimResult(
-        id=cid, chapter=chapter, claim_en=en, claim_zh=zh, seed_value=", ".join(texts),
-        method="exact arithmetic",
+    ctx.add(claim(
+        cid, seed=Printed(texts), **slots,
         expected="the exact value, rounded at the seed's shown precision",
         measured=", ".join(_more_digits(t, e) for t, e in zip(texts, exact)),
         verdict=verdict, correct_value=correct, note=note))
 
 
-def _exp_row(ctx, cid, chapter, x: str, text: str, where_en: str, where_zh: str, note: str = ""):
-    shown = format(float(_sym(x)), "g")  # the exponent as the seed writes it: 0.5, 1.75
-    printed(ctx, cid, chapter, f"e^{shown} = {text} ({where_en})", f"e^{shown} = {text}（{where_zh}）", [text],
-            [_exp(x)], note)
+def _exp_row(ctx, cid, x: str, text: str, note: str = ""):
+    """The claim e^x = ``text``, the register's ``{x}`` shown as the seed writes it: 0.5, 1.75."""
+    printed(ctx, cid, [text], [_exp(x)], note, x=format(float(_sym(x)), "g"))
 
 
 def run(ctx: Context) -> None:
     e50_note = _e50_note("5,184,705,528,587,072,045")
     # softmax_large: the eˣ table
-    printed(ctx, "S1.1", "softmax_large", "e is about 2.718", "e 约为 2.718", ["2.718"], [_exp("1")])
+    printed(ctx, "S1.1", ["2.718"], [_exp("1")])
     table = [("1", "2.718"), ("5", "148.4"), ("10", "22,026"), ("20", "485,165,195"),
              ("50", "5,184,705,528,587,072,045")]
     for i, (x, text) in enumerate(table, start=2):
-        _exp_row(ctx, f"S1.{i}", "softmax_large", x, text, "the eˣ table", "eˣ 表",
-                 e50_note if x == "50" else "")
+        _exp_row(ctx, f"S1.{i}", x, text, e50_note if x == "50" else "")
     # softmax_large: the scores [50, 10, 5]
-    _exp_row(ctx, "S1.7", "softmax_large", "50", "5,184,705,528,587,072,045", "scores [50, 10, 5]",
-             "分数 [50, 10, 5]", e50_note + "; printed again as the numerator of the softmax line")
-    _exp_row(ctx, "S1.8", "softmax_large", "10", "22,026", "scores [50, 10, 5]", "分数 [50, 10, 5]")
-    _exp_row(ctx, "S1.9", "softmax_large", "5", "148", "scores [50, 10, 5]", "分数 [50, 10, 5]",
-             "printed as 148 here and as 148.4 elsewhere: both are correctly rounded")
-    printed(ctx, "S1.10", "softmax_large", "softmax([50, 10, 5]) ≈ [1.0, 0.0, 0.0]",
-            "softmax([50, 10, 5]) ≈ [1.0, 0.0, 0.0]", ["1.0", "0.0", "0.0"], _softmax_exact(["50", "10", "5"]),
+    _exp_row(ctx, "S1.7", "50", "5,184,705,528,587,072,045",
+             e50_note + "; printed again as the numerator of the softmax line")
+    _exp_row(ctx, "S1.8", "10", "22,026")
+    _exp_row(ctx, "S1.9", "5", "148", "printed as 148 here and as 148.4 elsewhere: both are correctly rounded")
+    printed(ctx, "S1.10", ["1.0", "0.0", "0.0"], _softmax_exact(["50", "10", "5"]),
             "the exact weights are 1 − {:.1e}, {:.1e} and {:.1e}".format(
                 *(float(1 - w) if i == 0 else float(w) for i, w in enumerate(_softmax_exact(["50", "10", "5"])))))
     # softmax_large: the scores [5, 1, 0.5]
     for i, (x, text) in enumerate([("5", "148.4"), ("1", "2.718"), ("1/2", "1.649")], start=11):
-        _exp_row(ctx, f"S1.{i}", "softmax_large", x, text, "scores [5, 1, 0.5]", "分数 [5, 1, 0.5]")
-    printed(ctx, "S1.14", "softmax_large", "Sum = 152.780 for scores [5, 1, 0.5]",
-            "分数 [5, 1, 0.5] 的 Sum = 152.780", ["152.780"], [_sum_exp(["5", "1", "1/2"])],
+        _exp_row(ctx, f"S1.{i}", x, text)
+    printed(ctx, "S1.14", ["152.780"], [_sum_exp(["5", "1", "1/2"])],
             "the sum of the exact exponentials; the printed, rounded addends add up to "
             + _sum_of_printed(["148.400", "2.718", "1.649"]))
-    printed(ctx, "S1.15", "softmax_large", "softmax([5, 1, 0.5]) = [0.971, 0.018, 0.011]",
-            "softmax([5, 1, 0.5]) = [0.971, 0.018, 0.011]", ["0.971", "0.018", "0.011"],
-            _softmax_exact(["5", "1", "1/2"]))
+    printed(ctx, "S1.15", ["0.971", "0.018", "0.011"], _softmax_exact(["5", "1", "1/2"]))
     # real_numbers: the d_k = 4 example, exactly
     q, k = [1, 0, 1, 0], [0, 1, 1, 1]
     dot = sum(Fraction(a) * b for a, b in zip(q, k))
     root = Fraction(2)  # √4, checked below as an exact square
     ok = dot == 1 and root * root == 4 and dot / root == Fraction(1, 2)
-    ctx.add(ClaimResult(
-        id="S1.16", chapter="real_numbers",
-        claim_en="d_k = 4: q = [1,0,1,0], k = [0,1,1,1] give q·k = 1, √4 = 2, scaled score 0.5",
-        claim_zh="d_k = 4：q = [1,0,1,0]，k = [0,1,1,1]，点积 = 1，√4 = 2，缩放后 = 0.5",
-        seed_value="1, 2, 0.5", method="exact arithmetic", expected="1, 2, 1/2",
+    ctx.add(claim("S1.16",
+        expected="1, 2, 1/2",
         measured=f"{dot}, {root}, {dot / root}", verdict="holds" if ok else "seed number wrong",
         correct_value=None if ok else f"{dot}, {root}, {dot / root}"))
     # real_numbers: [14, 10, 12] unscaled
     for i, (x, text) in enumerate([("14", "1,202,604"), ("10", "22,026"), ("12", "162,755")], start=17):
-        _exp_row(ctx, f"S1.{i}", "real_numbers", x, text, "scores [14, 10, 12]", "分数 [14, 10, 12]")
-    printed(ctx, "S1.20", "real_numbers", "Sum = 1,387,386 for scores [14, 10, 12]",
-            "分数 [14, 10, 12] 的 Sum = 1,387,386", ["1,387,386"], [_sum_exp(["14", "10", "12"])],
+        _exp_row(ctx, f"S1.{i}", x, text)
+    printed(ctx, "S1.20", ["1,387,386"], [_sum_exp(["14", "10", "12"])],
             f"the exact sum {format_like('1,000.00', _sum_exp(['14', '10', '12']))} rounds to 1,387,386; "
             f"the printed, rounded addends add up to {_sum_of_printed(['1,202,604', '22,026', '162,755'])}")
     w = _softmax_exact(["14", "10", "12"])
-    printed(ctx, "S1.21", "real_numbers", "softmax([14, 10, 12]) = [0.867, 0.016, 0.117]",
-            "softmax([14, 10, 12]) = [0.867, 0.016, 0.117]", ["0.867", "0.016", "0.117"], w)
-    printed(ctx, "S1.22", "real_numbers", "the first word gets 86.7%, the second 1.6%",
-            "第一个词获得 86.7%，第二个词 1.6%", ["86.7%", "1.6%"], w[:2])
+    printed(ctx, "S1.21", ["0.867", "0.016", "0.117"], w)
+    printed(ctx, "S1.22", ["86.7%", "1.6%"], w[:2])
     # real_numbers: after ÷ √64 = 8
     scaled = [Fraction(x, 8) for x in (14, 10, 12)]
     ok = Fraction(8) ** 2 == 64 and scaled == [Fraction(7, 4), Fraction(5, 4), Fraction(3, 2)]
-    ctx.add(ClaimResult(
-        id="S1.23", chapter="real_numbers", claim_en="√64 = 8; [14, 10, 12] / 8 = [1.75, 1.25, 1.5]",
-        claim_zh="√64 = 8；[14, 10, 12] / 8 = [1.75, 1.25, 1.5]", seed_value="8; 1.75, 1.25, 1.5",
-        method="exact arithmetic", expected="8; 7/4, 5/4, 3/2",
+    ctx.add(claim("S1.23",
+        expected="8; 7/4, 5/4, 3/2",
         measured="8; " + ", ".join(str(s) for s in scaled), verdict="holds" if ok else "seed number wrong"))
     for i, (x, text) in enumerate([("7/4", "5.755"), ("5/4", "3.490"), ("3/2", "4.482")], start=24):
-        _exp_row(ctx, f"S1.{i}", "real_numbers", x, text, "scaled scores", "缩放后的分数")
-    printed(ctx, "S1.27", "real_numbers", "Sum = 13.727 for the scaled scores [1.75, 1.25, 1.5]",
-            "缩放后分数 [1.75, 1.25, 1.5] 的 Sum = 13.727", ["13.727"], [_sum_exp(["7/4", "5/4", "3/2"])])
+        _exp_row(ctx, f"S1.{i}", x, text)
+    printed(ctx, "S1.27", ["13.727"], [_sum_exp(["7/4", "5/4", "3/2"])])
     ws = _softmax_exact(["7/4", "5/4", "3/2"])
-    printed(ctx, "S1.28", "real_numbers", "softmax([1.75, 1.25, 1.5]) = [0.419, 0.254, 0.326]",
-            "softmax([1.75, 1.25, 1.5]) = [0.419, 0.254, 0.326]", ["0.419", "0.254", "0.326"], ws,
+    printed(ctx, "S1.28", ["0.419", "0.254", "0.326"], ws,
             f"the rounded weights add up to {_sum_of_printed(['0.419', '0.254', '0.326'])}: rounding, not an error")
-    printed(ctx, "S1.29", "real_numbers", "after scaling: 41.9%, 25.4% and 32.6%",
-            "缩放之后：41.9%、25.4% 和 32.6%", ["41.9%", "25.4%", "32.6%"], ws)
+    printed(ctx, "S1.29", ["41.9%", "25.4%", "32.6%"], ws)
     _quotient_row(ctx, ["5.755", "3.490", "4.482"], "13.727", ["0.419", "0.254", "0.326"], ws)
     # why_sqrt: the variances of [2, 4, 6] and [1, 2, 3], exactly
     _variance_rows(ctx)
@@ -187,10 +177,8 @@ def _quotient_row(ctx: Context, numerators: list[str], denominator: str, texts: 
     where = [f"{a}/{denominator} = {_more_digits(t, q)} → {format_like(t, q)}; exact softmax {_more_digits(t, w)} "
              f"→ {format_like(t, w)}" for a, t, q, w in zip(numerators, texts, quotients, exact_weights)]
     differ = [t for t, q, w in zip(texts, quotients, exact_weights) if format_like(t, q) != format_like(t, w)]
-    line = "softmax = [" + ", ".join(f"{a}/{denominator}" for a in numerators) + "] = [" + ", ".join(texts) + "]"
-    ctx.add(ClaimResult(
-        id="S1.36", chapter="real_numbers", claim_en=line, claim_zh=line,
-        seed_value=", ".join(texts), method="exact arithmetic",
+    ctx.add(claim(
+        "S1.36", quotients=", ".join(f"{a}/{denominator}" for a in numerators), seed=Printed(texts),
         expected="each quotient of the printed numbers, rounded at the seed's shown precision",
         measured="; ".join(where), verdict=verdict, correct_value=correct,
         note=("the quotients as written round to " + ", ".join(format_like(t, q) for t, q in zip(texts, quotients))
@@ -218,11 +206,9 @@ def _variance_rows(ctx: Context) -> None:
         verdict, correct = judge_printed(seed_var, Decimal(var.numerator) / Decimal(var.denominator))
         if not ok_steps:
             verdict, correct = "seed number wrong", f"mean {mean}, differences {diffs}, squares {squares}"
-        ctx.add(ClaimResult(
-            id=cid, chapter="why_sqrt",
-            claim_en=f"{list(values)}: mean {seed_mean}, squared differences {seed_sq}, variance {seed_var}",
-            claim_zh=f"{list(values)}：均值 {seed_mean}，平方差 {seed_sq}，方差 {seed_var}",
-            seed_value=f"{seed_mean}; {seed_diffs}; {seed_sq}; {seed_var}", method="exact arithmetic",
+        ctx.add(claim(
+            cid, values=str(list(values)), mean=str(seed_mean), diffs=str(seed_diffs), squares=str(seed_sq),
+            variance=seed_var,
             expected="the population variance (divide by n = 3), rounded at 2 decimals",
             measured=f"mean {mean}; [{', '.join(map(str, diffs))}]; [{', '.join(map(str, squares))}]; variance {var}"
                      f" = {float(var):.5f}",
@@ -232,25 +218,21 @@ def _variance_rows(ctx: Context) -> None:
     rounded_ratio = Decimal("2.67") / 4   # the seed divides its rounded 2.67
     verdict, correct = judge_printed("0.67", rounded_ratio)
     exact_ratio_ok = big / 4 == small
-    ctx.add(ClaimResult(
-        id="S1.32", chapter="why_sqrt", claim_en="dividing by c = 2 divides the variance by c² = 4: 2.67 / 4 = 0.67",
-        claim_zh="除以 c = 2，方差除以 c² = 4：2.67 / 4 = 0.67", seed_value="4; 0.67",
-        method="exact arithmetic", expected="(8/3) / 4 = Var([1, 2, 3]) exactly; 2.67 / 4 rounds to 0.67",
+    ctx.add(claim("S1.32",
+        expected="(8/3) / 4 = Var([1, 2, 3]) exactly; 2.67 / 4 rounds to 0.67",
         measured=f"({big}) / 4 = {big / 4}, Var([1,2,3]) = {small}; 2.67 / 4 = {rounded_ratio}",
         verdict=verdict if exact_ratio_ok else "fails", correct_value=correct))
 
 
 def _count_rows(ctx: Context) -> None:
-    for cid, d, seed in [("S1.33", 3, "9 = 3 + 6; 3·1 + 6·0 = 3"), ("S1.34", 64, "4096 = 64 + 4032; variance 64")]:
+    for cid, d in [("S1.33", 3), ("S1.34", 64)]:
         # counted from the products' expectations under the moment rules, not from an index grid
         n_terms, unit, zero, variance = dot_square_terms(d)
         expected = {3: (9, 3, 6, 3), 64: (4096, 64, 4032, 64)}[d]
         ok = (n_terms, unit, zero, variance) == expected
-        ctx.add(ClaimResult(
-            id=cid, chapter="proof",
-            claim_en=f"d_k = {d}: (Σ qᵢkᵢ)² has {expected[0]} terms, {expected[1]} of mean 1 and {expected[2]} of mean 0",
-            claim_zh=f"d_k = {d}：(Σ qᵢkᵢ)² 共 {expected[0]} 项，{expected[1]} 项均值为 1，{expected[2]} 项均值为 0",
-            seed_value=seed, method="exact arithmetic", expected="d_k² terms = d_k diagonal + (d_k² − d_k) cross",
+        ctx.add(claim(
+            cid, d_k=d, terms=expected[0], ones=expected[1], zeros=expected[2],
+            expected="d_k² terms = d_k diagonal + (d_k² − d_k) cross",
             measured=f"{n_terms} terms = {unit} of mean 1 + {zero} of mean 0; variance {variance}",
             verdict="holds" if ok else "seed number wrong",
             correct_value=None if ok else f"{n_terms} = {unit} + {zero}; variance {variance}",
@@ -268,10 +250,8 @@ def _formula_row(ctx: Context) -> None:
     written_out = softmax(q @ k.T / np.sqrt(64)) @ v
     diff = float(np.max(np.abs(attention(q, k, v) - written_out)))
     tol = 1e-12
-    ctx.add(ClaimResult(
-        id="S1.35", chapter="formula", claim_en="Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k)·V (d_k = 64: divide by 8)",
-        claim_zh="Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k)·V（d_k = 64 时除以 8）", seed_value=None,
-        method="closed form", expected=f"attnscale.attention (default scale) = the formula written out, |diff| ≤ {tol:g}",
+    ctx.add(claim("S1.35",
+        expected=f"attnscale.attention (default scale) = the formula written out, |diff| ≤ {tol:g}",
         measured=f"max |diff| = {diff:.2e} (float64, L = 5, S = 7, d_k = 64)",
         verdict="holds" if diff <= tol else "fails"))
 
