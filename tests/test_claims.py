@@ -58,8 +58,8 @@ def test_percent_and_rounding_edges():
 
 def test_a_row_with_one_wrong_number_is_flagged():
     ctx = Context(VerifyConfig())
-    printed(ctx, "T.1", "real_numbers", "demo", "演示", ["0.867", "0.017"], [Decimal("0.866813"), Decimal("0.015876")])
-    printed(ctx, "T.2", "real_numbers", "demo", "演示", ["0.867", "0.016"], [Decimal("0.866813"), Decimal("0.015876")])
+    printed(ctx, "S1.22", ["0.867", "0.017"], [Decimal("0.866813"), Decimal("0.015876")])
+    printed(ctx, "S1.22", ["0.867", "0.016"], [Decimal("0.866813"), Decimal("0.015876")])
     assert ctx.claims[0].verdict == "seed number wrong" and ctx.claims[0].correct_value == "0.016"
     assert ctx.claims[1].verdict == "holds" and ctx.claims[1].correct_value is None
 
@@ -98,6 +98,13 @@ def test_every_claim_is_well_formed(quick):
         if c.method == "Monte Carlo":
             assert c.n_samples and c.n_samples > 0
         assert (c.correct_value is not None) == (c.verdict == "seed number wrong")
+
+
+def test_the_register_and_the_run_agree(quick):
+    # every claim of the register is added, exactly once and in the register's order, and nothing else
+    from attnscale.claims.register import register
+
+    assert [c.id for c in quick.claims] == list(register())
 
 
 def test_group1_flags_the_two_e50_numbers_and_the_quotient_as_written(quick):
