@@ -72,7 +72,8 @@ def _phase(ctx: Context) -> None:
 
     # S8.1: the asymptote gets better with n at σ = σ_c/2, and is far off at the boundary.
     small, large = at[PHASE_NS[0]][0.5][1], at[PHASE_NS[-1]][0.5][1]
-    ctx.add(claim("S8.1",
+    ctx.add(claim(
+        "S8.1",
         expected=f"at σ = σ_c/2 the gap MC − asymptote of H/ln n is smaller at n = {PHASE_NS[-1]} than at n = {PHASE_NS[0]} "
                  f"({ctx.level} CIs of |gap| separated)",
         measured="; ".join(f"σ={where}: " + per_n({n: f"{at[n][r][0].value:.3f} vs {at[n][r][2]:.3f}" for n in PHASE_NS},
@@ -86,7 +87,8 @@ def _phase(ctx: Context) -> None:
     frozen = [at[n][2.0][0] for n in PHASE_NS]
     falls = judge_below((frozen[-1].ci_low, frozen[-1].ci_high), (frozen[0].ci_low, frozen[0].ci_high))
     d_frozen = {n: math.floor(2 * math.log(n)) + 1 for n in ROW_NS}
-    ctx.add(claim("S8.2",
+    ctx.add(claim(
+        "S8.2",
         expected=f"H/ln n at σ = 2σ_c is lower at n = {PHASE_NS[-1]} than at n = {PHASE_NS[0]} ({ctx.level} CIs separated): "
                  "the entropy stays O(1) nats while ln n grows",
         measured=per_n({n: interval_text(e.value, e.ci_low, e.ci_high) for n, e in zip(PHASE_NS, frozen)}, sep=", ")
@@ -123,7 +125,8 @@ def _ssmax(ctx: Context) -> None:
         float_value = float(softmax(logits)[-1])
         verdicts.append(judge_printed(text, e)[0] == "holds" and abs(float_value - float(e)) < 1e-12)
         measured[n] = f"{float(e):.6g}"
-    ctx.add(claim("S8.4", weights={"en": ", ".join(SSMAX_FIGURE.values()), "zh": "、".join(SSMAX_FIGURE.values())},
+    ctx.add(claim(
+        "S8.4", weights=list(SSMAX_FIGURE.values()),
         expected="e³/(e³ + (n − 1)e⁻²) rounds to the printed values",
         measured=per_n(measured) + " (attnscale.softmax agrees to 1e-12)",
         verdict="holds" if all(verdicts) else "fails", note="numbers from Nakanishi 2025, not from the seed"))
@@ -135,7 +138,8 @@ def _ssmax(ctx: Context) -> None:
     ok = all(v >= 0.9 for v in curve) and min(steps) >= 0 and all(
         abs(a - ssmax_one_high_max_weight(n, SSMAX_S)) < 1e-12 for a, n in zip(ss_lib, [n for n in SSMAX_FIGURE if n in ns]))
     ctx.add(claim(
-        "S8.5", s=f"{SSMAX_S:g}", expected=f"max weight ≥ 0.9 at n = 10 … 10⁵, and it does not decay (non-decreasing over {len(ns)} n)",
+        "S8.5", s=f"{SSMAX_S:g}",
+        expected=f"max weight ≥ 0.9 at n = 10 … 10⁵, and it does not decay (non-decreasing over {len(ns)} n)",
         measured=per_n({n: f"{v:.4f}" for n, v in ss.items()})
                  + f"; minimum {min(curve):.4f}; smallest step between neighbouring n {min(steps):+.2e}",
         verdict="holds" if ok else "fails"))
@@ -147,7 +151,8 @@ def _keys_not_dk(ctx: Context) -> None:
     med = [sim["by_n"][str(n)]["scaled"]["max_weight"][last] for n in ROW_NS]
     falls = judge_falling(ci(m) for m in med)
     ent = [sim["by_n"][str(n)]["scaled"]["normalized_entropy"][last]["median"] for n in ROW_NS]
-    ctx.add(claim("S8.3",
+    ctx.add(claim(
+        "S8.3",
         expected=f"scaled, d_k = 4096: median max weight falls as n grows ({ctx.level} CIs separated); H/ln n ≈ 1 − 1/(2 ln n)",
         measured=per_n({n: f"max weight {m['median']:.4f}, H/ln n {h:.3f} (asymptote {rem_normalized_entropy(1.0, n):.3f})"
                         for n, m, h in zip(ROW_NS, med, ent)}),

@@ -100,11 +100,13 @@ def run(ctx: Context) -> None:
 
 def _symbolic(ctx: Context) -> None:
     var3, formula3, diff3 = symbolic_dot_variance(3)
-    ctx.add(claim("S3.1",
+    ctx.add(claim(
+        "S3.1",
         expected="E[S²] − (E S)² − formula = 0 (d_k = 3, symbols)",
         measured=f"Var = {var3}; difference {diff3}", verdict="holds" if diff3 == 0 else "fails"))
     var, formula, diff = symbolic_gaussian_product_variance()
-    ctx.add(claim("S3.2",
+    ctx.add(claim(
+        "S3.2",
         expected="from the moment generating function; difference 0",
         measured=f"Var = {var}; difference {diff}", verdict="holds" if diff == 0 else "fails",
         note="pairs (qᵢ, kᵢ) independent across i, so Var(q·k) = d_k·Var(qᵢkᵢ)"))

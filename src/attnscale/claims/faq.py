@@ -48,7 +48,8 @@ def run(ctx: Context) -> None:
     tv = {key: quantile_ci(v[0], 0.5, conf) for key, v in change.items()}
     dh = {key: quantile_ci(v[1], 0.5, conf) for key, v in change.items()}
     less = {n: judge_below(tv[(SMALL_D_K, n)][1:], tv[(64, n)][1:]) for n in NS}
-    ctx.add(claim("S7.1",
+    ctx.add(claim(
+        "S7.1",
         expected=f"median TV(softmax(s), softmax(s/√d_k)) at d_k = 4 below that at d_k = 64 ({ctx.level} CIs separated), "
                  f"n = {ns}",
         measured=per_n({n: f"{tv[(SMALL_D_K, n)][0]:.3f} vs {tv[(64, n)][0]:.3f}" for n in NS}),
@@ -62,7 +63,8 @@ def run(ctx: Context) -> None:
     ent = {key: quantile_ci(h.normalized_entropy, 0.5, conf) for key, h in health.items()}
     well = {n: judge_all(judge_at_most(*top[(n, mode)][1:], NEARLY_ALL) for mode in MODES) for n in NS}
     worst = max(top, key=lambda key: top[key][0])
-    ctx.add(claim("S7.2",
+    ctx.add(claim(
+        "S7.2",
         expected=f"'behaves well' read as: not saturated — median max weight ≤ {NEARLY_ALL:g} ({ctx.level} CI at or below "
                  f"S5.2's 'nearly all' line), unscaled and scaled, at d_k = {SMALL_D_K}, n = {ns}",
         measured=per_n({n: f"max weight unscaled {interval_text(*top[(n, 'unscaled')])}, "
@@ -78,7 +80,8 @@ def run(ctx: Context) -> None:
     # S7.4: the stronger reading — the rows barely change.
     barely = {n: judge_all([judge_at_most(*tv[(SMALL_D_K, n)][1:], BARELY), judge_at_most(*dh[(SMALL_D_K, n)][1:], BARELY)])
               for n in NS}
-    ctx.add(claim("S7.4",
+    ctx.add(claim(
+        "S7.4",
         expected=f"'about the same' read as: median TV distance ≤ {BARELY:g} and median |ΔH|/ln n ≤ {BARELY:g} "
                  f"({ctx.level} CIs), the same rows with and without ÷√4, n = {ns}",
         measured=per_n({n: f"TV {interval_text(*tv[(SMALL_D_K, n)])}, |ΔH|/ln n {interval_text(*dh[(SMALL_D_K, n)])}"
@@ -128,7 +131,8 @@ def _error_shrinks(ctx: Context) -> None:
         series.append({"n_samples": n, "rms_error": value, "predicted": pred, "mean_error": float(np.mean(errors))})
     slope = float(np.polyfit(np.log(sizes), np.log(rms), 1)[0])
     ctx.data["error_vs_samples"] = {"d_k": d_k, "replicates": replicates, "points": series, "slope": slope}
-    ctx.add(claim("S7.3",
+    ctx.add(claim(
+        "S7.3",
         expected=f"RMS error = √(Var((q·k)²)/N) = {sd_one:.1f}/√N at d_k = 64 (each within its {ctx.level} χ² band), slope −0.5",
         measured="; ".join(f"N={s['n_samples']}: {s['rms_error']:.3g} (pred {s['predicted']:.3g})" for s in series)
                  + f"; fitted slope {slope:.3f}",

@@ -111,7 +111,8 @@ def _training_claim(ctx: Context, cid: str, supports: set, contradicts: set, rea
                     + " — " + "; ".join(f"{c['kind']} {_cell_text(c)}" for c in evidence))
     quick = any(e.quick for e in envs)
     ctx.add(claim(
-        cid, expected=f"{reading}; judged on every unscaled cell at d_k ≥ {LARGE_D_K} of {kinds} whose setting "
+        cid,
+        expected=f"{reading}; judged on every unscaled cell at d_k ≥ {LARGE_D_K} of {kinds} whose setting "
                  "(d_k, optimiser, learning rate) lets 1/√d_k learn",
         measured=("quick results: " if quick else "") + measured, verdict=verdict, sources=_sources(envs),
         note=(f"read from {_provenance(envs)}" if envs else "no training results")
@@ -146,7 +147,8 @@ def _normalised_claim(ctx: Context, envs, missing) -> None:
                                  statistics.median(h["k_var"] for h in heads) if heads else math.nan)
     parts = {m: ("holds" if met / total >= 0.5 else "fails") if total else "inconclusive"
              for m, (met, total, *_) in per.items()}
-    ctx.add(claim("S10.3",
+    ctx.add(claim(
+        "S10.3",
         expected=f"in real models, at least half of the heads have q and k with |mean| ≤ {MEAN_TOLERANCE:g} and "
                  f"variance within [{1 / VARIANCE_FACTOR:g}, {VARIANCE_FACTOR:g}] (per head, over components and "
                  "tokens), each model",
@@ -166,7 +168,8 @@ def _dk_claim(ctx: Context, envs, missing) -> None:
     models = {_model_name(e): e.data["model"]["d_k"] for e in envs if isinstance(e.data["model"].get("d_k"), int)}
     small = {m: d for m, d in models.items() if d < LARGE_D_K}
     verdict = "inconclusive" if not models else "fails" if small else "holds"
-    ctx.add(claim("S10.4",
+    ctx.add(claim(
+        "S10.4",
         expected=f"d_k ≥ {LARGE_D_K} in every real model this project loads",
         measured="; ".join(f"{m}: d_k = {d}" for m, d in models.items())
                  or "no usable probe results: " + "; ".join(missing),
@@ -181,7 +184,8 @@ def _dk_claim(ctx: Context, envs, missing) -> None:
 # ---- the paper --------------------------------------------------------------------------------
 
 def _citation_claim(ctx: Context) -> None:
-    ctx.add(claim("S10.5",
+    ctx.add(claim(
+        "S10.5",
         expected="not checkable by computation: a statement about the authors' reasons; compared with what the "
                  "paper says",
         measured="Vaswani et al. 2017, §3.2.1: \"We suspect that for large values of d_k, the dot products grow "

@@ -34,7 +34,8 @@ def run(ctx: Context) -> None:
             worst_uniform = max(worst_uniform, float(np.max(np.abs(p - 1.0 / n))) * n)
             worst_sum = max(worst_sum, abs(float(np.sum(p)) - 1.0))
     tol = 4 * np.finfo(float).eps
-    ctx.add(claim("S9.1",
+    ctx.add(claim(
+        "S9.1",
         expected=f"|Σp − 1| and n·|p − 1/n| ≤ {tol:.1e} for equal logits c = {LEVELS[0]:g}…{LEVELS[-1]:g}, n = {', '.join(map(str, ns))}",
         measured=f"max |Σp − 1| = {worst_sum:.1e}, max n·|p − 1/n| = {worst_uniform:.1e}",
         verdict="holds" if worst_sum <= tol and worst_uniform <= tol else "fails",
@@ -48,7 +49,8 @@ def run(ctx: Context) -> None:
     ctx.data["give_away"] = {"n": N_KEYS, "logit": list(LEVELS),
                              "softmax_total_measured": [float(np.sum(softmax(np.full(N_KEYS, c)))) for c in LEVELS],
                              "softmax1_total": totals}
-    ctx.add(claim("S9.2",
+    ctx.add(claim(
+        "S9.2",
         expected=f"attnscale softmax₁ total = closed form (relative error < 1e-12); total < 1e-3 at c = {LEVELS[0]:g}",
         measured=f"n = {N_KEYS}: total {totals[0]:.2e} at c = {LEVELS[0]:g}, {totals[-1]:.4f} at c = {LEVELS[-1]:g}; "
                  f"max relative error {err:.1e}",

@@ -53,7 +53,8 @@ def run(ctx: Context) -> None:
 
     falls = {n: verdict(n) for n in fro}
     ns = ", ".join(map(str, NS))
-    ctx.add(claim("S6.1",
+    ctx.add(claim(
+        "S6.1",
         expected=f"on the curve d_k = {', '.join(map(str, D_KS))}: past some d_k the unscaled median ‖diag(p) − ppᵀ‖_F "
                  f"lies below the scaled one at every larger d_k and falls on to d_k = 4096 ({ctx.level} CIs separated), "
                  f"n = {ns}",
@@ -67,7 +68,8 @@ def run(ctx: Context) -> None:
 
     # S6.4: the seed's own d_k.
     at64 = {n: judge_below(ci(f[d64]), ci(jac[n]["scaled"]["jacobian_frobenius"][d64])) for n, f in fro.items()}
-    ctx.add(claim("S6.4",
+    ctx.add(claim(
+        "S6.4",
         expected=f"at d_k = {SEED_D_K}: unscaled median ‖J‖_F below the scaled one ({ctx.level} CIs separated), "
                  f"n = {ns}",
         measured=per_n({n: f"unscaled {_fmt(f[d64])} vs scaled {_fmt(jac[n]['scaled']['jacobian_frobenius'][d64])}"
@@ -79,7 +81,8 @@ def run(ctx: Context) -> None:
     flat, verdict = judge_stays_put({n: [(j["scaled"]["jacobian_frobenius"], j["unscaled"]["jacobian_frobenius"])]
                                      for n, j in jac.items()}, flat_from)
     expected, drift_note = stays_put_words(flat, ctx.level, flat_from)
-    ctx.add(claim("S6.2",
+    ctx.add(claim(
+        "S6.2",
         expected=expected,
         measured=per_n({n: f"d_k={D_KS[flat_from]} {_fmt(f[flat_from])}, 4096 {_fmt(f[last])}, drift ratio {flat[n][0]:.3f}"
                         for n, j in jac.items() for f in [j["scaled"]["jacobian_frobenius"]]}),
@@ -87,7 +90,8 @@ def run(ctx: Context) -> None:
 
     apart = {n: judge_below(ci(s), ci(s, "mean_ci"))
              for n, j in jac.items() for s in [j["unscaled"]["jacobian_frobenius"][last]]}
-    ctx.add(claim("S6.3",
+    ctx.add(claim(
+        "S6.3",
         expected=f"unscaled, d_k = 4096: the mean's {ctx.level} CI lies above the median's, each n",
         measured=per_n({n: f"mean {s['mean']:.3g} vs median {s['median']:.3g}"
                         for n, j in jac.items() for s in [j["unscaled"]["jacobian_frobenius"][last]]}),

@@ -48,7 +48,8 @@ def _symbolic(ctx: Context) -> None:
         expectation, n_terms, unit, zero = symbolic_dot_square(d)
         rows.append((d, expectation, n_terms, unit, zero))
     ok = all(e == d and n == d * d and g == d and c == d * d - d for d, e, n, g, c in rows)
-    ctx.add(claim("S2.1",
+    ctx.add(claim(
+        "S2.1",
         expected="E = d_k, terms = d_k + (d_k² − d_k), for d_k = 1…8",
         measured="; ".join(f"d_k={d}: E={e}, {n}={g}+{c}" for d, e, n, g, c in rows[::3]) + " (all 8 checked)",
         verdict="holds" if ok else "fails",
@@ -63,7 +64,8 @@ def _symbolic(ctx: Context) -> None:
     seed = {mq: 0, mk: 0, vq: 1, vk: 1}
     seed_case = sympy.simplify(variance.subs(seed))
     seed_mean = sympy.simplify(mean.subs(seed))
-    ctx.add(claim("S2.2",
+    ctx.add(claim(
+        "S2.2",
         expected="E[qᵢkᵢ] = μ_qμ_k → 0 and Var(qᵢkᵢ) = σ_q²σ_k² + μ_q²σ_k² + μ_k²σ_q² → 1 at μ = 0, σ² = 1",
         measured=f"E[qᵢkᵢ] = {mean}, Var(qᵢkᵢ) = {variance}; at the seed's assumptions: mean {seed_mean}, "
                  f"variance {seed_case}",
@@ -91,7 +93,8 @@ def _growth(ctx: Context) -> None:
     ctx.data["dot_histograms"] = hist
     grows = judge_rising(medians[d][1:] for d in HIST_D_KS)
     ratio = medians[512][0] / medians[4][0]
-    ctx.add(claim("S2.3",
+    ctx.add(claim(
+        "S2.3",
         expected=f"median |q·k| increases with d_k ({ctx.level} CIs separated), roughly ∝ √d_k",
         measured=", ".join(f"d_k={d}: {interval_text(*medians[d], spec='.3g')}" for d in HIST_D_KS)
                  + f"; ratio 512/4 = {ratio:.2f} (√128 = {math.sqrt(128):.2f})",

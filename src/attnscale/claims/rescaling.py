@@ -15,13 +15,15 @@ def run(ctx: Context) -> None:
     import sympy
 
     lhs, rhs, diff = symbolic_scaled_variance()
-    ctx.add(claim("S4.1",
+    ctx.add(claim(
+        "S4.1",
         expected="Var(X/c) − Var(X)/c² = 0 for symbolic values x₁, x₂, x₃ and c ≠ 0",
         measured=f"difference {diff}", verdict="holds" if diff == 0 else "fails"))
     d, c = sympy.symbols("d_k c", positive=True)
     roots = sympy.solve(sympy.Eq(d / c ** 2, 1), c)
     ok = roots == [sympy.sqrt(d)]
-    ctx.add(claim("S4.2",
+    ctx.add(claim(
+        "S4.2",
         expected="[sqrt(d_k)]", measured=f"solve(d_k/c² = 1, c > 0) = {roots}", verdict="holds" if ok else "fails"))
     families = variance_families(ctx)
     n_tests = sum(len(e) for e in families.values())
@@ -35,7 +37,8 @@ def run(ctx: Context) -> None:
     dev = np.abs(values - 1.0)
     worst = int(np.argmax(dev))
     widths = np.array([e.half_width / d_k for est in families.values() for e, d_k in zip(est, D_KS)])
-    ctx.add(claim("S4.3",
+    ctx.add(claim(
+        "S4.3",
         expected=f"1 inside every interval, each within 1 ± {margin:.0%} (equivalence margin; {n_tests} estimates: "
                  f"{len(families)} distributions × {len(D_KS)} d_k; Bonferroni level)",
         measured=(f"{sum(lo <= 1.0 <= hi for lo, hi in scaled)}/{len(scaled)} cover 1; "

@@ -199,7 +199,8 @@ def run(ctx: Context) -> None:
     # S5.1: median max weight rises toward 1 unscaled.
     # each step separated: lo(4096) > hi(64) and lo(64) > hi(1)
     rising = {n: judge_rising(ci(mw[i]) for i in steps) for n, mw in unscaled["max_weight"].items()}
-    ctx.add(claim("S5.1",
+    ctx.add(claim(
+        "S5.1",
         expected=f"median max weight at d_k = 4096 > at d_k = 64 > at d_k = 1 ({ctx.level} CIs of each step separated), "
                  f"for n = {ns}",
         measured=per_n({n: f"d_k=1 {_fmt(mw[0])}, 64 {_fmt(mw[d64])}, 4096 {_fmt(mw[last])}"
@@ -215,7 +216,8 @@ def run(ctx: Context) -> None:
     ctx.data["saturation"]["nearly_all"] = {"threshold": NEARLY_ALL, "at_d_k": 64,
                                             "holds_from_d_k": {str(n): None if i is None else D_KS[i]
                                                                for n, i in from_dk.items()}}
-    ctx.add(claim("S5.2",
+    ctx.add(claim(
+        "S5.2",
         expected=f"'nearly all' read as: median max weight ≥ {NEARLY_ALL:g} ({ctx.level} CI at or above {NEARLY_ALL:g}), "
                  f"for n = {ns} keys",
         measured=per_n({n: _fmt(mw[d64]) for n, mw in unscaled["max_weight"].items()}),
@@ -229,7 +231,8 @@ def run(ctx: Context) -> None:
     # S5.3: entropy → 0 unscaled.
     # each step separated: hi(4096) < lo(64) and hi(64) < lo(1)
     falling = {n: judge_falling(ci(h[i]) for i in steps) for n, h in unscaled["entropy"].items()}
-    ctx.add(claim("S5.3",
+    ctx.add(claim(
+        "S5.3",
         expected=f"median entropy at d_k = 4096 < at 64 < at 1 ({ctx.level} CIs of each step separated), for n = {ns}",
         measured=per_n({n: f"ln n={np.log(n):.2f}, d_k=1 {_fmt(h[0])}, 4096 {_fmt(h[last])} nats"
                         for n, h in unscaled["entropy"].items()}),
@@ -239,7 +242,8 @@ def run(ctx: Context) -> None:
     flat, verdict = judge_stays_put({n: [(by_n[str(n)]["scaled"][f], by_n[str(n)]["unscaled"][f])
                                          for f in ("max_weight", "entropy")] for n in NS}, flat_from)
     expected, drift_note = stays_put_words(flat, ctx.level, flat_from)
-    ctx.add(claim("S5.4",
+    ctx.add(claim(
+        "S5.4",
         expected=expected,
         measured=per_n({n: f"max weight {_fmt(mw[flat_from])} → {_fmt(mw[last])}, drift ratio {flat[n][0]:.3f}"
                         for n in NS for mw in [by_n[str(n)]["scaled"]["max_weight"]]}),

@@ -131,7 +131,8 @@ def run(ctx: Context) -> None:
     dot = sum(Fraction(a) * b for a, b in zip(q, k))
     root = Fraction(2)  # √4, checked below as an exact square
     ok = dot == 1 and root * root == 4 and dot / root == Fraction(1, 2)
-    ctx.add(claim("S1.16",
+    ctx.add(claim(
+        "S1.16",
         expected="1, 2, 1/2",
         measured=f"{dot}, {root}, {dot / root}", verdict="holds" if ok else "seed number wrong",
         correct_value=None if ok else f"{dot}, {root}, {dot / root}"))
@@ -147,7 +148,8 @@ def run(ctx: Context) -> None:
     # real_numbers: after ÷ √64 = 8
     scaled = [Fraction(x, 8) for x in (14, 10, 12)]
     ok = Fraction(8) ** 2 == 64 and scaled == [Fraction(7, 4), Fraction(5, 4), Fraction(3, 2)]
-    ctx.add(claim("S1.23",
+    ctx.add(claim(
+        "S1.23",
         expected="8; 7/4, 5/4, 3/2",
         measured="8; " + ", ".join(str(s) for s in scaled), verdict="holds" if ok else "seed number wrong"))
     for i, (x, text) in enumerate([("7/4", "5.755"), ("5/4", "3.490"), ("3/2", "4.482")], start=24):
@@ -218,7 +220,8 @@ def _variance_rows(ctx: Context) -> None:
     rounded_ratio = Decimal("2.67") / 4   # the seed divides its rounded 2.67
     verdict, correct = judge_printed("0.67", rounded_ratio)
     exact_ratio_ok = big / 4 == small
-    ctx.add(claim("S1.32",
+    ctx.add(claim(
+        "S1.32",
         expected="(8/3) / 4 = Var([1, 2, 3]) exactly; 2.67 / 4 rounds to 0.67",
         measured=f"({big}) / 4 = {big / 4}, Var([1,2,3]) = {small}; 2.67 / 4 = {rounded_ratio}",
         verdict=verdict if exact_ratio_ok else "fails", correct_value=correct))
@@ -250,7 +253,8 @@ def _formula_row(ctx: Context) -> None:
     written_out = softmax(q @ k.T / np.sqrt(64)) @ v
     diff = float(np.max(np.abs(attention(q, k, v) - written_out)))
     tol = 1e-12
-    ctx.add(claim("S1.35",
+    ctx.add(claim(
+        "S1.35",
         expected=f"attnscale.attention (default scale) = the formula written out, |diff| ≤ {tol:g}",
         measured=f"max |diff| = {diff:.2e} (float64, L = 5, S = 7, d_k = 64)",
         verdict="holds" if diff <= tol else "fails"))
