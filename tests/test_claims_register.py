@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import pytest
 
-from attnscale.claims import CHAPTERS, METHODS
+from attnscale.claims import CHAPTERS, GROUPS, METHODS
 from attnscale.claims import register as reg
 from attnscale.claims.register import RegisterError, claim, parse_register
+from attnscale.claims.result import CLAIM_ID
 
 
 def test_the_register_holds_every_claim_as_a_bilingual_statement():
     entries = reg.register()
-    assert len(entries) == 76 and list(entries)[:2] == ["S1.1", "S1.2"]
+    assert list(entries)[:2] == ["S1.1", "S1.2"] and {cid.split(".")[0] for cid in entries} == {f"S{g}" for g in GROUPS}
     for cid, entry in entries.items():
+        assert CLAIM_ID.fullmatch(cid) and "." in cid, cid
         assert entry["chapter"] in CHAPTERS and entry["method"] in METHODS, cid
         assert reg._slots(entry["en"]) == reg._slots(entry["zh"]), cid
 
