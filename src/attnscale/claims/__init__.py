@@ -9,6 +9,10 @@
 claims whose ids start with given prefixes, e.g. ``("S5", "S7.2")``) and returns a :class:`VerifyReport`: the
 claim results, and in ``data`` the series the report's figures draw, so that nothing is recomputed
 when rendering. The library never prints; pass ``progress(done, total, label)`` to follow a run.
+
+What each claim states (chapter, English and Chinese, the number the seed prints, the method) is
+written once, in the register ``claims.toml``; the groups compute the rest and build each row with
+:func:`attnscale.claims.register.claim`.
 """
 
 from __future__ import annotations
