@@ -4,7 +4,8 @@
   experiment puts them in one keyword-only dataclass that both its sweep configuration and its cell
   extend, and :func:`shared_settings` hands the sweep's values to every cell it makes.
 * A cell of a sweep over scale rules (``scale-vs-dk``, ``lm``) is one run of one rule at one d_k with
-  one optimiser, learning rate and seed: :class:`RuleRun`, its checks and its label.
+  one optimiser, learning rate and seed: :class:`RuleRun`, its checks and its label; both sweep the
+  same grid (:func:`rule_grid`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import ClassVar, Mapping
 
 from attnscale.errors import check_choice, check_count, check_positive
 
-__all__ = ["shared_settings", "RuleRun"]
+__all__ = ["shared_settings", "RuleRun", "rule_grid"]
 
 
 def shared_settings(obj, settings: type) -> dict:
@@ -47,3 +48,13 @@ class RuleRun:
     @property
     def label(self) -> str:
         return f"{self.rule} d_k={self.d_k} {self.optimizer} lr={self.lr:g} seed={self.seed}"
+
+
+def rule_grid(cell: type, rules, d_ks, seeds: int, adaptive: tuple[str, float], sgd_lrs, **common) -> list:
+    """The cells of a sweep over scale rules, seed by seed, d_k by d_k, rule by rule: each with the
+    adaptive optimiser ``adaptive`` = (name, rate) at its one rate, then plain SGD at every rate of
+    ``sgd_lrs``; ``common`` (the shared settings) goes to every cell."""
+    name, lr = adaptive
+    return [cell(rule, d_k, optimizer, rate, seed, **common)
+            for seed in range(seeds) for d_k in d_ks for rule in rules
+            for optimizer, rate in [(name, lr), *(("sgd", r) for r in sgd_lrs)]]

@@ -39,7 +39,7 @@ from typing import ClassVar
 
 from attnscale.errors import InputError, check_choice, check_count, check_positive
 from attnscale.experiments import scale_vs_dk
-from attnscale.experiments.cells import RuleRun, shared_settings
+from attnscale.experiments.cells import RuleRun, rule_grid, shared_settings
 from attnscale.experiments.text_data import DEFAULT_TEXT, VOCAB, ByteText
 from attnscale.results import finite_or_none
 from attnscale.scales import RULES, ScaleRule
@@ -169,14 +169,8 @@ class LMConfig(LMRun):
                    eval_windows=16)
 
     def cells(self) -> list[LMCell]:
-        common = dict(shared_settings(self, LMRun), text_sha256=text_digest(self.text))
-        out = []
-        for seed in range(self.seeds):
-            for d_k in self.d_ks:
-                for rule in self.rules:
-                    out.append(LMCell(rule, d_k, "adamw", self.adamw_lr, seed, **common))
-                    out.extend(LMCell(rule, d_k, "sgd", lr, seed, **common) for lr in self.sgd_lrs)
-        return out
+        return rule_grid(LMCell, self.rules, self.d_ks, self.seeds, ("adamw", self.adamw_lr), self.sgd_lrs,
+                         **shared_settings(self, LMRun), text_sha256=text_digest(self.text))
 
 
 # --- one cell --------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from typing import ClassVar
 import numpy as np
 
 from attnscale.errors import InputError, check_count, check_positive
-from attnscale.experiments.cells import RuleRun, shared_settings
+from attnscale.experiments.cells import RuleRun, rule_grid, shared_settings
 from attnscale.experiments.tasks import MarkedCount
 from attnscale.experiments.training import SATURATED_WEIGHT
 from attnscale.results import finite_or_none
@@ -138,14 +138,8 @@ class ScaleVsDkConfig(ScaleRun):
         return cls(d_ks=(16, 64), seeds=seeds, sgd_lrs=(0.03, 0.1, 0.3), steps=40, log_every=10, final_eval=256)
 
     def cells(self) -> list[ScaleCell]:
-        common = shared_settings(self, ScaleRun)
-        out = []
-        for seed in range(self.seeds):
-            for d_k in self.d_ks:
-                for rule in self.rules:
-                    out.append(ScaleCell(rule, d_k, "adam", self.adam_lr, seed, **common))
-                    out.extend(ScaleCell(rule, d_k, "sgd", lr, seed, **common) for lr in self.sgd_lrs)
-        return out
+        return rule_grid(ScaleCell, self.rules, self.d_ks, self.seeds, ("adam", self.adam_lr), self.sgd_lrs,
+                         **shared_settings(self, ScaleRun))
 
 
 # --- one cell --------------------------------------------------------------------------------------
