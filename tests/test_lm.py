@@ -244,7 +244,7 @@ def test_chapter_renders_both_languages(tiny_sweep):
     env = _envelope(tiny_sweep[0])
     pages = {lang: chapter.render(env, lang) for lang in ("en", "zh")}
     for page in pages.values():
-        assert page.count("<svg") == 2 and page.count("<table") == 2
+        assert page.count("<figure") == 2 and page.count("<svg") == 4 and page.count("<table") == 2
         assert lm.PROMPT in page
     assert "Unigram baseline" in pages["en"] and "一元模型基线" in pages["zh"]
 
@@ -253,7 +253,7 @@ def test_chapter_words_follow_the_data(tiny_sweep, monkeypatch):
     from attnscale.report.chapters import lm as chapter
 
     monkeypatch.setattr(chapter, "_panels", lambda *args, **kw: None)       # the words only: no figures
-    monkeypatch.setattr(chapter, "figure_svg", lambda *args, **kw: "")
+    monkeypatch.setattr(chapter, "responsive_figure", lambda *args, **kw: "")
     env = _envelope(tiny_sweep[0])
     verdicts = env.data["analysis"]["verdicts"]
     unscaled = next(v for v in verdicts if v["rule"] == "unscaled" and v["optimiser"] == "adamw")

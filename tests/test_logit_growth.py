@@ -89,7 +89,7 @@ def no_figures(monkeypatch):
     """The text tests need no SVGs (drawing them is most of a render's time)."""
     for name in ("logits_figure", "loss_figure"):
         monkeypatch.setattr(chapter, name, lambda *a: None)
-    monkeypatch.setattr(chapter, "figure_svg", lambda *a: "")
+    monkeypatch.setattr(chapter, "responsive_figure", lambda *a: "")
 
 
 def paragraphs(html: str) -> str:
@@ -102,7 +102,7 @@ def paragraphs(html: str) -> str:
 def test_the_chapter_renders_the_envelope(run, lang):
     _, summary = run
     html = chapter.render(envelope(summary), lang)
-    assert html.count("<svg") == 2 and "<table" in html
+    assert html.count("<figure") == 2 and html.count("<svg") == 4 and "<table" in html
     a = summary["analysis"]
     assert f"{a['setup']['parameters']:,}" in html
     assert f"{a['lr_sensitivity']['qk_clip']['mean']:.3f}" in html

@@ -298,13 +298,13 @@ def test_narrow_variant_stacks_side_by_side_panels_and_keeps_the_callers_axes_or
     assert html.count("<figcaption>a caption</figcaption>") == 1
 
 
-def test_narrow_variant_transposes_grids_and_squeezes_like_pyplot():
+def test_narrow_variant_stacks_grids_in_one_column_and_squeezes_like_pyplot():
     from attnscale.report.figures import _VARIANT
 
     token = _VARIANT.set("narrow")
     try:
         with figures.style() as p:
-            _, grid = p.subplots(2, 3, sharex="col")
+            _, grid = p.subplots(2, 3, sharex="col", sharey="row")
             _, row = p.subplots(1, 3)
             _, one = p.subplots()
             _, shared = p.subplots(1, 2, sharey=True)
@@ -316,8 +316,34 @@ def test_narrow_variant_transposes_grids_and_squeezes_like_pyplot():
     assert not shared[0].get_shared_x_axes().joined(shared[0], shared[1])
     assert grid[0][1].get_shared_x_axes().joined(grid[0][1], grid[1][1])
     assert not grid[0][0].get_shared_x_axes().joined(grid[0][0], grid[0][1])
-    # the caller's row 0 is the narrow figure's first column
-    assert grid[0][0].get_position().x0 < grid[1][0].get_position().x0
+    assert grid[1][0].get_shared_y_axes().joined(grid[1][0], grid[1][2])
+    assert not grid[0][0].get_shared_y_axes().joined(grid[0][0], grid[1][0])
+    # a grid of rows and columns becomes one column of full-width panels, the caller's columns in turn
+    boxes = {(r, c): grid[r][c].get_position() for r in range(2) for c in range(3)}
+    assert len({round(b.x0, 6) for b in boxes.values()}) == 1
+    order = sorted(boxes, key=lambda rc: -boxes[rc].y0)
+    assert order == [(0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)]
+
+
+def test_stacked_panels_keep_the_title_and_y_label_of_their_grid_place():
+    import re
+
+    def draw():
+        with figures.style() as p:
+            fig, axes = p.subplots(2, 2, figsize=(8.0, 6.0), squeeze=False, constrained_layout=True)
+            for c, title in enumerate(("left column", "right column")):
+                axes[0][c].set_title(title)
+            for r, ylabel in enumerate(("top measure", "bottom measure")):
+                axes[r][0].set_ylabel(ylabel)
+            for ax in axes.ravel():
+                ax.plot([0, 1], [0, 1])
+            return fig
+
+    html = figures.responsive_figure(draw, "alt")
+    wide, narrow = re.findall(r"<svg .*?</svg>", html, flags=re.S)
+    count = lambda svg, words: svg.count(f">{words}</text>")   # noqa: E731  (text stays SVG text)
+    assert [count(wide, w) for w in ("left column", "right column", "top measure", "bottom measure")] == [1, 1, 1, 1]
+    assert [count(narrow, w) for w in ("left column", "right column", "top measure", "bottom measure")] == [2, 2, 2, 2]
 
 
 def test_table_with_details_keeps_the_summary_short_and_the_full_table_behind_details():

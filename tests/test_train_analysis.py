@@ -83,7 +83,7 @@ def render(analysis, lang="en", quick=False, wall_s=12.0, figures=False) -> str:
         return training.render(env, lang)
     with mock.patch.object(training, "_curves_figure", lambda *a: None), \
             mock.patch.object(training, "_chain_figure", lambda *a: None), \
-            mock.patch.object(training, "figure_svg", lambda fig, alt, caption: f"<figure>{caption}</figure>"):
+            mock.patch.object(training, "responsive_figure", lambda draw, alt, caption: f"<figure>{caption}</figure>"):
         return training.render(env, lang)
 
 
@@ -277,6 +277,7 @@ def test_zero_gradient_sentence_does_not_say_not_zero_when_it_was_zero(base):
 def test_chapter_renders_every_part_in_both_languages(base, lang):
     html = render(copy.deepcopy(base), lang, figures=lang == "en")     # figures take seconds: drawn once
     # three tables, the biggest (the gradient check) also whole behind a <details>
-    assert html.count("<svg" if lang == "en" else "<figure") == 3 and html.count("<table") == 4
+    assert html.count("<figure") == 3 and html.count("<table") == 4
+    assert html.count("<svg") == (6 if lang == "en" else 0)                 # each figure for desktop and phone
     assert html.count("<details") == 1
     assert "{" not in text(html)                                             # every placeholder filled

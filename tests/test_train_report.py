@@ -70,7 +70,7 @@ def _text_only(env, lang: str) -> str:
 
     with mock.patch.object(training, "_curves_figure", lambda *a: None), \
             mock.patch.object(training, "_chain_figure", lambda *a: None), \
-            mock.patch.object(training, "figure_svg", lambda fig, alt, caption: ""):
+            mock.patch.object(training, "responsive_figure", lambda draw, alt, caption: ""):
         return _words(training.render(env, lang))
 
 
@@ -83,7 +83,7 @@ def test_chapters_are_registered():
 def test_scale_vs_dk_chapter_shows_the_result(scale_env, lang):
     a = scale_env.data["analysis"]
     html = training.render(scale_env, lang)
-    assert html.count("<svg") == 3 and "<table" in html
+    assert html.count("<figure") == 3 and html.count("<svg") == 6 and "<table" in html   # each for desktop and phone
     assert f"{a['single_key_ceiling']:.3f}" in html
     unscaled = next(r for r in a["chain_rule"]["rows"] if r["rule"] == "unscaled" and r["gradient"] == "grad_wq")
     assert f"{unscaled['ratio']:.2f}" in html
@@ -107,7 +107,7 @@ def test_the_single_key_sentence_follows_the_two_ceilings(scale_env):
 
 def test_logit_growth_chapter_shows_the_summary(logit_summary):
     html = _render_logits(logit_summary, "en")
-    assert html.count("<svg") == 2
+    assert html.count("<figure") == 2 and html.count("<svg") == 4      # each for desktop and phone
     sens = logit_summary["analysis"]["lr_sensitivity"]["baseline"]["mean"]
     assert f"{sens:.3f}" in html
     params = logit_summary["cells"][0]["result"]["parameters"]
@@ -138,3 +138,23 @@ def test_cli_table_prints_the_analysis(scale_env, capsys):
     adam = a["table"][1]["adam"]
     assert f"{adam['verdict']} {adam['seeds_agreeing']}/{adam['seeds']}" in line
     assert f"{a['timing']['cpu_s']:.0f} CPU-s" in out
+
+
+def _figures_readable_on_a_phone(html: str) -> None:
+    """Every figure of a chapter has a phone's drawing, whose text is at least ~8 px (median ≥ 10)
+    in a 420 px phone's 388 px column."""
+    import statistics
+
+    from test_report_figures import _text_px
+
+    figures = re.findall(r'<figure class="fig[^"]*".*?</figure>', html, flags=re.S)
+    assert figures and all("fig-responsive" in f for f in figures)
+    for f in figures:
+        narrow = re.search(r'<div class="fig-narrow">(<svg .*?</svg>)', f, flags=re.S).group(1)
+        sizes = _text_px(narrow, 388)
+        assert sizes and min(sizes) >= 8 and statistics.median(sizes) >= 10, sorted(sizes)[:5]
+
+
+def test_training_chapters_figures_are_drawn_for_a_phone(scale_env, logit_summary):
+    _figures_readable_on_a_phone(training.render(scale_env, "en"))
+    _figures_readable_on_a_phone(_render_logits(logit_summary, "zh"))

@@ -89,10 +89,13 @@ def style(rc: dict | None = None):
 
 
 class _NarrowPyplot:
-    """pyplot for a phone's column: ``subplots(r, c)`` makes the transposed grid (panels side by
-    side are stacked) in a figure :data:`NARROW_WIDTH_IN` wide, and hands the axes back in the
-    caller's ``(r, c)`` order, so a figure function draws both variants unchanged. The text keeps
-    its size in points, so on a phone it is as large as on a desktop."""
+    """pyplot for a phone's column: ``subplots(r, c)`` lays the panels out in a figure
+    :data:`NARROW_WIDTH_IN` wide and hands the axes back in the caller's ``(r, c)`` order, so a figure
+    function draws both variants unchanged. A row of panels (r = 1) becomes a column; a column stays
+    one; a grid is stacked into one column, the caller's columns one after the other, sharing axes as
+    the caller asked (and :func:`responsive_figure` gives each stacked panel the title and y label of
+    its row and column). The text keeps its size in points, so on a phone it is as large as on a
+    desktop."""
 
     def __init__(self, plt):
         self._plt = plt
@@ -102,13 +105,21 @@ class _NarrowPyplot:
 
     def subplots(self, nrows=1, ncols=1, *, squeeze=True, sharex=False, sharey=False, gridspec_kw=None,
                  figsize=None, **kw):
+        w, h = figsize or self._plt.rcParams["figure.figsize"]
+        if nrows > 1:                                 # already a column, or a grid: one column
+            fig, axes = self._stacked(nrows, ncols, sharex, sharey, h, gridspec_kw if ncols == 1 else None, **kw)
+        else:
+            fig, axes = self._flipped(nrows, ncols, sharex, sharey, gridspec_kw, w, h, **kw)
+        if squeeze:
+            axes = axes[0, 0] if axes.size == 1 else axes.ravel() if 1 in axes.shape else axes
+        return fig, axes
+
+    def _flipped(self, nrows, ncols, sharex, sharey, gridspec_kw, w, h, **kw):
         import numpy as np
 
-        w, h = figsize or self._plt.rcParams["figure.figsize"]
         # The caller's columns become rows: ratios and spacing trade places, and so does sharing
         # "by row" and "by column" (which data axis is shared does not change).
         swap = {"row": "col", "col": "row"}
-        kw = _transposed(kw)
         grid = _transposed(gridspec_kw or {})
         if nrows == 1 and ncols == 1:                 # one panel: keep its proportions, within reason
             size = (NARROW_WIDTH_IN, min(max(h * NARROW_WIDTH_IN / w * 1.15, 2.6), max(h, 2.6)))
@@ -116,11 +127,39 @@ class _NarrowPyplot:
             size = (NARROW_WIDTH_IN, ncols * min(max(h / nrows, 2.4), 3.4))
         fig, axes = self._plt.subplots(ncols, nrows, squeeze=False, sharex=swap.get(sharex, sharex),
                                        sharey=swap.get(sharey, sharey), gridspec_kw=grid or None,
-                                       figsize=size, **kw)
-        axes = np.asarray(axes).T                     # the caller's (nrows, ncols) order
-        if squeeze:
-            axes = axes[0, 0] if axes.size == 1 else axes.ravel() if 1 in axes.shape else axes
+                                       figsize=size, **_transposed(kw))
+        return fig, np.asarray(axes).T                # the caller's (nrows, ncols) order
+
+    def _stacked(self, nrows, ncols, sharex, sharey, h, gridspec_kw, **kw):
+        panel_h = min(max(h / nrows, 2.4), 3.4)
+        fig, column = self._plt.subplots(nrows * ncols, 1, squeeze=False, gridspec_kw=gridspec_kw,
+                                         figsize=(NARROW_WIDTH_IN, nrows * ncols * panel_h), **kw)
+        axes = column[:, 0].reshape(ncols, nrows).T   # panel (r, c) is number c·nrows + r from the top
+        for share, along in ((sharex, "sharex"), (sharey, "sharey")):
+            groups = ([axes.ravel()] if share in (True, "all") else list(axes) if share == "row"
+                      else list(axes.T) if share == "col" else [])
+            for group in groups:
+                for ax in group[1:]:
+                    getattr(ax, along)(group[0])
+        fig._attnscale_grid = axes                    # for responsive_figure's labels
         return fig, axes
+
+
+def _label_stacked(fig) -> None:
+    """Each panel of a grid :class:`_NarrowPyplot` stacked into one column keeps what its place in
+    the grid told: the title of its column's top panel and the y label of its row's first panel,
+    where the figure function set them there only."""
+    grid = getattr(fig, "_attnscale_grid", None)
+    if grid is None:
+        return
+    for r in range(grid.shape[0]):
+        for c in range(grid.shape[1]):
+            ax = grid[r, c]
+            top, first = grid[0, c].title, grid[r, 0].yaxis.label
+            if not ax.get_title() and top.get_text():
+                ax.set_title(top.get_text(), fontproperties=top.get_fontproperties(), color=top.get_color())
+            if not ax.get_ylabel() and first.get_text():
+                ax.set_ylabel(first.get_text(), fontproperties=first.get_fontproperties(), color=first.get_color())
 
 
 def _transposed(options: dict) -> dict:
@@ -151,7 +190,9 @@ def responsive_figure(draw, alt: str, caption: str = "", px_per_inch: float | No
     wide = svg_of(fig, alt)
     token = _VARIANT.set("narrow")
     try:
-        narrow = svg_of(draw(), alt)
+        narrow_fig = draw()
+        _label_stacked(narrow_fig)
+        narrow = svg_of(narrow_fig, alt)
     finally:
         _VARIANT.reset(token)
     cap = f"<figcaption>{esc(caption)}</figcaption>" if caption else ""

@@ -9,7 +9,8 @@ and filled by the analysis' figures (verdicts, ratios, best rates, the interior 
 from __future__ import annotations
 
 from attnscale.report import text
-from attnscale.report.html import figure_svg, number, para, table
+from attnscale.report.figures import legend_columns, responsive_figure
+from attnscale.report.html import number, para, table
 from attnscale.report.text import pretty, rule_label
 
 KIND = "train/lm"
@@ -51,7 +52,8 @@ def _panels(curves: list, d_ks: list, rules: list, rows: list[tuple[str, str, bo
                     ax.set_xlabel(_t("step", lang))
                 if col == 0:
                     ax.set_ylabel(_t(ylabel, lang))
-        fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside lower center", ncol=3, fontsize=8.5)
+        fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside lower center", ncol=legend_columns(3),
+                   fontsize=8.5)
     return fig
 
 
@@ -91,16 +93,16 @@ def render(env, lang: str) -> str:
     parts.append(p("sgd_edge", dks=", ".join(edge), rates=rates) if edge else p("sgd_in", rates=rates))
     parts += [para(pretty(line)) for line in
               _verdict_lines(a["verdicts"], a["reference_rule"], a["target_factor"], cfg["steps"], lang)]
-    parts.append(figure_svg(_panels(a["curves"], d_ks, rules, [("valid_bpb", "bpb", False)], lang, a["unigram_bpb"]),
-                            _t("alt_bpb", lang), _t("cap_bpb", lang)))
+    parts.append(responsive_figure(lambda: _panels(a["curves"], d_ks, rules, [("valid_bpb", "bpb", False)], lang,
+                                                   a["unigram_bpb"]), _t("alt_bpb", lang), _t("cap_bpb", lang)))
     if "unscaled" in rules:
         last = {c["rule"]: c for c in a["curves"] if c["d_k"] == d_ks[-1] and c["optimiser"] == "adamw"}
         u, r = last["unscaled"], last[a["reference_rule"]]
         parts.append(p("logits", dk=d_ks[-1], unscaled=number(u["max_abs_logit"][-1]), ref=number(r["max_abs_logit"][-1]),
                        ent_u=number(u["entropy_mean"][-1]), ent_r=number(r["entropy_mean"][-1])))
-    parts.append(figure_svg(_panels(a["curves"], d_ks, rules, [("max_abs_logit", "max_logit", True),
-                                                               ("entropy_mean", "entropy", False)], lang),
-                            _t("alt_health", lang), _t("cap_health", lang)))
+    parts.append(responsive_figure(lambda: _panels(a["curves"], d_ks, rules, [("max_abs_logit", "max_logit", True),
+                                                                      ("entropy_mean", "entropy", False)], lang),
+                                   _t("alt_health", lang), _t("cap_health", lang)))
     parts.append(p("rule_of", factor=a["target_factor"], like=a["like_ratio"]))
     head = [_t("h_rule", lang), pretty("d_k")] + [pretty(_t(o, lang)) for o in ("adamw", "sgd", "sgd-own-best")]
     cell = lambda v: (f"{_t(v['verdict'] + '_w', lang) if v['verdict'] else '—'} {v['seeds_agreeing']}/{v['seeds']}"   # noqa: E731

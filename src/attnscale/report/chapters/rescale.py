@@ -8,7 +8,7 @@ sentence embeddings move). Every number and choice of words comes from ``env.dat
 from __future__ import annotations
 
 from attnscale.report import figures, text
-from attnscale.report.html import bullets, error_box, figure_svg, note, number, para, table
+from attnscale.report.html import bullets, error_box, note, number, para, table
 from attnscale.report.text import t
 
 KIND = "rescale/smollm2"
@@ -110,8 +110,8 @@ def render(env, lang: str) -> str:
     parts.append(para(about))
     parts.append(_check(data, lang))
     parts.append(bullets(findings(data, lang)))
-    parts.append(figure_svg(plot(data, lang), _t("alt", lang),
-                            _t("caption_decoder" if model["causal"] else "caption_encoder", lang)))
+    parts.append(figures.responsive_figure(lambda: plot(data, lang), _t("alt", lang),
+                                           _t("caption_decoder" if model["causal"] else "caption_encoder", lang)))
     a = data["analysis"]
     if model["causal"]:
         header = ["α", "CE", _t("perplexity", lang), "H/ln n", _t("maxw", lang), _t("continuation", lang)]

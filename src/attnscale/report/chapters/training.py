@@ -12,7 +12,8 @@ the result cannot show is said as a hypothesis and marked so.
 from __future__ import annotations
 
 from attnscale.report import text
-from attnscale.report.html import esc, figure_svg, number, para, table, table_with_details
+from attnscale.report.figures import legend_columns, responsive_figure
+from attnscale.report.html import esc, number, para, table, table_with_details
 from attnscale.report.text import rule_label
 
 KIND = "train/scale-vs-dk"
@@ -33,8 +34,8 @@ def render(env, lang: str) -> str:
     out += _reference(f["reference"], s, lang) + _tuning(a["sgd_tuning"], lang)
     for opt in ("adam", "sgd_reference_lr"):
         label = _opt(opt, lang)
-        out.append(figure_svg(_curves_figure(a, opt, names, lang), _t("alt_curves", lang, opt=label),
-                           _t("cap_curves", lang, opt=label, w=s["saturated_weight"])))
+        out.append(responsive_figure(lambda: _curves_figure(a, opt, names, lang), _t("alt_curves", lang, opt=label),
+                                     _t("cap_curves", lang, opt=label, w=s["saturated_weight"])))
     out.append(_results_table(a["table"], names, lang))
     out.append(_note("table_note", lang, n_eval=s["final_eval"], window=s["log_every"], target=s["target_accuracy"]))
     out.append(f"<h3>{esc(_t('verdict_head', lang))}</h3>")
@@ -253,7 +254,8 @@ def _chain(chain: dict, names: dict, lang: str) -> list[str]:
               lo=_n(summary["ratio_min"], ".2f"), hi=_n(summary["ratio_max"], ".2f"), n=summary["pairs"],
               span=_n(summary["factor_span"], ".0f"), big=quoted.get("d_k"), blind=_n(quoted.get("scale_only")),
               pred=_n(quoted.get("predicted")), meas=_n(quoted.get("measured")))]
-    out.append(figure_svg(_chain_figure(chain["rows"], names, lang), _t("alt_chain", lang), _t("cap_chain", lang)))
+    out.append(responsive_figure(lambda: _chain_figure(chain["rows"], names, lang), _t("alt_chain", lang),
+                                 _t("cap_chain", lang)))
     header = [_t("h_grad", lang), _t("h_rule", lang), "dₖ", "s", _t("logit_sd", lang), _t("h_maxp", lang),
               _t("h_scale_only", lang), _t("predicted", lang), _t("measured", lang), _t("h_ratio", lang)]
     body = [["W_Q" if r["gradient"] == "grad_wq" else "W_K", names[r["rule"]], r["d_k"], _n(r["factor"], ".4g"),
@@ -302,7 +304,7 @@ def _curves_figure(a: dict, opt: str, names: dict, lang: str):
         for row, key in enumerate(("accuracy", "logit_sd", "saturated")):
             axes[row][0].set_ylabel(_t(key, lang))
         handles, labels = axes[0][0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="outside lower center", ncol=max(1, len(labels)))
+        fig.legend(handles, labels, loc="outside lower center", ncol=legend_columns(max(1, len(labels))))
     return fig
 
 

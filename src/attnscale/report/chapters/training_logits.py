@@ -10,7 +10,8 @@ how the setting differs from Wortsman et al. 2023. Every number comes from ``env
 from __future__ import annotations
 
 from attnscale.report import text
-from attnscale.report.html import figure_svg, number, para, table
+from attnscale.report.figures import responsive_figure
+from attnscale.report.html import number, para, table
 
 KIND = "train/logit-growth"
 TITLE = text.entry("training_logits", "title")
@@ -41,9 +42,10 @@ def render(env, lang: str) -> str:
                  "guard_held" if g["train_peak_over_tau"] is not None and g["train_peak_over_tau"] <= 1 else "guard_overshoot")
     parts.append(_p(guard_key, lang, tau=g["tau"], peak=number(g["train_peak"], ".4g"), base=number(g["baseline_train_peak"], ".4g"),
                     ratio=number(g["train_peak_over_tau"], ".3g"), clips=g["clipped_heads"], runs=g["runs"]))
-    parts.append(figure_svg(logits_figure(env.data["cells"], setup, lang), _t("alt_logits", lang),
-                            _t("cap_logits", lang, every=setup["log_every"])))
-    parts.append(figure_svg(loss_figure(a["table"], setup["lrs"], lang), _t("alt_loss", lang), _t("cap_loss", lang)))
+    parts.append(responsive_figure(lambda: logits_figure(env.data["cells"], setup, lang), _t("alt_logits", lang),
+                                   _t("cap_logits", lang, every=setup["log_every"])))
+    parts.append(responsive_figure(lambda: loss_figure(a["table"], setup["lrs"], lang), _t("alt_loss", lang),
+                                   _t("cap_loss", lang)))
     sens, best = a["lr_sensitivity"], a["best"]
     parts.append(_p("sensitivity", lang, n=len(setup["lrs"]),
                     **{f"{x}_{k}": f for v, k in zip(VARIANTS, _SHORT) for x, f in (
