@@ -247,6 +247,8 @@ def test_chapter_renders_both_languages(tiny_sweep):
         assert page.count("<figure") == 2 and page.count("<svg") == 4 and page.count("<table") == 2
         assert lm.PROMPT in page
     assert "Unigram baseline" in pages["en"] and "一元模型基线" in pages["zh"]
+    from test_report_figures import figures_readable_on_a_phone
+    figures_readable_on_a_phone(pages["zh"])
 
 
 def test_chapter_words_follow_the_data(tiny_sweep, monkeypatch):

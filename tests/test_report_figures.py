@@ -257,6 +257,20 @@ def _text_px(svg: str, column_px: float, max_px: float | None = None) -> list[fl
     return [float(s) * shown / view_w for s in re.findall(r"font-size: ?([\d.]+)px", svg)]
 
 
+def figures_readable_on_a_phone(html: str) -> None:
+    """Every figure of a chapter has a phone's drawing, whose text is at least ~8 px (median ≥ 10)
+    in a 420 px phone's 388 px column."""
+    import re
+    import statistics
+
+    shown = re.findall(r'<figure class="fig[^"]*".*?</figure>', html, flags=re.S)
+    assert shown and all("fig-responsive" in f for f in shown)
+    for f in shown:
+        narrow = re.search(r'<div class="fig-narrow">(<svg .*?</svg>)', f, flags=re.S).group(1)
+        sizes = _text_px(narrow, 388)
+        assert sizes and min(sizes) >= 8 and statistics.median(sizes) >= 10, sorted(sizes)[:5]
+
+
 @pytest.mark.parametrize("name", FIGURES)
 def test_every_figure_is_readable_on_a_desktop_and_on_a_phone(name):
     """The text of each figure, where the page shows it: the wide variant in the 736 px column (at

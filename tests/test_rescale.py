@@ -108,6 +108,8 @@ def test_rescale_chapter_words_follow_the_data():
     assert "for α = 0.5 and changes for α = 2, 8" in words[2]
     assert "not what training without the scale would give" in html and "de-quantised" in html
     assert html.count("<figure") == 1 and html.count("<svg") == 2 and "<table" in html
+    from test_report_figures import figures_readable_on_a_phone
+    figures_readable_on_a_phone(html)
     altered = copy.deepcopy(data)
     altered["analysis"].update(best_alpha=0.5, best_perplexity=20.0, alphas_changed_continuation=[],
                                alphas_same_continuation=[0.5, 2.0, 8.0])

@@ -266,3 +266,22 @@ def test_sigint_to_train_with_workers_ends_fast_leaves_no_process_keeps_cells(tm
     assert len(cells) >= cached_before and not (out / "summary.json").exists()
     for path in cells:                                 # whole files, each a finished cell
         assert "final_accuracy" in json.dumps(json.loads(path.read_text())["result"])
+
+
+def test_ending_a_pool_leaves_its_wakeup_pipe_closed_before_exit():
+    """After the workers are ended, the pool's manager thread has finished and closed its wake-up
+    pipe, so that the interpreter's exit hook skips it instead of writing to a pipe being closed
+    (Python 3.11 printed "OSError: Bad file descriptor" after a Ctrl-C otherwise)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from attnscale.experiments.runner import _terminate
+
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    running = pool.submit(time.sleep, 30)
+    while not pool._processes:
+        time.sleep(0.05)
+    manager, wakeup = pool._executor_manager_thread, pool._executor_manager_thread_wakeup
+    _terminate(pool, grace_s=5.0)
+    assert not manager.is_alive() and wakeup._closed
+    assert running.done()

@@ -140,21 +140,8 @@ def test_cli_table_prints_the_analysis(scale_env, capsys):
     assert f"{a['timing']['cpu_s']:.0f} CPU-s" in out
 
 
-def _figures_readable_on_a_phone(html: str) -> None:
-    """Every figure of a chapter has a phone's drawing, whose text is at least ~8 px (median ≥ 10)
-    in a 420 px phone's 388 px column."""
-    import statistics
-
-    from test_report_figures import _text_px
-
-    figures = re.findall(r'<figure class="fig[^"]*".*?</figure>', html, flags=re.S)
-    assert figures and all("fig-responsive" in f for f in figures)
-    for f in figures:
-        narrow = re.search(r'<div class="fig-narrow">(<svg .*?</svg>)', f, flags=re.S).group(1)
-        sizes = _text_px(narrow, 388)
-        assert sizes and min(sizes) >= 8 and statistics.median(sizes) >= 10, sorted(sizes)[:5]
-
-
 def test_training_chapters_figures_are_drawn_for_a_phone(scale_env, logit_summary):
-    _figures_readable_on_a_phone(training.render(scale_env, "en"))
-    _figures_readable_on_a_phone(_render_logits(logit_summary, "zh"))
+    from test_report_figures import figures_readable_on_a_phone
+
+    figures_readable_on_a_phone(training.render(scale_env, "en"))
+    figures_readable_on_a_phone(_render_logits(logit_summary, "zh"))

@@ -111,6 +111,7 @@ def _terminate(pool: ProcessPoolExecutor, grace_s: float = 3.0) -> None:
     Without this the interpreter's exit waits for every running cell (``concurrent.futures`` joins
     its workers at exit), which made Ctrl-C hang for as long as the slowest cell."""
     workers = list((getattr(pool, "_processes", None) or {}).values())  # no public handle before 3.14
+    manager = getattr(pool, "_executor_manager_thread", None)         # nor for this; shutdown drops it
     pool.shutdown(wait=False, cancel_futures=True)
     for w in workers:
         if w.is_alive():
@@ -121,6 +122,11 @@ def _terminate(pool: ProcessPoolExecutor, grace_s: float = 3.0) -> None:
         if w.is_alive():
             w.kill()
             w.join(1.0)
+    # Let the pool's manager thread finish closing its wake-up pipe before the caller goes on to exit:
+    # Python 3.11's exit hook otherwise races it, writes to the pipe being closed, and prints an
+    # "Exception ignored … OSError: Bad file descriptor" after the Ctrl-C (seen on a long sweep).
+    if manager is not None:
+        manager.join(grace_s)
 
 
 def default_workers() -> int:
