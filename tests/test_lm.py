@@ -21,7 +21,7 @@ from attnscale import attention as core_attention  # noqa: E402
 from attnscale.errors import InputError  # noqa: E402
 from attnscale.experiments import lm  # noqa: E402
 from attnscale.experiments.gpt import GPT, GPTShape  # noqa: E402
-from attnscale.experiments.runner import SerialBackend  # noqa: E402
+from test_runner import CountingBackend  # noqa: E402  (one counting backend for the sweep tests)
 from attnscale.experiments.sweeps import run_experiment  # noqa: E402
 from attnscale.experiments.text_data import ByteText, check_text_file  # noqa: E402
 from attnscale.scales import LogN  # noqa: E402
@@ -35,15 +35,6 @@ TINY = lm.LMConfig(rules=("inverse_sqrt_dk", "unscaled"), d_ks=(8,), seeds=1, sg
 def tiny_cell(**kw) -> lm.LMCell:
     base = dict(steps=6, batch=4, context=16, d_model=16, n_layers=1, log_every=3, eval_windows=4, sample_bytes=8)
     return lm.LMCell(**{**dict(rule="inverse_sqrt_dk", d_k=8, optimizer="adamw", lr=3e-3, seed=0), **base, **kw})
-
-
-class CountingBackend:
-    def __init__(self):
-        self.computed = 0
-
-    def map(self, fn, cells):
-        self.computed += len(cells)
-        return SerialBackend().map(fn, cells)
 
 
 # --- every rule's torch path equals the NumPy core (float64) -----------------------------------------

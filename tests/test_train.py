@@ -19,20 +19,12 @@ from attnscale.experiments.runner import LocalBackend, SerialBackend, run_sweep 
 from attnscale.experiments.sweeps import make_config, run_experiment  # noqa: E402
 from attnscale.experiments.tasks import MarkedCount, grammar_corpus  # noqa: E402
 from attnscale.store import ResultCache  # noqa: E402
+from test_runner import CountingBackend  # noqa: E402  (one counting backend for the sweep tests)
 
 # Two d_k so that the chain-rule prediction is tested away from its anchor; lr 2.7 diverges within a few
 # steps, so the strict-JSON path of a diverged cell is exercised on real cells.
 TINY_A = scale_vs_dk.ScaleVsDkConfig(rules=("inverse_sqrt_dk", "unscaled", "softcap_unscaled"), d_ks=(16, 64), seeds=1,
                                      sgd_lrs=(0.3, 2.7), steps=30, log_every=5, final_eval=128)
-
-
-class CountingBackend:
-    def __init__(self):
-        self.computed = 0
-
-    def map(self, fn, cells):
-        self.computed += len(cells)
-        return SerialBackend().map(fn, cells)
 
 
 class InterruptedBackend:
