@@ -9,6 +9,7 @@ import pytest
 
 from attnscale.claims import CHAPTERS, GROUPS, METHODS
 from attnscale.claims import register as reg
+from attnscale.templates import template_slots
 from attnscale.claims.register import RegisterError, claim, parse_register
 from attnscale.claims.result import CLAIM_ID
 
@@ -19,7 +20,7 @@ def test_the_register_holds_every_claim_as_a_bilingual_statement():
     for cid, entry in entries.items():
         assert CLAIM_ID.fullmatch(cid) and "." in cid, cid
         assert entry["chapter"] in CHAPTERS and entry["method"] in METHODS, cid
-        assert reg._slots(entry["en"]) == reg._slots(entry["zh"]), cid
+        assert template_slots(entry["en"]) == template_slots(entry["zh"]), cid
 
 
 def test_claim_fills_the_statement_and_passes_the_computed_fields():

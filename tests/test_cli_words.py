@@ -10,6 +10,7 @@ import pytest
 
 from attnscale.cli import build_parser, words
 from attnscale.cli.options import non_negative_int
+from attnscale.templates import template_slots
 from attnscale.cli.words import CatalogError, check_catalog, word
 
 
@@ -27,7 +28,7 @@ def test_every_entry_has_english_and_chinese_with_the_same_slots():
             if section in words.ZH_ONLY:
                 continue
             assert entry.get("en"), f"{section}.{key} has no English"
-            assert words._slots(entry["en"]) == words._slots(entry["zh"]), f"{section}.{key}"
+            assert template_slots(entry["en"]) == template_slots(entry["zh"]), f"{section}.{key}"
 
 
 def test_the_catalog_covers_every_rule_and_health_figure():

@@ -7,12 +7,12 @@ names exists, and a missing one fails loudly, naming its section and key.
 from __future__ import annotations
 
 import ast
-import string
 from pathlib import Path
 
 import pytest
 
 from attnscale.report import text
+from attnscale.templates import template_slots
 
 REPORT = Path(text.__file__).parent
 
@@ -35,11 +35,6 @@ def _strings(value) -> list[str]:
     return value if isinstance(value, list) else [value]
 
 
-def _slots(template: str) -> set[str]:
-    return {field.split(".")[0].split("[")[0] for _, field, _, _ in string.Formatter().parse(template)
-            if field is not None}
-
-
 def test_the_catalog_holds_the_report():
     sections = {section for section, _, _ in ENTRIES}
     assert {"ui", "seed_post", "figures", "cases", "facts", "seed.formula", "captions.jacobian"} <= sections
@@ -54,7 +49,8 @@ def test_every_entry_is_bilingual_with_the_same_slots(section, key, entry):
     assert len(en) == len(zh), f"[{section}] {key}: {len(en)} English strings, {len(zh)} Chinese"
     for i, (e, z) in enumerate(zip(en, zh)):
         assert isinstance(e, str) and e and isinstance(z, str) and z, f"[{section}] {key}[{i}]: empty or not text"
-        assert _slots(e) == _slots(z), f"[{section}] {key}[{i}]: slots {_slots(e)} in en, {_slots(z)} in zh"
+        slots_en, slots_zh = template_slots(e), template_slots(z)
+        assert slots_en == slots_zh, f"[{section}] {key}[{i}]: slots {slots_en} in en, {slots_zh} in zh"
 
 
 def test_a_missing_section_or_key_names_both():

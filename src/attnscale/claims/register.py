@@ -20,11 +20,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-import string
 import tomllib
 from importlib import resources
 
 from attnscale.claims.result import CHAPTERS, METHODS, ClaimResult
+from attnscale.templates import template_slots
 
 REGISTER = "claims.toml"
 LANGS = ("en", "zh")
@@ -37,14 +37,9 @@ class RegisterError(LookupError):
     """A claim id is not in the register, the register is malformed, or a check passes the wrong slots."""
 
 
-def _slots(text: str) -> set[str]:
-    """The names of ``text``'s slots: "{seed[0]}" and "{seed}" are both the slot seed."""
-    return {re.split(r"[.\[]", name)[0] for _, name, _, _ in string.Formatter().parse(text) if name is not None}
-
-
 def slots(entry: dict) -> set[str]:
     """The slots a check fills in a register entry: those of its text and of its seed_value."""
-    return _slots(entry["en"]) | _slots(entry.get("seed_value") or "")
+    return template_slots(entry["en"]) | template_slots(entry.get("seed_value") or "")
 
 
 def check_register(register: dict, source: str = REGISTER) -> dict:
@@ -70,7 +65,7 @@ def check_register(register: dict, source: str = REGISTER) -> dict:
             if not isinstance(text, str) or not text:
                 raise RegisterError(f"{where} {field}: expected a non-empty text, got {text!r}")
             try:
-                found[field] = _slots(text)
+                found[field] = template_slots(text)
             except ValueError as err:      # a lone brace; a literal one is written {{ or }}
                 raise RegisterError(f"{where} {field}: {err}") from None
         if found["en"] != found["zh"]:

@@ -56,12 +56,11 @@ def register(sub) -> None:
 
 def run_probe_command(args) -> int:
     from attnscale.cli.progress import Progress
-    from attnscale.errors import InputError
+    from attnscale.errors import check_count
     from attnscale.experiments import pretrained
     from attnscale.experiments.probe_run import builtin_sentences, read_texts, run_probe
 
-    if args.batch_size < 1:
-        raise InputError(f"--batch-size: expected a positive integer, got {args.batch_size}")
+    check_count("--batch-size", args.batch_size)
     output.check_json_target(args)
     root = results.check_writable(results_root(args), "--out")
     texts = read_texts(args.text) if args.text else builtin_sentences()

@@ -74,15 +74,13 @@ def run_train(args) -> int:
     import dataclasses
 
     from attnscale.cli.progress import Progress
-    from attnscale.errors import InputError
+    from attnscale.errors import check_count
     from attnscale.experiments.runner import default_workers
     from attnscale.experiments.sweeps import make_config, run_experiment
 
-    if args.seeds is not None and args.seeds < 1:
-        raise InputError(f"--seeds: expected an integer >= 1, got {args.seeds}")
-    workers = default_workers() if args.workers is None else args.workers
-    if workers < 1:
-        raise InputError(f"--workers: expected an integer >= 1, got {workers}")
+    if args.seeds is not None:
+        check_count("--seeds", args.seeds)
+    workers = check_count("--workers", default_workers() if args.workers is None else args.workers)
     check_json_target(args)
     root = check_out_folder(results_root(args), "--results", named=args.results is not None)
     config = make_config(args.experiment, quick=args.quick, seeds=args.seeds)
@@ -100,7 +98,7 @@ def run_train(args) -> int:
 
 
 def _backend(args, workers: int):
-    from attnscale.errors import InputError
+    from attnscale.errors import InputError, check_count
     from attnscale.experiments.runner import LocalBackend, SerialBackend
 
     if args.backend == "ray":
@@ -108,8 +106,7 @@ def _backend(args, workers: int):
         from attnscale.experiments.ray_backend import RayBackend
 
         require("ray", "cluster")       # before any work: say which extra to install
-        if args.cpus_per_cell < 1:
-            raise InputError(f"--cpus-per-cell: expected an integer >= 1, got {args.cpus_per_cell}")
+        check_count("--cpus-per-cell", args.cpus_per_cell)
         return RayBackend(address=args.address, num_cpus=None if args.address else workers,
                           cpus_per_cell=args.cpus_per_cell)
     if args.address is not None:

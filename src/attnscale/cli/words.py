@@ -8,9 +8,10 @@
 from __future__ import annotations
 
 import functools
-import string
 import tomllib
 from importlib import resources
+
+from attnscale.templates import template_slots
 
 LANGS = ("en", "zh")
 CATALOG = "words.toml"
@@ -22,10 +23,6 @@ ZH_ONLY = frozenset({"rule_purpose"})
 
 class CatalogError(LookupError):
     """A text the CLI asks for is not in its catalog, or the catalog is malformed."""
-
-
-def _slots(text: str) -> set[str]:
-    return {name for _, name, _, _ in string.Formatter().parse(text) if name is not None}
 
 
 def check_catalog(catalog: dict, source: str = CATALOG) -> dict:
@@ -43,12 +40,12 @@ def check_catalog(catalog: dict, source: str = CATALOG) -> dict:
             if set(entry) - set(LANGS) or needed - set(entry):
                 raise CatalogError(f"{where}: expected the languages {sorted(needed)}, got {sorted(entry)}")
             try:
-                slots = {frozenset(_slots(text)) for text in entry.values()}
+                slots = {frozenset(template_slots(text)) for text in entry.values()}
             except ValueError as err:      # a lone brace; a literal one is written {{ or }}
                 raise CatalogError(f"{where}: {err}") from None
             if len(slots) > 1:
                 raise CatalogError(f"{where}: the languages' {{slots}} differ: "
-                                   + ", ".join(f"{lang} {sorted(_slots(t))}" for lang, t in entry.items()))
+                                   + ", ".join(f"{lang} {sorted(template_slots(t))}" for lang, t in entry.items()))
     return catalog
 
 
