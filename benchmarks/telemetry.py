@@ -6,8 +6,8 @@ forward and forward + backward.
     python benchmarks/telemetry.py --shape 2 8 2048 64 --repeats 3 --no-memory
 
 Prints ratios (variant ÷ plain SDPA, medians, measured in the same run) and the verdicts against the
-kernel's cost targets (attnscale.experiments.telemetry.TARGETS); ``--out ROOT`` also writes the ``telemetry`` result there (what
-``attnscale telemetry-bench --markdown`` renders for the README). The variants and the method are
+kernel's cost targets (attnscale.experiments.telemetry.TARGETS); ``--out ROOT`` also writes the
+``telemetry`` result there (what ``attnscale telemetry-bench --markdown`` renders for the README). The variants and the method are
 described in attnscale.experiments.telemetry.
 """
 
