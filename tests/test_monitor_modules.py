@@ -396,3 +396,21 @@ def test_refused_options_are_counted_not_guessed():
         "add_bias_kv=True adds a learned key and value the projections do not make"]
     assert torch.equal(out, mha(x, x, x)[0])
     assert math.isfinite(float(out.sum()))
+
+
+@pytest.mark.filterwarnings("ignore::attnscale.torch.monitor.NoAttentionSeen")    # the hidden outer one
+def test_nested_monitors_see_interface_calls_innermost_first_and_transformers_is_restored():
+    from transformers.modeling_utils import AttentionInterface
+
+    original = AttentionInterface.get_interface
+    model = tiny_decoder("llama", "eager")
+    with torch.no_grad(), monitor(model) as outer:
+        with monitor(model) as inner:
+            model(**batch())
+        model(**batch())
+    assert len(inner.calls) == 2 and len(outer.calls) == 4
+    with torch.no_grad(), monitor(model) as outer:
+        with monitor(model, mode="replace") as inner:                  # computes the calls: hidden from outer
+            model(**batch())
+    assert [c.source for c in inner.calls] == ["replaced"] * 2 and not inner.fallbacks and outer.calls == []
+    assert AttentionInterface.get_interface is original

@@ -19,7 +19,9 @@ Nothing is switched: the model keeps its implementation and its mask function (s
 gets its additive float mask, ``"sdpa"`` its bool mask or None). Without transformers imported
 :class:`riding` does nothing, so a plain PyTorch model pays nothing. Nested contexts chain; the
 patch is global to the process (as transformers' registry is), so a call from another thread
-during the context is seen too.
+during the context is seen too. Nested contexts see a call innermost first: each handler's
+``call.run()`` hands it to the next one out, and a handler that answers it itself (a monitor in
+replace mode) hides it from the outer ones, as nested torch-function modes do with SDPA calls.
 
 :meth:`InterfaceCall.sdpa_arguments` reads an eager call as SDPA's arguments — the logits are
 ``cap(scaling·q·kᵀ) + position_bias + attention_mask`` in every eager function of transformers 5
@@ -69,8 +71,12 @@ class InterfaceCall:
 
     @property
     def eager_like(self) -> bool:
-        """The model's own eager function was chosen: its logits are the ones :meth:`sdpa_arguments` reads."""
-        return self.chosen is self.eager
+        """The model's own eager function was chosen (through any outer :class:`riding`'s wrapper):
+        its logits are the ones :meth:`sdpa_arguments` reads."""
+        fn = self.chosen
+        while fn is not self.eager and hasattr(fn, "__wrapped__"):
+            fn = fn.__wrapped__
+        return fn is self.eager
 
     def unreadable(self) -> str | None:
         """Why :meth:`sdpa_arguments` cannot describe this call's logits, or None when it can."""
@@ -150,6 +156,7 @@ class riding:
                 return this._handler(InterfaceCall(module, attn_implementation, fn, default, query, key, value,
                                                    attention_mask, args, kwargs))
 
+            wrapped.__wrapped__ = fn
             return wrapped
 
         self._before, self._patch = before, get_interface

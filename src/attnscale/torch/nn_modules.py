@@ -28,8 +28,11 @@ is active (its ``why_not_sparsity_fast_path``: "some Tensor argument has_torch_f
 capture's mode is one, so under a monitor — observe or replace mode alike — these modules take their
 standard path. We leave it so rather than read the fused op's inputs: the standard path is the one
 whose attention we can see and check, its output differs from the fast path's by rounding only
-(float32: a few 1e-7 on unit-scale inputs; the tests hold it to 1e-5), and a monitor that changed
-which kernel runs in one mode and not the other would compare different computations.
+(float32: measured 2e-7 to 5e-7 on inputs of scale 2; the tests hold it to 1e-5 × max |out|), and a
+monitor that changed which kernel runs in one mode and not the other would compare different
+computations. One difference is not rounding: with a ``src_key_padding_mask`` in eval,
+``nn.TransformerEncoder``'s nested-tensor path writes 0 at the padded positions, where the standard
+path computes a value (both the same at every real position).
 
 Refused (a reason, and the call runs unwatched): ``add_bias_kv``, ``add_zero_attn`` and static keys
 or values (``static_k``/``static_v``), which add keys the projections do not make.
