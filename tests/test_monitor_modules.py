@@ -170,7 +170,8 @@ def test_attention_functions_it_cannot_read_are_skipped_and_said():
         assert [(layer, n) for (layer, _), n in mon.skipped.items()] == [(n, 1) for n in attention_names("llama")]
         assert all(why in reason for _, reason in mon.skipped)
         message = str(record[0].message)
-        assert f"attn_implementation={impl!r}" in message and "2 call(s) seen but not read" in message and why in message
+        assert f"attn_implementation={impl!r}" in message and "2 call(s) seen but not read" in message
+        assert why in message
 
 
 def test_no_calls_warning_names_the_implementation_and_modules():
@@ -241,8 +242,8 @@ def mha_reference(mha, query, key, value, **kwargs):
 
 
 def close_to(a, b, scale) -> float:
-    gap = float((a - b).abs().max() / scale.abs().max())
-    return gap
+    """max |a − b| ÷ max |scale|."""
+    return float((a - b).abs().max() / scale.abs().max())
 
 
 MASKS = {
@@ -287,7 +288,8 @@ def test_multihead_cross_attention_with_separate_projections_and_unbatched_input
     torch.manual_seed(0)
     mha = nn.MultiheadAttention(16, 4, kdim=8, vdim=12, batch_first=True).eval()
     g = torch.Generator().manual_seed(3)
-    q, k, v = 2 * torch.randn(3, 7, 16, generator=g), 2 * torch.randn(3, 5, 8, generator=g), torch.randn(3, 5, 12, generator=g)
+    q, k = 2 * torch.randn(3, 7, 16, generator=g), 2 * torch.randn(3, 5, 8, generator=g)
+    v = torch.randn(3, 5, 12, generator=g)
     for args in ((q, k, v), (q[0], k[0], v[0])):                        # batched, and unbatched (L, E)
         standard, _, seen, watched, mon, replaced = run_three_ways(mha, *args, need_weights=False)
         assert torch.equal(watched, standard) and close_to(replaced, standard, standard) <= MODEL_TOLERANCE
@@ -361,7 +363,8 @@ def test_transformer_encoder_training_with_dropout_falls_back_and_is_still_watch
     torch.manual_seed(5)
     assert torch.equal(out, encoder(x))                                 # PyTorch's own, with its dropout
     assert step.fallbacks == {"dropout": 2} and step.calls == 2
-    assert sorted({(h.layer, h.head) for h in step.heads}) == [(f"layers.{i}.self_attn", h) for i in range(2) for h in range(4)]
+    heads = sorted({(h.layer, h.head) for h in step.heads})
+    assert heads == [(f"layers.{i}.self_attn", h) for i in range(2) for h in range(4)]
     assert all(h.rows == 21 for h in step.heads) and x.grad is not None
 
 
