@@ -256,6 +256,12 @@ def test_python_api_returns_what_the_cli_writes(saved, runs, tokenizer):
     assert same["check"]["max_abs_diff"] == written["check"]["max_abs_diff"]
 
 
+def test_a_half_precision_model_is_refused_by_the_python_api(saved, tokenizer):
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(saved["llama"]), dtype=torch.bfloat16)
+    with pytest.raises(InputError, match="weights are bfloat16, expected float32 or float64 .* model.float()"):
+        probe_run.probe_model(model, tokenizer, TEXTS)
+
+
 def test_rescale_python_api_on_a_loaded_encoder_decoder(saved, tokenizer):
     from attnscale.experiments.rescale import RescaleConfig, rescale_model
 

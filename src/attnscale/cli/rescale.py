@@ -95,7 +95,7 @@ def _num(x, digits: int = 4) -> str:
 
 def summary_table(data: dict) -> str:
     model, check, text = data["model"], data["check"], data["text"]
-    decoder = "cross_entropy" in data["alphas"][0]
+    decoder = model.get("family", "decoder" if model["causal"] else "encoder") != "encoder"   # reads one text
     from attnscale.experiments.rescale import NO_UNSCALED_ALPHA
 
     removes = (NO_UNSCALED_ALPHA[data["unscaled_alpha_none"]] if data["unscaled_alpha"] is None else

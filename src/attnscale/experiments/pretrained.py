@@ -343,6 +343,11 @@ def wrap(model, tokenizer, name: str | None = None) -> LoadedModel:
     config = getattr(model, "config", None)
     if config is None or not hasattr(model, "set_attn_implementation"):
         raise InputError(f"model: expected a transformers PreTrainedModel, got {type(model).__name__}")
+    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
+    if dtype is not None and str(dtype) not in ("torch.float32", "torch.float64"):
+        raise InputError(f"model: its weights are {str(dtype).removeprefix('torch.')}, expected float32 or float64 "
+                         "(the probe compares the model's probabilities with a float64 rebuild to 1e-5); "
+                         "pass model.float()")
     # The class decides first (a LlamaForCausalLM built from a config has no ``architectures`` yet).
     family = "decoder" if type(model).__name__.endswith(_CAUSAL_HEADS) else family_of(config)
     shown = name or Path(str(getattr(config, "name_or_path", "") or "")).name or type(model).__name__

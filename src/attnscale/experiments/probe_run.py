@@ -215,6 +215,7 @@ def _model_facts(loaded, layers: list[dict], biased: bool) -> dict:
     positions = ("rotary (RoPE)" if rope else "relative position bias" if biased else "learned absolute")
     return {"name": loaded.name, "architecture": type(loaded.model).__name__,
             "model_type": getattr(config, "model_type", None), "family": loaded.family, "user": loaded.user,
+            "n_parameters": sum(p.numel() for p in loaded.model.parameters()),
             "package_version": loaded.version, "weights_sha256": loaded.sha256,
             "weights_note": loaded.weights_note or None,
             "d_k": layers[0]["d_k"], "n_layers": len(layers), "n_heads_q": layers[0]["n_heads_q"],

@@ -98,8 +98,10 @@ def _check(data: dict, lang: str) -> str:
 
 
 def _is_lm(data: dict) -> bool:
-    """A language model's result (a decoder, or an encoder-decoder's decoder): cross-entropy per α."""
-    return "cross_entropy" in data["alphas"][0]
+    """A language model's result (a decoder, or an encoder-decoder's decoder): cross-entropy per α
+    (a result without ``family`` was written when only decoders were causal)."""
+    model = data["model"]
+    return model.get("family", "decoder" if model["causal"] else "encoder") != "encoder"
 
 
 def _what(data: dict, lang: str) -> str:
