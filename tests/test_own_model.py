@@ -178,7 +178,7 @@ def test_probe_rebuilds_the_models_own_probabilities_and_records_its_scale(name,
         assert data["model"]["positions"] == "relative position bias"
 
 
-def _calls(folder, enc, **options):
+def _calls(folder, enc):
     loaded = pretrained.load_local(folder)
     calls = []
     with torch.no_grad(), attention_calls(loaded.model, on_call=calls.append):
@@ -319,7 +319,15 @@ def test_bad_model_paths_are_one_line_and_exit_2(make, expected, tmp_path, capsy
     target = make(tmp_path)
     assert main(["probe", "--model", str(target), "--out", str(tmp_path / "out"), "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
-    assert "\n" not in err and expected in err and "--model" in err or "model:" in err
+    assert "\n" not in err and err.startswith("attnscale probe: error: model: ") and expected in err
+
+
+def test_a_checkpoint_without_tokenizer_files_is_refused_in_one_line(saved, tmp_path, capsys):
+    for name in ("config.json", "model.safetensors"):
+        (tmp_path / name).write_bytes((saved["llama"] / name).read_bytes())
+    assert main(["probe", "--model", str(tmp_path), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "model: expected tokenizer files" in err
 
 
 def test_a_model_too_large_for_memory_is_refused_before_loading(tmp_path, capsys):

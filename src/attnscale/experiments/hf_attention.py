@@ -100,8 +100,8 @@ def _model_eager(module) -> Callable:
     heads and takes the softmax in float32; BERT's does neither)."""
     fn = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
     if fn is None:
-        raise InputError(f"model: {type(module).__name__} has no eager_attention_forward in its modeling "
-                         "module; expected a Hugging Face model using the attention interface")
+        raise UnsupportedAttention(f"model: {_model_type(module)} is not supported: {type(module).__name__} has no "
+                                   "eager_attention_forward in its modeling module to compute the probabilities with")
     return fn
 
 

@@ -319,15 +319,20 @@ def load_local(path: str | os.PathLike, *, attn_implementation: str = "eager",
         raise InputError(f"model: {str(path)!r} has {params:,} parameters, needing about {needed / 2**30:.1f} GiB to "
                          f"load in float32, expected at most the {available / 2**30:.1f} GiB of memory available")
     gguf_args = {} if gguf is None else {"gguf_file": gguf}
+    failures = (OSError, ValueError, KeyError, TypeError, RuntimeError)
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True, **gguf_args)
+    except failures as err:
+        raise InputError(f"model: expected tokenizer files (tokenizer.json, or a vocabulary and tokenizer_config.json) "
+                         f"beside {str(path)!r}, which transformers cannot read: {_first_line(err)}") from None
     try:
         with _quiet_progress():
             net = _auto_class(transformers, family).from_pretrained(
                 str(folder), attn_implementation=attn_implementation, dtype=torch.float32, local_files_only=True,
                 **gguf_args)
-            tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True, **gguf_args)
-    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as err:
-        raise InputError(f"model: cannot load {str(path)!r} with transformers {transformers.__version__}: "
-                         f"{_first_line(err)}") from None
+    except failures as err:
+        raise InputError(f"model: cannot load the weights of {str(path)!r} with transformers "
+                         f"{transformers.__version__}: {_first_line(err)}") from None
     tokenizer.padding_side = "right"  # positions count from 0 in every sequence of a padded batch
     weights = path if gguf else folder / _WEIGHTS
     digest = sha256_of(weights) if weights.is_file() else None

@@ -237,8 +237,6 @@ def _layer_of(call) -> dict:
 def _forward(loaded, enc: dict) -> dict:
     """Run the model on one batch; returns the decoder's input ids (None but for an encoder-decoder,
     which reads the text shifted right by one: its start token, then every token but the last)."""
-    import torch
-
     model = loaded.model
     if loaded.family != "encoder-decoder":
         model.base_model(**enc)                          # no language-model head: its logits are not needed

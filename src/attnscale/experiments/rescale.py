@@ -148,7 +148,7 @@ def _model_facts(loaded) -> dict:
     """The model's layout and the scale each layer applies, read from one α = 1 pass over the prompt."""
     import torch
 
-    from attnscale.experiments.hf_attention import attention_calls
+    from attnscale.experiments.hf_attention import UnsupportedAttention, attention_calls
     from attnscale.experiments.probe_run import _forward, model_inputs, scale_rule
 
     calls = []
@@ -156,8 +156,6 @@ def _model_facts(loaded) -> dict:
     with torch.no_grad(), attention_calls(loaded.model, on_call=calls.append):
         _forward(loaded, enc)
     if not calls:
-        from attnscale.experiments.hf_attention import UnsupportedAttention
-
         raise UnsupportedAttention(f"model: {loaded.model.config.model_type} is not supported: no attention call "
                                    "went through transformers' attention interface")
     first = calls[0]
