@@ -4,7 +4,7 @@
     python benchmarks/probe_scaling.py --smollm2       # ... and SmolLM2-135M (its GGUF file, as --model PATH)
 
 Each run is one ``attnscale probe --model PATH`` in its own process (16 sequences of about L tokens
-each), so its peak resident memory (``ru_maxrss``) and CPU seconds
+each), so its peak resident memory (``ru_maxrss`` from ``os.wait4``) and CPU seconds
 (user + system, which a loaded machine inflates less than wall-clock time) are the probe's alone.
 The baseline is a process that only imports torch and transformers. The tiny models are random
 Llamas built here (nothing downloaded) with the bundled MiniLM's tokenizer (30,522 tokens, so the
@@ -13,7 +13,6 @@ embeddings dominate their parameter counts). Prints a Markdown table.
 
 import argparse
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -55,13 +54,25 @@ def texts(folder: Path, length: int) -> Path:
     return path
 
 
+def run(command: list[str]) -> tuple[str, dict]:
+    """(stdout, {wall, cpu, rss}) of one child process: its own CPU seconds and peak RSS (MiB), from
+    os.wait4 (RUSAGE_CHILDREN's ru_maxrss would be the largest of all children so far). Its output
+    goes to temporary files, so that nothing but wait4 reaps it."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t0 = time.perf_counter()
+        child = subprocess.Popen(command, stdout=out, stderr=err, text=True)
+        _, status, usage = os.wait4(child.pid, 0)
+        wall = time.perf_counter() - t0
+        child.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0), err.seek(0)
+        if child.returncode != 0:
+            raise SystemExit(f"{' '.join(command)} failed:\n{err.read()}")
+        return out.read(), {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "rss": usage.ru_maxrss / 1024}
+
+
 def baseline() -> dict:
     """CPU seconds and peak RSS (MiB) of a process that only imports torch and transformers."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run([sys.executable, "-c", "import torch, transformers, transformers.models.llama"], check=True)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return {"cpu": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
-            "rss": after.ru_maxrss / 1024}
+    return run([sys.executable, "-c", "import torch, transformers, transformers.models.llama"])[1]
 
 
 def probe(model: str, text: Path | None, out: Path) -> tuple[int, dict]:
@@ -70,17 +81,9 @@ def probe(model: str, text: Path | None, out: Path) -> tuple[int, dict]:
 
     command = [sys.executable, "-m", "attnscale", "probe", "--model", model, "--out", str(out), "--json", "-",
                "--quiet"]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    done = subprocess.run(command + (["--text", str(text)] if text else []), capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(command)} failed:\n{done.stderr}")
-    data = json.loads(done.stdout)["data"]
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return data["model"]["n_parameters"], {"wall": wall, "cpu": cpu, "rss": after.ru_maxrss / 1024,
-                                           "tokens": data["config"]["n_tokens"]}
+    stdout, measured = run(command + (["--text", str(text)] if text else []))
+    data = json.loads(stdout)["data"]
+    return data["model"]["n_parameters"], {**measured, "tokens": data["config"]["n_tokens"]}
 
 
 def main() -> None:
