@@ -308,6 +308,8 @@ def load_local(path: str | os.PathLike, *, attn_implementation: str = "eager",
 
     config = _config_of(transformers, folder, gguf, str(path))
     family = family_of(config)
+    if gguf is not None and family == "encoder":     # a GGUF config names no architecture: a language model
+        family = "decoder"
     try:
         params = parameter_count(config, family)
     except (ValueError, KeyError, TypeError, AttributeError) as err:
