@@ -103,7 +103,7 @@ def test_shared_options_read_the_same_in_every_command():
         assert lang.choices == words.LANGS and lang.help.endswith("(default: en)"), name
     for name, default in (("probe", "minilm"), ("rescale", "smollm2")):
         model = next(a for a in commands[name]._actions if a.dest == "model")
-        assert model.default == default and model.choices[0] == default
+        assert model.default == default and model.metavar.startswith(f"{default}|") and model.metavar.endswith("|PATH")
         assert "smollm2: SmolLM2-135M-Instruct, de-quantised from 4 bits" in model.help
         assert model.help.startswith(f"{default}: ") and model.help.split(";")[0].endswith("(default)")
     for name, parser in commands.items():

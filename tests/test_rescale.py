@@ -214,5 +214,5 @@ def test_rescale_help_runs():
     import sys
 
     done = subprocess.run([sys.executable, "-m", "attnscale", "rescale", "--help"], capture_output=True, text=True)
-    assert done.returncode == 0 and "{smollm2,minilm}" in done.stdout and "--max-tokens N" in done.stdout
+    assert done.returncode == 0 and "smollm2|minilm|PATH" in done.stdout and "--max-tokens N" in done.stdout
     assert "not training without it" in " ".join(done.stdout.split())

@@ -5,7 +5,8 @@ result through :func:`write`; every face (the report, ``--json``) reads it throu
 :func:`read_preferred`. Nothing else names a result path.
 
 * **Kinds** (:data:`KINDS`): one table from a kind's name to its place under the results root and the
-  fields its data must hold. A quick run lives apart from a full one (``quick.json`` beside
+  fields its data must hold. A family (:data:`USER_FAMILIES`: ``probe/user``, ``rescale/user``) holds
+  one kind per model of the user's, ``<family>/<slug>`` (:func:`user_kind`), with the family's fields. A quick run lives apart from a full one (``quick.json`` beside
   ``result.json``), so it never silently replaces it.
 * **Envelope**: ``{"schema", "kind", "quick", "created", "config", "seed", "version", "environment",
   "data"}``. ``data`` is the producer's own, everything a face shows (analyses included).
@@ -32,6 +33,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -42,7 +44,7 @@ from attnscale.store import to_jsonable, write_bytes_atomic
 
 __all__ = [
     "DEFAULT_ROOT", "SCHEMA", "Kind", "KINDS", "Envelope", "ResultError", "ResultMissing",
-    "result_path", "cells_dir", "envelope", "write", "read", "read_preferred", "dumps", "strict_jsonable",
+    "USER_FAMILIES", "user_kind", "user_kinds", "result_path", "cells_dir", "envelope", "write", "read", "read_preferred", "dumps", "strict_jsonable",
     "finite_or_none", "nulled_nonfinite", "check_writable",
 ]
 
@@ -76,6 +78,33 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
 )}
 
 
+# Families of kinds, one kind per model of the user's: "<family>/<slug>", the slug [a-z0-9._-].
+USER_FAMILIES: dict[str, Kind] = {k.name: k for k in (
+    Kind("probe/user", KINDS["probe/minilm"].required, "attnscale probe --model PATH"),
+    Kind("rescale/user", KINDS["rescale/minilm"].required, "attnscale rescale --model PATH"),
+)}
+_SLUG = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+
+
+def user_kind(family: str, slug: str) -> str:
+    """The kind of the user's model ``slug`` in ``family`` ("probe" or "rescale"): "probe/user/<slug>"."""
+    check_choice("family", f"{family}/user", USER_FAMILIES)
+    if not _SLUG.fullmatch(slug):
+        raise InputError(f"slug: expected 1 to 64 of a-z, 0-9, '.', '_', '-' (starting with a letter or digit), "
+                         f"got {slug!r}")
+    return f"{family}/user/{slug}"
+
+
+def user_kinds(family: str, root: str | os.PathLike = DEFAULT_ROOT) -> list[str]:
+    """The kinds of ``family`` ("probe" or "rescale") that have a result (full or quick) under ``root``, sorted."""
+    check_choice("family", f"{family}/user", USER_FAMILIES)
+    folder = Path(root) / family / "user"
+    found = [] if not folder.is_dir() else sorted(
+        p.name for p in folder.iterdir() if _SLUG.fullmatch(p.name)
+        and ((p / "result.json").is_file() or (p / "quick.json").is_file()))
+    return [f"{family}/user/{slug}" for slug in found]
+
+
 class ResultError(InputError):
     """A result file that cannot be used: the message names the file and the field."""
 
@@ -103,6 +132,9 @@ class Envelope:
 
 
 def _kind(kind: str) -> Kind:
+    family, _, slug = kind.rpartition("/")
+    if family in USER_FAMILIES and _SLUG.fullmatch(slug):
+        return Kind(kind, USER_FAMILIES[family].required, USER_FAMILIES[family].description)
     check_choice("kind", kind, KINDS)
     return KINDS[kind]
 

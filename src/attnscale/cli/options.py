@@ -80,10 +80,13 @@ def add_lang_option(parser, what: str) -> None:
 
 
 def add_model_option(parser, default: str) -> None:
-    """``--model``: one of the pinned pretrained models, ``default`` first in the help."""
+    """``--model``: one of the pinned pretrained models, ``default`` first in the help, or a PATH to the
+    user's own (a checkpoint folder or a .gguf file: checked when it is loaded)."""
     from attnscale.experiments.pretrained import MODELS
 
     names = [default, *(m for m in MODELS if m != default)]
     described = [f"{m}: {MODELS[m]}" + (f", {MODEL_REMARKS[m]}" if m in MODEL_REMARKS else "")
                  + (" (default)" if m == default else "") for m in names]
-    parser.add_argument("--model", default=default, choices=names, help="; ".join(described))
+    described.append("or PATH: your own model, a folder with a transformers checkpoint (config.json, weights, "
+                     "tokenizer files) or a .gguf file, read offline")
+    parser.add_argument("--model", default=default, metavar="|".join(names) + "|PATH", help="; ".join(described))

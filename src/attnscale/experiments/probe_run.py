@@ -1,11 +1,16 @@
 """Run the probe on a pretrained model: capture its attention, check the capture, gather statistics.
 
-One code path for the encoder (all-MiniLM-L6-v2) and the decoder (SmolLM2-135M): the model runs
-through :mod:`attnscale.experiments.hf_attention`, which hands over q and k exactly as its softmax
-sees them (after the rotary embedding in a Llama), the additive mask it built (padding, and the
-causal mask in a decoder: only the causal pairs count), its scale and its own eager probabilities.
-Grouped-query heads are handled by :func:`attnscale.experiments.probe.call_sums`: each query head
-against its key/value head, the same mapping as the model's ``repeat_kv``.
+One code path for encoders (all-MiniLM-L6-v2, BERT), decoders (SmolLM2-135M, Llama, GPT-2, Gemma 2,
+Qwen3 ...) and encoder-decoders (T5: the text is the encoder's input and, shifted right by one, the
+decoder's): the model runs through :mod:`attnscale.experiments.hf_attention`, which hands over q and
+k exactly as its softmax sees them (after the rotary embedding, after a QK-norm), the additive mask
+it built (padding, the causal mask, a sliding window: only the pairs it lets through count), its
+scale, what else it adds to the logits (T5's position bias) or does to them (Gemma 2's soft-cap),
+and its own eager probabilities. Grouped-query heads are handled by
+:func:`attnscale.experiments.probe.call_sums`: each query head against its key/value head, the same
+mapping as the model's ``repeat_kv``.
+
+What each layer's scale is (:func:`scale_rule`): its value, and what it is in terms of d_k.
 
 The check comes first and gates everything: the probabilities rebuilt in float64 from the captured
 q, k, scale and mask must equal the model's own to within ``tolerance`` on every real query row of
@@ -19,6 +24,7 @@ statistics then leave out (see :mod:`attnscale.experiments.probe`).
 
 from __future__ import annotations
 
+import math
 import time
 import unicodedata
 from importlib import metadata, resources
@@ -29,8 +35,11 @@ import numpy as np
 from attnscale.errors import InputError, check_count, require
 from attnscale.experiments.probe import add_sums, call_sums, check_probabilities, head_figures
 
-__all__ = ["builtin_sentences", "read_texts", "run_probe", "striking_heads", "analysis", "FIGURES",
-           "FLOAT16_MAX", "WEIGHTING"]
+# How close a scale must be to a closed form to be named by it (relative).
+SCALE_RTOL = 1e-6
+
+__all__ = ["builtin_sentences", "read_texts", "run_probe", "probe_model", "result_kind", "scale_rule",
+           "model_inputs", "striking_heads", "analysis", "FIGURES", "FLOAT16_MAX", "WEIGHTING"]
 
 FLOAT16_MAX = 65504.0
 
@@ -126,23 +135,59 @@ def _key_kinds(tokenizer, vocab_punct: np.ndarray, input_ids: np.ndarray, valid:
 def _arrays_of(call) -> dict:
     """A captured :class:`~attnscale.experiments.hf_attention.AttentionCall` as the float64 NumPy
     arguments of :func:`call_sums`: a key is attended where the additive mask is above
-    ``MASKED_BELOW``; the mask's value there (0 in these models) is kept as a bias."""
+    ``MASKED_BELOW``; the mask's value there (0 in these models) is kept as a bias, and so is the
+    model's own additive bias (T5's position bias)."""
     attended = call.attended().cpu().numpy()
     bias = None
     if call.mask is not None and call.mask.dtype.is_floating_point:
         bias = np.where(attended, call.mask.double().cpu().numpy(), 0.0)
+    if call.bias is not None:
+        bias = call.bias.double().cpu().numpy() + (0.0 if bias is None else bias)
     return {"q": call.q.double().cpu().numpy(), "k": call.k.double().cpu().numpy(),
-            "scale": call.scale, "attended": attended, "bias": bias}
+            "scale": call.scale, "attended": attended, "bias": bias, "softcap": call.softcap}
 
 
-def rebuilt_probabilities(q, k, scale: float, attended, bias=None) -> np.ndarray:
-    """float64 softmax(scale·q·kᵀ + bias) over attended keys; q: (B, H, L, d), k: (B, H_kv, S, d),
-    each query head against key/value head h // (H / H_kv). Returns (B, H, L, S)."""
+def rebuilt_probabilities(q, k, scale: float, attended, bias=None, softcap=None) -> np.ndarray:
+    """float64 softmax(scale·q·kᵀ + bias) over attended keys, or softmax(cap·tanh(scale·q·kᵀ/cap) +
+    bias) with a soft-cap; q: (B, H, L, d), k: (B, H_kv, S, d), each query head against key/value
+    head h // (H / H_kv). Returns (B, H, L, S)."""
     from attnscale.softmax import softmax
 
     k = np.repeat(k, q.shape[1] // k.shape[1], axis=1)
-    logits = scale * (q @ np.swapaxes(k, -1, -2)) + (0.0 if bias is None else bias)
+    logits = scale * (q @ np.swapaxes(k, -1, -2))
+    if softcap is not None:
+        logits = softcap * np.tanh(logits / softcap)
+    logits = logits + (0.0 if bias is None else bias)
     return softmax(logits, np.broadcast_to(attended, logits.shape))
+
+
+def scale_rule(scale: float, d_k: int, *, softcap: float | None = None, qk_norm: bool = False) -> dict:
+    """What a layer's scale is, in terms of d_k: ``rule`` is "1/sqrt(d_k)", "1" (no scale),
+    "1/sqrt(c)" (c = 1/scale², a whole number other than d_k: Gemma 2's query_pre_attn_scalar, GPT-2's
+    scale by inverse layer index) or "constant"; ``times_sqrt_d_k`` is scale·√d_k (1 for the standard
+    scale); ``softcap`` the cap of a soft-capped logit (None: none); ``qk_norm`` whether q and k are
+    normalised before the product.
+
+    >>> scale_rule(0.125, 64)["rule"], scale_rule(1.0, 64)["rule"], scale_rule(256 ** -0.5, 32)["c"]
+    ('1/sqrt(d_k)', '1', 256)
+    """
+    c = 1.0 / scale ** 2 if scale > 0 else None
+    if math.isclose(scale, d_k ** -0.5, rel_tol=SCALE_RTOL):
+        rule, c = "1/sqrt(d_k)", d_k
+    elif math.isclose(scale, 1.0, rel_tol=SCALE_RTOL):
+        rule, c = "1", None
+    elif c is not None and round(c) >= 1 and math.isclose(c, round(c), rel_tol=SCALE_RTOL):
+        rule, c = "1/sqrt(c)", int(round(c))
+    else:
+        rule, c = "constant", None
+    return {"value": scale, "d_k": d_k, "rule": rule, "c": c, "times_sqrt_d_k": scale * math.sqrt(d_k),
+            "softcap": softcap, "qk_norm": bool(qk_norm)}
+
+
+def _is_causal(attended) -> bool:
+    """Bool (B, 1 or H, L, S) with L == S: no query attends a key after it."""
+    L, S = attended.shape[-2:]
+    return L == S and L > 1 and not np.any(attended & np.triu(np.ones((L, S), bool), 1))
 
 
 def _batches(lengths: list[int], batch_size: int, max_pairs: int) -> list[list[int]]:
@@ -162,19 +207,94 @@ def _batches(lengths: list[int], batch_size: int, max_pairs: int) -> list[list[i
     return batches
 
 
-def _model_facts(loaded, layers: list[dict]) -> dict:
+def _model_facts(loaded, layers: list[dict], biased: bool) -> dict:
     """What the claims and the report need to know about the model (contract: name, d_k, n_layers,
-    n_heads_q, n_heads_kv, causal)."""
+    n_heads_q, n_heads_kv, causal; ``scale_rules``: :func:`scale_rule` per layer)."""
     config = loaded.model.config
     rope = getattr(config, "rope_parameters", None) or {}
+    positions = ("rotary (RoPE)" if rope else "relative position bias" if biased else "learned absolute")
     return {"name": loaded.name, "architecture": type(loaded.model).__name__,
+            "model_type": getattr(config, "model_type", None), "family": loaded.family, "user": loaded.user,
+            "n_parameters": sum(p.numel() for p in loaded.model.parameters()),
             "package_version": loaded.version, "weights_sha256": loaded.sha256,
             "weights_note": loaded.weights_note or None,
             "d_k": layers[0]["d_k"], "n_layers": len(layers), "n_heads_q": layers[0]["n_heads_q"],
             "n_heads_kv": layers[0]["n_heads_kv"], "causal": loaded.causal,
-            "positions": "rotary (RoPE)" if rope else "learned absolute",
-            "rope_theta": rope.get("rope_theta"),
-            "scale": layers[0]["scale"], "scales": [layer["scale"] for layer in layers]}
+            "positions": positions, "rope_theta": rope.get("rope_theta"),
+            "scale": layers[0]["scale"], "scales": [layer["scale"] for layer in layers],
+            "scale_rules": [layer["rule"] for layer in layers],
+            "causal_layers": [layer["causal"] for layer in layers],
+            "cross_layers": [layer["cross"] for layer in layers]}
+
+
+def _layer_of(call) -> dict:
+    return {"name": call.name, "n_heads_q": int(call.q.shape[1]), "n_heads_kv": int(call.k.shape[1]),
+            "d_k": int(call.q.shape[-1]), "scale": call.scale, "cross": call.cross,
+            "causal": _is_causal(call.attended().cpu().numpy()),
+            "rule": scale_rule(call.scale, int(call.q.shape[-1]), softcap=call.softcap, qk_norm=call.qk_norm)}
+
+
+def _forward(loaded, enc: dict) -> dict:
+    """Run the model on one batch; returns the decoder's input ids (None but for an encoder-decoder,
+    which reads the text shifted right by one: its start token, then every token but the last)."""
+    model = loaded.model
+    if loaded.family != "encoder-decoder":
+        model.base_model(**enc)                          # no language-model head: its logits are not needed
+        return None
+    decoder_ids = _shifted_right(model.config, enc["input_ids"], enc["attention_mask"])
+    model(**enc, decoder_input_ids=decoder_ids, decoder_attention_mask=enc["attention_mask"])
+    return decoder_ids
+
+
+def _shifted_right(config, ids, mask):
+    """(B, L) → the decoder's input: the start token, then ids[:, :-1]; padding where ``mask`` is 0."""
+    import torch
+
+    start = getattr(config, "decoder_start_token_id", None)
+    pad = getattr(config, "pad_token_id", None)
+    if start is None or pad is None:
+        raise InputError(f"model: {config.model_type} has no decoder_start_token_id or pad_token_id in its config; "
+                         "expected both for an encoder-decoder")
+    shifted = torch.cat([torch.full_like(ids[:, :1], start), ids[:, :-1]], dim=1)
+    return torch.where(mask.bool(), shifted, torch.full_like(shifted, pad))
+
+
+def model_inputs(config, enc) -> dict:
+    """The tokenizer's output a model of ``config`` takes: ids and attention mask, and token type ids
+    only for a model with token types (BERT); another tokenizer's would be read wrongly (GPT-2 adds
+    them as word embeddings) or refused (Llama)."""
+    keys = ("input_ids", "attention_mask") + (("token_type_ids",) if getattr(config, "type_vocab_size", 0) else ())
+    return {key: enc[key] for key in keys if key in enc}
+
+
+def result_kind(loaded) -> str:
+    """The results kind of a probe of ``loaded``: ``probe/<name>`` for a bundled model (minilm,
+    smollm2), ``probe/user/<slug of its name>`` for the user's own."""
+    from attnscale import results
+    from attnscale.experiments.pretrained import MODELS, model_slug
+
+    if not loaded.user:
+        return "probe/" + next(short for short, full in MODELS.items() if full == loaded.name)
+    return results.user_kind("probe", model_slug(loaded.name))
+
+
+def probe_model(model, tokenizer, texts: list[str] | None = None, *, name: str | None = None,
+                **options) -> dict:
+    """Probe an already-loaded transformers model (encoder, decoder or encoder-decoder) with its
+    tokenizer, e.g. in a notebook: the same data as ``attnscale probe --model PATH`` writes (the
+    envelope's ``data``). ``texts``: one sequence each (default: the built-in sentences); ``name``:
+    the model's name in the result (default: its ``config.name_or_path``); ``options``: those of
+    :func:`run_probe`. The model is put in eval mode; its attention implementation is restored.
+
+    To keep it where the report and ``--json`` look::
+
+        data = probe_model(model, tokenizer)
+        results.write(data["kind"], data, config=data["config"])    # probe/user/<name>
+    """
+    from attnscale.experiments.pretrained import wrap
+
+    loaded = wrap(model, tokenizer, name)
+    return run_probe(loaded, builtin_sentences() if texts is None else texts, **options)
 
 
 def run_probe(loaded, texts: list[str], *, batch_size: int = 32, tolerance: float = 1e-5,
@@ -183,14 +303,17 @@ def run_probe(loaded, texts: list[str], *, batch_size: int = 32, tolerance: floa
     """Probe ``loaded`` (a :class:`attnscale.experiments.pretrained.LoadedModel`) on ``texts``.
 
     Each text is one sequence. Batches hold at most ``batch_size`` sequences and ``max_pairs``
-    (sequences × padded length²). Returns the result's data (plain, strict-JSON-ready): ``config``,
-    ``model``, ``check`` and, when the check passed, ``heads`` (one dict per layer × head, see
-    FIGURES; a figure no row had is None, its reason in ``nulls``), ``per_layer``, ``float16`` and
-    ``striking_heads``. When the check failed ``heads`` is empty.
+    (sequences × padded length²). Returns the result's data (plain, strict-JSON-ready): ``kind``
+    (where the CLI writes it, :func:`result_kind`), ``config``, ``model`` (with each layer's
+    :func:`scale_rule`), ``check`` and, when the check passed, ``heads`` (one dict per layer × head,
+    see FIGURES; a figure no row had is None, its reason in ``nulls``), ``per_layer``, ``float16``
+    and ``striking_heads``. When the check failed ``heads`` is empty. Raises
+    :class:`~attnscale.experiments.hf_attention.UnsupportedAttention` for a model whose attention
+    cannot be captured and rebuilt.
     """
     import torch
 
-    from attnscale.experiments.hf_attention import attention_calls
+    from attnscale.experiments.hf_attention import UnsupportedAttention, attention_calls
 
     threadpool_limits = require("threadpoolctl", "probe").threadpool_limits
     if not texts:
@@ -198,9 +321,10 @@ def run_probe(loaded, texts: list[str], *, batch_size: int = 32, tolerance: floa
     check_count("batch_size", batch_size)
     started = time.perf_counter()
     model, tokenizer = loaded.model, loaded.tokenizer
+    model_type = getattr(model.config, "model_type", None) or type(model).__name__
     if tokenizer.pad_token is None:                       # padding is masked: any token will do
         tokenizer.pad_token = tokenizer.eos_token
-    limit = int(getattr(model.config, "max_position_embeddings", 512))
+    limit = int(getattr(model.config, "max_position_embeddings", None) or 512)
     lengths = [len(ids) for ids in tokenizer(texts, truncation=False)["input_ids"]]
     for line, n in enumerate(lengths, start=1):
         if n > limit:
@@ -211,48 +335,63 @@ def run_probe(loaded, texts: list[str], *, batch_size: int = 32, tolerance: floa
     sums: list[dict | None] = []
     layers: list[dict] = []
     present: set[str] = set()
+    biased = False
     check = {"tolerance": tolerance, "max_abs_diff_per_layer": [], "passed": True, "rows_checked": 0,
-             "what": "max |p rebuilt in float64 from the captured q, k, scale and mask − the model's own "
-                     "eager probabilities| over every real query row"}
-    for b, indices in enumerate(batches):
-        enc = tokenizer([texts[i] for i in indices], padding=True, truncation=False, return_tensors="pt")
-        query_valid = enc["attention_mask"].numpy().astype(bool)
-        calls: list = []
-        with torch.no_grad(), attention_calls(model, on_call=calls.append):
-            model.base_model(**enc)                      # no language-model head: its logits are not needed
-        if not calls:
-            raise InputError(f"model: no attention call of {type(model).__name__} went through the attention "
-                             "interface; expected a Hugging Face model that uses it")
-        if not layers:
-            layers = [{"name": c.name, "n_heads_q": int(c.q.shape[1]), "n_heads_kv": int(c.k.shape[1]),
-                       "d_k": int(c.q.shape[-1]), "scale": c.scale} for c in calls]
-            check["max_abs_diff_per_layer"] = [0.0] * len(layers)
-            sums = [None] * len(layers)
-        kinds = _key_kinds(tokenizer, vocab_punct, enc["input_ids"].numpy(), query_valid)
-        present |= {name for name, mask in kinds.items() if mask.any()}
-        # Small matrices: one BLAS thread is many times faster than several fighting torch's threads.
-        with threadpool_limits(limits=1, user_api="blas"):
-            for i, call in enumerate(calls):
-                arrays = _arrays_of(call)
-                diff = check_probabilities(rebuilt_probabilities(**arrays), call.weights.double().cpu().numpy(),
-                                           query_valid)
-                check["max_abs_diff_per_layer"][i] = max(check["max_abs_diff_per_layer"][i], diff)
-                check["rows_checked"] += int(query_valid.sum()) * layers[i]["n_heads_q"]
-                sums[i] = add_sums(sums[i], call_sums(**arrays, query_valid=query_valid, key_kinds=kinds,
-                                                      key_offset=0))
-        check["max_abs_diff"] = max(check["max_abs_diff_per_layer"])
-        if check["max_abs_diff"] > tolerance:
-            check["passed"] = False
-            break
-        if progress is not None:
-            progress(b + 1, len(batches), f"batch {b + 1}/{len(batches)}")
+             "what": "max |p rebuilt in float64 from the captured q, k, scale, mask (and soft-cap, position bias) − "
+                     "the model's own eager probabilities| over every real query row"}
+    padding_side, tokenizer.padding_side = tokenizer.padding_side, "right"   # positions count from 0
+    try:
+        for b, indices in enumerate(batches):
+            enc = tokenizer([texts[i] for i in indices], padding=True, truncation=False, return_tensors="pt")
+            enc = model_inputs(model.config, enc)
+            query_valid = enc["attention_mask"].numpy().astype(bool)
+            calls: list = []
+            with torch.no_grad(), attention_calls(model, on_call=calls.append):
+                decoder_ids = _forward(loaded, enc)
+            if not calls:
+                raise UnsupportedAttention(f"model: {model_type} is not supported: no attention call of "
+                                           f"{type(model).__name__} went through transformers' attention interface")
+            if not layers:
+                layers = [_layer_of(c) for c in calls]
+                if len({(layer["n_heads_q"], layer["n_heads_kv"]) for layer in layers}) > 1:
+                    raise UnsupportedAttention(f"model: {model_type} is not supported: its layers have different "
+                                               "numbers of heads (the per-head tables need the same in every layer)")
+                check["max_abs_diff_per_layer"] = [0.0] * len(layers)
+                sums = [None] * len(layers)
+            kinds = _key_kinds(tokenizer, vocab_punct, enc["input_ids"].numpy(), query_valid)
+            decoder_kinds = (None if decoder_ids is None else
+                             _key_kinds(tokenizer, vocab_punct, decoder_ids.numpy(), query_valid))
+            present |= {name for name, mask in kinds.items() if mask.any()}
+            # Small matrices: one BLAS thread is many times faster than several fighting torch's threads.
+            with threadpool_limits(limits=1, user_api="blas"):
+                for i, call in enumerate(calls):
+                    arrays = _arrays_of(call)
+                    biased = biased or call.bias is not None
+                    diff = check_probabilities(rebuilt_probabilities(**arrays), call.weights.double().cpu().numpy(),
+                                               query_valid)
+                    check["max_abs_diff_per_layer"][i] = max(check["max_abs_diff_per_layer"][i], diff)
+                    check["rows_checked"] += int(query_valid.sum()) * layers[i]["n_heads_q"]
+                    # A decoder's self-attention reads the decoder's (shifted) tokens as keys.
+                    own_side = decoder_kinds is not None and not call.cross and "decoder" in call.name.lower()
+                    sums[i] = add_sums(sums[i], call_sums(
+                        **arrays, query_valid=query_valid, key_kinds=decoder_kinds if own_side else kinds,
+                        key_offset=None if call.cross else 0))
+            check["max_abs_diff"] = max(check["max_abs_diff_per_layer"])
+            if check["max_abs_diff"] > tolerance:
+                check["passed"] = False
+                break
+            if progress is not None:
+                progress(b + 1, len(batches), f"batch {b + 1}/{len(batches)}")
+    finally:
+        tokenizer.padding_side = padding_side
 
     data = {
+        "kind": result_kind(loaded),
         "config": {"model": loaded.name, "model_version": loaded.version, "weights_sha256": loaded.sha256,
                    "text": source, "n_sequences": len(texts), "n_tokens": sum(lengths),
                    "batch_size": batch_size, "max_pairs": max_pairs, "tolerance": tolerance,
                    "transformers": metadata.version("transformers")},
-        "model": _model_facts(loaded, layers),
+        "model": _model_facts(loaded, layers, biased),
         "check": check,
         "layers": [layer["name"] for layer in layers],
         "weighting": WEIGHTING,
@@ -263,7 +402,7 @@ def run_probe(loaded, texts: list[str], *, batch_size: int = 32, tolerance: floa
         per_head = [head_figures(s) for s in sums]
         absent = {f"sink_{name}": f"no {name} token in the text" for name in ("bos", "cls", "sep")
                   if f"sink_{name}" in per_head[0] and name not in present}
-        if loaded.causal:
+        if all(layer["causal"] for layer in layers):
             absent["next_token"] = "causal: no query attends the next token"
         names = [f for f in FIGURES if f in per_head[0] and f not in absent]
         groups = layers[0]["n_heads_q"] // layers[0]["n_heads_kv"]

@@ -12,6 +12,13 @@ would give (a model trained unscaled would have learned other weights); the trai
   loss is checked against the model's own (``labels=`` in transformers).
 * Encoder (MiniLM): how far the sentence embeddings (mean of the last hidden states over real
   tokens, the model's own pooling) move: cosine to α = 1 per sentence; the same per-layer figures.
+* Encoder-decoder (T5): the decoder's cross-entropy on the text, each window both the encoder's input
+  and the labels (``labels=``: the decoder reads it shifted right), and the same figures; its α = 1
+  loss checked against the model's own the same way.
+
+α multiplies the scale each layer applies, whatever it is (:func:`attnscale.experiments.probe_run.scale_rule`,
+recorded per layer): 1/√d_k, T5's 1, Gemma 2's 1/√query_pre_attn_scalar (inside its soft-cap:
+cap·tanh(α·scale·q·k / cap)), and after a QK-norm. An additive position bias (T5) is left as it is.
 
 The scale is changed through :mod:`attnscale.experiments.hf_attention` (the model's own eager
 attention with ``scaling × α``), so nothing else in the model moves.
@@ -31,7 +38,7 @@ import numpy as np
 from attnscale.errors import InputError, check_count, require
 
 __all__ = ["ALPHAS", "PROMPT", "RescaleConfig", "check_alphas", "default_text", "read_text",
-           "run_rescale", "WHAT"]
+           "run_rescale", "rescale_model", "result_kind", "WHAT"]
 
 ALPHAS = (1 / 8, 1 / 4, 1 / 2, 1.0, 2.0, 4.0, 8.0)
 PROMPT = "The capital of France is"
@@ -41,6 +48,9 @@ LOSS_TOLERANCE = 1e-4      # relative: our α = 1 cross-entropy against the mode
 EMBEDDING_TOLERANCE = 1e-5  # absolute: our α = 1 embeddings against the model's own
 WHAT = ("the sensitivity of a model trained with scale 1/√d_k to a changed scale at inference (every "
         "layer's scale × α); not what training without the scale would give")
+# The same for a model whose layers do not all apply 1/√d_k (T5, Gemma 2, GPT-2 scaled by layer ...).
+WHAT_OWN_SCALE = ("the sensitivity of a trained model to a changed attention scale at inference (every layer's own "
+                  "scale × α, whatever it is); not what training with another scale would give")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,14 +145,56 @@ class _LayerStats:
 
 
 def _model_facts(loaded) -> dict:
-    config = loaded.model.config
-    n_q = config.num_attention_heads
-    d_k = getattr(config, "head_dim", None) or config.hidden_size // n_q
-    return {"name": loaded.name, "architecture": type(loaded.model).__name__, "package_version": loaded.version,
+    """The model's layout and the scale each layer applies, read from one α = 1 pass over the prompt."""
+    import torch
+
+    from attnscale.experiments.hf_attention import UnsupportedAttention, attention_calls
+    from attnscale.experiments.probe_run import _forward, model_inputs, scale_rule
+
+    calls = []
+    enc = model_inputs(loaded.model.config, loaded.tokenizer(PROMPT, return_tensors="pt"))
+    with torch.no_grad(), attention_calls(loaded.model, on_call=calls.append):
+        _forward(loaded, enc)
+    if not calls:
+        raise UnsupportedAttention(f"model: {loaded.model.config.model_type} is not supported: no attention call "
+                                   "went through transformers' attention interface")
+    first = calls[0]
+    d_k = int(first.q.shape[-1])
+    rules = [scale_rule(c.scale, int(c.q.shape[-1]), softcap=c.softcap, qk_norm=c.qk_norm) for c in calls]
+    return {"name": loaded.name, "architecture": type(loaded.model).__name__,
+            "model_type": getattr(loaded.model.config, "model_type", None), "family": loaded.family,
+            "user": loaded.user, "package_version": loaded.version,
             "weights_sha256": loaded.sha256, "weights_note": loaded.weights_note or None,
-            "d_k": d_k, "n_layers": config.num_hidden_layers, "n_heads_q": n_q,
-            "n_heads_kv": getattr(config, "num_key_value_heads", None) or n_q, "causal": loaded.causal,
-            "scale": d_k ** -0.5}
+            "d_k": d_k, "n_layers": len(calls), "n_heads_q": int(first.q.shape[1]),
+            "n_heads_kv": int(first.k.shape[1]), "causal": loaded.causal,
+            "scale": first.scale, "scales": [c.scale for c in calls], "scale_rules": rules}
+
+
+def result_kind(loaded) -> str:
+    """``rescale/<name>`` for a bundled model (smollm2, minilm), ``rescale/user/<slug>`` for the user's."""
+    from attnscale import results
+    from attnscale.experiments.pretrained import MODELS, model_slug
+
+    if not loaded.user:
+        return "rescale/" + next(short for short, full in MODELS.items() if full == loaded.name)
+    return results.user_kind("rescale", model_slug(loaded.name))
+
+
+def rescale_model(model, tokenizer, config: RescaleConfig | None = None, *, text: str | None = None,
+                  texts: list[str] | None = None, name: str | None = None) -> dict:
+    """The intervention on an already-loaded transformers model and its tokenizer (a notebook's): the
+    same data as ``attnscale rescale --model PATH`` writes. A decoder or encoder-decoder reads
+    ``text`` (default: :func:`default_text`), an encoder ``texts`` (default: the built-in sentences)."""
+    from attnscale.experiments.pretrained import wrap
+    from attnscale.experiments.probe_run import builtin_sentences
+
+    loaded = wrap(model, tokenizer, name)
+    source = "given text"
+    if loaded.family == "encoder" and texts is None:
+        texts, source = builtin_sentences(), "built-in sentences"
+    elif loaded.family != "encoder" and text is None:
+        text, source = default_text()
+    return run_rescale(loaded, config or RescaleConfig(), text=text, texts=texts, source=source)
 
 
 def run_rescale(loaded, config: RescaleConfig, *, text: str | None = None, texts: list[str] | None = None,
@@ -152,18 +204,21 @@ def run_rescale(loaded, config: RescaleConfig, *, text: str | None = None, texts
     require("torch", "probe")
     started = time.perf_counter()
     model = _model_facts(loaded)
-    unscaled = 1.0 / model["scale"]
-    if config.include_unscaled and not any(math.isclose(a, unscaled, rel_tol=1e-9) for a in config.alphas):
+    unscaled, why_not = _unscaled_alpha(model["scales"])
+    if (config.include_unscaled and unscaled is not None
+            and not any(math.isclose(a, unscaled, rel_tol=1e-9) for a in config.alphas)):
         config = dataclasses.replace(config, alphas=tuple(sorted(config.alphas + (unscaled,))))
-    if loaded.causal:
+    if loaded.family != "encoder":
         if text is None:
-            raise InputError("text: a decoder reads one text, got none")
+            raise InputError(f"text: a {loaded.family} reads one text, got none")
         data = _decoder(loaded, config, text, source, model["scale"], progress)
     else:
         if not texts:
             raise InputError("texts: an encoder reads one sentence per line, got none")
         data = _encoder(loaded, config, texts, source, model["scale"], progress)
-    data.update(model=model, what=WHAT, unscaled_alpha=unscaled,
+    standard = all(rule["rule"] == "1/sqrt(d_k)" for rule in model["scale_rules"])
+    data.update(kind=result_kind(loaded), model=model, what=WHAT if standard else WHAT_OWN_SCALE,
+                unscaled_alpha=unscaled, unscaled_alpha_none=why_not,
                 config={"model": loaded.name, "model_version": loaded.version, "alphas": list(config.alphas),
                         "max_tokens": config.max_tokens, "window": config.window, "prompt": config.prompt,
                         "new_tokens": config.new_tokens, "batch_size": config.batch_size, "text": source})
@@ -172,31 +227,66 @@ def run_rescale(loaded, config: RescaleConfig, *, text: str | None = None, texts
     return data
 
 
+# Why no α removes the scale (the result's unscaled_alpha_none), and what that means.
+NO_UNSCALED_ALPHA = {
+    "layers_differ": "the layers apply different scales, so no one α removes them all",
+    "not_positive": "the model's scale is not positive: no α > 0 removes it",
+    "no_scale": "the model applies no scale (1): there is none to remove",
+}
+
+
+def _unscaled_alpha(scales: list[float]) -> tuple[float | None, str | None]:
+    """(the α that removes every layer's scale, None) or (None, why there is none: a key of
+    :data:`NO_UNSCALED_ALPHA`)."""
+    if any(not math.isclose(s, scales[0], rel_tol=1e-9) for s in scales):
+        return None, "layers_differ"
+    if scales[0] <= 0:
+        return None, "not_positive"
+    if math.isclose(scales[0], 1.0, rel_tol=1e-9):
+        return None, "no_scale"
+    return 1.0 / scales[0], None
+
+
 def _windows(ids: list[int], max_tokens: int, window: int) -> list[list[int]]:
     ids = ids[:max_tokens]
     chunks = [ids[i:i + window] for i in range(0, len(ids), window)]
     return [c for c in chunks if len(c) >= 2]      # a lone last token predicts nothing
 
 
-def _cross_entropy_sum(logits, ids) -> tuple[float, int]:
-    """Σ −log p(next token) in float64 over one window. logits: (1, T, V); ids: (1, T)."""
+def _cross_entropy_sum(logits, ids, shift: bool = True) -> tuple[float, int]:
+    """Σ −log p(token) in float64 over one window. logits: (1, T, V); ids: (1, T). ``shift``: position
+    t predicts token t + 1 (a decoder); else token t (an encoder-decoder's decoder, which reads the
+    labels shifted right)."""
     torch = sys.modules["torch"]
-    logp = torch.log_softmax(logits[0, :-1].double(), dim=-1)
-    picked = logp.gather(-1, ids[0, 1:, None])[:, 0]
+    logp = torch.log_softmax((logits[0, :-1] if shift else logits[0]).double(), dim=-1)
+    picked = logp.gather(-1, (ids[0, 1:] if shift else ids[0])[:, None])[:, 0]
     return float(-picked.sum()), int(picked.numel())
 
 
+def _logits(loaded, x):
+    """The language model's logits (1, T, V) on the window ``x`` (1, T): a decoder reads it; an
+    encoder-decoder encodes it and decodes it shifted right (what ``labels=x`` makes it do)."""
+    if loaded.family == "decoder":
+        return loaded.model(input_ids=x).logits
+    from attnscale.experiments.probe_run import _shifted_right
+
+    ones = x.new_ones(x.shape)
+    return loaded.model(input_ids=x, decoder_input_ids=_shifted_right(loaded.model.config, x, ones)).logits
+
+
 def _decoder(loaded, config: RescaleConfig, text: str, source: str, scale: float, progress) -> dict:
+    """A decoder or an encoder-decoder on one text: cross-entropy, row figures, a continuation."""
     import torch
 
     from attnscale.experiments.hf_attention import attention_calls
+    from attnscale.experiments.probe_run import model_inputs
 
     model, tokenizer = loaded.model, loaded.tokenizer
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     windows = _windows(ids, config.max_tokens, config.window)
     if not windows:
         raise InputError(f"text: expected at least 2 tokens (one token pair to predict), got {len(ids)}")
-    prompt = tokenizer(config.prompt, return_tensors="pt")
+    prompt = model_inputs(model.config, tokenizer(config.prompt, return_tensors="pt"))
     steps, done = len(config.alphas) * (len(windows) + 1), 0
     rows, own = [], None
     for alpha in config.alphas:
@@ -204,8 +294,8 @@ def _decoder(loaded, config: RescaleConfig, text: str, source: str, scale: float
         for w in windows:
             x = torch.tensor([w])
             with torch.no_grad(), attention_calls(model, alpha=alpha, on_call=stats):
-                logits = model(input_ids=x).logits
-            ce, n = _cross_entropy_sum(logits, x)
+                logits = _logits(loaded, x)
+            ce, n = _cross_entropy_sum(logits, x, shift=loaded.family == "decoder")
             total, count = total + ce, count + n
             first_window = ce / n if first_window is None else first_window
             done += 1
@@ -213,9 +303,12 @@ def _decoder(loaded, config: RescaleConfig, text: str, source: str, scale: float
                 progress(done, steps, f"α = {alpha:g}")
         with torch.no_grad(), attention_calls(model, alpha=alpha):
             out = model.generate(**prompt, max_new_tokens=config.new_tokens, do_sample=False,
-                                 pad_token_id=tokenizer.eos_token_id)
+                                 pad_token_id=tokenizer.pad_token_id if tokenizer.eos_token_id is None
+                                 else tokenizer.eos_token_id)
         done += 1
-        continuation = tokenizer.decode(out[0, prompt["input_ids"].shape[1]:], skip_special_tokens=True)
+        # A decoder's output repeats the prompt; an encoder-decoder's starts with the decoder's start token.
+        new = out[0, prompt["input_ids"].shape[1]:] if loaded.family == "decoder" else out[0]
+        continuation = tokenizer.decode(new, skip_special_tokens=True)
         ce = total / count
         rows.append({"alpha": alpha, "scale": alpha * scale, "cross_entropy": ce, "perplexity": _finite(math.exp(ce) if ce < 700 else math.inf),
                      "cross_entropy_first_window": first_window, "continuation": continuation, **stats.means()})
@@ -250,10 +343,12 @@ def _encoder(loaded, config: RescaleConfig, texts: list[str], source: str, scale
     import torch
 
     from attnscale.experiments.hf_attention import attention_calls
+    from attnscale.experiments.probe_run import model_inputs
 
     model, tokenizer = loaded.model, loaded.tokenizer
     batches = [texts[i:i + config.batch_size] for i in range(0, len(texts), config.batch_size)]
-    encoded = [tokenizer(b, padding=True, truncation=True, return_tensors="pt") for b in batches]
+    encoded = [model_inputs(model.config, tokenizer(b, padding=True, truncation=True, return_tensors="pt"))
+               for b in batches]
     steps, done = len(config.alphas) * len(encoded), 0
     embeddings, rows = {}, []
     for alpha in config.alphas:
@@ -285,7 +380,9 @@ def _analysis(data: dict) -> dict:
     """The figures the chapter's sentences are chosen by (the chapter computes nothing)."""
     rows = data["alphas"]
     base = next(r for r in rows if r["alpha"] == 1.0)
-    unscaled = next((r for r in rows if math.isclose(r["alpha"], data["unscaled_alpha"], rel_tol=1e-9)), None)
+    removing = data["unscaled_alpha"]
+    unscaled = None if removing is None else next(
+        (r for r in rows if math.isclose(r["alpha"], removing, rel_tol=1e-9)), None)
     out = {"reference_alpha": 1.0, "has_unscaled": unscaled is not None}
     if "cross_entropy" in base:
         best = min(rows, key=lambda r: r["cross_entropy"])

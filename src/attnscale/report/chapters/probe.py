@@ -1,7 +1,8 @@
 """Report chapter: a real pretrained model's queries and keys against the seed's assumptions.
 
 Renders a probe result (``attnscale probe``; kind ``probe/minilm`` here, ``probe/smollm2`` in
-:mod:`attnscale.report.chapters.probe_smollm2`): heat maps per layer × head, the per-layer table and
+:mod:`attnscale.report.chapters.probe_smollm2`, and any ``probe/user/<name>`` of the user's own
+model): each layer's scale in words (:func:`scale_text`), heat maps per layer × head, the per-layer table and
 the striking heads. Every number and every choice of words comes from ``env.data`` (its
 ``analysis`` block); nothing is computed here.
 """
@@ -73,7 +74,7 @@ def heatmaps(data: dict, lang: str) -> list[tuple[object, str, str]]:
     a = data["analysis"]
     # The ratio's colour scale includes 1 (the seed's prediction).
     ratio_limits = (min(1.0, a["ratio_pair"]["min"]), max(1.0, a["ratio_pair"]["max"]))
-    scale = _scale_text(data["model"]["scale"], data["model"]["d_k"])
+    scale = model_scale_text(data["model"], lang)
     return [
         (heatmap(head_grid(data, "ratio_pair"), _t("ratio_title", lang), lang, "magma_r", ratio_limits, 1),
          _t("alt_ratio", lang), _t("caption_ratio", lang)),
@@ -87,10 +88,46 @@ def heatmaps(data: dict, lang: str) -> list[tuple[object, str, str]]:
 
 
 def _scale_text(scale: float, d_k: int) -> str:
-    """The recorded scale, named 1/√d_k only when it is that number."""
+    """The recorded scale, named 1/√d_k only when it is that number (a result written before each
+    layer's scale rule was recorded)."""
     if d_k > 0 and math.isclose(scale, 1.0 / math.sqrt(d_k), rel_tol=1e-6):
         return f"{scale:.4g} = 1/√{d_k}"
     return f"{scale:.4g}"
+
+
+def scale_text(rule: dict, lang: str) -> str:
+    """One layer's recorded scale in words (``rule``: probe_run.scale_rule's dict): its value, what it
+    is in terms of d_k, and a QK-norm or a soft-cap when the layer has one."""
+    value = f"{rule['value']:.4g}"
+    words = {"1/sqrt(d_k)": lambda: _t("scale_inverse_sqrt_dk", lang, value=value, d_k=rule["d_k"]),
+             "1": lambda: _t("scale_one", lang),
+             "1/sqrt(c)": lambda: _t("scale_inverse_sqrt_c", lang, value=value, c=rule["c"], d_k=rule["d_k"]),
+             "constant": lambda: _t("scale_constant", lang, value=value, times=number(rule["times_sqrt_d_k"]),
+                                    d_k=rule["d_k"])}[rule["rule"]]()
+    if rule.get("qk_norm"):
+        words += _t("scale_qk_norm", lang)
+    if rule.get("softcap") is not None:
+        words += _t("scale_softcap", lang, cap=number(rule["softcap"]))
+    return words
+
+
+def model_scale_text(model: dict, lang: str) -> str:
+    """The model's scale in words: its first layer's rule, or the bare number for an older result."""
+    rules = model.get("scale_rules")
+    return scale_text(rules[0], lang) if rules else _scale_text(model["scale"], model["d_k"])
+
+
+def scales_sentence(model: dict, lang: str) -> str | None:
+    """Which scale each layer applies: one sentence when all agree, else each layer's. None for a
+    result without the rules."""
+    rules = model.get("scale_rules")
+    if not rules:
+        return None
+    texts = [scale_text(rule, lang) for rule in rules]
+    if len(set(texts)) == 1:
+        return _t("scales_same", lang, n=len(texts), scale=texts[0])
+    listed = _t("list_sep", lang).join(_t("scale_of_layer", lang, layer=i, scale=s) for i, s in enumerate(texts))
+    return _t("scales_differ", lang, scales=listed)
 
 
 def _head(where: dict) -> str:
@@ -121,6 +158,12 @@ def findings(data: dict, lang: str) -> list[str]:
     return out
 
 
+def _kind_word(model: dict) -> str:
+    if model.get("family") == "encoder-decoder":
+        return "encoder_decoder"
+    return "decoder" if model["causal"] else "encoder"
+
+
 def render(env, lang: str) -> str:
     data = env.data
     cfg, check, model = data["config"], data["check"], data["model"]
@@ -128,9 +171,12 @@ def render(env, lang: str) -> str:
     heads = (_t("heads_same", lang, n=model["n_heads_q"]) if model["n_heads_q"] == model["n_heads_kv"] else
              _t("heads_gqa", lang, n=model["n_heads_q"], kv=model["n_heads_kv"]))
     intro = _t("intro", lang, model=model["name"], layers=model["n_layers"], heads=heads, d_k=model["d_k"],
-               scale=_scale_text(model["scale"], model["d_k"]), kind=_t("decoder" if model["causal"] else "encoder", lang),
+               scale=model_scale_text(model, lang), kind=_t(_kind_word(model), lang),
                n=cfg["n_sequences"], tokens=cfg["n_tokens"], rope=_t("rope", lang) if model.get("rope_theta") else "")
     parts = [para(intro)]
+    scales = scales_sentence(model, lang)
+    if scales:
+        parts.append(para(scales))
     if model.get("weights_note"):
         parts.append(note(t("weights_note", lang).format(note=model["weights_note"])))
     if not check["passed"]:

@@ -26,7 +26,7 @@ def plot(data: dict, lang: str):
     alphas = [r["alpha"] for r in rows]
     with figures.style() as plt:
         fig, (left, right) = plt.subplots(1, 2, figsize=(7.6, 3.3), constrained_layout=True)
-        if data["model"]["causal"]:
+        if _is_lm(data):
             left.plot(alphas, [r["perplexity"] for r in rows], "o-", color=figures.SCALED)
             left.set_yscale("log")
             left.set_ylabel(_t("perplexity", lang))
@@ -47,11 +47,13 @@ def plot(data: dict, lang: str):
             ax.minorticks_off()
             ax.set_xlabel(_t("alpha", lang))
             ax.axvline(1.0, color=figures.NEUTRAL, lw=0.9, ls=":")
-            ax.axvline(data["unscaled_alpha"], color=figures.UNSCALED, lw=0.9, ls=":")
+            if data["unscaled_alpha"] is not None:
+                ax.axvline(data["unscaled_alpha"], color=figures.UNSCALED, lw=0.9, ls=":")
         left.annotate(_t("own_scale", lang), (1.0, 0.98), xycoords=("data", "axes fraction"), ha="right", va="top",
                       fontsize=8.5, color=figures.NEUTRAL, rotation=90)
-        left.annotate(_t("no_scale", lang), (data["unscaled_alpha"], 0.98), xycoords=("data", "axes fraction"),
-                      ha="right", va="top", fontsize=8.5, color=figures.UNSCALED, rotation=90)
+        if data["unscaled_alpha"] is not None:
+            left.annotate(_t("no_scale", lang), (data["unscaled_alpha"], 0.98), xycoords=("data", "axes fraction"),
+                          ha="right", va="top", fontsize=8.5, color=figures.UNSCALED, rotation=90)
     return fig
 
 
@@ -59,7 +61,7 @@ def findings(data: dict, lang: str) -> list[str]:
     """The sentences about the figures, each chosen by the analysis."""
     a, rows = data["analysis"], data["alphas"]
     out = []
-    if data["model"]["causal"]:
+    if _is_lm(data):
         if a["best_alpha"] == 1.0:
             out.append(_t("best_is_one", lang, ppl=number(a["perplexity_alpha1"])))
         else:
@@ -84,7 +86,7 @@ def findings(data: dict, lang: str) -> list[str]:
 
 def _check(data: dict, lang: str) -> str:
     check = data["check"]
-    if data["model"]["causal"]:
+    if _is_lm(data):
         detail = dict(ours=number(check["our_loss"], ".6f"), own=number(check["own_loss"], ".6f"),
                       rel=number(check["relative_difference"], ".1e"), tol=f"{check['tolerance']:g}")
         ok = _t("check_loss", lang, **detail)
@@ -95,14 +97,36 @@ def _check(data: dict, lang: str) -> str:
     return error_box(_t("check_failed", lang, detail=ok))
 
 
+def _is_lm(data: dict) -> bool:
+    """A language model's result (a decoder, or an encoder-decoder's decoder): cross-entropy per α
+    (a result without ``family`` was written when only decoders were causal)."""
+    model = data["model"]
+    return model.get("family", "decoder" if model["causal"] else "encoder") != "encoder"
+
+
+def _what(data: dict, lang: str) -> str:
+    """What the intervention measures: the bundled words for a model scaled by 1/√d_k in every layer,
+    else the scales it applies, named (and why no α removes them, when none does)."""
+    from attnscale.report.chapters.probe import scales_sentence
+
+    model = data["model"]
+    rules = model.get("scale_rules") or []
+    if all(rule["rule"] == "1/sqrt(d_k)" for rule in rules) and data["unscaled_alpha"] is not None:
+        return _t("what", lang, model=model["name"], scale=number(model["scale"], ".4g"),
+                  unscaled=f"{data['unscaled_alpha']:g}")
+    removal = (_t("removes", lang, a=f"{data['unscaled_alpha']:g}") if data["unscaled_alpha"] is not None else
+               _t(f"removes_none_{data['unscaled_alpha_none']}", lang))
+    return _t("what_own", lang, model=model["name"], scales=scales_sentence(model, lang), removal=removal)
+
+
 def render(env, lang: str) -> str:
     data = env.data
     model, text = data["model"], data["text"]
-    what = _t("what", lang, model=model["name"], scale=number(model["scale"], ".4g"), unscaled=f"{data['unscaled_alpha']:g}")
-    parts = [para(what)]
+    parts = [para(_what(data, lang))]
     if model.get("weights_note"):
         parts.append(note(t("weights_note", lang).format(note=model["weights_note"])))
-    if model["causal"]:
+    lm = _is_lm(data)
+    if lm:
         about = _t("text_decoder", lang, source=text["source"], tokens=text["n_tokens"], windows=text["windows"],
                    window=text["window"], predicted=text["tokens_predicted"])
     else:
@@ -111,9 +135,9 @@ def render(env, lang: str) -> str:
     parts.append(_check(data, lang))
     parts.append(bullets(findings(data, lang)))
     parts.append(figures.responsive_figure(lambda: plot(data, lang), _t("alt", lang),
-                                           _t("caption_decoder" if model["causal"] else "caption_encoder", lang)))
+                                           _t("caption_decoder" if lm else "caption_encoder", lang)))
     a = data["analysis"]
-    if model["causal"]:
+    if lm:
         header = ["α", "CE", _t("perplexity", lang), "H/ln n", _t("maxw", lang), _t("continuation", lang)]
         rows = [[f"{r['alpha']:g}", number(r["cross_entropy"], ".4f"), number(r["perplexity"], ".4g"),
                  number(a["mean_normalized_entropy"][f"{r['alpha']:g}"]), number(a["mean_max_weight"][f"{r['alpha']:g}"]),
