@@ -24,7 +24,10 @@ Sections, in order (each prints as it finishes; a FAIL makes the exit status 1):
    forward (no grad) and one forward+backward.
 5. targets: forward ≤ 1.2×, forward+backward ≤ 1.3×, memory ≤ 1.1× for "flex", met or missed.
 
-On CUDA the script turns off torch.compile's automatic dynamic shapes and raises its recompile
+Compiling dominates a first run on a GPU (one FlexAttention kernel per shape, dtype, mask, grad
+mode and output set); ``--skip`` leaves sections out, to split the run over several calls. The
+script prints each row as it is measured and each section's seconds, so a run cut short still tells
+what it got. On CUDA the script turns off torch.compile's automatic dynamic shapes and raises its recompile
 limit to 64 (a training loop compiles one static kernel per shape; the benchmark's many shapes and
 dtypes must not fall back to the eager path, which materialises the scores). The dry run times
 eager FlexAttention on tiny CPU shapes: its ratios say nothing about a GPU, and are labelled so.
@@ -100,7 +103,8 @@ def check(torch, flex, attention, device, dtype_name, grads: bool, dry: bool) ->
             "entropy_rel_to_1+|lse|": float(((ours.entropy.double() - exact.entropy)[full].abs()
                                               / (1 + exact.lse[full].abs())).max()),
             "range_rel": max(float(((getattr(ours, n).double() - getattr(exact, n))[full].abs()
-                                    / getattr(exact, n)[full].abs().clamp_min(1)).max()) for n in ("max_logit", "min_logit")),
+                                    / getattr(exact, n)[full].abs().clamp_min(1)).max())
+                             for n in ("max_logit", "min_logit")),
         }
         ok = (err["out"] <= tol_out and err["lse_rel"] <= tol_lse and err["entropy_rel_to_1+|lse|"] <= bound
               and err["range_rel"] <= tol_range
@@ -143,7 +147,8 @@ def sweep(torch, flex, device, rows: int) -> list[dict]:
             ok = r["worst"] <= flex.ENTROPY_ERROR_BOUND[name] and (not with_range or frozen <= 2e-4)
             found.append({"dtype": name, "max_logit": with_range, "worst": r["worst"], "frozen_max": frozen, "ok": ok})
             say(f"  {name:8s} max_logit={str(with_range):5s} worst |Δentropy|/(1+|lse|) {r['worst']:.2e} "
-                f"(bound {flex.ENTROPY_ERROR_BOUND[name]:.0e}), frozen rows ≤ {frozen:.1e} nats  {'PASS' if ok else 'FAIL'}")
+                f"(bound {flex.ENTROPY_ERROR_BOUND[name]:.0e}), frozen rows ≤ {frozen:.1e} nats  "
+                f"{'PASS' if ok else 'FAIL'}")
     return found
 
 
@@ -263,13 +268,13 @@ def verdicts(forward, backward, mem, dry: bool) -> list[str]:
         state = "met" if ratio <= target else f"missed by {ratio / target - 1:.0%}"
         return f"  target: {what} ≤ {target}×: {ratio:.2f}× {state}{note}"
 
-    for r in forward:
-        lines.append(line(f"forward {tuple(r['shape'])} {r['dtype']} causal={r['causal']}", r["ratio_to_sdpa"]["flex"], TARGETS["forward"]))
-    for r in backward:
-        lines.append(line(f"forward+backward {tuple(r['shape'])} {r['dtype']} causal={r['causal']}",
-                          r["ratio_to_sdpa"]["flex"], TARGETS["forward+backward"]))
+    for kind, rows in (("forward", forward), ("forward+backward", backward)):
+        for r in rows:
+            lines.append(line(f"{kind} {tuple(r['shape'])} {r['dtype']} causal={r['causal']}",
+                              r["ratio_to_sdpa"]["flex"], TARGETS[kind]))
     for r in mem:
-        lines.append(line(f"memory {r['pass']} {tuple(r['shape'])} {r['dtype']} causal", r["ratio_to_sdpa"]["flex"], TARGETS["memory"]))
+        lines.append(line(f"memory {r['pass']} {tuple(r['shape'])} {r['dtype']} causal",
+                          r["ratio_to_sdpa"]["flex"], TARGETS["memory"]))
     return lines
 
 
@@ -338,7 +343,8 @@ def main(argv=None) -> int:
         say(line)
     failed = [r for section in ("correctness", "sweep") for r in result.get(section, []) if not r["ok"]]
     result["seconds"] = time.perf_counter() - started
-    say(f"\n{len(failed)} check(s) failed; {result['seconds']:.0f} s" if failed else f"\nall checks passed; {result['seconds']:.0f} s")
+    verdict = f"{len(failed)} check(s) failed" if failed else "all checks passed"
+    say(f"\n{verdict}; {result['seconds']:.0f} s")
     if args.json:
         from attnscale.store import write_json_atomic
 

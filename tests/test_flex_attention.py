@@ -2,7 +2,8 @@
 against the NumPy core (float64 oracle).
 
 Tolerances (relative ones with the same number as an absolute floor, for values near 0): float64
-inputs: outputs within 1e-12, lse and logit range within 1e-12 relative, entropy within 1e-11 absolute (a difference of two numbers of size |lse| ≈ 10).
+inputs: outputs within 1e-12, lse and logit range within 1e-12 relative, entropy within 1e-11
+absolute (a difference of two numbers of size |lse| ≈ 10).
 float32: outputs, lse, entropy and logit range within 2e-5 of float64. bfloat16 and float16 against
 float64 of the same rounded inputs: outputs within 2e-2 (bf16) / 3e-3 (f16) of |v| ≤ 4 (their own
 rounding), lse within 1e-5 relative, entropy within ENTROPY_ERROR_BOUND·(1 + |lse|).
@@ -23,8 +24,7 @@ torch = pytest.importorskip("torch")
 
 import attnscale  # noqa: E402
 from attnscale.errors import InputError  # noqa: E402
-from attnscale.torch import attention, kernel_status  # noqa: E402
-from attnscale.torch import flex  # noqa: E402
+from attnscale.torch import attention, ext, flex  # noqa: E402
 from attnscale.torch.attention import _choose_backend  # noqa: E402
 
 # Eager FlexAttention warns on every new shape that it is not compiled; on CPU that is the point.
@@ -179,7 +179,8 @@ def test_refusals_name_the_backend_and_the_reason(monkeypatch):
 
 def test_a_device_other_than_cpu_or_cuda_is_refused():
     q, k, v, _ = problem(seed=1, dtype=torch.float32)
-    p = sys.modules["attnscale.torch.attention"]._prepare(torch, q, k, v, None, None, None, False, False, "flex", True)[0]
+    prepare = sys.modules["attnscale.torch.attention"]._prepare
+    p = prepare(torch, q, k, v, None, None, None, False, False, "flex", True)[0]
     meta = flex.replace(p, q=p.q.to("meta"))
     assert "runs on CPU (eager) or CUDA (compiled), got device meta" in flex.refusal(torch, meta)
 
@@ -189,18 +190,25 @@ def test_auto_picks_flex_on_cuda_only_when_compiled_flex_works(monkeypatch):
     for works, expected in (("flex", "flex"), ("composed", "composed")):
         monkeypatch.setattr(flex, "cuda_status", lambda torch, b=works: {"backend": b, "reason": "test"})
         assert _choose_backend(torch, cuda, torch.bfloat16, False, False, "auto") == expected
-        assert _choose_backend(torch, cuda, torch.float32, True, False, "auto") == ("flex" if works == "flex" else "chunked")
+        with_bias = _choose_backend(torch, cuda, torch.float32, True, False, "auto")
+        assert with_bias == ("flex" if works == "flex" else "chunked")
     assert _choose_backend(torch, cuda, torch.float64, False, False, "auto") == "chunked"   # no fused float64 peer
     # On CPU "auto" never picks flex (it would be the eager reference path, slow, without backward).
-    assert attention(*problem(seed=1, dtype=torch.float32)[:3]).backend in ("kernel", "composed")
+    cpu = torch.device("cpu")
+    for kernel, expected in ((object(), "kernel"), (None, "composed")):
+        monkeypatch.setattr(ext, "load_kernel", lambda k=kernel: k)
+        assert _choose_backend(torch, cpu, torch.bfloat16, False, False, "auto") == expected
 
 
-def test_kernel_status_says_what_auto_runs_on_cuda():
-    status = kernel_status()["cuda"]
+def test_kernel_status_says_what_auto_runs_on_cuda(monkeypatch):
+    monkeypatch.setattr(ext, "load_kernel", lambda: None)          # the CPU kernel's build is not the point
+    monkeypatch.setitem(ext._state, "reason", "not built here")
+    status = ext.kernel_status()
+    assert status["available"] is False and status["cuda"] == flex.cuda_status(torch)
     if torch.cuda.is_available():
-        assert status["backend"] in ("flex", "composed") and status["reason"]
+        assert status["cuda"]["backend"] in ("flex", "composed") and status["cuda"]["reason"]
     else:
-        assert status == {"backend": None, "reason": "no CUDA device"}
+        assert status["cuda"] == {"backend": None, "reason": "no CUDA device"}
 
 
 def test_causal_block_masks_are_built_once_per_shape():
@@ -232,3 +240,32 @@ def test_the_gpu_script_dry_run_passes_on_cpu(tmp_path):
         assert section in text, text
     assert "FAIL" not in text
     assert out.exists()
+
+
+def test_auto_falls_back_to_composed_where_flexattention_fails(monkeypatch):
+    """A FlexAttention failure (here: injected) is a FlexFailure naming the backend; "auto" then
+    computes the problem on the composed backend in float32 and says so."""
+    def broken(torch, device):
+        def call(*args, **kwargs):
+            raise flex.FlexFailure("backend: 'flex': FlexAttention failed on this problem (test)")
+        return call
+
+    monkeypatch.setattr(flex, "_call", broken)
+    q, k, v, mask = problem(seed=7, dtype=torch.bfloat16)
+    with pytest.raises(flex.FlexFailure, match="backend: 'flex': FlexAttention failed"):
+        attention(q, k, v, backend="flex")
+    monkeypatch.setattr(sys.modules["attnscale.torch.attention"], "_choose_backend", lambda *a: "flex")
+    res = attention(q, k, v, mask=mask, max_logit=True)
+    assert res.backend == "composed" and res.out.dtype == torch.bfloat16
+    assert_close(res, oracle(q, k, v, mask=mask), 2e-2, 1e-5, 1e-4)
+
+
+def test_flexattention_errors_become_flex_failures(monkeypatch):
+    module = flex._flex_module(torch)
+    def fails(*args, **kwargs):
+        raise RuntimeError("no kernel\nmore")
+
+    monkeypatch.setattr(module, "flex_attention", fails)
+    q, k, v, _ = problem(seed=7, dtype=torch.float32)
+    with pytest.raises(flex.FlexFailure, match=r"FlexAttention failed on this problem \(RuntimeError: no kernel\)"):
+        attention(q, k, v, backend="flex")

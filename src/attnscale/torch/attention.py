@@ -27,8 +27,8 @@ its gradient from a (B, H_q, L, S) buffer: O(L·S), the size of the bias when it
 broadcast one is summed back from it). The figures (lse, entropy, logit range) are diagnostics and
 come back **detached**: no gradient flows through them.
 
-Three backends, all with memory O(L·d) except where said; the kernel and chunked ones are exact to
-rounding (the entropy a sum of non-negative terms), the composed one subtracts:
+Four backends, all with memory O(L·d) except where said; the kernel and chunked ones are exact to
+rounding (the entropy a sum of non-negative terms), the composed and flex ones subtract:
 
 - ``"kernel"`` (CPU, float32/float64): the fused C++ kernel of :mod:`attnscale.torch.ext`, a
   flash-style online softmax that accumulates Σ p·(s − max) next to the softmax sum (one extra
@@ -43,11 +43,18 @@ rounding (the entropy a sum of non-negative terms), the composed one subtracts:
   logit range needs its own pass (the chunked logits below).
 - ``"chunked"`` (anywhere, bias included): logits for a block of query rows at a time,
   O(rows·S) memory with rows chosen to keep a block near 16 MiB.
+- ``"flex"`` (CUDA compiled, CPU eager; every rule, bias included): PyTorch's FlexAttention, the
+  same [V, K] construction in one call with block masks, computing in the inputs' own dtype
+  (bfloat16 and float16 too, unlike the others), its fused backward on CUDA, none on CPU; soft-cap
+  and bias through a score_mod plus a chunked pass for the figures (:mod:`attnscale.torch.flex`,
+  which states its costs and its measured precision).
 
 ``"auto"`` picks the kernel on CPU when it builds, else composed (chunked when a bias or a soft-cap
-is given, or for float64 on CUDA). The CUDA path (composed, through PyTorch's memory-efficient
-kernel, which returns the log-sum-exp, and whose own backward gives the gradients) is written and
-tested by tests that run only where a GPU is present; it was not run on a GPU in this project yet.
+is given). On CUDA it picks flex when compiled FlexAttention runs there (tried once per device:
+``kernel_status()["cuda"]`` says which and why), else composed through PyTorch's memory-efficient
+kernel, which returns the log-sum-exp and whose own backward gives the gradients; float64 on CUDA
+takes chunked. The CUDA paths are tested by tests that run only where a GPU is present and by
+benchmarks/gpu.py; neither has run on a GPU in this project yet.
 """
 
 from __future__ import annotations
@@ -181,7 +188,9 @@ def _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite, backend, s
     sh = check_qkv_shapes(q4.shape, k4.shape, v4.shape, q.shape, k.shape, v.shape)
     H_q, L, S, lead = sh.H_q, sh.L, sh.S, sh.lead
     rule = resolve_scale(scale)
-    chosen = _choose_backend(torch, q.device, q.dtype, bias is not None, rule.caps, backend) if stats or rule.caps else None
+    chosen = None
+    if stats or rule.caps:
+        chosen = _choose_backend(torch, q.device, q.dtype, bias is not None, rule.caps, backend)
     # Half precision is computed in float32, as the NumPy core does for float16; FlexAttention
     # computes in the inputs' own dtype (the model's, as its own SDPA would).
     compute = q.dtype if chosen == "flex" else torch.float64 if q.dtype == torch.float64 else torch.float32
@@ -254,7 +263,7 @@ def attention(q, k, v, *, scale=None, mask=None, bias=None, causal=False, stats:
         stats: False returns only the output, from plain ``torch.nn.functional.scaled_dot_product_attention``.
         max_logit: also return each row's largest and smallest attended logit (see the module
             docstring for what it costs on each backend).
-        backend: "auto", "kernel", "composed" or "chunked" (module docstring).
+        backend: "auto", "kernel", "composed", "chunked" or "flex" (module docstring).
         check_finite: refuse NaN/Inf in q, k, v and NaN/+Inf in bias; False skips the scan.
 
     Returns:
@@ -280,8 +289,12 @@ def attention(q, k, v, *, scale=None, mask=None, bias=None, causal=False, stats:
         _check_finite(torch, {"q": q, "k": k, "v": v}, kernel=chosen == "kernel")
     if p.v.shape[-1] == 0:
         chosen = "chunked"          # d_v = 0: nothing for a BLAS or a fused kernel to multiply
-    run = _run_nothing_attended if p.q.shape[-2] == 0 else _BACKEND_FUNCTIONS[chosen]
-    out, lse, entropy, hi, lo = run(torch, p, max_logit)
+    if p.q.shape[-2] == 0:
+        out, lse, entropy, hi, lo = _run_nothing_attended(torch, p, max_logit)
+    elif chosen == "flex" and backend == "auto":
+        (out, lse, entropy, hi, lo), chosen = _run_flex_or_fall_back(torch, p, max_logit)
+    else:
+        out, lse, entropy, hi, lo = _BACKEND_FUNCTIONS[chosen](torch, p, max_logit)
     _check_graph(torch, (q, k, v, bias), out, chosen)
     out = p.shaped(out).to(p.out_dtype)
     if not stats:
@@ -493,6 +506,20 @@ def _run_flex(torch, p: _Problem, logit_range: bool):
     from attnscale.torch.flex import run_flex
 
     return run_flex(torch, p, logit_range)
+
+
+def _run_flex_or_fall_back(torch, p: _Problem, logit_range: bool):
+    """"auto"'s flex: where FlexAttention fails on the problem, composed (chunked with a bias or a
+    soft-cap), half precision raised to float32 as those backends compute. Returns (figures, backend)."""
+    from attnscale.torch.flex import FlexFailure, run_flex
+
+    try:
+        return run_flex(torch, p, logit_range), "flex"
+    except FlexFailure:
+        up = lambda x: x.to(torch.float32) if x is not None and x.element_size() < 4 else x  # noqa: E731
+        p = replace(p, q=up(p.q), k=up(p.k), v=up(p.v), bias=up(p.bias))
+        fallback = "chunked" if p.bias is not None or p.softcap else "composed"
+        return _BACKEND_FUNCTIONS[fallback](torch, p, logit_range), fallback
 
 
 _BACKEND_FUNCTIONS = {"kernel": _run_kernel, "composed": _run_composed, "chunked": _run_chunked, "flex": _run_flex}

@@ -32,6 +32,10 @@ goes, nothing kept for the backward). That pass costs about one unfused attentio
 times the fused call; what it saves against the chunked backend alone is the backward's memory
 (the chunked backend keeps every block's logits for autograd, O(L·S)).
 
+If FlexAttention itself fails on a problem (a shape its compiled kernel does not take, say),
+:class:`FlexFailure` (an InputError) says so; "auto" then runs the problem on the composed backend
+(chunked with a bias or soft-cap) in float32, and its figures say which backend made them.
+
 Refused, with the reason: gradients on CPU (FlexAttention has no CPU backward in PyTorch 2.13: call
 under ``torch.no_grad()`` or use "kernel"/"chunked"); a device other than CPU or CUDA; a PyTorch
 without ``torch.nn.attention.flex_attention.AuxRequest``.
@@ -67,7 +71,7 @@ from dataclasses import replace
 from attnscale.errors import InputError, require
 from attnscale.torch.attention import _logit_range, _Problem, _run_chunked
 
-__all__ = ["run_flex", "refusal", "cuda_status", "eager", "entropy_errors", "ENTROPY_ERROR_BOUND"]
+__all__ = ["run_flex", "refusal", "cuda_status", "eager", "entropy_errors", "ENTROPY_ERROR_BOUND", "FlexFailure"]
 
 ENTROPY_ERROR_BOUND = {"float32": 1e-6, "float16": 1e-3, "bfloat16": 8e-3}   # c of the Precision bound
 _PROBE_SHAPE = (1, 1, 128, 64)     # the compiled call tried once per CUDA device before "auto" picks flex
@@ -96,8 +100,8 @@ def _flex_module(torch):
 def refusal(torch, p: _Problem) -> str | None:
     """Why the flex backend cannot compute ``p`` here, or None."""
     if _flex_module(torch) is None:
-        return (f"backend: 'flex' needs torch.nn.attention.flex_attention with AuxRequest (PyTorch ≥ 2.9), "
-                f"this is torch {torch.__version__}; use 'auto'")
+        return (f"backend: 'flex' needs torch.nn.attention.flex_attention with AuxRequest, which torch "
+                f"{torch.__version__} lacks; use 'auto'")
     device = p.q.device.type
     if device not in ("cpu", "cuda"):
         return f"backend: 'flex' runs on CPU (eager) or CUDA (compiled), got device {p.q.device}; use 'chunked'"
@@ -109,6 +113,9 @@ def refusal(torch, p: _Problem) -> str | None:
     return None
 
 
+_COMPILED: dict = {}
+
+
 def _compiled(torch):
     """FlexAttention compiled once per process (torch.compile caches a kernel per shape and mask)."""
     if "fn" not in _COMPILED:
@@ -116,12 +123,24 @@ def _compiled(torch):
     return _COMPILED["fn"]
 
 
-_COMPILED: dict = {}
+class FlexFailure(InputError):
+    """FlexAttention itself failed on a problem (a compile or kernel error), not one of the refusals:
+    "auto" then computes it on the composed (or chunked) backend instead."""
 
 
 def _call(torch, device):
-    module = _flex_module(torch)
-    return module.flex_attention if device.type == "cpu" or _eager.get() else _compiled(torch)
+    """FlexAttention, compiled or eager, its failures raised as :class:`FlexFailure`."""
+    fn = _flex_module(torch).flex_attention if device.type == "cpu" or _eager.get() else _compiled(torch)
+
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as err:  # noqa: BLE001 - whatever FlexAttention raises, said in one line
+            first = (str(err).strip().splitlines() or [""])[0][:300]
+            raise FlexFailure(f"backend: 'flex': FlexAttention failed on this problem ({type(err).__name__}: {first}); "
+                              "use 'composed' or 'chunked'") from err
+
+    return call
 
 
 @functools.lru_cache(maxsize=16)
