@@ -269,3 +269,26 @@ def test_flexattention_errors_become_flex_failures(monkeypatch):
     q, k, v, _ = problem(seed=7, dtype=torch.float32)
     with pytest.raises(flex.FlexFailure, match=r"FlexAttention failed on this problem \(RuntimeError: no kernel\)"):
         attention(q, k, v, backend="flex")
+
+
+def test_the_monitor_takes_its_figures_from_the_flex_backend():
+    """Replace mode on backend="flex" (CPU, no gradients: the eager path): the model's output and
+    every head's figures as on the chunked backend; on CUDA "auto" reaches the same path."""
+    from attnscale.torch import monitor
+
+    class Causal(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.scaled_dot_product_attention(x, x, x, is_causal=True)
+
+    model, x = Causal(), problem(seed=9, B=2, H_q=3, L=20, d_k=8, dtype=torch.float32)[0][:, :, :, :8]
+    with torch.no_grad():
+        plain = model(x)
+        with monitor(model, mode="replace", backend="flex") as mon:
+            out = model(x)
+        with monitor(model, mode="replace", backend="chunked") as ref:
+            model(x)
+    assert [c.backend for c in mon.calls] == ["flex"] and not mon.fallbacks
+    assert float((out - plain).abs().max()) <= 1e-5 * float(x.abs().max())
+    for a, b in zip(mon.summary(), ref.summary()):
+        np.testing.assert_allclose([a.entropy_mean, a.entropy_min, a.max_logit, a.min_logit],
+                                   [b.entropy_mean, b.entropy_min, b.max_logit, b.min_logit], rtol=1e-5, atol=1e-6)
