@@ -233,7 +233,7 @@ def test_the_gpu_script_dry_run_passes_on_cpu(tmp_path):
     out = tmp_path / "gpu.json"
     with warnings.catch_warnings():
         done = subprocess.run([sys.executable, str(script), "--device", "cpu", "--eager", "--json", str(out)],
-                              capture_output=True, text=True, timeout=300)
+                              capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     text = done.stdout
     for section in ("correctness against float64", "entropy error sweep", "forward: time", "targets"):
