@@ -3,11 +3,12 @@
 Float32, no mask, default scale 1/√d_k, at (B, H, L, d_k) = (4, 8, 512, 64) and (2, 8, 2048, 64)
 (L = S, d_v = d_k). In each round the three run one after another (interleaved, so that a noisy machine
 hurts all of them alike); the table gives every round's time, then the median, the minimum, and the
-ratio of medians to the naive four-liner. The issue's target: attnscale ≤ 1.1× naive.
+ratio of medians to the naive four-liner. The target: attnscale ≤ 1.1× naive (the
+reference's head-by-head loop should cost no more than the four-liner it replaces).
 
 Peak memory is traced separately (tracemalloc sees NumPy's array allocations, not torch's): the most
 memory held at once during one call beyond what existed before it, in MiB and in units of one L×S
-float32 array; "temporaries" is that peak minus the (B, H, L, d_v) output. The issue's target:
+float32 array; "temporaries" is that peak minus the (B, H, L, d_v) output. The target:
 attnscale never holds more than one L×S float array per head at once.
 
     python benchmarks/attention.py                          # both sizes, 7 rounds

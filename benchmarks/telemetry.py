@@ -6,8 +6,8 @@ forward and forward + backward.
     python benchmarks/telemetry.py --shape 2 8 2048 64 --repeats 3 --no-memory
 
 Prints ratios (variant ÷ plain SDPA, medians, measured in the same run) and the verdicts against the
-issue's targets; ``--out ROOT`` also writes the ``telemetry`` result there (what
-``attnscale telemetry-bench --markdown`` renders for the README). The variants and the method are
+kernel's cost targets (attnscale.experiments.telemetry.TARGETS); ``--out ROOT`` also writes the
+``telemetry`` result there (what ``attnscale telemetry-bench --markdown`` renders for the README). The variants and the method are
 described in attnscale.experiments.telemetry.
 """
 
@@ -25,7 +25,7 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="shapes " + " and ".join(map(str, TelemetryBenchConfig.QUICK_SHAPES)))
     parser.add_argument("--shape", type=int, nargs=4, action="append", metavar=("B", "H", "L", "D"),
-                        help="a shape to time (repeatable; default the issue's two)")
+                        help="a shape to time (repeatable; default " + " and ".join(map(str, TelemetryBenchConfig().shapes)) + ")")
     parser.add_argument("--causal", choices=("both", "no", "yes"), default="both")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
     parser.add_argument("--no-backward", action="store_true", help="forward only")

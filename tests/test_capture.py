@@ -47,7 +47,7 @@ def test_eager_and_sdpa_captures_reproduce_the_models_own_probabilities():
             own = eager(input_ids=ids, attention_mask=mask, output_attentions=True).attentions
         with capture_sdpa(sdpa) as cap_sdpa:
             sdpa(input_ids=ids, attention_mask=mask)
-    assert [c.source for c in cap_eager.calls] == ["projections"] * 2
+    assert [c.source for c in cap_eager.calls] == ["interface"] * 2      # transformers' attention interface
     assert [c.source for c in cap_sdpa.calls] == ["sdpa"] * 2
     names = [f"encoder.layer.{i}.attention.self" for i in range(2)]
     assert [c.name for c in cap_eager.calls] == names == [c.name for c in cap_sdpa.calls]

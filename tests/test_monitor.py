@@ -131,7 +131,7 @@ def test_monitor_on_minilm_equals_the_probe_and_the_eager_weights():
     with monitor(loaded.model) as mon, torch.no_grad():
         for text in texts:
             loaded.model(**loaded.tokenizer([text], return_tensors="pt"))
-    assert {c.source for c in mon.calls} == {"projections"}
+    assert {c.source for c in mon.calls} == {"interface"}
     layers = probe["layers"]
     ours = np.array([[f.entropy_mean for f in mon.summary() if f.layer == name] for name in layers])
     theirs = np.array([[h["entropy"] for h in probe["heads"] if h["layer"] == i] for i in range(len(layers))])

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 from attnscale.errors import InputError, InputTypeError  # noqa: E402
 from attnscale.torch import monitor  # noqa: E402
-from attnscale.torch.monitor import SATURATED_P  # noqa: E402
+from attnscale.torch.monitor import SATURATED_P, NoAttentionSeen  # noqa: E402
 
 F = torch.nn.functional
 
@@ -211,7 +211,8 @@ def test_step_figures_are_strict_json_with_reasons_for_nulls():
     with monitor(layer, mode="replace", history=False) as mon:
         layer(x, mask)
         first = mon.step(5)
-        second = mon.step(6)                                              # nothing since: no heads
+        with pytest.warns(NoAttentionSeen, match="no attention call seen in step 6"):
+            second = mon.step(6)                                          # nothing since: no heads, said
     record = json.loads(json.dumps(first.to_json(), allow_nan=False))
     assert record["step"] == 5 and record["calls"] == 1
     h0, h1 = record["heads"]
@@ -252,5 +253,6 @@ def test_bad_arguments():
         monitor(None, mode="rewrite")
     with pytest.raises(InputTypeError, match="sinks: expected objects with write"):
         monitor(None, sinks=[print])
-    with monitor(None, mode="replace") as mon, pytest.raises(InputTypeError, match="global_step: expected an int"):
-        mon.step("3")
+    with pytest.warns(NoAttentionSeen, match="while the monitor was active"):    # it saw no call
+        with monitor(None, mode="replace") as mon, pytest.raises(InputTypeError, match="global_step: expected an int"):
+            mon.step("3")

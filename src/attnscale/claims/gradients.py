@@ -11,11 +11,13 @@ tell different stories: a few rows with near-ties at the top keep a sizeable gra
 
 from __future__ import annotations
 
+from functools import partial
+
 from attnscale.claims.context import Context
 from attnscale.claims.register import claim
 from attnscale.claims.result import by_n_note, judge_all, judge_below, per_n
 from attnscale.claims.saturation import (
-    D_KS, NS, _fmt, _series, ci, crossover, judge_stays_put, median_fields, simulate_rows, stays_put_words,
+    D_KS, NS, _series, ci, crossover, judge_stays_put, median_fields, median_text, simulate_rows, stays_put_words,
 )
 
 SEED_D_K = 64   # "in real Transformers d_k is 64, 128 or more": the seed's example
@@ -32,6 +34,7 @@ def _crossing_text(c: dict) -> str:
 
 def run(ctx: Context) -> None:
     sim = simulate_rows(ctx)
+    med = partial(median_text, level=ctx.level)   # a median as every measured text shows it
     by_n = sim["by_n"]
     last, d64, flat_from = len(D_KS) - 1, D_KS.index(SEED_D_K), D_KS.index(16)
     jac = {n: by_n[str(n)] for n in map(str, NS)}
@@ -58,11 +61,11 @@ def run(ctx: Context) -> None:
         expected=f"on the curve d_k = {', '.join(map(str, D_KS))}: past some d_k the unscaled median ‖diag(p) − ppᵀ‖_F "
                  f"lies below the scaled one at every larger d_k and falls on to d_k = 4096 ({ctx.level} CIs separated), "
                  f"n = {ns}",
-        measured=per_n({n: f"unscaled {_crossing_text(cross[n])}; peak at d_k = {peaks[n]}; 4096 {_fmt(f[last])}"
+        measured=per_n({n: f"unscaled {_crossing_text(cross[n])}; peak at d_k = {peaks[n]}; 4096 {med(f[last])}"
                         for n, f in fro.items()}),
         **median_fields(fro[str(NS[-1])][last]), n_samples=sim["rows"],
         verdict=judge_all(falls.values()),
-        note=by_n_note(falls, "") + "; median [10%–90% quantiles] over rows. Not monotone: below the crossover the "
+        note=by_n_note(falls, "") + "; medians over rows. Not monotone: below the crossover the "
              "unscaled gradient is larger than the scaled one — near-uniform rows have a small Jacobian too "
              "(‖J‖_F ≈ 1/√n), so growing logits first raise it; the crossover moves to larger d_k as n grows"))
 
@@ -72,7 +75,7 @@ def run(ctx: Context) -> None:
         "S6.4",
         expected=f"at d_k = {SEED_D_K}: unscaled median ‖J‖_F below the scaled one ({ctx.level} CIs separated), "
                  f"n = {ns}",
-        measured=per_n({n: f"unscaled {_fmt(f[d64])} vs scaled {_fmt(jac[n]['scaled']['jacobian_frobenius'][d64])}"
+        measured=per_n({n: f"unscaled {med(f[d64])} vs scaled {med(jac[n]['scaled']['jacobian_frobenius'][d64])}"
                         for n, f in fro.items()}),
         verdict=judge_all(at64.values()), n_samples=sim["rows"],
         note=by_n_note(at64, "the intervals overlap") + "; the seed's 'd_k is large → gradients vanish' at its own "
@@ -84,7 +87,7 @@ def run(ctx: Context) -> None:
     ctx.add(claim(
         "S6.2",
         expected=expected,
-        measured=per_n({n: f"d_k={D_KS[flat_from]} {_fmt(f[flat_from])}, 4096 {_fmt(f[last])}, drift ratio {flat[n][0]:.3f}"
+        measured=per_n({n: f"d_k={D_KS[flat_from]} {med(f[flat_from])}, 4096 {med(f[last])}, drift ratio {flat[n][0]:.3f}"
                         for n, j in jac.items() for f in [j["scaled"]["jacobian_frobenius"]]}),
         verdict=verdict, n_samples=sim["rows"], note=drift_note + " (the spread of ‖q‖/√d_k at small d_k)"))
 

@@ -16,6 +16,7 @@ We report medians and 10%/90% quantiles as well as means: the typical row and th
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Callable
 
 import numpy as np
@@ -182,12 +183,16 @@ def stays_put_words(per: dict, level: str, start: int) -> tuple[str, str]:
     return expected, note
 
 
-def _fmt(s: dict) -> str:
-    return f"{s['median']:.3g} [{s['q10']:.3g}–{s['q90']:.3g}]"
+def median_text(s: dict, level: str) -> str:
+    """A summary's median with the interval its verdicts rest on, labelled: "0.236 (99% CI 0.228–0.256)".
+    (The rows' own spread, the 10%–90% quantiles, is in the report's figures.)"""
+    lo, hi = s["median_ci"]
+    return f"{s['median']:.3g} ({level} CI {lo:.3g}–{hi:.3g})"
 
 
 def run(ctx: Context) -> None:
     sim = simulate_rows(ctx)
+    med = partial(median_text, level=ctx.level)   # a median as every measured text shows it
     ctx.data["saturation"] = _series(sim, ("max_weight", "entropy", "normalized_entropy"))
     last, d64 = len(D_KS) - 1, D_KS.index(64)
     by_n = sim["by_n"]
@@ -203,11 +208,11 @@ def run(ctx: Context) -> None:
         "S5.1",
         expected=f"median max weight at d_k = 4096 > at d_k = 64 > at d_k = 1 ({ctx.level} CIs of each step separated), "
                  f"for n = {ns}",
-        measured=per_n({n: f"d_k=1 {_fmt(mw[0])}, 64 {_fmt(mw[d64])}, 4096 {_fmt(mw[last])}"
+        measured=per_n({n: f"d_k=1 {med(mw[0])}, 64 {med(mw[d64])}, 4096 {med(mw[last])}"
                         for n, mw in unscaled["max_weight"].items()}),
         **median_fields(unscaled["max_weight"][NS[-1]][last]), n_samples=sim["rows"],
         verdict=judge_all(rising.values()),
-        note=by_n_note(rising, "") + "; median [10%–90% quantiles] over rows; Gaussian q, k"))
+        note=by_n_note(rising, "") + "; medians over rows; Gaussian q, k"))
 
     # S5.2: the seed's "at d_k = 64 one word gets nearly all the attention (close to 1.0)".
     near_one = {n: judge_at_least(*ci(mw[d64]), NEARLY_ALL) for n, mw in unscaled["max_weight"].items()}
@@ -220,7 +225,7 @@ def run(ctx: Context) -> None:
         "S5.2",
         expected=f"'nearly all' read as: median max weight ≥ {NEARLY_ALL:g} ({ctx.level} CI at or above {NEARLY_ALL:g}), "
                  f"for n = {ns} keys",
-        measured=per_n({n: _fmt(mw[d64]) for n, mw in unscaled["max_weight"].items()}),
+        measured=per_n({n: med(mw[d64]) for n, mw in unscaled["max_weight"].items()}),
         **median_fields(unscaled["max_weight"][NS[-1]][d64]), n_samples=sim["rows"],
         verdict=judge_all(near_one.values()),
         note=by_n_note(near_one, f"its interval straddles {NEARLY_ALL:g}")
@@ -234,7 +239,7 @@ def run(ctx: Context) -> None:
     ctx.add(claim(
         "S5.3",
         expected=f"median entropy at d_k = 4096 < at 64 < at 1 ({ctx.level} CIs of each step separated), for n = {ns}",
-        measured=per_n({n: f"ln n={np.log(n):.2f}, d_k=1 {_fmt(h[0])}, 4096 {_fmt(h[last])} nats"
+        measured=per_n({n: f"ln n={np.log(n):.2f}, d_k=1 {med(h[0])}, 4096 {med(h[last])} nats"
                         for n, h in unscaled["entropy"].items()}),
         verdict=judge_all(falling.values()), n_samples=sim["rows"], note=by_n_note(falling, "")))
 
@@ -245,7 +250,7 @@ def run(ctx: Context) -> None:
     ctx.add(claim(
         "S5.4",
         expected=expected,
-        measured=per_n({n: f"max weight {_fmt(mw[flat_from])} → {_fmt(mw[last])}, drift ratio {flat[n][0]:.3f}"
+        measured=per_n({n: f"max weight {med(mw[flat_from])} → {med(mw[last])}, drift ratio {flat[n][0]:.3f}"
                         for n in NS for mw in [by_n[str(n)]["scaled"]["max_weight"]]}),
         verdict=verdict, n_samples=sim["rows"],
         note=drift_note + ": the scaled logits are (‖q‖/√d_k)·z and ‖q‖/√d_k spreads by ≈ 1/√(2d_k) around 1, "

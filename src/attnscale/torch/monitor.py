@@ -1,4 +1,4 @@
-"""Watch attention health while a model runs or trains: figures for every SDPA call, per layer and head.
+"""Watch attention health while a model runs or trains: figures for every attention call, per layer and head.
 
     with monitor(model) as mon:                       # mode="observe": outputs bit-for-bit unchanged
         model(**batch)
@@ -10,42 +10,69 @@
             ...
             figures = mon.step(step)                  # this step's per layer × head figures → sinks
 
-Two modes. Calls are found by :func:`attnscale.torch.capture.capture_sdpa` (SDPA calls, and BERT-style
-eager attention rebuilt from its projections).
+What is seen (:func:`attnscale.torch.capture.capture_sdpa` finds the calls, each once):
 
-- ``"observe"``: the model's own SDPA call runs untouched — outputs bit-for-bit what they would be
-  without the monitor — and :func:`attnscale.torch.attention` recomputes the row figures from
-  detached q, k, v under ``torch.no_grad``: the attention is computed twice.
-- ``"replace"``: the model's SDPA call is computed by :func:`attnscale.torch.attention` itself, which
-  returns the output and the figures in one pass. The outputs equal SDPA's to rounding, NOT
-  bit-for-bit (another summation order): in float32, max |Δout| ≤ 1e-5·max|v| (the tests hold
-  it to that; measured 6e-7 there, and 1.6e-6 on MiniLM's last hidden state after 6 layers). With gradients enabled and an input that requires grad,
-  the call runs on :data:`TRAINING_BACKEND`, a backend that gives gradients through PyTorch's
-  autograd (forward and backward follow the model's); otherwise on ``backend`` ("auto": the fused
-  kernel on CPU). Calls it cannot honour run on SDPA instead and are counted in ``mon.fallbacks``
-  (and each step's), never dropped silently: ``dropout`` (dropout_p > 0; figures then recomputed
-  as in observe mode, describing the softmax before the dropout), ``learned mask`` (an attn_mask
-  that requires grad; recomputed too), ``fully masked row`` (a float attn_mask that masks every
-  key of a row with finite numbers, HF's finfo.min: SDPA then averages v by the mask's softmax, we
-  would give 0; recomputed too), ``unsupported`` (inputs attnscale.torch.attention refuses;
-  no figures), ``eager attention`` (a module that never called SDPA, rebuilt from its projections
-  and observed). Calls SDPA itself would refuse (is_causal with an attn_mask, head counts that do
-  not broadcast without enable_gqa) are left to SDPA, which raises its own error.
+- every ``F.scaled_dot_product_attention`` call, however it was imported;
+- a Hugging Face model's attention through transformers' attention interface, whatever its
+  ``attn_implementation``: ``"sdpa"`` as SDPA calls, ``"eager"`` from the interface's arguments
+  (after rotary embedding, QK-norm and the KV cache; grouped-query heads, soft-cap and T5's position
+  bias honoured). Flash and flex attention are not read: their calls are counted in ``mon.skipped``;
+- PyTorch's ``nn.MultiheadAttention`` (``need_weights`` True or False) and the layers built on it
+  (``nn.TransformerEncoderLayer``, ``nn.TransformerDecoderLayer``, ``nn.Transformer``), rebuilt
+  from their projections (:mod:`attnscale.torch.nn_modules`). While the monitor is active they take
+  PyTorch's standard path, never the fused fast path of eval mode (PyTorch refuses it under any
+  torch-function override; nn_modules says why we leave it so): observe mode's outputs are then
+  bit-for-bit the standard path's, and within rounding of the fast path's (float32 ≤ 1e-5·max|out|;
+  padded positions of nn.TransformerEncoder's nested-tensor path excepted, which it leaves at 0).
 
-What is kept, per (layer, head): running aggregates only — counts, Σ entropy, extremes — as a few
-NumPy arrays of H numbers, whatever the number of calls (no q, k, v, weights or per-row arrays), for the
-current step and for the whole context. ``history=True`` (the default) also keeps each row's entropy
-(4 bytes per query row, for an exact median in :meth:`Monitor.summary`) and one :class:`CallRecord`
-per call; a training loop passes ``history=False``, which keeps memory bounded over any number of
-steps (``entropy_median`` is then NaN).
+A monitor that saw no attention call in a step (:meth:`Monitor.step`) or in its whole context says
+so, with a :class:`NoAttentionSeen` warning naming the model, its ``attn_implementation`` and the
+attention modules it holds, and any calls seen but not readable; an empty summary is never silent.
 
-A "layer" is the innermost module that made the call (see capture): a module that calls attention
+Two modes.
+
+- ``"observe"``: the model's own attention runs untouched — outputs bit-for-bit what they would be
+  without the monitor (PyTorch's modules: see above) — and :func:`attnscale.torch.attention`
+  recomputes the row figures from detached q, k, v under ``torch.no_grad``: the attention is
+  computed twice. An eager interface call is checked: our output must equal the model's own within
+  :data:`AGREEMENT` (× max |v|; float32 1e-4, bfloat16 0.1) on every row that attends a key, else its
+  figures are dropped and the call counted in ``mon.skipped`` ("figures disagree ..."), never
+  reported wrong. (With dropout the model's output cannot be compared; the figures then describe
+  the softmax before the dropout.)
+- ``"replace"``: the model's attention is computed by :func:`attnscale.torch.attention` itself,
+  which returns the output and the figures in one pass. The outputs equal the model's own to
+  rounding, NOT bit-for-bit (another summation order): in float32, max |Δout| ≤ 1e-5·max|v| per
+  call (the tests hold it to that; measured 6e-7 there, and 1.6e-6 on MiniLM's last hidden state
+  after 6 layers); a whole model's output moves by rounding carried through its layers: the tests
+  hold tiny float32 Llama, Qwen3, GPT-2 and Gemma 2 models (eager and SDPA) and PyTorch's modules to
+  1e-5·max|output| (measured 3e-7 to 6e-7 × max|logit| on the decoders, ≤ 2e-7 × max|out| on the modules).
+  Replaced eager interface calls return no probabilities (as ``"sdpa"``: ``output_attentions``
+  gives None). With gradients enabled and an input that requires grad, the call runs on
+  :data:`TRAINING_BACKEND`, a backend that gives gradients through PyTorch's autograd (forward and
+  backward follow the model's); otherwise on ``backend`` ("auto": the fused kernel on CPU). Calls it
+  cannot honour run the model's own attention instead and are counted in ``mon.fallbacks`` (and each
+  step's), never dropped silently: ``dropout`` (dropout_p > 0; figures then recomputed as in observe
+  mode, describing the softmax before the dropout), ``learned mask`` (an attn_mask or position bias
+  that requires grad; recomputed too), ``fully masked row`` (a float mask that masks every key of a
+  row with finite numbers, HF's finfo.min: SDPA and eager then average v by the mask's softmax, we
+  would give 0; recomputed too), ``attention weights asked`` (``nn.MultiheadAttention`` with
+  ``need_weights=True``, whose probabilities the caller gets back; recomputed too), ``unsupported``
+  (inputs attnscale.torch.attention refuses; no figures), ``other attention`` (an interface call
+  to a function neither SDPA nor the model's own eager one, that returned its probabilities:
+  observed). Calls SDPA itself would refuse (is_causal with an attn_mask, head counts that do not
+  broadcast without enable_gqa) are left to SDPA, which raises its own error.
+
+What is kept, per (layer, head): running aggregates only (:mod:`attnscale.torch.monitor_aggregates`)
+— counts, Σ entropy, extremes — as a few NumPy arrays of H numbers, whatever the number of calls
+(no q, k, v, weights or per-row arrays), for the current step and for the whole context.
+``history=True`` (the default) also keeps each row's entropy (4 bytes per query row, for an exact
+median in :meth:`Monitor.summary`) and one :class:`CallRecord` per call; a training loop passes
+``history=False``, which keeps memory bounded over any number of steps (``entropy_median`` is then NaN).
+
+A "layer" is the attention module that made the call (see capture): a module that calls attention
 twice has both calls aggregated under its name; gradient checkpointing, which reruns the forward,
-counts its calls twice. A fully masked row counts in ``rows_empty`` and in no figure; a row whose
-logits overflowed to +inf or are NaN counts in ``rows_broken`` and in no entropy figure (an
-overflowed +inf does show as the head's max logit), and an overflowed one in the float16 overflow
-count. A row is saturated when its largest weight
-exceeds :data:`SATURATED_P` (:data:`attnscale.softmax.SATURATED_WEIGHT`): exp(max logit − lse), free from the kernel's figures.
+counts its calls twice. Rows: see :mod:`attnscale.torch.monitor_aggregates` (empty, broken,
+saturated rows).
 
 Any SDPA layout is taken: q (..., H_q, L, d_k) with any number of leading dimensions (all folded
 into the batch), or 3-D (N, L, d_k), which has no head axis and is counted as one head.
@@ -58,188 +85,75 @@ would overflow once cast to half is flagged).
 from __future__ import annotations
 
 import math
+import warnings
 from collections import Counter
-from dataclasses import dataclass
 
 import numpy as np
 
 from attnscale.errors import InputError, InputTypeError, check_choice, require
-from attnscale.softmax import SATURATED_WEIGHT
-from attnscale.torch.attention import FLOAT16_MAX, attention
+from attnscale.scales import Constant, SoftCap
+from attnscale.torch.attention import attention
 from attnscale.torch.capture import capture_sdpa
+from attnscale.torch.monitor_aggregates import SATURATED_P, Running, call_figures
+from attnscale.torch.monitor_records import CallRecord, HeadFigures, Step, StepHead
 from attnscale.torch.sdpa_mask import split_attn_mask
 
 __all__ = ["monitor", "Monitor", "CallRecord", "HeadFigures", "Step", "StepHead", "MODES", "TRAINING_BACKEND",
-           "SATURATED_P"]
+           "SATURATED_P", "NoAttentionSeen", "AGREEMENT"]
 
 MODES = ("observe", "replace")
 # The backend of replace mode when gradients are needed: "auto", the fused kernel with its own
 # flash-style backward (memory O(L·d)) where it builds, else the composed path.
 TRAINING_BACKEND = "auto"
-SATURATED_P = SATURATED_WEIGHT     # a row is saturated when its largest weight exceeds this
-_LOG_SATURATED = math.log(SATURATED_P)
+# How far (× max |v|) an eager call's own output may be from ours on the rows that attend a key
+# before its figures are refused: rounding, not another computation. Eager functions take the
+# softmax in float32 (Llama's and most others', whatever the model's dtype), so float64 gets
+# float32's bound; half types round the logits themselves (bfloat16: 2^-8 relative, so a logit of
+# 20 moves by 0.08), and their check only catches gross differences (a doubled scale, a sink).
+# Measured on the tests' tiny models: float32 1.6e-7, float64 9.7e-8, float16 9.9e-4, bfloat16 6.6e-3.
+AGREEMENT = {"float64": 1e-4, "float32": 1e-4, "float16": 5e-2, "bfloat16": 1e-1}
 
 
-@dataclass(frozen=True)
-class CallRecord:
-    """One observed attention call (no tensors)."""
-
-    index: int
-    layer: str
-    shape: tuple               # (B, H_q, L, S, d_k, d_v); B = product of all leading dims (1 head if 3-D)
-    dtype: str
-    source: str                # "sdpa", "projections" (see capture) or "replaced" (replace mode)
-    backend: str               # which attnscale.torch backend computed the figures
-    max_abs_logit: float       # NaN when no row attends anything
-    float16_overflow: bool     # some |logit| > 65504
+class NoAttentionSeen(UserWarning):
+    """A monitor's step or context ended without one attention call seen."""
 
 
-@dataclass(frozen=True)
-class HeadFigures:
-    """Figures of one head of one layer, over every row of every call seen in the context."""
-
-    layer: str
-    head: int
-    calls: int
-    rows: int                  # rows with at least one attended key and finite logits
-    rows_empty: int            # fully masked rows (no figure)
-    entropy_mean: float        # nats
-    entropy_median: float      # NaN with history=False
-    entropy_min: float
-    max_logit: float           # largest logit seen
-    min_logit: float           # smallest attended logit seen
-    overflow_rows: int         # rows with |logit| > 65504
-    rows_broken: int = 0       # rows with a NaN or +inf logit (no entropy figure)
-    saturated_rows: int = 0    # rows whose largest weight exceeds SATURATED_P
-
-
-@dataclass(frozen=True)
-class StepHead:
-    """One head's figures over one step's calls (see :meth:`Monitor.step`). NaN where no row counted."""
-
-    layer: str
-    head: int
-    calls: int
-    rows: int
-    rows_empty: int
-    rows_broken: int
-    entropy_mean: float        # nats
-    entropy_min: float
-    max_logit: float           # largest attended logit (what the logit guard clips)
-    max_abs_logit: float       # max |logit|
-    saturated_fraction: float  # of ``rows``: largest weight > SATURATED_P
-    float16_overflow: int      # rows with |logit| > 65504 (broken rows included)
-
-
-_STEP_FIGURES = ("entropy_mean", "entropy_min", "max_logit", "max_abs_logit", "saturated_fraction")
-
-
-@dataclass(frozen=True)
-class Step:
-    """What :meth:`Monitor.step` closes: the calls since the previous step."""
-
-    step: int
-    calls: int                 # attention calls seen (replaced, observed and fallbacks)
-    fallbacks: dict            # reason -> calls that ran on SDPA instead (replace mode)
-    heads: list                # list[StepHead], layers in the order first seen
-
-    def to_json(self) -> dict:
-        """Strict JSON data: a figure that does not exist is null, with ``why_null`` beside it."""
-        heads = []
-        for h in self.heads:
-            entry = {k: (v if not isinstance(v, float) or math.isfinite(v) else None) for k, v in vars(h).items()}
-            if any(entry[k] is None for k in _STEP_FIGURES):
-                entry["why_null"] = ("no row attended any key" if h.rows + h.rows_broken == 0 else
-                                     "every attended row had a NaN or +inf logit" if h.rows == 0 else
-                                     "a non-finite figure")
-            heads.append(entry)
-        return {"step": self.step, "calls": self.calls, "fallbacks": dict(self.fallbacks), "heads": heads}
-
-
-class _Running:
-    """Running aggregates of one layer's H heads, NumPy arrays of H numbers: counts of rows with no
-    entropy (empty or broken), empty and saturated rows, float16 overflows; the largest logit; the
-    smallest entropy and logit; Σ entropy. Plus the rows seen per head (an int)."""
-
-    def __init__(self, heads: int):
-        self.calls = self.total = 0
-        self.counts = np.zeros((3, heads), np.int64)        # no entropy, empty, saturated
-        self.overflow = np.zeros(heads, np.int64)
-        self.max_logit = np.full(heads, -np.inf)
-        self.mins = np.full((2, heads), np.inf)              # entropy, logit
-        self.entropy_sum = np.zeros(heads)
-
-    @property
-    def heads(self) -> int:
-        return self.counts.shape[1]
-
-    def add(self, other) -> None:
-        self.calls += other.calls
-        self.total += other.total
-        self.counts += other.counts
-        self.overflow += other.overflow
-        self.entropy_sum += other.entropy_sum
-        np.maximum(self.max_logit, other.max_logit, out=self.max_logit)
-        np.minimum(self.mins, other.mins, out=self.mins)
-
-    def plain(self) -> dict:
-        """Python numbers per head: {name: list of H}."""
-        no_entropy, empty, saturated = self.counts.tolist()
-        hi, (ent_min, lo) = self.max_logit.tolist(), self.mins.tolist()
-        return {"rows": [self.total - n for n in no_entropy], "rows_empty": empty,
-                "rows_broken": [n - e for n, e in zip(no_entropy, empty)], "saturated": saturated,
-                "overflow": self.overflow.tolist(), "entropy_sum": self.entropy_sum.tolist(),
-                "entropy_min": ent_min, "max_logit": hi, "min_logit": lo,
-                # lo ≤ hi in every row, so max |logit| = max(max hi, −min lo): no per-row |·| needed.
-                "max_abs_logit": [max(a, -b) for a, b in zip(hi, lo)]}
-
-
-def _rows_by_head(x) -> np.ndarray:
-    """(..., H, L) figures → NumPy (N, H, L) on the host, rows of one head along axes 0 and 2; (N, L),
-    from 3-D inputs without a head axis (and rank 1), → (1, 1, N·L): one head."""
-    x = x.detach()
-    x = x.reshape(1, 1, -1) if x.dim() <= 2 else x.reshape(-1, *x.shape[-2:])
-    return x.cpu().numpy()
-
-
-def _call_figures(stats) -> tuple[_Running, np.ndarray]:
-    """One call's figures as a :class:`_Running` of its own — NumPy reductions over all heads at
-    once (a few µs each, where a torch call costs tens) — and its per-row entropies (N, H, L).
-
-    An empty row has NaN entropy and logits and lse −inf; a broken one NaN entropy (its logits may be
-    +inf): NaN-skipping reductions (fmax, fmin) leave both out of the entropy figures, and an
-    overflowed +inf logit stays visible in the head's max logit."""
-    ent, hi, lo, lse = (_rows_by_head(x) for x in (stats.entropy, stats.max_logit, stats.min_logit, stats.lse))
-    rows = (0, 2)
-    run = _Running.__new__(_Running)
-    run.calls, run.total = 1, ent.shape[0] * ent.shape[2]
-    nan = np.isnan(ent)
-    with np.errstate(invalid="ignore"):                                 # inf − inf in a broken row: NaN, not saturated
-        saturated = np.count_nonzero(hi - lse > _LOG_SATURATED, axis=rows)
-    run.counts = np.stack([np.count_nonzero(nan, axis=rows), np.count_nonzero(lse == -np.inf, axis=rows), saturated])
-    run.max_logit = np.fmax.reduce(hi, axis=rows, initial=-np.inf).astype(np.float64)
-    run.mins = np.stack([np.fmin.reduce(ent, axis=rows, initial=np.inf),
-                         np.fmin.reduce(lo, axis=rows, initial=np.inf)]).astype(np.float64)
-    run.entropy_sum = np.where(nan, 0.0, ent).sum(axis=rows, dtype=np.float64)
-    # Counting float16 overflows takes four passes; most calls have none, which the extremes show.
-    loud = max(run.max_logit.max(), -run.mins[1].min()) > FLOAT16_MAX
-    run.overflow = (np.count_nonzero((hi > FLOAT16_MAX) | (lo < -FLOAT16_MAX), axis=rows) if loud
-                    else np.zeros(ent.shape[1], np.int64))
-    return run, ent
+def describe_model(model) -> str:
+    """Words naming what a monitor watches: the model's class, its ``attn_implementation`` (Hugging
+    Face) and the types of its modules that look like attention, with their counts."""
+    if model is None:
+        return "no model given: every module watched"
+    torch = require("torch", "torch")
+    kinds = Counter(type(m).__name__ for m in model.modules()
+                    if isinstance(m, torch.nn.MultiheadAttention) or "attention" in type(m).__name__.lower())
+    impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    parts = [f"model {type(model).__name__}"]
+    if impl is not None:
+        parts.append(f"attn_implementation={impl!r}")
+    parts.append("attention modules: " + ", ".join(f"{k} ×{n}" for k, n in kinds.items()) if kinds
+                 else "no module named like attention")
+    return ", ".join(parts)
 
 
 class Monitor:
-    """What :func:`monitor` yields: :meth:`summary`, :meth:`step`, ``calls``, ``fallbacks``."""
+    """What :func:`monitor` yields: :meth:`summary`, :meth:`step`, ``calls``, ``fallbacks``, ``skipped``.
 
-    def __init__(self, backend: str = "auto", mode: str = "observe", sinks=(), history: bool = True):
+    watching: words naming what is watched (:func:`describe_model`), for the no-calls warning."""
+
+    def __init__(self, backend: str = "auto", mode: str = "observe", sinks=(), history: bool = True,
+                 watching: str = describe_model(None)):
         self.calls: list[CallRecord] = []
         self.fallbacks: Counter = Counter()
+        self.skipped: Counter = Counter()             # (layer, reason) -> calls seen without figures
+        self._watching = watching
+        self._calls_seen = 0                          # over the whole context
+        self._counted = False                         # the call under way already counted a fallback
         self._backend = backend
         self._mode = mode
         self._sinks = list(sinks)
         self._history = history
-        self._total: dict[str, _Running] = {}
-        self._current: dict[str, _Running] = {}
+        self._total: dict[str, Running] = {}
+        self._current: dict[str, Running] = {}
         self._entropies: dict[tuple[str, int], list] = {}
         self._step_fallbacks: Counter = Counter()
         self._step_calls = 0
@@ -269,11 +183,12 @@ class Monitor:
         return out
 
     def as_dict(self) -> dict:
-        """Plain data for JSON: {"calls": [...], "heads": [...], "fallbacks": {...}}."""
+        """Plain data for JSON: {"calls": [...], "heads": [...], "fallbacks": {...}, "skipped": [...]}."""
         from attnscale.store import to_jsonable
 
         return {"calls": to_jsonable(self.calls), "heads": to_jsonable(self.summary()),
-                "fallbacks": dict(self.fallbacks)}
+                "fallbacks": dict(self.fallbacks),
+                "skipped": [{"layer": layer, "reason": why, "calls": n} for (layer, why), n in self.skipped.items()]}
 
     def step(self, global_step: int, log: bool = True) -> Step:
         """Close a step: the figures of every call since the previous :meth:`step` (or the start),
@@ -295,6 +210,8 @@ class Monitor:
                     saturated_fraction=p["saturated"][h] / rows if rows else nan, float16_overflow=p["overflow"][h]))
             self._add(self._total, layer, run)
         result = Step(step=int(global_step), calls=self._step_calls, fallbacks=dict(self._step_fallbacks), heads=heads)
+        if not self._step_calls:
+            self._warn_nothing_seen(f"in step {int(global_step)}", stacklevel=3)
         self._current = {}
         self._mask_cache = None
         self._step_fallbacks = Counter()
@@ -305,27 +222,41 @@ class Monitor:
                 sink.write(record)
         return result
 
-    def close(self) -> None:
-        """Close the sinks (the monitor's context does it on exit)."""
+    def close(self, warn: bool = True) -> None:
+        """Close the sinks (the monitor's context does it on exit), and warn (unless ``warn=False``)
+        when no attention call was seen at all."""
         for sink in self._sinks:
             sink.close()
+        if warn and not self._calls_seen:
+            self._warn_nothing_seen("while the monitor was active", stacklevel=4)
+
+    def _warn_nothing_seen(self, when: str, stacklevel: int) -> None:
+        skipped = Counter()
+        for (_, why), n in self.skipped.items():
+            skipped[why] += n
+        unread = "; ".join(f"{n} call(s) seen but not read: {why}" for why, n in skipped.items())
+        warnings.warn(NoAttentionSeen(
+            f"monitor: no attention call seen {when} ({self._watching}); no figures"
+            + (f". {unread}" if unread else
+               ". Its attention may bypass SDPA, transformers' attention interface and nn.MultiheadAttention, "
+               "or the model was not run inside the context")), stacklevel=stacklevel)
 
     # -- figures in -------------------------------------------------------------------------------
 
     def _layers(self) -> list[str]:
         return list(dict.fromkeys([*self._total, *self._current]))
 
-    def _merged(self, layer: str) -> _Running:
+    def _merged(self, layer: str) -> Running:
         parts = [t[layer] for t in (self._total, self._current) if layer in t]
-        out = _Running(parts[0].heads)
+        out = Running(parts[0].heads)
         for p in parts:
             out.add(p)
         return out
 
     @staticmethod
-    def _add(table: dict, layer: str, run: _Running) -> None:
+    def _add(table: dict, layer: str, run: Running) -> None:
         if layer not in table:
-            table[layer] = _Running(run.heads)
+            table[layer] = Running(run.heads)
         table[layer].add(run)
 
     def _layer_key(self, name: str, heads: int) -> str:
@@ -336,10 +267,11 @@ class Monitor:
         return name
 
     def _fold(self, name: str, q, k, v, stats, source: str, index: int) -> None:
-        run, ent = _call_figures(stats)
+        run, ent = call_figures(stats)
         layer = self._layer_key(name, ent.shape[1])
         self._add(self._current, layer, run)
         self._step_calls += 1
+        self._calls_seen += 1
         if not self._history:
             return
         for h in range(ent.shape[1]):
@@ -356,21 +288,28 @@ class Monitor:
     def _fallback(self, reason: str) -> None:
         self.fallbacks[reason] += 1
         self._step_fallbacks[reason] += 1
+        self._counted = True
 
     def observe(self, call) -> None:
         """Compute and fold in the figures of one :class:`~attnscale.torch.capture.SDPACall`."""
+        counted, self._counted = self._counted, False
         if self._skip_observe:                      # a replace-mode fallback with no figures
             self._skip_observe = False
             self._step_calls += 1
+            self._calls_seen += 1
             return
-        if self._mode == "replace" and call.source == "projections":
-            self._fallback("eager attention")
+        if self._mode == "replace" and call.source != "sdpa" and not counted:
+            self._fallback("other attention")
+            self._counted = False
         torch = require("torch", "torch")
         with torch.no_grad():
             mask, bias = split_attn_mask(call.attn_mask)
-            stats = attention(call.q, call.k, call.v, scale=call.scale, mask=mask, bias=bias,
-                              causal="top_left" if call.is_causal else False, max_logit=True,
+            stats = attention(call.q, call.k, call.v, scale=_scale_rule(call.scale, call.softcap), mask=mask,
+                              bias=bias, causal="top_left" if call.is_causal else False, max_logit=True,
                               backend=self._backend, check_finite=False)
+            if call.source == "interface" and call.dropout_p == 0 and not _agrees(torch, stats, call):
+                self.skipped[(call.name, _DISAGREE)] += 1
+                return
         self._fold(call.name, call.q, call.k, call.v, stats, call.source, call.index)
 
     def _mask_parts(self, torch, m):
@@ -388,8 +327,8 @@ class Monitor:
         return mask, bias, averaged
 
     def replace(self, name: str, a: dict):
-        """Compute one intercepted SDPA call (arguments as capture passes them) with its figures;
-        None leaves it to SDPA (a fallback, or a call SDPA itself refuses)."""
+        """Compute one intercepted call (SDPA's arguments, as capture passes them) with its figures;
+        None leaves it to the model's own attention (a fallback, or a call SDPA itself refuses)."""
         torch = require("torch", "torch")
         q, k, v, m = a["query"], a["key"], a["value"], a["attn_mask"]
         if not all(isinstance(t, torch.Tensor) for t in (q, k, v)) or q.dim() < 2:
@@ -399,6 +338,9 @@ class Monitor:
         if (not a["enable_gqa"] and q.dim() >= 3 and k.dim() >= 3 and k.shape[-3] not in (1, q.shape[-3])):
             return None                               # SDPA would not broadcast these heads
         grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+        if a.get("need_weights"):
+            self._fallback("attention weights asked")
+            return None
         if a["dropout_p"] > 0:
             self._fallback("dropout")
             return None
@@ -410,7 +352,7 @@ class Monitor:
             if averaged:
                 self._fallback("fully masked row")
                 return None
-            stats = attention(q, k, v, scale=a["scale"], mask=mask, bias=bias,
+            stats = attention(q, k, v, scale=_scale_rule(a["scale"], a.get("softcap", 0.0)), mask=mask, bias=bias,
                               causal="top_left" if a["is_causal"] else False, max_logit=True,
                               backend=TRAINING_BACKEND if grad else self._backend, check_finite=False)
         except InputError:
@@ -419,6 +361,29 @@ class Monitor:
             return None
         self._fold(name, q, k, v, stats, "replaced", -1 if not self._history else len(self.calls))
         return stats.out
+
+
+_DISAGREE = ("its eager output differs from the rebuilt attention beyond rounding (an eager function "
+             "that computes more than softmax(cap(scaling·q·kᵀ) + mask)·v)")
+
+
+def _scale_rule(scale, softcap: float):
+    """SDPA's scale (None = 1/√d_k), soft-capped as Gemma 2's eager attention when ``softcap``."""
+    if not softcap:
+        return scale
+    return SoftCap(cap_value=softcap, base=Constant(scale)) if scale is not None else SoftCap(cap_value=softcap)
+
+
+def _agrees(torch, stats, call) -> bool:
+    """Our output equals the model's own (``call.output``) within :data:`AGREEMENT` × max |v| on
+    every row that attends a key with finite logits (a row we call empty, the model averages)."""
+    dtype = str(call.q.dtype).replace("torch.", "")
+    rows = torch.isfinite(stats.lse)
+    if not bool(rows.any()):
+        return True
+    gap = (stats.out.float() - call.output.float()).abs().amax(-1)[rows].max()
+    reach = float(call.v.abs().max()) if call.v.numel() else 0.0
+    return float(gap) <= AGREEMENT.get(dtype, max(AGREEMENT.values())) * max(reach, 1e-30)
 
 
 class monitor:
@@ -455,9 +420,10 @@ class monitor:
         torch = require("torch", "torch")
         if model is not None and not isinstance(model, torch.nn.Module):
             raise InputTypeError(f"model: expected a torch.nn.Module or None, got {type(model).__name__}")
-        self._monitor = Monitor(backend, mode, sinks, bool(history))
+        self._monitor = Monitor(backend, mode, sinks, bool(history), describe_model(model))
         self._capture = capture_sdpa(model, store=False, on_call=self._monitor.observe,
                                      replace=self._monitor.replace if mode == "replace" else None)
+        self._monitor.skipped = self._capture._capture.skipped     # one count of calls seen but not read
 
     def __enter__(self) -> Monitor:
         self._capture.__enter__()
@@ -465,4 +431,4 @@ class monitor:
 
     def __exit__(self, *exc) -> None:
         self._capture.__exit__(*exc)
-        self._monitor.close()
+        self._monitor.close(warn=exc[0] is None)      # no warning on top of an error

@@ -1,0 +1,94 @@
+"""The monitor's running aggregates: per (layer, head) counts, Σ entropy and extremes as NumPy
+arrays of H numbers, whatever the number of calls; and one call's figures folded into them.
+
+A fully masked row counts in ``rows_empty`` and in no figure; a row whose logits overflowed to +inf
+or are NaN counts in ``rows_broken`` and in no entropy figure (an overflowed +inf does show as the
+head's max logit); a row is saturated when its largest weight exceeds :data:`SATURATED_P`:
+exp(max logit − lse), free from the kernel's figures.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from attnscale.softmax import SATURATED_WEIGHT
+from attnscale.torch.attention import FLOAT16_MAX
+
+__all__ = ["Running", "call_figures", "rows_by_head", "SATURATED_P"]
+
+SATURATED_P = SATURATED_WEIGHT     # a row is saturated when its largest weight exceeds this
+_LOG_SATURATED = math.log(SATURATED_P)
+
+
+class Running:
+    """Running aggregates of one layer's H heads, NumPy arrays of H numbers: counts of rows with no
+    entropy (empty or broken), empty and saturated rows, float16 overflows; the largest logit; the
+    smallest entropy and logit; Σ entropy. Plus the rows seen per head (an int)."""
+
+    def __init__(self, heads: int):
+        self.calls = self.total = 0
+        self.counts = np.zeros((3, heads), np.int64)        # no entropy, empty, saturated
+        self.overflow = np.zeros(heads, np.int64)
+        self.max_logit = np.full(heads, -np.inf)
+        self.mins = np.full((2, heads), np.inf)              # entropy, logit
+        self.entropy_sum = np.zeros(heads)
+
+    @property
+    def heads(self) -> int:
+        return self.counts.shape[1]
+
+    def add(self, other) -> None:
+        self.calls += other.calls
+        self.total += other.total
+        self.counts += other.counts
+        self.overflow += other.overflow
+        self.entropy_sum += other.entropy_sum
+        np.maximum(self.max_logit, other.max_logit, out=self.max_logit)
+        np.minimum(self.mins, other.mins, out=self.mins)
+
+    def plain(self) -> dict:
+        """Python numbers per head: {name: list of H}."""
+        no_entropy, empty, saturated = self.counts.tolist()
+        hi, (ent_min, lo) = self.max_logit.tolist(), self.mins.tolist()
+        return {"rows": [self.total - n for n in no_entropy], "rows_empty": empty,
+                "rows_broken": [n - e for n, e in zip(no_entropy, empty)], "saturated": saturated,
+                "overflow": self.overflow.tolist(), "entropy_sum": self.entropy_sum.tolist(),
+                "entropy_min": ent_min, "max_logit": hi, "min_logit": lo,
+                # lo ≤ hi in every row, so max |logit| = max(max hi, −min lo): no per-row |·| needed.
+                "max_abs_logit": [max(a, -b) for a, b in zip(hi, lo)]}
+
+
+def rows_by_head(x) -> np.ndarray:
+    """(..., H, L) figures → NumPy (N, H, L) on the host, rows of one head along axes 0 and 2; (N, L),
+    from 3-D inputs without a head axis (and rank 1), → (1, 1, N·L): one head."""
+    x = x.detach()
+    x = x.reshape(1, 1, -1) if x.dim() <= 2 else x.reshape(-1, *x.shape[-2:])
+    return x.cpu().numpy()
+
+
+def call_figures(stats) -> tuple[Running, np.ndarray]:
+    """One call's figures as a :class:`Running` of its own — NumPy reductions over all heads at
+    once (a few µs each, where a torch call costs tens) — and its per-row entropies (N, H, L).
+
+    An empty row has NaN entropy and logits and lse −inf; a broken one NaN entropy (its logits may be
+    +inf): NaN-skipping reductions (fmax, fmin) leave both out of the entropy figures, and an
+    overflowed +inf logit stays visible in the head's max logit."""
+    ent, hi, lo, lse = (rows_by_head(x) for x in (stats.entropy, stats.max_logit, stats.min_logit, stats.lse))
+    rows = (0, 2)
+    run = Running.__new__(Running)
+    run.calls, run.total = 1, ent.shape[0] * ent.shape[2]
+    nan = np.isnan(ent)
+    with np.errstate(invalid="ignore"):                                 # inf − inf in a broken row: NaN, not saturated
+        saturated = np.count_nonzero(hi - lse > _LOG_SATURATED, axis=rows)
+    run.counts = np.stack([np.count_nonzero(nan, axis=rows), np.count_nonzero(lse == -np.inf, axis=rows), saturated])
+    run.max_logit = np.fmax.reduce(hi, axis=rows, initial=-np.inf).astype(np.float64)
+    run.mins = np.stack([np.fmin.reduce(ent, axis=rows, initial=np.inf),
+                         np.fmin.reduce(lo, axis=rows, initial=np.inf)]).astype(np.float64)
+    run.entropy_sum = np.where(nan, 0.0, ent).sum(axis=rows, dtype=np.float64)
+    # Counting float16 overflows takes four passes; most calls have none, which the extremes show.
+    loud = max(run.max_logit.max(), -run.mins[1].min()) > FLOAT16_MAX
+    run.overflow = (np.count_nonzero((hi > FLOAT16_MAX) | (lo < -FLOAT16_MAX), axis=rows) if loud
+                    else np.zeros(ent.shape[1], np.int64))
+    return run, ent
