@@ -27,8 +27,8 @@ its gradient from a (B, H_q, L, S) buffer: O(L·S), the size of the bias when it
 broadcast one is summed back from it). The figures (lse, entropy, logit range) are diagnostics and
 come back **detached**: no gradient flows through them.
 
-Three backends, all with memory O(L·d) except where said; the kernel and chunked ones are exact to
-rounding (the entropy a sum of non-negative terms), the composed one subtracts:
+Four backends, all with memory O(L·d) except where said; the kernel and chunked ones are exact to
+rounding (the entropy a sum of non-negative terms), the composed and flex ones subtract:
 
 - ``"kernel"`` (CPU, float32/float64): the fused C++ kernel of :mod:`attnscale.torch.ext`, a
   flash-style online softmax that accumulates Σ p·(s − max) next to the softmax sum (one extra
@@ -43,11 +43,18 @@ rounding (the entropy a sum of non-negative terms), the composed one subtracts:
   logit range needs its own pass (the chunked logits below).
 - ``"chunked"`` (anywhere, bias included): logits for a block of query rows at a time,
   O(rows·S) memory with rows chosen to keep a block near 16 MiB.
+- ``"flex"`` (CUDA compiled, CPU eager; every rule, bias included): PyTorch's FlexAttention, the
+  same [V, K] construction in one call with block masks, computing in the inputs' own dtype
+  (bfloat16 and float16 too, unlike the others), its fused backward on CUDA, none on CPU; soft-cap
+  and bias through a score_mod plus a chunked pass for the figures (:mod:`attnscale.torch.flex`,
+  which states its costs and its measured precision).
 
 ``"auto"`` picks the kernel on CPU when it builds, else composed (chunked when a bias or a soft-cap
-is given, or for float64 on CUDA). The CUDA path (composed, through PyTorch's memory-efficient
-kernel, which returns the log-sum-exp, and whose own backward gives the gradients) is written and
-tested by tests that run only where a GPU is present; it was not run on a GPU in this project yet.
+is given). On CUDA it picks flex when compiled FlexAttention runs there (tried once per device:
+``kernel_status()["cuda"]`` says which and why), else composed through PyTorch's memory-efficient
+kernel, which returns the log-sum-exp and whose own backward gives the gradients; float64 on CUDA
+takes chunked. The CUDA paths are tested by tests that run only where a GPU is present and by
+benchmarks/gpu.py; neither has run on a GPU in this project yet.
 """
 
 from __future__ import annotations
@@ -63,7 +70,7 @@ from attnscale.shapes import check_qkv_shapes
 
 __all__ = ["attention", "AttentionStats", "BACKENDS", "FLOAT16_MAX"]
 
-BACKENDS = ("auto", "kernel", "composed", "chunked")
+BACKENDS = ("auto", "kernel", "composed", "chunked", "flex")
 FLOAT16_MAX = 65504.0          # the largest finite float16: a logit beyond it overflows to ±inf
 _Q_BLOCK, _KV_BLOCK = 256, 512  # the kernel's tile: as PyTorch's fused CPU kernel for long sequences
 _CHUNK_ELEMENTS = 1 << 22       # logits per block of the chunked paths (16 MiB in float32)
@@ -79,7 +86,7 @@ class AttentionStats:
     entropy: Any               # −Σ_j p_ij ln p_ij, nats; NaN for a row with nothing attended
     max_logit: Any             # largest attended logit (None unless max_logit=True); NaN if none
     min_logit: Any             # smallest attended logit (None unless max_logit=True); NaN if none
-    backend: str               # "kernel" | "composed" | "chunked"
+    backend: str               # "kernel" | "composed" | "chunked" | "flex"
 
     def float16_overflow(self):
         """Bool (..., H_q, L): rows with a logit beyond ±65504, which float16 cannot hold (the
@@ -170,7 +177,8 @@ def _attended_counts(torch, p: _Problem):
     return torch.cat(parts, dim=-1) if parts else torch.zeros((B, H, 0), device=p.q.device)
 
 
-def _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite) -> _Problem:
+def _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite, backend, stats) -> tuple[_Problem, str | None]:
+    """The validated problem and the backend that computes it (None: plain SDPA, ``stats=False``)."""
     squeeze = all(isinstance(x, torch.Tensor) and x.dim() == 2 for x in (q, k, v))
     q4, k4, v4 = _check_tensor(torch, "q", q), _check_tensor(torch, "k", k), _check_tensor(torch, "v", v)
     if not (q.dtype == k.dtype == v.dtype):
@@ -179,8 +187,13 @@ def _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite) -> _Proble
         raise InputError(f"q, k, v: expected one device, got q {q.device}, k {k.device}, v {v.device}")
     sh = check_qkv_shapes(q4.shape, k4.shape, v4.shape, q.shape, k.shape, v.shape)
     H_q, L, S, lead = sh.H_q, sh.L, sh.S, sh.lead
-    # Half precision is computed in float32, as the NumPy core does for float16.
-    compute = torch.float64 if q.dtype == torch.float64 else torch.float32
+    rule = resolve_scale(scale)
+    chosen = None
+    if stats or rule.caps:
+        chosen = _choose_backend(torch, q.device, q.dtype, bias is not None, rule.caps, backend)
+    # Half precision is computed in float32, as the NumPy core does for float16; FlexAttention
+    # computes in the inputs' own dtype (the model's, as its own SDPA would).
+    compute = q.dtype if chosen == "flex" else torch.float64 if q.dtype == torch.float64 else torch.float32
     target = lead + (H_q, L, S)
 
     batch = math.prod(lead)
@@ -202,11 +215,10 @@ def _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite) -> _Proble
         if check_finite and bias.numel() and not bool(bias.max() < math.inf):   # max is NaN if any is
             raise InputError("bias: contains NaN or +Inf; expected finite values or -inf (masked)")
         bias4 = _broadcast_rows(torch, "bias", bias.to(device=q.device, dtype=compute), target, batch)
-    rule = resolve_scale(scale)
     p = _Problem(q=flat(q4), k=flat(k4), v=flat(v4), mask=mask4, bias=bias4,
                  alignment=causal_alignment(causal, L, S), scale=1.0, softcap=0.0,
                  lead=lead, squeeze_heads=squeeze, out_dtype=q.dtype)
-    return _apply_rule(torch, p, rule)
+    return _apply_rule(torch, p, rule), chosen
 
 
 def _check_finite(torch, given: dict, kernel: bool) -> None:
@@ -251,7 +263,7 @@ def attention(q, k, v, *, scale=None, mask=None, bias=None, causal=False, stats:
         stats: False returns only the output, from plain ``torch.nn.functional.scaled_dot_product_attention``.
         max_logit: also return each row's largest and smallest attended logit (see the module
             docstring for what it costs on each backend).
-        backend: "auto", "kernel", "composed" or "chunked" (module docstring).
+        backend: "auto", "kernel", "composed", "chunked" or "flex" (module docstring).
         check_finite: refuse NaN/Inf in q, k, v and NaN/+Inf in bias; False skips the scan.
 
     Returns:
@@ -268,18 +280,21 @@ def attention(q, k, v, *, scale=None, mask=None, bias=None, causal=False, stats:
     """
     torch = require("torch", "torch")
     check_choice("backend", backend, BACKENDS)
-    p = _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite)
-    if not stats and not p.softcap:     # PyTorch's SDPA cannot cap: a capped call takes the path below
+    p, chosen = _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite, backend, stats)
+    if chosen is None:                  # PyTorch's SDPA cannot cap: a capped call has a backend
         if check_finite:
             _check_finite(torch, {"q": q, "k": k, "v": v}, kernel=False)
         return p.shaped(_plain_sdpa(torch, p)).to(p.out_dtype)
-    chosen = _choose_backend(p, backend)
     if check_finite:
         _check_finite(torch, {"q": q, "k": k, "v": v}, kernel=chosen == "kernel")
     if p.v.shape[-1] == 0:
         chosen = "chunked"          # d_v = 0: nothing for a BLAS or a fused kernel to multiply
-    run = _run_nothing_attended if p.q.shape[-2] == 0 else _BACKEND_FUNCTIONS[chosen]
-    out, lse, entropy, hi, lo = run(torch, p, max_logit)
+    if p.q.shape[-2] == 0:
+        out, lse, entropy, hi, lo = _run_nothing_attended(torch, p, max_logit)
+    elif chosen == "flex" and backend == "auto":
+        (out, lse, entropy, hi, lo), chosen = _run_flex_or_fall_back(torch, p, max_logit)
+    else:
+        out, lse, entropy, hi, lo = _BACKEND_FUNCTIONS[chosen](torch, p, max_logit)
     _check_graph(torch, (q, k, v, bias), out, chosen)
     out = p.shaped(out).to(p.out_dtype)
     if not stats:
@@ -299,32 +314,40 @@ def _check_graph(torch, inputs, out, backend: str) -> None:
                          "use backend='chunked' or call under torch.no_grad()")
 
 
-def _choose_backend(p: _Problem, backend: str) -> str:
+def _choose_backend(torch, device, dtype, has_bias: bool, caps: bool, backend: str) -> str:
+    """The backend for inputs on ``device`` of ``dtype``, with or without a bias and a soft-cap."""
     from attnscale.torch.ext import kernel_status, load_kernel
 
-    on_cpu = p.q.device.type == "cpu"
+    on_cpu = device.type == "cpu"
+    if backend == "flex":
+        return "flex"               # what FlexAttention cannot do is refused by attnscale.torch.flex
     if backend == "kernel":
         if not on_cpu:
-            raise InputError(f"backend: 'kernel' runs on CPU tensors only, got device {p.q.device}; use 'composed'")
+            raise InputError(f"backend: 'kernel' runs on CPU tensors only, got device {device}; use 'composed'")
         if load_kernel() is None:
             raise InputError(f"backend: the C++ kernel is not available ({kernel_status()['reason']}); "
                              "use 'auto' to fall back to composed PyTorch calls")
         return "kernel"
-    if backend == "composed" and p.bias is not None:
+    if backend == "composed" and has_bias:
         raise InputError("bias: the 'composed' backend cannot weight a bias by the probabilities; "
                          "use backend='kernel' (CPU) or 'chunked'")
-    if backend == "composed" and p.softcap:
+    if backend == "composed" and caps:
         raise InputError("scale: the 'composed' backend cannot soft-cap the logits (rule 'softcap': PyTorch's "
                          "fused kernels take none); use backend='kernel' (CPU) or 'chunked'")
     # PyTorch's fused CUDA kernels have no float64.
-    composable = p.bias is None and not p.softcap and (on_cpu or p.q.element_size() < 8)
+    composable = not has_bias and not caps and (on_cpu or dtype != torch.float64)
     if backend == "composed" and not composable:
-        raise InputError(f"backend: 'composed' has no float64 on {p.q.device} (PyTorch's fused CUDA kernels); "
+        raise InputError(f"backend: 'composed' has no float64 on {device} (PyTorch's fused CUDA kernels); "
                          "use 'chunked' or 'auto'")
     if backend != "auto":
         return backend
     if on_cpu and load_kernel() is not None:
         return "kernel"
+    if device.type == "cuda" and dtype != torch.float64:
+        from attnscale.torch.flex import cuda_status
+
+        if cuda_status(torch)["backend"] == "flex":
+            return "flex"
     return "composed" if composable else "chunked"
 
 
@@ -479,4 +502,24 @@ def _run_chunked(torch, p: _Problem, logit_range: bool):
             cat(his) if logit_range else None, cat(los) if logit_range else None)
 
 
-_BACKEND_FUNCTIONS = {"kernel": _run_kernel, "composed": _run_composed, "chunked": _run_chunked}
+def _run_flex(torch, p: _Problem, logit_range: bool):
+    from attnscale.torch.flex import run_flex
+
+    return run_flex(torch, p, logit_range)
+
+
+def _run_flex_or_fall_back(torch, p: _Problem, logit_range: bool):
+    """"auto"'s flex: where FlexAttention fails on the problem, composed (chunked with a bias or a
+    soft-cap), half precision raised to float32 as those backends compute. Returns (figures, backend)."""
+    from attnscale.torch.flex import FlexFailure, run_flex
+
+    try:
+        return run_flex(torch, p, logit_range), "flex"
+    except FlexFailure:
+        up = lambda x: x.to(torch.float32) if x is not None and x.element_size() < 4 else x  # noqa: E731
+        p = replace(p, q=up(p.q), k=up(p.k), v=up(p.v), bias=up(p.bias))
+        fallback = "chunked" if p.bias is not None or p.softcap else "composed"
+        return _BACKEND_FUNCTIONS[fallback](torch, p, logit_range), fallback
+
+
+_BACKEND_FUNCTIONS = {"kernel": _run_kernel, "composed": _run_composed, "chunked": _run_chunked, "flex": _run_flex}

@@ -170,6 +170,14 @@ def _telling_line(message: str) -> str:
 
 
 def kernel_status() -> dict[str, object]:
-    """{"available": bool, "reason": str}, loading the kernel first if that was not tried yet."""
+    """{"available": bool, "reason": str} of the CPU kernel, loading it first if that was not tried
+    yet, and "cuda": {"backend", "reason"}, what backend="auto" runs on CUDA ("flex" when compiled
+    FlexAttention works there, else "composed"; None without CUDA: see attnscale.torch.flex)."""
+    from attnscale.torch.flex import cuda_status
+
     op = load_kernel()
-    return {"available": op is not None, "reason": _state["reason"]}
+    try:
+        import torch
+    except ImportError:
+        return {"available": False, "reason": _state["reason"], "cuda": {"backend": None, "reason": "no torch"}}
+    return {"available": op is not None, "reason": _state["reason"], "cuda": cuda_status(torch)}

@@ -1,0 +1,303 @@
+"""The ``"flex"`` backend of :func:`attnscale.torch.attention`: PyTorch's FlexAttention, compiled on
+CUDA (eager, FlexAttention's reference path, on CPU), with each row's figures from the same call.
+
+    q: (B, H_q, L, d_k)   k: (B, H_kv, S, d_k)   v: (B, H_kv, S, d_v)   (H_kv divides H_q: enable_gqa)
+
+For logits linear in q·k (every rule that is a factor of q̂·k̂: 1/√d_k, unscaled, 1/d_k, a constant,
+QK-norm, log-n; masks only), Σ_j p_ij s_ij = scale · q_i · (Σ_j p_ij k_j), so one call with the value
+[V, K] (concatenated on the last axis) returns the output and P·K together, and
+
+    lse_i     from ``return_aux=AuxRequest(lse=True)``            (float32; float64 for float64)
+    entropy_i = lse_i − scale · q_i · (P K)_i, clamped at 0        (a difference: see Precision)
+    max_logit_i from ``AuxRequest(max_scores=True)`` (CUDA); min_logit_i = −max of a second call on −q
+
+Masks are block masks (``create_block_mask``): a boolean mask, the causal limit in either
+alignment (top_left: j ≤ i; bottom_right: j ≤ i + S − L), or both. A causal-only block mask is kept
+for the next call of the same (L, S, alignment, device), as a training loop makes. A row with nothing
+attended gets FlexAttention's output 0 and lse −inf; its entropy and logit range are NaN (as every
+backend of :mod:`attnscale.torch.attention`).
+
+Costs: the extra d_k columns of the value make the P·V product (d_v + d_k)/d_v as wide, about 1.5×
+the FLOPs of plain attention at d_k = d_v, forward; in the backward they get a zero gradient (K
+enters the value detached, so no gradient flows through it twice). The logit range on CUDA: the
+max is free (FlexAttention's running max); the min is one more forward call on (−q, k, v) without
+gradient (about 2/3 of the first call again). On CPU FlexAttention returns no max_scores (PyTorch
+2.13), so the range comes from the chunked logits pass of the composed backend.
+
+Soft-cap and an additive bias (scores not linear in q·k) take a second pass: the output, with its
+gradient through FlexAttention's fused backward, from one call whose ``score_mod`` caps the score
+and adds the bias (cap first, as every backend here); the figures (lse, entropy, logit range) from
+the chunked backend under ``torch.no_grad``, a block of rows at a time (O(rows·S) memory, freed as it
+goes, nothing kept for the backward). That pass costs about one unfused attention forward, several
+times the fused call; what it saves against the chunked backend alone is the backward's memory
+(the chunked backend keeps every block's logits for autograd, O(L·S)).
+
+If FlexAttention itself fails on a problem (a shape its compiled kernel does not take, say),
+:class:`FlexFailure` (an InputError) says so; "auto" then runs the problem on the composed backend
+(chunked with a bias or soft-cap) in float32, and its figures say which backend made them.
+
+Refused, with the reason: gradients on CPU (FlexAttention has no CPU backward in PyTorch 2.13: call
+under ``torch.no_grad()`` or use "kernel"/"chunked"); a device other than CPU or CUDA; a PyTorch
+without ``torch.nn.attention.flex_attention.AuxRequest``.
+
+Precision: lse and the output are as good as FlexAttention's own; the entropy is a difference, so
+its absolute error grows with |lse|. :func:`entropy_errors` measures it against float64 of the same
+(rounded) inputs over rows from uniform weights to frozen ones (d_k 64, 256 keys, one query
+direction per row scaled by 0 to 10³: entropy ln 256 down to ~10⁻¹⁰⁷, |lse| up to ~3·10³), and the
+bound :data:`ENTROPY_ERROR_BOUND` is what tests/test_flex_attention.py holds it to:
+
+    |Δentropy| ≤ c · (1 + |lse|),   c = 1·10⁻⁶ (float32), 1·10⁻³ (float16), 8·10⁻³ (bfloat16)
+
+Measured on CPU (eager, torch 2.13, 2026-12-01), the largest |Δentropy| / (1 + |lse|) over the
+sweep: float32 3.8·10⁻⁷, float16 3.6·10⁻⁴, bfloat16 3.0·10⁻³. In half precision the P·K columns
+come back in the inputs' dtype (8 bits of mantissa in bfloat16): a saturated bfloat16 row with
+lse 29 and entropy 0.66 read 0.07 nats off, and without the logit range a frozen row (entropy 0,
+lse up to 2.9·10³) read up to 2.4 nats. With the logit range (always on CUDA, where the max is free;
+on CPU with ``max_logit=True``) the entropy is also held between −ln p_max and Fano's bound
+(:func:`_bracketed`), so a frozen row reads ≤ 2·10⁻⁴ nats in every dtype (measured; the rounding of
+lse − max in float32), and the largest error over the bfloat16 sweep is 0.43 nats (entropy 0.27,
+lse 1.2·10³). The lse itself stays within 5·10⁻⁷·(1 + |lse|) in every dtype (FlexAttention keeps it
+in float32). benchmarks/gpu.py measures the same sweep on a GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import math
+from dataclasses import replace
+
+from attnscale.errors import InputError, require
+from attnscale.torch.attention import _logit_range, _Problem, _run_chunked
+
+__all__ = ["run_flex", "refusal", "cuda_status", "eager", "entropy_errors", "ENTROPY_ERROR_BOUND", "FlexFailure"]
+
+ENTROPY_ERROR_BOUND = {"float32": 1e-6, "float16": 1e-3, "bfloat16": 8e-3}   # c of the Precision bound
+_PROBE_SHAPE = (1, 1, 128, 64)     # the compiled call tried once per CUDA device before "auto" picks flex
+_eager = contextvars.ContextVar("attnscale_flex_eager", default=False)
+
+
+@contextlib.contextmanager
+def eager():
+    """Run the flex backend through FlexAttention's eager reference path on any device (what CPU
+    always uses), e.g. to check the compiled CUDA kernel against it."""
+    token = _eager.set(True)
+    try:
+        yield
+    finally:
+        _eager.reset(token)
+
+
+def _flex_module(torch):
+    try:
+        from torch.nn.attention import flex_attention as module
+    except ImportError:
+        return None
+    return module if hasattr(module, "AuxRequest") else None
+
+
+def refusal(torch, p: _Problem) -> str | None:
+    """Why the flex backend cannot compute ``p`` here, or None."""
+    if _flex_module(torch) is None:
+        return (f"backend: 'flex' needs torch.nn.attention.flex_attention with AuxRequest, which torch "
+                f"{torch.__version__} lacks; use 'auto'")
+    device = p.q.device.type
+    if device not in ("cpu", "cuda"):
+        return f"backend: 'flex' runs on CPU (eager) or CUDA (compiled), got device {p.q.device}; use 'chunked'"
+    wants_grad = torch.is_grad_enabled() and any(
+        isinstance(x, torch.Tensor) and x.requires_grad for x in (p.q, p.k, p.v, p.bias))
+    if device == "cpu" and wants_grad:
+        return ("backend: 'flex' has no backward on CPU (FlexAttention, PyTorch 2.13); call under "
+                "torch.no_grad() or use backend='kernel' or 'chunked'")
+    return None
+
+
+_COMPILED: dict = {}
+
+
+def _compiled(torch):
+    """FlexAttention compiled once per process (torch.compile caches a kernel per shape and mask)."""
+    if "fn" not in _COMPILED:
+        _COMPILED["fn"] = torch.compile(_flex_module(torch).flex_attention)
+    return _COMPILED["fn"]
+
+
+class FlexFailure(InputError):
+    """FlexAttention itself failed on a problem (a compile or kernel error), not one of the refusals:
+    "auto" then computes it on the composed (or chunked) backend instead."""
+
+
+def _call(torch, device):
+    """FlexAttention, compiled or eager, its failures raised as :class:`FlexFailure`."""
+    fn = _flex_module(torch).flex_attention if device.type == "cpu" or _eager.get() else _compiled(torch)
+
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as err:  # noqa: BLE001 - whatever FlexAttention raises, said in one line
+            first = (str(err).strip().splitlines() or [""])[0][:300]
+            raise FlexFailure(f"backend: 'flex': FlexAttention failed on this problem ({type(err).__name__}: {first}); "
+                              "use 'composed' or 'chunked'") from err
+
+    return call
+
+
+@functools.lru_cache(maxsize=16)
+def _causal_block_mask(L: int, S: int, offset: int, device: str):
+    """The causal limit j ≤ i + offset as a block mask, shared by every batch and head."""
+    torch = require("torch", "torch")
+    return _flex_module(torch).create_block_mask(
+        lambda b, h, i, j: j <= i + offset, None, None, L, S, device=device)
+
+
+def _block_mask(torch, p: _Problem):
+    """The block mask of ``p`` (boolean mask and causal limit), or None when every key is attended."""
+    L, S = p.q.shape[-2], p.k.shape[-2]
+    causal = p.alignment is not None
+    if p.mask is None:
+        return _causal_block_mask(L, S, p.causal_offset, str(p.q.device)) if causal else None
+    mask, offset = p.mask, p.causal_offset        # (B, H_q, L, S), a view that may broadcast
+    # A block mask broadcast over batch or heads (stride 0) is built once for them all.
+    sizes = [None if mask.stride(d) == 0 or mask.shape[d] == 1 else mask.shape[d] for d in (0, 1)]
+
+    def mask_mod(b, h, i, j):
+        keep = mask[b, h, i, j]
+        return keep & (j <= i + offset) if causal else keep
+
+    return _flex_module(torch).create_block_mask(mask_mod, sizes[0], sizes[1], L, S, device=p.q.device)
+
+
+def _score_mod(torch, p: _Problem):
+    """cap(s) + bias, for the problems whose scores are not linear in q·k; None for the others."""
+    if not p.softcap and p.bias is None:
+        return None
+    cap, bias = p.softcap, p.bias                   # bias: (B, H_q, L, S), a view that may broadcast
+
+    def score_mod(score, b, h, i, j):
+        if cap:
+            score = cap * torch.tanh(score / cap)
+        if bias is not None:
+            score = score + bias[b, h, i, j]
+        return score
+
+    return score_mod
+
+
+def _in_float32(torch, p: _Problem) -> _Problem:
+    """``p`` detached, half precision raised to float32: the chunked figures passes compute in it."""
+    def up(x):
+        return None if x is None else x.detach().to(torch.float32) if x.element_size() < 4 else x.detach()
+
+    return replace(p, q=up(p.q), k=up(p.k), v=up(p.v), bias=up(p.bias))
+
+
+def run_flex(torch, p: _Problem, logit_range: bool):
+    """(out, lse, entropy, max_logit, min_logit) of ``p`` on FlexAttention (module docstring)."""
+    reason = refusal(torch, p)
+    if reason:
+        raise InputError(reason)
+    if not torch.is_grad_enabled():     # FlexAttention refuses CPU tensors that require grad, even then
+        p = replace(p, q=p.q.detach(), k=p.k.detach(), v=p.v.detach())
+    module = _flex_module(torch)
+    call = _call(torch, p.q.device)
+    block_mask = _block_mask(torch, p)
+    gqa = p.q.shape[1] != p.k.shape[1]
+    on_cuda = p.q.device.type == "cuda"
+    score_mod = _score_mod(torch, p)
+    common = dict(block_mask=block_mask, scale=p.scale, enable_gqa=gqa)
+    if score_mod is not None:
+        out = call(p.q, p.k, p.v, score_mod=score_mod, **common)
+        with torch.no_grad():
+            _, lse, entropy, hi, lo = _run_chunked(torch, _in_float32(torch, p), logit_range)
+        return out, lse, entropy, hi, lo
+
+    d_v = p.v.shape[-1]
+    values = torch.cat([p.v, p.k.detach()], dim=-1)                              # (B, H_kv, S, d_v + d_k)
+    # The max score is free on CUDA (FlexAttention's running max), so it is always asked for there.
+    both, aux = call(p.q, p.k, values, return_aux=module.AuxRequest(lse=True, max_scores=on_cuda), **common)
+    out, pk = both[..., :d_v], both[..., d_v:]                                   # P V and P K
+    lse = aux.lse
+    figures = lse.dtype
+    with torch.no_grad():
+        # A difference of two numbers of size |lse|: rounding can push a near-0 entropy below 0.
+        entropy = lse - p.scale * (p.q.detach().to(figures) * pk.detach().to(figures)).sum(-1)
+        empty = lse == -math.inf
+        hi = lo = None
+        if on_cuda:
+            hi = aux.max_scores.to(figures).masked_fill(empty, math.nan)
+        elif logit_range:
+            hi, lo = _logit_range(torch, _in_float32(torch, p))
+        if logit_range and on_cuda:
+            _, neg = call(-p.q.detach(), p.k.detach(), p.v.detach(),
+                          return_aux=module.AuxRequest(max_scores=True), **common)
+            lo = (-neg.max_scores.to(figures)).masked_fill(empty, math.nan)
+        entropy = entropy.clamp_min(0.0) if hi is None else _bracketed(torch, entropy, lse, hi, p.k.shape[-2])
+        entropy = entropy.masked_fill(empty, math.nan)
+    return out, lse, entropy, hi if logit_range else None, lo
+
+
+def _bracketed(torch, entropy, lse, top, S: int):
+    """The entropy held inside two bounds made of exact-to-rounding figures, with p_max = e^{top − lse}:
+    H ≥ −ln p_max = lse − top, and Fano's H ≤ h(p_max) + (1 − p_max)·ln(S − 1) (h the binary
+    entropy; S ≥ the attended count). A frozen row (p_max = 1) comes out 0, whatever P·K's rounding."""
+    p_max = torch.exp(top - lse).clamp(0.0, 1.0)
+    rest = 1.0 - p_max
+    upper = -torch.xlogy(p_max, p_max) - torch.xlogy(rest, rest) + rest * math.log(max(S - 1, 1))
+    lower = (lse - top).clamp_min(0.0)
+    return torch.maximum(torch.minimum(entropy, upper), lower)
+
+
+def cuda_status(torch) -> dict:
+    """{"backend": what "auto" uses on CUDA ("flex" or "composed"; None without CUDA), "reason": why}.
+    The first call on a CUDA machine compiles and runs one small FlexAttention call (seconds)."""
+    if not torch.cuda.is_available():
+        return {"backend": None, "reason": "no CUDA device"}
+    return dict(zip(("backend", "reason"), _cuda_probe(torch.cuda.current_device())))
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_probe(device_index: int) -> tuple[str, str]:
+    torch = require("torch", "torch")
+    module = _flex_module(torch)
+    if module is None:
+        return "composed", f"torch {torch.__version__} has no FlexAttention with AuxRequest"
+    try:
+        q = torch.randn(_PROBE_SHAPE, device=f"cuda:{device_index}")
+        out, aux = _compiled(torch)(q, q, q, return_aux=module.AuxRequest(lse=True, max_scores=True))
+        ok = bool(torch.isfinite(out).all() and torch.isfinite(aux.lse).all())
+    except Exception as err:  # noqa: BLE001 - any failure to compile or run means: use composed
+        return "composed", f"compiled FlexAttention failed: {type(err).__name__}: {str(err).splitlines()[0][:200]}"
+    if not ok:
+        return "composed", "compiled FlexAttention returned non-finite numbers on its probe"
+    return "flex", f"compiled FlexAttention (torch {torch.__version__}, {torch.cuda.get_device_name(device_index)})"
+
+
+def entropy_errors(torch, dtype, device="cpu", *, max_logit: bool = False, rows: int = 200, keys: int = 256,
+                   d_k: int = 64, seed: int = 1) -> dict:
+    """The flex backend's entropy and lse against float64 (the chunked backend on the same rounded
+    inputs) over rows from uniform to frozen: row r's query is one random direction of norm √d_k
+    times α_r, α = 0 then 10⁻² … 10³ (log-spaced); k, v: (1, 1, keys, d_k) standard normal.
+    ``max_logit``: ask for the logit range too, which brackets the entropy (see Precision).
+
+    Returns {"alpha", "entropy", "lse" (float64 references), "entropy_error", "lse_error"} as lists of
+    ``rows`` floats, and "worst": the largest |Δentropy| / (1 + |lse|), the c of the Precision bound.
+    """
+    from attnscale.torch.attention import attention
+
+    g = torch.Generator().manual_seed(seed)
+    u = torch.randn(rows, d_k, generator=g, dtype=torch.float64)
+    u = u / u.norm(dim=-1, keepdim=True) * math.sqrt(d_k)
+    alpha = torch.cat([torch.zeros(1, dtype=torch.float64), torch.logspace(-2, 3, rows - 1, dtype=torch.float64)])
+    q = (u * alpha[:, None])[None, None]                                          # (1, 1, rows, d_k)
+    k, v = (torch.randn(1, 1, keys, d_k, generator=g, dtype=torch.float64) for _ in range(2))
+    q, k, v = (x.to(device=device, dtype=dtype) for x in (q, k, v))
+    with torch.no_grad():
+        ours = attention(q, k, v, backend="flex", max_logit=max_logit, check_finite=False)
+        exact = attention(q.double(), k.double(), v.double(), backend="chunked", check_finite=False)
+    ref_h, ref_lse = exact.entropy.reshape(-1).cpu(), exact.lse.reshape(-1).cpu()
+    dh = (ours.entropy.reshape(-1).cpu().double() - ref_h).abs()
+    dlse = (ours.lse.reshape(-1).cpu().double() - ref_lse).abs()
+    return {"alpha": alpha.tolist(), "entropy": ref_h.tolist(), "lse": ref_lse.tolist(),
+            "entropy_error": dh.tolist(), "lse_error": dlse.tolist(),
+            "worst": float((dh / (1 + ref_lse.abs())).max())}
