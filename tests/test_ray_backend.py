@@ -258,7 +258,9 @@ def test_an_address_that_accepts_but_is_no_ray_cluster_gives_up_at_its_timeout(t
         address = f"127.0.0.1:{silent.getsockname()[1]}"
         done, seconds = _train_via(address, tmp_path / "out", "--connect-timeout", "3", timeout=120)
     assert done.returncode == 2, done.stderr
-    assert 3 <= seconds < 3 + 30, seconds                   # the timeout, plus start-up on a busy machine
+    # The timeout, plus start-up (70 s measured on a 2-core machine at load 18); Ray alone waits minutes.
+    # test_joining_gives_up_at_the_connect_timeout holds the timeout itself to within 2 s.
+    assert 3 <= seconds < 3 + 120, seconds
     error = [line for line in done.stderr.splitlines() if line.startswith("attnscale train: error:")]
     assert len(error) == 1 and f"{address!r}" in error[0] and "within the 3 s connect timeout" in error[0], done.stderr
     assert "Traceback" not in done.stderr
