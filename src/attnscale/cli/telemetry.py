@@ -33,7 +33,8 @@ def register(sub) -> None:
     p.add_argument("--no-backward", action="store_true", help="forward only")
     p.add_argument("--no-model", action="store_true", help="skip the monitor on all-MiniLM-L6-v2")
     p.add_argument("--markdown", action="store_true",
-                   help="print the result found under --out as Markdown tables (the README's); run nothing")
+                   help="print the result found under --out as Markdown tables (the README's; --json: that result); "
+                        "run nothing")
     add_results_option(p, "results root; writes DIR/telemetry/result.json (quick.json with --quick)", flags=("--out",))
     add_json_option(p)
     add_quiet_option(p)
@@ -51,14 +52,18 @@ def run_telemetry_bench_command(args) -> int:
 
     root = results_root(args)
     if args.markdown:
-        print(format_markdown(results.read_preferred("telemetry", root)))
+        check_json_target(args)
+        env = results.read_preferred("telemetry", root)
+        if not json_to_stdout(args):
+            print(format_markdown(env))
+        emit_json(args, env)
         return 0
     check_device(args.device)
     check_json_target(args)
     results.check_writable(results.result_path("telemetry", root, args.quick), "--out")
     make = TelemetryBenchConfig.quick if args.quick else TelemetryBenchConfig
     config = make(repeats=args.repeats, device=args.device, threads=args.threads, backward=not args.no_backward)
-    with Progress(enabled=False if args.quiet else None) as progress:
+    with Progress(quiet=args.quiet) as progress:
         data = run_telemetry_bench(config, progress=progress)
     if not args.no_model:
         from attnscale.experiments.pretrained import load_encoder

@@ -11,6 +11,8 @@ from attnscale.cli.output import (add_json_option, add_quiet_option, check_json_
 
 
 def register(sub) -> None:
+    from attnscale.experiments.ray_backend import DEFAULT_CONNECT_TIMEOUT_S
+
     p = add_command(
         sub, "train", help=f"training experiments: {', '.join(PRINTERS)}",
         description="Run a training sweep on the CPU. Finished cells are cached under "
@@ -32,6 +34,9 @@ def register(sub) -> None:
                    help="with --backend ray: the cluster to join (default: a private local Ray instance of --workers CPUs)")
     p.add_argument("--cpus-per-cell", type=int, default=1, metavar="N",
                    help="with --backend ray: CPUs reserved by each cell (default 1)")
+    p.add_argument("--connect-timeout", type=float, default=None, metavar="S",
+                   help="with --address: give up joining the cluster after S seconds, saying what was tried "
+                        f"(default {DEFAULT_CONNECT_TIMEOUT_S:g})")
     lm = p.add_argument_group("lm only (a small GPT on real text)")
     lm.add_argument("--text", metavar="FILE", default=None,
                     help="train on this UTF-8 text file instead of the standard library's documentation")
@@ -98,19 +103,29 @@ def run_train(args) -> int:
 
 
 def _backend(args, workers: int):
-    from attnscale.errors import InputError, check_count
+    from attnscale.errors import InputError, check_count, check_positive
     from attnscale.experiments.runner import LocalBackend, SerialBackend
 
     if args.backend == "ray":
         from attnscale.errors import require
-        from attnscale.experiments.ray_backend import RayBackend
+        from attnscale.experiments.ray_backend import DEFAULT_CONNECT_TIMEOUT_S, RayBackend
 
         require("ray", "cluster")       # before any work: say which extra to install
         check_count("--cpus-per-cell", args.cpus_per_cell)
-        return RayBackend(address=args.address, num_cpus=None if args.address else workers,
-                          cpus_per_cell=args.cpus_per_cell)
+        if args.connect_timeout is not None and args.address is None:
+            raise InputError("--connect-timeout: only with --address (a private local Ray instance is started, "
+                             "not joined)")
+        timeout = DEFAULT_CONNECT_TIMEOUT_S if args.connect_timeout is None else args.connect_timeout
+        backend = RayBackend(address=args.address, num_cpus=None if args.address else workers,
+                             cpus_per_cell=args.cpus_per_cell,
+                             connect_timeout_s=check_positive("--connect-timeout", timeout))
+        if args.address is not None:
+            backend.connect()           # a wrong address is told before the sweep (and its progress) starts
+        return backend
     if args.address is not None:
         raise InputError(f"--address: only with --backend ray, got --address {args.address!r} with --backend local")
+    if args.connect_timeout is not None:
+        raise InputError("--connect-timeout: only with --backend ray --address")
     return SerialBackend() if workers == 1 else LocalBackend(workers)
 
 

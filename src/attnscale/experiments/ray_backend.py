@@ -15,19 +15,28 @@ Plugs into :func:`attnscale.experiments.runner.run_sweep` like :class:`~attnscal
 
 With ``address=None`` a private local Ray instance is started for the sweep (``ray.init(num_cpus=...)``)
 and stopped after it; with ``"auto"`` or ``"HOST:PORT"`` the backend joins a running cluster (started
-with ``ray start --head``) and leaves it running. Ray is an optional dependency: ``attnscale[cluster]``.
+with ``ray start --head``) and leaves it running. Joining gives up after ``connect_timeout_s`` (30 s by
+default) with an :class:`~attnscale.errors.InputError` that names the address and what was tried: Ray
+itself retries an address where nothing answers for minutes, silently. Ray is an optional dependency:
+``attnscale[cluster]``.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import socket
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from attnscale.errors import AttnScaleError, InputError, check_count, require
+from attnscale.errors import AttnScaleError, InputError, check_count, check_positive, require
 
-__all__ = ["RayBackend", "VersionMismatch"]
+__all__ = ["DEFAULT_CONNECT_TIMEOUT_S", "RayBackend", "VersionMismatch"]
+
+# How long joining a cluster may take before the backend gives up (the CLI's --connect-timeout).
+DEFAULT_CONNECT_TIMEOUT_S = 30.0
 
 
 class VersionMismatch(AttnScaleError, RuntimeError):
@@ -67,21 +76,26 @@ class RayBackend:
         joining a cluster.
     cpus_per_cell: CPUs reserved by each task (and its thread count).
     max_retries: retries of a task whose worker died (not of a cell that raised).
+    connect_timeout_s: seconds that joining a cluster (``address`` given) may take, then an
+        :class:`InputError` saying what was tried.
     init_kwargs: passed on to ``ray.init`` (e.g. ``runtime_env``).
     """
     address: str | None = None
     num_cpus: int | None = None
     cpus_per_cell: int = 1
     max_retries: int = 3
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
     init_kwargs: dict = field(default_factory=dict)
+    _started: bool = field(default=False, init=False, repr=False)   # connect() started or joined Ray
 
     def __post_init__(self):
-        if self.address is not None and (not isinstance(self.address, str) or not self.address.strip()):
-            raise InputError(f"address: expected None, 'auto' or 'HOST:PORT', got {self.address!r}")
+        if self.address is not None and self.address != "auto":
+            _host_port(self.address)            # refuses a malformed address before any work
         for name in ("cpus_per_cell", "num_cpus"):
             if getattr(self, name) is not None:
                 check_count(name, getattr(self, name))
         check_count("max_retries", self.max_retries, minimum=0)
+        check_positive("connect_timeout_s", self.connect_timeout_s)
 
     def _connect(self, ray) -> bool:
         """Join or start Ray; True when this backend started it (and so must stop it)."""
@@ -91,21 +105,28 @@ class RayBackend:
         if self.address is None:
             ray.init(num_cpus=self.num_cpus, **kwargs)
         else:
-            try:
-                ray.init(address=self.address, **kwargs)
-            except ConnectionError as err:
-                raise InputError(f"address: cannot reach a Ray cluster at {self.address!r} ({err})") from None
+            _join(ray, self.address, self.connect_timeout_s, kwargs)
         return True
+
+    def connect(self) -> None:
+        """Join (or start) Ray now rather than at the first cell, so that an address where no cluster
+        answers is told before any work starts. The next :meth:`map` uses this connection and, at
+        its end, closes it."""
+        ray = require("ray", "cluster")
+        self._started = self._connect(ray) or self._started
 
     def map(self, fn: Callable[[Any], Any], cells: Sequence[Any]):
         ray = require("ray", "cluster")
         from attnscale import __version__
 
-        if not cells:
-            return
-        if "<locals>" in fn.__qualname__ or fn.__module__ == "__main__":
+        started, self._started = self._started, False
+        if not cells or "<locals>" in fn.__qualname__ or fn.__module__ == "__main__":
+            if started:
+                ray.shutdown()
+            if not cells:
+                return
             raise InputError(f"fn: expected a module-level function importable by name, got {fn.__qualname__!r}")
-        started = self._connect(ray)
+        started = self._connect(ray) or started
         task = ray.remote(_run_cell).options(num_cpus=self.cpus_per_cell, max_retries=self.max_retries,
                                              retry_exceptions=False)
         pending = {task.remote(fn.__module__, fn.__qualname__, cell, __version__, self.cpus_per_cell): i
@@ -132,6 +153,66 @@ class RayBackend:
             _cancel(ray, pending)
             if started:
                 ray.shutdown()
+
+
+def _host_port(address) -> tuple[str, int]:
+    """``"HOST:PORT"`` (or ``"ray://HOST:PORT"``, ``"[::1]:PORT"``) as (host, port), or an InputError."""
+    text = address.split("://", 1)[-1] if isinstance(address, str) else ""
+    host, _, port = text.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InputError(f"address: expected None, 'auto' or 'HOST:PORT', got {address!r}")
+    return host, int(port)
+
+
+def _join(ray, address: str, timeout_s: float, kwargs: dict) -> None:
+    """``ray.init(address=address)`` within ``timeout_s`` seconds, or an InputError naming the address
+    and what was tried.
+
+    First a plain TCP connection to HOST:PORT, so that a host name that does not resolve, a port where
+    nothing listens or a host that never answers is told at once, in plain words. Then Ray's own
+    handshake, in a helper thread waited for until the deadline: Ray retries an unresponsive address
+    for minutes inside one uninterruptible call. A handshake still going at the deadline is abandoned
+    to that daemon thread (the command then exits)."""
+    deadline = time.monotonic() + timeout_s
+    failed = f"cannot reach a Ray cluster at {address!r}"
+    limit = f"the {timeout_s:g} s connect timeout"
+    if address == "auto":
+        tried = "Ray's search for the cluster this machine belongs to (RAY_ADDRESS, or the last 'ray start')"
+    else:
+        host, port = _host_port(address)
+        tried = f"a TCP connection to {host} port {port}"
+        try:
+            with socket.create_connection((host, port), timeout=timeout_s):
+                pass
+        except socket.gaierror as err:
+            raise InputError(f"{failed}: the host name {host!r} does not resolve ({err.strerror})") from None
+        except ConnectionRefusedError:
+            raise InputError(f"{failed}: {tried} was refused, nothing listens there "
+                             f"(a head is started with 'ray start --head --port={port}')") from None
+        except TimeoutError:
+            raise InputError(f"{failed}: {tried} got no answer within {limit}") from None
+        except OSError as err:
+            raise InputError(f"{failed}: {tried} failed ({err.strerror or err})") from None
+        tried = f"{host} port {port} accepts TCP connections, but Ray's handshake there"
+    outcome: dict = {}
+
+    def handshake():
+        try:
+            ray.init(address=address, **kwargs)
+        except BaseException as err:            # handed to the waiting thread below
+            outcome["error"] = err
+
+    thread = threading.Thread(target=handshake, name="ray-connect", daemon=True)
+    thread.start()
+    thread.join(max(0.0, deadline - time.monotonic()))
+    if thread.is_alive():
+        raise InputError(f"{failed}: {tried} did not complete within {limit}")
+    err = outcome.get("error")
+    if isinstance(err, (ConnectionError, RuntimeError)):   # Ray's words for "no cluster answered there"
+        raise InputError(f"{failed}: {tried} failed ({str(err).strip().splitlines()[0]})") from None
+    if err is not None:
+        raise err
 
 
 def _get(ray, ref):
