@@ -84,6 +84,16 @@ def duration_text(seconds: float, lang: str) -> str:
     return t("duration_hm", lang).format(h=s // 3600, m=f"{s % 3600 // 60:02d}")
 
 
+def command_of(env: results.Envelope, how_to: str) -> str:
+    """The command that reproduces ``env``: for a reference result, the one that made it (with its
+    options, :data:`attnscale.reference.PRODUCERS`); else the chapter's ``HOW_TO``."""
+    from attnscale.reference import PRODUCERS
+
+    if env.origin == "reference" and env.kind in PRODUCERS:
+        return PRODUCERS[env.kind].command
+    return how_to or results.KINDS[env.kind].description
+
+
 def source_line(env: results.Envelope, command: str, lang: str) -> str:
     """The line under an experiment chapter's title: which result it shows (the user's own full run,
     the reference result or the user's quick run), from which machine and date, and ``command``, which
@@ -115,8 +125,7 @@ def render_experiment(name: str, root, lang: str) -> RenderedChapter:
         except results.ResultMissing:
             return RenderedChapter(name, title_of(module, name, lang), missing_note(getattr(module, "HOW_TO", ""), lang),
                                    "missing", kind)
-        html = source_line(env, getattr(module, "HOW_TO", "") or results.KINDS[kind].description, lang) + \
-            module.render(env, lang)
+        html = source_line(env, command_of(env, getattr(module, "HOW_TO", "")), lang) + module.render(env, lang)
         return RenderedChapter(name, quick_title(title_of(module, name, lang), env, lang), html, "rendered", kind, env)
     except Exception as err:  # a malformed result (ResultError names file and field), a chapter's bug
         return RenderedChapter(name, quick_title(title_of(module, name, lang), env, lang), error_box(t("chapter_error", lang), err=err),
