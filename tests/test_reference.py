@@ -1,6 +1,6 @@
 """The reference results shipped in results/reference: small, the tool's own envelopes, not stale
-against this code, and reproduced by it (a few training cells' first logged steps, probe heads, a
-rescale point) within attnscale.reference.RTOL / ATOL. Each check is also shown to fail on a
+against this code, and reproduced by it (a few training cells' first logged steps, two heads of the
+MiniLM probe, MiniLM's α = 1 rescale point) within attnscale.reference.RTOL / ATOL. Each check is also shown to fail on a
 temporary copy: a changed default makes a result stale, an altered number fails reproduction."""
 
 from __future__ import annotations
@@ -115,13 +115,14 @@ def test_probe_heads_reproduce(shipped):
 
 
 def test_a_rescale_point_reproduces(shipped):
+    """MiniLM's α = 1 point (SmolLM2's would cost half a minute of loading its 4-bit weights)."""
     from attnscale.experiments import pretrained
-    from attnscale.experiments.rescale import RescaleConfig, default_text, run_rescale
+    from attnscale.experiments.probe_run import builtin_sentences
+    from attnscale.experiments.rescale import RescaleConfig, run_rescale
 
-    env = results.read_reference("rescale/smollm2")
-    text, source = default_text()
-    data = run_rescale(pretrained.load_model("smollm2"), RescaleConfig(alphas=(1.0,), include_unscaled=False),
-                       text=text, source=source)
+    env = results.read_reference("rescale/minilm")
+    data = run_rescale(pretrained.load_model("minilm"), RescaleConfig(alphas=(1.0,), include_unscaled=False),
+                       texts=builtin_sentences(), source="built-in sentences")
     shipped_row = next(r for r in env.data["alphas"] if r["alpha"] == 1.0)
     assert reference.compare(data["alphas"][0], shipped_row, "alphas[α=1]", prefix_lists=False) == []
 
@@ -137,7 +138,8 @@ def test_reading_prefers_own_full_then_reference_then_own_quick(tmp_path, monkey
     env = results.read_preferred("demo", own)
     assert (env.origin, env.data["answer"], env.path.name) == ("reference", 2, "result.json.gz")
     results.write("demo", {"answer": 3}, seed=0, root=own)
-    assert (results.read_preferred("demo", own).origin, results.read_preferred("demo", own).data["answer"]) == ("full", 3)
+    mine = results.read_preferred("demo", own)
+    assert (mine.origin, mine.data["answer"]) == ("full", 3)
     monkeypatch.setenv(results.REFERENCE_ENV, "")
     with pytest.raises(results.ResultMissing):
         results.read_reference("demo")

@@ -86,3 +86,27 @@ def test_the_lm_card_is_left_out_without_an_lm_result(tmp_path):
     card = headline.lm_card({"verdicts": [{"rule": "unscaled", "d_k": 64, "optimiser": "sgd", "verdict": "fails"},
                                           {"rule": "unscaled", "d_k": 16, "optimiser": "sgd", "verdict": "learns"}]}, "en")
     assert card.value == "SGD: fails within the budget" and card.href == "#exp-lm"
+
+
+def test_bold_chinese_text_in_a_figure_prints_no_font_warning(caplog):
+    """The page's figures set bold titles; the CJK font ships one regular face, which matplotlib then
+    uses (as meant) without its "findfont: Failed to find font weight bold" reaching the terminal."""
+    import io
+    import logging
+
+    from attnscale.report import fonts
+
+    if fonts.find_cjk_font() is None:
+        pytest.skip("no CJK font here (make fonts installs Debian's fonts-noto-cjk)")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    families = fonts.matplotlib_families()
+    with caplog.at_level(logging.INFO, logger="matplotlib.font_manager"):
+        fig, ax = plt.subplots()
+        ax.set_title("不缩放时的最大权重", fontweight="bold", family=families[-1])
+        fig.savefig(io.BytesIO(), format="svg")
+        plt.close(fig)
+    assert not [r for r in caplog.records if "findfont" in r.getMessage()]

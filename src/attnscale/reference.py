@@ -56,6 +56,8 @@ class Producer:
     defaults: Callable[[], dict]
     code_version: Callable[[], int | None] = lambda: None
     recorded_code_version: Callable[[results.Envelope], Any] = lambda env: None
+    #: the configuration as the result records it, in the terms of ``defaults`` (default: all of it)
+    recorded: Callable[[results.Envelope], dict] = lambda env: to_jsonable(env.config)
 
 
 def _sweep(name: str) -> Producer:
@@ -91,29 +93,49 @@ def _telemetry_defaults(repeats: int) -> Callable[[], dict]:
     return defaults
 
 
-def _weights(model: str) -> dict:
-    from attnscale.experiments import pretrained
+def _picked(keys: tuple[str, ...]) -> Callable[[results.Envelope], dict]:
+    return lambda env: {k: (env.config or {}).get(k) for k in keys}
 
-    return {"weights_sha256": {"minilm": pretrained.MINILM_SHA256, "smollm2": pretrained.SMOLLM2_SHA256}[model]}
+
+PROBE_FIELDS = ("batch_size", "tolerance", "max_pairs", "text", "weights_sha256")
 
 
 def _probe(model: str, flag: str) -> Producer:
     def defaults() -> dict:
+        from attnscale.experiments import pretrained
         from attnscale.experiments.probe_run import run_probe
 
         declared = {name: p.default for name, p in inspect.signature(run_probe).parameters.items()
                     if name in ("batch_size", "tolerance", "max_pairs", "source")}
         declared["text"] = declared.pop("source")
-        return {**declared, **_weights(model)}
-    return Producer(f"probe/{model}", f"attnscale probe{flag}", defaults)
+        sha = {"minilm": pretrained.MINILM_SHA256, "smollm2": pretrained.SMOLLM2_SHA256}[model]
+        return {**declared, "weights_sha256": sha}
+    return Producer(f"probe/{model}", f"attnscale probe{flag}", defaults, recorded=_picked(PROBE_FIELDS))
+
+
+RESCALE_FIELDS = ("max_tokens", "window", "prompt", "new_tokens", "batch_size", "model_version")
 
 
 def _rescale(model: str, flag: str) -> Producer:
     def defaults() -> dict:
+        from attnscale.experiments import pretrained
         from attnscale.experiments.rescale import RescaleConfig
 
-        return {**to_jsonable(RescaleConfig()), **_weights(model)}
-    return Producer(f"rescale/{model}", f"attnscale rescale{flag}", defaults)
+        config = to_jsonable(RescaleConfig())
+        version = {"minilm": pretrained.MINILM_VERSION, "smollm2": pretrained.SMOLLM2_VERSION}[model]
+        return {**{k: config[k] for k in RESCALE_FIELDS if k in config}, "alphas": config["alphas"],
+                "model_version": version}
+
+    def recorded(env: results.Envelope) -> dict:
+        # The run adds α = √d_k (no scale) to the grid when it is not in it: not a default of its own.
+        from attnscale.experiments.rescale import ALPHAS
+
+        out = _picked(RESCALE_FIELDS)(env)
+        unscaled = env.data.get("unscaled_alpha")
+        out["alphas"] = [a for a in (env.config or {}).get("alphas", [])
+                         if a in ALPHAS or unscaled is None or not math.isclose(a, unscaled, rel_tol=1e-9)]
+        return out
+    return Producer(f"rescale/{model}", f"attnscale rescale{flag}", defaults, recorded=recorded)
 
 
 #: The producer of each kind of reference result. The telemetry reference is the committed quiet run
@@ -145,18 +167,11 @@ def regenerate_command(kind: str) -> str:
             f"gzip -9n < {file} > results/reference/{kind}/result.json.gz")
 
 
-def _recorded_config(kind: str, env: results.Envelope, keys) -> dict:
-    config = env.config if isinstance(env.config, dict) else {}
-    if kind.startswith("train/") or kind in ("verify", "telemetry"):
-        return to_jsonable(config)
-    return {k: config.get(k) for k in keys}
-
-
 def fingerprint(env: results.Envelope) -> dict:
     """What produced ``env``, as it records it: its producer's code version and a hash of the
     configuration it records (for a probe or a rescale, of the fields its code declares)."""
     p = producer(env.kind)
-    config = _recorded_config(env.kind, env, p.defaults())
+    config = p.recorded(env)
     return {"code_version": p.recorded_code_version(env), "config_hash": config_hash(config), "config": config}
 
 
@@ -255,7 +270,8 @@ def reproduce_cells(env: results.Envelope, indices: list[int] | None = None, ent
     found = {}
     for i in pick_cells(len(cells)) if indices is None else indices:
         if to_jsonable(cells[i]) != shipped[i]["cell"]:
-            raise ValueError(f"{env.path}: cell {i} shipped is {shipped[i]['cell']}, here {to_jsonable(cells[i])}: stale")
+            raise ValueError(f"{env.path}: cell {i} shipped is {shipped[i]['cell']}, "
+                             f"here {to_jsonable(cells[i])}: stale")
         steps = logged_steps(shipped[i]["result"])
         stop_after = steps[min(entries, len(steps)) - 1] + 1
         before = training.process_settings()

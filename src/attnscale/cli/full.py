@@ -38,7 +38,8 @@ def register(sub) -> None:
                     "its cells. Each command's output goes to DIR/full-logs/<kind>.log.",
         examples=["attnscale full", "attnscale full --workers 2", "attnscale full --backend ray --address auto"])
     add_results_option(p, "results folder (default: ./attnscale-results)")
-    p.add_argument("--out", default="attnscale-report", metavar="DIR", help="report folder (default: ./attnscale-report)")
+    p.add_argument("--out", default="attnscale-report", metavar="DIR",
+                   help="report folder (default: ./attnscale-report)")
     p.add_argument("--workers", type=int, default=None, help="the sweeps' worker processes (default: theirs)")
     p.add_argument("--backend", choices=("local", "ray"), default="local", help="where the sweeps' cells run")
     p.add_argument("--address", default=None, metavar="auto|HOST:PORT", help="with --backend ray: the cluster")

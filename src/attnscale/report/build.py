@@ -161,8 +161,8 @@ def render_report(verify: results.Envelope, config: ReportConfig,
         "total_seconds": sum(timings.values()) + sum(s.seconds for s in sections),
     }
     answers = cards_html(headline_cards(config.results, lang))
-    glance = (glance_html(verify.data["series"], lang) + (f'<div class="glance headline">{answers}</div>' if answers else "")
-              + lang_links(lang, PAGE_NAMES))
+    glance = (glance_html(verify.data["series"], lang)
+              + (f'<div class="glance headline">{answers}</div>' if answers else "") + lang_links(lang, PAGE_NAMES))
     page = render_page(sections, verify.data["counts"], provenance, lang, glance)
     return page, statuses
 

@@ -100,7 +100,8 @@ def source_line(env: results.Envelope, command: str, lang: str) -> str:
     reproduces it, with the time the run took as the result records it."""
     seconds = results.recorded_seconds(env)
     took = (t("took_unknown", lang) if seconds is None else
-            t("took_there" if env.origin == "reference" else "took_here", lang).format(time=duration_text(seconds, lang)))
+            t("took_there" if env.origin == "reference" else "took_here", lang).format(
+                time=duration_text(seconds, lang)))
     text = t(f"shown_{env.origin}", lang).format(
         file=results.result_path(env.kind, "", env.quick).as_posix(), when=when_text(env.created),
         machine=machine_text(env.environment), took=took, command="\x00")

@@ -144,6 +144,6 @@ def cards(root, lang: str) -> list[Card]:
 
 def cards_html(cards: list[Card]) -> str:
     """The cards as links, in the style of the page's glance cards."""
-    return "".join(f'<a class="glance-card headline-card" href="{esc(c.href)}"><span class="glance-label">{esc(c.label)}'
-                   f'</span><span class="glance-value">{esc(c.value)}</span><span class="glance-sub">{esc(c.sub)}</span></a>'
-                   for c in cards)
+    return "".join(f'<a class="glance-card headline-card" href="{esc(c.href)}">'
+                   f'<span class="glance-label">{esc(c.label)}</span><span class="glance-value">{esc(c.value)}</span>'
+                   f'<span class="glance-sub">{esc(c.sub)}</span></a>' for c in cards)
