@@ -37,7 +37,7 @@ def test_the_folder_holds_only_full_envelopes_of_known_kinds_in_at_most_5_mb(shi
     assert kinds <= set(results.KINDS), kinds - set(results.KINDS)
     assert all(p.name in ("result.json", "result.json.gz") for p in files)   # no cell caches
     # every kind the report reads ships (the language model's once its full run is added)
-    assert set(results.KINDS) - {"demo", "train/lm"} <= kinds
+    assert set(results.KINDS) - {"demo", "train/lm"} <= kinds, set(results.KINDS) - {"demo", "train/lm"} - kinds
     for kind in kinds:
         env = results.read_reference(kind)
         assert env.origin == "reference" and not env.quick and env.environment.get("platform")
@@ -60,26 +60,26 @@ def _copy(kind: str, to: Path, edit=None) -> Path:
     else:
         raw = json.loads(gzip.decompress(source.read_bytes()) if source.suffix == ".gz" else source.read_bytes())
         edit(raw)
-        target.write_bytes(gzip.compress(json.dumps(raw).encode()))
+        target.write_bytes(gzip.compress(json.dumps(raw).encode(), compresslevel=1))
     return to
 
 
 def test_a_changed_default_makes_a_reference_stale_naming_it_and_its_command(tmp_path, monkeypatch):
-    from attnscale.experiments import logit_growth, sweeps
+    from attnscale.experiments import scale_vs_dk, sweeps
 
-    monkeypatch.setenv(results.REFERENCE_ENV, str(_copy("train/logit-growth", tmp_path)))
-    env = results.read_reference("train/logit-growth")
+    monkeypatch.setenv(results.REFERENCE_ENV, str(_copy("train/scale-vs-dk", tmp_path)))
+    env = results.read_reference("train/scale-vs-dk")
     assert reference.stale_reasons(env) == []
 
     @dataclasses.dataclass(frozen=True)
-    class Changed(logit_growth.LogitGrowthConfig):
-        tau: float = 50.0                       # a deliberately changed default
+    class Changed(scale_vs_dk.ScaleVsDkConfig):
+        adam_lr: float = 1e-3                   # a deliberately changed default
 
-    changed = dataclasses.replace(sweeps.EXPERIMENTS["logit-growth"], config_type=Changed)
-    monkeypatch.setitem(sweeps.EXPERIMENTS, "logit-growth", changed)
+    changed = dataclasses.replace(sweeps.EXPERIMENTS["scale-vs-dk"], config_type=Changed)
+    monkeypatch.setitem(sweeps.EXPERIMENTS, "scale-vs-dk", changed)
     reasons = reference.stale_reasons(env)
-    assert reasons[0] == "config.tau: 100.0 in the result, 50.0 now"
-    assert str(env.path) in reasons[-1] and "attnscale train logit-growth --results" in reasons[-1]
+    assert reasons[0] == "config.adam_lr: 0.003 in the result, 0.001 now"
+    assert str(env.path) in reasons[-1] and "attnscale train scale-vs-dk --results" in reasons[-1]
 
 
 @pytest.mark.parametrize("kind", _present(TRAIN))
@@ -91,12 +91,12 @@ def test_training_references_reproduce_their_first_logged_steps(shipped, kind):
 
 def test_an_altered_reference_number_fails_reproduction(tmp_path, monkeypatch):
     def alter(raw):
-        raw["data"]["cells"][0]["result"]["log"][1]["valid_loss"] *= 1.001
+        raw["data"]["cells"][0]["result"]["log"][1]["grad_wq"] *= 1.001
 
-    monkeypatch.setenv(results.REFERENCE_ENV, str(_copy("train/logit-growth", tmp_path, alter)))
-    env = results.read_reference("train/logit-growth")
+    monkeypatch.setenv(results.REFERENCE_ENV, str(_copy("train/scale-vs-dk", tmp_path, alter)))
+    env = results.read_reference("train/scale-vs-dk")
     found = reference.reproduce_cells(env, indices=[0])
-    assert len(found[0]) == 1 and found[0][0].startswith("log[1].valid_loss: ")
+    assert len(found[0]) == 1 and found[0][0].startswith("log[1].grad_wq: ")
 
 
 def _numbers(d: dict) -> dict:

@@ -90,7 +90,8 @@ def test_every_chapter_in_the_contents_is_filled(browser, pages, lang, missing):
         assert page.locator(f"#{chapter} figure svg, #{chapter} table").count() > 0, chapter
     # the headline answers link to their chapters
     links = page.eval_on_selector_all("a.headline-card", "els => els.map(a => a.getAttribute('href'))")
-    assert {"#exp-training", "#exp-rescale"} <= set(links) and set(links) <= {f"#{c}" for c in chapters}
+    answered = {"#exp-training": "exp-training", "#exp-rescale": "exp-rescale", "#exp-lm": "exp-lm"}
+    assert {href for href, c in answered.items() if c not in unshipped} <= set(links) <= {f"#{c}" for c in chapters}
     other = {"en": "index.zh.html", "zh": "index.html"}[lang]
     assert page.locator(f'a[href="{other}"]').count() == 1
     page.close()

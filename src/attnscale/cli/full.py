@@ -37,7 +37,7 @@ def register(sub) -> None:
                     "Resumable: a result already here and current is kept, an interrupted sweep resumes from "
                     "its cells. Each command's output goes to DIR/full-logs/<kind>.log.",
         examples=["attnscale full", "attnscale full --workers 2", "attnscale full --backend ray --address auto"])
-    add_results_option(p, "results folder (default: ./attnscale-results)")
+    add_results_option(p, "results folder: every result is written here, the report reads them from here")
     p.add_argument("--out", default="attnscale-report", metavar="DIR",
                    help="report folder (default: ./attnscale-report)")
     p.add_argument("--workers", type=int, default=None, help="the sweeps' worker processes (default: theirs)")
