@@ -17,6 +17,14 @@ result through :func:`write`; every face (the report, ``--json``) reads it throu
   old file or the new one, never half of one.
 * **Validated** reads: a missing file, a malformed one, a wrong kind or a missing required field is a
   :class:`ResultError` naming the file and the field, raised at read time, not as a broken page later.
+  A result may be stored gzip-compressed (``result.json.gz`` beside where ``result.json`` would be):
+  :func:`read` opens either.
+* **Reference results** (:func:`reference_root`): the full runs shipped with attnscale
+  (``results/reference/<kind>/result.json.gz`` in the repository: only the envelopes, never a sweep's
+  cell cache). :func:`read_preferred`, the one choice every face makes, takes the user's own full
+  result, else the reference one, else the user's quick one, and the envelope says which
+  (:attr:`Envelope.origin`). ``ATTNSCALE_REFERENCE=DIR`` reads the references from DIR instead;
+  ``ATTNSCALE_REFERENCE=`` (empty) uses none.
 
     >>> import tempfile
     >>> root = tempfile.mkdtemp()
@@ -30,6 +38,7 @@ result through :func:`write`; every face (the report, ``--json``) reads it throu
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
@@ -44,11 +53,16 @@ from attnscale.store import to_jsonable, write_bytes_atomic
 
 __all__ = [
     "DEFAULT_ROOT", "SCHEMA", "Kind", "KINDS", "Envelope", "ResultError", "ResultMissing",
-    "USER_FAMILIES", "user_kind", "user_kinds", "result_path", "cells_dir", "envelope", "write", "read", "read_preferred", "dumps", "strict_jsonable",
-    "finite_or_none", "nulled_nonfinite", "check_writable",
+    "USER_FAMILIES", "user_kind", "user_kinds", "result_path", "cells_dir", "envelope", "write", "read",
+    "read_preferred", "dumps", "strict_jsonable", "finite_or_none", "nulled_nonfinite", "check_writable",
+    "REFERENCE_ENV", "reference_root", "read_reference", "recorded_seconds", "stored_path",
 ]
 
 DEFAULT_ROOT = Path("attnscale-results")
+#: The environment variable naming the folder of reference results ("" for none).
+REFERENCE_ENV = "ATTNSCALE_REFERENCE"
+#: Where the reference results live in a checkout of the repository (src/attnscale/results.py → ../../).
+_REPO_REFERENCE = Path(__file__).resolve().parents[2] / "results" / "reference"
 SCHEMA = 1
 ENVELOPE_FIELDS = ("schema", "kind", "quick", "created", "config", "seed", "version", "environment", "data")
 
@@ -124,6 +138,13 @@ class Envelope:
     environment: dict = field(default_factory=dict)
     created: str = ""                 # UTC, ISO 8601
     path: Path | None = None          # where it was read from (None before it is written)
+    reference: bool = False           # read from the reference results (see reference_root)
+
+    @property
+    def origin(self) -> str:
+        """Which result this is to its reader: "reference" (shipped with attnscale), "quick" or "full"
+        (the user's own quick or full run)."""
+        return "reference" if self.reference else "quick" if self.quick else "full"
 
     def to_dict(self) -> dict:
         return {"schema": SCHEMA, "kind": self.kind, "quick": self.quick, "created": self.created,
@@ -250,17 +271,34 @@ def _refuse_constant(name: str):
     raise ValueError(f"{name} is not valid JSON")
 
 
+def stored_path(path: str | os.PathLike) -> Path | None:
+    """The file that holds the result meant by ``path``: itself, else its gzip-compressed sibling
+    (``result.json.gz``), else None."""
+    path = Path(path)
+    for candidate in (path, path.with_name(path.name + ".gz")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _text(path: Path) -> str:
+    raw = path.read_bytes()
+    return (gzip.decompress(raw) if path.suffix == ".gz" else raw).decode("utf-8")
+
+
 def read(kind: str, root: str | os.PathLike = DEFAULT_ROOT, quick: bool = False,
          path: str | os.PathLike | None = None) -> Envelope:
-    """The envelope of ``kind`` (full, or quick), validated. Raises :class:`ResultMissing` when there
-    is no file, :class:`ResultError` naming the file and the field when it cannot be used."""
+    """The envelope of ``kind`` (full, or quick), validated; the file may be gzip-compressed
+    (:func:`stored_path`). Raises :class:`ResultMissing` when there is no file, :class:`ResultError`
+    naming the file and the field when it cannot be used."""
     spec = _kind(kind)
-    target = Path(path) if path is not None else result_path(kind, root, quick)
-    if not target.is_file():
-        raise ResultMissing(f"{target}: no {kind} result here yet ({spec.description or kind})")
+    meant = Path(path) if path is not None else result_path(kind, root, quick)
+    target = stored_path(meant)
+    if target is None:
+        raise ResultMissing(f"{meant}: no {kind} result here yet ({spec.description or kind})")
     try:
-        raw = json.loads(target.read_text(encoding="utf-8"), parse_constant=_refuse_constant)
-    except (ValueError, UnicodeDecodeError) as err:
+        raw = json.loads(_text(target), parse_constant=_refuse_constant)
+    except (ValueError, UnicodeDecodeError, OSError, EOFError) as err:
         raise ResultError(f"{target}: not a strict JSON result file ({err})") from None
     if not isinstance(raw, dict):
         raise ResultError(f"{target}: expected a JSON object (the result envelope), got {type(raw).__name__}")
@@ -276,16 +314,58 @@ def read(kind: str, root: str | os.PathLike = DEFAULT_ROOT, quick: bool = False,
         raise ResultError(f"{target}: field(s) {['data.' + m for m in missing]} missing from the {kind} result")
     return Envelope(kind=kind, data=raw["data"], config=raw["config"], seed=raw["seed"],
                     quick=bool(raw["quick"]), version=raw["version"], environment=raw["environment"],
-                    created=raw["created"], path=target)
+                    created=raw["created"], path=target, reference=_is_reference(target))
+
+
+def reference_root() -> Path | None:
+    """The folder of reference results: ``$ATTNSCALE_REFERENCE`` when set (empty: none), else the
+    repository's ``results/reference`` when this attnscale runs from a checkout that has it."""
+    chosen = os.environ.get(REFERENCE_ENV)
+    if chosen is not None:
+        return Path(chosen) if chosen.strip() else None
+    return _REPO_REFERENCE if _REPO_REFERENCE.is_dir() else None
+
+
+def _is_reference(path: Path) -> bool:
+    ref = reference_root()
+    return ref is not None and path.resolve().is_relative_to(ref.resolve())
+
+
+def read_reference(kind: str) -> Envelope:
+    """The reference result of ``kind`` (always a full run); :class:`ResultMissing` when none ships."""
+    ref = reference_root()
+    if ref is None:
+        raise ResultMissing(f"no reference results here (set {REFERENCE_ENV}=DIR to read them from DIR)")
+    return read(kind, ref, quick=False)
 
 
 def read_preferred(kind: str, root: str | os.PathLike = DEFAULT_ROOT) -> Envelope:
-    """The full result when there is one, else the quick one (its ``quick`` flag set, for the face to
-    say so); :class:`ResultMissing` when there is neither."""
-    try:
-        return read(kind, root, quick=False)
-    except ResultMissing:
-        return read(kind, root, quick=True)
+    """The result a face shows: the user's own full result when there is one, else the reference
+    result, else the user's quick one (:attr:`Envelope.origin` says which, for the face to say so);
+    :class:`ResultMissing` when there is none of the three."""
+    for attempt in (lambda: read(kind, root, quick=False), lambda: read_reference(kind),
+                    lambda: read(kind, root, quick=True)):
+        try:
+            return attempt()
+        except ResultMissing:
+            pass
+    raise ResultMissing(f"{result_path(kind, root)}: no {kind} result here yet, full, quick or reference "
+                        f"({_kind(kind).description or kind})")
+
+
+def recorded_seconds(env: Envelope) -> float | None:
+    """How long the run that made ``env`` took, as the result itself records it: a sweep's ``wall_s``
+    (of its invocation: cached cells cost nothing), a probe's or rescale's ``seconds`` (loading and
+    computing), the verification's ``timings.total``; None when the result records no time."""
+    data = env.data if isinstance(env.data, dict) else {}
+    number = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool)   # noqa: E731
+    if number(data.get("wall_s")):
+        return float(data["wall_s"])
+    seconds = data.get("seconds")
+    if isinstance(seconds, dict) and seconds and all(number(v) for v in seconds.values()):
+        return float(sum(seconds.values()))
+    total = (data.get("timings") or {}).get("total") if isinstance(data.get("timings"), dict) else None
+    return float(total) if number(total) else None
 
 
 def check_writable(path: str | os.PathLike, what: str = "out") -> Path:

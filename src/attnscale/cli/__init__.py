@@ -15,7 +15,7 @@ from attnscale.cli.options import HelpFormatter, examples_epilog
 from attnscale.errors import AttnScaleError
 
 # One module per subcommand group; each defines register(subparsers).
-COMMAND_MODULES = ("core", "probe", "rescale", "report", "train", "verify", "telemetry")
+COMMAND_MODULES = ("core", "probe", "rescale", "report", "train", "verify", "telemetry", "full")
 
 EXAMPLES = [
     "attnscale report                           the HTML report: every claim of the seed, measured here",
@@ -24,6 +24,7 @@ EXAMPLES = [
     "attnscale rescale                          a real LLM's perplexity with its attention scale × 1/8 ... 8",
     "attnscale train scale-vs-dk                does unscaled attention stop learning? (CPU, a few minutes)",
     "attnscale telemetry-bench                  attention with per-row entropy vs plain SDPA: time, memory",
+    "attnscale full                             every full experiment here, in sequence (hours), then the report",
     "attnscale softmax 14 10 12 --scale 0.125   one row: the seed's example after dividing by sqrt(64) = 8",
     "attnscale rules                            the scale rules, their formulas and citations",
 ]

@@ -145,9 +145,13 @@ def _peak(step, layer: str | None = None) -> float | None:
     return max(values) if values else None
 
 
-def train_cell(cell: LogitCell) -> dict:
+def train_cell(cell: LogitCell, stop_after: int | None = None) -> dict:
     """Train one LM; returns the validation loss at init and at the end, and the logged curves.
-    Strict JSON: a figure that does not exist is None (``final_loss`` with ``final_loss_reason``)."""
+    Strict JSON: a figure that does not exist is None (``final_loss`` with ``final_loss_reason``).
+
+    ``stop_after``: end after that many updates: the log is then exactly the full run's first entries
+    (what the reproducibility test recomputes of a shipped result in seconds), and the final figures
+    are None (``final_loss_reason`` says why)."""
     import torch
 
     from attnscale.experiments.models import GPTConfig, TinyGPT
@@ -219,13 +223,17 @@ def train_cell(cell: LogitCell) -> dict:
                 if not math.isfinite(valid_loss):
                     diverged_at = step
                     break
+            if stop_after is not None and step >= stop_after:
+                break
+    stopped = stop_after is not None and stop_after < cell.steps and diverged_at is None
     peaks = [e["max_logit_layer0"] for e in log if e["max_logit_layer0"] is not None]
     train_peaks = [e["max_logit_train"] for e in log if e["max_logit_train"] is not None]
     return {
         "variant": cell.variant,
         "init_loss": init_loss,
-        "final_loss": log[-1]["valid_loss"] if diverged_at is None else None,
-        "final_loss_reason": None if diverged_at is None else f"diverged at step {diverged_at}",
+        "final_loss": log[-1]["valid_loss"] if diverged_at is None and not stopped else None,
+        "final_loss_reason": (f"diverged at step {diverged_at}" if diverged_at is not None else
+                              f"stopped after {stop_after} updates" if stopped else None),
         "diverged_at": diverged_at,
         "max_logit_layer0_final": log[-1]["max_logit_layer0"],
         "max_logit_layer0_peak": max(peaks) if peaks else None,

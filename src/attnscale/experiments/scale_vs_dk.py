@@ -200,13 +200,17 @@ def _init_chain_rule(record, rule: ScaleRule, factor: float) -> dict[str, float]
     }
 
 
-def train_cell(cell: ScaleCell) -> dict:
+def train_cell(cell: ScaleCell, stop_after: int | None = None) -> dict:
     """Train one cell; returns plain data: final metrics, per-step loss/accuracy, logged metrics (every
     ``log_every`` steps: loss, accuracy, gradient norms, logit standard deviation, saturated fraction),
     the chain-rule factors at initialisation, and its own run time (``timing``: ``wall_s``, ``cpu_s``).
 
     A non-finite loss stops the cell: ``diverged`` is True, ``diverged_at`` its step, and the final
-    figures are None (strict JSON: the reason is ``diverged``)."""
+    figures are None (strict JSON: the reason is ``diverged``).
+
+    ``stop_after``: end after that many updates, without the final evaluation (its figures None): the
+    per-step lists are then exactly the full run's first entries (what the reproducibility test
+    recomputes of a shipped result in seconds)."""
     import torch
 
     from attnscale.experiments.models import ReadoutTransformer
@@ -251,8 +255,11 @@ def train_cell(cell: ScaleCell) -> dict:
                 init = {"grad_wq": gq, "grad_wk": gk, **_init_chain_rule(attn.record, rule, attn.logits.factor())}
                 init = {k: finite_or_none(v) for k, v in init.items()}
         opt.step()
-    final = _final_eval(model, cell) if diverged_at is None else {"accuracy": None, "loss": None}
-    if diverged_at is None and final["loss"] is None:      # finite while training, not on the held-out batch
+        if stop_after is not None and step + 1 >= stop_after:
+            break
+    stopped = stop_after is not None and stop_after < cell.steps
+    final = _final_eval(model, cell) if diverged_at is None and not stopped else {"accuracy": None, "loss": None}
+    if diverged_at is None and not stopped and final["loss"] is None:   # finite while training, not held out
         diverged_at = cell.steps
     return {
         "final_accuracy": final["accuracy"],

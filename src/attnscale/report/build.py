@@ -125,6 +125,7 @@ def render_report(verify: results.Envelope, config: ReportConfig,
     ``config.results``, and each experiment chapter's status. Computes nothing a result holds."""
     from attnscale.report.chapters import EXPERIMENT_CHAPTERS
     from attnscale.report.experiments import provenance_text, render_experiment
+    from attnscale.report.headline import cards as headline_cards, cards_html
     from attnscale.report.html import esc
     from attnscale.report.page import Section, render_page
     from attnscale.report.seed import glance_html, lang_links, seed_sections
@@ -159,7 +160,9 @@ def render_report(verify: results.Envelope, config: ReportConfig,
         # total is their sum, so it equals what it lists
         "total_seconds": sum(timings.values()) + sum(s.seconds for s in sections),
     }
-    glance = glance_html(verify.data["series"], lang) + lang_links(lang, PAGE_NAMES)
+    answers = cards_html(headline_cards(config.results, lang))
+    glance = (glance_html(verify.data["series"], lang)
+              + (f'<div class="glance headline">{answers}</div>' if answers else "") + lang_links(lang, PAGE_NAMES))
     page = render_page(sections, verify.data["counts"], provenance, lang, glance)
     return page, statuses
 

@@ -1,11 +1,13 @@
 """Chapters from experiment results (training, real-model probe, telemetry).
 
 Each module listed in :data:`attnscale.report.chapters.EXPERIMENT_CHAPTERS` names the ``KIND`` of
-result it shows; its result is read through :func:`attnscale.results.read_preferred` (the full run
-when there is one, else the quick one) and handed to its ``render(env, lang)``. Generically, for every
-chapter: no result yet → a note with its ``HOW_TO`` command; a malformed result → an error box with
-the reader's message (the file and the field); a quick result → a "quick run" label beside the title;
-and a line under the title says where and when the result was computed. A chapter that fails to
+result it shows; its result is read through :func:`attnscale.results.read_preferred` (the user's own
+full run when there is one, else the reference result shipped with attnscale, else the user's quick
+run: one result per chapter, never a mix) and handed to its ``render(env, lang)``. Generically, for
+every chapter: no result yet → a note with its ``HOW_TO`` command; a malformed result → an error box
+with the reader's message (the file and the field); a quick result → a "quick run" label beside the
+title; and one line under the title (:func:`source_line`) says which of the three it shows, from which
+machine and date, and the command that reproduces it with the time it took. A chapter that fails to
 import or render becomes an error box too: one broken chapter never costs the reader the rest.
 """
 
@@ -30,10 +32,9 @@ class RenderedChapter:
 
     @property
     def seconds(self) -> float:
-        """The recorded compute time of the result shown (its data's ``wall_s``), 0 when none."""
-        data = self.envelope.data if self.envelope is not None else None
-        wall = data.get("wall_s") if isinstance(data, dict) else None
-        return float(wall) if isinstance(wall, (int, float)) else 0.0
+        """The recorded compute time of the result shown (:func:`attnscale.results.recorded_seconds`),
+        0 when none."""
+        return (results.recorded_seconds(self.envelope) or 0.0) if self.envelope is not None else 0.0
 
 
 def title_of(module, name: str, lang: str) -> str:
@@ -63,7 +64,7 @@ def when_text(created: str) -> str:
 def provenance_text(env: results.Envelope, lang: str) -> str:
     """Where a result comes from: its file in the results folder, quick or full run, when (UTC), on what
     machine, which attnscale."""
-    run = t("quick_run" if env.quick else "full_run", lang)
+    run = t({"reference": "reference_run", "quick": "quick_run", "full": "full_run"}[env.origin], lang)
     file = results.result_path(env.kind, "", env.quick).as_posix()     # relative to the results folder
     return t("computed_by", lang).format(file=file, run=run, when=when_text(env.created),
                                         machine=machine_text(env.environment), version=env.version)
@@ -71,6 +72,41 @@ def provenance_text(env: results.Envelope, lang: str) -> str:
 
 def provenance_line(env: results.Envelope, lang: str) -> str:
     return f'<p class="note provenance-line">{esc(provenance_text(env, lang))}</p>'
+
+
+def duration_text(seconds: float, lang: str) -> str:
+    """A run time for reading: "42 s", "16 min 12 s", "1 h 05 min"."""
+    s = int(round(max(seconds, 0.0)))
+    if s < 60:
+        return t("duration_s", lang).format(s=s)
+    if s < 3600:
+        return t("duration_ms", lang).format(m=s // 60, s=s % 60)
+    return t("duration_hm", lang).format(h=s // 3600, m=f"{s % 3600 // 60:02d}")
+
+
+def command_of(env: results.Envelope, how_to: str) -> str:
+    """The command that reproduces ``env``: for a reference result, the one that made it (with its
+    options, :data:`attnscale.reference.PRODUCERS`); else the chapter's ``HOW_TO``."""
+    from attnscale.reference import PRODUCERS
+
+    if env.origin == "reference" and env.kind in PRODUCERS:
+        return PRODUCERS[env.kind].command
+    return how_to or results.KINDS[env.kind].description
+
+
+def source_line(env: results.Envelope, command: str, lang: str) -> str:
+    """The line under an experiment chapter's title: which result it shows (the user's own full run,
+    the reference result or the user's quick run), from which machine and date, and ``command``, which
+    reproduces it, with the time the run took as the result records it."""
+    seconds = results.recorded_seconds(env)
+    took = (t("took_unknown", lang) if seconds is None else
+            t("took_there" if env.origin == "reference" else "took_here", lang).format(
+                time=duration_text(seconds, lang)))
+    text = t(f"shown_{env.origin}", lang).format(
+        file=results.result_path(env.kind, "", env.quick).as_posix(), when=when_text(env.created),
+        machine=machine_text(env.environment), took=took, command="\x00")
+    before, after = esc(text).split("\x00")
+    return f'<p class="note provenance-line source-{env.origin}">{before}<code>{esc(command)}</code>{after}</p>'
 
 
 def missing_note(how_to: str, lang: str) -> str:
@@ -90,7 +126,7 @@ def render_experiment(name: str, root, lang: str) -> RenderedChapter:
         except results.ResultMissing:
             return RenderedChapter(name, title_of(module, name, lang), missing_note(getattr(module, "HOW_TO", ""), lang),
                                    "missing", kind)
-        html = provenance_line(env, lang) + module.render(env, lang)
+        html = source_line(env, command_of(env, getattr(module, "HOW_TO", "")), lang) + module.render(env, lang)
         return RenderedChapter(name, quick_title(title_of(module, name, lang), env, lang), html, "rendered", kind, env)
     except Exception as err:  # a malformed result (ResultError names file and field), a chapter's bug
         return RenderedChapter(name, quick_title(title_of(module, name, lang), env, lang), error_box(t("chapter_error", lang), err=err),

@@ -132,11 +132,22 @@ def font_face_css(page: str, font: CjkFont | None = None) -> str:
                    for name in dict.fromkeys((FAMILY, font.family)))
 
 
+def _not_bold_warning(record) -> bool:
+    # The page embeds one (regular) CJK face and the browser draws bold from it; matplotlib, asked for
+    # the figures' bold titles, uses that regular face as well, which is what is meant: its warning
+    # ("findfont: Failed to find font weight bold for Noto Sans CJK SC") would only be noise on the
+    # terminal. Every other message of matplotlib's font manager passes.
+    return not str(record.msg).startswith("findfont: Failed to find font weight")
+
+
 @functools.lru_cache(maxsize=None)
 def _registered(font: CjkFont) -> str:
+    import logging
+
     from matplotlib import font_manager
 
     font_manager.fontManager.addfont(str(font.path))   # every face of a .ttc, by its own family name
+    logging.getLogger("matplotlib.font_manager").addFilter(_not_bold_warning)
     return font.family
 
 

@@ -1,0 +1,210 @@
+"""``attnscale full``: rerun every full experiment on this machine, one after the other, then build both
+pages of the report from the results made here.
+
+Each step is one of the commands a user runs (those that produced the reference results,
+:data:`attnscale.reference.PRODUCERS`), started as its own process with its output in
+``DIR/full-logs/<kind>.log``. Resumable: a step whose own full result is already here and current
+(not stale against this code, :func:`attnscale.reference.stale_reasons`) is skipped, and a sweep
+interrupted half-way resumes from its cell cache. One progress line; its ETA comes from the run
+times the reference results record (so it is only as right as this machine is like that one).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from attnscale.cli.options import add_command, add_results_option, results_root
+from attnscale.cli.progress import fmt_duration
+
+#: The kinds in the order they run: the verification last, as it judges claims from the others.
+ORDER = ("train/scale-vs-dk", "train/logit-growth", "train/lm", "probe/minilm", "probe/smollm2",
+         "rescale/smollm2", "rescale/minilm", "telemetry", "verify")
+
+
+def register(sub) -> None:
+    p = add_command(
+        sub, "full", help="rerun every full experiment here (hours on 2 cores), then the report from them",
+        description="Run, one after the other, every command that made the reference results (the training "
+                    "sweeps, both probes, both rescales, the telemetry benchmark, the verification), each into "
+                    "the results folder, then build index.html and index.zh.html from the results made here. "
+                    "Resumable: a result already here and current is kept, an interrupted sweep resumes from "
+                    "its cells. Each command's output goes to DIR/full-logs/<kind>.log.",
+        examples=["attnscale full", "attnscale full --workers 2", "attnscale full --backend ray --address auto"])
+    add_results_option(p, "results folder: every result is written here, the report reads them from here")
+    p.add_argument("--out", default="attnscale-report", metavar="DIR",
+                   help="report folder (default: ./attnscale-report)")
+    p.add_argument("--workers", type=int, default=None, help="the sweeps' worker processes (default: theirs)")
+    p.add_argument("--backend", choices=("local", "ray"), default="local", help="where the sweeps' cells run")
+    p.add_argument("--address", default=None, metavar="auto|HOST:PORT", help="with --backend ray: the cluster")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.set_defaults(run=run_full_command)
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: str              # the result it makes ("" for a report page)
+    argv: tuple[str, ...]  # attnscale's arguments
+    expected_s: float      # the reference run's time (0 when none is recorded)
+
+    @property
+    def command(self) -> str:
+        return "attnscale " + " ".join(self.argv)
+
+
+def plan(root: Path, out: Path, workers: int | None = None, backend: str = "local",
+         address: str | None = None) -> list[Step]:
+    """The steps, with the sweeps' options passed through, then the two report pages."""
+    import shlex
+
+    from attnscale import reference, results
+
+    sweep = [*(("--workers", str(workers)) if workers is not None else ()),
+             *(("--backend", backend) if backend != "local" else ()), *(("--address", address) if address else ())]
+    steps = []
+    for kind in ORDER:
+        argv = shlex.split(reference.producer(kind).command)[1:]
+        folder = "--results" if kind.startswith("train/") or kind == "verify" else "--out"
+        argv += [folder, str(root), *(sweep if kind.startswith("train/") else ())]
+        try:
+            expected = results.recorded_seconds(results.read_reference(kind)) or 0.0
+        except results.ResultError:
+            expected = 0.0
+        steps.append(Step(kind, tuple(argv), expected))
+    for lang in ("en", "zh"):
+        steps.append(Step("", ("report", "--results", str(root), "--out", str(out), "--lang", lang), 0.0))
+    return steps
+
+
+def is_current(kind: str, root: Path) -> bool:
+    """Whether the own full result of ``kind`` under ``root`` exists and this code would make it as it
+    is (the verification also: judged from the results now here)."""
+    from attnscale import reference, results
+    from attnscale.cli.report import current_verify
+
+    try:
+        env = results.read(kind, root)
+    except results.ResultError:
+        return False
+    if reference.stale_reasons(env):
+        return False
+    return kind != "verify" or current_verify(root, quick=False, seed=0, fresh=False) is None
+
+
+def run_process(step: Step, log: Path, env: dict) -> int:
+    """Run one step as its own process, its output into ``log``; its exit status."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w", encoding="utf-8") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "attnscale", *step.argv], stdout=f, stderr=subprocess.STDOUT,
+                                env=env)
+        try:
+            while proc.poll() is None:
+                time.sleep(1.0)
+                yield None
+        except BaseException:
+            # Ctrl-C: the command stops as it does alone (keeping its finished cells); it may not
+            # have had the signal itself (kill -INT of this process only), so it is passed on.
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            raise
+    yield proc.returncode
+
+
+class Line:
+    """One progress line: steps done, time elapsed, the ETA from the reference run's times."""
+
+    def __init__(self, steps: list[Step], stream=None, clock: Callable[[], float] = time.monotonic, quiet=False):
+        self.steps, self.stream, self.clock, self.quiet = steps, stream or sys.stderr, clock, quiet
+        self.start = clock()
+        self.tty = getattr(self.stream, "isatty", lambda: False)()
+        self.last = None
+
+    def left(self, index: int, in_step: float) -> float:
+        """Seconds left by the reference times: what remains of step ``index``, then the steps after."""
+        rest = sum(s.expected_s for s in self.steps[index + 1:])
+        return rest + max(self.steps[index].expected_s - in_step, 0.0)
+
+    def show(self, index: int, in_step: float, note: str = "", force: bool = False) -> None:
+        if self.quiet:
+            return
+        now = self.clock()
+        if not (force or self.tty) and self.last is not None and now - self.last < 60:
+            return
+        self.last = now
+        text = (f"attnscale full: [{index + 1}/{len(self.steps)}] {fmt_duration(now - self.start)} elapsed · "
+                f"~{fmt_duration(self.left(index, in_step))} left · {self.steps[index].command}{note}")
+        self.stream.write(f"\r{text:<120}" if self.tty else text + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty and not self.quiet:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def run_full(steps: list[Step], root: Path, line: Line, runner=run_process, current=is_current,
+             clock: Callable[[], float] = time.monotonic) -> list[tuple[Step, str]]:
+    """Run the steps not yet current, in order; stop at the first that fails. Returns (step, "kept",
+    "ran" or "failed (exit N)") for each step reached."""
+    from attnscale import results
+
+    done = []
+    for i, step in enumerate(steps):
+        if step.kind and current(step.kind, root):
+            done.append((step, "kept"))
+            line.show(i, step.expected_s, " (kept: current)", force=True)
+            continue
+        env = dict(os.environ)
+        if not step.kind:
+            env[results.REFERENCE_ENV] = ""       # the pages from the results made here only
+        log = root / "full-logs" / f"{(step.kind or 'report-' + step.argv[-1]).replace('/', '-')}.log"
+        started = clock()
+        line.show(i, 0.0, force=True)
+        code = None
+        for code in runner(step, log, env):
+            if code is None:
+                line.show(i, clock() - started)
+        if code != 0:
+            done.append((step, f"failed (exit {code})"))
+            return done
+        done.append((step, "ran"))
+    return done
+
+
+def run_full_command(args) -> int:
+    from attnscale.cli.output import check_out_folder
+    from attnscale.errors import check_count
+
+    if args.workers is not None:
+        check_count("--workers", args.workers)
+    if args.address is not None and args.backend != "ray":
+        from attnscale.errors import InputError
+
+        raise InputError(f"--address: only with --backend ray, got --address {args.address!r} with --backend local")
+    root = check_out_folder(results_root(args), "--results", named=args.results is not None)
+    steps = plan(Path(root), Path(args.out), args.workers, args.backend, args.address)
+    line = Line(steps, quiet=args.quiet)
+    try:
+        outcome = run_full(steps, Path(root), line)
+    finally:
+        line.close()
+    for step, what in outcome:
+        print(f"{what:<16} {step.command}")
+    if outcome and outcome[-1][1].startswith("failed"):
+        step = outcome[-1][0]
+        log = Path(root) / "full-logs"
+        print(f"attnscale full: {step.command} failed; its output is in {log}/ . Run attnscale full again to go "
+              f"on from there.", file=sys.stderr)
+        return 1
+    print(Path(args.out, "index.html").resolve())
+    return 0

@@ -1,0 +1,292 @@
+"""The reference results shipped with attnscale: what produced each, whether this code still would,
+and recomputing parts of one to compare with what it holds.
+
+A reference result (``results/reference/<kind>/result.json.gz``, read by
+:func:`attnscale.results.read_reference`) is the tool's own output of one command, unedited. Two checks
+keep it honest, both run by the test suite:
+
+* **Staleness** (:func:`stale_reasons`): the result's *fingerprint* — the code version its producer
+  declares and the configuration it records — against what the same command would record now. A
+  sweep's code version is its cells' ``code_version`` (bumped when training code changes the numbers)
+  and its configuration the whole sweep configuration; the verification's and the telemetry
+  benchmark's are their configuration dataclasses; a probe's and a rescale's the defaults their code
+  declares (weights, tolerances, α grid: the rest of what they record, such as the number of tokens,
+  follows from those). Any difference names the field, the result and the command that regenerates it.
+* **Reproducibility** (:func:`reproduce_cells`, :func:`compare`): a few cells of a training result
+  recomputed for their first logged steps (``train_cell(cell, stop_after=n)``), or a probe's heads and
+  a rescale point, compared with the shipped numbers within :data:`RTOL` / :data:`ATOL`.
+
+    >>> sorted(PRODUCERS)[:3]
+    ['probe/minilm', 'probe/smollm2', 'rescale/minilm']
+    >>> compare({"log": [{"loss": 1.0}]}, {"log": [{"loss": 1.00001}, {"loss": 0.5}]})
+    []
+    >>> compare({"log": [{"loss": 1.0}]}, {"log": [{"loss": 1.1}]})
+    ['log[0].loss: 1.0 here, 1.1 shipped']
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from attnscale import results
+from attnscale.store import config_hash, to_jsonable
+
+__all__ = ["Producer", "PRODUCERS", "producer", "fingerprint", "current_fingerprint", "stale_reasons",
+           "regenerate_command", "compare", "reproduce_cells", "logged_steps", "pick_cells", "reference_kinds",
+           "RTOL", "ATOL"]
+
+#: Tolerance of a recomputed number against the shipped one. CPU training is deterministic for a seed
+#: on one machine (the numbers agree exactly here); another CPU type may sum in another order
+#: (vectorised kernels) and differ in the last digits of float32, which a few updates can carry into
+#: the fifth significant digit: so 1 part in 10⁴, and 10⁻⁶ absolute for figures near 0.
+RTOL = 1e-4
+ATOL = 1e-6
+
+
+@dataclass(frozen=True)
+class Producer:
+    """What produced a kind of reference result: the command (run from a fresh results folder), the
+    configuration the code would record for it now (as JSON data; for a probe or a rescale only the
+    fields the code itself declares), and the producer's code version now (None where it declares none)."""
+    kind: str
+    command: str
+    defaults: Callable[[], dict]
+    code_version: Callable[[], int | None] = lambda: None
+    recorded_code_version: Callable[[results.Envelope], Any] = lambda env: None
+    #: the configuration as the result records it, in the terms of ``defaults`` (default: all of it)
+    recorded: Callable[[results.Envelope], dict] = lambda env: to_jsonable(env.config)
+
+
+def _sweep(name: str) -> Producer:
+    def defaults() -> dict:
+        from attnscale.experiments.sweeps import make_config
+
+        return to_jsonable(make_config(name))
+
+    def code_version() -> int | None:
+        from attnscale.experiments.sweeps import make_config
+
+        cells = make_config(name).cells()
+        return getattr(cells[0], "code_version", None) if cells else None
+
+    def recorded(env: results.Envelope):
+        found = {c.get("cell", {}).get("code_version") for c in env.data.get("cells", [])}
+        return found.pop() if len(found) == 1 else sorted(found, key=str)
+
+    return Producer(f"train/{name}", f"attnscale train {name}", defaults, code_version, recorded)
+
+
+def _verify_defaults() -> dict:
+    from attnscale.cli.verify import result_config, verify_config
+
+    return result_config(verify_config(quick=False, seed=0))
+
+
+def _telemetry_defaults(repeats: int) -> Callable[[], dict]:
+    def defaults() -> dict:
+        from attnscale.experiments.telemetry import TelemetryBenchConfig
+
+        return to_jsonable(TelemetryBenchConfig(repeats=repeats))
+    return defaults
+
+
+def _picked(keys: tuple[str, ...]) -> Callable[[results.Envelope], dict]:
+    return lambda env: {k: (env.config or {}).get(k) for k in keys}
+
+
+PROBE_FIELDS = ("batch_size", "tolerance", "max_pairs", "text", "weights_sha256")
+
+
+def _probe(model: str, flag: str) -> Producer:
+    def defaults() -> dict:
+        from attnscale.experiments import pretrained
+        from attnscale.experiments.probe_run import run_probe
+
+        declared = {name: p.default for name, p in inspect.signature(run_probe).parameters.items()
+                    if name in ("batch_size", "tolerance", "max_pairs", "source")}
+        declared["text"] = declared.pop("source")
+        sha = {"minilm": pretrained.MINILM_SHA256, "smollm2": pretrained.SMOLLM2_SHA256}[model]
+        return {**declared, "weights_sha256": sha}
+    return Producer(f"probe/{model}", f"attnscale probe{flag}", defaults, recorded=_picked(PROBE_FIELDS))
+
+
+RESCALE_FIELDS = ("max_tokens", "window", "prompt", "new_tokens", "batch_size", "model_version")
+
+
+def _rescale(model: str, flag: str) -> Producer:
+    def defaults() -> dict:
+        from attnscale.experiments import pretrained
+        from attnscale.experiments.rescale import RescaleConfig
+
+        config = to_jsonable(RescaleConfig())
+        version = {"minilm": pretrained.MINILM_VERSION, "smollm2": pretrained.SMOLLM2_VERSION}[model]
+        return {**{k: config[k] for k in RESCALE_FIELDS if k in config}, "alphas": config["alphas"],
+                "model_version": version}
+
+    def recorded(env: results.Envelope) -> dict:
+        # The run adds α = √d_k (no scale) to the grid when it is not in it: not a default of its own.
+        from attnscale.experiments.rescale import ALPHAS
+
+        out = _picked(RESCALE_FIELDS)(env)
+        unscaled = env.data.get("unscaled_alpha")
+        out["alphas"] = [a for a in (env.config or {}).get("alphas", [])
+                         if a in ALPHAS or unscaled is None or not math.isclose(a, unscaled, rel_tol=1e-9)]
+        return out
+    return Producer(f"rescale/{model}", f"attnscale rescale{flag}", defaults, recorded=recorded)
+
+
+#: The producer of each kind of reference result. The telemetry reference is the committed quiet run
+#: of docs/results (a benchmark on a loaded machine would give wrong ratios), made with --repeats 3.
+PRODUCERS: dict[str, Producer] = {p.kind: p for p in (
+    Producer("verify", "attnscale verify", _verify_defaults),
+    _probe("minilm", ""), _probe("smollm2", " --model smollm2"),
+    _rescale("smollm2", ""), _rescale("minilm", " --model minilm"),
+    _sweep("scale-vs-dk"), _sweep("logit-growth"), _sweep("lm"),
+    Producer("telemetry", "attnscale telemetry-bench --repeats 3", _telemetry_defaults(3)),
+)}
+
+
+def producer(kind: str) -> Producer:
+    """The producer of ``kind``; an InputError naming the kinds known when there is none."""
+    from attnscale.errors import check_choice
+
+    check_choice("kind", kind, PRODUCERS)
+    return PRODUCERS[kind]
+
+
+def regenerate_command(kind: str) -> str:
+    """The commands that regenerate the reference result of ``kind`` from a repository checkout: the
+    producer's command into a scratch folder, then its envelope compressed into results/reference."""
+    folder = "/tmp/attnscale-reference"
+    flag = "--results" if kind.startswith(("train/", "verify")) else "--out"
+    file = results.result_path(kind, folder).as_posix()
+    return (f"{producer(kind).command} {flag} {folder} && "
+            f"gzip -9n < {file} > results/reference/{kind}/result.json.gz")
+
+
+def fingerprint(env: results.Envelope) -> dict:
+    """What produced ``env``, as it records it: its producer's code version and a hash of the
+    configuration it records (for a probe or a rescale, of the fields its code declares)."""
+    p = producer(env.kind)
+    config = p.recorded(env)
+    return {"code_version": p.recorded_code_version(env), "config_hash": config_hash(config), "config": config}
+
+
+def current_fingerprint(kind: str) -> dict:
+    """The fingerprint the code here would record for the producer's command."""
+    p = producer(kind)
+    config = to_jsonable(p.defaults())
+    return {"code_version": p.code_version(), "config_hash": config_hash(config), "config": config}
+
+
+def _differences(recorded: Any, now: Any, at: str) -> list[str]:
+    if isinstance(recorded, dict) and isinstance(now, dict):
+        out = []
+        for key in sorted(set(recorded) | set(now)):
+            out += _differences(recorded.get(key), now.get(key), f"{at}.{key}" if at else key)
+        return out
+    return [] if recorded == now else [f"{at}: {recorded!r} in the result, {now!r} now"]
+
+
+def stale_reasons(env: results.Envelope) -> list[str]:
+    """Why the reference result ``env`` is not what its command would produce now (empty when it is):
+    each changed code version or configuration field, then the result and the command to regenerate it."""
+    then, now = fingerprint(env), current_fingerprint(env.kind)
+    reasons = []
+    if then["code_version"] != now["code_version"]:
+        reasons.append(f"code_version: {then['code_version']!r} in the result, {now['code_version']!r} now")
+    if then["config_hash"] != now["config_hash"]:
+        reasons += _differences(then["config"], now["config"], "config")
+    if reasons:
+        reasons.append(f"the reference result {env.path} is stale; regenerate it with: {regenerate_command(env.kind)}")
+    return reasons
+
+
+# --- reproducing parts of a result -------------------------------------------------------------------
+
+def _close(a, b) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool) or not all(isinstance(x, (int, float)) for x in (a, b)):
+        return a == b
+    if not (math.isfinite(a) and math.isfinite(b)):
+        return a == b or (a != a and b != b)
+    return abs(a - b) <= ATOL + RTOL * abs(b)
+
+
+def compare(here: Any, shipped: Any, at: str = "", prefix_lists: bool = True) -> list[str]:
+    """Where the recomputed ``here`` differs from the ``shipped`` data beyond :data:`RTOL`/:data:`ATOL`
+    (exactly, for anything not a number). With ``prefix_lists``, the lists of ``here`` are compared
+    with the first entries of the shipped ones (a run stopped early logs a prefix of the full run's
+    log) and its other entries are not compared: a stopped run's final figures are not the full run's."""
+    if isinstance(here, dict) and isinstance(shipped, dict):
+        out = []
+        for key, value in here.items():
+            if prefix_lists and not isinstance(value, (dict, list)):
+                continue
+            out += compare(value, shipped.get(key), f"{at}.{key}" if at else key, prefix_lists)
+        return out
+    if isinstance(here, list) and isinstance(shipped, list):
+        if len(here) > len(shipped) or (not prefix_lists and len(here) != len(shipped)):
+            return [f"{at}: {len(here)} entries here, {len(shipped)} shipped"]
+        out = []
+        for i, value in enumerate(here):
+            out += compare(value, shipped[i], f"{at}[{i}]", prefix_lists=False)
+        return out
+    if isinstance(here, dict) or isinstance(shipped, dict) or isinstance(here, list) or isinstance(shipped, list):
+        return [f"{at}: {type(here).__name__} here, {type(shipped).__name__} shipped"]
+    return [] if _close(here, shipped) else [f"{at}: {here!r} here, {shipped!r} shipped"]
+
+
+def logged_steps(result: dict) -> list[int]:
+    """The steps of a cell result's step log: the first list in it whose entries carry a ``step``."""
+    for value in result.values():
+        if isinstance(value, list) and value and all(isinstance(e, dict) and "step" in e for e in value):
+            return [int(e["step"]) for e in value]
+    raise ValueError(f"no step log (a list of entries with a 'step') among the cell result's keys {sorted(result)}")
+
+
+def pick_cells(n: int, count: int = 3) -> list[int]:
+    """``count`` cell indices spread over a sweep of ``n`` (the first, the last, between)."""
+    return sorted({round(i * (n - 1) / max(count - 1, 1)) for i in range(count)}) if n else []
+
+
+def reproduce_cells(env: results.Envelope, indices: list[int] | None = None, entries: int = 2) -> dict[int, list[str]]:
+    """Recompute cells of the training result ``env`` (by default :func:`pick_cells`) for their first
+    ``entries`` logged steps and compare them with the shipped ones: {cell index: differences}.
+
+    The cells are made by the code here from the experiment's default configuration and must equal the
+    shipped cells field by field (else the result is stale, which is said); each runs
+    ``train_cell(cell, stop_after=n)``, ``n`` the updates up to its ``entries``-th logged step."""
+    from attnscale.experiments import training
+    from attnscale.experiments.sweeps import EXPERIMENTS, make_config
+
+    name = env.kind.split("/", 1)[1]
+    cells = make_config(name).cells()
+    shipped = env.data["cells"]
+    if len(cells) != len(shipped):
+        raise ValueError(f"{env.path}: {len(shipped)} cells shipped, the configuration here makes {len(cells)}: stale")
+    found = {}
+    for i in pick_cells(len(cells)) if indices is None else indices:
+        if to_jsonable(cells[i]) != shipped[i]["cell"]:
+            raise ValueError(f"{env.path}: cell {i} shipped is {shipped[i]['cell']}, "
+                             f"here {to_jsonable(cells[i])}: stale")
+        steps = logged_steps(shipped[i]["result"])
+        stop_after = steps[min(entries, len(steps)) - 1] + 1
+        before = training.process_settings()
+        try:
+            here = EXPERIMENTS[name].train_cell(cells[i], stop_after=stop_after)
+        finally:
+            training.restore_process_settings(before)
+        found[i] = compare(here, shipped[i]["result"])
+    return found
+
+
+def reference_kinds() -> list[str]:
+    """The kinds of the reference results present (those of :data:`attnscale.results.KINDS` only)."""
+    root = results.reference_root()
+    if root is None:
+        return []
+    return [kind for kind in results.KINDS if results.stored_path(results.result_path(kind, root)) is not None]
+

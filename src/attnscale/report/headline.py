@@ -1,0 +1,149 @@
+"""The headline answers beside the page's three measured cards: what training without the scale did
+(the scale-vs-dk sweep; the language-model sweep too, once its result exists) and what a real decoder
+LLM does without it (SmolLM2 rescaled). Each card is chosen by its result's numbers by a small pure
+function of the result's data, says which result it shows (own full, reference, own quick: the same
+one its chapter shows, through :func:`attnscale.results.read_preferred`) and links to its chapter.
+A card whose result is missing or lacks a figure is left out; the report never fails for it.
+
+    >>> card = training_card({"table": [{"rule": "unscaled", "d_k": 256,
+    ...     "adam": {"verdict": "learns", "final_accuracy": {"mean": 0.97}},
+    ...     "sgd_reference_lr": {"verdict": "fails", "final_accuracy": {"mean": 0.4}, "lr": 0.3},
+    ...     "sgd_best_lr": {"verdict": "fails", "final_accuracy": {"mean": 0.5}, "lr": 0.9}},
+    ...     {"rule": "inverse_sqrt_dk", "d_k": 256, "adam": {"final_accuracy": {"mean": 0.98}},
+    ...      "sgd_reference_lr": {"final_accuracy": {"mean": 0.95}}}]}, "en")
+    >>> card.value
+    'fails with SGD'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from attnscale import results
+from attnscale.report import text
+from attnscale.report.html import esc, number
+
+_t = text.words("headline")
+_verdict = text.words("training")        # the training chapter's verdict words (v_learns, ...)
+
+
+@dataclass(frozen=True)
+class Card:
+    label: str
+    value: str
+    sub: str
+    href: str = ""            # the chapter it links to
+
+
+def _row(table: list[dict], rule: str, d_k: int) -> dict | None:
+    return next((r for r in table if r.get("rule") == rule and r.get("d_k") == d_k), None)
+
+
+def _acc(summary: dict | None) -> str:
+    return number(((summary or {}).get("final_accuracy") or {}).get("mean"), digits=2)
+
+
+def training_value(verdicts: dict[str, str | None], lang: str) -> str:
+    """The card's headline from the unscaled rule's verdicts per optimiser ("adam", "sgd"): one phrase
+    for all when they agree, else the worst verdict and the optimisers where it does not learn like
+    1/√d_k; "" without verdicts."""
+    found = {opt: v for opt, v in verdicts.items() if v}
+    if not found:
+        return ""
+    if len(set(found.values())) == 1:
+        return _t(f"all_{next(iter(found.values()))}", lang)
+    bad = [opt for opt, v in found.items() if v != "learns"]
+    worst = max((found[o] for o in bad), key=VERDICT_ORDER.index)
+    return _t(f"{worst}_with", lang, opts=_t("and", lang).join(_t(f"opt_{o}", lang) for o in bad))
+
+
+VERDICT_ORDER = ("learns", "slower", "fails", "diverges")     # mildest first
+
+
+def training_card(analysis: dict, lang: str) -> Card | None:
+    """The scale-vs-dk card: what the unscaled rule did at the sweep's largest d_k, with Adam and with
+    SGD (at the rate tuned for 1/√d_k, and at its own best rate), against 1/√d_k's final accuracy."""
+    table = analysis.get("table") or []
+    d_ks = [r["d_k"] for r in table if r.get("rule") == "unscaled" and isinstance(r.get("d_k"), int)]
+    if not d_ks:
+        return None
+    d_k = max(d_ks)
+    row, ref = _row(table, "unscaled", d_k), _row(table, "inverse_sqrt_dk", d_k) or {}
+    adam, sgd, best = row.get("adam") or {}, row.get("sgd_reference_lr") or {}, row.get("sgd_best_lr") or {}
+    value = training_value({"adam": adam.get("verdict"), "sgd": sgd.get("verdict")}, lang)
+    if not value:
+        return None
+    sub = _t("train_sub", lang, adam=_acc(adam), sgd=_acc(sgd), adam_ref=_acc(ref.get("adam")),
+             sgd_ref=_acc(ref.get("sgd_reference_lr")))
+    if best.get("lr") is not None and best.get("lr") != sgd.get("lr"):
+        sub += " " + _t("train_best", lang, lr=number(best["lr"], digits=2), acc=_acc(best),
+                        verdict=_verdict(f"v_{best['verdict']}", lang) if best.get("verdict") else "—")
+    return Card(_t("train_label", lang, d=d_k), value, sub, "#exp-training")
+
+
+def lm_card(analysis: dict, lang: str) -> Card | None:
+    """The language-model card: the unscaled rule's verdict at the largest d_k per optimiser, from the
+    lm result's ``analysis.verdicts`` (rule, d_k, optimiser, verdict); None without such verdicts."""
+    verdicts = [v for v in analysis.get("verdicts") or [] if isinstance(v, dict) and v.get("rule") == "unscaled"]
+    if not verdicts:
+        return None
+    d_k = max(v["d_k"] for v in verdicts)
+    per_opt = {}
+    for v in verdicts:
+        if v["d_k"] == d_k and v.get("verdict"):
+            per_opt.setdefault(v["optimiser"], v["verdict"])
+    if not per_opt:
+        return None
+    items = " · ".join(f"{_t('opt_' + o, lang) if o in ('adam', 'sgd') else o}: {_verdict('v_' + v, lang)}"
+                       for o, v in per_opt.items())
+    return Card(_t("lm_label", lang, d=d_k), items, _t("lm_sub", lang), "#exp-lm")
+
+
+def real_model_value(ratio: float | None) -> str:
+    """The key of the real-model card's headline, by the perplexity without the scale ÷ with it."""
+    if ratio is None:
+        return "real_unknown"
+    return "real_much_worse" if ratio >= 2 else "real_worse" if ratio > 1.05 else \
+        "real_better" if ratio < 1 / 1.05 else "real_same"
+
+
+def real_model_card(data: dict, lang: str) -> Card | None:
+    """The SmolLM2 card: its perplexity on the text with its trained scale and with the scale removed
+    (α = √d_k), from the rescale result's analysis."""
+    a = data.get("analysis") or {}
+    with_scale, without = a.get("perplexity_alpha1"), a.get("perplexity_unscaled")
+    if with_scale is None or not a.get("has_unscaled"):
+        return None
+    ratio = None if without is None or not with_scale else without / with_scale
+    name = (data.get("model") or {}).get("name", "SmolLM2")
+    return Card(_t("real_label", lang, model=name), _t(real_model_value(ratio), lang, r=number(ratio, digits=3)),
+                _t("real_sub", lang, with_scale=number(with_scale, digits=3), without=number(without, digits=3),
+                   alpha=number(data.get("unscaled_alpha"), digits=3)), "#exp-rescale")
+
+
+# (kind, card function, what it reads from the data)
+CARDS = (("train/scale-vs-dk", training_card, "analysis"), ("train/lm", lm_card, "analysis"),
+         ("rescale/smollm2", real_model_card, None))
+
+
+def cards(root, lang: str) -> list[Card]:
+    """The headline cards whose results exist under ``root`` (or ship as references), each labelled
+    with the result it shows."""
+    out = []
+    for kind, make, part in CARDS:
+        try:
+            env = results.read_preferred(kind, root)
+            data = env.data if part is None else env.data.get(part) or {}
+            card = make(data, lang)
+        except (results.ResultError, KeyError, TypeError, ValueError, AttributeError):
+            continue
+        if card is not None:
+            out.append(Card(card.label, card.value, f'{card.sub} ({_t("origin_" + env.origin, lang)})', card.href))
+    return out
+
+
+def cards_html(cards: list[Card]) -> str:
+    """The cards as links, in the style of the page's glance cards."""
+    return "".join(f'<a class="glance-card headline-card" href="{esc(c.href)}">'
+                   f'<span class="glance-label">{esc(c.label)}</span><span class="glance-value">{esc(c.value)}</span>'
+                   f'<span class="glance-sub">{esc(c.sub)}</span></a>' for c in cards)

@@ -1,0 +1,70 @@
+"""``attnscale full`` with a fake runner (the real steps take hours): the plan (every producer's
+command, the sweeps' options passed through, the two pages last), resuming (current results are kept,
+a failed step stops the run and the next run goes on from it) and the progress line's ETA from the
+reference results' recorded times."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from attnscale.cli import full
+
+
+def _steps(tmp_path, **kw):
+    return full.plan(tmp_path / "res", tmp_path / "site", **kw)
+
+
+def test_the_plan_runs_every_producer_then_both_pages_passing_the_backend_to_the_sweeps(tmp_path):
+    steps = _steps(tmp_path, workers=2, backend="ray", address="auto")
+    assert [s.kind for s in steps] == [*full.ORDER, "", ""]
+    by_kind = {s.kind: s.argv for s in steps if s.kind}
+    assert by_kind["train/scale-vs-dk"] == ("train", "scale-vs-dk", "--results", str(tmp_path / "res"),
+                                            "--workers", "2", "--backend", "ray", "--address", "auto")
+    assert by_kind["probe/smollm2"] == ("probe", "--model", "smollm2", "--out", str(tmp_path / "res"))
+    assert "--backend" not in by_kind["verify"] and steps[-1].argv[-2:] == ("--lang", "zh")
+
+
+class FakeRunner:
+    """Runs nothing: records each step, reports twice "still running", then an exit status."""
+
+    def __init__(self, fail: str | None = None):
+        self.ran, self.fail, self.envs = [], fail, []
+
+    def __call__(self, step, log: Path, env: dict):
+        self.ran.append(step.kind or step.argv[-1])
+        self.envs.append(env)
+        yield None
+        yield None
+        yield 3 if step.kind == self.fail else 0
+
+
+def test_current_results_are_kept_and_a_failure_stops_the_run_until_it_is_rerun(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNSCALE_REFERENCE", "/shipped")
+    steps = _steps(tmp_path)
+    done = {"train/scale-vs-dk"}
+    current = lambda kind, root: kind in done          # noqa: E731
+    stream = io.StringIO()
+    runner = FakeRunner(fail="probe/smollm2")
+    outcome = full.run_full(steps, tmp_path, full.Line(steps, stream), runner, current)
+    assert [what for _, what in outcome] == ["kept", "ran", "ran", "ran", "failed (exit 3)"]
+    assert runner.ran == ["train/logit-growth", "train/lm", "probe/minilm", "probe/smollm2"]
+    done.update(["train/logit-growth", "train/lm", "probe/minilm"])   # what the first run made
+    runner = FakeRunner()
+    outcome = full.run_full(steps, tmp_path, full.Line(steps, io.StringIO()), runner, current)
+    assert runner.ran == ["probe/smollm2", "rescale/smollm2", "rescale/minilm", "telemetry", "verify", "en", "zh"]
+    assert all(what in ("kept", "ran") for _, what in outcome) and len(outcome) == len(steps)
+    # the pages are built from the results made here, not from the shipped references
+    assert runner.envs[-1]["ATTNSCALE_REFERENCE"] == "" and runner.envs[0]["ATTNSCALE_REFERENCE"] == "/shipped"
+    assert "attnscale full: [1/11]" in stream.getvalue() and "(kept: current)" in stream.getvalue()
+
+
+def test_the_eta_is_the_reference_times_left(tmp_path):
+    steps = [full.Step("a", ("x",), 100.0), full.Step("b", ("y",), 50.0), full.Step("", ("z",), 0.0)]
+    now = [0.0]
+    stream = io.StringIO()
+    line = full.Line(steps, stream, clock=lambda: now[0])
+    assert line.left(0, 30.0) == 120.0 and line.left(0, 500.0) == 50.0 and line.left(1, 10.0) == 40.0
+    now[0] = 90.0
+    line.show(0, 90.0, force=True)
+    assert stream.getvalue() == "attnscale full: [1/3] 1m30s elapsed · ~1m00s left · attnscale x\n"

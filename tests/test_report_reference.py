@@ -1,0 +1,112 @@
+"""What the report shows per chapter (own full result, else the reference, else own quick, and one line
+saying which, from where and when, with the command and its time) and the headline answers, whose
+words follow the numbers of their results."""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import sys
+import types
+
+import pytest
+
+from attnscale import results
+from attnscale.report import headline
+from attnscale.report.experiments import render_experiment
+
+
+@pytest.fixture
+def chapter(monkeypatch):
+    mod = types.ModuleType("attnscale.report.chapters.fake_demo")
+    mod.TITLE, mod.KIND, mod.HOW_TO = {"en": "Demo", "zh": "演示"}, "demo", "attnscale demo --full"
+    mod.render = lambda env, lang: f"<p>answer {env.data['answer']}</p>"
+    monkeypatch.setitem(sys.modules, mod.__name__, mod)
+    return "fake_demo"
+
+
+def test_a_chapter_shows_own_full_else_reference_else_own_quick_and_says_which(tmp_path, monkeypatch, chapter):
+    own, ref = tmp_path / "own", tmp_path / "ref"
+    monkeypatch.setenv(results.REFERENCE_ENV, str(ref))
+    results.write("demo", {"answer": 1, "wall_s": 5.0}, seed=0, quick=True, root=own)
+    quick = render_experiment(chapter, own, "en")
+    assert "answer 1" in quick.html and "Shown: your own quick run (demo/quick.json)" in quick.html
+    made = results.write("demo", {"answer": 2, "wall_s": 972.0}, seed=0, root=tmp_path / "made")
+    (ref / "demo").mkdir(parents=True)
+    (ref / "demo" / "result.json.gz").write_bytes(gzip.compress(made.path.read_bytes()))
+    shown = render_experiment(chapter, own, "en")
+    assert "answer 2" in shown.html and "answer 1" not in shown.html
+    assert "Shown: the reference result shipped with attnscale, a full run computed " in shown.html
+    assert "<code>attnscale demo --full</code> (it took 16 min 12 s there)" in shown.html
+    assert "本章显示：随 attnscale 发布的参考结果" in render_experiment(chapter, own, "zh").html
+    results.write("demo", {"answer": 3}, seed=0, root=own)
+    mine = render_experiment(chapter, own, "en")
+    assert "answer 3" in mine.html and "Shown: your own full run (demo/result.json)" in mine.html
+    assert "its time is not recorded in the result" in mine.html
+
+
+SCALE_VS_DK = {"table": [
+    {"rule": "unscaled", "d_k": 16, "adam": {"verdict": "learns"}, "sgd_reference_lr": {"verdict": "learns"}},
+    {"rule": "unscaled", "d_k": 256, "adam": {"verdict": "learns", "final_accuracy": {"mean": 0.97}},
+     "sgd_reference_lr": {"verdict": "fails", "final_accuracy": {"mean": 0.41}, "lr": 0.3},
+     "sgd_best_lr": {"verdict": "slower", "final_accuracy": {"mean": 0.93}, "lr": 0.03}},
+    {"rule": "inverse_sqrt_dk", "d_k": 256, "adam": {"final_accuracy": {"mean": 0.98}},
+     "sgd_reference_lr": {"final_accuracy": {"mean": 0.96}}}]}
+
+
+def test_the_training_card_follows_the_verdicts_at_the_largest_d_k():
+    card = headline.training_card(SCALE_VS_DK, "en")
+    assert card.label.startswith("training without ÷√d_k at d_k = 256") and card.href == "#exp-training"
+    assert card.value == "fails with SGD"
+    assert "Adam 0.97, SGD 0.41 (1/√d_k: 0.98, 0.96)" in card.sub and "own best rate 0.03: 0.93, slower" in card.sub
+    changed = copy.deepcopy(SCALE_VS_DK)
+    changed["table"][1]["sgd_reference_lr"]["verdict"] = "learns"
+    assert headline.training_card(changed, "en").value == "learns like 1/√d_k"
+    changed["table"][1]["adam"]["verdict"] = "diverges"
+    assert headline.training_card(changed, "en").value == "diverges with Adam"
+    assert headline.training_card(changed, "zh").value == "用 Adam 时发散"
+    assert headline.training_card({"table": []}, "en") is None
+
+
+def test_the_real_model_card_follows_the_perplexities():
+    data = {"model": {"name": "SmolLM2-135M"}, "unscaled_alpha": 8.0,
+            "analysis": {"perplexity_alpha1": 10.0, "perplexity_unscaled": 250.0, "has_unscaled": True}}
+    card = headline.real_model_card(data, "en")
+    assert (card.value, card.href) == ("perplexity ×25: much worse", "#exp-rescale")
+    assert "perplexity 10 with 1/√d_k, 250 with none (α = 8)" in card.sub
+    data["analysis"]["perplexity_unscaled"] = 10.2
+    assert headline.real_model_card(data, "en").value == "about the same (×1.02)"
+    data["analysis"]["perplexity_unscaled"] = None
+    assert headline.real_model_card(data, "en").value == "no finite perplexity"
+
+
+def test_the_lm_card_is_left_out_without_an_lm_result(tmp_path):
+    assert headline.lm_card({"verdicts": []}, "en") is None
+    assert [c.href for c in headline.cards(tmp_path, "en")] == []
+    card = headline.lm_card({"verdicts": [{"rule": "unscaled", "d_k": 64, "optimiser": "sgd", "verdict": "fails"},
+                                          {"rule": "unscaled", "d_k": 16, "optimiser": "sgd", "verdict": "learns"}]}, "en")
+    assert card.value == "SGD: fails within the budget" and card.href == "#exp-lm"
+
+
+def test_bold_chinese_text_in_a_figure_prints_no_font_warning(caplog):
+    """The page's figures set bold titles; the CJK font ships one regular face, which matplotlib then
+    uses (as meant) without its "findfont: Failed to find font weight bold" reaching the terminal."""
+    import io
+    import logging
+
+    from attnscale.report import fonts
+
+    if fonts.find_cjk_font() is None:
+        pytest.skip("no CJK font here (make fonts installs Debian's fonts-noto-cjk)")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    families = fonts.matplotlib_families()
+    with caplog.at_level(logging.INFO, logger="matplotlib.font_manager"):
+        fig, ax = plt.subplots()
+        ax.set_title("不缩放时的最大权重", fontweight="bold", family=families[-1])
+        fig.savefig(io.BytesIO(), format="svg")
+        plt.close(fig)
+    assert not [r for r in caplog.records if "findfont" in r.getMessage()]
