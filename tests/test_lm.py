@@ -351,14 +351,17 @@ def test_chapter_seeds_halfway_and_optimiser_sentences_follow_the_verdicts(tiny_
     verdicts = json.loads(json.dumps(tiny_sweep[0]["analysis"]["verdicts"]))
     for v in verdicts:
         v.update(seeds=2, seeds_agreeing=2, verdict_halfway=v["verdict"])
-    assert chapter.seeds_sentence(verdicts, 2, "en") == "Every verdict is that of all 2 seeds."
-    assert "same" in chapter.halfway_sentence(verdicts, 600, "en")
+    ref = lm.REFERENCE_RULE
+    assert chapter.seeds_sentence(verdicts, 2, ref, "en") == "Every verdict is that of all 2 seeds."
+    assert chapter.seeds_sentence(verdicts, 1, ref, "en").startswith("One seed")
+    assert "same" in chapter.halfway_sentence(verdicts, 600, ref, "en")
     unscaled = {v["optimiser"]: v for v in verdicts if v["rule"] == "unscaled"}
     unscaled["adamw"].update(seeds_agreeing=1, verdict="slower", verdict_halfway="learns")
-    assert "disagree on 1 of the 8 verdicts (unscaled d_k 8 AdamW at the 1/√d_k rate)" in chapter.seeds_sentence(
-        verdicts, 2, "en")
-    assert "1 of the 4 verdicts at the reference's rate change" in chapter.halfway_sentence(verdicts, 600, "en")
-    assert "learns like 1/√d_k → learns slower" in chapter.halfway_sentence(verdicts, 600, "en")
+    assert "disagree on 1 of the 4 verdicts (unscaled d_k 8 AdamW at the 1/√d_k rate)" in chapter.seeds_sentence(
+        verdicts, 2, ref, "en")
+    halfway = chapter.halfway_sentence(verdicts, 600, ref, "en")
+    assert "1 of the 2 verdicts at the reference's rate change" in halfway
+    assert "learns like 1/√d_k halfway, learns slower at the end" in halfway
     said = {}
     for adam, sgd in (("learns", "learns"), ("faster", "fails"), ("slower", "learns"), ("diverges", "slower")):
         unscaled["adamw-own-best"]["verdict"], unscaled["sgd-own-best"]["verdict"] = adam, sgd
@@ -376,7 +379,7 @@ from attnscale.experiments.runner import SerialBackend
 from attnscale.experiments.sweeps import run_experiment
 
 if __name__ == "__main__":
-    config = lm.LMConfig(rules=("inverse_sqrt_dk", "logn"), d_ks=(8, 16), seeds=1,
+    config = lm.LMConfig(rules=("inverse_sqrt_dk", "logn"), d_ks=(8, 16), seeds=1, adamw_lrs=(3e-3,),
                          sgd_lrs=(0.3,), steps=2, batch=4, context=16, d_model=16, n_layers=1, log_every=1,
                          eval_windows=2)
     run_experiment("lm", config, sys.argv[1], SerialBackend())
@@ -476,3 +479,38 @@ def test_sweep_sizes_are_the_budgeted_ones():
         lrs = sorted(grid)
         assert len(lrs) >= 3     # a best rate can be interior
         assert all(2.5 < b / a < 3.5 for a, b in zip(lrs, lrs[1:]))     # half a decade apart
+
+
+@pytest.mark.parametrize("backend", ["serial", "local"])
+def test_a_sweep_shows_the_steps_of_its_running_cells(tmp_path, backend):
+    """Before any cell ends, the progress callback hears how many steps the running cells have done
+    (in this process, and from worker processes through the backend's queue)."""
+    from attnscale.experiments.runner import LocalBackend, SerialBackend
+
+    config = dataclasses.replace(TINY, rules=("inverse_sqrt_dk",), sgd_lrs=(0.3,), steps=2 * lm.PROGRESS_EVERY,
+                                 log_every=lm.PROGRESS_EVERY)
+    heard = []
+    progress = lambda done, total, label="", running=0.0: heard.append((done, label, running))   # noqa: E731
+    chosen = SerialBackend() if backend == "serial" else LocalBackend(1)
+    run_experiment("lm", config, tmp_path, chosen, progress)
+    steps = [(done, label, running) for done, label, running in heard if label.startswith("steps")]
+    first = f"steps {lm.PROGRESS_EVERY}/{config.steps} in the running cells"
+    assert (0, first, 0.5) in steps                  # the first cell, halfway, before it ended
+    assert all(0 < running <= 1 for _, _, running in steps)
+    assert heard[-1][0] == len(config.cells())
+
+
+def test_chapter_says_when_a_low_lr_sensitivity_is_a_flat_failure(tiny_sweep):
+    """The least sensitive rule flagged only when its best loss is above 1.1 × the reference's best."""
+    from attnscale.report.chapters import lm as chapter
+
+    a = json.loads(json.dumps(tiny_sweep[0]["analysis"]))
+    for s in a["lr_sensitivity"]:
+        s["lr_sensitivity"] = 0.01 if s["rule"] == "unscaled" else 0.3
+    score = lambda rule, value: [g.update(score=value) for g in a["grid"] if g["rule"] == rule]   # noqa: E731
+    score("inverse_sqrt_dk", 2.0)
+    score("unscaled", 2.1)
+    assert chapter.flat_sensitivity_sentences(a, TINY.rules, 8, "en") == []
+    score("unscaled", 3.0)
+    said = chapter.flat_sensitivity_sentences(a, TINY.rules, 8, "en")
+    assert len(said) == 2 and "unscaled is the least sensitive (0.010), but its best loss over the grid, 3.000" in said[0]

@@ -158,8 +158,11 @@ def _label(v: dict, lang: str) -> str:
     return f"{_rule(v['rule'], lang)} d_k {v['d_k']} {_t(v['optimiser'], lang)}"
 
 
-def seeds_sentence(verdicts: list, seeds: int, lang: str) -> str:
-    judged = [v for v in verdicts if v["verdict"]]
+def seeds_sentence(verdicts: list, seeds: int, reference: str, lang: str) -> str:
+    """Whether the seeds agree on every verdict (the reference's own rows aside), else which split."""
+    if seeds < 2:
+        return _t("seeds_one", lang)
+    judged = [v for v in verdicts if v["verdict"] and v["rule"] != reference]
     split = [v for v in judged if v["seeds_agreeing"] < v["seeds"]]
     if not split:
         return _t("seeds_all", lang, seeds=seeds)
@@ -167,15 +170,16 @@ def seeds_sentence(verdicts: list, seeds: int, lang: str) -> str:
               which=_t("joiner", lang).join(_label(v, lang) for v in split))
 
 
-def halfway_sentence(verdicts: list, step: int, lang: str) -> str:
-    """Whether the verdicts at the reference's rate are the same judged on the first half of the runs."""
-    at_ref = [v for v in verdicts if v["optimiser"] in OPTIMISERS and v["verdict"]]
+def halfway_sentence(verdicts: list, step: int, reference: str, lang: str) -> str:
+    """Whether the verdicts at the reference's rate (the reference's own rows aside) are the same
+    judged on the first half of the runs."""
+    at_ref = [v for v in verdicts if v["optimiser"] in OPTIMISERS and v["verdict"] and v["rule"] != reference]
     changed = [v for v in at_ref if v["verdict_halfway"] != v["verdict"]]
     if not changed:
         return _t("halfway_same", lang, step=step)
     which = _t("joiner", lang).join(
-        f"{_label(v, lang)}: {_t((v['verdict_halfway'] or 'none') + '_v', lang)} → {_t(v['verdict'] + '_v', lang)}"
-        for v in changed)
+        _t("halfway_pair", lang, run=_label(v, lang), half=_t((v["verdict_halfway"] or "none") + "_v", lang),
+           end=_t(v["verdict"] + "_v", lang)) for v in changed)
     return _t("halfway_changed", lang, step=step, changed=len(changed), total=len(at_ref), which=which)
 
 
@@ -187,6 +191,26 @@ def sensitivity_sentence(a: dict, rules: list, d_k: int, lang: str) -> str:
         rows.append(_t("sens_row", lang, optimiser=_t("opt_" + optimiser, lang), rules=", ".join(
             _t("sens_rule", lang, rule=_rule(r, lang), value=number(values.get(r), ".3f")) for r in rules)))
     return _t("sensitivity", lang, dk=d_k, rows="; ".join(rows))
+
+
+def flat_sensitivity_sentences(a: dict, rules: list, d_k: int, lang: str) -> list[str]:
+    """Per optimiser: when the rule least sensitive to the rate at ``d_k`` is also one whose best
+    loss is above TARGET_FACTOR × the reference's best, say that its curve is flat because no rate of
+    the grid trains it well (a low sensitivity is not a virtue then)."""
+    out = []
+    for optimiser in OPTIMISERS:
+        sens = {s["rule"]: s["lr_sensitivity"] for s in a["lr_sensitivity"]
+                if (s["optimiser"], s["d_k"]) == (optimiser, d_k) and s["lr_sensitivity"] is not None}
+        best = {r: min((g["score"] for g in a["grid"] if (g["optimiser"], g["d_k"], g["rule"]) == (optimiser, d_k, r)
+                        and g["score"] is not None), default=None) for r in rules}
+        ref = best.get(a["reference_rule"])
+        if not sens or ref is None:
+            continue
+        flat = min(sens, key=sens.__getitem__)
+        if best[flat] is not None and best[flat] > a["target_factor"] * ref:
+            out.append(_t("sens_flat", lang, rule=_rule(flat, lang), optimiser=_t("opt_" + optimiser, lang), dk=d_k,
+                          value=number(sens[flat], ".3f"), best=number(best[flat], ".3f"), ref=number(ref, ".3f")))
+    return out
 
 
 def optimisers_sentence(verdicts: list, d_k: int, lang: str, rule: str = "unscaled") -> str | None:
@@ -223,12 +247,13 @@ def render(env, lang: str) -> str:
     parts += [para(pretty(best_rate_sentence(a, o, lang))) for o in OPTIMISERS]
     parts += [para(pretty(line)) for line in
               verdict_lines(a["verdicts"], a["reference_rule"], a["target_factor"], cfg["steps"], lang)]
-    parts.append(para(pretty(seeds_sentence(a["verdicts"], cfg["seeds"], lang))))
-    parts.append(para(pretty(halfway_sentence(a["verdicts"], a["halfway_step"], lang))))
+    parts.append(para(pretty(seeds_sentence(a["verdicts"], cfg["seeds"], a["reference_rule"], lang))))
+    parts.append(para(pretty(halfway_sentence(a["verdicts"], a["halfway_step"], a["reference_rule"], lang))))
     names = ", ".join(_baseline_name(r, lang) for r in base["rows"] if r["order"] >= 2)
     parts.append(responsive_figure(lambda: _panels(a["curves"], d_ks, rules, [("valid_bpb", "bpb", False)], lang,
                                                    base["rows"]), _t("alt_bpb", lang), _t("cap_bpb", lang, names=names)))
     parts.append(para(pretty(sensitivity_sentence(a, rules, d_ks[-1], lang))))
+    parts += [para(pretty(s)) for s in flat_sensitivity_sentences(a, rules, d_ks[-1], lang)]
     if "unscaled" in rules:
         said = optimisers_sentence(a["verdicts"], d_ks[-1], lang)
         if said:
