@@ -1,8 +1,8 @@
 """Benchmark: training throughput of the lm experiment's GPT with the project's attention (per-row
 figures on) against the same model with plain ``torch.nn.functional.scaled_dot_product_attention``.
 
-The model and batch are the sweep's (:class:`attnscale.experiments.lm.LMCell` defaults: width 256,
-2 layers, context 64, batch 16), one thread, float32, for each d_k. A "step" is what a training
+The model and batch are the sweep's (:class:`attnscale.experiments.lm.LMCell` defaults: width 128,
+2 layers, context 32, batch 16), one thread, float32, for each d_k. A "step" is what a training
 cell does every step: forward, cross-entropy, backward, AdamW update. The two contenders start from
 the same weights and see the same batches; in each round each runs ``--steps`` steps, one after the
 other (interleaved, so that a noisy machine hurts both alike). Printed: median tokens per second of
@@ -11,7 +11,7 @@ process's CPU time (one thread): on a shared machine, wall time mostly measures 
 the development machine, under a load of 10 on 2 cores, the same 3 steps took 0.5 s or 3.5 s of
 wall time); wall-time rates are kept in the JSON too.
 
-    python benchmarks/lm.py                                   # d_k 16, 64, 256; 5 rounds of 5 steps
+    python benchmarks/lm.py                                   # d_k 16, 64, 128; 5 rounds of 5 steps
     python benchmarks/lm.py --rounds 9 --backend composed --json lm-bench.json
 """
 
@@ -75,7 +75,7 @@ def measure(d_k: int, rule: str, backend: str, rounds: int, steps: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--d-ks", default="16,64,256")
+    parser.add_argument("--d-ks", default=",".join(str(d) for d in lm.LMConfig().d_ks))
     parser.add_argument("--rule", default="inverse_sqrt_dk", choices=sorted(RULE_CHOICES))
     parser.add_argument("--backend", default=lm.BACKEND, help="of attnscale.torch.attention, for the figures (default: the experiment's)")
     parser.add_argument("--rounds", type=int, default=5)

@@ -40,7 +40,7 @@ def test_a_cell_serialises_its_fields_and_not_its_class_choices():
     (lambda: scale_vs_dk.ScaleCell("unscaled", 0, "adam", 1e-3, 0), "d_k: expected an integer >= 1"),
     (lambda: lm.LMCell("unscaled", 16, "sgd", float("nan"), 0), "lr: expected a finite number > 0"),
     (lambda: scale_vs_dk.ScaleCell("unscaled", 16, "sgd", 0.1, -1), "seed: expected an integer >= 0"),
-    (lambda: lm.LMCell("unscaled", 24, "sgd", 0.1, 0), "d_k: expected a divisor of d_model=256"),
+    (lambda: lm.LMCell("unscaled", 24, "sgd", 0.1, 0), "d_k: expected a divisor of d_model=128"),
     (lambda: scale_vs_dk.ScaleCell("unscaled", 16, "sgd", 0.1, 0, steps=0), "steps: expected an integer >= 1"),
     (lambda: logit_growth.LogitGrowthConfig(steps=10, warmup=10), "warmup: expected 0 <= warmup < steps=10"),
 ])

@@ -92,3 +92,20 @@ def test_heartbeat_repeats_the_line_while_a_long_step_runs():
         p(1, 1, "all")
         time.sleep(0.35)
     assert done.getvalue().count("\n") == 1
+
+
+def test_work_inside_running_items_counts_in_the_percentage_and_the_eta():
+    """running=: how much of the running items is done; the count stays the finished items."""
+    out, clock = io.StringIO(), Clock()
+    p = Progress(out, tty=False, every_s=0, clock=clock, heartbeat=False)
+    p(0, 4, "0 cached")
+    clock.t += 10
+    p(0, 4, "steps 500/1000 in the running cells", running=0.5)     # half a cell in 10 s
+    line = out.getvalue().splitlines()[-1]
+    assert line.startswith("[0/4] 12%") and "~1m10s left" in line and line.endswith("steps 500/1000 in the running cells")
+    tty = io.StringIO()
+    with Progress(tty, tty=True, clock=clock) as bar:
+        bar(0, 4)
+        clock.t += 10
+        bar(0, 4, "steps 500/1000", running=0.5)
+        assert "0/4" in tty.getvalue() and "~1m10s left" in tty.getvalue()

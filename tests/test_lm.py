@@ -1,6 +1,8 @@
 """The lm experiment: the torch rules equal the core's, the data is what it says, the GPT learns real
-text, the same seed gives the same numbers, the sweep resumes after kill -9, bad input is one line,
-the verdicts follow the numbers, and the chapter's words follow the data."""
+text (past the project's own bigram baseline), the same seed gives the same numbers, a run stopped
+early logs what the whole run logs first, the sweep resumes after kill -9 and shows the steps of its
+running cells, bad input is one line, the verdicts and the LR sensitivity follow the numbers, and
+the chapter's words follow the data."""
 
 from __future__ import annotations
 
@@ -28,8 +30,8 @@ from attnscale.scales import LogN  # noqa: E402
 from attnscale.torch.scales import ScaledLogits, attended_keys  # noqa: E402
 
 #: Seconds on one core: two rules, one d_k, AdamW and one SGD rate, a few steps of a narrow model.
-TINY = lm.LMConfig(rules=("inverse_sqrt_dk", "unscaled"), d_ks=(8,), seeds=1, sgd_lrs=(0.3,), steps=6, batch=4,
-                   context=16, d_model=16, n_layers=1, log_every=3, eval_windows=4)
+TINY = lm.LMConfig(rules=("inverse_sqrt_dk", "unscaled"), d_ks=(8,), seeds=1, adamw_lrs=(3e-3,), sgd_lrs=(0.3,), steps=6,
+                   batch=4, context=16, d_model=16, n_layers=1, log_every=3, eval_windows=4)
 
 
 def tiny_cell(**kw) -> lm.LMCell:
@@ -172,6 +174,35 @@ def test_tiny_gpt_with_inverse_sqrt_dk_and_adamw_beats_the_unigram_baseline():
     assert result["final_bpb"] < result["unigram_bpb"] - 0.3
 
 
+NATO = "alpha bravo charlie delta echo foxtrot golf hotel india juliett kilo lima mike november oscar papa".split()
+
+
+def test_tiny_gpt_learns_more_than_the_projects_bigram_baseline(tmp_path):
+    """On a small fixed text (16 words drawn at random, so spelling a word needs more than the byte
+    before), the 1/√d_k run ends below the project's own bigram baseline on the same validation
+    bytes: it has learned more than pair counts (about 3 CPU-s)."""
+    rng = np.random.default_rng(0)
+    path = tmp_path / "nato.txt"
+    path.write_text(" ".join(NATO[i] for i in rng.integers(0, len(NATO), 6000)))
+    cell = lm.LMCell("inverse_sqrt_dk", 16, "adamw", 1e-2, 0, steps=200, batch=16, context=16, d_model=32, n_layers=1,
+                     log_every=50, eval_windows=64, sample_bytes=8, text=str(path), text_sha256="nato")
+    result = lm.train_cell(cell)
+    bigram = next(r for r in lm.baselines(cell)["rows"] if r["name"] == "bigram")
+    print(f"bigram {bigram['bpb']:.3f}, final {result['final_bpb']:.3f} bpb")
+    assert result["final_bpb"] < bigram["bpb"] - 0.3
+    assert lm.beaten(result["final_bpb"], lm.baselines(cell)["rows"]) in ("bigram", "trigram", "4-gram")
+
+
+def test_a_run_stopped_early_logs_what_the_whole_run_logs_first():
+    """stop_after: same schedule, same batches, so its log is the whole run's first entries."""
+    whole = lm.train_cell(tiny_cell())
+    part = lm.train_cell(tiny_cell(), stop_after=4)
+    assert [e["step"] for e in part["log"]] == [0, 3]
+    assert part["log"] == whole["log"][:2] and part["stopped_after"] == 4 and whole["stopped_after"] is None
+    with pytest.raises(InputError, match="^stop_after:"):
+        lm.train_cell(tiny_cell(), stop_after=-1)
+
+
 # --- verdicts --------------------------------------------------------------------------------------
 
 def _run(curve, diverged=False):
@@ -181,6 +212,7 @@ def _run(curve, diverged=False):
 
 
 @pytest.mark.parametrize("curve, verdict, ratio", [
+    ([8, 3.2, 3.1, 3.0, 3.0], "faster", 0.5),        # step 10 against 20
     ([8, 4, 3.2, 3.0, 3.0], "learns", 1.0),          # target 1.1 × 3.0 = 3.3: step 20 like the reference
     ([8, 5, 4, 3.3, 3.1], "slower", 1.5),            # step 30 against 20
     ([8, 6, 5, 4.0, 3.5], "fails", None),            # never at or below 3.3
@@ -190,6 +222,25 @@ def test_judge_follows_the_numbers(curve, verdict, ratio):
     assert lm.judge(_run(curve), reference) == (verdict, ratio)
     assert lm.judge(_run([8, 4], diverged=True), reference) == ("diverges", None)
     assert lm.judge(_run(curve), _run([8, 4], diverged=True)) == (None, None)
+
+
+def test_judge_halfway_reads_the_logs_up_to_that_step():
+    """Up to step 20 the reference ends at 3.2 (target 3.52): the run below is there at step 20 too."""
+    reference, run = _run([8, 4, 3.2, 3.0, 3.0]), _run([8, 5, 3.5, 3.3, 3.1])
+    assert lm.judge(run, reference) == ("slower", 1.5)
+    assert lm.judge(run, reference, until=20) == ("learns", 1.0)
+    assert lm.judge(_run([8, 5, 4, 3.3, 3.1]), reference, until=20) == ("fails", None)
+
+
+def test_lr_sensitivity_follows_its_definition():
+    """Wortsman et al. 2023: E over the grid of min(final, initial) minus the best; a diverged run and
+    one that ends worse than it began both count at the initial loss."""
+    runs = [{"final_bpb": 3.0, "init_bpb": 8.0}, {"final_bpb": 2.5, "init_bpb": 8.0},
+            {"final_bpb": None, "init_bpb": 8.0}, {"final_bpb": 9.0, "init_bpb": 8.0}]
+    scores = [lm.lr_score(r) for r in runs]
+    assert scores == [3.0, 2.5, 8.0, 8.0]
+    assert lm.lr_sensitivity(scores) == pytest.approx((3.0 + 2.5 + 8.0 + 8.0) / 4 - 2.5)
+    assert lm.lr_sensitivity([2.5, 2.5]) == 0.0
 
 
 # --- the sweep -------------------------------------------------------------------------------------
@@ -204,15 +255,20 @@ def tiny_sweep(tmp_path_factory):
 def test_sweep_analysis_has_the_contract_verdicts_and_resumes(tiny_sweep):
     summary, computed, out = tiny_sweep
     assert computed == len(TINY.cells()) == 4
-    verdicts = summary["analysis"]["verdicts"]
+    a = summary["analysis"]
+    verdicts = a["verdicts"]
     assert {(v["rule"], v["optimiser"]) for v in verdicts} == {
-        (r, o) for r in TINY.rules for o in ("adamw", "sgd", "sgd-own-best")}
+        (r, o) for r in TINY.rules for o in ("adamw", "adamw-own-best", "sgd", "sgd-own-best")}
     for v in verdicts:
         assert set(v) >= {"rule", "d_k", "optimiser", "lr", "verdict", "seeds", "seeds_agreeing", "steps_ratio"}
         assert v["verdict"] in lm.VERDICTS
     ref = next(v for v in verdicts if v["rule"] == "inverse_sqrt_dk" and v["optimiser"] == "adamw")
     assert ref["verdict"] == "learns" and ref["steps_ratio"] == 1.0
-    assert summary["analysis"]["sgd"]["reference_best_interior"] == {"8": False}   # one rate: never interior
+    assert a["reference_best_interior"] == {"adamw": {"8": False}, "sgd": {"8": False}}   # one rate: never interior
+    assert [r["name"] for r in a["baselines"]["rows"]] == ["unigram", "bigram", "trigram", "4-gram"]
+    assert a["baselines"]["scored_bytes"] == TINY.eval_windows * TINY.context
+    for s in a["lr_sensitivity"]:                     # one rate: nothing to be sensitive to
+        assert s["lr_sensitivity"] == 0.0
     json.dumps(summary, allow_nan=False)
     again = CountingBackend()
     assert run_experiment("lm", TINY, out, again).data["analysis"] == summary["analysis"]
@@ -235,9 +291,9 @@ def test_chapter_renders_both_languages(tiny_sweep):
     env = _envelope(tiny_sweep[0])
     pages = {lang: chapter.render(env, lang) for lang in ("en", "zh")}
     for page in pages.values():
-        assert page.count("<figure") == 2 and page.count("<svg") == 4 and page.count("<table") == 2
+        assert page.count("<figure") == 3 and page.count("<svg") == 6 and page.count("<table") == 2
         assert lm.PROMPT in page
-    assert "Unigram baseline" in pages["en"] and "一元模型基线" in pages["zh"]
+    assert "bigram" in pages["en"] and "二元" in pages["zh"]
     from test_report_figures import figures_readable_on_a_phone
     figures_readable_on_a_phone(pages["zh"])
 
@@ -254,15 +310,66 @@ def test_chapter_words_follow_the_data(tiny_sweep, monkeypatch):
     for verdict, ratio in (("learns", 1.0), ("slower", 2.5), ("fails", None), ("diverges", None)):
         unscaled.update(verdict=verdict, steps_ratio=ratio)
         words[verdict] = chapter.render(env, "en")
-    assert "AdamW — unscaled: learns like 1/√dₖ at dₖ = 8." in words["learns"]
-    assert "AdamW — unscaled: learns slower at dₖ = 8 (2.50× the steps)." in words["slower"]
-    assert "AdamW — unscaled: does not reach 1.1× the 1/√dₖ run" in words["fails"]
-    assert "AdamW — unscaled: diverges at dₖ = 8." in words["diverges"]
-    env.data["analysis"]["sgd"]["reference_best_interior"]["8"] = True
-    assert "inside the grid" in chapter.render(env, "en") and "edge of the grid" in words["learns"]
+    lead = "AdamW at the 1/√dₖ rate — unscaled: "
+    assert lead + "learns like 1/√dₖ at dₖ = 8." in words["learns"]
+    assert lead + "learns slower at dₖ = 8 (2.50× the steps)." in words["slower"]
+    assert lead + "does not reach 1.1× the 1/√dₖ run" in words["fails"]
+    assert lead + "diverges at dₖ = 8." in words["diverges"]
+    unscaled.update(verdict="faster", steps_ratio=0.4)
+    assert lead + "learns faster than 1/√dₖ at dₖ = 8 (0.40× the steps)." in chapter.render(env, "en")
+    env.data["analysis"]["reference_best_interior"]["adamw"]["8"] = True
+    page = chapter.render(env, "en")
+    assert "AdamW rate best for 1/√dₖ is inside the grid" in page and "SGD rate best for 1/√dₖ lies at the edge" in page
+    assert "edge of the grid" in words["learns"]
     curve = next(c for c in env.data["analysis"]["curves"] if c["rule"] == "unscaled" and c["optimiser"] == "adamw")
     curve["max_abs_logit"][-1] = 12345.0
     assert "ends at 1.23e+04 unscaled" in chapter.render(env, "en")
+
+
+def test_chapter_caveat_and_reference_sentence_follow_the_baselines(tiny_sweep):
+    """The reference above the bigram: the caveat names the bigram; above the trigram only: it names
+    the trigram; below both: no caveat, the highest baseline beaten named."""
+    from attnscale.report.chapters import lm as chapter
+
+    a = _envelope(tiny_sweep[0]).data["analysis"]
+    rows = {r["order"]: r["bpb"] for r in a["baselines"]["rows"]}
+    said = {}
+    for name, bpb in (("bigram", rows[2] + 0.1), ("trigram", (rows[2] + rows[3]) / 2), ("none", rows[4] - 0.01)):
+        a["reference_final"]["bpb"]["8"] = bpb
+        said[name] = chapter.reference_sentence(a, "en")
+    assert said["bigram"].startswith("Caveat:") and "not below the bigram baseline at d_k = 8" in said["bigram"]
+    assert "early training" in said["bigram"] and "not below the trigram baseline" in said["trigram"]
+    assert "Caveat" not in said["none"] and "below the 4-gram baseline at every d_k" in said["none"]
+    a["reference_final"]["bpb"]["8"] = (rows[3] + rows[4]) / 2
+    assert "below the trigram baseline at every d_k" in chapter.reference_sentence(a, "en")
+    assert "早期" in chapter.reference_sentence({**a, "reference_final": {"bpb": {"8": rows[2] + 1}}}, "zh")
+
+
+def test_chapter_seeds_halfway_and_optimiser_sentences_follow_the_verdicts(tiny_sweep):
+    from attnscale.report.chapters import lm as chapter
+
+    verdicts = json.loads(json.dumps(tiny_sweep[0]["analysis"]["verdicts"]))
+    for v in verdicts:
+        v.update(seeds=2, seeds_agreeing=2, verdict_halfway=v["verdict"])
+    ref = lm.REFERENCE_RULE
+    assert chapter.seeds_sentence(verdicts, 2, ref, "en") == "Every verdict is that of all 2 seeds."
+    assert chapter.seeds_sentence(verdicts, 1, ref, "en").startswith("One seed")
+    assert "same" in chapter.halfway_sentence(verdicts, 600, ref, "en")
+    unscaled = {v["optimiser"]: v for v in verdicts if v["rule"] == "unscaled"}
+    unscaled["adamw"].update(seeds_agreeing=1, verdict="slower", verdict_halfway="learns")
+    assert "disagree on 1 of the 4 verdicts (unscaled d_k 8 AdamW at the 1/√d_k rate)" in chapter.seeds_sentence(
+        verdicts, 2, ref, "en")
+    halfway = chapter.halfway_sentence(verdicts, 600, ref, "en")
+    assert "1 of the 2 verdicts at the reference's rate change" in halfway
+    assert "learns like 1/√d_k halfway, learns slower at the end" in halfway
+    said = {}
+    for adam, sgd in (("learns", "learns"), ("faster", "fails"), ("slower", "learns"), ("diverges", "slower")):
+        unscaled["adamw-own-best"]["verdict"], unscaled["sgd-own-best"]["verdict"] = adam, sgd
+        said[adam, sgd] = chapter.optimisers_sentence(verdicts, 8, "en")
+    assert "Neither optimiser shows it stop learning" in said["learns", "learns"]
+    assert "learns faster than 1/√d_k with AdamW but does not reach the target with SGD" in said["faster", "fails"]
+    assert "the adaptive optimiser is the one that suffers" in said["slower", "learns"]
+    assert "neither optimiser recovers" in said["diverges", "slower"]
 
 
 DRIVER = """
@@ -272,7 +379,7 @@ from attnscale.experiments.runner import SerialBackend
 from attnscale.experiments.sweeps import run_experiment
 
 if __name__ == "__main__":
-    config = lm.LMConfig(rules=("inverse_sqrt_dk", "logn"), d_ks=(8, 16), seeds=1,
+    config = lm.LMConfig(rules=("inverse_sqrt_dk", "logn"), d_ks=(8, 16), seeds=1, adamw_lrs=(3e-3,),
                          sgd_lrs=(0.3,), steps=2, batch=4, context=16, d_model=16, n_layers=1, log_every=1,
                          eval_windows=2)
     run_experiment("lm", config, sys.argv[1], SerialBackend())
@@ -306,7 +413,7 @@ def test_sigkill_then_rerun_computes_only_missing_cells(tmp_path):
 # --- the command line ------------------------------------------------------------------------------
 
 TINY_ARGS = ["--rules", "inverse_sqrt_dk,unscaled", "--d-ks", "8", "--d-model", "16", "--context", "16", "--steps", "3",
-             "--sgd-lrs", "0.3", "--workers", "1"]
+             "--adamw-lrs", "3e-3", "--sgd-lrs", "0.3", "--workers", "1"]
 
 
 def test_cli_json_to_stdout_is_strict_and_alone(tmp_path, capsys):
@@ -328,8 +435,11 @@ def test_cli_json_to_stdout_is_strict_and_alone(tmp_path, capsys):
     (["--rules", "inverse_sqrt_dk,nonsense"], "rules"),
     (["--d-ks", "48"], "d_k"),
     (["--context", "100000000"], "--context"),
-    (["--lr", "0"], "lr"),
-    (["--lr=-1e-3"], "lr"),
+    (["--adamw-lrs", "0"], "adamw_lrs"),
+    (["--adamw-lrs=-1e-3"], "adamw_lrs"),
+    (["--adamw-lrs", "1e-3,1e-3"], "adamw_lrs"),
+    (["--adamw-lrs", "x"], "--adamw-lrs"),
+    (["--sgd-lrs", "0"], "sgd_lrs"),
     (["--steps", "0"], "steps"),
     (["--sgd-lrs", "0.1,abc"], "--sgd-lrs"),
     (["--text", "MISSING"], "--text"),
@@ -361,8 +471,46 @@ def test_lm_options_are_refused_for_other_experiments(capsys):
 
 def test_sweep_sizes_are_the_budgeted_ones():
     full, quick = lm.LMConfig(), lm.LMConfig.quick()
-    assert len(full.cells()) == 270 and full.seeds >= 3 and full.d_ks == (16, 64, 256)
+    assert len(full.cells()) == 144 and full.seeds >= 2 and full.d_ks == (16, 64, 128)
+    assert set(full.rules) >= {"inverse_sqrt_dk", "unscaled", "inverse_dk", "qknorm"}
     assert len(quick.cells()) == 48 and quick.seeds == 1 and len(quick.d_ks) == 2 and quick.steps < full.steps
-    assert {c.d_model // c.d_k for c in full.cells()} == {16, 4, 1}
-    lrs = sorted(full.sgd_lrs)
-    assert len(lrs) >= 3     # a best rate can be interior
+    assert {c.d_model // c.d_k for c in full.cells()} == {8, 2, 1}
+    for grid in (full.adamw_lrs, full.sgd_lrs):
+        lrs = sorted(grid)
+        assert len(lrs) >= 3     # a best rate can be interior
+        assert all(2.5 < b / a < 3.5 for a, b in zip(lrs, lrs[1:]))     # half a decade apart
+
+
+@pytest.mark.parametrize("backend", ["serial", "local"])
+def test_a_sweep_shows_the_steps_of_its_running_cells(tmp_path, backend):
+    """Before any cell ends, the progress callback hears how many steps the running cells have done
+    (in this process, and from worker processes through the backend's queue)."""
+    from attnscale.experiments.runner import LocalBackend, SerialBackend
+
+    config = dataclasses.replace(TINY, rules=("inverse_sqrt_dk",), sgd_lrs=(0.3,), steps=2 * lm.PROGRESS_EVERY,
+                                 log_every=lm.PROGRESS_EVERY)
+    heard = []
+    progress = lambda done, total, label="", running=0.0: heard.append((done, label, running))   # noqa: E731
+    chosen = SerialBackend() if backend == "serial" else LocalBackend(1)
+    run_experiment("lm", config, tmp_path, chosen, progress)
+    steps = [(done, label, running) for done, label, running in heard if label.startswith("steps")]
+    first = f"steps {lm.PROGRESS_EVERY}/{config.steps} in the running cells"
+    assert (0, first, 0.5) in steps                  # the first cell, halfway, before it ended
+    assert all(0 < running <= 1 for _, _, running in steps)
+    assert heard[-1][0] == len(config.cells())
+
+
+def test_chapter_says_when_a_low_lr_sensitivity_is_a_flat_failure(tiny_sweep):
+    """The least sensitive rule flagged only when its best loss is above 1.1 × the reference's best."""
+    from attnscale.report.chapters import lm as chapter
+
+    a = json.loads(json.dumps(tiny_sweep[0]["analysis"]))
+    for s in a["lr_sensitivity"]:
+        s["lr_sensitivity"] = 0.01 if s["rule"] == "unscaled" else 0.3
+    score = lambda rule, value: [g.update(score=value) for g in a["grid"] if g["rule"] == rule]   # noqa: E731
+    score("inverse_sqrt_dk", 2.0)
+    score("unscaled", 2.1)
+    assert chapter.flat_sensitivity_sentences(a, TINY.rules, 8, "en") == []
+    score("unscaled", 3.0)
+    said = chapter.flat_sensitivity_sentences(a, TINY.rules, 8, "en")
+    assert len(said) == 2 and "unscaled is the least sensitive (0.010), but its best loss over the grid, 3.000" in said[0]

@@ -31,7 +31,7 @@ UNSCALED, SCALED = "unscaled", "inverse_sqrt_dk"
 LARGE_D_K = 64            # the seed's "large": "in real Transformers d_k is 64, 128 or more"
 MEAN_TOLERANCE = 0.1      # |mean of the components| ≤ this counts as "mean 0"
 VARIANCE_FACTOR = 1.25    # variance within [1/1.25, 1.25] counts as "variance 1"
-TRAINING_VERDICTS = ("learns", "slower", "fails", "diverges")
+TRAINING_VERDICTS = ("faster", "learns", "slower", "fails", "diverges")   # lm judges "faster" too
 HEAD_FIELDS = ("q_mean", "q_var", "k_mean", "k_var")            # of data["heads"] entries, as read
 VERDICT_FIELDS = ("rule", "d_k", "optimiser", "lr", "verdict")   # of analysis["verdicts"] entries, as read
 
@@ -204,13 +204,13 @@ def run(ctx: Context) -> None:
     train, train_missing = _read(ctx, TRAIN_KINDS)
     cells, unusable = training_cells(train)
     common = dict(envs=train, missing=train_missing, cells=cells, unusable=unusable)
-    _training_claim(ctx, "S10.1", supports={"fails"}, contradicts={"learns", "slower"},
+    _training_claim(ctx, "S10.1", supports={"fails"}, contradicts={"faster", "learns", "slower"},
                     reading="'learning stops' read as: the unscaled rule fails to learn (a 'fails' verdict) where "
-                            "1/√d_k learns; 'learns' or 'slower' contradicts it, 'diverges' is another failure "
+                            "1/√d_k learns; 'faster', 'learns' or 'slower' contradicts it, 'diverges' is another failure "
                             "(undecided)", **common)
-    _training_claim(ctx, "S10.2", supports={"fails", "slower", "diverges"}, contradicts={"learns"},
+    _training_claim(ctx, "S10.2", supports={"fails", "slower", "diverges"}, contradicts={"faster", "learns"},
                     reading="'can hardly learn effectively' read as: at large d_k the unscaled rule does not learn "
-                            "as 1/√d_k does (verdict 'fails', 'diverges' or 'slower'); a 'learns' contradicts it",
+                            "as 1/√d_k does (verdict 'fails', 'diverges' or 'slower'); a 'learns' or 'faster' contradicts it",
                     **common)
     probes, probe_missing = _read(ctx, PROBE_KINDS)
     _normalised_claim(ctx, probes, probe_missing)

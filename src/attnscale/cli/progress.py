@@ -5,6 +5,9 @@
   ``[12/30] 40% · 1m05s elapsed · ~1m38s left · <label>``, never a carriage return; while a long
   step runs, a heartbeat thread repeats the line (with the time updated) so the log never goes quiet.
 * ``quiet=True`` (the commands' ``--quiet``): nothing.
+* Inside long items: a caller that knows how far the running items are passes ``running=`` (the sum
+  of their fractions done, e.g. 0.4 + 0.7 for two training cells) and says so in the label ("steps
+  240/600, 420/600 in the running cells"); the percentage and the ETA then count that work too.
 
 The library never prints: long-running library functions take a ``progress(done, total, label)``
 callback, and the CLI passes an instance of :class:`Progress`::
@@ -44,13 +47,13 @@ class Progress:
         self._shown = False
         self._last_line: float | None = None     # when the last plain line was written
         self._first: tuple[int, float] | None = None   # (done, time) at the first call: cached cells are free
-        self._state: tuple[int, int, str] | None = None  # the last (done, total, label)
+        self._state: tuple[float, int, str, int] | None = None  # the last (done + running, total, label, done)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
         self._heartbeat = heartbeat and not self.tty and not quiet
 
-    def eta(self, done: int, total: int, now: float) -> float | None:
+    def eta(self, done: float, total: int, now: float) -> float | None:
         """Seconds left at the rate measured since the first call (work done before it, e.g. cells
         read from a cache, does not count); None until something has been done."""
         if self._first is None:
@@ -60,25 +63,28 @@ class Progress:
             return None
         return (total - done) * (now - t0) / (done - done0)
 
-    def __call__(self, done: int, total: int, label: str = "") -> None:
+    def __call__(self, done: int, total: int, label: str = "", running: float = 0.0) -> None:
+        """``done`` of ``total`` items finished; ``running``: how much of the running items is done
+        (in items, so below their count)."""
         if self.quiet or total <= 0:
             return
         now = self.clock()
         if self._first is None:
             self._first = (done, now)
+        count, done = done, done + running
         if self.tty:
             eta = self.eta(done, total, now)
             left = "" if eta is None or done >= total else f" ~{fmt_duration(eta)} left"
             frac = min(max(done / total, 0.0), 1.0)
             filled = int(round(frac * self.width))
             bar = "█" * filled + "·" * (self.width - filled)
-            text = f"{bar} {done}/{total} {fmt_duration(now - self.start)}{left} {label[:36]}"
-            self.stream.write(f"\r{text:<{self.width + 64}}")
+            text = f"{bar} {count}/{total} {fmt_duration(now - self.start)}{left} {label[:48]}"
+            self.stream.write(f"\r{text:<{self.width + 76}}")
             self.stream.flush()
             self._shown = True
             return
         with self._lock:
-            self._state = (done, total, label)
+            self._state = (done, total, label, count)
             if self._last_line is None or now - self._last_line >= self.every_s or done >= total:
                 self._line(now)
         if self._heartbeat and self._beat is None and done < total:
@@ -86,13 +92,13 @@ class Progress:
             self._beat.start()
 
     def _line(self, now: float) -> None:
-        done, total, label = self._state
-        parts = [f"[{done}/{total}] {100.0 * done / total:.0f}%", f"{fmt_duration(now - self.start)} elapsed"]
+        done, total, label, count = self._state
+        parts = [f"[{count}/{total}] {100.0 * done / total:.0f}%", f"{fmt_duration(now - self.start)} elapsed"]
         eta = self.eta(done, total, now)
         if eta is not None and done < total:
             parts.append(f"~{fmt_duration(eta)} left")
         if label:
-            parts.append(label[:60])
+            parts.append(label[:72])
         self.stream.write(" · ".join(parts) + "\n")
         self.stream.flush()
         self._last_line = now
@@ -111,7 +117,7 @@ class Progress:
             self._beat.join()
             self._beat = None
         if self._shown:
-            self.stream.write("\r" + " " * (self.width + 64) + "\r")
+            self.stream.write("\r" + " " * (self.width + 76) + "\r")
             self.stream.flush()
             self._shown = False
 

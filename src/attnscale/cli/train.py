@@ -41,7 +41,7 @@ def register(sub) -> None:
     lm.add_argument("--text", metavar="FILE", default=None,
                     help="train on this UTF-8 text file instead of the standard library's documentation")
     lm.add_argument("--steps", type=int, default=None, help="training steps per run")
-    lm.add_argument("--lr", type=float, default=None, help="AdamW learning rate (default: tuned for 1/sqrt(d_k))")
+    lm.add_argument("--adamw-lrs", default=None, metavar="LR,LR,...", help="the AdamW learning-rate grid")
     lm.add_argument("--sgd-lrs", default=None, metavar="LR,LR,...", help="the SGD learning-rate grid")
     lm.add_argument("--rules", default=None, metavar="RULE,RULE,...", help="scale rules (inverse_sqrt_dk among them)")
     lm.add_argument("--d-ks", default=None, metavar="D,D,...", help="head sizes d_k, each dividing --d-model")
@@ -60,8 +60,8 @@ def _lm_overrides(args) -> dict:
         except ValueError:
             raise InputError(f"{option}: expected a comma-separated list of numbers, got {text!r}") from None
 
-    given = {"text": args.text, "steps": args.steps, "adamw_lr": args.lr, "d_model": args.d_model,
-             "context": args.context,
+    given = {"text": args.text, "steps": args.steps, "d_model": args.d_model, "context": args.context,
+             "adamw_lrs": None if args.adamw_lrs is None else numbers("--adamw-lrs", args.adamw_lrs, float),
              "sgd_lrs": None if args.sgd_lrs is None else numbers("--sgd-lrs", args.sgd_lrs, float),
              "rules": None if args.rules is None else tuple(r.strip() for r in args.rules.split(",") if r.strip()),
              "d_ks": None if args.d_ks is None else numbers("--d-ks", args.d_ks, int)}
@@ -206,19 +206,31 @@ def _print_logit_growth(a: dict) -> None:
 
 def _print_lm(a: dict) -> None:
     m = a["model"]
-    print(f"GPT: width {m['d_model']}, {m['n_layers']} layers, context {m['context']}, {m['parameters']:,} parameters; "
-          f"unigram baseline {a['unigram_bpb']:.3f} bits/byte")
-    interior = a["sgd"]["reference_best_interior"]
-    print("SGD rate best for 1/sqrt(d_k): " + ", ".join(
-        f"d_k={k}: {v:g}{'' if interior[k] else ' (at the edge of the grid)'}" for k, v in a["sgd"]["reference_best_lr"].items()))
-    print(f"verdict vs 1/sqrt(d_k), same seed: steps to {a['target_factor']:g}x its final loss, ratio "
-          f"<= {a['like_ratio']:g} learns; median ratio [min,max] over seeds")
-    print(f"{'rule':<17}{'d_k':>4}  {'optimiser':<13}{'lr':>7}  {'final bpb':<10}{'verdict':<10}{'seeds':<7}{'ratio':<18}")
+    print(f"GPT: width {m['d_model']}, {m['n_layers']} layers, context {m['context']}, {m['parameters']:,} parameters")
+    print("baselines on the validation bytes scored (" + a["baselines"]["smoothing"] + "): "
+          + ", ".join(f"{r['name']} {r['bpb']:.3f}" for r in a["baselines"]["rows"]) + " bits/byte")
+    print("1/sqrt(d_k) at its best AdamW rate ends at " + ", ".join(
+        f"d_k={d}: {_fmt(v)} (below {a['reference_final']['beats'][d] or 'no baseline'})"
+        for d, v in a["reference_final"]["bpb"].items()))
+    for o in ("adamw", "sgd"):
+        interior = a["reference_best_interior"][o]
+        print(f"{o} rate best for 1/sqrt(d_k): " + ", ".join(
+            f"d_k={k}: {v:g}{'' if interior[k] else ' (at the edge of the grid)'}" for k, v in a["reference_best_lr"][o].items()))
+    print(f"verdict vs 1/sqrt(d_k) at its best rate, same seed: steps to {a['target_factor']:g}x its final loss, ratio "
+          f"<= {1 / a['like_ratio']:.2g} faster, <= {a['like_ratio']:g} learns; median ratio [min,max] over seeds; "
+          f"halfway: the verdict on the logs up to step {a['halfway_step']}")
+    print(f"{'rule':<17}{'d_k':>4}  {'optimiser':<15}{'lr':>7}  {'final bpb':<10}{'below':<9}{'verdict':<10}{'seeds':<7}"
+          f"{'ratio':<18}{'halfway':<9}")
     for v in a["verdicts"]:
         s = v["steps_ratio_spread"]
         ratio = "-" if v["steps_ratio"] is None else f"{v['steps_ratio']:.2f} [{s['min']:.2f},{s['max']:.2f}]"
-        print(f"{v['rule']:<17}{v['d_k']:>4}  {v['optimiser']:<13}{v['lr']:>7g}  {_fmt(v['final_bpb']['mean']):<10}"
-              f"{v['verdict'] or '-':<10}{str(v['seeds_agreeing']) + '/' + str(v['seeds']):<7}{ratio:<18}")
+        print(f"{v['rule']:<17}{v['d_k']:>4}  {v['optimiser']:<15}{v['lr']:>7g}  {_fmt(v['final_bpb']['mean']):<10}"
+              f"{v['beats'] or '-':<9}{v['verdict'] or '-':<10}{str(v['seeds_agreeing']) + '/' + str(v['seeds']):<7}"
+              f"{ratio:<18}{v['verdict_halfway'] or '-':<9}")
+    print("LR sensitivity (Wortsman et al. 2023), bits/byte: " + "; ".join(
+        f"{s['optimiser']} {s['rule']} d_k={s['d_k']}: {_fmt(s['lr_sensitivity'])}" for s in a["lr_sensitivity"]))
+    c = a["cost"]
+    print(f"cells' own run time: {c['cpu_s']:.0f} CPU-s, {c['wall_s']:.0f} s wall in all ({c['cells']} cells)")
 
 
 # The experiments this command runs, each with its table printer: those of

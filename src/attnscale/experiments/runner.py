@@ -12,6 +12,10 @@
   backend then ends the work still running itself (the driver may be the only process that got the
   signal: ``kill -INT``, a job runner, a test), so that nothing is left behind.
 * ``fn`` must be a module-level function (it is pickled by name) returning plain JSON data.
+* Progress inside a cell: a long cell calls :func:`report_steps` as it goes; a backend that
+  ``reports_steps`` (:class:`SerialBackend`, :class:`LocalBackend`) hands those reports to
+  :func:`run_sweep`, which passes the fraction done of the running cells to its ``progress``
+  callback (``running=``), so that a sweep of cells of minutes shows it moving and an ETA.
 """
 
 from __future__ import annotations
@@ -27,9 +31,28 @@ from typing import Any, Callable, Iterator, Protocol, Sequence
 from attnscale.errors import check_count
 from attnscale.store import ResultCache, to_jsonable
 
-__all__ = ["Backend", "SerialBackend", "LocalBackend", "run_sweep", "default_workers"]
+__all__ = ["Backend", "SerialBackend", "LocalBackend", "run_sweep", "default_workers", "report_steps"]
 
-Progress = Callable[[int, int, str], None]
+Progress = Callable[..., None]      # progress(done, total, label) and, with step reports, running=fraction
+
+# Where report_steps sends (steps done, steps in all) of the cell running in this process: set by the
+# backend around each cell; None when nobody listens.
+_step_hook: Callable[[int, int], None] | None = None
+
+
+def report_steps(done: int, total: int) -> None:
+    """For a cell's loop: ``done`` of its ``total`` steps are done (nothing when nobody listens)."""
+    if _step_hook is not None:
+        _step_hook(done, total)
+
+
+def _with_step_hook(hook, fn, cell):
+    global _step_hook
+    _step_hook = hook
+    try:
+        return fn(cell)
+    finally:
+        _step_hook = None
 
 
 class Backend(Protocol):
@@ -43,21 +66,28 @@ class Backend(Protocol):
 class SerialBackend:
     """In this process, one cell after the other (no start-up cost: for small sweeps and tests).
     Process-wide settings a training cell makes (deterministic kernels, one thread) are undone after
-    each cell, so that they do not leak into the caller."""
+    each cell, so that they do not leak into the caller. ``on_steps(index, done, total)``: the
+    running cell's :func:`report_steps`."""
 
-    def map(self, fn, cells):
+    reports_steps = True
+
+    def map(self, fn, cells, on_steps=None):
         from attnscale.experiments import training   # light: it imports torch only when a cell does
 
         for i, cell in enumerate(cells):
             before = training.process_settings()
+            hook = None if on_steps is None else (lambda done, total, i=i: on_steps(i, done, total))
             try:
-                result = fn(cell)
+                result = _with_step_hook(hook, fn, cell)
             finally:
                 training.restore_process_settings(before)
             yield i, result
 
 
-def _init_worker() -> None:
+_worker_steps = None      # in a worker: the queue its cells' step reports go to
+
+
+def _init_worker(steps_queue=None) -> None:
     # Ctrl-C in a terminal reaches the whole process group; the driver alone decides what happens
     # (it hands over the finished cells, then ends the workers), so a worker never sees it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -67,12 +97,25 @@ def _init_worker() -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(1)
+    global _worker_steps
+    _worker_steps = steps_queue
+
+
+def _run_in_worker(fn, index: int, cell):
+    """``fn(cell)`` in a worker, its step reports sent to the driver as (index, done, total)."""
+    hook = None if _worker_steps is None else (lambda done, total: _worker_steps.put((index, done, total)))
+    return _with_step_hook(hook, fn, cell)
 
 
 class LocalBackend:
     """Worker processes on this machine (``concurrent.futures`` with ``forkserver``, or ``spawn``
     where forkserver is missing): a fresh interpreter per worker, never a fork of a process that may
-    hold threads. At most ``workers`` cells run at once; results come back as they finish."""
+    hold threads. At most ``workers`` cells run at once; results come back as they finish.
+    ``on_steps(index, done, total)``: the running cells' :func:`report_steps`, through a queue that
+    is read while waiting for cells (so at most about ``poll_s`` late)."""
+
+    reports_steps = True
+    poll_s = 1.0
 
     def __init__(self, workers: int = 2, start_method: str | None = None):
         check_count("workers", workers)
@@ -80,13 +123,16 @@ class LocalBackend:
         self.workers = workers
         self.start_method = start_method or ("forkserver" if "forkserver" in methods else "spawn")
 
-    def map(self, fn, cells):
+    def map(self, fn, cells, on_steps=None):
         ctx = multiprocessing.get_context(self.start_method)
-        pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_init_worker)
-        pending = {pool.submit(fn, cell): i for i, cell in enumerate(cells)}
+        steps = None if on_steps is None else ctx.SimpleQueue()
+        pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_init_worker, initargs=(steps,))
+        pending = {pool.submit(_run_in_worker, fn, i, cell): i for i, cell in enumerate(cells)}
         try:
             while pending:
-                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                done, _ = wait(pending, timeout=None if steps is None else self.poll_s, return_when=FIRST_COMPLETED)
+                while steps is not None and not steps.empty():
+                    on_steps(*steps.get())
                 for future in done:
                     yield pending.pop(future), future.result()
         except KeyboardInterrupt:
@@ -154,9 +200,23 @@ def run_sweep(kind: str, cells: Sequence[Any], fn: Callable[[Any], Any], cache: 
     if progress:
         progress(done, total, f"{done} cached")
     todo = [cells[i] for i in missing]
-    stream = backend.map(fn, todo)
+    running: dict[int, tuple[int, int]] = {}    # index into todo -> (steps done, steps in all)
+    finished: set[int] = set()
+
+    def on_steps(j: int, steps_done: int, steps_total: int) -> None:
+        if j not in finished:                      # a report can arrive after its cell's result
+            running[j] = (steps_done, steps_total)
+            label = "steps " + ", ".join(f"{d}/{n}" for d, n in running.values()) + " in the running cells"
+            progress(done, total, label, running=sum(d / max(n, 1) for d, n in running.values()))
+
+    if progress and getattr(backend, "reports_steps", False):
+        stream = backend.map(fn, todo, on_steps=on_steps)
+    else:
+        stream = backend.map(fn, todo)
     try:
         for j, result in stream:
+            running.pop(j, None)
+            finished.add(j)
             cell = todo[j]
             # Round-trip through the cache so that a fresh result and a cached one are the same data.
             cache.put(kind, to_jsonable(cell), result)

@@ -90,10 +90,15 @@ class ByteText:
         """Fixed validation batches: ``windows`` windows of ``context`` tokens spread evenly over the
         validation bytes (all of them, without overlap, when they fit), as (x, y) batches of up to
         ``batch`` windows."""
+        starts = self.validation_starts(context, windows)
+        return [self._windows(self.valid, starts[i:i + batch], context) for i in range(0, len(starts), batch)]
+
+    def validation_starts(self, context: int, windows: int) -> list[int]:
+        """Where the fixed validation windows start in the validation bytes (see :meth:`validation`);
+        window s scores the bytes s + 1 … s + context."""
         room = len(self.valid) - context - 1
         count = max(1, min(windows, room // context + 1))
-        starts = np.linspace(0, room, count).round().astype(int).tolist()
-        return [self._windows(self.valid, starts[i:i + batch], context) for i in range(0, count, batch)]
+        return np.linspace(0, room, count).round().astype(int).tolist()
 
     @staticmethod
     def _windows(data: np.ndarray, starts: list[int], context: int):

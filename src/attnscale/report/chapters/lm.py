@@ -1,9 +1,14 @@
 """Report chapter: a small GPT on real English text with each scale rule (``attnscale train lm``).
 
-Reads the ``train/lm`` result and only draws and words it: validation bits per byte against the step
-(a panel per d_k, a line per rule, the band over seeds), the largest |logit| and the mean row entropy
-against the step, the verdict table, and greedy samples from one prompt. Every sentence is chosen
-and filled by the analysis' figures (verdicts, ratios, best rates, the interior check).
+Reads the ``train/lm`` result and only draws and words it: the n-gram baselines and where the
+1/√d_k reference ends against them (a caveat when it does not beat the trigram: the verdicts then
+describe early training), the reference's best rates and whether they lie inside the grids, the
+verdicts at the reference's best rate and at each rule's own (AdamW and SGD), whether the verdicts
+halfway through the runs are the same, the learning-rate sensitivity, what each optimiser shows,
+validation bits per byte against the step and final loss against the rate (a panel per d_k, a line
+per rule, the baselines dotted), the largest |logit| and the mean row entropy against the step, the
+table and greedy samples. Every sentence is chosen and filled by the analysis' figures, by the small
+pure functions below.
 """
 
 from __future__ import annotations
@@ -17,14 +22,28 @@ KIND = "train/lm"
 TITLE = text.entry("lm", "title")
 _t = text.words("lm")
 HOW_TO = "attnscale train lm"
+OPTIMISERS = ("adamw", "sgd")
+GOOD = ("faster", "learns")          # verdicts under which a rule has not "stopped learning"
+#: The baselines the reference is held against, weakest first: the caveat names the first it misses.
+CAVEAT_ORDERS = (2, 3)
+
 
 def _rule(name: str, lang: str) -> str:
-    # The soft-cap's label names the cap of the rule the sweep trained with (the result does not record it).
     return rule_label(name, lang)
 
 
-def _panels(curves: list, d_ks: list, rules: list, rows: list[tuple[str, str, bool]], lang: str, unigram=None):
-    """One column per d_k, one row per (curve key, axis label, log scale); a line per rule."""
+def _baseline_name(row: dict, lang: str) -> str:
+    return _t(f"name_{row['name']}", lang)
+
+
+def _baseline_lines(ax, baselines: list) -> None:
+    for row in baselines:
+        if row["order"] >= 2:
+            ax.axhline(row["bpb"], ls=":", color="#5d6677", lw=1)
+
+
+def _panels(curves: list, d_ks: list, rules: list, rows: list[tuple[str, str, bool]], lang: str, baselines=()):
+    """One column per d_k, one row per (curve key, axis label, log scale); a line per rule (AdamW)."""
     from attnscale.report.figures import SERIES, style
 
     with style() as plt:
@@ -43,8 +62,9 @@ def _panels(curves: list, d_ks: list, rules: list, rows: list[tuple[str, str, bo
                         band = [(s, lo, hi) for s, lo, hi in zip(c["step"], c[key]["min"], c[key]["max"]) if lo is not None]
                         ax.fill_between([b[0] for b in band], [b[1] for b in band], [b[2] for b in band],
                                         color=SERIES[i % len(SERIES)], alpha=0.15, lw=0)
-                if key == "valid_bpb" and unigram is not None:
-                    ax.axhline(unigram, ls=":", color="#5d6677", lw=1)
+                if key == "valid_bpb":
+                    _baseline_lines(ax, baselines)
+                    ax.set_ylim(top=max(5.0, min(b["bpb"] for b in baselines) + 0.5) if baselines else None)
                 if log:
                     ax.set_yscale("log")
                 ax.set_title(pretty(f"d_k = {d_k}") if row == 0 else "")
@@ -57,15 +77,71 @@ def _panels(curves: list, d_ks: list, rules: list, rows: list[tuple[str, str, bo
     return fig
 
 
-def _verdict_lines(verdicts: list, reference: str, factor: float, steps: int, lang: str) -> list[str]:
-    """One sentence per optimiser and outcome: rules whose verdicts read alike share a sentence."""
+def _lr_panels(grid: list, own_best: list, d_ks: list, rules: list, baselines: list, lang: str):
+    """Final loss (the LR sensitivity's score) against the rate: a row per optimiser, a column per
+    d_k, a line per rule, its own best rate circled (the figure of Wortsman et al. 2023)."""
+    from attnscale.report.figures import SERIES, style
+
+    with style() as plt:
+        fig, axes = plt.subplots(len(OPTIMISERS), len(d_ks), figsize=(3.4 * len(d_ks), 2.9 * len(OPTIMISERS)),
+                                 squeeze=False, sharey=True, constrained_layout=True)
+        for row, optimiser in enumerate(OPTIMISERS):
+            for col, d_k in enumerate(d_ks):
+                ax = axes[row][col]
+                for i, rule in enumerate(rules):
+                    pts = sorted((g["lr"], g["score"]) for g in grid
+                                 if (g["optimiser"], g["d_k"], g["rule"]) == (optimiser, d_k, rule) and g["score"] is not None)
+                    color = SERIES[i % len(SERIES)]
+                    ax.plot([x for x, _ in pts], [y for _, y in pts], color=color, marker=".", label=pretty(_rule(rule, lang)))
+                    best = next(b["lr"] for b in own_best if (b["optimiser"], b["d_k"], b["rule"]) == (optimiser, d_k, rule))
+                    ax.plot([x for x, _ in pts if x == best], [y for x, y in pts if x == best], "o", mfc="none",
+                            color=color, ms=9)
+                _baseline_lines(ax, baselines)
+                ax.set_xscale("log")
+                ax.set_title(pretty(f"{_t('opt_' + optimiser, lang)} · d_k = {d_k}"))
+                if row == len(OPTIMISERS) - 1:
+                    ax.set_xlabel(_t("lr", lang))
+                if col == 0:
+                    ax.set_ylabel(_t("final", lang))
+        fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside lower center", ncol=legend_columns(3),
+                   fontsize=8.5)
+    return fig
+
+
+# --- the sentences: small pure functions of the analysis ---------------------------------------------
+
+def reference_sentence(a: dict, lang: str) -> str:
+    """Where the 1/√d_k reference ends against the baselines: the caveat when it misses the bigram
+    or the trigram at some d_k (naming the weakest one it misses), else the highest it beats at every d_k."""
+    rows = {r["order"]: r for r in a["baselines"]["rows"]}
+    finals = a["reference_final"]["bpb"]
+    listed = ", ".join(f"d_k {d}: {number(v, '.3f')}" for d, v in finals.items())
+    for order in CAVEAT_ORDERS:
+        missed = [d for d, v in finals.items() if v is None or v >= rows[order]["bpb"]]
+        if missed:
+            return _t("caveat", lang, rows=listed, missed=_baseline_name(rows[order], lang), dks=", ".join(missed))
+    best = max((o for o in rows if all(v < rows[o]["bpb"] for v in finals.values())))
+    return _t("reference_beats", lang, rows=listed, best=_baseline_name(rows[best], lang), what=_t(f"what_{best}", lang))
+
+
+def best_rate_sentence(a: dict, optimiser: str, lang: str) -> str:
+    rates = ", ".join(f"d_k {k}: {v:g}" for k, v in a["reference_best_lr"][optimiser].items())
+    edge = [k for k, inside in a["reference_best_interior"][optimiser].items() if not inside]
+    name = _t("opt_" + optimiser, lang)
+    return (_t("best_edge", lang, optimiser=name, dks=", ".join(edge), rates=rates) if edge
+            else _t("best_in", lang, optimiser=name, rates=rates))
+
+
+def verdict_lines(verdicts: list, reference: str, factor: float, steps: int, lang: str) -> list[str]:
+    """One sentence per optimiser (at the reference's rate, at each rule's own) and outcome: rules
+    whose verdicts read alike share a sentence."""
     lines = []
-    for optimiser in ("adamw", "sgd", "sgd-own-best"):
+    for optimiser in ("adamw", "adamw-own-best", "sgd", "sgd-own-best"):
         alike: dict[str, list[str]] = {}
         for rule in dict.fromkeys(v["rule"] for v in verdicts if v["rule"] != reference):
             rows = [v for v in verdicts if v["rule"] == rule and v["optimiser"] == optimiser and v["verdict"]]
             parts = []
-            for verdict in ("learns", "slower", "fails", "diverges"):
+            for verdict in ("faster", "learns", "slower", "fails", "diverges"):
                 mine = [v for v in rows if v["verdict"] == verdict]
                 if mine:
                     parts.append(_t(verdict, lang, dks=", ".join(str(v["d_k"]) for v in mine), factor=factor, steps=steps,
@@ -78,23 +154,112 @@ def _verdict_lines(verdicts: list, reference: str, factor: float, steps: int, la
     return lines
 
 
+def _label(v: dict, lang: str) -> str:
+    return f"{_rule(v['rule'], lang)} d_k {v['d_k']} {_t(v['optimiser'], lang)}"
+
+
+def seeds_sentence(verdicts: list, seeds: int, reference: str, lang: str) -> str:
+    """Whether the seeds agree on every verdict (the reference's own rows aside), else which split."""
+    if seeds < 2:
+        return _t("seeds_one", lang)
+    judged = [v for v in verdicts if v["verdict"] and v["rule"] != reference]
+    split = [v for v in judged if v["seeds_agreeing"] < v["seeds"]]
+    if not split:
+        return _t("seeds_all", lang, seeds=seeds)
+    return _t("seeds_split", lang, split=len(split), total=len(judged),
+              which=_t("joiner", lang).join(_label(v, lang) for v in split))
+
+
+def halfway_sentence(verdicts: list, step: int, reference: str, lang: str) -> str:
+    """Whether the verdicts at the reference's rate (the reference's own rows aside) are the same
+    judged on the first half of the runs."""
+    at_ref = [v for v in verdicts if v["optimiser"] in OPTIMISERS and v["verdict"] and v["rule"] != reference]
+    changed = [v for v in at_ref if v["verdict_halfway"] != v["verdict"]]
+    if not changed:
+        return _t("halfway_same", lang, step=step)
+    which = _t("joiner", lang).join(
+        _t("halfway_pair", lang, run=_label(v, lang), half=_t((v["verdict_halfway"] or "none") + "_v", lang),
+           end=_t(v["verdict"] + "_v", lang)) for v in changed)
+    return _t("halfway_changed", lang, step=step, changed=len(changed), total=len(at_ref), which=which)
+
+
+def sensitivity_sentence(a: dict, rules: list, d_k: int, lang: str) -> str:
+    rows = []
+    for optimiser in OPTIMISERS:
+        values = {s["rule"]: s["lr_sensitivity"] for s in a["lr_sensitivity"]
+                  if (s["optimiser"], s["d_k"]) == (optimiser, d_k)}
+        rows.append(_t("sens_row", lang, optimiser=_t("opt_" + optimiser, lang), rules=", ".join(
+            _t("sens_rule", lang, rule=_rule(r, lang), value=number(values.get(r), ".3f")) for r in rules)))
+    return _t("sensitivity", lang, dk=d_k, rows="; ".join(rows))
+
+
+def flat_sensitivity_sentences(a: dict, rules: list, d_k: int, lang: str) -> list[str]:
+    """Per optimiser: when the rule least sensitive to the rate at ``d_k`` is also one whose best
+    loss is above TARGET_FACTOR × the reference's best, say that its curve is flat because no rate of
+    the grid trains it well (a low sensitivity is not a virtue then)."""
+    out = []
+    for optimiser in OPTIMISERS:
+        sens = {s["rule"]: s["lr_sensitivity"] for s in a["lr_sensitivity"]
+                if (s["optimiser"], s["d_k"]) == (optimiser, d_k) and s["lr_sensitivity"] is not None}
+        best = {r: min((g["score"] for g in a["grid"] if (g["optimiser"], g["d_k"], g["rule"]) == (optimiser, d_k, r)
+                        and g["score"] is not None), default=None) for r in rules}
+        ref = best.get(a["reference_rule"])
+        if not sens or ref is None:
+            continue
+        flat = min(sens, key=sens.__getitem__)
+        if best[flat] is not None and best[flat] > a["target_factor"] * ref:
+            out.append(_t("sens_flat", lang, rule=_rule(flat, lang), optimiser=_t("opt_" + optimiser, lang), dk=d_k,
+                          value=number(sens[flat], ".3f"), best=number(best[flat], ".3f"), ref=number(ref, ".3f")))
+    return out
+
+
+def optimisers_sentence(verdicts: list, d_k: int, lang: str, rule: str = "unscaled") -> str | None:
+    """What AdamW and SGD each show for ``rule`` at ``d_k``, each at its own best rate: one of four
+    sentences by whether each verdict is faster/learns or not. None when either cannot be judged."""
+    find = lambda o: next((v for v in verdicts if (v["rule"], v["d_k"], v["optimiser"]) == (rule, d_k, o)), None)   # noqa: E731
+    adam, sgd = find("adamw-own-best"), find("sgd-own-best")
+    if not adam or not sgd or not adam["verdict"] or not sgd["verdict"]:
+        return None
+    key = {(True, True): "optimisers_both_good", (True, False): "optimisers_adam_only",
+           (False, True): "optimisers_sgd_only", (False, False): "optimisers_both_bad"}[
+        adam["verdict"] in GOOD, sgd["verdict"] in GOOD]
+    return _t(key, lang, dk=d_k, adamw_verdict=_t(adam["verdict"] + "_v", lang), sgd_verdict=_t(sgd["verdict"] + "_v", lang))
+
+
 def render(env, lang: str) -> str:
     a = env.data["analysis"]
-    cfg, m, sgd = env.config, a["model"], a["sgd"]
+    cfg, m = env.config, a["model"]
     d_ks, rules = cfg["d_ks"], cfg["rules"]
+    base = a["baselines"]
     p = lambda key, **kw: para(pretty(_t(key, lang, **kw)))   # noqa: E731
     parts = [p("intro", d_model=m["d_model"], layers=m["n_layers"], context=m["context"], params=m["parameters"],
                dk0=d_ks[0], train=a["text"]["train_bytes"], source=a["text"]["source"], valid=a["text"]["valid_bytes"],
-               steps=cfg["steps"], batch=cfg["batch"], seeds=cfg["seeds"], adamw=a["adamw_lr"],
-               sgd=", ".join(f"{lr:g}" for lr in sgd["lrs"]), unigram=number(a["unigram_bpb"], ".3f"),
-               init=number(a["init_bpb"]["mean"], ".3f"))]
-    rates = ", ".join(f"d_k {k}: {v:g}" for k, v in sgd["reference_best_lr"].items())
-    edge = [k for k, inside in sgd["reference_best_interior"].items() if not inside]
-    parts.append(p("sgd_edge", dks=", ".join(edge), rates=rates) if edge else p("sgd_in", rates=rates))
+               scored=base["scored_bytes"], steps=cfg["steps"], batch=cfg["batch"], seeds=cfg["seeds"],
+               rules=", ".join(_rule(r, lang) for r in rules),
+               adamw=", ".join(f"{lr:g}" for lr in a["lr_grids"]["adamw"]),
+               sgd=", ".join(f"{lr:g}" for lr in a["lr_grids"]["sgd"]), init=number(a["init_bpb"]["mean"], ".3f"))]
+    absent = [r for r in a.get("rule_choices", []) if r not in rules]
+    if absent:
+        parts.append(p("not_run", rules="; ".join(_rule(r, lang) for r in absent)))
+    parts.append(p("baselines", smoothing=_t("smoothing", lang), rows=", ".join(
+        _t("baseline_row", lang, name=_baseline_name(r, lang), bpb=number(r["bpb"], ".3f")) for r in base["rows"])))
+    parts.append(para(pretty(reference_sentence(a, lang))))
+    parts += [para(pretty(best_rate_sentence(a, o, lang))) for o in OPTIMISERS]
     parts += [para(pretty(line)) for line in
-              _verdict_lines(a["verdicts"], a["reference_rule"], a["target_factor"], cfg["steps"], lang)]
+              verdict_lines(a["verdicts"], a["reference_rule"], a["target_factor"], cfg["steps"], lang)]
+    parts.append(para(pretty(seeds_sentence(a["verdicts"], cfg["seeds"], a["reference_rule"], lang))))
+    parts.append(para(pretty(halfway_sentence(a["verdicts"], a["halfway_step"], a["reference_rule"], lang))))
+    names = ", ".join(_baseline_name(r, lang) for r in base["rows"] if r["order"] >= 2)
     parts.append(responsive_figure(lambda: _panels(a["curves"], d_ks, rules, [("valid_bpb", "bpb", False)], lang,
-                                                   a["unigram_bpb"]), _t("alt_bpb", lang), _t("cap_bpb", lang)))
+                                                   base["rows"]), _t("alt_bpb", lang), _t("cap_bpb", lang, names=names)))
+    parts.append(para(pretty(sensitivity_sentence(a, rules, d_ks[-1], lang))))
+    parts += [para(pretty(s)) for s in flat_sensitivity_sentences(a, rules, d_ks[-1], lang)]
+    if "unscaled" in rules:
+        said = optimisers_sentence(a["verdicts"], d_ks[-1], lang)
+        if said:
+            parts.append(para(pretty(said)))
+    parts.append(responsive_figure(lambda: _lr_panels(a["grid"], a["own_best_lr"], d_ks, rules, base["rows"], lang),
+                                   _t("alt_lr", lang), _t("cap_lr", lang)))
     if "unscaled" in rules:
         last = {c["rule"]: c for c in a["curves"] if c["d_k"] == d_ks[-1] and c["optimiser"] == "adamw"}
         u, r = last["unscaled"], last[a["reference_rule"]]
@@ -103,13 +268,8 @@ def render(env, lang: str) -> str:
     parts.append(responsive_figure(lambda: _panels(a["curves"], d_ks, rules, [("max_abs_logit", "max_logit", True),
                                                                       ("entropy_mean", "entropy", False)], lang),
                                    _t("alt_health", lang), _t("cap_health", lang)))
-    parts.append(p("rule_of", factor=a["target_factor"], like=a["like_ratio"]))
-    head = [_t("h_rule", lang), pretty("d_k")] + [pretty(_t(o, lang)) for o in ("adamw", "sgd", "sgd-own-best")]
-    cell = lambda v: (f"{_t(v['verdict'] + '_w', lang) if v['verdict'] else '—'} {v['seeds_agreeing']}/{v['seeds']}"   # noqa: E731
-                      f" ×{number(v['steps_ratio'], '.2f')} (lr {v['lr']:g})")
-    find = lambda rule, d_k, o: next(v for v in a["verdicts"] if (v["rule"], v["d_k"], v["optimiser"]) == (rule, d_k, o))   # noqa: E731
-    parts.append(table(head, [[pretty(_rule(r, lang)), d] + [cell(find(r, d, o)) for o in ("adamw", "sgd", "sgd-own-best")]
-                              for d in d_ks for r in rules], cls="numeric"))
+    parts.append(p("rule_of", factor=a["target_factor"], like=a["like_ratio"], fast=1 / a["like_ratio"]))
+    parts.append(_table(a, d_ks, rules, lang))
     s = a["samples"]
     parts.append(p("samples", prompt=s["prompt"], seed=s["seed"]))
     sample = lambda text, bpb: (s["prompt"] + text + f" ({number(bpb, '.2f')})" if text is not None   # noqa: E731
@@ -118,3 +278,37 @@ def render(env, lang: str) -> str:
                        [[pretty(_rule(row["rule"], lang))] + [sample(*tb) for tb in zip(row["texts"], row["final_bpb"])]
                         for row in s["rows"]]))
     return "\n".join(parts)
+
+
+def _table(a: dict, d_ks: list, rules: list, lang: str) -> str:
+    """Per rule × d_k: the four verdicts, the final loss at its own best AdamW rate against the
+    baselines, its own best rates (edge marked) and LR sensitivities."""
+    columns = ("adamw", "adamw-own-best", "sgd", "sgd-own-best")
+    find = lambda rule, d_k, o: next(v for v in a["verdicts"] if (v["rule"], v["d_k"], v["optimiser"]) == (rule, d_k, o))   # noqa: E731
+
+    def cell(v):
+        mark = _t(v["verdict"] + "_w", lang) if v["verdict"] else "—"
+        return f"{mark} {v['seeds_agreeing']}/{v['seeds']} ×{number(v['steps_ratio'], '.2f')} (lr {v['lr']:g})"
+
+    def final(v):
+        f = v["final_bpb"]
+        where = _t("below", lang, name=_t("name_" + v["beats"], lang)) if v["beats"] else _t("below_none", lang)
+        return f"{number(f['mean'], '.3f')} [{number(f['min'], '.3f')}–{number(f['max'], '.3f')}] {where}"
+
+    def best(rule, d_k):
+        out = []
+        for o in OPTIMISERS:
+            b = next(b for b in a["own_best_lr"] if (b["optimiser"], b["rule"], b["d_k"]) == (o, rule, d_k))
+            out.append(f"{b['lr']:g}" + (_t("edge_mark", lang) if b["edge"] else ""))
+        return " · ".join(out)
+
+    def sens(rule, d_k):
+        return " · ".join(number(next(s["lr_sensitivity"] for s in a["lr_sensitivity"]
+                                      if (s["optimiser"], s["rule"], s["d_k"]) == (o, rule, d_k)), ".3f")
+                          for o in OPTIMISERS)
+
+    head = ([_t("h_rule", lang), pretty("d_k")] + [pretty(_t(o, lang)) for o in columns]
+            + [_t("h_final", lang), _t("h_lr_best", lang), _t("h_sens", lang)])
+    rows = [[pretty(_rule(r, lang)), d] + [cell(find(r, d, o)) for o in columns]
+            + [final(find(r, d, "adamw-own-best")), best(r, d), sens(r, d)] for d in d_ks for r in rules]
+    return table(head, rows, cls="numeric")
