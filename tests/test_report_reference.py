@@ -80,12 +80,32 @@ def test_the_real_model_card_follows_the_perplexities():
     assert headline.real_model_card(data, "en").value == "no finite perplexity"
 
 
-def test_the_lm_card_is_left_out_without_an_lm_result(tmp_path):
+def _lm_row(rule, d_k, optimiser, verdict, bpb):
+    return {"rule": rule, "d_k": d_k, "optimiser": optimiser, "verdict": verdict, "final_bpb": {"mean": bpb}}
+
+
+LM = {"reference_rule": "inverse_sqrt_dk",
+      "baselines": {"rows": [{"name": "bigram", "bpb": 3.33}, {"name": "trigram", "bpb": 2.52}]},
+      "verdicts": [_lm_row("unscaled", 128, "adamw-own-best", "fails", 3.19),
+                   _lm_row("unscaled", 128, "sgd-own-best", "fails", 3.26),
+                   _lm_row("unscaled", 128, "sgd", "fails", 3.56),          # at 1/√d_k's rate: not the card's
+                   _lm_row("unscaled", 16, "adamw-own-best", "learns", 2.2),
+                   _lm_row("inverse_sqrt_dk", 128, "adamw-own-best", None, 2.34),
+                   _lm_row("inverse_sqrt_dk", 128, "sgd-own-best", None, 2.79)]}
+
+
+def test_the_lm_card_follows_the_unscaled_verdicts_at_the_largest_d_k(tmp_path):
     assert headline.lm_card({"verdicts": []}, "en") is None
     assert [c.href for c in headline.cards(tmp_path, "en")] == []
-    card = headline.lm_card({"verdicts": [{"rule": "unscaled", "d_k": 64, "optimiser": "sgd", "verdict": "fails"},
-                                          {"rule": "unscaled", "d_k": 16, "optimiser": "sgd", "verdict": "learns"}]}, "en")
-    assert card.value == "SGD: fails within the budget" and card.href == "#exp-lm"
+    card = headline.lm_card(LM, "en")
+    assert (card.value, card.href) == ("fails to learn", "#exp-lm") and "d_k = 128" in card.label
+    assert "AdamW 3.19, SGD 3.26 (1/√d_k: 2.34, 2.79; a trigram table: 2.52)" in card.sub
+    changed = copy.deepcopy(LM)
+    changed["verdicts"][0]["verdict"] = "learns"
+    assert headline.lm_card(changed, "en").value == "fails with SGD"
+    assert headline.lm_card(changed, "zh").value == "用 SGD 时学不会"
+    changed["verdicts"][1]["verdict"] = "slower"
+    assert headline.lm_card(changed, "en").value == "slower with SGD"
 
 
 def test_bold_chinese_text_in_a_figure_prints_no_font_warning(caplog):

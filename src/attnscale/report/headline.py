@@ -81,22 +81,34 @@ def training_card(analysis: dict, lang: str) -> Card | None:
     return Card(_t("train_label", lang, d=d_k), value, sub, "#exp-training")
 
 
+def _lm_row(verdicts: list[dict], rule: str, d_k: int, optimiser: str) -> dict:
+    return next((v for v in verdicts if (v.get("rule"), v.get("d_k"), v.get("optimiser")) == (rule, d_k, optimiser)), {})
+
+
+def _bpb(row: dict) -> str:
+    return number(((row or {}).get("final_bpb") or {}).get("mean"), digits=3)
+
+
 def lm_card(analysis: dict, lang: str) -> Card | None:
-    """The language-model card: the unscaled rule's verdict at the largest d_k per optimiser, from the
-    lm result's ``analysis.verdicts`` (rule, d_k, optimiser, verdict); None without such verdicts."""
-    verdicts = [v for v in analysis.get("verdicts") or [] if isinstance(v, dict) and v.get("rule") == "unscaled"]
-    if not verdicts:
+    """The language-model card: what the unscaled rule did at the sweep's largest d_k with AdamW and
+    with SGD, each at its own best rate of the grid (the fair test: "stops learning", not "needs
+    another rate"), against 1/√d_k's final validation bits per byte and the trigram baseline."""
+    verdicts = [v for v in analysis.get("verdicts") or [] if isinstance(v, dict)]
+    d_ks = [v["d_k"] for v in verdicts if v.get("rule") == "unscaled" and isinstance(v.get("d_k"), int)]
+    if not d_ks:
         return None
-    d_k = max(v["d_k"] for v in verdicts)
-    per_opt = {}
-    for v in verdicts:
-        if v["d_k"] == d_k and v.get("verdict"):
-            per_opt.setdefault(v["optimiser"], v["verdict"])
-    if not per_opt:
+    d_k = max(d_ks)
+    own = {opt: _lm_row(verdicts, "unscaled", d_k, f"{opt}-own-best") for opt in ("adamw", "sgd")}
+    value = training_value({opt: row.get("verdict") for opt, row in own.items()}, lang)
+    if not value:
         return None
-    items = " · ".join(f"{_t('opt_' + o, lang) if o in ('adam', 'sgd') else o}: {_verdict('v_' + v, lang)}"
-                       for o, v in per_opt.items())
-    return Card(_t("lm_label", lang, d=d_k), items, _t("lm_sub", lang), "#exp-lm")
+    ref = {opt: _lm_row(verdicts, analysis.get("reference_rule", "inverse_sqrt_dk"), d_k, f"{opt}-own-best")
+           for opt in own}
+    trigram = next((r.get("bpb") for r in (analysis.get("baselines") or {}).get("rows") or []
+                    if r.get("name") == "trigram"), None)
+    sub = _t("lm_sub", lang, adamw=_bpb(own["adamw"]), sgd=_bpb(own["sgd"]), adamw_ref=_bpb(ref["adamw"]),
+             sgd_ref=_bpb(ref["sgd"]), trigram=number(trigram, digits=3))
+    return Card(_t("lm_label", lang, d=d_k), value, sub, "#exp-lm")
 
 
 def real_model_value(ratio: float | None) -> str:
