@@ -36,8 +36,8 @@ def test_the_folder_holds_only_full_envelopes_of_known_kinds_in_at_most_5_mb(shi
     kinds = {p.parent.relative_to(shipped).as_posix() for p in files}
     assert kinds <= set(results.KINDS), kinds - set(results.KINDS)
     assert all(p.name in ("result.json", "result.json.gz") for p in files)   # no cell caches
-    # every kind the report reads ships (the language model's once its full run is added)
-    assert set(results.KINDS) - {"demo", "train/lm"} <= kinds, set(results.KINDS) - {"demo", "train/lm"} - kinds
+    # every kind the report reads ships
+    assert set(results.KINDS) - {"demo"} <= kinds, set(results.KINDS) - {"demo"} - kinds
     for kind in kinds:
         env = results.read_reference(kind)
         assert env.origin == "reference" and not env.quick and env.environment.get("platform")

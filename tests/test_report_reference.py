@@ -43,6 +43,9 @@ def test_a_chapter_shows_own_full_else_reference_else_own_quick_and_says_which(t
     mine = render_experiment(chapter, own, "en")
     assert "answer 3" in mine.html and "Shown: your own full run (demo/result.json)" in mine.html
     assert "its time is not recorded in the result" in mine.html
+    results.write("demo", {"answer": 4, "wall_s": 6.0, "cells_cached": 3, "cells": [{}] * 4}, seed=0, root=own)
+    resumed = render_experiment(chapter, own, "en")
+    assert "its last run took 6 s, reading 3 of its 4 cells from the cache of an earlier run" in resumed.html
 
 
 SCALE_VS_DK = {"table": [

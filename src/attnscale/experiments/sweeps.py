@@ -81,13 +81,16 @@ def run_experiment(name: str, config, root: str | Path = results.DEFAULT_ROOT, b
     quick = is_quick(name, config) if quick is None else bool(quick)
     cells = config.cells()
     start = time.monotonic()
-    done = run_sweep(name, cells, experiment.train_cell, ResultCache(results.cells_dir(kind, root)), backend, progress)
+    cache = ResultCache(results.cells_dir(kind, root))
+    cached = sum(cache.get(name, to_jsonable(c)) is not None for c in cells)
+    done = run_sweep(name, cells, experiment.train_cell, cache, backend, progress)
     data, nonfinite = results.nulled_nonfinite({
         "description": experiment.description,
         "cells": [{"cell": to_jsonable(c), "result": r} for c, r in zip(cells, done)],
         "analysis": experiment.analyse(config, cells, done),
     })
-    data["wall_s"] = time.monotonic() - start      # of this invocation: cached cells cost nothing
+    data["wall_s"] = time.monotonic() - start      # of this invocation: cached cells cost nothing,
+    data["cells_cached"] = cached                  # so faces say how many were read from the cache
     if nonfinite:
         data["nonfinite"] = nonfinite
     return results.write(kind, data, config=to_jsonable(config), seed=0, quick=quick, root=root)

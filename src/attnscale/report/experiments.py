@@ -99,9 +99,15 @@ def source_line(env: results.Envelope, command: str, lang: str) -> str:
     the reference result or the user's quick run), from which machine and date, and ``command``, which
     reproduces it, with the time the run took as the result records it."""
     seconds = results.recorded_seconds(env)
-    took = (t("took_unknown", lang) if seconds is None else
-            t("took_there" if env.origin == "reference" else "took_here", lang).format(
-                time=duration_text(seconds, lang)))
+    cached = env.data.get("cells_cached") if isinstance(env.data, dict) else None
+    if seconds is None:
+        took = t("took_unknown", lang)
+    elif cached:      # a resumed or re-analysed sweep: its last run's time is not what the cells cost
+        took = t("took_cached", lang).format(time=duration_text(seconds, lang), cached=cached,
+                                             cells=len(env.data.get("cells") or []))
+    else:
+        took = t("took_there" if env.origin == "reference" else "took_here", lang).format(
+            time=duration_text(seconds, lang))
     text = t(f"shown_{env.origin}", lang).format(
         file=results.result_path(env.kind, "", env.quick).as_posix(), when=when_text(env.created),
         machine=machine_text(env.environment), took=took, command="\x00")

@@ -49,7 +49,8 @@ Two modes.
   Replaced eager interface calls return no probabilities (as ``"sdpa"``: ``output_attentions``
   gives None). With gradients enabled and an input that requires grad, the call runs on
   :data:`TRAINING_BACKEND`, a backend that gives gradients through PyTorch's autograd (forward and
-  backward follow the model's); otherwise on ``backend`` ("auto": the fused kernel on CPU). Calls it
+  backward follow the model's); otherwise on ``backend`` ("auto": the fused kernel on CPU, compiled FlexAttention on CUDA where it
+  works, else the composed path). Calls it
   cannot honour run the model's own attention instead and are counted in ``mon.fallbacks`` (and each
   step's), never dropped silently: ``dropout`` (dropout_p > 0; figures then recomputed as in observe
   mode, describing the softmax before the dropout), ``learned mask`` (an attn_mask or position bias
@@ -103,7 +104,8 @@ __all__ = ["monitor", "Monitor", "CallRecord", "HeadFigures", "Step", "StepHead"
 
 MODES = ("observe", "replace")
 # The backend of replace mode when gradients are needed: "auto", the fused kernel with its own
-# flash-style backward (memory O(L·d)) where it builds, else the composed path.
+# flash-style backward (memory O(L·d)) on CPU where it builds, FlexAttention's own backward on CUDA
+# where it compiles, else the composed path.
 TRAINING_BACKEND = "auto"
 # How far (× max |v|) an eager call's own output may be from ours on the rows that attend a key
 # before its figures are refused: rounding, not another computation. Eager functions take the
@@ -390,7 +392,7 @@ class monitor:
     """Context manager: figures for every attention call of ``model`` (or of any module when None)
     while active.
 
-    backend: passed to :func:`attnscale.torch.attention` ("auto", "kernel", "composed", "chunked").
+    backend: passed to :func:`attnscale.torch.attention` ("auto", "kernel", "flex", "composed", "chunked").
     mode: "observe" (bit-for-bit outputs, figures recomputed) or "replace" (one pass, outputs equal
     SDPA's to rounding; see the module docstring). sinks: objects with ``write(record: dict)`` and
     ``close()`` (:mod:`attnscale.torch.sinks`) that :meth:`Monitor.step` hands each step to; closed
