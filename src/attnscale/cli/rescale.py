@@ -13,7 +13,7 @@ from attnscale.errors import InputError
 EXAMPLES = [
     "attnscale rescale                          SmolLM2-135M: perplexity for α = 1/8 ... 8 on Python's own docs",
     "attnscale rescale --model minilm           all-MiniLM-L6-v2: how far the sentence embeddings move",
-    "attnscale rescale --model ./my-checkpoint  your own model (a transformers folder or a .gguf file)",
+    "attnscale rescale --model ./my-checkpoint   your own model (a transformers folder or a .gguf file)",
     "attnscale rescale --text book.txt --max-tokens 2048   your text, in 4 consecutive windows of 512 tokens",
     "attnscale rescale --alphas 1/2,1,2 --json -          three values, strict JSON on stdout",
 ]
