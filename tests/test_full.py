@@ -68,3 +68,17 @@ def test_the_eta_is_the_reference_times_left(tmp_path):
     now[0] = 90.0
     line.show(0, 90.0, force=True)
     assert stream.getvalue() == "attnscale full: [1/3] 1m30s elapsed · ~1m00s left · attnscale x\n"
+
+
+def test_a_dry_run_lists_what_it_would_keep_and_run_and_runs_nothing(tmp_path, capsys):
+    steps = full.plan(tmp_path, tmp_path / "page")
+    kept = {"probe/minilm"}
+    planned = full.dry_run(steps, tmp_path, current=lambda kind, root: kind in kept)
+    assert [s for _, s in planned] == steps
+    assert {s.kind for what, s in planned if what == "kept"} == kept
+    from attnscale.cli import main
+
+    assert main(["full", "--dry-run", "--results", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "to run           attnscale train lm --results" in out and "nothing was run" in out
+    assert not any(tmp_path.iterdir())          # nothing written

@@ -47,7 +47,8 @@ SENTENCES = Path(attnscale.__file__).resolve().parent / "experiments" / "sentenc
 # The smallest size of a command: options set where the command's parser has them (the value after
 # an option given is replaced; telemetry-bench forward only: its backward is tested in
 # test_telemetry_bench); "--connect-timeout" only next to "--address", which it qualifies.
-SMALLEST = {"--quick": None, "--repeats": "1", "--no-backward": None, "--max-tokens": "16", "--window": "16"}
+SMALLEST = {"--quick": None, "--repeats": "1", "--no-backward": None, "--max-tokens": "16", "--window": "16",
+            "--dry-run": None}     # `full`: its plan only (the real run is hours; tests/test_full.py runs it faked)
 SHORT_TIMEOUT = {"--connect-timeout": ("5", "--address")}
 # Options that name what a command writes (never a missing input).
 OUTPUT_DESTS = {"json", "results", "out"}

@@ -36,7 +36,8 @@ def register(sub) -> None:
                     "the results folder, then build index.html and index.zh.html from the results made here. "
                     "Resumable: a result already here and current is kept, an interrupted sweep resumes from "
                     "its cells. Each command's output goes to DIR/full-logs/<kind>.log.",
-        examples=["attnscale full", "attnscale full --workers 2", "attnscale full --backend ray --address auto"])
+        examples=["attnscale full --dry-run   what it would run here, what it keeps, and the ETA",
+                  "attnscale full", "attnscale full --workers 2", "attnscale full --backend ray --address auto"])
     add_results_option(p, "results folder: every result is written here, the report reads them from here")
     p.add_argument("--out", default="attnscale-report", metavar="DIR",
                    help="report folder (default: ./attnscale-report)")
@@ -44,6 +45,8 @@ def register(sub) -> None:
     p.add_argument("--backend", choices=("local", "ray"), default="local", help="where the sweeps' cells run")
     p.add_argument("--address", default=None, metavar="auto|HOST:PORT", help="with --backend ray: the cluster")
     p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.add_argument("--dry-run", action="store_true",
+                   help="list the steps (kept: current here, or to run, with the reference run's time), run none")
     p.set_defaults(run=run_full_command)
 
 
@@ -181,6 +184,11 @@ def run_full(steps: list[Step], root: Path, line: Line, runner=run_process, curr
     return done
 
 
+def dry_run(steps: list[Step], root: Path, current=is_current) -> list[tuple[str, Step]]:
+    """What :func:`run_full` would do with each step, running none: "kept" (current here) or "to run"."""
+    return [("kept" if step.kind and current(step.kind, root) else "to run", step) for step in steps]
+
+
 def run_full_command(args) -> int:
     from attnscale.cli.output import check_out_folder
     from attnscale.errors import check_count
@@ -193,6 +201,13 @@ def run_full_command(args) -> int:
         raise InputError(f"--address: only with --backend ray, got --address {args.address!r} with --backend local")
     root = check_out_folder(results_root(args), "--results", named=args.results is not None)
     steps = plan(Path(root), Path(args.out), args.workers, args.backend, args.address)
+    if args.dry_run:
+        planned = dry_run(steps, Path(root))
+        for what, step in planned:
+            print(f"{what:<16} {step.command}")
+        left = sum(step.expected_s for what, step in planned if what != "kept")
+        print(f"attnscale full: about {fmt_duration(left)} by the reference runs' recorded times; nothing was run")
+        return 0
     line = Line(steps, quiet=args.quiet)
     try:
         outcome = run_full(steps, Path(root), line)
