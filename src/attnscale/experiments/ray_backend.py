@@ -98,8 +98,11 @@ class RayBackend:
         check_positive("connect_timeout_s", self.connect_timeout_s)
 
     def _connect(self, ray) -> bool:
-        """Join or start Ray; True when this backend started it (and so must stop it)."""
+        """Join or start Ray; True when this backend started it (and so must stop it). A Ray already
+        running in this process is used as it is, but an address given must still answer."""
         if ray.is_initialized():
+            if self.address is not None:
+                _reachable(self.address, self.connect_timeout_s)
             return False
         kwargs = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR", **self.init_kwargs}
         if self.address is None:
@@ -165,36 +168,43 @@ def _host_port(address) -> tuple[str, int]:
     return host, int(port)
 
 
+def _failed(address: str) -> str:
+    return f"cannot reach a Ray cluster at {address!r}"
+
+
+def _reachable(address: str, timeout_s: float) -> str:
+    """A plain TCP connection to HOST:PORT within ``timeout_s``, so that a host name that does not
+    resolve, a port where nothing listens or a host that never answers is told at once, in plain
+    words (an InputError naming the address); what a later failure has then still to explain."""
+    if address == "auto":
+        return "Ray's search for the cluster this machine belongs to (RAY_ADDRESS, or the last 'ray start')"
+    host, port = _host_port(address)
+    tried = f"a TCP connection to {host} port {port}"
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            pass
+    except socket.gaierror as err:
+        raise InputError(f"{_failed(address)}: the host name {host!r} does not resolve ({err.strerror})") from None
+    except ConnectionRefusedError:
+        raise InputError(f"{_failed(address)}: {tried} was refused, nothing listens there "
+                         f"(a head is started with 'ray start --head --port={port}')") from None
+    except TimeoutError:
+        raise InputError(f"{_failed(address)}: {tried} got no answer within the {timeout_s:g} s connect timeout") from None
+    except OSError as err:
+        raise InputError(f"{_failed(address)}: {tried} failed ({err.strerror or err})") from None
+    return f"{host} port {port} accepts TCP connections, but Ray's handshake there"
+
+
 def _join(ray, address: str, timeout_s: float, kwargs: dict) -> None:
     """``ray.init(address=address)`` within ``timeout_s`` seconds, or an InputError naming the address
-    and what was tried.
-
-    First a plain TCP connection to HOST:PORT, so that a host name that does not resolve, a port where
-    nothing listens or a host that never answers is told at once, in plain words. Then Ray's own
-    handshake, in a helper thread waited for until the deadline: Ray retries an unresponsive address
-    for minutes inside one uninterruptible call. A handshake still going at the deadline is abandoned
-    to that daemon thread (the command then exits)."""
+    and what was tried: first :func:`_reachable`, then Ray's own handshake, in a helper thread waited
+    for until the deadline: Ray retries an unresponsive address for minutes inside one
+    uninterruptible call. A handshake still going at the deadline is abandoned to that daemon thread
+    (the command then exits)."""
     deadline = time.monotonic() + timeout_s
-    failed = f"cannot reach a Ray cluster at {address!r}"
+    failed = _failed(address)
     limit = f"the {timeout_s:g} s connect timeout"
-    if address == "auto":
-        tried = "Ray's search for the cluster this machine belongs to (RAY_ADDRESS, or the last 'ray start')"
-    else:
-        host, port = _host_port(address)
-        tried = f"a TCP connection to {host} port {port}"
-        try:
-            with socket.create_connection((host, port), timeout=timeout_s):
-                pass
-        except socket.gaierror as err:
-            raise InputError(f"{failed}: the host name {host!r} does not resolve ({err.strerror})") from None
-        except ConnectionRefusedError:
-            raise InputError(f"{failed}: {tried} was refused, nothing listens there "
-                             f"(a head is started with 'ray start --head --port={port}')") from None
-        except TimeoutError:
-            raise InputError(f"{failed}: {tried} got no answer within {limit}") from None
-        except OSError as err:
-            raise InputError(f"{failed}: {tried} failed ({err.strerror or err})") from None
-        tried = f"{host} port {port} accepts TCP connections, but Ray's handshake there"
+    tried = _reachable(address, timeout_s)
     outcome: dict = {}
 
     def handshake():
