@@ -238,7 +238,11 @@ def expectation(parser, ns, argv) -> tuple[str, str]:
     if getattr(ns, "model", None) == "smollm2" and os.environ.get(SMOLLM2_OPT_IN) != "1":
         return "skip", (f"SmolLM2-135M: loading it alone costs more CPU time than the smoke set's 2-minute budget; "
                         f"set {SMOLLM2_OPT_IN}=1 to run it")
+    from attnscale.experiments.pretrained import MODELS       # --model's bundled names are not paths
+
     for opt, path in _input_paths(parser, ns, sub).items():
+        if opt == "--model" and path in MODELS:
+            continue
         if opt != "--text" and not (REPO / path).exists() and not Path(path).is_absolute():
             return "refusal", f"{opt} {path}: the example's path is not on this machine"
     return "run", ""
@@ -288,7 +292,7 @@ def _prepare(case: Case, parser, cwd: Path) -> None:
             (cwd / token).parent.mkdir(parents=True, exist_ok=True)
             copy = shutil.copytree if (REPO / token).is_dir() else shutil.copy2
             copy(REPO / token, cwd / token)
-    ns = parse(parser, case.argv)
+    ns = parse(parser, case.argv) if case.argv else None          # the Python snippet has no command line
     text = _input_paths(parser, ns, case.argv[0]).get("--text") if ns is not None else None
     if text and not (cwd / text).exists():
         (cwd / text).write_text(SENTENCES.read_text(encoding="utf-8"), encoding="utf-8")

@@ -99,7 +99,7 @@ def test_an_unavailable_device_is_one_line_and_exit_2(device, expected, capsys, 
 
 def test_markdown_without_a_result_says_which_command_makes_it(capsys, tmp_path):
     assert main(["telemetry-bench", "--markdown", "--out", str(tmp_path)]) == 2
-    assert "no telemetry result here yet (attnscale telemetry-bench)" in capsys.readouterr().err
+    assert "no telemetry result here yet, full, quick or reference (attnscale telemetry-bench)" in capsys.readouterr().err
 
 
 def test_markdown_renders_a_written_result(envelope, capsys):
