@@ -60,7 +60,7 @@ def run_telemetry_bench_command(args) -> int:
         return 0
     check_device(args.device)
     check_json_target(args)
-    results.check_writable(results.result_path("telemetry", root, args.quick), "--out")
+    results.check_writable(results.result_path("telemetry", root, args.quick).parent, "--out")   # a rerun replaces the file
     make = TelemetryBenchConfig.quick if args.quick else TelemetryBenchConfig
     config = make(repeats=args.repeats, device=args.device, threads=args.threads, backward=not args.no_backward)
     with Progress(quiet=args.quiet) as progress:
