@@ -33,7 +33,7 @@ def test_every_entry_has_english_and_chinese_with_the_same_slots():
 
 def test_the_catalog_covers_every_rule_and_health_figure():
     from attnscale.scales import RULES
-    from attnscale.softmax import row_health
+    from attnscale.softmax_rows import row_health
 
     assert set(words.catalog()["rule_purpose"]) == set(RULES)      # a new rule needs its Chinese line
     assert set(words.catalog()["health"]) == set(row_health([1.0, 2.0]).as_dict())

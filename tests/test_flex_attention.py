@@ -24,8 +24,8 @@ torch = pytest.importorskip("torch")
 
 import attnscale  # noqa: E402
 from attnscale.errors import InputError  # noqa: E402
-from attnscale.torch import attention, ext, flex  # noqa: E402
-from attnscale.torch.attention import _choose_backend  # noqa: E402
+from attnscale.torch import attention, ext, flex, functional  # noqa: E402
+from attnscale.torch.functional import _choose_backend  # noqa: E402
 
 # Eager FlexAttention warns on every new shape that it is not compiled; on CPU that is the point.
 pytestmark = pytest.mark.filterwarnings("ignore:.*flex_attention called without torch.compile")
@@ -179,7 +179,7 @@ def test_refusals_name_the_backend_and_the_reason(monkeypatch):
 
 def test_a_device_other_than_cpu_or_cuda_is_refused():
     q, k, v, _ = problem(seed=1, dtype=torch.float32)
-    prepare = sys.modules["attnscale.torch.attention"]._prepare
+    prepare = functional._prepare
     p = prepare(torch, q, k, v, None, None, None, False, False, "flex", True)[0]
     meta = flex.replace(p, q=p.q.to("meta"))
     assert "runs on CPU (eager) or CUDA (compiled), got device meta" in flex.refusal(torch, meta)
@@ -254,7 +254,7 @@ def test_auto_falls_back_to_composed_where_flexattention_fails(monkeypatch):
     q, k, v, mask = problem(seed=7, dtype=torch.bfloat16)
     with pytest.raises(flex.FlexFailure, match="backend: 'flex': FlexAttention failed"):
         attention(q, k, v, backend="flex")
-    monkeypatch.setattr(sys.modules["attnscale.torch.attention"], "_choose_backend", lambda *a: "flex")
+    monkeypatch.setattr(functional, "_choose_backend", lambda *a: "flex")
     res = attention(q, k, v, mask=mask, max_logit=True)
     assert res.backend == "composed" and res.out.dtype == torch.bfloat16
     assert_close(res, oracle(q, k, v, mask=mask), 2e-2, 1e-5, 1e-4)

@@ -9,7 +9,7 @@ import pytest
 
 from attnscale.errors import InputError, InputTypeError
 from attnscale.experiments.probe import add_sums, call_sums, check_probabilities, head_figures
-from attnscale.softmax import row_health, softmax
+from attnscale.softmax_rows import row_health, softmax
 
 
 def random_call(seed=0, B=3, H=4, H_k=2, L=5, S=7, d=6, means=True, causal=False):

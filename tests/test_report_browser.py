@@ -171,7 +171,7 @@ def test_slider_and_rule_change_the_weights_and_readouts(open_page):
 @pytest.mark.parametrize("d_k", [1, 64, 4096])
 def test_widget_matches_the_library(open_page, d_k):
     """The JavaScript widget and attnscale.attention agree on every rule, for the same q and k."""
-    from attnscale.attention import attention
+    from attnscale.functional import attention
     from attnscale.scales import RULES, SoftCap, Unscaled
 
     page, _, _ = open_page(1280)

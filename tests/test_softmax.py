@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from attnscale.errors import InputError, InputTypeError
-from attnscale.softmax import jacobian_norms, logsumexp, row_health, softmax, softmax_jacobian
+from attnscale.softmax_rows import jacobian_norms, logsumexp, row_health, softmax, softmax_jacobian
 
 
 def hand_softmax(logits):

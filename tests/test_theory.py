@@ -8,7 +8,7 @@ import pytest
 import sympy
 
 from attnscale.errors import InputError
-from attnscale.softmax import softmax
+from attnscale.softmax_rows import softmax
 from attnscale import theory
 
 

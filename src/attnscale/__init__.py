@@ -6,13 +6,13 @@ their dependencies when used: ``attnscale.torch`` (PyTorch), the experiments and
 
 __version__ = "0.1.0"
 
-from attnscale.attention import AttentionGrads, AttentionResult, attention, attention_backward
+from attnscale.functional import AttentionGrads, AttentionResult, attention, attention_backward
 from attnscale.errors import AttnScaleError, InputError, InputTypeError, MissingDependency
 from attnscale.masks import causal_mask
 from attnscale.scales import (
     RULES, Constant, InverseDk, InverseSqrtDk, LogN, QKNorm, ScaleRule, SoftCap, Unscaled, resolve_scale,
 )
-from attnscale.softmax import RowHealth, jacobian_norms, logsumexp, row_health, softmax, softmax_jacobian
+from attnscale.softmax_rows import RowHealth, jacobian_norms, logsumexp, row_health, softmax, softmax_jacobian
 
 __all__ = [
     "__version__",

@@ -22,7 +22,7 @@ from attnscale.claims.result import interval_text, judge_below, judge_falling, j
 from attnscale.claims.saturation import D_KS as ROW_D_KS, NS as ROW_NS, ci, simulate_rows
 from attnscale.montecarlo import mean_ci
 from attnscale.scales import SSMAX_DEFAULT_S
-from attnscale.softmax import row_health, softmax
+from attnscale.softmax_rows import row_health, softmax
 from attnscale.theory import phase_boundary, rem_normalized_entropy, ssmax_one_high_max_weight
 
 PHASE_NS = (16, 128, 1024, 8192)

@@ -22,7 +22,7 @@ from attnscale.claims.register import claim
 from attnscale.claims.result import by_n_note, interval_text, judge_all, judge_at_most, judge_below, per_n
 from attnscale.claims.saturation import MODES, NEARLY_ALL, draw_logits
 from attnscale.montecarlo import quantile_ci
-from attnscale.softmax import row_health, softmax
+from attnscale.softmax_rows import row_health, softmax
 from attnscale.theory import COMPONENTS, dot_square_variance
 
 NS = (3, 16, 128)

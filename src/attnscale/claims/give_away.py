@@ -12,7 +12,7 @@ import numpy as np
 
 from attnscale.claims.context import Context
 from attnscale.claims.register import claim
-from attnscale.softmax import softmax
+from attnscale.softmax_rows import softmax
 
 LEVELS = tuple(float(c) for c in range(-12, 7, 2))
 N_KEYS = 8

@@ -27,7 +27,7 @@ from attnscale.claims.result import (
     by_n_note, judge_all, judge_at_least, judge_below, judge_falling, judge_rising, per_n,
 )
 from attnscale.montecarlo import mean_ci, quantile_ci
-from attnscale.softmax import row_health
+from attnscale.softmax_rows import row_health
 
 NS = (16, 128, 1024)
 D_KS = (1, 4, 16, 32, 64, 128, 256, 1024, 4096)

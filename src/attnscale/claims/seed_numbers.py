@@ -245,8 +245,8 @@ def _count_rows(ctx: Context) -> None:
 
 def _formula_row(ctx: Context) -> None:
     """The formula itself: attnscale.attention's default scale is 1/√d_k, against the formula written out."""
-    from attnscale.attention import attention
-    from attnscale.softmax import softmax
+    from attnscale.functional import attention
+    from attnscale.softmax_rows import softmax
 
     rng = ctx.rng("formula")
     q, k, v = (rng.standard_normal((5, 64)), rng.standard_normal((7, 64)), rng.standard_normal((7, 3)))
@@ -261,7 +261,7 @@ def _formula_row(ctx: Context) -> None:
 
 
 def _softmax_examples() -> dict:
-    from attnscale.softmax import softmax
+    from attnscale.softmax_rows import softmax
 
     out = {}
     for name, logits in [("[50, 10, 5]", [50.0, 10.0, 5.0]), ("[5, 1, 0.5]", [5.0, 1.0, 0.5]),

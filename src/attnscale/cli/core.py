@@ -88,7 +88,7 @@ def resolve_scale_option(text: str) -> float:
 
 
 def run_softmax(args, stdin=None) -> int:
-    from attnscale.softmax import row_health, softmax
+    from attnscale.softmax_rows import row_health, softmax
 
     check_json_target(args)
     raw = _read_logits(args, sys.stdin if stdin is None else stdin)

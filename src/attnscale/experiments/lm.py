@@ -43,7 +43,7 @@ from attnscale.experiments.cells import RuleRun, shared_settings
 from attnscale.experiments.text_data import DEFAULT_TEXT, VOCAB, ByteText
 from attnscale.results import finite_or_none
 from attnscale.scales import RULES, ScaleRule
-from attnscale.torch.attention import BACKENDS
+from attnscale.torch.functional import BACKENDS
 
 __all__ = ["KIND", "RULE_CHOICES", "REFERENCE_RULE", "LMCell", "LMConfig", "train_cell", "analyse",
            "TARGET_FACTOR", "LIKE_RATIO", "VERDICTS", "DEFAULT_RULES", "baselines", "lr_score", "lr_sensitivity",

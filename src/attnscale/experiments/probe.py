@@ -66,7 +66,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnscale.errors import InputError, InputTypeError
-from attnscale.softmax import row_health, softmax
+from attnscale.softmax_rows import row_health, softmax
 
 __all__ = ["ROW_FIGURES", "call_sums", "add_sums", "head_figures", "check_probabilities"]
 

@@ -151,7 +151,7 @@ def rebuilt_probabilities(q, k, scale: float, attended, bias=None, softcap=None)
     """float64 softmax(scale·q·kᵀ + bias) over attended keys, or softmax(cap·tanh(scale·q·kᵀ/cap) +
     bias) with a soft-cap; q: (B, H, L, d), k: (B, H_kv, S, d), each query head against key/value
     head h // (H / H_kv). Returns (B, H, L, S)."""
-    from attnscale.softmax import softmax
+    from attnscale.softmax_rows import softmax
 
     k = np.repeat(k, q.shape[1] // k.shape[1], axis=1)
     logits = scale * (q @ np.swapaxes(k, -1, -2))

@@ -147,7 +147,7 @@ class ScaleVsDkConfig(ScaleRun):
 def logit_jacobian(z: np.ndarray, rule: ScaleRule) -> np.ndarray:
     """J with dL/dy = J · dL/dp for y = s·q̂·k̂ᵀ (before the cap), from the logits z = cap(y) of rows
     (..., S): J = diag(cap'(y)) · (diag(p) − p pᵀ), p = softmax(z). Returns (..., S, S)."""
-    from attnscale.softmax import softmax, softmax_jacobian
+    from attnscale.softmax_rows import softmax, softmax_jacobian
 
     # cap'(y) = 1 − tanh²(y/cap) = 1 − (z/cap)², read off the capped logit z itself.
     slope = 1.0 - (z / rule.cap_value) ** 2 if isinstance(rule, SoftCap) else np.ones_like(z)
@@ -172,7 +172,7 @@ def _init_chain_rule(record, rule: ScaleRule, factor: float) -> dict[str, float]
     ``wk_factor`` = s·RMS(‖q̂‖·‖(X/r_k)ᵀ J V‖_F) (RMS over rows and heads) should predict the gradient
     norms up to one constant each. ``jacobian_frobenius_rms`` is row_health's ‖diag(p) − p pᵀ‖_F.
     """
-    from attnscale.softmax import row_health
+    from attnscale.softmax_rows import row_health
 
     z = record.logits.double().numpy()[:, :, -1, :]                   # (B, H, S): the query rows
     keys = record.k.double().numpy()                                   # (B, H, S, d_k)

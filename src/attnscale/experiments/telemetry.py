@@ -112,7 +112,7 @@ def _inputs(torch, shape, device: str, seed: int):
 
 def _variant(torch, name: str, causal: bool) -> Callable:
     """The variant as a function (q, k, v) -> output tensor (figures computed, then dropped)."""
-    from attnscale.torch.attention import attention
+    from attnscale.torch.functional import attention
 
     F = torch.nn.functional
     alignment = "top_left" if causal else False

@@ -11,7 +11,7 @@ import numpy as np
 
 from attnscale.errors import InputError
 from attnscale.results import finite_or_none
-from attnscale.softmax import SATURATED_WEIGHT   # re-exported: the experiments' saturation threshold
+from attnscale.softmax_rows import SATURATED_WEIGHT   # re-exported: the experiments' saturation threshold
 
 __all__ = ["seed_everything", "process_settings", "restore_process_settings", "make_optimizer", "attention_metrics", "grad_norm", "SATURATED_WEIGHT"]
 

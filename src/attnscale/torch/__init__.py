@@ -6,7 +6,7 @@ functions, so ``import attnscale.torch`` is cheap and works without it; calling 
 raises :class:`attnscale.MissingDependency` naming that command.
 """
 
-from attnscale.torch.attention import FLOAT16_MAX, AttentionStats, attention
+from attnscale.torch.functional import FLOAT16_MAX, AttentionStats, attention
 from attnscale.torch.capture import SDPACall, capture_sdpa
 from attnscale.torch.ext import kernel_status
 from attnscale.torch.monitor import Monitor, monitor

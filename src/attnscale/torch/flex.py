@@ -15,7 +15,7 @@ Masks are block masks (``create_block_mask``): a boolean mask, the causal limit 
 alignment (top_left: j ≤ i; bottom_right: j ≤ i + S − L), or both. A causal-only block mask is kept
 for the next call of the same (L, S, alignment, device), as a training loop makes. A row with nothing
 attended gets FlexAttention's output 0 and lse −inf; its entropy and logit range are NaN (as every
-backend of :mod:`attnscale.torch.attention`).
+backend of :mod:`attnscale.torch.functional`).
 
 Costs: the extra d_k columns of the value make the P·V product (d_v + d_k)/d_v as wide, about 1.5×
 the FLOPs of plain attention at d_k = d_v, forward; in the backward they get a zero gradient (K
@@ -69,7 +69,7 @@ import math
 from dataclasses import replace
 
 from attnscale.errors import InputError, require
-from attnscale.torch.attention import _logit_range, _Problem, _run_chunked
+from attnscale.torch.functional import _logit_range, _Problem, _run_chunked
 
 __all__ = ["run_flex", "refusal", "cuda_status", "eager", "entropy_errors", "ENTROPY_ERROR_BOUND", "FlexFailure"]
 
@@ -283,7 +283,7 @@ def entropy_errors(torch, dtype, device="cpu", *, max_logit: bool = False, rows:
     Returns {"alpha", "entropy", "lse" (float64 references), "entropy_error", "lse_error"} as lists of
     ``rows`` floats, and "worst": the largest |Δentropy| / (1 + |lse|), the c of the Precision bound.
     """
-    from attnscale.torch.attention import attention
+    from attnscale.torch.functional import attention
 
     g = torch.Generator().manual_seed(seed)
     u = torch.randn(rows, d_k, generator=g, dtype=torch.float64)

@@ -93,7 +93,7 @@ import numpy as np
 
 from attnscale.errors import InputError, InputTypeError, check_choice, require
 from attnscale.scales import Constant, SoftCap
-from attnscale.torch.attention import attention
+from attnscale.torch.functional import attention
 from attnscale.torch.capture import capture_sdpa
 from attnscale.torch.monitor_aggregates import SATURATED_P, Running, call_figures
 from attnscale.torch.monitor_records import CallRecord, HeadFigures, Step, StepHead
@@ -411,7 +411,7 @@ class monitor:
     """
 
     def __init__(self, model=None, backend: str = "auto", mode: str = "observe", sinks=(), history: bool = True):
-        from attnscale.torch.attention import BACKENDS
+        from attnscale.torch.functional import BACKENDS
 
         check_choice("backend", backend, BACKENDS)
         check_choice("mode", mode, MODES)

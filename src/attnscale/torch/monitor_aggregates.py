@@ -13,8 +13,8 @@ import math
 
 import numpy as np
 
-from attnscale.softmax import SATURATED_WEIGHT
-from attnscale.torch.attention import FLOAT16_MAX
+from attnscale.softmax_rows import SATURATED_WEIGHT
+from attnscale.torch.functional import FLOAT16_MAX
 
 __all__ = ["Running", "call_figures", "rows_by_head", "SATURATED_P"]
 

@@ -116,7 +116,7 @@ class ScaledLogits(nn.Module):
         differentiated. NaN or inf inputs are not refused: they come out as NaN (a diverged run).
         ``stats=False``: the output only, from plain ``scaled_dot_product_attention`` on the same
         folded inputs (the peer a benchmark compares with)."""
-        from attnscale.torch.attention import attention
+        from attnscale.torch.functional import attention
 
         n = attended_keys(q.shape[-2], k.shape[-2], causal) if self.inner.uses_n else None
         factor = self._factor(n, q)

@@ -1,4 +1,4 @@
-"""Build and load the fused CPU kernel of :mod:`attnscale.torch.attention` (``health_attention.cpp``).
+"""Build and load the fused CPU kernel of :mod:`attnscale.torch.functional` (``health_attention.cpp``).
 
 The kernel is compiled on first use with ``torch.utils.cpp_extension.load`` (g++ and ninja; never at
 ``pip install`` time, where build isolation would pull a CUDA torch) and cached under torch's
