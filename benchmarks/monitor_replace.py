@@ -7,8 +7,8 @@
 Variants, interleaved in one run (medians, so a load change hits them alike):
 
 - ``plain``: the model's SDPA implementation, no monitor;
-- ``observe``: ``monitor(model)`` — SDPA runs, the figures are recomputed (two passes);
-- ``replace``: ``monitor(model, mode="replace", history=False)`` — the fused kernel computes the
+- ``observe``: ``Monitor(model)`` — SDPA runs, the figures are recomputed (two passes);
+- ``replace``: ``Monitor(model, mode="replace", history=False)`` — the fused kernel computes the
   attention and its figures in one pass (target ≤ 1.05× plain).
 
 Also a training step (forward, backward, AdamW) of the logit-growth experiment's TinyGPT, plain ÷
@@ -28,14 +28,14 @@ def interleaved(work, repeats: int) -> dict:
     """Median seconds of ``work()`` per variant (plain, observe, replace); each round runs every
     variant once, in turn. The monitor is entered before the clock starts and left after it stops,
     as a training loop enters it once: what is timed is the model's work under it."""
-    from attnscale.torch.monitor import monitor
+    from attnscale.torch.monitor import Monitor
 
     def timed(mode):
         if mode is None:
             t0 = time.perf_counter()
             work()
             return time.perf_counter() - t0
-        with monitor(work.model, mode=mode, history=False) as mon:
+        with Monitor(work.model, mode=mode, history=False) as mon:
             t0 = time.perf_counter()
             work()
             mon.step(0, log=False)
@@ -56,7 +56,7 @@ def minilm(repeats: int, batch: int) -> dict:
 
     from attnscale.experiments.pretrained import load_encoder
     from attnscale.experiments.probe_run import builtin_sentences
-    from attnscale.torch.monitor import monitor
+    from attnscale.torch.monitor import Monitor
 
     loaded = load_encoder(attn_implementation="sdpa")
     model = loaded.model
@@ -68,7 +68,7 @@ def minilm(repeats: int, batch: int) -> dict:
 
     forward.model = model
     plain = forward()
-    with monitor(model, mode="replace") as mon:
+    with Monitor(model, mode="replace") as mon:
         replaced = forward()
     return {"shape": tuple(inputs["input_ids"].shape), "medians": interleaved(forward, repeats),
             "max_abs_diff": float((replaced - plain).abs().max()), "fallbacks": dict(mon.fallbacks),

@@ -274,7 +274,7 @@ def test_flexattention_errors_become_flex_failures(monkeypatch):
 def test_the_monitor_takes_its_figures_from_the_flex_backend():
     """Replace mode on backend="flex" (CPU, no gradients: the eager path): the model's output and
     every head's figures as on the chunked backend; on CUDA "auto" reaches the same path."""
-    from attnscale.torch import monitor
+    from attnscale.torch import Monitor
 
     class Causal(torch.nn.Module):
         def forward(self, x):
@@ -283,9 +283,9 @@ def test_the_monitor_takes_its_figures_from_the_flex_backend():
     model, x = Causal(), problem(seed=9, B=2, H_q=3, L=20, d_k=8, dtype=torch.float32)[0][:, :, :, :8]
     with torch.no_grad():
         plain = model(x)
-        with monitor(model, mode="replace", backend="flex") as mon:
+        with Monitor(model, mode="replace", backend="flex") as mon:
             out = model(x)
-        with monitor(model, mode="replace", backend="chunked") as ref:
+        with Monitor(model, mode="replace", backend="chunked") as ref:
             model(x)
     assert [c.backend for c in mon.calls] == ["flex"] and not mon.fallbacks
     assert float((out - plain).abs().max()) <= 1e-5 * float(x.abs().max())

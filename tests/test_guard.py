@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 
 from attnscale.errors import InputError  # noqa: E402
 from attnscale.experiments.models import GPTConfig, TinyGPT  # noqa: E402
-from attnscale.torch import monitor  # noqa: E402
+from attnscale.torch import Monitor  # noqa: E402
 from attnscale.torch.guard import LogitGuard  # noqa: E402
 
 F = torch.nn.functional
@@ -48,7 +48,7 @@ def recorded_max_logits(model, x) -> np.ndarray:
 
 
 def monitored_step(model, x):
-    with monitor(model, mode="observe", history=False) as mon, torch.no_grad():
+    with Monitor(model, mode="observe", history=False) as mon, torch.no_grad():
         model(x)
         return mon.step(0, log=False)
 
@@ -81,7 +81,7 @@ def test_in_training_every_head_stays_within_tau_times_the_last_updates_growth()
         opt = torch.optim.Adam(model.parameters(), lr=0.1)
         guard = LogitGuard(model, tau) if name == "guarded" else None
         peaks = []
-        with monitor(model, mode="replace" if guard else "observe", history=False) as mon:
+        with Monitor(model, mode="replace" if guard else "observe", history=False) as mon:
             for _ in range(10):
                 loss = F.cross_entropy(model(x)[:, :-1].flatten(0, 1), x[:, 1:].flatten())
                 step = mon.step(0, log=False)
@@ -176,7 +176,7 @@ def test_hugging_face_attention_is_found_and_clipped_exactly(family):
                 proj.weight *= 4.0
 
     def figures():
-        with monitor(model, mode="observe", history=False) as mon, torch.no_grad():
+        with Monitor(model, mode="observe", history=False) as mon, torch.no_grad():
             model(input_ids=ids)
             return mon.step(0, log=False)
 

@@ -8,8 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from attnscale.errors import InputError, InputTypeError  # noqa: E402
-from attnscale.torch import capture_sdpa, monitor  # noqa: E402
-from attnscale.torch.monitor import Monitor  # noqa: E402
+from attnscale.torch import Monitor, capture_sdpa  # noqa: E402
 
 
 class TwoLayers(torch.nn.Module):
@@ -36,9 +35,10 @@ def two_layer_problem(seed=0, dtype=torch.float64):
 
 
 def walk_for_tensors(obj, seen=None):
-    """Every torch.Tensor reachable from obj's attributes and containers."""
+    """Every torch.Tensor reachable from obj's attributes and containers, but for the model's own
+    (the monitor holds the model it watches, whose parameters and buffers are not its figures)."""
     seen = set() if seen is None else seen
-    if id(obj) in seen:
+    if id(obj) in seen or isinstance(obj, torch.nn.Module):
         return []
     seen.add(id(obj))
     if isinstance(obj, torch.Tensor):
@@ -56,7 +56,7 @@ def test_outputs_unchanged_and_figures_equal_a_float64_recomputation():
     plain = model(x, memory)
     with capture_sdpa(model, store=True) as cap:
         again = model(x, memory)
-    with monitor(model) as mon:
+    with Monitor(model) as mon:
         watched = model(x, memory)
     assert torch.equal(plain, watched) and torch.equal(plain, again)
     heads = {(f.layer, f.head): f for f in mon.summary()}
@@ -83,7 +83,7 @@ def test_outputs_unchanged_and_figures_equal_a_float64_recomputation():
                                    [e.mean(), np.median(e), e.min()], rtol=1e-9, atol=1e-12)
         s = torch.cat(logits_seen[h])
         np.testing.assert_allclose([f.max_logit, f.min_logit], [s.max().item(), s.min().item()], rtol=1e-12)
-        assert f.overflow_rows == 0
+        assert f.float16_overflow_rows == 0
     assert walk_for_tensors(mon) == []                            # figures only: no q, k, v, weights
 
 
@@ -98,19 +98,19 @@ def test_float16_overflow_is_flagged_per_call_and_head():
     g = torch.Generator().manual_seed(1)
     q, k = torch.randn(1, 2, 4, 16, generator=g), torch.randn(1, 2, 6, 16, generator=g)
     q[0, 1, 2] *= 3e5                                             # head 1, row 2: logits ≈ 10⁵
-    with monitor(layer) as mon:
+    with Monitor(layer) as mon:
         layer(q, k)
         layer(q[:, :, :2], k)                                     # rows 0, 1 only: no overflow
-    assert [c.float16_overflow for c in mon.calls] == [True, False]
+    assert [c.float16_overflow_rows for c in mon.calls] == [1, 0]
     assert mon.calls[0].max_abs_logit > 65504 > mon.calls[1].max_abs_logit
-    assert [f.overflow_rows for f in mon.summary()] == [0, 1]
+    assert [f.float16_overflow_rows for f in mon.summary()] == [0, 1]
 
 
 def test_bad_arguments():
     with pytest.raises(InputTypeError, match="model: expected a torch.nn.Module or None, got str"):
-        monitor("bert")
+        Monitor("bert")
     with pytest.raises(InputError, match="backend: expected one of"):
-        monitor(None, backend="fastest")
+        Monitor(None, backend="fastest")
     assert Monitor().summary() == []
 
 
@@ -128,7 +128,7 @@ def test_monitor_on_minilm_equals_the_probe_and_the_eager_weights():
     # (which cannot tell padded queries) sees exactly the probe's rows.
     probe = run_probe(loaded, texts, batch_size=1)
     assert probe["check"]["passed"]
-    with monitor(loaded.model) as mon, torch.no_grad():
+    with Monitor(loaded.model) as mon, torch.no_grad():
         for text in texts:
             loaded.model(**loaded.tokenizer([text], return_tensors="pt"))
     assert {c.source for c in mon.calls} == {"interface"}
@@ -147,7 +147,7 @@ def test_monitor_on_minilm_equals_the_probe_and_the_eager_weights():
     with torch.no_grad():
         maps = eager(**batch, output_attentions=True).attentions
         plain = sdpa(**batch).last_hidden_state
-        with monitor(sdpa) as mon:
+        with Monitor(sdpa) as mon:
             watched = sdpa(**batch).last_hidden_state
     assert torch.equal(plain, watched)
     assert {c.source for c in mon.calls} == {"sdpa"} and len(mon.calls) == 6
@@ -179,7 +179,7 @@ def test_any_sdpa_layout_three_four_or_five_dimensional(shape):
     x = torch.randn(*shape, generator=torch.Generator().manual_seed(len(shape)), dtype=torch.float64)
     layer = SelfAttention()
     plain = layer(x)
-    with monitor(layer) as mon:
+    with Monitor(layer) as mon:
         watched = layer(x)
     assert torch.equal(plain, watched)
     p = torch.softmax(0.5 * x @ x.transpose(-2, -1), dim=-1)
@@ -200,8 +200,32 @@ def test_an_overflowed_row_counts_as_overflow_not_as_empty():
     """q·k beyond float32's range is +inf: such a row has no distribution, but it attended keys."""
     layer = SelfAttention()
     x = torch.full((1, 2, 3, 4), 1e19)
-    with monitor(layer) as mon:
+    with Monitor(layer) as mon:
         layer(x)
     for f in mon.summary():
-        assert (f.rows_empty, f.rows_broken, f.overflow_rows, f.rows) == (0, 3, 3, 0)
-    assert mon.calls[0].float16_overflow
+        assert (f.rows_empty, f.rows_broken, f.float16_overflow_rows, f.rows) == (0, 3, 3, 0)
+    assert mon.calls[0].float16_overflow_rows == 6                  # 3 rows × 2 heads
+
+
+def test_a_step_and_the_summary_give_one_record_type():
+    """Monitor.step and Monitor.summary both give HeadFigures: a step's over its own calls (its
+    median over its own rows), the summary's over every call of the context."""
+    from attnscale.torch.monitor_records import HeadFigures
+
+    layer = SelfAttention()
+    g = torch.Generator().manual_seed(3)
+    xs = [torch.randn(1, 2, 5, 8, generator=g) * s for s in (1.0, 4.0)]
+    with Monitor(layer) as mon:
+        steps = []
+        for i, x in enumerate(xs):
+            layer(x)
+            steps.append(mon.step(i, log=False))
+    for i, x in enumerate(xs):
+        p = torch.softmax(0.5 * (x.double() @ x.double().transpose(-2, -1)), -1)    # SelfAttention's scale
+        entropy = -(p * p.clamp_min(1e-300).log()).sum(-1)[0]                       # (H, L)
+        for h, figures in enumerate(steps[i].heads):
+            assert isinstance(figures, HeadFigures) and figures.calls == 1
+            assert figures.entropy_median == pytest.approx(float(np.median(entropy[h].numpy())), abs=1e-5)
+    summary = mon.summary()
+    assert all(isinstance(f, HeadFigures) and f.calls == 2 and f.rows == 10 for f in summary)
+    assert [f.max_logit for f in summary] == [max(a.max_logit, b.max_logit) for a, b in zip(*(s.heads for s in steps))]

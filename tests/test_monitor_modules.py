@@ -17,7 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from attnscale.torch import capture_sdpa, monitor  # noqa: E402
+from attnscale.torch import Monitor, capture_sdpa  # noqa: E402
 from attnscale.torch.monitor import NoAttentionSeen  # noqa: E402
 
 nn = torch.nn
@@ -87,9 +87,9 @@ def test_hf_decoders_every_layer_and_head_in_eager_and_sdpa(kind, impl):
         warnings.simplefilter("always")
         own = eager(**inputs, output_attentions=True).attentions      # the oracle: eager's own maps
         plain = model(**inputs).logits
-        with monitor(model) as seen:
+        with Monitor(model) as seen:
             watched = model(**inputs).logits
-        with monitor(model, mode="replace") as mon:
+        with Monitor(model, mode="replace") as mon:
             replaced = model(**inputs).logits
     no_attention_warnings(record)
     assert torch.equal(plain, watched)                                 # observe: bit for bit
@@ -119,9 +119,9 @@ def test_gemma2_soft_cap_and_sliding_window_are_honoured():
         plain = model(**inputs).logits
         with capture_sdpa(model) as cap:
             model(**inputs)
-        with monitor(model) as seen:
+        with Monitor(model) as seen:
             model(**inputs)
-        with monitor(model, mode="replace") as mon:
+        with Monitor(model, mode="replace") as mon:
             replaced = model(**inputs).logits
     assert [(c.softcap, c.scale) for c in cap.calls] == [(3.0, pytest.approx(16 ** -0.5))] * 2
     real = inputs["attention_mask"].bool()[:, None, :, None]
@@ -164,7 +164,7 @@ def test_attention_functions_it_cannot_read_are_skipped_and_said():
                       ("attnscale_test_doubled", "differs from the rebuilt attention beyond rounding")):
         model.set_attn_implementation(impl)
         with torch.no_grad(), pytest.warns(NoAttentionSeen) as record:
-            with monitor(model) as mon:
+            with Monitor(model) as mon:
                 model(**inputs)
         assert mon.summary() == []
         assert [(layer, n) for (layer, _), n in mon.skipped.items()] == [(n, 1) for n in attention_names("llama")]
@@ -181,7 +181,7 @@ def test_no_calls_warning_names_the_implementation_and_modules():
     model = tiny_decoder("gpt2", "eager", reorder_and_upcast_attn=True)
     inputs = batch()
     with torch.no_grad(), pytest.warns(NoAttentionSeen) as record:
-        with monitor(model, history=False) as mon:
+        with Monitor(model, history=False) as mon:
             model(**inputs)
             step = mon.step(0)
     assert step.calls == 0 and step.heads == [] and mon.summary() == []
@@ -190,13 +190,13 @@ def test_no_calls_warning_names_the_implementation_and_modules():
     for text in texts:
         assert "GPT2LMHeadModel" in text and "attn_implementation='eager'" in text and "GPT2Attention ×2" in text
     with pytest.warns(NoAttentionSeen, match=r"model Linear, no module named like attention"):
-        with monitor(nn.Linear(3, 3)):
+        with Monitor(nn.Linear(3, 3)):
             nn.Linear(3, 3)(torch.ones(3))
     # The same model in its SDPA implementation: calls seen, no warning.
     model.set_attn_implementation("sdpa")
     with torch.no_grad(), warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
-        with monitor(model) as mon:
+        with Monitor(model) as mon:
             model(**inputs)
             mon.step(0)
     no_attention_warnings(record)
@@ -225,9 +225,9 @@ def run_three_ways(module, *args, **kwargs):
         warnings.simplefilter("always")
         standard = first(standard_path(lambda: module(*args, **kwargs)))
         default = first(module(*args, **kwargs))
-        with monitor(module) as seen:
+        with Monitor(module) as seen:
             watched = first(module(*args, **kwargs))
-        with monitor(module, mode="replace") as mon:
+        with Monitor(module, mode="replace") as mon:
             replaced = first(module(*args, **kwargs))
     no_attention_warnings(record)
     return standard, default, seen, watched, mon, replaced
@@ -355,7 +355,7 @@ def test_transformer_encoder_training_with_dropout_falls_back_and_is_still_watch
     torch.manual_seed(0)
     encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 4, 32, dropout=0.1, batch_first=True), 2).train()
     x = torch.randn(3, 7, 16, requires_grad=True)
-    with monitor(encoder, mode="replace", history=False) as mon:
+    with Monitor(encoder, mode="replace", history=False) as mon:
         torch.manual_seed(5)
         out = encoder(x)
         out.sum().backward()
@@ -393,7 +393,7 @@ def test_refused_options_are_counted_not_guessed():
     mha = nn.MultiheadAttention(8, 2, add_bias_kv=True).eval()
     x = torch.randn(4, 1, 8)
     with torch.no_grad(), pytest.warns(NoAttentionSeen, match="add_bias_kv"):
-        with monitor(mha) as mon:
+        with Monitor(mha) as mon:
             out = mha(x, x, x)[0]
     assert mon.summary() == [] and [why for (_, why) in mon.skipped] == [
         "add_bias_kv=True adds a learned key and value the projections do not make"]
@@ -407,13 +407,13 @@ def test_nested_monitors_see_interface_calls_innermost_first_and_transformers_is
 
     original = AttentionInterface.get_interface
     model = tiny_decoder("llama", "eager")
-    with torch.no_grad(), monitor(model) as outer:
-        with monitor(model) as inner:
+    with torch.no_grad(), Monitor(model) as outer:
+        with Monitor(model) as inner:
             model(**batch())
         model(**batch())
     assert len(inner.calls) == 2 and len(outer.calls) == 4
-    with torch.no_grad(), monitor(model) as outer:
-        with monitor(model, mode="replace") as inner:                  # computes the calls: hidden from outer
+    with torch.no_grad(), Monitor(model) as outer:
+        with Monitor(model, mode="replace") as inner:                  # computes the calls: hidden from outer
             model(**batch())
     assert [c.source for c in inner.calls] == ["replaced"] * 2 and not inner.fallbacks and outer.calls == []
     assert AttentionInterface.get_interface is original

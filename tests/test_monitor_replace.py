@@ -11,8 +11,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from attnscale.errors import InputError, InputTypeError  # noqa: E402
-from attnscale.torch import monitor  # noqa: E402
-from attnscale.torch.monitor import SATURATED_P, NoAttentionSeen  # noqa: E402
+from attnscale.torch import Monitor  # noqa: E402
+from attnscale.softmax_rows import SATURATED_WEIGHT  # noqa: E402
+from attnscale.torch.monitor import NoAttentionSeen  # noqa: E402
 
 F = torch.nn.functional
 
@@ -43,9 +44,9 @@ def test_replace_outputs_equal_sdpa_within_the_stated_tolerance_and_figures_equa
     x, memory, bias = problem(dtype)
     with torch.no_grad():
         plain = model(x, memory, bias)
-        with monitor(model, mode="observe") as seen:
+        with Monitor(model, mode="observe") as seen:
             model(x, memory, bias)
-        with monitor(model, mode="replace") as mon:
+        with Monitor(model, mode="replace") as mon:
             replaced = model(x, memory, bias)
     # The module docstring's tolerance: max |Δout| ≤ 1e-5·max|v| in float32 (rounding, not bit-for-bit).
     tol = (1e-5 if dtype == torch.float32 else 1e-12) * float(max(x.abs().max(), memory.abs().max()))
@@ -66,7 +67,7 @@ def test_a_row_masked_by_finite_numbers_falls_back_to_sdpa():
     x, memory, bias = problem(torch.float32, dead_row=torch.finfo(torch.float32).min)
     with torch.no_grad():
         plain = model(x, memory, bias)
-        with monitor(model, mode="replace") as mon:
+        with Monitor(model, mode="replace") as mon:
             replaced = model(x, memory, bias)
     # The second call is SDPA's own (on the first call's replaced output: equal to rounding).
     torch.testing.assert_close(replaced, plain, rtol=0, atol=1e-5)
@@ -100,7 +101,7 @@ def train(mode, steps=8, seed=0):
     opt = torch.optim.Adam(model.parameters(), lr=3e-2)
     data = torch.Generator().manual_seed(1)
     losses, figures, recomputed = [], [], []
-    ctx = monitor(model, mode=mode, history=False) if mode else None
+    ctx = Monitor(model, mode=mode, history=False) if mode else None
     mon = ctx.__enter__() if ctx else None
     try:
         for step in range(steps):
@@ -132,7 +133,7 @@ def independent_figures(q, k):
     for h in range(q.shape[1]):
         e, z = entropy[:, h], finite[:, h]
         out.append([float(e.mean()), float(e.min()), float(z.nan_to_num(-math.inf).max()),
-                    float(z.abs().nan_to_num(-math.inf).max()), float((p[:, h].amax(-1) > SATURATED_P).double().mean())])
+                    float(z.abs().nan_to_num(-math.inf).max()), float((p[:, h].amax(-1) > SATURATED_WEIGHT).double().mean())])
     return out
 
 
@@ -160,7 +161,7 @@ def test_gradients_flow_through_the_replaced_call():
 
     layer = One()
     ref = torch.autograd.grad(layer(q, k, v).square().sum(), (q, k, v))
-    with monitor(layer, mode="replace") as mon:
+    with Monitor(layer, mode="replace") as mon:
         got = torch.autograd.grad(layer(q, k, v).square().sum(), (q, k, v))
     assert mon.calls[0].backend == "kernel"                       # the fused kernel, with its own backward
     for a, b in zip(got, ref):
@@ -175,7 +176,7 @@ class Dropping(torch.nn.Module):
 def test_fallbacks_are_counted_and_still_observed_where_they_can_be():
     layer = Dropping().train()
     x = torch.randn(1, 2, 6, 4)
-    with monitor(layer, mode="replace") as mon:
+    with Monitor(layer, mode="replace") as mon:
         torch.manual_seed(0)
         out = layer(x)
         step = mon.step(0)
@@ -185,7 +186,7 @@ def test_fallbacks_are_counted_and_still_observed_where_they_can_be():
     assert step.calls == 1 and all(h.rows == 6 for h in step.heads)       # figures recomputed (pre-dropout)
 
     learned = torch.zeros(6, 6, requires_grad=True)
-    with monitor(layer.eval(), mode="replace") as mon:
+    with Monitor(layer.eval(), mode="replace") as mon:
         layer(x, learned).sum().backward()
     assert mon.fallbacks == {"learned mask": 1} and learned.grad is not None
 
@@ -193,7 +194,7 @@ def test_fallbacks_are_counted_and_still_observed_where_they_can_be():
         def forward(self, q, k):
             return F.scaled_dot_product_attention(q, k, k)
 
-    with monitor(NoKeys(), mode="replace") as mon:                        # SDPA takes S = 0 keys; we refuse
+    with Monitor(NoKeys(), mode="replace") as mon:                        # SDPA takes S = 0 keys; we refuse
         out = NoKeys()(x, x[:, :, :0])
     assert out.shape == x.shape
     assert mon.fallbacks == {"unsupported": 1} and mon.summary() == []
@@ -208,7 +209,7 @@ def test_step_figures_are_strict_json_with_reasons_for_nulls():
     mask = torch.ones(1, 2, 3, 3, dtype=torch.bool)
     mask[0, 1] = False                                                    # head 1 attends nothing
     layer = Masked()
-    with monitor(layer, mode="replace", history=False) as mon:
+    with Monitor(layer, mode="replace", history=False) as mon:
         layer(x, mask)
         first = mon.step(5)
         with pytest.warns(NoAttentionSeen, match="no attention call seen in step 6"):
@@ -238,7 +239,7 @@ def kept_numbers(obj, seen=None) -> int:
 def test_memory_is_bounded_whatever_the_number_of_calls():
     layer = Dropping().eval()
     x = torch.randn(2, 4, 16, 8)
-    with monitor(layer, mode="replace", history=False) as mon:
+    with Monitor(layer, mode="replace", history=False) as mon:
         layer(x)
         after_one = kept_numbers(mon)
         for _ in range(50):
@@ -250,9 +251,9 @@ def test_memory_is_bounded_whatever_the_number_of_calls():
 
 def test_bad_arguments():
     with pytest.raises(InputError, match="mode: expected one of"):
-        monitor(None, mode="rewrite")
+        Monitor(None, mode="rewrite")
     with pytest.raises(InputTypeError, match="sinks: expected objects with write"):
-        monitor(None, sinks=[print])
+        Monitor(None, sinks=[print])
     with pytest.warns(NoAttentionSeen, match="while the monitor was active"):    # it saw no call
-        with monitor(None, mode="replace") as mon, pytest.raises(InputTypeError, match="global_step: expected an int"):
+        with Monitor(None, mode="replace") as mon, pytest.raises(InputTypeError, match="global_step: expected an int"):
             mon.step("3")

@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from attnscale.errors import MissingDependency  # noqa: E402
-from attnscale.torch import monitor  # noqa: E402
+from attnscale.torch import Monitor  # noqa: E402
 from attnscale.torch.sinks import JSONLSink, TensorBoardSink  # noqa: E402
 
 F = torch.nn.functional
@@ -26,7 +26,7 @@ def run_steps(sinks, steps=3):
     mask = torch.ones(1, 2, 4, 4, dtype=torch.bool)
     mask[0, 1] = False                                       # head 1 attends nothing: its figures are null
     returned = []
-    with monitor(layer, mode="replace", history=False, sinks=sinks) as mon:
+    with Monitor(layer, mode="replace", history=False, sinks=sinks) as mon:
         for step in range(steps):
             layer(torch.randn(1, 2, 4, 8, generator=g) * (step + 1), mask)
             returned.append(mon.step(10 * step))
@@ -58,6 +58,26 @@ def test_jsonl_sink_writes_one_strict_json_line_per_step(tmp_path):
     assert len(path.read_text().splitlines()) == 4
     run_steps([JSONLSink(path)], steps=1)
     assert len(path.read_text().splitlines()) == 1
+
+
+def test_a_sink_receives_the_step_record_itself():
+    """A sink's write gets the typed Step the monitor returns (HeadFigures inside), not a dict."""
+    from attnscale.torch.monitor_records import HeadFigures, Step
+
+    class Keep:
+        def __init__(self):
+            self.got = []
+
+        def write(self, step):
+            self.got.append(step)
+
+        def close(self):
+            pass
+
+    keep = Keep()
+    steps = run_steps([keep])
+    assert len(keep.got) == 3 and all(a is b for a, b in zip(keep.got, steps))
+    assert all(isinstance(s, Step) and all(isinstance(h, HeadFigures) for h in s.heads) for s in keep.got)
 
 
 def test_jsonl_sink_refuses_an_unwritable_path(tmp_path):

@@ -314,10 +314,10 @@ def test_bad_inputs_name_the_argument(change, error, message):
 
 def test_without_torch_the_error_names_the_install_command(monkeypatch):
     from attnscale.errors import MissingDependency
-    from attnscale.torch import monitor
+    from attnscale.torch import Monitor
 
     monkeypatch.setitem(sys.modules, "torch", None)
-    for call in (lambda: attention(1, 2, 3), lambda: monitor(None)):
+    for call in (lambda: attention(1, 2, 3), lambda: Monitor(None)):
         with pytest.raises(MissingDependency, match=r"pip install 'attnscale\[torch\]'"):
             call()
 

@@ -13,7 +13,7 @@ norm 1), linear warm-up then cosine decay, at learning rates 1e-3 … 3e-1, in t
   MuonClip for Kimi K2): after each optimiser step, a head whose largest logit in that step
   exceeded τ has its W_Q and W_K rows scaled by √(τ / max logit).
 
-The model's attention (PyTorch SDPA) runs inside :func:`attnscale.torch.monitor`, which gives every
+The model's attention (PyTorch SDPA) runs inside :class:`attnscale.torch.Monitor`, which gives every
 training step's per-head max logit (it feeds the guard) and the layer-0 max logit over the
 validation batches that is logged. It runs in :data:`MONITOR_MODE` "replace": the fused kernel
 computes the model's attention, forward and backward, and its figures in the same pass
@@ -158,7 +158,7 @@ def train_cell(cell: LogitCell, stop_after: int | None = None) -> dict:
     from attnscale.experiments.tasks import CharCorpus, grammar_corpus
     from attnscale.experiments.training import seed_everything
     from attnscale.torch.guard import LogitGuard
-    from attnscale.torch.monitor import monitor
+    from attnscale.torch.monitor import Monitor
 
     data = seed_everything(cell.seed)
     corpus = CharCorpus(grammar_corpus(cell.corpus_chars, cell.corpus_seed))
@@ -192,7 +192,7 @@ def train_cell(cell: LogitCell, stop_after: int | None = None) -> dict:
     diverged_at = None
     window: list[float] = []
     train_peak, clipped = None, 0
-    with monitor(model, mode=MONITOR_MODE, history=False) as mon:
+    with Monitor(model, mode=MONITOR_MODE, history=False) as mon:
         init_loss, init_logit = evaluate(mon, 0)
         log.append({"step": 0, "train_loss": None, "valid_loss": _finite(init_loss), "max_logit_layer0": init_logit,
                     "max_logit_train": None, "clipped_heads": 0, "qk_gain_layer0": qk_gain(),

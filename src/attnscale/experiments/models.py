@@ -53,7 +53,7 @@ class Attention(nn.Module):
 
     ``sdpa``: compute the attention with ``torch.nn.functional.scaled_dot_product_attention`` when the
     rule is a constant factor (1/√d_k, 1/d_k, unscaled, a constant) and no record is asked for, as
-    production models do — so that :func:`attnscale.torch.monitor` sees and can replace the call.
+    production models do — so that :class:`attnscale.torch.Monitor` sees and can replace the call.
     The other rules (QK-norm's learned gain, soft-capping) and ``keep_record`` always use the
     explicit softmax below. Off by default: the two paths round differently.
     """

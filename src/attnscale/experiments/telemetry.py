@@ -309,12 +309,12 @@ def run_telemetry_bench(config: TelemetryBenchConfig = TelemetryBenchConfig(),
 
 
 def measure_monitor(model, inputs: dict, repeats: int = 5) -> dict:
-    """A model's forward with and without :func:`attnscale.torch.monitor`: times (interleaved,
+    """A model's forward with and without :class:`attnscale.torch.Monitor`: times (interleaved,
     medians), whether the outputs are bit-for-bit equal, the monitor's per-head figures and their
     per-layer aggregates (:func:`monitor_layers`)."""
     torch = require("torch", "torch")
     from attnscale.results import finite_or_none
-    from attnscale.torch.monitor import monitor
+    from attnscale.torch.monitor import Monitor
 
     def first_tensor(out):
         return out if isinstance(out, torch.Tensor) else out[0]
@@ -327,7 +327,7 @@ def measure_monitor(model, inputs: dict, repeats: int = 5) -> dict:
             t0 = time.perf_counter()
             model(**inputs)
             plain_s.append(time.perf_counter() - t0)
-            with monitor(model) as mon:
+            with Monitor(model) as mon:
                 t0 = time.perf_counter()
                 out = first_tensor(model(**inputs))
                 watched_s.append(time.perf_counter() - t0)
@@ -339,7 +339,7 @@ def measure_monitor(model, inputs: dict, repeats: int = 5) -> dict:
     return {"plain_median_s": statistics.median(plain_s), "monitored_median_s": statistics.median(watched_s),
             "ratio": statistics.median(watched_s) / statistics.median(plain_s), "outputs_bitwise_equal": equal,
             "repeats": repeats, "calls_per_forward": len(calls),
-            "float16_overflow_calls": sum(1 for c in calls if c["float16_overflow"]),
+            "float16_overflow_calls": sum(1 for c in calls if c["float16_overflow_rows"]),
             "layers": monitor_layers(heads), "heads": heads}
 
 

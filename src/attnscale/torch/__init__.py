@@ -9,7 +9,7 @@ raises :class:`attnscale.MissingDependency` naming that command.
 from attnscale.torch.functional import FLOAT16_MAX, AttentionStats, attention
 from attnscale.torch.capture import SDPACall, capture_sdpa
 from attnscale.torch.ext import kernel_status
-from attnscale.torch.monitor import Monitor, monitor
+from attnscale.torch.monitor import Monitor
 
-__all__ = ["attention", "AttentionStats", "FLOAT16_MAX", "kernel_status", "monitor", "Monitor",
+__all__ = ["attention", "AttentionStats", "FLOAT16_MAX", "kernel_status", "Monitor",
            "capture_sdpa", "SDPACall"]

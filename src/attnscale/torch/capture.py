@@ -296,7 +296,7 @@ class capture_sdpa:
     detached; interface calls add ``softcap``, module calls ``need_weights``). A tensor it returns,
     ``(..., H_q, L, d_v)``, is the call's attention output, and the model's own attention is not run
     nor an :class:`SDPACall` made; None runs it and records the call as usual. This is how
-    :func:`attnscale.torch.monitor` in ``mode="replace"`` computes the model's attention itself.
+    :class:`attnscale.torch.Monitor` in ``mode="replace"`` computes the model's attention itself.
     """
 
     def __init__(self, model=None, store: bool = True, on_call: Callable[[SDPACall], None] | None = None,

@@ -18,7 +18,7 @@ The figures come from :meth:`attnscale.torch.monitor.Monitor.step` (per-head ``m
 step's calls), so the guard adds no forward work::
 
     guard = LogitGuard(model, tau=100.0)
-    with monitor(model, mode="replace", history=False) as mon:
+    with Monitor(model, mode="replace", history=False) as mon:
         for batch in batches:
             loss(model(batch)).backward(); opt.step(); opt.zero_grad()
             guard.apply(mon.step(step))
@@ -112,7 +112,7 @@ def find_heads(model) -> tuple[dict, list[str]]:
 class LogitGuard:
     """QK-clip at threshold ``tau`` on every supported attention module of ``model``.
 
-    Layer names are module paths in ``model``, as :func:`attnscale.torch.monitor` names them when
+    Layer names are module paths in ``model``, as :class:`attnscale.torch.Monitor` names them when
     given the same model. Raises :class:`InputError` when no module can be guarded, naming why.
     """
 

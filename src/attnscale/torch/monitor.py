@@ -1,11 +1,11 @@
 """Watch attention health while a model runs or trains: figures for every attention call, per layer and head.
 
-    with monitor(model) as mon:                       # mode="observe": outputs bit-for-bit unchanged
+    with Monitor(model) as mon:                       # mode="observe": outputs bit-for-bit unchanged
         model(**batch)
     mon.summary()                                     # one HeadFigures per (layer, head)
     mon.calls                                         # one CallRecord per call (history=True)
 
-    with monitor(model, mode="replace", history=False, sinks=[JSONLSink("attn.jsonl")]) as mon:
+    with Monitor(model, mode="replace", history=False, sinks=[JSONLSink("attn.jsonl")]) as mon:
         for step, batch in enumerate(batches):        # training: forward, backward, optimiser step
             ...
             figures = mon.step(step)                  # this step's per layer × head figures → sinks
@@ -67,7 +67,7 @@ What is kept, per (layer, head): running aggregates only (:mod:`attnscale.torch.
 — counts, Σ entropy, extremes — as a few NumPy arrays of H numbers, whatever the number of calls
 (no q, k, v, weights or per-row arrays), for the current step and for the whole context.
 ``history=True`` (the default) also keeps each row's entropy (4 bytes per query row, for an exact
-median in :meth:`Monitor.summary`) and one :class:`CallRecord` per call; a training loop passes
+median in :meth:`Monitor.summary` and each :meth:`Monitor.step`) and one :class:`CallRecord` per call; a training loop passes
 ``history=False``, which keeps memory bounded over any number of steps (``entropy_median`` is then NaN).
 
 A "layer" is the attention module that made the call (see capture): a module that calls attention
@@ -95,12 +95,12 @@ from attnscale.errors import InputError, InputTypeError, check_choice, require
 from attnscale.scales import Constant, SoftCap
 from attnscale.torch.functional import attention
 from attnscale.torch.capture import capture_sdpa
-from attnscale.torch.monitor_aggregates import SATURATED_P, Running, call_figures
-from attnscale.torch.monitor_records import CallRecord, HeadFigures, Step, StepHead
+from attnscale.torch.monitor_aggregates import Running, call_figures
+from attnscale.torch.monitor_records import CallRecord, HeadFigures, Step
 from attnscale.torch.sdpa_mask import split_attn_mask
 
-__all__ = ["monitor", "Monitor", "CallRecord", "HeadFigures", "Step", "StepHead", "MODES", "TRAINING_BACKEND",
-           "SATURATED_P", "NoAttentionSeen", "AGREEMENT"]
+__all__ = ["Monitor", "CallRecord", "HeadFigures", "Step", "MODES", "TRAINING_BACKEND", "NoAttentionSeen",
+           "AGREEMENT"]
 
 MODES = ("observe", "replace")
 # The backend of replace mode when gradients are needed: "auto", the fused kernel with its own
@@ -138,51 +138,76 @@ def describe_model(model) -> str:
 
 
 class Monitor:
-    """What :func:`monitor` yields: :meth:`summary`, :meth:`step`, ``calls``, ``fallbacks``, ``skipped``.
+    """Context manager: figures for every attention call of ``model`` (or of any module when None)
+    while active; it yields itself, with :meth:`summary`, :meth:`step`, ``calls``, ``fallbacks`` and
+    ``skipped``.
 
-    watching: words naming what is watched (:func:`describe_model`), for the no-calls warning."""
+    backend: passed to :func:`attnscale.torch.attention` ("auto", "kernel", "flex", "composed", "chunked").
+    mode: "observe" (bit-for-bit outputs, figures recomputed) or "replace" (one pass, outputs equal
+    SDPA's to rounding; see the module docstring). sinks: objects with ``write(step: Step)`` and
+    ``close()`` (:mod:`attnscale.torch.sinks`) that :meth:`step` hands each step to; closed
+    when the context exits. history: keep per-row entropies and per-call records (False for
+    training loops: memory bounded whatever the number of calls).
 
-    def __init__(self, backend: str = "auto", mode: str = "observe", sinks=(), history: bool = True,
-                 watching: str = describe_model(None)):
+    >>> import torch
+    >>> class SelfAttention(torch.nn.Module):
+    ...     def forward(self, x):                                   # x: (B, H, L, d)
+    ...         return torch.nn.functional.scaled_dot_product_attention(x, x, x, is_causal=True)
+    >>> layer = SelfAttention()
+    >>> with Monitor(layer) as mon:
+    ...     _ = layer(torch.randn(1, 2, 5, 8))
+    >>> [(f.layer, f.head, f.rows, f.entropy_min) for f in mon.summary()]   # row 0 sees one key
+    [('SelfAttention', 0, 5, 0.0), ('SelfAttention', 1, 5, 0.0)]
+    """
+
+    def __init__(self, model=None, backend: str = "auto", mode: str = "observe", sinks=(), history: bool = True):
+        from attnscale.torch.functional import BACKENDS
+
+        check_choice("backend", backend, BACKENDS)
+        check_choice("mode", mode, MODES)
+        sinks = list(sinks)
+        for s in sinks:
+            if not (callable(getattr(s, "write", None)) and callable(getattr(s, "close", None))):
+                raise InputTypeError(f"sinks: expected objects with write(step) and close(), got {type(s).__name__}")
+        torch = require("torch", "torch")
+        if model is not None and not isinstance(model, torch.nn.Module):
+            raise InputTypeError(f"model: expected a torch.nn.Module or None, got {type(model).__name__}")
         self.calls: list[CallRecord] = []
         self.fallbacks: Counter = Counter()
-        self.skipped: Counter = Counter()             # (layer, reason) -> calls seen without figures
-        self._watching = watching
+        self._watching = describe_model(model)        # for the no-calls warning
         self._calls_seen = 0                          # over the whole context
         self._counted = False                         # the call under way already counted a fallback
         self._backend = backend
         self._mode = mode
-        self._sinks = list(sinks)
-        self._history = history
+        self._sinks = sinks
+        self._history = bool(history)
         self._total: dict[str, Running] = {}
         self._current: dict[str, Running] = {}
-        self._entropies: dict[tuple[str, int], list] = {}
+        self._entropies: dict[tuple[str, int], list] = {}       # whole context, per (layer, head)
+        self._step_entropies: dict[tuple[str, int], list] = {}  # the same arrays, this step's
         self._step_fallbacks: Counter = Counter()
         self._step_calls = 0
         self._skip_observe = False
         self._mask_cache = None
+        self._capture = capture_sdpa(model, store=False, on_call=self.observe,
+                                     replace=self.replace if mode == "replace" else None)
+        # (layer, reason) -> calls seen without figures: the capture's own count, one for both
+        self.skipped: Counter = self._capture._capture.skipped
+
+    def __enter__(self) -> Monitor:
+        self._capture.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._capture.__exit__(*exc)
+        self.close(warn=exc[0] is None)               # no warning on top of an error
 
     # -- figures out ------------------------------------------------------------------------------
 
     def summary(self) -> list[HeadFigures]:
         """One :class:`HeadFigures` per (layer, head) over the whole context, layers in the order first seen."""
-        out = []
-        for layer in self._layers():
-            p = self._merged(layer).plain()
-            for h in range(len(p["rows"])):
-                rows = p["rows"][h]
-                seen = rows > 0
-                e = self._entropies.get((layer, h))
-                median = float(np.median(np.concatenate(e).astype(np.float64))) if seen and e else math.nan
-                nan = math.nan
-                out.append(HeadFigures(
-                    layer=layer, head=h, calls=self._merged(layer).calls, rows=rows, rows_empty=p["rows_empty"][h],
-                    entropy_mean=p["entropy_sum"][h] / rows if seen else nan, entropy_median=median,
-                    entropy_min=p["entropy_min"][h] if seen else nan,
-                    max_logit=p["max_logit"][h] if seen else nan, min_logit=p["min_logit"][h] if seen else nan,
-                    overflow_rows=p["overflow"][h], rows_broken=p["rows_broken"][h],
-                    saturated_rows=p["saturated"][h]))
-        return out
+        return [figure for layer in self._layers()
+                for figure in _head_figures(layer, self._merged(layer), self._entropies)]
 
     def as_dict(self) -> dict:
         """Plain data for JSON: {"calls": [...], "heads": [...], "fallbacks": {...}, "skipped": [...]}."""
@@ -199,29 +224,19 @@ class Monitor:
             raise InputTypeError(f"global_step: expected an int, got {type(global_step).__name__}")
         heads = []
         for layer, run in self._current.items():
-            p = run.plain()
-            for h in range(len(p["rows"])):
-                rows = p["rows"][h]
-                nan = math.nan
-                heads.append(StepHead(
-                    layer=layer, head=h, calls=run.calls, rows=rows, rows_empty=p["rows_empty"][h],
-                    rows_broken=p["rows_broken"][h],
-                    entropy_mean=p["entropy_sum"][h] / rows if rows else nan,
-                    entropy_min=p["entropy_min"][h] if rows else nan,
-                    max_logit=p["max_logit"][h] if rows else nan, max_abs_logit=p["max_abs_logit"][h] if rows else nan,
-                    saturated_fraction=p["saturated"][h] / rows if rows else nan, float16_overflow=p["overflow"][h]))
+            heads += _head_figures(layer, run, self._step_entropies)
             self._add(self._total, layer, run)
         result = Step(step=int(global_step), calls=self._step_calls, fallbacks=dict(self._step_fallbacks), heads=heads)
         if not self._step_calls:
             self._warn_nothing_seen(f"in step {int(global_step)}", stacklevel=3)
         self._current = {}
+        self._step_entropies = {}
         self._mask_cache = None
         self._step_fallbacks = Counter()
         self._step_calls = 0
         if log:
-            record = result.to_json()
             for sink in self._sinks:
-                sink.write(record)
+                sink.write(result)
         return result
 
     def close(self, warn: bool = True) -> None:
@@ -278,14 +293,16 @@ class Monitor:
             return
         for h in range(ent.shape[1]):
             e = ent[:, h].reshape(-1)
-            self._entropies.setdefault((layer, h), []).append(e[~np.isnan(e)])
+            e = e[~np.isnan(e)]
+            self._entropies.setdefault((layer, h), []).append(e)
+            self._step_entropies.setdefault((layer, h), []).append(e)
         *lead, H_q, L, d_k = q.shape if q.dim() > 3 else (q.shape[0], 1, *q.shape[1:])
         p = run.plain()
         reach = [r for r, n in zip(p["max_abs_logit"], p["rows"]) if n]
         self.calls.append(CallRecord(
             index=index, layer=layer, shape=(math.prod(lead), H_q, L, k.shape[-2], d_k, v.shape[-1]),
             dtype=str(q.dtype).replace("torch.", ""), source=source, backend=stats.backend,
-            max_abs_logit=max(reach) if reach else math.nan, float16_overflow=any(p["overflow"])))
+            max_abs_logit=max(reach) if reach else math.nan, float16_overflow_rows=sum(p["overflow"])))
 
     def _fallback(self, reason: str) -> None:
         self.fallbacks[reason] += 1
@@ -388,49 +405,20 @@ def _agrees(torch, stats, call) -> bool:
     return float(gap) <= AGREEMENT.get(dtype, max(AGREEMENT.values())) * max(reach, 1e-30)
 
 
-class monitor:
-    """Context manager: figures for every attention call of ``model`` (or of any module when None)
-    while active.
-
-    backend: passed to :func:`attnscale.torch.attention` ("auto", "kernel", "flex", "composed", "chunked").
-    mode: "observe" (bit-for-bit outputs, figures recomputed) or "replace" (one pass, outputs equal
-    SDPA's to rounding; see the module docstring). sinks: objects with ``write(record: dict)`` and
-    ``close()`` (:mod:`attnscale.torch.sinks`) that :meth:`Monitor.step` hands each step to; closed
-    when the context exits. history: keep per-row entropies and per-call records (False for
-    training loops: memory bounded whatever the number of calls).
-
-    >>> import torch
-    >>> class SelfAttention(torch.nn.Module):
-    ...     def forward(self, x):                                   # x: (B, H, L, d)
-    ...         return torch.nn.functional.scaled_dot_product_attention(x, x, x, is_causal=True)
-    >>> layer = SelfAttention()
-    >>> with monitor(layer) as mon:
-    ...     _ = layer(torch.randn(1, 2, 5, 8))
-    >>> [(f.layer, f.head, f.rows, f.entropy_min) for f in mon.summary()]   # row 0 sees one key
-    [('SelfAttention', 0, 5, 0.0), ('SelfAttention', 1, 5, 0.0)]
-    """
-
-    def __init__(self, model=None, backend: str = "auto", mode: str = "observe", sinks=(), history: bool = True):
-        from attnscale.torch.functional import BACKENDS
-
-        check_choice("backend", backend, BACKENDS)
-        check_choice("mode", mode, MODES)
-        sinks = list(sinks)
-        for s in sinks:
-            if not (callable(getattr(s, "write", None)) and callable(getattr(s, "close", None))):
-                raise InputTypeError(f"sinks: expected objects with write(record) and close(), got {type(s).__name__}")
-        torch = require("torch", "torch")
-        if model is not None and not isinstance(model, torch.nn.Module):
-            raise InputTypeError(f"model: expected a torch.nn.Module or None, got {type(model).__name__}")
-        self._monitor = Monitor(backend, mode, sinks, bool(history), describe_model(model))
-        self._capture = capture_sdpa(model, store=False, on_call=self._monitor.observe,
-                                     replace=self._monitor.replace if mode == "replace" else None)
-        self._monitor.skipped = self._capture._capture.skipped     # one count of calls seen but not read
-
-    def __enter__(self) -> Monitor:
-        self._capture.__enter__()
-        return self._monitor
-
-    def __exit__(self, *exc) -> None:
-        self._capture.__exit__(*exc)
-        self._monitor.close(warn=exc[0] is None)      # no warning on top of an error
+def _head_figures(layer: str, run: Running, entropies: dict) -> list[HeadFigures]:
+    """One :class:`HeadFigures` per head of ``run``; ``entropies``: {(layer, head): [row entropies, ...]}
+    over the same calls (empty with history=False: no median)."""
+    p = run.plain()
+    out = []
+    nan = math.nan
+    for h, rows in enumerate(p["rows"]):
+        e = entropies.get((layer, h))
+        median = float(np.median(np.concatenate(e).astype(np.float64))) if rows and e else nan
+        out.append(HeadFigures(
+            layer=layer, head=h, calls=run.calls, rows=rows, rows_empty=p["rows_empty"][h],
+            rows_broken=p["rows_broken"][h], saturated_rows=p["saturated"][h],
+            float16_overflow_rows=p["overflow"][h], entropy_mean=p["entropy_sum"][h] / rows if rows else nan,
+            entropy_median=median, entropy_min=p["entropy_min"][h] if rows else nan,
+            max_logit=p["max_logit"][h] if rows else nan, min_logit=p["min_logit"][h] if rows else nan,
+            max_abs_logit=p["max_abs_logit"][h] if rows else nan))
+    return out

@@ -3,7 +3,7 @@ arrays of H numbers, whatever the number of calls; and one call's figures folded
 
 A fully masked row counts in ``rows_empty`` and in no figure; a row whose logits overflowed to +inf
 or are NaN counts in ``rows_broken`` and in no entropy figure (an overflowed +inf does show as the
-head's max logit); a row is saturated when its largest weight exceeds :data:`SATURATED_P`:
+head's max logit); a row is saturated when its largest weight exceeds :data:`~attnscale.softmax_rows.SATURATED_WEIGHT`:
 exp(max logit − lse), free from the kernel's figures.
 """
 
@@ -16,10 +16,9 @@ import numpy as np
 from attnscale.softmax_rows import SATURATED_WEIGHT
 from attnscale.torch.functional import FLOAT16_MAX
 
-__all__ = ["Running", "call_figures", "rows_by_head", "SATURATED_P"]
+__all__ = ["Running", "call_figures", "rows_by_head"]
 
-SATURATED_P = SATURATED_WEIGHT     # a row is saturated when its largest weight exceeds this
-_LOG_SATURATED = math.log(SATURATED_P)
+_LOG_SATURATED = math.log(SATURATED_WEIGHT)    # a row is saturated when its largest weight exceeds it
 
 
 class Running:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["CallRecord", "HeadFigures", "StepHead", "Step"]
+__all__ = ["CallRecord", "HeadFigures", "Step"]
 
 
 @dataclass(frozen=True)
@@ -20,44 +20,33 @@ class CallRecord:
     source: str                # "sdpa", "interface", "module" (see capture) or "replaced" (replace mode)
     backend: str               # which attnscale.torch backend computed the figures
     max_abs_logit: float       # NaN when no row attends anything
-    float16_overflow: bool     # some |logit| > 65504
+    float16_overflow_rows: int  # rows with |logit| > 65504, over all heads
 
 
 @dataclass(frozen=True)
 class HeadFigures:
-    """Figures of one head of one layer, over every row of every call seen in the context."""
+    """Figures of one head of one layer: over every row of every call seen in the monitor's context
+    (:meth:`Monitor.summary`), or over one step's calls (:meth:`Monitor.step`). NaN where no row counted."""
 
     layer: str
     head: int
     calls: int
     rows: int                  # rows with at least one attended key and finite logits
     rows_empty: int            # fully masked rows (no figure)
+    rows_broken: int           # rows with a NaN or +inf logit (no entropy figure)
+    saturated_rows: int        # of ``rows``: largest weight > SATURATED_WEIGHT
+    float16_overflow_rows: int  # rows with |logit| > 65504 (broken rows included)
     entropy_mean: float        # nats
     entropy_median: float      # NaN with history=False
     entropy_min: float
-    max_logit: float           # largest logit seen
-    min_logit: float           # smallest attended logit seen
-    overflow_rows: int         # rows with |logit| > 65504
-    rows_broken: int = 0       # rows with a NaN or +inf logit (no entropy figure)
-    saturated_rows: int = 0    # rows whose largest weight exceeds SATURATED_P
-
-
-@dataclass(frozen=True)
-class StepHead:
-    """One head's figures over one step's calls (see :meth:`Monitor.step`). NaN where no row counted."""
-
-    layer: str
-    head: int
-    calls: int
-    rows: int
-    rows_empty: int
-    rows_broken: int
-    entropy_mean: float        # nats
-    entropy_min: float
     max_logit: float           # largest attended logit (what the logit guard clips)
+    min_logit: float           # smallest attended logit
     max_abs_logit: float       # max |logit|
-    saturated_fraction: float  # of ``rows``: largest weight > SATURATED_P
-    float16_overflow: int      # rows with |logit| > 65504 (broken rows included)
+
+    @property
+    def saturated_fraction(self) -> float:
+        """saturated_rows / rows; NaN when no row counted."""
+        return self.saturated_rows / self.rows if self.rows else math.nan
 
 
 _STEP_FIGURES = ("entropy_mean", "entropy_min", "max_logit", "max_abs_logit", "saturated_fraction")
@@ -70,16 +59,20 @@ class Step:
     step: int
     calls: int                 # attention calls seen (replaced, observed and fallbacks)
     fallbacks: dict            # reason -> calls that ran on SDPA instead (replace mode)
-    heads: list                # list[StepHead], layers in the order first seen
+    heads: list                # list[HeadFigures], layers in the order first seen
 
     def to_json(self) -> dict:
-        """Strict JSON data: a figure that does not exist is null, with ``why_null`` beside it."""
+        """Strict JSON data (each head's fields and its ``saturated_fraction``): a figure that does
+        not exist is null, with ``why_null`` beside it."""
         heads = []
         for h in self.heads:
-            entry = {k: (v if not isinstance(v, float) or math.isfinite(v) else None) for k, v in vars(h).items()}
+            entry = {k: (v if not isinstance(v, float) or math.isfinite(v) else None)
+                     for k, v in {**vars(h), "saturated_fraction": h.saturated_fraction}.items()}
             if any(entry[k] is None for k in _STEP_FIGURES):
                 entry["why_null"] = ("no row attended any key" if h.rows + h.rows_broken == 0 else
                                      "every attended row had a NaN or +inf logit" if h.rows == 0 else
                                      "a non-finite figure")
+            elif entry["entropy_median"] is None:
+                entry["why_null"] = "history=False keeps no per-row entropies to take a median of"
             heads.append(entry)
         return {"step": self.step, "calls": self.calls, "fallbacks": dict(self.fallbacks), "heads": heads}

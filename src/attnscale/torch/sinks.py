@@ -1,12 +1,13 @@
 """Where :meth:`attnscale.torch.monitor.Monitor.step` sends each step's per layer × head figures.
 
-A sink is any object with ``write(record: dict)`` and ``close()``; ``record`` is
-:meth:`attnscale.torch.monitor.Step.to_json`: ``{"step", "calls", "fallbacks", "heads": [{"layer",
-"head", "entropy_mean", "entropy_min", "max_logit", "max_abs_logit", "saturated_fraction",
-"float16_overflow", ...}]}``, with null (and ``why_null``) for a figure that does not exist.
+A sink is any object with ``write(step: Step)`` and ``close()``; ``step`` is the
+:class:`~attnscale.torch.monitor_records.Step` the monitor closed: ``step``, ``calls``,
+``fallbacks`` and ``heads``, one :class:`~attnscale.torch.monitor_records.HeadFigures` per layer ×
+head (NaN for a figure that does not exist).
 
-- :class:`JSONLSink`: one strict-JSON line per step (RFC 8259: no NaN or Infinity), flushed at once,
-  so ``jq`` or a crashed run's reader gets every finished step.
+- :class:`JSONLSink`: one strict-JSON line per step, :meth:`Step.to_json` (RFC 8259: no NaN or
+  Infinity; null with ``why_null`` instead), flushed at once, so ``jq`` or a crashed run's reader
+  gets every finished step.
 - :class:`TensorBoardSink`: scalars through ``torch.utils.tensorboard.SummaryWriter``, tagged
   ``attention/<figure>/<layer>/head<h>`` (one chart per figure, one line per head), and
   ``attention/fallbacks/<reason>``. Needs ``tensorboard`` (``pip install 'attnscale[tensorboard]'``).
@@ -15,13 +16,15 @@ A sink is any object with ``write(record: dict)`` and ``close()``; ``record`` is
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from attnscale.errors import InputTypeError, require
 
 __all__ = ["JSONLSink", "TensorBoardSink", "FIGURES"]
 
-FIGURES = ("entropy_mean", "entropy_min", "max_logit", "max_abs_logit", "saturated_fraction", "float16_overflow")
+# The per-head figures TensorBoardSink charts: fields (or properties) of HeadFigures.
+FIGURES = ("entropy_mean", "entropy_min", "max_logit", "max_abs_logit", "saturated_fraction", "float16_overflow_rows")
 
 
 class JSONLSink:
@@ -39,9 +42,10 @@ class JSONLSink:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "a" if append else "w", encoding="utf-8")
 
-    def write(self, record: dict) -> None:
+    def write(self, step) -> None:
+        """step: a :class:`~attnscale.torch.monitor_records.Step`."""
         # allow_nan=False: a NaN that slipped through is a bug to see, not a file jq cannot read.
-        self._file.write(json.dumps(record, allow_nan=False, ensure_ascii=False) + "\n")
+        self._file.write(json.dumps(step.to_json(), allow_nan=False, ensure_ascii=False) + "\n")
         self._file.flush()
 
     def close(self) -> None:
@@ -73,14 +77,15 @@ class TensorBoardSink:
         self.writer = writer
         self._prefix = prefix
 
-    def write(self, record: dict) -> None:
-        step = record["step"]
-        for h in record["heads"]:
+    def write(self, step) -> None:
+        """step: a :class:`~attnscale.torch.monitor_records.Step`; a figure that does not exist (NaN) is left out."""
+        for h in step.heads:
             for name in FIGURES:
-                if h.get(name) is not None:
-                    self.writer.add_scalar(f"{self._prefix}/{name}/{h['layer']}/head{h['head']}", h[name], step)
-        for reason, count in record["fallbacks"].items():
-            self.writer.add_scalar(f"{self._prefix}/fallbacks/{reason}", count, step)
+                value = getattr(h, name)
+                if math.isfinite(value):
+                    self.writer.add_scalar(f"{self._prefix}/{name}/{h.layer}/head{h.head}", value, step.step)
+        for reason, count in step.fallbacks.items():
+            self.writer.add_scalar(f"{self._prefix}/fallbacks/{reason}", count, step.step)
 
     def close(self) -> None:
         self.writer.flush()
