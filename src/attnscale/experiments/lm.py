@@ -16,7 +16,7 @@ grid of rates. Both: linear warm-up over the first tenth, then cosine decay to a
 Logged every ``log_every`` steps (the weights after that many updates): the training loss, the
 validation loss in bits per byte on fixed windows, the gradient norms reaching W_Q and W_K per layer,
 and per layer and head the mean and minimum row entropy, the largest |logit| and the fraction of
-saturated rows (largest weight > :data:`~attnscale.experiments.training.SATURATED_WEIGHT`), over the
+saturated rows (largest weight > :data:`~attnscale.softmax_rows.SATURATED_WEIGHT`), over the
 rows of a training batch that attend at least two keys (causal row 0 sees only itself). A NaN or inf
 loss ends the run as diverged, recorded with its step.
 
@@ -231,7 +231,7 @@ def head_figures(figures: dict) -> dict[str, list]:
     SATURATED_WEIGHT. figures: the layer's (B, H, L) tensors. NaN figures become None."""
     import torch
 
-    from attnscale.experiments.training import SATURATED_WEIGHT
+    from attnscale.softmax_rows import SATURATED_WEIGHT
 
     H = figures["entropy"].shape[1]
     per_head = lambda t: t[:, :, 1:].double().transpose(0, 1).reshape(H, -1)   # noqa: E731  (H, rows)

@@ -35,7 +35,7 @@ import numpy as np
 from attnscale.errors import InputError, check_count, check_positive
 from attnscale.experiments.cells import RuleRun, rule_grid, shared_settings
 from attnscale.experiments.tasks import MarkedCount
-from attnscale.experiments.training import SATURATED_WEIGHT
+from attnscale.softmax_rows import SATURATED_WEIGHT
 from attnscale.results import finite_or_none
 from attnscale.scales import RULES, ScaleRule, SoftCap
 
@@ -51,7 +51,7 @@ VERDICTS = ("learns", "slower", "fails", "diverges")
 #: 1/√d_k run of the same seed, optimiser and learning rate needs; beyond it, "slower".
 LIKE_REFERENCE_STEPS = 1.5
 #: A run "is saturated" at a logged step when at least this fraction of its query rows are (largest
-#: weight above training.SATURATED_WEIGHT).
+#: weight above softmax_rows.SATURATED_WEIGHT).
 SATURATED_RUN = 0.5
 #: The logits "grow" (or "shrink") when the median over runs of last-logged / step-0 logit standard
 #: deviation is at least this factor (at most its inverse); otherwise they stay about the same.

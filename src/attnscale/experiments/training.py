@@ -11,9 +11,9 @@ import numpy as np
 
 from attnscale.errors import InputError
 from attnscale.results import finite_or_none
-from attnscale.softmax_rows import SATURATED_WEIGHT   # re-exported: the experiments' saturation threshold
+from attnscale.softmax_rows import SATURATED_WEIGHT
 
-__all__ = ["seed_everything", "process_settings", "restore_process_settings", "make_optimizer", "attention_metrics", "grad_norm", "SATURATED_WEIGHT"]
+__all__ = ["seed_everything", "process_settings", "restore_process_settings", "make_optimizer", "attention_metrics", "grad_norm"]
 
 
 # torch's process-wide settings as they were before seed_everything first changed them in this process.

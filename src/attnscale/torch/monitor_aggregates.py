@@ -3,8 +3,8 @@ arrays of H numbers, whatever the number of calls; and one call's figures folded
 
 A fully masked row counts in ``rows_empty`` and in no figure; a row whose logits overflowed to +inf
 or are NaN counts in ``rows_broken`` and in no entropy figure (an overflowed +inf does show as the
-head's max logit); a row is saturated when its largest weight exceeds :data:`~attnscale.softmax_rows.SATURATED_WEIGHT`:
-exp(max logit − lse), free from the kernel's figures.
+head's max logit); a row is saturated when its largest weight, exp(max logit − lse), free from the
+kernel's figures, exceeds :data:`~attnscale.softmax_rows.SATURATED_WEIGHT`.
 """
 
 from __future__ import annotations
