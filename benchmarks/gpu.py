@@ -18,7 +18,7 @@ Sections, in order (each prints as it finishes; a FAIL makes the exit status 1):
    (1, 8, 8192, 64), causal and not, float32 and bfloat16. The peer: SDPA restricted to the flash
    kernel for bfloat16; PyTorch's flash kernel has no float32, so for float32 its memory-efficient
    kernel (printed with each row). Variants: "flex" (out, lse, entropy; on CUDA the max logit comes
-   free with them), "flex + min logit" (max_logit=True: the second call on −q), forward+backward
+   free with them), "flex + min logit" (logit_range=True: the second call on −q), forward+backward
    of both.
 4. peak memory ÷ SDPA (CUDA): the rise of torch.cuda.max_memory_allocated over the inputs, one
    forward (no grad) and one forward+backward.
@@ -91,14 +91,15 @@ def check(torch, flex, attention, device, dtype_name, grads: bool, dry: bool) ->
     bound = flex.ENTROPY_ERROR_BOUND[dtype_name]
     rows = []
     for label, causal, masked, rule in CASES:
-        kw = dict(scale=rule, causal=causal, mask=mask if masked else None, max_logit=True)
+        kw = dict(scale=rule, causal=causal, mask=mask if masked else None)
         with torch.no_grad():
-            ours = attention(q, k, v, backend="flex", **kw)
-            exact = attention(q.double(), k.double(), v.double(), backend="chunked", **kw)
+            ours_out, ours = attention(q, k, v, backend="flex", return_stats=True, logit_range=True, **kw)
+            exact_out, exact = attention(q.double(), k.double(), v.double(), backend="chunked", return_stats=True,
+                                         logit_range=True, **kw)
         empty = torch.isnan(exact.entropy)
         full = ~empty
         err = {
-            "out": float((ours.out.double() - exact.out).abs().max()),
+            "out": float((ours_out.double() - exact_out).abs().max()),
             "lse_rel": float(((ours.lse.double() - exact.lse)[full].abs() / exact.lse[full].abs().clamp_min(1)).max()),
             "entropy_rel_to_1+|lse|": float(((ours.entropy.double() - exact.entropy)[full].abs()
                                               / (1 + exact.lse[full].abs())).max()),
@@ -109,7 +110,7 @@ def check(torch, flex, attention, device, dtype_name, grads: bool, dry: bool) ->
         ok = (err["out"] <= tol_out and err["lse_rel"] <= tol_lse and err["entropy_rel_to_1+|lse|"] <= bound
               and err["range_rel"] <= tol_range
               and bool(torch.equal(torch.isnan(ours.entropy), empty))
-              and bool((ours.out[empty] == 0).all()) and bool(torch.isneginf(ours.lse[empty]).all()))
+              and bool((ours_out[empty] == 0).all()) and bool(torch.isneginf(ours.lse[empty]).all()))
         if grads:
             err["grad_rel"], grads_ok = gradient_error(torch, attention, (q, k, v), kw, empty, tol_grad)
             ok = ok and grads_ok
@@ -127,7 +128,7 @@ def gradient_error(torch, attention, qkv, kw, empty, tol) -> tuple[float, bool]:
 
     def grads(dtype, backend):
         xs = [x.detach().to(dtype).requires_grad_(True) for x in qkv]
-        out = attention(*xs, backend=backend, **kw).out
+        out = attention(*xs, backend=backend, **kw)
         (out * weight.to(dtype)).sum().backward()
         return [x.grad for x in xs]
 
@@ -142,11 +143,11 @@ def sweep(torch, flex, device, rows: int) -> list[dict]:
     found = []
     for name in ("float32", "float16", "bfloat16"):
         for with_range in (False, True):
-            r = flex.entropy_errors(torch, getattr(torch, name), device, max_logit=with_range, rows=rows)
+            r = flex.entropy_errors(torch, getattr(torch, name), device, logit_range=with_range, rows=rows)
             frozen = max(e for h, e in zip(r["entropy"], r["entropy_error"]) if h < 1e-6)
             ok = r["worst"] <= flex.ENTROPY_ERROR_BOUND[name] and (not with_range or frozen <= 2e-4)
-            found.append({"dtype": name, "max_logit": with_range, "worst": r["worst"], "frozen_max": frozen, "ok": ok})
-            say(f"  {name:8s} max_logit={str(with_range):5s} worst |Δentropy|/(1+|lse|) {r['worst']:.2e} "
+            found.append({"dtype": name, "logit_range": with_range, "worst": r["worst"], "frozen_max": frozen, "ok": ok})
+            say(f"  {name:8s} logit_range={str(with_range):5s} worst |Δentropy|/(1+|lse|) {r['worst']:.2e} "
                 f"(bound {flex.ENTROPY_ERROR_BOUND[name]:.0e}), frozen rows ≤ {frozen:.1e} nats  "
                 f"{'PASS' if ok else 'FAIL'}")
     return found
@@ -181,10 +182,10 @@ def variants(torch, attention, q, k, v, causal: bool, context, backward: bool):
         if backward:
             out.sum().backward()
 
-    def ours(max_logit):
+    def ours(logit_range):
         def run():
-            out = attention(q, k, v, causal="top_left" if causal else False, max_logit=max_logit,
-                            backend="flex", check_finite=False).out
+            out, _ = attention(q, k, v, causal="top_left" if causal else False, return_stats=True,
+                               logit_range=logit_range, backend="flex", check_finite=False)
             if backward:
                 out.sum().backward()
         return run

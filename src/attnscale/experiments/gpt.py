@@ -9,7 +9,7 @@ Attention goes through :meth:`attnscale.torch.scales.ScaledLogits.attend` (every
 :func:`attnscale.torch.attention`), so each layer's per-row entropy, log-sum-exp and logit range are
 those of the attention the model trains with; each layer keeps the last call's figures, detached,
 in ``block.attn.figures``. ``figures=False`` calls plain ``torch.nn.functional.scaled_dot_product_attention``
-instead (``attnscale.torch.attention(stats=False)``), the peer of the benchmark.
+instead (``attnscale.torch.attention`` without ``return_stats``), the peer of the benchmark.
 
 Initialisation: linear layers std 1/√fan_in, so that on LayerNorm-ed inputs the components of q and
 k have variance ≈ 1 and Var(q·k) ≈ d_k, the premise of Vaswani et al. 2017 (footnote 4) and of the
@@ -72,12 +72,11 @@ class CausalSelfAttention(nn.Module):
         heads = lambda t: t.view(B, L, self.n_heads, self.d_k).transpose(1, 2)   # noqa: E731  (B, H, L, d_k)
         q, k, v = heads(self.w_q(x)), heads(self.w_k(x)), heads(self.w_v(x))
         if self.with_figures:
-            res = self.rule.attend(q, k, v, causal=True, backend=self.backend)
-            self.figures = {name: getattr(res, name).detach()
+            out, stats = self.rule.attend(q, k, v, causal=True, backend=self.backend, return_stats=True)
+            self.figures = {name: getattr(stats, name).detach()
                             for name in ("lse", "entropy", "max_logit", "min_logit")}   # each (B, H, L)
-            out = res.out
         else:
-            out = self.rule.attend(q, k, v, causal=True, backend=self.backend, stats=False)
+            out = self.rule.attend(q, k, v, causal=True, backend=self.backend)
         return self.w_o(out.transpose(1, 2).reshape(B, L, D))
 
 

@@ -6,7 +6,7 @@ Variants, all on the same q, k, v (B, H, L, d), float32 unless configured, one d
 - ``sdpa``: ``torch.nn.functional.scaled_dot_product_attention`` (the peer every ratio divides by);
 - ``kernel``: :func:`attnscale.torch.attention`, fused C++ kernel, output + lse + entropy (CPU only;
   with its defaults, so the finiteness scan of q, k, v is included);
-- ``kernel+range``: the same with ``max_logit=True`` (max and min logit);
+- ``kernel+range``: the same with ``logit_range=True`` (max and min logit);
 - ``composed``: the composed-PyTorch backend (one fused SDPA call on [V, K]), output + lse + entropy;
 - ``naive``: materialise the L×S weights, then the entropy (what diagnostic tools do today).
 
@@ -120,8 +120,8 @@ def _variant(torch, name: str, causal: bool) -> Callable:
         return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     if name in ("kernel", "kernel+range", "composed"):
         backend = "composed" if name == "composed" else "kernel"
-        return lambda q, k, v: attention(q, k, v, backend=backend, causal=alignment,
-                                         max_logit=name == "kernel+range").out
+        return lambda q, k, v: attention(q, k, v, backend=backend, causal=alignment, return_stats=True,
+                                         logit_range=name == "kernel+range")[0]
 
     def naive(q, k, v):
         s = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))      # (B, H, L, S)

@@ -53,7 +53,7 @@ sweep: float32 3.8·10⁻⁷, float16 3.6·10⁻⁴, bfloat16 3.0·10⁻³. In h
 come back in the inputs' dtype (8 bits of mantissa in bfloat16): a saturated bfloat16 row with
 lse 29 and entropy 0.66 read 0.07 nats off, and without the logit range a frozen row (entropy 0,
 lse up to 2.9·10³) read up to 2.4 nats. With the logit range (always on CUDA, where the max is free;
-on CPU with ``max_logit=True``) the entropy is also held between −ln p_max and Fano's bound
+on CPU with ``logit_range=True``) the entropy is also held between −ln p_max and Fano's bound
 (:func:`_bracketed`), so a frozen row reads ≤ 2·10⁻⁴ nats in every dtype (measured; the rounding of
 lse − max in float32), and the largest error over the bfloat16 sweep is 0.43 nats (entropy 0.27,
 lse 1.2·10³). The lse itself stays within 5·10⁻⁷·(1 + |lse|) in every dtype (FlexAttention keeps it
@@ -273,12 +273,12 @@ def _cuda_probe(device_index: int) -> tuple[str, str]:
     return "flex", f"compiled FlexAttention (torch {torch.__version__}, {torch.cuda.get_device_name(device_index)})"
 
 
-def entropy_errors(torch, dtype, device="cpu", *, max_logit: bool = False, rows: int = 200, keys: int = 256,
+def entropy_errors(torch, dtype, device="cpu", *, logit_range: bool = False, rows: int = 200, keys: int = 256,
                    d_k: int = 64, seed: int = 1) -> dict:
     """The flex backend's entropy and lse against float64 (the chunked backend on the same rounded
     inputs) over rows from uniform to frozen: row r's query is one random direction of norm √d_k
     times α_r, α = 0 then 10⁻² … 10³ (log-spaced); k, v: (1, 1, keys, d_k) standard normal.
-    ``max_logit``: ask for the logit range too, which brackets the entropy (see Precision).
+    ``logit_range``: ask for the logit range too, which brackets the entropy (see Precision).
 
     Returns {"alpha", "entropy", "lse" (float64 references), "entropy_error", "lse_error"} as lists of
     ``rows`` floats, and "worst": the largest |Δentropy| / (1 + |lse|), the c of the Precision bound.
@@ -293,8 +293,9 @@ def entropy_errors(torch, dtype, device="cpu", *, max_logit: bool = False, rows:
     k, v = (torch.randn(1, 1, keys, d_k, generator=g, dtype=torch.float64) for _ in range(2))
     q, k, v = (x.to(device=device, dtype=dtype) for x in (q, k, v))
     with torch.no_grad():
-        ours = attention(q, k, v, backend="flex", max_logit=max_logit, check_finite=False)
-        exact = attention(q.double(), k.double(), v.double(), backend="chunked", check_finite=False)
+        _, ours = attention(q, k, v, backend="flex", return_stats=True, logit_range=logit_range, check_finite=False)
+        _, exact = attention(q.double(), k.double(), v.double(), backend="chunked", return_stats=True,
+                             check_finite=False)
     ref_h, ref_lse = exact.entropy.reshape(-1).cpu(), exact.lse.reshape(-1).cpu()
     dh = (ours.entropy.reshape(-1).cpu().double() - ref_h).abs()
     dlse = (ours.lse.reshape(-1).cpu().double() - ref_lse).abs()

@@ -12,7 +12,7 @@ Per query row i, with logits s_ij = cap(scale·q̂_i·k̂_j) (+ bias) over the a
 
     lse_i     = ln Σ_j e^{s_ij}                          (what fused kernels keep for their backward)
     entropy_i = −Σ_j p_ij ln p_ij = lse_i − Σ_j p_ij s_ij  (nats)
-    max_logit_i, min_logit_i                             (on request: float16 overflows past 65504)
+    max_logit_i, min_logit_i                             (logit_range=True: float16 overflows past 65504)
 
 A row with nothing attended gets output 0, lse −inf, and NaN figures (as :func:`attnscale.row_health`).
 A row with a NaN logit, or a +inf one (q·k overflowed; only with ``check_finite=False`` or huge
@@ -78,22 +78,15 @@ _CHUNK_ELEMENTS = 1 << 22       # logits per block of the chunked paths (16 MiB 
 
 @dataclass(frozen=True)
 class AttentionStats:
-    """What :func:`attention` returns with ``stats=True``. Figures are float32 (float64 for float64
-    inputs), shaped like the rows: (..., H_q, L)."""
+    """The figures :func:`attention` returns beside the output with ``return_stats=True``: float32
+    (float64 for float64 inputs), detached, shaped like the rows: (..., H_q, L). A row whose logit
+    range leaves ±:data:`FLOAT16_MAX` overflows in float16 (the failure behind PyTorch issue #119131)."""
 
-    out: Any                   # (..., H_q, L, d_v), the inputs' dtype
     lse: Any                   # log Σ_j exp(logit_ij); −inf for a row with nothing attended
     entropy: Any               # −Σ_j p_ij ln p_ij, nats; NaN for a row with nothing attended
-    max_logit: Any             # largest attended logit (None unless max_logit=True); NaN if none
-    min_logit: Any             # smallest attended logit (None unless max_logit=True); NaN if none
+    max_logit: Any             # largest attended logit (None unless logit_range=True); NaN if none
+    min_logit: Any             # smallest attended logit (None unless logit_range=True); NaN if none
     backend: str               # "kernel" | "composed" | "chunked" | "flex"
-
-    def float16_overflow(self):
-        """Bool (..., H_q, L): rows with a logit beyond ±65504, which float16 cannot hold (the
-        failure behind PyTorch issue #119131). Needs ``max_logit=True``."""
-        if self.max_logit is None:
-            raise InputError("float16_overflow: needs the logit range; call attention(..., max_logit=True)")
-        return (self.max_logit.abs() > FLOAT16_MAX) | (self.min_logit.abs() > FLOAT16_MAX)
 
 
 @dataclass(frozen=True)
@@ -178,7 +171,8 @@ def _attended_counts(torch, p: _Problem):
 
 
 def _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite, backend, stats) -> tuple[_Problem, str | None]:
-    """The validated problem and the backend that computes it (None: plain SDPA, ``stats=False``)."""
+    """The validated problem and the backend that computes it (None: plain SDPA, for an output
+    without figures on backend "auto")."""
     squeeze = all(isinstance(x, torch.Tensor) and x.dim() == 2 for x in (q, k, v))
     q4, k4, v4 = _check_tensor(torch, "q", q), _check_tensor(torch, "k", k), _check_tensor(torch, "v", v)
     if not (q.dtype == k.dtype == v.dtype):
@@ -189,7 +183,7 @@ def _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite, backend, s
     H_q, L, S, lead = sh.H_q, sh.L, sh.S, sh.lead
     rule = resolve_scale(scale)
     chosen = None
-    if stats or rule.caps:
+    if stats or rule.caps or backend != "auto":
         chosen = _choose_backend(torch, q.device, q.dtype, bias is not None, rule.caps, backend)
     # Half precision is computed in float32, as the NumPy core does for float16; FlexAttention
     # computes in the inputs' own dtype (the model's, as its own SDPA would).
@@ -246,9 +240,9 @@ def _broadcast_rows(torch, name: str, x, target: tuple, batch: int):
     return x.reshape((batch,) + target[-3:])
 
 
-def attention(q, k, v, *, scale=None, mask=None, bias=None, causal=False, stats: bool = True,
-              max_logit: bool = False, backend: str = "auto", check_finite: bool = True):
-    """Scaled dot-product attention with its per-row figures, exact, in memory O(L·d).
+def attention(q, k, v, *, scale=None, mask=None, bias=None, causal=False, return_stats: bool = False,
+              logit_range: bool = False, backend: str = "auto", check_finite: bool = True):
+    """Scaled dot-product attention, exact, in memory O(L·d), with its per-row figures on request.
 
     Args:
         q: (..., H_q, L, d_k). k: (..., H_kv, S, d_k). v: (..., H_kv, S, d_v). torch tensors of one
@@ -260,27 +254,31 @@ def attention(q, k, v, *, scale=None, mask=None, bias=None, causal=False, stats:
         mask: bool tensor, True = attend, broadcastable to (..., H_q, L, S).
         bias: additive float tensor, broadcastable to (..., H_q, L, S); -inf entries are not attended.
         causal: False, "top_left" (PyTorch is_causal), "bottom_right" (KV-cache decoding), or True (L == S).
-        stats: False returns only the output, from plain ``torch.nn.functional.scaled_dot_product_attention``.
-        max_logit: also return each row's largest and smallest attended logit (see the module
-            docstring for what it costs on each backend).
+        return_stats: also return each row's figures, as ``(out, stats)`` (as FlashAttention's
+            ``return_attn_probs``). Without it, backend "auto" hands the call to PyTorch's own
+            ``torch.nn.functional.scaled_dot_product_attention`` (a soft-cap excepted, which it cannot do).
+        logit_range: the figures include each row's largest and smallest attended logit (see the
+            module docstring for what it costs on each backend); needs ``return_stats=True``.
         backend: "auto", "kernel", "composed", "chunked" or "flex" (module docstring).
         check_finite: refuse NaN/Inf in q, k, v and NaN/+Inf in bias; False skips the scan.
 
     Returns:
-        :class:`AttentionStats`, or the output tensor (..., H_q, L, d_v) when ``stats=False``.
-        ``out`` carries gradients (``.backward()`` works on every backend); the figures are detached
-        diagnostics. A backend that could not record a backward for inputs that require grad raises
-        :class:`InputError` rather than return an output without one.
+        The output tensor (..., H_q, L, d_v), or ``(out, stats)`` with ``return_stats=True``, stats an
+        :class:`AttentionStats`. ``out`` carries gradients (``.backward()`` works on every backend);
+        the figures are detached diagnostics. A backend that could not record a backward for inputs
+        that require grad raises :class:`InputError` rather than return an output without one.
 
     >>> import torch
     >>> q = torch.tensor([[1.0, 0.0, 1.0, 0.0]]); k = torch.tensor([[0.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0]])
-    >>> res = attention(q, k, torch.ones(2, 3), max_logit=True)   # logits 0.5 and 0: ln(e^0.5 + 1)
-    >>> [round(float(x), 4) for x in (res.max_logit[0], res.lse[0], res.entropy[0])]
+    >>> out, stats = attention(q, k, torch.ones(2, 3), return_stats=True, logit_range=True)
+    >>> [round(float(x), 4) for x in (stats.max_logit[0], stats.lse[0], stats.entropy[0])]   # logits 0.5 and 0
     [0.5, 0.9741, 0.6628]
     """
     torch = require("torch", "torch")
     check_choice("backend", backend, BACKENDS)
-    p, chosen = _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite, backend, stats)
+    if logit_range and not return_stats:
+        raise InputError("logit_range: the logit range is a figure; pass return_stats=True to get it")
+    p, chosen = _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite, backend, return_stats)
     if chosen is None:                  # PyTorch's SDPA cannot cap: a capped call has a backend
         if check_finite:
             _check_finite(torch, {"q": q, "k": k, "v": v}, kernel=False)
@@ -290,19 +288,19 @@ def attention(q, k, v, *, scale=None, mask=None, bias=None, causal=False, stats:
     if p.v.shape[-1] == 0:
         chosen = "chunked"          # d_v = 0: nothing for a BLAS or a fused kernel to multiply
     if p.q.shape[-2] == 0:
-        out, lse, entropy, hi, lo = _run_nothing_attended(torch, p, max_logit)
+        out, lse, entropy, hi, lo = _run_nothing_attended(torch, p, logit_range)
     elif chosen == "flex" and backend == "auto":
-        (out, lse, entropy, hi, lo), chosen = _run_flex_or_fall_back(torch, p, max_logit)
+        (out, lse, entropy, hi, lo), chosen = _run_flex_or_fall_back(torch, p, logit_range)
     else:
-        out, lse, entropy, hi, lo = _BACKEND_FUNCTIONS[chosen](torch, p, max_logit)
+        out, lse, entropy, hi, lo = _BACKEND_FUNCTIONS[chosen](torch, p, logit_range)
     _check_graph(torch, (q, k, v, bias), out, chosen)
     out = p.shaped(out).to(p.out_dtype)
-    if not stats:
+    if not return_stats:
         return out
     figure = lambda x: None if x is None else p.shaped(x).detach()  # noqa: E731
-    return AttentionStats(out=out, lse=figure(lse), entropy=figure(entropy),
-                          max_logit=figure(hi) if max_logit else None, min_logit=figure(lo) if max_logit else None,
-                          backend=chosen)
+    return out, AttentionStats(lse=figure(lse), entropy=figure(entropy),
+                               max_logit=figure(hi) if logit_range else None,
+                               min_logit=figure(lo) if logit_range else None, backend=chosen)
 
 
 def _check_graph(torch, inputs, out, backend: str) -> None:

@@ -323,10 +323,10 @@ class Monitor:
         torch = require("torch", "torch")
         with torch.no_grad():
             mask, bias = split_attn_mask(call.attn_mask)
-            stats = attention(call.q, call.k, call.v, scale=_scale_rule(call.scale, call.softcap), mask=mask,
-                              bias=bias, causal="top_left" if call.is_causal else False, max_logit=True,
-                              backend=self._backend, check_finite=False)
-            if call.source == "interface" and call.dropout_p == 0 and not _agrees(torch, stats, call):
+            out, stats = attention(call.q, call.k, call.v, scale=_scale_rule(call.scale, call.softcap), mask=mask,
+                                   bias=bias, causal="top_left" if call.is_causal else False, return_stats=True,
+                                   logit_range=True, backend=self._backend, check_finite=False)
+            if call.source == "interface" and call.dropout_p == 0 and not _agrees(torch, out, stats, call):
                 self.skipped[(call.name, _DISAGREE)] += 1
                 return
         self._fold(call.name, call.q, call.k, call.v, stats, call.source, call.index)
@@ -371,15 +371,16 @@ class Monitor:
             if averaged:
                 self._fallback("fully masked row")
                 return None
-            stats = attention(q, k, v, scale=_scale_rule(a["scale"], a.get("softcap", 0.0)), mask=mask, bias=bias,
-                              causal="top_left" if a["is_causal"] else False, max_logit=True,
-                              backend=TRAINING_BACKEND if grad else self._backend, check_finite=False)
+            out, stats = attention(q, k, v, scale=_scale_rule(a["scale"], a.get("softcap", 0.0)), mask=mask,
+                                   bias=bias, causal="top_left" if a["is_causal"] else False, return_stats=True,
+                                   logit_range=True, backend=TRAINING_BACKEND if grad else self._backend,
+                                   check_finite=False)
         except InputError:
             self._fallback("unsupported")
             self._skip_observe = True
             return None
         self._fold(name, q, k, v, stats, "replaced", -1 if not self._history else len(self.calls))
-        return stats.out
+        return out
 
 
 _DISAGREE = ("its eager output differs from the rebuilt attention beyond rounding (an eager function "
@@ -393,14 +394,14 @@ def _scale_rule(scale, softcap: float):
     return SoftCap(cap_value=softcap, base=Constant(scale)) if scale is not None else SoftCap(cap_value=softcap)
 
 
-def _agrees(torch, stats, call) -> bool:
-    """Our output equals the model's own (``call.output``) within :data:`AGREEMENT` × max |v| on
-    every row that attends a key with finite logits (a row we call empty, the model averages)."""
+def _agrees(torch, out, stats, call) -> bool:
+    """Our output ``out`` equals the model's own (``call.output``) within :data:`AGREEMENT` × max |v|
+    on every row that attends a key with finite logits (a row we call empty, the model averages)."""
     dtype = str(call.q.dtype).replace("torch.", "")
     rows = torch.isfinite(stats.lse)
     if not bool(rows.any()):
         return True
-    gap = (stats.out.float() - call.output.float()).abs().amax(-1)[rows].max()
+    gap = (out.float() - call.output.float()).abs().amax(-1)[rows].max()
     reach = float(call.v.abs().max()) if call.v.numel() else 0.0
     return float(gap) <= AGREEMENT.get(dtype, max(AGREEMENT.values())) * max(reach, 1e-30)
 

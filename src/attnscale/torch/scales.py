@@ -108,23 +108,24 @@ class ScaledLogits(nn.Module):
         z = self._factor(n, q) * (self._normalize(q) @ self._normalize(k).transpose(-2, -1))
         return self.cap(z)
 
-    def attend(self, q, k, v, *, causal: bool = True, backend: str = "chunked", stats: bool = True):
-        """Attention with this rule, and each row's figures, through :func:`attnscale.torch.attention`
-        (the path each rule takes is in the module docstring). q: (B, H, L, d_k), k: (B, H, S, d_k),
-        v: (B, H, S, d_v); ``causal`` needs L == S. Returns its :class:`AttentionStats` (out, lse,
-        entropy, max_logit and min_logit per row, (B, H, L)); the figures are diagnostics, not to be
-        differentiated. NaN or inf inputs are not refused: they come out as NaN (a diverged run).
-        ``stats=False``: the output only, from plain ``scaled_dot_product_attention`` on the same
-        folded inputs (the peer a benchmark compares with)."""
+    def attend(self, q, k, v, *, causal: bool = True, backend: str = "chunked", return_stats: bool = False):
+        """Attention with this rule through :func:`attnscale.torch.attention` (the path each rule
+        takes is in the module docstring). q: (B, H, L, d_k), k: (B, H, S, d_k), v: (B, H, S, d_v);
+        ``causal`` needs L == S. Returns the output (B, H, L, d_v), from plain
+        ``scaled_dot_product_attention`` on the same folded inputs (the peer a benchmark compares
+        with); ``return_stats=True``: ``(out, stats)`` on ``backend``, stats its :class:`AttentionStats`
+        (lse, entropy, max_logit and min_logit per row, (B, H, L)); the figures are diagnostics, not
+        to be differentiated. NaN or inf inputs are not refused: they come out as NaN (a diverged run)."""
         from attnscale.torch.functional import attention
 
         n = attended_keys(q.shape[-2], k.shape[-2], causal) if self.inner.uses_n else None
         factor = self._factor(n, q)
         qn, kn = self._normalize(q), self._normalize(k)
-        common = {"causal": causal, "max_logit": stats, "check_finite": False, "stats": stats}
+        common = {"causal": causal, "logit_range": return_stats, "check_finite": False, "return_stats": return_stats}
+        backend = backend if return_stats else "auto"              # "auto" without figures: PyTorch's SDPA
         if self.caps:
             capped = self.cap(factor * (qn @ kn.transpose(-2, -1)))
-            return attention(qn, kn, v, scale=0.0, bias=capped, backend="chunked", **common)
+            return attention(qn, kn, v, scale=0.0, bias=capped, backend="chunked" if return_stats else "auto", **common)
         if isinstance(factor, float):
             return attention(qn, kn, v, scale=factor, backend=backend, **common)
         return attention(factor * qn, kn, v, scale=1.0, backend=backend, **common)
