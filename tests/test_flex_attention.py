@@ -56,12 +56,12 @@ def oracle(q, k, v, mask=None, **kw):
     return ref.out, ref.lse, np.where(empty, np.nan, health.entropy), hi, lo
 
 
-def assert_close(res, exact, out_atol, rel, ent_atol):
+def assert_close(res_out, res, exact, out_atol, rel, ent_atol):
     out, lse, ent, hi, lo = exact
     empty = np.isnan(ent)
     got = lambda x: x.double().numpy()  # noqa: E731
-    np.testing.assert_allclose(got(res.out), out, rtol=0, atol=out_atol)
-    assert (got(res.out)[empty] == 0).all()
+    np.testing.assert_allclose(got(res_out), out, rtol=0, atol=out_atol)
+    assert (got(res_out)[empty] == 0).all()
     np.testing.assert_array_equal(got(res.lse)[empty], -np.inf)
     np.testing.assert_allclose(got(res.lse)[~empty], lse[~empty], rtol=rel, atol=rel)
     assert np.isnan(got(res.entropy)[empty]).all()
@@ -77,25 +77,25 @@ def test_every_linear_rule_mask_and_alignment_equals_the_numpy_core(causal):
     q, k, v, mask = problem(seed=len(str(causal)))
     for rule in RULES:
         for m in (None, mask):
-            res = attention(q, k, v, scale=rule, mask=m, causal=causal, max_logit=True, backend="flex")
+            res_out, res = attention(q, k, v, scale=rule, mask=m, causal=causal, logit_range=True, backend="flex", return_stats=True)
             assert res.backend == "flex"
-            assert_close(res, oracle(q, k, v, mask=m, causal=causal, scale=rule), 1e-12, 1e-12, 1e-11)
+            assert_close(res_out, res, oracle(q, k, v, mask=m, causal=causal, scale=rule), 1e-12, 1e-12, 1e-11)
 
 
 def test_bottom_right_with_more_queries_than_keys_leaves_leading_rows_empty():
     q, k, v, mask = problem(seed=4, L=60, S=45, H_q=2, H_kv=2)
-    res = attention(q, k, v, causal="bottom_right", mask=mask, max_logit=True, backend="flex")
+    res_out, res = attention(q, k, v, causal="bottom_right", mask=mask, logit_range=True, backend="flex", return_stats=True)
     exact = oracle(q, k, v, causal="bottom_right", mask=mask)
     assert np.isnan(exact[2][:, :, :15]).all()                   # rows 0..14 attend no key
-    assert_close(res, exact, 1e-12, 1e-12, 1e-11)
+    assert_close(res_out, res, exact, 1e-12, 1e-12, 1e-11)
 
 
 @pytest.mark.parametrize("rule", ["softcap", "softcap_unscaled"])
 def test_soft_cap_takes_the_second_pass(rule):
     q, k, v, mask = problem(seed=6, spread=6.0)
     for causal in CAUSAL:
-        res = attention(q, k, v, scale=rule, mask=mask, causal=causal, max_logit=True, backend="flex")
-        assert_close(res, oracle(q, k, v, mask=mask, causal=causal, scale=rule), 1e-12, 1e-12, 1e-12)
+        res_out, res = attention(q, k, v, scale=rule, mask=mask, causal=causal, logit_range=True, backend="flex", return_stats=True)
+        assert_close(res_out, res, oracle(q, k, v, mask=mask, causal=causal, scale=rule), 1e-12, 1e-12, 1e-12)
 
 
 def test_an_additive_bias_takes_the_second_pass():
@@ -103,10 +103,10 @@ def test_an_additive_bias_takes_the_second_pass():
     g = torch.Generator().manual_seed(9)
     bias = torch.randn(2, 1, 37, 53, generator=g, dtype=torch.float64)     # broadcast over heads
     bias[torch.rand(bias.shape, generator=g) < 0.2] = -math.inf
-    res = attention(q, k, v, bias=bias, causal="bottom_right", max_logit=True, backend="flex")
+    res_out, res = attention(q, k, v, bias=bias, causal="bottom_right", logit_range=True, backend="flex", return_stats=True)
     exact = attnscale.attention(q.numpy(), k.numpy(), v.numpy(), bias=bias.numpy(), causal="bottom_right")
-    np.testing.assert_allclose(res.out.numpy(), exact, rtol=0, atol=1e-12)
-    chunked = attention(q, k, v, bias=bias, causal="bottom_right", max_logit=True, backend="chunked")
+    np.testing.assert_allclose(res_out.numpy(), exact, rtol=0, atol=1e-12)
+    chunked_out, chunked = attention(q, k, v, bias=bias, causal="bottom_right", logit_range=True, backend="chunked", return_stats=True)
     for name in ("lse", "entropy", "max_logit", "min_logit"):
         torch.testing.assert_close(getattr(res, name), getattr(chunked, name), rtol=0, atol=0, equal_nan=True)
 
@@ -114,9 +114,9 @@ def test_an_additive_bias_takes_the_second_pass():
 def test_float32_against_float64():
     q, k, v, mask = problem(seed=2, L=97, S=130, d_k=64, d_v=64, dtype=torch.float32, spread=1.0)
     for causal, m in ((False, None), ("top_left", None), ("bottom_right", mask)):
-        res = attention(q, k, v, mask=m, causal=causal, max_logit=True, backend="flex")
-        assert res.out.dtype == torch.float32 and res.entropy.dtype == torch.float32
-        assert_close(res, oracle(q, k, v, mask=m, causal=causal), 2e-5, 2e-5, 2e-5)
+        res_out, res = attention(q, k, v, mask=m, causal=causal, logit_range=True, backend="flex", return_stats=True)
+        assert res_out.dtype == torch.float32 and res.entropy.dtype == torch.float32
+        assert_close(res_out, res, oracle(q, k, v, mask=m, causal=causal), 2e-5, 2e-5, 2e-5)
 
 
 @pytest.mark.parametrize("dtype,out_atol", [(torch.bfloat16, 2e-2), (torch.float16, 3e-3)])
@@ -126,11 +126,11 @@ def test_half_precision_runs_in_its_own_dtype(dtype, out_atol):
     q, k, v, mask = problem(seed=8, L=64, S=80, d_k=32, d_v=32, dtype=dtype, spread=1.0)
     bound = flex.ENTROPY_ERROR_BOUND[str(dtype).removeprefix("torch.")]
     for causal, m in ((False, None), ("top_left", mask)):
-        res = attention(q, k, v, mask=m, causal=causal, backend="flex")
-        assert res.out.dtype == dtype and res.lse.dtype == torch.float32
+        res_out, res = attention(q, k, v, mask=m, causal=causal, backend="flex", return_stats=True)
+        assert res_out.dtype == dtype and res.lse.dtype == torch.float32
         out, lse, ent, *_ = oracle(q, k, v, mask=m, causal=causal)
         empty = np.isnan(ent)
-        np.testing.assert_allclose(res.out.double().numpy(), out, rtol=0, atol=out_atol)
+        np.testing.assert_allclose(res_out.double().numpy(), out, rtol=0, atol=out_atol)
         np.testing.assert_allclose(res.lse.double().numpy()[~empty], lse[~empty], rtol=1e-5, atol=0)
         err = np.abs(res.entropy.double().numpy()[~empty] - ent[~empty])
         assert (err <= bound * (1 + np.abs(lse[~empty]))).all(), err.max()
@@ -144,7 +144,7 @@ def test_entropy_error_against_float64_is_within_the_bound(dtype):
     print(f"{dtype}: worst |Δentropy|/(1+|lse|) {plain['worst']:.2e}, bound {flex.ENTROPY_ERROR_BOUND[dtype]:.0e}")
     assert plain["worst"] <= flex.ENTROPY_ERROR_BOUND[dtype]
     assert min(plain["entropy"]) < 1e-50 and max(plain["entropy"]) == pytest.approx(math.log(256), abs=1e-9)
-    bracketed = flex.entropy_errors(torch, getattr(torch, dtype), max_logit=True)
+    bracketed = flex.entropy_errors(torch, getattr(torch, dtype), logit_range=True)
     frozen = [e for h, e in zip(bracketed["entropy"], bracketed["entropy_error"]) if h < 1e-6]
     assert len(frozen) > 10 and max(frozen) <= 2e-4
     assert bracketed["worst"] <= flex.ENTROPY_ERROR_BOUND[dtype]
@@ -169,12 +169,12 @@ def test_refusals_name_the_backend_and_the_reason(monkeypatch):
     q, k, v, _ = problem(seed=1, dtype=torch.float32)
     q.requires_grad_(True)
     with pytest.raises(InputError, match=r"backend: 'flex' has no backward on CPU .*torch.no_grad\(\)"):
-        attention(q, k, v, backend="flex")
+        attention(q, k, v, backend="flex", return_stats=True)
     with torch.no_grad():
-        assert attention(q, k, v, backend="flex").backend == "flex"
+        assert attention(q, k, v, backend="flex", return_stats=True)[1].backend == "flex"
     monkeypatch.setattr(flex, "_flex_module", lambda torch: None)
     with pytest.raises(InputError, match=r"backend: 'flex' needs torch.nn.attention.flex_attention with AuxRequest"):
-        attention(q.detach(), k, v, backend="flex")
+        attention(q.detach(), k, v, backend="flex", return_stats=True)
 
 
 def test_a_device_other_than_cpu_or_cuda_is_refused():
@@ -215,7 +215,7 @@ def test_causal_block_masks_are_built_once_per_shape():
     flex._causal_block_mask.cache_clear()
     q, k, v, _ = problem(seed=3, dtype=torch.float32)
     for _ in range(3):
-        attention(q, k, v, causal="top_left", backend="flex")
+        attention(q, k, v, causal="top_left", backend="flex", return_stats=True)
     info = flex._causal_block_mask.cache_info()
     assert (info.misses, info.hits) == (1, 2)
 
@@ -253,11 +253,11 @@ def test_auto_falls_back_to_composed_where_flexattention_fails(monkeypatch):
     monkeypatch.setattr(flex, "_call", broken)
     q, k, v, mask = problem(seed=7, dtype=torch.bfloat16)
     with pytest.raises(flex.FlexFailure, match="backend: 'flex': FlexAttention failed"):
-        attention(q, k, v, backend="flex")
+        attention(q, k, v, backend="flex", return_stats=True)
     monkeypatch.setattr(functional, "_choose_backend", lambda *a: "flex")
-    res = attention(q, k, v, mask=mask, max_logit=True)
-    assert res.backend == "composed" and res.out.dtype == torch.bfloat16
-    assert_close(res, oracle(q, k, v, mask=mask), 2e-2, 1e-5, 1e-4)
+    res_out, res = attention(q, k, v, mask=mask, logit_range=True, return_stats=True)
+    assert res.backend == "composed" and res_out.dtype == torch.bfloat16
+    assert_close(res_out, res, oracle(q, k, v, mask=mask), 2e-2, 1e-5, 1e-4)
 
 
 def test_flexattention_errors_become_flex_failures(monkeypatch):
@@ -268,7 +268,7 @@ def test_flexattention_errors_become_flex_failures(monkeypatch):
     monkeypatch.setattr(module, "flex_attention", fails)
     q, k, v, _ = problem(seed=7, dtype=torch.float32)
     with pytest.raises(flex.FlexFailure, match=r"FlexAttention failed on this problem \(RuntimeError: no kernel\)"):
-        attention(q, k, v, backend="flex")
+        attention(q, k, v, backend="flex", return_stats=True)
 
 
 def test_the_monitor_takes_its_figures_from_the_flex_backend():

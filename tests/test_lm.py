@@ -56,11 +56,11 @@ def test_every_rule_logits_and_attention_equal_the_core(name, causal):
     logits = module(tq, tk, attended_keys(L, L, causal)).detach().numpy()
     keep = ref.logits > -np.inf
     assert np.max(np.abs(logits[keep] - ref.logits[keep])) <= 1e-12 * max(1.0, np.abs(ref.logits[keep]).max())
-    res = module.attend(tq, tk, tv, causal=causal)
+    out, res = module.attend(tq, tk, tv, causal=causal, return_stats=True)
     p = ref.weights
     entropy = -(np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0)).sum(-1)
     masked = np.where(keep, ref.logits, np.nan)
-    for got, want in ((res.out, ref.out), (res.lse, ref.lse), (res.entropy, entropy),
+    for got, want in ((out, ref.out), (res.lse, ref.lse), (res.entropy, entropy),
                       (res.max_logit, np.nanmax(masked, -1)), (res.min_logit, np.nanmin(masked, -1))):
         err = np.max(np.abs(got.detach().numpy() - want))
         assert err <= 1e-10, f"{name}: {err:.2e}"
@@ -69,7 +69,7 @@ def test_every_rule_logits_and_attention_equal_the_core(name, causal):
 def test_qknorm_gain_is_learned_and_logn_needs_n():
     module = ScaledLogits(lm.RULE_CHOICES["qknorm"], 8)
     q, k, v = torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8)
-    module.attend(q, k, v).out.sum().backward()
+    module.attend(q, k, v, return_stats=True)[0].sum().backward()
     assert module.gain.grad is not None and float(module.gain.grad) != 0.0
     with pytest.raises(InputError, match="^n:"):
         ScaledLogits(LogN(), 8)(q, k)
@@ -92,7 +92,7 @@ def test_every_rule_gives_gradients_to_q_and_k(name, backend):
     """gradcheck (float64) through attend(); soft-cap takes the chunked path whatever the backend."""
     module = ScaledLogits(lm.RULE_CHOICES[name], 4).double()
     q, k, v = (torch.randn(1, 1, 5, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
-    torch.autograd.gradcheck(lambda a, b, c: module.attend(a, b, c, backend=backend).out, (q, k, v))
+    torch.autograd.gradcheck(lambda a, b, c: module.attend(a, b, c, backend=backend, return_stats=True)[0], (q, k, v))
 
 
 # --- the text ----------------------------------------------------------------------------------------

@@ -47,10 +47,10 @@ def oracle(q, k, v, **kw):
     return ref, health, hi, lo
 
 
-def assert_figures(res: AttentionStats, ref, health, hi, lo, rel=1e-9, out_atol=1e-12):
+def assert_figures(res_out, res: AttentionStats, ref, health, hi, lo, rel=1e-9, out_atol=1e-12):
     empty = health.n == 0
-    np.testing.assert_allclose(res.out.numpy(), ref.out, rtol=0, atol=out_atol)
-    assert (res.out.numpy()[empty] == 0).all()
+    np.testing.assert_allclose(res_out.numpy(), ref.out, rtol=0, atol=out_atol)
+    assert (res_out.numpy()[empty] == 0).all()
     np.testing.assert_array_equal(res.lse.numpy()[empty], -np.inf)
     np.testing.assert_allclose(res.lse.numpy()[~empty], ref.lse[~empty], rtol=rel, atol=0)
     assert np.isnan(res.entropy.numpy()[empty]).all()
@@ -67,9 +67,9 @@ def test_float64_figures_equal_the_numpy_core(backend, causal, masked):
     kernel_or_skip(backend)
     q, k, v, mask = problem(seed=hash((causal, masked)) % 1000)
     kw = dict(causal=causal, mask=mask if masked else None)
-    res = attention(q, k, v, max_logit=True, backend=backend, **kw)
+    res_out, res = attention(q, k, v, logit_range=True, backend=backend, **kw, return_stats=True)
     assert res.backend == backend
-    assert_figures(res, *oracle(q, k, v, **{**kw, "mask": None if not masked else mask.numpy()}))
+    assert_figures(res_out, res, *oracle(q, k, v, **{**kw, "mask": None if not masked else mask.numpy()}))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -82,8 +82,8 @@ def test_tiles_smaller_than_the_problem_cross_every_block_edge(backend, monkeypa
     monkeypatch.setattr(functional, "_CHUNK_ELEMENTS", 500)
     q, k, v, mask = problem(seed=3, L=60, S=45, spread=3.0)
     for causal in (False, "top_left", "bottom_right"):
-        res = attention(q, k, v, mask=mask, causal=causal, max_logit=True, backend=backend)
-        assert_figures(res, *oracle(q, k, v, mask=mask.numpy(), causal=causal))
+        res_out, res = attention(q, k, v, mask=mask, causal=causal, logit_range=True, backend=backend, return_stats=True)
+        assert_figures(res_out, res, *oracle(q, k, v, mask=mask.numpy(), causal=causal))
 
 
 @pytest.mark.parametrize("backend", ["kernel", "chunked"])
@@ -93,14 +93,14 @@ def test_additive_bias_with_masked_entries(backend):
     g = torch.Generator().manual_seed(9)
     bias = torch.randn(2, 2, 37, 53, generator=g, dtype=torch.float64)
     bias[torch.rand(bias.shape, generator=g) < 0.2] = -math.inf
-    res = attention(q, k, v, bias=bias, causal="bottom_right", max_logit=True, backend=backend)
-    assert_figures(res, *oracle(q, k, v, bias=bias.numpy(), causal="bottom_right"))
+    res_out, res = attention(q, k, v, bias=bias, causal="bottom_right", logit_range=True, backend=backend, return_stats=True)
+    assert_figures(res_out, res, *oracle(q, k, v, bias=bias.numpy(), causal="bottom_right"))
 
 
 def test_composed_refuses_a_bias():
     q, k, v, _ = problem(seed=1)
     with pytest.raises(InputError, match="bias: the 'composed' backend"):
-        attention(q, k, v, bias=torch.zeros(37, 53, dtype=torch.float64), backend="composed")
+        attention(q, k, v, bias=torch.zeros(37, 53, dtype=torch.float64), backend="composed", return_stats=True)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -110,7 +110,7 @@ def test_huge_logits_keep_entropy_accurate(backend):
     the NumPy core rounds too); the composed path subtracts lse − Σ p·s, so it gets an absolute bound."""
     kernel_or_skip(backend)
     q, k, v, _ = problem(seed=11, L=20, S=30)
-    res = attention(q, k, v, scale=40.0, backend=backend)
+    res_out, res = attention(q, k, v, scale=40.0, backend=backend, return_stats=True)
     ref, health, *_ = oracle(q, k, v, scale=40.0)
     assert float(np.abs(ref.logits).max()) > 500
     if backend == "composed":
@@ -124,8 +124,8 @@ def test_float32_output_matches_pytorch_sdpa(backend):
     kernel_or_skip(backend)
     q, k, v, mask = problem(seed=2, L=97, S=130, d_k=64, d_v=64, dtype=torch.float32, spread=1.0)
     for causal, m in ((False, None), ("top_left", None), (False, mask)):
-        res = attention(q, k, v, mask=m, causal=causal, backend=backend)
-        ours = res.out
+        res_out, res = attention(q, k, v, mask=m, causal=causal, backend=backend, return_stats=True)
+        ours = res_out
         sdpa = torch.nn.functional.scaled_dot_product_attention(
             q, k, v, attn_mask=m, is_causal=bool(causal), enable_gqa=True)
         exact = torch.nn.functional.scaled_dot_product_attention(
@@ -134,7 +134,7 @@ def test_float32_output_matches_pytorch_sdpa(backend):
         print(f"{backend} {causal} mask={m is not None}: |ours−f64| {err_ours:.2e}  |sdpa−f64| {err_sdpa:.2e}")
         assert (ours - sdpa).abs().max().item() <= 2e-6
         assert err_ours <= max(4 * err_sdpa, 1e-6)
-        ref = attention(q.double(), k.double(), v.double(), mask=m, causal=causal, backend="chunked")
+        ref_out, ref = attention(q.double(), k.double(), v.double(), mask=m, causal=causal, backend="chunked", return_stats=True)
         assert res.entropy.dtype == torch.float32
         np.testing.assert_allclose(res.entropy.numpy(), ref.entropy.numpy(), rtol=0, atol=2e-5)
         np.testing.assert_allclose(res.lse.numpy(), ref.lse.numpy(), rtol=0, atol=2e-5)
@@ -147,35 +147,41 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])   # CUDA add
 def test_auto_backend_on_each_device(device):
     q, k, v, mask = problem(seed=12, L=70, S=90, d_k=64, d_v=64, dtype=torch.float32, spread=1.0)
     for causal, m in ((False, None), ("top_left", None), ("bottom_right", mask)):
-        res = attention(q.to(device), k.to(device), v.to(device), mask=None if m is None else m.to(device),
-                        causal=causal, max_logit=True)
+        res_out, res = attention(q.to(device), k.to(device), v.to(device), mask=None if m is None else m.to(device),
+                        causal=causal, logit_range=True, return_stats=True)
         assert res.backend == ("kernel" if device == "cpu" and kernel_status()["available"]
                                else "flex" if device == "cuda" and kernel_status()["cuda"]["backend"] == "flex" else "composed")
-        ref = attention(q.double(), k.double(), v.double(), mask=m, causal=causal, max_logit=True, backend="chunked")
+        ref_out, ref = attention(q.double(), k.double(), v.double(), mask=m, causal=causal, logit_range=True, backend="chunked", return_stats=True)
         empty = torch.isnan(ref.entropy)
-        np.testing.assert_allclose(res.out.cpu().double().numpy(), ref.out.numpy(), rtol=0, atol=2e-5)
+        np.testing.assert_allclose(res_out.cpu().double().numpy(), ref_out.numpy(), rtol=0, atol=2e-5)
         for name in ("entropy", "max_logit", "min_logit"):
             ours, exact = getattr(res, name).cpu(), getattr(ref, name)
             assert torch.equal(torch.isnan(ours), empty)
             np.testing.assert_allclose(ours[~empty].double().numpy(), exact[~empty].numpy(), rtol=0, atol=2e-5)
 
 
-def test_stats_false_is_plain_sdpa_exactly():
+def test_without_stats_auto_is_plain_sdpa_exactly():
+    """The default call returns the output tensor, PyTorch's own SDPA's bit for bit; an explicit
+    backend without return_stats runs that backend and returns its output only."""
     q, k, v, mask = problem(seed=4, dtype=torch.float32)
-    out = attention(q, k, v, mask=mask, stats=False)
+    out = attention(q, k, v, mask=mask)
     sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
-    assert torch.equal(out, sdpa)
+    assert isinstance(out, torch.Tensor) and torch.equal(out, sdpa)
+    chunked = attention(q, k, v, mask=mask, backend="chunked")
+    assert isinstance(chunked, torch.Tensor)
+    assert torch.equal(chunked, attention(q, k, v, mask=mask, backend="chunked", return_stats=True)[0])
+    with pytest.raises(InputError, match="logit_range: .*return_stats=True"):
+        attention(q, k, v, logit_range=True)
 
 
 def test_scale_conventions():
     q, k, v, _ = problem(seed=6, L=5, S=9)
-    uniform = attention(q, k, v, scale=0.0, max_logit=True)              # 0.0 is legal: uniform weights
+    _, uniform = attention(q, k, v, scale=0.0, logit_range=True, return_stats=True)     # 0.0 is legal: uniform weights
     torch.testing.assert_close(uniform.entropy, torch.full_like(uniform.entropy, math.log(9)), rtol=1e-12, atol=0)
     assert (uniform.max_logit == 0).all()
-    default = attention(q, k, v)
-    torch.testing.assert_close(default.lse, attention(q, k, v, scale=1 / 4).lse, rtol=0, atol=0)  # 1/√16
-    torch.testing.assert_close(attention(q, k, v, scale="inverse_dk").lse, attention(q, k, v, scale=1 / 16).lse,
-                               rtol=0, atol=0)
+    lse = lambda **kw: attention(q, k, v, return_stats=True, **kw)[1].lse  # noqa: E731
+    torch.testing.assert_close(lse(), lse(scale=1 / 4), rtol=0, atol=0)  # 1/√16
+    torch.testing.assert_close(lse(scale="inverse_dk"), lse(scale=1 / 16), rtol=0, atol=0)
 
 
 RULES = ["logn", "qknorm", "softcap", attnscale.scales.QKNorm(gain=3.0, norm="l2"),
@@ -195,13 +201,13 @@ def test_every_scale_rule_equals_the_numpy_core(backend, rule):
         capped = attnscale.scales.resolve_scale(rule).caps
         if backend == "composed" and ("bias" in kw or capped):
             with pytest.raises(InputError, match="bias: the 'composed'|scale: the 'composed' backend cannot soft-cap"):
-                attention(q, k, v, scale=rule, backend=backend, **kw)
+                attention(q, k, v, scale=rule, backend=backend, **kw, return_stats=True)
             continue
-        res = attention(q, k, v, scale=rule, max_logit=True, backend=backend, **kw)
+        res_out, res = attention(q, k, v, scale=rule, logit_range=True, backend=backend, **kw, return_stats=True)
         numpy_kw = {name: (x.numpy() if isinstance(x, torch.Tensor) else x) for name, x in kw.items()}
         ref, health, hi, lo = oracle(q, k, v, scale=rule, **numpy_kw)
         entropy_atol = 1e-11 if backend == "composed" else 1e-12
-        np.testing.assert_allclose(res.out.numpy(), ref.out, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(res_out.numpy(), ref.out, rtol=0, atol=1e-12)
         empty = health.n == 0
         np.testing.assert_allclose(res.lse.numpy()[~empty], ref.lse[~empty], rtol=1e-9, atol=0)
         np.testing.assert_allclose(res.entropy.numpy()[~empty], health.entropy[~empty], rtol=1e-9, atol=entropy_atol)
@@ -213,19 +219,19 @@ def test_a_rule_no_backend_can_honour_is_named():
     q, k, v, _ = problem(seed=6, L=5, S=9)
     twice = attnscale.scales.SoftCap(cap_value=3.0, base=attnscale.scales.SoftCap(cap_value=5.0))
     with pytest.raises(InputError, match="scale: rule .* caps more than once"):
-        attention(q, k, v, scale=twice)
+        attention(q, k, v, scale=twice, return_stats=True)
 
 
 def test_shapes_rank2_broadcast_and_half_precision():
     q, k, v, _ = problem(seed=7, B=1, H_q=1, H_kv=1)
-    one = attention(q[0, 0], k[0, 0], v[0, 0])                           # (L, d): one head
-    assert one.out.shape == (37, 8) and one.entropy.shape == (37,)
-    full = attention(q, k, v)
+    one_out, one = attention(q[0, 0], k[0, 0], v[0, 0], return_stats=True)                           # (L, d): one head
+    assert one_out.shape == (37, 8) and one.entropy.shape == (37,)
+    full_out, full = attention(q, k, v, return_stats=True)
     torch.testing.assert_close(one.entropy, full.entropy[0, 0], rtol=0, atol=0)
-    shared_kv = attention(q.expand(3, 1, 37, 16), k[0], v[0])            # leading dims broadcast
-    assert shared_kv.out.shape == (3, 1, 37, 8)
-    half = attention(q.half(), k.half(), v.half(), max_logit=True)
-    assert half.out.dtype == torch.float16 and half.entropy.dtype == torch.float32
+    shared_kv_out, shared_kv = attention(q.expand(3, 1, 37, 16), k[0], v[0], return_stats=True)            # leading dims broadcast
+    assert shared_kv_out.shape == (3, 1, 37, 8)
+    half_out, half = attention(q.half(), k.half(), v.half(), logit_range=True, return_stats=True)
+    assert half_out.dtype == torch.float16 and half.entropy.dtype == torch.float32
     torch.testing.assert_close(half.entropy, full.entropy.float(), rtol=0, atol=5e-3)
 
 
@@ -237,12 +243,12 @@ def test_strided_views_as_models_pass_them(backend):
     qkv = torch.randn(2, 19, 3, 4, 16, generator=g, dtype=torch.float64)       # (B, L, 3, H, d)
     q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
     assert not q.is_contiguous()
-    res = attention(q, k, v, causal=True, backend=backend)
-    ref = attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=True, backend="chunked")
+    res_out, res = attention(q, k, v, causal=True, backend=backend, return_stats=True)
+    ref_out, ref = attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=True, backend="chunked", return_stats=True)
     torch.testing.assert_close(res.entropy, ref.entropy, rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(res.out, ref.out, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(res_out, ref_out, rtol=1e-12, atol=1e-12)
     row = q[:, :, :1].expand(-1, -1, 19, -1)                                   # stride 0 along L
-    same = attention(row, k, v, backend=backend)
+    same_out, same = attention(row, k, v, backend=backend, return_stats=True)
     torch.testing.assert_close(same.entropy, same.entropy[:, :, :1].expand_as(same.entropy), rtol=1e-12, atol=0)
 
 
@@ -255,31 +261,39 @@ def test_kernel_is_deterministic_across_thread_counts():
         runs = []
         for threads in (1, 2):
             torch.set_num_threads(threads)
-            runs.append(attention(q, k, v, mask=mask, max_logit=True, backend="kernel"))
+            out, stats = attention(q, k, v, mask=mask, logit_range=True, backend="kernel", return_stats=True)
+            runs.append({"out": out, **{n: getattr(stats, n) for n in ("lse", "entropy", "max_logit", "min_logit")}})
     finally:
         torch.set_num_threads(before)
     for name in ("out", "lse", "entropy", "max_logit", "min_logit"):             # NaN rows: fully masked
-        torch.testing.assert_close(getattr(runs[0], name), getattr(runs[1], name), rtol=0, atol=0, equal_nan=True)
+        torch.testing.assert_close(runs[0][name], runs[1][name], rtol=0, atol=0, equal_nan=True)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_no_queries_and_no_values(backend):
     kernel_or_skip(backend)
-    res = attention(torch.randn(2, 0, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 3), max_logit=True, backend=backend)
-    assert res.out.shape == (2, 0, 3) and res.entropy.shape == res.max_logit.shape == (2, 0)
+    res_out, res = attention(torch.randn(2, 0, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 3), logit_range=True,
+                             backend=backend, return_stats=True)
+    assert res_out.shape == (2, 0, 3) and res.entropy.shape == res.max_logit.shape == (2, 0)
     q, k, v, _ = problem(seed=15, L=6, S=9)
-    empty_v = attention(q, k, v[..., :0], backend=backend)                   # d_v = 0: figures still exact
-    assert empty_v.out.shape == (2, 4, 6, 0)
-    torch.testing.assert_close(empty_v.entropy, attention(q, k, v, backend=backend).entropy, rtol=1e-12, atol=1e-14)
+    empty_v_out, empty_v = attention(q, k, v[..., :0], backend=backend, return_stats=True)   # d_v = 0: figures still exact
+    assert empty_v_out.shape == (2, 4, 6, 0)
+    torch.testing.assert_close(empty_v.entropy, attention(q, k, v, backend=backend, return_stats=True)[1].entropy,
+                               rtol=1e-12, atol=1e-14)
 
 
-def test_float16_overflow_flag():
+def test_the_logit_range_shows_a_float16_overflow():
+    """The range leaves ±FLOAT16_MAX exactly when a logit does (what the monitor counts per head)."""
+    from attnscale.torch import FLOAT16_MAX
+
     q, k, v, _ = problem(seed=8, L=6, S=7)
-    assert not attention(q, k, v, max_logit=True).float16_overflow().any()
-    big = attention(q, k, v, scale=1e5, max_logit=True)
-    assert big.float16_overflow().any()
-    with pytest.raises(InputError, match="max_logit=True"):
-        attention(q, k, v).float16_overflow()
+    for scale, overflows in ((None, False), (1e5, True)):
+        _, stats = attention(q, k, v, scale=scale, logit_range=True, return_stats=True)
+        logits = (1 / 4 if scale is None else scale) * (q @ k.repeat_interleave(2, dim=1).transpose(-2, -1))
+        per_row = logits.abs().amax(-1) > FLOAT16_MAX
+        assert bool(per_row.any()) == overflows
+        assert torch.equal((stats.max_logit > FLOAT16_MAX) | (stats.min_logit < -FLOAT16_MAX), per_row)
+    assert attention(q, k, v, return_stats=True)[1].max_logit is None          # asked for: logit_range=True
 
 
 BAD = [
@@ -309,7 +323,7 @@ def test_bad_inputs_name_the_argument(change, error, message):
     args.update(change)
     q, k, v = args.pop("q"), args.pop("k"), args.pop("v")
     with pytest.raises(error, match=message):
-        attention(q, k, v, **args)
+        attention(q, k, v, **args, return_stats=True)
 
 
 def test_without_torch_the_error_names_the_install_command(monkeypatch):
@@ -326,7 +340,8 @@ def test_without_torch_the_error_names_the_install_command(monkeypatch):
 def test_without_the_kernel_auto_falls_back_to_composed_calls(env, tmp_path):
     """Switched off, or unbuildable (no compiler; a fresh, empty build cache)."""
     code = ("import torch; from attnscale.torch import attention, kernel_status; s = kernel_status(); "
-            "print(s['available'], attention(torch.ones(1, 3, 4), torch.ones(1, 3, 4), torch.ones(1, 3, 4)).backend); "
+            "print(s['available'], attention(torch.ones(1, 3, 4), torch.ones(1, 3, 4), torch.ones(1, 3, 4), "
+            "return_stats=True)[1].backend); "
             "print(s['reason'])")
     env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path), **env}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
@@ -354,11 +369,11 @@ def test_a_later_key_block_far_above_the_running_max(dtype, jump):
     k[..., 0] = 0.0
     k[0, 0, functional._KV_BLOCK + 3, 0] = jump          # one key in the second block
     v = torch.randn(1, 1, S, 5, generator=g).to(dtype)
-    res = attention(q, k, v, scale=1.0, backend="kernel", max_logit=True)
-    ref = attention(q.double(), k.double(), v.double(), scale=1.0, backend="chunked", max_logit=True)
+    res_out, res = attention(q, k, v, scale=1.0, backend="kernel", logit_range=True, return_stats=True)
+    ref_out, ref = attention(q.double(), k.double(), v.double(), scale=1.0, backend="chunked", logit_range=True, return_stats=True)
     tol = 2e-6 if dtype == torch.float32 else 1e-12
     assert (res.entropy >= 0).all(), res.entropy
-    np.testing.assert_allclose(res.out.double().numpy(), ref.out.numpy(), rtol=tol, atol=tol)
+    np.testing.assert_allclose(res_out.double().numpy(), ref_out.numpy(), rtol=tol, atol=tol)
     np.testing.assert_allclose(res.lse.double().numpy(), ref.lse.numpy(), rtol=tol, atol=0)
     np.testing.assert_allclose(res.entropy.double().numpy(), ref.entropy.numpy(), rtol=0, atol=tol)
     np.testing.assert_allclose(res.max_logit.double().numpy(), ref.max_logit.numpy(), rtol=tol, atol=0)
@@ -371,8 +386,8 @@ def test_composed_float32_entropy_is_never_negative(scale):
     within 8·eps32·|lse| + 1e-6 nats of float64 chunked on the same inputs."""
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 4, 64, d, generator=g) for d in (64, 64, 16))
-    res = attention(q, k, v, scale=scale, backend="composed")
-    ref = attention(q.double(), k.double(), v.double(), scale=scale, backend="chunked")
+    res_out, res = attention(q, k, v, scale=scale, backend="composed", return_stats=True)
+    ref_out, ref = attention(q.double(), k.double(), v.double(), scale=scale, backend="chunked", return_stats=True)
     assert (res.entropy >= 0).all()
     error = (res.entropy.double() - ref.entropy).abs()
     bound = 8 * torch.finfo(torch.float32).eps * ref.lse.abs() + 1e-6
@@ -386,9 +401,9 @@ def test_an_overflowed_logit_is_not_reported_as_nothing_attended(backend):
     has no distribution, and must not look like a fully masked one (out 0, lse −inf)."""
     kernel_or_skip(backend)
     q, k, v = torch.full((1, 1, 2, 4), 1e19), torch.full((1, 1, 3, 4), 1e19), torch.ones(1, 1, 3, 2)
-    res = attention(q, k, v, scale=1.0, backend=backend, max_logit=True)
-    assert (res.lse == math.inf).all() and res.entropy.isnan().all() and res.out.isnan().all()
-    assert (res.max_logit == math.inf).all() and res.float16_overflow().all()
+    res_out, res = attention(q, k, v, scale=1.0, backend=backend, logit_range=True, return_stats=True)
+    assert (res.lse == math.inf).all() and res.entropy.isnan().all() and res_out.isnan().all()
+    assert (res.max_logit == math.inf).all()
 
 
 @pytest.mark.parametrize("backend", ["kernel", "chunked"])
@@ -407,10 +422,10 @@ def test_a_nan_logit_makes_its_row_nan_in_any_key_block(backend, block, only_tha
     if only_that_key:
         mask = torch.zeros(S, dtype=torch.bool)
         mask[j] = True
-    res = attention(q, k, v, mask=mask, scale=1.0, backend=backend, check_finite=False, max_logit=True)
+    res_out, res = attention(q, k, v, mask=mask, scale=1.0, backend=backend, check_finite=False, logit_range=True, return_stats=True)
     broken = res.lse[0, 0]
-    assert broken.isnan().all() and res.entropy[0, 0].isnan().all() and res.out[0, 0].isnan().all()
-    assert torch.isfinite(res.lse[0, 1]).all() and torch.isfinite(res.out[0, 1]).all()
+    assert broken.isnan().all() and res.entropy[0, 0].isnan().all() and res_out[0, 0].isnan().all()
+    assert torch.isfinite(res.lse[0, 1]).all() and torch.isfinite(res_out[0, 1]).all()
 
 
 def test_a_stale_build_lock_is_removed_and_the_kernel_loads(tmp_path):

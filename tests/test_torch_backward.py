@@ -115,9 +115,9 @@ def test_kernel_gradients_equal_autograd_through_the_math_path(shape, setting, s
     inputs = (q, k, v) if bias is None else (q, k, v, bias)
 
     def ours(q, k, v, bias=None):
-        res = attention(q, k, v, mask=mask, bias=bias, causal=causal, backend="kernel")
+        res_out, res = attention(q, k, v, mask=mask, bias=bias, causal=causal, backend="kernel", return_stats=True)
         assert res.backend == "kernel"
-        return res.out
+        return res_out
 
     def reference(q, k, v, bias=None):
         return math_path(q, k, v, mask=mask, bias=bias, causal=causal)
@@ -135,14 +135,14 @@ def test_gradcheck_float64(shape, setting, small_blocks):
     causal = setting.get("causal", False)
     inputs = (q, k, v) if bias is None else (q, k, v, bias)
     fn = lambda q, k, v, bias=None: attention(q, k, v, mask=mask, bias=bias, causal=causal,  # noqa: E731
-                                              backend="kernel").out
+                                              backend="kernel")
     assert torch.autograd.gradcheck(fn, inputs, fast_mode=L * S > 100)
 
 
 def test_gradcheck_the_largest_odd_size_fast_mode(small_blocks):
     """d_k 59, L 97, S 7, grouped-query, causal bottom-right (L > S: leading rows see nothing)."""
     q, k, v, _ = tensors(3, 1, 2, 1, 97, 7, 59, 3)
-    fn = lambda q, k, v: attention(q, k, v, causal="bottom_right", backend="kernel").out  # noqa: E731
+    fn = lambda q, k, v: attention(q, k, v, causal="bottom_right", backend="kernel")  # noqa: E731
     assert torch.autograd.gradcheck(fn, (q, k, v), fast_mode=True)
 
 
@@ -152,7 +152,7 @@ def test_every_scale_rule_has_the_gradient_of_the_chunked_torch_path(rule, small
     q, k, v, g = tensors(21, 1, 4, 2, 13, 17, 6, 5, spread=3.0)
     mask = torch.rand(13, 17, generator=g) > 0.3
     run = lambda backend: lambda q, k, v: attention(q, k, v, scale=rule, mask=mask,  # noqa: E731
-                                                    causal="top_left", backend=backend).out
+                                                    causal="top_left", backend=backend)
     assert_close_rel(grads(run("kernel"), (q, k, v)), grads(run("chunked"), (q, k, v)), what="dq dk dv")
     if rule == "softcap":
         assert torch.autograd.gradcheck(run("kernel"), (q, k, v), fast_mode=True)
@@ -165,10 +165,10 @@ def test_soft_cap_with_a_bias_that_requires_grad(small_blocks):
     bias[3, :5] = -math.inf
     bias.requires_grad_()
     fn = lambda q, k, v, b: attention(q, k, v, scale="softcap", bias=b, causal="bottom_right",  # noqa: E731
-                                      backend="kernel").out
+                                      backend="kernel")
     assert torch.autograd.gradcheck(fn, (q, k, v, bias), fast_mode=True)
     chunked = lambda q, k, v, b: attention(q, k, v, scale="softcap", bias=b, causal="bottom_right",  # noqa: E731
-                                           backend="chunked").out
+                                           backend="chunked")
     assert_close_rel(grads(fn, (q, k, v, bias)), grads(chunked, (q, k, v, bias)), what="dq dk dv dbias")
 
 
@@ -177,8 +177,8 @@ def test_fully_masked_rows_get_exactly_zero_gradient(small_blocks):
     mask = torch.rand(1, 2, 9, 11, generator=g) > 0.5
     mask[0, 0, [1, 6]] = False
     mask[0, 1, :, 3] = False                                        # a key nobody in head 1 attends
-    res = attention(q, k, v, mask=mask, backend="kernel")
-    res.out.backward(torch.randn(res.out.shape, dtype=torch.float64, generator=g))
+    res_out, res = attention(q, k, v, mask=mask, backend="kernel", return_stats=True)
+    res_out.backward(torch.randn(res_out.shape, dtype=torch.float64, generator=g))
     assert (q.grad[0, 0, [1, 6]] == 0).all()
     assert (q.grad[0, 0, [0, 2, 3]] != 0).any()
     assert (k.grad[0, 1, 3] == 0).all() and (v.grad[0, 1, 3] == 0).all()
@@ -190,7 +190,7 @@ def test_a_broadcast_bias_gets_its_gradient_summed(shape):
     """A bias broadcast over batch and heads: dbias of every (b, h) summed back to its shape."""
     q, k, v, g = tensors(8, 2, 4, 2, 2, 3, 5, 4)
     bias = torch.randn(shape, dtype=torch.float64, generator=g).requires_grad_()
-    ours = grads(lambda q, k, v, b: attention(q, k, v, bias=b, backend="kernel").out, (q, k, v, bias))
+    ours = grads(lambda q, k, v, b: attention(q, k, v, bias=b, backend="kernel"), (q, k, v, bias))
     ref = grads(lambda q, k, v, b: math_path(q, k, v, bias=b), (q, k, v, bias))
     assert ours[3].shape == bias.shape
     assert_close_rel(ours, ref, what="dq dk dv dbias")
@@ -203,7 +203,7 @@ def test_float32_gradients_on_every_backend(backend):
     q, k, v, g = tensors(9, 2, 4, 2, 70, 90, 64, 64, dtype=torch.float32, spread=1.0)
     mask = torch.rand(70, 90, generator=g) > 0.2
     for kw in (dict(causal="top_left"), dict(mask=mask)):
-        ours = grads(lambda q, k, v: attention(q, k, v, backend=backend, **kw).out, (q, k, v))
+        ours = grads(lambda q, k, v: attention(q, k, v, backend=backend, **kw, return_stats=True)[0], (q, k, v))
         doubled = tuple(x.detach().double().requires_grad_() for x in (q, k, v))
         exact = grads(lambda q, k, v: math_path(q, k, v, **kw), doubled)
         sdpa = grads(lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(
@@ -220,8 +220,8 @@ def test_the_issue_reproduction_now_gives_gradients_without_warnings():
     q, k, v, _ = tensors(1, 1, 2, 2, 8, 8, 4, 4, dtype=torch.float32)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        res = attention(q, k, v)
-        res.out.sum().backward()
+        res_out, res = attention(q, k, v, return_stats=True)
+        res_out.sum().backward()
     assert res.backend == "kernel"
     for x in (q, k, v):
         assert x.grad is not None and torch.isfinite(x.grad).all() and (x.grad != 0).any()
@@ -230,8 +230,8 @@ def test_the_issue_reproduction_now_gives_gradients_without_warnings():
 def test_figures_come_back_detached():
     q, k, v, _ = tensors(2, 1, 1, 1, 5, 6, 3, 2)
     for backend in ("kernel", "composed", "chunked"):
-        res = attention(q, k, v, max_logit=True, backend=backend)
-        assert res.out.requires_grad
+        res_out, res = attention(q, k, v, logit_range=True, backend=backend, return_stats=True)
+        assert res_out.requires_grad
         for name in ("lse", "entropy", "max_logit", "min_logit"):
             assert not getattr(res, name).requires_grad, (backend, name)
 
@@ -241,11 +241,11 @@ def test_strided_inputs_and_half_precision():
     g = torch.Generator().manual_seed(4)
     qkv = torch.randn(2, 19, 3, 4, 16, generator=g, dtype=torch.float64).requires_grad_()
     split = lambda t: tuple(t[:, :, i].transpose(1, 2) for i in range(3))  # noqa: E731
-    ours = grads(lambda t: attention(*split(t), causal=True, backend="kernel").out, (qkv,))
+    ours = grads(lambda t: attention(*split(t), causal=True, backend="kernel"), (qkv,))
     ref = grads(lambda t: math_path(*split(t), causal="top_left"), (qkv,))
     assert_close_rel(ours, ref, what="dqkv")
     half = qkv.detach().half().requires_grad_()
-    attention(*split(half), causal=True).out.float().sum().backward()
+    attention(*split(half), causal=True, return_stats=True)[0].float().sum().backward()
     assert half.grad.dtype == torch.float16 and torch.isfinite(half.grad).all()
 
 
@@ -257,7 +257,7 @@ def test_backward_is_deterministic_across_thread_counts():
         runs = []
         for threads in (1, 2):
             torch.set_num_threads(threads)
-            runs.append(grads(lambda q, k, v: attention(q, k, v, causal="top_left").out, (q, k, v)))
+            runs.append(grads(lambda q, k, v: attention(q, k, v, causal="top_left", return_stats=True)[0], (q, k, v)))
     finally:
         torch.set_num_threads(before)
     for a, b in zip(*runs):
@@ -266,7 +266,7 @@ def test_backward_is_deterministic_across_thread_counts():
 
 def test_no_queries_gives_zero_gradients():
     q, k, v, _ = tensors(3, 1, 2, 1, 0, 5, 4, 3)
-    attention(q, k, v).out.sum().backward()
+    attention(q, k, v, return_stats=True)[0].sum().backward()
     assert q.grad.shape == q.shape and (k.grad == 0).all() and (v.grad == 0).all()
 
 
@@ -282,9 +282,9 @@ def test_a_backend_without_a_backward_refuses_inputs_that_require_grad(monkeypat
     monkeypatch.setitem(functional._BACKEND_FUNCTIONS, "chunked", cut)
     q, k, v, _ = tensors(3, 1, 1, 1, 4, 5, 3, 2)
     with pytest.raises(InputError, match="backend: 'chunked' gave no gradient"):
-        attention(q, k, v, backend="chunked")
+        attention(q, k, v, backend="chunked", return_stats=True)
     with torch.no_grad():
-        assert attention(q, k, v, backend="chunked").out.shape == (1, 1, 4, 2)
+        assert attention(q, k, v, backend="chunked").shape == (1, 1, 4, 2)
 
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (none on this machine)")
@@ -294,6 +294,6 @@ CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GP
 def test_cuda_gradients_equal_the_cpu_kernel():
     q, k, v, g = tensors(30, 2, 8, 2, 130, 150, 64, 64, dtype=torch.float32)
     for kw in (dict(), dict(causal="top_left")):
-        cpu = grads(lambda q, k, v: attention(q, k, v, **kw).out, (q, k, v))
-        cuda = grads(lambda q, k, v: attention(q.cuda(), k.cuda(), v.cuda(), **kw).out, (q, k, v))
+        cpu = grads(lambda q, k, v: attention(q, k, v, **kw, return_stats=True)[0], (q, k, v))
+        cuda = grads(lambda q, k, v: attention(q.cuda(), k.cuda(), v.cuda(), **kw, return_stats=True)[0], (q, k, v))
         assert_close_rel(cuda, cpu, rel=1e-4, what="dq dk dv")

@@ -12,7 +12,7 @@ gain, as Henry et al. 2020 learn it; no other rule has a parameter) with two use
 
 * ``forward(q, k, n)``: the (B, H, L, S) logits themselves, for small models that keep them.
 * :meth:`ScaledLogits.attend`: attention through :func:`attnscale.torch.attention`, which returns the
-  output together with each row's log-sum-exp, entropy and logit range, so that a model's figures
+  output, with ``return_stats=True`` together with each row's log-sum-exp, entropy and logit range, so that a model's figures
   come from its own attention and no L×S matrix is kept for them. Each rule takes one path:
 
   - constant rules (1/√d_k, 1/d_k, unscaled, a constant): the factor is the ``scale`` argument;
