@@ -12,6 +12,7 @@ from attnscale.cli.options import add_command, add_lang_option
 from attnscale.cli.output import add_json_option, check_json_target, emit_json, json_to_stdout
 from attnscale.cli.words import word
 from attnscale.errors import InputError
+from attnscale.i18n import _
 
 
 def _width(text: str) -> int:
@@ -113,16 +114,16 @@ def run_softmax(args, stdin=None) -> int:
     if json_to_stdout(args):
         return 0
     lang = args.lang
-    print(f"{_pad(word('softmax', 'logit', lang), 12, True)} {_pad(word('softmax', 'weight', lang), 10, True)}")
+    print(f"{_pad(_('logit', lang), 12, True)} {_pad(_('weight', lang), 10, True)}")
     for z, p in zip(logits, weights):
         print(f"{z:12.6g} {p:10.4f}")
     for name, value in health.items():
-        shown = word("softmax", "undefined", lang) if value is None else format(value, ".6g")
+        shown = _("undefined", lang) if value is None else format(value, ".6g")
         print(f"{_pad(word('health', name, lang), 24, True)}: {shown}")
     if masked:
-        print(f"{len(masked)} {word('softmax', 'masked', lang)}")
+        print(f"{len(masked)} {_('masked (-inf): weight 0', lang)}")
     if scale != 1.0:
-        print(word("softmax", "scaled", lang, s=scale))
+        print(_("logits multiplied by --scale {s:g}", lang, s=scale))
     return 0
 
 
@@ -137,11 +138,11 @@ def run_rules(args) -> int:
     if json_to_stdout(args):
         return 0
     lang = args.lang
-    print(f"{_pad(word('rules', 'rule', lang), 16)} {_pad(word('rules', 'formula', lang), 40)} "
-          f"{word('rules', 'citation', lang)}")
+    print(f"{_pad(_('rule', lang), 16)} {_pad(_('formula', lang), 40)} "
+          f"{_('citation', lang)}")
     for row in rows:
         print(f"{row['name']:<16} {row['formula']:<40} {row['citation']}")
         if row.get("description_zh"):
             print(f"{'':<16} {row['description_zh']}")
-    print(f"\n{word('rules', 'note', lang)}")
+    print(f"\n{_('use one with attnscale.attention(q, k, v, scale=NAME)', lang)}")
     return 0

@@ -14,6 +14,7 @@ from attnscale.cli.options import add_command, add_lang_option, add_results_opti
 from attnscale.cli.output import (add_json_option, add_quiet_option, check_json_target, check_out_folder, emit_json,
                                   json_to_stdout)
 from attnscale.cli.words import word
+from attnscale.i18n import _
 
 VERDICT_MARK = {"holds": "holds", "fails": "FAILS", "inconclusive": "UNDECIDED", "seed number wrong": "SEED WRONG"}
 def register(sub) -> None:
@@ -126,10 +127,9 @@ def render_table(report, lang: str = "en", width: int = 110) -> str:
                                          subsequent_indent=indent + "  "))
     counts = report.counts()
     out.append("-" * width)
-    out.append(word("verify", "summary", lang, n=len(report.claims), holds=counts["holds"], fails=counts["fails"],
-                    inconclusive=counts["inconclusive"], wrong=counts["seed number wrong"]))
+    out.append(_("{n} claims: {holds} hold, {fails} fail, {inconclusive} inconclusive, {wrong} seed numbers wrong", lang, n=len(report.claims), holds=counts["holds"], fails=counts["fails"], inconclusive=counts["inconclusive"], wrong=counts["seed number wrong"]))
     if counts["inconclusive"]:
-        out.append(word("verify", "legend", lang))
+        out.append(_("UNDECIDED = inconclusive: the interval does not decide the criterion at this sample size", lang))
     cfg = report.config
     out.append(f"random seed {cfg.seed}, {'quick' if cfg.quick else 'full'} run, Monte Carlo target ±{cfg.rel_ci_target:g} "
                f"(relative, {cfg.confidence:.0%} CI), attnscale {report.environment.get('attnscale')}")

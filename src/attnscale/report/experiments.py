@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from attnscale import results
 from attnscale.report.html import error_box, esc
 from attnscale.report.text import t
+from attnscale.i18n import _
 
 
 @dataclass
@@ -46,7 +47,7 @@ def title_of(module, name: str, lang: str) -> str:
 
 def quick_title(title: str, env: results.Envelope | None, lang: str) -> str:
     """``title`` with the quick-run label when ``env`` is a quick result."""
-    return f"{title} · {t('quick_label', lang)}" if env is not None and env.quick else title
+    return f"{title} · {_('quick run', lang)}" if env is not None and env.quick else title
 
 
 def machine_text(environment: dict) -> str:
@@ -66,8 +67,7 @@ def provenance_text(env: results.Envelope, lang: str) -> str:
     machine, which attnscale."""
     run = t({"reference": "reference_run", "quick": "quick_run", "full": "full_run"}[env.origin], lang)
     file = results.result_path(env.kind, "", env.quick).as_posix()     # relative to the results folder
-    return t("computed_by", lang).format(file=file, run=run, when=when_text(env.created),
-                                        machine=machine_text(env.environment), version=env.version)
+    return _("From {file}: a {run} computed {when} on {machine} (attnscale {version}).", lang, file=file, run=run, when=when_text(env.created), machine=machine_text(env.environment), version=env.version)
 
 
 def provenance_line(env: results.Envelope, lang: str) -> str:
@@ -78,10 +78,10 @@ def duration_text(seconds: float, lang: str) -> str:
     """A run time for reading: "42 s", "16 min 12 s", "1 h 05 min"."""
     s = int(round(max(seconds, 0.0)))
     if s < 60:
-        return t("duration_s", lang).format(s=s)
+        return _("{s} s", lang, s=s)
     if s < 3600:
-        return t("duration_ms", lang).format(m=s // 60, s=s % 60)
-    return t("duration_hm", lang).format(h=s // 3600, m=f"{s % 3600 // 60:02d}")
+        return _("{m} min {s} s", lang, m=s // 60, s=s % 60)
+    return _("{h} h {m} min", lang, h=s // 3600, m=f"{s % 3600 // 60:02d}")
 
 
 def command_of(env: results.Envelope, how_to: str) -> str:
@@ -101,10 +101,9 @@ def source_line(env: results.Envelope, command: str, lang: str) -> str:
     seconds = results.recorded_seconds(env)
     cached = env.data.get("cells_cached") if isinstance(env.data, dict) else None
     if seconds is None:
-        took = t("took_unknown", lang)
+        took = _("its time is not recorded in the result", lang)
     elif cached:      # a resumed or re-analysed sweep: its last run's time is not what the cells cost
-        took = t("took_cached", lang).format(time=duration_text(seconds, lang), cached=cached,
-                                             cells=len(env.data.get("cells") or []))
+        took = _("its last run took {time}, reading {cached} of its {cells} cells from the cache of an earlier run; the README gives the whole run's time", lang, time=duration_text(seconds, lang), cached=cached, cells=len(env.data.get("cells") or []))
     else:
         took = t("took_there" if env.origin == "reference" else "took_here", lang).format(
             time=duration_text(seconds, lang))
@@ -116,8 +115,8 @@ def source_line(env: results.Envelope, command: str, lang: str) -> str:
 
 
 def missing_note(how_to: str, lang: str) -> str:
-    return (f'<div class="note"><p>{esc(t("missing_result", lang))}</p>'
-            f'<pre><code>{esc(how_to)}</code></pre><p>{esc(t("missing_then", lang))}</p></div>')
+    return (f'<div class="note"><p>{esc(_("This chapter has no result yet. Produce it with:", lang))}</p>'
+            f'<pre><code>{esc(how_to)}</code></pre><p>{esc(_("then build the report again.", lang))}</p></div>')
 
 
 def render_experiment(name: str, root, lang: str) -> RenderedChapter:
@@ -135,5 +134,5 @@ def render_experiment(name: str, root, lang: str) -> RenderedChapter:
         html = source_line(env, command_of(env, getattr(module, "HOW_TO", "")), lang) + module.render(env, lang)
         return RenderedChapter(name, quick_title(title_of(module, name, lang), env, lang), html, "rendered", kind, env)
     except Exception as err:  # a malformed result (ResultError names file and field), a chapter's bug
-        return RenderedChapter(name, quick_title(title_of(module, name, lang), env, lang), error_box(t("chapter_error", lang), err=err),
+        return RenderedChapter(name, quick_title(title_of(module, name, lang), env, lang), error_box(_("This chapter could not be rendered; the rest of the report is unaffected.", lang), err=err),
                                "error", kind, env)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from attnscale import results
 from attnscale.report import text
 from attnscale.report.html import esc, number
+from attnscale.i18n import _
 
 _t = text.words("headline")
 _verdict = text.words("training")        # the training chapter's verdict words (v_learns, ...)
@@ -54,7 +55,7 @@ def training_value(verdicts: dict[str, str | None], lang: str) -> str:
         return _t(f"all_{next(iter(found.values()))}", lang)
     bad = [opt for opt, v in found.items() if v != "learns"]
     worst = max((found[o] for o in bad), key=VERDICT_ORDER.index)
-    return _t(f"{worst}_with", lang, opts=_t("and", lang).join(_t(f"opt_{o}", lang) for o in bad))
+    return _t(f"{worst}_with", lang, opts=_(" and ", lang, msgctxt="headline").join(_t(f"opt_{o}", lang) for o in bad))
 
 
 VERDICT_ORDER = ("learns", "slower", "fails", "diverges")     # mildest first
@@ -73,12 +74,10 @@ def training_card(analysis: dict, lang: str) -> Card | None:
     value = training_value({"adam": adam.get("verdict"), "sgd": sgd.get("verdict")}, lang)
     if not value:
         return None
-    sub = _t("train_sub", lang, adam=_acc(adam), sgd=_acc(sgd), adam_ref=_acc(ref.get("adam")),
-             sgd_ref=_acc(ref.get("sgd_reference_lr")))
+    sub = _("final accuracy, unscaled: Adam {adam}, SGD {sgd} (1/√d_k: {adam_ref}, {sgd_ref}).", lang, adam=_acc(adam), sgd=_acc(sgd), adam_ref=_acc(ref.get("adam")), sgd_ref=_acc(ref.get("sgd_reference_lr")))
     if best.get("lr") is not None and best.get("lr") != sgd.get("lr"):
-        sub += " " + _t("train_best", lang, lr=number(best["lr"], digits=2), acc=_acc(best),
-                        verdict=_verdict(f"v_{best['verdict']}", lang) if best.get("verdict") else "—")
-    return Card(_t("train_label", lang, d=d_k), value, sub, "#exp-training")
+        sub += " " + _("SGD at its own best rate {lr}: {acc}, {verdict}.", lang, lr=number(best["lr"], digits=2), acc=_acc(best), verdict=_verdict(f"v_{best['verdict']}", lang) if best.get("verdict") else "—")
+    return Card(_("training without ÷√d_k at d_k = {d} (scale-vs-dk sweep)", lang, d=d_k), value, sub, "#exp-training")
 
 
 def _lm_row(verdicts: list[dict], rule: str, d_k: int, optimiser: str) -> dict:
@@ -106,9 +105,9 @@ def lm_card(analysis: dict, lang: str) -> Card | None:
            for opt in own}
     trigram = next((r.get("bpb") for r in (analysis.get("baselines") or {}).get("rows") or []
                     if r.get("name") == "trigram"), None)
-    sub = _t("lm_sub", lang, adamw=_bpb(own["adamw"]), sgd=_bpb(own["sgd"]), adamw_ref=_bpb(ref["adamw"]),
-             sgd_ref=_bpb(ref["sgd"]), trigram=number(trigram, digits=3))
-    return Card(_t("lm_label", lang, d=d_k), value, sub, "#exp-lm")
+    sub = _("validation bits per byte, unscaled, each at its own best rate: "
+            "AdamW {adamw}, SGD {sgd} (1/√d_k: {adamw_ref}, {sgd_ref}; a trigram table: {trigram}).", lang, adamw=_bpb(own["adamw"]), sgd=_bpb(own["sgd"]), adamw_ref=_bpb(ref["adamw"]), sgd_ref=_bpb(ref["sgd"]), trigram=number(trigram, digits=3))
+    return Card(_("a small GPT on real text without ÷√d_k at d_k = {d}", lang, d=d_k), value, sub, "#exp-lm")
 
 
 def real_model_value(ratio: float | None) -> str:
@@ -128,9 +127,8 @@ def real_model_card(data: dict, lang: str) -> Card | None:
         return None
     ratio = None if without is None or not with_scale else without / with_scale
     name = (data.get("model") or {}).get("name", "SmolLM2")
-    return Card(_t("real_label", lang, model=name), _t(real_model_value(ratio), lang, r=number(ratio, digits=3)),
-                _t("real_sub", lang, with_scale=number(with_scale, digits=3), without=number(without, digits=3),
-                   alpha=number(data.get("unscaled_alpha"), digits=3)), "#exp-rescale")
+    return Card(_("{model}: its trained scale removed", lang, model=name), _t(real_model_value(ratio), lang, r=number(ratio, digits=3)),
+                _("perplexity {with_scale} with 1/√d_k, {without} with none (α = {alpha}).", lang, with_scale=number(with_scale, digits=3), without=number(without, digits=3), alpha=number(data.get("unscaled_alpha"), digits=3)), "#exp-rescale")
 
 
 # (kind, card function, what it reads from the data)

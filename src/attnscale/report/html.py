@@ -9,6 +9,7 @@ import re
 import traceback
 
 from attnscale.report.text import t
+from attnscale.i18n import _
 
 
 def esc(text: object) -> str:
@@ -112,6 +113,6 @@ def table_with_details(header: list[str], rows: list[list[object]], summary_rows
         if len(rows) <= limit:
             return table(header, rows, cls)
         summary_rows = rows[:limit]
-    more = t("more_rows", lang).format(n=len(rows))
+    more = _("All {n} rows", lang, n=len(rows))
     return (f'{table(header, summary_rows, cls)}<details class="table-more"><summary>{esc(more)}</summary>'
             f'{table(header, rows, cls)}</details>')

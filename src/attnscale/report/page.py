@@ -10,6 +10,7 @@ from attnscale.report import fonts
 from attnscale.report.html import esc
 from attnscale.report.text import t
 from attnscale.report.verdicts import BADGE_CLASS, tally_badges
+from attnscale.i18n import _
 
 
 @dataclass
@@ -41,7 +42,7 @@ def _toc(sections: list[Section], lang: str) -> str:
                        if v in BADGE_CLASS and v != "holds")
         dots_html = f'<span class="dots">{dots}</span>' if dots else ""
         items.append(f'<li><a href="#{esc(s.id)}">{esc(s.title)}{dots_html}</a></li>')
-    return f'<nav class="toc" aria-label="{esc(t("contents", lang))}"><h2>{esc(t("contents", lang))}</h2><ol>{"".join(items)}</ol></nav>'
+    return f'<nav class="toc" aria-label="{esc(_("Contents", lang))}"><h2>{esc(_("Contents", lang))}</h2><ol>{"".join(items)}</ol></nav>'
 
 
 def _sections(sections: list[Section], lang: str) -> str:
@@ -65,16 +66,16 @@ def footer(provenance: dict, sections: list[Section], lang: str) -> str:
     env = provenance.get("environment", {})
     verify = provenance.get("verify", {})
     if verify.get("cached"):
-        verify_text = t("prov_cached", lang).format(s=_fmt_seconds(float(verify.get("seconds_then", 0.0))))
+        verify_text = _("read from its result file (the verification took {s} when it ran)", lang, s=_fmt_seconds(float(verify.get("seconds_then", 0.0))))
     else:
-        verify_text = t("prov_computed", lang).format(s=_fmt_seconds(float(verify.get("seconds", 0.0))))
+        verify_text = _("computed now in {s}", lang, s=_fmt_seconds(float(verify.get("seconds", 0.0))))
     rows = [
         ("prov_version", env.get("attnscale")),
         ("prov_seed", provenance.get("seed")),
         ("prov_config", provenance.get("config_text")),
         ("prov_python", env.get("python")),
         ("prov_numpy", env.get("numpy")),
-        ("prov_torch", env.get("torch") or t("not_installed", lang)),
+        ("prov_torch", env.get("torch") or _("not installed", lang)),
         ("prov_matplotlib", env.get("matplotlib")),
         ("prov_machine", ", ".join(str(x) for x in (env.get("platform"), env.get("processor") or env.get("machine"),
                                                      f'{env.get("cpu_count")} CPUs') if x)),
@@ -85,29 +86,29 @@ def footer(provenance: dict, sections: list[Section], lang: str) -> str:
         rows.append(("prov_experiments", "; ".join(provenance["experiment_files"])))
     dl = "".join(f"<dt>{esc(t(k, lang))}</dt><dd>{esc(v)}</dd>" for k, v in rows if v is not None)
     # The verification's own groups first (as timed by its run, which may be a cached earlier one).
-    verify_rows = [(f'{t("prov_verify", lang)} · {name}', sec) for name, sec in provenance.get("verify_timings", {}).items()
+    verify_rows = [(f'{_("verification", lang)} · {name}', sec) for name, sec in provenance.get("verify_timings", {}).items()
                    if name != "total"]
     times = "".join(f"<tr><td>{esc(name)}</td><td>{esc(_fmt_seconds(float(sec)))}</td></tr>" for name, sec in verify_rows)
     times += "".join(f"<tr><td>{esc(s.title)}</td><td>{esc(_fmt_seconds(s.seconds))}</td></tr>" for s in sections)
     total = provenance.get("total_seconds")
     if total is not None:
-        times += f'<tr><td><b>{esc(t("prov_total", lang))}</b></td><td><b>{esc(_fmt_seconds(total))}</b></td></tr>'
-    return (f'<footer class="provenance" id="provenance"><div class="inner"><h2>{esc(t("provenance", lang))}</h2>'
+        times += f'<tr><td><b>{esc(_("total of the rows above", lang))}</b></td><td><b>{esc(_fmt_seconds(total))}</b></td></tr>'
+    return (f'<footer class="provenance" id="provenance"><div class="inner"><h2>{esc(_("How this page was made", lang))}</h2>'
             f'<dl>{dl}</dl><h3 style="font-size:.9rem;margin:1rem 0 .3rem">{esc(t("prov_sections", lang))}</h3>'
             f'<div class="table-wrap"><table class="timings"><tbody>{times}</tbody></table></div>'
-            f'<p style="margin-top:1rem">{esc(t("lang_switch", lang))}</p></div></footer>')
+            f'<p style="margin-top:1rem">{esc(_("中文版: index.zh.html beside this page (attnscale report --lang zh)", lang))}</p></div></footer>')
 
 
 def render_page(sections: list[Section], claims: list[dict], provenance: dict, lang: str, glance: str = "") -> str:
     html_lang = "zh-CN" if lang == "zh" else "en"
-    hero = (f'<header class="hero"><div class="hero-inner"><p class="kicker">{esc(t("kicker", lang))}</p>'
-            f'<h1>{esc(t("title", lang))}</h1><p class="sub">{esc(t("subtitle", lang))}</p>'
+    hero = (f'<header class="hero"><div class="hero-inner"><p class="kicker">{esc(_("attnscale report", lang))}</p>'
+            f'<h1>{esc(pretty(_("Why divide by √d_k? Every claim of a blog post, measured", lang)))}</h1><p class="sub">{esc(pretty(_("A blog post on why dot-product attention is scaled by √d_k, retold with figures and every claim checked by attnscale: Monte Carlo estimates with confidence intervals, exact arithmetic where floats could hide a digit, and a verdict on each claim. No number is typed in; each part says which result file it comes from, when and on what machine that was computed, and whether it was a quick or a full run (see also “How this page was made” at the end).", lang)))}</p>'
             '<div class="formula">Attention(Q, K, V) = softmax( Q·Kᵀ <span class="hl">/ √d<sub>k</sub></span> ) · V</div>'
             f'<div class="tally">{tally_badges(claims, lang)}</div>{glance}</div></header>')
     return embed_fonts(
         f'<!doctype html><html lang="{html_lang}"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f'<title>{esc(t("title", lang))}</title>'
+        f'<title>{esc(pretty(_("Why divide by √d_k? Every claim of a blog post, measured", lang)))}</title>'
         f'<style>{stylesheet()}</style></head><body>{hero}'
         f'<div class="layout">{_toc(sections, lang)}<main>{_sections(sections, lang)}</main></div>'
         f'{footer(provenance, sections, lang)}</body></html>\n'

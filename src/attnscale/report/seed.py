@@ -18,6 +18,7 @@ from attnscale.report.page import Section
 from attnscale.report.text import SEED_POST, caption, chapter_text, facts, pretty, t
 from attnscale.report.verdicts import claim_list
 from attnscale.report.widget import widget_html
+from attnscale.i18n import _
 
 # chapter → the figures drawn in it, in order: (data block, the block's keys to draw or None for all).
 # Each block's name is its figure function's name in report.figures.
@@ -48,14 +49,14 @@ def figure_html(block: str, data: dict, lang: str, keys: tuple[str, ...] | None 
     if block_data is not None and keys is not None:
         block_data = {k: block_data[k] for k in keys if k in block_data} or None
     if block_data is None:
-        return f'<p class="note">{esc(t("no_data", lang))} <code>{esc(block)}</code></p>'
+        return f'<p class="note">{esc(_("The verification produced no data for this figure.", lang))} <code>{esc(block)}</code></p>'
     draw: Callable = getattr(figures, block)
     try:
         # Drawn for the column and for a phone; a narrow figure is not blown up to the column's
         # width: at most 130 CSS px per inch drawn.
         return figures.responsive_figure(lambda: draw(block_data, lang), alt, cap, px_per_inch=130)
     except Exception as err:   # a data block of an unexpected shape: say so, keep the page
-        return error_box(t("figure_error", lang), block, err)
+        return error_box(_("This figure could not be drawn:", lang), block, err)
 
 
 def _paras(paras: list[str]) -> str:
@@ -65,7 +66,7 @@ def _paras(paras: list[str]) -> str:
 def seed_post_html(lang: str) -> str:
     """The blog post this page checks: title, author, where it was published, linked."""
     post = SEED_POST
-    return (f'<p class="note seed-post">{esc(t("seed_post_is", lang))} '
+    return (f'<p class="note seed-post">{esc(_("The blog post checked here:", lang))} '
             f'<a href="{esc(post["url"])}">{esc(pretty(post["title"].get(lang, post["title"]["en"])))}</a>, '
             f'{esc(post["author"])}, {esc(post["published"].get(lang, post["published"]["en"]))}. '
             f'{esc(t("seed_post_copy", lang))}</p>')
@@ -85,7 +86,7 @@ def chapter_body(chapter: str, claims: list[dict], data: dict, lang: str, seed: 
         for key, block in BEYOND_PARTS:
             heading, para = text[key]
             body.append(f"<h3>{esc(heading)}</h3><p>{esc(para)}</p>{figure_html(block, data, lang, None, values)}")
-        body.append(f'<h3>{esc(t("verdict", lang).capitalize())}</h3>')
+        body.append(f'<h3>{esc(_("verdict", lang).capitalize())}</h3>')
     body.append(claim_list(claims, lang))
     return "".join(body)
 
@@ -125,9 +126,9 @@ def glance_html(data: dict, lang: str) -> str:
     try:
         g = next(iter(data["variance_vs_dk"].values()))
         i = len(g["d_k"]) - 1
-        cards.append((t("glance_var", lang).format(d=number(g["d_k"][i], digits=4)), number(g["estimate"][i], digits=4),
-                      f'{t("ci_plain", lang)} [{number(g["ci_low"][i], digits=4)}, {number(g["ci_high"][i], digits=4)}] · '
-                      f'{t("glance_var_claim", lang)} {number(g["d_k"][i], digits=4)}'))
+        cards.append((pretty(_("Var(q·k) at d_k = {d}, measured", lang, d=number(g["d_k"][i], digits=4))), number(g["estimate"][i], digits=4),
+                      f'{_("CI", lang)} [{number(g["ci_low"][i], digits=4)}, {number(g["ci_high"][i], digits=4)}] · '
+                      f'{pretty(_("the blog post says d_k =", lang))} {number(g["d_k"][i], digits=4)}'))
     except (KeyError, IndexError, StopIteration, TypeError):
         pass
     for block, figure, key in (("saturation", "max_weight", "glance_maxw"), ("jacobian", "jacobian_frobenius", "glance_jac")):
@@ -137,10 +138,10 @@ def glance_html(data: dict, lang: str) -> str:
             d_ks = rows["d_k"]
             i = d_ks.index(64) if block == "saturation" and 64 in d_ks else len(d_ks) - 1
             per = rows["by_n"][n]
-            sub = f'{t("glance_scaled", lang)} {number(per["scaled"][figure]["median"][i], digits=2)}'
+            sub = f'{pretty(_("with ÷√d_k:", lang))} {number(per["scaled"][figure]["median"][i], digits=2)}'
             cross = (rows.get("crossover") or {}).get(n) or {}
             if cross.get("d_k") is not None:      # the curve is not monotone: say from where it is below
-                sub += " · " + t("glance_cross", lang).format(d=cross["d_k"])
+                sub += " · " + pretty(_("unscaled is below it only from d_k = {d} on", lang, d=cross["d_k"]))
             cards.append((t(key, lang).format(d=d_ks[i], n=n), number(per["unscaled"][figure]["median"][i], digits=2), sub))
         except (KeyError, IndexError, StopIteration, TypeError, ValueError):
             pass

@@ -14,6 +14,7 @@ import functools
 import tomllib
 from collections.abc import Callable
 from importlib import resources
+from attnscale.i18n import _
 
 LANGS = ("en", "zh")
 
@@ -138,7 +139,7 @@ def _listed(items: list[str], lang: str) -> str:
     """``items`` as a list in prose: "4, 64 and 512", "4、64、512"."""
     if len(items) == 1:
         return items[0]
-    return _pieces("list_sep", lang).join(items[:-1]) + _pieces("list_last", lang) + items[-1]
+    return _(", ", lang).join(items[:-1]) + _(" and ", lang, msgctxt="facts") + items[-1]
 
 
 def _jacobian_story(jac: dict, lang: str) -> str:
@@ -147,15 +148,15 @@ def _jacobian_story(jac: dict, lang: str) -> str:
     what the figure shows."""
     cross, peaks = jac.get("crossover"), jac.get("peak_d_k") or {}
     if not cross:
-        return _pieces("jac_none", lang)
+        return _("Compare the red (unscaled) and blue (÷√d_k) medians at each d_k.", lang)
     items = []
     for n, c in cross.items():
-        peak = _pieces("jac_peak", lang, d_k=peaks[n]) if n in peaks else ""
+        peak = _(", peaks at d_k = {d_k}", lang, d_k=peaks[n]) if n in peaks else ""
         if c.get("d_k") is None:
-            items.append(_pieces("jac_never", lang, n=n, peak=peak))
+            items.append(_("n = {n}: never below the scaled one on this grid{peak}", lang, n=n, peak=peak))
         else:
-            items.append(_pieces("jac_below", lang, n=n, d_k=c["d_k"], peak=peak))
-    return _pieces("jac_story", lang, items=_pieces("jac_sep", lang).join(items))
+            items.append(_("n = {n}: below the scaled one from d_k = {d_k} on{peak}", lang, n=n, d_k=c["d_k"], peak=peak))
+    return _("The unscaled median, per number of keys: {items}.", lang, items=_("; ", lang).join(items))
 
 
 def _fill(text: str, values: dict | None) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from attnscale.report.html import esc, note, number, percent
 from attnscale.report.text import pretty, t
+from attnscale.i18n import _
 
 # verdict → CSS class of its badge
 BADGE_CLASS = {"holds": "holds", "fails": "fails", "inconclusive": "inconclusive", "seed number wrong": "wrong"}
@@ -19,7 +20,7 @@ def badge(verdict: str, lang: str) -> str:
     cls = BADGE_CLASS.get(verdict, "other")
     label = t(verdict, lang) if verdict in BADGE_CLASS else verdict
     # "inconclusive" is new to readers: the badge says what it means on hover
-    title = f' title="{esc(t("inconclusive_means", lang))}"' if verdict == "inconclusive" else ""
+    title = f' title="{esc(_("the interval does not decide the criterion at this sample size", lang))}"' if verdict == "inconclusive" else ""
     return f'<span class="badge {cls}"{title}>{BADGE_MARK.get(verdict, "•")} {esc(label)}</span>'
 
 
@@ -38,26 +39,26 @@ def _ci_label(claim: dict, lang: str) -> str:
     """"99% CI", or the level the stored interval really has (e.g. a Bonferroni 99.98%)."""
     level = claim.get("ci_level")
     if level is None:
-        return t("ci_plain", lang)
-    return t("ci_at", lang).format(level=percent(level))
+        return _("CI", lang)
+    return _("{level} CI (judged)", lang, level=percent(level))
 
 
 def claim_card(claim: dict, lang: str) -> str:
     verdict = claim.get("verdict", "")
     facts = []
     if claim.get("seed_value"):
-        facts.append((t("seed_says", lang), claim["seed_value"]))
-    facts.append((t("expected", lang), pretty(claim.get("expected", ""))))
-    facts.append((t("measured", lang), pretty(claim.get("measured", ""))))
+        facts.append((_("the blog post says", lang), claim["seed_value"]))
+    facts.append((_("expected", lang, msgctxt="ui"), pretty(claim.get("expected", ""))))
+    facts.append((_("measured", lang, msgctxt="ui"), pretty(claim.get("measured", ""))))
     if _interval(claim):
         facts.append((_ci_label(claim, lang), _interval(claim)))
     if claim.get("n_samples"):
-        facts.append((t("samples", lang), number(int(claim["n_samples"]), digits=4)))
-    facts.append((t("method", lang), claim.get("method", "")))
+        facts.append((_("samples", lang), number(int(claim["n_samples"]), digits=4)))
+    facts.append((_("method", lang), claim.get("method", "")))
     facts_html = "".join(f'<span><b>{esc(k)}</b><span class="mono">{esc(v)}</span></span>' for k, v in facts)
     extra = ""
     if claim.get("correct_value"):
-        extra += f'<p class="verdict-note correct">{esc(t("correct_value", lang))}: {esc(claim["correct_value"])}</p>'
+        extra += f'<p class="verdict-note correct">{esc(_("correct value", lang))}: {esc(claim["correct_value"])}</p>'
     if claim.get("note"):
         extra += f'<p class="verdict-note">{esc(pretty(claim["note"]))}</p>'
     return (f'<li class="{BADGE_CLASS.get(verdict, "other")}" data-claim="{esc(claim.get("id", ""))}">'
@@ -70,7 +71,7 @@ def claim_card(claim: dict, lang: str) -> str:
 def claim_list(claims: list[dict], lang: str, visible: int = 8) -> str:
     """Cards for a chapter's claims; beyond ``visible`` of them the rest fold into a <details>."""
     if not claims:
-        return note(t("no_claims", lang))
+        return note(_("No claim of the verification belongs to this chapter.", lang))
     # Problems first: a reader should not have to scroll past twenty "holds" to find a "fails".
     order = {"fails": 0, "seed number wrong": 1, "inconclusive": 2, "holds": 3}
     ranked = sorted(claims, key=lambda c: order.get(c.get("verdict"), 4))
@@ -78,7 +79,7 @@ def claim_list(claims: list[dict], lang: str, visible: int = 8) -> str:
     html = f'<ul class="verdicts">{head}</ul>'
     if len(ranked) > visible:
         rest = "".join(claim_card(c, lang) for c in ranked[visible:])
-        more = t("more_claims", lang).format(n=len(ranked) - visible)
+        more = _("{n} more claims", lang, n=len(ranked) - visible)
         html += (f'<details class="verdicts-more"><summary>{esc(more)}</summary>'
                  f'<ul class="verdicts">{rest}</ul></details>')
     return html
@@ -91,14 +92,14 @@ def tally_badges(counts: dict[str, int], lang: str) -> str:
              (n["inconclusive"], "inconclusive", "tally_inconclusive"),
              (n["seed number wrong"], "wrong", "tally_wrong")]
     return "".join(f'<span class="badge {cls}"'
-                   + (f' title="{esc(t("inconclusive_means", lang))}"' if cls == "inconclusive" else "")
+                   + (f' title="{esc(_("the interval does not decide the criterion at this sample size", lang))}"' if cls == "inconclusive" else "")
                    + f'>{count} {esc(t(key, lang))}</span>' for count, cls, key in parts)
 
 
 def all_claims_table(claims: list[dict], lang: str) -> str:
     """Every claim in one table (verdicts as badges); it scrolls inside its own box on a phone."""
-    header = ["id", t("claim", lang), t("verdict", lang), t("expected", lang), t("measured", lang),
-              t("ci_judged", lang), t("samples", lang), t("method", lang)]
+    header = ["id", _("claim", lang), _("verdict", lang), _("expected", lang, msgctxt="ui"), _("measured", lang, msgctxt="ui"),
+              _("interval judged (level)", lang), _("samples", lang), _("method", lang)]
     head = "".join(f"<th>{esc(h)}</th>" for h in header)
     rows = []
     for c in claims:

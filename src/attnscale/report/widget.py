@@ -8,6 +8,7 @@ from importlib import resources
 
 from attnscale.report.html import esc
 from attnscale.report.text import pretty, rule_label, t
+from attnscale.i18n import _
 
 N_CHOICES = (8, 16, 32, 64, 128)
 D_MAX = 4096
@@ -41,8 +42,8 @@ def widget_config(seed: int, lang: str) -> dict:
     return {
         "seed": int(seed) % 2 ** 32, "d_max": D_MAX, "d_k": 64, "n": 16, "n_choices": list(N_CHOICES),
         "rule": "inverse_sqrt_dk", "rules": rules,
-        "labels": {"key": t("w_key", lang), "keys_axis": t("w_keys_axis", lang), "uniform": t("w_uniform", lang),
-                   "formula": t("w_formula", lang)},
+        "labels": {"key": _("key", lang), "keys_axis": _("keys", lang), "uniform": _("uniform", lang),
+                   "formula": _("logits", lang)},
     }
 
 
@@ -62,15 +63,15 @@ def widget_html(seed: int, lang: str) -> str:
     # JSON inside <script>: "</" must not appear, or the HTML parser would end the script early.
     config_json = json.dumps(cfg, ensure_ascii=False).replace("</", "<\\/")
     return (
-        f'<div class="widget" id="widget"><h3 style="margin-top:0">{esc(t("widget_title", lang))}</h3>'
-        f'<p class="formula-line">{esc(t("widget_lead", lang))}</p>'
+        f'<div class="widget" id="widget"><h3 style="margin-top:0">{esc(_("Try it: one attention row", lang))}</h3>'
+        f'<p class="formula-line">{esc(pretty(_("A query q and n keys k with iid N(0, 1) components, drawn once from a seeded generator. Drag d_k and switch the scale rule: the bars are the softmax weights of this row.", lang)))}</p>'
         '<div class="controls">'
-        f'<div><label class="plain" for="w-dk">{esc(t("w_dk", lang))} <output id="w-dk-out">64</output></label>'
+        f'<div><label class="plain" for="w-dk">{esc(_("dₖ", lang))} <output id="w-dk-out">64</output></label>'
         '<input type="range" id="w-dk" min="0" max="48" step="1" value="24"></div>'
-        f'<div class="row2"><div><label for="w-rule">{esc(t("w_rule", lang))}</label>'
+        f'<div class="row2"><div><label for="w-rule">{esc(_("scale rule", lang))}</label>'
         f'<select id="w-rule">{options}</select></div>'
-        f'<div style="flex:0 0 5.5rem"><label for="w-n">{esc(t("w_n", lang))}</label><select id="w-n">{n_options}</select></div>'
-        f'<button type="button" id="w-resample" title="{esc(t("w_resample", lang))}">↻</button></div>'
+        f'<div style="flex:0 0 5.5rem"><label for="w-n">{esc(_("keys n", lang))}</label><select id="w-n">{n_options}</select></div>'
+        f'<button type="button" id="w-resample" title="{esc(_("new sample", lang))}">↻</button></div>'
         '</div>'
         '<svg class="bars" role="img" aria-label="softmax weights" viewBox="0 0 640 240"></svg>'
         f'<div class="readouts" aria-live="polite">{readouts}</div><p class="formula-line" id="w-formula"></p></div>'

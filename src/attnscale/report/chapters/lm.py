@@ -17,6 +17,7 @@ from attnscale.report import text
 from attnscale.report.figures import legend_columns, responsive_figure
 from attnscale.report.html import number, para, table
 from attnscale.report.text import pretty, rule_label
+from attnscale.i18n import _
 
 KIND = "train/lm"
 TITLE = text.entry("lm", "title")
@@ -69,7 +70,7 @@ def _panels(curves: list, d_ks: list, rules: list, rows: list[tuple[str, str, bo
                     ax.set_yscale("log")
                 ax.set_title(pretty(f"d_k = {d_k}") if row == 0 else "")
                 if row == len(rows) - 1:
-                    ax.set_xlabel(_t("step", lang))
+                    ax.set_xlabel(_("step", lang))
                 if col == 0:
                     ax.set_ylabel(_t(ylabel, lang))
         fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside lower center", ncol=legend_columns(3),
@@ -100,9 +101,9 @@ def _lr_panels(grid: list, own_best: list, d_ks: list, rules: list, baselines: l
                 ax.set_xscale("log")
                 ax.set_title(pretty(f"{_t('opt_' + optimiser, lang)} · d_k = {d_k}"))
                 if row == len(OPTIMISERS) - 1:
-                    ax.set_xlabel(_t("lr", lang))
+                    ax.set_xlabel(_("peak learning rate", lang))
                 if col == 0:
-                    ax.set_ylabel(_t("final", lang))
+                    ax.set_ylabel(_("final validation bits per byte", lang))
         fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside lower center", ncol=legend_columns(3),
                    fontsize=8.5)
     return fig
@@ -119,17 +120,18 @@ def reference_sentence(a: dict, lang: str) -> str:
     for order in CAVEAT_ORDERS:
         missed = [d for d, v in finals.items() if v is None or v >= rows[order]["bpb"]]
         if missed:
-            return _t("caveat", lang, rows=listed, missed=_baseline_name(rows[order], lang), dks=", ".join(missed))
+            return _("Caveat: the 1/√d_k reference, at its best AdamW rate, ends at {rows} bits per byte, not below the {missed} baseline at d_k = {dks}. "
+                     "There the models have not yet learned what counting the training bytes knows: the verdicts then describe early training, not a trained model.", lang, rows=listed, missed=_baseline_name(rows[order], lang), dks=", ".join(missed))
     best = max((o for o in rows if all(v < rows[o]["bpb"] for v in finals.values())))
-    return _t("reference_beats", lang, rows=listed, best=_baseline_name(rows[best], lang), what=_t(f"what_{best}", lang))
+    return _("The 1/√d_k reference, at its best AdamW rate, ends at {rows} bits per byte: below the {best} baseline at every d_k, so the verdicts below compare models that have learned more than counts of byte {what} know.", lang, rows=listed, best=_baseline_name(rows[best], lang), what=_t(f"what_{best}", lang))
 
 
 def best_rate_sentence(a: dict, optimiser: str, lang: str) -> str:
     rates = ", ".join(f"d_k {k}: {v:g}" for k, v in a["reference_best_lr"][optimiser].items())
     edge = [k for k, inside in a["reference_best_interior"][optimiser].items() if not inside]
     name = _t("opt_" + optimiser, lang)
-    return (_t("best_edge", lang, optimiser=name, dks=", ".join(edge), rates=rates) if edge
-            else _t("best_in", lang, optimiser=name, rates=rates))
+    return (_("The {optimiser} rate best for 1/√d_k lies at the edge of the grid at d_k = {dks} ({rates}): there the comparison at its best rate is not bracketed, and may not be its optimum.", lang, optimiser=name, dks=", ".join(edge), rates=rates) if edge
+            else _("The {optimiser} rate best for 1/√d_k is inside the grid at every d_k ({rates}).", lang, optimiser=name, rates=rates))
 
 
 def verdict_lines(verdicts: list, reference: str, factor: float, steps: int, lang: str) -> list[str]:
@@ -148,8 +150,7 @@ def verdict_lines(verdicts: list, reference: str, factor: float, steps: int, lan
                                     ratios=", ".join(number(v["steps_ratio"], ".2f") for v in mine)))
             if parts:
                 alike.setdefault("; ".join(parts), []).append(_rule(rule, lang))
-        lines += [_t("verdict_line", lang, optimiser=_t(optimiser, lang), rule=_t("joiner", lang).join(rules),
-                     parts=parts)
+        lines += [_("{optimiser} — {rule}: {parts}.", lang, optimiser=_t(optimiser, lang), rule=_(" · ", lang).join(rules), parts=parts)
                   for parts, rules in alike.items()]
     return lines
 
@@ -161,13 +162,12 @@ def _label(v: dict, lang: str) -> str:
 def seeds_sentence(verdicts: list, seeds: int, reference: str, lang: str) -> str:
     """Whether the seeds agree on every verdict (the reference's own rows aside), else which split."""
     if seeds < 2:
-        return _t("seeds_one", lang)
+        return _("One seed: the verdicts show no agreement between seeds.", lang)
     judged = [v for v in verdicts if v["verdict"] and v["rule"] != reference]
     split = [v for v in judged if v["seeds_agreeing"] < v["seeds"]]
     if not split:
-        return _t("seeds_all", lang, seeds=seeds)
-    return _t("seeds_split", lang, split=len(split), total=len(judged),
-              which=_t("joiner", lang).join(_label(v, lang) for v in split))
+        return _("Every verdict is that of all {seeds} seeds.", lang, seeds=seeds)
+    return _("The seeds disagree on {split} of the {total} verdicts ({which}); the table gives how many agree.", lang, split=len(split), total=len(judged), which=_(" · ", lang).join(_label(v, lang) for v in split))
 
 
 def halfway_sentence(verdicts: list, step: int, reference: str, lang: str) -> str:
@@ -176,11 +176,10 @@ def halfway_sentence(verdicts: list, step: int, reference: str, lang: str) -> st
     at_ref = [v for v in verdicts if v["optimiser"] in OPTIMISERS and v["verdict"] and v["rule"] != reference]
     changed = [v for v in at_ref if v["verdict_halfway"] != v["verdict"]]
     if not changed:
-        return _t("halfway_same", lang, step=step)
-    which = _t("joiner", lang).join(
-        _t("halfway_pair", lang, run=_label(v, lang), half=_t((v["verdict_halfway"] or "none") + "_v", lang),
-           end=_t(v["verdict"] + "_v", lang)) for v in changed)
-    return _t("halfway_changed", lang, step=step, changed=len(changed), total=len(at_ref), which=which)
+        return _("Judged on the same runs up to step {step} (half of them) instead, every verdict at the reference's rate is already the same: the second half of training does not change the answer.", lang, step=step)
+    which = _(" · ", lang).join(
+        _("{run}: {half} halfway, {end} at the end", lang, run=_label(v, lang), half=_t((v["verdict_halfway"] or "none") + "_v", lang), end=_t(v["verdict"] + "_v", lang)) for v in changed)
+    return _("Judged on the same runs up to step {step} (half of them) instead, {changed} of the {total} verdicts at the reference's rate change ({which}): those still depend on the step budget.", lang, step=step, changed=len(changed), total=len(at_ref), which=which)
 
 
 def sensitivity_sentence(a: dict, rules: list, d_k: int, lang: str) -> str:
@@ -188,9 +187,9 @@ def sensitivity_sentence(a: dict, rules: list, d_k: int, lang: str) -> str:
     for optimiser in OPTIMISERS:
         values = {s["rule"]: s["lr_sensitivity"] for s in a["lr_sensitivity"]
                   if (s["optimiser"], s["d_k"]) == (optimiser, d_k)}
-        rows.append(_t("sens_row", lang, optimiser=_t("opt_" + optimiser, lang), rules=", ".join(
-            _t("sens_rule", lang, rule=_rule(r, lang), value=number(values.get(r), ".3f")) for r in rules)))
-    return _t("sensitivity", lang, dk=d_k, rows="; ".join(rows))
+        rows.append(_("{optimiser}: {rules}", lang, optimiser=_t("opt_" + optimiser, lang), rules=", ".join(
+            _("{rule} {value}", lang, rule=_rule(r, lang), value=number(values.get(r), ".3f")) for r in rules)))
+    return _("Learning-rate sensitivity (Wortsman et al. 2023: the mean over the grid of min(final, initial) loss, a diverged run at its initial loss, minus the best), at d_k = {dk}: {rows} bits per byte.", lang, dk=d_k, rows="; ".join(rows))
 
 
 def flat_sensitivity_sentences(a: dict, rules: list, d_k: int, lang: str) -> list[str]:
@@ -208,8 +207,7 @@ def flat_sensitivity_sentences(a: dict, rules: list, d_k: int, lang: str) -> lis
             continue
         flat = min(sens, key=sens.__getitem__)
         if best[flat] is not None and best[flat] > a["target_factor"] * ref:
-            out.append(_t("sens_flat", lang, rule=_rule(flat, lang), optimiser=_t("opt_" + optimiser, lang), dk=d_k,
-                          value=number(sens[flat], ".3f"), best=number(best[flat], ".3f"), ref=number(ref, ".3f")))
+            out.append(_("With {optimiser} at d_k = {dk}, {rule} is the least sensitive ({value}), but its best loss over the grid, {best}, is above the 1/√d_k reference's {ref}: its curve is flat because no rate of the grid trains it well.", lang, rule=_rule(flat, lang), optimiser=_t("opt_" + optimiser, lang), dk=d_k, value=number(sens[flat], ".3f"), best=number(best[flat], ".3f"), ref=number(ref, ".3f")))
     return out
 
 
@@ -231,8 +229,12 @@ def render(env, lang: str) -> str:
     cfg, m = env.config, a["model"]
     d_ks, rules = cfg["d_ks"], cfg["rules"]
     base = a["baselines"]
-    p = lambda key, **kw: para(pretty(_t(key, lang, **kw)))   # noqa: E731
-    parts = [p("intro", d_model=m["d_model"], layers=m["n_layers"], context=m["context"], params=m["parameters"],
+    p = lambda key, **kw: para(pretty(_(key, lang, **kw)))   # noqa: E731
+    parts = [p("A decoder-only GPT in nanoGPT's shape (width {d_model}, {layers} layers, context {context} bytes, {params:,} parameters at d_k = {dk0}; heads = width ÷ d_k) on {train:,} bytes of {source}, validated on {scored:,} bytes of the {valid:,} after them. {steps} steps of {batch} sequences, {seeds} seed(s); for a given d_k and seed every rule starts from the same weights and sees the same batches. "
+               "Rules: {rules}. "
+               "AdamW over the rates {adamw}; plain SGD over {sgd}. "
+               "Figures come from the attention the model trains with. "
+               "At initialisation: {init} bits per byte.", d_model=m["d_model"], layers=m["n_layers"], context=m["context"], params=m["parameters"],
                dk0=d_ks[0], train=a["text"]["train_bytes"], source=a["text"]["source"], valid=a["text"]["valid_bytes"],
                scored=base["scored_bytes"], steps=cfg["steps"], batch=cfg["batch"], seeds=cfg["seeds"],
                rules=", ".join(_rule(r, lang) for r in rules),
@@ -240,9 +242,9 @@ def render(env, lang: str) -> str:
                sgd=", ".join(f"{lr:g}" for lr in a["lr_grids"]["sgd"]), init=number(a["init_bpb"]["mean"], ".3f"))]
     absent = [r for r in a.get("rule_choices", []) if r not in rules]
     if absent:
-        parts.append(p("not_run", rules="; ".join(_rule(r, lang) for r in absent)))
-    parts.append(p("baselines", smoothing=_t("smoothing", lang), rows=", ".join(
-        _t("baseline_row", lang, name=_baseline_name(r, lang), bpb=number(r["bpb"], ".3f")) for r in base["rows"])))
+        parts.append(p("Not in this run (available with --rules): {rules}.", rules="; ".join(_rule(r, lang) for r in absent)))
+    parts.append(p("Baselines computed from the same split, on the same validation bytes, by counting the training bytes ({smoothing}): {rows} bits per byte.", smoothing=_("add-k smoothing, k chosen on the last tenth of the training part", lang), rows=", ".join(
+        _("{name} {bpb}", lang, name=_baseline_name(r, lang), bpb=number(r["bpb"], ".3f")) for r in base["rows"])))
     parts.append(para(pretty(reference_sentence(a, lang))))
     parts += [para(pretty(best_rate_sentence(a, o, lang))) for o in OPTIMISERS]
     parts += [para(pretty(line)) for line in
@@ -251,7 +253,8 @@ def render(env, lang: str) -> str:
     parts.append(para(pretty(halfway_sentence(a["verdicts"], a["halfway_step"], a["reference_rule"], lang))))
     names = ", ".join(_baseline_name(r, lang) for r in base["rows"] if r["order"] >= 2)
     parts.append(responsive_figure(lambda: _panels(a["curves"], d_ks, rules, [("valid_bpb", "bpb", False)], lang,
-                                                   base["rows"]), _t("alt_bpb", lang), _t("cap_bpb", lang, names=names)))
+                                                   base["rows"]), _("Validation bits per byte against the step, per d_k and rule", lang), _("AdamW at the rate best for 1/√d_k. "
+                                                                                         "Line: mean over seeds; band: min to max; dotted: the n-gram baselines ({names}, top to bottom).", lang, names=names)))
     parts.append(para(pretty(sensitivity_sentence(a, rules, d_ks[-1], lang))))
     parts += [para(pretty(s)) for s in flat_sensitivity_sentences(a, rules, d_ks[-1], lang)]
     if "unscaled" in rules:
@@ -259,22 +262,23 @@ def render(env, lang: str) -> str:
         if said:
             parts.append(para(pretty(said)))
     parts.append(responsive_figure(lambda: _lr_panels(a["grid"], a["own_best_lr"], d_ks, rules, base["rows"], lang),
-                                   _t("alt_lr", lang), _t("cap_lr", lang)))
+                                   _("Final validation bits per byte against the learning rate, per optimiser and d_k, a line per rule", lang), _("Mean over seeds of min(final, initial) loss (a diverged run at its initial loss, the LR sensitivity's count); circles: each rule's own best rate; dotted: the n-gram baselines. "
+                                                         "Top row AdamW, bottom row SGD.", lang)))
     if "unscaled" in rules:
         last = {c["rule"]: c for c in a["curves"] if c["d_k"] == d_ks[-1] and c["optimiser"] == "adamw"}
         u, r = last["unscaled"], last[a["reference_rule"]]
-        parts.append(p("logits", dk=d_ks[-1], unscaled=number(u["max_abs_logit"][-1]), ref=number(r["max_abs_logit"][-1]),
+        parts.append(p("At d_k = {dk} with AdamW the largest |logit| ends at {unscaled} unscaled against {ref} with 1/√d_k, and the mean row entropy at {ent_u} against {ent_r} nats.", dk=d_ks[-1], unscaled=number(u["max_abs_logit"][-1]), ref=number(r["max_abs_logit"][-1]),
                        ent_u=number(u["entropy_mean"][-1]), ent_r=number(r["entropy_mean"][-1])))
     parts.append(responsive_figure(lambda: _panels(a["curves"], d_ks, rules, [("max_abs_logit", "max_logit", True),
                                                                       ("entropy_mean", "entropy", False)], lang),
-                                   _t("alt_health", lang), _t("cap_health", lang)))
-    parts.append(p("rule_of", factor=a["target_factor"], like=a["like_ratio"], fast=1 / a["like_ratio"]))
+                                   _("Largest |logit| and mean row entropy against the step", lang), _("AdamW at the 1/√d_k rate, means over seeds; over every layer and head, rows attending at least two keys.", lang)))
+    parts.append(p("Verdict against the 1/√d_k run of the same seed: steps to reach {factor:g}× its final validation loss, “faster” within {fast:.2g}× its steps, “learns” up to {like:g}×; the verdict of most seeds (a tie goes to the worse), how many agree, the median ratio and the seeds' final loss (mean, min–max) with the highest baseline it beats.", factor=a["target_factor"], like=a["like_ratio"], fast=1 / a["like_ratio"]))
     parts.append(_table(a, d_ks, rules, lang))
     s = a["samples"]
-    parts.append(p("samples", prompt=s["prompt"], seed=s["seed"]))
+    parts.append(p("Greedy continuations of “{prompt}” (AdamW at the reference's best rate, seed {seed}; in brackets the run's final validation bits per byte):", prompt=s["prompt"], seed=s["seed"]))
     sample = lambda text, bpb: (s["prompt"] + text + f" ({number(bpb, '.2f')})" if text is not None   # noqa: E731
-                                else _t("h_diverged", lang))
-    parts.append(table([_t("h_rule", lang)] + [pretty(f"d_k = {d}") for d in s["d_ks"]],
+                                else _("(diverged)", lang))
+    parts.append(table([_("rule", lang)] + [pretty(f"d_k = {d}") for d in s["d_ks"]],
                        [[pretty(_rule(row["rule"], lang))] + [sample(*tb) for tb in zip(row["texts"], row["final_bpb"])]
                         for row in s["rows"]]))
     return "\n".join(parts)
@@ -292,14 +296,14 @@ def _table(a: dict, d_ks: list, rules: list, lang: str) -> str:
 
     def final(v):
         f = v["final_bpb"]
-        where = _t("below", lang, name=_t("name_" + v["beats"], lang)) if v["beats"] else _t("below_none", lang)
+        where = _("below {name}", lang, name=_t("name_" + v["beats"], lang)) if v["beats"] else _("above every baseline", lang)
         return f"{number(f['mean'], '.3f')} [{number(f['min'], '.3f')}–{number(f['max'], '.3f')}] {where}"
 
     def best(rule, d_k):
         out = []
         for o in OPTIMISERS:
             b = next(b for b in a["own_best_lr"] if (b["optimiser"], b["rule"], b["d_k"]) == (o, rule, d_k))
-            out.append(f"{b['lr']:g}" + (_t("edge_mark", lang) if b["edge"] else ""))
+            out.append(f"{b['lr']:g}" + (_(" (edge)", lang) if b["edge"] else ""))
         return " · ".join(out)
 
     def sens(rule, d_k):
@@ -307,8 +311,8 @@ def _table(a: dict, d_ks: list, rules: list, lang: str) -> str:
                                       if (s["optimiser"], s["rule"], s["d_k"]) == (o, rule, d_k)), ".3f")
                           for o in OPTIMISERS)
 
-    head = ([_t("h_rule", lang), pretty("d_k")] + [pretty(_t(o, lang)) for o in columns]
-            + [_t("h_final", lang), _t("h_lr_best", lang), _t("h_sens", lang)])
+    head = ([_("rule", lang), pretty("d_k")] + [pretty(_t(o, lang)) for o in columns]
+            + [_("final bpb (AdamW, own best)", lang), _("own best rate (AdamW · SGD)", lang), _("LR sensitivity (AdamW · SGD)", lang)])
     rows = [[pretty(_rule(r, lang)), d] + [cell(find(r, d, o)) for o in columns]
             + [final(find(r, d, "adamw-own-best")), best(r, d), sens(r, d)] for d in d_ks for r in rules]
     return table(head, rows, cls="numeric")

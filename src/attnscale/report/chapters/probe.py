@@ -14,6 +14,7 @@ import math
 from attnscale.report import figures, text
 from attnscale.report.html import bullets, error_box, esc, figure_svg, note, number, para, table
 from attnscale.report.text import t
+from attnscale.i18n import _
 
 KIND = "probe/minilm"
 TITLE = text.entry("probe", "title")
@@ -50,8 +51,8 @@ def heatmap(grid, title: str, lang: str, cmap: str, limits, digits: int):
                 ax.text(j, i, _cell_text(value, digits), ha="center", va="center", fontsize=6.5,
                         color="white" if dark else "#1d2330")
         ax.set_title(title)
-        ax.set_xlabel(_t("head", lang))
-        ax.set_ylabel(_t("layer", lang))
+        ax.set_xlabel(_("head", lang))
+        ax.set_ylabel(_("layer", lang))
         ax.grid(False)
         ax.set_xticks(range(n_heads))
         ax.set_yticks(range(0, n_layers, 1 if n_layers <= 12 else 2))
@@ -76,14 +77,14 @@ def heatmaps(data: dict, lang: str) -> list[tuple[object, str, str]]:
     ratio_limits = (min(1.0, a["ratio_pair"]["min"]), max(1.0, a["ratio_pair"]["max"]))
     scale = model_scale_text(data["model"], lang)
     return [
-        (heatmap(head_grid(data, "ratio_pair"), _t("ratio_title", lang), lang, "magma_r", ratio_limits, 1),
-         _t("alt_ratio", lang), _t("caption_ratio", lang)),
-        (heatmap(head_grid(data, "sink_first"), _t("sink_title", lang), lang, "cividis", (0.0, 1.0), 2),
-         _t("alt_sink", lang), _t("caption_sink", lang)),
-        (heatmap(head_grid(data, "normalized_entropy"), _t("ent_scaled", lang), lang, "viridis", (0.0, 1.0), 2),
-         _t("alt_entropy", lang), _t("caption_entropy", lang, scale=scale)),
-        (heatmap(head_grid(data, "normalized_entropy_unscaled"), _t("ent_unscaled", lang), lang, "viridis",
-                 (0.0, 1.0), 2), _t("alt_entropy_unscaled", lang), _t("caption_entropy_unscaled", lang)),
+        (heatmap(head_grid(data, "ratio_pair"), _("Var(q·k) / iid prediction (pairs)", lang), lang, "magma_r", ratio_limits, 1),
+         _("Heat map per layer and head of the variance ratio", lang), _("Var(q·k) / (d_k σ_q² σ_k²), pair-weighted, per layer (rows) and head (columns); 1 = the seed's variance formula holds.", lang)),
+        (heatmap(head_grid(data, "sink_first"), _("weight on the first token", lang), lang, "cividis", (0.0, 1.0), 2),
+         _("Heat map per layer and head of the weight on the first token", lang), _("The mean weight a row puts on the sequence's first token (the attention sink), per layer and head.", lang)),
+        (heatmap(head_grid(data, "normalized_entropy"), _("entropy / ln n, model's scale", lang), lang, "viridis", (0.0, 1.0), 2),
+         _("Heat map per layer and head of the normalized entropy with the model's scale", lang), _("Entropy / ln n of the rows (0 = one-hot, 1 = uniform) with the model's scale, {scale}.", lang, scale=scale)),
+        (heatmap(head_grid(data, "normalized_entropy_unscaled"), _("entropy / ln n, scale removed", lang), lang, "viridis",
+                 (0.0, 1.0), 2), _("Heat map per layer and head of the normalized entropy with the scale removed", lang), _("The same rows' entropy / ln n with the scale removed (logits q·k).", lang)),
     ]
 
 
@@ -99,15 +100,14 @@ def scale_text(rule: dict, lang: str) -> str:
     """One layer's recorded scale in words (``rule``: probe_run.scale_rule's dict): its value, what it
     is in terms of d_k, and a QK-norm or a soft-cap when the layer has one."""
     value = f"{rule['value']:.4g}"
-    words = {"1/sqrt(d_k)": lambda: _t("scale_inverse_sqrt_dk", lang, value=value, d_k=rule["d_k"]),
-             "1": lambda: _t("scale_one", lang),
-             "1/sqrt(c)": lambda: _t("scale_inverse_sqrt_c", lang, value=value, c=rule["c"], d_k=rule["d_k"]),
-             "constant": lambda: _t("scale_constant", lang, value=value, times=number(rule["times_sqrt_d_k"]),
-                                    d_k=rule["d_k"])}[rule["rule"]]()
+    words = {"1/sqrt(d_k)": lambda: _("{value} = 1/√{d_k}", lang, value=value, d_k=rule["d_k"]),
+             "1": lambda: _("1 (no scale: the logits are q·k itself)", lang),
+             "1/sqrt(c)": lambda: _("{value} = 1/√{c}, not 1/√d_k = 1/√{d_k}", lang, value=value, c=rule["c"], d_k=rule["d_k"]),
+             "constant": lambda: _("{value} = {times} × 1/√{d_k}", lang, value=value, times=number(rule["times_sqrt_d_k"]), d_k=rule["d_k"])}[rule["rule"]]()
     if rule.get("qk_norm"):
-        words += _t("scale_qk_norm", lang)
+        words += _(", after q and k are normalised (QK-norm)", lang)
     if rule.get("softcap") is not None:
-        words += _t("scale_softcap", lang, cap=number(rule["softcap"]))
+        words += _(", soft-capped: {cap}·tanh(logit/{cap})", lang, cap=number(rule["softcap"]))
     return words
 
 
@@ -125,9 +125,9 @@ def scales_sentence(model: dict, lang: str) -> str | None:
         return None
     texts = [scale_text(rule, lang) for rule in rules]
     if len(set(texts)) == 1:
-        return _t("scales_same", lang, n=len(texts), scale=texts[0])
-    listed = _t("list_sep", lang).join(_t("scale_of_layer", lang, layer=i, scale=s) for i, s in enumerate(texts))
-    return _t("scales_differ", lang, scales=listed)
+        return _("All {n} attention layers multiply q·k by the same scale, {scale} (as recorded from each call).", lang, n=len(texts), scale=texts[0])
+    listed = _("; ", lang).join(_("layer {layer}: {scale}", lang, layer=i, scale=s) for i, s in enumerate(texts))
+    return _("The attention layers multiply q·k by different scales (as recorded from each call): {scales}.", lang, scales=listed)
 
 
 def _head(where: dict) -> str:
@@ -148,9 +148,8 @@ def findings(data: dict, lang: str) -> list[str]:
     out.append(_t("sinks_some" if sink["over_half"] else "sinks_none", lang, k=sink["over_half"], n=n,
                   hi=number(sink["max"])))
     if "sink_bos" in data.get("absent", {}):
-        out.append(_t("bos_absent", lang))
-    out.append(_t("frozen", lang, k=a["frozen_only_unscaled"], n=n, h=number(a["normalized_entropy"]["median"]),
-                  h_u=number(a["normalized_entropy_unscaled"]["median"])))
+        out.append(_("The text holds no BOS token (the tokenizer adds none), so there is no BOS sink to show.", lang))
+    out.append(_("{k} of {n} heads would be frozen (saturation index ≥ 1) with the scale removed, though not with it; the median head's entropy / ln n falls from {h} to {h_u} without the scale.", lang, k=a["frozen_only_unscaled"], n=n, h=number(a["normalized_entropy"]["median"]), h_u=number(a["normalized_entropy_unscaled"]["median"])))
     fits = f16["max_abs_logit_unscaled"] < f16["limit"]
     out.append(_t("fp16_fits" if fits else "fp16_over", lang, s=number(f16["max_abs_logit"]),
                   u=number(f16["max_abs_logit_unscaled"]), m=f"×{number(f16['margin'])}",
@@ -168,33 +167,36 @@ def render(env, lang: str) -> str:
     data = env.data
     cfg, check, model = data["config"], data["check"], data["model"]
     worst = check["max_abs_diff"]
-    heads = (_t("heads_same", lang, n=model["n_heads_q"]) if model["n_heads_q"] == model["n_heads_kv"] else
-             _t("heads_gqa", lang, n=model["n_heads_q"], kv=model["n_heads_kv"]))
-    intro = _t("intro", lang, model=model["name"], layers=model["n_layers"], heads=heads, d_k=model["d_k"],
-               scale=model_scale_text(model, lang), kind=_t(_kind_word(model), lang),
-               n=cfg["n_sequences"], tokens=cfg["n_tokens"], rope=_t("rope", lang) if model.get("rope_theta") else "")
+    heads = (_("{n} heads", lang, n=model["n_heads_q"]) if model["n_heads_q"] == model["n_heads_kv"] else
+             _("{n} query heads sharing {kv} key/value heads", lang, n=model["n_heads_q"], kv=model["n_heads_kv"]))
+    intro = _("The seed assumes the d_k components of q and k are independent with mean 0 and variance 1, so that Var(q·k) = d_k. "
+              "We captured every attention call of {model} ({layers} layers × {heads}, d_k = {d_k}, scale = {scale}, {kind}) on {n} sequences ({tokens} tokens), padding left out, taking q and k as the softmax sees them{rope}, and measured how far that holds.", lang, model=model["name"], layers=model["n_layers"], heads=heads, d_k=model["d_k"], scale=model_scale_text(model, lang), kind=_t(_kind_word(model), lang), n=cfg["n_sequences"], tokens=cfg["n_tokens"], rope=_(" (after the rotary embedding)", lang) if model.get("rope_theta") else "")
     parts = [para(intro)]
     scales = scales_sentence(model, lang)
     if scales:
         parts.append(para(scales))
     if model.get("weights_note"):
-        parts.append(note(t("weights_note", lang).format(note=model["weights_note"])))
+        parts.append(note(_("Note: {note}.", lang, note=model["weights_note"])))
     if not check["passed"]:
-        failed = _t("check_failed", lang, diff=number(worst), tol=f"{check['tolerance']:g}")
+        failed = _("Check FAILED: the captured attention does not reproduce the model's own probabilities (largest difference {diff}, tolerance {tol}); no statistics are shown.", lang, diff=number(worst), tol=f"{check['tolerance']:g}")
         parts.append(error_box(failed))
         return "\n".join(parts)
-    ok = _t("check_ok", lang, diff=f"{worst:.1e}", rows=check["rows_checked"], tol=f"{check['tolerance']:g}")
+    ok = _("Check: the probabilities rebuilt from the captured q, k, scale and mask equal the model's own to {diff} on every one of {rows} rows (tolerance {tol}); every figure below rests on it.", lang, diff=f"{worst:.1e}", rows=check["rows_checked"], tol=f"{check['tolerance']:g}")
     parts.append(para(ok))
-    parts.append(para(_t('weighting', lang)))
+    parts.append(para(_("Two weightings. "
+                        "Pair-weighted moments count a token once per attended pair it is in (the split below is exact only for them); token-weighted ones count each token once. "
+                        "Both ratios divide the same Var(q·k) over attended pairs by d_k σ_q² σ_k².", lang)))
     parts.append(bullets(findings(data, lang)))
     # Side by side on a wide screen, one under the other on a phone: each map stays legible at both.
     cells = "".join(f'<div style="flex:1 1 340px;min-width:0">{figure_svg(fig, alt, caption)}</div>'
                     for fig, alt, caption in heatmaps(data, lang))
     parts.append(f'<div style="display:flex;flex-wrap:wrap;gap:0 1.5em">{cells}</div>')
-    parts.append(para(_t('split', lang)))
+    parts.append(para(_("The pair-weighted ratio splits exactly: ratio − 1 = uneven per-dimension variances + non-zero means + covariance across dimensions + q–k correlation (a ladder of ever fuller predictions). "
+                        "'Within rows' is the share of Var(q·k) inside rows, the only part softmax feels. "
+                        "Row figures are over rows with two or more keys.", lang)))
     per_layer = data["per_layer"]
     columns = [f for f in COLUMNS if f in per_layer]
-    header = [_t("layer", lang)] + [_t(f"col_{f}", lang) for f in columns]
+    header = [_("layer", lang)] + [_t(f"col_{f}", lang) for f in columns]
     rows = [[str(i)] + [number(per_layer[f][i]) for f in columns] for i in range(model["n_layers"])]
     parts.append(table(header, rows, cls="numeric"))
     by_kind: dict[str, list[dict]] = {}
@@ -204,8 +206,8 @@ def render(env, lang: str) -> str:
     for what, entries in by_kind.items():
         found = ", ".join(f"{e['layer']}.{e['head']} ({number(e['value'])})" for e in entries)
         counted = entries[0].get("of") or 0
-        more = f" — {_t('in_all', lang, n=counted)}" if counted > len(entries) else ""
+        more = f" — {_('{n} heads in all', lang, n=counted)}" if counted > len(entries) else ""
         items.append(f"<li>{esc(what)}: {esc(found + more)}</li>")
     if items:
-        parts.append(f"<p>{esc(_t('striking', lang))}</p><ul>{''.join(items)}</ul>")
+        parts.append(f"<p>{esc(_('Striking heads (layer.head, value)', lang))}</p><ul>{''.join(items)}</ul>")
     return "\n".join(parts)

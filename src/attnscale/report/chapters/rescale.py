@@ -10,6 +10,7 @@ from __future__ import annotations
 from attnscale.report import figures, text
 from attnscale.report.html import bullets, error_box, note, number, para, table
 from attnscale.report.text import t
+from attnscale.i18n import _
 
 KIND = "rescale/smollm2"
 TITLE = text.entry("rescale", "title")
@@ -29,30 +30,30 @@ def plot(data: dict, lang: str):
         if _is_lm(data):
             left.plot(alphas, [r["perplexity"] for r in rows], "o-", color=figures.SCALED)
             left.set_yscale("log")
-            left.set_ylabel(_t("perplexity", lang))
+            left.set_ylabel(_("perplexity", lang))
         else:
-            left.plot(alphas, [r["cosine_mean"] for r in rows], "o-", color=figures.SCALED, label=_t("cos_mean", lang))
-            left.plot(alphas, [r["cosine_min"] for r in rows], "s--", color=figures.UNSCALED, label=_t("cos_min", lang))
-            left.set_ylabel(_t("cosine", lang))
+            left.plot(alphas, [r["cosine_mean"] for r in rows], "o-", color=figures.SCALED, label=_("mean over sentences", lang))
+            left.plot(alphas, [r["cosine_min"] for r in rows], "s--", color=figures.UNSCALED, label=_("least similar sentence", lang))
+            left.set_ylabel(_("cosine to α = 1", lang))
             left.legend()
         right.plot(alphas, [a["mean_normalized_entropy"][f"{x:g}"] for x in alphas], "o-", color=figures.SERIES[2],
-                   label=_t("ent", lang))
+                   label=_("entropy / ln n", lang))
         right.plot(alphas, [a["mean_max_weight"][f"{x:g}"] for x in alphas], "s--", color=figures.SERIES[3],
-                   label=_t("maxw", lang))
+                   label=_("max weight", lang))
         right.set_ylim(0, 1)
         right.legend()
         for ax in (left, right):
             ax.set_xscale("log", base=2)
             ax.set_xticks(alphas, [f"{x:g}" if x >= 1 else f"1/{1 / x:g}" for x in alphas])
             ax.minorticks_off()
-            ax.set_xlabel(_t("alpha", lang))
+            ax.set_xlabel(_("α (× the model's scale)", lang))
             ax.axvline(1.0, color=figures.NEUTRAL, lw=0.9, ls=":")
             if data["unscaled_alpha"] is not None:
                 ax.axvline(data["unscaled_alpha"], color=figures.UNSCALED, lw=0.9, ls=":")
-        left.annotate(_t("own_scale", lang), (1.0, 0.98), xycoords=("data", "axes fraction"), ha="right", va="top",
+        left.annotate(_("model's own scale", lang), (1.0, 0.98), xycoords=("data", "axes fraction"), ha="right", va="top",
                       fontsize=8.5, color=figures.NEUTRAL, rotation=90)
         if data["unscaled_alpha"] is not None:
-            left.annotate(_t("no_scale", lang), (data["unscaled_alpha"], 0.98), xycoords=("data", "axes fraction"),
+            left.annotate(_("no scale", lang), (data["unscaled_alpha"], 0.98), xycoords=("data", "axes fraction"),
                           ha="right", va="top", fontsize=8.5, color=figures.UNSCALED, rotation=90)
     return fig
 
@@ -63,24 +64,21 @@ def findings(data: dict, lang: str) -> list[str]:
     out = []
     if _is_lm(data):
         if a["best_alpha"] == 1.0:
-            out.append(_t("best_is_one", lang, ppl=number(a["perplexity_alpha1"])))
+            out.append(_("The model's own scale is the best of those tried: perplexity {ppl} at α = 1.", lang, ppl=number(a["perplexity_alpha1"])))
         else:
-            out.append(_t("best_other", lang, best=f"{a['best_alpha']:g}", best_ppl=number(a["best_perplexity"]),
-                          ppl=number(a["perplexity_alpha1"])))
+            out.append(_("The lowest perplexity is at α = {best} ({best_ppl}), not at the model's own scale ({ppl} at α = 1).", lang, best=f"{a['best_alpha']:g}", best_ppl=number(a["best_perplexity"]), ppl=number(a["perplexity_alpha1"])))
         if a["has_unscaled"]:
-            out.append(_t("unscaled", lang, a=f"{data['unscaled_alpha']:g}", ppl=number(a["perplexity_unscaled"]),
-                          ratio=number(a["perplexity_ratio"][f"{data['unscaled_alpha']:g}"])))
+            out.append(_("Without the scale (α = {a}) the perplexity is {ppl}, {ratio} times that at α = 1.", lang, a=f"{data['unscaled_alpha']:g}", ppl=number(a["perplexity_unscaled"]), ratio=number(a["perplexity_ratio"][f"{data['unscaled_alpha']:g}"])))
         changed, same = a["alphas_changed_continuation"], a["alphas_same_continuation"]
         key = "all_same" if not changed else "all_changed" if not same else "same_continuation"
         out.append(_t(key, lang, prompt=data["prompt"], same=_alphas(same), changed=_alphas(changed)))
     else:
-        out.append(_t("worst_cosine", lang, a=f"{a['worst_alpha']:g}", cos=number(a["worst_cosine_min"])))
+        out.append(_("The embeddings move most at α = {a}: the least similar sentence keeps a cosine of {cos} to its α = 1 embedding.", lang, a=f"{a['worst_alpha']:g}", cos=number(a["worst_cosine_min"])))
         if a["has_unscaled"]:
-            out.append(_t("unscaled_cosine", lang, a=f"{data['unscaled_alpha']:g}", cos=number(a["cosine_min_unscaled"])))
+            out.append(_("Without the scale (α = {a}) the least similar sentence keeps a cosine of {cos}.", lang, a=f"{data['unscaled_alpha']:g}", cos=number(a["cosine_min_unscaled"])))
     lo, hi = f"{rows[0]['alpha']:g}", f"{rows[-1]['alpha']:g}"
     ent, top = a["mean_normalized_entropy"], a["mean_max_weight"]
-    out.append(_t("entropy", lang, a_lo=lo, a_hi=hi, lo=number(ent[lo]), one=number(ent["1"]), hi=number(ent[hi]),
-                  w_lo=number(top[lo]), w_one=number(top["1"]), w_hi=number(top[hi])))
+    out.append(_("Mean entropy / ln n over layers, heads and rows: {lo} at α = {a_lo}, {one} at α = 1, {hi} at α = {a_hi}; mean max weight {w_lo}, {w_one}, {w_hi}.", lang, a_lo=lo, a_hi=hi, lo=number(ent[lo]), one=number(ent["1"]), hi=number(ent[hi]), w_lo=number(top[lo]), w_one=number(top["1"]), w_hi=number(top[hi])))
     return out
 
 
@@ -89,12 +87,12 @@ def _check(data: dict, lang: str) -> str:
     if _is_lm(data):
         detail = dict(ours=number(check["our_loss"], ".6f"), own=number(check["own_loss"], ".6f"),
                       rel=number(check["relative_difference"], ".1e"), tol=f"{check['tolerance']:g}")
-        ok = _t("check_loss", lang, **detail)
+        ok = _("Check: at α = 1 our cross-entropy {ours} equals the model's own loss {own} (relative difference {rel}, tolerance {tol}).", lang, **detail)
     else:
-        ok = _t("check_embedding", lang, diff=number(check["max_abs_difference"], ".1e"), tol=f"{check['tolerance']:g}")
+        ok = _("Check: at α = 1 our sentence embeddings equal the model's own to {diff} (tolerance {tol}).", lang, diff=number(check["max_abs_difference"], ".1e"), tol=f"{check['tolerance']:g}")
     if check["passed"]:
         return para(ok)
-    return error_box(_t("check_failed", lang, detail=ok))
+    return error_box(_("Check FAILED: at α = 1 the intervention does not reproduce the model ({detail}); the figures below are not to be trusted.", lang, detail=ok))
 
 
 def _is_lm(data: dict) -> bool:
@@ -112,11 +110,12 @@ def _what(data: dict, lang: str) -> str:
     model = data["model"]
     rules = model.get("scale_rules") or []
     if all(rule["rule"] == "1/sqrt(d_k)" for rule in rules) and data["unscaled_alpha"] is not None:
-        return _t("what", lang, model=model["name"], scale=number(model["scale"], ".4g"),
-                  unscaled=f"{data['unscaled_alpha']:g}")
-    removal = (_t("removes", lang, a=f"{data['unscaled_alpha']:g}") if data["unscaled_alpha"] is not None else
+        return _("What this measures: {model} was trained with the scale 1/√d_k = {scale}; here every attention layer's scale is multiplied by α at inference, nothing else changed, and α = {unscaled} removes the scale altogether. "
+                 "It shows how sensitive a model trained with 1/√d_k is to its scale — not what training without the scale would give (the training chapters answer that).", lang, model=model["name"], scale=number(model["scale"], ".4g"), unscaled=f"{data['unscaled_alpha']:g}")
+    removal = (_("α = {a} removes the scale altogether", lang, a=f"{data['unscaled_alpha']:g}") if data["unscaled_alpha"] is not None else
                _t(f"removes_none_{data['unscaled_alpha_none']}", lang))
-    return _t("what_own", lang, model=model["name"], scales=scales_sentence(model, lang), removal=removal)
+    return _("What this measures: {scales} Here every attention layer's own scale is multiplied by α at inference (inside a soft-cap, where there is one), nothing else changed (a position bias stays as it is); {removal}. "
+             "It shows how sensitive {model}, as trained, is to its scale — not what training with another scale would give (the training chapters answer that).", lang, model=model["name"], scales=scales_sentence(model, lang), removal=removal)
 
 
 def render(env, lang: str) -> str:
@@ -124,26 +123,25 @@ def render(env, lang: str) -> str:
     model, text = data["model"], data["text"]
     parts = [para(_what(data, lang))]
     if model.get("weights_note"):
-        parts.append(note(t("weights_note", lang).format(note=model["weights_note"])))
+        parts.append(note(_("Note: {note}.", lang, note=model["weights_note"])))
     lm = _is_lm(data)
     if lm:
-        about = _t("text_decoder", lang, source=text["source"], tokens=text["n_tokens"], windows=text["windows"],
-                   window=text["window"], predicted=text["tokens_predicted"])
+        about = _("Text: {source}, {tokens} tokens in {windows} causal window(s) of up to {window} tokens, {predicted} of them predicted.", lang, source=text["source"], tokens=text["n_tokens"], windows=text["windows"], window=text["window"], predicted=text["tokens_predicted"])
     else:
-        about = _t("text_encoder", lang, source=text["source"], n=text["n_sequences"], tokens=text["n_tokens"])
+        about = _("Text: {source}, {n} sentences, {tokens} tokens.", lang, source=text["source"], n=text["n_sequences"], tokens=text["n_tokens"])
     parts.append(para(about))
     parts.append(_check(data, lang))
     parts.append(bullets(findings(data, lang)))
-    parts.append(figures.responsive_figure(lambda: plot(data, lang), _t("alt", lang),
+    parts.append(figures.responsive_figure(lambda: plot(data, lang), _("The measure against α on a logarithmic axis, and the mean entropy and max weight", lang),
                                            _t("caption_decoder" if lm else "caption_encoder", lang)))
     a = data["analysis"]
     if lm:
-        header = ["α", "CE", _t("perplexity", lang), "H/ln n", _t("maxw", lang), _t("continuation", lang)]
+        header = ["α", "CE", _("perplexity", lang), "H/ln n", _("max weight", lang), _("continuation", lang)]
         rows = [[f"{r['alpha']:g}", number(r["cross_entropy"], ".4f"), number(r["perplexity"], ".4g"),
                  number(a["mean_normalized_entropy"][f"{r['alpha']:g}"]), number(a["mean_max_weight"][f"{r['alpha']:g}"]),
                  data["prompt"] + r["continuation"]] for r in data["alphas"]]
     else:
-        header = ["α", _t("cos_mean", lang), _t("cos_min", lang), "H/ln n", _t("maxw", lang)]
+        header = ["α", _("mean over sentences", lang), _("least similar sentence", lang), "H/ln n", _("max weight", lang)]
         rows = [[f"{r['alpha']:g}", number(r["cosine_mean"], ".4f"), number(r["cosine_min"], ".4f"),
                  number(a["mean_normalized_entropy"][f"{r['alpha']:g}"]), number(a["mean_max_weight"][f"{r['alpha']:g}"])]
                 for r in data["alphas"]]

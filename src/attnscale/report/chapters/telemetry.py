@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from attnscale.report import text
 from attnscale.report.html import bullets, number, para, table
+from attnscale.i18n import _
 
 KIND = "telemetry"
 TITLE = text.entry("telemetry", "title")
@@ -16,7 +17,7 @@ _t = text.words("telemetry")
 HOW_TO = "attnscale telemetry-bench"
 
 def _case(row: dict, lang: str) -> str:
-    return str(tuple(row["shape"])) + (f", {_t('causal', lang)}" if row["causal"] else "")
+    return str(tuple(row["shape"])) + (f", {_('causal', lang)}" if row["causal"] else "")
 
 
 def _cell(row: dict, variant: str) -> str:
@@ -30,9 +31,7 @@ def _verdict(v: dict, lang: str) -> str:
 
 
 def _monitor(m: dict, lang: str) -> list[str]:
-    head = _t("monitor", lang, model=m["model"], n=m["n_sequences"], length=m["padded_length"],
-              ratio=number(m["ratio"], ".2f"), equal=m["outputs_bitwise_equal"],
-              overflow=m["float16_overflow_calls"], calls=m["calls_per_forward"])
+    head = _("The monitor on {model} ({n} sequences, padded to {length} tokens), per layer: forward time ×{ratio}; outputs bit-for-bit equal to the unmonitored model: {equal}; float16 overflow (|logit| > 65504) in {overflow} of {calls} calls.", lang, model=m["model"], n=m["n_sequences"], length=m["padded_length"], ratio=number(m["ratio"], ".2f"), equal=m["outputs_bitwise_equal"], overflow=m["float16_overflow_calls"], calls=m["calls_per_forward"])
     rows = [[r["layer"], number(r["entropy_mean"]), number(r["entropy_median_of_medians"]), number(r["entropy_min"]),
              number(r["max_logit"], ".2f"), f"{r['lowest_head']} ({number(r['lowest_head_entropy_mean'])})"]
             for r in m["layers"]]
@@ -43,22 +42,23 @@ def _monitor(m: dict, lang: str) -> list[str]:
 def render(env, lang: str) -> str:
     d = env.data
     machine = ", ".join(str(x) for x in (d["machine"].get("cpu"), f"{d['machine'].get('cores')} cores") if x)
-    parts = [para(_t('intro', lang, date=env.created[:10], machine=machine, device=d['device'], threads=d['threads'], repeats=d['repeats']))]
+    parts = [para(_("Each row's entropy needs only two running sums next to the softmax sum: entropy = ln l − u/l with l = Σ e^(s−m) and u = Σ e^(s−m)(s−m). attnscale.torch.attention computes the output, the log-sum-exp and the entropy of every row, exactly, in memory O(L·d), and its backward recomputes the probabilities from the saved log-sum-exp. "
+                    "Measured {date} on {machine} ({device}, {threads} threads), medians of {repeats} interleaved runs; every ratio divides by plain torch SDPA measured in the same run (CPU time in brackets).", lang, date=env.created[:10], machine=machine, device=d['device'], threads=d['threads'], repeats=d['repeats']))]
     if not d["kernel"]["available"]:
-        parts.append(para(_t('kernel_missing', lang, reason=d['kernel']['reason'])))
+        parts.append(para(_("The C++ kernel was not available in this run: {reason}.", lang, reason=d['kernel']['reason'])))
     for pass_, variants in d["variants"].items():
         others = [v for v in variants if v != "sdpa"]
         rows = [[_case(r, lang), f"{number(r['median_s']['sdpa'] * 1e3, '.0f')} ms"] + [_cell(r, v) for v in others]
                 for r in d["rows"] if r["pass"] == pass_]
-        parts += [para(_t('time_caption', lang, pass_=pass_)),
-                  table([_t("case", lang), _t("sdpa_time", lang)] + others, rows)]
+        parts += [para(_("{pass_}: time ÷ plain SDPA (lower is better; 1 = free).", lang, pass_=pass_)),
+                  table([_("case", lang), _("SDPA median", lang)] + others, rows)]
     if d["memory"]:
         variants = list(dict.fromkeys(v for r in d["memory"] for v in r["peak_rise_bytes"]))
         rows = [[f"{r['pass']}, {_case(r, lang)}"] + [number(r["ratio_to_sdpa"].get(v), ".2f") for v in variants]
                 for r in d["memory"]]
-        parts += [para(_t('memory_caption', lang)), table([_t("case", lang)] + variants, rows)]
+        parts += [para(_("Peak memory rise ÷ plain SDPA, each variant in a fresh process.", lang)), table([_("case", lang)] + variants, rows)]
     parts.append(bullets(_verdict(v, lang) for v in d["verdicts"]))
-    parts.append(para(_t('legend', lang)))
+    parts.append(para(_("sdpa: torch.nn.functional.scaled_dot_product_attention (output only). kernel: the fused C++ kernel, output + lse + entropy. kernel+range: also the max and min logit. composed: one fused PyTorch call on [V, K] (q, k zero-padded). naive: materialise the weights, then the entropy.", lang)))
     if d.get("monitor"):
         parts += _monitor(d["monitor"], lang)
     return "\n".join(parts)

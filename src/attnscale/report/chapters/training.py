@@ -15,6 +15,7 @@ from attnscale.report import text
 from attnscale.report.figures import legend_columns, responsive_figure
 from attnscale.report.html import esc, number, para, table, table_with_details
 from attnscale.report.text import rule_label
+from attnscale.i18n import _
 
 KIND = "train/scale-vs-dk"
 TITLE = text.entry("training", "title")
@@ -26,26 +27,37 @@ def render(env, lang: str) -> str:
     s, f = a["setup"], a["findings"]
     names = _labels(s, lang)
     versus = _t("single_same" if a["single_key_is_prior"] else "single_above", lang, prior=a["prior_ceiling"])
-    out = [_p("intro", lang, d_model=s["d_model"], heads=s["n_heads"], k=s["n_marked"], n=s["n_keys"],
+    out = [_p("A one-layer transformer (width {d_model}, {heads} heads) learns to count the ones among {k} marked positions out of {n}: the query must spread its attention evenly over the {k} marked keys. "
+              "One attended key is not enough: from one marked bit the best possible accuracy is {single:.3f}, {versus}. "
+              "W_Q and W_K start with Var(q_i) ≈ 1, so Var(q·k) ≈ dₖ, the seed's assumption. "
+              "Every rule starts from the same weights for a given dₖ and seed; {steps} steps of batch {batch}, {seeds} seed(s), {cells} cells. "
+              "Adam runs at lr {adam_lr:g}; plain SGD runs on the grid {sgd_lrs}.", lang, d_model=s["d_model"], heads=s["n_heads"], k=s["n_marked"], n=s["n_keys"],
               single=a["single_key_ceiling"], versus=versus, steps=s["steps"], batch=s["batch"], seeds=s["seeds"],
               cells=s["cells"], adam_lr=s["adam_lr"], sgd_lrs=", ".join(f"{v:g}" for v in s["sgd_lrs"]))]
     if env.quick:
-        out.append(_p("quick", lang, steps=s["steps"], seeds=s["seeds"]))
+        out.append(_p("Quick sweep ({steps} steps, {seeds} seed(s)): every sentence below describes this short run only, not the full sweep.", lang, steps=s["steps"], seeds=s["seeds"]))
     out += _reference(f["reference"], s, lang) + _tuning(a["sgd_tuning"], lang)
     for opt in ("adam", "sgd_reference_lr"):
         label = _opt(opt, lang)
-        out.append(responsive_figure(lambda: _curves_figure(a, opt, names, lang), _t("alt_curves", lang, opt=label),
-                                     _t("cap_curves", lang, opt=label, w=s["saturated_weight"])))
+        out.append(responsive_figure(lambda: _curves_figure(a, opt, names, lang), _("Accuracy, logit standard deviation and saturated rows over training ({opt}), per dₖ and rule", lang, opt=label),
+                                     _("{opt}. "
+                                       "Thick: mean over the seeds still running; thin: each seed. "
+                                       "Top: running training accuracy (dotted: the one-key ceiling). "
+                                       "Middle: the query rows' logit standard deviation (log scale). "
+                                       "Bottom: fraction of query rows whose largest weight exceeds {w:g}.", lang, opt=label, w=s["saturated_weight"])))
     out.append(_results_table(a["table"], names, lang))
-    out.append(_note("table_note", lang, n_eval=s["final_eval"], window=s["log_every"], target=s["target_accuracy"]))
-    out.append(f"<h3>{esc(_t('verdict_head', lang))}</h3>")
-    out.append(_p("verdict_def", lang, target=s["target_accuracy"], like=s["like_reference_steps"], steps=s["steps"]))
+    out.append(_note("Final accuracy: mean [min, max] over seeds on {n_eval} fresh samples. "
+                     "Steps: first step at which the running training accuracy (window {window}, every batch fresh) reaches {target:g}, mean over the seeds that reached it, and how many did. "
+                     "'÷' = diverged seeds.", lang, n_eval=s["final_eval"], window=s["log_every"], target=s["target_accuracy"]))
+    out.append(f"<h3>{esc(_('Verdicts', lang))}</h3>")
+    out.append(_p("Each (rule, dₖ) against 1/√dₖ on the same seeds and optimiser: learns like it (reaches {target:g} within {like:g}× the batches 1/√dₖ needs), slower, fails within the {steps}-step budget, or diverges (a non-finite loss, kept and shown). "
+                  "The verdict is the one most seeds share (a tie goes to the more severe); the fraction is the seeds agreeing.", lang, target=s["target_accuracy"], like=s["like_reference_steps"], steps=s["steps"]))
     out += _verdict_lines(a["table"], names, lang)
-    out.append(f"<h3>{esc(_t('findings', lang))}</h3>")
-    out.append(_p("glance", lang, w=s["saturated_weight"]))
+    out.append(f"<h3>{esc(_('What the numbers say', lang))}</h3>")
+    out.append(_p("Adam, seed range [min, max]: the query rows' logit standard deviation and saturated fraction (largest weight > {w:g}) and the largest logit, at step 0 and at the last logged step.", lang, w=s["saturated_weight"]))
     out.append(_glance_table(a["table"], names, lang))
     if f["logit_sd_at_init"]:
-        out.append(_p("why_sd", lang, pred=_join(f"{_n(r['predicted'])} (dₖ = {r['d_k']})" for r in f["logit_sd_at_init"]),
+        out.append(_p("Without the scale the seed predicts logits of standard deviation √dₖ (here: {pred}); measured at step 0 on the query rows of unscaled attention: {meas}.", lang, pred=_join(f"{_n(r['predicted'])} (dₖ = {r['d_k']})" for r in f["logit_sd_at_init"]),
                       meas=_join(_n(r["measured"]) for r in f["logit_sd_at_init"])))
     out += _gradient(f["gradient_step0"], lang) + _saturation(f["saturation_path"], s, lang)
     out += _softcap(f["softcap"], s, lang) + _optimiser(f["optimiser"], s, names, lang) + _zero(f["zero_gradient"], lang)
@@ -57,15 +69,15 @@ def render(env, lang: str) -> str:
 # --- small formatting helpers ----------------------------------------------------------------------
 
 def _p(key: str, lang: str, **kw) -> str:
-    return para(_t(key, lang, **kw))
+    return para(_(key, lang, **kw))
 
 
 def _note(key: str, lang: str, **kw) -> str:
-    return f"<p class='note'>{esc(_t(key, lang, **kw))}</p>"
+    return f"<p class='note'>{esc(_(key, lang, **kw))}</p>"
 
 
 def _hyp(key: str, lang: str, **kw) -> str:
-    return f"<p class='hypothesis'><em>{esc(_t('hyp', lang))}</em>{esc(_t(key, lang, **kw))}</p>"
+    return f"<p class='hypothesis'><em>{esc(_('Hypothesis, not tested here: ', lang))}</em>{esc(_(key, lang, **kw))}</p>"
 
 
 def _n(x, spec: str = ".3g") -> str:
@@ -97,7 +109,7 @@ def _verdict(s: dict, lang: str) -> str:
         return number(None)
     word = _t(f"v_{s['verdict']}", lang)
     if s["verdict"] == "slower" and s["steps_ratio"] is not None:
-        word += f" ({_t('ratio', lang, r=_n(s['steps_ratio'], '.2g'))})"
+        word += f" ({_('×{r} the steps', lang, r=_n(s['steps_ratio'], '.2g'))})"
     return f"{word} {s['seeds_agreeing']}/{s['seeds']}"
 
 
@@ -124,23 +136,23 @@ def _reference(ref: dict, s: dict, lang: str) -> list[str]:
     if ref["reached_everywhere"]:
         return []
     if ref["reached_nowhere"]:
-        return [_p("ref_none", lang, steps=s["steps"], target=s["target_accuracy"])]
+        return [_p("Within {steps} steps not even 1/√dₖ reaches {target:g} accuracy, with either optimiser: this sweep cannot tell a rule that learns from one that does not.", lang, steps=s["steps"], target=s["target_accuracy"])]
     where = _join(f"{'Adam' if r['optimiser'] == 'adam' else 'SGD'} lr {r['lr']:g}, dₖ = {r['d_k']}: "
                   f"{r['reached']}/{r['seeds']}" for r in ref["rows"])
-    return [_p("ref_some", lang, target=s["target_accuracy"], where=where)]
+    return [_p("1/√dₖ itself reaches {target:g} accuracy on only part of the sweep ({where}; seeds reaching / seeds): where it does not, no rule can be judged slower than it.", lang, target=s["target_accuracy"], where=where)]
 
 
 def _tuning(tuning: list[dict], lang: str) -> list[str]:
     lrs = _join(f"dₖ = {r['d_k']}: {_lr(r)}" for r in tuning)
     edges = [str(r["d_k"]) for r in tuning if r["edge"]]
-    said = _t("tuned_edge", lang, d_ks=", ".join(edges)) if edges else _t("tuned_inside", lang)
-    return [f"<p>{esc(_t('tuned', lang, lrs=lrs))} {esc(said)} {esc(_t('tuned_note', lang))}</p>"]
+    said = _("At dₖ = {d_ks} it lies on the grid's edge, so the best rate may lie outside the grid and 'the tuned rate' there means the best rate the grid has.", lang, d_ks=", ".join(edges)) if edges else _("It lies inside the grid at every dₖ: a worse rate on either side.", lang)
+    return [f"<p>{esc(_('The SGD rate tuned for 1/√dₖ (best mean final accuracy over seeds, then fewer steps): {lrs}.', lang, lrs=lrs))} {esc(said)} {esc(_t('tuned_note', lang))}</p>"]
 
 
 def _results_table(rows: list[dict], names: dict, lang: str) -> str:
-    header = [_t("h_rule", lang), "dₖ", _t("h_acc", lang, opt="Adam"), _t("h_steps", lang), _t("h_verdict", lang),
-              _t("h_acc", lang, opt=_t("sgd_ref", lang)), _t("h_steps", lang), _t("h_verdict", lang),
-              _t("h_best_lr", lang), _t("h_acc", lang, opt=_t("sgd_best", lang)), _t("h_steps", lang)]
+    header = [_("rule", lang), "dₖ", _("{opt}: acc", lang, opt="Adam"), _("steps", lang), _("verdict", lang),
+              _("{opt}: acc", lang, opt=_("SGD at 1/√dₖ's lr", lang)), _("steps", lang), _("verdict", lang),
+              _("own best lr", lang), _("{opt}: acc", lang, opt=_("SGD at it", lang)), _("steps", lang)]
     body = [[names[r["rule"]], r["d_k"], _acc(r["adam"]), _steps(r["adam"]), _verdict(r["adam"], lang),
              _acc(r["sgd_reference_lr"]), _steps(r["sgd_reference_lr"]), _verdict(r["sgd_reference_lr"], lang),
              _lr(r["sgd_best_lr"]), _acc(r["sgd_best_lr"]), _steps(r["sgd_best_lr"])] for r in rows]
@@ -154,13 +166,13 @@ def _verdict_lines(rows: list[dict], names: dict, lang: str) -> list[str]:
             mine = [r for r in rows if r["rule"] == rule]
             said = _join(f"dₖ = {r['d_k']}" + (f" (lr {r[opt]['lr']:g})" if opt != "adam" else "") +
                          f" {_verdict(r[opt], lang)}" for r in mine)
-            items.append(f"<li>{esc(_t('v_line', lang, rule=names[rule], opt=_opt(opt, lang), items=said))}</li>")
+            items.append(f"<li>{esc(_('{rule}, {opt}: {items}.', lang, rule=names[rule], opt=_opt(opt, lang), items=said))}</li>")
     return [f"<ul>{''.join(items)}</ul>"]
 
 
 def _glance_table(rows: list[dict], names: dict, lang: str) -> str:
-    header = [_t("h_rule", lang), "dₖ", _t("h_sd0", lang), _t("h_sd1", lang), _t("h_sat0", lang), _t("h_sat1", lang),
-              _t("h_max0", lang), _t("h_max1", lang), _t("h_reached", lang)]
+    header = [_("rule", lang), "dₖ", _("logit sd, step 0", lang), _("logit sd, end", lang), _("saturated, step 0", lang), _("saturated, end", lang),
+              _("max logit, step 0", lang), _("max logit, end", lang), _("reached", lang)]
     body = [[names[r["rule"]], r["d_k"], _range(r["adam"]["start"]["logit_std"], ".3g"),
              _range(r["adam"]["end"]["logit_std"], ".3g"), _range(r["adam"]["start"]["saturated_frac"]),
              _range(r["adam"]["end"]["saturated_frac"]), _range(r["adam"]["start"]["max_logit"], ".3g"),
@@ -185,19 +197,16 @@ def _saturation(finding: dict, s: dict, lang: str) -> list[str]:
     fails, reaches = finding["fails"], finding["reaches"]
     out = []
     if not fails["runs"]:
-        out.append(_p("sat_none", lang))
+        out.append(_p("No run fails within the budget.", lang))
     else:
         path = fails["dominant_path"]
-        text = _t("sat_fails", lang, n=fails["runs"], thr=s["saturated_run"], s0=_range(fails["logit_std_start"], ".3g"),
-                  s1=_range(fails["logit_std_end"], ".3g"), g=_n(fails["growth_median"], ".2g"),
-                  stayed=fails["stayed_saturated"], became=fails["became_saturated"], left=fails["left_saturation"],
-                  never=fails["never_saturated"])
+        text = _("Of the {n} runs (Adam, and SGD at the tuned rate) that fail within the budget, {stayed} start saturated (at least {thr:.0%} of query rows) and stay so, {became} become saturated during training, {left} leave saturation and {never} are never saturated at a logged step; their logit standard deviation goes from {s0} at step 0 to {s1} at the last logged step (median ratio {g}).", lang, n=fails["runs"], thr=s["saturated_run"], s0=_range(fails["logit_std_start"], ".3g"), s1=_range(fails["logit_std_end"], ".3g"), g=_n(fails["growth_median"], ".2g"), stayed=fails["stayed_saturated"], became=fails["became_saturated"], left=fails["left_saturation"], never=fails["never_saturated"])
         growth = _t(f"grow_{fails['growth']}", lang, G=s["logit_growth"]) if fails["growth"] else ""
         out.append(f"<p>{esc(text)} {esc(_t('path_' + path, lang))} {esc(growth)}</p>")
         if fails["growth"] == "grows" and path == "became":
-            out.append(_hyp("hyp_growth", lang))
+            out.append(_hyp("that growing logits are what saturate these rows, and that the saturated rows are what stops them learning; an intervention (e.g. capping the logits) would test it.", lang))
     if reaches["runs"]:
-        out.append(_p("sat_reaches", lang, n=reaches["runs"], s0=_range(reaches["logit_std_start"], ".3g"),
+        out.append(_p("The {n} runs that reach the target: logit standard deviation from {s0} to {s1} (median ratio {g}), saturated fraction at the end {e}.", lang, n=reaches["runs"], s0=_range(reaches["logit_std_start"], ".3g"),
                       s1=_range(reaches["logit_std_end"], ".3g"), g=_n(reaches["growth_median"], ".2g"),
                       e=_range(reaches["saturated_end"])))
     return out
@@ -216,10 +225,10 @@ def _softcap(finding: dict, s: dict, lang: str) -> list[str]:
                           ru=r["unscaled_reached"]))
     if not out:
         fracs = _join(f"{_n(r['softcap_saturated_start'], '.2f')} (dₖ = {d})" for d, r in rows.items())
-        return [_p("cap_never", lang, thr=s["saturated_run"], fracs=fracs)]
+        return [_p("Soft-cap 50 never starts with {thr:.0%} or more of its rows saturated here (step 0: {fracs}), so this sweep does not test whether starting saturated stops learning.", lang, thr=s["saturated_run"], fracs=fracs)]
     lower = finding["learns_with_lower_logits"]
     if lower:
-        out.append(_hyp("hyp_cap", lang, d_ks=", ".join(map(str, lower)),
+        out.append(_hyp("the cap keeps the logits within ±50 while they grow (last logged logit standard deviation at dₖ = {d_ks}: {cap} soft-capped against {un} unscaled), so its rows can leave saturation.", lang, d_ks=", ".join(map(str, lower)),
                         cap=_join(_n(rows[d]["softcap_logit_std_end"]) for d in lower),
                         un=_join(_n(rows[d]["unscaled_logit_std_end"]) for d in lower)))
     return out
@@ -229,16 +238,16 @@ def _optimiser(finding: dict, s: dict, names: dict, lang: str) -> list[str]:
     pairs = lambda items: _join(f"{names[i['rule']]} dₖ = {i['d_k']}" for i in items)  # noqa: E731
     out = []
     if finding["adam_only"]:
-        out += [_p("adam_only", lang, pairs=pairs(finding["adam_only"])), _hyp("hyp_adam", lang)]
+        out += [_p("{pairs}: reach the target with Adam, but not with SGD at the tuned rate nor at their own best rate.", lang, pairs=pairs(finding["adam_only"])), _hyp("Adam divides each step by a running estimate of the gradient's size, so a gradient made large or small by the scale matters less to it than to plain SGD.", lang)]
     if finding["sgd_only"]:
-        out.append(_p("sgd_only", lang, pairs=pairs(finding["sgd_only"]), lr=s["adam_lr"]))
+        out.append(_p("{pairs}: reach the target with SGD, but not with Adam at lr {lr:g}.", lang, pairs=pairs(finding["sgd_only"]), lr=s["adam_lr"]))
     return out
 
 
 def _zero(finding: dict, lang: str) -> list[str]:
-    out = [_p("zero", lang, n=finding["cells"], total=finding["total"], div=finding["cells_then_diverged"])]
+    out = [_p("Cells in which the W_Q/W_K gradient was exactly zero (every entry 0.0 in float32) at some logged step: {n} of {total}, {div} of which diverged afterwards.", lang, n=finding["cells"], total=finding["total"], div=finding["cells_then_diverged"])]
     if finding["group_zero"]:
-        out.append(_p("small_zero", lang, d_k=finding["d_k"], z=finding["group_zero"], seeds=finding["group_seeds"]))
+        out.append(_p("Unscaled attention with Adam at dₖ = {d_k}: the gradient is exactly zero at a logged step in {z}/{seeds} seeds.", lang, d_k=finding["d_k"], z=finding["group_zero"], seeds=finding["group_seeds"]))
     elif finding["falls_below_start"] is not None:
         out.append(_p("small_falls" if finding["falls_below_start"] else "small_stays", lang, d_k=finding["d_k"],
                       smallest=_n(finding["smallest_grad_wq"], ".2g"), first=_n(finding["step0_grad_wq"], ".2g")))
@@ -250,26 +259,31 @@ def _chain(chain: dict, names: dict, lang: str) -> list[str]:
     if not chain["rows"] or summary is None:
         return []
     quoted = summary["quoted"] or {}
-    out = [_p("chain", lang, anchor=names[chain["anchor"]["rule"]], anchor_dk=chain["anchor"]["d_k"],
+    out = [_p("Why the gradient reaching W_Q and W_K has the size it has at step 0. "
+              "For the query row, dL/dq = s·Kᵀ J V δ and dL/dK = s·(J V δ) qᵀ with J = diag(p) − ppᵀ (times cap′ for soft-capping): the scale s multiplies the gradient, and Kᵀ J V — the p-weighted covariance of keys and values — vanishes as the row saturates, however large the keys. "
+              "Prediction: ‖∇W_Q‖ ≈ C·s·RMS‖Kᵀ J V‖ and ‖∇W_K‖ ≈ C′·s·RMS(‖q‖·‖Xᵀ J V‖), with C, C′ fitted once on {anchor} at dₖ = {anchor_dk}; δ = dL/do is left out (the same weights start every rule). "
+              "Measured ÷ predicted ranges from {lo} to {hi} over {n} other (rule, dₖ) pairs, while s alone spans a factor {span}. "
+              "The column 'scale alone' is the 1/√dₖ rule's measured gradient times s/s_ref, blind to saturation: for unscaled attention at dₖ = {big} it predicts ‖∇W_Q‖ = {blind}; with the Jacobian factor the prediction is {pred}; measured: {meas}.", lang, anchor=names[chain["anchor"]["rule"]], anchor_dk=chain["anchor"]["d_k"],
               lo=_n(summary["ratio_min"], ".2f"), hi=_n(summary["ratio_max"], ".2f"), n=summary["pairs"],
               span=_n(summary["factor_span"], ".0f"), big=quoted.get("d_k"), blind=_n(quoted.get("scale_only")),
               pred=_n(quoted.get("predicted")), meas=_n(quoted.get("measured")))]
-    out.append(responsive_figure(lambda: _chain_figure(chain["rows"], names, lang), _t("alt_chain", lang),
-                                 _t("cap_chain", lang)))
-    header = [_t("h_grad", lang), _t("h_rule", lang), "dₖ", "s", _t("logit_sd", lang), _t("h_maxp", lang),
-              _t("h_scale_only", lang), _t("predicted", lang), _t("measured", lang), _t("h_ratio", lang)]
+    out.append(responsive_figure(lambda: _chain_figure(chain["rows"], names, lang), _("Predicted vs measured gradient norm at initialisation", lang),
+                                 _("Each point a (rule, dₖ), mean over seeds, labelled by dₖ; the line is measured = predicted. "
+                                   "Filled: the chain-rule prediction; hollow: the scale alone, blind to saturation.", lang)))
+    header = [_("gradient", lang), _("rule", lang), "dₖ", "s", _("logit sd", lang), _("mean max p", lang),
+              _("scale alone", lang), _("predicted", lang), _("measured", lang, msgctxt="training"), _("measured ÷ predicted", lang)]
     body = [["W_Q" if r["gradient"] == "grad_wq" else "W_K", names[r["rule"]], r["d_k"], _n(r["factor"], ".4g"),
              _n(r["logit_std"], ".2f"), _n(r["max_weight_mean"], ".3f"), _n(r["scale_only"]), _n(r["predicted"]),
              _n(r["measured"]), _n(r["ratio"], ".2f")] for r in chain["rows"]]
     # at a glance the largest d_k (where the rules differ most); every row behind a <details>
     top = max(r["d_k"] for r in chain["rows"])
     glance = [row for row, r in zip(body, chain["rows"]) if r["d_k"] == top]
-    return out + [table_with_details(header, body, glance, lang, cls="numeric"), _p("chain_rest", lang)]
+    return out + [table_with_details(header, body, glance, lang, cls="numeric"), _p("What the prediction leaves out: the direction of δ relative to Kᵀ J V, and how the per-example gradients add up over the batch; both depend on the attention pattern, hence on the rule.", lang)]
 
 
 def _timing(timing: dict, wall_s, lang: str) -> str:
-    run = _t("timing_run", lang, wall=_n(wall_s, ".0f")) if wall_s is not None else ""
-    return _note("timing", lang, cells=timing["timed"], cpu=_n(timing["cpu_s"], ".0f"),
+    run = _("This run of the sweep took {wall} s of wall time (cells read from the cache cost nothing). ", lang, wall=_n(wall_s, ".0f")) if wall_s is not None else ""
+    return _note("Measured run time: the {cells} cells took {cpu} CPU-seconds in all, {per} s of wall time per cell on average (at most {most} s). {run}Times depend on the machine and how loaded it was.", lang, cells=timing["timed"], cpu=_n(timing["cpu_s"], ".0f"),
                  per=_n(timing["wall_s_per_cell"], ".2g"), most=_n(timing["wall_s_max"], ".2g"), run=run)
 
 
@@ -300,7 +314,7 @@ def _curves_figure(a: dict, opt: str, names: dict, lang: str):
             axes[0][col].set_ylim(0, 1.02)
             axes[1][col].set_yscale("log")
             axes[2][col].set_ylim(-0.02, 1.02)
-            axes[2][col].set_xlabel(_t("step", lang))
+            axes[2][col].set_xlabel(_("step", lang))
         for row, key in enumerate(("accuracy", "logit_sd", "saturated")):
             axes[row][0].set_ylabel(_t(key, lang))
         handles, labels = axes[0][0].get_legend_handles_labels()
@@ -339,7 +353,7 @@ def _chain_figure(rows: list[dict], names: dict, lang: str):
             ax.set_xscale("log")
             ax.set_yscale("log")
             ax.set_title("‖∇W_Q‖" if which == "grad_wq" else "‖∇W_K‖")
-            ax.set_xlabel(_t("predicted", lang))
-            ax.set_ylabel(_t("measured", lang))
+            ax.set_xlabel(_("predicted", lang))
+            ax.set_ylabel(_("measured", lang, msgctxt="training"))
         axes[0].legend(loc="upper left", fontsize=8)
     return fig

@@ -1,0 +1,100 @@
+"""Every word attnscale shows a person, in gettext's way: the English is written where it is used, as
+a whole sentence with ``{named}`` placeholders, and its Chinese lies in the catalog ``zh.po`` beside
+this module, keyed by that English (``msgid``), checked like ``msgfmt --check-format`` checks a
+``python-brace-format`` entry. The page, the terminal and the claims all read it through :func:`_`.
+
+    >>> _("At d_k = {d_k} the logits grow.", "en", d_k=64)
+    'At d_k = 64 the logits grow.'
+
+Where the data chooses among sentences, the choice is a table of messages marked with :func:`N_`
+(found by the extraction, translated only when used) and a small pure function picks one:
+
+    >>> VERDICT = {"learns": N_("learns"), "fails": N_("fails to learn")}
+    >>> _(VERDICT["fails"], "en")
+    'fails to learn'
+
+A message that two places translate differently carries a ``msgctxt`` (gettext's context). A
+message with no Chinese in the catalog is a :class:`MissingTranslation` when asked for in Chinese,
+never a silent English fallback; the test suite finds every such message first
+(``tests/test_i18n.py``, with :mod:`attnscale.i18n.extract`).
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+
+__all__ = ["LANGS", "_", "N_", "Message", "MissingTranslation", "TextError", "catalog", "check_lang"]
+
+LANGS = ("en", "zh")
+SOURCE_LANG = "en"
+
+
+class TextError(LookupError):
+    """A message cannot be shown: no translation, or a placeholder without a value."""
+
+    def __str__(self) -> str:          # LookupError would print the message in quotes
+        return str(self.args[0])
+
+
+class MissingTranslation(TextError):
+    """A message has no entry in the catalog of the language asked for."""
+
+
+class Message(str):
+    """A message marked by :func:`N_`: the English itself (a ``str``), with its gettext context."""
+
+    context: str | None = None
+
+
+def N_(message: str, msgctxt: str | None = None) -> str:
+    """``message`` marked for the catalog, not translated yet: for tables of sentences chosen by data."""
+    if msgctxt is None:
+        return message
+    marked = Message(message)
+    marked.context = msgctxt
+    return marked
+
+
+def check_lang(lang: str) -> str:
+    """``lang`` when it is one of :data:`LANGS`, else :class:`ValueError` naming it."""
+    if lang not in LANGS:
+        raise ValueError(f"lang: expected one of {', '.join(LANGS)}, got {lang!r}")
+    return lang
+
+
+@functools.cache
+def catalog(lang: str) -> dict[tuple[str | None, str], str]:
+    """{(context, English): translation} of ``lang``'s catalog (read once per process); fuzzy,
+    obsolete and empty entries are not translations."""
+    import polib
+
+    check_lang(lang)
+    if lang == SOURCE_LANG:
+        return {}
+    text = resources.files(__package__).joinpath(f"{lang}.po").read_text(encoding="utf-8")
+    return {(e.msgctxt or None, e.msgid): e.msgstr for e in polib.pofile(text)
+            if e.msgstr and not e.obsolete and "fuzzy" not in e.flags}
+
+
+def translate(message: str, lang: str, context: str | None = None) -> str:
+    """``message`` in ``lang``, placeholders unfilled."""
+    context = getattr(message, "context", None) or context
+    if check_lang(lang) == SOURCE_LANG:
+        return str(message)
+    found = catalog(lang).get((context, str(message)))
+    if found is None:
+        where = f" (context {context!r})" if context else ""
+        raise MissingTranslation(f"no {lang} translation of {str(message)!r}{where} in attnscale/i18n/{lang}.po")
+    return found
+
+
+def _(message: str, lang: str, /, *, msgctxt: str | None = None, **values) -> str:
+    """``message`` (English, with ``{named}`` placeholders; literal braces doubled) in ``lang``, its
+    placeholders filled from ``values`` by :meth:`str.format`."""
+    text = translate(message, lang, msgctxt)
+    try:
+        return text.format(**values)
+    except (KeyError, IndexError) as err:
+        raise TextError(f"the message {str(message)!r} has the placeholder {{{err.args[0]}}}, "
+                        f"which was not given") from None
