@@ -17,7 +17,7 @@ own run time. :func:`analyse` turns the cells into every figure the report shows
 final accuracy and steps to target with their spread over seeds, for Adam, for SGD at the learning
 rate tuned for 1/√d_k and at each rule's own best rate; the verdicts (learns like 1/√d_k, slower,
 fails within the budget, diverges); seed-mean curves; the saturation and gradient figures at step 0
-and at the end; the findings the chapter's sentences are chosen by; and the chain-rule check of the
+and at the end; the findings the chapter speaks of; and the chain-rule check of the
 gradient reaching W_Q and W_K at initialisation. Non-finite figures are written as None beside a
 
 The package, by job: :mod:`.config` (the constants, the cell and the sweep's configuration),

@@ -212,7 +212,10 @@ def _timing(results: list[dict]) -> dict:
 
 
 def _findings(config: ScaleVsDkConfig, runs: dict, table: list[dict], chain: dict, results: list[dict]) -> dict:
-    """The figures the chapter's sentences are chosen by, each with the numbers the sentence shows."""
+    """The figures the chapter's sentences speak of, each with the numbers the sentence shows. Their
+    keys naming a case (``direction``, ``growth``, ``dominant_path``, ``falls_below_start``, …) stay so
+    that results keep their contents; the chapter chooses its sentences from the numbers
+    (report/chapters/training_words.py)."""
     return {
         "reference": _reference_finding(table),
         "gradient_step0": _gradient_finding(config, chain),

@@ -3,10 +3,12 @@
 Reads the ``train/scale-vs-dk`` result (written by ``attnscale train scale-vs-dk``) and only formats and
 places what its analysis holds (``scale_vs_dk.analyse`` in the experiments): the set-up, the SGD
 rate tuned for 1/√d_k and whether it lies inside the grid, learning curves with the logit spread and the
-saturated rows over training, the table of final accuracy, steps to target and verdicts, the findings
-each interpretive sentence is chosen by, the chain-rule check of the gradient at initialisation, and the
-measured run times. Every number and every choice between two sentences comes from the analysis; what
-the result cannot show is said as a hypothesis and marked so.
+saturated rows over training, the table of final accuracy, steps to target and verdicts, the findings,
+the chain-rule check of the gradient at initialisation, and the measured run times. Every number comes
+from the analysis; which sentence a finding calls for is chosen from its numbers by the small pure
+functions beside each table of sentences in :mod:`.training_words` (with the thresholds the result
+records), so rewording never needs a training run. What the result cannot show is said as a hypothesis
+and marked so.
 """
 
 from __future__ import annotations
