@@ -281,3 +281,78 @@ def test_chapter_renders_every_part_in_both_languages(base, lang):
     assert html.count("<svg") == (6 if lang == "en" else 0)                 # each figure for desktop and phone
     assert html.count("<details") == 1
     assert "{" not in text(html)                                             # every placeholder filled
+
+
+# --- the chapter's choices: pure functions of the result's numbers (report/chapters/training_words.py) ---
+
+def _variants():
+    """The base sweep and the variants above, each changing which sentences the data call for."""
+    def smaller(c, r):
+        if c.rule == "unscaled":
+            r["init"]["grad_wq"] = r["init"]["grad_wk"] = 0.05
+
+    def mixed(c, r):
+        if c.rule == "unscaled" and c.d_k == 64:
+            r["init"]["grad_wq"] = 0.05
+
+    def stays_saturated(c, r):
+        if c.rule == "unscaled":
+            r["log"] = fake_result(None, sat0=0.9, sat1=0.9, std0=30.0, std1=31.0, grad_wq=0.3, factor=1.0)["log"]
+
+    def cap_saturated(c, r):
+        if c.rule in ("softcap_unscaled", "unscaled") and c.d_k == 64 and c.optimizer == "adam":
+            reach = 10 if c.rule == "softcap_unscaled" else None
+            r.update(fake_result(reach, sat0=0.9, sat1=0.2 if reach else 0.95, std0=8.0,
+                                 std1=10.0 if reach else 90.0, grad_wq=0.3, factor=1.0, zero=not reach))
+
+    def nothing_learns(c, r):
+        r.update(fake_result(None, grad_wq=r["init"]["grad_wq"], factor=r["init"]["factor"], std1=1.0))
+    return [analyse(change) for change in (None, smaller, mixed, stays_saturated, cap_saturated, nothing_learns)]
+
+
+def test_the_chapter_chooses_what_the_analysis_records():
+    """The sentences are chosen in the chapter from the numbers; on every variant the choice is the one
+    the analysis still records in its findings (kept so shipped results stay as they are)."""
+    from attnscale.report.chapters import training_words as w
+
+    seen = set()
+    for a in _variants():
+        f, s = a["findings"], a["setup"]
+        assert (w.single_key_versus(a) == "same") == a["single_key_is_prior"]
+        ref = f["reference"]
+        assert w.reference_reach(ref["rows"]) == (None if ref["reached_everywhere"] else
+                                                  "nowhere" if ref["reached_nowhere"] else "partly")
+        for g in f["gradient_step0"].values():
+            assert w.gradient_direction(g["rows"]) == (g["direction"], g["larger_at"], g["smaller_at"])
+            seen.add(g["direction"])
+        fails = f["saturation_path"]["fails"]
+        assert w.dominant_path(fails) == fails["dominant_path"]
+        assert w.logit_trend(fails["growth_median"], s["logit_growth"]) == fails["growth"]
+        seen |= {fails["dominant_path"], fails["growth"]}
+        cap = f["softcap"]
+        outcomes = w.softcap_outcomes(cap["rows"], s["saturated_run"])
+        assert [r["d_k"] for key, r in outcomes if key == "learns"] == cap["saturated_yet_learns"]
+        assert [r["d_k"] for key, r in outcomes if key == "fails"] == cap["saturated_and_fails"]
+        assert w.softcap_lower_logits(cap["rows"], s["saturated_run"]) == cap["learns_with_lower_logits"]
+        zero = f["zero_gradient"]
+        floor = w.gradient_floor(zero)
+        assert floor == ("zero" if zero["group_zero"] else None if zero["falls_below_start"] is None else
+                         "falls" if zero["falls_below_start"] else "stays")
+        seen |= {floor, w.reference_reach(ref["rows"])}
+    # the variants reach every key the tests above read the words of
+    assert {"larger", "smaller", "mixed", "became", "stayed", "grows", "steady", "zero", "stays", "nowhere"} <= seen
+
+
+def test_the_words_follow_the_recorded_thresholds_without_a_new_analysis(base):
+    """The thresholds are the result's own (setup): changing one changes the words, with no new analysis."""
+    words = text(render(base))
+    assert "Their logits grow during training (median last ÷ first logit standard deviation ≥ 2)" in words
+    assert "Soft-cap 50 never starts with 50% or more" in words
+    other = copy.deepcopy(base)
+    other["setup"].update(logit_growth=20.0, saturated_run=0.05, caps={"softcap_unscaled": 30.0})
+    words = text(render(other))
+    assert "stays within a factor 20 of where it started" in words and "growing logits" not in words
+    # at 5% soft-cap counts as starting saturated (0.1 at step 0), learns, and ends below unscaled
+    assert "At dₖ = 16 soft-cap 30 starts with 0.10 of its query rows saturated" in words
+    assert "Hypothesis, not tested here: the cap keeps the logits within ±30" in words
+    assert "does not test whether starting saturated" not in words

@@ -3,42 +3,57 @@
 Reads the ``train/scale-vs-dk`` result (written by ``attnscale train scale-vs-dk``) and only formats and
 places what its analysis holds (``scale_vs_dk.analyse`` in the experiments): the set-up, the SGD
 rate tuned for 1/√d_k and whether it lies inside the grid, learning curves with the logit spread and the
-saturated rows over training, the table of final accuracy, steps to target and verdicts, the findings
-each interpretive sentence is chosen by, the chain-rule check of the gradient at initialisation, and the
-measured run times. Every number and every choice between two sentences comes from the analysis; what
-the result cannot show is said as a hypothesis and marked so.
+saturated rows over training, the table of final accuracy, steps to target and verdicts, the findings,
+the chain-rule check of the gradient at initialisation, and the measured run times. Every number comes
+from the analysis; which sentence a finding calls for is chosen from its numbers by the small pure
+functions beside each table of sentences in :mod:`.training_words` (with the thresholds the result
+records), so rewording never needs a training run. What the result cannot show is said as a hypothesis
+and marked so.
 """
 
 from __future__ import annotations
 
-from attnscale.report import text
+from attnscale.i18n import N_, _
+from attnscale.report.chapters.training_words import (GRADIENT, GRADIENT_FLOOR, PATHS, REFERENCE, SINGLE_KEY, SOFTCAP,
+                                                      TRENDS, dominant_path, gradient_direction, gradient_floor,
+                                                      growth_saturates, logit_trend, reference_reach, single_key_versus,
+                                                      softcap_lower_logits, softcap_outcomes)
 from attnscale.report.figures import legend_columns, responsive_figure
 from attnscale.report.html import esc, number, para, table, table_with_details
 from attnscale.report.text import rule_label
-from attnscale.i18n import _
 
 KIND = "train/scale-vs-dk"
-TITLE = text.entry("training", "title")
-_t = text.words("training")
+TITLE = N_("Training: does unscaled attention really stop learning?")
 HOW_TO = "attnscale train scale-vs-dk"
+
+#: The verdict of a (rule, dₖ, optimiser, rate) against 1/√dₖ, as the analysis names it (also the
+#: headline card's words).
+VERDICTS = {
+    "learns": N_("learns like 1/√dₖ"),
+    "slower": N_("slower"),
+    "fails": N_("fails within the budget"),
+    "diverges": N_("diverges"),
+}
+#: The two optimiser set-ups the chapter shows side by side, by their key in the analysis' table.
+OPTIMISERS = {"adam": N_("Adam"), "sgd_reference_lr": N_("SGD at the rate tuned for 1/√dₖ")}
 
 def render(env, lang: str) -> str:
     a = env.data["analysis"]
     s, f = a["setup"], a["findings"]
     names = _labels(s, lang)
-    versus = _t("single_same" if a["single_key_is_prior"] else "single_above", lang, prior=a["prior_ceiling"])
-    out = [_p("A one-layer transformer (width {d_model}, {heads} heads) learns to count the ones among {k} marked positions out of {n}: the query must spread its attention evenly over the {k} marked keys. "
+    versus = _(SINGLE_KEY[single_key_versus(a)], lang, prior=a["prior_ceiling"])
+    out = [para(_("A one-layer transformer (width {d_model}, {heads} heads) learns to count the ones among {k} marked positions out of {n}: the query must spread its attention evenly over the {k} marked keys. "
               "One attended key is not enough: from one marked bit the best possible accuracy is {single:.3f}, {versus}. "
               "W_Q and W_K start with Var(q_i) ≈ 1, so Var(q·k) ≈ dₖ, the seed's assumption. "
               "Every rule starts from the same weights for a given dₖ and seed; {steps} steps of batch {batch}, {seeds} seed(s), {cells} cells. "
               "Adam runs at lr {adam_lr:g}; plain SGD runs on the grid {sgd_lrs}.", lang, d_model=s["d_model"], heads=s["n_heads"], k=s["n_marked"], n=s["n_keys"],
               single=a["single_key_ceiling"], versus=versus, steps=s["steps"], batch=s["batch"], seeds=s["seeds"],
-              cells=s["cells"], adam_lr=s["adam_lr"], sgd_lrs=", ".join(f"{v:g}" for v in s["sgd_lrs"]))]
+              cells=s["cells"], adam_lr=s["adam_lr"], sgd_lrs=", ".join(f"{v:g}" for v in s["sgd_lrs"])))]
     if env.quick:
-        out.append(_p("Quick sweep ({steps} steps, {seeds} seed(s)): every sentence below describes this short run only, not the full sweep.", lang, steps=s["steps"], seeds=s["seeds"]))
+        out.append(para(_("Quick sweep ({steps} steps, {seeds} seed(s)): every sentence below describes this short run only, not the full sweep.", lang, steps=s["steps"], seeds=s["seeds"])))
     out += _reference(f["reference"], s, lang) + _tuning(a["sgd_tuning"], lang)
     for opt in ("adam", "sgd_reference_lr"):
-        label = _opt(opt, lang)
+        label = _(OPTIMISERS[opt], lang)
         out.append(responsive_figure(lambda: _curves_figure(a, opt, names, lang), _("Accuracy, logit standard deviation and saturated rows over training ({opt}), per dₖ and rule", lang, opt=label),
                                      _("{opt}. "
                                        "Thick: mean over the seeds still running; thin: each seed. "
@@ -46,19 +61,19 @@ def render(env, lang: str) -> str:
                                        "Middle: the query rows' logit standard deviation (log scale). "
                                        "Bottom: fraction of query rows whose largest weight exceeds {w:g}.", lang, opt=label, w=s["saturated_weight"])))
     out.append(_results_table(a["table"], names, lang))
-    out.append(_note("Final accuracy: mean [min, max] over seeds on {n_eval} fresh samples. "
+    out.append(_note(_("Final accuracy: mean [min, max] over seeds on {n_eval} fresh samples. "
                      "Steps: first step at which the running training accuracy (window {window}, every batch fresh) reaches {target:g}, mean over the seeds that reached it, and how many did. "
-                     "'÷' = diverged seeds.", lang, n_eval=s["final_eval"], window=s["log_every"], target=s["target_accuracy"]))
+                     "'÷' = diverged seeds.", lang, n_eval=s["final_eval"], window=s["log_every"], target=s["target_accuracy"])))
     out.append(f"<h3>{esc(_('Verdicts', lang))}</h3>")
-    out.append(_p("Each (rule, dₖ) against 1/√dₖ on the same seeds and optimiser: learns like it (reaches {target:g} within {like:g}× the batches 1/√dₖ needs), slower, fails within the {steps}-step budget, or diverges (a non-finite loss, kept and shown). "
-                  "The verdict is the one most seeds share (a tie goes to the more severe); the fraction is the seeds agreeing.", lang, target=s["target_accuracy"], like=s["like_reference_steps"], steps=s["steps"]))
+    out.append(para(_("Each (rule, dₖ) against 1/√dₖ on the same seeds and optimiser: learns like it (reaches {target:g} within {like:g}× the batches 1/√dₖ needs), slower, fails within the {steps}-step budget, or diverges (a non-finite loss, kept and shown). "
+                  "The verdict is the one most seeds share (a tie goes to the more severe); the fraction is the seeds agreeing.", lang, target=s["target_accuracy"], like=s["like_reference_steps"], steps=s["steps"])))
     out += _verdict_lines(a["table"], names, lang)
     out.append(f"<h3>{esc(_('What the numbers say', lang))}</h3>")
-    out.append(_p("Adam, seed range [min, max]: the query rows' logit standard deviation and saturated fraction (largest weight > {w:g}) and the largest logit, at step 0 and at the last logged step.", lang, w=s["saturated_weight"]))
+    out.append(para(_("Adam, seed range [min, max]: the query rows' logit standard deviation and saturated fraction (largest weight > {w:g}) and the largest logit, at step 0 and at the last logged step.", lang, w=s["saturated_weight"])))
     out.append(_glance_table(a["table"], names, lang))
     if f["logit_sd_at_init"]:
-        out.append(_p("Without the scale the seed predicts logits of standard deviation √dₖ (here: {pred}); measured at step 0 on the query rows of unscaled attention: {meas}.", lang, pred=_join(f"{_n(r['predicted'])} (dₖ = {r['d_k']})" for r in f["logit_sd_at_init"]),
-                      meas=_join(_n(r["measured"]) for r in f["logit_sd_at_init"])))
+        out.append(para(_("Without the scale the seed predicts logits of standard deviation √dₖ (here: {pred}); measured at step 0 on the query rows of unscaled attention: {meas}.", lang, pred=_join(f"{_n(r['predicted'])} (dₖ = {r['d_k']})" for r in f["logit_sd_at_init"]),
+                      meas=_join(_n(r["measured"]) for r in f["logit_sd_at_init"]))))
     out += _gradient(f["gradient_step0"], lang) + _saturation(f["saturation_path"], s, lang)
     out += _softcap(f["softcap"], s, lang) + _optimiser(f["optimiser"], s, names, lang) + _zero(f["zero_gradient"], lang)
     out += _chain(a["chain_rule"], names, lang)
@@ -68,16 +83,13 @@ def render(env, lang: str) -> str:
 
 # --- small formatting helpers ----------------------------------------------------------------------
 
-def _p(key: str, lang: str, **kw) -> str:
-    return para(_(key, lang, **kw))
+def _note(text: str) -> str:
+    return f"<p class='note'>{esc(text)}</p>"
 
 
-def _note(key: str, lang: str, **kw) -> str:
-    return f"<p class='note'>{esc(_(key, lang, **kw))}</p>"
-
-
-def _hyp(key: str, lang: str, **kw) -> str:
-    return f"<p class='hypothesis'><em>{esc(_('Hypothesis, not tested here: ', lang))}</em>{esc(_(key, lang, **kw))}</p>"
+def _hyp(text: str, lang: str) -> str:
+    """``text`` (a sentence completing "Hypothesis, not tested here: …") marked as a hypothesis."""
+    return f"<p class='hypothesis'><em>{esc(_('Hypothesis, not tested here: ', lang))}</em>{esc(text)}</p>"
 
 
 def _n(x, spec: str = ".3g") -> str:
@@ -100,14 +112,10 @@ def _labels(setup: dict, lang: str) -> dict[str, str]:
     return {rule: rule_label(rule, lang, setup["caps"].get(rule)) for rule in setup["rules"]}
 
 
-def _opt(which: str, lang: str) -> str:
-    return _t("opt_adam" if which == "adam" else "opt_sgd", lang)
-
-
 def _verdict(s: dict, lang: str) -> str:
     if s["verdict"] is None:
         return number(None)
-    word = _t(f"v_{s['verdict']}", lang)
+    word = _(VERDICTS[s["verdict"]], lang)
     if s["verdict"] == "slower" and s["steps_ratio"] is not None:
         word += f" ({_('×{r} the steps', lang, r=_n(s['steps_ratio'], '.2g'))})"
     return f"{word} {s['seeds_agreeing']}/{s['seeds']}"
@@ -133,20 +141,22 @@ def _lr(s: dict) -> str:
 # --- the parts of the chapter ----------------------------------------------------------------------
 
 def _reference(ref: dict, s: dict, lang: str) -> list[str]:
-    if ref["reached_everywhere"]:
+    reach = reference_reach(ref["rows"])
+    if reach is None:
         return []
-    if ref["reached_nowhere"]:
-        return [_p("Within {steps} steps not even 1/√dₖ reaches {target:g} accuracy, with either optimiser: this sweep cannot tell a rule that learns from one that does not.", lang, steps=s["steps"], target=s["target_accuracy"])]
     where = _join(f"{'Adam' if r['optimiser'] == 'adam' else 'SGD'} lr {r['lr']:g}, dₖ = {r['d_k']}: "
                   f"{r['reached']}/{r['seeds']}" for r in ref["rows"])
-    return [_p("1/√dₖ itself reaches {target:g} accuracy on only part of the sweep ({where}; seeds reaching / seeds): where it does not, no rule can be judged slower than it.", lang, target=s["target_accuracy"], where=where)]
+    return [para(_(REFERENCE[reach], lang, steps=s["steps"], target=s["target_accuracy"], where=where))]
 
 
 def _tuning(tuning: list[dict], lang: str) -> list[str]:
     lrs = _join(f"dₖ = {r['d_k']}: {_lr(r)}" for r in tuning)
     edges = [str(r["d_k"]) for r in tuning if r["edge"]]
     said = _("At dₖ = {d_ks} it lies on the grid's edge, so the best rate may lie outside the grid and 'the tuned rate' there means the best rate the grid has.", lang, d_ks=", ".join(edges)) if edges else _("It lies inside the grid at every dₖ: a worse rate on either side.", lang)
-    return [f"<p>{esc(_('The SGD rate tuned for 1/√dₖ (best mean final accuracy over seeds, then fewer steps): {lrs}.', lang, lrs=lrs))} {esc(said)} {esc(_t('tuned_note', lang))}</p>"]
+    note = _("The same grid gives each rule its own best rate (marked ‹ or › where it is the grid's lowest or highest). "
+             "Both choices are made on the seeds they are reported on, which flatters the tuned cells a little.", lang)
+    tuned = _("The SGD rate tuned for 1/√dₖ (best mean final accuracy over seeds, then fewer steps): {lrs}.", lang, lrs=lrs)
+    return [f"<p>{esc(tuned)} {esc(said)} {esc(note)}</p>"]
 
 
 def _results_table(rows: list[dict], names: dict, lang: str) -> str:
@@ -166,7 +176,7 @@ def _verdict_lines(rows: list[dict], names: dict, lang: str) -> list[str]:
             mine = [r for r in rows if r["rule"] == rule]
             said = _join(f"dₖ = {r['d_k']}" + (f" (lr {r[opt]['lr']:g})" if opt != "adam" else "") +
                          f" {_verdict(r[opt], lang)}" for r in mine)
-            items.append(f"<li>{esc(_('{rule}, {opt}: {items}.', lang, rule=names[rule], opt=_opt(opt, lang), items=said))}</li>")
+            items.append(f"<li>{esc(_('{rule}, {opt}: {items}.', lang, rule=names[rule], opt=_(OPTIMISERS[opt], lang), items=said))}</li>")
     return [f"<ul>{''.join(items)}</ul>"]
 
 
@@ -183,13 +193,14 @@ def _glance_table(rows: list[dict], names: dict, lang: str) -> str:
 def _gradient(finding: dict, lang: str) -> list[str]:
     out = []
     for which, label in (("grad_wq", "W_Q"), ("grad_wk", "W_K")):
-        g = finding[which]
-        if g["direction"] is None:
+        rows = finding[which]["rows"]
+        direction, larger, smaller = gradient_direction(rows)
+        if direction is None:
             continue
-        ratios = _join(f"{_n(r['ratio'], '.2f')}× (dₖ = {r['d_k']})" for r in g["rows"])
-        alone = _join(f"{_n(r['scale_alone'], '.3g')}×" for r in g["rows"])
-        out.append(_p(f"grad_{g['direction']}", lang, w=label, ratios=ratios, alone=alone,
-                      up=", ".join(map(str, g["larger_at"])), down=", ".join(map(str, g["smaller_at"]))))
+        ratios = _join(f"{_n(r['ratio'], '.2f')}× (dₖ = {r['d_k']})" for r in rows)
+        alone = _join(f"{_n(r['scale_alone'], '.3g')}×" for r in rows)
+        out.append(para(_(GRADIENT[direction], lang, w=label, ratios=ratios, alone=alone,
+                      up=", ".join(map(str, larger)), down=", ".join(map(str, smaller)))))
     return out
 
 
@@ -197,18 +208,18 @@ def _saturation(finding: dict, s: dict, lang: str) -> list[str]:
     fails, reaches = finding["fails"], finding["reaches"]
     out = []
     if not fails["runs"]:
-        out.append(_p("No run fails within the budget.", lang))
+        out.append(para(_("No run fails within the budget.", lang)))
     else:
-        path = fails["dominant_path"]
+        path, trend = dominant_path(fails), logit_trend(fails["growth_median"], s["logit_growth"])
         text = _("Of the {n} runs (Adam, and SGD at the tuned rate) that fail within the budget, {stayed} start saturated (at least {thr:.0%} of query rows) and stay so, {became} become saturated during training, {left} leave saturation and {never} are never saturated at a logged step; their logit standard deviation goes from {s0} at step 0 to {s1} at the last logged step (median ratio {g}).", lang, n=fails["runs"], thr=s["saturated_run"], s0=_range(fails["logit_std_start"], ".3g"), s1=_range(fails["logit_std_end"], ".3g"), g=_n(fails["growth_median"], ".2g"), stayed=fails["stayed_saturated"], became=fails["became_saturated"], left=fails["left_saturation"], never=fails["never_saturated"])
-        growth = _t(f"grow_{fails['growth']}", lang, G=s["logit_growth"]) if fails["growth"] else ""
-        out.append(f"<p>{esc(text)} {esc(_t('path_' + path, lang))} {esc(growth)}</p>")
-        if fails["growth"] == "grows" and path == "became":
-            out.append(_hyp("that growing logits are what saturate these rows, and that the saturated rows are what stops them learning; an intervention (e.g. capping the logits) would test it.", lang))
+        growth = _(TRENDS[trend], lang, G=s["logit_growth"]) if trend else ""
+        out.append(f"<p>{esc(text)} {esc(_(PATHS[path], lang))} {esc(growth)}</p>")
+        if growth_saturates(trend, path):
+            out.append(_hyp(_("that growing logits are what saturate these rows, and that the saturated rows are what stops them learning; an intervention (e.g. capping the logits) would test it.", lang), lang))
     if reaches["runs"]:
-        out.append(_p("The {n} runs that reach the target: logit standard deviation from {s0} to {s1} (median ratio {g}), saturated fraction at the end {e}.", lang, n=reaches["runs"], s0=_range(reaches["logit_std_start"], ".3g"),
+        out.append(para(_("The {n} runs that reach the target: logit standard deviation from {s0} to {s1} (median ratio {g}), saturated fraction at the end {e}.", lang, n=reaches["runs"], s0=_range(reaches["logit_std_start"], ".3g"),
                       s1=_range(reaches["logit_std_end"], ".3g"), g=_n(reaches["growth_median"], ".2g"),
-                      e=_range(reaches["saturated_end"])))
+                      e=_range(reaches["saturated_end"]))))
     return out
 
 
@@ -216,21 +227,18 @@ def _softcap(finding: dict, s: dict, lang: str) -> list[str]:
     rows = {r["d_k"]: r for r in finding["rows"]}
     if not rows:
         return []
-    out = []
-    for key, d_ks in (("cap_learns", finding["saturated_yet_learns"]), ("cap_fails", finding["saturated_and_fails"])):
-        for d_k in d_ks:
-            r = rows[d_k]
-            out.append(_p(key, lang, d_k=d_k, cap0=_n(r["softcap_saturated_start"], ".2f"),
-                          un0=_n(r["unscaled_saturated_start"], ".2f"), r=r["softcap_reached"], n=r["seeds"],
-                          ru=r["unscaled_reached"]))
+    cap = s["caps"]["softcap_unscaled"]
+    out = [para(_(SOFTCAP[key], lang, d_k=r["d_k"], cap=cap, cap0=_n(r["softcap_saturated_start"], ".2f"),
+              un0=_n(r["unscaled_saturated_start"], ".2f"), r=r["softcap_reached"], n=r["seeds"], ru=r["unscaled_reached"]))
+           for key, r in softcap_outcomes(finding["rows"], s["saturated_run"])]
     if not out:
         fracs = _join(f"{_n(r['softcap_saturated_start'], '.2f')} (dₖ = {d})" for d, r in rows.items())
-        return [_p("Soft-cap 50 never starts with {thr:.0%} or more of its rows saturated here (step 0: {fracs}), so this sweep does not test whether starting saturated stops learning.", lang, thr=s["saturated_run"], fracs=fracs)]
-    lower = finding["learns_with_lower_logits"]
+        return [para(_("Soft-cap {cap:g} never starts with {thr:.0%} or more of its rows saturated here (step 0: {fracs}), so this sweep does not test whether starting saturated stops learning.", lang, cap=cap, thr=s["saturated_run"], fracs=fracs))]
+    lower = softcap_lower_logits(finding["rows"], s["saturated_run"])
     if lower:
-        out.append(_hyp("the cap keeps the logits within ±50 while they grow (last logged logit standard deviation at dₖ = {d_ks}: {cap} soft-capped against {un} unscaled), so its rows can leave saturation.", lang, d_ks=", ".join(map(str, lower)),
-                        cap=_join(_n(rows[d]["softcap_logit_std_end"]) for d in lower),
-                        un=_join(_n(rows[d]["unscaled_logit_std_end"]) for d in lower)))
+        out.append(_hyp(_("the cap keeps the logits within ±{cap:g} while they grow (last logged logit standard deviation at dₖ = {d_ks}: {capped} soft-capped against {un} unscaled), so its rows can leave saturation.", lang, cap=cap, d_ks=", ".join(map(str, lower)),
+                        capped=_join(_n(rows[d]["softcap_logit_std_end"]) for d in lower),
+                        un=_join(_n(rows[d]["unscaled_logit_std_end"]) for d in lower)), lang))
     return out
 
 
@@ -238,19 +246,18 @@ def _optimiser(finding: dict, s: dict, names: dict, lang: str) -> list[str]:
     pairs = lambda items: _join(f"{names[i['rule']]} dₖ = {i['d_k']}" for i in items)  # noqa: E731
     out = []
     if finding["adam_only"]:
-        out += [_p("{pairs}: reach the target with Adam, but not with SGD at the tuned rate nor at their own best rate.", lang, pairs=pairs(finding["adam_only"])), _hyp("Adam divides each step by a running estimate of the gradient's size, so a gradient made large or small by the scale matters less to it than to plain SGD.", lang)]
+        out += [para(_("{pairs}: reach the target with Adam, but not with SGD at the tuned rate nor at their own best rate.", lang, pairs=pairs(finding["adam_only"]))), _hyp(_("Adam divides each step by a running estimate of the gradient's size, so a gradient made large or small by the scale matters less to it than to plain SGD.", lang), lang)]
     if finding["sgd_only"]:
-        out.append(_p("{pairs}: reach the target with SGD, but not with Adam at lr {lr:g}.", lang, pairs=pairs(finding["sgd_only"]), lr=s["adam_lr"]))
+        out.append(para(_("{pairs}: reach the target with SGD, but not with Adam at lr {lr:g}.", lang, pairs=pairs(finding["sgd_only"]), lr=s["adam_lr"])))
     return out
 
 
 def _zero(finding: dict, lang: str) -> list[str]:
-    out = [_p("Cells in which the W_Q/W_K gradient was exactly zero (every entry 0.0 in float32) at some logged step: {n} of {total}, {div} of which diverged afterwards.", lang, n=finding["cells"], total=finding["total"], div=finding["cells_then_diverged"])]
-    if finding["group_zero"]:
-        out.append(_p("Unscaled attention with Adam at dₖ = {d_k}: the gradient is exactly zero at a logged step in {z}/{seeds} seeds.", lang, d_k=finding["d_k"], z=finding["group_zero"], seeds=finding["group_seeds"]))
-    elif finding["falls_below_start"] is not None:
-        out.append(_p("small_falls" if finding["falls_below_start"] else "small_stays", lang, d_k=finding["d_k"],
-                      smallest=_n(finding["smallest_grad_wq"], ".2g"), first=_n(finding["step0_grad_wq"], ".2g")))
+    out = [para(_("Cells in which the W_Q/W_K gradient was exactly zero (every entry 0.0 in float32) at some logged step: {n} of {total}, {div} of which diverged afterwards.", lang, n=finding["cells"], total=finding["total"], div=finding["cells_then_diverged"]))]
+    floor = gradient_floor(finding)
+    if floor is not None:
+        out.append(para(_(GRADIENT_FLOOR[floor], lang, d_k=finding["d_k"], z=finding["group_zero"], seeds=finding["group_seeds"],
+                      smallest=_n(finding["smallest_grad_wq"], ".2g"), first=_n(finding["step0_grad_wq"], ".2g"))))
     return out
 
 
@@ -259,14 +266,14 @@ def _chain(chain: dict, names: dict, lang: str) -> list[str]:
     if not chain["rows"] or summary is None:
         return []
     quoted = summary["quoted"] or {}
-    out = [_p("Why the gradient reaching W_Q and W_K has the size it has at step 0. "
+    out = [para(_("Why the gradient reaching W_Q and W_K has the size it has at step 0. "
               "For the query row, dL/dq = s·Kᵀ J V δ and dL/dK = s·(J V δ) qᵀ with J = diag(p) − ppᵀ (times cap′ for soft-capping): the scale s multiplies the gradient, and Kᵀ J V — the p-weighted covariance of keys and values — vanishes as the row saturates, however large the keys. "
               "Prediction: ‖∇W_Q‖ ≈ C·s·RMS‖Kᵀ J V‖ and ‖∇W_K‖ ≈ C′·s·RMS(‖q‖·‖Xᵀ J V‖), with C, C′ fitted once on {anchor} at dₖ = {anchor_dk}; δ = dL/do is left out (the same weights start every rule). "
               "Measured ÷ predicted ranges from {lo} to {hi} over {n} other (rule, dₖ) pairs, while s alone spans a factor {span}. "
               "The column 'scale alone' is the 1/√dₖ rule's measured gradient times s/s_ref, blind to saturation: for unscaled attention at dₖ = {big} it predicts ‖∇W_Q‖ = {blind}; with the Jacobian factor the prediction is {pred}; measured: {meas}.", lang, anchor=names[chain["anchor"]["rule"]], anchor_dk=chain["anchor"]["d_k"],
               lo=_n(summary["ratio_min"], ".2f"), hi=_n(summary["ratio_max"], ".2f"), n=summary["pairs"],
               span=_n(summary["factor_span"], ".0f"), big=quoted.get("d_k"), blind=_n(quoted.get("scale_only")),
-              pred=_n(quoted.get("predicted")), meas=_n(quoted.get("measured")))]
+              pred=_n(quoted.get("predicted")), meas=_n(quoted.get("measured"))))]
     out.append(responsive_figure(lambda: _chain_figure(chain["rows"], names, lang), _("Predicted vs measured gradient norm at initialisation", lang),
                                  _("Each point a (rule, dₖ), mean over seeds, labelled by dₖ; the line is measured = predicted. "
                                    "Filled: the chain-rule prediction; hollow: the scale alone, blind to saturation.", lang)))
@@ -278,13 +285,13 @@ def _chain(chain: dict, names: dict, lang: str) -> list[str]:
     # at a glance the largest d_k (where the rules differ most); every row behind a <details>
     top = max(r["d_k"] for r in chain["rows"])
     glance = [row for row, r in zip(body, chain["rows"]) if r["d_k"] == top]
-    return out + [table_with_details(header, body, glance, lang, cls="numeric"), _p("What the prediction leaves out: the direction of δ relative to Kᵀ J V, and how the per-example gradients add up over the batch; both depend on the attention pattern, hence on the rule.", lang)]
+    return out + [table_with_details(header, body, glance, lang, cls="numeric"), para(_("What the prediction leaves out: the direction of δ relative to Kᵀ J V, and how the per-example gradients add up over the batch; both depend on the attention pattern, hence on the rule.", lang))]
 
 
 def _timing(timing: dict, wall_s, lang: str) -> str:
     run = _("This run of the sweep took {wall} s of wall time (cells read from the cache cost nothing). ", lang, wall=_n(wall_s, ".0f")) if wall_s is not None else ""
-    return _note("Measured run time: the {cells} cells took {cpu} CPU-seconds in all, {per} s of wall time per cell on average (at most {most} s). {run}Times depend on the machine and how loaded it was.", lang, cells=timing["timed"], cpu=_n(timing["cpu_s"], ".0f"),
-                 per=_n(timing["wall_s_per_cell"], ".2g"), most=_n(timing["wall_s_max"], ".2g"), run=run)
+    return _note(_("Measured run time: the {cells} cells took {cpu} CPU-seconds in all, {per} s of wall time per cell on average (at most {most} s). {run}Times depend on the machine and how loaded it was.", lang, cells=timing["timed"], cpu=_n(timing["cpu_s"], ".0f"),
+                 per=_n(timing["wall_s_per_cell"], ".2g"), most=_n(timing["wall_s_max"], ".2g"), run=run))
 
 
 # --- figures: drawn from the analysis' curves and chain-rule rows only ---------------------------------
@@ -315,8 +322,8 @@ def _curves_figure(a: dict, opt: str, names: dict, lang: str):
             axes[1][col].set_yscale("log")
             axes[2][col].set_ylim(-0.02, 1.02)
             axes[2][col].set_xlabel(_("step", lang))
-        for row, key in enumerate(("accuracy", "logit_sd", "saturated")):
-            axes[row][0].set_ylabel(_t(key, lang))
+        for row, label in enumerate((_("accuracy", lang), _("logit sd", lang), _("saturated rows", lang))):
+            axes[row][0].set_ylabel(label)
         handles, labels = axes[0][0].get_legend_handles_labels()
         fig.legend(handles, labels, loc="outside lower center", ncol=legend_columns(max(1, len(labels))))
     return fig
