@@ -23,7 +23,7 @@ import time
 
 import torch
 
-from attnscale.experiments.gpt import GPT, GPTShape
+from attnscale.experiments.gpt import GPT, GPTConfig
 from attnscale.experiments import lm
 from attnscale.experiments.lm import RULE_CHOICES, LMCell
 from attnscale.experiments.text_data import VOCAB, ByteText
@@ -49,11 +49,11 @@ def measure(d_k: int, rule: str, backend: str, rounds: int, steps: int) -> dict:
     text = ByteText.from_source(cell.text, context=cell.context)
     gen = torch.Generator().manual_seed(0)
     batches = [text.batch(cell.batch, cell.context, gen) for _ in range(8)]
-    shape = GPTShape(VOCAB, cell.context, cell.d_model, cell.n_layers, d_k)
+    config = GPTConfig(VOCAB, cell.context, cell.d_model, cell.n_layers, d_k)
     contenders = {}
     for name, figures in (("figures", True), ("sdpa", False)):
         torch.manual_seed(0)
-        contenders[name] = make_step(GPT(shape, RULE_CHOICES[rule], backend=backend, figures=figures), batches)
+        contenders[name] = make_step(GPT(config, RULE_CHOICES[rule], backend=backend, figures=figures), batches)
     cpu = {name: [] for name in contenders}
     wall = {name: [] for name in contenders}
     for name, step in contenders.items():          # warm-up: allocator, first-call dispatch

@@ -11,7 +11,7 @@ Variants, interleaved in one run (medians, so a load change hits them alike):
 - ``replace``: ``Monitor(model, mode="replace", history=False)`` — the fused kernel computes the
   attention and its figures in one pass (target ≤ 1.05× plain).
 
-Also a training step (forward, backward, AdamW) of the logit-growth experiment's TinyGPT, plain ÷
+Also a training step (forward, backward, AdamW) of the logit-growth experiment's GPT, plain ÷
 observe ÷ replace: replace in training runs on monitor.TRAINING_BACKEND. Prints ratios to plain, the
 largest |replace − plain| output difference, and the load average, since timings on a shared
 machine are inflated.
@@ -78,10 +78,13 @@ def minilm(repeats: int, batch: int) -> dict:
 def training_step(repeats: int) -> dict:
     import torch
 
-    from attnscale.experiments.models import GPTConfig, TinyGPT
+    from attnscale.experiments import logit_growth
+    from attnscale.experiments.gpt import GPT
+    from attnscale.scales import InverseSqrtDk
 
     torch.manual_seed(0)
-    model = TinyGPT(GPTConfig(vocab=48, context=64, d_model=64, n_layers=2, n_heads=4))
+    config = logit_growth.gpt_config(logit_growth.LogitCell(1e-3, False, 0), vocab=48)   # width 64, 4 heads
+    model = GPT(config, InverseSqrtDk(), figures=False)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x = torch.randint(0, 48, (16, 64), generator=torch.Generator().manual_seed(1))
 
@@ -113,7 +116,7 @@ def main(argv=None) -> int:
     rows = []
     if not args.no_minilm:
         rows.append(("MiniLM forward", minilm(args.repeats, args.batch)))
-    rows.append((f"TinyGPT train step (replace: {TRAINING_BACKEND})", training_step(args.repeats)))
+    rows.append((f"GPT train step (replace: {TRAINING_BACKEND})", training_step(args.repeats)))
     print(f"{'':<38}{'shape':<20}{'plain ms':>10}{'observe ×':>11}{'replace ×':>11}")
     for name, r in rows:
         m = r["medians"]

@@ -9,7 +9,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from attnscale.errors import InputError  # noqa: E402
-from attnscale.experiments.models import GPTConfig, TinyGPT  # noqa: E402
+from attnscale.experiments.gpt import GPT, GPTConfig  # noqa: E402
+from attnscale.scales import InverseSqrtDk  # noqa: E402
 from attnscale.torch import Monitor  # noqa: E402
 from attnscale.torch.guard import LogitGuard  # noqa: E402
 
@@ -18,8 +19,11 @@ F = torch.nn.functional
 
 def gpt(seed=0, qk_layernorm=False, n_layers=1):
     # One layer by default: a clip in layer 0 changes what later layers see, so only it can be checked exactly.
+    # The logit-growth experiment's GPT: its options, attention on SDPA (what the monitor rides).
     torch.manual_seed(seed)
-    return TinyGPT(GPTConfig(vocab=13, context=16, d_model=32, n_layers=n_layers, n_heads=4, qk_layernorm=qk_layernorm))
+    config = GPTConfig(vocab=13, context=16, d_model=32, n_layers=n_layers, d_k=8, init="fan_in", tied_head=False,
+                       qk_layernorm=qk_layernorm)
+    return GPT(config, InverseSqrtDk(), figures=False)
 
 
 def first_layer(step):
@@ -34,16 +38,23 @@ def batch(seed=1):
 
 
 def recorded_max_logits(model, x) -> np.ndarray:
-    """(layers, heads) largest attended logit, from the explicit softmax path's own logits (not the monitor)."""
-    out = []
-    for block in model.blocks:
-        block.attn.keep_record = True
+    """(layers, heads) largest attended logit q·kᵀ/√d_k under the causal mask, in float64 from each
+    layer's own projections (not the monitor)."""
+    seen = {}
+    hooks = [getattr(block.attn, name).register_forward_hook(
+                 lambda module, args, out, key=(i, name): seen.__setitem__(key, out.detach().double()))
+             for i, block in enumerate(model.blocks) for name in ("w_q", "w_k")]
     with torch.no_grad():
         model(x)
-    for block in model.blocks:
-        z = block.attn.record.logits                                      # (B, H, L, S), −inf where masked
-        out.append([float(z[:, h][torch.isfinite(z[:, h])].max()) for h in range(z.shape[1])])
-        block.attn.keep_record = False
+    for hook in hooks:
+        hook.remove()
+    B, L = x.shape
+    out = []
+    for i, block in enumerate(model.blocks):
+        heads = lambda t: t.view(B, L, block.attn.n_heads, block.attn.d_k).transpose(1, 2)   # noqa: E731
+        z = heads(seen[i, "w_q"]) @ heads(seen[i, "w_k"]).transpose(-2, -1) / math.sqrt(block.attn.d_k)
+        z = z.masked_fill(~torch.ones(L, L, dtype=torch.bool).tril(), -math.inf)           # (B, H, L, L)
+        out.append(z.amax(dim=(0, 2, 3)).tolist())
     return np.array(out)
 
 

@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 from attnscale import attention as core_attention  # noqa: E402
 from attnscale.errors import InputError  # noqa: E402
 from attnscale.experiments import lm  # noqa: E402
-from attnscale.experiments.gpt import GPT, GPTShape  # noqa: E402
+from attnscale.experiments.gpt import GPT, GPTConfig  # noqa: E402
 from test_runner import CountingBackend  # noqa: E402  (one counting backend for the sweep tests)
 from attnscale.experiments.sweeps import run_experiment  # noqa: E402
 from attnscale.experiments.text_data import ByteText, check_text_file  # noqa: E402
@@ -123,7 +123,7 @@ def test_every_rule_starts_from_the_same_weights():
     states = []
     for name in lm.RULE_CHOICES:
         torch.manual_seed(5)
-        model = GPT(GPTShape(context=16, d_model=16, n_layers=2, d_k=4), lm.RULE_CHOICES[name])
+        model = GPT(GPTConfig(context=16, d_model=16, n_layers=2, d_k=4), lm.RULE_CHOICES[name])
         states.append({k: v for k, v in model.state_dict().items() if not k.endswith("rule.gain")})
     for other in states[1:]:
         assert other.keys() == states[0].keys()
@@ -131,7 +131,7 @@ def test_every_rule_starts_from_the_same_weights():
 
 
 def test_head_tied_to_embedding_and_heads_from_d_k():
-    model = GPT(GPTShape(context=8, d_model=16, n_layers=1, d_k=4), lm.RULE_CHOICES["unscaled"])
+    model = GPT(GPTConfig(context=8, d_model=16, n_layers=1, d_k=4), lm.RULE_CHOICES["unscaled"])
     assert model.blocks[0].attn.n_heads == 4
     tokens = torch.randint(0, 256, (2, 8))
     model(tokens).sum().backward()

@@ -151,17 +151,23 @@ def test_cells_refuse_qk_clip_with_qk_layernorm_and_bad_tau():
         dataclasses.replace(logit_growth.LogitGrowthConfig(), tau=-1.0)
 
 
-def test_the_models_sdpa_path_equals_its_explicit_softmax():
-    """TinyGPT's attention through SDPA (what the monitor rides) computes what its explicit softmax does."""
+def test_the_models_sdpa_path_equals_the_projects_attention():
+    """The cell's GPT on plain SDPA (what the monitor rides) computes what the project's attention
+    does, QK-layernorm or not; its options are the proxy's (untied head, no rescaled residuals)."""
     import torch
 
-    from attnscale.experiments.models import GPTConfig, TinyGPT
+    from attnscale.experiments.gpt import GPT
+    from attnscale.scales import InverseSqrtDk
 
-    torch.manual_seed(0)
-    fused = TinyGPT(GPTConfig(vocab=13, context=16, d_model=32, n_layers=2, n_heads=4, sdpa=True))
-    explicit = TinyGPT(GPTConfig(vocab=13, context=16, d_model=32, n_layers=2, n_heads=4, sdpa=False))
-    explicit.load_state_dict(fused.state_dict())
-    x = torch.randint(0, 13, (3, 16), generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        torch.testing.assert_close(fused(x), explicit(x), rtol=1e-5, atol=1e-5)
-    assert not explicit.blocks[0].attn.sdpa and fused.blocks[0].attn._constant_factor() == pytest.approx(1 / 8 ** 0.5)   # 1/√d_k, d_k = 8
+    for qk_layernorm in (False, True):
+        config = logit_growth.gpt_config(logit_growth.LogitCell(1e-3, qk_layernorm, 0, context=16, d_model=32), 13)
+        assert (config.d_k, config.init, config.tied_head, config.qk_layernorm) == (8, "fan_in", False, qk_layernorm)
+        torch.manual_seed(0)
+        fused = GPT(config, InverseSqrtDk(), figures=False)
+        explicit = GPT(config, InverseSqrtDk(), backend="chunked", figures=True)
+        explicit.load_state_dict(fused.state_dict())
+        x = torch.randint(0, 13, (3, 16), generator=torch.Generator().manual_seed(1))
+        with torch.no_grad():
+            torch.testing.assert_close(fused(x), explicit(x), rtol=1e-5, atol=1e-5)
+        assert fused.lm_head is not None and (fused.blocks[0].attn.q_norm is not None) == qk_layernorm
+        assert explicit.blocks[0].attn.figures is not None and fused.blocks[0].attn.figures is None

@@ -334,15 +334,3 @@ def test_a_serial_cell_leaves_torch_process_settings_as_they_were(tmp_path):
     finally:
         torch.use_deterministic_algorithms(deterministic)
         torch.set_num_threads(threads)
-
-
-def test_causal_attention_refuses_keys_that_are_not_the_queries():
-    from attnscale.experiments.models import Attention
-    from attnscale.scales import InverseSqrtDk
-
-    attn = Attention(8, 2, 4, 4, InverseSqrtDk(), causal=True)
-    x = torch.randn(1, 3, 8)
-    assert attn(x).shape == (1, 3, 8)
-    with pytest.raises(InputError, match=r"context: causal attention needs .*L == S.*\(1, 3, 8\).*\(1, 5, 8\)"):
-        attn(x, torch.randn(1, 5, 8))
-    assert Attention(8, 2, 4, 4, InverseSqrtDk())(x, torch.randn(1, 5, 8)).shape == (1, 3, 8)

@@ -257,7 +257,7 @@ def train_cell(cell: LMCell, stop_after: int | None = None) -> dict:
     one and ``stopped_after`` says so."""
     import torch
 
-    from attnscale.experiments.gpt import GPT, GPTShape, greedy
+    from attnscale.experiments.gpt import GPT, GPTConfig, greedy
     from attnscale.experiments.runner import report_steps
     from attnscale.experiments.training import grad_norm, seed_everything
 
@@ -268,7 +268,7 @@ def train_cell(cell: LMCell, stop_after: int | None = None) -> dict:
     wall0, cpu0 = time.monotonic(), time.process_time()
     data = seed_everything(cell.seed)
     text = ByteText.from_source(cell.text, cell.valid_fraction, cell.context)
-    model = GPT(GPTShape(VOCAB, cell.context, cell.d_model, cell.n_layers, cell.d_k), RULE_CHOICES[cell.rule],
+    model = GPT(GPTConfig(VOCAB, cell.context, cell.d_model, cell.n_layers, cell.d_k), RULE_CHOICES[cell.rule],
                 backend=cell.backend)
     opt = _optimizer(torch, model, cell)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _schedule(cell.steps))

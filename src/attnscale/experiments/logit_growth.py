@@ -3,9 +3,10 @@ QK-clip are two ways to stop it.
 
 A small-scale proxy after Wortsman et al. 2023, "Small-scale proxies for large-scale Transformer
 training instabilities" (Figures 1–2): a decoder-only character LM (2 layers, width 64, 4 heads,
-context 64, pre-LN, no biases) on :func:`~attnscale.experiments.tasks.grammar_corpus`, trained with
-AdamW (β₁ 0.9, β₂ 0.95, ε 1e-8, weight decay 1e-4 independent of the LR, gradient clipping at
-norm 1), linear warm-up then cosine decay, at learning rates 1e-3 … 3e-1, in three variants:
+context 64, pre-LN, no biases: the project's :class:`~attnscale.experiments.gpt.GPT` with
+:func:`gpt_config`'s options, every linear layer std 1/√fan_in, embeddings N(0, 1), an untied head)
+on :func:`~attnscale.experiments.tasks.grammar_corpus`, trained with AdamW (β₁ 0.9, β₂ 0.95, ε 1e-8,
+weight decay 1e-4 independent of the LR, gradient clipping at norm 1), linear warm-up then cosine decay, at learning rates 1e-3 … 3e-1, in three variants:
 
 - ``baseline``: plain attention;
 - ``qk_layernorm``: per-head LayerNorm on q and k (Dehghani et al. 2023; Wortsman et al. 2023);
@@ -37,8 +38,10 @@ from dataclasses import dataclass
 
 from attnscale.errors import InputError, check_count, check_positive
 from attnscale.experiments.cells import shared_settings
+from attnscale.scales import InverseSqrtDk
 
-__all__ = ["LogitCell", "LogitGrowthConfig", "train_cell", "analyse", "lr_sensitivity", "KIND", "VARIANTS"]
+__all__ = ["LogitCell", "LogitGrowthConfig", "gpt_config", "train_cell", "analyse", "lr_sensitivity", "KIND",
+           "VARIANTS"]
 
 KIND = "logit-growth"
 VARIANTS = ("baseline", "qk_layernorm", "qk_clip")
@@ -84,8 +87,10 @@ class LogitCell(LogitRun):
     def __post_init__(self):
         super().__post_init__()
         check_positive("lr", self.lr)
-        for name in ("context", "eval_batches"):
+        for name in ("context", "d_model", "n_layers", "n_heads", "eval_batches"):
             check_count(name, getattr(self, name))
+        if self.d_model % self.n_heads:
+            raise InputError(f"n_heads: expected a divisor of d_model={self.d_model}, got {self.n_heads}")
         if self.qk_clip is not None and not (self.qk_clip > 0 and math.isfinite(self.qk_clip)):
             raise InputError(f"qk_clip: expected None or a finite τ > 0, got {self.qk_clip!r}")
         if self.qk_clip is not None and self.qk_layernorm:
@@ -126,6 +131,15 @@ class LogitGrowthConfig(LogitRun):
                 for seed in range(self.seeds) for v in VARIANTS for lr in self.lrs]
 
 
+def gpt_config(cell: LogitCell, vocab: int):
+    """The cell's model: :class:`~attnscale.experiments.gpt.GPTConfig` with the proxy's options
+    (``init="fan_in"``, an untied head, QK-layernorm in that arm); d_k = d_model / n_heads."""
+    from attnscale.experiments.gpt import GPTConfig
+
+    return GPTConfig(vocab, cell.context, cell.d_model, cell.n_layers, cell.d_model // cell.n_heads,
+                     init="fan_in", tied_head=False, qk_layernorm=cell.qk_layernorm)
+
+
 def _schedule(cell: LogitCell):
     def factor(step: int) -> float:
         if step < cell.warmup:
@@ -154,7 +168,7 @@ def train_cell(cell: LogitCell, stop_after: int | None = None) -> dict:
     are None (``final_loss_reason`` says why)."""
     import torch
 
-    from attnscale.experiments.models import GPTConfig, TinyGPT
+    from attnscale.experiments.gpt import GPT
     from attnscale.experiments.tasks import CharCorpus, grammar_corpus
     from attnscale.experiments.training import seed_everything
     from attnscale.torch.guard import LogitGuard
@@ -162,8 +176,7 @@ def train_cell(cell: LogitCell, stop_after: int | None = None) -> dict:
 
     data = seed_everything(cell.seed)
     corpus = CharCorpus(grammar_corpus(cell.corpus_chars, cell.corpus_seed))
-    model = TinyGPT(GPTConfig(corpus.vocab, cell.context, cell.d_model, cell.n_layers, cell.n_heads,
-                              cell.qk_layernorm))
+    model = GPT(gpt_config(cell, corpus.vocab), InverseSqrtDk(), figures=False)   # SDPA, which the monitor rides
     opt = torch.optim.AdamW(model.parameters(), lr=cell.lr, betas=(0.9, 0.95), eps=1e-8,
                             weight_decay=cell.weight_decay / cell.lr)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _schedule(cell))

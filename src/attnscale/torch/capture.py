@@ -53,8 +53,10 @@ How calls are found (each once):
   call is rebuilt from its arguments by :mod:`attnscale.torch.nn_modules` (which says why the
   modules then take their standard path, never their fused fast path).
 - Module names: with ``model`` given, the innermost of its modules running at the call — the
-  attention module an interface call names, else the nearest caller frame whose ``self`` is one of
-  them (no hooks: hooks on every module would cost a forward ~10%). Without a model, global module
+  attention module an interface call names, else the nearest caller frame that calls one of them
+  (``nn.Module.__call__``: a helper module's method called from a layer's forward names the layer, as
+  hooks would), else the nearest frame whose ``self`` is one (no hooks: hooks on every module would
+  cost a forward ~10%). Without a model, global module
   hooks kept as a stack (which need no model but only know class names, and cost every module's call).
 
 Tensors are detached, not copied: do not modify them in place while you hold the calls.
@@ -152,14 +154,20 @@ class Capture:
     def _innermost_name(self) -> str:
         if self._names is None:
             return self._stack[-1] if self._stack else ""
-        # The innermost of the model's modules running is the nearest caller frame whose ``self`` it is.
-        frame = sys._getframe(1)
+        # The innermost of the model's modules running is the nearest caller frame that is one of them
+        # being called (nn.Module.__call__, as module hooks see it), so that a method of a helper
+        # module called from a layer's forward (a scale rule's attend) names the layer; failing
+        # that (a forward called directly), the nearest frame whose ``self`` is one of them.
+        call = require("torch", "torch").nn.Module.__call__.__code__
+        frame, nearest = sys._getframe(1), ""
         while frame is not None:
             owner = frame.f_locals.get("self")
             if owner is not None and id(owner) in self._names:
-                return self._names[id(owner)]
+                if frame.f_code is call:
+                    return self._names[id(owner)]
+                nearest = nearest or self._names[id(owner)]
             frame = frame.f_back
-        return ""
+        return nearest
 
     def _module_name(self, module) -> str | None:
         """The name of an attention module handed over by the interface; None when it is not the model's."""

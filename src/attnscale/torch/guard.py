@@ -25,8 +25,8 @@ step's calls), so the guard adds no forward work::
 
 Supported attention modules (found by their children; a head's rows are rows h·d … (h+1)·d − 1):
 
-- attnscale's own :class:`attnscale.experiments.models.Attention` (``w_q``, ``w_k``, ``n_heads``,
-  ``d_k``), without QK-layernorm;
+- attnscale's own GPT layer :class:`attnscale.experiments.gpt.CausalSelfAttention` (``w_q``, ``w_k``,
+  ``d_k``), without QK-layernorm, on its SDPA path (``GPT(..., figures=False)``, which the monitor sees);
 - Hugging Face Llama-style attention (``q_proj``, ``k_proj`` and ``head_dim``: Llama, Mistral,
   Qwen2, SmolLM2 ...), with grouped-query attention;
 - Hugging Face BERT-style self-attention (``query``, ``key`` and ``attention_head_size``).
