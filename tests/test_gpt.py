@@ -12,7 +12,7 @@ from attnscale.errors import InputError  # noqa: E402
 from attnscale.experiments.gpt import GPT, GPTConfig  # noqa: E402
 from attnscale.scales import InverseSqrtDk  # noqa: E402
 from attnscale.torch.guard import LogitGuard  # noqa: E402
-from attnscale.torch.monitor import monitor  # noqa: E402
+from attnscale.torch import Monitor  # noqa: E402
 
 SIZES = dict(vocab=256, context=16, d_model=64, n_layers=2, d_k=16)
 
@@ -89,7 +89,7 @@ def test_parameters_come_in_the_order_the_experiments_were_trained_with():
 def test_a_monitor_and_the_guard_ride_the_sdpa_path_by_the_layers_names():
     model = build(figures=False, init="fan_in", tied_head=False)
     tokens = torch.randint(0, SIZES["vocab"], (2, 16), generator=torch.Generator().manual_seed(3))
-    with monitor(model, mode="replace", history=False) as mon, torch.no_grad():
+    with Monitor(model, mode="replace", history=False) as mon, torch.no_grad():
         model(tokens)
         step = mon.step(0, log=False)
     assert sorted({h.layer for h in step.heads}) == ["blocks.0.attn", "blocks.1.attn"]
