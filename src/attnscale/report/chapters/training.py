@@ -12,8 +12,10 @@ the result cannot show is said as a hypothesis and marked so.
 from __future__ import annotations
 
 from attnscale.report import text
-from attnscale.report.figures import legend_columns, responsive_figure
-from attnscale.report.html import esc, number, para, table, table_with_details
+from attnscale.report.html import esc, para, table, table_with_details
+from attnscale.report.narrow import legend_columns
+from attnscale.report.numbers import number
+from attnscale.report.plotting import SERIES, responsive_figure, style
 from attnscale.report.text import rule_label
 from attnscale.i18n import _
 
@@ -290,8 +292,6 @@ def _timing(timing: dict, wall_s, lang: str) -> str:
 # --- figures: drawn from the analysis' curves and chain-rule rows only ---------------------------------
 
 def _curves_figure(a: dict, opt: str, names: dict, lang: str):
-    from attnscale.report.figures import SERIES, style
-
     setup = a["setup"]
     choice = "adam" if opt == "adam" else "tuned_for_reference"
     curves = [c for c in a["curves"] if c["lr_choice"] == choice]
@@ -327,8 +327,6 @@ def _nan(v):
 
 
 def _chain_figure(rows: list[dict], names: dict, lang: str):
-    from attnscale.report.figures import SERIES, style
-
     rules = list(dict.fromkeys(r["rule"] for r in rows))
     with style() as plt:
         fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.8), constrained_layout=True)
