@@ -26,7 +26,7 @@ from typing import Callable
 from attnscale import results
 from attnscale.errors import InputError
 from attnscale.i18n import LANGS, _
-from attnscale.report.chapters import EXPERIMENT_CHAPTERS
+from attnscale.report import chapters
 from attnscale.report.experiments import provenance_text, render_experiment, when_text
 from attnscale.report.headline import cards as headline_cards, cards_html
 from attnscale.report.html import esc
@@ -111,7 +111,7 @@ def build_report(config: ReportConfig, progress: Progress | None = None) -> Buil
     :class:`attnscale.results.ResultMissing` when there is no verification result to show."""
     start = time.perf_counter()
     verify = read_verify(config)
-    total = len(verify.data["chapters"]) + len(EXPERIMENT_CHAPTERS) + 1
+    total = len(verify.data["chapters"]) + len(chapters.EXPERIMENT_CHAPTERS) + 1
     done = [0]
 
     def tick(label: str) -> None:
@@ -131,7 +131,7 @@ def render_report(verify: results.Envelope, config: ReportConfig,
     lang = config.lang
     sections = seed_sections(verify, lang, config.seed, tick)
     statuses, shown = {}, [("verify", verify)]
-    for name in EXPERIMENT_CHAPTERS:
+    for name in chapters.EXPERIMENT_CHAPTERS:
         ch = render_experiment(name, config.results, lang)
         statuses[name] = ch.status
         if ch.envelope is not None:

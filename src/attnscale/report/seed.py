@@ -143,9 +143,10 @@ def glance_html(data: dict, lang: str) -> str:
     try:
         g = next(iter(data["variance_vs_dk"].values()))
         i = len(g["d_k"]) - 1
-        cards.append((pretty(_("Var(q·k) at d_k = {d}, measured", lang, d=number(g["d_k"][i], digits=4))), number(g["estimate"][i], digits=4),
-                      f'{_("CI", lang)} [{number(g["ci_low"][i], digits=4)}, {number(g["ci_high"][i], digits=4)}] · '
-                      f'{pretty(_("the blog post says d_k =", lang))} {number(g["d_k"][i], digits=4)}'))
+        d_k = number(g["d_k"][i], digits=4)
+        said = pretty(_("the blog post says d_k = {d}", lang, d=d_k))
+        cards.append((pretty(_("Var(q·k) at d_k = {d}, measured", lang, d=d_k)), number(g["estimate"][i], digits=4),
+                      f'{_("CI", lang)} [{number(g["ci_low"][i], digits=4)}, {number(g["ci_high"][i], digits=4)}] · {said}'))
     except (KeyError, IndexError, StopIteration, TypeError):
         pass
     for block, figure, card in (("saturation", "max_weight", GLANCE_CARDS["saturation"]),
@@ -156,7 +157,7 @@ def glance_html(data: dict, lang: str) -> str:
             d_ks = rows["d_k"]
             i = d_ks.index(64) if block == "saturation" and 64 in d_ks else len(d_ks) - 1
             per = rows["by_n"][n]
-            sub = f'{pretty(_("with ÷√d_k:", lang))} {number(per["scaled"][figure]["median"][i], digits=2)}'
+            sub = pretty(_("with ÷√d_k: {value}", lang, value=number(per["scaled"][figure]["median"][i], digits=2)))
             cross = (rows.get("crossover") or {}).get(n) or {}
             if cross.get("d_k") is not None:      # the curve is not monotone: say from where it is below
                 sub += " · " + pretty(_("unscaled is below it only from d_k = {d} on", lang, d=cross["d_k"]))
