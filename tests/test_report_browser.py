@@ -105,7 +105,7 @@ def test_opens_without_errors_and_loads_nothing_else(open_page, report):
     assert loaded == []
     # and a reader's links lead only to the page in the other language and to the blog post
     from attnscale.report.build import PAGE_NAMES
-    from attnscale.report.text import SEED_POST
+    from attnscale.report.seed_words import SEED_POST
 
     links = set(page.eval_on_selector_all(
         "a[href]", "els => els.map(e => e.getAttribute('href')).filter(u => !u.startsWith('#'))"))
@@ -122,7 +122,7 @@ def test_every_figure_has_a_size(open_page, width):
     assert len(sizes) >= 10           # the figures of the verification, and the widget
     assert all(w > 50 and h > 50 for w, h in sizes), sizes
     narrow = page.eval_on_selector_all(".fig-narrow", "els => els.filter(e => e.checkVisibility()).length")
-    from attnscale.report.figures import NARROW_BREAKPOINT_PX
+    from attnscale.report.narrow import NARROW_BREAKPOINT_PX
 
     assert (narrow > 0) == (width < NARROW_BREAKPOINT_PX)     # the phone's drawings show on a phone only
     assert page.locator(".error-box").count() == 0
@@ -297,12 +297,12 @@ def test_english_page_footer_chinese_is_embedded(report):
 
 @pytest.mark.parametrize("width, shown", [(1280, "fig-wide"), (420, "fig-narrow")])
 def test_responsive_figure_shows_the_variant_that_fits_with_readable_text(browser, tmp_path, width, shown):
-    from attnscale.report import figures
+    from attnscale.report import figures, plotting
     from attnscale.report.page import stylesheet
 
     data = {"n": [10, 100, 1000, 100000], "softmax": [0.94, 0.6, 0.13, 0.0015], "ssmax": [0.99, 0.98, 0.97, 0.96],
             "s": 0.43}
-    fig = figures.responsive_figure(lambda: figures.ssmax(data, "en"),
+    fig = plotting.responsive_figure(lambda: figures.ssmax(data, "en"),
                                     "alt", "caption", px_per_inch=130)
     path = tmp_path / "fig.html"
     path.write_text('<!doctype html><html><head><meta charset="utf-8"><meta name="viewport" '

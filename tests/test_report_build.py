@@ -380,7 +380,7 @@ def test_page_is_self_contained(built_en):
     page = built_en[1].path.read_text(encoding="utf-8")
     # nothing is loaded from elsewhere; the one external address is a link a reader may follow (the blog post)
     assert re.findall(r'src\s*=\s*["\']?\s*(?:https?:)?//', page, re.I) == []
-    from attnscale.report.text import SEED_POST
+    from attnscale.report.seed_words import SEED_POST
     assert re.findall(r'href\s*=\s*["\']?\s*((?:https?:)?//[^"\' >]*)', page, re.I) == [SEED_POST["url"]]
     assert re.search(r'<a href="' + re.escape(SEED_POST["url"]) + '">', page)
     assert "<link" not in page and "<script src" not in page and "@import" not in page
@@ -457,11 +457,11 @@ def test_inconclusive_verdict_badges_tally_and_judged_interval():
 
 
 def test_prose_claims_only_what_is_checked():
-    from attnscale.report.text import chapter_text
+    from attnscale.report.seed_words import paragraphs
 
-    faq = " ".join(chapter_text("faq", "en")["paras"])
+    faq = " ".join(paragraphs("faq", "en", {}))
     assert "Who introduced the factor? The blog post's answers, checked." not in faq and "nothing here checks it" in faq
-    assert "almost on top of each other" in " ".join(chapter_text("why_grows", "en")["paras"])
+    assert "almost on top of each other" in " ".join(paragraphs("why_grows", "en", {"hist_dks": "4", "n_hist": "1"}))
 
 
 def test_the_verification_is_stale_when_a_result_it_judged_from_was_replaced(tmp_path):
@@ -485,7 +485,7 @@ def test_the_verification_is_stale_when_a_result_it_judged_from_was_replaced(tmp
 
 def test_the_jacobian_caption_reads_the_curve_from_the_data():
     """Change the crossover in the data and the caption's words change with it."""
-    from attnscale.report.text import caption, facts
+    from attnscale.report.seed_words import caption, facts
 
     data = {"jacobian": {"crossover": {"16": {"d_k": 64}, "1024": {"d_k": None}}, "peak_d_k": {"16": 16, "1024": 256}}}
     _, cap = caption("jacobian", "en", facts(data, "en"))

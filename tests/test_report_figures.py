@@ -14,8 +14,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from attnscale.claims.result import VERDICTS  # noqa: E402
-from attnscale.report import figures  # noqa: E402
-from attnscale.report.html import figure_svg  # noqa: E402
+from attnscale.report import figures, narrow, plotting  # noqa: E402
+from attnscale.report.plotting import figure_svg  # noqa: E402
 
 D_KS = [1, 4, 16, 64, 256]
 
@@ -278,7 +278,7 @@ def test_every_figure_is_readable_on_a_desktop_and_on_a_phone(name):
     none under 8 px (the issue measured 3-5 px at 420 px before)."""
     import re
 
-    html = figures.responsive_figure(lambda: getattr(figures, name)(fake_data()[name], "en"), name, "c",
+    html = plotting.responsive_figure(lambda: getattr(figures, name)(fake_data()[name], "en"), name, "c",
                                      px_per_inch=130)
     wide, narrow = re.findall(r"<svg .*?</svg>", html, flags=re.S)
     max_px = float(re.search(r"--fig-max:(\d+)px", html).group(1))
@@ -291,7 +291,7 @@ def test_narrow_variant_stacks_side_by_side_panels_and_keeps_the_callers_axes_or
     seen = {}
 
     def draw():
-        with figures.style() as p:
+        with plotting.style() as p:
             fig, axes = p.subplots(1, 2, figsize=(7.6, 3.5), squeeze=False, gridspec_kw={"width_ratios": [2, 1]})
             axes[0][0].set_title("first")
             axes[0][1].set_title("second")
@@ -301,29 +301,23 @@ def test_narrow_variant_stacks_side_by_side_panels_and_keeps_the_callers_axes_or
             seen.setdefault("widths", []).append(fig.get_figwidth())
             return fig
 
-    html = figures.responsive_figure(draw, "alt", "a caption")
+    html = plotting.responsive_figure(draw, "alt", "a caption")
     assert seen["shapes"] == [(1, 2), (1, 2)]
     (w0, w1), (n0, n1) = seen["boxes"]
     assert abs(w0[1] - w1[1]) < 1e-6 and w0[0] < w1[0]          # wide: side by side, same row
     assert abs(n0[0] - n1[0]) < 0.05 and n0[1] > n1[1]           # narrow: one above the other
     assert n0[3] > 1.5 * n1[3]                                    # the width ratios became height ratios
-    assert seen["widths"][1] == figures.NARROW_WIDTH_IN < seen["widths"][0]
+    assert seen["widths"][1] == narrow.NARROW_WIDTH_IN < seen["widths"][0]
     assert html.count("<svg ") == 2 and 'class="fig-wide"' in html and 'class="fig-narrow"' in html
     assert html.count("<figcaption>a caption</figcaption>") == 1
 
 
 def test_narrow_variant_stacks_grids_in_one_column_and_squeezes_like_pyplot():
-    from attnscale.report.figures import _VARIANT
-
-    token = _VARIANT.set("narrow")
-    try:
-        with figures.style() as p:
-            _, grid = p.subplots(2, 3, sharex="col", sharey="row")
-            _, row = p.subplots(1, 3)
-            _, one = p.subplots()
-            _, shared = p.subplots(1, 2, sharey=True)
-    finally:
-        _VARIANT.reset(token)
+    with narrow.drawing_narrow(), plotting.style() as p:
+        _, grid = p.subplots(2, 3, sharex="col", sharey="row")
+        _, row = p.subplots(1, 3)
+        _, one = p.subplots()
+        _, shared = p.subplots(1, 2, sharey=True)
     assert grid.shape == (2, 3) and row.shape == (3,) and not isinstance(one, np.ndarray)
     # the caller's sharing holds: y shared side by side stays y shared when stacked; "col" follows the columns
     assert shared[0].get_shared_y_axes().joined(shared[0], shared[1])
@@ -343,7 +337,7 @@ def test_stacked_panels_keep_the_title_and_y_label_of_their_grid_place():
     import re
 
     def draw():
-        with figures.style() as p:
+        with plotting.style() as p:
             fig, axes = p.subplots(2, 2, figsize=(8.0, 6.0), squeeze=False, constrained_layout=True)
             for c, title in enumerate(("left column", "right column")):
                 axes[0][c].set_title(title)
@@ -353,7 +347,7 @@ def test_stacked_panels_keep_the_title_and_y_label_of_their_grid_place():
                 ax.plot([0, 1], [0, 1])
             return fig
 
-    html = figures.responsive_figure(draw, "alt")
+    html = plotting.responsive_figure(draw, "alt")
     wide, narrow = re.findall(r"<svg .*?</svg>", html, flags=re.S)
     count = lambda svg, words: svg.count(f">{words}</text>")   # noqa: E731  (text stays SVG text)
     assert [count(wide, w) for w in ("left column", "right column", "top measure", "bottom measure")] == [1, 1, 1, 1]

@@ -66,8 +66,7 @@ def test_stylesheet_and_figures_name_the_embedded_family():
 
 @needs_font
 def test_figures_lay_chinese_out_in_the_cjk_font_and_name_it_in_the_svg():
-    from attnscale.report.figures import style
-    from attnscale.report.html import figure_svg
+    from attnscale.report.plotting import figure_svg, style
 
     with style() as plt:
         fig, ax = plt.subplots(figsize=(3, 2))

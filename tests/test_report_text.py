@@ -1,7 +1,11 @@
-"""The report's text catalog (``attnscale/report/text.toml``) and its one reader, ``report.text``.
+"""The report's shared prose helpers (``report.text``), the words of the blog post's chapters
+(``report.seed_words``), and what is left of the old catalog ``report/text.toml`` (the experiment
+chapters' and the headline's sections, until they move to :mod:`attnscale.i18n`).
 
-Every entry is bilingual with the same ``{slots}`` in both languages, every key the report's code
-names exists, and a missing one fails loudly, naming its section and key.
+Every entry left in the catalog is bilingual with the same ``{slots}`` in both languages, every key
+the report's code names exists, and a missing one fails loudly, naming its section and key. Every
+message of the blog post's chapters has its Chinese (tests/test_i18n.py) and is filled from the
+verification's result; a value the result lacks is an error, never a stand-in.
 """
 
 from __future__ import annotations
@@ -11,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from attnscale.report import text
+from attnscale.i18n import LANGS, TextError
+from attnscale.report import seed_words, text
 from attnscale.templates import template_slots
 
 REPORT = Path(text.__file__).parent
@@ -35,10 +40,10 @@ def _strings(value) -> list[str]:
     return value if isinstance(value, list) else [value]
 
 
-def test_the_catalog_holds_the_report():
+def test_the_catalog_holds_only_what_has_not_moved():
     sections = {section for section, _, _ in ENTRIES}
-    assert {"ui", "seed_post", "figures", "cases", "facts", "seed.formula", "captions.jacobian"} <= sections
-    assert len(ENTRIES) > 400
+    assert not {"ui", "seed_post", "figures", "cases", "facts"} & sections
+    assert not any(s.startswith(("seed.", "captions.")) for s in sections), sections
 
 
 @pytest.mark.parametrize("section, key, entry", ENTRIES, ids=[f"{s}.{k}" for s, k, _ in ENTRIES])
@@ -60,10 +65,8 @@ def test_a_missing_section_or_key_names_both():
         text.lookup("no_such_section", "title", "en")
     with pytest.raises(text.MissingText, match=r"no section \[rescale\.title\]"):
         text.lookup("rescale.title", "en", "en")          # an entry is not a section
-    with pytest.raises(text.MissingText, match=r"no section \[seed\.no_such_chapter\]"):
-        text.chapter_text("no_such_chapter", "en")
     with pytest.raises(KeyError):                           # still a KeyError to a caller that expects one
-        text.t("no_such_label", "en")
+        text.words("rescale")("no_such_key", "en")
     with pytest.raises(text.MissingText, match=r"entry 'intro' of section \[lm\] \(zh\) has the slot \{d_model\}"):
         text.words("lm")("intro", "zh")                     # a slot the caller left unfilled
 
@@ -76,20 +79,52 @@ def test_a_chinese_gap_falls_back_to_english_and_slots_are_filled(monkeypatch):
     assert text.words("demo")("hello", "zh", n=3) == "n 为 3"
 
 
+def _values(lang: str) -> dict:
+    """The placeholders' values from a verification's result as the engine writes it (made-up numbers)."""
+    from test_report_figures import fake_data
+
+    from attnscale.claims.result import CHAPTERS
+
+    outline = [{"id": c, "part": "beyond" if c == "beyond" else "seed"} for c in CHAPTERS]
+    data = {**fake_data(), "jacobian": {**fake_data()["jacobian"], "crossover": {"16": {"d_k": 64}}}}
+    return seed_words.facts(data, lang, {"confidence": 0.99}, outline)
+
+
 def test_every_blog_chapter_and_figure_has_its_words():
     from attnscale.claims.result import CHAPTERS
     from attnscale.report.seed import BEYOND_PARTS, CHAPTER_FIGURES
 
-    for chapter in CHAPTERS:
-        for lang in text.LANGS:
-            words = text.chapter_text(chapter, lang)
-            assert words["title"] and words["paras"], chapter
-    beyond = text.chapter_text("beyond", "zh")
-    assert all(len(beyond[key]) == 2 for key, _ in BEYOND_PARTS)          # [heading, paragraph]
+    assert set(seed_words.CHAPTERS) == set(CHAPTERS)
+    assert {key for key, _ in BEYOND_PARTS} == set(seed_words.BEYOND)
     blocks = {block for figures in CHAPTER_FIGURES.values() for block, _ in figures} | {b for _, b in BEYOND_PARTS}
-    for block in blocks:
-        alt, cap = text.caption(block, "zh", text.facts({}, "zh"))
-        assert alt and cap, block
+    assert blocks == set(seed_words.CAPTIONS)
+    for lang in LANGS:
+        values = _values(lang)
+        for chapter in CHAPTERS:
+            paras = seed_words.paragraphs(chapter, lang, values)
+            assert seed_words.title(chapter, lang) and paras and all(paras), chapter
+            assert not any("{" in p or "d_k" in p for p in paras), (chapter, paras)
+        for key, _block in BEYOND_PARTS:
+            heading, para = seed_words.subsection(key, lang, values)
+            assert heading and para and "{" not in para
+        for block in blocks:
+            alt, cap = seed_words.caption(block, lang, values)
+            assert alt and cap and "{" not in alt + cap and "…" not in alt + cap, block
+    assert "99% confidence intervals" in seed_words.paragraphs("variance", "en", _values("en"))[1]
+    assert "dₖ = 4、64、512" in seed_words.caption("dot_histograms", "zh", _values("zh"))[0]
+
+
+def test_a_value_the_result_lacks_is_an_error_not_a_stand_in():
+    with pytest.raises(TextError, match=r"\{hist_dks\}"):
+        seed_words.paragraphs("why_grows", "en", seed_words.facts({}, "en"))
+    with pytest.raises(TextError, match=r"\{level\}"):
+        seed_words.caption("variance_vs_dk", "zh", seed_words.facts({}, "zh"))
+
+
+def test_lists_are_joined_as_each_language_writes_them():
+    assert text.listed(["4", "64", "512"], "en") == "4, 64 and 512"
+    assert text.listed(["4", "64", "512"], "zh") == "4、64、512"
+    assert text.listed(["16", "128"], "en") == "16 and 128" and text.listed(["7"], "zh") == "7"
 
 
 # --- every literal key the code looks up exists --------------------------------------------------------
@@ -123,7 +158,7 @@ SOURCES = sorted(REPORT.glob("*.py")) + sorted((REPORT / "chapters").glob("*.py"
 def test_every_key_the_code_names_is_in_the_catalog(path):
     section, calls = _lookups(path)
     # _t itself, and the chapters' helpers that hand their first argument to _t (a paragraph, a note, a hypothesis)
-    where = {"t": "ui", "label": "figures", **{f: section for f in ("_t", "_pieces", "_p", "p", "_note", "_hyp")}}
+    where = {**{f: section for f in ("_t", "_pieces", "_p", "p", "_note", "_hyp")}}
     for func, key, is_prefix, line in calls:
         if func not in where:
             continue
@@ -137,10 +172,16 @@ def test_each_experiment_chapter_has_its_title_in_both_languages():
     import importlib
 
     from attnscale.report.chapters import EXPERIMENT_CHAPTERS
+    from attnscale.report.experiments import title_of
 
     for name in EXPERIMENT_CHAPTERS:
         module = importlib.import_module(f"attnscale.report.chapters.{name}")
-        assert module.TITLE == text.entry(name, "title") and set(module.TITLE) == {"en", "zh"}, name
+        titles = {lang: title_of(module, name, lang) for lang in LANGS}
+        assert all(titles.values()) and titles["en"] != titles["zh"], name
+        if isinstance(module.TITLE, dict):     # a chapter still on the old catalog
+            assert module.TITLE == text.entry(name, "title") and set(module.TITLE) == {"en", "zh"}, name
+        else:                                  # an N_ message, set as prose
+            assert "d_k" not in titles["en"] + titles["zh"], name
 
 
 def test_every_rule_of_a_sweep_has_a_finished_label():
@@ -150,7 +191,17 @@ def test_every_rule_of_a_sweep_has_a_finished_label():
     from attnscale.report.chapters import lm
 
     for rule in RULE_CHOICES:
-        for lang in text.LANGS:
+        for lang in LANGS:
             assert "{" not in lm._rule(rule, lang), (rule, lang)
     assert lm._rule("softcap_unscaled", "en") == "soft-cap 50, unscaled"
     assert text.rule_label("softcap_unscaled", "zh", cap=30) == "软上限 30，不缩放"
+
+
+def test_a_rule_label_names_the_cap_of_the_result_or_of_the_rule():
+    from attnscale.scales import RULES
+
+    assert text.rule_label("softcap", "en") == f"soft-cap {RULES['softcap'].cap_value:g} on 1/√dₖ (Gemma 2)"
+    assert text.rule_label("softcap", "en", cap=12.5) == "soft-cap 12.5 on 1/√dₖ (Gemma 2)"
+    assert text.rule_label("inverse_dk", "zh") == "1/dₖ（µP）"
+    with pytest.raises(KeyError, match="no_such_rule"):
+        text.rule_label("no_such_rule", "en")

@@ -2,13 +2,18 @@
 
     build.py        orchestration: cached verification, chapters, timings, atomic write
     seed.py         the seed's chapters (and beyond): prose + figures + verdicts
+    seed_words.py   their words: titles, paragraphs, captions (N_ messages) and the values that fill them
     experiments.py  chapters from experiment result files (see chapters/__init__.py)
-    figures.py      data → matplotlib figures (they draw, never estimate)
+    figures.py      the seed's figures: data → matplotlib figures (they draw, never estimate)
+    plotting.py     the one figure style, figures as inline SVG (for the column and a phone)
+    narrow.py       a phone's figure layout (the pyplot that stacks panels)
     verdicts.py     claim results → badges, cards, the table of all verdicts
     widget.py/.js   the interactive attention row (plain JavaScript, inline)
     page.py         head, hero, contents, footer; style.css inlined
-    text.py         every word in English and Chinese
-    html.py         shared building blocks: figure_svg, table, esc
+    headline.py     the answers at the top of the page
+    html.py         shared building blocks: esc, para, note, table
+    numbers.py      numbers from results as text
+    text.py         prose helpers: pretty, rule_label, listed
 
 ``attnscale report`` (attnscale.cli.report) calls ``build.build_report(ReportConfig(...), progress)``.
 """

@@ -25,7 +25,14 @@ from typing import Callable
 
 from attnscale import results
 from attnscale.errors import InputError
-from attnscale.report.text import LANGS
+from attnscale.i18n import LANGS, _
+from attnscale.report import chapters
+from attnscale.report.experiments import provenance_text, render_experiment, when_text
+from attnscale.report.headline import cards as headline_cards, cards_html
+from attnscale.report.html import esc
+from attnscale.report.page import Section, render_page
+from attnscale.report.seed import glance_html, lang_links, seed_sections
+from attnscale.report.verdicts import all_claims_table
 
 Progress = Callable[[int, int, str], None]
 
@@ -102,11 +109,9 @@ def write_site_atomic(out: Path, files: dict[str, bytes]) -> Path:
 def build_report(config: ReportConfig, progress: Progress | None = None) -> BuildResult:
     """Build ``config.out/<page>``. ``progress(done, total, label)`` follows the chapters. Raises
     :class:`attnscale.results.ResultMissing` when there is no verification result to show."""
-    from attnscale.report.chapters import EXPERIMENT_CHAPTERS
-
     start = time.perf_counter()
     verify = read_verify(config)
-    total = len(verify.data["chapters"]) + len(EXPERIMENT_CHAPTERS) + 1
+    total = len(verify.data["chapters"]) + len(chapters.EXPERIMENT_CHAPTERS) + 1
     done = [0]
 
     def tick(label: str) -> None:
@@ -123,19 +128,10 @@ def render_report(verify: results.Envelope, config: ReportConfig,
                   tick: Callable[[str], None] = lambda label: None) -> tuple[str, dict[str, str]]:
     """The page's HTML from the verification result and the experiment results under
     ``config.results``, and each experiment chapter's status. Computes nothing a result holds."""
-    from attnscale.report.chapters import EXPERIMENT_CHAPTERS
-    from attnscale.report.experiments import provenance_text, render_experiment
-    from attnscale.report.headline import cards as headline_cards, cards_html
-    from attnscale.report.html import esc
-    from attnscale.report.page import Section, render_page
-    from attnscale.report.seed import glance_html, lang_links, seed_sections
-    from attnscale.report.text import t
-    from attnscale.report.verdicts import all_claims_table
-
     lang = config.lang
     sections = seed_sections(verify, lang, config.seed, tick)
     statuses, shown = {}, [("verify", verify)]
-    for name in EXPERIMENT_CHAPTERS:
+    for name in chapters.EXPERIMENT_CHAPTERS:
         ch = render_experiment(name, config.results, lang)
         statuses[name] = ch.status
         if ch.envelope is not None:
@@ -144,18 +140,19 @@ def render_report(verify: results.Envelope, config: ReportConfig,
                                 part="experiments", seconds=ch.seconds))
         tick(name)
     claims = verify.data["claims"]
-    sections.append(Section(id="all-verdicts", title=t("all_verdicts", lang), part="appendix",
-                            html=f'<p>{esc(t("all_verdicts_lead", lang))}</p>{all_claims_table(claims, lang)}'))
+    lead = _("Every claim the verification checked, in one table.", lang)
+    sections.append(Section(id="all-verdicts", title=_("All verdicts", lang), part="appendix",
+                            html=f'<p>{esc(lead)}</p>{all_claims_table(claims, lang)}'))
     tick("all verdicts")
     timings = {name: sec for name, sec in verify.data["timings"].items() if name != "total"}
     provenance = {
         "environment": verify.environment,
         "seed": verify.seed,
         "config_text": _config_text(config, verify),
-        "built": _built(env for _, env in shown),
+        "built": _built(env for _kind, env in shown),
         "verify": {"cached": True, "seconds_then": verify.data["timings"].get("total", 0.0)},
         "verify_timings": timings,
-        "experiment_files": [provenance_text(env, lang) for _, env in shown],
+        "experiment_files": [provenance_text(env, lang) for _kind, env in shown],
         # the table lists the verification's groups and each section's recorded compute time: its
         # total is their sum, so it equals what it lists
         "total_seconds": sum(timings.values()) + sum(s.seconds for s in sections),
@@ -170,8 +167,6 @@ def render_report(verify: results.Envelope, config: ReportConfig,
 def _built(envelopes) -> str:
     """The page's date: that of the newest result it shows (a rebuild from the same results, here or
     on another machine, gives the same page)."""
-    from attnscale.report.experiments import when_text
-
     return when_text(max((env.created for env in envelopes if env.created), default=""))
 
 

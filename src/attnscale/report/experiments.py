@@ -17,9 +17,21 @@ import importlib
 from dataclasses import dataclass
 
 from attnscale import results
+from attnscale.i18n import N_, _
+from attnscale.reference import PRODUCERS
 from attnscale.report.html import error_box, esc
-from attnscale.report.text import t
-from attnscale.i18n import _
+from attnscale.report.text import pretty
+
+# By a result's origin (results.Envelope.origin): what kind of run it is, and the line under an
+# experiment chapter's title that says which result the chapter shows and how to reproduce it.
+RUNS = {"reference": N_("reference full run shipped with attnscale"), "quick": N_("quick run"), "full": N_("full run")}
+SHOWN = {
+    "full": N_("Shown: your own full run ({file}), computed {when} on {machine}. Rerun it with {command} ({took})."),
+    "reference": N_("Shown: the reference result shipped with attnscale, a full run computed {when} on {machine}. "
+                    "Reproduce it on your machine with {command} ({took}); your own full result then replaces it here."),
+    "quick": N_("Shown: your own quick run ({file}), computed {when} on {machine}; there is no full or reference result. "
+                "The full run: {command}."),
+}
 
 
 @dataclass
@@ -39,10 +51,12 @@ class RenderedChapter:
 
 
 def title_of(module, name: str, lang: str) -> str:
+    """The title of the chapter module ``module`` (named ``name``) in ``lang``: its ``TITLE``, an
+    ``N_`` message; a module that could not be imported is named by ``name``."""
     title = getattr(module, "TITLE", None) if module is not None else None
-    if isinstance(title, dict):
+    if isinstance(title, dict):     # TODO(merge): the old catalog's {"en", "zh"}, until every chapter has N_
         return title.get(lang) or title.get("en") or name
-    return str(title) if title else name.replace("_", " ")
+    return pretty(_(title, lang)) if title else name.replace("_", " ")
 
 
 def quick_title(title: str, env: results.Envelope | None, lang: str) -> str:
@@ -65,7 +79,7 @@ def when_text(created: str) -> str:
 def provenance_text(env: results.Envelope, lang: str) -> str:
     """Where a result comes from: its file in the results folder, quick or full run, when (UTC), on what
     machine, which attnscale."""
-    run = t({"reference": "reference_run", "quick": "quick_run", "full": "full_run"}[env.origin], lang)
+    run = _(RUNS[env.origin], lang)
     file = results.result_path(env.kind, "", env.quick).as_posix()     # relative to the results folder
     return _("From {file}: a {run} computed {when} on {machine} (attnscale {version}).", lang, file=file, run=run, when=when_text(env.created), machine=machine_text(env.environment), version=env.version)
 
@@ -87,8 +101,6 @@ def duration_text(seconds: float, lang: str) -> str:
 def command_of(env: results.Envelope, how_to: str) -> str:
     """The command that reproduces ``env``: for a reference result, the one that made it (with its
     options, :data:`attnscale.reference.PRODUCERS`); else the chapter's ``HOW_TO``."""
-    from attnscale.reference import PRODUCERS
-
     if env.origin == "reference" and env.kind in PRODUCERS:
         return PRODUCERS[env.kind].command
     return how_to or results.KINDS[env.kind].description
@@ -105,11 +117,10 @@ def source_line(env: results.Envelope, command: str, lang: str) -> str:
     elif cached:      # a resumed or re-analysed sweep: its last run's time is not what the cells cost
         took = _("its last run took {time}, reading {cached} of its {cells} cells from the cache of an earlier run; the README gives the whole run's time", lang, time=duration_text(seconds, lang), cached=cached, cells=len(env.data.get("cells") or []))
     else:
-        took = t("took_there" if env.origin == "reference" else "took_here", lang).format(
-            time=duration_text(seconds, lang))
-    text = t(f"shown_{env.origin}", lang).format(
-        file=results.result_path(env.kind, "", env.quick).as_posix(), when=when_text(env.created),
-        machine=machine_text(env.environment), took=took, command="\x00")
+        took = (_("it took {time} there", lang, time=duration_text(seconds, lang)) if env.origin == "reference"
+                else _("it took {time}", lang, time=duration_text(seconds, lang)))
+    text = _(SHOWN[env.origin], lang, file=results.result_path(env.kind, "", env.quick).as_posix(),
+             when=when_text(env.created), machine=machine_text(env.environment), took=took, command="\x00")
     before, after = esc(text).split("\x00")
     return f'<p class="note provenance-line source-{env.origin}">{before}<code>{esc(command)}</code>{after}</p>'
 

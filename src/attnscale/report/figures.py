@@ -1,210 +1,33 @@
-"""Figures of the report: measured data in, a matplotlib Figure out.
+"""The seed chapters' figures: measured data in, a matplotlib Figure out.
 
 Every function here only *draws*: it takes a block of ``VerifyReport.data`` (plain lists and dicts,
-already holding estimates, intervals and quantiles) and returns a figure. None of them draws a random
-number or estimates anything; the tests feed them hand-made data and read the plotted values back.
-
-Every figure of the report, the chapters' included, is drawn inside :func:`style`: one set of
-rcParams, and one font set-up. Text is kept as SVG text (``svg.fonttype = none``), so the browser
-sets it, and the SVGs stay small; it names DejaVu Sans for Latin and then the CJK font that the page
-embeds (:mod:`attnscale.report.fonts`), which matplotlib also uses to lay Chinese labels out.
+already holding estimates, intervals and quantiles) and returns a figure, drawn inside the report's
+one style (:func:`attnscale.report.plotting.style`). None of them draws a random number or estimates
+anything; the tests feed them hand-made data and read the plotted values back. Each data block's
+name is its figure function's name (:data:`attnscale.report.seed.CHAPTER_FIGURES`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import math
-import warnings
 
-from attnscale.report import text
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
 
-# The report's palette: scaled = the page's accent, unscaled = a warm red, the rest neutral.
-SCALED = "#3559c7"
-UNSCALED = "#d1495b"
-NEUTRAL = "#5d6677"
-REFERENCE = "#1d2330"
-SERIES = ("#3559c7", "#d1495b", "#2a9d8f", "#e9a23b", "#7b5ea7", "#5d6677")
+from attnscale.i18n import N_, _
+from attnscale.report.narrow import legend_columns
+from attnscale.report.plotting import NEUTRAL, REFERENCE, SCALED, SERIES, UNSCALED, style
 
-RC = {
-    "svg.fonttype": "none",
-    "font.family": "sans-serif",
-    "font.size": 10.5,
-    "axes.titlesize": 11.5,
-    "axes.titleweight": "bold",
-    "axes.labelsize": 10.5,
-    "axes.labelcolor": "#2c3342",
-    "axes.edgecolor": "#c5cbd6",
-    "axes.linewidth": 0.8,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "axes.grid": True,
-    "grid.color": "#e9ecf2",
-    "grid.linewidth": 0.8,
-    "xtick.color": "#5d6677",
-    "ytick.color": "#5d6677",
-    "legend.frameon": False,
-    "legend.fontsize": 9.5,
-    "figure.facecolor": "white",
-    "axes.facecolor": "white",
-}
+# The two ways of a panel or a curve: the logits as they are, and divided by √d_k.
+MODE = {"unscaled": N_("unscaled"), "scaled": N_("÷ √dₖ")}
+MODE_N = {"unscaled": N_("unscaled, n = {n}"), "scaled": N_("÷ √dₖ, n = {n}")}
 
-def label(key: str, lang: str) -> str:
-    """An axis label or legend entry of the seed chapters' figures (section [figures] of the text catalog)."""
-    return text.lookup("figures", key, lang)
-
-
-# The variant being drawn: "wide" (the column of a desktop page, up to 46rem) or "narrow" (a phone).
-_VARIANT: contextvars.ContextVar[str] = contextvars.ContextVar("figure_variant", default="wide")
-NARROW_WIDTH_IN = 4.4        # ≈ the 388 px column of a 420 px phone at 1.2 px per pt: text at its size
-NARROW_BREAKPOINT_PX = 600   # the page switches to the narrow variant below this width (style.css)
-
-
-@contextlib.contextmanager
-def style(rc: dict | None = None):
-    """The one figure style of the report: ``with style() as plt: fig, ax = plt.subplots(...)``.
-
-    The report's rcParams (:data:`RC`, then ``rc`` on top), the Agg backend, and the fonts: DejaVu
-    Sans, then the CJK font the page embeds (registered with matplotlib on first use), so that
-    Chinese labels are measured with real glyphs and the SVG text names the embedded family.
-    Inside :func:`responsive_figure`'s narrow pass, ``plt.subplots`` lays the panels out for a
-    phone (see :class:`_NarrowPyplot`)."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    from attnscale.report.fonts import matplotlib_families
-
-    # The families themselves, not the "sans-serif" alias: a Text keeps them from its creation, so a
-    # figure saved later still names the embedded CJK family. The alias gets them too, for text made
-    # with family "sans-serif" and saved here (html.svg_of saves inside this style).
-    families = matplotlib_families()
-    fonts = {"font.family": [*families, "sans-serif"],
-             "font.sans-serif": [*families, *matplotlib.rcParamsDefault["font.sans-serif"]]}
-    with plt.rc_context({**RC, **fonts, **(rc or {})}), warnings.catch_warnings():
-        # Without a CJK font on this machine, Chinese glyphs are missing: the browser sets that text.
-        warnings.filterwarnings("ignore", message="Glyph .* missing from font")
-        yield _NarrowPyplot(plt) if _VARIANT.get() == "narrow" else plt
-
-
-class _NarrowPyplot:
-    """pyplot for a phone's column: ``subplots(r, c)`` lays the panels out in a figure
-    :data:`NARROW_WIDTH_IN` wide and hands the axes back in the caller's ``(r, c)`` order, so a figure
-    function draws both variants unchanged. A row of panels (r = 1) becomes a column; a column stays
-    one; a grid is stacked into one column, the caller's columns one after the other, sharing axes as
-    the caller asked (and :func:`responsive_figure` gives each stacked panel the title and y label of
-    its row and column). The text keeps its size in points, so on a phone it is as large as on a
-    desktop."""
-
-    def __init__(self, plt):
-        self._plt = plt
-
-    def __getattr__(self, name):
-        return getattr(self._plt, name)
-
-    def subplots(self, nrows=1, ncols=1, *, squeeze=True, sharex=False, sharey=False, gridspec_kw=None,
-                 figsize=None, **kw):
-        w, h = figsize or self._plt.rcParams["figure.figsize"]
-        if nrows > 1:                                 # already a column, or a grid: one column
-            fig, axes = self._stacked(nrows, ncols, sharex, sharey, h, gridspec_kw if ncols == 1 else None, **kw)
-        else:
-            fig, axes = self._flipped(nrows, ncols, sharex, sharey, gridspec_kw, w, h, **kw)
-        if squeeze:
-            axes = axes[0, 0] if axes.size == 1 else axes.ravel() if 1 in axes.shape else axes
-        return fig, axes
-
-    def _flipped(self, nrows, ncols, sharex, sharey, gridspec_kw, w, h, **kw):
-        import numpy as np
-
-        # The caller's columns become rows: ratios and spacing trade places, and so does sharing
-        # "by row" and "by column" (which data axis is shared does not change).
-        swap = {"row": "col", "col": "row"}
-        grid = _transposed(gridspec_kw or {})
-        if nrows == 1 and ncols == 1:                 # one panel: keep its proportions, within reason
-            size = (NARROW_WIDTH_IN, min(max(h * NARROW_WIDTH_IN / w * 1.15, 2.6), max(h, 2.6)))
-        else:                                         # each of the ncols rows of the narrow figure
-            size = (NARROW_WIDTH_IN, ncols * min(max(h / nrows, 2.4), 3.4))
-        fig, axes = self._plt.subplots(ncols, nrows, squeeze=False, sharex=swap.get(sharex, sharex),
-                                       sharey=swap.get(sharey, sharey), gridspec_kw=grid or None,
-                                       figsize=size, **_transposed(kw))
-        return fig, np.asarray(axes).T                # the caller's (nrows, ncols) order
-
-    def _stacked(self, nrows, ncols, sharex, sharey, h, gridspec_kw, **kw):
-        panel_h = min(max(h / nrows, 2.4), 3.4)
-        fig, column = self._plt.subplots(nrows * ncols, 1, squeeze=False, gridspec_kw=gridspec_kw,
-                                         figsize=(NARROW_WIDTH_IN, nrows * ncols * panel_h), **kw)
-        axes = column[:, 0].reshape(ncols, nrows).T   # panel (r, c) is number c·nrows + r from the top
-        for share, along in ((sharex, "sharex"), (sharey, "sharey")):
-            groups = ([axes.ravel()] if share in (True, "all") else list(axes) if share == "row"
-                      else list(axes.T) if share == "col" else [])
-            for group in groups:
-                for ax in group[1:]:
-                    getattr(ax, along)(group[0])
-        fig._attnscale_grid = axes                    # for responsive_figure's labels
-        return fig, axes
-
-
-def _label_stacked(fig) -> None:
-    """Each panel of a grid :class:`_NarrowPyplot` stacked into one column keeps what its place in
-    the grid told: the title of its column's top panel and the y label of its row's first panel,
-    where the figure function set them there only."""
-    grid = getattr(fig, "_attnscale_grid", None)
-    if grid is None:
-        return
-    for r in range(grid.shape[0]):
-        for c in range(grid.shape[1]):
-            ax = grid[r, c]
-            top, first = grid[0, c].title, grid[r, 0].yaxis.label
-            if not ax.get_title() and top.get_text():
-                ax.set_title(top.get_text(), fontproperties=top.get_fontproperties(), color=top.get_color())
-            if not ax.get_ylabel() and first.get_text():
-                ax.set_ylabel(first.get_text(), fontproperties=first.get_fontproperties(), color=first.get_color())
-
-
-def _transposed(options: dict) -> dict:
-    """Grid options with width and height (ratios, spacing) exchanged."""
-    pairs = {"width_ratios": "height_ratios", "height_ratios": "width_ratios", "wspace": "hspace", "hspace": "wspace"}
-    return {pairs.get(k, k): v for k, v in options.items()}
-
-
-def legend_columns(n: int) -> int:
-    """Columns of a legend below the axes: ``n`` in the page's column, at most 2 on a phone (a wider
-    legend would widen the narrow figure, and the browser would shrink all of its text)."""
-    return min(n, 2) if _VARIANT.get() == "narrow" else n
-
-
-def responsive_figure(draw, alt: str, caption: str = "", px_per_inch: float | None = None) -> str:
-    """A figure readable at 1280 px and at 420 px: ``draw()`` (a function that makes the figure
-    inside :func:`style`) runs twice, for the page's column and for a phone's, and the page shows
-    the one that fits (``.fig-wide`` / ``.fig-narrow`` in style.css, switched at
-    :data:`NARROW_BREAKPOINT_PX`). ``px_per_inch`` caps the wide one's width at that many CSS px
-    per inch drawn (a small figure is not blown up to the column).
-
-        html = responsive_figure(lambda: saturation(data, lang), alt, caption)
-    """
-    from attnscale.report.html import esc, svg_of
-
-    fig = draw()
-    max_px = round(fig.get_figwidth() * px_per_inch) if px_per_inch else None
-    wide = svg_of(fig, alt)
-    token = _VARIANT.set("narrow")
-    try:
-        narrow_fig = draw()
-        _label_stacked(narrow_fig)
-        narrow = svg_of(narrow_fig, alt)
-    finally:
-        _VARIANT.reset(token)
-    cap = f"<figcaption>{esc(caption)}</figcaption>" if caption else ""
-    fig_style = f' style="--fig-max:{max_px}px"' if max_px else ""
-    return (f'<figure class="fig fig-responsive"{fig_style}><div class="fig-wide">{wide}</div>'
-            f'<div class="fig-narrow">{narrow}</div>{cap}</figure>')
+# The broken-assumption cases, by the English name the verification writes (:func:`case_label`).
+CASES = {"non-zero means": N_("non-zero means"), "variances ≠ 1": N_("variances ≠ 1"),
+         "correlated q and k": N_("correlated q and k"), "all three": N_("all three")}
 
 
 def _dk_axis(ax, values) -> None:
     """Log₂ axis labelled with the d_k values themselves (4, 64, 512 read better than 2²)."""
-    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
-
     ax.set_xscale("log", base=2)
     ticks = [v for v in values if v > 0 and math.log2(v).is_integer() and int(math.log2(v)) % 2 == 0] or list(values)
     ax.xaxis.set_major_locator(FixedLocator(ticks))
@@ -215,8 +38,6 @@ def _dk_axis(ax, values) -> None:
 
 
 def _IntFormatter():
-    from matplotlib.ticker import FuncFormatter
-
     return FuncFormatter(lambda x, _pos: f"{x:,.0f}" if x >= 1 else f"{x:g}")
 
 
@@ -242,8 +63,8 @@ def variance_vs_dk(data: dict, lang: str = "en"):
         families = list(data.items())
         dks = families[0][1]["d_k"]
         # The claims under test, drawn as lines: Var = d_k before scaling, Var = 1 after.
-        axes[0].plot(dks, dks, color=REFERENCE, lw=1.1, ls="--", label=label("slope1", lang), zorder=2)
-        axes[1].plot(dks, [1.0] * len(dks), color=REFERENCE, lw=1.1, ls="--", label=label("one", lang), zorder=2)
+        axes[0].plot(dks, dks, color=REFERENCE, lw=1.1, ls="--", label=_("Var = dₖ (slope 1)", lang), zorder=2)
+        axes[1].plot(dks, [1.0] * len(dks), color=REFERENCE, lw=1.1, ls="--", label=_("Var = 1", lang), zorder=2)
         # Families side by side at each d_k, so their error bars do not hide each other.
         offsets = [2 ** ((i - (len(families) - 1) / 2) * 0.09) for i in range(len(families))]
         for i, (name, fam) in enumerate(families):
@@ -252,15 +73,15 @@ def variance_vs_dk(data: dict, lang: str = "en"):
             _errorbars(axes[0], xs, fam["estimate"], fam["ci_low"], fam["ci_high"], color, FAMILY.get(name, name), marker)
             sc = fam["scaled"]
             _errorbars(axes[1], xs, sc["estimate"], sc["ci_low"], sc["ci_high"], color, FAMILY.get(name, name), marker)
-        for ax, which, ylabel in ((axes[0], "unscaled", "var_axis"), (axes[1], "scaled", "var_scaled_axis")):
+        for ax, which, ylabel in ((axes[0], "unscaled", N_("Var(q·k)")), (axes[1], "scaled", N_("Var(q·k / √dₖ)"))):
             ax.set_yscale("log")
             _dk_axis(ax, dks)
-            ax.set_ylabel(label(ylabel, lang))
-            ax.set_title(label(which, lang), color=UNSCALED if which == "unscaled" else SCALED)
+            ax.set_ylabel(_(ylabel, lang))
+            ax.set_title(_(MODE[which], lang), color=UNSCALED if which == "unscaled" else SCALED)
         axes[0].legend(loc="upper left", fontsize=8.5)
         axes[1].set_yscale("linear")
-        lo = min(min(f["scaled"]["ci_low"]) for _, f in families)
-        hi = max(max(f["scaled"]["ci_high"]) for _, f in families)
+        lo = min(min(f["scaled"]["ci_low"]) for _name, f in families)
+        hi = max(max(f["scaled"]["ci_high"]) for _name, f in families)
         pad = max(0.05, (hi - lo) * 0.15)
         axes[1].set_ylim(min(lo, 1.0) - pad, max(hi, 1.0) + pad)
         return fig
@@ -296,9 +117,9 @@ def dot_histograms(data: dict, lang: str = "en"):
                 ax.stairs(_density(h["counts"], edges, h["n_samples"]), edges, color=colors[i % 4], lw=1.6,
                           ls=ls, label=f"dₖ = {h['d_k']}")
         for ax, which in ((axes[0], "unscaled"), (axes[1], "scaled")):
-            ax.set_title(label(which, lang), color=UNSCALED if which == "unscaled" else SCALED)
+            ax.set_title(_(MODE[which], lang), color=UNSCALED if which == "unscaled" else SCALED)
             ax.set_xlabel("q·k" if which == "unscaled" else "q·k / √dₖ")
-            ax.set_ylabel(label("density", lang))
+            ax.set_ylabel(_("density", lang))
             ax.legend(loc="upper right")
         axes[0].set_yscale("log")
         axes[0].set_ylim(bottom=1e-4)
@@ -324,9 +145,9 @@ def seed_softmax_examples(data: dict, lang: str = "en"):
             width = 0.38
             xs = list(range(len(ex["weights"])))
             before = ax.bar([x - width / 2 for x in xs], ex["weights"], width, color=UNSCALED,
-                            label=label("before", lang))
+                            label=_("before", lang))
             after = ax.bar([x + width / 2 for x in xs], ex["weights_scaled"], width, color=SCALED,
-                           label=f'{label("after", lang)} ÷ {1 / ex["scale"]:g}')
+                           label=_("after ÷ {divisor:g}", lang, divisor=1 / ex["scale"]))
             _bar_labels(ax, before, ex["weights"])
             _bar_labels(ax, after, ex["weights_scaled"])
             ax.set_xticks(xs, [f"{z:g}" for z in ex["logits"]])
@@ -334,7 +155,7 @@ def seed_softmax_examples(data: dict, lang: str = "en"):
             ax.set_title(title)
             ax.grid(axis="x", visible=False)
             ax.set_xlabel("logits")
-        axes[0][0].set_ylabel(label("weight", lang))
+        axes[0][0].set_ylabel(_("softmax weight", lang))
         axes[0][-1].legend(loc="upper right", fontsize=8.5)
         return fig
 
@@ -382,12 +203,12 @@ def saturation(data: dict, lang: str = "en"):
         for i, n in enumerate(ns):
             per = data["by_n"][n]
             for mode, colors, ls in (("unscaled", warm, "-"), ("scaled", cool, "--")):
-                name = f"{label(mode, lang)}, n = {n}"
+                name = _(MODE_N[mode], lang, n=n)
                 _band(axes[0], data["d_k"], per[mode]["max_weight"], colors[i], name, ls)
                 _band(axes[1], data["d_k"], per[mode]["normalized_entropy"], colors[i], name, ls)
-        for ax, key in ((axes[0], "max_weight"), (axes[1], "entropy")):
+        for ax, ylabel in ((axes[0], N_("median max weight")), (axes[1], N_("median entropy / ln n"))):
             _dk_axis(ax, data["d_k"])
-            ax.set_ylabel(label(key, lang))
+            ax.set_ylabel(_(ylabel, lang))
             ax.set_ylim(-0.02, 1.02)
         handles, names = axes[0].get_legend_handles_labels()
         fig.legend(handles, names, loc="outside lower center", ncols=legend_columns(len(ns)), fontsize=8)
@@ -414,15 +235,15 @@ def jacobian(data: dict, lang: str = "en"):
             per = data["by_n"][n]
             for mode, colors, ls in (("unscaled", warm, "-"), ("scaled", cool, "--")):
                 s = per[mode]["jacobian_frobenius"]
-                _band(ax, data["d_k"], s, colors[i], f"{label(mode, lang)}, n = {n}", ls)
+                _band(ax, data["d_k"], s, colors[i], _(MODE_N[mode], lang, n=n), ls)
                 lowest += [v for v in s["q10"] + s["median"] if v > 0]
             ax.plot(data["d_k"], per["unscaled"]["jacobian_frobenius"]["mean"], color=warm[i], lw=1.1, ls=":")
-        ax.plot([], [], color=NEUTRAL, lw=1.1, ls=":", label=label("mean_unscaled", lang))
+        ax.plot([], [], color=NEUTRAL, lw=1.1, ls=":", label=_("mean over rows (unscaled)", lang))
         ax.set_yscale("log")
         if lowest:
             ax.set_ylim(bottom=max(min(lowest) / 3, 1e-18))   # a frozen row's exact 0 would sink the axis
         _dk_axis(ax, data["d_k"])
-        ax.set_ylabel(label("jacobian", lang))
+        ax.set_ylabel(_("‖∂softmax/∂z‖ (Frobenius)", lang))
         fig.legend(loc="outside lower center", ncols=legend_columns(3), fontsize=8)
         return fig
 
@@ -451,16 +272,16 @@ def phase(data: dict, lang: str = "en"):
         ax.set_yticks(rows, [f"{n:,}" for n in ns])
         boundary = [data["boundary"][str(n)] for n in ns]
         ax.plot(boundary, rows, color="white", lw=3.2)
-        ax.plot(boundary, rows, color=UNSCALED, lw=1.6, ls="--", marker="o", ms=4, label=label("boundary", lang))
+        ax.plot(boundary, rows, color=UNSCALED, lw=1.6, ls="--", marker="o", ms=4, label=_("σ = √(2 ln n)", lang))
         ax.grid(False)
-        ax.set_xlabel(label("sigma", lang))
-        ax.set_ylabel(label("keys_n", lang))
+        ax.set_xlabel(_("spread σ of the logits", lang))
+        ax.set_ylabel(_("number of keys n", lang))
         top = ax.secondary_xaxis("top", functions=(lambda x: x ** 2, lambda d: d ** 0.5))
-        top.set_xlabel(label("sigma_as_dk", lang), fontsize=9)
+        top.set_xlabel(_("unscaled: dₖ = σ²", lang), fontsize=9)
         top.set_xticks([1, 4, 9, 16, 25, 36])
         ax.legend(loc="lower left", fontsize=8, labelcolor="white", handlelength=1.6)
         cb = fig.colorbar(mesh, ax=ax, pad=0.02, shrink=0.9)
-        cb.set_label(label("norm_entropy", lang))
+        cb.set_label(_("mean entropy / ln n", lang))
         cool = _shades(SCALED, len(ns))
         for i, n in enumerate(ns):
             key = str(n)
@@ -470,10 +291,10 @@ def phase(data: dict, lang: str = "en"):
             curves.plot(data["sigma"], data["mc"][key], color=cool[i], lw=1.8, label=f"n = {n:,}")
             curves.plot(data["sigma"], data["asymptote"][key], color=cool[i], lw=1.1, ls="--")
             curves.axvline(data["boundary"][key], color=cool[i], lw=0.8, ls=":")
-        curves.plot([], [], color=NEUTRAL, lw=1.1, ls="--", label=label("asymptote", lang))
+        curves.plot([], [], color=NEUTRAL, lw=1.1, ls="--", label=_("asymptote ln n − σ²/2", lang))
         curves.set_ylim(-0.02, 1.02)
-        curves.set_xlabel(label("sigma", lang))
-        curves.set_ylabel(label("norm_entropy", lang))
+        curves.set_xlabel(_("spread σ of the logits", lang))
+        curves.set_ylabel(_("mean entropy / ln n", lang))
         curves.legend(loc="upper right", fontsize=7.5)
         return fig
 
@@ -494,26 +315,23 @@ def broken_assumptions(data: list, lang: str = "en"):
         ys = list(range(len(data)))[::-1]
         per_dk = [(r["estimate"] / r["d_k"], r["ci_low"] / r["d_k"], r["ci_high"] / r["d_k"], r["formula"] / r["d_k"])
                   for r in data]
-        ax.scatter([f for *_, f in per_dk], ys, marker="|", s=280, color=REFERENCE, lw=2.2,
-                   label=label("formula", lang), zorder=2)
-        ax.errorbar([e for e, *_ in per_dk], ys,
-                    xerr=[[e - lo for e, lo, _, _ in per_dk], [hi - e for e, _, hi, _ in per_dk]],
-                    fmt="o", color=SCALED, ms=4.5, capsize=3, label=label("measured", lang), zorder=3)
-        ax.axvline(1.0, color=UNSCALED, lw=1.2, ls=":", zorder=1, label=label("iid_promise", lang))
-        ax.set_yticks(ys, [f"{case_label(r['case'], lang)}, dₖ = {r['d_k']}" for r in data])
-        ax.set_xlabel(label("var_scaled_axis", lang))
+        ax.scatter([f for *_rest, f in per_dk], ys, marker="|", s=280, color=REFERENCE, lw=2.2,
+                   label=_("general formula", lang), zorder=2)
+        ax.errorbar([e for e, *_rest in per_dk], ys,
+                    xerr=[[e - lo for e, lo, _hi, _f in per_dk], [hi - e for e, _lo, hi, _f in per_dk]],
+                    fmt="o", color=SCALED, ms=4.5, capsize=3, label=_("measured (99% CI)", lang), zorder=3)
+        ax.axvline(1.0, color=UNSCALED, lw=1.2, ls=":", zorder=1, label=_("1: the seed's assumptions", lang))
+        ax.set_yticks(ys, [_("{case}, dₖ = {d_k}", lang, case=case_label(r["case"], lang), d_k=r["d_k"]) for r in data])
+        ax.set_xlabel(_("Var(q·k / √dₖ)", lang))
         ax.grid(axis="y", visible=False)
         fig.legend(loc="outside lower center", ncols=legend_columns(3), fontsize=8.5)
         return fig
 
 
 def case_label(name: str, lang: str) -> str:
-    """A broken-assumption case by the English name the verification writes; a name the catalog
-    lacks is shown as written."""
-    try:
-        return text.lookup("cases", name, lang)
-    except text.MissingText:
-        return name
+    """A broken-assumption case by the English name the verification writes (:data:`CASES`); a name
+    the table lacks is shown as written."""
+    return _(CASES[name], lang) if name in CASES else name
 
 
 # --------------------------------------------------------------------------------------------------
@@ -527,13 +345,13 @@ def ssmax(data: dict, lang: str = "en"):
     """
     with style() as plt:
         fig, ax = plt.subplots(figsize=(6.4, 3.2), constrained_layout=True)
-        ax.plot(data["n"], data["softmax"], color=UNSCALED, lw=2, marker="o", ms=3.5, label=label("softmax", lang))
+        ax.plot(data["n"], data["softmax"], color=UNSCALED, lw=2, marker="o", ms=3.5, label="softmax")
         ax.plot(data["n"], data["ssmax"], color=SCALED, lw=2, marker="s", ms=3.5,
-                label=f'{label("ssmax", lang)}, s = {data["s"]:g}')
+                label=_("Scalable-Softmax (s·ln n), s = {s:g}", lang, s=data["s"]))
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(_IntFormatter())
-        ax.set_xlabel(label("keys_n", lang))
-        ax.set_ylabel(label("max_weight_plain", lang))
+        ax.set_xlabel(_("number of keys n", lang))
+        ax.set_ylabel(_("largest weight", lang))
         ax.set_ylim(-0.02, 1.05)
         ax.legend(loc="center left")
         return fig
@@ -551,23 +369,21 @@ def error_vs_samples(data: dict, lang: str = "en"):
            "points": [{"n_samples", "rms_error", "predicted", "mean_error"}, ...]}
     (``VerifyReport.data["error_vs_samples"]``)
     """
-    from matplotlib.ticker import FuncFormatter
-
     with style() as plt:
         fig, ax = plt.subplots(figsize=(6.0, 3.2), constrained_layout=True)
         n = [p["n_samples"] for p in data["points"]]
         ax.plot(n, [p["predicted"] for p in data["points"]], color=REFERENCE, lw=1.1, ls="--",
-                label=label("predicted_rms", lang))
+                label=_("predicted σ/√N (slope −½)", lang))
         ax.plot(n, [p["rms_error"] for p in data["points"]], color=SCALED, lw=0, marker="o", ms=6,
-                label=f'{label("measured_rms", lang)} ({data["replicates"]} ×), slope {data["slope"]:.2f}')
+                label=_("measured ({replicates} ×), slope {slope:.2f}", lang, replicates=data["replicates"], slope=data["slope"]))
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.xaxis.set_major_formatter(_IntFormatter())
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
         # label the minor ticks 2, 3, 5 (× 10ᵏ) only: a readable log axis without crowding
         ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _pos: f"{v:g}" if f"{v:.0e}"[0] in "235" else ""))
-        ax.set_xlabel(label("samples_n", lang))
-        ax.set_ylabel(label("rms_error", lang).format(d=data["d_k"]))
+        ax.set_xlabel(_("samples N", lang))
+        ax.set_ylabel(_("RMS error of Var at dₖ = {d}", lang, d=data["d_k"]))
         ax.legend(loc="upper right", fontsize=8.5)
         return fig
 
@@ -589,7 +405,7 @@ def give_away(data: dict, lang: str = "en"):
         ax.plot(data["logit"], data["softmax1_total"], color=SCALED, lw=2, marker="s", ms=3.5,
                 label="softmax₁ (Miller 2023)")
         ax.set_ylim(-0.03, 1.08)
-        ax.set_xlabel(label("equal_logit", lang))
-        ax.set_ylabel(label("total_weight", lang).format(n=data["n"]))
+        ax.set_xlabel(_("the common logit c", lang))
+        ax.set_ylabel(_("total weight (n = {n})", lang, n=data["n"]))
         ax.legend(loc="center right")
         return fig

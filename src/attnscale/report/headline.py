@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 from attnscale import results
 from attnscale.report import text
-from attnscale.report.html import esc, number
+from attnscale.report.html import esc
+from attnscale.report.numbers import number
 from attnscale.i18n import _
 
 _t = text.words("headline")

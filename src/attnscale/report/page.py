@@ -6,11 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from importlib import resources
 
+from attnscale.i18n import N_, _
 from attnscale.report import fonts
 from attnscale.report.html import esc
-from attnscale.report.text import t
+from attnscale.report.numbers import seconds
+from attnscale.report.text import pretty
 from attnscale.report.verdicts import BADGE_CLASS, tally_badges
-from attnscale.i18n import _
 
 
 @dataclass
@@ -23,8 +24,9 @@ class Section:
     seconds: float = 0.0           # how long rendering it took
 
 
-PART_KEYS = {"seed": "part_seed", "beyond": "part_beyond", "experiments": "part_experiments",
-             "appendix": "part_appendix"}
+# The page's four parts, by Section.part, named in the contents and above their first section.
+PARTS = {"seed": N_("The blog post, checked"), "beyond": N_("Beyond the blog post"),
+         "experiments": N_("Experiments"), "appendix": N_("Appendix")}
 
 
 def stylesheet() -> str:
@@ -36,7 +38,7 @@ def _toc(sections: list[Section], lang: str) -> str:
     for s in sections:
         if s.part != part:
             part = s.part
-            items.append(f'<li class="part" aria-hidden="true">{esc(t(PART_KEYS[part], lang))}</li>')
+            items.append(f'<li class="part" aria-hidden="true">{esc(_(PARTS[part], lang))}</li>')
         # A dot per claim that does not hold, so problems are visible from the contents.
         dots = "".join(f'<span class="dot {BADGE_CLASS[v]}"></span>' for v in s.verdicts
                        if v in BADGE_CLASS and v != "holds")
@@ -50,15 +52,11 @@ def _sections(sections: list[Section], lang: str) -> str:
     for s in sections:
         if s.part != part:
             part = s.part
-            out.append(f'<p class="part-title">{esc(t(PART_KEYS[part], lang))}</p>')
+            out.append(f'<p class="part-title">{esc(_(PARTS[part], lang))}</p>')
         number += 1
         out.append(f'<section class="chapter" id="{esc(s.id)}"><h2><span class="num">{number}</span>'
                    f'{esc(s.title)}</h2>{s.html}</section>')
     return "".join(out)
-
-
-def _fmt_seconds(s: float) -> str:
-    return f"{s:.2f} s" if s < 10 else f"{s:.1f} s"
 
 
 def footer(provenance: dict, sections: list[Section], lang: str) -> str:
@@ -66,35 +64,37 @@ def footer(provenance: dict, sections: list[Section], lang: str) -> str:
     env = provenance.get("environment", {})
     verify = provenance.get("verify", {})
     if verify.get("cached"):
-        verify_text = _("read from its result file (the verification took {s} when it ran)", lang, s=_fmt_seconds(float(verify.get("seconds_then", 0.0))))
+        verify_text = _("read from its result file (the verification took {s} when it ran)", lang, s=seconds(float(verify.get("seconds_then", 0.0))))
     else:
-        verify_text = _("computed now in {s}", lang, s=_fmt_seconds(float(verify.get("seconds", 0.0))))
+        verify_text = _("computed now in {s}", lang, s=seconds(float(verify.get("seconds", 0.0))))
     rows = [
-        ("prov_version", env.get("attnscale")),
-        ("prov_seed", provenance.get("seed")),
-        ("prov_config", provenance.get("config_text")),
-        ("prov_python", env.get("python")),
-        ("prov_numpy", env.get("numpy")),
-        ("prov_torch", env.get("torch") or _("not installed", lang)),
-        ("prov_matplotlib", env.get("matplotlib")),
-        ("prov_machine", ", ".join(str(x) for x in (env.get("platform"), env.get("processor") or env.get("machine"),
-                                                     f'{env.get("cpu_count")} CPUs') if x)),
-        ("prov_built", provenance.get("built")),
-        ("prov_verify", verify_text),
+        (_("attnscale", lang, msgctxt="provenance"), env.get("attnscale")),
+        (_("random seed", lang), provenance.get("seed")),
+        (_("configuration", lang), provenance.get("config_text")),
+        ("Python", env.get("python")),
+        ("NumPy", env.get("numpy")),
+        ("torch", env.get("torch") or _("not installed", lang)),
+        ("matplotlib", env.get("matplotlib")),
+        (_("machine", lang), ", ".join(str(x) for x in (env.get("platform"), env.get("processor") or env.get("machine"),
+                                                         f'{env.get("cpu_count")} CPUs') if x)),
+        (_("built", lang), provenance.get("built")),
+        (_("verification", lang), verify_text),
     ]
-    if provenance.get("experiment_files"):
-        rows.append(("prov_experiments", "; ".join(provenance["experiment_files"])))
-    dl = "".join(f"<dt>{esc(t(k, lang))}</dt><dd>{esc(v)}</dd>" for k, v in rows if v is not None)
+    dl = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in rows if v is not None)
+    if provenance.get("experiment_files"):      # a sentence per result file, a line each
+        files = "<br>".join(esc(line) for line in provenance["experiment_files"])
+        dl += f"<dt>{esc(_('result files', lang))}</dt><dd>{files}</dd>"
     # The verification's own groups first (as timed by its run, which may be a cached earlier one).
     verify_rows = [(f'{_("verification", lang)} · {name}', sec) for name, sec in provenance.get("verify_timings", {}).items()
                    if name != "total"]
-    times = "".join(f"<tr><td>{esc(name)}</td><td>{esc(_fmt_seconds(float(sec)))}</td></tr>" for name, sec in verify_rows)
-    times += "".join(f"<tr><td>{esc(s.title)}</td><td>{esc(_fmt_seconds(s.seconds))}</td></tr>" for s in sections)
+    times = "".join(f"<tr><td>{esc(name)}</td><td>{esc(seconds(float(sec)))}</td></tr>" for name, sec in verify_rows)
+    times += "".join(f"<tr><td>{esc(s.title)}</td><td>{esc(seconds(s.seconds))}</td></tr>" for s in sections)
     total = provenance.get("total_seconds")
     if total is not None:
-        times += f'<tr><td><b>{esc(_("total of the rows above", lang))}</b></td><td><b>{esc(_fmt_seconds(total))}</b></td></tr>'
+        times += f'<tr><td><b>{esc(_("total of the rows above", lang))}</b></td><td><b>{esc(seconds(total))}</b></td></tr>'
+    sections_heading = _("compute time, as recorded in the result files: the verification's groups, then each section's own result (the blog post's chapters have none of their own: they show the verification's); drawing this page is not counted", lang)
     return (f'<footer class="provenance" id="provenance"><div class="inner"><h2>{esc(_("How this page was made", lang))}</h2>'
-            f'<dl>{dl}</dl><h3 style="font-size:.9rem;margin:1rem 0 .3rem">{esc(t("prov_sections", lang))}</h3>'
+            f'<dl>{dl}</dl><h3 style="font-size:.9rem;margin:1rem 0 .3rem">{esc(sections_heading)}</h3>'
             f'<div class="table-wrap"><table class="timings"><tbody>{times}</tbody></table></div>'
             f'<p style="margin-top:1rem">{esc(_("中文版: index.zh.html beside this page (attnscale report --lang zh)", lang))}</p></div></footer>')
 

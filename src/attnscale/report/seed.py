@@ -1,24 +1,28 @@
 """The chapters that retell the seed (and go beyond it), from the verification's result.
 
-The seed is the blog post the verification checks (see :data:`attnscale.report.text.SEED_POST`); the
-chapters follow the outline the result lists (``data["chapters"]``: id and part, in order). Each chapter
-= its prose (report.text) + its figures (report.figures, drawn from the ``series`` blocks the
-verification already computed) + the verdict cards of its claims. A figure that cannot be drawn
-becomes a visible error box inside its chapter; the rest of the page is unaffected.
+The seed is the blog post the verification checks (see :data:`attnscale.report.seed_words.SEED_POST`);
+the chapters follow the outline the result lists (``data["chapters"]``: id and part, in order). Each
+chapter = its prose (report.seed_words) + its figures (report.figures, drawn from the ``series`` blocks
+the verification already computed) + the verdict cards of its claims. A figure that cannot be drawn,
+or prose that lacks a value from the result, becomes a visible error box inside its chapter; the rest
+of the page is unaffected.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-from attnscale.report import figures
+from attnscale.i18n import N_, TextError, _
+from attnscale.report import figures, seed_words
 from attnscale.report.experiments import provenance_line, quick_title
-from attnscale.report.html import error_box, esc, number
+from attnscale.report.html import error_box, esc
+from attnscale.report.numbers import number
 from attnscale.report.page import Section
-from attnscale.report.text import SEED_POST, caption, chapter_text, facts, pretty, t
+from attnscale.report.plotting import responsive_figure
+from attnscale.report.seed_words import SEED_POST, caption, facts
+from attnscale.report.text import pretty
 from attnscale.report.verdicts import claim_list
 from attnscale.report.widget import widget_html
-from attnscale.i18n import _
 
 # chapter → the figures drawn in it, in order: (data block, the block's keys to draw or None for all).
 # Each block's name is its figure function's name in report.figures.
@@ -34,7 +38,7 @@ CHAPTER_FIGURES: dict[str, tuple[tuple[str, tuple[str, ...] | None], ...]] = {
     "faq": (("error_vs_samples", None),),
     "beyond": (),
 }
-# The beyond chapter's subsections, each with its figure.
+# The beyond chapter's subsections (seed_words.BEYOND), each with its figure.
 BEYOND_PARTS: tuple[tuple[str, str], ...] = (("broken", "broken_assumptions"), ("phase", "phase"),
                                             ("ssmax", "ssmax"), ("give", "give_away"))
 
@@ -43,7 +47,7 @@ def figure_html(block: str, data: dict, lang: str, keys: tuple[str, ...] | None 
                 values: dict | None = None) -> str:
     """The figure for ``data[block]`` (only its entries ``keys`` when given) as inline SVG, a note
     when the block is absent, or an error box when it cannot be drawn. ``values`` fill the
-    caption's slots (default: :func:`attnscale.report.text.facts` of ``data``)."""
+    caption's placeholders (default: :func:`attnscale.report.seed_words.facts` of ``data``)."""
     alt, cap = caption(block, lang, values if values is not None else facts(data, lang))
     block_data = data.get(block)
     if block_data is not None and keys is not None:
@@ -54,7 +58,7 @@ def figure_html(block: str, data: dict, lang: str, keys: tuple[str, ...] | None 
     try:
         # Drawn for the column and for a phone; a narrow figure is not blown up to the column's
         # width: at most 130 CSS px per inch drawn.
-        return figures.responsive_figure(lambda: draw(block_data, lang), alt, cap, px_per_inch=130)
+        return responsive_figure(lambda: draw(block_data, lang), alt, cap, px_per_inch=130)
     except Exception as err:   # a data block of an unexpected shape: say so, keep the page
         return error_box(_("This figure could not be drawn:", lang), block, err)
 
@@ -66,16 +70,16 @@ def _paras(paras: list[str]) -> str:
 def seed_post_html(lang: str) -> str:
     """The blog post this page checks: title, author, where it was published, linked."""
     post = SEED_POST
+    copy = _("This page checks the Chinese translation kept with attnscale; “the blog post” below always means it, and “random seed” the generator's seed.", lang)
     return (f'<p class="note seed-post">{esc(_("The blog post checked here:", lang))} '
-            f'<a href="{esc(post["url"])}">{esc(pretty(post["title"].get(lang, post["title"]["en"])))}</a>, '
-            f'{esc(post["author"])}, {esc(post["published"].get(lang, post["published"]["en"]))}. '
-            f'{esc(t("seed_post_copy", lang))}</p>')
+            f'<a href="{esc(post["url"])}">{esc(pretty(_(post["title"], lang)))}</a>, '
+            f'{esc(post["author"])}, {esc(_(post["published"], lang))}. '
+            f'{esc(copy)}</p>')
 
 
 def chapter_body(chapter: str, claims: list[dict], data: dict, lang: str, seed: int, values: dict | None = None) -> str:
     values = values if values is not None else facts(data, lang)
-    text = chapter_text(chapter, lang, values)
-    body = [_paras(text["paras"])]
+    body = [_paras(seed_words.paragraphs(chapter, lang, values))]
     if chapter == "formula":
         body.append(seed_post_html(lang))
     if chapter == "without_scaling":
@@ -84,7 +88,7 @@ def chapter_body(chapter: str, claims: list[dict], data: dict, lang: str, seed: 
         body.append(figure_html(block, data, lang, keys, values))
     if chapter == "beyond":
         for key, block in BEYOND_PARTS:
-            heading, para = text[key]
+            heading, para = seed_words.subsection(key, lang, values)
             body.append(f"<h3>{esc(heading)}</h3><p>{esc(para)}</p>{figure_html(block, data, lang, None, values)}")
         body.append(f'<h3>{esc(_("verdict", lang).capitalize())}</h3>')
     body.append(claim_list(claims, lang))
@@ -102,19 +106,32 @@ def seed_sections(verify, lang: str, seed: int,
     for entry in outline:
         chapter = entry["id"]
         mine = [c for c in claims if c.get("chapter") == chapter]
-        html = chapter_body(chapter, mine, data, lang, seed, values)
+        try:
+            html = chapter_body(chapter, mine, data, lang, seed, values)
+        except TextError as err:     # the result lacks a value the chapter's prose names
+            html = error_box(_("This chapter could not be rendered; the rest of the report is unaffected.", lang), err=err)
         if entry["part"] != part:
             part = entry["part"]
             html = provenance_line(verify, lang) + html
-        sections.append(Section(id=chapter.replace("_", "-"), title=quick_title(chapter_text(chapter, lang)["title"], verify, lang),
+        sections.append(Section(id=chapter.replace("_", "-"), title=quick_title(seed_words.title(chapter, lang), verify, lang),
                                 html=html, part=part, verdicts=[c.get("verdict", "") for c in mine]))
         tick(chapter)
     return sections
 
 
+# Each language's page, named in the links between them.
+LANG_NAMES = {"en": N_("English"), "zh": N_("中文版")}
+
+# The glance cards of the blog post's two unscaled figures, by the data block they read.
+GLANCE_CARDS = {
+    "saturation": N_("largest weight, unscaled, d_k = {d}, n = {n} (median row)"),
+    "jacobian": N_("softmax gradient ‖J‖, unscaled, d_k = {d}, n = {n} (median row)"),
+}
+
+
 def lang_links(lang: str, pages: dict[str, str]) -> str:
     """Links to this page in the other languages (each page links to the others)."""
-    links = "".join(f'<a href="{esc(name)}" hreflang="{esc(other)}">{esc(t("lang_name_" + other, lang))}</a>'
+    links = "".join(f'<a href="{esc(name)}" hreflang="{esc(other)}">{esc(_(LANG_NAMES[other], lang))}</a>'
                     for other, name in pages.items() if other != lang)
     return f'<p class="lang-switch">{links}</p>' if links else ""
 
@@ -126,23 +143,25 @@ def glance_html(data: dict, lang: str) -> str:
     try:
         g = next(iter(data["variance_vs_dk"].values()))
         i = len(g["d_k"]) - 1
-        cards.append((pretty(_("Var(q·k) at d_k = {d}, measured", lang, d=number(g["d_k"][i], digits=4))), number(g["estimate"][i], digits=4),
-                      f'{_("CI", lang)} [{number(g["ci_low"][i], digits=4)}, {number(g["ci_high"][i], digits=4)}] · '
-                      f'{pretty(_("the blog post says d_k =", lang))} {number(g["d_k"][i], digits=4)}'))
+        d_k = number(g["d_k"][i], digits=4)
+        said = pretty(_("the blog post says d_k = {d}", lang, d=d_k))
+        cards.append((pretty(_("Var(q·k) at d_k = {d}, measured", lang, d=d_k)), number(g["estimate"][i], digits=4),
+                      f'{_("CI", lang)} [{number(g["ci_low"][i], digits=4)}, {number(g["ci_high"][i], digits=4)}] · {said}'))
     except (KeyError, IndexError, StopIteration, TypeError):
         pass
-    for block, figure, key in (("saturation", "max_weight", "glance_maxw"), ("jacobian", "jacobian_frobenius", "glance_jac")):
+    for block, figure, card in (("saturation", "max_weight", GLANCE_CARDS["saturation"]),
+                                ("jacobian", "jacobian_frobenius", GLANCE_CARDS["jacobian"])):
         try:
             rows = data[block]
             n = next(iter(rows["by_n"]))
             d_ks = rows["d_k"]
             i = d_ks.index(64) if block == "saturation" and 64 in d_ks else len(d_ks) - 1
             per = rows["by_n"][n]
-            sub = f'{pretty(_("with ÷√d_k:", lang))} {number(per["scaled"][figure]["median"][i], digits=2)}'
+            sub = pretty(_("with ÷√d_k: {value}", lang, value=number(per["scaled"][figure]["median"][i], digits=2)))
             cross = (rows.get("crossover") or {}).get(n) or {}
             if cross.get("d_k") is not None:      # the curve is not monotone: say from where it is below
                 sub += " · " + pretty(_("unscaled is below it only from d_k = {d} on", lang, d=cross["d_k"]))
-            cards.append((t(key, lang).format(d=d_ks[i], n=n), number(per["unscaled"][figure]["median"][i], digits=2), sub))
+            cards.append((pretty(_(card, lang, d=d_ks[i], n=n)), number(per["unscaled"][figure]["median"][i], digits=2), sub))
         except (KeyError, IndexError, StopIteration, TypeError, ValueError):
             pass
     if not cards:

@@ -7,18 +7,23 @@ the tally is the result's stored ``counts``. Nothing here computes, it only form
 
 from __future__ import annotations
 
-from attnscale.report.html import esc, note, number, percent
-from attnscale.report.text import pretty, t
-from attnscale.i18n import _
+from attnscale.i18n import N_, _
+from attnscale.report.html import esc, note
+from attnscale.report.numbers import number, percent
+from attnscale.report.text import pretty
 
-# verdict → CSS class of its badge
+# verdict → CSS class of its badge, its mark, its word, and the words after its count in the tally
 BADGE_CLASS = {"holds": "holds", "fails": "fails", "inconclusive": "inconclusive", "seed number wrong": "wrong"}
 BADGE_MARK = {"holds": "✓", "fails": "✗", "inconclusive": "?", "seed number wrong": "≠"}
+VERDICTS = {"holds": N_("holds"), "fails": N_("fails", msgctxt="verdict"),
+            "inconclusive": N_("inconclusive", msgctxt="verdict"), "seed number wrong": N_("blog post's number wrong")}
+TALLY = {"holds": N_("claims hold"), "fails": N_("fail"), "inconclusive": N_("inconclusive", msgctxt="tally"),
+         "seed number wrong": N_("of the blog post's numbers wrong")}
 
 
 def badge(verdict: str, lang: str) -> str:
     cls = BADGE_CLASS.get(verdict, "other")
-    label = t(verdict, lang) if verdict in BADGE_CLASS else verdict
+    label = _(VERDICTS[verdict], lang) if verdict in VERDICTS else verdict
     # "inconclusive" is new to readers: the badge says what it means on hover
     title = f' title="{esc(_("the interval does not decide the criterion at this sample size", lang))}"' if verdict == "inconclusive" else ""
     return f'<span class="badge {cls}"{title}>{BADGE_MARK.get(verdict, "•")} {esc(label)}</span>'
@@ -88,12 +93,10 @@ def claim_list(claims: list[dict], lang: str, visible: int = 8) -> str:
 def tally_badges(counts: dict[str, int], lang: str) -> str:
     """The page's summary line: how many claims have each verdict, as the result counted them."""
     n = {v: int(counts.get(v, 0)) for v in BADGE_CLASS}
-    parts = [(n["holds"], "holds", "tally_holds"), (n["fails"], "fails", "tally_fails"),
-             (n["inconclusive"], "inconclusive", "tally_inconclusive"),
-             (n["seed number wrong"], "wrong", "tally_wrong")]
-    return "".join(f'<span class="badge {cls}"'
-                   + (f' title="{esc(_("the interval does not decide the criterion at this sample size", lang))}"' if cls == "inconclusive" else "")
-                   + f'>{count} {esc(t(key, lang))}</span>' for count, cls, key in parts)
+    hint = _("the interval does not decide the criterion at this sample size", lang)
+    return "".join(f'<span class="badge {BADGE_CLASS[v]}"'
+                   + (f' title="{esc(hint)}"' if v == "inconclusive" else "")
+                   + f'>{n[v]} {esc(_(TALLY[v], lang))}</span>' for v in BADGE_CLASS)
 
 
 def all_claims_table(claims: list[dict], lang: str) -> str:

@@ -6,18 +6,20 @@ from __future__ import annotations
 import json
 from importlib import resources
 
+from attnscale.i18n import N_, _
 from attnscale.report.html import esc
-from attnscale.report.text import pretty, rule_label, t
-from attnscale.i18n import _
+from attnscale.report.text import pretty, rule_label
+from attnscale.scales import RULES
 
 N_CHOICES = (8, 16, 32, 64, 128)
+# The figures read out under the bars: (label, id of the <output> the script fills).
+READOUTS = ((N_("entropy / ln n"), "w-entropy"), (N_("max weight"), "w-maxw"),
+            (N_("effective keys e^H"), "w-support"), (N_("logit std"), "w-spread"))
 D_MAX = 4096
 
 
 def rule_configs(lang: str) -> list[dict]:
     """The rules the widget offers, with the parameters of attnscale.scales' named rules."""
-    from attnscale.scales import RULES
-
     logn, qknorm, softcap = RULES["logn"], RULES["qknorm"], RULES["softcap"]
     softcap_unscaled = RULES["softcap_unscaled"]
     return [
@@ -57,9 +59,8 @@ def widget_html(seed: int, lang: str) -> str:
                       f'{esc(r["label"])}</option>' for r in cfg["rules"])
     n_options = "".join(f'<option value="{n}"{" selected" if n == cfg["n"] else ""}>{n}</option>'
                         for n in cfg["n_choices"])
-    readouts = "".join(f'<div class="readout"><span>{esc(t(key, lang))}</span><output id="{oid}">–</output></div>'
-                       for key, oid in (("w_entropy", "w-entropy"), ("w_maxw", "w-maxw"),
-                                        ("w_support", "w-support"), ("w_spread", "w-spread")))
+    readouts = "".join(f'<div class="readout"><span>{esc(_(label, lang))}</span><output id="{oid}">–</output></div>'
+                       for label, oid in READOUTS)
     # JSON inside <script>: "</" must not appear, or the HTML parser would end the script early.
     config_json = json.dumps(cfg, ensure_ascii=False).replace("</", "<\\/")
     return (

@@ -4,7 +4,7 @@ Each module here defines:
     TITLE: dict[str, str]          # {"en": ..., "zh": ...}: text.entry(<module>, "title")
     KIND: str                      # the kind of result it shows (a key of attnscale.results.KINDS)
     HOW_TO: str                    # the command that produces it, shown when it is missing
-    render(env, lang) -> str       # an HTML fragment from env.data (figures via report.html.figure_svg)
+    render(env, lang) -> str       # an HTML fragment from env.data (figures via report.plotting.figure_svg)
 
 The report (``attnscale.report.experiments.render_experiment``) reads a listed chapter's result with
 ``results.read_preferred(KIND)`` (full, else quick: then a "quick run" label stands beside the title),

@@ -14,8 +14,10 @@ pure functions below.
 from __future__ import annotations
 
 from attnscale.report import text
-from attnscale.report.figures import legend_columns, responsive_figure
-from attnscale.report.html import number, para, table
+from attnscale.report.html import para, table
+from attnscale.report.narrow import legend_columns
+from attnscale.report.numbers import number
+from attnscale.report.plotting import SERIES, responsive_figure, style
 from attnscale.report.text import pretty, rule_label
 from attnscale.i18n import _
 
@@ -45,8 +47,6 @@ def _baseline_lines(ax, baselines: list) -> None:
 
 def _panels(curves: list, d_ks: list, rules: list, rows: list[tuple[str, str, bool]], lang: str, baselines=()):
     """One column per d_k, one row per (curve key, axis label, log scale); a line per rule (AdamW)."""
-    from attnscale.report.figures import SERIES, style
-
     with style() as plt:
         fig, axes = plt.subplots(len(rows), len(d_ks), figsize=(3.4 * len(d_ks), 2.9 * len(rows)), squeeze=False,
                                  sharey="row", constrained_layout=True)
@@ -81,8 +81,6 @@ def _panels(curves: list, d_ks: list, rules: list, rows: list[tuple[str, str, bo
 def _lr_panels(grid: list, own_best: list, d_ks: list, rules: list, baselines: list, lang: str):
     """Final loss (the LR sensitivity's score) against the rate: a row per optimiser, a column per
     d_k, a line per rule, its own best rate circled (the figure of Wortsman et al. 2023)."""
-    from attnscale.report.figures import SERIES, style
-
     with style() as plt:
         fig, axes = plt.subplots(len(OPTIMISERS), len(d_ks), figsize=(3.4 * len(d_ks), 2.9 * len(OPTIMISERS)),
                                  squeeze=False, sharey=True, constrained_layout=True)

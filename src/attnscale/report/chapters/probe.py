@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import math
 
-from attnscale.report import figures, text
-from attnscale.report.html import bullets, error_box, esc, figure_svg, note, number, para, table
-from attnscale.report.text import t
+from attnscale.report import plotting, text
+from attnscale.report.html import bullets, error_box, esc, note, para, table
+from attnscale.report.numbers import number
+from attnscale.report.plotting import figure_svg
 from attnscale.i18n import _
 
 KIND = "probe/minilm"
@@ -41,7 +42,7 @@ def heatmap(grid, title: str, lang: str, cmap: str, limits, digits: int):
 
     data = np.array([[math.nan if v is None else v for v in row] for row in grid], dtype=float)
     n_layers, n_heads = data.shape
-    with figures.style() as plt:
+    with plotting.style() as plt:
         fig, ax = plt.subplots(figsize=(4.6, max(2.6, 0.2 * n_layers + 1.2)), constrained_layout=True)
         image = ax.imshow(data, cmap=cmap, vmin=limits[0], vmax=limits[1], aspect="auto", interpolation="nearest")
         for (i, j), value in np.ndenumerate(data):

@@ -7,9 +7,10 @@ sentence embeddings move). Every number and choice of words comes from ``env.dat
 
 from __future__ import annotations
 
-from attnscale.report import figures, text
-from attnscale.report.html import bullets, error_box, note, number, para, table
-from attnscale.report.text import t
+from attnscale.report import plotting, text
+from attnscale.report.chapters.probe import scales_sentence
+from attnscale.report.html import bullets, error_box, note, para, table
+from attnscale.report.numbers import number
 from attnscale.i18n import _
 
 KIND = "rescale/smollm2"
@@ -25,20 +26,20 @@ def plot(data: dict, lang: str):
     """Two panels against α (log₂ axis): the measure (perplexity or cosine), and entropy / max weight."""
     rows, a = data["alphas"], data["analysis"]
     alphas = [r["alpha"] for r in rows]
-    with figures.style() as plt:
+    with plotting.style() as plt:
         fig, (left, right) = plt.subplots(1, 2, figsize=(7.6, 3.3), constrained_layout=True)
         if _is_lm(data):
-            left.plot(alphas, [r["perplexity"] for r in rows], "o-", color=figures.SCALED)
+            left.plot(alphas, [r["perplexity"] for r in rows], "o-", color=plotting.SCALED)
             left.set_yscale("log")
             left.set_ylabel(_("perplexity", lang))
         else:
-            left.plot(alphas, [r["cosine_mean"] for r in rows], "o-", color=figures.SCALED, label=_("mean over sentences", lang))
-            left.plot(alphas, [r["cosine_min"] for r in rows], "s--", color=figures.UNSCALED, label=_("least similar sentence", lang))
+            left.plot(alphas, [r["cosine_mean"] for r in rows], "o-", color=plotting.SCALED, label=_("mean over sentences", lang))
+            left.plot(alphas, [r["cosine_min"] for r in rows], "s--", color=plotting.UNSCALED, label=_("least similar sentence", lang))
             left.set_ylabel(_("cosine to α = 1", lang))
             left.legend()
-        right.plot(alphas, [a["mean_normalized_entropy"][f"{x:g}"] for x in alphas], "o-", color=figures.SERIES[2],
+        right.plot(alphas, [a["mean_normalized_entropy"][f"{x:g}"] for x in alphas], "o-", color=plotting.SERIES[2],
                    label=_("entropy / ln n", lang))
-        right.plot(alphas, [a["mean_max_weight"][f"{x:g}"] for x in alphas], "s--", color=figures.SERIES[3],
+        right.plot(alphas, [a["mean_max_weight"][f"{x:g}"] for x in alphas], "s--", color=plotting.SERIES[3],
                    label=_("max weight", lang))
         right.set_ylim(0, 1)
         right.legend()
@@ -47,14 +48,14 @@ def plot(data: dict, lang: str):
             ax.set_xticks(alphas, [f"{x:g}" if x >= 1 else f"1/{1 / x:g}" for x in alphas])
             ax.minorticks_off()
             ax.set_xlabel(_("α (× the model's scale)", lang))
-            ax.axvline(1.0, color=figures.NEUTRAL, lw=0.9, ls=":")
+            ax.axvline(1.0, color=plotting.NEUTRAL, lw=0.9, ls=":")
             if data["unscaled_alpha"] is not None:
-                ax.axvline(data["unscaled_alpha"], color=figures.UNSCALED, lw=0.9, ls=":")
+                ax.axvline(data["unscaled_alpha"], color=plotting.UNSCALED, lw=0.9, ls=":")
         left.annotate(_("model's own scale", lang), (1.0, 0.98), xycoords=("data", "axes fraction"), ha="right", va="top",
-                      fontsize=8.5, color=figures.NEUTRAL, rotation=90)
+                      fontsize=8.5, color=plotting.NEUTRAL, rotation=90)
         if data["unscaled_alpha"] is not None:
             left.annotate(_("no scale", lang), (data["unscaled_alpha"], 0.98), xycoords=("data", "axes fraction"),
-                          ha="right", va="top", fontsize=8.5, color=figures.UNSCALED, rotation=90)
+                          ha="right", va="top", fontsize=8.5, color=plotting.UNSCALED, rotation=90)
     return fig
 
 
@@ -105,8 +106,6 @@ def _is_lm(data: dict) -> bool:
 def _what(data: dict, lang: str) -> str:
     """What the intervention measures: the bundled words for a model scaled by 1/√d_k in every layer,
     else the scales it applies, named (and why no α removes them, when none does)."""
-    from attnscale.report.chapters.probe import scales_sentence
-
     model = data["model"]
     rules = model.get("scale_rules") or []
     if all(rule["rule"] == "1/sqrt(d_k)" for rule in rules) and data["unscaled_alpha"] is not None:
@@ -132,7 +131,7 @@ def render(env, lang: str) -> str:
     parts.append(para(about))
     parts.append(_check(data, lang))
     parts.append(bullets(findings(data, lang)))
-    parts.append(figures.responsive_figure(lambda: plot(data, lang), _("The measure against α on a logarithmic axis, and the mean entropy and max weight", lang),
+    parts.append(plotting.responsive_figure(lambda: plot(data, lang), _("The measure against α on a logarithmic axis, and the mean entropy and max weight", lang),
                                            _t("caption_decoder" if lm else "caption_encoder", lang)))
     a = data["analysis"]
     if lm:

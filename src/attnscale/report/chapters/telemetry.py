@@ -8,7 +8,8 @@ ratio, verdict and per-layer aggregate comes from ``env.data``.
 from __future__ import annotations
 
 from attnscale.report import text
-from attnscale.report.html import bullets, number, para, table
+from attnscale.report.html import bullets, para, table
+from attnscale.report.numbers import number
 from attnscale.i18n import _
 
 KIND = "telemetry"

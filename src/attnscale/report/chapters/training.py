@@ -18,8 +18,10 @@ from attnscale.report.chapters.training_words import (GRADIENT, GRADIENT_FLOOR, 
                                                       TRENDS, dominant_path, gradient_direction, gradient_floor,
                                                       growth_saturates, logit_trend, reference_reach, single_key_versus,
                                                       softcap_lower_logits, softcap_outcomes)
-from attnscale.report.figures import legend_columns, responsive_figure
-from attnscale.report.html import esc, number, para, table, table_with_details
+from attnscale.report.html import esc, para, table, table_with_details
+from attnscale.report.narrow import legend_columns
+from attnscale.report.numbers import number
+from attnscale.report.plotting import SERIES, responsive_figure, style
 from attnscale.report.text import rule_label
 
 KIND = "train/scale-vs-dk"
@@ -297,8 +299,6 @@ def _timing(timing: dict, wall_s, lang: str) -> str:
 # --- figures: drawn from the analysis' curves and chain-rule rows only ---------------------------------
 
 def _curves_figure(a: dict, opt: str, names: dict, lang: str):
-    from attnscale.report.figures import SERIES, style
-
     setup = a["setup"]
     choice = "adam" if opt == "adam" else "tuned_for_reference"
     curves = [c for c in a["curves"] if c["lr_choice"] == choice]
@@ -334,8 +334,6 @@ def _nan(v):
 
 
 def _chain_figure(rows: list[dict], names: dict, lang: str):
-    from attnscale.report.figures import SERIES, style
-
     rules = list(dict.fromkeys(r["rule"] for r in rows))
     with style() as plt:
         fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.8), constrained_layout=True)

@@ -10,8 +10,9 @@ how the setting differs from Wortsman et al. 2023. Every number comes from ``env
 from __future__ import annotations
 
 from attnscale.i18n import N_, _
-from attnscale.report.figures import responsive_figure
-from attnscale.report.html import number, para, table
+from attnscale.report.html import para, table
+from attnscale.report.numbers import number
+from attnscale.report.plotting import REFERENCE, SERIES, responsive_figure, style
 
 KIND = "train/logit-growth"
 TITLE = N_("Training: attention logits grow at high learning rates (a small-scale proxy)")
@@ -94,8 +95,6 @@ def render(env, lang: str) -> str:
 
 def logits_figure(cells: list[dict], setup: dict, lang: str):
     """Seed 0's logged layer-0 max logit per learning rate, one panel per variant."""
-    from attnscale.report.figures import REFERENCE, style
-
     lrs = setup["lrs"]
     with style() as plt:
         cmap = plt.get_cmap("viridis")
@@ -119,8 +118,6 @@ def logits_figure(cells: list[dict], setup: dict, lang: str):
 
 def loss_figure(rows: list[dict], lrs: list[float], lang: str):
     """Mean final loss per variant against the learning rate; loss at initialisation dotted."""
-    from attnscale.report.figures import SERIES, style
-
     with style() as plt:
         fig, ax = plt.subplots(figsize=(9.5, 3.6), constrained_layout=True)
         for v, color in zip(VARIANTS, SERIES):
