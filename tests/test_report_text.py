@@ -38,7 +38,7 @@ def _strings(value) -> list[str]:
 def test_the_catalog_holds_the_report():
     sections = {section for section, _, _ in ENTRIES}
     assert {"ui", "seed_post", "figures", "cases", "facts", "seed.formula", "captions.jacobian"} <= sections
-    assert len(ENTRIES) > 400
+    assert len(ENTRIES) > 300          # the experiment chapters and the headline have left for attnscale.i18n
 
 
 @pytest.mark.parametrize("section, key, entry", ENTRIES, ids=[f"{s}.{k}" for s, k, _ in ENTRIES])
@@ -54,18 +54,18 @@ def test_every_entry_is_bilingual_with_the_same_slots(section, key, entry):
 
 
 def test_a_missing_section_or_key_names_both():
-    with pytest.raises(text.MissingText, match=r"no entry 'no_such_key' in section \[rescale\] of text\.toml"):
-        text.words("rescale")("no_such_key", "en")
+    with pytest.raises(text.MissingText, match=r"no entry 'no_such_key' in section \[figures\] of text\.toml"):
+        text.words("figures")("no_such_key", "en")
     with pytest.raises(text.MissingText, match=r"no section \[no_such_section\]"):
         text.lookup("no_such_section", "title", "en")
-    with pytest.raises(text.MissingText, match=r"no section \[rescale\.title\]"):
-        text.lookup("rescale.title", "en", "en")          # an entry is not a section
+    with pytest.raises(text.MissingText, match=r"no section \[seed_post\.title\]"):
+        text.lookup("seed_post.title", "en", "en")          # an entry is not a section
     with pytest.raises(text.MissingText, match=r"no section \[seed\.no_such_chapter\]"):
         text.chapter_text("no_such_chapter", "en")
     with pytest.raises(KeyError):                           # still a KeyError to a caller that expects one
         text.t("no_such_label", "en")
-    with pytest.raises(text.MissingText, match=r"entry 'intro' of section \[lm\] \(zh\) has the slot \{d_model\}"):
-        text.words("lm")("intro", "zh")                     # a slot the caller left unfilled
+    with pytest.raises(text.MissingText, match=r"entry 'rule_softcap_unscaled' of section \[ui\] \(zh\) has the slot \{cap\}"):
+        text.words("ui")("rule_softcap_unscaled", "zh")     # a slot the caller left unfilled
 
 
 def test_a_chinese_gap_falls_back_to_english_and_slots_are_filled(monkeypatch):
@@ -138,9 +138,14 @@ def test_each_experiment_chapter_has_its_title_in_both_languages():
 
     from attnscale.report.chapters import EXPERIMENT_CHAPTERS
 
+    from attnscale.i18n import _
+
     for name in EXPERIMENT_CHAPTERS:
         module = importlib.import_module(f"attnscale.report.chapters.{name}")
-        assert module.TITLE == text.entry(name, "title") and set(module.TITLE) == {"en", "zh"}, name
+        if isinstance(module.TITLE, dict):          # a chapter whose words are still in text.toml
+            assert module.TITLE == text.entry(name, "title") and set(module.TITLE) == {"en", "zh"}, name
+        else:                                       # an N_ message: its Chinese is in i18n/zh.po
+            assert module.TITLE and _(module.TITLE, "zh") not in ("", module.TITLE), name
 
 
 def test_every_rule_of_a_sweep_has_a_finished_label():
