@@ -230,5 +230,5 @@ def test_the_chapter_names_the_scale_the_result_recorded():
     assert chapter._scale_text(0.1, 64) == "0.1"
     assert "√" not in chapter._scale_text(1.0, 64)
     for lang in ("en", "zh"):
-        caption = chapter._t("caption_entropy", lang, scale=chapter._scale_text(0.1, 64))
+        caption = chapter.entropy_caption({"scale": 0.1, "d_k": 64}, lang)
         assert "0.1" in caption and "1/√d_k" not in caption

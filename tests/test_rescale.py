@@ -189,6 +189,8 @@ def test_probe_chapter_words_follow_the_data():
     assert "rank heads differently: the largest is L1H2 (2.7) by pairs, L0H1 (3) by tokens" in words[1]
     assert words[2].startswith("No head puts more than half")
     assert "beyond float16's 65504" in words[5]
+    altered["float16"]["limit"] = 60000.0                  # the limit the result records, not one typed in
+    assert "beyond float16's 60000" in sentences(probe.render(results.Envelope(kind="probe/smollm2", data=altered), "en"))[5]
     for lang in ("en", "zh"):
         probe.render(results.Envelope(kind="probe/smollm2", data=altered), lang)
 

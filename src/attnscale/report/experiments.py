@@ -54,8 +54,6 @@ def title_of(module, name: str, lang: str) -> str:
     """The title of the chapter module ``module`` (named ``name``) in ``lang``: its ``TITLE``, an
     ``N_`` message; a module that could not be imported is named by ``name``."""
     title = getattr(module, "TITLE", None) if module is not None else None
-    if isinstance(title, dict):     # TODO(merge): the old catalog's {"en", "zh"}, until every chapter has N_
-        return title.get(lang) or title.get("en") or name
     return pretty(_(title, lang)) if title else name.replace("_", " ")
 
 

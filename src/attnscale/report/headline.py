@@ -20,13 +20,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from attnscale import results
-from attnscale.report import text
+from attnscale.i18n import N_, _
+from attnscale.report.chapters.training import VERDICTS
 from attnscale.report.html import esc
 from attnscale.report.numbers import number
-from attnscale.i18n import _
 
-_t = text.words("headline")
-_verdict = text.words("training")        # the training chapter's verdict words (v_learns, ...)
+VERDICT_ORDER = ("learns", "slower", "fails", "diverges")     # mildest first
+#: A card's headline when every optimiser's verdict is the same one.
+ALL_VALUES = {"learns": N_("learns like 1/√d_k", "headline"), "slower": N_("learns, but slower"),
+              "fails": N_("fails to learn"), "diverges": N_("diverges")}
+#: A card's headline when the optimisers differ: the worst verdict, with the optimisers where it holds.
+WITH_VALUES = {"slower": N_("slower with {opts}"), "fails": N_("fails with {opts}"), "diverges": N_("diverges with {opts}")}
+OPTIMISER_NAMES = {"adam": N_("Adam"), "sgd": N_("SGD"), "adamw": N_("AdamW")}
+#: The real-model card's headline, by real_model_value.
+REAL_MODEL_VALUES = {"much_worse": N_("perplexity ×{r}: much worse"), "worse": N_("perplexity ×{r}: worse"),
+                     "same": N_("about the same (×{r})"), "better": N_("perplexity ×{r} (lower)"),
+                     "unknown": N_("no finite perplexity")}
+MUCH_WORSE_RATIO = 2.0      # perplexity without the scale ÷ with it, from which the card says "much worse"
+SAME_WITHIN = 1.05          # a ratio within [1/SAME_WITHIN, SAME_WITHIN] is "about the same"
+#: Which result a card shows (its envelope's origin).
+ORIGINS = {"reference": N_("reference run"), "full": N_("your full run"), "quick": N_("your quick run")}
 
 
 @dataclass(frozen=True)
@@ -53,13 +66,10 @@ def training_value(verdicts: dict[str, str | None], lang: str) -> str:
     if not found:
         return ""
     if len(set(found.values())) == 1:
-        return _t(f"all_{next(iter(found.values()))}", lang)
+        return _(ALL_VALUES[next(iter(found.values()))], lang)
     bad = [opt for opt, v in found.items() if v != "learns"]
     worst = max((found[o] for o in bad), key=VERDICT_ORDER.index)
-    return _t(f"{worst}_with", lang, opts=_(" and ", lang, msgctxt="headline").join(_t(f"opt_{o}", lang) for o in bad))
-
-
-VERDICT_ORDER = ("learns", "slower", "fails", "diverges")     # mildest first
+    return _(WITH_VALUES[worst], lang, opts=_(" and ", lang, msgctxt="headline").join(_(OPTIMISER_NAMES[o], lang) for o in bad))
 
 
 def training_card(analysis: dict, lang: str) -> Card | None:
@@ -77,7 +87,7 @@ def training_card(analysis: dict, lang: str) -> Card | None:
         return None
     sub = _("final accuracy, unscaled: Adam {adam}, SGD {sgd} (1/√d_k: {adam_ref}, {sgd_ref}).", lang, adam=_acc(adam), sgd=_acc(sgd), adam_ref=_acc(ref.get("adam")), sgd_ref=_acc(ref.get("sgd_reference_lr")))
     if best.get("lr") is not None and best.get("lr") != sgd.get("lr"):
-        sub += " " + _("SGD at its own best rate {lr}: {acc}, {verdict}.", lang, lr=number(best["lr"], digits=2), acc=_acc(best), verdict=_verdict(f"v_{best['verdict']}", lang) if best.get("verdict") else "—")
+        sub += " " + _("SGD at its own best rate {lr}: {acc}, {verdict}.", lang, lr=number(best["lr"], digits=2), acc=_acc(best), verdict=_(VERDICTS[best["verdict"]], lang) if best.get("verdict") else "—")
     return Card(_("training without ÷√d_k at d_k = {d} (scale-vs-dk sweep)", lang, d=d_k), value, sub, "#exp-training")
 
 
@@ -112,11 +122,11 @@ def lm_card(analysis: dict, lang: str) -> Card | None:
 
 
 def real_model_value(ratio: float | None) -> str:
-    """The key of the real-model card's headline, by the perplexity without the scale ÷ with it."""
+    """The key of :data:`REAL_MODEL_VALUES`, by the perplexity without the scale ÷ with it."""
     if ratio is None:
-        return "real_unknown"
-    return "real_much_worse" if ratio >= 2 else "real_worse" if ratio > 1.05 else \
-        "real_better" if ratio < 1 / 1.05 else "real_same"
+        return "unknown"
+    return "much_worse" if ratio >= MUCH_WORSE_RATIO else "worse" if ratio > SAME_WITHIN else \
+        "better" if ratio < 1 / SAME_WITHIN else "same"
 
 
 def real_model_card(data: dict, lang: str) -> Card | None:
@@ -128,7 +138,7 @@ def real_model_card(data: dict, lang: str) -> Card | None:
         return None
     ratio = None if without is None or not with_scale else without / with_scale
     name = (data.get("model") or {}).get("name", "SmolLM2")
-    return Card(_("{model}: its trained scale removed", lang, model=name), _t(real_model_value(ratio), lang, r=number(ratio, digits=3)),
+    return Card(_("{model}: its trained scale removed", lang, model=name), _(REAL_MODEL_VALUES[real_model_value(ratio)], lang, r=number(ratio, digits=3)),
                 _("perplexity {with_scale} with 1/√d_k, {without} with none (α = {alpha}).", lang, with_scale=number(with_scale, digits=3), without=number(without, digits=3), alpha=number(data.get("unscaled_alpha"), digits=3)), "#exp-rescale")
 
 
@@ -149,7 +159,8 @@ def cards(root, lang: str) -> list[Card]:
         except (results.ResultError, KeyError, TypeError, ValueError, AttributeError):
             continue
         if card is not None:
-            out.append(Card(card.label, card.value, f'{card.sub} ({_t("origin_" + env.origin, lang)})', card.href))
+            sub = _("{sub} ({origin})", lang, sub=card.sub, origin=_(ORIGINS[env.origin], lang))
+            out.append(Card(card.label, card.value, sub, card.href))
     return out
 
 

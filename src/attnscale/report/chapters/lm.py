@@ -13,22 +13,55 @@ pure functions below.
 
 from __future__ import annotations
 
-from attnscale.report import text
+from attnscale.i18n import N_, _
 from attnscale.report.html import para, table
 from attnscale.report.narrow import legend_columns
 from attnscale.report.numbers import number
 from attnscale.report.plotting import SERIES, responsive_figure, style
 from attnscale.report.text import pretty, rule_label
-from attnscale.i18n import _
 
 KIND = "train/lm"
-TITLE = text.entry("lm", "title")
-_t = text.words("lm")
+TITLE = N_("Training: a small GPT on real English text, with each scale rule")
 HOW_TO = "attnscale train lm"
 OPTIMISERS = ("adamw", "sgd")
 GOOD = ("faster", "learns")          # verdicts under which a rule has not "stopped learning"
 #: The baselines the reference is held against, weakest first: the caveat names the first it misses.
 CAVEAT_ORDERS = (2, 3)
+
+# --- the words the data chooses among ----------------------------------------------------------------
+
+#: The n-gram baselines, by the name the result gives each.
+BASELINE_NAMES = {"unigram": N_("unigram"), "bigram": N_("bigram"), "trigram": N_("trigram"), "4-gram": N_("4-gram")}
+#: What the baseline of each order counts ("counts of byte pairs").
+COUNTED = {1: N_("frequencies"), 2: N_("pairs"), 3: N_("triples"), 4: N_("quadruples")}
+OPTIMISER_NAMES = {"adamw": N_("AdamW"), "sgd": N_("SGD")}
+#: The four settings a rule is judged in (the result's "optimiser" of a verdict): each optimiser at
+#: the reference's best rate, or at the rule's own.
+SETTINGS = {"adamw": N_("AdamW at the 1/√d_k rate"), "adamw-own-best": N_("AdamW at its own best rate"),
+            "sgd": N_("SGD at the 1/√d_k rate"), "sgd-own-best": N_("SGD at its own best rate")}
+#: A verdict and the d_k it holds at: one clause of a verdict line.
+VERDICT_CLAUSES = {
+    "faster": N_("learns faster than 1/√d_k at d_k = {dks} ({ratios}× the steps)"),
+    "learns": N_("learns like 1/√d_k at d_k = {dks}"),
+    "slower": N_("learns slower at d_k = {dks} ({ratios}× the steps)"),
+    "fails": N_("does not reach {factor:g}× the 1/√d_k run's final loss within {steps} steps at d_k = {dks}"),
+    "diverges": N_("diverges at d_k = {dks}"),
+}
+#: A verdict within a sentence; None: no verdict, since the reference diverged.
+VERDICT_PHRASES = {"faster": N_("learns faster than 1/√d_k"), "learns": N_("learns like 1/√d_k", "lm"),
+                   "slower": N_("learns slower"), "fails": N_("does not reach the target"), "diverges": N_("diverges"),
+                   None: N_("cannot be judged (the reference diverged)")}
+#: A verdict in a table cell.
+VERDICT_MARKS = {"faster": N_("faster"), "learns": N_("learns"), "slower": N_("slower"), "fails": N_("fails", "lm"),
+                 "diverges": N_("diverges")}
+#: What AdamW and SGD each show, by (AdamW's verdict is GOOD, SGD's is GOOD): see optimisers_key.
+OPTIMISER_SENTENCES = {
+    (True, True): N_("Unscaled at d_k = {dk}, each at its own best rate: {adamw_verdict} with AdamW and {sgd_verdict} with SGD. "
+                     "Neither optimiser shows it stop learning there."),
+    (True, False): N_("Unscaled at d_k = {dk}, each at its own best rate: {adamw_verdict} with AdamW but {sgd_verdict} with SGD, as expected if Adam's per-parameter step size makes up for the smaller gradients that slow plain SGD there."),
+    (False, True): N_("Unscaled at d_k = {dk}, each at its own best rate: {sgd_verdict} with SGD but {adamw_verdict} with AdamW: here the adaptive optimiser is the one that suffers."),
+    (False, False): N_("Unscaled at d_k = {dk}, each at its own best rate: {adamw_verdict} with AdamW and {sgd_verdict} with SGD: neither optimiser recovers what the scale gives."),
+}
 
 
 def _rule(name: str, lang: str) -> str:
@@ -36,7 +69,7 @@ def _rule(name: str, lang: str) -> str:
 
 
 def _baseline_name(row: dict, lang: str) -> str:
-    return _t(f"name_{row['name']}", lang)
+    return _(BASELINE_NAMES[row["name"]], lang)
 
 
 def _baseline_lines(ax, baselines: list) -> None:
@@ -57,7 +90,7 @@ def _panels(curves: list, d_ks: list, rules: list, rows: list[tuple[str, str, bo
                     c = next(c for c in curves if (c["d_k"], c["rule"], c["optimiser"]) == (d_k, rule, "adamw"))
                     y = c[key]["mean"] if key == "valid_bpb" else c[key]
                     pts = [(s, v) for s, v in zip(c["step"], y) if v is not None]
-                    ax.plot([s for s, _ in pts], [v for _, v in pts], color=SERIES[i % len(SERIES)],
+                    ax.plot([s for s, v in pts], [v for s, v in pts], color=SERIES[i % len(SERIES)],
                             label=pretty(_rule(rule, lang)))
                     if key == "valid_bpb":
                         band = [(s, lo, hi) for s, lo, hi in zip(c["step"], c[key]["min"], c[key]["max"]) if lo is not None]
@@ -72,7 +105,7 @@ def _panels(curves: list, d_ks: list, rules: list, rows: list[tuple[str, str, bo
                 if row == len(rows) - 1:
                     ax.set_xlabel(_("step", lang))
                 if col == 0:
-                    ax.set_ylabel(_t(ylabel, lang))
+                    ax.set_ylabel(_(ylabel, lang))
         fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside lower center", ncol=legend_columns(3),
                    fontsize=8.5)
     return fig
@@ -91,13 +124,13 @@ def _lr_panels(grid: list, own_best: list, d_ks: list, rules: list, baselines: l
                     pts = sorted((g["lr"], g["score"]) for g in grid
                                  if (g["optimiser"], g["d_k"], g["rule"]) == (optimiser, d_k, rule) and g["score"] is not None)
                     color = SERIES[i % len(SERIES)]
-                    ax.plot([x for x, _ in pts], [y for _, y in pts], color=color, marker=".", label=pretty(_rule(rule, lang)))
+                    ax.plot([x for x, y in pts], [y for x, y in pts], color=color, marker=".", label=pretty(_rule(rule, lang)))
                     best = next(b["lr"] for b in own_best if (b["optimiser"], b["d_k"], b["rule"]) == (optimiser, d_k, rule))
-                    ax.plot([x for x, _ in pts if x == best], [y for x, y in pts if x == best], "o", mfc="none",
+                    ax.plot([x for x, y in pts if x == best], [y for x, y in pts if x == best], "o", mfc="none",
                             color=color, ms=9)
                 _baseline_lines(ax, baselines)
                 ax.set_xscale("log")
-                ax.set_title(pretty(f"{_t('opt_' + optimiser, lang)} · d_k = {d_k}"))
+                ax.set_title(pretty(f"{_(OPTIMISER_NAMES[optimiser], lang)} · d_k = {d_k}"))
                 if row == len(OPTIMISERS) - 1:
                     ax.set_xlabel(_("peak learning rate", lang))
                 if col == 0:
@@ -121,13 +154,13 @@ def reference_sentence(a: dict, lang: str) -> str:
             return _("Caveat: the 1/√d_k reference, at its best AdamW rate, ends at {rows} bits per byte, not below the {missed} baseline at d_k = {dks}. "
                      "There the models have not yet learned what counting the training bytes knows: the verdicts then describe early training, not a trained model.", lang, rows=listed, missed=_baseline_name(rows[order], lang), dks=", ".join(missed))
     best = max((o for o in rows if all(v < rows[o]["bpb"] for v in finals.values())))
-    return _("The 1/√d_k reference, at its best AdamW rate, ends at {rows} bits per byte: below the {best} baseline at every d_k, so the verdicts below compare models that have learned more than counts of byte {what} know.", lang, rows=listed, best=_baseline_name(rows[best], lang), what=_t(f"what_{best}", lang))
+    return _("The 1/√d_k reference, at its best AdamW rate, ends at {rows} bits per byte: below the {best} baseline at every d_k, so the verdicts below compare models that have learned more than counts of byte {what} know.", lang, rows=listed, best=_baseline_name(rows[best], lang), what=_(COUNTED[best], lang))
 
 
 def best_rate_sentence(a: dict, optimiser: str, lang: str) -> str:
     rates = ", ".join(f"d_k {k}: {v:g}" for k, v in a["reference_best_lr"][optimiser].items())
     edge = [k for k, inside in a["reference_best_interior"][optimiser].items() if not inside]
-    name = _t("opt_" + optimiser, lang)
+    name = _(OPTIMISER_NAMES[optimiser], lang)
     return (_("The {optimiser} rate best for 1/√d_k lies at the edge of the grid at d_k = {dks} ({rates}): there the comparison at its best rate is not bracketed, and may not be its optimum.", lang, optimiser=name, dks=", ".join(edge), rates=rates) if edge
             else _("The {optimiser} rate best for 1/√d_k is inside the grid at every d_k ({rates}).", lang, optimiser=name, rates=rates))
 
@@ -144,17 +177,17 @@ def verdict_lines(verdicts: list, reference: str, factor: float, steps: int, lan
             for verdict in ("faster", "learns", "slower", "fails", "diverges"):
                 mine = [v for v in rows if v["verdict"] == verdict]
                 if mine:
-                    parts.append(_t(verdict, lang, dks=", ".join(str(v["d_k"]) for v in mine), factor=factor, steps=steps,
+                    parts.append(_(VERDICT_CLAUSES[verdict], lang, dks=", ".join(str(v["d_k"]) for v in mine), factor=factor, steps=steps,
                                     ratios=", ".join(number(v["steps_ratio"], ".2f") for v in mine)))
             if parts:
-                alike.setdefault("; ".join(parts), []).append(_rule(rule, lang))
-        lines += [_("{optimiser} — {rule}: {parts}.", lang, optimiser=_t(optimiser, lang), rule=_(" · ", lang).join(rules), parts=parts)
+                alike.setdefault(_("; ", lang).join(parts), []).append(_rule(rule, lang))
+        lines += [_("{optimiser} — {rule}: {parts}.", lang, optimiser=_(SETTINGS[optimiser], lang), rule=_(" · ", lang).join(rules), parts=parts)
                   for parts, rules in alike.items()]
     return lines
 
 
 def _label(v: dict, lang: str) -> str:
-    return f"{_rule(v['rule'], lang)} d_k {v['d_k']} {_t(v['optimiser'], lang)}"
+    return f"{_rule(v['rule'], lang)} d_k {v['d_k']} {_(SETTINGS[v['optimiser']], lang)}"
 
 
 def seeds_sentence(verdicts: list, seeds: int, reference: str, lang: str) -> str:
@@ -176,7 +209,7 @@ def halfway_sentence(verdicts: list, step: int, reference: str, lang: str) -> st
     if not changed:
         return _("Judged on the same runs up to step {step} (half of them) instead, every verdict at the reference's rate is already the same: the second half of training does not change the answer.", lang, step=step)
     which = _(" · ", lang).join(
-        _("{run}: {half} halfway, {end} at the end", lang, run=_label(v, lang), half=_t((v["verdict_halfway"] or "none") + "_v", lang), end=_t(v["verdict"] + "_v", lang)) for v in changed)
+        _("{run}: {half} halfway, {end} at the end", lang, run=_label(v, lang), half=_(VERDICT_PHRASES[v["verdict_halfway"] or None], lang), end=_(VERDICT_PHRASES[v["verdict"]], lang)) for v in changed)
     return _("Judged on the same runs up to step {step} (half of them) instead, {changed} of the {total} verdicts at the reference's rate change ({which}): those still depend on the step budget.", lang, step=step, changed=len(changed), total=len(at_ref), which=which)
 
 
@@ -185,9 +218,9 @@ def sensitivity_sentence(a: dict, rules: list, d_k: int, lang: str) -> str:
     for optimiser in OPTIMISERS:
         values = {s["rule"]: s["lr_sensitivity"] for s in a["lr_sensitivity"]
                   if (s["optimiser"], s["d_k"]) == (optimiser, d_k)}
-        rows.append(_("{optimiser}: {rules}", lang, optimiser=_t("opt_" + optimiser, lang), rules=", ".join(
+        rows.append(_("{optimiser}: {rules}", lang, optimiser=_(OPTIMISER_NAMES[optimiser], lang), rules=", ".join(
             _("{rule} {value}", lang, rule=_rule(r, lang), value=number(values.get(r), ".3f")) for r in rules)))
-    return _("Learning-rate sensitivity (Wortsman et al. 2023: the mean over the grid of min(final, initial) loss, a diverged run at its initial loss, minus the best), at d_k = {dk}: {rows} bits per byte.", lang, dk=d_k, rows="; ".join(rows))
+    return _("Learning-rate sensitivity (Wortsman et al. 2023: the mean over the grid of min(final, initial) loss, a diverged run at its initial loss, minus the best), at d_k = {dk}: {rows} bits per byte.", lang, dk=d_k, rows=_("; ", lang).join(rows))
 
 
 def flat_sensitivity_sentences(a: dict, rules: list, d_k: int, lang: str) -> list[str]:
@@ -205,8 +238,13 @@ def flat_sensitivity_sentences(a: dict, rules: list, d_k: int, lang: str) -> lis
             continue
         flat = min(sens, key=sens.__getitem__)
         if best[flat] is not None and best[flat] > a["target_factor"] * ref:
-            out.append(_("With {optimiser} at d_k = {dk}, {rule} is the least sensitive ({value}), but its best loss over the grid, {best}, is above the 1/√d_k reference's {ref}: its curve is flat because no rate of the grid trains it well.", lang, rule=_rule(flat, lang), optimiser=_t("opt_" + optimiser, lang), dk=d_k, value=number(sens[flat], ".3f"), best=number(best[flat], ".3f"), ref=number(ref, ".3f")))
+            out.append(_("With {optimiser} at d_k = {dk}, {rule} is the least sensitive ({value}), but its best loss over the grid, {best}, is above the 1/√d_k reference's {ref}: its curve is flat because no rate of the grid trains it well.", lang, rule=_rule(flat, lang), optimiser=_(OPTIMISER_NAMES[optimiser], lang), dk=d_k, value=number(sens[flat], ".3f"), best=number(best[flat], ".3f"), ref=number(ref, ".3f")))
     return out
+
+
+def optimisers_key(adamw_verdict: str, sgd_verdict: str) -> tuple[bool, bool]:
+    """The key of :data:`OPTIMISER_SENTENCES`: whether each optimiser's verdict is one of GOOD."""
+    return adamw_verdict in GOOD, sgd_verdict in GOOD
 
 
 def optimisers_sentence(verdicts: list, d_k: int, lang: str, rule: str = "unscaled") -> str | None:
@@ -216,10 +254,8 @@ def optimisers_sentence(verdicts: list, d_k: int, lang: str, rule: str = "unscal
     adam, sgd = find("adamw-own-best"), find("sgd-own-best")
     if not adam or not sgd or not adam["verdict"] or not sgd["verdict"]:
         return None
-    key = {(True, True): "optimisers_both_good", (True, False): "optimisers_adam_only",
-           (False, True): "optimisers_sgd_only", (False, False): "optimisers_both_bad"}[
-        adam["verdict"] in GOOD, sgd["verdict"] in GOOD]
-    return _t(key, lang, dk=d_k, adamw_verdict=_t(adam["verdict"] + "_v", lang), sgd_verdict=_t(sgd["verdict"] + "_v", lang))
+    return _(OPTIMISER_SENTENCES[optimisers_key(adam["verdict"], sgd["verdict"])], lang, dk=d_k,
+             adamw_verdict=_(VERDICT_PHRASES[adam["verdict"]], lang), sgd_verdict=_(VERDICT_PHRASES[sgd["verdict"]], lang))
 
 
 def render(env, lang: str) -> str:
@@ -227,22 +263,22 @@ def render(env, lang: str) -> str:
     cfg, m = env.config, a["model"]
     d_ks, rules = cfg["d_ks"], cfg["rules"]
     base = a["baselines"]
-    p = lambda key, **kw: para(pretty(_(key, lang, **kw)))   # noqa: E731
-    parts = [p("A decoder-only GPT in nanoGPT's shape (width {d_model}, {layers} layers, context {context} bytes, {params:,} parameters at d_k = {dk0}; heads = width ÷ d_k) on {train:,} bytes of {source}, validated on {scored:,} bytes of the {valid:,} after them. {steps} steps of {batch} sequences, {seeds} seed(s); for a given d_k and seed every rule starts from the same weights and sees the same batches. "
+    p = lambda text: para(pretty(text))   # noqa: E731
+    parts = [p(_("A decoder-only GPT in nanoGPT's shape (width {d_model}, {layers} layers, context {context} bytes, {params:,} parameters at d_k = {dk0}; heads = width ÷ d_k) on {train:,} bytes of {source}, validated on {scored:,} bytes of the {valid:,} after them. {steps} steps of {batch} sequences, {seeds} seed(s); for a given d_k and seed every rule starts from the same weights and sees the same batches. "
                "Rules: {rules}. "
                "AdamW over the rates {adamw}; plain SGD over {sgd}. "
                "Figures come from the attention the model trains with. "
-               "At initialisation: {init} bits per byte.", d_model=m["d_model"], layers=m["n_layers"], context=m["context"], params=m["parameters"],
+               "At initialisation: {init} bits per byte.", lang, d_model=m["d_model"], layers=m["n_layers"], context=m["context"], params=m["parameters"],
                dk0=d_ks[0], train=a["text"]["train_bytes"], source=a["text"]["source"], valid=a["text"]["valid_bytes"],
                scored=base["scored_bytes"], steps=cfg["steps"], batch=cfg["batch"], seeds=cfg["seeds"],
                rules=", ".join(_rule(r, lang) for r in rules),
                adamw=", ".join(f"{lr:g}" for lr in a["lr_grids"]["adamw"]),
-               sgd=", ".join(f"{lr:g}" for lr in a["lr_grids"]["sgd"]), init=number(a["init_bpb"]["mean"], ".3f"))]
+               sgd=", ".join(f"{lr:g}" for lr in a["lr_grids"]["sgd"]), init=number(a["init_bpb"]["mean"], ".3f")))]
     absent = [r for r in a.get("rule_choices", []) if r not in rules]
     if absent:
-        parts.append(p("Not in this run (available with --rules): {rules}.", rules="; ".join(_rule(r, lang) for r in absent)))
-    parts.append(p("Baselines computed from the same split, on the same validation bytes, by counting the training bytes ({smoothing}): {rows} bits per byte.", smoothing=_("add-k smoothing, k chosen on the last tenth of the training part", lang), rows=", ".join(
-        _("{name} {bpb}", lang, name=_baseline_name(r, lang), bpb=number(r["bpb"], ".3f")) for r in base["rows"])))
+        parts.append(p(_("Not in this run (available with --rules): {rules}.", lang, rules=_("; ", lang).join(_rule(r, lang) for r in absent))))
+    parts.append(p(_("Baselines computed from the same split, on the same validation bytes, by counting the training bytes ({smoothing}): {rows} bits per byte.", lang, smoothing=_("add-k smoothing, k chosen on the last tenth of the training part", lang), rows=", ".join(
+        _("{name} {bpb}", lang, name=_baseline_name(r, lang), bpb=number(r["bpb"], ".3f")) for r in base["rows"]))))
     parts.append(para(pretty(reference_sentence(a, lang))))
     parts += [para(pretty(best_rate_sentence(a, o, lang))) for o in OPTIMISERS]
     parts += [para(pretty(line)) for line in
@@ -250,7 +286,7 @@ def render(env, lang: str) -> str:
     parts.append(para(pretty(seeds_sentence(a["verdicts"], cfg["seeds"], a["reference_rule"], lang))))
     parts.append(para(pretty(halfway_sentence(a["verdicts"], a["halfway_step"], a["reference_rule"], lang))))
     names = ", ".join(_baseline_name(r, lang) for r in base["rows"] if r["order"] >= 2)
-    parts.append(responsive_figure(lambda: _panels(a["curves"], d_ks, rules, [("valid_bpb", "bpb", False)], lang,
+    parts.append(responsive_figure(lambda: _panels(a["curves"], d_ks, rules, [("valid_bpb", N_("validation bits per byte"), False)], lang,
                                                    base["rows"]), _("Validation bits per byte against the step, per d_k and rule", lang), _("AdamW at the rate best for 1/√d_k. "
                                                                                          "Line: mean over seeds; band: min to max; dotted: the n-gram baselines ({names}, top to bottom).", lang, names=names)))
     parts.append(para(pretty(sensitivity_sentence(a, rules, d_ks[-1], lang))))
@@ -265,15 +301,15 @@ def render(env, lang: str) -> str:
     if "unscaled" in rules:
         last = {c["rule"]: c for c in a["curves"] if c["d_k"] == d_ks[-1] and c["optimiser"] == "adamw"}
         u, r = last["unscaled"], last[a["reference_rule"]]
-        parts.append(p("At d_k = {dk} with AdamW the largest |logit| ends at {unscaled} unscaled against {ref} with 1/√d_k, and the mean row entropy at {ent_u} against {ent_r} nats.", dk=d_ks[-1], unscaled=number(u["max_abs_logit"][-1]), ref=number(r["max_abs_logit"][-1]),
-                       ent_u=number(u["entropy_mean"][-1]), ent_r=number(r["entropy_mean"][-1])))
-    parts.append(responsive_figure(lambda: _panels(a["curves"], d_ks, rules, [("max_abs_logit", "max_logit", True),
-                                                                      ("entropy_mean", "entropy", False)], lang),
+        parts.append(p(_("At d_k = {dk} with AdamW the largest |logit| ends at {unscaled} unscaled against {ref} with 1/√d_k, and the mean row entropy at {ent_u} against {ent_r} nats.", lang, dk=d_ks[-1], unscaled=number(u["max_abs_logit"][-1]), ref=number(r["max_abs_logit"][-1]),
+                       ent_u=number(u["entropy_mean"][-1]), ent_r=number(r["entropy_mean"][-1]))))
+    parts.append(responsive_figure(lambda: _panels(a["curves"], d_ks, rules, [("max_abs_logit", N_("largest |logit|"), True),
+                                                                      ("entropy_mean", N_("mean row entropy (nats)"), False)], lang),
                                    _("Largest |logit| and mean row entropy against the step", lang), _("AdamW at the 1/√d_k rate, means over seeds; over every layer and head, rows attending at least two keys.", lang)))
-    parts.append(p("Verdict against the 1/√d_k run of the same seed: steps to reach {factor:g}× its final validation loss, “faster” within {fast:.2g}× its steps, “learns” up to {like:g}×; the verdict of most seeds (a tie goes to the worse), how many agree, the median ratio and the seeds' final loss (mean, min–max) with the highest baseline it beats.", factor=a["target_factor"], like=a["like_ratio"], fast=1 / a["like_ratio"]))
+    parts.append(p(_("Verdict against the 1/√d_k run of the same seed: steps to reach {factor:g}× its final validation loss, “faster” within {fast:.2g}× its steps, “learns” up to {like:g}×; the verdict of most seeds (a tie goes to the worse), how many agree, the median ratio and the seeds' final loss (mean, min–max) with the highest baseline it beats.", lang, factor=a["target_factor"], like=a["like_ratio"], fast=1 / a["like_ratio"])))
     parts.append(_table(a, d_ks, rules, lang))
     s = a["samples"]
-    parts.append(p("Greedy continuations of “{prompt}” (AdamW at the reference's best rate, seed {seed}; in brackets the run's final validation bits per byte):", prompt=s["prompt"], seed=s["seed"]))
+    parts.append(p(_("Greedy continuations of “{prompt}” (AdamW at the reference's best rate, seed {seed}; in brackets the run's final validation bits per byte):", lang, prompt=s["prompt"], seed=s["seed"])))
     sample = lambda text, bpb: (s["prompt"] + text + f" ({number(bpb, '.2f')})" if text is not None   # noqa: E731
                                 else _("(diverged)", lang))
     parts.append(table([_("rule", lang)] + [pretty(f"d_k = {d}") for d in s["d_ks"]],
@@ -289,12 +325,12 @@ def _table(a: dict, d_ks: list, rules: list, lang: str) -> str:
     find = lambda rule, d_k, o: next(v for v in a["verdicts"] if (v["rule"], v["d_k"], v["optimiser"]) == (rule, d_k, o))   # noqa: E731
 
     def cell(v):
-        mark = _t(v["verdict"] + "_w", lang) if v["verdict"] else "—"
+        mark = _(VERDICT_MARKS[v["verdict"]], lang) if v["verdict"] else "—"
         return f"{mark} {v['seeds_agreeing']}/{v['seeds']} ×{number(v['steps_ratio'], '.2f')} (lr {v['lr']:g})"
 
     def final(v):
         f = v["final_bpb"]
-        where = _("below {name}", lang, name=_t("name_" + v["beats"], lang)) if v["beats"] else _("above every baseline", lang)
+        where = _("below {name}", lang, name=_(BASELINE_NAMES[v["beats"]], lang)) if v["beats"] else _("above every baseline", lang)
         return f"{number(f['mean'], '.3f')} [{number(f['min'], '.3f')}–{number(f['max'], '.3f')}] {where}"
 
     def best(rule, d_k):
@@ -309,7 +345,7 @@ def _table(a: dict, d_ks: list, rules: list, lang: str) -> str:
                                       if (s["optimiser"], s["rule"], s["d_k"]) == (o, rule, d_k)), ".3f")
                           for o in OPTIMISERS)
 
-    head = ([_("rule", lang), pretty("d_k")] + [pretty(_t(o, lang)) for o in columns]
+    head = ([_("rule", lang), pretty("d_k")] + [pretty(_(SETTINGS[o], lang)) for o in columns]
             + [_("final bpb (AdamW, own best)", lang), _("own best rate (AdamW · SGD)", lang), _("LR sensitivity (AdamW · SGD)", lang)])
     rows = [[pretty(_rule(r, lang)), d] + [cell(find(r, d, o)) for o in columns]
             + [final(find(r, d, "adamw-own-best")), best(r, d), sens(r, d)] for d in d_ks for r in rules]

@@ -11,23 +11,61 @@ from __future__ import annotations
 
 import math
 
-from attnscale.report import plotting, text
+from attnscale.i18n import N_, _
+from attnscale.report import plotting
 from attnscale.report.html import bullets, error_box, esc, note, para, table
 from attnscale.report.numbers import number
 from attnscale.report.plotting import figure_svg
-from attnscale.i18n import _
 
 KIND = "probe/minilm"
-TITLE = text.entry("probe", "title")
-_t = text.words("probe")
+TITLE = N_("A real encoder: do its queries and keys obey the seed's assumptions?")
 HOW_TO = "attnscale probe --model minilm"
 
 
-# Per-layer table: the figures, in order, each headed by its entry "col_<figure>" in the catalog;
-# figures the result lacks are left out.
-COLUMNS = ("ratio_pair", "ratio_token", "part_uneven_variances", "part_means", "part_cross_dimension",
-           "part_correlation", "within_row_share", "normalized_entropy", "normalized_entropy_unscaled", "max_weight",
-           "max_weight_unscaled", "sink_first", "previous_token", "next_token")
+#: Per-layer table: the figures, in order, each with its column's heading; figures the result lacks
+#: are left out.
+COLUMNS = {"ratio_pair": N_("ratio (pairs)"), "ratio_token": N_("ratio (tokens)"),
+           "part_uneven_variances": N_("uneven var."), "part_means": N_("means"),
+           "part_cross_dimension": N_("cross-dim."), "part_correlation": N_("q–k corr."),
+           "within_row_share": N_("within rows"), "normalized_entropy": N_("H/ln n"),
+           "normalized_entropy_unscaled": N_("H/ln n, unscaled"), "max_weight": N_("max w"),
+           "max_weight_unscaled": N_("max w, unscaled"), "sink_first": N_("first token"),
+           "previous_token": N_("prev."), "next_token": N_("next")}
+
+# --- the sentences the data chooses among, each beside the small pure function that chooses ---------
+
+#: How the heads' Var(q·k) stands against the iid prediction: see ratio_key.
+RATIO_SENTENCES = {
+    "all_above": N_("All {n} heads have a larger Var(q·k) than the iid prediction (pair-weighted ratio {lo} to {hi}, median {med})."),
+    "all_below": N_("All {n} heads have a smaller Var(q·k) than the iid prediction (pair-weighted ratio {lo} to {hi}, median {med})."),
+    "mixed": N_("{above} of {n} heads have a larger Var(q·k) than the iid prediction and {below} a smaller one (pair-weighted ratio {lo} to {hi}, median {med})."),
+}
+
+
+def ratio_key(ratio: dict) -> str:
+    """The key of :data:`RATIO_SENTENCES` for the analysis' ``ratio_pair`` (its counts of heads above
+    and below 1)."""
+    return "all_above" if ratio["below_1"] == 0 else "all_below" if ratio["above_1"] == 0 else "mixed"
+
+
+#: Token-weighted ratios, by whether both weightings find the same largest head.
+TOKEN_SENTENCES = {
+    True: N_("Token-weighted, the ratio runs from {lo} to {hi} (heads differ by up to {diff}); the largest head is the same, {top}."),
+    False: N_("Token-weighted, the ratio runs from {lo} to {hi} (heads differ by up to {diff}), and the two weightings rank heads differently: the largest is {top} by pairs, {top_t} by tokens."),
+}
+#: First-token sinks, by whether any head puts more than half its weight there (``over_half`` > 0).
+SINK_SENTENCES = {
+    True: N_("{k} of {n} heads put more than half of their weight on the first token (up to {hi})."),
+    False: N_("No head puts more than half of its weight on the first token (at most {hi})."),
+}
+#: The float16 margin, by whether the largest unscaled |logit| stays below float16's limit.
+FLOAT16_SENTENCES = {
+    True: N_("Float16 margin: the largest |logit| is {s} at the model's scale and {u} with the scale removed; float16 holds up to {limit}, so both fit ({m} and {m_u} to spare)."),
+    False: N_("Float16 margin: the largest |logit| is {s} at the model's scale but {u} with the scale removed, beyond float16's {limit}."),
+}
+#: What the mask lets a query attend (see attention_kind).
+KINDS = {"encoder": N_("bidirectional"), "decoder": N_("causal: only the pairs a query may attend count"),
+         "encoder_decoder": N_("an encoder-decoder: the decoder's self-attention is causal")}
 
 
 def _cell_text(value: float, digits: int) -> str:
@@ -64,7 +102,7 @@ def heatmap(grid, title: str, lang: str, cmap: str, limits, digits: int):
 def head_grid(data: dict, figure: str) -> list[list]:
     """``data["heads"]`` (one dict per layer × head) laid out as a layer × head grid; None = missing."""
     n_layers, n_heads = data["model"]["n_layers"], data["model"]["n_heads_q"]
-    grid = [[None] * n_heads for _ in range(n_layers)]
+    grid = [[None] * n_heads for layer in range(n_layers)]
     for row in data["heads"]:
         grid[row["layer"]][row["head"]] = row.get(figure)
     return grid
@@ -76,17 +114,22 @@ def heatmaps(data: dict, lang: str) -> list[tuple[object, str, str]]:
     a = data["analysis"]
     # The ratio's colour scale includes 1 (the seed's prediction).
     ratio_limits = (min(1.0, a["ratio_pair"]["min"]), max(1.0, a["ratio_pair"]["max"]))
-    scale = model_scale_text(data["model"], lang)
     return [
         (heatmap(head_grid(data, "ratio_pair"), _("Var(q·k) / iid prediction (pairs)", lang), lang, "magma_r", ratio_limits, 1),
          _("Heat map per layer and head of the variance ratio", lang), _("Var(q·k) / (d_k σ_q² σ_k²), pair-weighted, per layer (rows) and head (columns); 1 = the seed's variance formula holds.", lang)),
         (heatmap(head_grid(data, "sink_first"), _("weight on the first token", lang), lang, "cividis", (0.0, 1.0), 2),
          _("Heat map per layer and head of the weight on the first token", lang), _("The mean weight a row puts on the sequence's first token (the attention sink), per layer and head.", lang)),
         (heatmap(head_grid(data, "normalized_entropy"), _("entropy / ln n, model's scale", lang), lang, "viridis", (0.0, 1.0), 2),
-         _("Heat map per layer and head of the normalized entropy with the model's scale", lang), _("Entropy / ln n of the rows (0 = one-hot, 1 = uniform) with the model's scale, {scale}.", lang, scale=scale)),
+         _("Heat map per layer and head of the normalized entropy with the model's scale", lang), entropy_caption(data["model"], lang)),
         (heatmap(head_grid(data, "normalized_entropy_unscaled"), _("entropy / ln n, scale removed", lang), lang, "viridis",
                  (0.0, 1.0), 2), _("Heat map per layer and head of the normalized entropy with the scale removed", lang), _("The same rows' entropy / ln n with the scale removed (logits q·k).", lang)),
     ]
+
+
+def entropy_caption(model: dict, lang: str) -> str:
+    """The caption of the entropy heat map at the model's scale, which it names."""
+    return _("Entropy / ln n of the rows (0 = one-hot, 1 = uniform) with the model's scale, {scale}.", lang,
+             scale=model_scale_text(model, lang))
 
 
 def _scale_text(scale: float, d_k: int) -> str:
@@ -139,26 +182,26 @@ def findings(data: dict, lang: str) -> list[str]:
     """The sentences about the figures, each chosen by the analysis."""
     a, f16, n = data["analysis"], data["float16"], data["analysis"]["n_heads"]
     r, tok = a["ratio_pair"], a["ratio_token"]
-    key = "ratio_all_above" if r["below_1"] == 0 else "ratio_all_below" if r["above_1"] == 0 else "ratio_mixed"
-    out = [_t(key, lang, n=n, above=r["above_1"], below=r["below_1"], lo=number(r["min"]), hi=number(r["max"]),
+    out = [_(RATIO_SENTENCES[ratio_key(r)], lang, n=n, above=r["above_1"], below=r["below_1"], lo=number(r["min"]), hi=number(r["max"]),
               med=number(r["median"]))]
     same = (a["top_pair"]["layer"], a["top_pair"]["head"]) == (a["top_token"]["layer"], a["top_token"]["head"])
-    out.append(_t("token_same_top" if same else "token_other_top", lang, lo=number(tok["min"]), hi=number(tok["max"]),
+    out.append(_(TOKEN_SENTENCES[same], lang, lo=number(tok["min"]), hi=number(tok["max"]),
                   diff=number(a["max_abs_pair_minus_token"]), top=_head(a["top_pair"]), top_t=_head(a["top_token"])))
     sink = a["sink_first"]
-    out.append(_t("sinks_some" if sink["over_half"] else "sinks_none", lang, k=sink["over_half"], n=n,
+    out.append(_(SINK_SENTENCES[sink["over_half"] > 0], lang, k=sink["over_half"], n=n,
                   hi=number(sink["max"])))
     if "sink_bos" in data.get("absent", {}):
         out.append(_("The text holds no BOS token (the tokenizer adds none), so there is no BOS sink to show.", lang))
     out.append(_("{k} of {n} heads would be frozen (saturation index ≥ 1) with the scale removed, though not with it; the median head's entropy / ln n falls from {h} to {h_u} without the scale.", lang, k=a["frozen_only_unscaled"], n=n, h=number(a["normalized_entropy"]["median"]), h_u=number(a["normalized_entropy_unscaled"]["median"])))
     fits = f16["max_abs_logit_unscaled"] < f16["limit"]
-    out.append(_t("fp16_fits" if fits else "fp16_over", lang, s=number(f16["max_abs_logit"]),
+    out.append(_(FLOAT16_SENTENCES[fits], lang, limit=f"{f16['limit']:g}", s=number(f16["max_abs_logit"]),
                   u=number(f16["max_abs_logit_unscaled"]), m=f"×{number(f16['margin'])}",
                   m_u=f"×{number(f16['margin_unscaled'])}"))
     return out
 
 
-def _kind_word(model: dict) -> str:
+def attention_kind(model: dict) -> str:
+    """The key of :data:`KINDS` for the model's attention."""
     if model.get("family") == "encoder-decoder":
         return "encoder_decoder"
     return "decoder" if model["causal"] else "encoder"
@@ -171,7 +214,7 @@ def render(env, lang: str) -> str:
     heads = (_("{n} heads", lang, n=model["n_heads_q"]) if model["n_heads_q"] == model["n_heads_kv"] else
              _("{n} query heads sharing {kv} key/value heads", lang, n=model["n_heads_q"], kv=model["n_heads_kv"]))
     intro = _("The seed assumes the d_k components of q and k are independent with mean 0 and variance 1, so that Var(q·k) = d_k. "
-              "We captured every attention call of {model} ({layers} layers × {heads}, d_k = {d_k}, scale = {scale}, {kind}) on {n} sequences ({tokens} tokens), padding left out, taking q and k as the softmax sees them{rope}, and measured how far that holds.", lang, model=model["name"], layers=model["n_layers"], heads=heads, d_k=model["d_k"], scale=model_scale_text(model, lang), kind=_t(_kind_word(model), lang), n=cfg["n_sequences"], tokens=cfg["n_tokens"], rope=_(" (after the rotary embedding)", lang) if model.get("rope_theta") else "")
+              "We captured every attention call of {model} ({layers} layers × {heads}, d_k = {d_k}, scale = {scale}, {kind}) on {n} sequences ({tokens} tokens), padding left out, taking q and k as the softmax sees them{rope}, and measured how far that holds.", lang, model=model["name"], layers=model["n_layers"], heads=heads, d_k=model["d_k"], scale=model_scale_text(model, lang), kind=_(KINDS[attention_kind(model)], lang), n=cfg["n_sequences"], tokens=cfg["n_tokens"], rope=_(" (after the rotary embedding)", lang) if model.get("rope_theta") else "")
     parts = [para(intro)]
     scales = scales_sentence(model, lang)
     if scales:
@@ -197,7 +240,7 @@ def render(env, lang: str) -> str:
                         "Row figures are over rows with two or more keys.", lang)))
     per_layer = data["per_layer"]
     columns = [f for f in COLUMNS if f in per_layer]
-    header = [_("layer", lang)] + [_t(f"col_{f}", lang) for f in columns]
+    header = [_("layer", lang)] + [_(COLUMNS[f], lang) for f in columns]
     rows = [[str(i)] + [number(per_layer[f][i]) for f in columns] for i in range(model["n_layers"])]
     parts.append(table(header, rows, cls="numeric"))
     by_kind: dict[str, list[dict]] = {}

@@ -7,16 +7,33 @@ sentence embeddings move). Every number and choice of words comes from ``env.dat
 
 from __future__ import annotations
 
-from attnscale.report import plotting, text
+from attnscale.i18n import N_, _
+from attnscale.report import plotting
 from attnscale.report.chapters.probe import scales_sentence
 from attnscale.report.html import bullets, error_box, note, para, table
 from attnscale.report.numbers import number
-from attnscale.i18n import _
 
 KIND = "rescale/smollm2"
-TITLE = text.entry("rescale", "title")
-_t = text.words("rescale")
+TITLE = N_("Turning a trained LLM's attention scale: SmolLM2-135M with 1/√d_k × α")
 HOW_TO = "attnscale rescale --model smollm2"
+
+#: Why no α removes the model's scale, by the result's ``unscaled_alpha_none``.
+NO_REMOVAL = {"layers_differ": N_("no one α removes every layer's scale, since they differ"),
+              "no_scale": N_("it applies no scale (1), so there is none to remove"),
+              "not_positive": N_("its scale is not positive, so no α > 0 removes it")}
+#: The greedy continuation against α: see continuation_key.
+CONTINUATION_SENTENCES = {
+    "all_same": N_("The greedy continuation of “{prompt}” is the same at every α tried."),
+    "all_changed": N_("The greedy continuation of “{prompt}” changes at every α other than 1."),
+    "some": N_("The greedy continuation of “{prompt}” stays the same as at α = 1 for α = {same} and changes for α = {changed}."),
+}
+
+
+def continuation_key(changed: list, same: list) -> str:
+    """The key of :data:`CONTINUATION_SENTENCES` for the α (other than 1) whose continuation changed
+    and those whose did not."""
+    return "all_same" if not changed else "all_changed" if not same else "some"
+
 
 def _alphas(values) -> str:
     return ", ".join(f"{a:g}" for a in values) or "—"
@@ -71,8 +88,7 @@ def findings(data: dict, lang: str) -> list[str]:
         if a["has_unscaled"]:
             out.append(_("Without the scale (α = {a}) the perplexity is {ppl}, {ratio} times that at α = 1.", lang, a=f"{data['unscaled_alpha']:g}", ppl=number(a["perplexity_unscaled"]), ratio=number(a["perplexity_ratio"][f"{data['unscaled_alpha']:g}"])))
         changed, same = a["alphas_changed_continuation"], a["alphas_same_continuation"]
-        key = "all_same" if not changed else "all_changed" if not same else "same_continuation"
-        out.append(_t(key, lang, prompt=data["prompt"], same=_alphas(same), changed=_alphas(changed)))
+        out.append(_(CONTINUATION_SENTENCES[continuation_key(changed, same)], lang, prompt=data["prompt"], same=_alphas(same), changed=_alphas(changed)))
     else:
         out.append(_("The embeddings move most at α = {a}: the least similar sentence keeps a cosine of {cos} to its α = 1 embedding.", lang, a=f"{a['worst_alpha']:g}", cos=number(a["worst_cosine_min"])))
         if a["has_unscaled"]:
@@ -112,7 +128,7 @@ def _what(data: dict, lang: str) -> str:
         return _("What this measures: {model} was trained with the scale 1/√d_k = {scale}; here every attention layer's scale is multiplied by α at inference, nothing else changed, and α = {unscaled} removes the scale altogether. "
                  "It shows how sensitive a model trained with 1/√d_k is to its scale — not what training without the scale would give (the training chapters answer that).", lang, model=model["name"], scale=number(model["scale"], ".4g"), unscaled=f"{data['unscaled_alpha']:g}")
     removal = (_("α = {a} removes the scale altogether", lang, a=f"{data['unscaled_alpha']:g}") if data["unscaled_alpha"] is not None else
-               _t(f"removes_none_{data['unscaled_alpha_none']}", lang))
+               _(NO_REMOVAL[data["unscaled_alpha_none"]], lang))
     return _("What this measures: {scales} Here every attention layer's own scale is multiplied by α at inference (inside a soft-cap, where there is one), nothing else changed (a position bias stays as it is); {removal}. "
              "It shows how sensitive {model}, as trained, is to its scale — not what training with another scale would give (the training chapters answer that).", lang, model=model["name"], scales=scales_sentence(model, lang), removal=removal)
 
@@ -132,7 +148,10 @@ def render(env, lang: str) -> str:
     parts.append(_check(data, lang))
     parts.append(bullets(findings(data, lang)))
     parts.append(plotting.responsive_figure(lambda: plot(data, lang), _("The measure against α on a logarithmic axis, and the mean entropy and max weight", lang),
-                                           _t("caption_decoder" if lm else "caption_encoder", lang)))
+                                           _("Left: next-token perplexity against α (both axes logarithmic). "
+                                             "Right: mean entropy / ln n and max weight of the attention rows.", lang) if lm else
+                                           _("Left: cosine of each sentence embedding to its α = 1 embedding (mean and least similar), α on a logarithmic axis. "
+                                             "Right: mean entropy / ln n and max weight of the attention rows.", lang)))
     a = data["analysis"]
     if lm:
         header = ["α", "CE", _("perplexity", lang), "H/ln n", _("max weight", lang), _("continuation", lang)]

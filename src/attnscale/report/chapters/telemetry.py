@@ -7,15 +7,29 @@ ratio, verdict and per-layer aggregate comes from ``env.data``.
 
 from __future__ import annotations
 
-from attnscale.report import text
+import numpy as np
+
+from attnscale.i18n import N_, _
 from attnscale.report.html import bullets, para, table
 from attnscale.report.numbers import number
-from attnscale.i18n import _
 
 KIND = "telemetry"
-TITLE = text.entry("telemetry", "title")
-_t = text.words("telemetry")
+TITLE = N_("Watching attention health without the L×S matrix")
 HOW_TO = "attnscale telemetry-bench"
+FLOAT16_MAX = float(np.finfo(np.float16).max)      # 65504: a |logit| beyond it overflows in float16
+
+#: A target of the benchmark against what was measured: see verdict_key.
+VERDICT_SENTENCES = {
+    "met": N_("{what} {pass_} at {where}: {ratio}× against a target of ≤ {target}× — met."),
+    "missed": N_("{what} {pass_} at {where}: {ratio}× against a target of ≤ {target}× — missed by {excess}%."),
+    "unmeasured": N_("{what} {pass_} at {where}: not measured (the run failed)."),
+}
+
+
+def verdict_key(verdict: dict) -> str:
+    """The key of :data:`VERDICT_SENTENCES` for one of the result's verdicts."""
+    return "unmeasured" if verdict["ratio"] is None else "met" if verdict["met"] else "missed"
+
 
 def _case(row: dict, lang: str) -> str:
     return str(tuple(row["shape"])) + (f", {_('causal', lang)}" if row["causal"] else "")
@@ -25,18 +39,18 @@ def _cell(row: dict, variant: str) -> str:
     return f"{number(row['ratio_to_sdpa'].get(variant), '.2f')} ({number(row['cpu_ratio_to_sdpa'].get(variant), '.2f')})"
 
 
-def _verdict(v: dict, lang: str) -> str:
-    key = "unmeasured" if v["ratio"] is None else ("met" if v["met"] else "missed")
-    return _t(key, lang, what=v["measure"], pass_=v["pass"], where=_case(v, lang), ratio=number(v["ratio"], ".2f"),
+def verdict_sentence(v: dict, lang: str) -> str:
+    return _(VERDICT_SENTENCES[verdict_key(v)], lang, what=v["measure"], pass_=v["pass"], where=_case(v, lang), ratio=number(v["ratio"], ".2f"),
               target=number(v["target"], "g"), excess=number(None if v["excess"] is None else 100 * v["excess"], ".0f"))
 
 
 def _monitor(m: dict, lang: str) -> list[str]:
-    head = _("The monitor on {model} ({n} sequences, padded to {length} tokens), per layer: forward time ×{ratio}; outputs bit-for-bit equal to the unmonitored model: {equal}; float16 overflow (|logit| > 65504) in {overflow} of {calls} calls.", lang, model=m["model"], n=m["n_sequences"], length=m["padded_length"], ratio=number(m["ratio"], ".2f"), equal=m["outputs_bitwise_equal"], overflow=m["float16_overflow_calls"], calls=m["calls_per_forward"])
+    head = _("The monitor on {model} ({n} sequences, padded to {length} tokens), per layer: forward time ×{ratio}; outputs bit-for-bit equal to the unmonitored model: {equal}; float16 overflow (|logit| > {limit}) in {overflow} of {calls} calls.", lang, limit=f"{FLOAT16_MAX:g}", model=m["model"], n=m["n_sequences"], length=m["padded_length"], ratio=number(m["ratio"], ".2f"), equal=m["outputs_bitwise_equal"], overflow=m["float16_overflow_calls"], calls=m["calls_per_forward"])
     rows = [[r["layer"], number(r["entropy_mean"]), number(r["entropy_median_of_medians"]), number(r["entropy_min"]),
              number(r["max_logit"], ".2f"), f"{r['lowest_head']} ({number(r['lowest_head_entropy_mean'])})"]
             for r in m["layers"]]
-    header = [_t(k, lang) for k in ("layer", "mean_entropy", "median_entropy", "min_entropy", "max_logit", "lowest_head")]
+    header = [_("layer", lang), _("mean entropy (nats)", lang), _("median of head medians", lang), _("min entropy", lang),
+              _("max logit", lang), _("head with lowest mean entropy", lang)]
     return [para(head), table(header, rows)]
 
 
@@ -58,7 +72,7 @@ def render(env, lang: str) -> str:
         rows = [[f"{r['pass']}, {_case(r, lang)}"] + [number(r["ratio_to_sdpa"].get(v), ".2f") for v in variants]
                 for r in d["memory"]]
         parts += [para(_("Peak memory rise ÷ plain SDPA, each variant in a fresh process.", lang)), table([_("case", lang)] + variants, rows)]
-    parts.append(bullets(_verdict(v, lang) for v in d["verdicts"]))
+    parts.append(bullets(verdict_sentence(v, lang) for v in d["verdicts"]))
     parts.append(para(_("sdpa: torch.nn.functional.scaled_dot_product_attention (output only). kernel: the fused C++ kernel, output + lse + entropy. kernel+range: also the max and min logit. composed: one fused PyTorch call on [V, K] (q, k zero-padded). naive: materialise the weights, then the entropy.", lang)))
     if d.get("monitor"):
         parts += _monitor(d["monitor"], lang)
