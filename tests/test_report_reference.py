@@ -13,13 +13,15 @@ import pytest
 
 from attnscale import results
 from attnscale.report import headline
+from attnscale.report.chapters import telemetry
 from attnscale.report.experiments import render_experiment
 
 
 @pytest.fixture
 def chapter(monkeypatch):
     mod = types.ModuleType("attnscale.report.chapters.fake_demo")
-    mod.TITLE, mod.KIND, mod.HOW_TO = {"en": "Demo", "zh": "演示"}, "demo", "attnscale demo --full"
+    mod.TITLE = telemetry.TITLE               # a title with its Chinese (the page is built in both languages)
+    mod.KIND, mod.HOW_TO = "demo", "attnscale demo --full"
     mod.render = lambda env, lang: f"<p>answer {env.data['answer']}</p>"
     monkeypatch.setitem(sys.modules, mod.__name__, mod)
     return "fake_demo"
