@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Sequence
 
-from attnscale.cli.words import LANGS
+from attnscale.i18n import LANGS
 
 # What the --model help says beyond the model's own name (attnscale.experiments.pretrained.MODELS).
 MODEL_REMARKS = {"smollm2": "de-quantised from 4 bits"}
