@@ -38,8 +38,8 @@ def check_json_target(args) -> None:
     results.check_writable(path.parent, "--json")
 
 
-def check_out_folder(folder, what: str = "--out", named: bool = True) -> Path:
-    """Refuse, before any work, an output folder that cannot be made or written: ``--out D``.
+def check_out_folder(folder, what: str, named: bool = True) -> Path:
+    """Refuse, before any work, an output folder that cannot be made or written (``what``: its option).
 
     The command may create ``D`` and anything inside it, never folders above it: a ``named`` folder
     (one the user typed) must have an existing parent, so a typo (``/nonexistent-dir/x``) creates
