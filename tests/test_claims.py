@@ -13,6 +13,7 @@ from attnscale.claims.context import Context
 from attnscale.claims.result import format_like, judge_printed
 from attnscale.claims.seed_numbers import printed
 from attnscale.errors import InputError
+from attnscale.i18n import N_
 
 E5 = Decimal("148.41315910257660342111558004055227962348766759387898904675284511")
 E50 = Decimal("5184705528587072464087.4533229334")
@@ -58,8 +59,8 @@ def test_percent_and_rounding_edges():
 
 def test_a_row_with_one_wrong_number_is_flagged():
     ctx = Context(VerifyConfig())
-    printed(ctx, "S1.22", ["0.867", "0.017"], [Decimal("0.866813"), Decimal("0.015876")])
-    printed(ctx, "S1.22", ["0.867", "0.016"], [Decimal("0.866813"), Decimal("0.015876")])
+    printed(ctx, "S1.22", N_("the first word gets {seed[0]}, the second {seed[1]}"), ["0.867", "0.017"], [Decimal("0.866813"), Decimal("0.015876")])
+    printed(ctx, "S1.22", N_("the first word gets {seed[0]}, the second {seed[1]}"), ["0.867", "0.016"], [Decimal("0.866813"), Decimal("0.015876")])
     assert ctx.claims[0].verdict == "seed number wrong" and ctx.claims[0].correct_value == "0.016"
     assert ctx.claims[1].verdict == "holds" and ctx.claims[1].correct_value is None
 
@@ -102,9 +103,25 @@ def test_every_claim_is_well_formed(quick):
 
 def test_the_register_and_the_run_agree(quick):
     # every claim of the register is added, exactly once and in the register's order, and nothing else
-    from attnscale.claims.register import register
+    from attnscale.claims.register import REGISTER
 
-    assert [c.id for c in quick.claims] == list(register())
+    assert [c.id for c in quick.claims] == list(REGISTER)
+
+
+def test_every_worded_text_of_a_run_is_in_chinese_with_chinese_clause_joins(quick):
+    import re
+
+    from attnscale.claims.result import WORDED
+
+    english = re.compile(r"\b(the|and|at|of|vs|median|unscaled|holds|fails|inconclusive) ")
+    for c in quick.claims:
+        for field in ("claim", *WORDED):
+            en, zh = c.text(field, "en"), c.text(field, "zh")
+            if en and english.search(en) and c.id != "S10.5":        # S10.5 quotes the paper in English
+                unquoted = re.sub(r"“[^”]*”", "", zh)     # S7.4 quotes the English it reads
+                assert zh != en and not english.search(unquoted), (c.id, field, zh)
+            if en and "; " in en and zh != en:          # worded (a language-neutral "8; 7/4" stays)
+                assert "; " not in (zh or "") and "；" in zh, (c.id, field, zh)
 
 
 def test_group1_flags_the_two_e50_numbers_and_the_quotient_as_written(quick):
@@ -194,7 +211,7 @@ def _estimates(rel_half_width: float, shift: float = 0.0):
                                                          (0.3, 0.0, 0.9, "holds"), (0.01, 0.2, 0.05, "fails")])
 def test_variance_claim_verdict_follows_precision_and_margin(rel, shift, margin, verdict):
     ctx = Context(VerifyConfig(quick=True, margin=margin))
-    iid_variance._variance_claim(ctx, "S2.4", "gaussian", _estimates(rel, shift), 0.99, 52)
+    iid_variance._variance_claim(ctx, "gaussian", _estimates(rel, shift), 0.99, 52)
     c = ctx.claims[0]
     assert c.verdict == verdict and c.margin == margin
     assert f"within d_k·(1 ± {margin:.0%})" in c.expected
@@ -415,11 +432,13 @@ def test_a_trend_holds_only_when_every_step_is_separated():
 def test_per_n_words_what_was_measured_and_how_it_was_judged():
     assert interval_text(0.12345, 0.1, 0.15) == "0.123 [0.100, 0.150]"
     assert interval_text(1234.5, 1200, 1300, ".3g") == "1.23e+03 [1.2e+03, 1.3e+03]"
-    assert per_n({16: "a", 128: "b"}) == "n=16: a; n=128: b"
-    assert per_n({"16": "a", "128": "b"}, sep=", ") == "n=16: a, n=128: b"
-    assert by_n_note({16: "holds", 128: "inconclusive"}, "overlap") == \
+    assert per_n({16: "a", 128: "b"}, "en") == "n=16: a; n=128: b"
+    assert per_n({16: "a", 128: "b"}, "zh") == "n=16：a；n=128：b"
+    assert per_n({"16": "a", "128": "b"}, "en", sep=",") == "n=16: a, n=128: b"
+    assert by_n_note({16: "holds", 128: "inconclusive"}, "en", "overlap") == \
         "holds for n = 16; inconclusive for n = 128 (overlap)"
-    assert by_n_note({16: "holds", 128: "holds"}, "overlap") == "holds for n = 16, 128"
+    assert by_n_note({16: "holds", 128: "inconclusive"}, "zh", "重叠") == "n = 16 时成立；n = 128 时无定论（重叠）"
+    assert by_n_note({16: "holds", 128: "holds"}, "en", "overlap") == "holds for n = 16, 128"
 
 
 def test_counts_include_inconclusive_and_level_text():

@@ -152,10 +152,10 @@ def test_check_out_folder_refuses_before_work_and_creates_nothing(tmp_path):
     from attnscale.cli.output import check_out_folder
     from attnscale.errors import InputError
 
-    assert check_out_folder(tmp_path / "new") == tmp_path / "new" and not (tmp_path / "new").exists()
-    with pytest.raises(InputError, match="--out: the folder .* does not exist"):
-        check_out_folder(tmp_path / "missing" / "new")
-    assert check_out_folder(tmp_path / "missing" / "new", named=False)      # a default may make parents
+    assert check_out_folder(tmp_path / "new", "--page-dir") == tmp_path / "new" and not (tmp_path / "new").exists()
+    with pytest.raises(InputError, match="--page-dir: the folder .* does not exist"):
+        check_out_folder(tmp_path / "missing" / "new", "--page-dir")
+    assert check_out_folder(tmp_path / "missing" / "new", "--page-dir", named=False)      # a default may make parents
     (tmp_path / "file").write_text("x")
     with pytest.raises(InputError, match="is a file"):
         check_out_folder(tmp_path / "file", "--results")
@@ -163,7 +163,7 @@ def test_check_out_folder_refuses_before_work_and_creates_nothing(tmp_path):
     locked.mkdir(mode=0o500)
     if os.geteuid() != 0:                                                     # root writes anywhere
         with pytest.raises(InputError, match="permission denied"):
-            check_out_folder(locked / "out")
+            check_out_folder(locked / "out", "--results")
     assert not list(tmp_path.glob("missing"))
 
 
@@ -194,7 +194,7 @@ def test_unwritable_path_is_one_line_and_exit_code_2(tmp_path, capsys):
 
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    assert main(["report", "--quick", "--out", str(blocker / "sub"), "--results", str(tmp_path / "results")]) == 2
+    assert main(["report", "--quick", "--page-dir", str(blocker / "sub"), "--results", str(tmp_path / "results")]) == 2
     err = capsys.readouterr().err
     # checked before any work: one line and nothing else (no verification ran, nothing was written)
     lines = err.strip().splitlines()

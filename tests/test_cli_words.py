@@ -1,17 +1,17 @@
-"""The CLI's one bilingual catalog (cli/words.toml via cli/words.py) and the parser pieces every
-command is built from (cli/options.py): complete in both languages, slots that agree, clear errors,
-and shared options that read the same in every command."""
+"""The CLI's words (inline English in ``_()``, Chinese in attnscale/i18n/zh.po, both checked for every
+message by tests/test_i18n.py) and the parser pieces every command is built from (cli/options.py):
+tables that cover what they name, words filled in both languages, and shared options that read the
+same in every command."""
 
 from __future__ import annotations
 
-import tomllib
-
 import pytest
 
-from attnscale.cli import build_parser, words
+from attnscale.cli import build_parser
+from attnscale.cli.core import HEALTH, RULE_PURPOSE
 from attnscale.cli.options import non_negative_int
-from attnscale.templates import template_slots
-from attnscale.cli.words import CatalogError, check_catalog, word
+from attnscale.cli.verify import DETAILS, METHOD_NAME, VERDICT_MARK
+from attnscale.i18n import LANGS, _
 
 
 def _subparsers(parser):
@@ -19,56 +19,37 @@ def _subparsers(parser):
     return action.choices
 
 
-def test_every_entry_has_english_and_chinese_with_the_same_slots():
-    catalog = words.catalog()
-    assert {"softmax", "health", "rules", "rule_purpose", "verify"} <= set(catalog)
-    for section, entries in catalog.items():
-        for key, entry in entries.items():
-            assert entry.get("zh"), f"{section}.{key} has no Chinese"
-            if section in words.ZH_ONLY:
-                continue
-            assert entry.get("en"), f"{section}.{key} has no English"
-            assert template_slots(entry["en"]) == template_slots(entry["zh"]), f"{section}.{key}"
-
-
-def test_the_catalog_covers_every_rule_and_health_figure():
+def test_the_tables_cover_every_rule_health_figure_verdict_and_method():
+    from attnscale.claims import METHODS, VERDICTS
+    from attnscale.claims.result import ClaimResult
     from attnscale.scales import RULES
     from attnscale.softmax_rows import row_health
 
-    assert set(words.catalog()["rule_purpose"]) == set(RULES)      # a new rule needs its Chinese line
-    assert set(words.catalog()["health"]) == set(row_health([1.0, 2.0]).as_dict())
+    assert set(RULE_PURPOSE) == set(RULES)      # a new rule needs its purpose (and its Chinese)
+    assert set(HEALTH) == set(row_health([1.0, 2.0]).as_dict())
+    assert set(VERDICT_MARK) == set(VERDICTS) and set(METHOD_NAME) == set(METHODS)
+    assert all(hasattr(ClaimResult, f) or f in ClaimResult.__dataclass_fields__ for f, _label in DETAILS)
+    for table in (RULE_PURPOSE, HEALTH, VERDICT_MARK, METHOD_NAME, dict(DETAILS)):
+        for message in table.values():
+            assert _(message, "zh") != _(message, "en") or message in ("logit",), message
 
 
-def test_word_formats_slots_and_names_an_unknown_key_or_section():
-    assert word("softmax", "scaled", "zh", s=0.125) == "logits 已乘以 --scale 0.125"
-    assert word("verify", "summary", "en", n=3, holds=1, fails=1, inconclusive=1, wrong=0).startswith("3 claims: 1 hold")
-    with pytest.raises(CatalogError, match=r"no entry softmax\.nope; \[softmax\] has logit"):
-        word("softmax", "nope")
-    with pytest.raises(CatalogError, match=r"no section \[nope\]; sections: .*verify"):
-        word("nope", "logit")
-    with pytest.raises(CatalogError, match=r"rule_purpose\.logn has no text in 'en'"):
-        word("rule_purpose", "logn", "en")
-    with pytest.raises(CatalogError, match=r"softmax\.scaled needs the slot \{s\}"):
-        word("softmax", "scaled", "en")
+def test_words_fill_their_placeholders_in_both_languages():
+    assert _("logits multiplied by --scale {s:g}", "zh", s=0.125) == "logits 已乘以 --scale 0.125"
+    summary = "{n} claims: {holds} hold, {fails} fail, {inconclusive} inconclusive, {wrong} seed numbers wrong"
+    counts = dict(n=3, holds=1, fails=1, inconclusive=1, wrong=0)
+    assert _(summary, "en", **counts).startswith("3 claims: 1 hold")
+    assert _(summary, "zh", **counts).startswith("共 3 条：1 条成立")
 
 
-def test_a_missing_language_falls_back_to_english(monkeypatch):
-    monkeypatch.setattr(words, "catalog", lambda: {"demo": {"hello": {"en": "hello {who}"}}})
-    assert word("demo", "hello", "zh", who="you") == "hello you"
+def test_the_rules_table_tells_the_purpose_in_chinese_only(capsys):
+    from attnscale.cli import main
 
-
-@pytest.mark.parametrize("toml, message", [
-    ('[a]\nx = { en = "one" }', r"a\.x: expected the languages \['en', 'zh'\], got \['en'\]"),
-    ('[a]\nx = { en = "one", zh = "一", fr = "un" }', r"a\.x: expected the languages"),
-    ('[a]\nx = { en = "{n} keys", zh = "{m} 个键" }', r"a\.x: the languages' \{slots\} differ: en \['n'\], zh \['m'\]"),
-    ('[a]\nx = "one"', r"a\.x: expected a table of texts"),
-    ('a = "one"', r"\[a\] is not a section"),
-    ('[a]\nx = { en = "a { brace", zh = "一" }', r"a\.x: expected '\}' before end of string"),
-    ('[rule_purpose]\nx = { en = "only English" }', r"rule_purpose\.x: expected the languages \['zh'\]"),
-])
-def test_a_malformed_catalog_is_refused_naming_the_entry(toml, message):
-    with pytest.raises(CatalogError, match=message):
-        check_catalog(tomllib.loads(toml), "test.toml")
+    assert main(["rules", "--lang", "zh"]) == 0
+    assert _(RULE_PURPOSE["logn"], "zh") in capsys.readouterr().out
+    assert main(["rules"]) == 0
+    out = capsys.readouterr().out
+    assert not any(RULE_PURPOSE[name] in out for name in RULE_PURPOSE)   # the English reader has the citation
 
 
 def test_non_negative_int():
@@ -92,15 +73,16 @@ def test_shared_options_read_the_same_in_every_command():
     from attnscale.results import DEFAULT_ROOT
 
     commands = _subparsers(build_parser())
-    results_flags = {"report": "--results", "verify": "--results", "train": "--results", "probe": "--out",
-                     "rescale": "--out", "telemetry-bench": "--out"}
-    for name, flag in results_flags.items():
-        action = next(a for a in commands[name]._actions if flag in a.option_strings)
-        assert action.dest == "results" and action.default is None, name
+    for name in ("report", "verify", "train", "probe", "rescale", "telemetry-bench", "full"):
+        action = next(a for a in commands[name]._actions if "--results" in a.option_strings)
+        assert action.option_strings == ["--results"] and action.dest == "results" and action.default is None, name
         assert action.help.endswith(f"(default: ./{DEFAULT_ROOT})"), name
+    for name in ("report", "full"):
+        action = next(a for a in commands[name]._actions if a.dest == "page_dir")
+        assert action.option_strings == ["--page-dir"] and action.help.endswith("(default: ./attnscale-report)")
     for name in ("softmax", "rules", "report", "verify"):
         lang = next(a for a in commands[name]._actions if a.dest == "lang")
-        assert lang.choices == words.LANGS and lang.help.endswith("(default: en)"), name
+        assert lang.choices == LANGS and lang.help.endswith("(default: en)"), name
     for name, default in (("probe", "minilm"), ("rescale", "smollm2")):
         model = next(a for a in commands[name]._actions if a.dest == "model")
         assert model.default == default and model.metavar.startswith(f"{default}|") and model.metavar.endswith("|PATH")
@@ -124,3 +106,15 @@ def test_descriptions_wrap_to_the_terminal_and_examples_stay_as_written(monkeypa
     assert len(description.splitlines()) > 1 and all(len(line) <= 80 for line in description.splitlines())
     # an example line is longer than the terminal and is not broken
     assert "\n  attnscale rescale --text book.txt --max-tokens 2048   your text, in 4 consecutive windows" in text
+
+
+@pytest.mark.parametrize("argv", [["probe", "--out", "d"], ["rescale", "--out", "d"], ["telemetry-bench", "--out", "d"],
+                                  ["train", "scale-vs-dk", "--out", "d"], ["report", "--out", "d"], ["full", "--out"]])
+def test_the_old_out_option_is_refused_in_one_line_naming_its_replacements(argv, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1
+    assert err == (f"attnscale {argv[0]}: error: --out was removed: the results folder is --results DIR, the report's "
+                   "pages --page-dir DIR\n")
+    assert "--out" not in _subparsers(build_parser())[argv[0]].format_help()

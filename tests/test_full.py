@@ -21,8 +21,8 @@ def test_the_plan_runs_every_producer_then_both_pages_passing_the_backend_to_the
     by_kind = {s.kind: s.argv for s in steps if s.kind}
     assert by_kind["train/scale-vs-dk"] == ("train", "scale-vs-dk", "--results", str(tmp_path / "res"),
                                             "--workers", "2", "--backend", "ray", "--address", "auto")
-    assert by_kind["probe/smollm2"] == ("probe", "--model", "smollm2", "--out", str(tmp_path / "res"))
-    assert "--backend" not in by_kind["verify"] and steps[-1].argv[-2:] == ("--lang", "zh")
+    assert by_kind["probe/smollm2"] == ("probe", "--model", "smollm2", "--results", str(tmp_path / "res"))
+    assert "--backend" not in by_kind["verify"] and steps[-1].argv[-4:] == ("--page-dir", str(tmp_path / "site"), "--lang", "zh")
 
 
 class FakeRunner:

@@ -419,7 +419,7 @@ TINY_ARGS = ["--rules", "inverse_sqrt_dk,unscaled", "--d-ks", "8", "--d-model", 
 def test_cli_json_to_stdout_is_strict_and_alone(tmp_path, capsys):
     from attnscale.cli import main
 
-    assert main(["train", "lm", "--quick", "--json", "-", "--out", str(tmp_path / "out"), *TINY_ARGS]) == 0
+    assert main(["train", "lm", "--quick", "--json", "-", "--results", str(tmp_path / "out"), *TINY_ARGS]) == 0
     out = capsys.readouterr().out
     env = json.loads(out, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
     assert env["kind"] == "train/lm" and env["quick"] is True
@@ -456,7 +456,7 @@ def test_cli_bad_input_is_one_line_exit_2_nothing_written(tmp_path, capsys, args
     files["LATIN1"].write_bytes("naïve café".encode("latin-1"))
     args = [str(files.get(a, a)) for a in args]
     out = tmp_path / "out"
-    assert main(["train", "lm", "--quick", "--out", str(out), *args]) == 2
+    assert main(["train", "lm", "--quick", "--results", str(out), *args]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"error: {argument}" in err, err
     assert not out.exists()

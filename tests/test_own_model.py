@@ -121,7 +121,7 @@ def saved(tmp_path_factory, tokenizer):
 def _probe(folder, out, *extra):
     text = out / "texts.txt"
     text.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
-    code = main(["probe", "--model", str(folder), "--text", str(text), "--out", str(out), "--quiet", *extra])
+    code = main(["probe", "--model", str(folder), "--text", str(text), "--results", str(out), "--quiet", *extra])
     return code, results.read(f"probe/user/{pretrained.model_slug(folder.name)}", out).data
 
 
@@ -140,7 +140,7 @@ class Runs:
         if ("rescale", name) not in self.codes:
             self.codes["rescale", name] = main(
                 ["rescale", "--model", str(self.saved[name]), "--alphas", "1/2,1,2", "--max-tokens", "48",
-                 "--window", "24", "--out", str(self.out), "--quiet"])
+                 "--window", "24", "--results", str(self.out), "--quiet"])
         return self.codes["rescale", name], results.read(f"rescale/user/{name}", self.out).data
 
 
@@ -286,7 +286,7 @@ def refused(tmp_path_factory, tokenizer):
 
 @pytest.mark.parametrize("command", ["probe", "rescale"])
 def test_an_architecture_outside_the_interface_is_refused_in_one_line(command, refused, tmp_path, capsys):
-    assert main([command, "--model", str(refused), "--out", str(tmp_path), "--quiet"]) == 2
+    assert main([command, "--model", str(refused), "--results", str(tmp_path), "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "deberta-v2 is not supported" in err
     assert "does not go through transformers' attention interface" in err
@@ -317,7 +317,7 @@ def test_learned_sinks_are_refused_naming_the_option(tmp_path, tokenizer):
 ])
 def test_bad_model_paths_are_one_line_and_exit_2(make, expected, tmp_path, capsys):
     target = make(tmp_path)
-    assert main(["probe", "--model", str(target), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    assert main(["probe", "--model", str(target), "--results", str(tmp_path / "out"), "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and err.startswith("attnscale probe: error: model: ") and expected in err
 
@@ -325,7 +325,7 @@ def test_bad_model_paths_are_one_line_and_exit_2(make, expected, tmp_path, capsy
 def test_a_checkpoint_without_tokenizer_files_is_refused_in_one_line(saved, tmp_path, capsys):
     for name in ("config.json", "model.safetensors"):
         (tmp_path / name).write_bytes((saved["llama"] / name).read_bytes())
-    assert main(["probe", "--model", str(tmp_path), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    assert main(["probe", "--model", str(tmp_path), "--results", str(tmp_path / "out"), "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "model: expected tokenizer files" in err
 
@@ -336,7 +336,7 @@ def test_a_model_too_large_for_memory_is_refused_before_loading(tmp_path, capsys
                                       num_key_value_heads=8, intermediate_size=28672, vocab_size=128256,
                                       architectures=["LlamaForCausalLM"])
     config.save_pretrained(tmp_path)
-    assert main(["probe", "--model", str(tmp_path), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    assert main(["probe", "--model", str(tmp_path), "--results", str(tmp_path / "out"), "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "70,55" in err and "GiB to load in float32, expected at most" in err
 

@@ -137,13 +137,13 @@ def test_cli_prints_the_table_and_writes_the_result(minilm, tmp_path, monkeypatc
     monkeypatch.setattr(pretrained, "load_model", lambda name: minilm)
     text = tmp_path / "my.txt"
     text.write_text("First line, with a comma.\n\n   \nSecond line? Yes.\nThird\n", encoding="utf-8")
-    assert main(["probe", "--text", str(text), "--out", str(tmp_path / "res"), "--quiet"]) == 0
+    assert main(["probe", "--text", str(text), "--results", str(tmp_path / "res"), "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "check: rebuilt probabilities match" in out and "striking heads" in out
     assert "PAIR-weighted" in out and "TOKEN-weighted" in out
     env = results.read("probe/minilm", tmp_path / "res")
     assert env.data["config"]["n_sequences"] == 3 and env.data["config"]["text"] == str(text)
-    assert main(["probe", "--text", str(text), "--out", str(tmp_path / "res"), "--json", "-"]) == 0
+    assert main(["probe", "--text", str(text), "--results", str(tmp_path / "res"), "--json", "-"]) == 0
     printed = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
     assert printed["kind"] == "probe/minilm" and len(printed["data"]["heads"]) == 72
 
@@ -159,7 +159,7 @@ def test_a_failed_check_stops_the_probe(minilm, tmp_path, monkeypatch, capsys):
                         lambda q, k, scale, attended, bias=None, softcap=None: original(q, k, scale * 1.001, attended, bias, softcap))
     text = tmp_path / "two.txt"
     text.write_text("The cat sat.\nA second, longer line of text.\n", encoding="utf-8")
-    assert main(["probe", "--text", str(text), "--out", str(tmp_path)]) == 1
+    assert main(["probe", "--text", str(text), "--results", str(tmp_path)]) == 1
     assert "check FAILED" in capsys.readouterr().err
     saved = results.read("probe/minilm", tmp_path).data
     assert saved["check"]["passed"] is False and saved["heads"] == [] and "analysis" not in saved

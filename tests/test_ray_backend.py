@@ -175,7 +175,7 @@ def _cell_files(folder: Path) -> dict[str, float]:
 def test_ctrl_c_keeps_finished_cells_and_leaves_no_process(tmp_path):
     before = _ray_processes()
     cmd = [sys.executable, "-m", "attnscale", "train", "scale-vs-dk", "--quick", "--backend", "ray",
-           "--workers", "2", "--out", str(tmp_path / "out")]
+           "--workers", "2", "--results", str(tmp_path / "out")]
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not _cell_files(tmp_path) and time.monotonic() < deadline and proc.poll() is None:
@@ -240,7 +240,7 @@ def test_an_unreachable_address_is_named_with_what_was_tried():
 
 def _train_via(address: str, out: Path, *extra: str, timeout: float = 300) -> tuple[subprocess.CompletedProcess, float]:
     cmd = [sys.executable, "-m", "attnscale", "train", "scale-vs-dk", "--quick", "--seeds", "1", "--backend", "ray",
-           "--address", address, "--out", str(out), "--quiet", *extra]
+           "--address", address, "--results", str(out), "--quiet", *extra]
     t0 = time.monotonic()
     done = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
     return done, time.monotonic() - t0

@@ -30,7 +30,7 @@ pytestmark = [
 
 
 def _build(tmp: Path, site: str, *args: str) -> Path:
-    out = subprocess.run([sys.executable, "-m", "attnscale", "report", "--quick", "--out", str(tmp / site),
+    out = subprocess.run([sys.executable, "-m", "attnscale", "report", "--quick", "--page-dir", str(tmp / site),
                           "--results", str(tmp / "results"), *args], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     path = Path(out.stdout.strip().splitlines()[-1])

@@ -300,14 +300,14 @@ def test_cli_runs_the_verification_first_when_missing_or_stale(tmp_path, monkeyp
         return VerifyReport.from_dict(fake_verify())
 
     monkeypatch.setattr(attnscale.claims, "run_claims", fake_run)
-    assert main(["report", "--quick", "--out", str(tmp_path / "site"), "--results", str(root)]) == 0
+    assert main(["report", "--quick", "--page-dir", str(tmp_path / "site"), "--results", str(root)]) == 0
     err = capsys.readouterr().err
     assert len(calls) == 1 and calls[0].quick and calls[0].seed == 0
     assert "running the verification first" in err and why in err
     env = results.read("verify", root, quick=True)
     assert env.seed == 0 and env.quick
     # now current: the next report reads it
-    assert main(["report", "--quick", "--out", str(tmp_path / "site"), "--results", str(root)]) == 0
+    assert main(["report", "--quick", "--page-dir", str(tmp_path / "site"), "--results", str(root)]) == 0
     assert len(calls) == 1
 
 
@@ -327,7 +327,7 @@ def test_open_opens_the_page_or_says_there_is_no_browser(tmp_path, no_engine, mo
     _prime(config)
     opened = []
     monkeypatch.setattr(webbrowser, "open", lambda url: opened.append(url) or True)
-    args = ["report", "--quick", "--open", "--out", str(config.out), "--results", str(config.results)]
+    args = ["report", "--quick", "--open", "--page-dir", str(config.out), "--results", str(config.results)]
     assert main(args) == 0
     assert opened == [(config.out / "index.html").resolve().as_uri()]
     monkeypatch.setattr(webbrowser, "open", lambda url: False)
@@ -366,7 +366,7 @@ def test_a_kill_during_the_build_leaves_the_previous_report(tmp_path):
         "    print('rendering', flush=True); time.sleep(60)\n"
         "figures.jacobian = slow\n"
         "from attnscale.cli import main\n"
-        f"sys.exit(main(['report', '--quick', '--out', {str(out)!r}, '--results', {str(config.results)!r}]))\n")
+        f"sys.exit(main(['report', '--quick', '--page-dir', {str(out)!r}, '--results', {str(config.results)!r}]))\n")
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "rendering"
@@ -402,12 +402,12 @@ def test_cli_builds_and_prints_the_path(tmp_path, no_engine, capsys, fast_figure
 
     config = _config(tmp_path)
     _prime(config)
-    assert main(["report", "--quick", "--out", str(config.out), "--results", str(config.results)]) == 0
+    assert main(["report", "--quick", "--page-dir", str(config.out), "--results", str(config.results)]) == 0
     out = capsys.readouterr()
     assert Path(out.out.strip()) == (config.out / "index.html").resolve()
     assert "running the verification" not in out.err     # it was current: read, not rerun
     # --json -: what was built, instead of the path
-    assert main(["report", "--quick", "--quiet", "--json", "-", "--out", str(config.out),
+    assert main(["report", "--quick", "--quiet", "--json", "-", "--page-dir", str(config.out),
                  "--results", str(config.results)]) == 0
     built = json.loads(capsys.readouterr().out)
     assert built["page"] == str((config.out / "index.html").resolve()) and built["verify"]["quick"] is True

@@ -16,7 +16,7 @@ from attnscale.experiments.rescale import ALPHAS, RescaleConfig, check_alphas, d
 
 @pytest.mark.parametrize("alphas", ["0,1", "-1,1", "inf,1", "nan,1", "1,x", "1/0,1"])
 def test_bad_alphas_are_one_line_and_exit_2(alphas, capsys, tmp_path):
-    assert main(["rescale", f"--alphas={alphas}", "--out", str(tmp_path)]) == 2
+    assert main(["rescale", f"--alphas={alphas}", "--results", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--alphas" in err
     assert not any(tmp_path.iterdir())                                  # nothing written
@@ -38,7 +38,7 @@ def test_alphas_must_be_finite_positive_and_hold_1():
 def test_bad_text_is_one_line_and_exit_2(make, expected, capsys, tmp_path):
     path = tmp_path / "text"
     make(path)
-    assert main(["rescale", "--text", str(path), "--out", str(tmp_path / "out")]) == 2
+    assert main(["rescale", "--text", str(path), "--results", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and expected in err and not (tmp_path / "out").exists()
 
@@ -200,7 +200,7 @@ def test_cli_json_dash_prints_strict_json_and_no_table(capsys, tmp_path):
     pytest.importorskip("transformers")
     text = tmp_path / "s.txt"
     text.write_text("The cat sat on the mat.\nRain again, all day.\n", encoding="utf-8")
-    args = ["rescale", "--model", "minilm", "--text", str(text), "--alphas", "1,2", "--out", str(tmp_path), "--quiet"]
+    args = ["rescale", "--model", "minilm", "--text", str(text), "--alphas", "1,2", "--results", str(tmp_path), "--quiet"]
     assert main(args + ["--json", "-"]) == 0
     out = capsys.readouterr().out
     env = json.loads(out, parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))

@@ -236,7 +236,7 @@ def test_sigint_to_train_with_workers_ends_fast_leaves_no_process_keeps_cells(tm
     pytest.importorskip("torch")
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "attnscale", "train", "scale-vs-dk", "--quick", "--workers", "2",
-                             "--out", str(out)], cwd=tmp_path, start_new_session=True, stdin=subprocess.DEVNULL,
+                             "--results", str(out)], cwd=tmp_path, start_new_session=True, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120

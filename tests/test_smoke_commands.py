@@ -51,7 +51,7 @@ SMALLEST = {"--quick": None, "--repeats": "1", "--no-backward": None, "--max-tok
             "--dry-run": None}     # `full`: its plan only (the real run is hours; tests/test_full.py runs it faked)
 SHORT_TIMEOUT = {"--connect-timeout": ("5", "--address")}
 # Options that name what a command writes (never a missing input).
-OUTPUT_DESTS = {"json", "results", "out"}
+OUTPUT_DESTS = {"json", "results", "page_dir"}
 # Cases no document shows but issue 25 asks for: a cluster address where nothing listens, a CUDA
 # device on a machine without one. Each must be refused at once, in one line.
 EXTRA = ("train scale-vs-dk --quick --backend ray --address 127.0.0.1:1",

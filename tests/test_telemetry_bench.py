@@ -91,24 +91,24 @@ def test_monitor_layers_aggregate_the_heads():
 def test_an_unavailable_device_is_one_line_and_exit_2(device, expected, capsys, tmp_path):
     if device == "cuda" and torch.cuda.is_available():
         pytest.skip("this machine has a CUDA GPU")
-    code = main(["telemetry-bench", "--device", device, "--no-model", "--out", str(tmp_path)])
+    code = main(["telemetry-bench", "--device", device, "--no-model", "--results", str(tmp_path)])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and expected in err, err
     assert not any(tmp_path.iterdir())
 
 
 def test_markdown_without_a_result_says_which_command_makes_it(capsys, tmp_path):
-    assert main(["telemetry-bench", "--markdown", "--out", str(tmp_path)]) == 2
+    assert main(["telemetry-bench", "--markdown", "--results", str(tmp_path)]) == 2
     assert "no telemetry result here yet, full, quick or reference (attnscale telemetry-bench)" in capsys.readouterr().err
 
 
 def test_markdown_renders_a_written_result(envelope, capsys):
-    assert main(["telemetry-bench", "--markdown", "--out", str(envelope.path.parents[1])]) == 0
+    assert main(["telemetry-bench", "--markdown", "--results", str(envelope.path.parents[1])]) == 0
     assert capsys.readouterr().out.strip() == format_markdown(envelope)
 
 
 def test_the_readme_shows_what_the_committed_result_renders():
-    """README "Measured here" is generated: `attnscale telemetry-bench --markdown --out docs/results`."""
+    """README "Measured here" is generated: `attnscale telemetry-bench --markdown --results docs/results`."""
     repo = Path(__file__).parents[1]
     env = results.read("telemetry", path=repo / "docs" / "results" / "telemetry" / "result.json")
     relative = dataclasses.replace(env, path=env.path.relative_to(repo))   # as the command run there names it

@@ -10,9 +10,9 @@ claims whose ids start with given prefixes, e.g. ``("S5", "S7.2")``) and returns
 claim results, and in ``data`` the series the report's figures draw, so that nothing is recomputed
 when rendering. The library never prints; pass ``progress(done, total, label)`` to follow a run.
 
-What each claim states (chapter, English and Chinese, the number the seed prints, the method) is
-written once, in the register ``claims.toml``; the groups compute the rest and build each row with
-:func:`attnscale.claims.register.claim`.
+The non-word fields of each claim (chapter, method, the number the seed prints) are in
+the register ``attnscale.claims.register.REGISTER``; each group states its claims in English where it
+builds the row with :func:`attnscale.claims.register.claim` (the Chinese is in ``i18n/zh.po``).
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ import numpy as np
 
 from attnscale.claims.context import Context
 from attnscale.claims.register import claim
-from attnscale.claims.result import interval_text, judge_below, judge_falling, judge_printed, per_n
+from attnscale.claims.result import clauses, interval_text, judge_below, judge_falling, judge_printed, per_n
+from attnscale.i18n import N_, _
 from attnscale.claims.saturation import D_KS as ROW_D_KS, NS as ROW_NS, ci, simulate_rows
 from attnscale.montecarlo import mean_ci
 from attnscale.scales import SSMAX_DEFAULT_S
@@ -68,34 +69,36 @@ def _phase(ctx: Context) -> None:
             asym = rem_normalized_entropy(sigma, n)
             at[n][ratio] = (mean_ci(h, conf), mean_ci(h - asym, conf), asym)
     grid["at_boundary_multiples"] = {str(n): {str(r): {"mc": e.value, "mc_ci": [e.ci_low, e.ci_high], "asymptote": a}
-                                              for r, (e, _, a) in at[n].items()} for n in PHASE_NS}
+                                              for r, (e, _gap, a) in at[n].items()} for n in PHASE_NS}
 
     # S8.1: the asymptote gets better with n at σ = σ_c/2, and is far off at the boundary.
     small, large = at[PHASE_NS[0]][0.5][1], at[PHASE_NS[-1]][0.5][1]
     ctx.add(claim(
-        "S8.1",
-        expected=f"at σ = σ_c/2 the gap MC − asymptote of H/ln n is smaller at n = {PHASE_NS[-1]} than at n = {PHASE_NS[0]} "
-                 f"({ctx.level} CIs of |gap| separated)",
-        measured="; ".join(f"σ={where}: " + per_n({n: f"{at[n][r][0].value:.3f} vs {at[n][r][2]:.3f}" for n in PHASE_NS},
-                                                  sep=", ") for where, r in (("σ_c/2", 0.5), ("σ_c", 1.0))),
+        "S8.1", N_("softmax of n iid logits of spread σ: entropy ≈ ln n − σ²/2 below σ_c = √(2 ln n) (an asymptote in n)"),
+        expected=lambda lang: _("at σ = σ_c/2 the gap MC − asymptote of H/ln n is smaller at n = {large} than at n = {small} ({level} CIs of |gap| separated)", lang, large=PHASE_NS[-1], small=PHASE_NS[0],
+                                level=ctx.level),
+        measured=lambda lang: clauses(
+            (f"σ={where}: " + per_n({n: _("{mc:.3f} vs {asymptote:.3f}", lang, mc=at[n][r][0].value,
+                                          asymptote=at[n][r][2]) for n in PHASE_NS}, lang, ",")
+             for where, r in (("σ_c/2", 0.5), ("σ_c", 1.0))), lang),
         estimate=large.value, ci_low=large.ci_low, ci_high=large.ci_high, n_samples=grid["rows"][str(PHASE_NS[-1])],
         verdict=judge_below(_abs_interval(large.ci_low, large.ci_high), _abs_interval(small.ci_low, small.ci_high)),
-        note="H/ln n, mean over rows; near the boundary the asymptote (0 at σ_c) is far off at practical n: "
-             "its O(1) corrections are not small against ln n"))
+        note=lambda lang: _("H/ln n, mean over rows; near the boundary the asymptote (0 at σ_c) is far off at practical n: its O(1) corrections are not small against ln n", lang)))
 
     # S8.2: frozen beyond the boundary: H/ln n at σ = 2σ_c falls toward 0 as n grows.
     frozen = [at[n][2.0][0] for n in PHASE_NS]
     falls = judge_below((frozen[-1].ci_low, frozen[-1].ci_high), (frozen[0].ci_low, frozen[0].ci_high))
     d_frozen = {n: math.floor(2 * math.log(n)) + 1 for n in ROW_NS}
     ctx.add(claim(
-        "S8.2",
-        expected=f"H/ln n at σ = 2σ_c is lower at n = {PHASE_NS[-1]} than at n = {PHASE_NS[0]} ({ctx.level} CIs separated): "
-                 "the entropy stays O(1) nats while ln n grows",
-        measured=per_n({n: interval_text(e.value, e.ci_low, e.ci_high) for n, e in zip(PHASE_NS, frozen)}, sep=", ")
-                 + "; d_k > 2 ln n means d_k ≥ " + ", ".join(f"{d} (n={n})" for n, d in d_frozen.items()),
+        "S8.2", N_("beyond σ_c = √(2 ln n) the softmax is frozen: unscaled attention on random inputs freezes once d_k > 2 ln n"),
+        expected=lambda lang: _("H/ln n at σ = 2σ_c is lower at n = {large} than at n = {small} ({level} CIs separated): the entropy stays O(1) nats while ln n grows", lang, large=PHASE_NS[-1],
+                                small=PHASE_NS[0], level=ctx.level),
+        measured=lambda lang: _("{intervals}; d_k > 2 ln n means d_k ≥ {frozen}", lang, intervals=per_n(
+            {n: interval_text(e.value, e.ci_low, e.ci_high) for n, e in zip(PHASE_NS, frozen)}, lang, ","),
+            frozen=clauses((_("{d_k} (n={n})", lang, d_k=d, n=n) for n, d in d_frozen.items()), lang, ",")),
         estimate=frozen[-1].value, ci_low=frozen[-1].ci_low, ci_high=frozen[-1].ci_high,
         n_samples=grid["rows"][str(PHASE_NS[-1])], verdict=falls,
-        note="σ ≈ √d_k for unscaled logits of Gaussian q, k: every practical d_k (64, 128) is deep in the frozen phase"))
+        note=lambda lang: _("σ ≈ √d_k for unscaled logits of Gaussian q, k: every practical d_k (64, 128) is deep in the frozen phase", lang)))
 
 
 def _abs_interval(lo: float, hi: float) -> tuple[float, float]:
@@ -126,10 +129,11 @@ def _ssmax(ctx: Context) -> None:
         verdicts.append(judge_printed(text, e)[0] == "holds" and abs(float_value - float(e)) < 1e-12)
         measured[n] = f"{float(e):.6g}"
     ctx.add(claim(
-        "S8.4", weights=list(SSMAX_FIGURE.values()),
-        expected="e³/(e³ + (n − 1)e⁻²) rounds to the printed values",
-        measured=per_n(measured) + " (attnscale.softmax agrees to 1e-12)",
-        verdict="holds" if all(verdicts) else "fails", note="numbers from Nakanishi 2025, not from the seed"))
+        "S8.4", N_("Scalable-Softmax Fig. 1: logits all −2 but one +3; softmax max weight {weights[0]}, {weights[1]}, {weights[2]}, {weights[3]} at n = 10, 100, 1000, 10⁵"), weights=list(SSMAX_FIGURE.values()),
+        expected=lambda lang: _("e³/(e³ + (n − 1)e⁻²) rounds to the printed values", lang),
+        measured=lambda lang: _("{values} (attnscale.softmax agrees to 1e-12)", lang, values=per_n(measured, lang)),
+        verdict="holds" if all(verdicts) else "fails",
+        note=lambda lang: _("numbers from Nakanishi 2025, not from the seed", lang)))
     ss = {n: ssmax_one_high_max_weight(n, SSMAX_S) for n in SSMAX_FIGURE}
     ss_lib = [series["ssmax"][ns.index(n)] for n in SSMAX_FIGURE if n in ns]
     # "does not decay": non-decreasing over the whole grid n = 10 … 10⁵ (17 points), not only ≥ 0.9
@@ -138,10 +142,11 @@ def _ssmax(ctx: Context) -> None:
     ok = all(v >= 0.9 for v in curve) and min(steps) >= 0 and all(
         abs(a - ssmax_one_high_max_weight(n, SSMAX_S)) < 1e-12 for a, n in zip(ss_lib, [n for n in SSMAX_FIGURE if n in ns]))
     ctx.add(claim(
-        "S8.5", s=f"{SSMAX_S:g}",
-        expected=f"max weight ≥ 0.9 at n = 10 … 10⁵, and it does not decay (non-decreasing over {len(ns)} n)",
-        measured=per_n({n: f"{v:.4f}" for n, v in ss.items()})
-                 + f"; minimum {min(curve):.4f}; smallest step between neighbouring n {min(steps):+.2e}",
+        "S8.5", N_("with SSMax (logits × s·ln n, s = {s}) the max weight stays near 1 as n grows"), s=f"{SSMAX_S:g}",
+        expected=lambda lang: _("max weight ≥ 0.9 at n = 10 … 10⁵, and it does not decay (non-decreasing over {count} n)", lang, count=len(ns)),
+        measured=lambda lang: _("{values}; minimum {minimum:.4f}; smallest step between neighbouring n {step:+.2e}",
+                                lang, values=per_n({n: f"{v:.4f}" for n, v in ss.items()}, lang), minimum=min(curve),
+                                step=min(steps)),
         verdict="holds" if ok else "fails"))
 
 
@@ -152,8 +157,9 @@ def _keys_not_dk(ctx: Context) -> None:
     falls = judge_falling(ci(m) for m in med)
     ent = [sim["by_n"][str(n)]["scaled"]["normalized_entropy"][last]["median"] for n in ROW_NS]
     ctx.add(claim(
-        "S8.3",
-        expected=f"scaled, d_k = 4096: median max weight falls as n grows ({ctx.level} CIs separated); H/ln n ≈ 1 − 1/(2 ln n)",
-        measured=per_n({n: f"max weight {m['median']:.4f}, H/ln n {h:.3f} (asymptote {rem_normalized_entropy(1.0, n):.3f})"
-                        for n, m, h in zip(ROW_NS, med, ent)}),
+        "S8.3", N_("√d_k removes the dependence on d_k, not on the number of keys n: scaled rows still change with n"),
+        expected=lambda lang: _("scaled, d_k = 4096: median max weight falls as n grows ({level} CIs separated); H/ln n ≈ 1 − 1/(2 ln n)", lang, level=ctx.level),
+        measured=lambda lang: per_n({n: _("max weight {max_weight:.4f}, H/ln n {entropy:.3f} (asymptote {asymptote:.3f})", lang, max_weight=m["median"], entropy=h,
+                                          asymptote=rem_normalized_entropy(1.0, n))
+                                     for n, m, h in zip(ROW_NS, med, ent)}, lang),
         verdict=falls, n_samples=sim["rows"]))

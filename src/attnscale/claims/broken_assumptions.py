@@ -19,7 +19,8 @@ import numpy as np
 from attnscale.claims.context import Context
 from attnscale.claims.iid_variance import CHUNK_ELEMENTS, bonferroni_level, margin_text, widened
 from attnscale.claims.register import claim
-from attnscale.claims.result import interval_text, judge_all, judge_equal, level_text
+from attnscale.claims.result import clauses, interval_text, judge_all, judge_equal, level_text
+from attnscale.i18n import N_, _
 from attnscale.montecarlo import adaptive_means, batch_plan, prefix_dots
 from attnscale.theory import dot_mean, dot_variance, symbolic_dot_variance, symbolic_gaussian_product_variance
 
@@ -28,8 +29,7 @@ D_KS = (64, 512)
 
 @dataclass(frozen=True)
 class Case:
-    name: str
-    name_zh: str
+    name: str                     # an N_ message: translated where shown
     mu_q: float = 0.0
     var_q: float = 1.0
     mu_k: float = 0.0
@@ -42,11 +42,13 @@ class Case:
 
 
 CASES = (
-    Case("non-zero means", "均值不为 0", mu_q=0.5, mu_k=0.5),
-    Case("variances ≠ 1", "方差不为 1", var_q=4.0, var_k=0.5),
-    Case("correlated q and k", "q 与 k 相关", cov=0.5),
-    Case("all three", "三者兼有", mu_q=0.5, var_q=2.0, mu_k=-0.5, var_k=1.0, cov=0.5),
+    Case(N_("non-zero means"), mu_q=0.5, mu_k=0.5),
+    Case(N_("variances ≠ 1"), var_q=4.0, var_k=0.5),
+    Case(N_("correlated q and k"), cov=0.5),
+    Case(N_("all three"), mu_q=0.5, var_q=2.0, mu_k=-0.5, var_k=1.0, cov=0.5),
 )
+# S3.3–S3.6: one per case of CASES, in its order
+CASE_CLAIM = N_("{case} ({params}): Var(q·k) follows the general formula, not d_k")
 
 
 def run(ctx: Context) -> None:
@@ -75,41 +77,53 @@ def run(ctx: Context) -> None:
         verdicts = [r["verdict"] for r in mine]
         big = mine[-1]
         margin = ctx.config.margin
+        mean_grows = case.mu_q * case.mu_k + case.cov != 0     # a non-zero mean of q·k survives ÷√d_k
+
+        def note(lang: str) -> str:
+            text = (_("the iid value d_k is outside the {level} intervals", lang, level=ctx.level)
+                    if all(r["excludes_iid"] for r in mine) else
+                    _("the iid value d_k is not excluded by the {level} intervals", lang, level=ctx.level))
+            if not mean_grows:
+                return text
+            return _("{note}; mean of q·k/√d_k at d_k={d_k}: {mean:g} (grows as √d_k)", lang, note=text,
+                     d_k=big["d_k"], mean=big["scaled_mean"])
+
         ctx.add(claim(
-            f"S3.{i}", case={"en": case.name, "zh": case.name_zh}, params=case.describe(),
-            expected="; ".join(f"d_k={r['d_k']}: {r['formula']:g} (iid: {r['d_k']})" for r in mine)
-                     + f" inside the interval at the Bonferroni level "
-                       f"{level_text(judged_at)} over all {n_tests}, "
-                       f"the interval within formula·(1 ± {margin:.0%}) (equivalence margin)",
-            measured="; ".join(f"d_k={r['d_k']}: {interval_text(r['estimate'], r['ci_low'], r['ci_high'], '.4g')} "
-                               f"({ctx.level})" for r in mine)
-                     + f"; after ÷√d_k: {big['scaled_variance']:.3f} (formula {big['scaled_variance_formula']:g}, not 1); "
-                     + margin_text(verdicts, [r["judged_ci"] for r in mine], [r["formula"] for r in mine],
-                                   [f"d_k = {r['d_k']}" for r in mine], margin),
+            f"S3.{i}", CASE_CLAIM, case=lambda lang: _(case.name, lang), params=case.describe(),
+            expected=lambda lang: _(
+                "{formulas} inside the interval at the Bonferroni level {judged_at} over all {n_tests}, the interval within formula·(1 ± {margin:.0%}) (equivalence margin)", lang,
+                formulas=clauses((_("d_k={d_k}: {formula:g} (iid: {iid})", lang, d_k=r["d_k"], formula=r["formula"],
+                                    iid=r["d_k"]) for r in mine), lang),
+                judged_at=level_text(judged_at), n_tests=n_tests, margin=margin),
+            measured=lambda lang: _(
+                "{estimates}; after ÷√d_k: {scaled:.3f} (formula {formula:g}, not 1); {margin_text}", lang,
+                estimates=clauses((_("d_k={d_k}: {interval} ({level})", lang, d_k=r["d_k"], level=ctx.level,
+                                     interval=interval_text(r["estimate"], r["ci_low"], r["ci_high"], ".4g"))
+                                   for r in mine), lang),
+                scaled=big["scaled_variance"], formula=big["scaled_variance_formula"],
+                margin_text=margin_text(verdicts, [r["judged_ci"] for r in mine], [r["formula"] for r in mine],
+                                        [f"d_k = {r['d_k']}" for r in mine], margin, lang)),
             # the interval stored is the one judged: d_k = 512's at the Bonferroni level
             estimate=big["estimate"], ci_low=big["judged_ci"][0], ci_high=big["judged_ci"][1],
             ci_level=judged_at, n_samples=big["n_samples"],
-            verdict=judge_all(verdicts), margin=margin,
-            note=f"the iid value d_k is {'outside' if all(r['excludes_iid'] for r in mine) else 'not excluded by'} "
-                 f"the {ctx.level} intervals"
-                 # a non-zero mean of q·k (μ_qμ_k + c ≠ 0) survives ÷√d_k
-                 + (f"; mean of q·k/√d_k at d_k={big['d_k']}: {big['scaled_mean']:g} (grows as √d_k)"
-                    if case.mu_q * case.mu_k + case.cov != 0 else "")))
+            verdict=judge_all(verdicts), margin=margin, note=note))
     ctx.tick("broken assumptions by Monte Carlo")
 
 
 def _symbolic(ctx: Context) -> None:
     var3, formula3, diff3 = symbolic_dot_variance(3)
     ctx.add(claim(
-        "S3.1",
-        expected="E[S²] − (E S)² − formula = 0 (d_k = 3, symbols)",
-        measured=f"Var = {var3}; difference {diff3}", verdict="holds" if diff3 == 0 else "fails"))
+        "S3.1", N_("independent components with means μ, variances σ²: Var(q·k) = d_k(σ_q²σ_k² + μ_q²σ_k² + μ_k²σ_q²)"),
+        expected=lambda lang: _("E[S²] − (E S)² − formula = 0 (d_k = 3, symbols)", lang),
+        measured=lambda lang: _("Var = {variance}; difference {difference}", lang, variance=var3, difference=diff3),
+        verdict="holds" if diff3 == 0 else "fails"))
     var, formula, diff = symbolic_gaussian_product_variance()
     ctx.add(claim(
-        "S3.2",
-        expected="from the moment generating function; difference 0",
-        measured=f"Var = {var}; difference {diff}", verdict="holds" if diff == 0 else "fails",
-        note="pairs (qᵢ, kᵢ) independent across i, so Var(q·k) = d_k·Var(qᵢkᵢ)"))
+        "S3.2", N_("jointly Gaussian qᵢ, kᵢ with covariance c: Var(qᵢkᵢ) = σ_q²σ_k² + c² + μ_q²σ_k² + μ_k²σ_q² + 2μ_qμ_k c"),
+        expected=lambda lang: _("from the moment generating function; difference 0", lang),
+        measured=lambda lang: _("Var = {variance}; difference {difference}", lang, variance=var, difference=diff),
+        verdict="holds" if diff == 0 else "fails",
+        note=lambda lang: _("pairs (qᵢ, kᵢ) independent across i, so Var(q·k) = d_k·Var(qᵢkᵢ)", lang)))
 
 
 def _measure(ctx: Context, case: Case):

@@ -19,7 +19,8 @@ import numpy as np
 
 from attnscale.claims.context import Context
 from attnscale.claims.register import claim
-from attnscale.claims.result import by_n_note, interval_text, judge_all, judge_at_most, judge_below, per_n
+from attnscale.claims.result import by_n_note, clauses, interval_text, judge_all, judge_at_most, judge_below, per_n
+from attnscale.i18n import N_, _
 from attnscale.claims.saturation import MODES, NEARLY_ALL, draw_logits
 from attnscale.montecarlo import quantile_ci
 from attnscale.softmax_rows import row_health, softmax
@@ -28,6 +29,7 @@ from attnscale.theory import COMPONENTS, dot_square_variance
 NS = (3, 16, 128)
 SMALL_D_K = 4
 BARELY = 0.1   # "barely changes": at most 10% of the attention moves, entropy moves by ≤ 0.1·ln n (median row)
+MODE_NAME = {"unscaled": N_("unscaled", "mode"), "scaled": N_("scaled", "mode")}   # saturation.MODES, as said
 
 
 def _paired_change(ctx: Context, d_k: int, n: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
@@ -49,12 +51,13 @@ def run(ctx: Context) -> None:
     dh = {key: quantile_ci(v[1], 0.5, conf) for key, v in change.items()}
     less = {n: judge_below(tv[(SMALL_D_K, n)][1:], tv[(64, n)][1:]) for n in NS}
     ctx.add(claim(
-        "S7.1",
-        expected=f"median TV(softmax(s), softmax(s/√d_k)) at d_k = 4 below that at d_k = 64 ({ctx.level} CIs separated), "
-                 f"n = {ns}",
-        measured=per_n({n: f"{tv[(SMALL_D_K, n)][0]:.3f} vs {tv[(64, n)][0]:.3f}" for n in NS}),
+        "S7.1", N_("scaling matters less at small d_k: at d_k = 4 it moves far less attention than at d_k = 64"),
+        expected=lambda lang: _("median TV(softmax(s), softmax(s/√d_k)) at d_k = 4 below that at d_k = 64 ({level} CIs separated), n = {ns}", lang, level=ctx.level, ns=ns),
+        measured=lambda lang: per_n({n: _("{small:.3f} vs {large:.3f}", lang, small=tv[(SMALL_D_K, n)][0],
+                                          large=tv[(64, n)][0]) for n in NS}, lang),
         verdict=judge_all(less.values()), n_samples=rows,
-        note=by_n_note(less, "") + "; TV = ½Σ|p − p′|, the share of attention that moves; Gaussian q, k"))
+        note=lambda lang: _("{by_n}; TV = ½Σ|p − p′|, the share of attention that moves; Gaussian q, k", lang,
+                            by_n=by_n_note(less, lang))))
 
     # S7.2: the seed's words — no saturation at d_k = 4, unscaled or scaled.
     health = {(n, mode): row_health(draw_logits(ctx.rng(f"faq behaves well n={n} {mode}"), rows, n, SMALL_D_K, mode),
@@ -64,33 +67,33 @@ def run(ctx: Context) -> None:
     well = {n: judge_all(judge_at_most(*top[(n, mode)][1:], NEARLY_ALL) for mode in MODES) for n in NS}
     worst = max(top, key=lambda key: top[key][0])
     ctx.add(claim(
-        "S7.2",
-        expected=f"'behaves well' read as: not saturated — median max weight ≤ {NEARLY_ALL:g} ({ctx.level} CI at or below "
-                 f"S5.2's 'nearly all' line), unscaled and scaled, at d_k = {SMALL_D_K}, n = {ns}",
-        measured=per_n({n: f"max weight unscaled {interval_text(*top[(n, 'unscaled')])}, "
-                           f"scaled {interval_text(*top[(n, 'scaled')])}; "
-                           f"H/ln n {ent[(n, 'unscaled')][0]:.3f} / {ent[(n, 'scaled')][0]:.3f}" for n in NS}),
+        "S7.2", N_("when d_k is small (e.g. 4) scaling is not very important: softmax behaves well either way (no saturation)"),
+        expected=lambda lang: _("'behaves well' read as: not saturated — median max weight ≤ {line:g} ({level} CI at or below S5.2's 'nearly all' line), unscaled and scaled, at d_k = {d_k}, n = {ns}",
+                                lang, line=NEARLY_ALL, level=ctx.level, d_k=SMALL_D_K, ns=ns),
+        measured=lambda lang: per_n({n: _("max weight unscaled {unscaled}, scaled {scaled}; H/ln n {entropy_unscaled:.3f} / {entropy_scaled:.3f}", lang,
+                                          unscaled=interval_text(*top[(n, "unscaled")]),
+                                          scaled=interval_text(*top[(n, "scaled")]),
+                                          entropy_unscaled=ent[(n, "unscaled")][0], entropy_scaled=ent[(n, "scaled")][0])
+                                     for n in NS}, lang),
         estimate=top[worst][0], ci_low=top[worst][1], ci_high=top[worst][2], n_samples=rows,
         verdict=judge_all(well.values()),
-        note=by_n_note(well, f"an interval straddles {NEARLY_ALL:g}")
-             + f"; the interval shown is the largest median (n = {worst[0]}, {worst[1]}); each mode its own rows; "
-               "the seed's example (one score, 1 → 0.5) has no softmax to compare; how much scaling changes the "
-               "rows is S7.4"))
+        note=lambda lang: _("{by_n}; the interval shown is the largest median (n = {n}, {mode}); each mode its own rows; the seed's example (one score, 1 → 0.5) has no softmax to compare; how much scaling changes the rows is S7.4", lang, n=worst[0], mode=_(MODE_NAME[worst[1]], lang),
+                            by_n=by_n_note(well, lang, _("an interval straddles {line:g}", lang, line=NEARLY_ALL)))))
 
     # S7.4: the stronger reading — the rows barely change.
     barely = {n: judge_all([judge_at_most(*tv[(SMALL_D_K, n)][1:], BARELY), judge_at_most(*dh[(SMALL_D_K, n)][1:], BARELY)])
               for n in NS}
     ctx.add(claim(
-        "S7.4",
-        expected=f"'about the same' read as: median TV distance ≤ {BARELY:g} and median |ΔH|/ln n ≤ {BARELY:g} "
-                 f"({ctx.level} CIs), the same rows with and without ÷√4, n = {ns}",
-        measured=per_n({n: f"TV {interval_text(*tv[(SMALL_D_K, n)])}, |ΔH|/ln n {interval_text(*dh[(SMALL_D_K, n)])}"
-                        for n in NS}),
+        "S7.4", N_("a stronger reading of the FAQ: at small d_k (4) softmax behaves about the same with or without scaling"),
+        expected=lambda lang: _("'about the same' read as: median TV distance ≤ {line:g} and median |ΔH|/ln n ≤ {line:g} ({level} CIs), the same rows with and without ÷√4, n = {ns}", lang,
+                                line=BARELY, level=ctx.level, ns=ns),
+        measured=lambda lang: per_n({n: _("TV {tv}, |ΔH|/ln n {dh}", lang, tv=interval_text(*tv[(SMALL_D_K, n)]),
+                                          dh=interval_text(*dh[(SMALL_D_K, n)])) for n in NS}, lang),
         estimate=tv[(SMALL_D_K, NS[1])][0], ci_low=tv[(SMALL_D_K, NS[1])][1], ci_high=tv[(SMALL_D_K, NS[1])][2],
         n_samples=rows, verdict=judge_all(barely.values()),
-        note=by_n_note(barely, f"an interval straddles {BARELY:g}")
-             + f"; the interval shown is the TV distance at n = {NS[1]}; at d_k = 4 scaling halves the logits' spread. "
-               "Not the seed's words (表现良好, 'behaves well', is S7.2): the English 'about the same' says more"))
+        note=lambda lang: _("{by_n}; the interval shown is the TV distance at n = {n}; at d_k = 4 scaling halves the logits' spread. "
+                            "Not the seed's words (表现良好, 'behaves well', is S7.2): the English 'about the same' says more", lang, n=NS[1],
+                            by_n=by_n_note(barely, lang, _("an interval straddles {line:g}", lang, line=BARELY)))))
     ctx.tick("small d_k")
     _error_shrinks(ctx)
     ctx.tick("1/√samples")
@@ -132,9 +135,10 @@ def _error_shrinks(ctx: Context) -> None:
     slope = float(np.polyfit(np.log(sizes), np.log(rms), 1)[0])
     ctx.data["error_vs_samples"] = {"d_k": d_k, "replicates": replicates, "points": series, "slope": slope}
     ctx.add(claim(
-        "S7.3",
-        expected=f"RMS error = √(Var((q·k)²)/N) = {sd_one:.1f}/√N at d_k = 64 (each within its {ctx.level} χ² band), slope −0.5",
-        measured="; ".join(f"N={s['n_samples']}: {s['rms_error']:.3g} (pred {s['predicted']:.3g})" for s in series)
-                 + f"; fitted slope {slope:.3f}",
+        "S7.3", N_("Var(q·k) = d_k is exact, not approximate: the estimate's error shrinks as 1/√samples around d_k"),
+        expected=lambda lang: _("RMS error = √(Var((q·k)²)/N) = {sd:.1f}/√N at d_k = 64 (each within its {level} χ² band), slope −0.5", lang, sd=sd_one, level=ctx.level),
+        measured=lambda lang: _("{points}; fitted slope {slope:.3f}", lang, slope=slope, points=clauses(
+            (_("N={n}: {rms:.3g} (pred {predicted:.3g})", lang, n=s["n_samples"], rms=s["rms_error"],
+               predicted=s["predicted"]) for s in series), lang)),
         verdict="holds" if all(inside) else "fails", n_samples=replicates * sum(sizes),
-        note=f"{replicates} replicates per N, Gaussian components; the exactness itself is S2.1 (symbolic)"))
+        note=lambda lang: _("{replicates} replicates per N, Gaussian components; the exactness itself is S2.1 (symbolic)", lang, replicates=replicates)))

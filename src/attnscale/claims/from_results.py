@@ -23,7 +23,8 @@ import statistics
 from attnscale import results
 from attnscale.claims.context import Context
 from attnscale.claims.register import claim
-from attnscale.claims.result import judge_all
+from attnscale.claims.result import clauses, judge_all
+from attnscale.i18n import N_, _
 
 TRAIN_KINDS = ("train/scale-vs-dk", "train/lm")
 PROBE_KINDS = ("probe/minilm", "probe/smollm2")
@@ -34,16 +35,28 @@ VARIANCE_FACTOR = 1.25    # variance within [1/1.25, 1.25] counts as "variance 1
 TRAINING_VERDICTS = ("faster", "learns", "slower", "fails", "diverges")   # lm judges "faster" too
 HEAD_FIELDS = ("q_mean", "q_var", "k_mean", "k_var")            # of data["heads"] entries, as read
 VERDICT_FIELDS = ("rule", "d_k", "optimiser", "lr", "verdict")   # of analysis["verdicts"] entries, as read
+# A training verdict (TRAINING_VERDICTS) as the rows say it.
+TRAINING_VERDICT = {"faster": N_("faster", "training verdict"), "learns": N_("learns", "training verdict"),
+                    "slower": N_("slower", "training verdict"), "fails": N_("fails", "training verdict"),
+                    "diverges": N_("diverges", "training verdict")}
+
+
+def _texts(items, lang: str) -> list[str]:
+    """``items`` in ``lang``: each a text worded per language (lang → text) or a language-neutral str."""
+    return [item(lang) if callable(item) else item for item in items]
 
 
 def _read(ctx: Context, kinds) -> tuple[list[results.Envelope], list[str]]:
-    """(the envelopes found, one line per kind not usable: missing, with its command, or broken)."""
+    """(the envelopes found, one line per kind not usable: missing, with its command, or broken; each
+    worded per language or a str)."""
     found, missing = [], []
     for kind in kinds:
         try:
             found.append(results.read_preferred(kind, ctx.config.results_root))
         except results.ResultMissing:
-            missing.append(f"no {kind} result under {ctx.config.results_root} (run {results.KINDS[kind].description})")
+            missing.append(lambda lang, kind=kind: _("no {kind} result under {root} (run {command})", lang, kind=kind,
+                                                     root=ctx.config.results_root,
+                                                     command=results.KINDS[kind].description))
         except results.ResultError as err:
             missing.append(f"{kind}: {err}")
     return found, missing
@@ -53,10 +66,11 @@ def _sources(envs: list[results.Envelope]) -> list[dict] | None:
     return [{"kind": e.kind, "quick": e.quick, "created": e.created, "path": str(e.path)} for e in envs] or None
 
 
-def _provenance(envs: list[results.Envelope]) -> str:
+def _provenance(envs: list[results.Envelope], lang: str) -> str:
     """"train/scale-vs-dk (full, 2026-…); train/lm (quick — only a quick result exists, 2026-…)"."""
-    return "; ".join(f"{e.kind} ({'quick — only a quick result exists' if e.quick else 'full'}, {e.created})"
-                     for e in envs)
+    return clauses((_("{kind} (quick — only a quick result exists, {created})", lang, kind=e.kind, created=e.created)
+                    if e.quick else _("{kind} (full, {created})", lang, kind=e.kind, created=e.created)
+                    for e in envs), lang)
 
 
 # ---- training -------------------------------------------------------------------------------
@@ -69,14 +83,14 @@ def training_cells(envs: list[results.Envelope]) -> tuple[list[dict], list[str]]
     for env in envs:
         verdicts = (env.data.get("analysis") or {}).get("verdicts")
         if not isinstance(verdicts, list):
-            unusable.append(f"{env.path}: no analysis.verdicts (written by an older attnscale? rerun "
-                            f"{results.KINDS[env.kind].description})")
+            unusable.append(lambda lang, env=env: _("{path}: no analysis.verdicts (written by an older attnscale? rerun {command})", lang, path=env.path,
+                                                    command=results.KINDS[env.kind].description))
             continue
         bad = [v for v in verdicts if not isinstance(v, dict) or v.get("verdict") not in TRAINING_VERDICTS
                or any(key not in v for key in VERDICT_FIELDS)]
         if bad:
-            unusable.append(f"{env.path}: analysis.verdicts needs {VERDICT_FIELDS} with a verdict among "
-                            f"{TRAINING_VERDICTS} in every entry, e.g. not {bad[0]!r}")
+            unusable.append(lambda lang, env=env, bad=bad: _(
+                "{path}: analysis.verdicts needs {fields} with a verdict among {verdicts} in every entry, e.g. not {bad}", lang, path=env.path, fields=VERDICT_FIELDS, verdicts=TRAINING_VERDICTS, bad=repr(bad[0])))
             continue
         reference = {(v["d_k"], v["optimiser"], v["lr"]): v["verdict"] for v in verdicts if v.get("rule") == SCALED}
         for v in verdicts:
@@ -87,38 +101,58 @@ def training_cells(envs: list[results.Envelope]) -> tuple[list[dict], list[str]]
     return cells, unusable
 
 
-def _cell_text(c: dict) -> str:
-    agree = "" if c.get("seeds_agreeing") == c.get("seeds") else f", {c.get('seeds_agreeing')}/{c.get('seeds')} seeds agree"
-    return f"d_k={c['d_k']} {c['optimiser']} lr={c['lr']:g}: {c['verdict']}{agree}"
+def _cell_text(c: dict, lang: str) -> str:
+    verdict = _(TRAINING_VERDICT[c["verdict"]], lang)
+    if c.get("seeds_agreeing") == c.get("seeds"):
+        return _("d_k={d_k} {optimiser} lr={lr:g}: {verdict}", lang, d_k=c["d_k"], optimiser=c["optimiser"],
+                 lr=c["lr"], verdict=verdict)
+    return _("d_k={d_k} {optimiser} lr={lr:g}: {verdict}, {agreeing}/{seeds} seeds agree", lang, d_k=c["d_k"],
+             optimiser=c["optimiser"], lr=c["lr"], verdict=verdict, agreeing=c.get("seeds_agreeing"),
+             seeds=c.get("seeds"))
 
 
-def _training_claim(ctx: Context, cid: str, supports: set, contradicts: set, reading: str, envs, missing, cells,
-                    unusable) -> None:
+def _training_claim(ctx: Context, cid: str, statement: str, supports: set, contradicts: set, reading, envs, missing,
+                    cells, unusable) -> None:
     kinds = ", ".join(TRAIN_KINDS)
     evidence = [c for c in cells if c["reference"] in (None, "learns")]
     excluded = len(cells) - len(evidence)
     counts = {v: sum(c["verdict"] == v for c in evidence) for v in TRAINING_VERDICTS}
+    quick = any(e.quick for e in envs)
+
+    def measured(lang: str) -> str:
+        if not evidence and (not envs or unusable):
+            text = _("no training verdicts to judge from: {why}", lang, why=clauses(_texts(missing + unusable, lang), lang))
+        elif not evidence:
+            text = _("no unscaled cell at d_k ≥ {large} where 1/√d_k learns ({excluded} cells where it does not learn either)", lang, large=LARGE_D_K, excluded=excluded)
+        else:
+            text = _("{count} unscaled cells at d_k ≥ {large}: {counts} — {cells}", lang, count=len(evidence),
+                     large=LARGE_D_K,
+                     counts=clauses((_("{n} {verdict}", lang, n=n, verdict=_(TRAINING_VERDICT[v], lang))
+                                     for v, n in counts.items() if n), lang, ","),
+                     cells=clauses((f"{c['kind']} {_cell_text(c, lang)}" for c in evidence), lang))
+        return _("quick results: {measured}", lang, measured=text) if quick else text
+
+    def note(lang: str) -> str:
+        parts = [_("read from {sources}", lang, sources=_provenance(envs, lang)) if envs else
+                 _("no training results", lang)]
+        if excluded:
+            parts.append(_("{excluded} cells left out: 1/√d_k does not learn there either", lang, excluded=excluded))
+        if missing and envs:
+            parts += _texts(missing, lang)
+        if quick:
+            parts.append(_("quick runs are short: run the full sweep before relying on this", lang))
+        return clauses(parts, lang)
+
     if not evidence:
         verdict = "inconclusive"
-        measured = ("no training verdicts to judge from: " + "; ".join(missing + unusable)) if not envs or unusable \
-            else (f"no unscaled cell at d_k ≥ {LARGE_D_K} where 1/√d_k learns "
-                  f"({excluded} cells where it does not learn either)")
     else:
         verdict = judge_all("fails" if c["verdict"] in contradicts else "holds" if c["verdict"] in supports
                             else "inconclusive" for c in evidence)
-        measured = (f"{len(evidence)} unscaled cells at d_k ≥ {LARGE_D_K}: "
-                    + ", ".join(f"{n} {v}" for v, n in counts.items() if n)
-                    + " — " + "; ".join(f"{c['kind']} {_cell_text(c)}" for c in evidence))
-    quick = any(e.quick for e in envs)
     ctx.add(claim(
-        cid,
-        expected=f"{reading}; judged on every unscaled cell at d_k ≥ {LARGE_D_K} of {kinds} whose setting "
-                 "(d_k, optimiser, learning rate) lets 1/√d_k learn",
-        measured=("quick results: " if quick else "") + measured, verdict=verdict, sources=_sources(envs),
-        note=(f"read from {_provenance(envs)}" if envs else "no training results")
-             + (f"; {excluded} cells left out: 1/√d_k does not learn there either" if excluded else "")
-             + ("; " + "; ".join(missing) if missing and envs else "")
-             + ("; quick runs are short: run the full sweep before relying on this" if quick else "")))
+        cid, statement,
+        expected=lambda lang: _("{reading}; judged on every unscaled cell at d_k ≥ {large} of {kinds} whose setting (d_k, optimiser, learning rate) lets 1/√d_k learn", lang, reading=reading(lang),
+                                large=LARGE_D_K, kinds=kinds),
+        measured=measured, verdict=verdict, sources=_sources(envs), note=note))
 
 
 # ---- probes ---------------------------------------------------------------------------------
@@ -139,79 +173,94 @@ def _normalised_claim(ctx: Context, envs, missing) -> None:
         heads = env.data["heads"]
         if not isinstance(heads, list) or any(not isinstance(h, dict) or any(f not in h for f in HEAD_FIELDS)
                                               for h in heads):
-            missing.append(f"{env.path}: data.heads needs {HEAD_FIELDS} in every head")
+            missing.append(lambda lang, env=env: _("{path}: data.heads needs {fields} in every head", lang,
+                                                   path=env.path, fields=HEAD_FIELDS))
             continue
         met = sum(_normalised(h) for h in heads)
         per[_model_name(env)] = (met, len(heads), env.quick,
                                  statistics.median(h["q_var"] for h in heads) if heads else math.nan,
                                  statistics.median(h["k_var"] for h in heads) if heads else math.nan)
     parts = {m: ("holds" if met / total >= 0.5 else "fails") if total else "inconclusive"
-             for m, (met, total, *_) in per.items()}
+             for m, (met, total, *_rest) in per.items()}
+
+    def model_text(lang: str, model: str, met: int, total: int, quick: bool, var_q: float, var_k: float) -> str:
+        values = dict(model=model, met=met, total=total, share=met / total, var_q=var_q, var_k=var_k)
+        if quick:
+            return _("{model} (quick): {met}/{total} heads ({share:.0%}) meet it; median Var q {var_q:.3g}, Var k {var_k:.3g}", lang, **values)
+        return _("{model}: {met}/{total} heads ({share:.0%}) meet it; median Var q {var_q:.3g}, Var k {var_k:.3g}",
+                 lang, **values)
+
+    def note(lang: str) -> str:
+        parts = [_("read from {sources}; the probe's moments are pair-weighted (each token weighted by the pairs it is in)", lang, sources=_provenance(envs, lang)) if envs else _("no probe results", lang)]
+        if missing and envs:
+            parts += _texts(missing, lang)
+        parts.append(_("the seed's statement is about inputs; q and k are projections of them, where the proof needs it", lang))
+        return clauses(parts, lang)
+
     ctx.add(claim(
-        "S10.3",
-        expected=f"in real models, at least half of the heads have q and k with |mean| ≤ {MEAN_TOLERANCE:g} and "
-                 f"variance within [{1 / VARIANCE_FACTOR:g}, {VARIANCE_FACTOR:g}] (per head, over components and "
-                 "tokens), each model",
-        measured="; ".join(f"{m}{' (quick)' if q else ''}: {met}/{total} heads ({met / total:.0%}) meet it; median "
-                           f"Var q {qv:.3g}, Var k {kv:.3g}" for m, (met, total, q, qv, kv) in per.items() if total)
-                 or "no usable probe results: " + "; ".join(missing),
-        verdict=judge_all(parts.values()) if parts else "inconclusive", sources=_sources(envs),
-        note=(f"read from {_provenance(envs)}; the probe's moments are pair-weighted (each token weighted by the "
-              "pairs it is in)" if envs else "no probe results")
-             + ("; " + "; ".join(missing) if missing and envs else "")
-             + "; the seed's statement is about inputs; q and k are projections of them, where the proof needs it"))
+        "S10.3", N_("the components of q and k are normalised to mean 0, variance 1: the standard assumption"),
+        expected=lambda lang: _("in real models, at least half of the heads have q and k with |mean| ≤ {tolerance:g} and variance within [{low:g}, {high:g}] (per head, over components and tokens), each model", lang, tolerance=MEAN_TOLERANCE, low=1 / VARIANCE_FACTOR, high=VARIANCE_FACTOR),
+        measured=lambda lang: clauses([model_text(lang, m, *row) for m, row in per.items() if row[1]], lang)
+                 or _("no usable probe results: {why}", lang, why=clauses(_texts(missing, lang), lang)),
+        verdict=judge_all(parts.values()) if parts else "inconclusive", sources=_sources(envs), note=note))
 
 
 def _dk_claim(ctx: Context, envs, missing) -> None:
-    missing = list(missing) + [f"{e.path}: data.model has no integer d_k" for e in envs
-                               if not isinstance(e.data["model"].get("d_k"), int)]
+    missing = list(missing) + [lambda lang, e=e: _("{path}: data.model has no integer d_k", lang, path=e.path)
+                               for e in envs if not isinstance(e.data["model"].get("d_k"), int)]
     models = {_model_name(e): e.data["model"]["d_k"] for e in envs if isinstance(e.data["model"].get("d_k"), int)}
     small = {m: d for m, d in models.items() if d < LARGE_D_K}
     verdict = "inconclusive" if not models else "fails" if small else "holds"
+
+    def note(lang: str) -> str:
+        if small:
+            parts = [_("{small} of {count} loaded models below {large}: {models}", lang, small=len(small),
+                       count=len(models), large=LARGE_D_K,
+                       models=clauses((f"{m} ({d})" for m, d in small.items()), lang, ","))]
+        elif models:
+            parts = [_("all {count} loaded models at or above {large}", lang, count=len(models), large=LARGE_D_K)]
+        else:
+            parts = [_("no probe results", lang)]
+        if models:
+            parts.append(_("the models probed are a sample, not a census of real Transformers", lang))
+        if missing and envs:
+            parts += _texts(missing, lang)
+        return clauses(parts, lang)
+
     ctx.add(claim(
-        "S10.4",
-        expected=f"d_k ≥ {LARGE_D_K} in every real model this project loads",
-        measured="; ".join(f"{m}: d_k = {d}" for m, d in models.items())
-                 or "no usable probe results: " + "; ".join(missing),
-        verdict=verdict, sources=_sources(envs),
-        note=(f"{len(small)} of {len(models)} loaded models below {LARGE_D_K}: "
-              + ", ".join(f"{m} ({d})" for m, d in small.items()) if small else
-              f"all {len(models)} loaded models at or above {LARGE_D_K}" if models else "no probe results")
-             + ("; the models probed are a sample, not a census of real Transformers" if models else "")
-             + ("; " + "; ".join(missing) if missing and envs else "")))
+        "S10.4", N_("in real Transformer models d_k is 64, 128 or more"),
+        expected=lambda lang: _("d_k ≥ {large} in every real model this project loads", lang, large=LARGE_D_K),
+        measured=lambda lang: clauses((f"{m}: d_k = {d}" for m, d in models.items()), lang)
+                 or _("no usable probe results: {why}", lang, why=clauses(_texts(missing, lang), lang)),
+        verdict=verdict, sources=_sources(envs), note=note))
 
 
 # ---- the paper --------------------------------------------------------------------------------
 
 def _citation_claim(ctx: Context) -> None:
     ctx.add(claim(
-        "S10.5",
-        expected="not checkable by computation: a statement about the authors' reasons; compared with what the "
-                 "paper says",
-        measured="Vaswani et al. 2017, §3.2.1: \"We suspect that for large values of d_k, the dot products grow "
-                 "large in magnitude, pushing the softmax function into regions where it has extremely small "
-                 "gradients. To counteract this effect, we scale the dot products by 1/√d_k.\" Footnote 4: "
-                 "assume the components of q and k are independent with mean 0 and variance 1; then q·k has "
-                 "mean 0 and variance d_k",
+        "S10.5", N_("the authors of 'Attention Is All You Need' chose √d_k because it is mathematically the value that keeps the scores' variance at 1"),
+        expected=lambda lang: _("not checkable by computation: a statement about the authors' reasons; compared with what the paper says", lang),
+        measured=lambda lang: _("Vaswani et al. 2017, §3.2.1: \"We suspect that for large values of d_k, the dot products grow large in magnitude, pushing the softmax function into regions where it has extremely small gradients. "
+                                "To counteract this effect, we scale the dot products by 1/√d_k.\" Footnote 4: assume the components of q and k are independent with mean 0 and variance 1; then q·k has mean 0 and variance d_k", lang),
         verdict="inconclusive",
-        note="verdict 'inconclusive' stands for 'not checkable by computation' (the nearest verdict there is). "
-             "The paper gives a suspected mechanism (small softmax gradients) and the variance argument as an "
-             "illustration in a footnote; it does not say √d_k was chosen as 'the mathematically right value'. "
-             "The computable parts are S2 (variance d_k), S4 (÷√d_k gives variance 1) and S6 (gradients)"))
+        note=lambda lang: _("verdict 'inconclusive' stands for 'not checkable by computation' (the nearest verdict there is). "
+                            "The paper gives a suspected mechanism (small softmax gradients) and the variance argument as an illustration in a footnote; it does not say √d_k was chosen as 'the mathematically right value'. "
+                            "The computable parts are S2 (variance d_k), S4 (÷√d_k gives variance 1) and S6 (gradients)", lang)))
 
 
 def run(ctx: Context) -> None:
     train, train_missing = _read(ctx, TRAIN_KINDS)
     cells, unusable = training_cells(train)
     common = dict(envs=train, missing=train_missing, cells=cells, unusable=unusable)
-    _training_claim(ctx, "S10.1", supports={"fails"}, contradicts={"faster", "learns", "slower"},
-                    reading="'learning stops' read as: the unscaled rule fails to learn (a 'fails' verdict) where "
-                            "1/√d_k learns; 'faster', 'learns' or 'slower' contradicts it, 'diverges' is another failure "
-                            "(undecided)", **common)
-    _training_claim(ctx, "S10.2", supports={"fails", "slower", "diverges"}, contradicts={"faster", "learns"},
-                    reading="'can hardly learn effectively' read as: at large d_k the unscaled rule does not learn "
-                            "as 1/√d_k does (verdict 'fails', 'diverges' or 'slower'); a 'learns' or 'faster' contradicts it",
-                    **common)
+    _training_claim(
+        ctx, "S10.1", N_("with large d_k and no scaling the gradients vanish and learning stops"),
+        supports={"fails"}, contradicts={"faster", "learns", "slower"},
+        reading=lambda lang: _("'learning stops' read as: the unscaled rule fails to learn (a 'fails' verdict) where 1/√d_k learns; 'faster', 'learns' or 'slower' contradicts it, 'diverges' is another failure (undecided)", lang), **common)
+    _training_claim(
+        ctx, "S10.2", N_("without ÷√d_k the Transformer can hardly learn effectively, especially when d_k is large"),
+        supports={"fails", "slower", "diverges"}, contradicts={"faster", "learns"},
+        reading=lambda lang: _("'can hardly learn effectively' read as: at large d_k the unscaled rule does not learn as 1/√d_k does (verdict 'fails', 'diverges' or 'slower'); a 'learns' or 'faster' contradicts it", lang), **common)
     probes, probe_missing = _read(ctx, PROBE_KINDS)
     _normalised_claim(ctx, probes, probe_missing)
     _dk_claim(ctx, probes, probe_missing)

@@ -19,7 +19,8 @@ import numpy as np
 
 from attnscale.claims.context import Context
 from attnscale.claims.register import claim
-from attnscale.claims.result import interval_text, judge_all, judge_equal, judge_rising, level_text
+from attnscale.claims.result import clauses, interval_text, judge_all, judge_equal, judge_rising, level_text
+from attnscale.i18n import N_, _
 from attnscale.montecarlo import Estimate, dot_variance_estimates, quantile_ci, t_quantile, z_quantile
 from attnscale.theory import (
     COMPONENTS, pair_mean_variance, samples_for_relative_ci, symbolic_dot_mean, symbolic_dot_square,
@@ -29,6 +30,14 @@ from attnscale.theory import (
 D_KS = tuple(2 ** i for i in range(13))          # 1 … 4096
 HIST_D_KS = (4, 64, 512)
 CHUNK_ELEMENTS = 2 ** 21                          # random numbers per draw call (16 MiB of float64)
+# S2.4–S2.7: one per component law of attnscale.theory.COMPONENTS, in its order. The same English (the
+# law is told by {how_drawn}); the Chinese names the law, so each has its claim id as its context.
+VARIANCE_CLAIMS = {
+    "gaussian": ("S2.4", N_("Var(q·k) = d_k for d_k = 1…4096, {how_drawn} components", "S2.4")),
+    "uniform": ("S2.5", N_("Var(q·k) = d_k for d_k = 1…4096, {how_drawn} components", "S2.5")),
+    "rademacher": ("S2.6", N_("Var(q·k) = d_k for d_k = 1…4096, {how_drawn} components", "S2.6")),
+    "student_t5": ("S2.7", N_("Var(q·k) = d_k for d_k = 1…4096, {how_drawn} components", "S2.7")),
+}
 
 
 def run(ctx: Context) -> None:
@@ -37,8 +46,8 @@ def run(ctx: Context) -> None:
     ctx.tick("symbolic expansion; |q·k| growth")
     families = variance_families(ctx)
     n_tests = sum(len(est) for est in families.values())
-    for i, (name, est) in enumerate(families.items(), start=4):
-        _variance_claim(ctx, f"S2.{i}", name, est, ctx.config.confidence, n_tests)
+    for name, est in families.items():
+        _variance_claim(ctx, name, est, ctx.config.confidence, n_tests)
     ctx.tick("Var(q·k) by Monte Carlo")
 
 
@@ -49,13 +58,13 @@ def _symbolic(ctx: Context) -> None:
         rows.append((d, expectation, n_terms, unit, zero))
     ok = all(e == d and n == d * d and g == d and c == d * d - d for d, e, n, g, c in rows)
     ctx.add(claim(
-        "S2.1",
-        expected="E = d_k, terms = d_k + (d_k² − d_k), for d_k = 1…8",
-        measured="; ".join(f"d_k={d}: E={e}, {n}={g}+{c}" for d, e, n, g, c in rows[::3]) + " (all 8 checked)",
+        "S2.1", N_("E[(Σᵢ qᵢkᵢ)²] = d_k: d_k diagonal terms of mean 1, d_k² − d_k cross terms of mean 0"),
+        expected=lambda lang: _("E = d_k, terms = d_k + (d_k² − d_k), for d_k = 1…8", lang),
+        measured=lambda lang: _("{rows} (all {count} checked)", lang, count=len(rows), rows=clauses(
+            (f"d_k={d}: E={e}, {n}={g}+{c}" for d, e, n, g, c in rows[::3]), lang)),
         verdict="holds" if ok else "fails",
-        note="sympy expands the square; each product of the expansion is counted by its expectation (1 or 0) "
-             "under the moment rules E x = 0, E x² = 1 — the counts come from the expansion, not from an index grid"))
-    variance, _, _ = symbolic_dot_variance(1)
+        note=lambda lang: _("sympy expands the square; each product of the expansion is counted by its expectation (1 or 0) under the moment rules E x = 0, E x² = 1 — the counts come from the expansion, not from an index grid", lang)))
+    variance, _formula, _difference = symbolic_dot_variance(1)
     mean = symbolic_dot_mean(1)
     import sympy
 
@@ -65,10 +74,10 @@ def _symbolic(ctx: Context) -> None:
     seed_case = sympy.simplify(variance.subs(seed))
     seed_mean = sympy.simplify(mean.subs(seed))
     ctx.add(claim(
-        "S2.2",
-        expected="E[qᵢkᵢ] = μ_qμ_k → 0 and Var(qᵢkᵢ) = σ_q²σ_k² + μ_q²σ_k² + μ_k²σ_q² → 1 at μ = 0, σ² = 1",
-        measured=f"E[qᵢkᵢ] = {mean}, Var(qᵢkᵢ) = {variance}; at the seed's assumptions: mean {seed_mean}, "
-                 f"variance {seed_case}",
+        "S2.2", N_("a single product qᵢkᵢ of independent mean-0, variance-1 numbers has mean 0 and variance 1 × 1 = 1"),
+        expected=lambda lang: _("E[qᵢkᵢ] = μ_qμ_k → 0 and Var(qᵢkᵢ) = σ_q²σ_k² + μ_q²σ_k² + μ_k²σ_q² → 1 at μ = 0, σ² = 1", lang),
+        measured=lambda lang: _("E[qᵢkᵢ] = {mean}, Var(qᵢkᵢ) = {variance}; at the seed's assumptions: mean {seed_mean}, variance {seed_variance}", lang, mean=mean, variance=variance,
+                                seed_mean=seed_mean, seed_variance=seed_case),
         verdict="holds" if seed_case == 1 and seed_mean == 0 else "fails"))
 
 
@@ -86,7 +95,7 @@ def _growth(ctx: Context) -> None:
             dots[start:start + m] = np.einsum("ij,ij->i", q, k)
         medians[d] = quantile_ci(np.abs(dots), 0.5, ctx.config.confidence)
         edges = np.linspace(-5 * math.sqrt(d), 5 * math.sqrt(d), 81)
-        counts, _ = np.histogram(dots, edges)
+        counts, _edges = np.histogram(dots, edges)
         hist[str(d)] = {"d_k": d, "n_samples": n, "edges_unscaled": edges, "edges_scaled": edges / math.sqrt(d),
                         "counts": counts, "outside": int(n - counts.sum()),
                         "std_unscaled": float(np.std(dots)), "std_scaled": float(np.std(dots / math.sqrt(d)))}
@@ -94,13 +103,16 @@ def _growth(ctx: Context) -> None:
     grows = judge_rising(medians[d][1:] for d in HIST_D_KS)
     ratio = medians[512][0] / medians[4][0]
     ctx.add(claim(
-        "S2.3",
-        expected=f"median |q·k| increases with d_k ({ctx.level} CIs separated), roughly ∝ √d_k",
-        measured=", ".join(f"d_k={d}: {interval_text(*medians[d], spec='.3g')}" for d in HIST_D_KS)
-                 + f"; ratio 512/4 = {ratio:.2f} (√128 = {math.sqrt(128):.2f})",
+        "S2.3", N_("adding more terms makes |q·k| larger: d_k = 512 gives much larger dot products than d_k = 4"),
+        expected=lambda lang: _("median |q·k| increases with d_k ({level} CIs separated), roughly ∝ √d_k", lang,
+                                level=ctx.level),
+        measured=lambda lang: _("{medians}; ratio 512/4 = {ratio:.2f} (√128 = {root:.2f})", lang, ratio=ratio,
+                                root=math.sqrt(128), medians=clauses(
+                                    (f"d_k={d}: {interval_text(*medians[d], spec='.3g')}" for d in HIST_D_KS), lang, ",")),
         estimate=medians[512][0], ci_low=medians[512][1], ci_high=medians[512][2], n_samples=n,
         verdict=grows,
-        note="Gaussian components; median of |q·k| with a distribution-free order-statistic interval"))
+        note=lambda lang: _("Gaussian components; median of |q·k| with a distribution-free order-statistic interval",
+                            lang)))
 
 
 def variance_families(ctx: Context) -> dict[str, list[Estimate]]:
@@ -172,15 +184,18 @@ def widest(intervals: list[tuple[float, float]], values) -> tuple[float, int]:
     return rel[i], i
 
 
-def margin_text(verdicts: list[str], intervals, values, labels, margin: float) -> str:
+def margin_text(verdicts: list[str], intervals, values, labels, margin: float, lang: str) -> str:
     """'13/13 inside ±5%' or '12/13 inside ±5%; widest ±5.4% at d_k = 4096' (what decides the verdict)."""
     inside = sum(v == "holds" for v in verdicts)
     rel, i = widest(intervals, values)
-    out = f"{inside}/{len(verdicts)} judged intervals inside ±{margin:.0%}"
-    return out + (f"; widest ±{rel:.1%} at {labels[i]}" if inside < len(verdicts) else "")
+    out = _("{inside}/{count} judged intervals inside ±{margin:.0%}", lang, inside=inside, count=len(verdicts),
+            margin=margin)
+    if inside == len(verdicts):
+        return out
+    return _("{inside_text}; widest ±{widest:.1%} at {where}", lang, inside_text=out, widest=rel, where=labels[i])
 
 
-def _variance_claim(ctx: Context, cid: str, name: str, est: list[Estimate], confidence: float, n_tests: int) -> None:
+def _variance_claim(ctx: Context, name: str, est: list[Estimate], confidence: float, n_tests: int) -> None:
     comp = COMPONENTS[name]
     margin = ctx.config.margin
     cover99 = [e.covers(d) for e, d in zip(est, D_KS)]
@@ -194,30 +209,29 @@ def _variance_claim(ctx: Context, cid: str, name: str, est: list[Estimate], conf
     batch = top.n_samples // top.n_batches
     sd_theory = math.sqrt(pair_mean_variance(D_KS[-1], comp.fourth_moment, comp.fourth_moment, batch) / top.n_batches)
     judged_at = bonferroni_level(confidence, n_tests)
+    needed = samples_for_relative_ci(D_KS[-1], comp.fourth_moment, ctx.config.rel_ci_target,
+                                     z_quantile(0.5 + confidence / 2), batch)
+
+    def note(lang: str) -> str:
+        text = _("inconclusive = every interval covers d_k but not all are inside ±{margin:.0%}: more samples needed to say 'equal' at that precision; each batch of {batch} draws of q and of k averages (qᵢ·kⱼ)² over all {batch}² pairs; worst d_k = {worst} at {z:+.2f} standard errors; at d_k = 4096 the closed-form standard error is {closed_form:.1f} vs the batch-means {batch_means:.1f}; ±{target:.0%} at d_k = 4096 needs ≈ {needed:,} draws (closed form); E qᵢ⁴ = {fourth:g}", lang, margin=margin, batch=batch,
+                 worst=D_KS[worst], z=z[worst], closed_form=sd_theory, batch_means=se[-1],
+                 target=ctx.config.rel_ci_target, needed=needed, fourth=comp.fourth_moment)
+        if not math.isfinite(comp.finite_moments_below):
+            return text
+        return _("{note}; moments finite only below order {order:g}: the interval is valid (4th moment finite) but the CLT converges slowly (no 6th moment)", lang, note=text, order=comp.finite_moments_below)
+
+    cid, statement = VARIANCE_CLAIMS[name]
     ctx.add(claim(
-        cid, how_drawn=comp.how_drawn,
-        expected=f"every interval covers d_k and lies within d_k·(1 ± {margin:.0%}) (equivalence margin; "
-                 f"{len(D_KS)} d_k values, judged at the Bonferroni level "
-                 f"{level_text(judged_at)} over all {n_tests})",
-        measured=(f"{sum(cover99)}/{len(est)} per-estimate {ctx.level} CIs cover d_k; "
-                  + margin_text(verdicts, wide, D_KS, [f"d_k = {d}" for d in D_KS], margin)
-                  + f"; d_k=4096: Var/d_k = "
-                    f"{interval_text(top.value / D_KS[-1], top.ci_low / D_KS[-1], top.ci_high / D_KS[-1], '.4f')} "
-                    f"({ctx.level}), n = {top.n_samples:,} draws "
-                    f"({top.n_samples * batch:,} pairs); "
-                    f"{converged}/{len(est)} reached ±{ctx.config.rel_ci_target:.0%}"),
+        cid, statement, how_drawn=comp.how_drawn,
+        expected=lambda lang: _("every interval covers d_k and lies within d_k·(1 ± {margin:.0%}) (equivalence margin; {count} d_k values, judged at the Bonferroni level {judged_at} over all {n_tests})", lang, margin=margin, count=len(D_KS), judged_at=level_text(judged_at),
+                                n_tests=n_tests),
+        measured=lambda lang: _(
+            "{covered}/{count} per-estimate {level} CIs cover d_k; {margin_text}; d_k=4096: Var/d_k = {ratio} ({level}), n = {draws:,} draws ({pairs:,} pairs); {converged}/{count} reached ±{target:.0%}", lang,
+            covered=sum(cover99), count=len(est), level=ctx.level,
+            margin_text=margin_text(verdicts, wide, D_KS, [f"d_k = {d}" for d in D_KS], margin, lang),
+            ratio=interval_text(top.value / D_KS[-1], top.ci_low / D_KS[-1], top.ci_high / D_KS[-1], ".4f"),
+            draws=top.n_samples, pairs=top.n_samples * batch, converged=converged, target=ctx.config.rel_ci_target),
         # the interval stored is the one judged: d_k = 4096's at the Bonferroni level
         estimate=top.value, ci_low=wide[-1][0], ci_high=wide[-1][1], ci_level=judged_at,
-        n_samples=top.n_samples, verdict=judge_all(verdicts), margin=margin,
-        note=(f"inconclusive = every interval covers d_k but not all are inside ±{margin:.0%}: more samples needed to "
-              "say 'equal' at that precision; "
-              f"each batch of {batch} draws of q and of k averages (qᵢ·kⱼ)² over all {batch}² pairs; "
-              f"worst d_k = {D_KS[worst]} at {z[worst]:+.2f} standard errors; at d_k = 4096 the closed-form standard "
-              f"error is {sd_theory:.1f} vs the batch-means {se[-1]:.1f}; "
-              f"±{ctx.config.rel_ci_target:.0%} at d_k = 4096 needs ≈ "
-              f"{samples_for_relative_ci(D_KS[-1], comp.fourth_moment, ctx.config.rel_ci_target, z_quantile(0.5 + confidence / 2), batch):,} "
-              f"draws (closed form); E qᵢ⁴ = {comp.fourth_moment:g}"
-              + (f"; moments finite only below order {comp.finite_moments_below:g}: the interval is valid "
-                 "(4th moment finite) but the CLT converges slowly (no 6th moment)"
-                 if math.isfinite(comp.finite_moments_below) else "")),
+        n_samples=top.n_samples, verdict=judge_all(verdicts), margin=margin, note=note,
     ))

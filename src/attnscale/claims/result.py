@@ -36,13 +36,14 @@ from pathlib import Path
 from typing import Any
 
 from attnscale.errors import InputError
+from attnscale.i18n import N_, _
 from attnscale.results import DEFAULT_ROOT
 from attnscale.store import to_jsonable
 
-__all__ = ["CHAPTERS", "METHODS", "VERDICTS", "ClaimResult", "VerifyConfig", "VerifyReport",
+__all__ = ["CHAPTERS", "METHODS", "VERDICTS", "WORDED", "ClaimResult", "VerifyConfig", "VerifyReport",
            "printed_decimal", "judge_printed", "format_like", "judge_at_least", "judge_at_most", "judge_below",
            "judge_equal", "judge_all", "judge_rising", "judge_falling", "count_verdicts", "level_text",
-           "interval_text", "per_n", "by_n_note", "selects"]
+           "interval_text", "clauses", "per_n", "by_n_note", "selects"]
 
 # The seed's sections, in its order; every claim belongs to one.
 CHAPTERS = ("formula", "without_scaling", "why_grows", "variance", "proof", "softmax_large",
@@ -51,6 +52,7 @@ METHODS = ("exact arithmetic", "symbolic", "closed form", "Monte Carlo", "traini
            "citation")
 VERDICTS = ("holds", "fails", "inconclusive", "seed number wrong")
 N_GROUPS = 10  # claim groups S1 … S10 (attnscale.claims.GROUPS)
+WORDED = ("expected", "measured", "note")   # the computed texts a claim result holds in every language
 
 
 def judge_at_least(lo: float, hi: float, threshold: float) -> str:
@@ -140,17 +142,33 @@ def interval_text(value: float, lo: float, hi: float, spec: str = ".3f") -> str:
     return f"{value:{spec}} [{lo:{spec}}, {hi:{spec}}]"
 
 
-def per_n(texts: dict, sep: str = "; ") -> str:
+# How a language joins the clauses of one text ("a; b" / "a；b") and the items of a list ("a, b" / "a，b").
+SEPARATORS = {";": {"en": "; ", "zh": "；"}, ",": {"en": ", ", "zh": "，"}}
+
+
+def clauses(parts, lang: str, sep: str = ";") -> str:
+    """``parts`` joined the way ``lang`` joins clauses (``sep`` ";") or list items (``sep`` ",")."""
+    return SEPARATORS[sep][lang].join(parts)
+
+
+def per_n(texts: dict, lang: str, sep: str = ";") -> str:
     """What was measured for each n, {n: text}, as one line: "n=16: …; n=128: …"."""
-    return sep.join(f"n={n}: {text}" for n, text in texts.items())
+    return clauses((_("n={n}: {text}", lang, n=n, text=text) for n, text in texts.items()), lang, sep)
 
 
-def by_n_note(parts: dict, what: str) -> str:
+# by_n_note's clause for the n that have one verdict
+BY_N = {"holds": N_("holds for n = {ns}"), "fails": N_("fails for n = {ns}"),
+        "inconclusive": N_("inconclusive for n = {ns}")}
+
+
+def by_n_note(parts: dict, lang: str, why: str = "") -> str:
     """Which n a per-n verdict {n: verdict} holds, fails, or stays undecided for: "holds for n = 16;
-    inconclusive for n = 128 (``what``)", ``what`` saying why, when an n is undecided."""
+    inconclusive for n = 128 (``why``)", ``why`` (already in ``lang``) saying why, when an n is undecided."""
     groups = [(v, [str(n) for n, x in parts.items() if x == v]) for v in ("holds", "fails", "inconclusive")]
-    undecided = "inconclusive" in parts.values() and what
-    return "; ".join(f"{v} for n = {', '.join(ns)}" for v, ns in groups if ns) + (f" ({what})" if undecided else "")
+    text = clauses((_(BY_N[v], lang, ns=", ".join(ns)) for v, ns in groups if ns), lang)
+    if "inconclusive" in parts.values() and why:
+        return _("{verdicts} ({why})", lang, verdicts=text, why=why)
+    return text
 
 
 @dataclass
@@ -173,6 +191,9 @@ class ClaimResult:
     ci_level: float | None = None       # the level of [ci_low, ci_high], e.g. 0.99, or a Bonferroni level
     margin: float | None = None         # equality claims: the relative equivalence margin "holds" requires
     sources: list | None = None         # results read: [{"kind", "quick", "created", "path"}], else None
+    expected_zh: str | None = None      # expected, measured, note in Chinese (None: written before they were,
+    measured_zh: str | None = None      # or language-neutral: the English field reads the same)
+    note_zh: str | None = None
 
     def __post_init__(self):
         if self.chapter not in CHAPTERS:
@@ -184,6 +205,13 @@ class ClaimResult:
 
     def claim(self, lang: str = "en") -> str:
         return self.claim_zh if lang == "zh" else self.claim_en
+
+    def text(self, field: str, lang: str = "en") -> str | None:
+        """The row's ``field`` ("claim", "seed_value", "correct_value" or one of WORDED) in ``lang``."""
+        if field == "claim":
+            return self.claim(lang)
+        worded = getattr(self, f"{field}_zh") if lang == "zh" and field in WORDED else None
+        return worded if worded is not None else getattr(self, field)
 
 
 CLAIM_ID = re.compile(r"S(\d+)(?:\.(\d+))?")

@@ -4,25 +4,39 @@ from __future__ import annotations
 
 import re
 import sys
-import unicodedata
 
 import numpy as np
 
 from attnscale.cli.options import add_command, add_lang_option
-from attnscale.cli.output import add_json_option, check_json_target, emit_json, json_to_stdout
-from attnscale.cli.words import word
+from attnscale.cli.output import add_json_option, check_json_target, emit_json, json_to_stdout, pad
 from attnscale.errors import InputError
-from attnscale.i18n import _
+from attnscale.i18n import N_, _
 
+# The health figures of one row (attnscale.softmax.row_health) as a reader sees them, keyed by the
+# names of RowHealth.as_dict().
+HEALTH = {
+    "n": N_("keys n"),
+    "entropy": N_("entropy"),
+    "normalized_entropy": N_("entropy / ln n"),
+    "max_weight": N_("largest weight"),
+    "effective_support": N_("effective keys 1/Σp²"),
+    "jacobian_frobenius": N_("‖J‖ Frobenius"),
+    "jacobian_spectral": N_("‖J‖ spectral"),
+    "saturation_index": N_("saturation σ/√(2 ln n)"),
+}
 
-def _width(text: str) -> int:
-    """Columns on a terminal: CJK characters take two."""
-    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
-
-
-def _pad(text: str, width: int, right: bool = False) -> str:
-    fill = " " * max(0, width - _width(text))
-    return fill + text if right else text + fill
+# What each scale rule (attnscale.scales.RULES, by name) is for, shown to the Chinese reader only:
+# the English reader reads the same in the formula column and the rule's citation (a reference, kept
+# as published), so the English table stays as it is; the Chinese reader gets it in words.
+RULE_PURPOSE = {
+    "inverse_sqrt_dk": N_("divide by √d_k (the seed's and Vaswani et al.'s way)"),
+    "inverse_dk": N_("divide by d_k (µP)"),
+    "unscaled": N_("no scaling (the case the seed argues against)"),
+    "logn": N_("multiply by s·ln(n), n the number of keys attended to"),
+    "qknorm": N_("RMS-normalise q and k first, then divide by √d_k"),
+    "softcap": N_("divide by √d_k, then soft-cap with tanh"),
+    "softcap_unscaled": N_("no scaling, soft-cap with tanh directly"),
+}
 
 
 def register(sub) -> None:
@@ -114,12 +128,12 @@ def run_softmax(args, stdin=None) -> int:
     if json_to_stdout(args):
         return 0
     lang = args.lang
-    print(f"{_pad(_('logit', lang), 12, True)} {_pad(_('weight', lang), 10, True)}")
+    print(f"{pad(_('logit', lang), 12, True)} {pad(_('weight', lang), 10, True)}")
     for z, p in zip(logits, weights):
         print(f"{z:12.6g} {p:10.4f}")
     for name, value in health.items():
         shown = _("undefined", lang) if value is None else format(value, ".6g")
-        print(f"{_pad(word('health', name, lang), 24, True)}: {shown}")
+        print(f"{pad(_(HEALTH[name], lang), 24, True)}: {shown}")
     if masked:
         print(f"{len(masked)} {_('masked (-inf): weight 0', lang)}")
     if scale != 1.0:
@@ -133,12 +147,12 @@ def run_rules(args) -> int:
     check_json_target(args)
     rows = [rule.describe() for rule in RULES.values()]
     if args.lang == "zh":
-        rows = [{**row, "description_zh": word("rule_purpose", row["name"], "zh")} for row in rows]
+        rows = [{**row, "description_zh": _(RULE_PURPOSE[row["name"]], "zh")} for row in rows]
     emit_json(args, rows)
     if json_to_stdout(args):
         return 0
     lang = args.lang
-    print(f"{_pad(_('rule', lang), 16)} {_pad(_('formula', lang), 40)} "
+    print(f"{pad(_('rule', lang), 16)} {pad(_('formula', lang), 40)} "
           f"{_('citation', lang)}")
     for row in rows:
         print(f"{row['name']:<16} {row['formula']:<40} {row['citation']}")

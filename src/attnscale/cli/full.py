@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from attnscale.cli.options import add_command, add_results_option, results_root
+from attnscale.cli.options import add_command, add_page_dir_option, add_results_option, page_dir, results_root
 from attnscale.cli.progress import fmt_duration
 
 #: The kinds in the order they run: the verification last, as it judges claims from the others.
@@ -39,8 +39,7 @@ def register(sub) -> None:
         examples=["attnscale full --dry-run   what it would run here, what it keeps, and the ETA",
                   "attnscale full", "attnscale full --workers 2", "attnscale full --backend ray --address auto"])
     add_results_option(p, "results folder: every result is written here, the report reads them from here")
-    p.add_argument("--out", default="attnscale-report", metavar="DIR",
-                   help="report folder (default: ./attnscale-report)")
+    add_page_dir_option(p)
     p.add_argument("--workers", type=int, default=None, help="the sweeps' worker processes (default: theirs)")
     p.add_argument("--backend", choices=("local", "ray"), default="local", help="where the sweeps' cells run")
     p.add_argument("--address", default=None, metavar="auto|HOST:PORT", help="with --backend ray: the cluster")
@@ -61,7 +60,7 @@ class Step:
         return "attnscale " + " ".join(self.argv)
 
 
-def plan(root: Path, out: Path, workers: int | None = None, backend: str = "local",
+def plan(root: Path, pages: Path, workers: int | None = None, backend: str = "local",
          address: str | None = None) -> list[Step]:
     """The steps, with the sweeps' options passed through, then the two report pages."""
     import shlex
@@ -73,15 +72,14 @@ def plan(root: Path, out: Path, workers: int | None = None, backend: str = "loca
     steps = []
     for kind in ORDER:
         argv = shlex.split(reference.producer(kind).command)[1:]
-        folder = "--results" if kind.startswith("train/") or kind == "verify" else "--out"
-        argv += [folder, str(root), *(sweep if kind.startswith("train/") else ())]
+        argv += ["--results", str(root), *(sweep if kind.startswith("train/") else ())]
         try:
             expected = results.recorded_seconds(results.read_reference(kind)) or 0.0
         except results.ResultError:
             expected = 0.0
         steps.append(Step(kind, tuple(argv), expected))
     for lang in ("en", "zh"):
-        steps.append(Step("", ("report", "--results", str(root), "--out", str(out), "--lang", lang), 0.0))
+        steps.append(Step("", ("report", "--results", str(root), "--page-dir", str(pages), "--lang", lang), 0.0))
     return steps
 
 
@@ -200,7 +198,7 @@ def run_full_command(args) -> int:
 
         raise InputError(f"--address: only with --backend ray, got --address {args.address!r} with --backend local")
     root = check_out_folder(results_root(args), "--results", named=args.results is not None)
-    steps = plan(Path(root), Path(args.out), args.workers, args.backend, args.address)
+    steps = plan(Path(root), Path(page_dir(args)), args.workers, args.backend, args.address)
     if args.dry_run:
         planned = dry_run(steps, Path(root))
         for what, step in planned:
@@ -221,5 +219,5 @@ def run_full_command(args) -> int:
         print(f"attnscale full: {step.command} failed; its output is in {log}/ . Run attnscale full again to go "
               f"on from there.", file=sys.stderr)
         return 1
-    print(Path(args.out, "index.html").resolve())
+    print(Path(page_dir(args), "index.html").resolve())
     return 0

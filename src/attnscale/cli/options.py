@@ -7,7 +7,9 @@ from __future__ import annotations
 import argparse
 from typing import Sequence
 
-from attnscale.cli.words import LANGS
+from attnscale.i18n import LANGS
+
+DEFAULT_PAGE_DIR = "attnscale-report"      # where `report` and `full` write the pages by default
 
 # What the --model help says beyond the model's own name (attnscale.experiments.pretrained.MODELS).
 MODEL_REMARKS = {"smollm2": "de-quantised from 4 bits"}
@@ -53,13 +55,42 @@ def non_negative_int(text: str) -> int:
     return value
 
 
-def add_results_option(parser, help: str, flags: Sequence[str] = ("--results",)) -> None:
-    """The results folder, ``args.results``: None means :data:`attnscale.results.DEFAULT_ROOT`, which
-    the help names. ``help`` says what the command reads or writes there."""
+def add_results_option(parser, help: str) -> None:
+    """``--results DIR``, the results folder, ``args.results``: None means
+    :data:`attnscale.results.DEFAULT_ROOT`, which the help names. ``help`` says what the command reads
+    or writes there. The old ``--out`` is refused naming it (:class:`RemovedOut`)."""
     from attnscale.results import DEFAULT_ROOT
 
-    parser.add_argument(*flags, dest="results", default=None, metavar="DIR",
-                        help=f"{help} (default: ./{DEFAULT_ROOT})")
+    parser.add_argument("--results", default=None, metavar="DIR", help=f"{help} (default: ./{DEFAULT_ROOT})")
+    add_removed_out_option(parser)
+
+
+class RemovedOut(argparse.Action):
+    """``--out``, which named the results folder in some commands and the report's pages in others:
+    refused in one line (exit 2) naming the two options that replace it."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs="?", help=argparse.SUPPRESS)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.exit(2, f"{parser.prog}: error: --out was removed: the results folder is --results DIR, the "
+                       "report's pages --page-dir DIR\n")
+
+
+def add_removed_out_option(parser) -> None:
+    """Refuse the old ``--out`` with :class:`RemovedOut` (hidden from --help)."""
+    parser.add_argument("--out", action=RemovedOut)
+
+
+def add_page_dir_option(parser) -> None:
+    """``--page-dir DIR``, the report's pages, ``args.page_dir``: None means :data:`DEFAULT_PAGE_DIR`."""
+    parser.add_argument("--page-dir", default=None, metavar="DIR",
+                        help=f"folder for index.html / index.zh.html (default: ./{DEFAULT_PAGE_DIR})")
+
+
+def page_dir(args) -> str:
+    """The report's page folder the command was given, or the default one."""
+    return DEFAULT_PAGE_DIR if args.page_dir is None else args.page_dir
 
 
 def results_root(args):

@@ -6,6 +6,7 @@ progress. The target is checked before any work, so a bad path fails in a second
 from __future__ import annotations
 
 import sys
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +38,8 @@ def check_json_target(args) -> None:
     results.check_writable(path.parent, "--json")
 
 
-def check_out_folder(folder, what: str = "--out", named: bool = True) -> Path:
-    """Refuse, before any work, an output folder that cannot be made or written: ``--out D``.
+def check_out_folder(folder, what: str, named: bool = True) -> Path:
+    """Refuse, before any work, an output folder that cannot be made or written (``what``: its option).
 
     The command may create ``D`` and anything inside it, never folders above it: a ``named`` folder
     (one the user typed) must have an existing parent, so a typo (``/nonexistent-dir/x``) creates
@@ -68,3 +69,14 @@ def emit_json(args, obj: Any) -> None:
         sys.stdout.write(text + "\n")
     else:
         write_bytes_atomic(target, (text + "\n").encode("utf-8"))
+
+
+def columns(text: str) -> int:
+    """Columns ``text`` takes on a terminal: CJK characters take two."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def pad(text: str, width: int, right: bool = False) -> str:
+    """``text`` padded with spaces to ``width`` terminal columns (on the left when ``right``)."""
+    fill = " " * max(0, width - columns(text))
+    return fill + text if right else text + fill

@@ -51,7 +51,7 @@ def register(sub) -> None:
     output.add_json_option(p)
     output.add_quiet_option(p)
     add_results_option(p, "results folder; writes DIR/probe/MODEL/result.json (your own model: "
-                          "DIR/probe/user/NAME/result.json)", flags=("--out",))
+                          "DIR/probe/user/NAME/result.json)")
     p.add_argument("--batch-size", type=int, default=32, help="sequences per padded batch (default 32)")
     p.set_defaults(run=run_probe_command)
 
@@ -64,7 +64,7 @@ def run_probe_command(args) -> int:
 
     check_count("--batch-size", args.batch_size)
     output.check_json_target(args)
-    root = results.check_writable(results_root(args), "--out")
+    root = results.check_writable(results_root(args), "--results")
     texts = read_texts(args.text) if args.text else builtin_sentences()
     loaded = pretrained.load_model(args.model)
     with Progress(quiet=args.quiet) as progress:

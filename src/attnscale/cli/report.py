@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import sys
 
-from attnscale.cli.options import add_command, add_lang_option, add_results_option, add_seed_option, results_root
+from attnscale.cli.options import (add_command, add_lang_option, add_page_dir_option, add_results_option, add_seed_option,
+                                   page_dir, results_root)
 from attnscale.cli.output import (add_json_option, add_quiet_option, check_json_target, check_out_folder, emit_json,
                                   json_to_stdout)
 
@@ -26,9 +27,9 @@ def register(sub) -> None:
                     "stale. Prints the page's path.",
         examples=["attnscale report", "attnscale report --lang zh     (writes index.zh.html beside index.html)",
                   "attnscale report --quick            (seconds; wider confidence intervals)",
-                  "attnscale report --open             (and open it in the browser)"])
-    p.add_argument("--out", default="attnscale-report", metavar="DIR",
-                   help="folder for index.html / index.zh.html (default: ./attnscale-report)")
+                  "attnscale report --open             (and open it in the browser)",
+                  "attnscale report --results runs --page-dir site   (results read from ./runs, the page written to ./site)"])
+    add_page_dir_option(p)
     add_lang_option(p, "the page")
     p.add_argument("--quick", action="store_true", help="show the quick verification: seconds, wider intervals")
     p.add_argument("--fresh", action="store_true", help="rerun the verification even when its result is current")
@@ -103,8 +104,8 @@ def run_report(args) -> int:
 
     check_json_target(args)
     root = results_root(args)
-    config = ReportConfig(out=args.out, results=root, lang=args.lang, quick=args.quick, seed=args.seed)
-    check_out_folder(config.out, "--out", named=args.out is not None)
+    config = ReportConfig(out=page_dir(args), results=root, lang=args.lang, quick=args.quick, seed=args.seed)
+    check_out_folder(config.out, "--page-dir", named=args.page_dir is not None)
     note = (lambda text: None) if args.quiet else (lambda text: print(f"attnscale report: {text}", file=sys.stderr))
     with Progress(quiet=args.quiet) as progress:
         reason = current_verify(root, args.quick, args.seed, args.fresh)

@@ -58,7 +58,7 @@ def register(sub) -> None:
     output.add_json_option(p)
     output.add_quiet_option(p)
     add_results_option(p, "results folder; writes DIR/rescale/MODEL/result.json (your own model: "
-                          "DIR/rescale/user/NAME/result.json)", flags=("--out",))
+                          "DIR/rescale/user/NAME/result.json)")
     p.set_defaults(run=run_rescale_command)
 
 
@@ -70,7 +70,7 @@ def run_rescale_command(args) -> int:
 
     config = RescaleConfig(alphas=parse_alphas(args.alphas), max_tokens=args.max_tokens, window=args.window)
     output.check_json_target(args)
-    root = results.check_writable(results_root(args), "--out")
+    root = results.check_writable(results_root(args), "--results")
     if args.text and not read_text(args.text).strip():    # refused before the model is loaded
         raise InputError(f"--text: {args.text!r} holds no text, expected at least two tokens")
     loaded = pretrained.load_model(args.model)

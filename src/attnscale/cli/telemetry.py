@@ -33,9 +33,9 @@ def register(sub) -> None:
     p.add_argument("--no-backward", action="store_true", help="forward only")
     p.add_argument("--no-model", action="store_true", help="skip the monitor on all-MiniLM-L6-v2")
     p.add_argument("--markdown", action="store_true",
-                   help="print the result found under --out as Markdown tables (the README's; --json: that result); "
+                   help="print the result found under --results as Markdown tables (the README's; --json: that result); "
                         "run nothing")
-    add_results_option(p, "results root; writes DIR/telemetry/result.json (quick.json with --quick)", flags=("--out",))
+    add_results_option(p, "results folder; writes DIR/telemetry/result.json (quick.json with --quick)")
     add_json_option(p)
     add_quiet_option(p)
     p.set_defaults(run=run_telemetry_bench_command)
@@ -60,7 +60,7 @@ def run_telemetry_bench_command(args) -> int:
         return 0
     check_device(args.device)
     check_json_target(args)
-    results.check_writable(results.result_path("telemetry", root, args.quick).parent, "--out")   # a rerun replaces the file
+    results.check_writable(results.result_path("telemetry", root, args.quick).parent, "--results")   # a rerun replaces the file
     make = TelemetryBenchConfig.quick if args.quick else TelemetryBenchConfig
     config = make(repeats=args.repeats, device=args.device, threads=args.threads, backward=not args.no_backward)
     with Progress(quiet=args.quiet) as progress:

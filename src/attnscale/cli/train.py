@@ -23,7 +23,7 @@ def register(sub) -> None:
     p.add_argument("--quick", action="store_true",
                    help="a small version that runs in seconds (same code, fewer cells and steps)")
     p.add_argument("--seeds", type=int, default=None, help="number of seeds (default: the experiment's)")
-    add_results_option(p, "results folder; --out is the same option", flags=("--results", "--out"))
+    add_results_option(p, "results folder; writes DIR/train/<experiment>/result.json (quick.json for --quick)")
     add_json_option(p, "the experiment's result")
     add_quiet_option(p)
     p.add_argument("--workers", type=int, default=None,

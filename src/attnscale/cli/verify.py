@@ -12,11 +12,25 @@ import textwrap
 
 from attnscale.cli.options import add_command, add_lang_option, add_results_option, add_seed_option, results_root
 from attnscale.cli.output import (add_json_option, add_quiet_option, check_json_target, check_out_folder, emit_json,
-                                  json_to_stdout)
-from attnscale.cli.words import word
-from attnscale.i18n import _
+                                  json_to_stdout, pad)
+from attnscale.i18n import N_, _
 
-VERDICT_MARK = {"holds": "holds", "fails": "FAILS", "inconclusive": "UNDECIDED", "seed number wrong": "SEED WRONG"}
+# A verdict (attnscale.claims.VERDICTS) as the table marks it: the ones to look at in capitals.
+VERDICT_MARK = {"holds": N_("holds", "verify"), "fails": N_("FAILS", "verify"),
+                "inconclusive": N_("UNDECIDED", "verify"), "seed number wrong": N_("SEED WRONG", "verify")}
+# A method (attnscale.claims.METHODS) as the table names it.
+METHOD_NAME = {"exact arithmetic": N_("exact arithmetic", "method"), "symbolic": N_("symbolic", "method"),
+               "closed form": N_("closed form", "method"), "Monte Carlo": N_("Monte Carlo", "method"),
+               "training results": N_("training results", "method"), "model probe": N_("model probe", "method"),
+               "citation": N_("citation", "method")}
+# The details of a claim, in the order shown, each with its label.
+DETAILS = (("seed_value", N_("the blog post prints", "verify")), ("expected", N_("expected", "verify")),
+           ("measured", N_("measured", "verify")), ("correct_value", N_("correct value", "verify")),
+           ("note", N_("note", "verify")))
+RUN_LINE = {True: N_("random seed {seed}, quick run, Monte Carlo target ±{target:g} (relative, {confidence:.0%} CI), attnscale {version}"),
+            False: N_("random seed {seed}, full run, Monte Carlo target ±{target:g} (relative, {confidence:.0%} CI), attnscale {version}")}
+
+
 def register(sub) -> None:
     p = add_command(
         sub, "verify", help="check every claim and number of the seed (exact arithmetic, symbolic, Monte Carlo)",
@@ -113,24 +127,28 @@ def run_verify(args) -> int:
 
 def render_table(report, lang: str = "en", width: int = 110) -> str:
     """The terminal table: a header line per claim (id, verdict, method, claim) and indented details."""
-    out = [f"{'ID':<6} {'VERDICT':<10} {'METHOD':<16} CLAIM", "-" * width]
+    out = [f"{pad(_('ID', lang, msgctxt='verify'), 6)} {pad(_('VERDICT', lang, msgctxt='verify'), 10)} "
+           f"{pad(_('METHOD', lang, msgctxt='verify'), 16)} {_('CLAIM', lang, msgctxt='verify')}", "-" * width]
     indent = " " * 7
     for c in report.claims:
-        head = f"{c.id:<6} {VERDICT_MARK[c.verdict]:<10} {c.method:<16} "
-        out.append(textwrap.fill(c.claim(lang), width=width, initial_indent=head,
+        head = f"{c.id:<6} {pad(_(VERDICT_MARK[c.verdict], lang), 10)} {pad(_(METHOD_NAME[c.method], lang), 16)} "
+        out.append(textwrap.fill(c.text("claim", lang), width=width, initial_indent=head,
                                  subsequent_indent=" " * len(head)))
-        details = [("seed", c.seed_value), ("expected", c.expected), ("measured", c.measured),
-                   ("correct", c.correct_value), ("note", c.note)]
-        for key, value in details:
+        for field, label in DETAILS:
+            value = c.text(field, lang)
             if value:
-                out.append(textwrap.fill(f"{word('verify', key, lang)}: {value}", width=width, initial_indent=indent,
+                out.append(textwrap.fill(_("{label}: {text}", lang, msgctxt="verify", label=_(label, lang), text=value),
+                                         width=width, initial_indent=indent,
                                          subsequent_indent=indent + "  "))
     counts = report.counts()
     out.append("-" * width)
-    out.append(_("{n} claims: {holds} hold, {fails} fail, {inconclusive} inconclusive, {wrong} seed numbers wrong", lang, n=len(report.claims), holds=counts["holds"], fails=counts["fails"], inconclusive=counts["inconclusive"], wrong=counts["seed number wrong"]))
+    out.append(_("{n} claims: {holds} hold, {fails} fail, {inconclusive} inconclusive, {wrong} seed numbers wrong",
+                 lang, n=len(report.claims), holds=counts["holds"], fails=counts["fails"],
+                 inconclusive=counts["inconclusive"], wrong=counts["seed number wrong"]))
     if counts["inconclusive"]:
-        out.append(_("UNDECIDED = inconclusive: the interval does not decide the criterion at this sample size", lang))
+        out.append(_("UNDECIDED = inconclusive: the interval does not decide the criterion at this sample size", lang,
+                     msgctxt="verify"))
     cfg = report.config
-    out.append(f"random seed {cfg.seed}, {'quick' if cfg.quick else 'full'} run, Monte Carlo target ±{cfg.rel_ci_target:g} "
-               f"(relative, {cfg.confidence:.0%} CI), attnscale {report.environment.get('attnscale')}")
+    out.append(_(RUN_LINE[cfg.quick], lang, seed=cfg.seed, target=cfg.rel_ci_target, confidence=cfg.confidence,
+                 version=report.environment.get("attnscale")))
     return "\n".join(out) + "\n"
