@@ -79,7 +79,7 @@ def probe(model: str, text: Path | None, out: Path) -> tuple[int, dict]:
     """(the model's parameter count, as its result records it; the run's measurements)."""
     import json
 
-    command = [sys.executable, "-m", "attnscale", "probe", "--model", model, "--out", str(out), "--json", "-",
+    command = [sys.executable, "-m", "attnscale", "probe", "--model", model, "--results", str(out), "--json", "-",
                "--quiet"]
     stdout, measured = run(command + (["--text", str(text)] if text else []))
     data = json.loads(stdout)["data"]

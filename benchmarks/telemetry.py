@@ -6,7 +6,7 @@ forward and forward + backward.
     python benchmarks/telemetry.py --shape 2 8 2048 64 --repeats 3 --no-memory
 
 Prints ratios (variant ÷ plain SDPA, medians, measured in the same run) and the verdicts against the
-kernel's cost targets (attnscale.experiments.telemetry.TARGETS); ``--out ROOT`` also writes the
+kernel's cost targets (attnscale.experiments.telemetry.TARGETS); ``--results ROOT`` also writes the
 ``telemetry`` result there (what ``attnscale telemetry-bench --markdown`` renders for the README). The variants and the method are
 described in attnscale.experiments.telemetry.
 """
@@ -31,7 +31,7 @@ def main(argv=None) -> int:
     parser.add_argument("--no-backward", action="store_true", help="forward only")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's own choice)")
-    parser.add_argument("--out", help="also write the telemetry result under this results root")
+    parser.add_argument("--results", help="also write the telemetry result under this results root")
     args = parser.parse_args(argv)
     make = TelemetryBenchConfig.quick if args.quick else TelemetryBenchConfig
     kw = dict(repeats=args.repeats, device=args.device, threads=args.threads, backward=not args.no_backward,
@@ -43,8 +43,8 @@ def main(argv=None) -> int:
     config = make(**kw)
     data = run_telemetry_bench(config)
     env = results.Envelope(kind="telemetry", data=data, quick=args.quick)
-    if args.out:
-        env = results.write("telemetry", data, config=asdict(config), seed=config.seed, quick=args.quick, root=args.out)
+    if args.results:
+        env = results.write("telemetry", data, config=asdict(config), seed=config.seed, quick=args.quick, root=args.results)
         print(f"wrote {env.path}", file=sys.stderr)
     print(format_table(env))
     return 0

@@ -495,3 +495,15 @@ def test_the_jacobian_caption_reads_the_curve_from_the_data():
     assert "from dₖ = 256 on" in caption("jacobian", "en", facts(data, "en"))[1]
     assert "collapses" not in cap and "dₖ = 64 起低于" in caption("jacobian", "zh", facts(
         {"jacobian": {"crossover": {"16": {"d_k": 64}}}}, "zh"))[1]
+
+
+def test_the_chinese_page_shows_a_rows_chinese_words_and_an_older_rows_english():
+    from attnscale.report.verdicts import all_claims_table
+
+    row = {"id": "S9.9", "claim_en": "a claim", "claim_zh": "一个论断", "verdict": "holds",
+           "expected": "the exact value", "expected_zh": "精确值", "measured": "2.718", "note": "a note"}
+    zh, en = all_claims_table([row], "zh"), all_claims_table([row], "en")
+    assert "精确值" in zh and "the exact value" not in zh
+    assert "the exact value" in en and "精确值" not in en
+    older = {k: v for k, v in row.items() if k != "expected_zh"}           # written before rows had Chinese
+    assert "the exact value" in all_claims_table([older], "zh")

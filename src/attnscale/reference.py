@@ -161,9 +161,8 @@ def regenerate_command(kind: str) -> str:
     """The commands that regenerate the reference result of ``kind`` from a repository checkout: the
     producer's command into a scratch folder, then its envelope compressed into results/reference."""
     folder = "/tmp/attnscale-reference"
-    flag = "--results" if kind.startswith(("train/", "verify")) else "--out"
     file = results.result_path(kind, folder).as_posix()
-    return (f"{producer(kind).command} {flag} {folder} && "
+    return (f"{producer(kind).command} --results {folder} && "
             f"gzip -9n < {file} > results/reference/{kind}/result.json.gz")
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from attnscale.errors import InputError
 from attnscale.scales import SSMAX_DEFAULT_S
+from attnscale.i18n import N_
 
 __all__ = [
     "Component", "COMPONENTS", "product_mean", "product_variance", "dot_mean", "dot_variance",
@@ -42,10 +43,10 @@ class Component:
 
 # t(ν) has E|T|^p < ∞ iff p < ν; scaled to variance 1 (× √((ν−2)/ν)) its 4th moment is 3(ν−2)/(ν−4).
 COMPONENTS: dict[str, Component] = {
-    "gaussian": Component("gaussian", 3.0, math.inf, "N(0, 1)"),
-    "uniform": Component("uniform", 9.0 / 5.0, math.inf, "U(−√3, √3)"),
-    "rademacher": Component("rademacher", 1.0, math.inf, "±1 with probability ½ each"),
-    "student_t5": Component("student_t5", 3.0 * (5 - 2) / (5 - 4), 5.0, "t(5) × √(3/5)"),
+    "gaussian": Component("gaussian", 3.0, math.inf, N_("N(0, 1)")),
+    "uniform": Component("uniform", 9.0 / 5.0, math.inf, N_("U(−√3, √3)")),
+    "rademacher": Component("rademacher", 1.0, math.inf, N_("±1 with probability ½ each")),
+    "student_t5": Component("student_t5", 3.0 * (5 - 2) / (5 - 4), 5.0, N_("t(5) × √(3/5)")),
 }
 
 

@@ -222,7 +222,7 @@ def _variance_claim(ctx: Context, name: str, est: list[Estimate], confidence: fl
 
     cid, statement = VARIANCE_CLAIMS[name]
     ctx.add(claim(
-        cid, statement, how_drawn=comp.how_drawn,
+        cid, statement, how_drawn=lambda lang: _(comp.how_drawn, lang),
         expected=lambda lang: _("every interval covers d_k and lies within d_k·(1 ± {margin:.0%}) (equivalence margin; {count} d_k values, judged at the Bonferroni level {judged_at} over all {n_tests})", lang, margin=margin, count=len(D_KS), judged_at=level_text(judged_at),
                                 n_tests=n_tests),
         measured=lambda lang: _(

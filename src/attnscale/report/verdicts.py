@@ -33,6 +33,12 @@ def claim_text(claim: dict, lang: str) -> str:
     return pretty((claim.get("claim_zh") if lang == "zh" else None) or claim.get("claim_en") or claim.get("id", ""))
 
 
+def worded(claim: dict, field: str, lang: str) -> str:
+    """A row's ``expected``, ``measured`` or ``note`` in ``lang``: the verification writes each in both
+    languages (``expected_zh``, …); a result written before it did holds the English alone."""
+    return pretty((claim.get(f"{field}_zh") if lang == "zh" else None) or claim.get(field) or "")
+
+
 def _interval(claim: dict) -> str:
     low, high = claim.get("ci_low"), claim.get("ci_high")
     if low is None or high is None:
@@ -53,8 +59,8 @@ def claim_card(claim: dict, lang: str) -> str:
     facts = []
     if claim.get("seed_value"):
         facts.append((_("the blog post says", lang), claim["seed_value"]))
-    facts.append((_("expected", lang, msgctxt="ui"), pretty(claim.get("expected", ""))))
-    facts.append((_("measured", lang, msgctxt="ui"), pretty(claim.get("measured", ""))))
+    facts.append((_("expected", lang, msgctxt="ui"), worded(claim, "expected", lang)))
+    facts.append((_("measured", lang, msgctxt="ui"), worded(claim, "measured", lang)))
     if _interval(claim):
         facts.append((_ci_label(claim, lang), _interval(claim)))
     if claim.get("n_samples"):
@@ -65,7 +71,7 @@ def claim_card(claim: dict, lang: str) -> str:
     if claim.get("correct_value"):
         extra += f'<p class="verdict-note correct">{esc(_("correct value", lang))}: {esc(claim["correct_value"])}</p>'
     if claim.get("note"):
-        extra += f'<p class="verdict-note">{esc(pretty(claim["note"]))}</p>'
+        extra += f'<p class="verdict-note">{esc(worded(claim, "note", lang))}</p>'
     return (f'<li class="{BADGE_CLASS.get(verdict, "other")}" data-claim="{esc(claim.get("id", ""))}">'
             f'<div class="verdict-head">{badge(verdict, lang)}'
             f'<span class="verdict-claim">{esc(claim_text(claim, lang))}</span>'
@@ -107,7 +113,7 @@ def all_claims_table(claims: list[dict], lang: str) -> str:
     rows = []
     for c in claims:
         cells = [esc(c.get("id", "")), esc(claim_text(c, lang)), badge(c.get("verdict", ""), lang),
-                 esc(pretty(c.get("expected", ""))), esc(pretty(c.get("measured", ""))),
+                 esc(worded(c, "expected", lang)), esc(worded(c, "measured", lang)),
                  esc(_interval(c) + (f" ({percent(c['ci_level'])})" if _interval(c) and c.get("ci_level") else "")),
                  esc(number(int(c["n_samples"]), digits=4) if c.get("n_samples") else ""), esc(c.get("method", ""))]
         rows.append("<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
