@@ -17,7 +17,7 @@ transformers = pytest.importorskip("transformers")
 from attnscale import results  # noqa: E402
 from attnscale.cli import main  # noqa: E402
 from attnscale.errors import InputError  # noqa: E402
-from attnscale.experiments import pretrained, probe_run  # noqa: E402
+from attnscale.experiments import pretrained, probe_capture, probe_run  # noqa: E402
 from attnscale.experiments.hf_attention import UnsupportedAttention, attention_calls  # noqa: E402
 
 TEXTS = ["The cat sat on the mat.", "A second, longer line: it has more words, and punctuation!",
@@ -182,7 +182,7 @@ def _calls(folder, enc):
     loaded = pretrained.load_local(folder)
     calls = []
     with torch.no_grad(), attention_calls(loaded.model, on_call=calls.append):
-        probe_run._forward(loaded, probe_run.model_inputs(loaded.model.config, enc))
+        probe_capture.forward(loaded, probe_capture.model_inputs(loaded.model.config, enc))
     return calls
 
 
@@ -194,7 +194,7 @@ def test_the_check_needs_what_the_model_adds_to_its_logits(name, drop, saved, to
     calls = _calls(saved[name], enc)
     worst_with = worst_without = 0.0
     for call in calls:
-        arrays = probe_run._arrays_of(call)
+        arrays = probe_capture.arrays_of(call)
         own = call.weights.double().numpy()
         valid = enc["attention_mask"].numpy().astype(bool)
         worst_with = max(worst_with, probe_run.check_probabilities(probe_run.rebuilt_probabilities(**arrays), own, valid))

@@ -16,7 +16,7 @@ from attnscale.experiments import pretrained  # noqa: E402
 from attnscale.experiments.probe import call_sums, head_figures  # noqa: E402
 from attnscale.experiments.probe_run import builtin_sentences, read_texts, run_probe  # noqa: E402
 from attnscale.experiments.hf_attention import attention_calls  # noqa: E402
-from attnscale.experiments.probe_run import _arrays_of, rebuilt_probabilities  # noqa: E402
+from attnscale.experiments.probe_capture import arrays_of, rebuilt_probabilities  # noqa: E402
 
 
 def captured(model, **inputs):
@@ -27,7 +27,7 @@ def captured(model, **inputs):
 
 
 def sums_of(call, query_valid, b=slice(None)):
-    arrays = _arrays_of(call)
+    arrays = arrays_of(call)
     arrays = {k: (v[b] if isinstance(v, np.ndarray) and v.ndim == 4 else v) for k, v in arrays.items()}
     return call_sums(**arrays, query_valid=query_valid[b], key_offset=0)
 
@@ -78,7 +78,7 @@ def test_the_hook_changes_nothing_at_alpha_1_and_restores_the_implementation(kin
             doubled = model(input_ids=ids).last_hidden_state
     assert torch.equal(plain, hooked) and not torch.allclose(plain, doubled)
     assert model.config._attn_implementation == "eager" and len(calls) == 2
-    probabilities = rebuilt_probabilities(**_arrays_of(calls[1]))
+    probabilities = rebuilt_probabilities(**arrays_of(calls[1]))
     np.testing.assert_allclose(probabilities, calls[1].weights.double().numpy(), atol=1e-6)
     if kind == "llama":                                        # causal: nothing above the diagonal
         assert np.all(np.triu(probabilities[0, 0], 1) == 0)

@@ -149,12 +149,13 @@ def _model_facts(loaded) -> dict:
     import torch
 
     from attnscale.experiments.hf_attention import UnsupportedAttention, attention_calls
-    from attnscale.experiments.probe_run import _forward, model_inputs, scale_rule
+    from attnscale.experiments.probe_capture import forward, model_inputs
+    from attnscale.experiments.probe_run import scale_rule
 
     calls = []
     enc = model_inputs(loaded.model.config, loaded.tokenizer(PROMPT, return_tensors="pt"))
     with torch.no_grad(), attention_calls(loaded.model, on_call=calls.append):
-        _forward(loaded, enc)
+        forward(loaded, enc)
     if not calls:
         raise UnsupportedAttention(f"model: {loaded.model.config.model_type} is not supported: no attention call "
                                    "went through transformers' attention interface")
@@ -186,7 +187,7 @@ def rescale_model(model, tokenizer, config: RescaleConfig | None = None, *, text
     same data as ``attnscale rescale --model PATH`` writes. A decoder or encoder-decoder reads
     ``text`` (default: :func:`default_text`), an encoder ``texts`` (default: the built-in sentences)."""
     from attnscale.experiments.pretrained import wrap
-    from attnscale.experiments.probe_run import builtin_sentences
+    from attnscale.experiments.probe_texts import builtin_sentences
 
     loaded = wrap(model, tokenizer, name)
     source = "given text"
@@ -268,10 +269,10 @@ def _logits(loaded, x):
     encoder-decoder encodes it and decodes it shifted right (what ``labels=x`` makes it do)."""
     if loaded.family == "decoder":
         return loaded.model(input_ids=x).logits
-    from attnscale.experiments.probe_run import _shifted_right
+    from attnscale.experiments.probe_capture import shifted_right
 
     ones = x.new_ones(x.shape)
-    return loaded.model(input_ids=x, decoder_input_ids=_shifted_right(loaded.model.config, x, ones)).logits
+    return loaded.model(input_ids=x, decoder_input_ids=shifted_right(loaded.model.config, x, ones)).logits
 
 
 def _decoder(loaded, config: RescaleConfig, text: str, source: str, scale: float, progress) -> dict:
@@ -279,7 +280,7 @@ def _decoder(loaded, config: RescaleConfig, text: str, source: str, scale: float
     import torch
 
     from attnscale.experiments.hf_attention import attention_calls
-    from attnscale.experiments.probe_run import model_inputs
+    from attnscale.experiments.probe_capture import model_inputs
 
     model, tokenizer = loaded.model, loaded.tokenizer
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -343,7 +344,7 @@ def _encoder(loaded, config: RescaleConfig, texts: list[str], source: str, scale
     import torch
 
     from attnscale.experiments.hf_attention import attention_calls
-    from attnscale.experiments.probe_run import model_inputs
+    from attnscale.experiments.probe_capture import model_inputs
 
     model, tokenizer = loaded.model, loaded.tokenizer
     batches = [texts[i:i + config.batch_size] for i in range(0, len(texts), config.batch_size)]

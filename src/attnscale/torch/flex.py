@@ -69,7 +69,7 @@ import math
 from dataclasses import replace
 
 from attnscale.errors import InputError, require
-from attnscale.torch.functional import _logit_range, _Problem, _run_chunked
+from attnscale.torch.attention_backends import _logit_range, _Problem, _run_chunked
 
 __all__ = ["run_flex", "refusal", "cuda_status", "eager", "entropy_errors", "ENTROPY_ERROR_BOUND", "FlexFailure"]
 

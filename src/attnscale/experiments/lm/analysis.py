@@ -1,0 +1,216 @@
+"""lm's analysis: from the runs to every figure the chapter and the table show (see :func:`analyse`):
+the learning-rate grids and each rule's best rate, the LR sensitivity (:func:`lr_score`,
+:func:`lr_sensitivity`), the verdicts against 1/√d_k (:func:`judge`), the curves, the samples, the cost."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from attnscale.experiments.lm.ngram_baselines import baselines, beaten
+from attnscale.experiments.lm.config import (LIKE_RATIO, REFERENCE_RULE, RULE_CHOICES, TARGET_FACTOR, VERDICTS,
+                                             LMCell, LMConfig)
+from attnscale.results import finite_or_none
+
+__all__ = ["analyse", "judge", "lr_score", "lr_sensitivity"]
+
+
+def lr_score(result: dict) -> float:
+    """A run's loss as the LR sensitivity of Wortsman et al. 2023 counts it: min(final, initial), a
+    diverged run (or one ending worse than it began) at its initial loss."""
+    init = result["init_bpb"] if result["init_bpb"] is not None else math.inf
+    return init if result["final_bpb"] is None else min(result["final_bpb"], init)
+
+
+def lr_sensitivity(scores: list[float]) -> float:
+    """E over the rates of the grid of the scores (:func:`lr_score`) minus the best of them
+    (Wortsman et al. 2023, arXiv 2309.14322, eq. 1, on a log-spaced grid)."""
+    return statistics.fmean(scores) - min(scores)
+
+
+def _steps_to(log: list[dict], target: float) -> int | None:
+    """The first logged step whose validation loss is at most ``target``; None if none is."""
+    return next((e["step"] for e in log if e["valid_bpb"] is not None and e["valid_bpb"] <= target), None)
+
+
+def _until(result: dict, step: int | None) -> tuple[list[dict], float | None]:
+    """(the log up to ``step``, the last validation loss in it; None if it diverged by then)."""
+    if step is None:
+        return result["log"], result["final_bpb"]
+    log = [e for e in result["log"] if e["step"] <= step]
+    gone = result["diverged"] is not None and result["diverged"]["step"] <= step
+    return log, None if gone or not log else log[-1]["valid_bpb"]
+
+
+def judge(run: dict, reference: dict, until: int | None = None) -> tuple[str | None, float | None]:
+    """(verdict, steps ratio) of one run against the 1/√d_k run of the same seed and optimiser, on
+    the logs up to step ``until`` (default: all); the verdict is None when the reference itself
+    diverged (nothing to compare with)."""
+    ref_log, ref_final = _until(reference, until)
+    if ref_final is None:
+        return None, None
+    log, final = _until(run, until)
+    if final is None and run["diverged"] is not None:
+        return "diverges", None
+    target = TARGET_FACTOR * ref_final
+    mine, theirs = _steps_to(log, target), _steps_to(ref_log, target)
+    if mine is None:
+        return "fails", None
+    ratio = mine / theirs if theirs else (1.0 if mine == 0 else math.inf)
+    verdict = "faster" if ratio <= 1 / LIKE_RATIO else "learns" if ratio <= LIKE_RATIO else "slower"
+    return verdict, finite_or_none(ratio)
+
+
+def _spread(values: list) -> dict:
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    if not finite:
+        return {"mean": None, "min": None, "max": None, "n": 0}
+    return {"mean": statistics.fmean(finite), "min": min(finite), "max": max(finite), "n": len(finite)}
+
+
+def _most_common(verdicts: list[str]) -> tuple[str | None, int]:
+    """The seeds' most common verdict (a tie goes to the worse) and how many seeds give it."""
+    if not verdicts:
+        return None, 0
+    counts = {v: verdicts.count(v) for v in VERDICTS}
+    top = max(counts.values())
+    return [v for v in VERDICTS if counts[v] == top][-1], top
+
+
+def _verdict(rule: str, d_k: int, optimiser: str, lr: float, runs: dict, refs: dict, halfway: int,
+             rows: list[dict]) -> dict:
+    """One row of ``analysis["verdicts"]``: runs and refs map seed -> result."""
+    judged = {seed: judge(run, refs[seed]) for seed, run in runs.items() if seed in refs}
+    verdict, top = _most_common([v for v, _ in judged.values() if v is not None])
+    half = {seed: judge(run, refs[seed], halfway) for seed, run in runs.items() if seed in refs}
+    verdict_half, top_half = _most_common([v for v, _ in half.values() if v is not None])
+    ratios = [r for v, r in judged.values() if r is not None]
+    final = _spread([run["final_bpb"] for run in runs.values()])
+    return {"rule": rule, "d_k": d_k, "optimiser": optimiser, "lr": lr, "verdict": verdict,
+            "verdict_reason": None if verdict else "the 1/√d_k reference diverged on every seed",
+            "seeds": sum(v is not None for v, _ in judged.values()), "seeds_agreeing": top,
+            "steps_ratio": statistics.median(ratios) if ratios else None,
+            "steps_ratio_spread": _spread(ratios),
+            "per_seed": [{"seed": s, "verdict": v, "steps_ratio": r, "verdict_halfway": half[s][0]}
+                         for s, (v, r) in sorted(judged.items())],
+            "verdict_halfway": verdict_half, "seeds_agreeing_halfway": top_half,
+            "final_bpb": final, "beats": beaten(final["mean"], rows),
+            "diverged": sum(bool(run["diverged"]) for run in runs.values())}
+
+
+def _curve(runs: list[dict]) -> dict:
+    """Over seeds, per logged step: validation bits per byte (mean, min, max), the largest |logit|
+    over layers and heads (mean), and the mean row entropy over layers and heads (mean). A diverged
+    seed drops out from its divergence on; ``seeds`` says how many are left at each step."""
+    steps = sorted({e["step"] for run in runs for e in run["log"]})
+    at = lambda run, s: next((e for e in run["log"] if e["step"] == s), None)   # noqa: E731
+    out = {"step": steps, "valid_bpb": {"mean": [], "min": [], "max": []}, "max_abs_logit": [],
+           "entropy_mean": [], "saturated_frac": [], "seeds": []}
+    for s in steps:
+        entries = [e for e in (at(run, s) for run in runs) if e is not None]
+        bpb = _spread([e["valid_bpb"] for e in entries])
+        for key in ("mean", "min", "max"):
+            out["valid_bpb"][key].append(bpb[key])
+        flat = lambda e, k: [v for layer in e["heads"] for v in layer[k] if v is not None]   # noqa: E731
+        out["max_abs_logit"].append(_spread([max(flat(e, "max_abs_logit"), default=None) for e in entries])["mean"])
+        out["entropy_mean"].append(_spread([statistics.fmean(flat(e, "entropy_mean")) if flat(e, "entropy_mean")
+                                            else None for e in entries])["mean"])
+        out["saturated_frac"].append(_spread([statistics.fmean(flat(e, "saturated_frac")) if flat(e, "saturated_frac")
+                                              else None for e in entries])["mean"])
+        out["seeds"].append(bpb["n"])
+    return out
+
+
+def _edge(lr: float, grid) -> str | None:
+    """Where ``lr`` sits on the grid: "low" or "high" edge, or None when inside it."""
+    lrs = sorted(grid)
+    return "low" if lr == lrs[0] else "high" if lr == lrs[-1] else None
+
+
+def analyse(config: LMConfig, cells: list[LMCell], results: list[dict]) -> dict:
+    """Everything the chapter and the table show: per optimiser the learning-rate grid (each rule's
+    final loss at each rate, its own best rate, its LR sensitivity), the reference's best rate and
+    whether it is inside the grid, the verdicts at the reference's best rate and at each rule's own,
+    the n-gram baselines and where each run ends against them, the curves, the samples, the cost."""
+    rows = list(zip(cells, results))
+    base = baselines(config)
+    grids = {"adamw": config.adamw_lrs, "sgd": config.sgd_lrs}
+
+    def runs(rule, d_k, optimizer, lr) -> dict:
+        return {c.seed: r for c, r in rows if (c.rule, c.d_k, c.optimizer, c.lr) == (rule, d_k, optimizer, lr)}
+
+    grid, best, sensitivity = [], {}, []
+    for optimizer, lrs in grids.items():
+        for d_k in config.d_ks:
+            for rule in config.rules:
+                groups = {lr: runs(rule, d_k, optimizer, lr) for lr in lrs}
+                scores = {lr: statistics.fmean(lr_score(r) for r in g.values()) for lr, g in groups.items()}
+                best[optimizer, rule, d_k] = min(lrs, key=lambda lr: scores[lr])
+                for lr, group in groups.items():
+                    final = _spread([r["final_bpb"] for r in group.values()])
+                    grid.append({"optimiser": optimizer, "rule": rule, "d_k": d_k, "lr": lr, "final_bpb": final,
+                                 "score": finite_or_none(scores[lr]), "beats": beaten(final["mean"], base["rows"]),
+                                 "diverged": sum(bool(r["diverged"]) for r in group.values()),
+                                 "worse_than_init": sum(r["final_bpb"] is not None and r["init_bpb"] is not None
+                                                        and r["final_bpb"] > r["init_bpb"] for r in group.values()),
+                                 "seeds": len(group)})
+                per_seed = [lr_sensitivity([lr_score(groups[lr][s]) for lr in lrs])
+                            for s in sorted(groups[lrs[0]]) if all(s in g for g in groups.values())]
+                sensitivity.append({"optimiser": optimizer, "rule": rule, "d_k": d_k,
+                                    "lr_sensitivity": finite_or_none(statistics.fmean(per_seed)) if per_seed else None,
+                                    "spread": _spread(per_seed)})
+    own_best = [{"optimiser": o, "rule": r, "d_k": d, "lr": lr, "edge": _edge(lr, grids[o])}
+                for (o, r, d), lr in best.items()]
+    reference_best = {o: {str(d): best[o, REFERENCE_RULE, d] for d in config.d_ks} for o in grids}
+    interior = {o: {str(d): len(lrs) >= 3 and _edge(best[o, REFERENCE_RULE, d], lrs) is None for d in config.d_ks}
+                for o, lrs in grids.items()}
+
+    halfway = config.steps // 2
+    verdicts, curves = [], []
+    for d_k in config.d_ks:
+        for optimizer in grids:
+            ref_lr = best[optimizer, REFERENCE_RULE, d_k]
+            refs = runs(REFERENCE_RULE, d_k, optimizer, ref_lr)
+            for rule in config.rules:
+                own_lr = best[optimizer, rule, d_k]
+                at_ref = runs(rule, d_k, optimizer, ref_lr)
+                verdicts.append(_verdict(rule, d_k, optimizer, ref_lr, at_ref, refs, halfway, base["rows"]))
+                verdicts.append(_verdict(rule, d_k, f"{optimizer}-own-best", own_lr, runs(rule, d_k, optimizer, own_lr),
+                                         refs, halfway, base["rows"]))
+                curves.append({"rule": rule, "d_k": d_k, "optimiser": optimizer, "lr": ref_lr,
+                               **_curve([at_ref[s] for s in sorted(at_ref)])})
+
+    reference = {d_k: _spread([r["final_bpb"] for r in
+                               runs(REFERENCE_RULE, d_k, "adamw", best["adamw", REFERENCE_RULE, d_k]).values()])["mean"]
+                 for d_k in config.d_ks}
+    first = results[0]
+    seed0 = lambda rule, d_k: runs(rule, d_k, "adamw", best["adamw", REFERENCE_RULE, d_k]).get(0)   # noqa: E731
+    samples = [{"rule": rule, "texts": [(seed0(rule, d_k) or {}).get("sample") for d_k in config.d_ks],
+                "final_bpb": [(seed0(rule, d_k) or {}).get("final_bpb") for d_k in config.d_ks]} for rule in config.rules]
+    return {
+        "reference_rule": REFERENCE_RULE,
+        "rule_choices": list(RULE_CHOICES),
+        "target_factor": TARGET_FACTOR,
+        "like_ratio": LIKE_RATIO,
+        "halfway_step": halfway,
+        "baselines": base,
+        "unigram_bpb": first["unigram_bpb"],
+        "init_bpb": _spread([r["init_bpb"] for r in results]),
+        "model": {"d_model": config.d_model, "n_layers": config.n_layers, "context": config.context,
+                  "parameters": first["parameters"], "heads": {str(d_k): config.d_model // d_k for d_k in config.d_ks}},
+        "text": {"source": config.text, "train_bytes": first["train_bytes"], "valid_bytes": first["valid_bytes"]},
+        "lr_grids": {o: list(lrs) for o, lrs in grids.items()},
+        "grid": grid,
+        "own_best_lr": own_best,
+        "reference_best_lr": reference_best,
+        "reference_best_interior": interior,
+        "lr_sensitivity": sensitivity,
+        "reference_final": {"bpb": {str(d): v for d, v in reference.items()},
+                            "beats": {str(d): beaten(v, base["rows"]) for d, v in reference.items()}},
+        "verdicts": verdicts,
+        "curves": curves,
+        "samples": {"prompt": cells[0].prompt, "d_ks": list(config.d_ks), "optimiser": "adamw", "seed": 0,
+                    "lr": {str(d): best["adamw", REFERENCE_RULE, d] for d in config.d_ks}, "rows": samples},
+        "cost": {"cells": len(results), "cpu_s": sum(r["cpu_s"] for r in results),
+                 "wall_s": sum(r["wall_s"] for r in results), "cpu_s_per_cell": _spread([r["cpu_s"] for r in results])},
+    }
