@@ -644,3 +644,15 @@ def test_stays_put_takes_the_worst_figure_of_each_n():
     # from index 1 on the creeping figure moves 0.3 of 1.0: still too much, but undetectable with wide intervals
     per, verdict = saturation.judge_stays_put({128: [(summaries([0.5, 0.6, 0.9], half=0.5), unscaled)]}, 1)
     assert per[128] == (pytest.approx(0.3), True) and verdict == "inconclusive"
+
+
+def test_every_bracketed_interval_a_row_prints_says_what_it_is(quick):
+    """A measured text with "x [lo, hi]" names the brackets (the intervals its verdict rests on)."""
+    import re
+
+    bare = [c.id for c in quick.claims if re.search(r"\d \[[-\d.]+, [-\d.]+\]", c.measured or "")
+            and "(in brackets: 99% CIs)" not in c.measured and not re.search(r"\] \(\d+(\.\d+)?%\)", c.measured)]
+    assert not bare, bare
+    c = by_id(quick)
+    assert c["S7.2"].measured.endswith("(in brackets: 99% CIs)")
+    assert c["S7.2"].measured_zh.endswith("（方括号内为 99% 置信区间）")

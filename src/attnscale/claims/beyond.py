@@ -18,7 +18,7 @@ import numpy as np
 
 from attnscale.claims.context import Context
 from attnscale.claims.register import claim
-from attnscale.claims.result import clauses, interval_text, judge_below, judge_falling, judge_printed, per_n
+from attnscale.claims.result import bracketed, clauses, interval_text, judge_below, judge_falling, judge_printed, per_n
 from attnscale.i18n import N_, _
 from attnscale.claims.saturation import D_KS as ROW_D_KS, NS as ROW_NS, ci, simulate_rows
 from attnscale.montecarlo import mean_ci
@@ -93,9 +93,9 @@ def _phase(ctx: Context) -> None:
         "S8.2", N_("beyond σ_c = √(2 ln n) the softmax is frozen: unscaled attention on random inputs freezes once d_k > 2 ln n"),
         expected=lambda lang: _("H/ln n at σ = 2σ_c is lower at n = {large} than at n = {small} ({level} CIs separated): the entropy stays O(1) nats while ln n grows", lang, large=PHASE_NS[-1],
                                 small=PHASE_NS[0], level=ctx.level),
-        measured=lambda lang: _("{intervals}; d_k > 2 ln n means d_k ≥ {frozen}", lang, intervals=per_n(
+        measured=lambda lang: bracketed(_("{intervals}; d_k > 2 ln n means d_k ≥ {frozen}", lang, intervals=per_n(
             {n: interval_text(e.value, e.ci_low, e.ci_high) for n, e in zip(PHASE_NS, frozen)}, lang, ","),
-            frozen=clauses((_("{d_k} (n={n})", lang, d_k=d, n=n) for n, d in d_frozen.items()), lang, ",")),
+            frozen=clauses((_("{d_k} (n={n})", lang, d_k=d, n=n) for n, d in d_frozen.items()), lang, ",")), ctx.level, lang),
         estimate=frozen[-1].value, ci_low=frozen[-1].ci_low, ci_high=frozen[-1].ci_high,
         n_samples=grid["rows"][str(PHASE_NS[-1])], verdict=falls,
         note=lambda lang: _("σ ≈ √d_k for unscaled logits of Gaussian q, k: every practical d_k (64, 128) is deep in the frozen phase", lang)))

@@ -19,7 +19,7 @@ import numpy as np
 
 from attnscale.claims.context import Context
 from attnscale.claims.register import claim
-from attnscale.claims.result import by_n_note, clauses, interval_text, judge_all, judge_at_most, judge_below, per_n
+from attnscale.claims.result import bracketed, by_n_note, clauses, interval_text, judge_all, judge_at_most, judge_below, per_n
 from attnscale.i18n import N_, _
 from attnscale.claims.saturation import MODES, NEARLY_ALL, draw_logits
 from attnscale.montecarlo import quantile_ci
@@ -70,11 +70,11 @@ def run(ctx: Context) -> None:
         "S7.2", N_("when d_k is small (e.g. 4) scaling is not very important: softmax behaves well either way (no saturation)"),
         expected=lambda lang: _("'behaves well' read as: not saturated — median max weight ≤ {line:g} ({level} CI at or below S5.2's 'nearly all' line), unscaled and scaled, at d_k = {d_k}, n = {ns}",
                                 lang, line=NEARLY_ALL, level=ctx.level, d_k=SMALL_D_K, ns=ns),
-        measured=lambda lang: per_n({n: _("max weight unscaled {unscaled}, scaled {scaled}; H/ln n {entropy_unscaled:.3f} / {entropy_scaled:.3f}", lang,
+        measured=lambda lang: bracketed(per_n({n: _("max weight unscaled {unscaled}, scaled {scaled}; H/ln n {entropy_unscaled:.3f} / {entropy_scaled:.3f}", lang,
                                           unscaled=interval_text(*top[(n, "unscaled")]),
                                           scaled=interval_text(*top[(n, "scaled")]),
                                           entropy_unscaled=ent[(n, "unscaled")][0], entropy_scaled=ent[(n, "scaled")][0])
-                                     for n in NS}, lang),
+                                     for n in NS}, lang), ctx.level, lang),
         estimate=top[worst][0], ci_low=top[worst][1], ci_high=top[worst][2], n_samples=rows,
         verdict=judge_all(well.values()),
         note=lambda lang: _("{by_n}; the interval shown is the largest median (n = {n}, {mode}); each mode its own rows; the seed's example (one score, 1 → 0.5) has no softmax to compare; how much scaling changes the rows is S7.4", lang, n=worst[0], mode=_(MODE_NAME[worst[1]], lang),
@@ -87,8 +87,8 @@ def run(ctx: Context) -> None:
         "S7.4", N_("a stronger reading of the FAQ: at small d_k (4) softmax behaves about the same with or without scaling"),
         expected=lambda lang: _("'about the same' read as: median TV distance ≤ {line:g} and median |ΔH|/ln n ≤ {line:g} ({level} CIs), the same rows with and without ÷√4, n = {ns}", lang,
                                 line=BARELY, level=ctx.level, ns=ns),
-        measured=lambda lang: per_n({n: _("TV {tv}, |ΔH|/ln n {dh}", lang, tv=interval_text(*tv[(SMALL_D_K, n)]),
-                                          dh=interval_text(*dh[(SMALL_D_K, n)])) for n in NS}, lang),
+        measured=lambda lang: bracketed(per_n({n: _("TV {tv}, |ΔH|/ln n {dh}", lang, tv=interval_text(*tv[(SMALL_D_K, n)]),
+                                          dh=interval_text(*dh[(SMALL_D_K, n)])) for n in NS}, lang), ctx.level, lang),
         estimate=tv[(SMALL_D_K, NS[1])][0], ci_low=tv[(SMALL_D_K, NS[1])][1], ci_high=tv[(SMALL_D_K, NS[1])][2],
         n_samples=rows, verdict=judge_all(barely.values()),
         note=lambda lang: _("{by_n}; the interval shown is the TV distance at n = {n}; at d_k = 4 scaling halves the logits' spread. "

@@ -19,7 +19,7 @@ import numpy as np
 
 from attnscale.claims.context import Context
 from attnscale.claims.register import claim
-from attnscale.claims.result import clauses, interval_text, judge_all, judge_equal, judge_rising, level_text
+from attnscale.claims.result import bracketed, clauses, interval_text, judge_all, judge_equal, judge_rising, level_text
 from attnscale.i18n import N_, _
 from attnscale.montecarlo import Estimate, dot_variance_estimates, quantile_ci, t_quantile, z_quantile
 from attnscale.theory import (
@@ -106,9 +106,9 @@ def _growth(ctx: Context) -> None:
         "S2.3", N_("adding more terms makes |q·k| larger: d_k = 512 gives much larger dot products than d_k = 4"),
         expected=lambda lang: _("median |q·k| increases with d_k ({level} CIs separated), roughly ∝ √d_k", lang,
                                 level=ctx.level),
-        measured=lambda lang: _("{medians}; ratio 512/4 = {ratio:.2f} (√128 = {root:.2f})", lang, ratio=ratio,
+        measured=lambda lang: bracketed(_("{medians}; ratio 512/4 = {ratio:.2f} (√128 = {root:.2f})", lang, ratio=ratio,
                                 root=math.sqrt(128), medians=clauses(
-                                    (f"d_k={d}: {interval_text(*medians[d], spec='.3g')}" for d in HIST_D_KS), lang, ",")),
+                                    (f"d_k={d}: {interval_text(*medians[d], spec='.3g')}" for d in HIST_D_KS), lang, ",")), ctx.level, lang),
         estimate=medians[512][0], ci_low=medians[512][1], ci_high=medians[512][2], n_samples=n,
         verdict=grows,
         note=lambda lang: _("Gaussian components; median of |q·k| with a distribution-free order-statistic interval",

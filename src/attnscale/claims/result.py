@@ -138,8 +138,14 @@ def level_text(confidence: float) -> str:
 
 
 def interval_text(value: float, lo: float, hi: float, spec: str = ".3f") -> str:
-    """An estimate and its interval as a claim text prints them: "0.123 [0.101, 0.145]"."""
+    """An estimate and its interval as a claim text prints them: "0.123 [0.101, 0.145]" (a text that
+    prints them says what the brackets are: :func:`bracketed`)."""
     return f"{value:{spec}} [{lo:{spec}}, {hi:{spec}}]"
+
+
+def bracketed(text: str, level: str, lang: str) -> str:
+    """``text``, whose brackets are the intervals its verdict rests on, saying so."""
+    return _("{text} (in brackets: {level} CIs)", lang, text=text, level=level)
 
 
 # How a language joins the clauses of one text ("a; b" / "a；b") and the items of a list ("a, b" / "a，b").
