@@ -149,9 +149,9 @@ def scale_text(rule: dict, lang: str) -> str:
              "1/sqrt(c)": lambda: _("{value} = 1/√{c}, not 1/√d_k = 1/√{d_k}", lang, value=value, c=rule["c"], d_k=rule["d_k"]),
              "constant": lambda: _("{value} = {times} × 1/√{d_k}", lang, value=value, times=number(rule["times_sqrt_d_k"]), d_k=rule["d_k"])}[rule["rule"]]()
     if rule.get("qk_norm"):
-        words += _(", after q and k are normalised (QK-norm)", lang)
+        words = _("{scale}, after q and k are normalised (QK-norm)", lang, scale=words)
     if rule.get("softcap") is not None:
-        words += _(", soft-capped: {cap}·tanh(logit/{cap})", lang, cap=number(rule["softcap"]))
+        words = _("{scale}, soft-capped: {cap}·tanh(logit/{cap})", lang, scale=words, cap=number(rule["softcap"]))
     return words
 
 
@@ -207,14 +207,24 @@ def attention_kind(model: dict) -> str:
     return "decoder" if model["causal"] else "encoder"
 
 
+# The chapter's opening, by whether the model rotates q and k (RoPE) before the softmax sees them.
+INTRO = {
+    False: N_("The seed assumes the d_k components of q and k are independent with mean 0 and variance 1, so that Var(q·k) = d_k. "
+              "We captured every attention call of {model} ({layers} layers × {heads}, d_k = {d_k}, scale = {scale}, {kind}) on {n} sequences ({tokens} tokens), padding left out, taking q and k as the softmax sees them, and measured how far that holds."),
+    True: N_("The seed assumes the d_k components of q and k are independent with mean 0 and variance 1, so that Var(q·k) = d_k. "
+             "We captured every attention call of {model} ({layers} layers × {heads}, d_k = {d_k}, scale = {scale}, {kind}) on {n} sequences ({tokens} tokens), padding left out, taking q and k as the softmax sees them (after the rotary embedding), and measured how far that holds."),
+}
+
+
 def render(env, lang: str) -> str:
     data = env.data
     cfg, check, model = data["config"], data["check"], data["model"]
     worst = check["max_abs_diff"]
     heads = (_("{n} heads", lang, n=model["n_heads_q"]) if model["n_heads_q"] == model["n_heads_kv"] else
              _("{n} query heads sharing {kv} key/value heads", lang, n=model["n_heads_q"], kv=model["n_heads_kv"]))
-    intro = _("The seed assumes the d_k components of q and k are independent with mean 0 and variance 1, so that Var(q·k) = d_k. "
-              "We captured every attention call of {model} ({layers} layers × {heads}, d_k = {d_k}, scale = {scale}, {kind}) on {n} sequences ({tokens} tokens), padding left out, taking q and k as the softmax sees them{rope}, and measured how far that holds.", lang, model=model["name"], layers=model["n_layers"], heads=heads, d_k=model["d_k"], scale=model_scale_text(model, lang), kind=_(KINDS[attention_kind(model)], lang), n=cfg["n_sequences"], tokens=cfg["n_tokens"], rope=_(" (after the rotary embedding)", lang) if model.get("rope_theta") else "")
+    intro = _(INTRO[bool(model.get("rope_theta"))], lang, model=model["name"], layers=model["n_layers"], heads=heads,
+              d_k=model["d_k"], scale=model_scale_text(model, lang), kind=_(KINDS[attention_kind(model)], lang),
+              n=cfg["n_sequences"], tokens=cfg["n_tokens"])
     parts = [para(intro)]
     scales = scales_sentence(model, lang)
     if scales:
