@@ -113,3 +113,11 @@ def test_the_readme_shows_what_the_committed_result_renders():
     env = results.read("telemetry", path=repo / "docs" / "results" / "telemetry" / "result.json")
     relative = dataclasses.replace(env, path=env.path.relative_to(repo))   # as the command run there names it
     assert format_markdown(relative) in (repo / "README.md").read_text()
+
+
+def test_the_monitor_sentence_says_yes_or_no_in_each_language():
+    m = {"model": "m", "n_sequences": 2, "padded_length": 8, "ratio": 1.1, "outputs_bitwise_equal": True,
+         "float16_overflow_calls": 0, "calls_per_forward": 6, "layers": []}
+    assert "unmonitored model: yes;" in chapter._monitor(m, "en")[0]
+    m["outputs_bitwise_equal"] = False
+    assert "unmonitored model: no;" in chapter._monitor(m, "en")[0] and "False" not in chapter._monitor(m, "zh")[0]

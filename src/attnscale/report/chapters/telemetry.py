@@ -24,6 +24,8 @@ VERDICT_SENTENCES = {
     "missed": N_("{what} {pass_} at {where}: {ratio}× against a target of ≤ {target}× — missed by {excess}%."),
     "unmeasured": N_("{what} {pass_} at {where}: not measured (the run failed)."),
 }
+#: The monitor's outputs against the unmonitored model's: bit-for-bit equal or not.
+YES_NO = {True: N_("yes"), False: N_("no")}
 
 
 def verdict_key(verdict: dict) -> str:
@@ -45,7 +47,7 @@ def verdict_sentence(v: dict, lang: str) -> str:
 
 
 def _monitor(m: dict, lang: str) -> list[str]:
-    head = _("The monitor on {model} ({n} sequences, padded to {length} tokens), per layer: forward time ×{ratio}; outputs bit-for-bit equal to the unmonitored model: {equal}; float16 overflow (|logit| > {limit}) in {overflow} of {calls} calls.", lang, limit=f"{FLOAT16_MAX:g}", model=m["model"], n=m["n_sequences"], length=m["padded_length"], ratio=number(m["ratio"], ".2f"), equal=m["outputs_bitwise_equal"], overflow=m["float16_overflow_calls"], calls=m["calls_per_forward"])
+    head = _("The monitor on {model} ({n} sequences, padded to {length} tokens), per layer: forward time ×{ratio}; outputs bit-for-bit equal to the unmonitored model: {equal}; float16 overflow (|logit| > {limit}) in {overflow} of {calls} calls.", lang, limit=f"{FLOAT16_MAX:g}", model=m["model"], n=m["n_sequences"], length=m["padded_length"], ratio=number(m["ratio"], ".2f"), equal=_(YES_NO[bool(m["outputs_bitwise_equal"])], lang), overflow=m["float16_overflow_calls"], calls=m["calls_per_forward"])
     rows = [[r["layer"], number(r["entropy_mean"]), number(r["entropy_median_of_medians"]), number(r["entropy_min"]),
              number(r["max_logit"], ".2f"), f"{r['lowest_head']} ({number(r['lowest_head_entropy_mean'])})"]
             for r in m["layers"]]
