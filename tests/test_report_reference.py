@@ -135,3 +135,14 @@ def test_bold_chinese_text_in_a_figure_prints_no_font_warning(caplog):
         fig.savefig(io.BytesIO(), format="svg")
         plt.close(fig)
     assert not [r for r in caplog.records if "findfont" in r.getMessage()]
+
+
+@pytest.mark.parametrize("verdicts, value", [
+    ({"adamw": "faster", "sgd": "faster"}, "learns faster than 1/√d_k"),
+    ({"adamw": "faster", "sgd": "learns"}, "faster with AdamW"),
+    ({"adam": "slower", "sgd": "fails"}, "fails with SGD"),          # the worst, where it holds
+    ({"adam": "slower", "sgd": "slower"}, "learns, but slower"),
+])
+def test_a_cards_headline_names_the_worst_verdict_where_it_holds(verdicts, value):
+    assert headline.training_value(verdicts, "en") == value
+    assert headline.training_value(verdicts, "zh") not in ("", value)

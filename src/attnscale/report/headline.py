@@ -25,12 +25,13 @@ from attnscale.report.chapters.training import VERDICTS
 from attnscale.report.html import esc
 from attnscale.report.numbers import number
 
-VERDICT_ORDER = ("learns", "slower", "fails", "diverges")     # mildest first
+VERDICT_ORDER = ("faster", "learns", "slower", "fails", "diverges")     # mildest first (only the LM has "faster")
 #: A card's headline when every optimiser's verdict is the same one.
-ALL_VALUES = {"learns": N_("learns like 1/√d_k", "headline"), "slower": N_("learns, but slower"),
+ALL_VALUES = {"faster": N_("learns faster than 1/√d_k"), "learns": N_("learns like 1/√d_k", "headline"),
+              "slower": N_("learns, but slower"),
               "fails": N_("fails to learn"), "diverges": N_("diverges")}
 #: A card's headline when the optimisers differ: the worst verdict, with the optimisers where it holds.
-WITH_VALUES = {"slower": N_("slower with {opts}"), "fails": N_("fails with {opts}"), "diverges": N_("diverges with {opts}")}
+WITH_VALUES = {"faster": N_("faster with {opts}"), "slower": N_("slower with {opts}"), "fails": N_("fails with {opts}"), "diverges": N_("diverges with {opts}")}
 OPTIMISER_NAMES = {"adam": N_("Adam"), "sgd": N_("SGD"), "adamw": N_("AdamW")}
 #: The real-model card's headline, by real_model_value.
 REAL_MODEL_VALUES = {"much_worse": N_("perplexity ×{r}: much worse"), "worse": N_("perplexity ×{r}: worse"),
@@ -60,16 +61,17 @@ def _acc(summary: dict | None) -> str:
 
 def training_value(verdicts: dict[str, str | None], lang: str) -> str:
     """The card's headline from the unscaled rule's verdicts per optimiser ("adam", "sgd"): one phrase
-    for all when they agree, else the worst verdict and the optimisers where it does not learn like
-    1/√d_k; "" without verdicts."""
+    for all when they agree, else the worst verdict and the optimisers where it holds (the mix of
+    "faster" and "learns": "faster", where it is); "" without verdicts."""
     found = {opt: v for opt, v in verdicts.items() if v}
     if not found:
         return ""
     if len(set(found.values())) == 1:
         return _(ALL_VALUES[next(iter(found.values()))], lang)
-    bad = [opt for opt, v in found.items() if v != "learns"]
-    worst = max((found[o] for o in bad), key=VERDICT_ORDER.index)
-    return _(WITH_VALUES[worst], lang, opts=_(" and ", lang, msgctxt="headline").join(_(OPTIMISER_NAMES[o], lang) for o in bad))
+    worst = max(found.values(), key=VERDICT_ORDER.index)
+    shown = "faster" if worst == "learns" else worst
+    where = [opt for opt, v in found.items() if v == shown]
+    return _(WITH_VALUES[shown], lang, opts=_(" and ", lang, msgctxt="headline").join(_(OPTIMISER_NAMES[o], lang) for o in where))
 
 
 def training_card(analysis: dict, lang: str) -> Card | None:
