@@ -89,7 +89,7 @@ def training_card(analysis: dict, lang: str) -> Card | None:
         return None
     sub = _("final accuracy, unscaled: Adam {adam}, SGD {sgd} (1/√d_k: {adam_ref}, {sgd_ref}).", lang, adam=_acc(adam), sgd=_acc(sgd), adam_ref=_acc(ref.get("adam")), sgd_ref=_acc(ref.get("sgd_reference_lr")))
     if best.get("lr") is not None and best.get("lr") != sgd.get("lr"):
-        sub += " " + _("SGD at its own best rate {lr}: {acc}, {verdict}.", lang, lr=number(best["lr"], digits=2), acc=_acc(best), verdict=_(VERDICTS[best["verdict"]], lang) if best.get("verdict") else "—")
+        sub = _("{first} {then}", lang, msgctxt="sentences", first=sub, then=_("SGD at its own best rate {lr}: {acc}, {verdict}.", lang, lr=number(best["lr"], digits=2), acc=_acc(best), verdict=_(VERDICTS[best["verdict"]], lang) if best.get("verdict") else "—"))
     return Card(_("training without ÷√d_k at d_k = {d} (scale-vs-dk sweep)", lang, d=d_k), value, sub, "#exp-training")
 
 
