@@ -148,13 +148,14 @@ def bracketed(text: str, level: str, lang: str) -> str:
     return _("{text} (in brackets: {level} CIs)", lang, text=text, level=level)
 
 
-# How a language joins the clauses of one text ("a; b" / "a；b") and the items of a list ("a, b" / "a，b").
-SEPARATORS = {";": {"en": "; ", "zh": "；"}, ",": {"en": ", ", "zh": "，"}}
+# How a language joins the clauses of one text ("a; b" / "a；b") and the items of a list ("a, b" / "a，b"):
+# messages, as the report's are; items of a measured text are longer than the report's short lists (、).
+SEPARATORS = {";": N_("; ", "clauses"), ",": N_(", ", "items")}
 
 
 def clauses(parts, lang: str, sep: str = ";") -> str:
     """``parts`` joined the way ``lang`` joins clauses (``sep`` ";") or list items (``sep`` ",")."""
-    return SEPARATORS[sep][lang].join(parts)
+    return _(SEPARATORS[sep], lang).join(parts)
 
 
 def per_n(texts: dict, lang: str, sep: str = ";") -> str:
