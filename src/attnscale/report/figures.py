@@ -20,6 +20,9 @@ from attnscale.report.plotting import NEUTRAL, REFERENCE, SCALED, SERIES, UNSCAL
 # The two ways of a panel or a curve: the logits as they are, and divided by √d_k.
 MODE = {"unscaled": N_("unscaled"), "scaled": N_("÷ √dₖ")}
 MODE_N = {"unscaled": N_("unscaled, n = {n}"), "scaled": N_("÷ √dₖ, n = {n}")}
+# The component laws of the variance figure's legend, by their names in attnscale.theory.COMPONENTS.
+FAMILY = {"gaussian": N_("Gaussian"), "uniform": N_("uniform"), "rademacher": N_("Rademacher ±1"),
+          "student_t5": N_("Student-t(5)")}
 
 # The broken-assumption cases, by the English name the verification writes (:func:`case_label`).
 CASES = {"non-zero means": N_("non-zero means"), "variances ≠ 1": N_("variances ≠ 1"),
@@ -70,9 +73,9 @@ def variance_vs_dk(data: dict, lang: str = "en"):
         for i, (name, fam) in enumerate(families):
             color, marker = SERIES[i % len(SERIES)], "osD^v<"[i % 6]
             xs = [d * offsets[i] for d in fam["d_k"]]
-            _errorbars(axes[0], xs, fam["estimate"], fam["ci_low"], fam["ci_high"], color, FAMILY.get(name, name), marker)
+            _errorbars(axes[0], xs, fam["estimate"], fam["ci_low"], fam["ci_high"], color, _(FAMILY[name], lang) if name in FAMILY else name, marker)
             sc = fam["scaled"]
-            _errorbars(axes[1], xs, sc["estimate"], sc["ci_low"], sc["ci_high"], color, FAMILY.get(name, name), marker)
+            _errorbars(axes[1], xs, sc["estimate"], sc["ci_low"], sc["ci_high"], color, _(FAMILY[name], lang) if name in FAMILY else name, marker)
         for ax, which, ylabel in ((axes[0], "unscaled", N_("Var(q·k)")), (axes[1], "scaled", N_("Var(q·k / √dₖ)"))):
             ax.set_yscale("log")
             _dk_axis(ax, dks)
@@ -85,9 +88,6 @@ def variance_vs_dk(data: dict, lang: str = "en"):
         pad = max(0.05, (hi - lo) * 0.15)
         axes[1].set_ylim(min(lo, 1.0) - pad, max(hi, 1.0) + pad)
         return fig
-
-
-FAMILY = {"gaussian": "Gaussian", "uniform": "uniform", "rademacher": "Rademacher ±1", "student_t5": "Student-t(5)"}
 
 
 # --------------------------------------------------------------------------------------------------
