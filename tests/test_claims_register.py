@@ -29,7 +29,8 @@ def test_claim_fills_the_statement_and_the_worded_fields_in_both_languages():
     assert row.claim_en == "with SSMax (logits × s·ln n, s = 0.43) the max weight stays near 1 as n grows"
     assert row.claim_zh.startswith("使用 SSMax（logits × s·ln n，s = 0.43）")
     assert (row.chapter, row.method, row.seed_value) == ("beyond", "closed form", None)
-    assert (row.expected, row.expected_zh, row.measured, row.measured_zh) == ("no probe results", "没有探测结果", "m", "m")
+    assert (row.expected, row.expected_zh, row.measured, row.measured_zh) == ("no probe results", "没有探测结果", "m", None)
+    assert row.text("measured", "zh") == row.text("measured", "en") == "m"      # a language-neutral text is stored once
     assert row.text("expected", "zh") == "没有探测结果" and row.text("expected", "en") == "no probe results"
     assert (row.verdict, row.note) == ("fails", "n")
     # a placeholder worded per language; a seed_value with placeholders of its own

@@ -85,11 +85,11 @@ def test_finite_or_none_and_dumps():
 
 
 def test_check_writable(tmp_path):
-    assert results.check_writable(tmp_path / "new" / "deeper") == tmp_path / "new" / "deeper"
+    assert results.check_writable(tmp_path / "new" / "deeper", "--results") == tmp_path / "new" / "deeper"
     assert not (tmp_path / "new").exists()           # creates nothing
     (tmp_path / "f").write_text("x")
-    with pytest.raises(ValueError, match="is a file"):
-        results.check_writable(tmp_path / "f" / "sub")
+    with pytest.raises(ValueError, match=r"--results: .* is a file"):
+        results.check_writable(tmp_path / "f" / "sub", "--results")
 
 
 # --- every kind this project's producers write through the contract parses strictly -----------------

@@ -35,7 +35,7 @@ from attnscale import results
 from attnscale.store import config_hash, to_jsonable
 
 __all__ = ["Producer", "PRODUCERS", "producer", "fingerprint", "current_fingerprint", "stale_reasons",
-           "regenerate_command", "compare", "reproduce_cells", "logged_steps", "pick_cells", "reference_kinds",
+           "regenerate_command", "compare", "reproduce_cells", "logged_steps", "pick_cells",
            "RTOL", "ATOL"]
 
 #: Tolerance of a recomputed number against the shipped one. CPU training is deterministic for a seed
@@ -280,12 +280,3 @@ def reproduce_cells(env: results.Envelope, indices: list[int] | None = None, ent
             training.restore_process_settings(before)
         found[i] = compare(here, shipped[i]["result"])
     return found
-
-
-def reference_kinds() -> list[str]:
-    """The kinds of the reference results present (those of :data:`attnscale.results.KINDS` only)."""
-    root = results.reference_root()
-    if root is None:
-        return []
-    return [kind for kind in results.KINDS if results.stored_path(results.result_path(kind, root)) is not None]
-

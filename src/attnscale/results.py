@@ -368,7 +368,7 @@ def recorded_seconds(env: Envelope) -> float | None:
     return float(total) if number(total) else None
 
 
-def check_writable(path: str | os.PathLike, what: str = "out") -> Path:
+def check_writable(path: str | os.PathLike, what: str) -> Path:
     """Refuse, before any work, an output path that cannot be written: the nearest existing folder on
     its way must be a writable folder. Creates nothing."""
     path = Path(path)

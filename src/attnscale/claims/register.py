@@ -159,7 +159,7 @@ def claim(cid: str, statement: str, /, **given) -> ClaimResult:
     if set(values) != wanted:
         raise RegisterError(f"claim {cid!r} has the placeholders {sorted(wanted)}, the check passed {sorted(values)}")
     filled = {lang: {k: _in(v, lang) for k, v in values.items()} for lang in LANGS}
-    worded = {f"{k}_zh": _in(fields[k], "zh") for k in WORDED if k in fields}
+    worded = {f"{k}_zh": fields[k]("zh") for k in WORDED if callable(fields.get(k))}   # a neutral text is one text
     fields = {k: _in(v, "en") for k, v in fields.items()}
     return ClaimResult(id=cid, chapter=entry.chapter, method=entry.method,
                        claim_en=_(statement, "en", **filled["en"]), claim_zh=_(statement, "zh", **filled["zh"]),

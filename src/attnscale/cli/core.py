@@ -12,7 +12,7 @@ from attnscale.cli.output import add_json_option, check_json_target, emit_json, 
 from attnscale.errors import InputError
 from attnscale.i18n import N_, _
 
-# The health figures of one row (attnscale.softmax.row_health) as a reader sees them, keyed by the
+# The health figures of one row (attnscale.softmax_rows.row_health) as a reader sees them, keyed by the
 # names of RowHealth.as_dict().
 HEALTH = {
     "n": N_("keys n"),

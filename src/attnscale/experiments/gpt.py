@@ -103,7 +103,7 @@ class CausalSelfAttention(nn.Module):
             self.figures = {name: getattr(stats, name).detach()
                             for name in ("lse", "entropy", "max_logit", "min_logit")}   # each (B, H, L)
         else:
-            out = self.rule.attend(q, k, v, causal=True)       # backend "auto": PyTorch's SDPA, the monitor's path
+            out = self.rule.attend(q, k, v, causal=True, backend=self.backend)    # without stats: PyTorch's SDPA
         return self.w_o(out.transpose(1, 2).reshape(B, L, D))
 
 

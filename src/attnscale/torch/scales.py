@@ -11,9 +11,10 @@ A rule turns q: (B, H, L, d_k) and k: (B, H, S, d_k) into logits as the core doe
 gain, as Henry et al. 2020 learn it; no other rule has a parameter) with two uses:
 
 * ``forward(q, k, n)``: the (B, H, L, S) logits themselves, for small models that keep them.
-* :meth:`ScaledLogits.attend`: attention through :func:`attnscale.torch.attention`, which returns the
-  output, with ``return_stats=True`` together with each row's log-sum-exp, entropy and logit range, so that a model's figures
-  come from its own attention and no L×S matrix is kept for them. Each rule takes one path:
+* :meth:`ScaledLogits.attend`: attention through :func:`attnscale.torch.attention`. It returns the
+  output (PyTorch's SDPA on the folded inputs), or with ``return_stats=True`` the output and each
+  row's log-sum-exp, entropy and logit range from ``backend``, so that a model's figures come from its
+  own attention and no L×S matrix is kept for them. Each rule takes one path:
 
   - constant rules (1/√d_k, 1/d_k, unscaled, a constant): the factor is the ``scale`` argument;
   - QK-norm: q and k are normalised here and the factor (learnable gain · 1/√d_k) is folded into the

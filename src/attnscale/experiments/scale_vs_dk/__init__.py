@@ -19,6 +19,7 @@ rate tuned for 1/√d_k and at each rule's own best rate; the verdicts (learns l
 fails within the budget, diverges); seed-mean curves; the saturation and gradient figures at step 0
 and at the end; the findings the chapter speaks of; and the chain-rule check of the
 gradient reaching W_Q and W_K at initialisation. Non-finite figures are written as None beside a
+reason (``diverged``), so the result is strict JSON.
 
 The package, by job: :mod:`.config` (the constants, the cell and the sweep's configuration),
 :mod:`.train` (one cell's training run), :mod:`.chain_rule` (the chain-rule arithmetic of the gradient
