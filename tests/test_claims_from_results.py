@@ -157,3 +157,19 @@ def test_cli_only_and_json_show_the_new_rows_and_margins(capsys):
     assert env["config"]["only"] == ["S3.3", "S7"] and env["kind"] == "verify"
     assert main(["verify", "--only", "S42"]) == 2
     assert "only: expected claim id prefixes" in capsys.readouterr().err
+
+
+def test_a_claim_says_which_result_it_was_judged_from():
+    from attnscale import results
+    from attnscale.claims.from_results import _provenance, _sources
+
+    def env(quick, reference):
+        return results.Envelope(kind="train/lm", data={}, quick=quick, created="2026-12-01T22:19:22Z",
+                                config=None, seed=0, version="0", environment={}, reference=reference)
+
+    said = {origin: _provenance([e], "en") for origin, e in
+            (("full", env(False, False)), ("reference", env(False, True)), ("quick", env(True, False)))}
+    assert said["full"] == "train/lm (full, 2026-12-01T22:19:22Z)"
+    assert said["reference"] == "train/lm (the full reference run shipped with attnscale, 2026-12-01T22:19:22Z)"
+    assert "only a quick result exists" in said["quick"]
+    assert _sources([env(False, True)])[0]["origin"] == "reference"

@@ -140,6 +140,14 @@ def test_the_catalog_check_names_each_kind_of_fault():
     assert any("placeholders ['d_k'], its translation has ['n']" in w for w in wrong)
 
 
+def test_the_update_keeps_a_fuzzy_translation_fuzzy():
+    po = polib.POFile()
+    po.append(polib.POEntry(msgid="kept {x}", msgstr="保留 {x}", flags=["fuzzy"]))
+    new = updated(po, [Found(None, "kept {x}", "a.py", 3)])
+    assert new[0].flags == ["fuzzy", "python-brace-format"]
+    assert check(new, [Found(None, "kept {x}", "a.py", 3)]) == ["a.py:3: no translation of 'kept {x}'"]
+
+
 def test_the_update_keeps_translations_and_adds_new_messages_untranslated():
     po = polib.POFile()
     po.append(polib.POEntry(msgid="kept", msgstr="保留"))

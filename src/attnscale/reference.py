@@ -80,9 +80,9 @@ def _sweep(name: str) -> Producer:
 
 
 def _verify_defaults() -> dict:
-    from attnscale.cli.verify import result_config, verify_config
+    from attnscale.claims import VerifyConfig
 
-    return result_config(verify_config(quick=False, seed=0))
+    return VerifyConfig(quick=False, seed=0).recorded()
 
 
 def _telemetry_defaults(repeats: int) -> Callable[[], dict]:

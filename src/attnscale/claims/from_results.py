@@ -63,14 +63,19 @@ def _read(ctx: Context, kinds) -> tuple[list[results.Envelope], list[str]]:
 
 
 def _sources(envs: list[results.Envelope]) -> list[dict] | None:
-    return [{"kind": e.kind, "quick": e.quick, "created": e.created, "path": str(e.path)} for e in envs] or None
+    return [{"kind": e.kind, "quick": e.quick, "origin": e.origin, "created": e.created, "path": str(e.path)}
+            for e in envs] or None
+
+
+# Which result a claim was judged from, by its envelope's origin (results.read_preferred's choice).
+PROVENANCE = {"full": N_("{kind} (full, {created})"),
+              "reference": N_("{kind} (the full reference run shipped with attnscale, {created})"),
+              "quick": N_("{kind} (quick — only a quick result exists, {created})")}
 
 
 def _provenance(envs: list[results.Envelope], lang: str) -> str:
     """"train/scale-vs-dk (full, 2026-…); train/lm (quick — only a quick result exists, 2026-…)"."""
-    return clauses((_("{kind} (quick — only a quick result exists, {created})", lang, kind=e.kind, created=e.created)
-                    if e.quick else _("{kind} (full, {created})", lang, kind=e.kind, created=e.created)
-                    for e in envs), lang)
+    return clauses((_(PROVENANCE[e.origin], lang, kind=e.kind, created=e.created) for e in envs), lang)
 
 
 # ---- training -------------------------------------------------------------------------------

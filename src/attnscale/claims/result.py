@@ -197,7 +197,7 @@ class ClaimResult:
     note: str = ""
     ci_level: float | None = None       # the level of [ci_low, ci_high], e.g. 0.99, or a Bonferroni level
     margin: float | None = None         # equality claims: the relative equivalence margin "holds" requires
-    sources: list | None = None         # results read: [{"kind", "quick", "created", "path"}], else None
+    sources: list | None = None         # results read: [{"kind", "quick", "origin", "created", "path"}], else None
     expected_zh: str | None = None      # expected, measured, note in Chinese (None: written before they were,
     measured_zh: str | None = None      # or language-neutral: the English field reads the same)
     note_zh: str | None = None
@@ -267,6 +267,11 @@ class VerifyConfig:
             if not only or bad:
                 raise InputError(f"only: expected claim id prefixes like 'S5' or 'S7.2' (groups S1..S{N_GROUPS}), "
                                  f"got {list(only) if only else 'nothing'}")
+
+    def recorded(self) -> dict:
+        """The configuration a verification's result records: this one without its results folder (a
+        path of this machine, not the result's)."""
+        return {k: v for k, v in to_jsonable(self).items() if k != "results_root"}
 
     @property
     def selected_groups(self) -> list[int]:

@@ -83,14 +83,6 @@ def verify_config(quick: bool, seed: int, rel_ci_target: float | None = None, re
     return VerifyConfig(**kw)
 
 
-def result_config(config) -> dict:
-    """The configuration a verification's result records: ``config`` without its results folder (a
-    path of this machine, not the result's)."""
-    from attnscale.store import to_jsonable
-
-    return {k: v for k, v in to_jsonable(config).items() if k != "results_root"}
-
-
 def run_and_save(config, root, progress=None, save: bool = True):
     """Run the verification of ``config`` and write its result under ``root`` (when ``save``; else the
     envelope is made but not written); (report, envelope)."""
@@ -98,7 +90,7 @@ def run_and_save(config, root, progress=None, save: bool = True):
     from attnscale.claims import run_claims
 
     report = run_claims(config, progress=progress)
-    cfg = result_config(config)
+    cfg = config.recorded()
     if not save:
         return report, results.envelope("verify", verify_data(report), config=cfg, seed=config.seed, quick=config.quick)
     env = results.write("verify", verify_data(report), config=cfg, seed=config.seed, quick=config.quick, root=root)

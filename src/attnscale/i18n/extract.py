@@ -159,8 +159,9 @@ def updated(po: polib.POFile, found: list[Found]) -> polib.POFile:
         entry = by_key.get(f.key)
         if entry is None:
             before = old.get(f.key)
-            entry = polib.POEntry(msgid=f.msgid, msgstr=before.msgstr if before else "",
-                                  msgctxt=f.context, flags=["python-brace-format"] if placeholders(f.msgid) else [])
+            fuzzy = ["fuzzy"] if before is not None and "fuzzy" in before.flags else []   # still to be checked
+            entry = polib.POEntry(msgid=f.msgid, msgstr=before.msgstr if before else "", msgctxt=f.context,
+                                  flags=fuzzy + (["python-brace-format"] if placeholders(f.msgid) else []))
             by_key[f.key] = entry
             out.append(entry)
         entry.occurrences.append((f.path, str(f.line)))

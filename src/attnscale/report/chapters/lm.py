@@ -180,7 +180,7 @@ def verdict_lines(verdicts: list, reference: str, factor: float, steps: int, lan
                     parts.append(_(VERDICT_CLAUSES[verdict], lang, dks=", ".join(str(v["d_k"]) for v in mine), factor=factor, steps=steps,
                                     ratios=", ".join(number(v["steps_ratio"], ".2f") for v in mine)))
             if parts:
-                alike.setdefault(_("; ", lang).join(parts), []).append(_rule(rule, lang))
+                alike.setdefault(_("; ", lang, msgctxt="clauses").join(parts), []).append(_rule(rule, lang))
         lines += [_("{optimiser} — {rule}: {parts}.", lang, optimiser=_(SETTINGS[optimiser], lang), rule=_(" · ", lang).join(rules), parts=parts)
                   for parts, rules in alike.items()]
     return lines
@@ -220,7 +220,7 @@ def sensitivity_sentence(a: dict, rules: list, d_k: int, lang: str) -> str:
                   if (s["optimiser"], s["d_k"]) == (optimiser, d_k)}
         rows.append(_("{optimiser}: {rules}", lang, optimiser=_(OPTIMISER_NAMES[optimiser], lang), rules=", ".join(
             _("{rule} {value}", lang, rule=_rule(r, lang), value=number(values.get(r), ".3f")) for r in rules)))
-    return _("Learning-rate sensitivity (Wortsman et al. 2023: the mean over the grid of min(final, initial) loss, a diverged run at its initial loss, minus the best), at d_k = {dk}: {rows} bits per byte.", lang, dk=d_k, rows=_("; ", lang).join(rows))
+    return _("Learning-rate sensitivity (Wortsman et al. 2023: the mean over the grid of min(final, initial) loss, a diverged run at its initial loss, minus the best), at d_k = {dk}: {rows} bits per byte.", lang, dk=d_k, rows=_("; ", lang, msgctxt="clauses").join(rows))
 
 
 def flat_sensitivity_sentences(a: dict, rules: list, d_k: int, lang: str) -> list[str]:
@@ -276,7 +276,7 @@ def render(env, lang: str) -> str:
                sgd=", ".join(f"{lr:g}" for lr in a["lr_grids"]["sgd"]), init=number(a["init_bpb"]["mean"], ".3f")))]
     absent = [r for r in a.get("rule_choices", []) if r not in rules]
     if absent:
-        parts.append(p(_("Not in this run (available with --rules): {rules}.", lang, rules=_("; ", lang).join(_rule(r, lang) for r in absent))))
+        parts.append(p(_("Not in this run (available with --rules): {rules}.", lang, rules=_("; ", lang, msgctxt="clauses").join(_rule(r, lang) for r in absent))))
     parts.append(p(_("Baselines computed from the same split, on the same validation bytes, by counting the training bytes ({smoothing}): {rows} bits per byte.", lang, smoothing=_("add-k smoothing, k chosen on the last tenth of the training part", lang), rows=", ".join(
         _("{name} {bpb}", lang, name=_baseline_name(r, lang), bpb=number(r["bpb"], ".3f")) for r in base["rows"]))))
     parts.append(para(pretty(reference_sentence(a, lang))))

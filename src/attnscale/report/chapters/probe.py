@@ -170,7 +170,7 @@ def scales_sentence(model: dict, lang: str) -> str | None:
     texts = [scale_text(rule, lang) for rule in rules]
     if len(set(texts)) == 1:
         return _("All {n} attention layers multiply q·k by the same scale, {scale} (as recorded from each call).", lang, n=len(texts), scale=texts[0])
-    listed = _("; ", lang).join(_("layer {layer}: {scale}", lang, layer=i, scale=s) for i, s in enumerate(texts))
+    listed = _("; ", lang, msgctxt="clauses").join(_("layer {layer}: {scale}", lang, layer=i, scale=s) for i, s in enumerate(texts))
     return _("The attention layers multiply q·k by different scales (as recorded from each call): {scales}.", lang, scales=listed)
 
 
