@@ -146,3 +146,8 @@ def test_bold_chinese_text_in_a_figure_prints_no_font_warning(caplog):
 def test_a_cards_headline_names_the_worst_verdict_where_it_holds(verdicts, value):
     assert headline.training_value(verdicts, "en") == value
     assert headline.training_value(verdicts, "zh") not in ("", value)
+
+
+def test_the_cards_are_set_as_prose():
+    html = headline.cards_html([headline.Card("at d_k = 128", "learns like 1/√d_k", "a sub", "#x")])
+    assert "d_k" not in html and "at dₖ = 128" in html and "1/√dₖ" in html

@@ -123,6 +123,8 @@ def test_rescale_chapter_words_follow_the_data():
     failed["check"]["passed"] = False
     assert "Check FAILED" in rescale.render(results.Envelope(kind=rescale.KIND, data=failed), "zh") or \
            "校验失败" in rescale.render(results.Envelope(kind=rescale.KIND, data=failed), "zh")
+    failed_en = rescale.render(results.Envelope(kind=rescale.KIND, data=failed), "en")
+    assert "Check FAILED" in failed_en and "equals the model's own loss" not in failed_en     # a failed check says no agreement
 
 
 def test_rescale_chapter_for_an_encoder():

@@ -24,6 +24,7 @@ from attnscale.i18n import N_, _
 from attnscale.report.chapters.training import VERDICTS
 from attnscale.report.html import esc
 from attnscale.report.numbers import number
+from attnscale.report.text import pretty
 
 VERDICT_ORDER = ("faster", "learns", "slower", "fails", "diverges")     # mildest first (only the LM has "faster")
 #: A card's headline when every optimiser's verdict is the same one.
@@ -167,7 +168,8 @@ def cards(root, lang: str) -> list[Card]:
 
 
 def cards_html(cards: list[Card]) -> str:
-    """The cards as links, in the style of the page's glance cards."""
+    """The cards as links, in the style of the page's glance cards, set as prose (d_k → dₖ)."""
     return "".join(f'<a class="glance-card headline-card" href="{esc(c.href)}">'
-                   f'<span class="glance-label">{esc(c.label)}</span><span class="glance-value">{esc(c.value)}</span>'
-                   f'<span class="glance-sub">{esc(c.sub)}</span></a>' for c in cards)
+                   f'<span class="glance-label">{esc(pretty(c.label))}</span>'
+                   f'<span class="glance-value">{esc(pretty(c.value))}</span>'
+                   f'<span class="glance-sub">{esc(pretty(c.sub))}</span></a>' for c in cards)

@@ -99,17 +99,27 @@ def findings(data: dict, lang: str) -> list[str]:
     return out
 
 
+# The check at α = 1, by (a language model?, passed?): what was compared and, only when it passed, that
+# the two agree.
+CHECK = {
+    (True, True): N_("Check: at α = 1 our cross-entropy {ours} equals the model's own loss {own} (relative difference {rel}, tolerance {tol})."),
+    (True, False): N_("our cross-entropy {ours} against the model's own loss {own}: relative difference {rel}, tolerance {tol}"),
+    (False, True): N_("Check: at α = 1 our sentence embeddings equal the model's own to {diff} (tolerance {tol})."),
+    (False, False): N_("our sentence embeddings differ from the model's own by {diff}, tolerance {tol}"),
+}
+
+
 def _check(data: dict, lang: str) -> str:
-    check = data["check"]
-    if _is_lm(data):
+    check, lm = data["check"], _is_lm(data)
+    if lm:
         detail = dict(ours=number(check["our_loss"], ".6f"), own=number(check["own_loss"], ".6f"),
                       rel=number(check["relative_difference"], ".1e"), tol=f"{check['tolerance']:g}")
-        ok = _("Check: at α = 1 our cross-entropy {ours} equals the model's own loss {own} (relative difference {rel}, tolerance {tol}).", lang, **detail)
     else:
-        ok = _("Check: at α = 1 our sentence embeddings equal the model's own to {diff} (tolerance {tol}).", lang, diff=number(check["max_abs_difference"], ".1e"), tol=f"{check['tolerance']:g}")
+        detail = dict(diff=number(check["max_abs_difference"], ".1e"), tol=f"{check['tolerance']:g}")
+    said = _(CHECK[(lm, bool(check["passed"]))], lang, **detail)
     if check["passed"]:
-        return para(ok)
-    return error_box(_("Check FAILED: at α = 1 the intervention does not reproduce the model ({detail}); the figures below are not to be trusted.", lang, detail=ok))
+        return para(said)
+    return error_box(_("Check FAILED: at α = 1 the intervention does not reproduce the model ({detail}); the figures below are not to be trusted.", lang, detail=said))
 
 
 def _is_lm(data: dict) -> bool:
