@@ -85,8 +85,8 @@ def run(ctx: Context) -> None:
               for n in NS}
     ctx.add(claim(
         "S7.4", N_("a stronger reading of the FAQ: at small d_k (4) softmax behaves about the same with or without scaling"),
-        expected=lambda lang: _("'about the same' read as: median TV distance ≤ {line:g} and median |ΔH|/ln n ≤ {line:g} ({level} CIs), the same rows with and without ÷√4, n = {ns}", lang,
-                                line=BARELY, level=ctx.level, ns=ns),
+        expected=lambda lang: _("'about the same' read as: median TV distance ≤ {line:g} and median |ΔH|/ln n ≤ {line:g} ({level} CIs), the same rows with and without ÷√{d_k}, n = {ns}", lang,
+                                d_k=SMALL_D_K, line=BARELY, level=ctx.level, ns=ns),
         measured=lambda lang: bracketed(per_n({n: _("TV {tv}, |ΔH|/ln n {dh}", lang, tv=interval_text(*tv[(SMALL_D_K, n)]),
                                           dh=interval_text(*dh[(SMALL_D_K, n)])) for n in NS}, lang), ctx.level, lang),
         estimate=tv[(SMALL_D_K, NS[1])][0], ci_low=tv[(SMALL_D_K, NS[1])][1], ci_high=tv[(SMALL_D_K, NS[1])][2],

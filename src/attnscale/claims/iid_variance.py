@@ -33,10 +33,10 @@ CHUNK_ELEMENTS = 2 ** 21                          # random numbers per draw call
 # S2.4–S2.7: one per component law of attnscale.theory.COMPONENTS, in its order. The same English (the
 # law is told by {how_drawn}); the Chinese names the law, so each has its claim id as its context.
 VARIANCE_CLAIMS = {
-    "gaussian": ("S2.4", N_("Var(q·k) = d_k for d_k = 1…4096, {how_drawn} components", "S2.4")),
-    "uniform": ("S2.5", N_("Var(q·k) = d_k for d_k = 1…4096, {how_drawn} components", "S2.5")),
-    "rademacher": ("S2.6", N_("Var(q·k) = d_k for d_k = 1…4096, {how_drawn} components", "S2.6")),
-    "student_t5": ("S2.7", N_("Var(q·k) = d_k for d_k = 1…4096, {how_drawn} components", "S2.7")),
+    "gaussian": ("S2.4", N_("Var(q·k) = d_k for d_k = 1…{top}, {how_drawn} components", "S2.4")),
+    "uniform": ("S2.5", N_("Var(q·k) = d_k for d_k = 1…{top}, {how_drawn} components", "S2.5")),
+    "rademacher": ("S2.6", N_("Var(q·k) = d_k for d_k = 1…{top}, {how_drawn} components", "S2.6")),
+    "student_t5": ("S2.7", N_("Var(q·k) = d_k for d_k = 1…{top}, {how_drawn} components", "S2.7")),
 }
 
 
@@ -101,15 +101,16 @@ def _growth(ctx: Context) -> None:
                         "std_unscaled": float(np.std(dots)), "std_scaled": float(np.std(dots / math.sqrt(d)))}
     ctx.data["dot_histograms"] = hist
     grows = judge_rising(medians[d][1:] for d in HIST_D_KS)
-    ratio = medians[512][0] / medians[4][0]
+    small, large = HIST_D_KS[0], HIST_D_KS[-1]
+    ratio = medians[large][0] / medians[small][0]
     ctx.add(claim(
         "S2.3", N_("adding more terms makes |q·k| larger: d_k = 512 gives much larger dot products than d_k = 4"),
         expected=lambda lang: _("median |q·k| increases with d_k ({level} CIs separated), roughly ∝ √d_k", lang,
                                 level=ctx.level),
-        measured=lambda lang: bracketed(_("{medians}; ratio 512/4 = {ratio:.2f} (√128 = {root:.2f})", lang, ratio=ratio,
-                                root=math.sqrt(128), medians=clauses(
+        measured=lambda lang: bracketed(_("{medians}; ratio {large}/{small} = {ratio:.2f} (√{quotient} = {root:.2f})", lang, ratio=ratio,
+                                large=large, small=small, quotient=large // small, root=math.sqrt(large / small), medians=clauses(
                                     (f"d_k={d}: {interval_text(*medians[d], spec='.3g')}" for d in HIST_D_KS), lang, ",")), ctx.level, lang),
-        estimate=medians[512][0], ci_low=medians[512][1], ci_high=medians[512][2], n_samples=n,
+        estimate=medians[large][0], ci_low=medians[large][1], ci_high=medians[large][2], n_samples=n,
         verdict=grows,
         note=lambda lang: _("Gaussian components; median of |q·k| with a distribution-free order-statistic interval",
                             lang)))
@@ -222,7 +223,7 @@ def _variance_claim(ctx: Context, name: str, est: list[Estimate], confidence: fl
 
     cid, statement = VARIANCE_CLAIMS[name]
     ctx.add(claim(
-        cid, statement, how_drawn=lambda lang: _(comp.how_drawn, lang),
+        cid, statement, top=D_KS[-1], how_drawn=lambda lang: _(comp.how_drawn, lang),
         expected=lambda lang: _("every interval covers d_k and lies within d_k·(1 ± {margin:.0%}) (equivalence margin; {count} d_k values, judged at the Bonferroni level {judged_at} over all {n_tests})", lang, margin=margin, count=len(D_KS), judged_at=level_text(judged_at),
                                 n_tests=n_tests),
         measured=lambda lang: _(

@@ -40,7 +40,7 @@ def run(ctx: Context) -> None:
     worst = int(np.argmax(dev))
     widths = np.array([e.half_width / d_k for est in families.values() for e, d_k in zip(est, D_KS)])
     ctx.add(claim(
-        "S4.3", N_("after ÷√d_k the dot product has variance 1 at every d_k (1…4096)"),
+        "S4.3", N_("after ÷√d_k the dot product has variance 1 at every d_k (1…{top})"), top=D_KS[-1],
         expected=lambda lang: _("1 inside every interval, each within 1 ± {margin:.0%} (equivalence margin; {n_tests} estimates: {families} distributions × {d_ks} d_k; Bonferroni level)", lang,
                                 margin=margin, n_tests=n_tests, families=len(families), d_ks=len(D_KS)),
         measured=lambda lang: _(
