@@ -3,8 +3,10 @@
 The kernel is compiled on first use with ``torch.utils.cpp_extension.load`` (g++ and ninja; never at
 ``pip install`` time, where build isolation would pull a CUDA torch) and cached under torch's
 extension folder (``TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``): the build is
-named after a hash of the source, the flags, the torch version and the CPU's instruction sets, so a
-changed source or another machine never reuses a stale build. A cached load takes well under a
+named after a hash of the source, its path, the flags, the torch version and the CPU's instruction
+sets, so a changed source or another machine never reuses a stale build, and two checkouts (a clone
+beside a working tree) each keep their own build instead of rebuilding over each other (ninja's
+build file records the source path). A cached load takes well under a
 second; a fresh build about 7 s on two cores.
 
 Two ops: ``torch.ops.attnscale_health.attention`` (forward: output and the per-row figures) and
@@ -63,7 +65,7 @@ def _cpu_flags() -> str:
 def _build_name(torch) -> str:
     digest = hashlib.sha256()
     digest.update(SOURCE.read_bytes())
-    for part in (*_CFLAGS, *_LDFLAGS, torch.__version__, platform.machine(),
+    for part in (str(SOURCE.resolve()), *_CFLAGS, *_LDFLAGS, torch.__version__, platform.machine(),
                  torch.backends.cpu.get_cpu_capability(), _cpu_flags()):
         digest.update(part.encode())
     return f"attnscale_health_{digest.hexdigest()[:12]}"
