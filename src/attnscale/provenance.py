@@ -1,11 +1,20 @@
-"""Where a result came from: versions, machine, seed. Attached to every result we save."""
+"""Where a result came from: versions, machine, CPU, seed. Attached to every result we save."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
+import re
 import sys
 from importlib import metadata
+
+__all__ = ["environment", "cpu", "same_arithmetic", "cpu_text", "machine_text"]
+
+#: The fields of :func:`cpu` that decide the arithmetic of a float computation: the same values give
+#: the same instructions and BLAS kernels (MKL picks its kernels by CPU and by thread count), so a
+#: rerun may be compared bit for bit.
+ARITHMETIC_FIELDS = ("model", "flags", "capability", "blas", "threads")
 
 
 def _version(package: str) -> str | None:
@@ -15,8 +24,73 @@ def _version(package: str) -> str | None:
         return None
 
 
+def _cpu_model() -> str | None:
+    """The CPU's model name (Linux's /proc/cpuinfo; elsewhere what :func:`platform.processor` says)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("model name", "Model")) and ":" in line:
+                    return " ".join(line.split(":", 1)[1].split()) or None
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def _flags_digest() -> str | None:
+    """A short hash of the CPU's instruction-set flags: two CPUs sold under one model name (a
+    virtual machine's "AMD EPYC") can differ in them."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            line = next((line for line in f if line.startswith(("flags", "Features"))), None)
+    except OSError:
+        return None
+    return None if line is None else hashlib.sha256(" ".join(sorted(line.split(":", 1)[1].split())).encode()).hexdigest()[:12]
+
+
+def cpu() -> dict[str, object]:
+    """The CPU a computation ran on and how torch used it: ``model`` (its name), ``flags`` (a hash of
+    its instruction-set flags), ``capability`` (the
+    instruction set torch's kernels dispatch to, ``torch.backends.cpu.get_cpu_capability()``; it
+    follows ``ATEN_CPU_CAPABILITY``), ``blas`` (the BLAS torch was built with, and its version where
+    torch says), ``threads`` (torch's intra-op threads now). torch's fields are None when torch is not
+    imported: then nothing here used it."""
+    torch = sys.modules.get("torch")
+    capability = blas = threads = None
+    if torch is not None:
+        capability = torch.backends.cpu.get_cpu_capability()
+        threads = torch.get_num_threads()
+        config = torch.__config__.show()
+        found = re.search(r"BLAS_INFO=(\w+)", config)
+        blas = found.group(1) if found else None
+        mkl = re.search(r"Math Kernel Library Version ([\d.]+)", config)
+        if blas == "mkl" and mkl:
+            blas = f"mkl {mkl.group(1)}"
+        # MKL picks its own kernels, which these variables change (read when MKL loads).
+        chosen = [f"{v}={os.environ[v]}" for v in ("MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS") if os.environ.get(v)]
+        if chosen and blas and blas.startswith("mkl"):
+            blas = f"{blas} ({', '.join(chosen)})"
+    return {"model": _cpu_model(), "flags": _flags_digest(), "capability": capability, "blas": blas, "threads": threads}
+
+
+def same_arithmetic(a: dict | None, b: dict | None) -> bool:
+    """Whether two :func:`cpu` records describe the same arithmetic (model, instruction set, BLAS),
+    so that a deterministic computation gives the same bits on both. Unknown fields never match."""
+    if not a or not b:
+        return False
+    return all(a.get(f) is not None and a.get(f) == b.get(f) for f in ARITHMETIC_FIELDS)
+
+
+def cpu_text(record: dict | None) -> str | None:
+    """A :func:`cpu` record for reading: "AMD EPYC (AVX512, mkl 2024.2)"; None when it has no model."""
+    if not record or not record.get("model"):
+        return None
+    details = ", ".join(str(record[f]) for f in ("capability", "blas") if record.get(f))
+    return f"{record['model']} ({details})" if details else str(record["model"])
+
+
 def environment() -> dict[str, object]:
-    """Versions and machine, without importing heavy packages (torch is read from its metadata)."""
+    """Versions, machine and CPU, without importing heavy packages (torch is read from its metadata,
+    and its CPU settings only when it is imported already)."""
     from attnscale import __version__
 
     return {
@@ -29,4 +103,14 @@ def environment() -> dict[str, object]:
         "machine": platform.machine(),
         "processor": platform.processor() or None,
         "cpu_count": os.cpu_count(),
+        "cpu": cpu(),
     }
+
+
+def machine_text(environment: dict | None) -> str:
+    """The machine of a result's environment, for reading: "Linux-6.1-x86_64, AMD EPYC (AVX512, mkl
+    2024.2), 2 CPUs" (an envelope written before the CPU was recorded names what it has)."""
+    env = environment or {}
+    cpus = f'{env.get("cpu_count")} CPUs' if env.get("cpu_count") else None
+    processor = cpu_text(env.get("cpu")) or env.get("processor")
+    return ", ".join(str(x) for x in (env.get("platform") or env.get("machine"), processor, cpus) if x)

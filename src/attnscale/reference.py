@@ -12,16 +12,12 @@ keep it honest, both run by the test suite:
   benchmark's are their configuration dataclasses; a probe's and a rescale's the defaults their code
   declares (weights, tolerances, α grid: the rest of what they record, such as the number of tokens,
   follows from those). Any difference names the field, the result and the command that regenerates it.
-* **Reproducibility** (:func:`reproduce_cells`, :func:`compare`): a few cells of a training result
-  recomputed for their first logged steps (``train_cell(cell, stop_after=n)``), or a probe's heads and
-  a rescale point, compared with the shipped numbers within :data:`RTOL` / :data:`ATOL`.
+* **Reproducibility** (:mod:`attnscale.experiments.reproduction`): parts of a result recomputed by
+  this code and compared with the shipped numbers, exactly on the CPU that made them and within a
+  calibrated tolerance elsewhere.
 
     >>> sorted(PRODUCERS)[:3]
     ['probe/minilm', 'probe/smollm2', 'rescale/minilm']
-    >>> compare({"log": [{"loss": 1.0}]}, {"log": [{"loss": 1.00001}, {"loss": 0.5}]})
-    []
-    >>> compare({"log": [{"loss": 1.0}]}, {"log": [{"loss": 1.1}]})
-    ['log[0].loss: 1.0 here, 1.1 shipped']
 """
 
 from __future__ import annotations
@@ -35,16 +31,7 @@ from attnscale import results
 from attnscale.store import config_hash, to_jsonable
 
 __all__ = ["Producer", "PRODUCERS", "producer", "fingerprint", "current_fingerprint", "stale_reasons",
-           "regenerate_command", "compare", "reproduce_cells", "logged_steps", "pick_cells",
-           "RTOL", "ATOL"]
-
-#: Tolerance of a recomputed number against the shipped one. CPU training is deterministic for a seed
-#: on one machine (the numbers agree exactly here); another CPU type may sum in another order
-#: (vectorised kernels) and differ in the last digits of float32, which a few updates can carry into
-#: the fifth significant digit: so 1 part in 10⁴, and 10⁻⁶ absolute for figures near 0.
-RTOL = 1e-4
-ATOL = 1e-6
-
+           "regenerate_command"]
 
 @dataclass(frozen=True)
 class Producer:
@@ -202,81 +189,3 @@ def stale_reasons(env: results.Envelope) -> list[str]:
     if reasons:
         reasons.append(f"the reference result {env.path} is stale; regenerate it with: {regenerate_command(env.kind)}")
     return reasons
-
-
-# --- reproducing parts of a result -------------------------------------------------------------------
-
-def _close(a, b) -> bool:
-    if isinstance(a, bool) or isinstance(b, bool) or not all(isinstance(x, (int, float)) for x in (a, b)):
-        return a == b
-    if not (math.isfinite(a) and math.isfinite(b)):
-        return a == b or (a != a and b != b)
-    return abs(a - b) <= ATOL + RTOL * abs(b)
-
-
-def compare(here: Any, shipped: Any, at: str = "", prefix_lists: bool = True) -> list[str]:
-    """Where the recomputed ``here`` differs from the ``shipped`` data beyond :data:`RTOL`/:data:`ATOL`
-    (exactly, for anything not a number). With ``prefix_lists``, the lists of ``here`` are compared
-    with the first entries of the shipped ones (a run stopped early logs a prefix of the full run's
-    log) and its other entries are not compared: a stopped run's final figures are not the full run's."""
-    if isinstance(here, dict) and isinstance(shipped, dict):
-        out = []
-        for key, value in here.items():
-            if prefix_lists and not isinstance(value, (dict, list)):
-                continue
-            out += compare(value, shipped.get(key), f"{at}.{key}" if at else key, prefix_lists)
-        return out
-    if isinstance(here, list) and isinstance(shipped, list):
-        if len(here) > len(shipped) or (not prefix_lists and len(here) != len(shipped)):
-            return [f"{at}: {len(here)} entries here, {len(shipped)} shipped"]
-        out = []
-        for i, value in enumerate(here):
-            out += compare(value, shipped[i], f"{at}[{i}]", prefix_lists=False)
-        return out
-    if isinstance(here, dict) or isinstance(shipped, dict) or isinstance(here, list) or isinstance(shipped, list):
-        return [f"{at}: {type(here).__name__} here, {type(shipped).__name__} shipped"]
-    return [] if _close(here, shipped) else [f"{at}: {here!r} here, {shipped!r} shipped"]
-
-
-def logged_steps(result: dict) -> list[int]:
-    """The steps of a cell result's step log: the first list in it whose entries carry a ``step``."""
-    for value in result.values():
-        if isinstance(value, list) and value and all(isinstance(e, dict) and "step" in e for e in value):
-            return [int(e["step"]) for e in value]
-    raise ValueError(f"no step log (a list of entries with a 'step') among the cell result's keys {sorted(result)}")
-
-
-def pick_cells(n: int, count: int = 3) -> list[int]:
-    """``count`` cell indices spread over a sweep of ``n`` (the first, the last, between)."""
-    return sorted({round(i * (n - 1) / max(count - 1, 1)) for i in range(count)}) if n else []
-
-
-def reproduce_cells(env: results.Envelope, indices: list[int] | None = None, entries: int = 2) -> dict[int, list[str]]:
-    """Recompute cells of the training result ``env`` (by default :func:`pick_cells`) for their first
-    ``entries`` logged steps and compare them with the shipped ones: {cell index: differences}.
-
-    The cells are made by the code here from the experiment's default configuration and must equal the
-    shipped cells field by field (else the result is stale, which is said); each runs
-    ``train_cell(cell, stop_after=n)``, ``n`` the updates up to its ``entries``-th logged step."""
-    from attnscale.experiments import training
-    from attnscale.experiments.sweeps import EXPERIMENTS, make_config
-
-    name = env.kind.split("/", 1)[1]
-    cells = make_config(name).cells()
-    shipped = env.data["cells"]
-    if len(cells) != len(shipped):
-        raise ValueError(f"{env.path}: {len(shipped)} cells shipped, the configuration here makes {len(cells)}: stale")
-    found = {}
-    for i in pick_cells(len(cells)) if indices is None else indices:
-        if to_jsonable(cells[i]) != shipped[i]["cell"]:
-            raise ValueError(f"{env.path}: cell {i} shipped is {shipped[i]['cell']}, "
-                             f"here {to_jsonable(cells[i])}: stale")
-        steps = logged_steps(shipped[i]["result"])
-        stop_after = steps[min(entries, len(steps)) - 1] + 1
-        before = training.process_settings()
-        try:
-            here = EXPERIMENTS[name].train_cell(cells[i], stop_after=stop_after)
-        finally:
-            training.restore_process_settings(before)
-        found[i] = compare(here, shipped[i]["result"])
-    return found

@@ -17,6 +17,7 @@ import importlib
 from dataclasses import dataclass
 
 from attnscale import results
+from attnscale.provenance import machine_text
 from attnscale.i18n import N_, _
 from attnscale.reference import PRODUCERS
 from attnscale.report.html import error_box, esc
@@ -60,13 +61,6 @@ def title_of(module, name: str, lang: str) -> str:
 def quick_title(title: str, env: results.Envelope | None, lang: str) -> str:
     """``title`` with the quick-run label when ``env`` is a quick result."""
     return f"{title} · {_('quick run', lang)}" if env is not None and env.quick else title
-
-
-def machine_text(environment: dict) -> str:
-    """The machine of a result's environment, for reading: "Linux-6.1-x86_64, 2 CPUs"."""
-    env = environment or {}
-    cpus = f'{env.get("cpu_count")} CPUs' if env.get("cpu_count") else None
-    return ", ".join(str(x) for x in (env.get("platform") or env.get("machine"), cpus) if x)
 
 
 def when_text(created: str) -> str:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 
 from attnscale.i18n import N_, _
+from attnscale.provenance import machine_text
 from attnscale.report import fonts
 from attnscale.report.html import esc
 from attnscale.report.numbers import seconds
@@ -75,8 +76,7 @@ def footer(provenance: dict, sections: list[Section], lang: str) -> str:
         ("NumPy", env.get("numpy")),
         ("torch", env.get("torch") or _("not installed", lang)),
         ("matplotlib", env.get("matplotlib")),
-        (_("machine", lang), ", ".join(str(x) for x in (env.get("platform"), env.get("processor") or env.get("machine"),
-                                                         f'{env.get("cpu_count")} CPUs') if x)),
+        (_("machine", lang), machine_text(env)),
         (_("built", lang), provenance.get("built")),
         (_("verification", lang), verify_text),
     ]

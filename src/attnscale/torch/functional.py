@@ -22,7 +22,9 @@ lse +inf (overflow) or NaN (kernel and chunked backends).
 Gradients: ``out`` is differentiable on every backend (with respect to q, k, v and a float bias);
 the kernel has its own flash-style backward (probabilities recomputed block by block from the saved
 lse, memory O(L·d); one task per (batch, KV head), so dk and dv of a query-head group are summed
-without atomics and the result does not depend on the thread count). A bias that requires grad gets
+without atomics). The kernel, forward and backward, gives the same bits run after run at a given
+thread count; another thread count may change the last bits (within 16 eps of the largest entry,
+as tested), because the BLAS may pick its GEMM kernels by it (MKL does on Intel Xeon CPUs). A bias that requires grad gets
 its gradient from a (B, H_q, L, S) buffer: O(L·S), the size of the bias when it is given in full (a
 broadcast one is summed back from it). The figures (lse, entropy, logit range) are diagnostics and
 come back **detached**: no gradient flows through them.

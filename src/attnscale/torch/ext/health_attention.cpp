@@ -16,8 +16,12 @@
 // block from the saved lse, p_ij = e^{s_ij − lse_i}, never stored whole. With D_i = Σ_c dO_ic·O_ic
 // (= Σ_j p_ij dP_ij):  dV = Pᵀ dO,  dP = dO Vᵀ,  dS = P ∘ (dP − D),  dbias = dS,
 // dZ = dS ∘ cap'(z),  dQ = scale · dZ K,  dK = scale · dZᵀ Q.  One task owns a (batch, KV head) and
-// every query head of its group, so dK and dV are summed over the group without atomics, and the
-// result does not depend on the thread count.
+// every query head of its group, so dK and dV are summed over the group without atomics.
+//
+// Determinism: no sum depends on which thread ran which task, so for a given thread count the
+// results are the same bits run after run. Across thread counts they may differ by rounding (a few
+// ulp of the largest entry; tests/test_torch_backward.py allows 16): the BLAS may choose its GEMM
+// kernels by the number of threads, and MKL does on Intel Xeon CPUs (not on AMD EPYC).
 //
 // Logits: s = cap(scale · q·k) + bias, cap(z) = c·tanh(z / c) when softcap c > 0 (Gemma 2), else z;
 // a masked entry (mask False, bias −inf, past the causal limit) is not attended.
@@ -94,8 +98,8 @@ inline double exp_nonpositive(double x) { return std::exp(x); }
 template <typename T> constexpr T kUnderflow = std::is_same_v<T, float> ? T(-87) : T(-708);
 
 // A 64-byte-aligned scratch array. Every row of scores starts on a 64-byte boundary, so the
-// vectorised reductions split a row the same way on every thread: results do not depend on which
-// thread (or how many) ran a block.
+// vectorised reductions split a row the same way on every thread: their results do not depend on
+// which thread ran a block (the GEMMs' may depend on the thread count: see the header).
 template <typename T>
 class Scratch {
  public:
