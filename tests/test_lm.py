@@ -153,6 +153,14 @@ def test_cell_log_has_every_figure_and_is_strict_json():
     assert result["diverged"] is None and isinstance(result["sample"], str)
 
 
+def test_a_cell_records_the_attention_backend_that_ran_it():
+    from attnscale.torch.ext import kernel_status
+
+    expected = "kernel" if kernel_status()["available"] else "composed"
+    assert lm.train_cell(tiny_cell())["attention_backend"] == [expected]          # what backend "auto" chose
+    assert lm.train_cell(tiny_cell(backend="chunked"))["attention_backend"] == ["chunked"]
+
+
 def test_same_seed_same_numbers_other_seed_other_numbers():
     a, b = lm.train_cell(tiny_cell()), lm.train_cell(tiny_cell())
     strip = lambda r: {k: v for k, v in r.items() if k not in ("cpu_s", "wall_s")}   # noqa: E731

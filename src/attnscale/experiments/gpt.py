@@ -102,8 +102,10 @@ class CausalSelfAttention(nn.Module):
             out, stats = self.rule.attend(q, k, v, causal=True, backend=self.backend, return_stats=True)
             self.figures = {name: getattr(stats, name).detach()
                             for name in ("lse", "entropy", "max_logit", "min_logit")}   # each (B, H, L)
+            self.backend_used = stats.backend          # what "auto" chose: a training cell records it
         else:
             out = self.rule.attend(q, k, v, causal=True, backend=self.backend)    # without stats: PyTorch's SDPA
+            self.backend_used = "sdpa"
         return self.w_o(out.transpose(1, 2).reshape(B, L, D))
 
 
