@@ -11,7 +11,7 @@ import types
 
 import pytest
 
-from attnscale import results
+from attnscale import provenance, results
 from attnscale.report import headline
 from attnscale.report.chapters import telemetry
 from attnscale.report.experiments import render_experiment
@@ -39,6 +39,8 @@ def test_a_chapter_shows_own_full_else_reference_else_own_quick_and_says_which(t
     shown = render_experiment(chapter, own, "en")
     assert "answer 2" in shown.html and "answer 1" not in shown.html
     assert "Shown: the reference result shipped with attnscale, a full run computed " in shown.html
+    cpu = provenance.cpu_text(results.read_reference("demo").environment["cpu"])
+    assert cpu and f"{cpu}, " in shown.html                       # the line names the CPU that made it
     assert "<code>attnscale demo --full</code> (it took 16 min 12 s there)" in shown.html
     assert "本章显示：随 attnscale 发布的参考结果" in render_experiment(chapter, own, "zh").html
     results.write("demo", {"answer": 3}, seed=0, root=own)
