@@ -499,3 +499,15 @@ def test_ninja_next_to_the_python_is_found_without_an_activated_venv(tmp_path, m
     monkeypatch.setenv("PATH", "/usr/bin")
     ext._find_ninja_next_to_python()
     assert os.environ["PATH"] == "/usr/bin"
+
+
+def test_each_checkout_builds_its_kernel_in_its_own_folder(tmp_path, monkeypatch):
+    """Two checkouts of the same source (a clone beside a working tree) would rebuild over each other
+    in one folder, since ninja's build file records the source's path: the path is in the name."""
+    from attnscale.torch import ext
+
+    here = ext._build_name(torch)
+    copy = tmp_path / "health_attention.cpp"
+    copy.write_bytes(ext.SOURCE.read_bytes())
+    monkeypatch.setattr(ext, "SOURCE", copy)
+    assert ext._build_name(torch) != here and ext._build_name(torch) == ext._build_name(torch)
