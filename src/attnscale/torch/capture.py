@@ -142,6 +142,7 @@ class Capture:
         self._sdpa_seen = 0                          # SDPA calls intercepted, replaced ones included
         self._stack: list[str] = []                  # class names of the modules running (no model)
         self._names: dict[int, str] | None = None    # module id → path, when a model is given
+        self._paused = False                         # capture_sdpa.pause(): every call is the model's own
 
     def _emit(self, **fields) -> None:
         call = SDPACall(index=self._count, **fields)
@@ -233,9 +234,10 @@ def _make_mode(cap: Capture):
     class _SDPAMode(TorchFunctionMode):
         # Every torch function the model calls passes through here: two identity tests and a call,
         # nothing else (no import, no lookup), is what keeps the mode itself under 1% of a step.
+        # Paused (a mode entered after ours keeps it on the stack), every call is the model's own.
         def __torch_function__(self, func, types, args=(), kwargs=None):
-            if func is not sdpa:
-                if func is module_attention:
+            if func is not sdpa or cap._paused:
+                if func is module_attention and not cap._paused:
                     return _module_call(cap, func, args, kwargs)
                 return func(*args, **(kwargs or {}))
             cap._sdpa_seen += 1
@@ -257,7 +259,7 @@ def _make_interface_handler(cap: Capture):
 
     def handle(call: hf_interface.InterfaceCall):
         name = cap._module_name(call.module)
-        if name is None:                                  # another model's module
+        if name is None or cap._paused:                   # another model's module, or paused
             return call.run()
         why = call.unreadable()
         if cap._replace is not None and call.eager_like and why is None:
@@ -324,6 +326,7 @@ class capture_sdpa:
         self._handles: list = []
         self._mode = None
         self._riding = None
+        self._popped = False                         # pause() took the mode off torch's stack
 
     def __enter__(self) -> Capture:
         torch = require("torch", "torch")
@@ -340,8 +343,34 @@ class capture_sdpa:
         self._mode.__enter__()
         return cap
 
+    def pause(self) -> None:
+        """Until :meth:`resume`, every attention call is the model's own, unseen, and the other torch
+        calls cost nothing: the mode leaves torch's stack (when it is on top: a mode entered after it
+        stays, and ours then passes every call through) and the interface hands calls straight on."""
+        torch = require("torch", "torch")
+        cap = self._capture
+        if cap._paused:
+            return
+        cap._paused = True
+        self._riding._active = False                 # the interface hands back the model's function itself
+        stack = torch._C._len_torch_function_stack()
+        if stack and torch._C._get_function_stack_at(stack - 1) is self._mode:
+            self._mode.__exit__(None, None, None)
+            self._popped = True
+
+    def resume(self) -> None:
+        """Watch again after :meth:`pause`."""
+        if self._popped:
+            self._mode.__enter__()
+            self._popped = False
+        self._riding._active = self._riding._before is not None
+        self._capture._paused = False
+
     def __exit__(self, *exc) -> None:
-        self._mode.__exit__(*exc)
+        if not self._popped:
+            self._mode.__exit__(*exc)
+        self._popped = False
+        self._capture._paused = False
         self._riding.__exit__(*exc)
         for h in self._handles:
             h.remove()
