@@ -280,6 +280,7 @@ class Monitor:
         if not self._step_calls:
             self._warn_nothing_seen(f"in step {int(global_step)}", stacklevel=3)
         self._current = {}
+        self._capture._capture._compiled = 0          # compiled graphs' calls are named by their order in a step
         self._step_entropies = {}
         self._mask_cache = None
         self._step_fallbacks = Counter()
