@@ -25,6 +25,17 @@ What is seen (:func:`attnscale.torch.capture.capture_sdpa` finds the calls, each
   bit-for-bit the standard path's, and within rounding of the fast path's (float32 ≤ 1e-5·max|out|;
   padded positions of nn.TransformerEncoder's nested-tensor path excepted, which it leaves at 0).
 
+Under ``torch.compile`` (the model compiled before or after the monitor is entered; default
+backend): an SDPA call inside a compiled graph stays the model's own — outputs bit-for-bit the
+compiled model's, in both modes — and a custom operator in the graph hands its inputs to the
+monitor when the graph runs, which computes the figures as observe mode does (the fused kernel,
+a second pass). No graph break (``torch._dynamo.explain`` counts 0 on the project's GPT; the tests
+hold it there), no recompilation per step; entering the monitor, or a pause of ``every=N``,
+changes torch's mode stack, which compiles once more the first time. Such calls are named by their
+order in the step, ``compiled[0]``, ``compiled[1]``, ... (a compiled graph has no module frames to
+name them from); attention that is not an SDPA call (eager interface functions, MultiheadAttention's
+fused path) is not seen there.
+
 A monitor that saw no attention call in a step (:meth:`Monitor.step`) or in its whole context says
 so, with a :class:`NoAttentionSeen` warning naming the model, its ``attn_implementation`` and the
 attention modules it holds, and any calls seen but not readable; an empty summary is never silent.
@@ -67,8 +78,11 @@ What is kept, per (layer, head): running aggregates only (:mod:`attnscale.torch.
 — counts, Σ entropy, extremes — as a few NumPy arrays of H numbers, whatever the number of calls
 (no q, k, v, weights or per-row arrays), for the current step and for the whole context.
 ``history=True`` (the default) also keeps each row's entropy (4 bytes per query row, for an exact
-median in :meth:`Monitor.summary` and each :meth:`Monitor.step`) and one :class:`CallRecord` per call; a training loop passes
-``history=False``, which keeps memory bounded over any number of steps (``entropy_median`` is then NaN).
+median in :meth:`Monitor.summary` and each :meth:`Monitor.step`) and one :class:`CallRecord` per
+call, for the first :data:`HISTORY_CALLS` calls of the context (then the context's median is NaN;
+each step's stays); ``history=False`` keeps none (``entropy_median`` is then NaN). Memory is
+bounded either way, over any number of steps. The cost controls ``every=N`` and ``rows=K``: see
+:class:`Monitor`.
 
 A "layer" is the attention module that made the call (see capture): a module that calls attention
 twice has both calls aggregated under its name; gradient checkpointing, which reruns the forward,
