@@ -9,7 +9,12 @@ Variants, interleaved in one run (medians, so a load change hits them alike):
 - ``plain``: the model's SDPA implementation, no monitor;
 - ``observe``: ``Monitor(model)`` — SDPA runs, the figures are recomputed (two passes);
 - ``replace``: ``Monitor(model, mode="replace", history=False)`` — the fused kernel computes the
-  attention and its figures in one pass (target ≤ 1.05× plain).
+  attention and its figures in one pass (target ≤ 1.05× plain);
+- ``every10``: replace mode with ``every=10``, timed over 10 steps (one measured), per step.
+
+The compiled row is the same training step through ``torch.compile(model)`` (default backend),
+each variant ÷ the compiled step without a monitor; compiled, both modes keep the compiled
+model's own SDPA and compute the figures beside it.
 
 Also a training step (forward, backward, AdamW) of the logit-growth experiment's GPT, plain ÷
 observe ÷ replace: replace in training runs on monitor.TRAINING_BACKEND. Prints ratios to plain, the
@@ -35,13 +40,15 @@ def interleaved(work, repeats: int) -> dict:
             t0 = time.perf_counter()
             work()
             return time.perf_counter() - t0
-        with Monitor(work.model, mode=mode, history=False) as mon:
+        every = 10 if mode == "every10" else 1
+        with Monitor(work.model, mode="replace" if every > 1 else mode, history=False, every=every) as mon:
             t0 = time.perf_counter()
-            work()
-            mon.step(0, log=False)
-            return time.perf_counter() - t0
+            for s in range(every):
+                work()
+                mon.step(s, log=False)
+            return (time.perf_counter() - t0) / every
 
-    modes = {"plain": None, "observe": "observe", "replace": "replace"}
+    modes = {"plain": None, "observe": "observe", "replace": "replace", "every10": "every10"}
     for mode in modes.values():                                   # warm-up: caches, kernel build, allocator
         timed(mode)
     times = {name: [] for name in modes}
@@ -75,7 +82,7 @@ def minilm(repeats: int, batch: int) -> dict:
             "backends": sorted({c.backend for c in mon.calls})}
 
 
-def training_step(repeats: int) -> dict:
+def training_step(repeats: int, compiled: bool = False) -> dict:
     import torch
 
     from attnscale.experiments import logit_growth
@@ -95,7 +102,19 @@ def training_step(repeats: int) -> dict:
         opt.step()
 
     step.model = model
+    if compiled:
+        step.model = model = torch.compile(model)
     return {"shape": (16, 4, 64, 16), "medians": interleaved(step, repeats)}
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        import platform
+
+        return platform.processor() or "unknown"
 
 
 def main(argv=None) -> int:
@@ -117,14 +136,16 @@ def main(argv=None) -> int:
     if not args.no_minilm:
         rows.append(("MiniLM forward", minilm(args.repeats, args.batch)))
     rows.append((f"GPT train step (replace: {TRAINING_BACKEND})", training_step(args.repeats)))
-    print(f"{'':<38}{'shape':<20}{'plain ms':>10}{'observe ×':>11}{'replace ×':>11}")
+    rows.append(("GPT train step, torch.compile", training_step(args.repeats, compiled=True)))
+    print(f"{'':<38}{'shape':<20}{'plain ms':>10}{'observe ×':>11}{'replace ×':>11}{'every=10 ×':>12}")
     for name, r in rows:
         m = r["medians"]
         print(f"{name:<38}{str(r['shape']):<20}{m['plain'] * 1e3:>10.2f}{m['observe'] / m['plain']:>11.3f}"
-              f"{m['replace'] / m['plain']:>11.3f}")
+              f"{m['replace'] / m['plain']:>11.3f}{m['every10'] / m['plain']:>12.3f}")
         if "max_abs_diff" in r:
             print(f"{'':<38}max |replace − plain| = {r['max_abs_diff']:.3g}; backends {r['backends']}; "
                   f"fallbacks: {r['fallbacks'] or 'none'}")
+    print(f"CPU: {cpu_name()}; torch {__import__('torch').__version__}")
     print(f"medians of {args.repeats} interleaved rounds, {args.threads or 'default'} torch thread(s); load average {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 

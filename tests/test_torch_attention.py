@@ -327,8 +327,8 @@ BAD = [
     (dict(v=torch.ones(2, 5, 3, dtype=torch.float64)), InputTypeError, "q, k, v: expected one dtype"),
     (dict(mask=torch.ones(7, 5)), InputTypeError, "mask: expected a bool torch.Tensor"),
     (dict(mask=torch.ones(6, 5, dtype=torch.bool)), InputError, "mask: shape .* cannot broadcast"),
-    (dict(bias=torch.full((7, 5), math.nan)), InputError, "bias: contains NaN or \\+Inf"),
-    (dict(q=torch.full((2, 7, 4), math.inf)), InputError, "q: contains NaN or Inf"),
+    (dict(bias=torch.full((7, 5), math.nan), check_finite=True), InputError, "bias: contains NaN or \\+Inf"),
+    (dict(q=torch.full((2, 7, 4), math.inf), check_finite=True), InputError, "q: contains NaN or Inf"),
     (dict(causal=True), InputError, "causal: True is ambiguous when L != S"),
     (dict(causal="left"), InputError, "causal: expected False, True"),
     (dict(scale=True), InputTypeError, "scale: expected a number"),
@@ -511,3 +511,31 @@ def test_each_checkout_builds_its_kernel_in_its_own_folder(tmp_path, monkeypatch
     copy.write_bytes(ext.SOURCE.read_bytes())
     monkeypatch.setattr(ext, "SOURCE", copy)
     assert ext._build_name(torch) != here and ext._build_name(torch) == ext._build_name(torch)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_inputs_without_figures_reach_sdpa_in_their_own_dtype(monkeypatch, dtype):
+    """No copy to float32 on the way: SDPA gets the caller's tensors' dtype, and the output is SDPA's own."""
+    q, k, v, _ = problem(seed=3, B=1, H_q=2, H_kv=2)
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    seen = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def recording(*args, **kwargs):
+        seen.append(args[0].dtype)
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", recording)
+    out = attention(q, k, v, causal="top_left")
+    assert seen == [dtype] and out.dtype == dtype
+    assert torch.equal(out, sdpa(q, k, v, is_causal=True))
+
+
+def test_check_finite_is_opt_in():
+    """By default no value is scanned (PyTorch's default): an inf input comes out as NaN, not an error."""
+    q, k, v = torch.ones(2, 7, 4), torch.ones(2, 5, 4), torch.ones(2, 5, 3)
+    q[0, 0, 0] = math.inf
+    out, stats = attention(q, k, v, return_stats=True)
+    assert torch.isnan(out[0, 0]).all() and torch.isnan(stats.entropy[0, 0])
+    with pytest.raises(InputError, match="q: contains NaN or Inf"):
+        attention(q, k, v, check_finite=True)

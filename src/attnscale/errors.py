@@ -27,7 +27,13 @@ class MissingDependency(AttnScaleError, ImportError):
 def require(module: str, extra: str):
     """Import an optional dependency, or raise :class:`MissingDependency` naming how to install it."""
     import importlib
+    import sys
 
+    # Already imported: a dict lookup, which torch.compile traces (import_module is a graph break,
+    # and a per-call cost besides).
+    found = sys.modules.get(module)
+    if found is not None:
+        return found
     try:
         return importlib.import_module(module)
     except ImportError:

@@ -15,9 +15,9 @@ Per query row i, with logits s_ij = cap(scale·q̂_i·k̂_j) (+ bias) over the a
     max_logit_i, min_logit_i                             (logit_range=True: float16 overflows past 65504)
 
 A row with nothing attended gets output 0, lse −inf, and NaN figures (as :func:`attnscale.row_health`).
-A row with a NaN logit, or a +inf one (q·k overflowed; only with ``check_finite=False`` or huge
-finite inputs) is not disguised as one with nothing attended: its output and entropy are NaN, its
-lse +inf (overflow) or NaN (kernel and chunked backends).
+A row with a NaN logit, or a +inf one (q·k overflowed: huge finite inputs, or an inf one, which
+is let through unless ``check_finite=True``) is not disguised as one with nothing attended: its
+output and entropy are NaN, its lse +inf (overflow) or NaN (kernel and chunked backends).
 
 Gradients: ``out`` is differentiable on every backend (with respect to q, k, v and a float bias);
 the kernel has its own flash-style backward (probabilities recomputed block by block from the saved
@@ -163,8 +163,10 @@ def _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite, backend, s
     if stats or rule.caps or backend != "auto":
         chosen = _choose_backend(torch, q.device, q.dtype, bias is not None, rule.caps, backend)
     # Half precision is computed in float32, as the NumPy core does for float16; FlexAttention
-    # computes in the inputs' own dtype (the model's, as its own SDPA would).
-    compute = q.dtype if chosen == "flex" else torch.float64 if q.dtype == torch.float64 else torch.float32
+    # computes in the inputs' own dtype (the model's, as its own SDPA would), and so does plain SDPA
+    # (chosen None), which has half kernels of its own: a copy to float32 would be a hidden cost.
+    own = chosen in (None, "flex")
+    compute = q.dtype if own else torch.float64 if q.dtype == torch.float64 else torch.float32
     target = lead + (H_q, L, S)
 
     batch = math.prod(lead)
@@ -206,7 +208,7 @@ def _check_finite(torch, given: dict, kernel: bool) -> None:
             lo, hi = torch.aminmax(x)
             finite = bool(torch.isfinite(lo) & torch.isfinite(hi))
         if not finite:
-            raise InputError(f"{name}: contains NaN or Inf; expected finite values (check_finite=False skips this check)")
+            raise InputError(f"{name}: contains NaN or Inf; expected finite values (check_finite=True asked for this check)")
 
 
 def _broadcast_rows(torch, name: str, x, target: tuple, batch: int):
@@ -218,7 +220,7 @@ def _broadcast_rows(torch, name: str, x, target: tuple, batch: int):
 
 
 def attention(q, k, v, *, scale=None, mask=None, bias=None, causal=False, return_stats: bool = False,
-              logit_range: bool = False, backend: str = "auto", check_finite: bool = True):
+              logit_range: bool = False, backend: str = "auto", check_finite: bool = False):
     """Scaled dot-product attention, exact, in memory O(L·d), with its per-row figures on request.
 
     Args:
@@ -237,7 +239,10 @@ def attention(q, k, v, *, scale=None, mask=None, bias=None, causal=False, return
         logit_range: the figures include each row's largest and smallest attended logit (see the
             module docstring for what it costs on each backend); needs ``return_stats=True``.
         backend: "auto", "kernel", "composed", "chunked" or "flex" (module docstring).
-        check_finite: refuse NaN/Inf in q, k, v and NaN/+Inf in bias; False skips the scan.
+        check_finite: refuse NaN/Inf in q, k, v and NaN/+Inf in bias. Off by default, as in
+            PyTorch, which checks no values: the scan reads every input once more (on CUDA its
+            answer is a host sync per call), and a non-finite input still shows, as NaN output and
+            figures (module docstring). True turns it on, to name the first bad input.
 
     Returns:
         The output tensor (..., H_q, L, d_v), or ``(out, stats)`` with ``return_stats=True``, stats an

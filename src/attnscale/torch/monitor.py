@@ -25,6 +25,17 @@ What is seen (:func:`attnscale.torch.capture.capture_sdpa` finds the calls, each
   bit-for-bit the standard path's, and within rounding of the fast path's (float32 ≤ 1e-5·max|out|;
   padded positions of nn.TransformerEncoder's nested-tensor path excepted, which it leaves at 0).
 
+Under ``torch.compile`` (the model compiled before or after the monitor is entered; default
+backend): an SDPA call inside a compiled graph stays the model's own — outputs bit-for-bit the
+compiled model's, in both modes — and a custom operator in the graph hands its inputs to the
+monitor when the graph runs, which computes the figures as observe mode does (the fused kernel,
+a second pass). No graph break (``torch._dynamo.explain`` counts 0 on the project's GPT; the tests
+hold it there), no recompilation per step; entering the monitor, or a pause of ``every=N``,
+changes torch's mode stack, which compiles once more the first time. Such calls are named by their
+order in the step, ``compiled[0]``, ``compiled[1]``, ... (a compiled graph has no module frames to
+name them from); attention that is not an SDPA call (eager interface functions, MultiheadAttention's
+fused path) is not seen there.
+
 A monitor that saw no attention call in a step (:meth:`Monitor.step`) or in its whole context says
 so, with a :class:`NoAttentionSeen` warning naming the model, its ``attn_implementation`` and the
 attention modules it holds, and any calls seen but not readable; an empty summary is never silent.
@@ -67,8 +78,11 @@ What is kept, per (layer, head): running aggregates only (:mod:`attnscale.torch.
 — counts, Σ entropy, extremes — as a few NumPy arrays of H numbers, whatever the number of calls
 (no q, k, v, weights or per-row arrays), for the current step and for the whole context.
 ``history=True`` (the default) also keeps each row's entropy (4 bytes per query row, for an exact
-median in :meth:`Monitor.summary` and each :meth:`Monitor.step`) and one :class:`CallRecord` per call; a training loop passes
-``history=False``, which keeps memory bounded over any number of steps (``entropy_median`` is then NaN).
+median in :meth:`Monitor.summary` and each :meth:`Monitor.step`) and one :class:`CallRecord` per
+call, for the first :data:`HISTORY_CALLS` calls of the context (then the context's median is NaN;
+each step's stays); ``history=False`` keeps none (``entropy_median`` is then NaN). Memory is
+bounded either way, over any number of steps. The cost controls ``every=N`` and ``rows=K``: see
+:class:`Monitor`.
 
 A "layer" is the attention module that made the call (see capture): a module that calls attention
 twice has both calls aggregated under its name; gradient checkpointing, which reruns the forward,
@@ -88,10 +102,11 @@ from __future__ import annotations
 import math
 import warnings
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 
-from attnscale.errors import InputError, InputTypeError, check_choice, require
+from attnscale.errors import InputError, InputTypeError, check_choice, check_count, require
 from attnscale.scales import Constant, SoftCap
 from attnscale.torch.functional import attention
 from attnscale.torch.capture import capture_sdpa
@@ -100,7 +115,7 @@ from attnscale.torch.monitor_records import CallRecord, HeadFigures, Step
 from attnscale.torch.sdpa_mask import split_attn_mask
 
 __all__ = ["Monitor", "CallRecord", "HeadFigures", "Step", "MODES", "TRAINING_BACKEND", "NoAttentionSeen",
-           "AGREEMENT"]
+           "AGREEMENT", "HISTORY_CALLS", "ROW_SEED"]
 
 MODES = ("observe", "replace")
 # The backend of replace mode when gradients are needed: "auto", the fused kernel with its own
@@ -114,6 +129,11 @@ TRAINING_BACKEND = "auto"
 # 20 moves by 0.08), and their check only catches gross differences (a doubled scale, a sink).
 # Measured on the tests' tiny models: float32 1.6e-7, float64 9.7e-8, float16 9.9e-4, bfloat16 6.6e-3.
 AGREEMENT = {"float64": 1e-4, "float32": 1e-4, "float16": 5e-2, "bfloat16": 1e-1}
+# history=True: per-call records and per-row entropies kept for the context's first this-many calls
+# (a 12-layer model's 830 steps), then no more: memory a training loop can leave on.
+HISTORY_CALLS = 10_000
+# The seed of rows=K's choice of query rows, with the step's ordinal and the call's number in it.
+ROW_SEED = 20_240_917
 
 
 class NoAttentionSeen(UserWarning):
@@ -146,8 +166,31 @@ class Monitor:
     mode: "observe" (bit-for-bit outputs, figures recomputed) or "replace" (one pass, outputs equal
     SDPA's to rounding; see the module docstring). sinks: objects with ``write(step: Step)`` and
     ``close()`` (:mod:`attnscale.torch.sinks`) that :meth:`step` hands each step to; closed
-    when the context exits. history: keep per-row entropies and per-call records (False for
-    training loops: memory bounded whatever the number of calls).
+    when the context exits. history: keep per-call records and per-row entropies (the medians) for
+    the context's first :data:`HISTORY_CALLS` calls (an int: that many; False: none). Each step's
+    median needs only that step's rows and is kept whatever the count; the context's median is NaN
+    once calls went unrecorded (``mon.history_full``). Memory stays bounded either way.
+
+    every: figures on one step in N — the first, then every N-th :meth:`step` closes (steps are
+    counted by the monitor, not by ``global_step``). Between them the model runs untouched: its
+    own attention, bit-for-bit, and no interception at all (the capture is paused: a counter and
+    a flag per step); their :meth:`step` returns a :class:`Step` with ``measured=False`` and no
+    heads, and is not handed to the sinks. A measured step's figures are those it would have
+    without ``every``.
+
+    rows: figures from K query rows per sequence (and per head), drawn at random without
+    replacement for each call (seeded by :data:`ROW_SEED`, the step's ordinal and the call's
+    number within the step: the same rows run to run, and in either mode); None reads every row.
+    Observe mode then recomputes only those rows (its second pass costs K/L of the full one);
+    replace mode computes every row's output and keeps the sampled rows' figures. What a sample
+    gives: ``rows`` counts the rows read, ``rows_of`` those of the calls; ``entropy_mean``
+    estimates the mean over all rows with standard error ``entropy_mean_se`` = s/√n·√(1 − n/N)
+    (s the sample's spread, n rows read of N: a stratified sample, one stratum per sequence, for
+    which this simple-random-sample formula errs on the large side); ``saturated_rows`` and
+    ``float16_overflow_rows`` are counts in the sample (scale by ``rows_of`` / rows read for an
+    estimate); ``max_logit``, ``max_abs_logit``, ``entropy_min`` and ``min_logit`` are the
+    sample's extremes: bounds, never beyond the true extremes, not estimates of them. The median
+    is the sample's.
 
     >>> import torch
     >>> class SelfAttention(torch.nn.Module):
@@ -160,11 +203,17 @@ class Monitor:
     [('SelfAttention', 0, 5, 0.0), ('SelfAttention', 1, 5, 0.0)]
     """
 
-    def __init__(self, model=None, backend: str = "auto", mode: str = "observe", sinks=(), history: bool = True):
+    def __init__(self, model=None, backend: str = "auto", mode: str = "observe", sinks=(), history: bool | int = True,
+                 every: int = 1, rows: int | None = None):
         from attnscale.torch.functional import BACKENDS
 
         check_choice("backend", backend, BACKENDS)
         check_choice("mode", mode, MODES)
+        check_count("every", every)
+        if rows is not None:
+            check_count("rows", rows)
+        if not isinstance(history, (bool, int, np.integer)) or history < 0:
+            raise InputTypeError(f"history: expected True, False or a number of calls >= 0, got {history!r}")
         sinks = list(sinks)
         for s in sinks:
             if not (callable(getattr(s, "write", None)) and callable(getattr(s, "close", None))):
@@ -180,7 +229,11 @@ class Monitor:
         self._backend = backend
         self._mode = mode
         self._sinks = sinks
-        self._history = bool(history)
+        self._history = HISTORY_CALLS if history is True else int(history)   # calls recorded, at most
+        self.history_full = False                     # some calls went unrecorded: no context median
+        self._every, self._rows = int(every), rows
+        self._steps_closed = 0                        # Monitor.step calls: which steps every=N measures
+        self._row_choice: dict = {}
         self._total: dict[str, Running] = {}
         self._current: dict[str, Running] = {}
         self._entropies: dict[tuple[str, int], list] = {}       # whole context, per (layer, head)
@@ -196,6 +249,8 @@ class Monitor:
 
     def __enter__(self) -> Monitor:
         self._capture.__enter__()
+        if self._steps_closed % self._every:
+            self._capture.pause()
         return self
 
     def __exit__(self, *exc) -> None:
@@ -206,8 +261,9 @@ class Monitor:
 
     def summary(self) -> list[HeadFigures]:
         """One :class:`HeadFigures` per (layer, head) over the whole context, layers in the order first seen."""
+        entropies = {} if self.history_full else self._entropies
         return [figure for layer in self._layers()
-                for figure in _head_figures(layer, self._merged(layer), self._entropies)]
+                for figure in _head_figures(layer, self._merged(layer), entropies)]
 
     def as_dict(self) -> dict:
         """Plain data for JSON: {"calls": [...], "heads": [...], "fallbacks": {...}, "skipped": [...]}."""
@@ -222,6 +278,14 @@ class Monitor:
         per layer × head, handed to the sinks (unless ``log=False``) and returned."""
         if isinstance(global_step, bool) or not isinstance(global_step, (int, np.integer)):
             raise InputTypeError(f"global_step: expected an int, got {type(global_step).__name__}")
+        measured = self._steps_closed % self._every == 0
+        self._steps_closed += 1
+        if self._steps_closed % self._every == 0:
+            self._capture.resume()
+        else:
+            self._capture.pause()
+        if not measured:
+            return Step(step=int(global_step), calls=0, fallbacks={}, heads=[], measured=False)
         heads = []
         for layer, run in self._current.items():
             heads += _head_figures(layer, run, self._step_entropies)
@@ -230,6 +294,7 @@ class Monitor:
         if not self._step_calls:
             self._warn_nothing_seen(f"in step {int(global_step)}", stacklevel=3)
         self._current = {}
+        self._capture._capture._compiled = 0          # compiled graphs' calls are named by their order in a step
         self._step_entropies = {}
         self._mask_cache = None
         self._step_fallbacks = Counter()
@@ -283,19 +348,43 @@ class Monitor:
                 return f"{name}[{heads} heads]"
         return name
 
-    def _fold(self, name: str, q, k, v, stats, source: str, index: int) -> None:
-        run, ent = call_figures(stats)
+    def _rows_of(self, q):
+        """rows=K's sampled query rows of a call on q (..., [H,] L, d): int64 (..., K), the same for
+        every head (lead: q's dimensions before the head axis; (N,) for 3-D q, () for 2-D), sorted;
+        None when every row is read."""
+        torch = require("torch", "torch")
+        L = q.shape[-2]
+        if self._rows is None or self._rows >= L:
+            return None
+        lead = q.shape[:-3] if q.dim() > 3 else q.shape[:-2]
+        g = torch.Generator().manual_seed(ROW_SEED + 1_000_003 * self._steps_closed + self._step_calls)
+        keys = torch.rand((*lead, L), generator=g)
+        return keys.topk(self._rows, dim=-1).indices.sort(dim=-1).values.to(q.device)
+
+    def _fold(self, name: str, q, k, v, stats, source: str, index: int, picked=None) -> None:
+        """Fold one call's figures in; ``picked``: :meth:`_rows_of`'s rows when ``stats`` holds every
+        row (replace mode), to keep only theirs."""
+        heads = q.shape[-3] if q.dim() > 3 else 1
+        population = q.numel() // max(1, q.shape[-1]) // heads
+        if picked is not None:
+            stats = _take_rows(stats, picked)
+        run, ent = call_figures(stats, population)
         layer = self._layer_key(name, ent.shape[1])
         self._add(self._current, layer, run)
         self._step_calls += 1
         self._calls_seen += 1
         if not self._history:
             return
+        keep = len(self.calls) < self._history
+        self.history_full |= not keep
         for h in range(ent.shape[1]):
             e = ent[:, h].reshape(-1)
             e = e[~np.isnan(e)]
-            self._entropies.setdefault((layer, h), []).append(e)
+            if keep:
+                self._entropies.setdefault((layer, h), []).append(e)
             self._step_entropies.setdefault((layer, h), []).append(e)
+        if not keep:
+            return
         *lead, H_q, L, d_k = q.shape if q.dim() > 3 else (q.shape[0], 1, *q.shape[1:])
         p = run.plain()
         reach = [r for r, n in zip(p["max_abs_logit"], p["rows"]) if n]
@@ -323,13 +412,19 @@ class Monitor:
         torch = require("torch", "torch")
         with torch.no_grad():
             mask, bias = split_attn_mask(call.attn_mask)
-            out, stats = attention(call.q, call.k, call.v, scale=_scale_rule(call.scale, call.softcap), mask=mask,
-                                   bias=bias, causal="top_left" if call.is_causal else False, return_stats=True,
+            q, causal, picked = call.q, "top_left" if call.is_causal else False, self._rows_of(call.q)
+            if picked is not None:                    # only the sampled rows: causal becomes their mask
+                q, mask, bias = _sampled_problem(torch, call.q, call.k, mask, bias, call.is_causal, picked)
+                causal = False
+            out, stats = attention(q, call.k, call.v, scale=_scale_rule(call.scale, call.softcap), mask=mask,
+                                   bias=bias, causal=causal, return_stats=True,
                                    logit_range=True, backend=self._backend, check_finite=False)
-            if call.source == "interface" and call.dropout_p == 0 and not _agrees(torch, out, stats, call):
-                self.skipped[(call.name, _DISAGREE)] += 1
-                return
-        self._fold(call.name, call.q, call.k, call.v, stats, call.source, call.index)
+            if call.source == "interface" and call.dropout_p == 0:
+                own = call.output if picked is None else _take_rows(call.output, picked, along=-2)
+                if not _agrees(torch, out, stats, own, call):
+                    self.skipped[(call.name, _DISAGREE)] += 1
+                    return
+        self._fold(call.name, call.q, call.k, call.v, stats, call.source, call.index, picked=None)
 
     def _mask_parts(self, torch, m):
         """(mask, bias, averaged) of SDPA's attn_mask ``m``: :func:`split_attn_mask`, and whether a
@@ -379,7 +474,8 @@ class Monitor:
             self._fallback("unsupported")
             self._skip_observe = True
             return None
-        self._fold(name, q, k, v, stats, "replaced", -1 if not self._history else len(self.calls))
+        self._fold(name, q, k, v, stats, "replaced", len(self.calls) if self._history else -1,
+                   picked=self._rows_of(q))
         return out
 
 
@@ -394,14 +490,39 @@ def _scale_rule(scale, softcap: float):
     return SoftCap(cap_value=softcap, base=Constant(scale)) if scale is not None else SoftCap(cap_value=softcap)
 
 
-def _agrees(torch, out, stats, call) -> bool:
-    """Our output ``out`` equals the model's own (``call.output``) within :data:`AGREEMENT` × max |v|
-    on every row that attends a key with finite logits (a row we call empty, the model averages)."""
+def _take_rows(x, picked, along: int = -1):
+    """The rows ``picked`` (..., K) of ``x``: an :class:`AttentionStats` (figures (..., [H,] L),
+    ``along=-1``) or a tensor (..., [H,] L, d) (``along=-2``), the same rows in every head."""
+    if not hasattr(x, "dim"):
+        return replace(x, **{f: _take_rows(getattr(x, f), picked) for f in ("lse", "entropy", "max_logit", "min_logit")})
+    heads = x.dim() - picked.dim() - (0 if along == -1 else 1)      # a head axis (1) or none (0)
+    index = picked.reshape(picked.shape[:-1] + (1,) * heads + picked.shape[-1:] + (1,) * (-1 - along))
+    return x.gather(along, index.expand(x.shape[:along % x.dim()] + (picked.shape[-1],) + x.shape[along % x.dim() + 1:]))
+
+
+def _sampled_problem(torch, q, k, mask, bias, is_causal: bool, picked):
+    """q's sampled rows (..., [H,] K, d), with the mask and bias rows they read; a top-left causal
+    limit (row i attends keys j ≤ i) becomes part of the mask, since the rows are no longer 0..L−1."""
+    S, L = k.shape[-2], q.shape[-2]
+    rows = q.shape[:-1] + (S,)                                        # (..., [H,] L, S)
+    take = lambda m: None if m is None else _take_rows(m.expand(rows) if m.dim() <= len(rows) else m, picked, along=-2)  # noqa: E731
+    mask, bias = take(mask), take(bias)
+    if is_causal:
+        limit = torch.arange(S, device=q.device) <= _take_rows(torch.arange(L, device=q.device).expand(
+            q.shape[:-1]), picked)[..., None]
+        mask = limit if mask is None else mask & limit
+    return _take_rows(q, picked, along=-2), mask, bias
+
+
+def _agrees(torch, out, stats, own, call) -> bool:
+    """Our output ``out`` equals the model's own (``own``: ``call.output``, or its sampled rows)
+    within :data:`AGREEMENT` × max |v| on every row that attends a key with finite logits (a row we
+    call empty, the model averages)."""
     dtype = str(call.q.dtype).replace("torch.", "")
     rows = torch.isfinite(stats.lse)
     if not bool(rows.any()):
         return True
-    gap = (out.float() - call.output.float()).abs().amax(-1)[rows].max()
+    gap = (out.float() - own.float()).abs().amax(-1)[rows].max()
     reach = float(call.v.abs().max()) if call.v.numel() else 0.0
     return float(gap) <= AGREEMENT.get(dtype, max(AGREEMENT.values())) * max(reach, 1e-30)
 
@@ -415,11 +536,16 @@ def _head_figures(layer: str, run: Running, entropies: dict) -> list[HeadFigures
     for h, rows in enumerate(p["rows"]):
         e = entropies.get((layer, h))
         median = float(np.median(np.concatenate(e).astype(np.float64))) if rows and e else nan
+        read = rows + p["rows_empty"][h] + p["rows_broken"][h]
+        mean = p["entropy_sum"][h] / rows if rows else nan
+        spread = (p["entropy_squares"][h] - rows * mean * mean) / (rows - 1) if rows > 1 else nan
+        unread = 1.0 - read / run.population if run.population else 0.0
+        se = 0.0 if unread <= 0 else math.sqrt(max(spread, 0.0) / rows * unread) if rows > 1 else nan
         out.append(HeadFigures(
             layer=layer, head=h, calls=run.calls, rows=rows, rows_empty=p["rows_empty"][h],
             rows_broken=p["rows_broken"][h], saturated_rows=p["saturated"][h],
-            float16_overflow_rows=p["overflow"][h], entropy_mean=p["entropy_sum"][h] / rows if rows else nan,
+            float16_overflow_rows=p["overflow"][h], entropy_mean=mean,
             entropy_median=median, entropy_min=p["entropy_min"][h] if rows else nan,
             max_logit=p["max_logit"][h] if rows else nan, min_logit=p["min_logit"][h] if rows else nan,
-            max_abs_logit=p["max_abs_logit"][h] if rows else nan))
+            max_abs_logit=p["max_abs_logit"][h] if rows else nan, rows_of=run.population, entropy_mean_se=se))
     return out

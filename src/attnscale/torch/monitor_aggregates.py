@@ -28,11 +28,13 @@ class Running:
 
     def __init__(self, heads: int):
         self.calls = self.total = 0
+        self.population = 0                                  # rows of the calls, sampled or not (rows=K)
         self.counts = np.zeros((3, heads), np.int64)        # no entropy, empty, saturated
         self.overflow = np.zeros(heads, np.int64)
         self.max_logit = np.full(heads, -np.inf)
         self.mins = np.full((2, heads), np.inf)              # entropy, logit
         self.entropy_sum = np.zeros(heads)
+        self.entropy_squares = np.zeros(heads)              # Σ entropy²: the sample's spread (rows=K)
 
     @property
     def heads(self) -> int:
@@ -41,6 +43,8 @@ class Running:
     def add(self, other) -> None:
         self.calls += other.calls
         self.total += other.total
+        self.population += other.population
+        self.entropy_squares += other.entropy_squares
         self.counts += other.counts
         self.overflow += other.overflow
         self.entropy_sum += other.entropy_sum
@@ -54,6 +58,7 @@ class Running:
         return {"rows": [self.total - n for n in no_entropy], "rows_empty": empty,
                 "rows_broken": [n - e for n, e in zip(no_entropy, empty)], "saturated": saturated,
                 "overflow": self.overflow.tolist(), "entropy_sum": self.entropy_sum.tolist(),
+                "entropy_squares": self.entropy_squares.tolist(),
                 "entropy_min": ent_min, "max_logit": hi, "min_logit": lo,
                 # lo ≤ hi in every row, so max |logit| = max(max hi, −min lo): no per-row |·| needed.
                 "max_abs_logit": [max(a, -b) for a, b in zip(hi, lo)]}
@@ -67,9 +72,10 @@ def rows_by_head(x) -> np.ndarray:
     return x.cpu().numpy()
 
 
-def call_figures(stats) -> tuple[Running, np.ndarray]:
+def call_figures(stats, population: int | None = None) -> tuple[Running, np.ndarray]:
     """One call's figures as a :class:`Running` of its own — NumPy reductions over all heads at
     once (a few µs each, where a torch call costs tens) — and its per-row entropies (N, H, L).
+    ``population``: the rows per head of the whole call when ``stats`` holds a sample of them.
 
     An empty row has NaN entropy and logits and lse −inf; a broken one NaN entropy (its logits may be
     +inf): NaN-skipping reductions (fmax, fmin) leave both out of the entropy figures, and an
@@ -78,6 +84,7 @@ def call_figures(stats) -> tuple[Running, np.ndarray]:
     rows = (0, 2)
     run = Running.__new__(Running)
     run.calls, run.total = 1, ent.shape[0] * ent.shape[2]
+    run.population = run.total if population is None else population
     nan = np.isnan(ent)
     with np.errstate(invalid="ignore"):                                 # inf − inf in a broken row: NaN, not saturated
         saturated = np.count_nonzero(hi - lse > _LOG_SATURATED, axis=rows)
@@ -85,7 +92,9 @@ def call_figures(stats) -> tuple[Running, np.ndarray]:
     run.max_logit = np.fmax.reduce(hi, axis=rows, initial=-np.inf).astype(np.float64)
     run.mins = np.stack([np.fmin.reduce(ent, axis=rows, initial=np.inf),
                          np.fmin.reduce(lo, axis=rows, initial=np.inf)]).astype(np.float64)
-    run.entropy_sum = np.where(nan, 0.0, ent).sum(axis=rows, dtype=np.float64)
+    valid = np.where(nan, 0.0, ent).astype(np.float64)
+    run.entropy_sum = valid.sum(axis=rows)
+    run.entropy_squares = np.square(valid).sum(axis=rows)
     # Counting float16 overflows takes four passes; most calls have none, which the extremes show.
     loud = max(run.max_logit.max(), -run.mins[1].min()) > FLOAT16_MAX
     run.overflow = (np.count_nonzero((hi > FLOAT16_MAX) | (lo < -FLOAT16_MAX), axis=rows) if loud

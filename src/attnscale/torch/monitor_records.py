@@ -42,6 +42,8 @@ class HeadFigures:
     max_logit: float           # largest attended logit (what the logit guard clips)
     min_logit: float           # smallest attended logit
     max_abs_logit: float       # max |logit|
+    rows_of: int = 0           # query rows of the calls; more than rows + rows_empty + rows_broken with rows=K
+    entropy_mean_se: float = 0.0  # standard error of entropy_mean as the mean of all rows_of (0: every row read)
 
     @property
     def saturated_fraction(self) -> float:
@@ -60,6 +62,7 @@ class Step:
     calls: int                 # attention calls seen (replaced, observed and fallbacks)
     fallbacks: dict            # reason -> calls that ran on SDPA instead (replace mode)
     heads: list                # list[HeadFigures], layers in the order first seen
+    measured: bool = True      # False: a step that every=N left to the model (no calls, no heads)
 
     def to_json(self) -> dict:
         """Strict JSON data (each head's fields and its ``saturated_fraction``): a figure that does
@@ -75,4 +78,5 @@ class Step:
             elif entry["entropy_median"] is None:
                 entry["why_null"] = "history=False keeps no per-row entropies to take a median of"
             heads.append(entry)
-        return {"step": self.step, "calls": self.calls, "fallbacks": dict(self.fallbacks), "heads": heads}
+        return {"step": self.step, "measured": self.measured, "calls": self.calls, "fallbacks": dict(self.fallbacks),
+                "heads": heads}

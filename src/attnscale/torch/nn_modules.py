@@ -46,7 +46,7 @@ from typing import Any, Callable
 
 from attnscale.errors import require
 
-__all__ = ["ModuleProblem", "rebuild", "is_module_attention"]
+__all__ = ["ModuleProblem", "rebuild"]
 
 
 @dataclass
@@ -67,11 +67,6 @@ class ModuleProblem:
         return {"query": self.q, "key": self.k, "value": self.v, "attn_mask": self.attn_mask,
                 "dropout_p": self.dropout_p, "is_causal": self.is_causal, "scale": None,
                 "enable_gqa": False, "need_weights": self.need_weights}
-
-
-def is_module_attention(func) -> bool:
-    torch = require("torch", "torch")
-    return func is torch.nn.functional.multi_head_attention_forward
 
 
 _SIGNATURE: list = []

@@ -1,0 +1,73 @@
+"""The monitor on a torch.compile'd model: every layer × head seen in both modes, outputs the compiled
+model's own, no graph break and no recompilation per step. One compiled model for the module (CPU
+compiles take seconds)."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from attnscale.experiments.gpt import GPT, GPTConfig  # noqa: E402
+from attnscale.scales import InverseSqrtDk  # noqa: E402
+from attnscale.torch.monitor import Monitor  # noqa: E402
+
+LAYERS, HEADS = 2, 4
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab=32, context=24, d_model=32, n_layers=LAYERS, d_k=8), InverseSqrtDk(), figures=False)
+    tokens = torch.randint(0, 32, (3, 24), generator=torch.Generator().manual_seed(1))
+    fast = torch.compile(model)
+    return model, fast, tokens, fast(tokens).detach()
+
+
+def test_no_graph_break_under_the_monitor(compiled):
+    """Fails when a change puts a graph break in the model's path or the monitor's (explain traces afresh)."""
+    model, _, tokens, _ = compiled
+    for mode in ("observe", "replace"):
+        with Monitor(model, mode=mode):
+            explained = torch._dynamo.explain(model)(tokens)
+        assert explained.graph_break_count == 0, [b.reason for b in explained.break_reasons]
+        assert explained.graph_count == 1
+
+
+@pytest.mark.parametrize("mode", ["observe", "replace"])
+def test_every_layer_and_head_of_a_compiled_training_step(compiled, mode):
+    model, fast, tokens, own = compiled
+    with torch.no_grad(), Monitor(model) as eager:
+        model(tokens)
+    with Monitor(fast, mode=mode) as mon:
+        for s in range(3):
+            out = fast(tokens)
+            out.square().mean().backward()
+            step = mon.step(s)
+            if s == 0:
+                graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    model.zero_grad()
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs      # no recompilation per step
+    assert torch.equal(out.detach(), own)                                          # the compiled model's own
+    assert [(h.layer, h.head) for h in step.heads] == [(f"compiled[{i}]", h) for i in range(LAYERS)
+                                                       for h in range(HEADS)]
+    for ours, reference in zip(step.heads, eager.summary()):
+        assert ours.rows == reference.rows
+        assert ours.entropy_mean == pytest.approx(reference.entropy_mean, rel=1e-5)
+        assert ours.max_logit == pytest.approx(reference.max_logit, rel=1e-5)
+
+
+def test_a_compiled_tiny_llama_is_seen_whole():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32)
+    config._attn_implementation = "sdpa"
+    llama = transformers.LlamaForCausalLM(config).eval()
+    tokens = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(2))
+    fast = torch.compile(llama)
+    with torch.no_grad():
+        own = fast(tokens).logits
+        with Monitor(fast, mode="replace") as mon:
+            out = fast(tokens).logits
+            step = mon.step(0)
+    assert torch.equal(out, own)
+    assert len(step.heads) == 2 * 4 and all(h.rows == 2 * 12 for h in step.heads)

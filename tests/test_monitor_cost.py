@@ -1,0 +1,160 @@
+"""The monitor's cost controls: ``every=N`` (figures on one step in N, the others the model's own),
+``rows=K`` (figures from K sampled query rows) and the bounded default history."""
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from attnscale.errors import InputError, InputTypeError  # noqa: E402
+from attnscale.experiments.gpt import GPT, GPTConfig  # noqa: E402
+from attnscale.scales import InverseSqrtDk  # noqa: E402
+from attnscale.torch.functional import attention  # noqa: E402
+from attnscale.torch.monitor import Monitor  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def gpt():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab=32, context=24, d_model=32, n_layers=2, d_k=8), InverseSqrtDk(), figures=False)
+    tokens = torch.randint(0, 32, (3, 24), generator=torch.Generator().manual_seed(1))
+    return model, tokens
+
+
+def figures(step):
+    return [(h.layer, h.head, h.rows, h.entropy_mean, h.entropy_min, h.max_logit, h.min_logit, h.saturated_rows)
+            for h in step.heads]
+
+
+@pytest.mark.parametrize("mode", ["observe", "replace"])
+@pytest.mark.parametrize("rows", [None, 5])
+def test_every_leaves_unmeasured_steps_to_the_model_and_measures_the_others_as_without_it(gpt, mode, rows):
+    model, tokens = gpt
+    with torch.no_grad():
+        own = model(tokens)
+        with Monitor(model, mode=mode, rows=rows) as each:
+            steps = [(model(tokens), each.step(s)) for s in range(7)]
+        with Monitor(model, mode=mode, rows=rows, every=3) as sparse:
+            sparse_steps = []
+            for s in range(7):
+                # Unmeasured: no torch-function mode on the stack, so no call of the model is intercepted.
+                intercepting = torch._C._len_torch_function_stack() > 0
+                sparse_steps.append((model(tokens), sparse.step(s), intercepting))
+    for s, ((out, full), (out_sparse, step, intercepting)) in enumerate(zip(steps, sparse_steps)):
+        assert step.measured == (s % 3 == 0) and intercepting == step.measured
+        if step.measured:
+            assert figures(step) == figures(full) and step.calls == full.calls == 2
+            assert torch.equal(out_sparse, out)
+        else:
+            assert torch.equal(out_sparse, own) and step.heads == [] and step.calls == 0
+    assert len(sparse.summary()) == 2 * 4 and sum(h.calls for h in sparse.summary()) == 3 * 4 * 2
+
+
+def test_every_measures_training_steps_with_gradients_and_skips_the_sinks(gpt):
+    model, tokens = gpt
+    written = []
+
+    class Sink:
+        def write(self, step):
+            written.append(step.step)
+
+        def close(self):
+            pass
+
+    with Monitor(model, mode="replace", every=2, history=False, sinks=[Sink()]) as mon:
+        for s in range(5):
+            logits = model(tokens)
+            logits.square().mean().backward()
+            mon.step(s)
+    assert written == [0, 2, 4]
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+    model.zero_grad()
+
+
+def self_attention(q, k, v, **kw):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, **kw)
+
+
+class SelfAttention(torch.nn.Module):
+    def forward(self, q, k, v, **kw):
+        return self_attention(q, k, v, **kw)
+
+
+@pytest.mark.parametrize("mode", ["observe", "replace"])
+@pytest.mark.parametrize("kind", ["causal", "mask", "gqa"])
+def test_rows_reads_the_sampled_rows_exactly(mode, kind):
+    """Each head's sampled figures are those of its rows that the monitor drew, computed here from
+    every row's figures (attnscale.torch.attention, float64) and picked out afterwards."""
+    gen = torch.Generator().manual_seed(4)
+    B, H, L, d = 3, 4, 40, 8
+    H_kv = 2 if kind == "gqa" else H
+    q = 3 * torch.randn(B, H, L, d, generator=gen)
+    k, v = torch.randn(B, H_kv, L, d, generator=gen), torch.randn(B, H_kv, L, d, generator=gen)
+    kw = {"causal": dict(is_causal=True), "gqa": dict(is_causal=True, enable_gqa=True),
+          "mask": dict(attn_mask=torch.rand(L, L, generator=gen) > 0.4)}[kind]
+    layer, K = SelfAttention(), 6
+    with Monitor(layer, mode=mode, rows=K) as mon:
+        layer(q, k, v, **kw)
+        step = mon.step(0)
+    picked = Monitor(layer, rows=K)._rows_of(q)                     # the rows of step 0, call 0
+    assert picked.shape == (B, K) and all(len(set(r.tolist())) == K for r in picked)
+    _, every = attention(q.double(), k.double(), v.double(), mask=kw.get("attn_mask"), return_stats=True,
+                         causal="top_left" if kw.get("is_causal") else False, logit_range=True)
+    for h, head in enumerate(step.heads):
+        ent = every.entropy[:, h].gather(-1, picked)
+        hi = every.max_logit[:, h].gather(-1, picked)
+        ok = ~torch.isnan(ent)
+        assert head.rows == int(ok.sum()) and head.rows_of == B * L
+        assert head.entropy_mean == pytest.approx(float(ent[ok].mean()), rel=1e-5, abs=1e-6)
+        assert head.max_logit == pytest.approx(float(hi[ok].max()), rel=1e-5)
+        assert head.entropy_mean_se > 0
+
+
+def test_rows_sampling_error_is_what_the_result_states():
+    """The full mean lies within a few stated standard errors of the sample's; the sample's extremes
+    never pass the full ones; K ≥ L reads every row (standard error 0); the draw repeats run to run."""
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = 2 * torch.randn(4, 2, 200, 16, generator=gen), torch.randn(4, 2, 200, 16, generator=gen), \
+        torch.randn(4, 2, 200, 16, generator=gen)
+    layer = SelfAttention()
+
+    def run(rows):
+        with Monitor(layer, rows=rows) as mon:
+            layer(q, k, v, is_causal=True)
+        return mon.summary()
+
+    sample, again, full, all_rows = run(25), run(25), run(None), run(200)
+    assert [figures_of(h) for h in sample] == [figures_of(h) for h in again]
+    assert [figures_of(h) for h in all_rows] == [figures_of(h) for h in full]
+    for s, f in zip(sample, full):
+        assert s.rows == 4 * 25 and s.rows_of == f.rows == 4 * 200 and f.entropy_mean_se == 0.0
+        assert abs(s.entropy_mean - f.entropy_mean) < 4 * s.entropy_mean_se
+        assert s.max_logit <= f.max_logit and s.entropy_min >= f.entropy_min
+
+
+def figures_of(h):
+    return (h.rows, h.entropy_mean, h.entropy_min, h.max_logit, h.entropy_median)
+
+
+def test_history_is_bounded_by_default_and_says_when_it_stopped():
+    layer = SelfAttention()
+    q = torch.randn(1, 2, 6, 4)
+    with Monitor(layer, history=2) as mon:
+        for _ in range(3):
+            layer(q, q, q)
+        step = mon.step(0)
+    assert len(mon.calls) == 2 and mon.history_full
+    assert all(math.isnan(h.entropy_median) for h in mon.summary())
+    assert all(not math.isnan(h.entropy_median) for h in step.heads)           # a step's rows are kept
+
+
+@pytest.mark.parametrize("kwargs,error,message", [
+    (dict(every=0), InputError, "every: expected an integer >= 1, got 0"),
+    (dict(rows=0), InputError, "rows: expected an integer >= 1, got 0"),
+    (dict(rows=2.5), InputError, "rows: expected an integer >= 1, got 2.5"),
+    (dict(history=-1), InputTypeError, "history: expected True, False or a number of calls >= 0, got -1"),
+])
+def test_bad_cost_controls_name_the_argument(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        Monitor(SelfAttention(), **kwargs)
