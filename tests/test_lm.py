@@ -157,8 +157,8 @@ def test_a_cell_records_the_attention_backend_that_ran_it():
     from attnscale.torch.ext import kernel_status
 
     expected = "kernel" if kernel_status()["available"] else "composed"
-    assert lm.train_cell(tiny_cell())["attention_backend"] == [expected]          # what backend "auto" chose
-    assert lm.train_cell(tiny_cell(backend="chunked"))["attention_backend"] == ["chunked"]
+    assert lm.train_cell(tiny_cell())["attention_backend"] == expected            # what backend "auto" chose
+    assert lm.train_cell(tiny_cell(backend="chunked"))["attention_backend"] == "chunked"
 
 
 def test_same_seed_same_numbers_other_seed_other_numbers():

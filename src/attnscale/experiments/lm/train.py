@@ -135,7 +135,8 @@ def train_cell(cell: LMCell, stop_after: int | None = None) -> dict:
         "sample": None if sample is None else sample.decode("utf-8", errors="replace"),
         "unigram_bpb": text.unigram_bits(),
         "parameters": sum(p.numel() for p in model.parameters()),
-        "attention_backend": sorted({a.backend_used for a in layers if hasattr(a, "backend_used")}),
+        # what backend "auto" chose ("kernel", or "composed" where the kernel does not build), per layer if they differ
+        "attention_backend": "+".join(sorted({a.backend_used for a in layers if hasattr(a, "backend_used")})),
         "n_heads": cell.d_model // cell.d_k,
         "train_bytes": len(text.train),
         "valid_bytes": len(text.valid),
