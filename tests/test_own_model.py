@@ -121,8 +121,9 @@ def saved(tmp_path_factory, tokenizer):
 def _probe(folder, out, *extra):
     text = out / "texts.txt"
     text.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
-    code = main(["probe", "--model", str(folder), "--text", str(text), "--results", str(out), "--quiet", *extra])
-    return code, results.read(f"probe/user/{pretrained.model_slug(folder.name)}", out).data
+    code = main(["probe", "--model", str(folder), "--text", str(text), "--results", str(out), "--quiet",
+                 "--name", folder.name, *extra])
+    return code, results.read(f"probe/user/{folder.name}", out).data
 
 
 class Runs:
@@ -140,7 +141,7 @@ class Runs:
         if ("rescale", name) not in self.codes:
             self.codes["rescale", name] = main(
                 ["rescale", "--model", str(self.saved[name]), "--alphas", "1/2,1,2", "--max-tokens", "48",
-                 "--window", "24", "--results", str(self.out), "--quiet"])
+                 "--window", "24", "--results", str(self.out), "--quiet", "--name", name])
         return self.codes["rescale", name], results.read(f"rescale/user/{name}", self.out).data
 
 
@@ -268,7 +269,7 @@ def test_rescale_python_api_on_a_loaded_encoder_decoder(saved, tokenizer):
     model = transformers.AutoModelForSeq2SeqLM.from_pretrained(str(saved["t5"]))
     data = rescale_model(model, tokenizer, RescaleConfig(alphas=(1.0, 4.0), max_tokens=24, window=24, new_tokens=3),
                          text=" ".join(TEXTS))
-    assert data["kind"] == "rescale/user/t5" and data["check"]["passed"]
+    assert data["kind"].startswith("rescale/user/t5-") and data["check"]["passed"]     # t5 + its config's digest
     assert data["model"]["family"] == "encoder-decoder" and {r["alpha"] for r in data["alphas"]} == {1.0, 4.0}
 
 
@@ -392,5 +393,53 @@ def test_a_gguf_file_is_read_through_model_path(tmp_path):
     loaded = pretrained.load_local(path)
     assert loaded.name == path.stem and loaded.family == "decoder" and loaded.sha256 == pretrained.SMOLLM2_SHA256
     data = probe_run.run_probe(loaded, TEXTS[:2])
-    assert data["check"]["passed"] and data["kind"] == f"probe/user/{pretrained.model_slug(path.stem)}"
+    assert data["check"]["passed"] and data["kind"] == f"probe/user/{pretrained.result_name(path)}"
     assert {r["rule"] for r in data["model"]["scale_rules"]} == {"1/sqrt(d_k)"} and len(data["model"]["scales"]) == 30
+
+
+def test_two_checkpoints_with_the_same_folder_name_keep_both_results(saved, tmp_path, capsys):
+    """runA/checkpoint-1000 and runB/checkpoint-1000, as a trainer names them: each its own result."""
+    import shutil
+
+    folders = [shutil.copytree(saved[arch], tmp_path / run / "checkpoint-1000") for run, arch in
+               (("runA", "llama"), ("runB", "qwen3"))]
+    out = tmp_path / "results"
+    for folder in folders:
+        assert main(["probe", "--model", str(folder), "--results", str(out), "--quiet"]) == 0
+    kinds = results.user_kinds("probe", out)
+    assert kinds == sorted(f"probe/user/{pretrained.result_name(f)}" for f in folders) and len(kinds) == 2
+    types = {results.read(k, out).data["model"]["model_type"] for k in kinds}
+    assert types == {"llama", "qwen3"}
+    assert all(k.startswith("probe/user/checkpoint-1000-") for k in kinds)
+
+
+def test_a_name_taken_by_another_model_is_refused_before_work(saved, tmp_path, capsys):
+    out = tmp_path / "results"
+    assert main(["probe", "--model", str(saved["llama"]), "--results", str(out), "--quiet", "--name", "mine"]) == 0
+    # The same model again under its name: its own result, replaced.
+    assert main(["probe", "--model", str(saved["llama"]), "--results", str(out), "--quiet", "--name", "mine"]) == 0
+    capsys.readouterr()
+    for command in ("probe", "rescale"):         # rescale's result of that name would be paired with it
+        assert main([command, "--model", str(saved["qwen3"]), "--results", str(out), "--quiet", "--name", "mine"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and err.startswith(f"attnscale {command}: error: --name 'mine': ")
+        assert "already holds the result of another model" in err and str(saved["llama"].resolve()) in err
+    assert results.read("probe/user/mine", out).data["model"]["model_type"] == "llama"     # never qwen3's
+    assert not (out / "rescale").exists()
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["probe", "--model", "minilm", "--name", "x"], "--name: names the results of your own model (--model PATH), "
+                                                   "got --name 'x' with --model minilm, whose result is always probe/minilm"),
+    (["rescale", "--model", "{llama}", "--name", "Bad Name"], "--name: expected 1 to 64 of a-z, 0-9, '.', '_', '-' "
+                                                              "(starting with a letter or digit), got 'Bad Name'"),
+    (["probe", "--model", "{llama}", "--results", "/proc/nope"], "--results: cannot write under '/proc'"),
+])
+def test_name_and_results_are_checked_before_loading(argv, expected, saved, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(pretrained, "load_local", lambda *a, **k: pytest.fail("loaded before the check"))
+    argv = [a.replace("{llama}", str(saved["llama"])) for a in argv]
+    if "--results" not in argv:
+        argv += ["--results", str(tmp_path)]
+    assert main([*argv, "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and expected in err

@@ -43,6 +43,7 @@ import json
 import math
 import os
 import re
+import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -381,4 +382,11 @@ def check_writable(path: str | os.PathLike, what: str) -> Path:
         raise InputError(f"{what}: {str(probe)!r} is a file, expected a folder on the way to {str(path)!r}")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise InputError(f"{what}: cannot write under {str(probe)!r} (permission denied)")
+    # Permissions do not tell everything (root may write anywhere, but not into /proc or a read-only
+    # file system): a folder made and removed at once does.
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=probe, prefix=".attnscale-check-"))
+    except OSError as err:
+        raise InputError(f"{what}: cannot write under {str(probe)!r} ({err.strerror or err}), "
+                         f"expected a folder where {str(path)!r} can be made") from None
     return path

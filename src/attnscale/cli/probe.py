@@ -6,7 +6,8 @@ import sys
 
 from attnscale import results
 from attnscale.cli import output
-from attnscale.cli.options import add_command, add_model_option, add_results_option, results_root
+from attnscale.cli.options import (add_command, add_model_option, add_name_option, add_results_option, results_root,
+                                   user_result_name)
 
 EXAMPLES = [
     "attnscale probe                           all-MiniLM-L6-v2 (encoder) on the built-in sentences",
@@ -52,6 +53,7 @@ def register(sub) -> None:
     output.add_quiet_option(p)
     add_results_option(p, "results folder; writes DIR/probe/MODEL/result.json (your own model: "
                           "DIR/probe/user/NAME/result.json)")
+    add_name_option(p, "probe")
     p.add_argument("--batch-size", type=int, default=32, help="sequences per padded batch (default 32)")
     p.set_defaults(run=run_probe_command)
 
@@ -65,8 +67,9 @@ def run_probe_command(args) -> int:
     check_count("--batch-size", args.batch_size)
     output.check_json_target(args)
     root = results.check_writable(results_root(args), "--results")
+    name = user_result_name(args, root)
     texts = read_texts(args.text) if args.text else builtin_sentences()
-    loaded = pretrained.load_model(args.model)
+    loaded = pretrained.load_model(args.model, name)
     with Progress(quiet=args.quiet) as progress:
         data = run_probe(loaded, texts, batch_size=args.batch_size, progress=progress,
                          source=args.text or "built-in sentences")

@@ -7,7 +7,8 @@ from fractions import Fraction
 
 from attnscale import results
 from attnscale.cli import output
-from attnscale.cli.options import add_command, add_model_option, add_results_option, results_root
+from attnscale.cli.options import (add_command, add_model_option, add_name_option, add_results_option, results_root,
+                                   user_result_name)
 from attnscale.errors import InputError
 
 EXAMPLES = [
@@ -59,6 +60,7 @@ def register(sub) -> None:
     output.add_quiet_option(p)
     add_results_option(p, "results folder; writes DIR/rescale/MODEL/result.json (your own model: "
                           "DIR/rescale/user/NAME/result.json)")
+    add_name_option(p, "rescale")
     p.set_defaults(run=run_rescale_command)
 
 
@@ -71,9 +73,10 @@ def run_rescale_command(args) -> int:
     config = RescaleConfig(alphas=parse_alphas(args.alphas), max_tokens=args.max_tokens, window=args.window)
     output.check_json_target(args)
     root = results.check_writable(results_root(args), "--results")
+    name = user_result_name(args, root)
     if args.text and not read_text(args.text).strip():    # refused before the model is loaded
         raise InputError(f"--text: {args.text!r} holds no text, expected at least two tokens")
-    loaded = pretrained.load_model(args.model)
+    loaded = pretrained.load_model(args.model, name)
     text = texts = None
     if loaded.family != "encoder":                  # a decoder or encoder-decoder reads one whole text
         text, source = (read_text(args.text), args.text) if args.text else default_text()

@@ -178,7 +178,7 @@ def result_kind(loaded) -> str:
 
     if not loaded.user:
         return "rescale/" + next(short for short, full in MODELS.items() if full == loaded.name)
-    return results.user_kind("rescale", model_slug(loaded.name))
+    return results.user_kind("rescale", loaded.key or model_slug(loaded.name))
 
 
 def rescale_model(model, tokenizer, config: RescaleConfig | None = None, *, text: str | None = None,
@@ -222,7 +222,8 @@ def run_rescale(loaded, config: RescaleConfig, *, text: str | None = None, texts
                 unscaled_alpha=unscaled, unscaled_alpha_none=why_not,
                 config={"model": loaded.name, "model_version": loaded.version, "alphas": list(config.alphas),
                         "max_tokens": config.max_tokens, "window": config.window, "prompt": config.prompt,
-                        "new_tokens": config.new_tokens, "batch_size": config.batch_size, "text": source})
+                        "new_tokens": config.new_tokens, "batch_size": config.batch_size, "text": source,
+                        **({"model_path": loaded.path} if loaded.user else {})})
     data["analysis"] = _analysis(data)
     data["seconds"] = {"load": loaded.seconds, "rescale": time.perf_counter() - started}
     return data
