@@ -7,6 +7,7 @@ read from that source, transformers 5.24)."""
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -443,3 +444,39 @@ def test_name_and_results_are_checked_before_loading(argv, expected, saved, tmp_
     assert main([*argv, "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and expected in err
+
+
+def test_the_report_lists_the_users_models_with_a_comparison_in_both_languages(saved, tmp_path, capsys):
+    """Two of the user's checkpoints probed (one rescaled too) into a results folder: the page has each
+    model's chapters, titled with its name and architecture, listed in the contents, T5's layers named
+    by their side, and one comparison row per model, in English and in Chinese."""
+    from attnscale.report.build import ReportConfig, build_report
+    from test_report_build import write_verify
+
+    out = tmp_path / "results"
+    for name in ("llama", "t5"):
+        assert main(["probe", "--model", str(saved[name]), "--results", str(out), "--quiet"]) == 0
+    assert main(["rescale", "--model", str(saved["t5"]), "--alphas", "1,8", "--max-tokens", "48", "--window", "24",
+                 "--results", str(out), "--quiet"]) == 0
+    write_verify(out)
+    names = {arch: pretrained.result_name(saved[arch]) for arch in ("llama", "t5")}
+    ppl8 = results.read(f"rescale/user/{names['t5']}", out).data["analysis"]["perplexity_ratio"]["8"]
+    for lang, words in {"en": ("Your model llama (LlamaForCausalLM)", "Your model t5 (T5ForConditionalGeneration)",
+                               "Your models beside the bundled ones", "encoder layer 0", "decoder layer 1",
+                               "cross-attention layer 1", "yours"),
+                        "zh": ("你的模型 llama（LlamaForCausalLM）", "你的模型 t5（T5ForConditionalGeneration）",
+                               "你的模型与内置模型并列", "编码器第 0 层", "解码器第 1 层", "交叉注意力第 1 层",
+                               "你的")}.items():
+        page = build_report(ReportConfig(out=tmp_path / "site", results=out, quick=True, lang=lang)).path.read_text(
+            encoding="utf-8")
+        for word in words:
+            assert word in page, (lang, word)
+        for family, arch in (("probe", "llama"), ("probe", "t5"), ("rescale", "t5")):
+            anchor = f"own-{family}-{names[arch]}"
+            assert f'href="#{anchor}"' in page and f'id="{anchor}"' in page, (lang, anchor)
+        assert f'id="own-rescale-{names["llama"]}"' not in page                       # never rescaled
+        compared = page.split('id="own-models-compared"', 1)[1].split("</section>", 1)[0]
+        rows = re.findall(r"<tr>(.*?)</tr>", compared, re.S)
+        assert [r for r in rows if ">llama<" in r] and [r for r in rows if ">t5<" in r]
+        t5_row = next(r for r in rows if ">t5<" in r)
+        assert f">{ppl8:.3g}<" in t5_row                                              # α = 8 over α = 1, read

@@ -108,17 +108,19 @@ def summary_table(data: dict) -> str:
     ]
     if model.get("weights_note"):
         lines.append(f"note: {model['weights_note']}")
-    from attnscale.report.chapters.probe import scales_sentence   # the page's words for the scales
+    from attnscale.report.chapters.probe import layer_labels, scales_sentence   # the page's words
 
+    labels = layer_labels(model, "en")
+    width = max(5, *(len(label) for label in labels))
     lines += [
         f"scale: {scales_sentence(model, 'en')}",
         f"check: rebuilt probabilities match the model's own to {check['max_abs_diff']:.1e} "
         f"(tolerance {check['tolerance']:g}, {check['rows_checked']} rows) — passed",
         "",
-        "layer " + " ".join(f"{h:>{w}}" for _, h, w in columns),
+        f"{'layer':<{width}} " + " ".join(f"{h:>{w}}" for _, h, w in columns),
     ]
     for i in range(model["n_layers"]):
-        lines.append(f"{i:>5} " + " ".join(_cell(per_layer[f][i], w) for f, _, w in columns))
+        lines.append(f"{labels[i]:>{width}} " + " ".join(_cell(per_layer[f][i], w) for f, _, w in columns))
     lines += [LEGEND,
               f"float16: largest |logit| {f16['max_abs_logit']:.4g} at the model's scale, "
               f"{f16['max_abs_logit_unscaled']:.4g} unscaled, against {f16['limit']:g} "
