@@ -321,7 +321,7 @@ def test_bad_model_paths_are_one_line_and_exit_2(make, expected, tmp_path, capsy
     target = make(tmp_path)
     assert main(["probe", "--model", str(target), "--results", str(tmp_path / "out"), "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
-    assert "\n" not in err and err.startswith("attnscale probe: error: model: ") and expected in err
+    assert "\n" not in err and err.startswith("attnscale probe: error: --model: ") and expected in err
 
 
 def test_a_checkpoint_without_tokenizer_files_is_refused_in_one_line(saved, tmp_path, capsys):
@@ -480,3 +480,60 @@ def test_the_report_lists_the_users_models_with_a_comparison_in_both_languages(s
         assert [r for r in rows if ">llama<" in r] and [r for r in rows if ">t5<" in r]
         t5_row = next(r for r in rows if ">t5<" in r)
         assert f">{ppl8:.3g}<" in t5_row                                              # α = 8 over α = 1, read
+
+
+def test_rescale_keeps_its_window_within_the_models_positions(saved, tmp_path, capsys):
+    """GPT-2 with 128 positions: the default 512-token window is clipped to them, with a note; a typed
+    --window past them is refused before any work."""
+    out = tmp_path / "results"
+    argv = ["rescale", "--model", str(saved["gpt2-unscaled"]), "--alphas", "1,2", "--max-tokens", "300",
+            "--results", str(out), "--name", "g"]
+    assert main([*argv, "--window", "129", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--window 129: expected at most 128, the positions gpt2-unscaled has" in err
+    assert not out.exists() or not list(out.rglob("*.json"))
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "note: --window 128, the positions gpt2-unscaled has (the default 512 would run past them)" in err
+    text = results.read("rescale/user/g", out).data["text"]
+    assert text["window"] == 128 and text["windows"] == 3
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["probe", "--model", "meta-llama/Llama-3.1-8B"],
+     "--model: got 'meta-llama/Llama-3.1-8B', no such folder or file here: attnscale loads local folders and GGUF "
+     "files; download it first with: hf download meta-llama/Llama-3.1-8B --local-dir DIR"),
+    (["probe", "--model", "{invalid}"], "--model: expected a transformers config.json, got '{invalid}': "
+                                        "The hidden size (999999) is not a multiple of the number of attention heads (8)"),
+    (["rescale", "--max-tokens", "1"], "--max-tokens: expected an integer >= 2, got 1"),
+    (["rescale", "--window", "0"], "--window: expected an integer >= 2, got 0"),
+    (["rescale", "--alphas", "2,4"], "--alphas: expected 1 among the values (the model's own scale, the reference), "
+                                     "got '2,4'"),
+    (["rescale", "--model", "{bert}", "--max-tokens", "100"],
+     "--max-tokens 100: only for a decoder or encoder-decoder (one text in causal windows), expected none for bert"),
+    (["report", "--page-dir", "{file}"], "--page-dir: expected a folder for index.html, got the existing file"),
+    (["softmax", "-inf", "-inf", "--scale", "x"], "--scale"),
+])
+def test_bad_command_lines_are_one_line_naming_the_option_exit_2(argv, expected, saved, tmp_path, capsys):
+    import json as json_
+
+    invalid = tmp_path / "invalid"
+    invalid.mkdir()
+    config = transformers.LlamaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                      architectures=["LlamaForCausalLM"]).to_dict()
+    (invalid / "config.json").write_text(json_.dumps({**config, "hidden_size": 999999, "num_attention_heads": 8}))
+    (tmp_path / "file").write_text("x")
+    fill = {"{invalid}": str(invalid), "{bert}": str(saved["bert"]), "{file}": str(tmp_path / "file")}
+    argv = [fill.get(a, a) for a in argv]
+    expected = expected.replace("{invalid}", str(invalid))
+    if argv[0] in ("probe", "rescale"):
+        argv += ["--results", str(tmp_path / "results"), "--quiet"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err and expected in err, err
+
+
+def test_negative_and_infinite_logits_are_softmax_arguments(capsys):
+    assert main(["softmax", "-inf", "-inf"]) == 0 and main(["softmax", "-1e3", "2", "-inf"]) == 0
+    out = capsys.readouterr().out
+    assert "-inf" in out and "-1000" in out

@@ -166,3 +166,30 @@ def user_result_name(args, root) -> str | None:
                                  f"expected a name not taken by another model: choose another --name, or delete "
                                  f"{env.path.parent} to replace it")
     return name
+
+
+class options_named:
+    """Within it, an attnscale error that names a library argument (``"max_tokens: expected …"``)
+    names the option typed for it instead (``"--max-tokens: expected …"``): ``names`` maps one to
+    the other. The message is otherwise unchanged (it quotes what was given)."""
+
+    def __init__(self, names: dict[str, str]):
+        self.names = names
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, err, tb):
+        from attnscale.errors import AttnScaleError
+
+        if err is None or not isinstance(err, AttnScaleError):
+            return False
+        head, sep, rest = str(err).partition(": ")
+        if sep and head in self.names:
+            raise type(err)(f"{self.names[head]}: {rest}") from None
+        return False
+
+
+#: The library's argument names as the probe's and rescale's options are typed.
+MODEL_OPTIONS = {"model": "--model", "texts": "--text", "text": "--text", "max_tokens": "--max-tokens",
+                 "window": "--window", "alpha": "--alphas", "batch_size": "--batch-size", "slug": "--name"}

@@ -6,8 +6,8 @@ import sys
 
 from attnscale import results
 from attnscale.cli import output
-from attnscale.cli.options import (add_command, add_model_option, add_name_option, add_results_option, results_root,
-                                   user_result_name)
+from attnscale.cli.options import (MODEL_OPTIONS, add_command, add_model_option, add_name_option, add_results_option,
+                                   options_named, results_root, user_result_name)
 
 EXAMPLES = [
     "attnscale probe                           all-MiniLM-L6-v2 (encoder) on the built-in sentences",
@@ -69,8 +69,9 @@ def run_probe_command(args) -> int:
     root = results.check_writable(results_root(args), "--results")
     name = user_result_name(args, root)
     texts = read_texts(args.text) if args.text else builtin_sentences()
-    loaded = pretrained.load_model(args.model, name)
-    with Progress(quiet=args.quiet) as progress:
+    with options_named(MODEL_OPTIONS):
+        loaded = pretrained.load_model(args.model, name)
+    with Progress(quiet=args.quiet) as progress, options_named(MODEL_OPTIONS):
         data = run_probe(loaded, texts, batch_size=args.batch_size, progress=progress,
                          source=args.text or "built-in sentences")
     env = results.write(data["kind"], data, config=data["config"], seed=None, root=root)

@@ -250,8 +250,15 @@ def result_name(path: str | os.PathLike, name: str | None = None) -> str:
     return f"{model_slug(stem)[:64 - NAME_HASH_DIGITS - 1]}-{digest}"
 
 
+#: What a model id on the Hugging Face hub looks like ("meta-llama/Llama-3.1-8B"): owner/name.
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]*[A-Za-z0-9]")
+
+
 def _where(path: Path) -> tuple[Path, str | None]:
     """(folder, GGUF file name or None) of a --model PATH; refuses what cannot be a model."""
+    if not path.exists() and HUB_ID.fullmatch(str(path)):
+        raise InputError(f"model: got {str(path)!r}, no such folder or file here: attnscale loads local folders and "
+                         f"GGUF files; download it first with: hf download {path} --local-dir DIR (then --model DIR)")
     if not path.exists():
         raise InputError(f"model: expected one of {sorted(MODELS)} or a path to a folder holding config.json or "
                          f"to a .gguf file, got {str(path)!r} (no such file or folder)")
@@ -311,9 +318,14 @@ def _config_of(transformers, folder: Path, gguf: str | None, shown: str):
         require("gguf", "probe")
         with _quiet_progress():
             return transformers.AutoConfig.from_pretrained(str(folder), gguf_file=gguf, local_files_only=True)
-    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as err:
+    except Exception as err:   # noqa: BLE001  (transformers and huggingface_hub raise many kinds)
+        if not isinstance(err, (OSError, ValueError, KeyError, TypeError, RuntimeError)) and \
+                type(err).__module__.split(".")[0] != "huggingface_hub":
+            raise
         what = "a GGUF file transformers can read" if gguf else "a transformers config.json"
-        raise InputError(f"model: expected {what}, got {shown!r}: {_first_line(err)}") from None
+        # huggingface_hub's validation error says which validator failed; its cause names the field.
+        said = _first_line(err.__cause__) if err.__cause__ is not None else _first_line(err)
+        raise InputError(f"model: expected {what}, got {shown!r}: {said}") from None
 
 
 def _first_line(err: Exception) -> str:

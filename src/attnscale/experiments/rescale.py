@@ -37,7 +37,7 @@ import numpy as np
 
 from attnscale.errors import InputError, check_count, require
 
-__all__ = ["ALPHAS", "PROMPT", "RescaleConfig", "check_alphas", "default_text", "read_text",
+__all__ = ["ALPHAS", "PROMPT", "RescaleConfig", "check_alphas", "default_text", "read_text", "model_positions",
            "run_rescale", "rescale_model", "result_kind", "WHAT"]
 
 ALPHAS = (1 / 8, 1 / 4, 1 / 2, 1.0, 2.0, 4.0, 8.0)
@@ -212,6 +212,10 @@ def run_rescale(loaded, config: RescaleConfig, *, text: str | None = None, texts
     if loaded.family != "encoder":
         if text is None:
             raise InputError(f"text: a {loaded.family} reads one text, got none")
+        positions = model_positions(loaded.model.config)
+        if positions is not None and config.window > positions:
+            raise InputError(f"window: expected at most {positions}, the positions {loaded.name} has, got "
+                             f"{config.window}")
         data = _decoder(loaded, config, text, source, model["scale"], progress)
     else:
         if not texts:
@@ -247,6 +251,16 @@ def _unscaled_alpha(scales: list[float]) -> tuple[float | None, str | None]:
     if math.isclose(scales[0], 1.0, rel_tol=1e-9):
         return None, "no_scale"
     return 1.0 / scales[0], None
+
+
+def model_positions(config) -> int | None:
+    """The positions a model was built for (``max_position_embeddings``; GPT-2's ``n_positions``),
+    None for one without a limit of its own (T5's relative position bias)."""
+    for name in ("max_position_embeddings", "n_positions"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
 
 
 def _windows(ids: list[int], max_tokens: int, window: int) -> list[list[int]]:
