@@ -15,7 +15,7 @@ import pytest
 
 from attnscale import reference, results
 
-REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"
+REFERENCE = results.shipped_reference()
 TRAIN = [k for k in results.KINDS if k.startswith("train/")]
 
 

@@ -56,13 +56,16 @@ __all__ = [
     "DEFAULT_ROOT", "SCHEMA", "Kind", "KINDS", "Envelope", "ResultError", "ResultMissing",
     "USER_FAMILIES", "user_kind", "user_kinds", "result_path", "cells_dir", "envelope", "write", "read",
     "read_preferred", "dumps", "strict_jsonable", "finite_or_none", "nulled_nonfinite", "check_writable",
-    "REFERENCE_ENV", "reference_root", "read_reference", "recorded_seconds", "stored_path",
+    "REFERENCE_ENV", "reference_root", "shipped_reference", "read_reference", "recorded_seconds", "stored_path",
 ]
 
 DEFAULT_ROOT = Path("attnscale-results")
 #: The environment variable naming the folder of reference results ("" for none).
 REFERENCE_ENV = "ATTNSCALE_REFERENCE"
-#: Where the reference results live in a checkout of the repository (src/attnscale/results.py → ../../).
+#: The package folder of the reference results (package data: a wheel carries them), read through
+#: importlib.resources.
+PACKAGE_REFERENCE = "reference_results"
+#: Where they lived in a checkout before they became package data (read only while the package has none).
 _REPO_REFERENCE = Path(__file__).resolve().parents[2] / "results" / "reference"
 SCHEMA = 1
 ENVELOPE_FIELDS = ("schema", "kind", "quick", "created", "config", "seed", "version", "environment", "data")
@@ -318,13 +321,25 @@ def read(kind: str, root: str | os.PathLike = DEFAULT_ROOT, quick: bool = False,
                     created=raw["created"], path=target, reference=_is_reference(target))
 
 
+def shipped_reference() -> Path | None:
+    """The reference results this attnscale ships: its package data (``attnscale/reference_results``,
+    found through :mod:`importlib.resources`, so an installed wheel has them as a checkout does), or
+    None when they are not on the file system (a zipped install)."""
+    from importlib import resources
+
+    folder = resources.files("attnscale").joinpath(PACKAGE_REFERENCE)
+    if isinstance(folder, Path) and folder.is_dir():
+        return folder
+    return _REPO_REFERENCE if _REPO_REFERENCE.is_dir() else None
+
+
 def reference_root() -> Path | None:
     """The folder of reference results: ``$ATTNSCALE_REFERENCE`` when set (empty: none), else the
-    repository's ``results/reference`` when this attnscale runs from a checkout that has it."""
+    ones shipped with attnscale (:func:`shipped_reference`)."""
     chosen = os.environ.get(REFERENCE_ENV)
     if chosen is not None:
         return Path(chosen) if chosen.strip() else None
-    return _REPO_REFERENCE if _REPO_REFERENCE.is_dir() else None
+    return shipped_reference()
 
 
 def _is_reference(path: Path) -> bool:
