@@ -140,9 +140,10 @@ class Runs:
 
     def rescale(self, name):
         if ("rescale", name) not in self.codes:
+            windows = [] if name == "bert" else ["--max-tokens", "48", "--window", "24"]   # an encoder has none
             self.codes["rescale", name] = main(
-                ["rescale", "--model", str(self.saved[name]), "--alphas", "1/2,1,2", "--max-tokens", "48",
-                 "--window", "24", "--results", str(self.out), "--quiet", "--name", name])
+                ["rescale", "--model", str(self.saved[name]), "--alphas", "1/2,1,2", *windows,
+                 "--results", str(self.out), "--quiet", "--name", name])
         return self.codes["rescale", name], results.read(f"rescale/user/{name}", self.out).data
 
 
@@ -509,8 +510,6 @@ def test_rescale_keeps_its_window_within_the_models_positions(saved, tmp_path, c
     (["rescale", "--window", "0"], "--window: expected an integer >= 2, got 0"),
     (["rescale", "--alphas", "2,4"], "--alphas: expected 1 among the values (the model's own scale, the reference), "
                                      "got '2,4'"),
-    (["rescale", "--model", "{bert}", "--max-tokens", "100"],
-     "--max-tokens 100: only for a decoder or encoder-decoder (one text in causal windows), expected none for bert"),
     (["report", "--page-dir", "{file}"], "--page-dir: expected a folder for index.html, got the existing file"),
     (["softmax", "-inf", "-inf", "--scale", "x"], "--scale"),
 ])
@@ -537,3 +536,11 @@ def test_negative_and_infinite_logits_are_softmax_arguments(capsys):
     assert main(["softmax", "-inf", "-inf"]) == 0 and main(["softmax", "-1e3", "2", "-inf"]) == 0
     out = capsys.readouterr().out
     assert "-inf" in out and "-1000" in out
+
+
+def test_options_an_encoder_ignores_are_noted(saved, tmp_path, capsys):
+    assert main(["rescale", "--model", str(saved["bert"]), "--alphas", "1,2", "--max-tokens", "100",
+                 "--results", str(tmp_path), "--quiet"]) == 0
+    err = capsys.readouterr().err.strip()
+    assert err == ("attnscale rescale: note: --max-tokens 100 ignored: only a decoder or encoder-decoder reads one "
+                   "text in causal windows; bert is an encoder (it reads one sentence per line)")

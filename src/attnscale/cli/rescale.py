@@ -112,9 +112,10 @@ def run_rescale_command(args) -> int:
         loaded = pretrained.load_model(args.model, name)
     if loaded.family == "encoder":
         typed = [f"{o} {v}" for o, v in (("--max-tokens", args.max_tokens), ("--window", args.window)) if v is not None]
-        if typed:
-            raise InputError(f"{', '.join(typed)}: only for a decoder or encoder-decoder (one text in causal "
-                             f"windows), expected none for {loaded.name}, an encoder (it reads one sentence per line)")
+        if typed:                     # said even with --quiet: it is about what was typed
+            print(f"attnscale rescale: note: {', '.join(typed)} ignored: only a decoder or encoder-decoder reads "
+                  f"one text in causal windows; {loaded.name} is an encoder (it reads one sentence per line)",
+                  file=sys.stderr)
         config = RescaleConfig(alphas=alphas)
     else:
         config = RescaleConfig(alphas=alphas, window=_window_option(args, loaded, args.quiet),
