@@ -1,4 +1,4 @@
-"""The reference results shipped in results/reference: small, the tool's own envelopes, not stale
+"""The reference results shipped in src/attnscale/reference_results: small, the tool's own envelopes, not stale
 against this code, and reproduced by it (a few training cells' first logged steps, two heads of the
 MiniLM probe, MiniLM's α = 1 rescale point) within attnscale.reference.RTOL / ATOL. Each check is also shown to fail on a
 temporary copy: a changed default makes a result stale, an altered number fails reproduction."""

@@ -3,7 +3,7 @@ builds, English and Chinese, with every chapter of the contents filled (an exper
 figures or tables, never "no result yet"; a chapter of the blog post with its figures or its verdict
 cards), the headline answers linking to their chapters, and each experiment chapter's line saying which
 result it shows. (A chapter whose kind has no reference result yet, the language model's until its
-full run is added to results/reference, is expected to say so.)
+full run is added to src/attnscale/reference_results, is expected to say so.)
 
 CI (``.ci/run``) runs ``make report`` before ``make test``, so the pages it built in the checkout's
 ``attnscale-report/`` are the ones checked. Where they are missing (a test run without ``make

@@ -20,7 +20,7 @@ result through :func:`write`; every face (the report, ``--json``) reads it throu
   A result may be stored gzip-compressed (``result.json.gz`` beside where ``result.json`` would be):
   :func:`read` opens either.
 * **Reference results** (:func:`reference_root`): the full runs shipped with attnscale
-  (``results/reference/<kind>/result.json.gz`` in the repository: only the envelopes, never a sweep's
+  (``src/attnscale/reference_results/<kind>/result.json.gz`` in the repository: only the envelopes, never a sweep's
   cell cache). :func:`read_preferred`, the one choice every face makes, takes the user's own full
   result, else the reference one, else the user's quick one, and the envelope says which
   (:attr:`Envelope.origin`). ``ATTNSCALE_REFERENCE=DIR`` reads the references from DIR instead;
@@ -65,8 +65,6 @@ REFERENCE_ENV = "ATTNSCALE_REFERENCE"
 #: The package folder of the reference results (package data: a wheel carries them), read through
 #: importlib.resources.
 PACKAGE_REFERENCE = "reference_results"
-#: Where they lived in a checkout before they became package data (read only while the package has none).
-_REPO_REFERENCE = Path(__file__).resolve().parents[2] / "results" / "reference"
 SCHEMA = 1
 ENVELOPE_FIELDS = ("schema", "kind", "quick", "created", "config", "seed", "version", "environment", "data")
 
@@ -328,9 +326,7 @@ def shipped_reference() -> Path | None:
     from importlib import resources
 
     folder = resources.files("attnscale").joinpath(PACKAGE_REFERENCE)
-    if isinstance(folder, Path) and folder.is_dir():
-        return folder
-    return _REPO_REFERENCE if _REPO_REFERENCE.is_dir() else None
+    return folder if isinstance(folder, Path) and folder.is_dir() else None
 
 
 def reference_root() -> Path | None:

@@ -22,7 +22,7 @@ def register(sub) -> None:
         description="Build DIR/index.html (or DIR/index.zh.html with --lang zh, beside the English page): one "
                     "self-contained page (no network) with the seed's chapters, the verification's verdicts, "
                     "figures, an interactive attention row, and the chapters of the experiments: each from your own "
-                    "full result, else the reference result shipped with attnscale (results/reference), else "
+                    "full result, else the reference result shipped with attnscale (its package data), else "
                     "your quick one, and says which. Runs the verification first when its result is missing or "
                     "stale. Prints the page's path.",
         examples=["attnscale report", "attnscale report --lang zh     (writes index.zh.html beside index.html)",
