@@ -43,7 +43,7 @@ browser:
 
 # The main job: the fast live parts here (the MiniLM probe, seconds; the verification, which the
 # report runs first), then both pages, each chapter from this machine's full result, else the
-# reference result shipped in results/reference, else a quick one (each chapter says which).
+# reference result shipped in src/attnscale/reference_results, else a quick one (each chapter says which).
 report: setup
 	$(VENV)/bin/attnscale probe
 	$(VENV)/bin/attnscale report

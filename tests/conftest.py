@@ -20,7 +20,7 @@ def _run_in_a_temporary_folder(tmp_path_factory):
 
 @pytest.fixture(scope="session", autouse=True)
 def _no_reference_results():
-    """Without the shipped reference results (results/reference), so that a test's temporary results
+    """Without the shipped reference results (src/attnscale/reference_results), so that a test's temporary results
     folder is all the report and the verification see; the tests of the references themselves set
     ATTNSCALE_REFERENCE to the folder they mean (also for the commands they start)."""
     before = os.environ.get("ATTNSCALE_REFERENCE")

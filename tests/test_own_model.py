@@ -7,6 +7,7 @@ read from that source, transformers 5.24)."""
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -121,8 +122,9 @@ def saved(tmp_path_factory, tokenizer):
 def _probe(folder, out, *extra):
     text = out / "texts.txt"
     text.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
-    code = main(["probe", "--model", str(folder), "--text", str(text), "--results", str(out), "--quiet", *extra])
-    return code, results.read(f"probe/user/{pretrained.model_slug(folder.name)}", out).data
+    code = main(["probe", "--model", str(folder), "--text", str(text), "--results", str(out), "--quiet",
+                 "--name", folder.name, *extra])
+    return code, results.read(f"probe/user/{folder.name}", out).data
 
 
 class Runs:
@@ -138,9 +140,10 @@ class Runs:
 
     def rescale(self, name):
         if ("rescale", name) not in self.codes:
+            windows = [] if name == "bert" else ["--max-tokens", "48", "--window", "24"]   # an encoder has none
             self.codes["rescale", name] = main(
-                ["rescale", "--model", str(self.saved[name]), "--alphas", "1/2,1,2", "--max-tokens", "48",
-                 "--window", "24", "--results", str(self.out), "--quiet"])
+                ["rescale", "--model", str(self.saved[name]), "--alphas", "1/2,1,2", *windows,
+                 "--results", str(self.out), "--quiet", "--name", name])
         return self.codes["rescale", name], results.read(f"rescale/user/{name}", self.out).data
 
 
@@ -268,7 +271,7 @@ def test_rescale_python_api_on_a_loaded_encoder_decoder(saved, tokenizer):
     model = transformers.AutoModelForSeq2SeqLM.from_pretrained(str(saved["t5"]))
     data = rescale_model(model, tokenizer, RescaleConfig(alphas=(1.0, 4.0), max_tokens=24, window=24, new_tokens=3),
                          text=" ".join(TEXTS))
-    assert data["kind"] == "rescale/user/t5" and data["check"]["passed"]
+    assert data["kind"].startswith("rescale/user/t5-") and data["check"]["passed"]     # t5 + its config's digest
     assert data["model"]["family"] == "encoder-decoder" and {r["alpha"] for r in data["alphas"]} == {1.0, 4.0}
 
 
@@ -319,7 +322,7 @@ def test_bad_model_paths_are_one_line_and_exit_2(make, expected, tmp_path, capsy
     target = make(tmp_path)
     assert main(["probe", "--model", str(target), "--results", str(tmp_path / "out"), "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
-    assert "\n" not in err and err.startswith("attnscale probe: error: model: ") and expected in err
+    assert "\n" not in err and err.startswith("attnscale probe: error: --model: ") and expected in err
 
 
 def test_a_checkpoint_without_tokenizer_files_is_refused_in_one_line(saved, tmp_path, capsys):
@@ -392,5 +395,152 @@ def test_a_gguf_file_is_read_through_model_path(tmp_path):
     loaded = pretrained.load_local(path)
     assert loaded.name == path.stem and loaded.family == "decoder" and loaded.sha256 == pretrained.SMOLLM2_SHA256
     data = probe_run.run_probe(loaded, TEXTS[:2])
-    assert data["check"]["passed"] and data["kind"] == f"probe/user/{pretrained.model_slug(path.stem)}"
+    assert data["check"]["passed"] and data["kind"] == f"probe/user/{pretrained.result_name(path)}"
     assert {r["rule"] for r in data["model"]["scale_rules"]} == {"1/sqrt(d_k)"} and len(data["model"]["scales"]) == 30
+
+
+def test_two_checkpoints_with_the_same_folder_name_keep_both_results(saved, tmp_path, capsys):
+    """runA/checkpoint-1000 and runB/checkpoint-1000, as a trainer names them: each its own result."""
+    import shutil
+
+    folders = [shutil.copytree(saved[arch], tmp_path / run / "checkpoint-1000") for run, arch in
+               (("runA", "llama"), ("runB", "qwen3"))]
+    out = tmp_path / "results"
+    for folder in folders:
+        assert main(["probe", "--model", str(folder), "--results", str(out), "--quiet"]) == 0
+    kinds = results.user_kinds("probe", out)
+    assert kinds == sorted(f"probe/user/{pretrained.result_name(f)}" for f in folders) and len(kinds) == 2
+    types = {results.read(k, out).data["model"]["model_type"] for k in kinds}
+    assert types == {"llama", "qwen3"}
+    assert all(k.startswith("probe/user/checkpoint-1000-") for k in kinds)
+
+
+def test_a_name_taken_by_another_model_is_refused_before_work(saved, tmp_path, capsys):
+    out = tmp_path / "results"
+    assert main(["probe", "--model", str(saved["llama"]), "--results", str(out), "--quiet", "--name", "mine"]) == 0
+    # The same model again under its name: its own result, replaced.
+    assert main(["probe", "--model", str(saved["llama"]), "--results", str(out), "--quiet", "--name", "mine"]) == 0
+    capsys.readouterr()
+    for command in ("probe", "rescale"):         # rescale's result of that name would be paired with it
+        assert main([command, "--model", str(saved["qwen3"]), "--results", str(out), "--quiet", "--name", "mine"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and err.startswith(f"attnscale {command}: error: --name 'mine': ")
+        assert "already holds the result of another model" in err and str(saved["llama"].resolve()) in err
+    assert results.read("probe/user/mine", out).data["model"]["model_type"] == "llama"     # never qwen3's
+    assert not (out / "rescale").exists()
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["probe", "--model", "minilm", "--name", "x"], "--name: names the results of your own model (--model PATH), "
+                                                   "got --name 'x' with --model minilm, whose result is always probe/minilm"),
+    (["rescale", "--model", "{llama}", "--name", "Bad Name"], "--name: expected 1 to 64 of a-z, 0-9, '.', '_', '-' "
+                                                              "(starting with a letter or digit), got 'Bad Name'"),
+    (["probe", "--model", "{llama}", "--results", "/proc/nope"], "--results: cannot write under '/proc'"),
+])
+def test_name_and_results_are_checked_before_loading(argv, expected, saved, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(pretrained, "load_local", lambda *a, **k: pytest.fail("loaded before the check"))
+    argv = [a.replace("{llama}", str(saved["llama"])) for a in argv]
+    if "--results" not in argv:
+        argv += ["--results", str(tmp_path)]
+    assert main([*argv, "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and expected in err
+
+
+def test_the_report_lists_the_users_models_with_a_comparison_in_both_languages(saved, tmp_path, capsys):
+    """Two of the user's checkpoints probed (one rescaled too) into a results folder: the page has each
+    model's chapters, titled with its name and architecture, listed in the contents, T5's layers named
+    by their side, and one comparison row per model, in English and in Chinese."""
+    from attnscale.report.build import ReportConfig, build_report
+    from test_report_build import write_verify
+
+    out = tmp_path / "results"
+    for name in ("llama", "t5"):
+        assert main(["probe", "--model", str(saved[name]), "--results", str(out), "--quiet"]) == 0
+    assert main(["rescale", "--model", str(saved["t5"]), "--alphas", "1,8", "--max-tokens", "48", "--window", "24",
+                 "--results", str(out), "--quiet"]) == 0
+    write_verify(out)
+    names = {arch: pretrained.result_name(saved[arch]) for arch in ("llama", "t5")}
+    ppl8 = results.read(f"rescale/user/{names['t5']}", out).data["analysis"]["perplexity_ratio"]["8"]
+    for lang, words in {"en": ("Your model llama (LlamaForCausalLM)", "Your model t5 (T5ForConditionalGeneration)",
+                               "Your models beside the bundled ones", "encoder layer 0", "decoder layer 1",
+                               "cross-attention layer 1", "yours"),
+                        "zh": ("你的模型 llama（LlamaForCausalLM）", "你的模型 t5（T5ForConditionalGeneration）",
+                               "你的模型与内置模型并列", "编码器第 0 层", "解码器第 1 层", "交叉注意力第 1 层",
+                               "你的")}.items():
+        page = build_report(ReportConfig(out=tmp_path / "site", results=out, quick=True, lang=lang)).path.read_text(
+            encoding="utf-8")
+        for word in words:
+            assert word in page, (lang, word)
+        for family, arch in (("probe", "llama"), ("probe", "t5"), ("rescale", "t5")):
+            anchor = f"own-{family}-{names[arch]}"
+            assert f'href="#{anchor}"' in page and f'id="{anchor}"' in page, (lang, anchor)
+        assert f'id="own-rescale-{names["llama"]}"' not in page                       # never rescaled
+        compared = page.split('id="own-models-compared"', 1)[1].split("</section>", 1)[0]
+        rows = re.findall(r"<tr>(.*?)</tr>", compared, re.S)
+        assert [r for r in rows if ">llama<" in r] and [r for r in rows if ">t5<" in r]
+        t5_row = next(r for r in rows if ">t5<" in r)
+        assert f">{ppl8:.3g}<" in t5_row                                              # α = 8 over α = 1, read
+
+
+def test_rescale_keeps_its_window_within_the_models_positions(saved, tmp_path, capsys):
+    """GPT-2 with 128 positions: the default 512-token window is clipped to them, with a note; a typed
+    --window past them is refused before any work."""
+    out = tmp_path / "results"
+    argv = ["rescale", "--model", str(saved["gpt2-unscaled"]), "--alphas", "1,2", "--max-tokens", "300",
+            "--results", str(out), "--name", "g"]
+    assert main([*argv, "--window", "129", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--window 129: expected at most 128, the positions gpt2-unscaled has" in err
+    assert not out.exists() or not list(out.rglob("*.json"))
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "note: --window 128, the positions gpt2-unscaled has (the default 512 would run past them)" in err
+    text = results.read("rescale/user/g", out).data["text"]
+    assert text["window"] == 128 and text["windows"] == 3
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["probe", "--model", "meta-llama/Llama-3.1-8B"],
+     "--model: got 'meta-llama/Llama-3.1-8B', no such folder or file here: attnscale loads local folders and GGUF "
+     "files; download it first with: hf download meta-llama/Llama-3.1-8B --local-dir DIR"),
+    (["probe", "--model", "{invalid}"], "--model: expected a transformers config.json, got '{invalid}': "
+                                        "The hidden size (999999) is not a multiple of the number of attention heads (8)"),
+    (["rescale", "--max-tokens", "1"], "--max-tokens: expected an integer >= 2, got 1"),
+    (["rescale", "--window", "0"], "--window: expected an integer >= 2, got 0"),
+    (["rescale", "--alphas", "2,4"], "--alphas: expected 1 among the values (the model's own scale, the reference), "
+                                     "got '2,4'"),
+    (["report", "--page-dir", "{file}"], "--page-dir: expected a folder for index.html, got the existing file"),
+    (["softmax", "-inf", "-inf", "--scale", "x"], "--scale"),
+])
+def test_bad_command_lines_are_one_line_naming_the_option_exit_2(argv, expected, saved, tmp_path, capsys):
+    import json as json_
+
+    invalid = tmp_path / "invalid"
+    invalid.mkdir()
+    config = transformers.LlamaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                      architectures=["LlamaForCausalLM"]).to_dict()
+    (invalid / "config.json").write_text(json_.dumps({**config, "hidden_size": 999999, "num_attention_heads": 8}))
+    (tmp_path / "file").write_text("x")
+    fill = {"{invalid}": str(invalid), "{bert}": str(saved["bert"]), "{file}": str(tmp_path / "file")}
+    argv = [fill.get(a, a) for a in argv]
+    expected = expected.replace("{invalid}", str(invalid))
+    if argv[0] in ("probe", "rescale"):
+        argv += ["--results", str(tmp_path / "results"), "--quiet"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err and expected in err, err
+
+
+def test_negative_and_infinite_logits_are_softmax_arguments(capsys):
+    assert main(["softmax", "-inf", "-inf"]) == 0 and main(["softmax", "-1e3", "2", "-inf"]) == 0
+    out = capsys.readouterr().out
+    assert "-inf" in out and "-1000" in out
+
+
+def test_options_an_encoder_ignores_are_noted(saved, tmp_path, capsys):
+    assert main(["rescale", "--model", str(saved["bert"]), "--alphas", "1,2", "--max-tokens", "100",
+                 "--results", str(tmp_path), "--quiet"]) == 0
+    err = capsys.readouterr().err.strip()
+    assert err == ("attnscale rescale: note: --max-tokens 100 ignored: only a decoder or encoder-decoder reads one "
+                   "text in causal windows; bert is an encoder (it reads one sentence per line)")

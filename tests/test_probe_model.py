@@ -134,7 +134,7 @@ def test_real_minilm_batching_does_not_change_the_figures(minilm):
 def test_cli_prints_the_table_and_writes_the_result(minilm, tmp_path, monkeypatch, capsys):
     from attnscale import results
 
-    monkeypatch.setattr(pretrained, "load_model", lambda name: minilm)
+    monkeypatch.setattr(pretrained, "load_model", lambda name, result_name=None: minilm)
     text = tmp_path / "my.txt"
     text.write_text("First line, with a comma.\n\n   \nSecond line? Yes.\nThird\n", encoding="utf-8")
     assert main(["probe", "--text", str(text), "--results", str(tmp_path / "res"), "--quiet"]) == 0
@@ -153,7 +153,7 @@ def test_a_failed_check_stops_the_probe(minilm, tmp_path, monkeypatch, capsys):
     from attnscale import results
     from attnscale.experiments import probe_run
 
-    monkeypatch.setattr(pretrained, "load_model", lambda name: minilm)
+    monkeypatch.setattr(pretrained, "load_model", lambda name, result_name=None: minilm)
     original = probe_run.rebuilt_probabilities
     monkeypatch.setattr(probe_run, "rebuilt_probabilities",                      # a 0.1% wrong scale
                         lambda q, k, scale, attended, bias=None, softcap=None: original(q, k, scale * 1.001, attended, bias, softcap))

@@ -1,4 +1,4 @@
-"""The reference results shipped in results/reference: small, the tool's own envelopes naming their
+"""The reference results shipped in src/attnscale/reference_results: small, the tool's own envelopes naming their
 CPU, not stale against this code, and reproduced by it (stable training cells' first logged steps,
 the MiniLM probe's heads, MiniLM's rescale points: attnscale.experiments.reproduction), exactly on the
 reference's own arithmetic and within the calibrated tolerance elsewhere, here and under a second
@@ -21,7 +21,7 @@ import pytest
 from attnscale import provenance, reference, results
 from attnscale.experiments import reproduction
 
-REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"
+REFERENCE = results.shipped_reference()
 
 
 @pytest.fixture

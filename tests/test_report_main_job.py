@@ -3,7 +3,7 @@ builds, English and Chinese, with every chapter of the contents filled (an exper
 figures or tables, never "no result yet"; a chapter of the blog post with its figures or its verdict
 cards), the headline answers linking to their chapters, and each experiment chapter's line saying which
 result it shows. (A chapter whose kind has no reference result yet, the language model's until its
-full run is added to results/reference, is expected to say so.)
+full run is added to src/attnscale/reference_results, is expected to say so.)
 
 CI (``.ci/run``) runs ``make report`` before ``make test``, so the pages it built in the checkout's
 ``attnscale-report/`` are the ones checked. Where they are missing (a test run without ``make
@@ -40,7 +40,7 @@ def pages(tmp_path_factory) -> dict[str, Path]:
     if all((MADE / name).is_file() for name in ("index.html", "index.zh.html")):
         return {"en": MADE / "index.html", "zh": MADE / "index.zh.html"}
     tmp = tmp_path_factory.mktemp("main_job")
-    env = {**os.environ, results.REFERENCE_ENV: str(REPO / "results" / "reference")}
+    env = {**os.environ, results.REFERENCE_ENV: str(results.shipped_reference())}
     run = lambda *a: subprocess.run([sys.executable, "-m", "attnscale", *a], capture_output=True, text=True,  # noqa: E731
                                     timeout=600, env=env, cwd=tmp)
     for argv in (("probe", "--quiet"), ("report", "--quick"), ("report", "--quick", "--lang", "zh")):
@@ -77,7 +77,7 @@ def test_every_chapter_in_the_contents_is_filled(browser, pages, lang, missing):
         return !s || s.querySelectorAll('figure svg, table, #widget, .verdicts').length === 0; })""",
                           chapters)
     unshipped = [f"exp-{name.replace('_', '-')}" for name, kind in _chapter_kinds().items()
-                 if results.stored_path(results.result_path(kind, REPO / "results" / "reference")) is None]
+                 if results.stored_path(results.result_path(kind, results.shipped_reference())) is None]
     assert [c for c in empty if c not in unshipped] == []
     experiments = [c for c in chapters if c.startswith("exp-")]
     assert len(experiments) == len(_chapter_kinds())

@@ -1,7 +1,7 @@
 """The reference results shipped with attnscale: what produced each, whether this code still would,
 and recomputing parts of one to compare with what it holds.
 
-A reference result (``results/reference/<kind>/result.json.gz``, read by
+A reference result (``src/attnscale/reference_results/<kind>/result.json.gz``, read by
 :func:`attnscale.results.read_reference`) is the tool's own output of one command, unedited. Two checks
 keep it honest, both run by the test suite:
 
@@ -146,11 +146,11 @@ def producer(kind: str) -> Producer:
 
 def regenerate_command(kind: str) -> str:
     """The commands that regenerate the reference result of ``kind`` from a repository checkout: the
-    producer's command into a scratch folder, then its envelope compressed into results/reference."""
+    producer's command into a scratch folder, then its envelope compressed into src/attnscale/reference_results."""
     folder = "/tmp/attnscale-reference"
     file = results.result_path(kind, folder).as_posix()
     return (f"{producer(kind).command} --results {folder} && "
-            f"gzip -9n < {file} > results/reference/{kind}/result.json.gz")
+            f"gzip -9n < {file} > src/attnscale/reference_results/{kind}/result.json.gz")
 
 
 def fingerprint(env: results.Envelope) -> dict:

@@ -20,7 +20,7 @@ result through :func:`write`; every face (the report, ``--json``) reads it throu
   A result may be stored gzip-compressed (``result.json.gz`` beside where ``result.json`` would be):
   :func:`read` opens either.
 * **Reference results** (:func:`reference_root`): the full runs shipped with attnscale
-  (``results/reference/<kind>/result.json.gz`` in the repository: only the envelopes, never a sweep's
+  (``src/attnscale/reference_results/<kind>/result.json.gz`` in the repository: only the envelopes, never a sweep's
   cell cache). :func:`read_preferred`, the one choice every face makes, takes the user's own full
   result, else the reference one, else the user's quick one, and the envelope says which
   (:attr:`Envelope.origin`). ``ATTNSCALE_REFERENCE=DIR`` reads the references from DIR instead;
@@ -43,6 +43,7 @@ import json
 import math
 import os
 import re
+import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -55,14 +56,15 @@ __all__ = [
     "DEFAULT_ROOT", "SCHEMA", "Kind", "KINDS", "Envelope", "ResultError", "ResultMissing",
     "USER_FAMILIES", "user_kind", "user_kinds", "result_path", "cells_dir", "envelope", "write", "read",
     "read_preferred", "dumps", "strict_jsonable", "finite_or_none", "nulled_nonfinite", "check_writable",
-    "REFERENCE_ENV", "reference_root", "read_reference", "recorded_seconds", "stored_path",
+    "REFERENCE_ENV", "reference_root", "shipped_reference", "read_reference", "recorded_seconds", "stored_path",
 ]
 
 DEFAULT_ROOT = Path("attnscale-results")
 #: The environment variable naming the folder of reference results ("" for none).
 REFERENCE_ENV = "ATTNSCALE_REFERENCE"
-#: Where the reference results live in a checkout of the repository (src/attnscale/results.py → ../../).
-_REPO_REFERENCE = Path(__file__).resolve().parents[2] / "results" / "reference"
+#: The package folder of the reference results (package data: a wheel carries them), read through
+#: importlib.resources.
+PACKAGE_REFERENCE = "reference_results"
 SCHEMA = 1
 ENVELOPE_FIELDS = ("schema", "kind", "quick", "created", "config", "seed", "version", "environment", "data")
 
@@ -317,13 +319,23 @@ def read(kind: str, root: str | os.PathLike = DEFAULT_ROOT, quick: bool = False,
                     created=raw["created"], path=target, reference=_is_reference(target))
 
 
+def shipped_reference() -> Path | None:
+    """The reference results this attnscale ships: its package data (``attnscale/reference_results``,
+    found through :mod:`importlib.resources`, so an installed wheel has them as a checkout does), or
+    None when they are not on the file system (a zipped install)."""
+    from importlib import resources
+
+    folder = resources.files("attnscale").joinpath(PACKAGE_REFERENCE)
+    return folder if isinstance(folder, Path) and folder.is_dir() else None
+
+
 def reference_root() -> Path | None:
     """The folder of reference results: ``$ATTNSCALE_REFERENCE`` when set (empty: none), else the
-    repository's ``results/reference`` when this attnscale runs from a checkout that has it."""
+    ones shipped with attnscale (:func:`shipped_reference`)."""
     chosen = os.environ.get(REFERENCE_ENV)
     if chosen is not None:
         return Path(chosen) if chosen.strip() else None
-    return _REPO_REFERENCE if _REPO_REFERENCE.is_dir() else None
+    return shipped_reference()
 
 
 def _is_reference(path: Path) -> bool:
@@ -381,4 +393,11 @@ def check_writable(path: str | os.PathLike, what: str) -> Path:
         raise InputError(f"{what}: {str(probe)!r} is a file, expected a folder on the way to {str(path)!r}")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise InputError(f"{what}: cannot write under {str(probe)!r} (permission denied)")
+    # Permissions do not tell everything (root may write anywhere, but not into /proc or a read-only
+    # file system): a folder made and removed at once does.
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=probe, prefix=".attnscale-check-"))
+    except OSError as err:
+        raise InputError(f"{what}: cannot write under {str(probe)!r} ({err.strerror or err}), "
+                         f"expected a folder where {str(path)!r} can be made") from None
     return path

@@ -38,6 +38,9 @@ RULE_PURPOSE = {
     "softcap_unscaled": N_("no scaling, soft-cap with tanh directly"),
 }
 
+#: What a negative logit may look like on the command line: -1, -1.5, -.5, -1e3, -inf, -infinity, -nan.
+NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*([eE][-+]?\d+)?|\.\d+([eE][-+]?\d+)?|inf(inity)?|nan)$", re.IGNORECASE)
+
 
 def register(sub) -> None:
     p = add_command(
@@ -48,6 +51,10 @@ def register(sub) -> None:
         examples=["attnscale softmax 14 10 12 --scale 0.125",
                   "attnscale softmax -- 1 -inf -1e3    (after --, logits may start with '-')",
                   "echo 14 10 12 | attnscale softmax --json -"])
+    # Negative and infinite logits are arguments, not options: argparse, which takes "-1" and "-.5"
+    # as numbers, would read "-inf" or "-1e3" as an unknown flag (the command has no option that
+    # looks like a number, so none is shadowed).
+    p._negative_number_matcher = NEGATIVE_NUMBER
     p.add_argument("logits", nargs="*", metavar="LOGIT",
                    help="the row's logits (-inf: a masked key); none or '-': read them from stdin")
     p.add_argument("--scale", default="1", help="a finite number that multiplies the logits first (default 1)")

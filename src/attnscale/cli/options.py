@@ -121,3 +121,75 @@ def add_model_option(parser, default: str) -> None:
     described.append("or PATH: your own model, a folder with a transformers checkpoint (config.json, weights, "
                      "tokenizer files) or a .gguf file, read offline")
     parser.add_argument("--model", default=default, metavar="|".join(names) + "|PATH", help="; ".join(described))
+
+
+def add_name_option(parser, family: str) -> None:
+    """``--name NAME``: the results name of the user's own model (``DIR/<family>/user/NAME``)."""
+    parser.add_argument("--name", default=None, metavar="NAME",
+                        help=f"your own model only: keep its results as DIR/{family}/user/NAME (1 to 64 of a-z, 0-9, "
+                             "'.', '_', '-'; default: the folder's name and a short hash of its absolute path, "
+                             "so that two checkpoints with the same folder name never share one)")
+
+
+def user_result_name(args, root) -> str | None:
+    """The results name of ``args.model`` when it is the user's own (``--name``, else the default one
+    of :func:`attnscale.experiments.pretrained.result_name`), None for a bundled model. Refuses,
+    before any work, a ``--name`` given with a bundled model, one that cannot be a folder's name, and
+    one under which another model's result is kept (probe or rescale, full or quick run)."""
+    from pathlib import Path
+
+    from attnscale import results
+    from attnscale.errors import InputError
+    from attnscale.experiments.pretrained import MODELS, result_name
+
+    if args.model in MODELS:
+        if args.name is not None:
+            raise InputError(f"--name: names the results of your own model (--model PATH), got --name {args.name!r} "
+                             f"with --model {args.model}, whose result is always {args.command}/{args.model}")
+        return None
+    try:
+        name = result_name(args.model, args.name)
+    except InputError:
+        raise InputError(f"--name: expected 1 to 64 of a-z, 0-9, '.', '_', '-' (starting with a letter or digit), "
+                         f"got {args.name!r}") from None
+    here = str(Path(args.model).resolve())
+    for family in results.USER_FAMILIES:
+        for quick in (False, True):
+            try:
+                env = results.read(results.user_kind(family.split("/")[0], name), root, quick=quick)
+            except results.ResultError:      # none there yet, or unreadable: nothing of value to keep
+                continue
+            owner = (env.config or {}).get("model_path")
+            if owner != here:
+                held = f"the model at {owner!r}" if owner else f"{(env.config or {}).get('model')!r} (its path is not recorded)"
+                raise InputError(f"--name {name!r}: {env.path} already holds the result of another model, {held}; "
+                                 f"expected a name not taken by another model: choose another --name, or delete "
+                                 f"{env.path.parent} to replace it")
+    return name
+
+
+class options_named:
+    """Within it, an attnscale error that names a library argument (``"max_tokens: expected …"``)
+    names the option typed for it instead (``"--max-tokens: expected …"``): ``names`` maps one to
+    the other. The message is otherwise unchanged (it quotes what was given)."""
+
+    def __init__(self, names: dict[str, str]):
+        self.names = names
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, err, tb):
+        from attnscale.errors import AttnScaleError
+
+        if err is None or not isinstance(err, AttnScaleError):
+            return False
+        head, sep, rest = str(err).partition(": ")
+        if sep and head in self.names:
+            raise type(err)(f"{self.names[head]}: {rest}") from None
+        return False
+
+
+#: The library's argument names as the probe's and rescale's options are typed.
+MODEL_OPTIONS = {"model": "--model", "texts": "--text", "text": "--text", "max_tokens": "--max-tokens",
+                 "window": "--window", "alpha": "--alphas", "batch_size": "--batch-size", "slug": "--name"}

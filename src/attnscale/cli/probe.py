@@ -6,7 +6,8 @@ import sys
 
 from attnscale import results
 from attnscale.cli import output
-from attnscale.cli.options import add_command, add_model_option, add_results_option, results_root
+from attnscale.cli.options import (MODEL_OPTIONS, add_command, add_model_option, add_name_option, add_results_option,
+                                   options_named, results_root, user_result_name)
 
 EXAMPLES = [
     "attnscale probe                           all-MiniLM-L6-v2 (encoder) on the built-in sentences",
@@ -52,6 +53,7 @@ def register(sub) -> None:
     output.add_quiet_option(p)
     add_results_option(p, "results folder; writes DIR/probe/MODEL/result.json (your own model: "
                           "DIR/probe/user/NAME/result.json)")
+    add_name_option(p, "probe")
     p.add_argument("--batch-size", type=int, default=32, help="sequences per padded batch (default 32)")
     p.set_defaults(run=run_probe_command)
 
@@ -65,9 +67,11 @@ def run_probe_command(args) -> int:
     check_count("--batch-size", args.batch_size)
     output.check_json_target(args)
     root = results.check_writable(results_root(args), "--results")
+    name = user_result_name(args, root)
     texts = read_texts(args.text) if args.text else builtin_sentences()
-    loaded = pretrained.load_model(args.model)
-    with Progress(quiet=args.quiet) as progress:
+    with options_named(MODEL_OPTIONS):
+        loaded = pretrained.load_model(args.model, name)
+    with Progress(quiet=args.quiet) as progress, options_named(MODEL_OPTIONS):
         data = run_probe(loaded, texts, batch_size=args.batch_size, progress=progress,
                          source=args.text or "built-in sentences")
     env = results.write(data["kind"], data, config=data["config"], seed=None, root=root)
@@ -105,17 +109,19 @@ def summary_table(data: dict) -> str:
     ]
     if model.get("weights_note"):
         lines.append(f"note: {model['weights_note']}")
-    from attnscale.report.chapters.probe import scales_sentence   # the page's words for the scales
+    from attnscale.report.chapters.probe import layer_labels, scales_sentence   # the page's words
 
+    labels = layer_labels(model, "en")
+    width = max(5, *(len(label) for label in labels))
     lines += [
         f"scale: {scales_sentence(model, 'en')}",
         f"check: rebuilt probabilities match the model's own to {check['max_abs_diff']:.1e} "
         f"(tolerance {check['tolerance']:g}, {check['rows_checked']} rows) — passed",
         "",
-        "layer " + " ".join(f"{h:>{w}}" for _, h, w in columns),
+        f"{'layer':<{width}} " + " ".join(f"{h:>{w}}" for _, h, w in columns),
     ]
     for i in range(model["n_layers"]):
-        lines.append(f"{i:>5} " + " ".join(_cell(per_layer[f][i], w) for f, _, w in columns))
+        lines.append(f"{labels[i]:>{width}} " + " ".join(_cell(per_layer[f][i], w) for f, _, w in columns))
     lines += [LEGEND,
               f"float16: largest |logit| {f16['max_abs_logit']:.4g} at the model's scale, "
               f"{f16['max_abs_logit_unscaled']:.4g} unscaled, against {f16['limit']:g} "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 from attnscale.cli.options import (add_command, add_lang_option, add_page_dir_option, add_results_option, add_seed_option,
-                                   page_dir, results_root)
+                                   options_named, page_dir, results_root)
 from attnscale.cli.output import (add_json_option, add_quiet_option, check_json_target, check_out_folder, emit_json,
                                   json_to_stdout)
 
@@ -22,7 +22,7 @@ def register(sub) -> None:
         description="Build DIR/index.html (or DIR/index.zh.html with --lang zh, beside the English page): one "
                     "self-contained page (no network) with the seed's chapters, the verification's verdicts, "
                     "figures, an interactive attention row, and the chapters of the experiments: each from your own "
-                    "full result, else the reference result shipped with attnscale (results/reference), else "
+                    "full result, else the reference result shipped with attnscale (its package data), else "
                     "your quick one, and says which. Runs the verification first when its result is missing or "
                     "stale. Prints the page's path.",
         examples=["attnscale report", "attnscale report --lang zh     (writes index.zh.html beside index.html)",
@@ -104,7 +104,8 @@ def run_report(args) -> int:
 
     check_json_target(args)
     root = results_root(args)
-    config = ReportConfig(out=page_dir(args), results=root, lang=args.lang, quick=args.quick, seed=args.seed)
+    with options_named({"out": "--page-dir", "seed": "--seed", "lang": "--lang"}):
+        config = ReportConfig(out=page_dir(args), results=root, lang=args.lang, quick=args.quick, seed=args.seed)
     check_out_folder(config.out, "--page-dir", named=args.page_dir is not None)
     note = (lambda text: None) if args.quiet else (lambda text: print(f"attnscale report: {text}", file=sys.stderr))
     with Progress(quiet=args.quiet) as progress:

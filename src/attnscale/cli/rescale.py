@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+import sys
 from fractions import Fraction
 
 from attnscale import results
 from attnscale.cli import output
-from attnscale.cli.options import add_command, add_model_option, add_results_option, results_root
+from attnscale.cli.options import (MODEL_OPTIONS, add_command, add_model_option, add_name_option, add_results_option,
+                                   options_named, results_root, user_result_name)
 from attnscale.errors import InputError
 
 EXAMPLES = [
@@ -17,12 +19,14 @@ EXAMPLES = [
     "attnscale rescale --text book.txt --max-tokens 2048   your text, in 4 consecutive windows of 512 tokens",
     "attnscale rescale --alphas 1/2,1,2 --json -          three values, strict JSON on stdout",
 ]
+#: --max-tokens's and --window's default (a decoder's or encoder-decoder's).
+DEFAULT_TOKENS = 512
 AFTER = """This measures how sensitive a model trained with 1/√d_k is to another scale at inference; it does not
 say what training without the scale would give (attnscale train does). α = √d_k removes the scale."""
 
 
 def parse_alphas(text: str) -> tuple[float, ...]:
-    """ "1/8,0.5,1,2" → (0.125, 0.5, 1.0, 2.0); each finite and > 0."""
+    """ "1/8,0.5,1,2" → (0.125, 0.5, 1.0, 2.0); each finite and > 0, and 1 among them."""
     values = []
     for part in text.split(","):
         part = part.strip()
@@ -33,6 +37,8 @@ def parse_alphas(text: str) -> tuple[float, ...]:
         if not math.isfinite(value) or value <= 0:
             raise InputError(f"--alphas: expected finite numbers > 0, got {part!r}")
         values.append(value)
+    if 1.0 not in values:
+        raise InputError(f"--alphas: expected 1 among the values (the model's own scale, the reference), got {text!r}")
     return tuple(values)
 
 
@@ -51,35 +57,75 @@ def register(sub) -> None:
     p.add_argument("--text", metavar="FILE",
                    help="UTF-8 text (SmolLM2: read whole; MiniLM: one sentence per line). Default: a fixed slice "
                         "of pydoc_data.topics (SmolLM2), the built-in sentences (MiniLM)")
-    p.add_argument("--max-tokens", type=int, default=512, metavar="N",
-                   help="SmolLM2: tokens read from the text's start (default 512)")
-    p.add_argument("--window", type=int, default=512, metavar="W",
-                   help="SmolLM2: tokens per consecutive causal window (default 512)")
+    p.add_argument("--max-tokens", type=int, default=None, metavar="N",
+                   help=f"a decoder or encoder-decoder only: tokens read from the text's start (default "
+                        f"{DEFAULT_TOKENS})")
+    p.add_argument("--window", type=int, default=None, metavar="W",
+                   help=f"a decoder or encoder-decoder only: tokens per consecutive causal window, at most the "
+                        f"model's positions (default {DEFAULT_TOKENS}, or the model's positions when fewer)")
     output.add_json_option(p)
     output.add_quiet_option(p)
     add_results_option(p, "results folder; writes DIR/rescale/MODEL/result.json (your own model: "
                           "DIR/rescale/user/NAME/result.json)")
+    add_name_option(p, "rescale")
     p.set_defaults(run=run_rescale_command)
+
+
+def _window_option(args, loaded, quiet: bool) -> int:
+    """The window: ``--window`` as typed (refused past the model's positions), else the default,
+    clipped to the model's positions with a note."""
+    from attnscale.experiments.rescale import model_positions
+
+    positions = model_positions(loaded.model.config)
+    if args.window is not None:
+        if positions is not None and args.window > positions:
+            raise InputError(f"--window {args.window}: expected at most {positions}, the positions {loaded.name} has "
+                             "(a window past them is scored where the model never saw a position)")
+        return args.window
+    if positions is not None and positions < DEFAULT_TOKENS:
+        if not quiet:
+            print(f"attnscale rescale: note: --window {positions}, the positions {loaded.name} has (the default "
+                  f"{DEFAULT_TOKENS} would run past them)", file=sys.stderr)
+        return positions
+    return DEFAULT_TOKENS
 
 
 def run_rescale_command(args) -> int:
     from attnscale.cli.progress import Progress
+    from attnscale.errors import check_count
     from attnscale.experiments import pretrained
     from attnscale.experiments.probe_run import builtin_sentences, read_texts
     from attnscale.experiments.rescale import RescaleConfig, default_text, read_text, run_rescale
 
-    config = RescaleConfig(alphas=parse_alphas(args.alphas), max_tokens=args.max_tokens, window=args.window)
+    for option, value in (("--max-tokens", args.max_tokens), ("--window", args.window)):
+        if value is not None:
+            check_count(option, value, minimum=2)          # one token pair to predict, at least
+    alphas = parse_alphas(args.alphas)
+    with options_named(MODEL_OPTIONS):
+        RescaleConfig(alphas=alphas)                       # --alphas checked before anything loads
     output.check_json_target(args)
     root = results.check_writable(results_root(args), "--results")
+    name = user_result_name(args, root)
     if args.text and not read_text(args.text).strip():    # refused before the model is loaded
         raise InputError(f"--text: {args.text!r} holds no text, expected at least two tokens")
-    loaded = pretrained.load_model(args.model)
+    with options_named(MODEL_OPTIONS):
+        loaded = pretrained.load_model(args.model, name)
+    if loaded.family == "encoder":
+        typed = [f"{o} {v}" for o, v in (("--max-tokens", args.max_tokens), ("--window", args.window)) if v is not None]
+        if typed:                     # said even with --quiet: it is about what was typed
+            print(f"attnscale rescale: note: {', '.join(typed)} ignored: only a decoder or encoder-decoder reads "
+                  f"one text in causal windows; {loaded.name} is an encoder (it reads one sentence per line)",
+                  file=sys.stderr)
+        config = RescaleConfig(alphas=alphas)
+    else:
+        config = RescaleConfig(alphas=alphas, window=_window_option(args, loaded, args.quiet),
+                               max_tokens=DEFAULT_TOKENS if args.max_tokens is None else args.max_tokens)
     text = texts = None
     if loaded.family != "encoder":                  # a decoder or encoder-decoder reads one whole text
         text, source = (read_text(args.text), args.text) if args.text else default_text()
     else:
         texts, source = (read_texts(args.text), args.text) if args.text else (builtin_sentences(), "built-in sentences")
-    with Progress(quiet=args.quiet) as progress:
+    with Progress(quiet=args.quiet) as progress, options_named(MODEL_OPTIONS):
         data = run_rescale(loaded, config, text=text, texts=texts, source=source, progress=progress)
     env = results.write(data["kind"], data, config=data["config"], seed=None, root=root)
     output.emit_json(args, env)

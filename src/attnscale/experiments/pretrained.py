@@ -39,7 +39,7 @@ from attnscale.errors import InputError, MissingDependency, require
 
 __all__ = ["MINILM", "MINILM_PACKAGE", "MINILM_VERSION", "MINILM_SHA256", "SMOLLM2", "SMOLLM2_PACKAGE",
            "SMOLLM2_VERSION", "SMOLLM2_SHA256", "SMOLLM2_GGUF", "SMOLLM2_WEIGHTS_NOTE", "MODELS", "LoadedModel",
-           "load_encoder", "load_smollm2", "load_local", "load_model", "wrap", "model_slug", "family_of",
+           "load_encoder", "load_smollm2", "load_local", "load_model", "wrap", "model_slug", "result_name", "family_of",
            "parameter_count", "available_memory", "LOAD_BYTES_PER_PARAMETER", "FAMILIES", "sha256_of",
            "WeightsMismatch"]
 
@@ -91,7 +91,9 @@ class LoadedModel:
     weights_note: str = ""  # how the weights differ from the published ones ("" = they do not)
     seconds: float = 0.0    # time taken to check and load
     family: str = ""        # one of FAMILIES ("" = from causal: "decoder" or "encoder")
-    user: bool = False      # the user's own model (results of kind probe/user/<slug>), not a bundled one
+    user: bool = False      # the user's own model (results of kind probe/user/<key>), not a bundled one
+    key: str = ""           # the user's model: its results' name, <key> above (see result_name)
+    path: str | None = None  # the user's model: the absolute path it was loaded from (None: a notebook's)
 
     def __post_init__(self):
         if not self.family:
@@ -223,8 +225,40 @@ def model_slug(name: str) -> str:
     return slug or "model"
 
 
+#: Hex digits of the path's SHA-256 in a default result name.
+NAME_HASH_DIGITS = 8
+
+
+def result_name(path: str | os.PathLike, name: str | None = None) -> str:
+    """The name the results of the user's model at ``path`` are kept under (``probe/user/<name>``):
+    ``name`` itself when given (checked: 1 to 64 of a-z, 0-9, '.', '_', '-'), else the slug of the
+    folder's (or .gguf file's) name and the first digits of the SHA-256 of its absolute path, so that
+    ``runA/checkpoint-1000`` and ``runB/checkpoint-1000`` never take the same one.
+
+    >>> a, b = result_name("/runs/a/checkpoint-1000"), result_name("/runs/b/checkpoint-1000")
+    >>> a.startswith("checkpoint-1000-") and a != b and len(a) == len("checkpoint-1000-") + NAME_HASH_DIGITS
+    True
+    """
+    from attnscale import results
+
+    if name is not None:
+        results.user_kind("probe", name)               # refuses what cannot be a results folder's name
+        return name
+    path = Path(path).resolve()
+    stem = path.stem if path.suffix.lower() == ".gguf" else path.name
+    digest = hashlib.sha256(str(path).encode("utf-8")).hexdigest()[:NAME_HASH_DIGITS]
+    return f"{model_slug(stem)[:64 - NAME_HASH_DIGITS - 1]}-{digest}"
+
+
+#: What a model id on the Hugging Face hub looks like ("meta-llama/Llama-3.1-8B"): owner/name.
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]*[A-Za-z0-9]")
+
+
 def _where(path: Path) -> tuple[Path, str | None]:
     """(folder, GGUF file name or None) of a --model PATH; refuses what cannot be a model."""
+    if not path.exists() and HUB_ID.fullmatch(str(path)):
+        raise InputError(f"model: got {str(path)!r}, no such folder or file here: attnscale loads local folders and "
+                         f"GGUF files; download it first with: hf download {path} --local-dir DIR (then --model DIR)")
     if not path.exists():
         raise InputError(f"model: expected one of {sorted(MODELS)} or a path to a folder holding config.json or "
                          f"to a .gguf file, got {str(path)!r} (no such file or folder)")
@@ -284,9 +318,14 @@ def _config_of(transformers, folder: Path, gguf: str | None, shown: str):
         require("gguf", "probe")
         with _quiet_progress():
             return transformers.AutoConfig.from_pretrained(str(folder), gguf_file=gguf, local_files_only=True)
-    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as err:
+    except Exception as err:   # noqa: BLE001  (transformers and huggingface_hub raise many kinds)
+        if not isinstance(err, (OSError, ValueError, KeyError, TypeError, RuntimeError)) and \
+                type(err).__module__.split(".")[0] != "huggingface_hub":
+            raise
         what = "a GGUF file transformers can read" if gguf else "a transformers config.json"
-        raise InputError(f"model: expected {what}, got {shown!r}: {_first_line(err)}") from None
+        # huggingface_hub's validation error says which validator failed; its cause names the field.
+        said = _first_line(err.__cause__) if err.__cause__ is not None else _first_line(err)
+        raise InputError(f"model: expected {what}, got {shown!r}: {said}") from None
 
 
 def _first_line(err: Exception) -> str:
@@ -295,13 +334,15 @@ def _first_line(err: Exception) -> str:
 
 
 def load_local(path: str | os.PathLike, *, attn_implementation: str = "eager",
-               available: int | None = None) -> LoadedModel:
+               available: int | None = None, name: str | None = None) -> LoadedModel:
     """The user's own model from ``path`` (a checkpoint folder or a .gguf file) and its tokenizer, in
-    float32, offline. ``available``: bytes of memory it may take (default: :func:`available_memory`);
+    float32, offline; ``name``: its results' name (default: :func:`result_name`'s). ``available``:
+    bytes of memory it may take (default: :func:`available_memory`);
     a model whose estimate (parameters × LOAD_BYTES_PER_PARAMETER + WORKING_BYTES) exceeds it is
     refused before anything is loaded."""
     started = time.perf_counter()
-    path = Path(path)
+    path, key = Path(path), name
+    result_name(path, key)                               # a bad name is refused before anything loads
     folder, gguf = _where(path)
     transformers = _offline_transformers()
     import torch
@@ -341,7 +382,7 @@ def load_local(path: str | os.PathLike, *, attn_implementation: str = "eager",
     name = Path(gguf).stem if gguf else path.resolve().name
     return LoadedModel(model=net.eval(), tokenizer=tokenizer, name=name, folder=str(folder), version=None,
                        sha256=digest, causal=family == "decoder", family=family, user=True,
-                       seconds=time.perf_counter() - started)
+                       key=result_name(path, key), path=str(path.resolve()), seconds=time.perf_counter() - started)
 
 
 def wrap(model, tokenizer, name: str | None = None) -> LoadedModel:
@@ -358,14 +399,19 @@ def wrap(model, tokenizer, name: str | None = None) -> LoadedModel:
     # The class decides first (a LlamaForCausalLM built from a config has no ``architectures`` yet).
     family = "decoder" if type(model).__name__.endswith(_CAUSAL_HEADS) else family_of(config)
     shown = name or Path(str(getattr(config, "name_or_path", "") or "")).name or type(model).__name__
+    # Named by the caller: that name; else the model's name and a digest of its config, so that two
+    # different unnamed models of a notebook do not share one.
+    digest = hashlib.sha256(config.to_json_string(use_diff=False).encode("utf-8")).hexdigest()[:NAME_HASH_DIGITS]
+    key = model_slug(name) if name else f"{model_slug(shown)[:64 - NAME_HASH_DIGITS - 1]}-{digest}"
     return LoadedModel(model=model.eval(), tokenizer=tokenizer, name=shown, folder="", version=None, sha256=None,
-                       causal=family == "decoder", family=family, user=True)
+                       causal=family == "decoder", family=family, user=True, key=key)
 
 
-def load_model(name: str) -> LoadedModel:
-    """``name``: a key of :data:`MODELS` ("minilm", "smollm2"), or a path (:func:`load_local`)."""
+def load_model(name: str, result_name: str | None = None) -> LoadedModel:
+    """``name``: a key of :data:`MODELS` ("minilm", "smollm2"), or a path (:func:`load_local`, its
+    results kept under ``result_name``)."""
     if name == "minilm":
         return load_encoder()
     if name == "smollm2":
         return load_smollm2()
-    return load_local(name)
+    return load_local(name, name=result_name)

@@ -131,7 +131,7 @@ def result_kind(loaded) -> str:
 
     if not loaded.user:
         return "probe/" + next(short for short, full in MODELS.items() if full == loaded.name)
-    return results.user_kind("probe", model_slug(loaded.name))
+    return results.user_kind("probe", loaded.key or model_slug(loaded.name))
 
 
 def probe_model(model, tokenizer, texts: list[str] | None = None, *, name: str | None = None,
@@ -246,7 +246,10 @@ def run_probe(loaded, texts: list[str], *, batch_size: int = 32, tolerance: floa
         "config": {"model": loaded.name, "model_version": loaded.version, "weights_sha256": loaded.sha256,
                    "text": source, "n_sequences": len(texts), "n_tokens": sum(lengths),
                    "batch_size": batch_size, "max_pairs": max_pairs, "tolerance": tolerance,
-                   "transformers": metadata.version("transformers")},
+                   "transformers": metadata.version("transformers"),
+                   # the user's model: where it was loaded from, so another model given the same
+                   # --name is refused rather than replacing this result (None for a notebook's)
+                   **({"model_path": loaded.path} if loaded.user else {})},
         "model": _model_facts(loaded, layers, biased),
         "check": check,
         "layers": [layer["name"] for layer in layers],

@@ -37,7 +37,7 @@ import numpy as np
 
 from attnscale.errors import InputError, check_count, require
 
-__all__ = ["ALPHAS", "PROMPT", "RescaleConfig", "check_alphas", "default_text", "read_text",
+__all__ = ["ALPHAS", "PROMPT", "RescaleConfig", "check_alphas", "default_text", "read_text", "model_positions",
            "run_rescale", "rescale_model", "result_kind", "WHAT"]
 
 ALPHAS = (1 / 8, 1 / 4, 1 / 2, 1.0, 2.0, 4.0, 8.0)
@@ -178,7 +178,7 @@ def result_kind(loaded) -> str:
 
     if not loaded.user:
         return "rescale/" + next(short for short, full in MODELS.items() if full == loaded.name)
-    return results.user_kind("rescale", model_slug(loaded.name))
+    return results.user_kind("rescale", loaded.key or model_slug(loaded.name))
 
 
 def rescale_model(model, tokenizer, config: RescaleConfig | None = None, *, text: str | None = None,
@@ -212,6 +212,10 @@ def run_rescale(loaded, config: RescaleConfig, *, text: str | None = None, texts
     if loaded.family != "encoder":
         if text is None:
             raise InputError(f"text: a {loaded.family} reads one text, got none")
+        positions = model_positions(loaded.model.config)
+        if positions is not None and config.window > positions:
+            raise InputError(f"window: expected at most {positions}, the positions {loaded.name} has, got "
+                             f"{config.window}")
         data = _decoder(loaded, config, text, source, model["scale"], progress)
     else:
         if not texts:
@@ -222,7 +226,8 @@ def run_rescale(loaded, config: RescaleConfig, *, text: str | None = None, texts
                 unscaled_alpha=unscaled, unscaled_alpha_none=why_not,
                 config={"model": loaded.name, "model_version": loaded.version, "alphas": list(config.alphas),
                         "max_tokens": config.max_tokens, "window": config.window, "prompt": config.prompt,
-                        "new_tokens": config.new_tokens, "batch_size": config.batch_size, "text": source})
+                        "new_tokens": config.new_tokens, "batch_size": config.batch_size, "text": source,
+                        **({"model_path": loaded.path} if loaded.user else {})})
     data["analysis"] = _analysis(data)
     data["seconds"] = {"load": loaded.seconds, "rescale": time.perf_counter() - started}
     return data
@@ -246,6 +251,16 @@ def _unscaled_alpha(scales: list[float]) -> tuple[float | None, str | None]:
     if math.isclose(scales[0], 1.0, rel_tol=1e-9):
         return None, "no_scale"
     return 1.0 / scales[0], None
+
+
+def model_positions(config) -> int | None:
+    """The positions a model was built for (``max_position_embeddings``; GPT-2's ``n_positions``),
+    None for one without a limit of its own (T5's relative position bias)."""
+    for name in ("max_position_embeddings", "n_positions"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
 
 
 def _windows(ids: list[int], max_tokens: int, window: int) -> list[list[int]]:

@@ -30,6 +30,7 @@ from attnscale.report import chapters
 from attnscale.report.experiments import provenance_text, render_experiment, when_text
 from attnscale.report.headline import cards as headline_cards, cards_html
 from attnscale.report.html import esc
+from attnscale.report.own_models import comparison_title, own_chapters
 from attnscale.report.page import Section, render_page
 from attnscale.report.seed import glance_html, lang_links, seed_sections
 from attnscale.report.verdicts import all_claims_table
@@ -111,7 +112,8 @@ def build_report(config: ReportConfig, progress: Progress | None = None) -> Buil
     :class:`attnscale.results.ResultMissing` when there is no verification result to show."""
     start = time.perf_counter()
     verify = read_verify(config)
-    total = len(verify.data["chapters"]) + len(chapters.EXPERIMENT_CHAPTERS) + 1
+    own = sum(len(results.user_kinds(family, config.results)) for family in ("probe", "rescale"))
+    total = len(verify.data["chapters"]) + len(chapters.EXPERIMENT_CHAPTERS) + 1 + (own + 1 if own else 0)
     done = [0]
 
     def tick(label: str) -> None:
@@ -139,6 +141,17 @@ def render_report(verify: results.Envelope, config: ReportConfig,
         sections.append(Section(id=f"exp-{name.replace('_', '-')}", title=ch.title, html=ch.html,
                                 part="experiments", seconds=ch.seconds))
         tick(name)
+    own, compared = own_chapters(config.results, lang)
+    for ch in own:                               # the user's own models, each titled with its name
+        statuses[ch.name] = ch.status
+        if ch.envelope is not None:
+            shown.append((ch.kind, ch.envelope))
+        sections.append(Section(id=ch.name, title=ch.title, html=ch.html, part="experiments", seconds=ch.seconds))
+        tick(ch.title)
+    if compared is not None:
+        sections.append(Section(id="own-models-compared", title=comparison_title(lang), html=compared,
+                                part="experiments"))
+        tick(comparison_title(lang))
     claims = verify.data["claims"]
     lead = _("Every claim the verification checked, in one table.", lang)
     sections.append(Section(id="all-verdicts", title=_("All verdicts", lang), part="appendix",

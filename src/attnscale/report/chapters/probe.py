@@ -73,9 +73,10 @@ def _cell_text(value: float, digits: int) -> str:
     return text[1:] if text.startswith("0.") else text       # ".81": narrow enough for a phone
 
 
-def heatmap(grid, title: str, lang: str, cmap: str, limits, digits: int):
+def heatmap(grid, title: str, lang: str, cmap: str, limits, digits: int, labels: list[str] | None = None):
     """One layer × head heat map, sized to be read on a phone and on a desktop alike (one panel per
-    figure, the value in each cell, a colour bar). ``grid``: lists of layers × heads, None = missing."""
+    figure, the value in each cell, a colour bar). ``grid``: lists of layers × heads, None = missing;
+    ``labels``: the layers' names (default: their numbers)."""
     import numpy as np
 
     data = np.array([[math.nan if v is None else v for v in row] for row in grid], dtype=float)
@@ -94,7 +95,8 @@ def heatmap(grid, title: str, lang: str, cmap: str, limits, digits: int):
         ax.set_ylabel(_("layer", lang))
         ax.grid(False)
         ax.set_xticks(range(n_heads))
-        ax.set_yticks(range(0, n_layers, 1 if n_layers <= 12 else 2))
+        rows = range(0, n_layers, 1 if n_layers <= 12 else 2)
+        ax.set_yticks(rows, None if labels is None else [labels[i] for i in rows])
         fig.colorbar(image, ax=ax, shrink=0.85, pad=0.02)
     return fig
 
@@ -112,17 +114,18 @@ def heatmaps(data: dict, lang: str) -> list[tuple[object, str, str]]:
     """(figure, alt, caption) for the ratio, the first-token weight, and the entropy with and without
     the scale, each per layer × head."""
     a = data["analysis"]
+    labels = layer_labels(data["model"], lang)
     # The ratio's colour scale includes 1 (the seed's prediction).
     ratio_limits = (min(1.0, a["ratio_pair"]["min"]), max(1.0, a["ratio_pair"]["max"]))
     return [
-        (heatmap(head_grid(data, "ratio_pair"), _("Var(q·k) / iid prediction (pairs)", lang), lang, "magma_r", ratio_limits, 1),
+        (heatmap(head_grid(data, "ratio_pair"), _("Var(q·k) / iid prediction (pairs)", lang), lang, "magma_r", ratio_limits, 1, labels),
          _("Heat map per layer and head of the variance ratio", lang), _("Var(q·k) / (d_k σ_q² σ_k²), pair-weighted, per layer (rows) and head (columns); 1 = the seed's variance formula holds.", lang)),
-        (heatmap(head_grid(data, "sink_first"), _("weight on the first token", lang), lang, "cividis", (0.0, 1.0), 2),
+        (heatmap(head_grid(data, "sink_first"), _("weight on the first token", lang), lang, "cividis", (0.0, 1.0), 2, labels),
          _("Heat map per layer and head of the weight on the first token", lang), _("The mean weight a row puts on the sequence's first token (the attention sink), per layer and head.", lang)),
-        (heatmap(head_grid(data, "normalized_entropy"), _("entropy / ln n, model's scale", lang), lang, "viridis", (0.0, 1.0), 2),
+        (heatmap(head_grid(data, "normalized_entropy"), _("entropy / ln n, model's scale", lang), lang, "viridis", (0.0, 1.0), 2, labels),
          _("Heat map per layer and head of the normalized entropy with the model's scale", lang), entropy_caption(data["model"], lang)),
         (heatmap(head_grid(data, "normalized_entropy_unscaled"), _("entropy / ln n, scale removed", lang), lang, "viridis",
-                 (0.0, 1.0), 2), _("Heat map per layer and head of the normalized entropy with the scale removed", lang), _("The same rows' entropy / ln n with the scale removed (logits q·k).", lang)),
+                 (0.0, 1.0), 2, labels), _("Heat map per layer and head of the normalized entropy with the scale removed", lang), _("The same rows' entropy / ln n with the scale removed (logits q·k).", lang)),
     ]
 
 
@@ -161,6 +164,36 @@ def model_scale_text(model: dict, lang: str) -> str:
     return scale_text(rules[0], lang) if rules else _scale_text(model["scale"], model["d_k"])
 
 
+#: An encoder-decoder's layer, by its side (see layer_sides): each side numbered from 0.
+LAYER_LABELS = {"encoder": N_("encoder layer {i}"), "decoder": N_("decoder layer {i}"),
+                "cross": N_("cross-attention layer {i}")}
+
+
+def layer_sides(model: dict) -> list[str] | None:
+    """Each attention layer's side in an encoder-decoder ("encoder", "decoder": its causal
+    self-attention, "cross": the decoder reading the encoder), from the recorded ``cross_layers``
+    and ``causal_layers``; None for a model of one side (its layers are numbered plainly)."""
+    cross, causal = model.get("cross_layers"), model.get("causal_layers")
+    if model.get("family") != "encoder-decoder" or not cross or not causal or len(cross) != len(causal):
+        return None
+    return ["cross" if x else "decoder" if c else "encoder" for x, c in zip(cross, causal)]
+
+
+def layer_labels(model: dict, lang: str) -> list[str]:
+    """The name of each attention layer: "0", "1", … or, in an encoder-decoder, "encoder layer 0", …,
+    "decoder layer 0", "cross-attention layer 0", … (:func:`layer_sides`)."""
+    n = len(model.get("scale_rules") or []) or model["n_layers"]
+    sides = layer_sides(model)
+    if sides is None:
+        return [str(i) for i in range(n)]
+    seen: dict[str, int] = {}
+    labels = []
+    for side in sides:
+        labels.append(_(LAYER_LABELS[side], lang, i=seen.get(side, 0)))
+        seen[side] = seen.get(side, 0) + 1
+    return labels
+
+
 def scales_sentence(model: dict, lang: str) -> str | None:
     """Which scale each layer applies: one sentence when all agree, else each layer's. None for a
     result without the rules."""
@@ -170,7 +203,10 @@ def scales_sentence(model: dict, lang: str) -> str | None:
     texts = [scale_text(rule, lang) for rule in rules]
     if len(set(texts)) == 1:
         return _("All {n} attention layers multiply q·k by the same scale, {scale} (as recorded from each call).", lang, n=len(texts), scale=texts[0])
-    listed = _("; ", lang, msgctxt="clauses").join(_("layer {layer}: {scale}", lang, layer=i, scale=s) for i, s in enumerate(texts))
+    sided = layer_sides(model) is not None          # "encoder layer 0: …", else "layer 0: …"
+    listed = _("; ", lang, msgctxt="clauses").join(
+        _("{layer}: {scale}", lang, layer=label, scale=s) if sided else _("layer {layer}: {scale}", lang, layer=label, scale=s)
+        for label, s in zip(layer_labels(model, lang), texts))
     return _("The attention layers multiply q·k by different scales (as recorded from each call): {scales}.", lang, scales=listed)
 
 
@@ -251,7 +287,8 @@ def render(env, lang: str) -> str:
     per_layer = data["per_layer"]
     columns = [f for f in COLUMNS if f in per_layer]
     header = [_("layer", lang)] + [_(COLUMNS[f], lang) for f in columns]
-    rows = [[str(i)] + [number(per_layer[f][i]) for f in columns] for i in range(model["n_layers"])]
+    labels = layer_labels(model, lang)
+    rows = [[labels[i]] + [number(per_layer[f][i]) for f in columns] for i in range(model["n_layers"])]
     parts.append(table(header, rows, cls="numeric"))
     by_kind: dict[str, list[dict]] = {}
     for entry in data.get("striking_heads", []):
