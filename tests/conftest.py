@@ -32,3 +32,23 @@ def _no_reference_results():
             os.environ.pop("ATTNSCALE_REFERENCE", None)
         else:
             os.environ["ATTNSCALE_REFERENCE"] = before
+
+
+@pytest.fixture(autouse=True)
+def _torch_process_settings_restored():
+    """torch's deterministic flag and thread count as they were before each test: a training cell run
+    in the test's own process sets both (deterministic kernels, one thread), and a later test must
+    not inherit them. (torch 2.13 on CPU: a torch.compile'd model run with deterministic algorithms
+    on one thread corrupts the heap — "malloc(): unaligned tcache chunk detected".)"""
+    import sys
+
+    torch = sys.modules.get("torch")
+    before = None if torch is None else (torch.are_deterministic_algorithms_enabled(),
+                                         torch.is_deterministic_algorithms_warn_only_enabled(), torch.get_num_threads())
+    yield
+    if before is not None:
+        deterministic, warn_only, threads = before
+        torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
+        torch.set_num_threads(threads)
+    elif "torch" in sys.modules:            # imported by this test: torch's default flag
+        sys.modules["torch"].use_deterministic_algorithms(False)
