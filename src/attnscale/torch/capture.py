@@ -71,6 +71,7 @@ Tensors are detached, not copied: do not modify them in place while you hold the
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import sys
 from collections import Counter
@@ -276,7 +277,11 @@ def _compiled_call(torch, cap: Capture, func, args, kwargs):
     return out
 
 
-def _make_mode(cap: Capture):
+@functools.cache
+def _mode_class():
+    """The capture's TorchFunctionMode, one class for every capture (made on first use: torch is
+    optional). Dynamo guards on the types of the modes on torch's stack, so a class per capture made
+    every new monitor compile the model again (8 monitors hit its recompile limit: eager from then on)."""
     torch = require("torch", "torch")
     from torch.overrides import TorchFunctionMode
 
@@ -284,10 +289,15 @@ def _make_mode(cap: Capture):
     module_attention = torch.nn.functional.multi_head_attention_forward
 
     class _SDPAMode(TorchFunctionMode):
+        def __init__(self, cap: Capture):
+            super().__init__()
+            self.cap = cap
+
         # Every torch function the model calls passes through here: two identity tests and a call,
         # nothing else (no import, no lookup), is what keeps the mode itself under 1% of a step.
         # Paused (a mode entered after ours keeps it on the stack), every call is the model's own.
         def __torch_function__(self, func, types, args=(), kwargs=None):
+            cap = self.cap
             if func is not sdpa or cap._paused:
                 if func is module_attention and not cap._paused:
                     return _module_call(cap, func, args, kwargs)
@@ -305,7 +315,7 @@ def _make_mode(cap: Capture):
             _emit_arguments(cap, name, a, out, "sdpa")
             return out
 
-    return _SDPAMode()
+    return _SDPAMode
 
 
 def _make_interface_handler(cap: Capture):
@@ -399,7 +409,7 @@ class capture_sdpa:
             _TOKEN.append(torch.zeros(1))
         _seen_op(torch)                              # defined here: Dynamo cannot trace its registration
         _LIVE.append(cap)
-        self._mode = _make_mode(cap)
+        self._mode = _mode_class()(cap)
         self._mode.__enter__()
         return cap
 

@@ -30,8 +30,9 @@ backend): an SDPA call inside a compiled graph stays the model's own — outputs
 compiled model's, in both modes — and a custom operator in the graph hands its inputs to the
 monitor when the graph runs, which computes the figures as observe mode does (the fused kernel,
 a second pass). No graph break (``torch._dynamo.explain`` counts 0 on the project's GPT; the tests
-hold it there), no recompilation per step; entering the monitor, or a pause of ``every=N``,
-changes torch's mode stack, which compiles once more the first time. Such calls are named by their
+hold it there), no recompilation per step nor per monitor: the first monitor entered on a
+compiled model compiles it once more (torch's mode stack changed), later ones reuse that graph,
+and the steps ``every=N`` leaves alone reuse the model's own. Such calls are named by their
 order in the step, ``compiled[0]``, ``compiled[1]``, ... (a compiled graph has no module frames to
 name them from); attention that is not an SDPA call (eager interface functions, MultiheadAttention's
 fused path) is not seen there.
