@@ -180,3 +180,18 @@ def test_only_the_model_runs_under_the_capture_mode(gpt, mode):
     assert depth == [1]
     assert torch._C._len_torch_function_stack() == 0
     assert step.calls == 3 and {h.layer for h in step.heads} == {"blocks.0.attn", "blocks.1.attn"}
+
+
+def test_steps_every_leaves_alone_have_no_hook_and_no_mode(gpt):
+    """A paused step costs nothing per module call either: the capture's hooks leave with the mode."""
+    model, tokens = gpt
+    hooks = lambda: sum(len(m._forward_pre_hooks) + len(m._forward_hooks) for m in model.modules())  # noqa: E731
+    seen = []
+    with torch.no_grad(), Monitor(model, every=2) as mon:
+        for s in range(4):
+            seen.append((hooks(), torch._C._len_torch_function_stack()))
+            model(tokens)
+            mon.step(s)
+    assert hooks() == 0
+    measured = (len(list(model.modules())) + 1, 1)
+    assert seen == [measured, (0, 0), measured, (0, 0)]

@@ -394,6 +394,7 @@ class capture_sdpa:
         self._model = model
         self._capture = Capture(bool(store), on_call, replace)
         self._handles: list = []
+        self._model_hooks: list = []                 # the mode's hooks on the model (not while paused)
         self._mode = None
         self._riding = None
         self._on = False                             # the mode is on torch's stack
@@ -404,13 +405,7 @@ class capture_sdpa:
         cap = self._capture
         if self._model is not None:
             cap._names = {id(m): (n or type(m).__name__) for n, m in self._model.named_modules()}
-            # The mode only while the model runs: every torch call under a mode costs ~2 µs more, and
-            # a training step's loss, backward and optimiser (AdamW: ~20 calls per parameter) make
-            # most of its calls (405 of 573 in the GPT benchmark's step, ~5% of it). Pre-hooks on every
-            # module (a submodule called on its own is seen too), the lift on the model's own exit.
-            for m in self._model.modules():
-                self._handles.append(m.register_forward_pre_hook(self._lower_hook))
-            self._handles.append(self._model.register_forward_hook(self._lift_hook, always_call=True))
+            self._hook()
         else:
             pre, post = _make_hooks(cap)
             mod = torch.nn.modules.module
@@ -440,10 +435,24 @@ class capture_sdpa:
             self._mode.__exit__(None, None, None)
             self._on = False
 
+    def _hook(self) -> None:
+        # The mode only while the model runs: every torch call under a mode costs ~2 µs more, and
+        # a training step's loss, backward and optimiser (AdamW: ~20 calls per parameter) make
+        # most of its calls (433 of 573 in the GPT benchmark's step, ~5% of it). Pre-hooks on every
+        # module (a submodule called on its own is seen too), the lift on the model's own exit.
+        # Hooks cost each module call ~4 µs (MiniLM's 120: 1% of a forward), so a pause removes them.
+        self._model_hooks = [m.register_forward_pre_hook(self._lower_hook) for m in self._model.modules()]
+        self._model_hooks.append(self._model.register_forward_hook(self._lift_hook, always_call=True))
+
+    def _unhook(self) -> None:
+        for h in self._model_hooks:
+            h.remove()
+        self._model_hooks = []
+
     def _lower_hook(self, module, args) -> None:
         # Under a compiled _call_impl (module.compile()) the hooks are traced: the mode, never
         # lifted by an eager exit, is still on the stack. torch.compile(model)'s wrapper runs them eagerly.
-        if not self._capture._paused and not self._compiling():
+        if not self._compiling():                   # paused: no hooks at all (pause removes them)
             self._lower()
 
     def _lift_hook(self, module, args, output) -> None:
@@ -460,15 +469,19 @@ class capture_sdpa:
         cap._paused = True
         self._riding._active = False                 # the interface hands back the model's function itself
         self._lift()
+        self._unhook()
 
     def resume(self) -> None:
         """Watch again after :meth:`pause`."""
+        if self._capture._paused and self._model is not None:
+            self._hook()
         self._lower()
         self._riding._active = self._riding._before is not None
         self._capture._paused = False
 
     def __exit__(self, *exc) -> None:
-        for h in self._handles:                      # first: no hook may lower the mode again
+        self._unhook()                               # first: no hook may lower the mode again
+        for h in self._handles:
             h.remove()
         self._handles.clear()
         if self._on:
