@@ -49,7 +49,7 @@ How calls are found (each once):
   custom op ``attnscale_capture::seen`` beside it hands its detached inputs to the innermost
   capture at run time (no graph break), named ``compiled[i]`` by its order since the last
   reset (``output`` None). ``capture_sdpa.pause()`` / ``resume()`` take the mode off torch's
-  stack and back (what ``Monitor(every=N)`` does between measured steps).
+  stack, and its hooks off the model, and back (what ``Monitor(every=N)`` does between measured steps).
 - ``"interface"``: a Hugging Face model computes attention through transformers' attention
   interface (:mod:`attnscale.torch.hf_interface`), which the capture rides while active. A call whose
   function called SDPA was already seen as ``"sdpa"`` (``attn_implementation="sdpa"``); one that
