@@ -10,7 +10,9 @@ Variants, interleaved in one run (medians, so a load change hits them alike):
 - ``observe``: ``Monitor(model)`` — SDPA runs, the figures are recomputed (two passes);
 - ``replace``: ``Monitor(model, mode="replace", history=False)`` — the fused kernel computes the
   attention and its figures in one pass (target ≤ 1.05× plain);
-- ``every10``: replace mode with ``every=10``, timed over 10 steps (one measured), per step.
+- ``every10``: replace mode with ``every=10`` (one step of the 10 measured).
+
+Each variant is timed over 10 calls per round, the time per call.
 
 The compiled row is the same training step through ``torch.compile(model)`` (default backend),
 each variant ÷ the compiled step without a monitor; compiled, both modes keep the compiled
@@ -29,24 +31,29 @@ import sys
 import time
 
 
+STEPS = 10          # calls of work() per variant and round: every=10's cycle, and a sample long enough to steady
+
+
 def interleaved(work, repeats: int) -> dict:
-    """Median seconds of ``work()`` per variant (plain, observe, replace); each round runs every
-    variant once, in turn. The monitor is entered before the clock starts and left after it stops,
-    as a training loop enters it once: what is timed is the model's work under it."""
+    """Median seconds of ``work()`` per variant (plain, observe, replace, every10); each round runs
+    every variant once, in turn, each over :data:`STEPS` calls (the time per call). The monitor is
+    entered before the clock starts and left after it stops, as a training loop enters it once:
+    what is timed is the model's work under it, and each step's ``mon.step``."""
     from attnscale.torch.monitor import Monitor
 
     def timed(mode):
         if mode is None:
             t0 = time.perf_counter()
-            work()
-            return time.perf_counter() - t0
+            for _ in range(STEPS):
+                work()
+            return (time.perf_counter() - t0) / STEPS
         every = 10 if mode == "every10" else 1
         with Monitor(work.model, mode="replace" if every > 1 else mode, history=False, every=every) as mon:
             t0 = time.perf_counter()
-            for s in range(every):
+            for s in range(STEPS):
                 work()
                 mon.step(s, log=False)
-            return (time.perf_counter() - t0) / every
+            return (time.perf_counter() - t0) / STEPS
 
     modes = {"plain": None, "observe": "observe", "replace": "replace", "every10": "every10"}
     for mode in modes.values():                                   # warm-up: caches, kernel build, allocator
@@ -146,7 +153,7 @@ def main(argv=None) -> int:
             print(f"{'':<38}max |replace − plain| = {r['max_abs_diff']:.3g}; backends {r['backends']}; "
                   f"fallbacks: {r['fallbacks'] or 'none'}")
     print(f"CPU: {cpu_name()}; torch {__import__('torch').__version__}")
-    print(f"medians of {args.repeats} interleaved rounds, {args.threads or 'default'} torch thread(s); load average {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"medians of {args.repeats} interleaved rounds of {STEPS} calls, {args.threads or 'default'} torch thread(s); load average {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 
 

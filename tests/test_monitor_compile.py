@@ -71,3 +71,19 @@ def test_a_compiled_tiny_llama_is_seen_whole():
             step = mon.step(0)
     assert torch.equal(out, own)
     assert len(step.heads) == 2 * 4 and all(h.rows == 2 * 12 for h in step.heads)
+
+
+def test_a_new_monitor_compiles_nothing_new(compiled):
+    """Each monitor's capture puts a mode on torch's stack, which Dynamo guards by type: a mode class
+    per monitor recompiled the model for every monitor entered (and at the 8th fell back to eager)."""
+    model, fast, tokens, own = compiled
+    with Monitor(fast, mode="replace"):
+        fast(tokens)
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    for mode in ("replace", "observe", "replace"):
+        with Monitor(fast, mode=mode) as mon:
+            out = fast(tokens)
+            step = mon.step(0)
+        assert len(step.heads) == LAYERS * HEADS
+    assert torch.equal(out.detach(), own)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs

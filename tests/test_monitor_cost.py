@@ -158,3 +158,40 @@ def test_history_is_bounded_by_default_and_says_when_it_stopped():
 def test_bad_cost_controls_name_the_argument(kwargs, error, message):
     with pytest.raises(error, match=message):
         Monitor(SelfAttention(), **kwargs)
+
+
+@pytest.mark.parametrize("mode", ["observe", "replace"])
+def test_only_the_model_runs_under_the_capture_mode(gpt, mode):
+    """The capture's mode is on torch's stack while the model (or one of its modules) runs, and off
+    for the loss, the backward and the optimiser: each torch call under a mode costs more. A module
+    called on its own, after the model, is still seen."""
+    model, tokens = gpt
+    depth = []
+    with Monitor(model, mode=mode) as mon:
+        assert torch._C._len_torch_function_stack() == 1              # entered: on until the model exits
+        hook = model.blocks[0].register_forward_hook(lambda *a: depth.append(torch._C._len_torch_function_stack()))
+        out = model(tokens)
+        assert torch._C._len_torch_function_stack() == 0              # the loss and the rest: no mode
+        out.square().mean().backward()
+        x = torch.randn(3, 24, 32)
+        model.blocks[1].attn(x)                                         # a module called on its own
+        step = mon.step(0)
+        hook.remove()
+    assert depth == [1]
+    assert torch._C._len_torch_function_stack() == 0
+    assert step.calls == 3 and {h.layer for h in step.heads} == {"blocks.0.attn", "blocks.1.attn"}
+
+
+def test_steps_every_leaves_alone_have_no_hook_and_no_mode(gpt):
+    """A paused step costs nothing per module call either: the capture's hooks leave with the mode."""
+    model, tokens = gpt
+    hooks = lambda: sum(len(m._forward_pre_hooks) + len(m._forward_hooks) for m in model.modules())  # noqa: E731
+    seen = []
+    with torch.no_grad(), Monitor(model, every=2) as mon:
+        for s in range(4):
+            seen.append((hooks(), torch._C._len_torch_function_stack()))
+            model(tokens)
+            mon.step(s)
+    assert hooks() == 0
+    measured = (len(list(model.modules())) + 1, 1)
+    assert seen == [measured, (0, 0), measured, (0, 0)]

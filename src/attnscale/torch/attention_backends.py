@@ -39,7 +39,8 @@ class _Problem:
 
     def shaped(self, x):
         """(B, H_q, L, ...) → (..., H_q, L, ...), as the inputs were given."""
-        x = x.reshape(self.lead + tuple(x.shape[1:]))
+        if len(self.lead) != 1:                     # (B, ...) stays itself: no view (and no autograd node)
+            x = x.reshape(self.lead + tuple(x.shape[1:]))
         return x[0] if self.squeeze_heads else x
 
 

@@ -39,13 +39,17 @@ How calls are found (each once):
 
 - ``"sdpa"``: ``torch.nn.functional.scaled_dot_product_attention`` is intercepted with a
   :class:`torch.overrides.TorchFunctionMode`, so it is seen however the model imported it (``from
-  torch.nn.functional import scaled_dot_product_attention`` included). The mode sees every torch
-  call of the model; for all but the attention entry points it does two identity tests (measured
-  under 1% of a GPT training step). Inside a graph Dynamo compiles, the call stays SDPA's and the
+  torch.nn.functional import scaled_dot_product_attention`` included). A mode sees every torch
+  call while it is on torch's stack, and costs each about 2 µs (measured: 3.4 → 5.3 µs for a small
+  in-place op), the attention entry points found by two identity tests; so with ``model`` given it
+  is on the stack only while the model or one of its modules runs (forward pre-hooks put it on,
+  the model's own exit takes it off): a training step's loss, backward and optimiser, most of its
+  torch calls, are not intercepted. A call of ``model.forward`` itself (not through the module)
+  after the model's first call is not seen. Inside a graph Dynamo compiles, the call stays SDPA's and the
   custom op ``attnscale_capture::seen`` beside it hands its detached inputs to the innermost
   capture at run time (no graph break), named ``compiled[i]`` by its order since the last
   reset (``output`` None). ``capture_sdpa.pause()`` / ``resume()`` take the mode off torch's
-  stack and back (what ``Monitor(every=N)`` does between measured steps).
+  stack, and its hooks off the model, and back (what ``Monitor(every=N)`` does between measured steps).
 - ``"interface"``: a Hugging Face model computes attention through transformers' attention
   interface (:mod:`attnscale.torch.hf_interface`), which the capture rides while active. A call whose
   function called SDPA was already seen as ``"sdpa"`` (``attn_implementation="sdpa"``); one that
@@ -71,6 +75,7 @@ Tensors are detached, not copied: do not modify them in place while you hold the
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import sys
 from collections import Counter
@@ -276,7 +281,11 @@ def _compiled_call(torch, cap: Capture, func, args, kwargs):
     return out
 
 
-def _make_mode(cap: Capture):
+@functools.cache
+def _mode_class():
+    """The capture's TorchFunctionMode, one class for every capture (made on first use: torch is
+    optional). Dynamo guards on the types of the modes on torch's stack, so a class per capture made
+    every new monitor compile the model again (8 monitors hit its recompile limit: eager from then on)."""
     torch = require("torch", "torch")
     from torch.overrides import TorchFunctionMode
 
@@ -284,10 +293,15 @@ def _make_mode(cap: Capture):
     module_attention = torch.nn.functional.multi_head_attention_forward
 
     class _SDPAMode(TorchFunctionMode):
+        def __init__(self, cap: Capture):
+            super().__init__()
+            self.cap = cap
+
         # Every torch function the model calls passes through here: two identity tests and a call,
         # nothing else (no import, no lookup), is what keeps the mode itself under 1% of a step.
         # Paused (a mode entered after ours keeps it on the stack), every call is the model's own.
         def __torch_function__(self, func, types, args=(), kwargs=None):
+            cap = self.cap
             if func is not sdpa or cap._paused:
                 if func is module_attention and not cap._paused:
                     return _module_call(cap, func, args, kwargs)
@@ -305,7 +319,7 @@ def _make_mode(cap: Capture):
             _emit_arguments(cap, name, a, out, "sdpa")
             return out
 
-    return _SDPAMode()
+    return _SDPAMode
 
 
 def _make_interface_handler(cap: Capture):
@@ -380,15 +394,18 @@ class capture_sdpa:
         self._model = model
         self._capture = Capture(bool(store), on_call, replace)
         self._handles: list = []
+        self._model_hooks: list = []                 # the mode's hooks on the model (not while paused)
         self._mode = None
         self._riding = None
-        self._popped = False                         # pause() took the mode off torch's stack
+        self._on = False                             # the mode is on torch's stack
+        self._compiling = torch.compiler.is_compiling
 
     def __enter__(self) -> Capture:
         torch = require("torch", "torch")
         cap = self._capture
         if self._model is not None:
             cap._names = {id(m): (n or type(m).__name__) for n, m in self._model.named_modules()}
+            self._hook()
         else:
             pre, post = _make_hooks(cap)
             mod = torch.nn.modules.module
@@ -399,42 +416,79 @@ class capture_sdpa:
             _TOKEN.append(torch.zeros(1))
         _seen_op(torch)                              # defined here: Dynamo cannot trace its registration
         _LIVE.append(cap)
-        self._mode = _make_mode(cap)
-        self._mode.__enter__()
+        self._mode = _mode_class()(cap)
+        self._lower()
         return cap
+
+    def _lower(self) -> None:
+        """Put the mode on torch's stack, unless it is there."""
+        if not self._on:
+            self._mode.__enter__()
+            self._on = True
+
+    def _lift(self) -> None:
+        """Take the mode off torch's stack when it is on top (a mode entered after it stays, and
+        ours then stays under it: a paused capture passes every call through)."""
+        torch = require("torch", "torch")
+        stack = torch._C._len_torch_function_stack()
+        if self._on and stack and torch._C._get_function_stack_at(stack - 1) is self._mode:
+            self._mode.__exit__(None, None, None)
+            self._on = False
+
+    def _hook(self) -> None:
+        # The mode only while the model runs: every torch call under a mode costs ~2 µs more, and
+        # a training step's loss, backward and optimiser (AdamW: ~20 calls per parameter) make
+        # most of its calls (433 of 573 in the GPT benchmark's step, ~5% of it). Pre-hooks on every
+        # module (a submodule called on its own is seen too), the lift on the model's own exit.
+        # Hooks cost each module call ~4 µs (MiniLM's 120: 1% of a forward), so a pause removes them.
+        self._model_hooks = [m.register_forward_pre_hook(self._lower_hook) for m in self._model.modules()]
+        self._model_hooks.append(self._model.register_forward_hook(self._lift_hook, always_call=True))
+
+    def _unhook(self) -> None:
+        for h in self._model_hooks:
+            h.remove()
+        self._model_hooks = []
+
+    def _lower_hook(self, module, args) -> None:
+        # Under a compiled _call_impl (module.compile()) the hooks are traced: the mode, never
+        # lifted by an eager exit, is still on the stack. torch.compile(model)'s wrapper runs them eagerly.
+        if not self._compiling():                   # paused: no hooks at all (pause removes them)
+            self._lower()
+
+    def _lift_hook(self, module, args, output) -> None:
+        if not self._compiling():
+            self._lift()
 
     def pause(self) -> None:
         """Until :meth:`resume`, every attention call is the model's own, unseen, and the other torch
         calls cost nothing: the mode leaves torch's stack (when it is on top: a mode entered after it
         stays, and ours then passes every call through) and the interface hands calls straight on."""
-        torch = require("torch", "torch")
         cap = self._capture
         if cap._paused:
             return
         cap._paused = True
         self._riding._active = False                 # the interface hands back the model's function itself
-        stack = torch._C._len_torch_function_stack()
-        if stack and torch._C._get_function_stack_at(stack - 1) is self._mode:
-            self._mode.__exit__(None, None, None)
-            self._popped = True
+        self._lift()
+        self._unhook()
 
     def resume(self) -> None:
         """Watch again after :meth:`pause`."""
-        if self._popped:
-            self._mode.__enter__()
-            self._popped = False
+        if self._capture._paused and self._model is not None:
+            self._hook()
+        self._lower()
         self._riding._active = self._riding._before is not None
         self._capture._paused = False
 
     def __exit__(self, *exc) -> None:
-        if not self._popped:
+        self._unhook()                               # first: no hook may lower the mode again
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        if self._on:
             self._mode.__exit__(*exc)
-        self._popped = False
+        self._on = False
         self._capture._paused = False
         self._riding.__exit__(*exc)
         if self._capture in _LIVE:
             _LIVE.remove(self._capture)
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
         self._capture._stack.clear()

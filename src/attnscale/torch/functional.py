@@ -172,7 +172,9 @@ def _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite, backend, s
     batch = math.prod(lead)
 
     def flat(x):
-        return x.expand(lead + tuple(x.shape[-3:])).reshape((batch,) + tuple(x.shape[-3:])).to(compute)
+        if x.dim() != 4 or x.shape[0] != batch:       # a (B, H, N, d) input is already flat: no view nodes
+            x = x.expand(lead + tuple(x.shape[-3:])).reshape((batch,) + tuple(x.shape[-3:]))
+        return x.to(compute)
 
     mask4 = None
     if mask is not None:

@@ -30,8 +30,9 @@ backend): an SDPA call inside a compiled graph stays the model's own — outputs
 compiled model's, in both modes — and a custom operator in the graph hands its inputs to the
 monitor when the graph runs, which computes the figures as observe mode does (the fused kernel,
 a second pass). No graph break (``torch._dynamo.explain`` counts 0 on the project's GPT; the tests
-hold it there), no recompilation per step; entering the monitor, or a pause of ``every=N``,
-changes torch's mode stack, which compiles once more the first time. Such calls are named by their
+hold it there), no recompilation per step nor per monitor: the first monitor entered on a
+compiled model compiles it once more (torch's mode stack changed), later ones reuse that graph,
+and the steps ``every=N`` leaves alone reuse the model's own. Such calls are named by their
 order in the step, ``compiled[0]``, ``compiled[1]``, ... (a compiled graph has no module frames to
 name them from); attention that is not an SDPA call (eager interface functions, MultiheadAttention's
 fused path) is not seen there.
@@ -174,7 +175,7 @@ class Monitor:
     every: figures on one step in N — the first, then every N-th :meth:`step` closes (steps are
     counted by the monitor, not by ``global_step``). Between them the model runs untouched: its
     own attention, bit-for-bit, and no interception at all (the capture is paused: a counter and
-    a flag per step); their :meth:`step` returns a :class:`Step` with ``measured=False`` and no
+    a flag per step; the capture's mode and its hooks on the model are removed); their :meth:`step` returns a :class:`Step` with ``measured=False`` and no
     heads, and is not handed to the sinks. A measured step's figures are those it would have
     without ``every``.
 
