@@ -2,7 +2,7 @@
 
 Each rank's :class:`~attnscale.torch.monitor.Monitor` sees its own rows only. :func:`combine_step`
 packs a rank's :class:`~attnscale.torch.monitor_records.Step` into one float64 vector, gathers the
-vectors of every rank of the group with ONE collective (``all_gather_into_tensor``), and reduces
+vectors of every rank of the group with ONE collective (``all_gather_single``), and reduces
 them on each rank in rank order::
 
     calls, rows, rows_empty, rows_broken, saturated_rows, float16_overflow_rows    sum
@@ -125,7 +125,7 @@ def combine_step(step: Step, process_group=None) -> Step:
     gathered = torch.empty(world * mine.numel(), dtype=mine.dtype, device=device)
     # Ranks with different head counts pack different lengths, which the collective itself refuses
     # (gloo raises); equal lengths with different layers are caught by the checksum below.
-    dist.all_gather_into_tensor(gathered, mine, group=process_group)
+    dist.all_gather_single(gathered, mine, group=process_group)
     gathered = gathered.view(world, -1).cpu().numpy()
     if len(set(gathered[:, 0].tolist())) > 1:
         raise InputError(f"step: the ranks report different layers or heads (this rank: {_layout(step)}); "
