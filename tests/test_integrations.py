@@ -147,3 +147,15 @@ def test_without_the_library_the_import_says_what_to_install_in_one_line(module,
             "except ImportError as err:\n    print(err)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out == f"{package} is not installed; install it with: pip install 'attnscale[{extra}]'\n"
+
+
+@pytest.mark.parametrize("options, message", [({"tau": 0.0}, "tau: expected a finite number > 0, got 0.0"),
+                                              ({"tau": 1.0, "alpha": 2}, r"alpha: expected a number in \[0, 1\]"),
+                                              ({"log_only": "yes"}, "log_only: expected True or False, got 'yes'"),
+                                              ({"per_head": 1}, "per_head: expected True or False, got 1")])
+def test_bad_options_are_refused_when_the_callback_is_made(options, message):
+    from attnscale.errors import AttnScaleError
+    from attnscale.integrations._watch import Watch
+
+    with pytest.raises(AttnScaleError, match=message):
+        Watch(**options)

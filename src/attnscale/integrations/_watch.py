@@ -60,9 +60,11 @@ class Watch:
     def __init__(self, tau=None, alpha: float = 0.5, log_only: bool = False, per_head: bool = True,
                  process_group=None, **monitor_options):
         from attnscale.errors import check_positive
+        from attnscale.torch.guard import check_options
 
-        if tau is not None:
+        if tau is not None:                   # wrong options are refused here, not when training starts
             check_positive("tau", tau)
+        alpha, log_only = check_options(alpha, log_only)
         if not isinstance(per_head, bool):
             raise InputTypeError(f"per_head: expected True or False, got {per_head!r}")
         self.tau, self.alpha, self.log_only, self.per_head = tau, alpha, log_only, per_head

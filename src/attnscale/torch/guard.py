@@ -55,7 +55,7 @@ from dataclasses import dataclass
 
 from attnscale.errors import InputError, InputTypeError, check_positive, require
 
-__all__ = ["LogitGuard", "Clip", "find_heads"]
+__all__ = ["LogitGuard", "Clip", "find_heads", "check_options"]
 
 
 # Where a fused projection keeps its head count and its key/value head count, first found wins.
@@ -197,6 +197,17 @@ def find_heads(model) -> tuple[dict, list[str]]:
     return found, refused
 
 
+def check_options(alpha, log_only) -> tuple[float, bool]:
+    """(alpha, log_only) of :class:`LogitGuard` checked, or the error naming the one that is wrong."""
+    import numbers
+
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 <= alpha <= 1:
+        raise InputError(f"alpha: expected a number in [0, 1] (the share of the clip on q), got {alpha!r}")
+    if not isinstance(log_only, bool):
+        raise InputTypeError(f"log_only: expected True or False, got {log_only!r}")
+    return float(alpha), log_only
+
+
 class LogitGuard:
     """QK-clip at threshold ``tau`` on every supported attention module of ``model``; q takes γ^α of
     each head's factor, k γ^(1−α) (``alpha`` in [0, 1]); ``log_only``: report, change nothing.
@@ -206,17 +217,11 @@ class LogitGuard:
     """
 
     def __init__(self, model, tau: float, alpha: float = 0.5, log_only: bool = False):
-        import numbers
-
         torch = require("torch", "torch")
         if not isinstance(model, torch.nn.Module):
             raise InputTypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
         self.tau = check_positive("tau", tau)
-        if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 <= alpha <= 1:
-            raise InputError(f"alpha: expected a number in [0, 1] (the share of the clip on q), got {alpha!r}")
-        if not isinstance(log_only, bool):
-            raise InputTypeError(f"log_only: expected True or False, got {log_only!r}")
-        self.alpha, self.log_only = float(alpha), log_only
+        self.alpha, self.log_only = check_options(alpha, log_only)
         self.targets, self.refused = find_heads(model)
         if not self.targets:
             why = "; ".join(self.refused) or ("no module has w_q/w_k, q_proj/k_proj or query/key projections, "
