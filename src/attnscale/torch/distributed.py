@@ -123,8 +123,10 @@ def combine_step(step: Step, process_group=None) -> Step:
         else torch.device("cpu")
     mine = packed.to(device)
     gathered = torch.empty(world * mine.numel(), dtype=mine.dtype, device=device)
-    # Ranks with different head counts pack different lengths, which the collective itself refuses
-    # (gloo raises); equal lengths with different layers are caught by the checksum below.
+    # Ranks with different layouts fail the checksum below. Where they also differ in head count the
+    # vectors differ in length, which the collective itself does not survive: measured with gloo,
+    # the rank with the shorter vector aborts ("Received data size doesn't match expected size"), the
+    # other reads the first rank's checksum and raises here; the job stops either way.
     dist.all_gather_single(gathered, mine, group=process_group)
     gathered = gathered.view(world, -1).cpu().numpy()
     if len(set(gathered[:, 0].tolist())) > 1:
