@@ -201,3 +201,146 @@ def test_hugging_face_attention_is_found_and_clipped_exactly(family):
     after = first_layer(figures())
     np.testing.assert_allclose([h.max_logit for h in after.heads],
                                [min(h.max_logit, tau) for h in first.heads], rtol=1e-4)
+
+
+class FusedQKV(torch.nn.Module):
+    """nanoGPT's CausalSelfAttention (c_attn: nn.Linear to [q | k | v], n_head), or with attr="qkv" and
+    num_heads the timm/nanoGPT-style one; heads_attr=None keeps no head count (refused)."""
+
+    def __init__(self, attr="c_attn", heads_attr="n_head", d=16, heads=4):
+        super().__init__()
+        self.attr, self.heads = attr, heads
+        if heads_attr:
+            setattr(self, heads_attr, heads)
+        setattr(self, attr, torch.nn.Linear(d, 3 * d))
+
+    def forward(self, x):
+        B, L, D = x.shape
+        q, k, v = getattr(self, self.attr)(x).split(D, dim=-1)
+        q, k, v = (t.view(B, L, self.heads, -1).transpose(1, 2) for t in (q, k, v))
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def hot(model, *rows):
+    """Scale weight rows [a, b) of the first (fused) projection so that some heads exceed τ."""
+    proj = model.q_proj if hasattr(model, "q_proj") else getattr(model, model.attr)
+    with torch.no_grad():
+        for (a, b), f in rows:
+            proj.weight[a:b] *= f
+
+
+def clip_two_hottest(model, x, **options):
+    """(max logits before, after) per head, with τ just above the third-hottest head: two heads clip."""
+    before = np.array([h.max_logit for h in monitored_step(model, x).heads])
+    tau = float(np.sort(before)[-3]) * 1.01
+    clips = LogitGuard(model, tau, **options).apply(monitored_step(model, x))
+    assert len(clips) == 2
+    return before, np.array([h.max_logit for h in monitored_step(model, x).heads]), tau
+
+
+@pytest.mark.parametrize("attr, heads_attr", [("c_attn", "n_head"), ("qkv", "num_heads"), ("qkv", "n_heads")])
+def test_a_fused_qkv_projection_is_clipped_exactly(attr, heads_attr):
+    torch.manual_seed(0)
+    model = FusedQKV(attr, heads_attr)
+    hot(model, ((4, 8), 6.0), ((16 + 12, 16 + 16), 3.0))          # q rows of head 1, k rows of head 3
+    x = torch.randn(2, 9, 16, generator=torch.Generator().manual_seed(2))
+    before, after, tau = clip_two_hottest(model, x)
+    np.testing.assert_allclose(after, np.minimum(before, tau), rtol=1e-5)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.3, 0.5, 1.0])
+def test_the_split_exponent_puts_gamma_to_the_alpha_on_q_and_the_rest_on_k(alpha):
+    torch.manual_seed(0)
+    model = GroupedQuery(kv_heads=4)                                   # one key head per query head
+    hot(model, ((4, 8), 6.0))
+    x = torch.randn(2, 9, 16, generator=torch.Generator().manual_seed(2))
+    q0, k0 = model.q_proj.weight.detach().clone(), model.k_proj.weight.detach().clone()
+    qb0 = model.q_proj.bias.detach().clone()
+    step = monitored_step(model, x)
+    tau = float(step.heads[1].max_logit) / 2
+    clips = LogitGuard(model, tau, alpha=alpha).apply(step)
+    gamma = {c.head: c.factor for c in clips}
+    assert 1 in gamma and gamma[1] == pytest.approx(0.5)
+    for h in range(4):
+        g = gamma.get(h, 1.0)
+        rows = slice(4 * h, 4 * h + 4)
+        torch.testing.assert_close(model.q_proj.weight[rows], q0[rows] * g ** alpha, rtol=1e-6, atol=0)
+        torch.testing.assert_close(model.q_proj.bias[rows], qb0[rows] * g ** alpha, rtol=1e-6, atol=0)
+        torch.testing.assert_close(model.k_proj.weight[rows], k0[rows] * g ** (1 - alpha), rtol=1e-6, atol=0)
+    assert monitored_step(model, x).heads[1].max_logit == pytest.approx(tau, rel=1e-5)
+
+
+def test_log_only_reports_the_heads_it_would_clip_and_changes_no_weight():
+    torch.manual_seed(0)
+    model = GroupedQuery()
+    hot(model, ((4, 8), 6.0), ((12, 16), 3.0))
+    x = torch.randn(2, 9, 16, generator=torch.Generator().manual_seed(2))
+    weights = {k: v.clone() for k, v in model.state_dict().items()}
+    step = monitored_step(model, x)
+    tau = float(np.sort([h.max_logit for h in step.heads])[1]) * 1.01
+    logged = LogitGuard(model, tau, log_only=True)
+    would = logged.apply(step)
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in weights.items())
+    assert logged.clips == len(would) == 2
+    assert would == LogitGuard(model, tau).apply(step)                 # the same heads and factors clip for real
+    assert not all(torch.equal(v, model.state_dict()[k]) for k, v in weights.items())
+
+
+@pytest.mark.parametrize("family", ["gpt2", "phi3"])
+def test_hugging_face_fused_projections_are_found_and_clipped_exactly(family):
+    """GPT-2's c_attn (a Conv1D, weight (in, out)) and Phi-3's qkv_proj (grouped-query: 4 query, 2 key heads)."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    if family == "gpt2":
+        config = transformers.GPT2Config(vocab_size=50, n_embd=32, n_layer=1, n_head=4, n_positions=16,
+                                         attn_implementation="sdpa")
+        model = transformers.GPT2Model(config).eval()
+        layer, proj = "h.0.attn", lambda a: a.c_attn.weight[:, :32]          # the q columns
+    else:
+        config = transformers.Phi3Config(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                         num_key_value_heads=2, intermediate_size=64, pad_token_id=0,
+                                         attn_implementation="sdpa")
+        model = transformers.Phi3Model(config).eval()
+        layer, proj = "layers.0.self_attn", lambda a: a.qkv_proj.weight[:32]  # the q rows
+    ids = torch.randint(0, 50, (2, 12), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        proj(model.get_submodule(layer)).mul_(6.0)
+
+    def figures():
+        with Monitor(model, mode="observe", history=False) as mon, torch.no_grad():
+            model(input_ids=ids)
+            return mon.step(0, log=False)
+
+    before = figures()
+    tau = float(np.median([h.max_logit for h in before.heads]))
+    guard = LogitGuard(model, tau)
+    assert list(guard.targets) == [layer] and len(guard.apply(before)) == 2
+    np.testing.assert_allclose([h.max_logit for h in figures().heads], [min(h.max_logit, tau) for h in before.heads],
+                               rtol=1e-4)
+
+
+class DHead(GroupedQuery):
+    """q_proj and k_proj, but the head size under another name."""
+
+    def __init__(self):
+        super().__init__()
+        self.d_head = self.head_dim
+        del self.head_dim
+
+
+@pytest.mark.parametrize("model, message", [
+    (DHead, r"layer: has q_proj and k_proj but no head size in an int attribute head_dim \(got head_dim=None\)"),
+    (lambda: FusedQKV("qkv", None), r"a fused QKV projection qkv without its head count: expected an int "
+                                    r"attribute num_heads, n_head, n_heads, num_attention_heads or head_dim"),
+    (lambda: FusedQKV("c_attn", None), "a fused QKV projection c_attn without its head count"),
+    (lambda: FusedQKV("qkv", "n_head", heads=5), r"qkv has 48 output features, not q, k, v of 5, 5, 5 heads of size 3"),
+])
+def test_refusals_name_what_is_missing(model, message):
+    with pytest.raises(InputError, match=message):
+        LogitGuard(torch.nn.ModuleDict({"layer": model()}), 10.0)
+
+
+@pytest.mark.parametrize("alpha", [-0.1, 1.5, math.nan, True, "0.5"])
+def test_alpha_outside_zero_one_is_refused(alpha):
+    with pytest.raises(InputError, match=r"alpha: expected a number in \[0, 1\]"):
+        LogitGuard(gpt(), 10.0, alpha=alpha)

@@ -1,0 +1,36 @@
+"""The attention monitor inside the trainers people use: callbacks that log its figures through the
+trainer's own channel, so that the logger the user chose (``report_to`` in Hugging Face's Trainer,
+the ``logger`` of Lightning's Trainer: TensorBoard, W&B, MLflow, CSV ...) receives them.
+
+- :class:`attnscale.integrations.transformers.AttentionHealthCallback` (``pip install 'attnscale[transformers]'``)
+- :class:`attnscale.integrations.lightning.AttentionHealthCallback` (``pip install 'attnscale[lightning]'``)
+
+Both run one :class:`attnscale.torch.Monitor` over the training (its options pass through: ``mode``,
+``backend``, ``history`` — False by default, as a training loop needs), close one monitor step per
+optimiser step (the micro-batches of gradient accumulation are one step; forward passes between
+steps, such as evaluation, are left out), combine the step over the ranks of a ``torch.distributed``
+job (:func:`attnscale.torch.distributed.combine_step`, one collective, so every rank logs and clips
+from the same figures), optionally apply QK-clip (:class:`attnscale.torch.guard.LogitGuard`, ``tau``,
+``alpha``, ``log_only``), and log the step's figures on the trainer's logging steps.
+
+The keys logged (each a number; a figure that does not exist in a step — no row counted — is left
+out rather than logged as NaN). ``<layer>`` is the attention module's path in the model
+(``model.layers.0.self_attn``), ``<h>`` the head index:
+
+==========================================  =================================================================
+``attn/<layer>/entropy_mean``               mean row entropy over the layer's heads and rows (nats)
+``attn/<layer>/entropy_min``                smallest row entropy of the layer (nats)
+``attn/<layer>/max_logit``                  largest attended logit of the layer (what QK-clip bounds)
+``attn/<layer>/max_abs_logit``              largest |logit| of the layer
+``attn/<layer>/saturated_fraction``         share of rows whose largest weight exceeds SATURATED_WEIGHT
+``attn/<layer>/float16_overflow_rows``      rows with a |logit| > 65504 (they overflow in float16)
+``attn/<layer>/head<h>/<figure>``           the same six figures for one head (``per_head=True``)
+``attn/calls``                              attention calls seen in the step (all ranks)
+``attn/clipped_heads``                      heads QK-clip rescaled in the step (would have, ``log_only``);
+                                            only with ``tau``
+``attn/fallbacks/<reason>``                 replace-mode calls that ran on the model's own attention
+==========================================  =================================================================
+
+Not logged yet (the monitor's step does not carry them): the weight on the first token and the
+share of sink heads, and the mean ‖q‖ and ‖k‖.
+"""

@@ -1,0 +1,135 @@
+"""One step's attention figures of every rank of a ``torch.distributed`` job, combined.
+
+Each rank's :class:`~attnscale.torch.monitor.Monitor` sees its own rows only. :func:`combine_step`
+packs a rank's :class:`~attnscale.torch.monitor_records.Step` into one float64 vector, gathers the
+vectors of every rank of the group with ONE collective (``all_gather_single``), and reduces
+them on each rank in rank order::
+
+    calls, rows, rows_empty, rows_broken, saturated_rows, float16_overflow_rows    sum
+    Σ entropy (= entropy_mean · rows)                                            sum
+    max_logit, max_abs_logit                                                     max
+    entropy_min, min_logit                                                       min
+
+so every rank holds the same combined figures, bit for bit (the same numbers reduced in the same
+order): the figures of one process that saw every rank's rows (counts exactly; sums and the mean
+within float64 rounding; extremes exactly), and the logit guard clips identically on every rank
+when each gives it the combined step. Gathering rather than all-reducing is what lets one call
+carry sums, maxima and minima at once; it moves world × (9 + 11 · heads) numbers: kilobytes.
+
+    with Monitor(ddp_model, mode="replace", history=False) as mon:    # no sinks: rank 0 writes below
+        for step, batch in enumerate(batches):
+            ...
+            combined = combine_step(mon.step(step, log=False))       # on every rank (a collective)
+            guard.apply(combined)
+            if dist.get_rank() == 0:
+                sink.write(combined)
+
+What cannot be combined from a step's figures: ``entropy_median`` (each rank keeps its own rows'
+entropies only with history=True; combined it is NaN), and a rank whose head had only broken rows
+(rows = 0, rows_broken > 0) reports no max_logit, so its +inf (an overflow) is not seen in the
+combined max (``rows_broken`` and ``float16_overflow_rows`` still count it). Every rank must report
+the same layers and heads in the same order (the same model, each layer called in the step); a
+rank that does not is an :class:`InputError` on every rank, naming the layouts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import zlib
+
+import numpy as np
+
+from attnscale.errors import InputError, InputTypeError, require
+from attnscale.torch.monitor_records import HeadFigures, Step
+
+__all__ = ["combine_step", "FALLBACK_REASONS"]
+
+# The reasons Monitor counts replace-mode fallbacks under (see attnscale.torch.monitor): packed in
+# this order, so that one collective carries them. A reason not listed is refused, not dropped.
+FALLBACK_REASONS = ("dropout", "learned mask", "fully masked row", "attention weights asked", "unsupported",
+                    "other attention")
+
+_SUMS = ("calls", "rows", "rows_empty", "rows_broken", "saturated_rows", "float16_overflow_rows")
+_MAXES = ("max_logit", "max_abs_logit")
+_MINS = ("entropy_min", "min_logit")
+_PER_HEAD = len(_SUMS) + 1 + len(_MAXES) + len(_MINS)     # + Σ entropy
+_HEADER = 3 + len(FALLBACK_REASONS)                       # layout checksum, head count, step calls, fallbacks
+
+
+def _layout(step: Step) -> list[tuple[str, int]]:
+    return [(h.layer, h.head) for h in step.heads]
+
+
+def _checksum(layout) -> float:
+    """The layout as a number a float64 holds exactly (32 bits), equal on ranks with equal layouts."""
+    return float(zlib.crc32(repr(layout).encode("utf-8")))
+
+
+def _pack(step: Step) -> np.ndarray:
+    """step → float64 (_HEADER + _PER_HEAD · heads,): header, then per head its sums, Σ entropy,
+    maxima and minima; a figure that does not exist (rows = 0) packs as the reduction's identity."""
+    unknown = sorted(set(step.fallbacks) - set(FALLBACK_REASONS))
+    if unknown:
+        raise InputError(f"step: fallback reasons {unknown} are not among the {list(FALLBACK_REASONS)} "
+                         "that combine_step packs")
+    out = np.empty(_HEADER + _PER_HEAD * len(step.heads))
+    out[:_HEADER] = [_checksum(_layout(step)), len(step.heads), step.calls,
+                     *(step.fallbacks.get(r, 0) for r in FALLBACK_REASONS)]
+    for i, h in enumerate(step.heads):
+        seen = h.rows > 0
+        out[_HEADER + _PER_HEAD * i: _HEADER + _PER_HEAD * (i + 1)] = [
+            *(getattr(h, f) for f in _SUMS),
+            h.entropy_mean * h.rows if seen else 0.0,
+            *(getattr(h, f) if seen else -math.inf for f in _MAXES),
+            *(getattr(h, f) if seen else math.inf for f in _MINS)]
+    return out
+
+
+def _reduce(gathered: np.ndarray, template: Step) -> Step:
+    """(world, n) packed steps → the combined :class:`Step` (layers and heads of ``template``)."""
+    heads = gathered[:, _HEADER:].reshape(len(gathered), len(template.heads), _PER_HEAD)
+    s = len(_SUMS)
+    sums = heads[:, :, :s + 1].sum(axis=0)                                  # (heads, sums + Σ entropy)
+    maxes = heads[:, :, s + 1:s + 1 + len(_MAXES)].max(axis=0)
+    mins = heads[:, :, s + 1 + len(_MAXES):].min(axis=0)
+    combined = []
+    for i, h in enumerate(template.heads):
+        counts = {f: int(sums[i, j]) for j, f in enumerate(_SUMS)}
+        rows = counts["rows"]
+        figures = {f: float(v) if rows else math.nan for f, v in [*zip(_MAXES, maxes[i]), *zip(_MINS, mins[i])]}
+        combined.append(HeadFigures(layer=h.layer, head=h.head, **counts,
+                                    entropy_mean=float(sums[i, s] / rows) if rows else math.nan,
+                                    entropy_median=math.nan, **figures))
+    header = gathered[:, :_HEADER].sum(axis=0)
+    fallbacks = {r: int(n) for r, n in zip(FALLBACK_REASONS, header[3:]) if n}
+    return dataclasses.replace(template, calls=int(header[2]), fallbacks=fallbacks, heads=combined)
+
+
+def combine_step(step: Step, process_group=None) -> Step:
+    """The figures of ``step`` (this rank's :meth:`Monitor.step`) combined over every rank of
+    ``process_group`` (None: the default group), returned on every rank; one collective. Call it on
+    every rank of the group, at the same steps. Without an initialised process group, ``step`` itself."""
+    if not isinstance(step, Step):
+        raise InputTypeError(f"step: expected the Step that Monitor.step returns, got {type(step).__name__}")
+    torch = require("torch", "torch")
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()):
+        return step
+    world = dist.get_world_size(process_group)
+    packed = torch.from_numpy(_pack(step))
+    # The collective runs on the backend's device: CPU for gloo, the rank's GPU for nccl.
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(process_group) == "nccl" \
+        else torch.device("cpu")
+    mine = packed.to(device)
+    gathered = torch.empty(world * mine.numel(), dtype=mine.dtype, device=device)
+    # Ranks with different layouts fail the checksum below. Where they also differ in head count the
+    # vectors differ in length, which the collective itself does not survive: measured with gloo,
+    # the rank with the shorter vector aborts ("Received data size doesn't match expected size"), the
+    # other reads the first rank's checksum and raises here; the job stops either way.
+    dist.all_gather_single(gathered, mine, group=process_group)
+    gathered = gathered.view(world, -1).cpu().numpy()
+    if len(set(gathered[:, 0].tolist())) > 1:
+        raise InputError(f"step: the ranks report different layers or heads (this rank: {_layout(step)}); "
+                         "every rank must run the same attention layers in each step")
+    return _reduce(gathered, step)
