@@ -24,22 +24,23 @@ from attnscale.claims.result import (
     CHAPTERS, METHODS, VERDICTS, ClaimResult, VerifyConfig, VerifyReport, judge_printed, selects,
 )
 from attnscale.errors import InputError
+from attnscale.i18n import N_
 
 __all__ = ["run_claims", "VerifyConfig", "VerifyReport", "ClaimResult", "CHAPTERS", "METHODS", "VERDICTS",
            "judge_printed", "GROUPS"]
 
 # group number → (module under attnscale.claims, sub-steps it reports, title)
 GROUPS: dict[int, tuple[str, int, str]] = {
-    1: ("seed_numbers", 1, "every number the seed prints"),
-    2: ("iid_variance", 2, "mean and variance of q·k under the seed's assumptions"),
-    3: ("broken_assumptions", 2, "when the assumptions break"),
-    4: ("rescaling", 1, "Var(X/c) = Var(X)/c²; variance 1 after ÷√d_k"),
-    5: ("saturation", 1, "saturation without scaling"),
-    6: ("gradients", 1, "vanishing gradients"),
-    7: ("faq", 2, "the FAQ: small d_k; exact, not approximate"),
-    8: ("beyond", 2, "beyond the seed: the number of keys, Scalable-Softmax"),
-    9: ("give_away", 1, "softmax must give its weight away"),
-    10: ("from_results", 1, "judged from the training and probe results, and the paper"),
+    1: ("seed_numbers", 1, N_("every number the seed prints")),
+    2: ("iid_variance", 2, N_("mean and variance of q·k under the seed's assumptions")),
+    3: ("broken_assumptions", 2, N_("when the assumptions break")),
+    4: ("rescaling", 1, N_("Var(X/c) = Var(X)/c²; variance 1 after ÷√d_k")),
+    5: ("saturation", 1, N_("saturation without scaling")),
+    6: ("gradients", 1, N_("vanishing gradients")),
+    7: ("faq", 2, N_("the FAQ: small d_k; exact, not approximate")),
+    8: ("beyond", 2, N_("beyond the seed: the number of keys, Scalable-Softmax")),
+    9: ("give_away", 1, N_("softmax must give its weight away")),
+    10: ("from_results", 1, N_("judged from the training and probe results, and the paper")),
 }
 
 

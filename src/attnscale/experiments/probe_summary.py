@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["summarise", "striking_heads", "analysis", "FIGURES", "FLOAT16_MAX", "WEIGHTING"]
+from attnscale.i18n import N_
+
+__all__ = ["summarise", "striking_heads", "analysis", "FIGURES", "FLOAT16_MAX", "WEIGHTING",
+           "STRIKING_KINDS"]
 
 FLOAT16_MAX = 65504.0
 
@@ -134,6 +137,21 @@ def analysis(grids: dict[str, np.ndarray]) -> dict:
     }
 
 
+# The kinds of striking_heads, as a result stores them ("what"; English, the page translates them).
+# Rankings: (what, figure, sign of the sort key: −1 strongest = largest).
+STRIKING_RANKINGS = ((N_("largest Var(q·k) ratio (pair-weighted)"), "ratio_pair", -1),
+                     (N_("smallest Var(q·k) ratio (pair-weighted)"), "ratio_pair", 1),
+                     (N_("largest Var(q·k) ratio (token-weighted)"), "ratio_token", -1))
+# Conditions: (what, figure, the threshold it must exceed).
+STRIKING_RULES = ((N_("mostly attends to the previous token"), "previous_token", 0.5),
+                  (N_("mostly attends to the next token"), "next_token", 0.5),
+                  (N_("attention sink: most weight on the first token"), "sink_first", 0.5),
+                  (N_("attention sink: most weight on the first token, special tokens or punctuation"), "sink_any", 0.5),
+                  (N_("near one-hot rows with the model's scale (max weight > 0.9)"), "max_weight", 0.9))
+STRIKING_FROZEN = N_("frozen (saturation ≥ 1) only without the scale")
+STRIKING_KINDS = frozenset([w for w, *_rest in STRIKING_RANKINGS + STRIKING_RULES] + [STRIKING_FROZEN])
+
+
 def striking_heads(figure: dict[str, np.ndarray], limit: int = 3) -> list[dict]:
     """Heads that stand out, at most ``limit`` per kind, strongest first; ``of`` says how many heads
     meet the kind's condition in all (None for the rankings). ``figure``: name → (layers, heads)
@@ -141,21 +159,13 @@ def striking_heads(figure: dict[str, np.ndarray], limit: int = 3) -> list[dict]:
     attention sinks, near one-hot rows, and heads frozen only without the scale."""
     ratio = figure["ratio_pair"]
     everyone = np.ones_like(ratio, bool)
-    kinds = [("largest Var(q·k) ratio (pair-weighted)", "ratio_pair", everyone, -ratio),
-             ("smallest Var(q·k) ratio (pair-weighted)", "ratio_pair", everyone, ratio),
-             ("largest Var(q·k) ratio (token-weighted)", "ratio_token", everyone, -figure["ratio_token"])]
-    rules = [("mostly attends to the previous token", "previous_token", 0.5),
-             ("mostly attends to the next token", "next_token", 0.5),
-             ("attention sink: most weight on the first token", "sink_first", 0.5),
-             ("attention sink: most weight on the first token, special tokens or punctuation", "sink_any", 0.5),
-             ("near one-hot rows with the model's scale (max weight > 0.9)", "max_weight", 0.9)]
-    for what, name, threshold in rules:
+    kinds = [(what, name, everyone, sign * figure[name]) for what, name, sign in STRIKING_RANKINGS]
+    for what, name, threshold in STRIKING_RULES:
         if name in figure:
             kinds.append((what, name, figure[name] > threshold, -figure[name]))
     if "saturation_index_unscaled" in figure:
         frozen = (figure["saturation_index_unscaled"] >= 1) & (figure["saturation_index"] < 1)
-        kinds.append(("frozen (saturation ≥ 1) only without the scale", "saturation_index_unscaled",
-                      frozen, -figure["saturation_index_unscaled"]))
+        kinds.append((STRIKING_FROZEN, "saturation_index_unscaled", frozen, -figure["saturation_index_unscaled"]))
     found = []
     for what, name, meets, key in kinds:
         chosen = [i for i in np.argsort(np.where(meets, key, np.inf), axis=None, kind="stable") if meets.flat[i]]
