@@ -94,7 +94,8 @@ def run_rescale_command(args) -> int:
     from attnscale.cli.progress import Progress
     from attnscale.errors import check_count
     from attnscale.experiments import pretrained
-    from attnscale.experiments.probe_run import BUILTIN_SOURCE, builtin_sentences, read_texts
+    from attnscale.experiments.probe_run import builtin_sentences, read_texts
+    from attnscale.experiments.probe_texts import BUILTIN_SOURCE
     from attnscale.experiments.rescale import RescaleConfig, default_text, read_text, run_rescale
 
     for option, value in (("--max-tokens", args.max_tokens), ("--window", args.window)):

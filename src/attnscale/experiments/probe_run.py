@@ -38,7 +38,6 @@ from typing import Callable
 import numpy as np
 
 from attnscale.errors import InputError, check_count, require
-from attnscale.i18n import N_
 from attnscale.experiments.probe import add_sums, call_sums, check_probabilities, head_figures
 from attnscale.experiments.probe_capture import arrays_of, forward, model_inputs, rebuilt_probabilities
 from attnscale.experiments.probe_summary import FIGURES, FLOAT16_MAX, WEIGHTING, analysis, striking_heads, summarise

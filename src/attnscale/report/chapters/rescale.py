@@ -145,7 +145,7 @@ def _what(data: dict, lang: str) -> str:
 
 def _source(source: str, lang: str) -> str:
     """The text's source as a result stores it: a file's path, or the built-in sentences (worded)."""
-    from attnscale.experiments.probe_run import BUILTIN_SOURCE
+    from attnscale.experiments.probe_texts import BUILTIN_SOURCE
 
     return _(BUILTIN_SOURCE, lang) if source == BUILTIN_SOURCE else source
 
