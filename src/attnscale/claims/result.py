@@ -40,7 +40,7 @@ from attnscale.i18n import N_, _
 from attnscale.results import DEFAULT_ROOT
 from attnscale.store import to_jsonable
 
-__all__ = ["CHAPTERS", "METHODS", "METHOD_NAME", "VERDICTS", "WORDED", "ClaimResult", "VerifyConfig", "VerifyReport",
+__all__ = ["CHAPTERS", "METHODS", "VERDICTS", "WORDED", "ClaimResult", "VerifyConfig", "VerifyReport",
            "printed_decimal", "judge_printed", "format_like", "judge_at_least", "judge_at_most", "judge_below",
            "judge_equal", "judge_all", "judge_rising", "judge_falling", "count_verdicts", "level_text",
            "interval_text", "clauses", "per_n", "by_n_note", "selects"]
@@ -50,11 +50,6 @@ CHAPTERS = ("formula", "without_scaling", "why_grows", "variance", "proof", "sof
             "why_sqrt", "real_numbers", "faq", "beyond")
 METHODS = ("exact arithmetic", "symbolic", "closed form", "Monte Carlo", "training results", "model probe",
            "citation")
-# Each method as the verify table and the page name it (a result stores the English key above).
-METHOD_NAME = {"exact arithmetic": N_("exact arithmetic", "method"), "symbolic": N_("symbolic", "method"),
-               "closed form": N_("closed form", "method"), "Monte Carlo": N_("Monte Carlo", "method"),
-               "training results": N_("training results", "method"), "model probe": N_("model probe", "method"),
-               "citation": N_("citation", "method")}
 VERDICTS = ("holds", "fails", "inconclusive", "seed number wrong")
 N_GROUPS = 10  # claim groups S1 … S10 (attnscale.claims.GROUPS)
 WORDED = ("expected", "measured", "note")   # the computed texts a claim result holds in every language

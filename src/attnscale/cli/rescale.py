@@ -95,7 +95,7 @@ def run_rescale_command(args) -> int:
     from attnscale.errors import check_count
     from attnscale.experiments import pretrained
     from attnscale.experiments.probe_run import builtin_sentences, read_texts
-    from attnscale.experiments.probe_texts import BUILTIN_SOURCE
+    from attnscale.stored_words import BUILTIN_SOURCE
     from attnscale.experiments.rescale import RescaleConfig, default_text, read_text, run_rescale
 
     for option, value in (("--max-tokens", args.max_tokens), ("--window", args.window)):

@@ -13,7 +13,7 @@ import textwrap
 from attnscale.cli.options import add_command, add_lang_option, add_results_option, add_seed_option, results_root
 from attnscale.cli.output import (add_json_option, add_quiet_option, check_json_target, check_out_folder, columns,
                                   emit_json, json_to_stdout, pad)
-from attnscale.claims.result import METHOD_NAME
+from attnscale.stored_words import METHOD_NAME
 from attnscale.i18n import N_, _
 
 # A verdict (attnscale.claims.VERDICTS) as the table marks it: the ones to look at in capitals.

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnscale.i18n import N_
+from attnscale.stored_words import STRIKING_FROZEN, STRIKING_RANKINGS, STRIKING_RULES
 
-__all__ = ["summarise", "striking_heads", "analysis", "FIGURES", "FLOAT16_MAX", "WEIGHTING",
-           "STRIKING_KINDS"]
+__all__ = ["summarise", "striking_heads", "analysis", "FIGURES", "FLOAT16_MAX", "WEIGHTING"]
 
 FLOAT16_MAX = 65504.0
 
@@ -135,21 +134,6 @@ def analysis(grids: dict[str, np.ndarray]) -> dict:
         "normalized_entropy_unscaled": _spread(grids["normalized_entropy_unscaled"]),
         "frozen_only_unscaled": int(frozen.sum()),
     }
-
-
-# The kinds of striking_heads, as a result stores them ("what"; English, the page translates them).
-# Rankings: (what, figure, sign of the sort key: −1 strongest = largest).
-STRIKING_RANKINGS = ((N_("largest Var(q·k) ratio (pair-weighted)"), "ratio_pair", -1),
-                     (N_("smallest Var(q·k) ratio (pair-weighted)"), "ratio_pair", 1),
-                     (N_("largest Var(q·k) ratio (token-weighted)"), "ratio_token", -1))
-# Conditions: (what, figure, the threshold it must exceed).
-STRIKING_RULES = ((N_("mostly attends to the previous token"), "previous_token", 0.5),
-                  (N_("mostly attends to the next token"), "next_token", 0.5),
-                  (N_("attention sink: most weight on the first token"), "sink_first", 0.5),
-                  (N_("attention sink: most weight on the first token, special tokens or punctuation"), "sink_any", 0.5),
-                  (N_("near one-hot rows with the model's scale (max weight > 0.9)"), "max_weight", 0.9))
-STRIKING_FROZEN = N_("frozen (saturation ≥ 1) only without the scale")
-STRIKING_KINDS = frozenset([w for w, *_rest in STRIKING_RANKINGS + STRIKING_RULES] + [STRIKING_FROZEN])
 
 
 def striking_heads(figure: dict[str, np.ndarray], limit: int = 3) -> list[dict]:

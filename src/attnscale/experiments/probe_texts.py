@@ -10,13 +10,9 @@ from importlib import resources
 import numpy as np
 
 from attnscale.errors import InputError
-from attnscale.i18n import N_
 
 __all__ = ["builtin_sentences", "read_texts", "punctuation_ids", "key_kinds"]
 
-
-# The source a result records for the text of builtin_sentences (English; the page words it).
-BUILTIN_SOURCE = N_("built-in sentences")
 
 
 def builtin_sentences() -> list[str]:

@@ -62,14 +62,14 @@ def _sections(sections: list[Section], lang: str) -> str:
 
 
 def group_name(timing: str, lang: str) -> str:
-    """A verification timing's key (``group 1: seed_numbers``, as attnscale.claims.run_claims writes
+    """A verification timing's key (``group 1: seed_numbers``, as the verification (run_claims) writes
     it) as the group's number and title in ``lang``; a key of another form, as stored."""
-    from attnscale.claims import GROUPS
+    from attnscale.stored_words import GROUP_TITLE
 
     found = re.fullmatch(r"group (\d+): (\w+)", timing)
-    if not found or GROUPS.get(int(found[1]), ("",))[0] != found[2]:
+    if not found or found[2] not in GROUP_TITLE:
         return timing
-    return _("group {g}: {title}", lang, g=found[1], title=_(GROUPS[int(found[1])][2], lang))
+    return _("group {g}: {title}", lang, g=found[1], title=_(GROUP_TITLE[found[2]], lang))
 
 
 def footer(provenance: dict, sections: list[Section], lang: str) -> str:

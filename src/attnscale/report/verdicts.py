@@ -7,11 +7,11 @@ the tally is the result's stored ``counts``. Nothing here computes, it only form
 
 from __future__ import annotations
 
-from attnscale.claims.result import METHOD_NAME
 from attnscale.i18n import N_, _
 from attnscale.report.html import esc, note
 from attnscale.report.numbers import number, percent
 from attnscale.report.text import pretty
+from attnscale.stored_words import METHOD_NAME
 
 # verdict → CSS class of its badge, its mark, its word, and the words after its count in the tally
 BADGE_CLASS = {"holds": "holds", "fails": "fails", "inconclusive": "inconclusive", "seed number wrong": "wrong"}

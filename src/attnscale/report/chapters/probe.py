@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import math
 
-from attnscale.experiments.probe_summary import STRIKING_KINDS
 from attnscale.i18n import N_, _
 from attnscale.report import plotting
 from attnscale.report.html import bullets, error_box, esc, note, para, table
 from attnscale.report.numbers import number
 from attnscale.report.plotting import figure_svg
+from attnscale.stored_words import SMOLLM2_WEIGHTS_NOTE, STRIKING_KINDS
 
 KIND = "probe/minilm"
 TITLE = N_("A real encoder: do its queries and keys obey the seed's assumptions?")
@@ -197,8 +197,6 @@ def layer_labels(model: dict, lang: str) -> list[str]:
 
 def weights_note(model: dict, lang: str) -> str:
     """The note on where the model's weights came from (a result stores it in English)."""
-    from attnscale.experiments.pretrained import SMOLLM2_WEIGHTS_NOTE
-
     text = model["weights_note"]
     return note(_("Note: {note}.", lang, note=_(text, lang) if text == SMOLLM2_WEIGHTS_NOTE else text))
 

@@ -12,6 +12,7 @@ from attnscale.report import plotting
 from attnscale.report.chapters.probe import scales_sentence, weights_note
 from attnscale.report.html import Verbatim, bullets, error_box, para, table
 from attnscale.report.numbers import number
+from attnscale.stored_words import BUILTIN_SOURCE
 
 KIND = "rescale/smollm2"
 TITLE = N_("Turning a trained LLM's attention scale: SmolLM2-135M with 1/√d_k × α")
@@ -145,8 +146,6 @@ def _what(data: dict, lang: str) -> str:
 
 def _source(source: str, lang: str) -> str:
     """The text's source as a result stores it: a file's path, or the built-in sentences (worded)."""
-    from attnscale.experiments.probe_texts import BUILTIN_SOURCE
-
     return _(BUILTIN_SOURCE, lang) if source == BUILTIN_SOURCE else source
 
 
