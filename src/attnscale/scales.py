@@ -23,6 +23,7 @@ from typing import Union
 import numpy as np
 
 from attnscale.errors import InputError, InputTypeError
+from attnscale.i18n import N_
 
 __all__ = [
     "ScaleRule", "InverseSqrtDk", "InverseDk", "Unscaled", "Constant", "LogN", "QKNorm", "SoftCap",
@@ -96,7 +97,7 @@ class ScaleRule:
 class InverseSqrtDk(ScaleRule):
     name: str = field(init=False, default="inverse_sqrt_dk")
     formula: str = field(init=False, default="1/√d_k")
-    citation: str = field(init=False, default=(
+    citation: str = field(init=False, default=N_(
         "Vaswani et al. 2017, Attention Is All You Need, §3.2.1 and footnote 4"))
 
     def factor(self, d_k, n=None):
@@ -107,7 +108,7 @@ class InverseSqrtDk(ScaleRule):
 class InverseDk(ScaleRule):
     name: str = field(init=False, default="inverse_dk")
     formula: str = field(init=False, default="1/d_k")
-    citation: str = field(init=False, default=(
+    citation: str = field(init=False, default=N_(
         "Yang et al. 2022, Tensor Programs V (µP): attention logits scaled by 1/d_k"))
 
     def factor(self, d_k, n=None):
@@ -118,7 +119,7 @@ class InverseDk(ScaleRule):
 class Unscaled(ScaleRule):
     name: str = field(init=False, default="unscaled")
     formula: str = field(init=False, default="1")
-    citation: str = field(init=False, default=(
+    citation: str = field(init=False, default=N_(
         "no scaling: the case the seed and Vaswani et al. 2017 argue against"))
 
     def factor(self, d_k, n=None):
@@ -132,7 +133,7 @@ class Constant(ScaleRule):
     value: float = 1.0
     name: str = field(init=False, default="constant")
     formula: str = field(init=False, default="c")
-    citation: str = field(init=False, default="a constant chosen by the user")
+    citation: str = field(init=False, default=N_("a constant chosen by the user"))
 
     def __post_init__(self):
         object.__setattr__(self, "formula", f"{_finite('scale', self.value):g}")
@@ -150,7 +151,7 @@ class LogN(ScaleRule):
     base: ScaleRule = field(default_factory=InverseSqrtDk)
     name: str = field(init=False, default="logn")
     formula: str = field(init=False, default="s·ln(n) × base")
-    citation: str = field(init=False, default=(
+    citation: str = field(init=False, default=N_(
         "Nakanishi 2025, Scalable-Softmax Is Superior for Attention (SSMax)"))
 
     def __post_init__(self):
@@ -183,7 +184,7 @@ class QKNorm(ScaleRule):
     eps: float = 1e-6  # keeps zero vectors finite, as RMSNorm/LayerNorm do
     name: str = field(init=False, default="qknorm")
     formula: str = field(init=False, default="")
-    citation: str = field(init=False, default=(
+    citation: str = field(init=False, default=N_(
         "Henry et al. 2020, Query-Key Normalization for Transformers; "
         "Dehghani et al. 2023, Scaling Vision Transformers to 22B Parameters"))
 
@@ -227,7 +228,7 @@ class SoftCap(ScaleRule):
     base: ScaleRule = field(default_factory=InverseSqrtDk)
     name: str = field(init=False, default="softcap")
     formula: str = field(init=False, default="")
-    citation: str = field(init=False, default=(
+    citation: str = field(init=False, default=N_(
         "Gemma Team 2024, Gemma 2 (attention logit soft-capping at 50)"))
 
     def __post_init__(self):

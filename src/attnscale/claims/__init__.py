@@ -24,22 +24,23 @@ from attnscale.claims.result import (
     CHAPTERS, METHODS, VERDICTS, ClaimResult, VerifyConfig, VerifyReport, judge_printed, selects,
 )
 from attnscale.errors import InputError
+from attnscale.stored_words import GROUP_TITLE
 
 __all__ = ["run_claims", "VerifyConfig", "VerifyReport", "ClaimResult", "CHAPTERS", "METHODS", "VERDICTS",
            "judge_printed", "GROUPS"]
 
 # group number → (module under attnscale.claims, sub-steps it reports, title)
 GROUPS: dict[int, tuple[str, int, str]] = {
-    1: ("seed_numbers", 1, "every number the seed prints"),
-    2: ("iid_variance", 2, "mean and variance of q·k under the seed's assumptions"),
-    3: ("broken_assumptions", 2, "when the assumptions break"),
-    4: ("rescaling", 1, "Var(X/c) = Var(X)/c²; variance 1 after ÷√d_k"),
-    5: ("saturation", 1, "saturation without scaling"),
-    6: ("gradients", 1, "vanishing gradients"),
-    7: ("faq", 2, "the FAQ: small d_k; exact, not approximate"),
-    8: ("beyond", 2, "beyond the seed: the number of keys, Scalable-Softmax"),
-    9: ("give_away", 1, "softmax must give its weight away"),
-    10: ("from_results", 1, "judged from the training and probe results, and the paper"),
+    1: ("seed_numbers", 1, GROUP_TITLE["seed_numbers"]),
+    2: ("iid_variance", 2, GROUP_TITLE["iid_variance"]),
+    3: ("broken_assumptions", 2, GROUP_TITLE["broken_assumptions"]),
+    4: ("rescaling", 1, GROUP_TITLE["rescaling"]),
+    5: ("saturation", 1, GROUP_TITLE["saturation"]),
+    6: ("gradients", 1, GROUP_TITLE["gradients"]),
+    7: ("faq", 2, GROUP_TITLE["faq"]),
+    8: ("beyond", 2, GROUP_TITLE["beyond"]),
+    9: ("give_away", 1, GROUP_TITLE["give_away"]),
+    10: ("from_results", 1, GROUP_TITLE["from_results"]),
 }
 
 

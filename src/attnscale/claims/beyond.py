@@ -34,10 +34,10 @@ SSMAX_S = SSMAX_DEFAULT_S          # Nakanishi's Figure 1 value of SSMax's s, de
 
 def run(ctx: Context) -> None:
     _phase(ctx)
-    ctx.tick("phase diagram")
+    ctx.tick(N_("phase diagram"))
     _keys_not_dk(ctx)
     _ssmax(ctx)
-    ctx.tick("Scalable-Softmax")
+    ctx.tick(N_("Scalable-Softmax"))
 
 
 def _phase(ctx: Context) -> None:

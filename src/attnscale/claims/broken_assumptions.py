@@ -53,7 +53,7 @@ CASE_CLAIM = N_("{case} ({params}): Var(q·k) follows the general formula, not d
 
 def run(ctx: Context) -> None:
     _symbolic(ctx)
-    ctx.tick("general variance formulas")
+    ctx.tick(N_("general variance formulas"))
     rows, results = [], []
     n_tests = len(CASES) * len(D_KS)
     judged_at = bonferroni_level(ctx.config.confidence, n_tests)
@@ -107,7 +107,7 @@ def run(ctx: Context) -> None:
             estimate=big["estimate"], ci_low=big["judged_ci"][0], ci_high=big["judged_ci"][1],
             ci_level=judged_at, n_samples=big["n_samples"],
             verdict=judge_all(verdicts), margin=margin, note=note))
-    ctx.tick("broken assumptions by Monte Carlo")
+    ctx.tick(N_("broken assumptions by Monte Carlo"))
 
 
 def _symbolic(ctx: Context) -> None:

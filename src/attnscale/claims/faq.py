@@ -94,9 +94,9 @@ def run(ctx: Context) -> None:
         note=lambda lang: _("{by_n}; the interval shown is the TV distance at n = {n}; at d_k = 4 scaling halves the logits' spread. "
                             "Not the seed's words (表现良好, 'behaves well', is S7.2): the English 'about the same' says more", lang, n=NS[1],
                             by_n=by_n_note(barely, lang, _("an interval straddles {line:g}", lang, line=BARELY)))))
-    ctx.tick("small d_k")
+    ctx.tick(N_("small d_k"))
     _error_shrinks(ctx)
-    ctx.tick("1/√samples")
+    ctx.tick(N_("1/√samples"))
 
 
 def _chi2_quantile(p: float, df: int) -> float:

@@ -270,4 +270,4 @@ def run(ctx: Context) -> None:
     _normalised_claim(ctx, probes, probe_missing)
     _dk_claim(ctx, probes, probe_missing)
     _citation_claim(ctx)
-    ctx.tick("training and probe results; the paper")
+    ctx.tick(N_("training and probe results; the paper"))

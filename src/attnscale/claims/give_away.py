@@ -57,4 +57,4 @@ def run(ctx: Context) -> None:
                                 high_total=totals[-1], high=LEVELS[-1], error=err),
         verdict="holds" if ok else "fails",
         note=lambda lang: _("the contrast to S9.1: softmax's total is 1 at every c", lang)))
-    ctx.tick("softmax gives its weight away")
+    ctx.tick(N_("softmax gives its weight away"))

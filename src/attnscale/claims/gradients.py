@@ -109,4 +109,4 @@ def run(ctx: Context) -> None:
         verdict=judge_all(apart.values()), n_samples=sim["rows"],
         note=lambda lang: _("{by_n}; so a mean over rows understates how many rows have lost their gradient", lang,
                             by_n=by_n_note(apart, lang))))
-    ctx.tick("gradients")
+    ctx.tick(N_("gradients"))

@@ -43,12 +43,12 @@ VARIANCE_CLAIMS = {
 def run(ctx: Context) -> None:
     _symbolic(ctx)
     _growth(ctx)
-    ctx.tick("symbolic expansion; |q·k| growth")
+    ctx.tick(N_("symbolic expansion; |q·k| growth"))
     families = variance_families(ctx)
     n_tests = sum(len(est) for est in families.values())
     for name, est in families.items():
         _variance_claim(ctx, name, est, ctx.config.confidence, n_tests)
-    ctx.tick("Var(q·k) by Monte Carlo")
+    ctx.tick(N_("Var(q·k) by Monte Carlo"))
 
 
 def _symbolic(ctx: Context) -> None:

@@ -53,4 +53,4 @@ def run(ctx: Context) -> None:
         verdict=judge_all(verdicts), margin=margin,
         note=lambda lang: _("the same draws as S2.4–S2.7, divided by d_k; n_samples counts all {n_tests} estimates",
                             lang, n_tests=n_tests)))
-    ctx.tick("rescaling")
+    ctx.tick(N_("rescaling"))

@@ -82,7 +82,7 @@ def simulate_rows(ctx: Context) -> dict:
     rows = 300 if ctx.config.quick else 3000
     return ctx.shared("softmax rows", lambda: summarise_rows(
         ctx.rng, rows, confidence=ctx.config.confidence,
-        progress=lambda f: ctx.tick("saturation: softmax rows", f)))
+        progress=lambda f: ctx.tick(N_("saturation: softmax rows"), f)))
 
 
 def first_from(verdicts: list[str]) -> int | None:
@@ -258,4 +258,4 @@ def run(ctx: Context) -> None:
                                      for n in NS for mw in [by_n[str(n)]["scaled"]["max_weight"]]}, lang),
         verdict=verdict, n_samples=sim["rows"],
         note=lambda lang: _("{drift}: the scaled logits are (‖q‖/√d_k)·z and ‖q‖/√d_k spreads by ≈ 1/√(2d_k) around 1, so rows at small d_k are a mixture of temperatures", lang, drift=words(lang)[1])))
-    ctx.tick("saturation")
+    ctx.tick(N_("saturation"))

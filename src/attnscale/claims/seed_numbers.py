@@ -181,7 +181,7 @@ def run(ctx: Context) -> None:
     _count_rows(ctx)
     _formula_row(ctx)
     ctx.data["seed_softmax_examples"] = _softmax_examples()
-    ctx.tick("the seed's printed numbers")
+    ctx.tick(N_("the seed's printed numbers"))
 
 
 def _quotient_row(ctx: Context, numerators: list[str], denominator: str, texts: list[str],

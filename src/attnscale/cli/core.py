@@ -162,7 +162,7 @@ def run_rules(args) -> int:
     print(f"{pad(_('rule', lang), 16)} {pad(_('formula', lang), 40)} "
           f"{_('citation', lang)}")
     for row in rows:
-        print(f"{row['name']:<16} {row['formula']:<40} {row['citation']}")
+        print(f"{row['name']:<16} {row['formula']:<40} {_(row['citation'], lang)}")
         if row.get("description_zh"):
             print(f"{'':<16} {row['description_zh']}")
     print(f"\n{_('use one with attnscale.attention(q, k, v, scale=NAME)', lang)}")

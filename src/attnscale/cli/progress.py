@@ -23,6 +23,10 @@ import threading
 import time
 from typing import Callable
 
+from attnscale.i18n import N_, _, catalog
+
+ELAPSED, LEFT = N_("{t} elapsed"), N_("~{t} left")
+
 
 def fmt_duration(seconds: float) -> str:
     """``7s``, ``1m05s``, ``2h03m``: short enough for a progress line."""
@@ -36,8 +40,10 @@ def fmt_duration(seconds: float) -> str:
 
 class Progress:
     def __init__(self, stream=None, quiet: bool = False, tty: bool | None = None, every_s: float = 5.0,
-                 width: int = 28, clock: Callable[[], float] = time.monotonic, heartbeat: bool = True):
+                 width: int = 28, clock: Callable[[], float] = time.monotonic, heartbeat: bool = True,
+                 lang: str = "en"):
         self.stream = stream or sys.stderr
+        self.lang = lang
         self.quiet = quiet
         self.tty = _isatty(self.stream) if tty is None else tty
         self.every_s = every_s
@@ -72,9 +78,10 @@ class Progress:
         if self._first is None:
             self._first = (done, now)
         count, done = done, done + running
+        label = self._in_lang(label)
         if self.tty:
             eta = self.eta(done, total, now)
-            left = "" if eta is None or done >= total else f" ~{fmt_duration(eta)} left"
+            left = "" if eta is None or done >= total else " " + _(LEFT, self.lang, t=fmt_duration(eta))
             frac = min(max(done / total, 0.0), 1.0)
             filled = int(round(frac * self.width))
             bar = "█" * filled + "·" * (self.width - filled)
@@ -91,12 +98,18 @@ class Progress:
             self._beat = threading.Thread(target=self._beating, name="progress-heartbeat", daemon=True)
             self._beat.start()
 
+    def _in_lang(self, label: str) -> str:
+        """A label in the progress's language: the library's labels are English (its sub-steps'
+        names, N_-marked where they are sentences); one with data in it (``Var(q·k), uniform``) has
+        no catalog entry and stays as given, names and formulas."""
+        return _(label, self.lang) if (None, label) in catalog(self.lang) else label
+
     def _line(self, now: float) -> None:
         done, total, label, count = self._state
-        parts = [f"[{count}/{total}] {100.0 * done / total:.0f}%", f"{fmt_duration(now - self.start)} elapsed"]
+        parts = [f"[{count}/{total}] {100.0 * done / total:.0f}%", _(ELAPSED, self.lang, t=fmt_duration(now - self.start))]
         eta = self.eta(done, total, now)
         if eta is not None and done < total:
-            parts.append(f"~{fmt_duration(eta)} left")
+            parts.append(_(LEFT, self.lang, t=fmt_duration(eta)))
         if label:
             parts.append(label[:72])
         self.stream.write(" · ".join(parts) + "\n")

@@ -95,6 +95,7 @@ def run_rescale_command(args) -> int:
     from attnscale.errors import check_count
     from attnscale.experiments import pretrained
     from attnscale.experiments.probe_run import builtin_sentences, read_texts
+    from attnscale.stored_words import BUILTIN_SOURCE
     from attnscale.experiments.rescale import RescaleConfig, default_text, read_text, run_rescale
 
     for option, value in (("--max-tokens", args.max_tokens), ("--window", args.window)):
@@ -124,7 +125,7 @@ def run_rescale_command(args) -> int:
     if loaded.family != "encoder":                  # a decoder or encoder-decoder reads one whole text
         text, source = (read_text(args.text), args.text) if args.text else default_text()
     else:
-        texts, source = (read_texts(args.text), args.text) if args.text else (builtin_sentences(), "built-in sentences")
+        texts, source = (read_texts(args.text), args.text) if args.text else (builtin_sentences(), BUILTIN_SOURCE)
     with Progress(quiet=args.quiet) as progress, options_named(MODEL_OPTIONS):
         data = run_rescale(loaded, config, text=text, texts=texts, source=source, progress=progress)
     env = results.write(data["kind"], data, config=data["config"], seed=None, root=root)

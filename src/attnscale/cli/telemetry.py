@@ -46,6 +46,7 @@ def run_telemetry_bench_command(args) -> int:
 
     from attnscale import results
     from attnscale.cli.output import check_json_target, emit_json, json_to_stdout
+    from attnscale.cli.kernel import prepare_kernel
     from attnscale.cli.progress import Progress
     from attnscale.experiments.telemetry import (TelemetryBenchConfig, check_device, measure_monitor,
                                                  run_telemetry_bench)
@@ -63,6 +64,8 @@ def run_telemetry_bench_command(args) -> int:
     results.check_writable(results.result_path("telemetry", root, args.quick).parent, "--results")   # a rerun replaces the file
     make = TelemetryBenchConfig.quick if args.quick else TelemetryBenchConfig
     config = make(repeats=args.repeats, device=args.device, threads=args.threads, backward=not args.no_backward)
+    if args.device == "cpu":
+        prepare_kernel(quiet=args.quiet)
     with Progress(quiet=args.quiet) as progress:
         data = run_telemetry_bench(config, progress=progress)
     if not args.no_model:

@@ -78,10 +78,11 @@ def _lm_overrides(args) -> dict:
 def run_train(args) -> int:
     import dataclasses
 
+    from attnscale.cli.kernel import prepare_kernel
     from attnscale.cli.progress import Progress
     from attnscale.errors import check_count
     from attnscale.experiments.runner import default_workers
-    from attnscale.experiments.sweeps import make_config, run_experiment
+    from attnscale.experiments.sweeps import EXPERIMENTS, make_config, run_experiment
 
     if args.seeds is not None:
         check_count("--seeds", args.seeds)
@@ -93,6 +94,8 @@ def run_train(args) -> int:
     if overrides:
         config = dataclasses.replace(config, **overrides)
     backend = _backend(args, workers)
+    if EXPERIMENTS[args.experiment].fused_kernel:
+        prepare_kernel(quiet=args.quiet)    # here, once: the cells' worker processes then load the cached build
     with Progress(quiet=args.quiet) as progress:
         env = run_experiment(args.experiment, config, root, backend, progress, quick=args.quick)
     emit_json(args, env)

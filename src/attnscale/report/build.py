@@ -119,7 +119,7 @@ def build_report(config: ReportConfig, progress: Progress | None = None) -> Buil
     def tick(label: str) -> None:
         done[0] += 1
         if progress:
-            progress(done[0], total, f"chapter: {label}")
+            progress(done[0], total, _("chapter: {title}", config.lang, title=label))
 
     page, statuses = render_report(verify, config, tick)
     path = write_site_atomic(config.out, {config.page_name: page.encode("utf-8")}) / config.page_name
@@ -140,7 +140,7 @@ def render_report(verify: results.Envelope, config: ReportConfig,
             shown.append((ch.kind, ch.envelope))
         sections.append(Section(id=f"exp-{name.replace('_', '-')}", title=ch.title, html=ch.html,
                                 part="experiments", seconds=ch.seconds))
-        tick(name)
+        tick(ch.title)
     own, compared = own_chapters(config.results, lang)
     for ch in own:                               # the user's own models, each titled with its name
         statuses[ch.name] = ch.status
@@ -156,7 +156,7 @@ def render_report(verify: results.Envelope, config: ReportConfig,
     lead = _("Every claim the verification checked, in one table.", lang)
     sections.append(Section(id="all-verdicts", title=_("All verdicts", lang), part="appendix",
                             html=f'<p>{esc(lead)}</p>{all_claims_table(claims, lang)}'))
-    tick("all verdicts")
+    tick(sections[-1].title)
     timings = {name: sec for name, sec in verify.data["timings"].items() if name != "total"}
     provenance = {
         "environment": verify.environment,

@@ -36,9 +36,18 @@ def error_box(message: str, code: str = "", err: BaseException | None = None) ->
     return f'<div class="error-box" role="alert"><p>{esc(message)}{named}</p>{detail}</div>'
 
 
+class Verbatim(str):
+    """A table cell quoted as written in English (a model's text): marked ``lang="en"``, so that the
+    Chinese page says what it quotes, for readers, fonts and the test that looks for English."""
+
+
+def _cell(c: object) -> str:
+    return f'<td lang="en">{esc(c)}</td>' if isinstance(c, Verbatim) else f"<td>{esc(c)}</td>"
+
+
 def table(header: list[str], rows: list[list[object]], cls: str = "") -> str:
     head = "".join(f"<th>{esc(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows)
+    body = "".join("<tr>" + "".join(_cell(c) for c in row) + "</tr>" for row in rows)
     return f'<div class="table-wrap"><table class="{esc(cls)}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 

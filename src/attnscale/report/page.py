@@ -3,6 +3,7 @@ provenance footer. One self-contained HTML document: no external URL is ever loa
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 
@@ -60,6 +61,17 @@ def _sections(sections: list[Section], lang: str) -> str:
     return "".join(out)
 
 
+def group_name(timing: str, lang: str) -> str:
+    """A verification timing's key (``group 1: seed_numbers``, as the verification (run_claims) writes
+    it) as the group's number and title in ``lang``; a key of another form, as stored."""
+    from attnscale.stored_words import GROUP_TITLE
+
+    found = re.fullmatch(r"group (\d+): (\w+)", timing)
+    if not found or found[2] not in GROUP_TITLE:
+        return timing
+    return _("group {g}: {title}", lang, g=found[1], title=_(GROUP_TITLE[found[2]], lang))
+
+
 def footer(provenance: dict, sections: list[Section], lang: str) -> str:
     """Versions, seed, configuration, machine and the time each section took."""
     env = provenance.get("environment", {})
@@ -85,8 +97,8 @@ def footer(provenance: dict, sections: list[Section], lang: str) -> str:
         files = "<br>".join(esc(line) for line in provenance["experiment_files"])
         dl += f"<dt>{esc(_('result files', lang))}</dt><dd>{files}</dd>"
     # The verification's own groups first (as timed by its run, which may be a cached earlier one).
-    verify_rows = [(f'{_("verification", lang)} · {name}', sec) for name, sec in provenance.get("verify_timings", {}).items()
-                   if name != "total"]
+    verify_rows = [(f'{_("verification", lang)} · {group_name(name, lang)}', sec)
+                   for name, sec in provenance.get("verify_timings", {}).items() if name != "total"]
     times = "".join(f"<tr><td>{esc(name)}</td><td>{esc(seconds(float(sec)))}</td></tr>" for name, sec in verify_rows)
     times += "".join(f"<tr><td>{esc(s.title)}</td><td>{esc(seconds(s.seconds))}</td></tr>" for s in sections)
     total = provenance.get("total_seconds")

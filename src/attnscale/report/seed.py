@@ -115,7 +115,7 @@ def seed_sections(verify, lang: str, seed: int,
             html = provenance_line(verify, lang) + html
         sections.append(Section(id=chapter.replace("_", "-"), title=quick_title(seed_words.title(chapter, lang), verify, lang),
                                 html=html, part=part, verdicts=[c.get("verdict", "") for c in mine]))
-        tick(chapter)
+        tick(sections[-1].title)
     return sections
 
 

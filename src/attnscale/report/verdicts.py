@@ -11,6 +11,7 @@ from attnscale.i18n import N_, _
 from attnscale.report.html import esc, note
 from attnscale.report.numbers import number, percent
 from attnscale.report.text import pretty
+from attnscale.stored_words import METHOD_NAME
 
 # verdict → CSS class of its badge, its mark, its word, and the words after its count in the tally
 BADGE_CLASS = {"holds": "holds", "fails": "fails", "inconclusive": "inconclusive", "seed number wrong": "wrong"}
@@ -39,6 +40,12 @@ def worded(claim: dict, field: str, lang: str) -> str:
     return pretty((claim.get(f"{field}_zh") if lang == "zh" else None) or claim.get(field) or "")
 
 
+def method_name(claim: dict, lang: str) -> str:
+    """How the claim was checked, in ``lang`` (a result stores the English key of METHODS)."""
+    method = claim.get("method", "")
+    return _(METHOD_NAME[method], lang) if method in METHOD_NAME else method
+
+
 def _interval(claim: dict) -> str:
     low, high = claim.get("ci_low"), claim.get("ci_high")
     if low is None or high is None:
@@ -65,7 +72,7 @@ def claim_card(claim: dict, lang: str) -> str:
         facts.append((_ci_label(claim, lang), _interval(claim)))
     if claim.get("n_samples"):
         facts.append((_("samples", lang), number(int(claim["n_samples"]), digits=4)))
-    facts.append((_("method", lang), claim.get("method", "")))
+    facts.append((_("method", lang), method_name(claim, lang)))
     facts_html = "".join(f'<span><b>{esc(k)}</b><span class="mono">{esc(v)}</span></span>' for k, v in facts)
     extra = ""
     if claim.get("correct_value"):
@@ -115,7 +122,7 @@ def all_claims_table(claims: list[dict], lang: str) -> str:
         cells = [esc(c.get("id", "")), esc(claim_text(c, lang)), badge(c.get("verdict", ""), lang),
                  esc(worded(c, "expected", lang)), esc(worded(c, "measured", lang)),
                  esc(_interval(c) + (f" ({percent(c['ci_level'])})" if _interval(c) and c.get("ci_level") else "")),
-                 esc(number(int(c["n_samples"]), digits=4) if c.get("n_samples") else ""), esc(c.get("method", ""))]
+                 esc(number(int(c["n_samples"]), digits=4) if c.get("n_samples") else ""), esc(method_name(c, lang))]
         rows.append("<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
     return (f'<div class="table-wrap"><table class="all-verdicts"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table></div>')

@@ -14,7 +14,7 @@ pure functions below.
 from __future__ import annotations
 
 from attnscale.i18n import N_, _
-from attnscale.report.html import para, table
+from attnscale.report.html import Verbatim, para, table
 from attnscale.report.narrow import legend_columns
 from attnscale.report.numbers import number
 from attnscale.report.plotting import SERIES, responsive_figure, style
@@ -310,7 +310,7 @@ def render(env, lang: str) -> str:
     parts.append(_table(a, d_ks, rules, lang))
     s = a["samples"]
     parts.append(p(_("Greedy continuations of “{prompt}” (AdamW at the reference's best rate, seed {seed}; in brackets the run's final validation bits per byte):", lang, prompt=s["prompt"], seed=s["seed"])))
-    sample = lambda text, bpb: (s["prompt"] + text + f" ({number(bpb, '.2f')})" if text is not None   # noqa: E731
+    sample = lambda text, bpb: (Verbatim(s["prompt"] + text + f" ({number(bpb, '.2f')})") if text is not None   # noqa: E731
                                 else _("(diverged)", lang))
     parts.append(table([_("rule", lang)] + [pretty(f"d_k = {d}") for d in s["d_ks"]],
                        [[pretty(_rule(row["rule"], lang))] + [sample(*tb) for tb in zip(row["texts"], row["final_bpb"])]

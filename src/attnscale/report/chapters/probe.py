@@ -16,6 +16,7 @@ from attnscale.report import plotting
 from attnscale.report.html import bullets, error_box, esc, note, para, table
 from attnscale.report.numbers import number
 from attnscale.report.plotting import figure_svg
+from attnscale.stored_words import SMOLLM2_WEIGHTS_NOTE, STRIKING_KINDS
 
 KIND = "probe/minilm"
 TITLE = N_("A real encoder: do its queries and keys obey the seed's assumptions?")
@@ -194,6 +195,12 @@ def layer_labels(model: dict, lang: str) -> list[str]:
     return labels
 
 
+def weights_note(model: dict, lang: str) -> str:
+    """The note on where the model's weights came from (a result stores it in English)."""
+    text = model["weights_note"]
+    return note(_("Note: {note}.", lang, note=_(text, lang) if text == SMOLLM2_WEIGHTS_NOTE else text))
+
+
 def scales_sentence(model: dict, lang: str) -> str | None:
     """Which scale each layer applies: one sentence when all agree, else each layer's. None for a
     result without the rules."""
@@ -266,7 +273,7 @@ def render(env, lang: str) -> str:
     if scales:
         parts.append(para(scales))
     if model.get("weights_note"):
-        parts.append(note(_("Note: {note}.", lang, note=model["weights_note"])))
+        parts.append(weights_note(model, lang))
     if not check["passed"]:
         failed = _("Check FAILED: the captured attention does not reproduce the model's own probabilities (largest difference {diff}, tolerance {tol}); no statistics are shown.", lang, diff=number(worst), tol=f"{check['tolerance']:g}")
         parts.append(error_box(failed))
@@ -298,7 +305,8 @@ def render(env, lang: str) -> str:
         found = ", ".join(f"{e['layer']}.{e['head']} ({number(e['value'])})" for e in entries)
         counted = entries[0].get("of") or 0
         more = f" — {_('{n} heads in all', lang, n=counted)}" if counted > len(entries) else ""
-        items.append(f"<li>{esc(what)}: {esc(found + more)}</li>")
+        kind = _(what, lang) if what in STRIKING_KINDS else what      # a result of an older attnscale: as stored
+        items.append(f"<li>{esc(_('{kind}: {heads}', lang, msgctxt='striking', kind=kind, heads=found + more))}</li>")
     if items:
         parts.append(f"<p>{esc(_('Striking heads (layer.head, value)', lang))}</p><ul>{''.join(items)}</ul>")
     return "\n".join(parts)

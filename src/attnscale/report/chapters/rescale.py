@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from attnscale.i18n import N_, _
 from attnscale.report import plotting
-from attnscale.report.chapters.probe import scales_sentence
-from attnscale.report.html import bullets, error_box, note, para, table
+from attnscale.report.chapters.probe import scales_sentence, weights_note
+from attnscale.report.html import Verbatim, bullets, error_box, para, table
 from attnscale.report.numbers import number
+from attnscale.stored_words import BUILTIN_SOURCE
 
 KIND = "rescale/smollm2"
 TITLE = N_("Turning a trained LLM's attention scale: SmolLM2-135M with 1/√d_k × α")
@@ -143,17 +144,22 @@ def _what(data: dict, lang: str) -> str:
              "It shows how sensitive {model}, as trained, is to its scale — not what training with another scale would give (the training chapters answer that).", lang, model=model["name"], scales=scales_sentence(model, lang), removal=removal)
 
 
+def _source(source: str, lang: str) -> str:
+    """The text's source as a result stores it: a file's path, or the built-in sentences (worded)."""
+    return _(BUILTIN_SOURCE, lang) if source == BUILTIN_SOURCE else source
+
+
 def render(env, lang: str) -> str:
     data = env.data
     model, text = data["model"], data["text"]
     parts = [para(_what(data, lang))]
     if model.get("weights_note"):
-        parts.append(note(_("Note: {note}.", lang, note=model["weights_note"])))
+        parts.append(weights_note(model, lang))
     lm = _is_lm(data)
     if lm:
-        about = _("Text: {source}, {tokens} tokens in {windows} causal window(s) of up to {window} tokens, {predicted} of them predicted.", lang, source=text["source"], tokens=text["n_tokens"], windows=text["windows"], window=text["window"], predicted=text["tokens_predicted"])
+        about = _("Text: {source}, {tokens} tokens in {windows} causal window(s) of up to {window} tokens, {predicted} of them predicted.", lang, source=_source(text["source"], lang), tokens=text["n_tokens"], windows=text["windows"], window=text["window"], predicted=text["tokens_predicted"])
     else:
-        about = _("Text: {source}, {n} sentences, {tokens} tokens.", lang, source=text["source"], n=text["n_sequences"], tokens=text["n_tokens"])
+        about = _("Text: {source}, {n} sentences, {tokens} tokens.", lang, source=_source(text["source"], lang), n=text["n_sequences"], tokens=text["n_tokens"])
     parts.append(para(about))
     parts.append(_check(data, lang))
     parts.append(bullets(findings(data, lang)))
@@ -167,7 +173,7 @@ def render(env, lang: str) -> str:
         header = ["α", "CE", _("perplexity", lang), "H/ln n", _("max weight", lang), _("continuation", lang)]
         rows = [[f"{r['alpha']:g}", number(r["cross_entropy"], ".4f"), number(r["perplexity"], ".4g"),
                  number(a["mean_normalized_entropy"][f"{r['alpha']:g}"]), number(a["mean_max_weight"][f"{r['alpha']:g}"]),
-                 data["prompt"] + r["continuation"]] for r in data["alphas"]]
+                 Verbatim(data["prompt"] + r["continuation"])] for r in data["alphas"]]
     else:
         header = ["α", _("mean over sentences", lang), _("least similar sentence", lang), "H/ln n", _("max weight", lang)]
         rows = [[f"{r['alpha']:g}", number(r["cosine_mean"], ".4f"), number(r["cosine_min"], ".4f"),

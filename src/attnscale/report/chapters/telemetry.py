@@ -24,6 +24,9 @@ VERDICT_SENTENCES = {
     "missed": N_("{what} {pass_} at {where}: {ratio}× against a target of ≤ {target}× — missed by {excess}%."),
     "unmeasured": N_("{what} {pass_} at {where}: not measured (the run failed)."),
 }
+#: The result's passes and measures (its English keys) as the page names them.
+PASS_NAME = {"forward": N_("forward", "pass"), "forward+backward": N_("forward + backward", "pass")}
+MEASURE_NAME = {"time": N_("time", "measure"), "peak memory": N_("peak memory", "measure")}
 #: The monitor's outputs against the unmonitored model's: bit-for-bit equal or not.
 YES_NO = {True: N_("yes"), False: N_("no")}
 
@@ -31,6 +34,11 @@ YES_NO = {True: N_("yes"), False: N_("no")}
 def verdict_key(verdict: dict) -> str:
     """The key of :data:`VERDICT_SENTENCES` for one of the result's verdicts."""
     return "unmeasured" if verdict["ratio"] is None else "met" if verdict["met"] else "missed"
+
+
+def _named(names: dict, key: str, lang: str) -> str:
+    """``key`` of the result as ``names`` words it in ``lang``; a key this code does not know, as stored."""
+    return _(names[key], lang) if key in names else key
 
 
 def _case(row: dict, lang: str) -> str:
@@ -42,7 +50,8 @@ def _cell(row: dict, variant: str) -> str:
 
 
 def verdict_sentence(v: dict, lang: str) -> str:
-    return _(VERDICT_SENTENCES[verdict_key(v)], lang, what=v["measure"], pass_=v["pass"], where=_case(v, lang), ratio=number(v["ratio"], ".2f"),
+    return _(VERDICT_SENTENCES[verdict_key(v)], lang, what=_named(MEASURE_NAME, v["measure"], lang),
+              pass_=_named(PASS_NAME, v["pass"], lang), where=_case(v, lang), ratio=number(v["ratio"], ".2f"),
               target=number(v["target"], "g"), excess=number(None if v["excess"] is None else 100 * v["excess"], ".0f"))
 
 
@@ -67,11 +76,11 @@ def render(env, lang: str) -> str:
         others = [v for v in variants if v != "sdpa"]
         rows = [[_case(r, lang), f"{number(r['median_s']['sdpa'] * 1e3, '.0f')} ms"] + [_cell(r, v) for v in others]
                 for r in d["rows"] if r["pass"] == pass_]
-        parts += [para(_("{pass_}: time ÷ plain SDPA (lower is better; 1 = free).", lang, pass_=pass_)),
+        parts += [para(_("{pass_}: time ÷ plain SDPA (lower is better; 1 = free).", lang, pass_=_named(PASS_NAME, pass_, lang))),
                   table([_("case", lang), _("SDPA median", lang)] + others, rows)]
     if d["memory"]:
         variants = list(dict.fromkeys(v for r in d["memory"] for v in r["peak_rise_bytes"]))
-        rows = [[f"{r['pass']}, {_case(r, lang)}"] + [number(r["ratio_to_sdpa"].get(v), ".2f") for v in variants]
+        rows = [[f"{_named(PASS_NAME, r['pass'], lang)}, {_case(r, lang)}"] + [number(r["ratio_to_sdpa"].get(v), ".2f") for v in variants]
                 for r in d["memory"]]
         parts += [para(_("Peak memory rise ÷ plain SDPA, each variant in a fresh process.", lang)), table([_("case", lang)] + variants, rows)]
     parts.append(bullets(verdict_sentence(v, lang) for v in d["verdicts"]))

@@ -15,8 +15,10 @@ Two ops: ``torch.ops.attnscale_health.attention`` (forward: output and the per-r
 any PyTorch op; the four figures are marked non-differentiable (diagnostics, detached).
 
 When it cannot be built (no compiler, an unusual torch build), :func:`load_kernel` returns None and
-:func:`kernel_status` says why; attention then runs on composed PyTorch calls.
-``ATTNSCALE_NO_KERNEL=1`` in the environment disables the kernel on purpose.
+:func:`kernel_status` says why; attention then runs on composed PyTorch calls. A missing compiler is
+found before torch is asked (whose attempt would log a page-long warning first).
+``ATTNSCALE_NO_KERNEL=1`` in the environment disables the kernel on purpose. The library never
+prints: :func:`build_needed` tells a caller (the CLI) beforehand that the next load compiles.
 
 Two things the plain ``cpp_extension.load`` gets wrong, handled here: torch looks for ninja only on
 PATH, so a script run as ``.venv/bin/attnscale`` without an activated venv would not find the ninja
@@ -37,7 +39,7 @@ import threading
 import time
 from pathlib import Path
 
-__all__ = ["load_kernel", "kernel_status", "SOURCE", "STALE_LOCK_SECONDS", "BACKWARD_Q_BLOCK",
+__all__ = ["load_kernel", "kernel_status", "build_needed", "SOURCE", "STALE_LOCK_SECONDS", "BACKWARD_Q_BLOCK",
            "BACKWARD_KV_BLOCK"]
 
 SOURCE = Path(__file__).with_name("health_attention.cpp")
@@ -86,6 +88,8 @@ def load_kernel():
                 from torch.utils import cpp_extension
 
                 name = _build_name(torch)
+                if _compiler() is None:
+                    raise FileNotFoundError(f"no C++ compiler: {cpp_extension.get_cxx_compiler()!r} is not on PATH")
                 _find_ninja_next_to_python()
                 _clear_stale_lock(Path(cpp_extension._get_build_directory(name, False)) / "lock")
                 cpp_extension.load(name=name, sources=[str(SOURCE)], extra_cflags=list(_CFLAGS),
@@ -131,6 +135,29 @@ def _backward(ctx, dout, *_figures):
 
 def _register_autograd(torch) -> None:
     torch.library.register_autograd("attnscale_health::attention", _backward, setup_context=_setup_context)
+
+
+def _compiler() -> str | None:
+    """The path of the C++ compiler torch would run (``CXX``, else ``c++``), None when there is none."""
+    from torch.utils import cpp_extension
+
+    return shutil.which(cpp_extension.get_cxx_compiler())
+
+
+def build_needed() -> bool:
+    """Whether the next :func:`load_kernel` compiles (seconds): not tried yet in this process, not
+    disabled, a compiler there, and no finished build of this source in the cache."""
+    if "op" in _state or os.environ.get("ATTNSCALE_NO_KERNEL"):
+        return False
+    try:
+        import torch
+        from torch.utils import cpp_extension
+    except ImportError:
+        return False
+    if _compiler() is None:
+        return False
+    name = _build_name(torch)
+    return not (Path(cpp_extension._get_build_directory(name, False)) / f"{name}.so").is_file()
 
 
 def _find_ninja_next_to_python() -> None:
