@@ -50,6 +50,20 @@ def test_a_chapter_shows_own_full_else_reference_else_own_quick_and_says_which(t
     results.write("demo", {"answer": 4, "wall_s": 6.0, "cells_cached": 3, "cells": [{}] * 4}, seed=0, root=own)
     resumed = render_experiment(chapter, own, "en")
     assert "its last run took 6 s, reading 3 of its 4 cells from the cache of an earlier run" in resumed.html
+    # Re-analysed from its cache alone, a run's seconds are the re-analysis's: not given as its time
+    # (the shipped logit-growth read "its last run took 0 s").
+    results.write("demo", {"answer": 5, "wall_s": 0.07, "cells_cached": 4, "cells": [{}] * 4}, seed=0, root=own)
+    cached = render_experiment(chapter, own, "en")
+    assert "its run time is not recorded in the result: its last run read all 4 cells from the cache" in cached.html
+    assert "took 0 s" not in cached.html
+    assert "全部 4 个单元都读自先前运行的缓存" in render_experiment(chapter, own, "zh").html
+
+
+def test_a_run_under_half_a_second_is_not_said_to_take_0_s():
+    from attnscale.report.experiments import duration_text
+
+    assert duration_text(0.07, "en") == "under 1 s" and duration_text(0.07, "zh") == "不到 1 秒"
+    assert duration_text(0.0, "en") == "0 s" and duration_text(0.6, "en") == "1 s"
 
 
 SCALE_VS_DK = {"table": [

@@ -97,3 +97,31 @@ def test_a_rule_label_names_the_cap_of_the_result_or_of_the_rule():
     assert text.rule_label("inverse_dk", "zh") == "1/dₖ（µP）"
     with pytest.raises(KeyError, match="no_such_rule"):
         text.rule_label("no_such_rule", "en")
+
+
+def test_a_d_k_is_written_one_way_on_the_page_cards_and_axes(monkeypatch):
+    """A d_k is a dimension: "d_k = 4096" in the top cards and on the d_k axes, as in every verdict,
+    not "4,096" beside "4096" (counts and measured values keep their separators: 4,087)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from attnscale import results
+    from attnscale.report.figures import _dk_axis
+    from attnscale.report.seed import glance_html
+
+    monkeypatch.delenv(results.REFERENCE_ENV, raising=False)      # the shipped verification's figures
+    series = results.read_reference("verify").data["series"]
+    for lang in LANGS:
+        cards = glance_html(series, lang)
+        assert "dₖ = 4096" in cards and "4,096" not in cards, cards
+        assert "4,0" in cards                      # the measured Var(q·k), about 4,087, keeps its separator
+    fig, ax = plt.subplots()
+    try:
+        ax.plot([1, 1024, 4096], [1, 2, 3])
+        _dk_axis(ax, [1, 4, 16, 64, 256, 1024, 4096])
+        formatter = ax.xaxis.get_major_formatter()
+        assert [formatter(x, 0) for x in (4, 1024, 4096)] == ["4", "1024", "4096"]
+    finally:
+        plt.close(fig)

@@ -219,4 +219,8 @@ def test_rescale_help_runs():
 
     done = subprocess.run([sys.executable, "-m", "attnscale", "rescale", "--help"], capture_output=True, text=True)
     assert done.returncode == 0 and "smollm2|minilm|PATH" in done.stdout and "--max-tokens N" in done.stdout
-    assert "not training without it" in " ".join(done.stdout.split())
+    words = " ".join(done.stdout.split())
+    assert "not training without it" in words
+    # --text and the description apply to any decoder or encoder, not only to the two bundled models.
+    assert "a decoder or encoder-decoder reads it whole, an encoder one sentence per line" in words
+    assert "SmolLM2:" not in words and "(MiniLM)" not in words

@@ -46,8 +46,8 @@ def register(sub) -> None:
     p = add_command(
         sub, "rescale", help="multiply a trained model's attention scale by α: perplexity, entropy, continuations",
         description="Multiply every attention layer's scale by α (the model's own eager attention, nothing else "
-                    "changed) and measure next-token cross-entropy and perplexity (SmolLM2) or how far the "
-                    "sentence embeddings move (MiniLM), the mean row entropy and max weight per layer, and a "
+                    "changed) and measure next-token cross-entropy and perplexity (a decoder or "
+                    "encoder-decoder) or how far the sentence embeddings move (an encoder), the mean row entropy and max weight per layer, and a "
                     "greedy continuation of a fixed prompt. It measures the sensitivity of a model trained "
                     "with 1/√d_k, not training without it.",
         examples=EXAMPLES, after=AFTER)
@@ -55,8 +55,9 @@ def register(sub) -> None:
     p.add_argument("--alphas", default="1/8,1/4,1/2,1,2,4,8", metavar="A,B,...",
                    help="the factors, 1 among them (default 1/8,1/4,1/2,1,2,4,8)")
     p.add_argument("--text", metavar="FILE",
-                   help="UTF-8 text (SmolLM2: read whole; MiniLM: one sentence per line). Default: a fixed slice "
-                        "of pydoc_data.topics (SmolLM2), the built-in sentences (MiniLM)")
+                   help="UTF-8 text: a decoder or encoder-decoder reads it whole, an encoder one sentence per "
+                        "line. Default: a fixed slice of pydoc_data.topics (a decoder or encoder-decoder), the "
+                        "built-in sentences (an encoder)")
     p.add_argument("--max-tokens", type=int, default=None, metavar="N",
                    help=f"a decoder or encoder-decoder only: tokens read from the text's start (default "
                         f"{DEFAULT_TOKENS})")

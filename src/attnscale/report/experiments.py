@@ -83,6 +83,8 @@ def provenance_line(env: results.Envelope, lang: str) -> str:
 def duration_text(seconds: float, lang: str) -> str:
     """A run time for reading: "42 s", "16 min 12 s", "1 h 05 min"."""
     s = int(round(max(seconds, 0.0)))
+    if s == 0 and seconds > 0:        # "0 s" would read as "not measured" or "free"
+        return _("under 1 s", lang)
     if s < 60:
         return _("{s} s", lang, s=s)
     if s < 3600:
@@ -104,10 +106,17 @@ def source_line(env: results.Envelope, command: str, lang: str) -> str:
     reproduces it, with the time the run took as the result records it."""
     seconds = results.recorded_seconds(env)
     cached = env.data.get("cells_cached") if isinstance(env.data, dict) else None
+    cells = len(env.data.get("cells") or []) if isinstance(env.data, dict) else 0
     if seconds is None:
         took = _("its time is not recorded in the result", lang)
+    elif cached and cached >= cells:
+        # Every cell came from the cache: the recorded seconds are the re-analysis's (a fraction of a
+        # second to a few), not the experiment's, so they are not given as its time.
+        took = (_("its run time is not recorded in the result: its last run read all {cells} cells from the cache of an earlier run; the README gives the whole run's time", lang, cells=cells)
+                if env.origin == "reference" else
+                _("its run time is not recorded in the result: its last run read all {cells} cells from the cache of an earlier run", lang, cells=cells))
     elif cached:      # a resumed or re-analysed sweep: its last run's time is not what the cells cost
-        took = _("its last run took {time}, reading {cached} of its {cells} cells from the cache of an earlier run; the README gives the whole run's time", lang, time=duration_text(seconds, lang), cached=cached, cells=len(env.data.get("cells") or []))
+        took = _("its last run took {time}, reading {cached} of its {cells} cells from the cache of an earlier run; the README gives the whole run's time", lang, time=duration_text(seconds, lang), cached=cached, cells=cells)
     else:
         took = (_("it took {time} there", lang, time=duration_text(seconds, lang)) if env.origin == "reference"
                 else _("it took {time}", lang, time=duration_text(seconds, lang)))

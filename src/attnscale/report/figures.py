@@ -34,7 +34,9 @@ def _dk_axis(ax, values) -> None:
     ax.set_xscale("log", base=2)
     ticks = [v for v in values if v > 0 and math.log2(v).is_integer() and int(math.log2(v)) % 2 == 0] or list(values)
     ax.xaxis.set_major_locator(FixedLocator(ticks))
-    ax.xaxis.set_major_formatter(_IntFormatter())
+    # a d_k is a dimension, written as the page's text writes it (d_k = 4096), without the thousands
+    # separator of counts (_IntFormatter: 4,096 samples)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: f"{x:.0f}" if x >= 1 else f"{x:g}"))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("dₖ")

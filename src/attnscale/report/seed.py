@@ -143,7 +143,7 @@ def glance_html(data: dict, lang: str) -> str:
     try:
         g = next(iter(data["variance_vs_dk"].values()))
         i = len(g["d_k"]) - 1
-        d_k = number(g["d_k"][i], digits=4)
+        d_k = int(g["d_k"][i])      # a dimension: "d_k = 4096", as every other d_k on the page (not 4,096)
         said = pretty(_("the blog post says d_k = {d}", lang, d=d_k))
         cards.append((pretty(_("Var(q·k) at d_k = {d}, measured", lang, d=d_k)), number(g["estimate"][i], digits=4),
                       f'{_("CI", lang)} [{number(g["ci_low"][i], digits=4)}, {number(g["ci_high"][i], digits=4)}] · {said}'))
