@@ -86,7 +86,7 @@ from attnscale.errors import InputTypeError, require
 from attnscale.torch import hf_interface, nn_modules
 from attnscale.torch.sdpa_mask import MASKED_BELOW, attended, split_attn_mask
 
-__all__ = ["SDPACall", "Capture", "capture_sdpa", "MASKED_BELOW"]
+__all__ = ["SDPACall", "Capture", "capture_sdpa", "recomputing", "MASKED_BELOW"]
 
 
 @dataclass
@@ -322,6 +322,13 @@ def _mode_class():
     return _SDPAMode
 
 
+def recomputing() -> bool:
+    """Whether this call runs inside autograd's backward: a forward run there is activation
+    checkpointing's recomputation (torch.utils.checkpoint runs it from the backward, reentrant or
+    not). A thread-local read, no device sync."""
+    return require("torch", "torch")._C._current_graph_task_id() != -1
+
+
 def _make_interface_handler(cap: Capture):
     """What answers each call through transformers' attention interface (see the module docstring)."""
     torch = require("torch", "torch")
@@ -452,11 +459,26 @@ class capture_sdpa:
     def _lower_hook(self, module, args) -> None:
         # Under a compiled _call_impl (module.compile()) the hooks are traced: the mode, never
         # lifted by an eager exit, is still on the stack. torch.compile(model)'s wrapper runs them eagerly.
-        if not self._compiling():                   # paused: no hooks at all (pause removes them)
+        if self._compiling():                       # paused: no hooks at all (pause removes them)
+            return
+        if recomputing():
+            self._lower_for_rerun()
+        else:
             self._lower()
 
+    def _lower_for_rerun(self) -> None:
+        """The mode on torch's stack for a recomputation in the backward (activation checkpointing).
+        Autograd runs each backward node under the thread-local state captured when the backward
+        began and restores it when the node ends, so a mode pushed here leaves with the node: it is
+        pushed without touching ``_on`` (the forward's state), and only when not on the stack
+        already (twice on it, a call would be seen twice)."""
+        torch = require("torch", "torch")
+        stack = torch._C._len_torch_function_stack()
+        if not any(torch._C._get_function_stack_at(i) is self._mode for i in range(stack)):
+            self._mode.__enter__()
+
     def _lift_hook(self, module, args, output) -> None:
-        if not self._compiling():
+        if not (self._compiling() or recomputing()):   # a rerun's mode leaves with its backward node
             self._lift()
 
     def pause(self) -> None:

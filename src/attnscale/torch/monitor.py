@@ -86,8 +86,11 @@ bounded either way, over any number of steps. The cost controls ``every=N`` and 
 :class:`Monitor`.
 
 A "layer" is the attention module that made the call (see capture): a module that calls attention
-twice has both calls aggregated under its name; gradient checkpointing, which reruns the forward,
-counts its calls twice. Rows: see :mod:`attnscale.torch.monitor_aggregates` (empty, broken,
+twice has both calls aggregated under its name. Calls made while autograd's backward runs are
+activation checkpointing's recomputation (``torch.utils.checkpoint``, reentrant or not; a Hugging
+Face model's gradient checkpointing) and count once: their forward already counted. Replace mode
+still computes them itself, so that the backward differentiates the attention the forward ran;
+no figure, fallback or call is counted for them. Rows: see :mod:`attnscale.torch.monitor_aggregates` (empty, broken,
 saturated rows).
 
 Any SDPA layout is taken: q (..., H_q, L, d_k) with any number of leading dimensions (all folded
@@ -110,7 +113,7 @@ import numpy as np
 from attnscale.errors import InputError, InputTypeError, check_choice, check_count, require
 from attnscale.scales import Constant, SoftCap
 from attnscale.torch.functional import attention
-from attnscale.torch.capture import capture_sdpa
+from attnscale.torch.capture import capture_sdpa, recomputing
 from attnscale.torch.monitor_aggregates import Running, call_figures
 from attnscale.torch.monitor_records import CallRecord, HeadFigures, Step
 from attnscale.torch.sdpa_mask import split_attn_mask
@@ -242,6 +245,7 @@ class Monitor:
         self._step_fallbacks: Counter = Counter()
         self._step_calls = 0
         self._skip_observe = False
+        self._rerun = False                           # the call under way is a checkpoint's recomputation
         self._mask_cache = None
         self._capture = capture_sdpa(model, store=False, on_call=self.observe,
                                      replace=self.replace if mode == "replace" else None)
@@ -395,6 +399,8 @@ class Monitor:
             max_abs_logit=max(reach) if reach else math.nan, float16_overflow_rows=sum(p["overflow"])))
 
     def _fallback(self, reason: str) -> None:
+        if self._rerun:                               # counted when the forward ran
+            return
         self.fallbacks[reason] += 1
         self._step_fallbacks[reason] += 1
         self._counted = True
@@ -402,6 +408,10 @@ class Monitor:
     def observe(self, call) -> None:
         """Compute and fold in the figures of one :class:`~attnscale.torch.capture.SDPACall`."""
         counted, self._counted = self._counted, False
+        torch = require("torch", "torch")
+        if recomputing():                     # counted when the forward ran
+            self._skip_observe = False
+            return
         if self._skip_observe:                      # a replace-mode fallback with no figures
             self._skip_observe = False
             self._step_calls += 1
@@ -410,7 +420,6 @@ class Monitor:
         if self._mode == "replace" and call.source != "sdpa" and not counted:
             self._fallback("other attention")
             self._counted = False
-        torch = require("torch", "torch")
         with torch.no_grad():
             mask, bias = split_attn_mask(call.attn_mask)
             q, causal, picked = call.q, "top_left" if call.is_causal else False, self._rows_of(call.q)
@@ -453,6 +462,7 @@ class Monitor:
         if (not a["enable_gqa"] and q.dim() >= 3 and k.dim() >= 3 and k.shape[-3] not in (1, q.shape[-3])):
             return None                               # SDPA would not broadcast these heads
         grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+        self._rerun = recomputing()
         if a.get("need_weights"):
             self._fallback("attention weights asked")
             return None
@@ -475,8 +485,9 @@ class Monitor:
             self._fallback("unsupported")
             self._skip_observe = True
             return None
-        self._fold(name, q, k, v, stats, "replaced", len(self.calls) if self._history else -1,
-                   picked=self._rows_of(q))
+        if not self._rerun:
+            self._fold(name, q, k, v, stats, "replaced", len(self.calls) if self._history else -1,
+                       picked=self._rows_of(q))
         return out
 
 

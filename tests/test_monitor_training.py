@@ -1,0 +1,105 @@
+"""attnscale.torch.monitor where training runs: recomputed calls counted once, figures for causal
+models, discarded calls, sinks left to their owner, one model's calls only."""
+
+import dataclasses
+import math
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from attnscale.experiments.gpt import GPT, GPTConfig  # noqa: E402
+from attnscale.scales import InverseSqrtDk  # noqa: E402
+from attnscale.torch import Monitor  # noqa: E402
+from attnscale.torch.monitor import NoAttentionSeen  # noqa: E402
+
+F = torch.nn.functional
+
+
+def gpt(seed=0):
+    torch.manual_seed(seed)
+    config = GPTConfig(vocab=13, context=12, d_model=32, n_layers=2, d_k=8, init="fan_in", tied_head=False)
+    return GPT(config, InverseSqrtDk(), figures=False)
+
+
+def tokens(seed=1):
+    return torch.randint(0, 13, (3, 12), generator=torch.Generator().manual_seed(seed))
+
+
+def checkpointed(net, reentrant):
+    """Each block's forward rerun by torch.utils.checkpoint in the backward."""
+    from torch.utils.checkpoint import checkpoint
+
+    for block in net.blocks:
+        block.forward = (lambda f: lambda x: checkpoint(f, x, use_reentrant=reentrant))(block.forward)
+    return net
+
+
+def train_steps(net, mode, steps=2):
+    """Monitored training steps of ``net``: the steps, the gradients of the last and the loss."""
+    out = []
+    with Monitor(net, mode=mode) as mon:
+        for step in range(steps):
+            x = tokens(step)
+            loss = F.cross_entropy(net(x)[:, :-1].flatten(0, 1), x[:, 1:].flatten())
+            net.zero_grad()
+            loss.backward()
+            out.append(mon.step(step))
+        calls = list(mon.calls)
+    return out, [p.grad.clone() for p in net.parameters()], calls
+
+
+@pytest.mark.parametrize("mode", ["observe", "replace"])
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_checkpointed_blocks_count_their_calls_once(mode, reentrant):
+    """A checkpointed GPT reruns each block's attention in the backward; the monitor reports the
+    calls, rows and figures of the same model unchecked, bit for bit, and replace mode's gradients
+    are those of the attention it computed in the forward."""
+    plain, plain_grads, plain_calls = train_steps(gpt(), mode)
+    rerun, rerun_grads, rerun_calls = train_steps(checkpointed(gpt(), reentrant), mode)
+    assert [s.calls for s in rerun] == [s.calls for s in plain] == [2, 2]
+    assert [dataclasses.asdict(h) for s in rerun for h in s.heads] == \
+        [dataclasses.asdict(h) for s in plain for h in s.heads]
+    assert len(rerun_calls) == len(plain_calls) == 4
+    assert all(s.fallbacks == {} for s in rerun)
+    for a, b in zip(rerun_grads, plain_grads):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_a_recomputed_fallback_is_counted_once():
+    """Replace mode's fallbacks (dropout here) during a checkpoint's recomputation are not counted again."""
+    from torch.utils.checkpoint import checkpoint
+
+    class Dropped(torch.nn.Module):
+        def forward(self, x):
+            return F.scaled_dot_product_attention(x, x, x, dropout_p=0.5)
+
+    layer = Dropped()
+    x = torch.randn(1, 2, 5, 8, requires_grad=True)
+    with Monitor(layer, mode="replace") as mon:
+        checkpoint(layer, x, use_reentrant=False).sum().backward()
+        step = mon.step(0)
+    assert step.calls == 1 and step.fallbacks == {"dropout": 1} and mon.fallbacks == {"dropout": 1}
+
+
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+def test_a_transformers_model_with_gradient_checkpointing_counts_each_call_once(impl):
+    transformers = pytest.importorskip("transformers")
+
+    def run(checkpointing):
+        torch.manual_seed(0)
+        config = transformers.LlamaConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                          num_key_value_heads=2, intermediate_size=64, attn_implementation=impl)
+        net = transformers.LlamaForCausalLM(config).train()
+        if checkpointing:
+            # transformers 5 renamed it; 4.x has only the old name
+            (getattr(net, "activation_checkpointing_enable", None) or net.gradient_checkpointing_enable)()
+        x = tokens().clamp(max=49)
+        with Monitor(net) as mon:
+            net(input_ids=x, labels=x).loss.backward()
+            return mon.step(0)
+
+    plain, rerun = run(False), run(True)
+    assert rerun.calls == plain.calls == 2
+    assert [dataclasses.asdict(h) for h in rerun.heads] == [dataclasses.asdict(h) for h in plain.heads]
