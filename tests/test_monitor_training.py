@@ -103,3 +103,52 @@ def test_a_transformers_model_with_gradient_checkpointing_counts_each_call_once(
     plain, rerun = run(False), run(True)
     assert rerun.calls == plain.calls == 2
     assert [dataclasses.asdict(h) for h in rerun.heads] == [dataclasses.asdict(h) for h in plain.heads]
+
+
+@pytest.mark.parametrize("mode", ["observe", "replace"])
+def test_a_causal_models_single_key_rows_are_counted_apart(mode):
+    """Random-weight causal GPT: the first query of each sequence attends one key. It is counted in
+    rows_single (3 sequences), not in rows, saturation or the entropy figures, whose smallest is
+    then that of a row with two keys or more; its logit stays in the logit figures."""
+    net = gpt()
+    x = tokens()
+    with torch.no_grad(), Monitor(net, mode=mode) as mon:
+        net(x)
+        step = mon.step(0)
+    from attnscale.torch import capture_sdpa
+
+    with torch.no_grad(), capture_sdpa(net) as cap:
+        net(x)
+    for call, layer in zip(cap.calls, ("blocks.0.attn", "blocks.1.attn")):
+        logits = call.logits()                                  # (3, H, 12, 12), float64
+        p = logits.softmax(-1)
+        entropy = -(p * logits.log_softmax(-1)).nan_to_num().sum(-1)[:, :, 1:]   # rows with ≥ 2 keys
+        top = p.amax(-1)[:, :, 1:]
+        for h in [f for f in step.heads if f.layer == layer]:
+            assert (h.rows, h.rows_single, h.rows_empty, h.rows_broken) == (3 * 11, 3, 0, 0)
+            assert h.entropy_min > 0.05
+            assert h.entropy_min == pytest.approx(float(entropy[:, h.head].min()), rel=1e-5)
+            assert h.entropy_mean == pytest.approx(float(entropy[:, h.head].mean()), rel=1e-5)
+            assert h.saturated_rows == int((top[:, h.head] > 0.99).sum()) < 3
+            finite = logits[:, h.head][torch.isfinite(logits[:, h.head])]
+            assert h.max_logit == pytest.approx(float(finite.max()), rel=1e-5)
+            assert h.min_logit == pytest.approx(float(finite.min()), rel=1e-5)
+
+
+def test_a_call_of_single_key_rows_only_keeps_its_logits():
+    """One query, one key (a decoder's first token): no entropy figure, the logit reported."""
+
+    class One(torch.nn.Module):
+        def forward(self, q, k):
+            return F.scaled_dot_product_attention(q, k, k)
+
+    q, k = torch.randn(1, 2, 1, 8, dtype=torch.float64), torch.randn(1, 2, 1, 8, dtype=torch.float64)
+    layer = One()
+    with Monitor(layer) as mon:
+        layer(q, k)
+        step = mon.step(0)
+    for h in step.heads:
+        assert (h.rows, h.rows_single, h.saturated_rows) == (0, 1, 0)
+        assert math.isnan(h.entropy_mean) and math.isnan(h.entropy_min)
+        assert h.max_logit == h.min_logit == pytest.approx(float(q[0, h.head, 0] @ k[0, h.head, 0]) / math.sqrt(8))
+    assert step.to_json()["heads"][0]["why_null"] == "every attended row attended a single key"

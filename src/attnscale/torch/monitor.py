@@ -91,7 +91,8 @@ activation checkpointing's recomputation (``torch.utils.checkpoint``, reentrant 
 Face model's gradient checkpointing) and count once: their forward already counted. Replace mode
 still computes them itself, so that the backward differentiates the attention the forward ran;
 no figure, fallback or call is counted for them. Rows: see :mod:`attnscale.torch.monitor_aggregates` (empty, broken,
-saturated rows).
+saturated and single-key rows: a causal model's first query attends one key, and is counted
+apart in ``rows_single``, out of the entropy and saturation figures).
 
 Any SDPA layout is taken: q (..., H_q, L, d_k) with any number of leading dimensions (all folded
 into the batch), or 3-D (N, L, d_k), which has no head axis and is counted as one head.
@@ -119,9 +120,13 @@ from attnscale.torch.monitor_records import CallRecord, HeadFigures, Step
 from attnscale.torch.sdpa_mask import split_attn_mask
 
 __all__ = ["Monitor", "CallRecord", "HeadFigures", "Step", "MODES", "TRAINING_BACKEND", "NoAttentionSeen",
-           "AGREEMENT", "HISTORY_CALLS", "ROW_SEED"]
+           "AGREEMENT", "HISTORY_CALLS", "ROW_SEED", "FALLBACK_REASONS"]
 
 MODES = ("observe", "replace")
+# Every reason replace mode counts a fallback under (``mon.fallbacks``, ``Step.fallbacks``; the
+# module docstring says what each means), in a fixed order: what combine_step packs.
+FALLBACK_REASONS = ("dropout", "learned mask", "fully masked row", "attention weights asked", "unsupported",
+                    "other attention")
 # The backend of replace mode when gradients are needed: "auto", the fused kernel with its own
 # flash-style backward (memory O(L·d)) on CPU where it builds, FlexAttention's own backward on CUDA
 # where it compiles, else the composed path.
@@ -203,8 +208,8 @@ class Monitor:
     >>> layer = SelfAttention()
     >>> with Monitor(layer) as mon:
     ...     _ = layer(torch.randn(1, 2, 5, 8))
-    >>> [(f.layer, f.head, f.rows, f.entropy_min) for f in mon.summary()]   # row 0 sees one key
-    [('SelfAttention', 0, 5, 0.0), ('SelfAttention', 1, 5, 0.0)]
+    >>> [(f.layer, f.head, f.rows, f.rows_single) for f in mon.summary()]   # row 0 sees one key: apart
+    [('SelfAttention', 0, 4, 1), ('SelfAttention', 1, 4, 1)]
     """
 
     def __init__(self, model=None, backend: str = "auto", mode: str = "observe", sinks=(), history: bool | int = True,
@@ -392,7 +397,7 @@ class Monitor:
             return
         *lead, H_q, L, d_k = q.shape if q.dim() > 3 else (q.shape[0], 1, *q.shape[1:])
         p = run.plain()
-        reach = [r for r, n in zip(p["max_abs_logit"], p["rows"]) if n]
+        reach = [r for r in p["max_abs_logit"] if r > -math.inf]       # −inf: the head saw no logit
         self.calls.append(CallRecord(
             index=index, layer=layer, shape=(math.prod(lead), H_q, L, k.shape[-2], d_k, v.shape[-1]),
             dtype=str(q.dtype).replace("torch.", ""), source=source, backend=stats.backend,
@@ -548,7 +553,7 @@ def _head_figures(layer: str, run: Running, entropies: dict) -> list[HeadFigures
     for h, rows in enumerate(p["rows"]):
         e = entropies.get((layer, h))
         median = float(np.median(np.concatenate(e).astype(np.float64))) if rows and e else nan
-        read = rows + p["rows_empty"][h] + p["rows_broken"][h]
+        read = rows + p["rows_empty"][h] + p["rows_broken"][h] + p["rows_single"][h]
         mean = p["entropy_sum"][h] / rows if rows else nan
         spread = (p["entropy_squares"][h] - rows * mean * mean) / (rows - 1) if rows > 1 else nan
         unread = 1.0 - read / run.population if run.population else 0.0
@@ -558,6 +563,11 @@ def _head_figures(layer: str, run: Running, entropies: dict) -> list[HeadFigures
             rows_broken=p["rows_broken"][h], saturated_rows=p["saturated"][h],
             float16_overflow_rows=p["overflow"][h], entropy_mean=mean,
             entropy_median=median, entropy_min=p["entropy_min"][h] if rows else nan,
-            max_logit=p["max_logit"][h] if rows else nan, min_logit=p["min_logit"][h] if rows else nan,
-            max_abs_logit=p["max_abs_logit"][h] if rows else nan, rows_of=run.population, entropy_mean_se=se))
+            # The logits of single-key and broken rows count: −inf/+inf here are the reductions'
+            # identities, no logit seen (an overflowed +inf max is a logit, and stays).
+            max_logit=hi if (hi := p["max_logit"][h]) > -math.inf else nan,
+            min_logit=lo if (lo := p["min_logit"][h]) < math.inf else nan,
+            max_abs_logit=top if (top := p["max_abs_logit"][h]) > -math.inf else nan,
+            rows_of=run.population, entropy_mean_se=se, rows_single=p["rows_single"][h],
+            entropy_sum=p["entropy_sum"][h]))
     return out
