@@ -152,3 +152,80 @@ def test_a_call_of_single_key_rows_only_keeps_its_logits():
         assert math.isnan(h.entropy_mean) and math.isnan(h.entropy_min)
         assert h.max_logit == h.min_logit == pytest.approx(float(q[0, h.head, 0] @ k[0, h.head, 0]) / math.sqrt(8))
     assert step.to_json()["heads"][0]["why_null"] == "every attended row attended a single key"
+
+
+class Causal(torch.nn.Module):
+    def forward(self, x):
+        return F.scaled_dot_product_attention(x, x, x, is_causal=True)
+
+
+def test_discard_drops_the_calls_since_the_step_silently_and_counts_no_step():
+    layer, x = Causal(), torch.randn(1, 2, 6, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoAttentionSeen)
+        with Monitor(layer, every=2) as mon:
+            layer(x)
+            first = mon.step(0)
+            mon.discard()                                           # nothing since: no warning either
+            layer(x)                                                # step 1 is not measured
+            mon.step(1)
+            layer(2 * x)                                            # an evaluation between steps
+            mon.discard()
+            layer(x)
+            again = mon.step(2)
+            summary = mon.summary()
+            calls = len(mon.calls)
+    assert again.measured and [dataclasses.asdict(h) for h in again.heads] == \
+        [dataclasses.asdict(h) for h in first.heads]
+    assert calls == 2 and [h.calls for h in summary] == [2, 2]
+    assert [h.entropy_median for h in summary] == [h.entropy_median for h in first.heads]
+
+
+def test_the_monitor_leaves_the_sinks_it_was_given_open():
+    class Sink:
+        closed = False
+        got = 0
+
+        def write(self, step):
+            assert not self.closed
+            self.got += 1
+
+        def close(self):
+            self.closed = True
+
+    sink, layer = Sink(), Causal()
+    with Monitor(layer, sinks=[sink]) as mon:
+        layer(torch.randn(1, 2, 5, 8))
+        mon.step(0)
+    assert sink.got == 1 and not sink.closed
+
+
+def test_a_monitor_sees_its_own_models_calls_only():
+    a, b, x = Causal(), Causal(), torch.randn(1, 2, 5, 8)
+    for mode in ("observe", "replace"):
+        with Monitor(a, mode=mode) as mon:
+            b(x)                                                    # before a's first call: the mode is on
+            a(x)
+            b(x)
+            step = mon.step(0)
+        assert step.calls == 1 and {h.layer for h in step.heads} == {"Causal"} and step.heads[0].calls == 1
+        assert torch.equal(b(x), F.scaled_dot_product_attention(x, x, x, is_causal=True))
+
+
+def test_reduce_combines_before_the_sinks():
+    seen = []
+
+    class Sink:
+        def write(self, step):
+            seen.append(step)
+
+    def reduce(step):
+        return dataclasses.replace(step, calls=10 * step.calls)
+
+    layer = Causal()
+    with Monitor(layer, sinks=[Sink()], reduce=reduce) as mon:
+        layer(torch.randn(1, 2, 5, 8))
+        step = mon.step(0)
+    assert step.calls == 10 and seen == [step]
+    with pytest.raises(TypeError, match="reduce: expected a function of a Step"):
+        Monitor(layer, reduce=3)

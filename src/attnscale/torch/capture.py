@@ -62,6 +62,8 @@ How calls are found (each once):
   its SDPA call from the mode; the mode sees ``F.multi_head_attention_forward`` instead, and the
   call is rebuilt from its arguments by :mod:`attnscale.torch.nn_modules` (which says why the
   modules then take their standard path, never their fused fast path).
+- Only ``model``'s calls, when given: a call while none of its modules runs (another model run
+  inside the context) is left to that model, unseen and uncounted.
 - Module names: with ``model`` given, the innermost of its modules running at the call — the
   attention module an interface call names, else the nearest caller frame that calls one of them
   (``nn.Module.__call__``: a helper module's method called from a layer's forward names the layer, as
@@ -164,7 +166,9 @@ class Capture:
         if self._store:
             self.calls.append(call)
 
-    def _innermost_name(self) -> str:
+    def _innermost_name(self) -> str | None:
+        """The running module's name; None when a model is given and none of its modules runs (a
+        call of another model, run while the mode is on torch's stack: its calls are not seen)."""
         if self._names is None:
             return self._stack[-1] if self._stack else ""
         # The innermost of the model's modules running is the nearest caller frame that is one of them
@@ -180,7 +184,7 @@ class Capture:
                     return self._names[id(owner)]
                 nearest = nearest or self._names[id(owner)]
             frame = frame.f_back
-        return nearest
+        return nearest or None
 
     def _module_name(self, module) -> str | None:
         """The name of an attention module handed over by the interface; None when it is not the model's."""
@@ -219,6 +223,8 @@ def _module_call(cap: Capture, func, args, kwargs):
     run as it is, and recorded as ``"module"``."""
     torch = require("torch", "torch")
     name = cap._innermost_name()
+    if name is None:                                      # another model's module
+        return func(*args, **(kwargs or {}))
     replacing = cap._replace is not None
     # Observing needs no graph; replacing does, through the projections.
     with contextlib.nullcontext() if replacing else torch.no_grad():
@@ -308,9 +314,11 @@ def _mode_class():
                 return func(*args, **(kwargs or {}))
             if torch.compiler.is_compiling():
                 return _compiled_call(torch, cap, func, args, kwargs)
+            name = cap._innermost_name()
+            if name is None:                              # another model's call: not ours to see
+                return func(*args, **(kwargs or {}))
             cap._sdpa_seen += 1
             a = _sdpa_arguments(args, kwargs)
-            name = cap._innermost_name()
             if cap._replace is not None:
                 out = cap._replace(name, a)
                 if out is not None:

@@ -173,9 +173,15 @@ class Monitor:
 
     backend: passed to :func:`attnscale.torch.attention` ("auto", "kernel", "flex", "composed", "chunked").
     mode: "observe" (bit-for-bit outputs, figures recomputed) or "replace" (one pass, outputs equal
-    SDPA's to rounding; see the module docstring). sinks: objects with ``write(step: Step)`` and
-    ``close()`` (:mod:`attnscale.torch.sinks`) that :meth:`step` hands each step to; closed
-    when the context exits. history: keep per-call records and per-row entropies (the medians) for
+    SDPA's to rounding; see the module docstring). sinks: objects with ``write(step: Step)``
+    (:mod:`attnscale.torch.sinks`) that :meth:`step` hands each step to. The sinks stay their
+    owner's: the monitor writes to them and never closes them (whoever opened a sink closes it;
+    :class:`~attnscale.torch.sinks.JSONLSink` and ``TensorBoardSink`` are context managers).
+    reduce: None, or a function of a :class:`Step` returning the Step to report, applied to each
+    measured step before the sinks: ``reduce=combine_step``
+    (:func:`attnscale.torch.distributed.combine_step`) combines every rank's figures, and then only
+    rank 0 of ``torch.distributed`` (when initialised) writes the sinks; :meth:`step` returns the
+    reduced step on every rank (a collective: every rank closes the same steps). history: keep per-call records and per-row entropies (the medians) for
     the context's first :data:`HISTORY_CALLS` calls (an int: that many; False: none). Each step's
     median needs only that step's rows and is kept whatever the count; the context's median is NaN
     once calls went unrecorded (``mon.history_full``). Memory stays bounded either way.
@@ -213,7 +219,7 @@ class Monitor:
     """
 
     def __init__(self, model=None, backend: str = "auto", mode: str = "observe", sinks=(), history: bool | int = True,
-                 every: int = 1, rows: int | None = None):
+                 every: int = 1, rows: int | None = None, reduce=None):
         from attnscale.torch.functional import BACKENDS
 
         check_choice("backend", backend, BACKENDS)
@@ -225,8 +231,10 @@ class Monitor:
             raise InputTypeError(f"history: expected True, False or a number of calls >= 0, got {history!r}")
         sinks = list(sinks)
         for s in sinks:
-            if not (callable(getattr(s, "write", None)) and callable(getattr(s, "close", None))):
-                raise InputTypeError(f"sinks: expected objects with write(step) and close(), got {type(s).__name__}")
+            if not callable(getattr(s, "write", None)):
+                raise InputTypeError(f"sinks: expected objects with write(step), got {type(s).__name__}")
+        if reduce is not None and not callable(reduce):
+            raise InputTypeError(f"reduce: expected a function of a Step (combine_step) or None, got {reduce!r}")
         torch = require("torch", "torch")
         if model is not None and not isinstance(model, torch.nn.Module):
             raise InputTypeError(f"model: expected a torch.nn.Module or None, got {type(model).__name__}")
@@ -238,6 +246,7 @@ class Monitor:
         self._backend = backend
         self._mode = mode
         self._sinks = sinks
+        self._reduce = reduce
         self._history = HISTORY_CALLS if history is True else int(history)   # calls recorded, at most
         self.history_full = False                     # some calls went unrecorded: no context median
         self._every, self._rows = int(every), rows
@@ -249,6 +258,7 @@ class Monitor:
         self._step_entropies: dict[tuple[str, int], list] = {}  # the same arrays, this step's
         self._step_fallbacks: Counter = Counter()
         self._step_calls = 0
+        self._calls_at_step, self._full_at_step = 0, False      # what discard() goes back to
         self._skip_observe = False
         self._rerun = False                           # the call under way is a checkpoint's recomputation
         self._mask_cache = None
@@ -303,22 +313,47 @@ class Monitor:
         result = Step(step=int(global_step), calls=self._step_calls, fallbacks=dict(self._step_fallbacks), heads=heads)
         if not self._step_calls:
             self._warn_nothing_seen(f"in step {int(global_step)}", stacklevel=3)
+        self._new_step()
+        if self._reduce is not None:
+            result = self._reduce(result)
+        if log and self._writes():
+            for sink in self._sinks:
+                sink.write(result)
+        return result
+
+    def discard(self) -> None:
+        """Drop every call since the previous :meth:`step` (an evaluation between training steps):
+        they are in no step and not in :meth:`summary` (nor ``calls``, nor ``fallbacks``), no
+        warning is given, and no step is counted (``every=N`` measures the same steps)."""
+        self.fallbacks.subtract(self._step_fallbacks)
+        self.fallbacks = +self.fallbacks              # drop the zeros
+        for record in self.calls[self._calls_at_step:]:        # the context's medians lose their rows
+            for h in range(self._current[record.layer].heads):
+                self._entropies[(record.layer, h)].pop()
+        del self.calls[self._calls_at_step:]
+        self.history_full = self._full_at_step
+        self._new_step()
+
+    def _new_step(self) -> None:
+        """Forget the calls of the step under way (folded into the context's totals or discarded)."""
         self._current = {}
         self._capture._capture._compiled = 0          # compiled graphs' calls are named by their order in a step
         self._step_entropies = {}
         self._mask_cache = None
         self._step_fallbacks = Counter()
         self._step_calls = 0
-        if log:
-            for sink in self._sinks:
-                sink.write(result)
-        return result
+        self._calls_at_step, self._full_at_step = len(self.calls), self.history_full
+
+    def _writes(self) -> bool:
+        """Whether this process writes the sinks: every process, but with ``reduce`` rank 0 alone."""
+        if self._reduce is None:
+            return True
+        dist = require("torch", "torch").distributed
+        return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
 
     def close(self, warn: bool = True) -> None:
-        """Close the sinks (the monitor's context does it on exit), and warn (unless ``warn=False``)
-        when no attention call was seen at all."""
-        for sink in self._sinks:
-            sink.close()
+        """Warn (unless ``warn=False``) when no attention call was seen at all; the monitor's context
+        does it on exit. The sinks are left open: they are their owner's."""
         if warn and not self._calls_seen:
             self._warn_nothing_seen("while the monitor was active", stacklevel=4)
 
