@@ -196,8 +196,9 @@ def test_fallbacks_are_counted_and_still_observed_where_they_can_be():
         def forward(self, q, k):
             return F.scaled_dot_product_attention(q, k, k)
 
-    with Monitor(NoKeys(), mode="replace") as mon:                        # SDPA takes S = 0 keys; we refuse
-        out = NoKeys()(x, x[:, :, :0])
+    no_keys = NoKeys()
+    with Monitor(no_keys, mode="replace") as mon:                         # SDPA takes S = 0 keys; we refuse
+        out = no_keys(x, x[:, :, :0])
     assert out.shape == x.shape
     assert mon.fallbacks == {"unsupported": 1} and mon.summary() == []
 
