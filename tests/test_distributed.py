@@ -4,6 +4,7 @@ them; one process runs both ranks' batches. The combined figures equal the singl
 (counts exactly, the rest to float64/float32 rounding), are bit-identical on both ranks, and the
 clipped weights are identical on both ranks."""
 
+import dataclasses
 import json
 import math
 import os
@@ -146,8 +147,10 @@ def test_two_gloo_ranks_combine_to_the_figures_of_one_process_on_both_batches(tm
 def head(**kw):
     base = dict(layer="a", head=0, calls=1, rows=4, rows_empty=0, rows_broken=0, saturated_rows=1,
                 float16_overflow_rows=0, entropy_mean=0.5, entropy_median=0.5, entropy_min=0.0, max_logit=3.0,
-                min_logit=-1.0, max_abs_logit=3.0)
-    return HeadFigures(**{**base, **kw})
+                min_logit=-1.0, max_abs_logit=3.0, rows_single=1, rows_of=5)
+    base.update(kw)
+    rows = base["rows"]
+    return HeadFigures(**{"entropy_sum": base["entropy_mean"] * rows if rows else 0.0, **base})
 
 
 def test_without_a_process_group_the_step_is_its_own_combination():
@@ -175,7 +178,15 @@ def test_the_packing_reduces_like_one_process(monkeypatch):
     assert h0.entropy_mean == pytest.approx((0.5 * 4 + 1.0 * 6) / 10)
     assert (h0.entropy_min, h0.max_logit, h0.min_logit, h0.max_abs_logit) == (0.0, 7.0, -8.0, 8.0)
     assert math.isnan(h0.entropy_median)
+    assert (h0.rows_single, h0.rows_of, h0.entropy_sum) == (2, 10, pytest.approx(0.5 * 4 + 1.0 * 6))
     assert h1.rows == 0 and h1.rows_empty == 8 and all(math.isnan(getattr(h1, f)) for f in FLOATS)
+    # A rank whose head had broken rows only (an overflow to +inf): its +inf is the combined max.
+    broken = head(rows=0, rows_broken=2, entropy_mean=math.nan, entropy_min=math.nan, max_logit=math.inf,
+                  min_logit=1.0, max_abs_logit=math.inf)
+    one = Step(step=1, calls=1, fallbacks={}, heads=[head()])
+    c = _reduce(np.stack([_pack(one), _pack(dataclasses.replace(one, heads=[broken]))]), one)
+    assert (c.heads[0].max_logit, c.heads[0].min_logit, c.heads[0].rows_broken) == (math.inf, -1.0, 2)
+    assert c.heads[0].entropy_min == 0.0 and c.heads[0].rows == 4
     with pytest.raises(InputError, match=r"fallback reasons \['made up'\] are not among"):
         _pack(Step(step=1, calls=1, fallbacks={"made up": 1}, heads=[head()]))
 

@@ -36,7 +36,7 @@ def test_the_example_trains_monitored_and_clipped_in_one_or_two_processes(tmp_pa
                                                     "--standalone", "--nproc_per_node", "2"]
     steps, events, out = run(tmp_path, launcher)
     assert [s[0] for s in steps] == ["0", "2"], out                   # rank 0 alone prints
-    rows = 2 * 16 * 4 * 2 * world                                     # batch × context × heads × layers × ranks
+    rows = 2 * 15 * 4 * 2 * world              # batch × (context − the first query, one key) × heads × layers × ranks
     assert all(int(s[1]) == rows for s in steps)
     assert int(steps[-1][3]) > 0                                      # τ = 1 clips
     assert len(events) == 1 and events[0].stat().st_size > 0          # one writer: rank 0's

@@ -80,7 +80,8 @@ def test_the_transformers_callback_logs_the_documented_keys_on_the_logging_steps
     # A step is one optimiser step: two micro-batches of 2 sequences, one call per layer each.
     assert reported[4]["attn/calls"] == 2 * 2
     last = callback.watch.last                                           # the monitor's own figures of step 4
-    assert last.step == 4 and {h.rows for h in last.heads} == {2 * 2 * 10}
+    # Each sequence's first query attends one key: counted apart from the rows.
+    assert last.step == 4 and {(h.rows, h.rows_single) for h in last.heads} == {(2 * 2 * 9, 2 * 2)}
     h = last.heads[5]
     assert reported[4][f"attn/{h.layer}/head{h.head}/entropy_mean"] == h.entropy_mean
     assert reported[4]["attn/clipped_heads"] == 0.0                      # τ = 1000: nothing to clip
@@ -135,7 +136,7 @@ def test_the_lightning_callback_logs_the_documented_keys_on_the_loggers_steps(tm
     last = [r for r in rows if r.get("attn/calls")][-1]
     assert float(last["attn/calls"]) == 2 * 2                             # two micro-batches × two layers
     h = callback.watch.last.heads[3]
-    assert callback.watch.last.step == 4 and h.rows == 2 * 3 * 8
+    assert callback.watch.last.step == 4 and (h.rows, h.rows_single) == (2 * 3 * 7, 2 * 3)
     assert float(last[f"attn/{h.layer}/head{h.head}/max_logit"]) == pytest.approx(h.max_logit, rel=1e-6)
 
 

@@ -70,7 +70,7 @@ def test_a_compiled_tiny_llama_is_seen_whole():
             out = fast(tokens).logits
             step = mon.step(0)
     assert torch.equal(out, own)
-    assert len(step.heads) == 2 * 4 and all(h.rows == 2 * 12 for h in step.heads)
+    assert len(step.heads) == 2 * 4 and all((h.rows, h.rows_single) == (2 * 11, 2) for h in step.heads)
 
 
 def test_a_new_monitor_compiles_nothing_new(compiled):

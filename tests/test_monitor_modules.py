@@ -56,17 +56,20 @@ def batch():
 
 
 def entropy_figures(weights):
-    """(B, H, L, S) probabilities → per head [(rows, mean entropy, min entropy)], float64."""
+    """(B, H, L, S) probabilities → per head [(rows, mean entropy, min entropy, single-key rows)],
+    float64, over the rows that attend two keys or more (the monitor counts the others apart)."""
     e = torch.special.entr(weights.double()).sum(-1)                   # (B, H, L)
-    return [(e[:, h].numel(), float(e[:, h].mean()), float(e[:, h].min())) for h in range(e.shape[1])]
+    multi = (weights > 0).sum(-1) >= 2
+    return [(int(multi[:, h].sum()), float(e[:, h][multi[:, h]].mean()), float(e[:, h][multi[:, h]].min()),
+             int((~multi[:, h]).sum())) for h in range(e.shape[1])]
 
 
 def assert_heads_match(figures, layer, reference, rtol=1e-5, atol=1e-5):
     """The monitor's heads of ``layer`` against entropy_figures of the model's own probabilities."""
     mine = [f for f in figures if f.layer == layer]
     assert [f.head for f in mine] == list(range(len(reference)))
-    for f, (rows, mean, low) in zip(mine, reference):
-        assert f.rows == rows and f.rows_empty == 0 and f.rows_broken == 0
+    for f, (rows, mean, low, single) in zip(mine, reference):
+        assert f.rows == rows and f.rows_single == single and f.rows_empty == 0 and f.rows_broken == 0
         assert f.entropy_mean == pytest.approx(mean, rel=rtol, abs=atol)
         assert f.entropy_min == pytest.approx(low, rel=rtol, abs=atol)
 

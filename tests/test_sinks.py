@@ -93,7 +93,9 @@ def test_tensorboard_sink_holds_the_step_figures(tmp_path):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    steps = run_steps([TensorBoardSink(log_dir=tmp_path)])
+    sink = TensorBoardSink(log_dir=tmp_path)
+    steps = run_steps([sink])
+    sink.close()                                      # the sink is ours: the monitor leaves it open
     events = EventAccumulator(str(tmp_path))
     events.Reload()
     tags = events.Tags()["scalars"]

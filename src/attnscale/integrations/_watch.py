@@ -5,7 +5,6 @@ are documented once, in :mod:`attnscale.integrations`)."""
 from __future__ import annotations
 
 import math
-import warnings
 
 from attnscale.errors import InputTypeError
 
@@ -88,12 +87,7 @@ class Watch:
 
     def discard(self) -> None:
         """Drop the calls seen since the last step (an evaluation between steps): they are no step's."""
-        from attnscale.torch.monitor import NoAttentionSeen
-
-        with warnings.catch_warnings():
-            # Usually nothing ran since the last step; that is no news here.
-            warnings.simplefilter("ignore", NoAttentionSeen)
-            self.monitor.step(-1, log=False)
+        self.monitor.discard()
 
     def end_step(self, global_step: int, combine: bool = True):
         """Close the optimiser step ``global_step``: its figures combined over the ranks (a collective:

@@ -62,6 +62,8 @@ How calls are found (each once):
   its SDPA call from the mode; the mode sees ``F.multi_head_attention_forward`` instead, and the
   call is rebuilt from its arguments by :mod:`attnscale.torch.nn_modules` (which says why the
   modules then take their standard path, never their fused fast path).
+- Only ``model``'s calls, when given: a call while none of its modules runs (another model run
+  inside the context) is left to that model, unseen and uncounted.
 - Module names: with ``model`` given, the innermost of its modules running at the call — the
   attention module an interface call names, else the nearest caller frame that calls one of them
   (``nn.Module.__call__``: a helper module's method called from a layer's forward names the layer, as
@@ -86,7 +88,7 @@ from attnscale.errors import InputTypeError, require
 from attnscale.torch import hf_interface, nn_modules
 from attnscale.torch.sdpa_mask import MASKED_BELOW, attended, split_attn_mask
 
-__all__ = ["SDPACall", "Capture", "capture_sdpa", "MASKED_BELOW"]
+__all__ = ["SDPACall", "Capture", "capture_sdpa", "recomputing", "MASKED_BELOW"]
 
 
 @dataclass
@@ -164,7 +166,9 @@ class Capture:
         if self._store:
             self.calls.append(call)
 
-    def _innermost_name(self) -> str:
+    def _innermost_name(self) -> str | None:
+        """The running module's name; None when a model is given and none of its modules runs (a
+        call of another model, run while the mode is on torch's stack: its calls are not seen)."""
         if self._names is None:
             return self._stack[-1] if self._stack else ""
         # The innermost of the model's modules running is the nearest caller frame that is one of them
@@ -180,7 +184,7 @@ class Capture:
                     return self._names[id(owner)]
                 nearest = nearest or self._names[id(owner)]
             frame = frame.f_back
-        return nearest
+        return nearest or None
 
     def _module_name(self, module) -> str | None:
         """The name of an attention module handed over by the interface; None when it is not the model's."""
@@ -219,6 +223,8 @@ def _module_call(cap: Capture, func, args, kwargs):
     run as it is, and recorded as ``"module"``."""
     torch = require("torch", "torch")
     name = cap._innermost_name()
+    if name is None:                                      # another model's module
+        return func(*args, **(kwargs or {}))
     replacing = cap._replace is not None
     # Observing needs no graph; replacing does, through the projections.
     with contextlib.nullcontext() if replacing else torch.no_grad():
@@ -308,9 +314,11 @@ def _mode_class():
                 return func(*args, **(kwargs or {}))
             if torch.compiler.is_compiling():
                 return _compiled_call(torch, cap, func, args, kwargs)
+            name = cap._innermost_name()
+            if name is None:                              # another model's call: not ours to see
+                return func(*args, **(kwargs or {}))
             cap._sdpa_seen += 1
             a = _sdpa_arguments(args, kwargs)
-            name = cap._innermost_name()
             if cap._replace is not None:
                 out = cap._replace(name, a)
                 if out is not None:
@@ -320,6 +328,13 @@ def _mode_class():
             return out
 
     return _SDPAMode
+
+
+def recomputing() -> bool:
+    """Whether this call runs inside autograd's backward: a forward run there is activation
+    checkpointing's recomputation (torch.utils.checkpoint runs it from the backward, reentrant or
+    not). A thread-local read, no device sync."""
+    return require("torch", "torch")._C._current_graph_task_id() != -1
 
 
 def _make_interface_handler(cap: Capture):
@@ -452,11 +467,26 @@ class capture_sdpa:
     def _lower_hook(self, module, args) -> None:
         # Under a compiled _call_impl (module.compile()) the hooks are traced: the mode, never
         # lifted by an eager exit, is still on the stack. torch.compile(model)'s wrapper runs them eagerly.
-        if not self._compiling():                   # paused: no hooks at all (pause removes them)
+        if self._compiling():                       # paused: no hooks at all (pause removes them)
+            return
+        if recomputing():
+            self._lower_for_rerun()
+        else:
             self._lower()
 
+    def _lower_for_rerun(self) -> None:
+        """The mode on torch's stack for a recomputation in the backward (activation checkpointing).
+        Autograd runs each backward node under the thread-local state captured when the backward
+        began and restores it when the node ends, so a mode pushed here leaves with the node: it is
+        pushed without touching ``_on`` (the forward's state), and only when not on the stack
+        already (twice on it, a call would be seen twice)."""
+        torch = require("torch", "torch")
+        stack = torch._C._len_torch_function_stack()
+        if not any(torch._C._get_function_stack_at(i) is self._mode for i in range(stack)):
+            self._mode.__enter__()
+
     def _lift_hook(self, module, args, output) -> None:
-        if not self._compiling():
+        if not (self._compiling() or recomputing()):   # a rerun's mode leaves with its backward node
             self._lift()
 
     def pause(self) -> None:

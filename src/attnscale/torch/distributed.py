@@ -5,8 +5,8 @@ packs a rank's :class:`~attnscale.torch.monitor_records.Step` into one float64 v
 vectors of every rank of the group with ONE collective (``all_gather_single``), and reduces
 them on each rank in rank order::
 
-    calls, rows, rows_empty, rows_broken, saturated_rows, float16_overflow_rows    sum
-    Σ entropy (= entropy_mean · rows)                                            sum
+    calls, rows, rows_empty, rows_broken, rows_single, saturated_rows,
+    float16_overflow_rows, rows_of, entropy_sum                                  sum
     max_logit, max_abs_logit                                                     max
     entropy_min, min_logit                                                       min
 
@@ -14,7 +14,7 @@ so every rank holds the same combined figures, bit for bit (the same numbers red
 order): the figures of one process that saw every rank's rows (counts exactly; sums and the mean
 within float64 rounding; extremes exactly), and the logit guard clips identically on every rank
 when each gives it the combined step. Gathering rather than all-reducing is what lets one call
-carry sums, maxima and minima at once; it moves world × (9 + 11 · heads) numbers: kilobytes.
+carry sums, maxima and minima at once; it moves world × (9 + 13 · heads) numbers: kilobytes.
 
     with Monitor(ddp_model, mode="replace", history=False) as mon:    # no sinks: rank 0 writes below
         for step, batch in enumerate(batches):
@@ -25,9 +25,9 @@ carry sums, maxima and minima at once; it moves world × (9 + 11 · heads) numbe
                 sink.write(combined)
 
 What cannot be combined from a step's figures: ``entropy_median`` (each rank keeps its own rows'
-entropies only with history=True; combined it is NaN), and a rank whose head had only broken rows
-(rows = 0, rows_broken > 0) reports no max_logit, so its +inf (an overflow) is not seen in the
-combined max (``rows_broken`` and ``float16_overflow_rows`` still count it). Every rank must report
+entropies only with history=True; combined it is NaN) and ``entropy_mean_se`` (rows=K; combined
+it is 0.0). A rank's logit figures count whatever rows it attended (a +inf max from broken rows
+only is kept: an overflow on one rank is the combined max). Every rank must report
 the same layers and heads in the same order (the same model, each layer called in the step); a
 rank that does not is an :class:`InputError` on every rank, naming the layouts.
 """
@@ -41,16 +41,14 @@ import zlib
 import numpy as np
 
 from attnscale.errors import InputError, InputTypeError, require
+from attnscale.torch.monitor import FALLBACK_REASONS
 from attnscale.torch.monitor_records import HeadFigures, Step
 
 __all__ = ["combine_step", "FALLBACK_REASONS"]
 
-# The reasons Monitor counts replace-mode fallbacks under (see attnscale.torch.monitor): packed in
-# this order, so that one collective carries them. A reason not listed is refused, not dropped.
-FALLBACK_REASONS = ("dropout", "learned mask", "fully masked row", "attention weights asked", "unsupported",
-                    "other attention")
-
-_SUMS = ("calls", "rows", "rows_empty", "rows_broken", "saturated_rows", "float16_overflow_rows")
+# Fallback counts are packed in FALLBACK_REASONS' order, so that one collective carries them.
+_SUMS = ("calls", "rows", "rows_empty", "rows_broken", "rows_single", "saturated_rows", "float16_overflow_rows",
+         "rows_of")
 _MAXES = ("max_logit", "max_abs_logit")
 _MINS = ("entropy_min", "min_logit")
 _PER_HEAD = len(_SUMS) + 1 + len(_MAXES) + len(_MINS)     # + Σ entropy
@@ -68,7 +66,7 @@ def _checksum(layout) -> float:
 
 def _pack(step: Step) -> np.ndarray:
     """step → float64 (_HEADER + _PER_HEAD · heads,): header, then per head its sums, Σ entropy,
-    maxima and minima; a figure that does not exist (rows = 0) packs as the reduction's identity."""
+    maxima and minima; a figure that does not exist (NaN) packs as the reduction's identity."""
     unknown = sorted(set(step.fallbacks) - set(FALLBACK_REASONS))
     if unknown:
         raise InputError(f"step: fallback reasons {unknown} are not among the {list(FALLBACK_REASONS)} "
@@ -76,13 +74,12 @@ def _pack(step: Step) -> np.ndarray:
     out = np.empty(_HEADER + _PER_HEAD * len(step.heads))
     out[:_HEADER] = [_checksum(_layout(step)), len(step.heads), step.calls,
                      *(step.fallbacks.get(r, 0) for r in FALLBACK_REASONS)]
+    known = lambda v, identity: identity if math.isnan(v) else v   # noqa: E731
     for i, h in enumerate(step.heads):
-        seen = h.rows > 0
         out[_HEADER + _PER_HEAD * i: _HEADER + _PER_HEAD * (i + 1)] = [
-            *(getattr(h, f) for f in _SUMS),
-            h.entropy_mean * h.rows if seen else 0.0,
-            *(getattr(h, f) if seen else -math.inf for f in _MAXES),
-            *(getattr(h, f) if seen else math.inf for f in _MINS)]
+            *(getattr(h, f) for f in _SUMS), h.entropy_sum,
+            *(known(getattr(h, f), -math.inf) for f in _MAXES),
+            *(known(getattr(h, f), math.inf) for f in _MINS)]
     return out
 
 
@@ -97,10 +94,12 @@ def _reduce(gathered: np.ndarray, template: Step) -> Step:
     for i, h in enumerate(template.heads):
         counts = {f: int(sums[i, j]) for j, f in enumerate(_SUMS)}
         rows = counts["rows"]
-        figures = {f: float(v) if rows else math.nan for f, v in [*zip(_MAXES, maxes[i]), *zip(_MINS, mins[i])]}
-        combined.append(HeadFigures(layer=h.layer, head=h.head, **counts,
+        # ±inf left by the reduction is its identity (no rank saw the figure), but a +inf max logit is an overflow.
+        logits = {f: float(v) if v > -math.inf else math.nan for f, v in zip(_MAXES, maxes[i])}
+        logits.update({f: float(v) if v < math.inf else math.nan for f, v in zip(_MINS, mins[i])})
+        combined.append(HeadFigures(layer=h.layer, head=h.head, **counts, entropy_sum=float(sums[i, s]),
                                     entropy_mean=float(sums[i, s] / rows) if rows else math.nan,
-                                    entropy_median=math.nan, **figures))
+                                    entropy_median=math.nan, **logits))
     header = gathered[:, :_HEADER].sum(axis=0)
     fallbacks = {r: int(n) for r, n in zip(FALLBACK_REASONS, header[3:]) if n}
     return dataclasses.replace(template, calls=int(header[2]), fallbacks=fallbacks, heads=combined)

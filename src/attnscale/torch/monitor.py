@@ -86,9 +86,13 @@ bounded either way, over any number of steps. The cost controls ``every=N`` and 
 :class:`Monitor`.
 
 A "layer" is the attention module that made the call (see capture): a module that calls attention
-twice has both calls aggregated under its name; gradient checkpointing, which reruns the forward,
-counts its calls twice. Rows: see :mod:`attnscale.torch.monitor_aggregates` (empty, broken,
-saturated rows).
+twice has both calls aggregated under its name. Calls made while autograd's backward runs are
+activation checkpointing's recomputation (``torch.utils.checkpoint``, reentrant or not; a Hugging
+Face model's gradient checkpointing) and count once: their forward already counted. Replace mode
+still computes them itself, so that the backward differentiates the attention the forward ran;
+no figure, fallback or call is counted for them. Rows: see :mod:`attnscale.torch.monitor_aggregates` (empty, broken,
+saturated and single-key rows: a causal model's first query attends one key, and is counted
+apart in ``rows_single``, out of the entropy and saturation figures).
 
 Any SDPA layout is taken: q (..., H_q, L, d_k) with any number of leading dimensions (all folded
 into the batch), or 3-D (N, L, d_k), which has no head axis and is counted as one head.
@@ -110,15 +114,19 @@ import numpy as np
 from attnscale.errors import InputError, InputTypeError, check_choice, check_count, require
 from attnscale.scales import Constant, SoftCap
 from attnscale.torch.functional import attention
-from attnscale.torch.capture import capture_sdpa
+from attnscale.torch.capture import capture_sdpa, recomputing
 from attnscale.torch.monitor_aggregates import Running, call_figures
 from attnscale.torch.monitor_records import CallRecord, HeadFigures, Step
 from attnscale.torch.sdpa_mask import split_attn_mask
 
 __all__ = ["Monitor", "CallRecord", "HeadFigures", "Step", "MODES", "TRAINING_BACKEND", "NoAttentionSeen",
-           "AGREEMENT", "HISTORY_CALLS", "ROW_SEED"]
+           "AGREEMENT", "HISTORY_CALLS", "ROW_SEED", "FALLBACK_REASONS"]
 
 MODES = ("observe", "replace")
+# Every reason replace mode counts a fallback under (``mon.fallbacks``, ``Step.fallbacks``; the
+# module docstring says what each means), in a fixed order: what combine_step packs.
+FALLBACK_REASONS = ("dropout", "learned mask", "fully masked row", "attention weights asked", "unsupported",
+                    "other attention")
 # The backend of replace mode when gradients are needed: "auto", the fused kernel with its own
 # flash-style backward (memory O(L·d)) on CPU where it builds, FlexAttention's own backward on CUDA
 # where it compiles, else the composed path.
@@ -165,9 +173,15 @@ class Monitor:
 
     backend: passed to :func:`attnscale.torch.attention` ("auto", "kernel", "flex", "composed", "chunked").
     mode: "observe" (bit-for-bit outputs, figures recomputed) or "replace" (one pass, outputs equal
-    SDPA's to rounding; see the module docstring). sinks: objects with ``write(step: Step)`` and
-    ``close()`` (:mod:`attnscale.torch.sinks`) that :meth:`step` hands each step to; closed
-    when the context exits. history: keep per-call records and per-row entropies (the medians) for
+    SDPA's to rounding; see the module docstring). sinks: objects with ``write(step: Step)``
+    (:mod:`attnscale.torch.sinks`) that :meth:`step` hands each step to. The sinks stay their
+    owner's: the monitor writes to them and never closes them (whoever opened a sink closes it;
+    :class:`~attnscale.torch.sinks.JSONLSink` and ``TensorBoardSink`` are context managers).
+    reduce: None, or a function of a :class:`Step` returning the Step to report, applied to each
+    measured step before the sinks: ``reduce=combine_step``
+    (:func:`attnscale.torch.distributed.combine_step`) combines every rank's figures, and then only
+    rank 0 of ``torch.distributed`` (when initialised) writes the sinks; :meth:`step` returns the
+    reduced step on every rank (a collective: every rank closes the same steps). history: keep per-call records and per-row entropies (the medians) for
     the context's first :data:`HISTORY_CALLS` calls (an int: that many; False: none). Each step's
     median needs only that step's rows and is kept whatever the count; the context's median is NaN
     once calls went unrecorded (``mon.history_full``). Memory stays bounded either way.
@@ -200,12 +214,12 @@ class Monitor:
     >>> layer = SelfAttention()
     >>> with Monitor(layer) as mon:
     ...     _ = layer(torch.randn(1, 2, 5, 8))
-    >>> [(f.layer, f.head, f.rows, f.entropy_min) for f in mon.summary()]   # row 0 sees one key
-    [('SelfAttention', 0, 5, 0.0), ('SelfAttention', 1, 5, 0.0)]
+    >>> [(f.layer, f.head, f.rows, f.rows_single) for f in mon.summary()]   # row 0 sees one key: apart
+    [('SelfAttention', 0, 4, 1), ('SelfAttention', 1, 4, 1)]
     """
 
     def __init__(self, model=None, backend: str = "auto", mode: str = "observe", sinks=(), history: bool | int = True,
-                 every: int = 1, rows: int | None = None):
+                 every: int = 1, rows: int | None = None, reduce=None):
         from attnscale.torch.functional import BACKENDS
 
         check_choice("backend", backend, BACKENDS)
@@ -217,8 +231,10 @@ class Monitor:
             raise InputTypeError(f"history: expected True, False or a number of calls >= 0, got {history!r}")
         sinks = list(sinks)
         for s in sinks:
-            if not (callable(getattr(s, "write", None)) and callable(getattr(s, "close", None))):
-                raise InputTypeError(f"sinks: expected objects with write(step) and close(), got {type(s).__name__}")
+            if not callable(getattr(s, "write", None)):
+                raise InputTypeError(f"sinks: expected objects with write(step), got {type(s).__name__}")
+        if reduce is not None and not callable(reduce):
+            raise InputTypeError(f"reduce: expected a function of a Step (combine_step) or None, got {reduce!r}")
         torch = require("torch", "torch")
         if model is not None and not isinstance(model, torch.nn.Module):
             raise InputTypeError(f"model: expected a torch.nn.Module or None, got {type(model).__name__}")
@@ -230,6 +246,7 @@ class Monitor:
         self._backend = backend
         self._mode = mode
         self._sinks = sinks
+        self._reduce = reduce
         self._history = HISTORY_CALLS if history is True else int(history)   # calls recorded, at most
         self.history_full = False                     # some calls went unrecorded: no context median
         self._every, self._rows = int(every), rows
@@ -241,7 +258,9 @@ class Monitor:
         self._step_entropies: dict[tuple[str, int], list] = {}  # the same arrays, this step's
         self._step_fallbacks: Counter = Counter()
         self._step_calls = 0
+        self._calls_at_step, self._full_at_step = 0, False      # what discard() goes back to
         self._skip_observe = False
+        self._rerun = False                           # the call under way is a checkpoint's recomputation
         self._mask_cache = None
         self._capture = capture_sdpa(model, store=False, on_call=self.observe,
                                      replace=self.replace if mode == "replace" else None)
@@ -294,22 +313,47 @@ class Monitor:
         result = Step(step=int(global_step), calls=self._step_calls, fallbacks=dict(self._step_fallbacks), heads=heads)
         if not self._step_calls:
             self._warn_nothing_seen(f"in step {int(global_step)}", stacklevel=3)
+        self._new_step()
+        if self._reduce is not None:
+            result = self._reduce(result)
+        if log and self._writes():
+            for sink in self._sinks:
+                sink.write(result)
+        return result
+
+    def discard(self) -> None:
+        """Drop every call since the previous :meth:`step` (an evaluation between training steps):
+        they are in no step and not in :meth:`summary` (nor ``calls``, nor ``fallbacks``), no
+        warning is given, and no step is counted (``every=N`` measures the same steps)."""
+        self.fallbacks.subtract(self._step_fallbacks)
+        self.fallbacks = +self.fallbacks              # drop the zeros
+        for record in self.calls[self._calls_at_step:]:        # the context's medians lose their rows
+            for h in range(self._current[record.layer].heads):
+                self._entropies[(record.layer, h)].pop()
+        del self.calls[self._calls_at_step:]
+        self.history_full = self._full_at_step
+        self._new_step()
+
+    def _new_step(self) -> None:
+        """Forget the calls of the step under way (folded into the context's totals or discarded)."""
         self._current = {}
         self._capture._capture._compiled = 0          # compiled graphs' calls are named by their order in a step
         self._step_entropies = {}
         self._mask_cache = None
         self._step_fallbacks = Counter()
         self._step_calls = 0
-        if log:
-            for sink in self._sinks:
-                sink.write(result)
-        return result
+        self._calls_at_step, self._full_at_step = len(self.calls), self.history_full
+
+    def _writes(self) -> bool:
+        """Whether this process writes the sinks: every process, but with ``reduce`` rank 0 alone."""
+        if self._reduce is None:
+            return True
+        dist = require("torch", "torch").distributed
+        return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
 
     def close(self, warn: bool = True) -> None:
-        """Close the sinks (the monitor's context does it on exit), and warn (unless ``warn=False``)
-        when no attention call was seen at all."""
-        for sink in self._sinks:
-            sink.close()
+        """Warn (unless ``warn=False``) when no attention call was seen at all; the monitor's context
+        does it on exit. The sinks are left open: they are their owner's."""
         if warn and not self._calls_seen:
             self._warn_nothing_seen("while the monitor was active", stacklevel=4)
 
@@ -388,13 +432,15 @@ class Monitor:
             return
         *lead, H_q, L, d_k = q.shape if q.dim() > 3 else (q.shape[0], 1, *q.shape[1:])
         p = run.plain()
-        reach = [r for r, n in zip(p["max_abs_logit"], p["rows"]) if n]
+        reach = [r for r in p["max_abs_logit"] if r > -math.inf]       # −inf: the head saw no logit
         self.calls.append(CallRecord(
             index=index, layer=layer, shape=(math.prod(lead), H_q, L, k.shape[-2], d_k, v.shape[-1]),
             dtype=str(q.dtype).replace("torch.", ""), source=source, backend=stats.backend,
             max_abs_logit=max(reach) if reach else math.nan, float16_overflow_rows=sum(p["overflow"])))
 
     def _fallback(self, reason: str) -> None:
+        if self._rerun:                               # counted when the forward ran
+            return
         self.fallbacks[reason] += 1
         self._step_fallbacks[reason] += 1
         self._counted = True
@@ -402,6 +448,10 @@ class Monitor:
     def observe(self, call) -> None:
         """Compute and fold in the figures of one :class:`~attnscale.torch.capture.SDPACall`."""
         counted, self._counted = self._counted, False
+        torch = require("torch", "torch")
+        if recomputing():                     # counted when the forward ran
+            self._skip_observe = False
+            return
         if self._skip_observe:                      # a replace-mode fallback with no figures
             self._skip_observe = False
             self._step_calls += 1
@@ -410,7 +460,6 @@ class Monitor:
         if self._mode == "replace" and call.source != "sdpa" and not counted:
             self._fallback("other attention")
             self._counted = False
-        torch = require("torch", "torch")
         with torch.no_grad():
             mask, bias = split_attn_mask(call.attn_mask)
             q, causal, picked = call.q, "top_left" if call.is_causal else False, self._rows_of(call.q)
@@ -453,6 +502,7 @@ class Monitor:
         if (not a["enable_gqa"] and q.dim() >= 3 and k.dim() >= 3 and k.shape[-3] not in (1, q.shape[-3])):
             return None                               # SDPA would not broadcast these heads
         grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+        self._rerun = recomputing()
         if a.get("need_weights"):
             self._fallback("attention weights asked")
             return None
@@ -475,8 +525,9 @@ class Monitor:
             self._fallback("unsupported")
             self._skip_observe = True
             return None
-        self._fold(name, q, k, v, stats, "replaced", len(self.calls) if self._history else -1,
-                   picked=self._rows_of(q))
+        if not self._rerun:
+            self._fold(name, q, k, v, stats, "replaced", len(self.calls) if self._history else -1,
+                       picked=self._rows_of(q))
         return out
 
 
@@ -537,7 +588,7 @@ def _head_figures(layer: str, run: Running, entropies: dict) -> list[HeadFigures
     for h, rows in enumerate(p["rows"]):
         e = entropies.get((layer, h))
         median = float(np.median(np.concatenate(e).astype(np.float64))) if rows and e else nan
-        read = rows + p["rows_empty"][h] + p["rows_broken"][h]
+        read = rows + p["rows_empty"][h] + p["rows_broken"][h] + p["rows_single"][h]
         mean = p["entropy_sum"][h] / rows if rows else nan
         spread = (p["entropy_squares"][h] - rows * mean * mean) / (rows - 1) if rows > 1 else nan
         unread = 1.0 - read / run.population if run.population else 0.0
@@ -547,6 +598,11 @@ def _head_figures(layer: str, run: Running, entropies: dict) -> list[HeadFigures
             rows_broken=p["rows_broken"][h], saturated_rows=p["saturated"][h],
             float16_overflow_rows=p["overflow"][h], entropy_mean=mean,
             entropy_median=median, entropy_min=p["entropy_min"][h] if rows else nan,
-            max_logit=p["max_logit"][h] if rows else nan, min_logit=p["min_logit"][h] if rows else nan,
-            max_abs_logit=p["max_abs_logit"][h] if rows else nan, rows_of=run.population, entropy_mean_se=se))
+            # The logits of single-key and broken rows count: −inf/+inf here are the reductions'
+            # identities, no logit seen (an overflowed +inf max is a logit, and stays).
+            max_logit=hi if (hi := p["max_logit"][h]) > -math.inf else nan,
+            min_logit=lo if (lo := p["min_logit"][h]) < math.inf else nan,
+            max_abs_logit=top if (top := p["max_abs_logit"][h]) > -math.inf else nan,
+            rows_of=run.population, entropy_mean_se=se, rows_single=p["rows_single"][h],
+            entropy_sum=p["entropy_sum"][h]))
     return out

@@ -3,8 +3,13 @@ arrays of H numbers, whatever the number of calls; and one call's figures folded
 
 A fully masked row counts in ``rows_empty`` and in no figure; a row whose logits overflowed to +inf
 or are NaN counts in ``rows_broken`` and in no entropy figure (an overflowed +inf does show as the
-head's max logit); a row is saturated when its largest weight, exp(max logit − lse), free from the
-kernel's figures, exceeds :data:`~attnscale.softmax_rows.SATURATED_WEIGHT`.
+head's max logit); a row that attends a single key (a causal model's first query) counts in
+``rows_single`` and in no entropy or saturation figure — its weight is 1 and its entropy 0 whatever
+the logits, so it says nothing of the attention's health — but in the logit figures (its logit is
+computed, can grow and overflow as any other). A row is saturated when its largest weight,
+exp(max logit − lse), free from the kernel's figures, exceeds :data:`~attnscale.softmax_rows.SATURATED_WEIGHT`.
+A row attends a single key when its largest and smallest attended logits are equal and its
+largest weight is above 1/2: equal logits over n keys weigh 1/n each, so only n = 1 passes.
 """
 
 from __future__ import annotations
@@ -19,17 +24,18 @@ from attnscale.torch.functional import FLOAT16_MAX
 __all__ = ["Running", "call_figures", "rows_by_head"]
 
 _LOG_SATURATED = math.log(SATURATED_WEIGHT)    # a row is saturated when its largest weight exceeds it
+_LOG_HALF = math.log(0.5)                      # equal logits above it: one key (see the module docstring)
 
 
 class Running:
     """Running aggregates of one layer's H heads, NumPy arrays of H numbers: counts of rows with no
-    entropy (empty or broken), empty and saturated rows, float16 overflows; the largest logit; the
-    smallest entropy and logit; Σ entropy. Plus the rows seen per head (an int)."""
+    entropy (empty or broken), empty, saturated and single-key rows, float16 overflows; the largest
+    logit; the smallest entropy and logit; Σ entropy. Plus the rows seen per head (an int)."""
 
     def __init__(self, heads: int):
         self.calls = self.total = 0
         self.population = 0                                  # rows of the calls, sampled or not (rows=K)
-        self.counts = np.zeros((3, heads), np.int64)        # no entropy, empty, saturated
+        self.counts = np.zeros((4, heads), np.int64)        # no entropy, empty, saturated, single key
         self.overflow = np.zeros(heads, np.int64)
         self.max_logit = np.full(heads, -np.inf)
         self.mins = np.full((2, heads), np.inf)              # entropy, logit
@@ -53,9 +59,10 @@ class Running:
 
     def plain(self) -> dict:
         """Python numbers per head: {name: list of H}."""
-        no_entropy, empty, saturated = self.counts.tolist()
+        no_entropy, empty, saturated, single = self.counts.tolist()
         hi, (ent_min, lo) = self.max_logit.tolist(), self.mins.tolist()
-        return {"rows": [self.total - n for n in no_entropy], "rows_empty": empty,
+        return {"rows": [self.total - n - s for n, s in zip(no_entropy, single)], "rows_empty": empty,
+                "rows_single": single,
                 "rows_broken": [n - e for n, e in zip(no_entropy, empty)], "saturated": saturated,
                 "overflow": self.overflow.tolist(), "entropy_sum": self.entropy_sum.tolist(),
                 "entropy_squares": self.entropy_squares.tolist(),
@@ -79,7 +86,8 @@ def call_figures(stats, population: int | None = None) -> tuple[Running, np.ndar
 
     An empty row has NaN entropy and logits and lse −inf; a broken one NaN entropy (its logits may be
     +inf): NaN-skipping reductions (fmax, fmin) leave both out of the entropy figures, and an
-    overflowed +inf logit stays visible in the head's max logit."""
+    overflowed +inf logit stays visible in the head's max logit. A single-key row's entropy is made
+    NaN in the returned entropies (no median takes it); its logits stay."""
     ent, hi, lo, lse = (rows_by_head(x) for x in (stats.entropy, stats.max_logit, stats.min_logit, stats.lse))
     rows = (0, 2)
     run = Running.__new__(Running)
@@ -87,8 +95,15 @@ def call_figures(stats, population: int | None = None) -> tuple[Running, np.ndar
     run.population = run.total if population is None else population
     nan = np.isnan(ent)
     with np.errstate(invalid="ignore"):                                 # inf − inf in a broken row: NaN, not saturated
-        saturated = np.count_nonzero(hi - lse > _LOG_SATURATED, axis=rows)
-    run.counts = np.stack([np.count_nonzero(nan, axis=rows), np.count_nonzero(lse == -np.inf, axis=rows), saturated])
+        top = hi - lse
+        single = (hi == lo) & (top > _LOG_HALF) & ~nan
+        saturated = np.count_nonzero((top > _LOG_SATURATED) & ~single, axis=rows)
+    singles = np.count_nonzero(single, axis=rows)
+    if singles.any():
+        ent = np.where(single, np.nan, ent)
+        nan = nan | single
+    run.counts = np.stack([np.count_nonzero(nan, axis=rows) - singles, np.count_nonzero(lse == -np.inf, axis=rows),
+                           saturated, singles])
     run.max_logit = np.fmax.reduce(hi, axis=rows, initial=-np.inf).astype(np.float64)
     run.mins = np.stack([np.fmin.reduce(ent, axis=rows, initial=np.inf),
                          np.fmin.reduce(lo, axis=rows, initial=np.inf)]).astype(np.float64)

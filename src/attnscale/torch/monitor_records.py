@@ -26,12 +26,16 @@ class CallRecord:
 @dataclass(frozen=True)
 class HeadFigures:
     """Figures of one head of one layer: over every row of every call seen in the monitor's context
-    (:meth:`Monitor.summary`), or over one step's calls (:meth:`Monitor.step`). NaN where no row counted."""
+    (:meth:`Monitor.summary`), or over one step's calls (:meth:`Monitor.step`). NaN where no row counted.
+
+    A row attending a single key (a causal model's first query) is left out of ``rows`` and of the
+    entropy and saturation figures, and counted in ``rows_single``: its weight is 1 and its entropy 0
+    whatever the model learnt. The logit figures take every attended row, those and broken ones too."""
 
     layer: str
     head: int
     calls: int
-    rows: int                  # rows with at least one attended key and finite logits
+    rows: int                  # rows with at least two attended keys and finite logits
     rows_empty: int            # fully masked rows (no figure)
     rows_broken: int           # rows with a NaN or +inf logit (no entropy figure)
     saturated_rows: int        # of ``rows``: largest weight > SATURATED_WEIGHT
@@ -39,11 +43,13 @@ class HeadFigures:
     entropy_mean: float        # nats
     entropy_median: float      # NaN with history=False
     entropy_min: float
-    max_logit: float           # largest attended logit (what the logit guard clips)
-    min_logit: float           # smallest attended logit
-    max_abs_logit: float       # max |logit|
+    max_logit: float           # largest attended logit, single-key and broken rows' too (what the logit guard clips)
+    min_logit: float           # smallest attended logit (same rows)
+    max_abs_logit: float       # max |logit| (same rows)
     rows_of: int = 0           # query rows of the calls; more than rows + rows_empty + rows_broken with rows=K
     entropy_mean_se: float = 0.0  # standard error of entropy_mean as the mean of all rows_of (0: every row read)
+    rows_single: int = 0       # rows attending a single key (weight 1, entropy 0): in the logit figures only
+    entropy_sum: float = 0.0   # Σ entropy over ``rows`` (nats): what a combination over ranks adds up
 
     @property
     def saturated_fraction(self) -> float:
@@ -72,7 +78,8 @@ class Step:
             entry = {k: (v if not isinstance(v, float) or math.isfinite(v) else None)
                      for k, v in {**vars(h), "saturated_fraction": h.saturated_fraction}.items()}
             if any(entry[k] is None for k in _STEP_FIGURES):
-                entry["why_null"] = ("no row attended any key" if h.rows + h.rows_broken == 0 else
+                entry["why_null"] = ("no row attended any key" if h.rows + h.rows_broken + h.rows_single == 0 else
+                                     "every attended row attended a single key" if h.rows + h.rows_broken == 0 else
                                      "every attended row had a NaN or +inf logit" if h.rows == 0 else
                                      "a non-finite figure")
             elif entry["entropy_median"] is None:

@@ -1,6 +1,7 @@
 """Where :meth:`attnscale.torch.monitor.Monitor.step` sends each step's per layer × head figures.
 
-A sink is any object with ``write(step: Step)`` and ``close()``; ``step`` is the
+A sink is any object with ``write(step: Step)``; whoever made it closes it (the monitor never
+does; both sinks here are context managers). ``step`` is the
 :class:`~attnscale.torch.monitor_records.Step` the monitor closed: ``step``, ``calls``,
 ``fallbacks`` and ``heads``, one :class:`~attnscale.torch.monitor_records.HeadFigures` per layer ×
 head (NaN for a figure that does not exist).
@@ -91,3 +92,9 @@ class TensorBoardSink:
         self.writer.flush()
         if self._owned:
             self.writer.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
