@@ -4,8 +4,16 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
+
+# torch 2.13's Inductor reuses a kernel compiled under another ATEN_CPU_CAPABILITY from its cache
+# (seen here: a compiled GPT then returns NaN, or glibc aborts on a corrupted heap). The suite is run
+# under a second arithmetic too (attnscale.experiments.reproduction.SECOND_ARITHMETIC), so each
+# capability compiles into a cache of its own, unless the user chose one.
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(
+    tempfile.gettempdir(), f"torchinductor_attnscale_{os.environ.get('ATEN_CPU_CAPABILITY') or 'default'}"))
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -38,8 +46,7 @@ def _no_reference_results():
 def _torch_process_settings_restored():
     """torch's deterministic flag and thread count as they were before each test: a training cell run
     in the test's own process sets both (deterministic kernels, one thread), and a later test must
-    not inherit them. (torch 2.13 on CPU: a torch.compile'd model run with deterministic algorithms
-    on one thread corrupts the heap — "malloc(): unaligned tcache chunk detected".)"""
+    not inherit them."""
     import sys
 
     torch = sys.modules.get("torch")
