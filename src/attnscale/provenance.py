@@ -9,7 +9,7 @@ import re
 import sys
 from importlib import metadata
 
-__all__ = ["environment", "cpu", "same_arithmetic", "cpu_text", "machine_text"]
+__all__ = ["environment", "cpu", "cpu_flags", "same_arithmetic", "cpu_text", "machine_text"]
 
 #: The fields of :func:`cpu` that decide the arithmetic of a float computation: the same values give
 #: the same instructions and BLAS kernels (MKL picks its kernels by CPU and by thread count), so a
@@ -36,15 +36,23 @@ def _cpu_model() -> str | None:
     return platform.processor() or None
 
 
+def cpu_flags() -> str:
+    """The CPU's instruction-set flags line (Linux's /proc/cpuinfo; elsewhere what
+    :func:`platform.processor` says)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line for line in f if line.startswith(("flags", "Features"))), "")
+    except OSError:
+        return platform.processor()
+
+
 def _flags_digest() -> str | None:
     """A short hash of the CPU's instruction-set flags: two CPUs sold under one model name (a
     virtual machine's "AMD EPYC") can differ in them."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            line = next((line for line in f if line.startswith(("flags", "Features"))), None)
-    except OSError:
+    line = cpu_flags()
+    if ":" not in line:
         return None
-    return None if line is None else hashlib.sha256(" ".join(sorted(line.split(":", 1)[1].split())).encode()).hexdigest()[:12]
+    return hashlib.sha256(" ".join(sorted(line.split(":", 1)[1].split())).encode()).hexdigest()[:12]
 
 
 def cpu() -> dict[str, object]:

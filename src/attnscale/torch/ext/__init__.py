@@ -39,6 +39,8 @@ import threading
 import time
 from pathlib import Path
 
+from attnscale.provenance import cpu_flags
+
 __all__ = ["load_kernel", "kernel_status", "build_needed", "SOURCE", "STALE_LOCK_SECONDS", "BACKWARD_Q_BLOCK",
            "BACKWARD_KV_BLOCK"]
 
@@ -54,21 +56,12 @@ _lock = threading.Lock()
 _state: dict[str, object] = {}
 
 
-def _cpu_flags() -> str:
-    """The CPU's instruction-set flags (Linux), so that a -march=native build is never reused on
-    another CPU sharing the cache folder."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((line for line in f if line.startswith(("flags", "Features"))), "")
-    except OSError:
-        return platform.processor()
-
-
 def _build_name(torch) -> str:
+    # The CPU's flags too: a -march=native build is never reused on another CPU sharing the cache.
     digest = hashlib.sha256()
     digest.update(SOURCE.read_bytes())
     for part in (str(SOURCE.resolve()), *_CFLAGS, *_LDFLAGS, torch.__version__, platform.machine(),
-                 torch.backends.cpu.get_cpu_capability(), _cpu_flags()):
+                 torch.backends.cpu.get_cpu_capability(), cpu_flags()):
         digest.update(part.encode())
     return f"attnscale_health_{digest.hexdigest()[:12]}"
 
