@@ -14,6 +14,7 @@ from html.parser import HTMLParser
 import pytest
 
 from attnscale import results
+from attnscale.provenance import cpu
 
 # Words that are names (people, models, papers' systems, tools), units, code or formula letters: any
 # run of English words made only of these is allowed. Everything else English is a finding. ("on" and
@@ -30,6 +31,15 @@ adamw-own-best sgd-own-best CPUs cores
 on scale
 """.split())
 WORD = r"[A-Za-z][A-Za-z0-9_'’-]*"
+
+
+def _cpu_model_words() -> frozenset[str]:
+    """The words of this machine's CPU model ("Intel(R) Xeon(R) Processor"): a vendor's name, shown
+    verbatim in the provenance of every result computed here, whichever CPU the tests run on."""
+    return frozenset(re.findall(WORD, cpu().get("model") or ""))
+
+
+ALLOWED = ALLOWED | _cpu_model_words()
 RUN = re.compile(rf"{WORD}(?:[ ,;:]+(?:\d+[ ,;:]+)?{WORD})+")   # two or more words in a row (a number between): a phrase
 QUOTED = re.compile(r"“[^”]*”|\"[^\"]*\"|《[^》]*》")
 SKIPPED = {"script", "style", "code", "metadata", "title"}
