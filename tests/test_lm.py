@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 
 from attnscale import attention as core_attention  # noqa: E402
 from attnscale.errors import InputError  # noqa: E402
-from attnscale.experiments import lm  # noqa: E402
+from attnscale.experiments import lm, training  # noqa: E402
 from attnscale.experiments.gpt import GPT, GPTConfig  # noqa: E402
 from test_runner import CountingBackend  # noqa: E402  (one counting backend for the sweep tests)
 from attnscale.experiments.sweeps import run_experiment  # noqa: E402
@@ -247,8 +247,8 @@ def test_lr_sensitivity_follows_its_definition():
             {"final_bpb": None, "init_bpb": 8.0}, {"final_bpb": 9.0, "init_bpb": 8.0}]
     scores = [lm.lr_score(r) for r in runs]
     assert scores == [3.0, 2.5, 8.0, 8.0]
-    assert lm.lr_sensitivity(scores) == pytest.approx((3.0 + 2.5 + 8.0 + 8.0) / 4 - 2.5)
-    assert lm.lr_sensitivity([2.5, 2.5]) == 0.0
+    assert training.lr_sensitivity(scores) == pytest.approx((3.0 + 2.5 + 8.0 + 8.0) / 4 - 2.5)
+    assert training.lr_sensitivity([2.5, 2.5]) == 0.0
 
 
 # --- the sweep -------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from attnscale.errors import InputError  # noqa: E402
-from attnscale.experiments import logit_growth, scale_vs_dk  # noqa: E402
+from attnscale.experiments import logit_growth, scale_vs_dk, training  # noqa: E402
 from attnscale.experiments.models import ScaledLogits  # noqa: E402
 from attnscale.experiments.runner import LocalBackend, SerialBackend, run_sweep  # noqa: E402
 from attnscale.experiments.sweeps import make_config, run_experiment  # noqa: E402
@@ -297,7 +297,9 @@ def test_steps_to_target_is_first_window_reaching_it():
 
 def test_lr_sensitivity_definition():
     # E[min(l, l0)] − min l over LRs, with a diverged (NaN) run counted as l0.
-    assert logit_growth.lr_sensitivity([2.0, 1.0, 5.0, float("nan")], 4.0) == pytest.approx((2 + 1 + 4 + 4) / 4 - 1)
+    capped = [training.capped_loss(l, 4.0) for l in (2.0, 1.0, 5.0, float("nan"), None)]
+    assert capped == [2.0, 1.0, 4.0, 4.0, 4.0]
+    assert training.lr_sensitivity(capped) == pytest.approx((2 + 1 + 4 + 4 + 4) / 5 - 1)
 
 
 def test_logit_growth_cells_finite_deterministic_and_learning():

@@ -28,7 +28,7 @@ import numpy as np
 from attnscale.errors import InputError
 
 __all__ = ["Estimate", "t_quantile", "z_quantile", "mean_ci", "quantile_ci", "adaptive_means",
-           "SAMPLERS", "draw_components", "prefix_dots", "prefix_dot_squares", "all_pairs_dot_square_means",
+           "SAMPLERS", "draw_components", "prefix_dots", "all_pairs_dot_square_means",
            "dot_variance_estimates"]
 
 
@@ -214,12 +214,6 @@ def prefix_dots(q: np.ndarray, k: np.ndarray, d_ks: Sequence[int]) -> np.ndarray
     acc = np.int64 if prod.dtype.kind in "iu" else np.float64
     segments = np.add.reduceat(prod, starts, axis=1, dtype=acc)
     return np.cumsum(segments, axis=1, dtype=np.float64)
-
-
-def prefix_dot_squares(q: np.ndarray, k: np.ndarray, d_ks: Sequence[int]) -> np.ndarray:
-    """(q·k)² at every d_k of an increasing grid (see :func:`prefix_dots`): (m, len(d_ks))."""
-    dots = prefix_dots(q, k, d_ks)
-    return dots * dots
 
 
 def batch_plan(max_samples: int | Sequence[int], n_estimates: int, widest: int, *, min_batches: int = 30,

@@ -38,9 +38,10 @@ from dataclasses import dataclass
 
 from attnscale.errors import InputError, check_count, check_positive
 from attnscale.experiments.cells import shared_settings
+from attnscale.experiments.training import capped_loss, lr_sensitivity
 from attnscale.scales import InverseSqrtDk
 
-__all__ = ["LogitCell", "LogitGrowthConfig", "gpt_config", "train_cell", "analyse", "lr_sensitivity", "KIND",
+__all__ = ["LogitCell", "LogitGrowthConfig", "gpt_config", "train_cell", "analyse", "KIND",
            "VARIANTS"]
 
 KIND = "logit-growth"
@@ -259,12 +260,6 @@ def train_cell(cell: LogitCell, stop_after: int | None = None) -> dict:
     }
 
 
-def lr_sensitivity(final_losses: list[float | None], init_loss: float) -> float:
-    """E over LRs of [min(ℓ, ℓ₀) − min ℓ] (Wortsman et al. 2023, §2); a diverged run (None or NaN) counts as ℓ₀."""
-    capped = [min(l, init_loss) if l is not None and math.isfinite(l) else init_loss for l in final_losses]
-    return statistics.fmean(capped) - min(capped)
-
-
 def _mean(values) -> float | None:
     values = [v for v in values if v is not None]
     return statistics.fmean(values) if values else None
@@ -290,7 +285,8 @@ def analyse(config: LogitGrowthConfig, cells: list[LogitCell], results: list[dic
         per_seed = []
         for seed in range(config.seeds):
             runs = [r for c, r in rows if c.variant == v and c.seed == seed]
-            per_seed.append(lr_sensitivity([r["final_loss"] for r in runs], statistics.fmean(r["init_loss"] for r in runs)))
+            init_loss = statistics.fmean(r["init_loss"] for r in runs)
+            per_seed.append(lr_sensitivity([capped_loss(r["final_loss"], init_loss) for r in runs]))
         sensitivity[v] = {"per_seed": per_seed, "mean": statistics.fmean(per_seed)}
         for lr in config.lrs:
             runs = [r for c, r in rows if c.variant == v and c.lr == lr]

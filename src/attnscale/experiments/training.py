@@ -6,6 +6,8 @@ The metrics read the rows that feed the loss (``rows``): for the readout model, 
 from __future__ import annotations
 
 import math
+import statistics
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -13,7 +15,8 @@ from attnscale.errors import InputError
 from attnscale.results import finite_or_none
 from attnscale.softmax_rows import SATURATED_WEIGHT
 
-__all__ = ["seed_everything", "process_settings", "restore_process_settings", "make_optimizer", "attention_metrics", "grad_norm"]
+__all__ = ["seed_everything", "process_settings", "restore_process_settings", "make_optimizer", "attention_metrics", "grad_norm",
+           "capped_loss", "lr_sensitivity"]
 
 
 # torch's process-wide settings as they were before seed_everything first changed them in this process.
@@ -114,3 +117,14 @@ def attention_metrics(logits, weights) -> dict[str, object]:
         "saturated_frac": float((p.max(-1).values > SATURATED_WEIGHT).double().mean()),
     }
 
+
+def capped_loss(final: float | None, initial: float) -> float:
+    """A run's loss as the LR sensitivity counts it: min(final, initial); a run that diverged (final
+    None or not finite) or ended worse than it began counts at its initial loss."""
+    return min(final, initial) if final is not None and math.isfinite(final) else initial
+
+
+def lr_sensitivity(scores: Sequence[float]) -> float:
+    """E over the rates of a log-spaced grid of the runs' capped losses (:func:`capped_loss`) minus the
+    best of them (Wortsman et al. 2023, arXiv 2309.14322, eq. 1): 0 when the rate does not matter."""
+    return statistics.fmean(scores) - min(scores)

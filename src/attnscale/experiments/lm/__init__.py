@@ -32,7 +32,7 @@ The package, by job: :mod:`.config` (the constants, one run and the sweep's conf
 :mod:`.analysis` (the learning-rate grids, the LR sensitivity, the verdicts, curves and samples).
 """
 
-from attnscale.experiments.lm.analysis import analyse, judge, lr_score, lr_sensitivity
+from attnscale.experiments.lm.analysis import analyse, judge, lr_score
 from attnscale.experiments.lm.ngram_baselines import baselines, beaten
 from attnscale.experiments.lm.config import (BACKEND, DEFAULT_RULES, KIND, LIKE_RATIO, OPTIMIZERS, PROGRESS_EVERY, PROMPT,
                                              REFERENCE_RULE, RULE_CHOICES, TARGET_FACTOR, VERDICTS, LMCell, LMConfig,
@@ -41,4 +41,4 @@ from attnscale.experiments.lm.train import train_cell
 
 __all__ = ["KIND", "RULE_CHOICES", "REFERENCE_RULE", "LMRun", "LMCell", "LMConfig", "train_cell", "analyse",
            "TARGET_FACTOR", "LIKE_RATIO", "VERDICTS", "DEFAULT_RULES", "OPTIMIZERS", "PROMPT", "PROGRESS_EVERY",
-           "BACKEND", "baselines", "beaten", "lr_score", "lr_sensitivity", "judge"]
+           "BACKEND", "baselines", "beaten", "lr_score", "judge"]

@@ -1,6 +1,6 @@
 """lm's analysis: from the runs to every figure the chapter and the table show (see :func:`analyse`):
 the learning-rate grids and each rule's best rate, the LR sensitivity (:func:`lr_score`,
-:func:`lr_sensitivity`), the verdicts against 1/√d_k (:func:`judge`), the curves, the samples, the cost."""
+``training.lr_sensitivity``), the verdicts against 1/√d_k (:func:`judge`), the curves, the samples, the cost."""
 
 from __future__ import annotations
 
@@ -10,22 +10,16 @@ import statistics
 from attnscale.experiments.lm.ngram_baselines import baselines, beaten
 from attnscale.experiments.lm.config import (LIKE_RATIO, REFERENCE_RULE, RULE_CHOICES, TARGET_FACTOR, VERDICTS,
                                              LMCell, LMConfig)
+from attnscale.experiments.training import capped_loss, lr_sensitivity
 from attnscale.results import finite_or_none
 
-__all__ = ["analyse", "judge", "lr_score", "lr_sensitivity"]
+__all__ = ["analyse", "judge", "lr_score"]
 
 
 def lr_score(result: dict) -> float:
-    """A run's loss as the LR sensitivity of Wortsman et al. 2023 counts it: min(final, initial), a
-    diverged run (or one ending worse than it began) at its initial loss."""
-    init = result["init_bpb"] if result["init_bpb"] is not None else math.inf
-    return init if result["final_bpb"] is None else min(result["final_bpb"], init)
-
-
-def lr_sensitivity(scores: list[float]) -> float:
-    """E over the rates of the grid of the scores (:func:`lr_score`) minus the best of them
-    (Wortsman et al. 2023, arXiv 2309.14322, eq. 1, on a log-spaced grid)."""
-    return statistics.fmean(scores) - min(scores)
+    """An lm run's :func:`~attnscale.experiments.training.capped_loss` in bits per byte (a run
+    without an initial loss is capped by nothing)."""
+    return capped_loss(result["final_bpb"], result["init_bpb"] if result["init_bpb"] is not None else math.inf)
 
 
 def _steps_to(log: list[dict], target: float) -> int | None:
