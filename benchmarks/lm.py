@@ -1,7 +1,7 @@
 """Benchmark: training throughput of the lm experiment's GPT with the project's attention (per-row
 figures on) against the same model with plain ``torch.nn.functional.scaled_dot_product_attention``.
 
-The model and batch are the sweep's (:class:`attnscale.experiments.lm.LMCell` defaults: width 128,
+The model and batch are the sweep's (:class:`attnscale.experiments.training.lm.LMCell` defaults: width 128,
 2 layers, context 32, batch 16), one thread, float32, for each d_k. A "step" is what a training
 cell does every step: forward, cross-entropy, backward, AdamW update. The two contenders start from
 the same weights and see the same batches; in each round each runs ``--steps`` steps, one after the
@@ -23,10 +23,10 @@ import time
 
 import torch
 
-from attnscale.experiments.gpt import GPT, GPTConfig
-from attnscale.experiments import lm
-from attnscale.experiments.lm import RULE_CHOICES, LMCell
-from attnscale.experiments.text_data import VOCAB, ByteText
+from attnscale.experiments.training.gpt import GPT, GPTConfig
+from attnscale.experiments.training import lm
+from attnscale.experiments.training.lm import RULE_CHOICES, LMCell
+from attnscale.experiments.training.text_data import VOCAB, ByteText
 from attnscale.provenance import environment
 from attnscale.store import write_json_atomic
 

@@ -68,8 +68,8 @@ def interleaved(work, repeats: int) -> dict:
 def minilm(repeats: int, batch: int) -> dict:
     import torch
 
-    from attnscale.experiments.pretrained import load_encoder
-    from attnscale.experiments.probe_run import builtin_sentences
+    from attnscale.experiments.pretrained.loading import load_encoder
+    from attnscale.experiments.pretrained.probe.run import builtin_sentences
     from attnscale.torch.monitor import Monitor
 
     loaded = load_encoder(attn_implementation="sdpa")
@@ -92,8 +92,8 @@ def minilm(repeats: int, batch: int) -> dict:
 def training_step(repeats: int, compiled: bool = False) -> dict:
     import torch
 
-    from attnscale.experiments import logit_growth
-    from attnscale.experiments.gpt import GPT
+    from attnscale.experiments.training import logit_growth
+    from attnscale.experiments.training.gpt import GPT
     from attnscale.scales import InverseSqrtDk
 
     torch.manual_seed(0)

@@ -32,7 +32,7 @@ def build(folder: Path, size: dict) -> None:
     import torch
     import transformers
 
-    from attnscale.experiments.pretrained import _minilm_folder
+    from attnscale.experiments.pretrained.loading import _minilm_folder
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(_minilm_folder()), local_files_only=True)
     config = transformers.LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=1024, **size)
@@ -44,7 +44,7 @@ def build(folder: Path, size: dict) -> None:
 
 def texts(folder: Path, length: int) -> Path:
     """SEQUENCES lines of about ``length`` tokens each (words of the built-in sentences)."""
-    from attnscale.experiments.probe_run import builtin_sentences
+    from attnscale.experiments.pretrained.probe.run import builtin_sentences
 
     words = " ".join(builtin_sentences()).split()
     path = folder / f"texts-{length}.txt"
@@ -100,7 +100,7 @@ def main() -> None:
                 rows.append((name, f"~{length}", *probe(str(tmp / name), texts(tmp, length), tmp / "out")))
         rows.append(("all-MiniLM-L6-v2", "built-in", *probe("minilm", None, tmp / "out")))
         if args.smollm2:
-            from attnscale.experiments.pretrained import _smollm2_file
+            from attnscale.experiments.pretrained.loading import _smollm2_file
 
             rows.append(("SmolLM2-135M (its GGUF file as PATH)", "built-in",
                          *probe(str(_smollm2_file()), None, tmp / "out")))

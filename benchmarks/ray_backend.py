@@ -24,9 +24,9 @@ def main(argv=None) -> int:
 
     import ray
 
-    from attnscale.experiments import scale_vs_dk
-    from attnscale.experiments.ray_backend import RayBackend
-    from attnscale.experiments.runner import LocalBackend, run_sweep
+    from attnscale.experiments.training import scale_vs_dk
+    from attnscale.experiments.sweeps.ray_backend import RayBackend
+    from attnscale.experiments.sweeps.runner import LocalBackend, run_sweep
     from attnscale.store import ResultCache
 
     cells = scale_vs_dk.ScaleVsDkConfig.quick().cells()

@@ -22,8 +22,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from attnscale.experiments.gpt import GPT, GPTConfig
-from attnscale.experiments.text_data import ByteText, VOCAB
+from attnscale.experiments.training.gpt import GPT, GPTConfig
+from attnscale.experiments.training.text_data import ByteText, VOCAB
 from attnscale.scales import InverseSqrtDk
 from attnscale.torch import Monitor
 from attnscale.torch.distributed import combine_step

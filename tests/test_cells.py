@@ -5,8 +5,8 @@ import dataclasses
 import pytest
 
 from attnscale.errors import InputError
-from attnscale.experiments import lm, logit_growth, scale_vs_dk
-from attnscale.experiments.cells import shared_settings
+from attnscale.experiments.training import lm, logit_growth, scale_vs_dk
+from attnscale.experiments.training.cells import shared_settings
 from attnscale.store import config_hash, to_jsonable
 
 

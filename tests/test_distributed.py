@@ -19,7 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from attnscale.errors import InputError  # noqa: E402
-from attnscale.experiments.gpt import GPT, GPTConfig  # noqa: E402
+from attnscale.experiments.training.gpt import GPT, GPTConfig  # noqa: E402
 from attnscale.scales import InverseSqrtDk  # noqa: E402
 from attnscale.torch import Monitor  # noqa: E402
 from attnscale.torch.distributed import combine_step  # noqa: E402

@@ -1,4 +1,4 @@
-"""The project's one GPT (experiments/gpt.py): its options build what they say, its parameters come in
+"""The project's one GPT (experiments/training/gpt.py): its options build what they say, its parameters come in
 the order the shipped results were trained with, and a monitor and the logit guard ride its SDPA path
 by the layers' names."""
 
@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from attnscale.errors import InputError  # noqa: E402
-from attnscale.experiments.gpt import GPT, GPTConfig  # noqa: E402
+from attnscale.experiments.training.gpt import GPT, GPTConfig  # noqa: E402
 from attnscale.scales import InverseSqrtDk  # noqa: E402
 from attnscale.torch.guard import LogitGuard  # noqa: E402
 from attnscale.torch import Monitor  # noqa: E402

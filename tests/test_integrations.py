@@ -92,7 +92,7 @@ class TinyGPTModule:
 
     @staticmethod
     def make(lightning):
-        from attnscale.experiments.gpt import GPT, GPTConfig
+        from attnscale.experiments.training.gpt import GPT, GPTConfig
         from attnscale.scales import InverseSqrtDk
 
         class Module(lightning.LightningModule):

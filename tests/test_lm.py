@@ -21,11 +21,11 @@ torch = pytest.importorskip("torch")
 
 from attnscale import attention as core_attention  # noqa: E402
 from attnscale.errors import InputError  # noqa: E402
-from attnscale.experiments import lm, training  # noqa: E402
-from attnscale.experiments.gpt import GPT, GPTConfig  # noqa: E402
+from attnscale.experiments.training import lm, common as training  # noqa: E402
+from attnscale.experiments.training.gpt import GPT, GPTConfig  # noqa: E402
 from test_runner import CountingBackend  # noqa: E402  (one counting backend for the sweep tests)
-from attnscale.experiments.sweeps import run_experiment  # noqa: E402
-from attnscale.experiments.text_data import ByteText, check_text_file  # noqa: E402
+from attnscale.experiments.training.registry import run_experiment  # noqa: E402
+from attnscale.experiments.training.text_data import ByteText, check_text_file  # noqa: E402
 from attnscale.scales import LogN  # noqa: E402
 from attnscale.torch.scales import ScaledLogits, attended_keys  # noqa: E402
 
@@ -382,9 +382,9 @@ def test_chapter_seeds_halfway_and_optimiser_sentences_follow_the_verdicts(tiny_
 
 DRIVER = """
 import sys
-from attnscale.experiments import lm
-from attnscale.experiments.runner import SerialBackend
-from attnscale.experiments.sweeps import run_experiment
+from attnscale.experiments.training import lm
+from attnscale.experiments.sweeps.runner import SerialBackend
+from attnscale.experiments.training.registry import run_experiment
 
 if __name__ == "__main__":
     config = lm.LMConfig(rules=("inverse_sqrt_dk", "logn"), d_ks=(8, 16), seeds=1, adamw_lrs=(3e-3,),
@@ -493,7 +493,7 @@ def test_sweep_sizes_are_the_budgeted_ones():
 def test_a_sweep_shows_the_steps_of_its_running_cells(tmp_path, backend):
     """Before any cell ends, the progress callback hears how many steps the running cells have done
     (in this process, and from worker processes through the backend's queue)."""
-    from attnscale.experiments.runner import LocalBackend, SerialBackend
+    from attnscale.experiments.sweeps.runner import LocalBackend, SerialBackend
 
     config = dataclasses.replace(TINY, rules=("inverse_sqrt_dk",), sgd_lrs=(0.3,), steps=2 * lm.PROGRESS_EVERY,
                                  log_every=lm.PROGRESS_EVERY)

@@ -13,8 +13,8 @@ import pytest
 pytest.importorskip("torch")
 
 from attnscale import results  # noqa: E402
-from attnscale.experiments import logit_growth, training  # noqa: E402
-from attnscale.experiments.runner import SerialBackend, run_sweep  # noqa: E402
+from attnscale.experiments.training import logit_growth, common as training  # noqa: E402
+from attnscale.experiments.sweeps.runner import SerialBackend, run_sweep  # noqa: E402
 from attnscale.store import ResultCache, to_jsonable  # noqa: E402
 from attnscale.report.chapters import training_logits as chapter  # noqa: E402
 
@@ -156,7 +156,7 @@ def test_the_models_sdpa_path_equals_the_projects_attention():
     does, QK-layernorm or not; its options are the proxy's (untied head, no rescaled residuals)."""
     import torch
 
-    from attnscale.experiments.gpt import GPT
+    from attnscale.experiments.training.gpt import GPT
     from attnscale.scales import InverseSqrtDk
 
     for qk_layernorm in (False, True):

@@ -119,8 +119,8 @@ def test_bad_arguments():
 @pytest.mark.model
 def test_monitor_on_minilm_equals_the_probe_and_the_eager_weights():
     transformers = pytest.importorskip("transformers")
-    from attnscale.experiments.pretrained import load_encoder
-    from attnscale.experiments.probe_run import builtin_sentences, run_probe
+    from attnscale.experiments.pretrained.loading import load_encoder
+    from attnscale.experiments.pretrained.probe.run import builtin_sentences, run_probe
 
     texts = builtin_sentences()[:4]
     loaded = load_encoder()                                       # eager attention, float32

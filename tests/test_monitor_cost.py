@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from attnscale.errors import InputError, InputTypeError  # noqa: E402
-from attnscale.experiments.gpt import GPT, GPTConfig  # noqa: E402
+from attnscale.experiments.training.gpt import GPT, GPTConfig  # noqa: E402
 from attnscale.scales import InverseSqrtDk  # noqa: E402
 from attnscale.torch.functional import attention  # noqa: E402
 from attnscale.torch.monitor import Monitor  # noqa: E402

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from attnscale.errors import InputError
-from attnscale.experiments import ngram
+from attnscale.experiments.training import ngram
 
 
 def _periodic(text: bytes, repeats: int) -> np.ndarray:

@@ -18,8 +18,9 @@ transformers = pytest.importorskip("transformers")
 from attnscale import results  # noqa: E402
 from attnscale.cli import main  # noqa: E402
 from attnscale.errors import InputError  # noqa: E402
-from attnscale.experiments import pretrained, probe_capture, probe_run  # noqa: E402
-from attnscale.experiments.hf_attention import UnsupportedAttention, attention_calls  # noqa: E402
+from attnscale.experiments.pretrained import loading as pretrained, model_run as probe_capture
+from attnscale.experiments.pretrained.probe import run as probe_run  # noqa: E402
+from attnscale.experiments.pretrained.hf_attention import UnsupportedAttention, attention_calls  # noqa: E402
 
 TEXTS = ["The cat sat on the mat.", "A second, longer line: it has more words, and punctuation!",
          "Short one.", "Attention divides the scores by the square root of the key width."]
@@ -266,7 +267,7 @@ def test_a_half_precision_model_is_refused_by_the_python_api(saved, tokenizer):
 
 
 def test_rescale_python_api_on_a_loaded_encoder_decoder(saved, tokenizer):
-    from attnscale.experiments.rescale import RescaleConfig, rescale_model
+    from attnscale.experiments.pretrained.rescale import RescaleConfig, rescale_model
 
     model = transformers.AutoModelForSeq2SeqLM.from_pretrained(str(saved["t5"]))
     data = rescale_model(model, tokenizer, RescaleConfig(alphas=(1.0, 4.0), max_tokens=24, window=24, new_tokens=3),

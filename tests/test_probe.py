@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from attnscale.errors import InputError, InputTypeError
-from attnscale.experiments.probe import add_sums, call_sums, check_probabilities, head_figures
+from attnscale.experiments.pretrained.probe.stats import add_sums, call_sums, check_probabilities, head_figures
 from attnscale.softmax_rows import row_health, softmax
 
 

@@ -12,11 +12,11 @@ transformers = pytest.importorskip("transformers")
 
 from attnscale.cli import main  # noqa: E402
 from attnscale.errors import InputError, MissingDependency  # noqa: E402
-from attnscale.experiments import pretrained  # noqa: E402
-from attnscale.experiments.probe import call_sums, head_figures  # noqa: E402
-from attnscale.experiments.probe_run import builtin_sentences, read_texts, run_probe  # noqa: E402
-from attnscale.experiments.hf_attention import attention_calls  # noqa: E402
-from attnscale.experiments.probe_capture import arrays_of, rebuilt_probabilities  # noqa: E402
+from attnscale.experiments.pretrained import loading as pretrained  # noqa: E402
+from attnscale.experiments.pretrained.probe.stats import call_sums, head_figures  # noqa: E402
+from attnscale.experiments.pretrained.probe.run import builtin_sentences, read_texts, run_probe  # noqa: E402
+from attnscale.experiments.pretrained.hf_attention import attention_calls  # noqa: E402
+from attnscale.experiments.pretrained.model_run import arrays_of, rebuilt_probabilities  # noqa: E402
 
 
 def captured(model, **inputs):
@@ -151,7 +151,7 @@ def test_cli_prints_the_table_and_writes_the_result(minilm, tmp_path, monkeypatc
 @pytest.mark.model
 def test_a_failed_check_stops_the_probe(minilm, tmp_path, monkeypatch, capsys):
     from attnscale import results
-    from attnscale.experiments import probe_run
+    from attnscale.experiments.pretrained.probe import run as probe_run
 
     monkeypatch.setattr(pretrained, "load_model", lambda name, result_name=None: minilm)
     original = probe_run.rebuilt_probabilities
@@ -228,7 +228,7 @@ def test_probe_help_runs_as_a_command():
 
 
 def test_batches_keep_order_and_bound_size_and_padded_pairs():
-    from attnscale.experiments.probe_run import _batches
+    from attnscale.experiments.pretrained.probe.run import _batches
 
     lengths = [5, 7, 30, 3, 3, 3, 600, 4]
     batches = _batches(lengths, batch_size=3, max_pairs=2000)

@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 
 from attnscale.errors import InputError
-from attnscale.experiments.runner import LocalBackend, SerialBackend, run_sweep
+from attnscale.experiments.sweeps.runner import LocalBackend, SerialBackend, run_sweep
 from attnscale.store import ResultCache
 
 ray = pytest.importorskip("ray", reason="the cluster extra (pip install 'attnscale[cluster]') is not installed")
 
-from attnscale.experiments.ray_backend import RayBackend, VersionMismatch, _run_cell  # noqa: E402
+from attnscale.experiments.sweeps.ray_backend import RayBackend, VersionMismatch, _run_cell  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
 
@@ -83,13 +83,13 @@ def without_timing(obj):
 
 
 def quick_cells(n: int):
-    from attnscale.experiments import scale_vs_dk
+    from attnscale.experiments.training import scale_vs_dk
 
     return scale_vs_dk.ScaleVsDkConfig.quick().cells()[:n]
 
 
 def test_same_results_as_serial_and_local(tmp_path, ray_instance):
-    from attnscale.experiments import scale_vs_dk
+    from attnscale.experiments.training import scale_vs_dk
 
     cells = quick_cells(3)
     runs = {}

@@ -72,7 +72,7 @@ def _copy(kind: str, to: Path, edit=None) -> Path:
 
 
 def test_a_changed_default_makes_a_reference_stale_naming_it_and_its_command(tmp_path, monkeypatch):
-    from attnscale.experiments import scale_vs_dk, sweeps
+    from attnscale.experiments.training import scale_vs_dk, registry as sweeps
 
     monkeypatch.setenv(results.REFERENCE_ENV, str(_copy("train/scale-vs-dk", tmp_path)))
     env = results.read_reference("train/scale-vs-dk")

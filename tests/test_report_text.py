@@ -79,7 +79,7 @@ def test_each_experiment_chapter_has_its_title_in_both_languages():
 def test_every_rule_of_a_sweep_has_a_finished_label():
     """The language-model sweep trains the soft-cap too: its label names the cap (it once showed
     "soft-cap {cap:g}, unscaled"), from the result's caps where it records them, else the rule's own."""
-    from attnscale.experiments.lm import RULE_CHOICES
+    from attnscale.experiments.training.lm import RULE_CHOICES
     from attnscale.report.chapters import lm
 
     for rule in RULE_CHOICES:

@@ -11,7 +11,7 @@ import pytest
 from attnscale import results
 from attnscale.cli import main
 from attnscale.errors import InputError
-from attnscale.experiments.rescale import ALPHAS, RescaleConfig, check_alphas, default_text
+from attnscale.experiments.pretrained.rescale import ALPHAS, RescaleConfig, check_alphas, default_text
 
 
 @pytest.mark.parametrize("alphas", ["0,1", "-1,1", "inf,1", "nan,1", "1,x", "1/0,1"])
@@ -52,8 +52,8 @@ def test_the_default_text_is_real_english_shipped_with_python():
 @pytest.mark.model
 def test_minilm_embeddings_move_away_from_alpha_1_and_alpha_1_is_the_model():
     pytest.importorskip("transformers")
-    from attnscale.experiments import pretrained
-    from attnscale.experiments.rescale import run_rescale
+    from attnscale.experiments.pretrained import loading as pretrained
+    from attnscale.experiments.pretrained.rescale import run_rescale
 
     loaded = pretrained.load_encoder()
     texts = ["The cat sat on the mat.", "Stock prices fell sharply on Monday.", "Rain again."]

@@ -96,7 +96,7 @@ def test_check_writable(tmp_path):
 
 def _tiny_train_configs():
     pytest.importorskip("torch")
-    from attnscale.experiments import lm, logit_growth, scale_vs_dk
+    from attnscale.experiments.training import lm, logit_growth, scale_vs_dk
 
     return {
         "lm": lm.LMConfig(rules=("inverse_sqrt_dk", "unscaled"), d_ks=(8,), seeds=1, sgd_lrs=(0.3,), steps=4,
@@ -114,7 +114,7 @@ def produced(tmp_path_factory):
     """One result of every kind written by verify and the training sweeps (tiny configurations)."""
     from attnscale.claims import VerifyConfig
     from attnscale.cli.verify import run_and_save
-    from attnscale.experiments.sweeps import kind_of, run_experiment
+    from attnscale.experiments.training.registry import kind_of, run_experiment
 
     root = tmp_path_factory.mktemp("produced")
     envs = {"verify": run_and_save(VerifyConfig(quick=True, groups=(1, 8)), root)[1]}
@@ -125,7 +125,7 @@ def produced(tmp_path_factory):
 
 def test_every_produced_kind_is_strict_json_and_reads_back(produced):
     root, envs = produced
-    from attnscale.experiments.sweeps import EXPERIMENTS, kind_of
+    from attnscale.experiments.training.registry import EXPERIMENTS, kind_of
 
     assert set(envs) == {"verify"} | {kind_of(n) for n in EXPERIMENTS}
     assert set(envs) <= set(results.KINDS)
@@ -141,7 +141,7 @@ def test_every_produced_kind_is_strict_json_and_reads_back(produced):
 
 def test_nonfinite_figures_become_null_with_where_and_what(tmp_path, monkeypatch):
     """A producer's NaN/inf (a diverged run) is written as null, and the reason stands beside it."""
-    from attnscale.experiments import sweeps
+    from attnscale.experiments.training import registry as sweeps
 
     def fake_train(cell):
         return {"loss": [2.0, float("nan")], "peak": float("inf")}

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from attnscale.experiments.runner import LocalBackend, SerialBackend, run_sweep
+from attnscale.experiments.sweeps.runner import LocalBackend, SerialBackend, run_sweep
 from attnscale.errors import InputError
 from attnscale.store import ResultCache
 
@@ -111,7 +111,7 @@ DRIVER = """
 import sys
 sys.path.insert(0, {folder!r})
 from slowcells import Slow, slow_square
-from attnscale.experiments.runner import LocalBackend, run_sweep
+from attnscale.experiments.sweeps.runner import LocalBackend, run_sweep
 from attnscale.store import ResultCache
 
 if __name__ == "__main__":
@@ -174,7 +174,7 @@ import json, sys, time
 from pathlib import Path
 sys.path.insert(0, {folder!r})
 from interruptcells import Cell, work
-from attnscale.experiments.runner import LocalBackend
+from attnscale.experiments.sweeps.runner import LocalBackend
 
 if __name__ == "__main__":
     marker = Path({marker!r})
@@ -274,7 +274,7 @@ def test_ending_a_pool_leaves_its_wakeup_pipe_closed_before_exit():
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from attnscale.experiments.runner import _terminate
+    from attnscale.experiments.sweeps.runner import _terminate
 
     pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
     running = pool.submit(time.sleep, 30)

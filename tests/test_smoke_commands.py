@@ -240,7 +240,7 @@ def expectation(parser, ns, argv) -> tuple[str, str]:
     if getattr(ns, "model", None) == "smollm2" and os.environ.get(SMOLLM2_OPT_IN) != "1":
         return "skip", (f"SmolLM2-135M: loading it alone costs more CPU time than the smoke set's 2-minute budget; "
                         f"set {SMOLLM2_OPT_IN}=1 to run it")
-    from attnscale.experiments.pretrained import MODELS       # --model's bundled names are not paths
+    from attnscale.experiments.pretrained.loading import MODELS       # --model's bundled names are not paths
     for opt, path in _input_paths(parser, ns, sub).items():
         if opt == "--model" and path in MODELS:
             continue

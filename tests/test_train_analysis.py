@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from attnscale.experiments import scale_vs_dk as svd
+from attnscale.experiments.training import scale_vs_dk as svd
 from attnscale.results import Envelope, strict_jsonable
 
 RULES = ("inverse_sqrt_dk", "unscaled", "softcap_unscaled")

@@ -16,8 +16,8 @@ pytest.importorskip("torch")
 
 from attnscale import results  # noqa: E402
 from attnscale.cli import main  # noqa: E402
-from attnscale.experiments import logit_growth, scale_vs_dk  # noqa: E402
-from attnscale.experiments.runner import run_sweep  # noqa: E402
+from attnscale.experiments.training import logit_growth, scale_vs_dk  # noqa: E402
+from attnscale.experiments.sweeps.runner import run_sweep  # noqa: E402
 from attnscale.report.chapters import EXPERIMENT_CHAPTERS, training, training_logits  # noqa: E402
 from attnscale.store import ResultCache, to_jsonable  # noqa: E402
 

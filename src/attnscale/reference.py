@@ -49,12 +49,12 @@ class Producer:
 
 def _sweep(name: str) -> Producer:
     def defaults() -> dict:
-        from attnscale.experiments.sweeps import make_config
+        from attnscale.experiments.training.registry import make_config
 
         return to_jsonable(make_config(name))
 
     def code_version() -> int | None:
-        from attnscale.experiments.sweeps import make_config
+        from attnscale.experiments.training.registry import make_config
 
         cells = make_config(name).cells()
         return getattr(cells[0], "code_version", None) if cells else None
@@ -89,8 +89,8 @@ PROBE_FIELDS = ("batch_size", "tolerance", "max_pairs", "text", "weights_sha256"
 
 def _probe(model: str, flag: str) -> Producer:
     def defaults() -> dict:
-        from attnscale.experiments import pretrained
-        from attnscale.experiments.probe_run import run_probe
+        from attnscale.experiments.pretrained import loading as pretrained
+        from attnscale.experiments.pretrained.probe.run import run_probe
 
         declared = {name: p.default for name, p in inspect.signature(run_probe).parameters.items()
                     if name in ("batch_size", "tolerance", "max_pairs", "source")}
@@ -105,8 +105,8 @@ RESCALE_FIELDS = ("max_tokens", "window", "prompt", "new_tokens", "batch_size", 
 
 def _rescale(model: str, flag: str) -> Producer:
     def defaults() -> dict:
-        from attnscale.experiments import pretrained
-        from attnscale.experiments.rescale import RescaleConfig
+        from attnscale.experiments.pretrained import loading as pretrained
+        from attnscale.experiments.pretrained.rescale import RescaleConfig
 
         config = to_jsonable(RescaleConfig())
         version = {"minilm": pretrained.MINILM_VERSION, "smollm2": pretrained.SMOLLM2_VERSION}[model]
@@ -115,7 +115,7 @@ def _rescale(model: str, flag: str) -> Producer:
 
     def recorded(env: results.Envelope) -> dict:
         # The run adds α = √d_k (no scale) to the grid when it is not in it: not a default of its own.
-        from attnscale.experiments.rescale import ALPHAS
+        from attnscale.experiments.pretrained.rescale import ALPHAS
 
         out = _picked(RESCALE_FIELDS)(env)
         unscaled = env.data.get("unscaled_alpha")

@@ -11,7 +11,7 @@ from attnscale.i18n import LANGS
 
 DEFAULT_PAGE_DIR = "attnscale-report"      # where `report` and `full` write the pages by default
 
-# What the --model help says beyond the model's own name (attnscale.experiments.pretrained.MODELS).
+# What the --model help says beyond the model's own name (attnscale.experiments.pretrained.loading.MODELS).
 MODEL_REMARKS = {"smollm2": "de-quantised from 4 bits"}
 
 
@@ -113,7 +113,7 @@ def add_lang_option(parser, what: str) -> None:
 def add_model_option(parser, default: str) -> None:
     """``--model``: one of the pinned pretrained models, ``default`` first in the help, or a PATH to the
     user's own (a checkpoint folder or a .gguf file: checked when it is loaded)."""
-    from attnscale.experiments.pretrained import MODELS
+    from attnscale.experiments.pretrained.loading import MODELS
 
     names = [default, *(m for m in MODELS if m != default)]
     described = [f"{m}: {MODELS[m]}" + (f", {MODEL_REMARKS[m]}" if m in MODEL_REMARKS else "")
@@ -133,14 +133,14 @@ def add_name_option(parser, family: str) -> None:
 
 def user_result_name(args, root) -> str | None:
     """The results name of ``args.model`` when it is the user's own (``--name``, else the default one
-    of :func:`attnscale.experiments.pretrained.result_name`), None for a bundled model. Refuses,
+    of :func:`attnscale.experiments.pretrained.loading.result_name`), None for a bundled model. Refuses,
     before any work, a ``--name`` given with a bundled model, one that cannot be a folder's name, and
     one under which another model's result is kept (probe or rescale, full or quick run)."""
     from pathlib import Path
 
     from attnscale import results
     from attnscale.errors import InputError
-    from attnscale.experiments.pretrained import MODELS, result_name
+    from attnscale.experiments.pretrained.loading import MODELS, result_name
 
     if args.model in MODELS:
         if args.name is not None:

@@ -37,7 +37,7 @@ LEGEND = """ratio: Var(q·k)/(d_k σ_q² σ_k²) with PAIR-weighted σ² (each t
 
 
 def register(sub) -> None:
-    from attnscale.experiments.pretrained import SMOLLM2_INSTALL
+    from attnscale.experiments.pretrained.loading import SMOLLM2_INSTALL
 
     p = add_command(
         sub, "probe", help="probe a pretrained model's queries and keys against the seed's assumptions",
@@ -61,8 +61,8 @@ def register(sub) -> None:
 def run_probe_command(args) -> int:
     from attnscale.cli.progress import Progress
     from attnscale.errors import check_count
-    from attnscale.experiments import pretrained
-    from attnscale.experiments.probe_run import builtin_sentences, read_texts, run_probe
+    from attnscale.experiments.pretrained import loading as pretrained
+    from attnscale.experiments.pretrained.probe.run import builtin_sentences, read_texts, run_probe
 
     check_count("--batch-size", args.batch_size)
     output.check_json_target(args)

@@ -75,7 +75,7 @@ def register(sub) -> None:
 def _window_option(args, loaded, quiet: bool) -> int:
     """The window: ``--window`` as typed (refused past the model's positions), else the default,
     clipped to the model's positions with a note."""
-    from attnscale.experiments.rescale import model_positions
+    from attnscale.experiments.pretrained.rescale import model_positions
 
     positions = model_positions(loaded.model.config)
     if args.window is not None:
@@ -94,10 +94,10 @@ def _window_option(args, loaded, quiet: bool) -> int:
 def run_rescale_command(args) -> int:
     from attnscale.cli.progress import Progress
     from attnscale.errors import check_count
-    from attnscale.experiments import pretrained
-    from attnscale.experiments.probe_run import builtin_sentences, read_texts
+    from attnscale.experiments.pretrained import loading as pretrained
+    from attnscale.experiments.pretrained.probe.run import builtin_sentences, read_texts
     from attnscale.stored_words import BUILTIN_SOURCE
-    from attnscale.experiments.rescale import RescaleConfig, default_text, read_text, run_rescale
+    from attnscale.experiments.pretrained.rescale import RescaleConfig, default_text, read_text, run_rescale
 
     for option, value in (("--max-tokens", args.max_tokens), ("--window", args.window)):
         if value is not None:
@@ -144,7 +144,7 @@ def _num(x, digits: int = 4) -> str:
 def summary_table(data: dict) -> str:
     model, check, text = data["model"], data["check"], data["text"]
     decoder = model.get("family", "decoder" if model["causal"] else "encoder") != "encoder"   # reads one text
-    from attnscale.experiments.rescale import NO_UNSCALED_ALPHA
+    from attnscale.experiments.pretrained.rescale import NO_UNSCALED_ALPHA
 
     removes = (NO_UNSCALED_ALPHA[data["unscaled_alpha_none"]] if data["unscaled_alpha"] is None else
                f"α = {data['unscaled_alpha']:g} removes it")

@@ -69,8 +69,8 @@ def run_telemetry_bench_command(args) -> int:
     with Progress(quiet=args.quiet) as progress:
         data = run_telemetry_bench(config, progress=progress)
     if not args.no_model:
-        from attnscale.experiments.pretrained import load_encoder
-        from attnscale.experiments.probe_run import builtin_sentences
+        from attnscale.experiments.pretrained.loading import load_encoder
+        from attnscale.experiments.pretrained.probe.run import builtin_sentences
 
         loaded = load_encoder(attn_implementation="sdpa")
         batch = loaded.tokenizer(builtin_sentences(), padding=True, return_tensors="pt")

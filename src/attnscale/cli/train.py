@@ -11,7 +11,7 @@ from attnscale.cli.output import (add_json_option, add_quiet_option, check_json_
 
 
 def register(sub) -> None:
-    from attnscale.experiments.ray_backend import DEFAULT_CONNECT_TIMEOUT_S
+    from attnscale.experiments.sweeps.ray_backend import DEFAULT_CONNECT_TIMEOUT_S
 
     p = add_command(
         sub, "train", help=f"training experiments: {', '.join(PRINTERS)}",
@@ -69,7 +69,7 @@ def _lm_overrides(args) -> dict:
     if given and args.experiment != "lm":
         raise InputError(f"--{next(iter(given)).replace('_', '-')}: only the lm experiment takes this option")
     if "text" in given:
-        from attnscale.experiments.text_data import check_text_file
+        from attnscale.experiments.training.text_data import check_text_file
 
         given["text"] = str(check_text_file(given["text"]).resolve())
     return given
@@ -81,8 +81,8 @@ def run_train(args) -> int:
     from attnscale.cli.kernel import prepare_kernel
     from attnscale.cli.progress import Progress
     from attnscale.errors import check_count
-    from attnscale.experiments.runner import default_workers
-    from attnscale.experiments.sweeps import EXPERIMENTS, make_config, run_experiment
+    from attnscale.experiments.sweeps.runner import default_workers
+    from attnscale.experiments.training.registry import EXPERIMENTS, make_config, run_experiment
 
     if args.seeds is not None:
         check_count("--seeds", args.seeds)
@@ -107,11 +107,11 @@ def run_train(args) -> int:
 
 def _backend(args, workers: int):
     from attnscale.errors import InputError, check_count, check_positive
-    from attnscale.experiments.runner import LocalBackend, SerialBackend
+    from attnscale.experiments.sweeps.runner import LocalBackend, SerialBackend
 
     if args.backend == "ray":
         from attnscale.errors import require
-        from attnscale.experiments.ray_backend import DEFAULT_CONNECT_TIMEOUT_S, RayBackend
+        from attnscale.experiments.sweeps.ray_backend import DEFAULT_CONNECT_TIMEOUT_S, RayBackend
 
         require("ray", "cluster")       # before any work: say which extra to install
         check_count("--cpus-per-cell", args.cpus_per_cell)
@@ -237,6 +237,6 @@ def _print_lm(a: dict) -> None:
 
 
 # The experiments this command runs, each with its table printer: those of
-# attnscale.experiments.sweeps.EXPERIMENTS (a test holds the two equal; not imported here, so that the
+# attnscale.experiments.training.registry.EXPERIMENTS (a test holds the two equal; not imported here, so that the
 # CLI starts without loading the experiments).
 PRINTERS = {"scale-vs-dk": _print_scale_vs_dk, "logit-growth": _print_logit_growth, "lm": _print_lm}

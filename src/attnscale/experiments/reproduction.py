@@ -207,8 +207,8 @@ def spread_picks(items: list, count: int) -> list:
 # --- recomputing ------------------------------------------------------------------------------------
 
 def _training_items(env: results.Envelope, items: list[int]) -> dict[int, dict]:
-    from attnscale.experiments import training
-    from attnscale.experiments.sweeps import EXPERIMENTS, make_config
+    from attnscale.experiments.sweeps.process_settings import process_settings, restore_process_settings
+    from attnscale.experiments.training.registry import EXPERIMENTS, make_config
 
     name = env.kind.split("/", 1)[1]
     cells, shipped = make_config(name).cells(), env.data["cells"]
@@ -219,11 +219,11 @@ def _training_items(env: results.Envelope, items: list[int]) -> dict[int, dict]:
         if to_jsonable(cells[i]) != shipped[i]["cell"]:
             raise ValueError(f"{env.path}: cell {i} shipped is {shipped[i]['cell']}, here {to_jsonable(cells[i])}: stale")
         steps = logged_steps(shipped[i]["result"])
-        before = training.process_settings()
+        before = process_settings()
         try:
             out[i] = EXPERIMENTS[name].train_cell(cells[i], stop_after=steps[min(ENTRIES, len(steps)) - 1] + 1)
         finally:
-            training.restore_process_settings(before)
+            restore_process_settings(before)
     return out
 
 
@@ -232,17 +232,17 @@ def _numbers(d: dict) -> dict:
 
 
 def _probe_items(env: results.Envelope, items: list[int]) -> dict[int, dict]:
-    from attnscale.experiments import pretrained
-    from attnscale.experiments.probe_run import builtin_sentences, run_probe
+    from attnscale.experiments.pretrained import loading as pretrained
+    from attnscale.experiments.pretrained.probe.run import builtin_sentences, run_probe
 
     heads = run_probe(pretrained.load_model(env.kind.split("/", 1)[1]), builtin_sentences())["heads"]
     return {i: _numbers(heads[i]) for i in items}
 
 
 def _rescale_items(env: results.Envelope, items: list[float]) -> dict[float, dict]:
-    from attnscale.experiments import pretrained
-    from attnscale.experiments.probe_run import builtin_sentences
-    from attnscale.experiments.rescale import RescaleConfig, run_rescale
+    from attnscale.experiments.pretrained import loading as pretrained
+    from attnscale.experiments.pretrained.probe.run import builtin_sentences
+    from attnscale.experiments.pretrained.rescale import RescaleConfig, run_rescale
 
     data = run_rescale(pretrained.load_model(env.kind.split("/", 1)[1]),
                        RescaleConfig(alphas=tuple(items), include_unscaled=False),

@@ -34,7 +34,7 @@ bit, and clips the same heads by the same factors, so replicated weights stay id
 Supported attention modules (found by their children; a head's rows are rows h·d … (h+1)·d − 1 of
 the query or key part):
 
-- attnscale's own GPT layer :class:`attnscale.experiments.gpt.CausalSelfAttention` (``w_q``, ``w_k``,
+- attnscale's own GPT layer :class:`attnscale.experiments.training.gpt.CausalSelfAttention` (``w_q``, ``w_k``,
   ``d_k``), without QK-layernorm, on its SDPA path (``GPT(..., figures=False)``, which the monitor sees);
 - Hugging Face Llama-style attention (``q_proj``, ``k_proj`` and ``head_dim``: Llama, Mistral,
   Qwen2, SmolLM2 ...), with grouped-query attention;

@@ -7,10 +7,10 @@ from __future__ import annotations
 import math
 import statistics
 
-from attnscale.experiments.scale_vs_dk.chain_rule import chain_rule_check
-from attnscale.experiments.scale_vs_dk.config import (LIKE_REFERENCE_STEPS, LOGIT_GROWTH, REFERENCE_RULE, RULE_CHOICES,
+from attnscale.experiments.training.scale_vs_dk.chain_rule import chain_rule_check
+from attnscale.experiments.training.scale_vs_dk.config import (LIKE_REFERENCE_STEPS, LOGIT_GROWTH, REFERENCE_RULE, RULE_CHOICES,
                                                       SATURATED_RUN, VERDICTS, ScaleCell, ScaleVsDkConfig)
-from attnscale.experiments.scale_vs_dk.stats import finite, mean_or_none, spread
+from attnscale.experiments.training.scale_vs_dk.stats import finite, mean_or_none, spread
 from attnscale.softmax_rows import SATURATED_WEIGHT
 from attnscale.scales import SoftCap
 

@@ -9,7 +9,7 @@ trained. Letters as everywhere in attnscale: ``B`` batch, ``H`` heads, ``L`` que
 position (the query token) is read out by a small MLP. W_Q and W_K are drawn with std 1/√D, so that
 on a LayerNorm-ed input the components of q and k have variance ≈ 1 and Var(q·k) ≈ d_k at
 initialisation: exactly the assumption of Vaswani et al. 2017, footnote 4. The decoder-only LM of
-the other training experiments is :class:`attnscale.experiments.gpt.GPT`.
+the other training experiments is :class:`attnscale.experiments.training.gpt.GPT`.
 """
 
 from __future__ import annotations

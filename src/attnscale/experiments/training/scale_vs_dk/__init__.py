@@ -1,6 +1,6 @@
 """Experiment A, ``scale-vs-dk``: does unscaled attention really stop learning?
 
-A one-layer transformer learns :class:`~attnscale.experiments.tasks.MarkedCount` (count the ones among
+A one-layer transformer learns :class:`~attnscale.experiments.training.tasks.MarkedCount` (count the ones among
 k marked positions: attention must spread evenly over k keys). The sweep crosses
 
 * the scale rule: 1/√d_k, unscaled, 1/d_k (µP), QK-norm (learnable gain), soft-cap 50 on unscaled;
@@ -27,12 +27,12 @@ at initialisation), :mod:`.stats` (spreads and means of finite values) and :mod:
 the SGD tuning, the summaries, curves and findings the report shows).
 """
 
-from attnscale.experiments.scale_vs_dk.analysis import analyse, steps_to_target, tune_sgd, verdict_of_seeds
-from attnscale.experiments.scale_vs_dk.chain_rule import chain_rule_check, logit_jacobian
-from attnscale.experiments.scale_vs_dk.config import (KIND, LIKE_REFERENCE_STEPS, LOGIT_GROWTH, OPTIMIZERS,
+from attnscale.experiments.training.scale_vs_dk.analysis import analyse, steps_to_target, tune_sgd, verdict_of_seeds
+from attnscale.experiments.training.scale_vs_dk.chain_rule import chain_rule_check, logit_jacobian
+from attnscale.experiments.training.scale_vs_dk.config import (KIND, LIKE_REFERENCE_STEPS, LOGIT_GROWTH, OPTIMIZERS,
                                                       REFERENCE_RULE, RULE_CHOICES, SATURATED_RUN, VERDICTS,
                                                       ScaleCell, ScaleRun, ScaleVsDkConfig)
-from attnscale.experiments.scale_vs_dk.train import train_cell
+from attnscale.experiments.training.scale_vs_dk.train import train_cell
 
 __all__ = ["RULE_CHOICES", "REFERENCE_RULE", "OPTIMIZERS", "ScaleRun", "ScaleCell", "ScaleVsDkConfig", "train_cell",
            "analyse", "tune_sgd", "verdict_of_seeds", "steps_to_target", "chain_rule_check", "logit_jacobian", "KIND",

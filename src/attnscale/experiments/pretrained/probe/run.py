@@ -2,12 +2,12 @@
 
 One code path for encoders (all-MiniLM-L6-v2, BERT), decoders (SmolLM2-135M, Llama, GPT-2, Gemma 2,
 Qwen3 ...) and encoder-decoders (T5: the text is the encoder's input and, shifted right by one, the
-decoder's): the model runs through :mod:`attnscale.experiments.hf_attention`, which hands over q and
+decoder's): the model runs through :mod:`attnscale.experiments.pretrained.hf_attention`, which hands over q and
 k exactly as its softmax sees them (after the rotary embedding, after a QK-norm), the additive mask
 it built (padding, the causal mask, a sliding window: only the pairs it lets through count), its
 scale, what else it adds to the logits (T5's position bias) or does to them (Gemma 2's soft-cap),
 and its own eager probabilities. Grouped-query heads are handled by
-:func:`attnscale.experiments.probe.call_sums`: each query head against its key/value head, the same
+:func:`attnscale.experiments.pretrained.probe.stats.call_sums`: each query head against its key/value head, the same
 mapping as the model's ``repeat_kv``.
 
 What each layer's scale is (:func:`scale_rule`): its value, and what it is in terms of d_k.
@@ -19,29 +19,30 @@ capture that does not reproduce the model would be about something else.
 
 Each text is one sequence (never split or joined); batches are padded on the right (so positions
 count from 0 in every sequence), and the tokenizer's attention mask marks the padding, which the
-statistics then leave out (see :mod:`attnscale.experiments.probe`).
+statistics then leave out (see :mod:`attnscale.experiments.pretrained.probe.stats`).
 
 This module runs the probe (:func:`run_probe`, :func:`probe_model`); its parts, by job:
-:mod:`~attnscale.experiments.probe_texts` (the texts and their sink-candidate tokens),
-:mod:`~attnscale.experiments.probe_capture` (the model's run and the captured call as NumPy, shared
-with rescale), :mod:`~attnscale.experiments.probe` (the per-head sums and figures) and
-:mod:`~attnscale.experiments.probe_summary` (the summaries over heads).
+:mod:`~attnscale.experiments.pretrained.texts` (the texts and their sink-candidate tokens),
+:mod:`~attnscale.experiments.pretrained.model_run` (the model's run and the captured call as NumPy, shared
+with rescale), :mod:`~attnscale.experiments.pretrained.probe.stats` (the per-head sums and figures) and
+:mod:`~attnscale.experiments.pretrained.probe.summary` (the summaries over heads).
 """
 
 from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Callable
 
 import numpy as np
 
 from attnscale.errors import InputError, check_count, require
-from attnscale.experiments.probe import add_sums, call_sums, check_probabilities, head_figures
-from attnscale.experiments.probe_capture import arrays_of, forward, model_inputs, rebuilt_probabilities
-from attnscale.experiments.probe_summary import FIGURES, FLOAT16_MAX, WEIGHTING, analysis, striking_heads, summarise
-from attnscale.experiments.probe_texts import builtin_sentences, key_kinds, punctuation_ids, read_texts
+from attnscale.experiments.pretrained.probe.stats import add_sums, call_sums, check_probabilities, head_figures
+from attnscale.experiments.pretrained.model_run import arrays_of, forward, model_inputs, rebuilt_probabilities
+from attnscale.experiments.pretrained.probe.summary import FIGURES, FLOAT16_MAX, WEIGHTING, analysis, striking_heads, summarise
+from attnscale.experiments.pretrained.texts import builtin_sentences, key_kinds, punctuation_ids, read_texts
 
 # How close a scale must be to a closed form to be named by it (relative).
 SCALE_RTOL = 1e-6
@@ -127,7 +128,7 @@ def result_kind(loaded) -> str:
     """The results kind of a probe of ``loaded``: ``probe/<name>`` for a bundled model (minilm,
     smollm2), ``probe/user/<slug of its name>`` for the user's own."""
     from attnscale import results
-    from attnscale.experiments.pretrained import MODELS, model_slug
+    from attnscale.experiments.pretrained.loading import MODELS, model_slug
 
     if not loaded.user:
         return "probe/" + next(short for short, full in MODELS.items() if full == loaded.name)
@@ -147,16 +148,72 @@ def probe_model(model, tokenizer, texts: list[str] | None = None, *, name: str |
         data = probe_model(model, tokenizer)
         results.write(data["kind"], data, config=data["config"])    # probe/user/<name>
     """
-    from attnscale.experiments.pretrained import wrap
+    from attnscale.experiments.pretrained.loading import wrap
 
     loaded = wrap(model, tokenizer, name)
     return run_probe(loaded, builtin_sentences() if texts is None else texts, **options)
 
 
+@dataclass
+class _Probed:
+    """What the batches add up to: the check, per layer its facts and its sums, the key kinds seen
+    and whether any call had a position bias."""
+
+    check: dict
+    layers: list = field(default_factory=list)
+    sums: list = field(default_factory=list)
+    present: set = field(default_factory=set)
+    biased: bool = False
+
+
+def _token_lengths(tokenizer, model, texts: list[str]) -> list[int]:
+    """Each text's token count, refused past the model's limit (lines are never split)."""
+    limit = int(getattr(model.config, "max_position_embeddings", None) or 512)
+    lengths = [len(ids) for ids in tokenizer(texts, truncation=False)["input_ids"]]
+    for line, n in enumerate(lengths, start=1):
+        if n > limit:
+            raise InputError(f"texts: line {line} has {n} tokens, expected at most {limit} "
+                             "(the model's limit; lines are never split)")
+    return lengths
+
+
+def _first_batch_layers(probed: _Probed, calls: list, model_type: str, model) -> None:
+    """The layers, from the first batch's calls; refused when none was captured or the layers'
+    head counts differ."""
+    from attnscale.experiments.pretrained.hf_attention import UnsupportedAttention
+
+    if not calls:
+        raise UnsupportedAttention(f"model: {model_type} is not supported: no attention call of "
+                                   f"{type(model).__name__} went through transformers' attention interface")
+    probed.layers = [_layer_of(c) for c in calls]
+    if len({(layer["n_heads_q"], layer["n_heads_kv"]) for layer in probed.layers}) > 1:
+        raise UnsupportedAttention(f"model: {model_type} is not supported: its layers have different "
+                                   "numbers of heads (the per-head tables need the same in every layer)")
+    probed.check["max_abs_diff_per_layer"] = [0.0] * len(probed.layers)
+    probed.sums = [None] * len(probed.layers)
+
+
+def _add_calls(probed: _Probed, calls: list, query_valid: np.ndarray, kinds: dict, decoder_kinds: dict | None) -> None:
+    """One batch's calls checked against the model's own probabilities and added to the sums."""
+    check = probed.check
+    for i, call in enumerate(calls):
+        arrays = arrays_of(call)
+        probed.biased = probed.biased or call.bias is not None
+        diff = check_probabilities(rebuilt_probabilities(**arrays), call.weights.double().cpu().numpy(), query_valid)
+        check["max_abs_diff_per_layer"][i] = max(check["max_abs_diff_per_layer"][i], diff)
+        check["rows_checked"] += int(query_valid.sum()) * probed.layers[i]["n_heads_q"]
+        # A decoder's self-attention reads the decoder's (shifted) tokens as keys.
+        own_side = decoder_kinds is not None and not call.cross and "decoder" in call.name.lower()
+        probed.sums[i] = add_sums(probed.sums[i], call_sums(
+            **arrays, query_valid=query_valid, key_kinds=decoder_kinds if own_side else kinds,
+            key_offset=None if call.cross else 0))
+    check["max_abs_diff"] = max(check["max_abs_diff_per_layer"])
+
+
 def run_probe(loaded, texts: list[str], *, batch_size: int = 32, tolerance: float = 1e-5,
               max_pairs: int = 1 << 18, source: str = "built-in sentences",
               progress: Callable[[int, int, str], None] | None = None) -> dict:
-    """Probe ``loaded`` (a :class:`attnscale.experiments.pretrained.LoadedModel`) on ``texts``.
+    """Probe ``loaded`` (a :class:`attnscale.experiments.pretrained.loading.LoadedModel`) on ``texts``.
 
     Each text is one sequence. Batches hold at most ``batch_size`` sequences and ``max_pairs``
     (sequences × padded length²). Returns the result's data (plain, strict-JSON-ready): ``kind``
@@ -164,12 +221,12 @@ def run_probe(loaded, texts: list[str], *, batch_size: int = 32, tolerance: floa
     :func:`scale_rule`), ``check`` and, when the check passed, ``heads`` (one dict per layer × head,
     see FIGURES; a figure no row had is None, its reason in ``nulls``), ``per_layer``, ``float16``
     and ``striking_heads``. When the check failed ``heads`` is empty. Raises
-    :class:`~attnscale.experiments.hf_attention.UnsupportedAttention` for a model whose attention
+    :class:`~attnscale.experiments.pretrained.hf_attention.UnsupportedAttention` for a model whose attention
     cannot be captured and rebuilt.
     """
     import torch
 
-    from attnscale.experiments.hf_attention import UnsupportedAttention, attention_calls
+    from attnscale.experiments.pretrained.hf_attention import attention_calls
 
     threadpool_limits = require("threadpoolctl", "probe").threadpool_limits
     if not texts:
@@ -180,21 +237,13 @@ def run_probe(loaded, texts: list[str], *, batch_size: int = 32, tolerance: floa
     model_type = getattr(model.config, "model_type", None) or type(model).__name__
     if tokenizer.pad_token is None:                       # padding is masked: any token will do
         tokenizer.pad_token = tokenizer.eos_token
-    limit = int(getattr(model.config, "max_position_embeddings", None) or 512)
-    lengths = [len(ids) for ids in tokenizer(texts, truncation=False)["input_ids"]]
-    for line, n in enumerate(lengths, start=1):
-        if n > limit:
-            raise InputError(f"texts: line {line} has {n} tokens, expected at most {limit} "
-                             "(the model's limit; lines are never split)")
+    lengths = _token_lengths(tokenizer, model, texts)
     batches = _batches(lengths, batch_size, max_pairs)
     vocab_punct = punctuation_ids(tokenizer)
-    sums: list[dict | None] = []
-    layers: list[dict] = []
-    present: set[str] = set()
-    biased = False
-    check = {"tolerance": tolerance, "max_abs_diff_per_layer": [], "passed": True, "rows_checked": 0,
-             "what": "max |p rebuilt in float64 from the captured q, k, scale, mask (and soft-cap, position bias) − "
-                     "the model's own eager probabilities| over every real query row"}
+    probed = _Probed(check={
+        "tolerance": tolerance, "max_abs_diff_per_layer": [], "passed": True, "rows_checked": 0,
+        "what": "max |p rebuilt in float64 from the captured q, k, scale, mask (and soft-cap, position bias) − "
+                "the model's own eager probabilities| over every real query row"})
     padding_side, tokenizer.padding_side = tokenizer.padding_side, "right"   # positions count from 0
     try:
         for b, indices in enumerate(batches):
@@ -204,60 +253,46 @@ def run_probe(loaded, texts: list[str], *, batch_size: int = 32, tolerance: floa
             calls: list = []
             with torch.no_grad(), attention_calls(model, on_call=calls.append):
                 decoder_ids = forward(loaded, enc)
-            if not calls:
-                raise UnsupportedAttention(f"model: {model_type} is not supported: no attention call of "
-                                           f"{type(model).__name__} went through transformers' attention interface")
-            if not layers:
-                layers = [_layer_of(c) for c in calls]
-                if len({(layer["n_heads_q"], layer["n_heads_kv"]) for layer in layers}) > 1:
-                    raise UnsupportedAttention(f"model: {model_type} is not supported: its layers have different "
-                                               "numbers of heads (the per-head tables need the same in every layer)")
-                check["max_abs_diff_per_layer"] = [0.0] * len(layers)
-                sums = [None] * len(layers)
+            if not probed.layers:
+                _first_batch_layers(probed, calls, model_type, model)
             kinds = key_kinds(tokenizer, vocab_punct, enc["input_ids"].numpy(), query_valid)
             decoder_kinds = (None if decoder_ids is None else
                              key_kinds(tokenizer, vocab_punct, decoder_ids.numpy(), query_valid))
-            present |= {name for name, mask in kinds.items() if mask.any()}
+            probed.present |= {name for name, mask in kinds.items() if mask.any()}
             # Small matrices: one BLAS thread is many times faster than several fighting torch's threads.
             with threadpool_limits(limits=1, user_api="blas"):
-                for i, call in enumerate(calls):
-                    arrays = arrays_of(call)
-                    biased = biased or call.bias is not None
-                    diff = check_probabilities(rebuilt_probabilities(**arrays), call.weights.double().cpu().numpy(),
-                                               query_valid)
-                    check["max_abs_diff_per_layer"][i] = max(check["max_abs_diff_per_layer"][i], diff)
-                    check["rows_checked"] += int(query_valid.sum()) * layers[i]["n_heads_q"]
-                    # A decoder's self-attention reads the decoder's (shifted) tokens as keys.
-                    own_side = decoder_kinds is not None and not call.cross and "decoder" in call.name.lower()
-                    sums[i] = add_sums(sums[i], call_sums(
-                        **arrays, query_valid=query_valid, key_kinds=decoder_kinds if own_side else kinds,
-                        key_offset=None if call.cross else 0))
-            check["max_abs_diff"] = max(check["max_abs_diff_per_layer"])
-            if check["max_abs_diff"] > tolerance:
-                check["passed"] = False
+                _add_calls(probed, calls, query_valid, kinds, decoder_kinds)
+            if probed.check["max_abs_diff"] > tolerance:
+                probed.check["passed"] = False
                 break
             if progress is not None:
                 progress(b + 1, len(batches), f"batch {b + 1}/{len(batches)}")
     finally:
         tokenizer.padding_side = padding_side
+    data = _probe_data(loaded, probed, source, len(texts), sum(lengths), batch_size, max_pairs, tolerance)
+    data["seconds"] = {"load": loaded.seconds, "probe": time.perf_counter() - started}
+    return data
 
+
+def _probe_data(loaded, probed: _Probed, source: str, n_sequences: int, n_tokens: int, batch_size: int,
+                max_pairs: int, tolerance: float) -> dict:
+    """The result's data from what the batches added up to (its figures only when the check passed)."""
     data = {
         "kind": result_kind(loaded),
         "config": {"model": loaded.name, "model_version": loaded.version, "weights_sha256": loaded.sha256,
-                   "text": source, "n_sequences": len(texts), "n_tokens": sum(lengths),
+                   "text": source, "n_sequences": n_sequences, "n_tokens": n_tokens,
                    "batch_size": batch_size, "max_pairs": max_pairs, "tolerance": tolerance,
                    "transformers": metadata.version("transformers"),
                    # the user's model: where it was loaded from, so another model given the same
                    # --name is refused rather than replacing this result (None for a notebook's)
                    **({"model_path": loaded.path} if loaded.user else {})},
-        "model": _model_facts(loaded, layers, biased),
-        "check": check,
-        "layers": [layer["name"] for layer in layers],
+        "model": _model_facts(loaded, probed.layers, probed.biased),
+        "check": probed.check,
+        "layers": [layer["name"] for layer in probed.layers],
         "weighting": WEIGHTING,
         "figures": FIGURES,
         "heads": [],
     }
-    if check["passed"]:
-        data.update(summarise([head_figures(s) for s in sums], layers, present))
-    data["seconds"] = {"load": loaded.seconds, "probe": time.perf_counter() - started}
+    if probed.check["passed"]:
+        data.update(summarise([head_figures(s) for s in probed.sums], probed.layers, probed.present))
     return data

@@ -7,17 +7,17 @@ from __future__ import annotations
 import math
 import statistics
 
-from attnscale.experiments.lm.ngram_baselines import baselines, beaten
-from attnscale.experiments.lm.config import (LIKE_RATIO, REFERENCE_RULE, RULE_CHOICES, TARGET_FACTOR, VERDICTS,
+from attnscale.experiments.training.lm.ngram_baselines import baselines, beaten
+from attnscale.experiments.training.lm.config import (LIKE_RATIO, REFERENCE_RULE, RULE_CHOICES, TARGET_FACTOR, VERDICTS,
                                              LMCell, LMConfig)
-from attnscale.experiments.training import capped_loss, lr_sensitivity
+from attnscale.experiments.training.common import capped_loss, lr_sensitivity
 from attnscale.results import finite_or_none
 
 __all__ = ["analyse", "judge", "lr_score"]
 
 
 def lr_score(result: dict) -> float:
-    """An lm run's :func:`~attnscale.experiments.training.capped_loss` in bits per byte (a run
+    """An lm run's :func:`~attnscale.experiments.training.common.capped_loss` in bits per byte (a run
     without an initial loss is capped by nothing)."""
     return capped_loss(result["final_bpb"], result["init_bpb"] if result["init_bpb"] is not None else math.inf)
 
@@ -121,18 +121,17 @@ def _edge(lr: float, grid) -> str | None:
     return "low" if lr == lrs[0] else "high" if lr == lrs[-1] else None
 
 
-def analyse(config: LMConfig, cells: list[LMCell], results: list[dict]) -> dict:
-    """Everything the chapter and the table show: per optimiser the learning-rate grid (each rule's
-    final loss at each rate, its own best rate, its LR sensitivity), the reference's best rate and
-    whether it is inside the grid, the verdicts at the reference's best rate and at each rule's own,
-    the n-gram baselines and where each run ends against them, the curves, the samples, the cost."""
-    rows = list(zip(cells, results))
-    base = baselines(config)
-    grids = {"adamw": config.adamw_lrs, "sgd": config.sgd_lrs}
+def _runs_by_setting(cells: list[LMCell], results: list[dict]):
+    """A function of (rule, d_k, optimiser, lr) giving that setting's results by seed."""
+    index: dict[tuple, dict] = {}
+    for c, r in zip(cells, results):
+        index.setdefault((c.rule, c.d_k, c.optimizer, c.lr), {})[c.seed] = r
+    return lambda rule, d_k, optimizer, lr: index.get((rule, d_k, optimizer, lr), {})
 
-    def runs(rule, d_k, optimizer, lr) -> dict:
-        return {c.seed: r for c, r in rows if (c.rule, c.d_k, c.optimizer, c.lr) == (rule, d_k, optimizer, lr)}
 
+def _lr_grids(config: LMConfig, runs, grids: dict, base: dict) -> tuple[list, dict, list]:
+    """Per optimiser, d_k and rule: each rate's final loss over the seeds (``grid``), the rule's own
+    best rate (``best``, keyed (optimiser, rule, d_k)) and its LR sensitivity."""
     grid, best, sensitivity = [], {}, []
     for optimizer, lrs in grids.items():
         for d_k in config.d_ks:
@@ -153,13 +152,12 @@ def analyse(config: LMConfig, cells: list[LMCell], results: list[dict]) -> dict:
                 sensitivity.append({"optimiser": optimizer, "rule": rule, "d_k": d_k,
                                     "lr_sensitivity": finite_or_none(statistics.fmean(per_seed)) if per_seed else None,
                                     "spread": _spread(per_seed)})
-    own_best = [{"optimiser": o, "rule": r, "d_k": d, "lr": lr, "edge": _edge(lr, grids[o])}
-                for (o, r, d), lr in best.items()]
-    reference_best = {o: {str(d): best[o, REFERENCE_RULE, d] for d in config.d_ks} for o in grids}
-    interior = {o: {str(d): len(lrs) >= 3 and _edge(best[o, REFERENCE_RULE, d], lrs) is None for d in config.d_ks}
-                for o, lrs in grids.items()}
+    return grid, best, sensitivity
 
-    halfway = config.steps // 2
+
+def _verdicts_and_curves(config: LMConfig, runs, grids: dict, best: dict, base: dict, halfway: int) -> tuple[list, list]:
+    """Each rule's verdicts against the reference at the reference's best rate and at its own, and
+    its curves at the reference's rate."""
     verdicts, curves = [], []
     for d_k in config.d_ks:
         for optimizer in grids:
@@ -173,7 +171,25 @@ def analyse(config: LMConfig, cells: list[LMCell], results: list[dict]) -> dict:
                                          refs, halfway, base["rows"]))
                 curves.append({"rule": rule, "d_k": d_k, "optimiser": optimizer, "lr": ref_lr,
                                **_curve([at_ref[s] for s in sorted(at_ref)])})
+    return verdicts, curves
 
+
+def analyse(config: LMConfig, cells: list[LMCell], results: list[dict]) -> dict:
+    """Everything the chapter and the table show: per optimiser the learning-rate grid (each rule's
+    final loss at each rate, its own best rate, its LR sensitivity), the reference's best rate and
+    whether it is inside the grid, the verdicts at the reference's best rate and at each rule's own,
+    the n-gram baselines and where each run ends against them, the curves, the samples, the cost."""
+    runs = _runs_by_setting(cells, results)
+    base = baselines(config)
+    grids = {"adamw": config.adamw_lrs, "sgd": config.sgd_lrs}
+    grid, best, sensitivity = _lr_grids(config, runs, grids, base)
+    own_best = [{"optimiser": o, "rule": r, "d_k": d, "lr": lr, "edge": _edge(lr, grids[o])}
+                for (o, r, d), lr in best.items()]
+    reference_best = {o: {str(d): best[o, REFERENCE_RULE, d] for d in config.d_ks} for o in grids}
+    interior = {o: {str(d): len(lrs) >= 3 and _edge(best[o, REFERENCE_RULE, d], lrs) is None for d in config.d_ks}
+                for o, lrs in grids.items()}
+    halfway = config.steps // 2
+    verdicts, curves = _verdicts_and_curves(config, runs, grids, best, base, halfway)
     reference = {d_k: _spread([r["final_bpb"] for r in
                                runs(REFERENCE_RULE, d_k, "adamw", best["adamw", REFERENCE_RULE, d_k]).values()])["mean"]
                  for d_k in config.d_ks}

@@ -1,9 +1,9 @@
 """Experiment ``lm``: a real small GPT on real English text, with each scale rule. Does unscaled
 attention stop learning?
 
-The model is :class:`~attnscale.experiments.gpt.GPT` (nanoGPT's shape: pre-LN blocks of causal
+The model is :class:`~attnscale.experiments.training.gpt.GPT` (nanoGPT's shape: pre-LN blocks of causal
 multi-head attention and MLP, tied head), width ``d_model`` fixed and heads = d_model ÷ d_k, on the
-bytes of :mod:`~attnscale.experiments.text_data` (the standard library's documentation unless
+bytes of :mod:`~attnscale.experiments.training.text_data` (the standard library's documentation unless
 ``text`` names a file). Every attention call goes through the project's attention with the rule
 (:meth:`attnscale.torch.scales.ScaledLogits.attend`), so the per-head figures logged below are those
 of the attention the model trains with. For a given (d_k, seed) every rule starts from the same
@@ -32,12 +32,12 @@ The package, by job: :mod:`.config` (the constants, one run and the sweep's conf
 :mod:`.analysis` (the learning-rate grids, the LR sensitivity, the verdicts, curves and samples).
 """
 
-from attnscale.experiments.lm.analysis import analyse, judge, lr_score
-from attnscale.experiments.lm.ngram_baselines import baselines, beaten
-from attnscale.experiments.lm.config import (BACKEND, DEFAULT_RULES, KIND, LIKE_RATIO, OPTIMIZERS, PROGRESS_EVERY, PROMPT,
+from attnscale.experiments.training.lm.analysis import analyse, judge, lr_score
+from attnscale.experiments.training.lm.ngram_baselines import baselines, beaten
+from attnscale.experiments.training.lm.config import (BACKEND, DEFAULT_RULES, KIND, LIKE_RATIO, OPTIMIZERS, PROGRESS_EVERY, PROMPT,
                                              REFERENCE_RULE, RULE_CHOICES, TARGET_FACTOR, VERDICTS, LMCell, LMConfig,
                                              LMRun)
-from attnscale.experiments.lm.train import train_cell
+from attnscale.experiments.training.lm.train import train_cell
 
 __all__ = ["KIND", "RULE_CHOICES", "REFERENCE_RULE", "LMRun", "LMCell", "LMConfig", "train_cell", "analyse",
            "TARGET_FACTOR", "LIKE_RATIO", "VERDICTS", "DEFAULT_RULES", "OPTIMIZERS", "PROMPT", "PROGRESS_EVERY",

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from attnscale.errors import InputError, check_choice, check_count, check_positive
-from attnscale.experiments import scale_vs_dk
-from attnscale.experiments.cells import RuleRun, shared_settings
-from attnscale.experiments.text_data import DEFAULT_TEXT, ByteText
+from attnscale.experiments.training import scale_vs_dk
+from attnscale.experiments.training.cells import RuleRun, shared_settings
+from attnscale.experiments.training.text_data import DEFAULT_TEXT, ByteText
 from attnscale.scales import RULES, ScaleRule
 from attnscale.torch.functional import BACKENDS
 
@@ -37,7 +37,7 @@ BACKEND = "auto"
 
 def text_digest(source: str) -> str:
     """sha256 of the text's bytes: in every cell, so that an edited --text file misses the cache."""
-    from attnscale.experiments.text_data import load_text
+    from attnscale.experiments.training.text_data import load_text
 
     return hashlib.sha256(load_text(source)).hexdigest()[:16]
 

@@ -46,8 +46,8 @@ def shifted_right(config, ids, mask):
 
 
 def arrays_of(call) -> dict:
-    """A captured :class:`~attnscale.experiments.hf_attention.AttentionCall` as the float64 NumPy
-    arguments of :func:`~attnscale.experiments.probe.call_sums`: a key is attended where the additive mask is above
+    """A captured :class:`~attnscale.experiments.pretrained.hf_attention.AttentionCall` as the float64 NumPy
+    arguments of :func:`~attnscale.experiments.pretrained.probe.stats.call_sums`: a key is attended where the additive mask is above
     ``MASKED_BELOW``; the mask's value there (0 in these models) is kept as a bias, and so is the
     model's own additive bias (T5's position bias)."""
     attended = call.attended().cpu().numpy()

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from attnscale.errors import InputError, check_count, check_positive
-from attnscale.experiments.cells import RuleRun, rule_grid, shared_settings
-from attnscale.experiments.tasks import MarkedCount
+from attnscale.experiments.training.cells import RuleRun, rule_grid, shared_settings
+from attnscale.experiments.training.tasks import MarkedCount
 from attnscale.scales import RULES, ScaleRule
 
 __all__ = ["KIND", "VERDICTS", "LIKE_REFERENCE_STEPS", "SATURATED_RUN", "LOGIT_GROWTH", "RULE_CHOICES", "REFERENCE_RULE",

@@ -16,11 +16,11 @@ would give (a model trained unscaled would have learned other weights); the trai
   and the labels (``labels=``: the decoder reads it shifted right), and the same figures; its α = 1
   loss checked against the model's own the same way.
 
-α multiplies the scale each layer applies, whatever it is (:func:`attnscale.experiments.probe_run.scale_rule`,
+α multiplies the scale each layer applies, whatever it is (:func:`attnscale.experiments.pretrained.probe.run.scale_rule`,
 recorded per layer): 1/√d_k, T5's 1, Gemma 2's 1/√query_pre_attn_scalar (inside its soft-cap:
 cap·tanh(α·scale·q·k / cap)), and after a QK-norm. An additive position bias (T5) is left as it is.
 
-The scale is changed through :mod:`attnscale.experiments.hf_attention` (the model's own eager
+The scale is changed through :mod:`attnscale.experiments.pretrained.hf_attention` (the model's own eager
 attention with ``scaling × α``), so nothing else in the model moves.
 """
 
@@ -148,9 +148,9 @@ def _model_facts(loaded) -> dict:
     """The model's layout and the scale each layer applies, read from one α = 1 pass over the prompt."""
     import torch
 
-    from attnscale.experiments.hf_attention import UnsupportedAttention, attention_calls
-    from attnscale.experiments.probe_capture import forward, model_inputs
-    from attnscale.experiments.probe_run import scale_rule
+    from attnscale.experiments.pretrained.hf_attention import UnsupportedAttention, attention_calls
+    from attnscale.experiments.pretrained.model_run import forward, model_inputs
+    from attnscale.experiments.pretrained.probe.run import scale_rule
 
     calls = []
     enc = model_inputs(loaded.model.config, loaded.tokenizer(PROMPT, return_tensors="pt"))
@@ -174,7 +174,7 @@ def _model_facts(loaded) -> dict:
 def result_kind(loaded) -> str:
     """``rescale/<name>`` for a bundled model (smollm2, minilm), ``rescale/user/<slug>`` for the user's."""
     from attnscale import results
-    from attnscale.experiments.pretrained import MODELS, model_slug
+    from attnscale.experiments.pretrained.loading import MODELS, model_slug
 
     if not loaded.user:
         return "rescale/" + next(short for short, full in MODELS.items() if full == loaded.name)
@@ -186,8 +186,8 @@ def rescale_model(model, tokenizer, config: RescaleConfig | None = None, *, text
     """The intervention on an already-loaded transformers model and its tokenizer (a notebook's): the
     same data as ``attnscale rescale --model PATH`` writes. A decoder or encoder-decoder reads
     ``text`` (default: :func:`default_text`), an encoder ``texts`` (default: the built-in sentences)."""
-    from attnscale.experiments.pretrained import wrap
-    from attnscale.experiments.probe_texts import builtin_sentences
+    from attnscale.experiments.pretrained.loading import wrap
+    from attnscale.experiments.pretrained.texts import builtin_sentences
 
     loaded = wrap(model, tokenizer, name)
     source = "given text"
@@ -284,7 +284,7 @@ def _logits(loaded, x):
     encoder-decoder encodes it and decodes it shifted right (what ``labels=x`` makes it do)."""
     if loaded.family == "decoder":
         return loaded.model(input_ids=x).logits
-    from attnscale.experiments.probe_capture import shifted_right
+    from attnscale.experiments.pretrained.model_run import shifted_right
 
     ones = x.new_ones(x.shape)
     return loaded.model(input_ids=x, decoder_input_ids=shifted_right(loaded.model.config, x, ones)).logits
@@ -294,8 +294,8 @@ def _decoder(loaded, config: RescaleConfig, text: str, source: str, scale: float
     """A decoder or an encoder-decoder on one text: cross-entropy, row figures, a continuation."""
     import torch
 
-    from attnscale.experiments.hf_attention import attention_calls
-    from attnscale.experiments.probe_capture import model_inputs
+    from attnscale.experiments.pretrained.hf_attention import attention_calls
+    from attnscale.experiments.pretrained.model_run import model_inputs
 
     model, tokenizer = loaded.model, loaded.tokenizer
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -358,8 +358,8 @@ def _embeddings(model, enc):
 def _encoder(loaded, config: RescaleConfig, texts: list[str], source: str, scale: float, progress) -> dict:
     import torch
 
-    from attnscale.experiments.hf_attention import attention_calls
-    from attnscale.experiments.probe_capture import model_inputs
+    from attnscale.experiments.pretrained.hf_attention import attention_calls
+    from attnscale.experiments.pretrained.model_run import model_inputs
 
     model, tokenizer = loaded.model, loaded.tokenizer
     batches = [texts[i:i + config.batch_size] for i in range(0, len(texts), config.batch_size)]

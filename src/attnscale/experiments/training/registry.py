@@ -22,8 +22,8 @@ from typing import Any, Callable
 
 from attnscale import results
 from attnscale.errors import check_choice
-from attnscale.experiments import lm, logit_growth, scale_vs_dk
-from attnscale.experiments.runner import Backend, run_sweep
+from attnscale.experiments.training import lm, logit_growth, scale_vs_dk
+from attnscale.experiments.sweeps.runner import Backend, run_sweep
 from attnscale.store import ResultCache, to_jsonable
 
 __all__ = ["Experiment", "EXPERIMENTS", "make_config", "run_experiment", "kind_of"]

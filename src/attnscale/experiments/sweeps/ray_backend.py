@@ -1,6 +1,6 @@
 """A sweep backend on Ray: each missing cell one Ray task, results yielded as they complete.
 
-Plugs into :func:`attnscale.experiments.runner.run_sweep` like :class:`~attnscale.experiments.runner.LocalBackend`
+Plugs into :func:`attnscale.experiments.sweeps.runner.run_sweep` like :class:`~attnscale.experiments.sweeps.runner.LocalBackend`
 (``map(fn, cells)`` yielding ``(index, result)`` as cells finish), with no change to the experiments:
 
 * ``fn`` travels by name (module and qualified name), never by value, so a worker runs *its*
@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from attnscale.errors import AttnScaleError, InputError, check_count, check_positive, require
+from attnscale.experiments.sweeps.process_settings import process_settings, restore_process_settings
 
 __all__ = ["DEFAULT_CONNECT_TIMEOUT_S", "RayBackend", "VersionMismatch"]
 
@@ -54,16 +55,15 @@ def _run_cell(module: str, qualname: str, cell: Any, driver_version: str, thread
     # As in LocalBackend's workers: one cell's threads match the CPUs it reserved, so cells sharing a
     # node do not oversubscribe it. Set before torch loads (it reads OMP_NUM_THREADS then).
     os.environ["OMP_NUM_THREADS"] = str(threads)
-    from attnscale.experiments import training
 
-    before = training.process_settings()
+    before = process_settings()
     try:
         fn = importlib.import_module(module)
         for part in qualname.split("."):
             fn = getattr(fn, part)
         return fn(cell)
     finally:
-        training.restore_process_settings(before)  # a worker process is reused by later tasks
+        restore_process_settings(before)  # a worker process is reused by later tasks
 
 
 @dataclass

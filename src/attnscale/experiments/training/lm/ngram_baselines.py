@@ -1,10 +1,10 @@
 """lm's n-gram baselines: :func:`baselines` computes them on the sweep's text and split
-(:mod:`~attnscale.experiments.ngram`), :func:`beaten` says which one a validation loss is below."""
+(:mod:`~attnscale.experiments.training.ngram`), :func:`beaten` says which one a validation loss is below."""
 
 from __future__ import annotations
 
-from attnscale.experiments.lm.config import LMCell, LMRun
-from attnscale.experiments.text_data import ByteText
+from attnscale.experiments.training.lm.config import LMCell, LMRun
+from attnscale.experiments.training.text_data import ByteText
 
 __all__ = ["BASELINE_NAMES", "baselines", "beaten"]
 
@@ -12,10 +12,10 @@ BASELINE_NAMES = {1: "unigram", 2: "bigram", 3: "trigram", 4: "4-gram"}
 
 
 def baselines(config: LMRun) -> dict:
-    """The n-gram baselines (:mod:`~attnscale.experiments.ngram`) of the sweep's text and split: on
+    """The n-gram baselines (:mod:`~attnscale.experiments.training.ngram`) of the sweep's text and split: on
     the very bytes the model's validation loss scores (``bpb``) and on the whole validation part
     (``bpb_whole``), with each order's add-k constant chosen on the training part."""
-    from attnscale.experiments import ngram
+    from attnscale.experiments.training import ngram
 
     text = ByteText.from_source(config.text, LMCell.valid_fraction, config.context)
     starts = text.validation_starts(config.context, config.eval_windows)

@@ -12,41 +12,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from attnscale.errors import InputError
+from attnscale.experiments.sweeps.process_settings import remember_first_settings
 from attnscale.results import finite_or_none
 from attnscale.softmax_rows import SATURATED_WEIGHT
 
-__all__ = ["seed_everything", "process_settings", "restore_process_settings", "make_optimizer", "attention_metrics", "grad_norm",
+__all__ = ["seed_everything", "make_optimizer", "attention_metrics", "grad_norm",
            "capped_loss", "lr_sensitivity"]
-
-
-# torch's process-wide settings as they were before seed_everything first changed them in this process.
-_first_settings: list[tuple[bool, bool, int]] = []
-
-
-def process_settings() -> tuple[bool, bool, int] | None:
-    """torch's (deterministic algorithms, warn-only, intra-op threads), or None when torch is not
-    imported yet (then they are torch's defaults)."""
-    import sys
-
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return None
-    return (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-            torch.get_num_threads())
-
-
-def restore_process_settings(settings: tuple[bool, bool, int] | None) -> None:
-    """Put back what :func:`process_settings` returned before a cell ran. None (torch was not imported
-    then): the settings torch had before :func:`seed_everything` first changed them, if it did."""
-    if settings is None:
-        if not _first_settings:
-            return
-        settings = _first_settings[0]
-    import torch
-
-    deterministic, warn_only, threads = settings
-    torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
-    torch.set_num_threads(threads)
 
 
 def seed_everything(seed: int):
@@ -54,12 +25,11 @@ def seed_everything(seed: int):
     Returns a torch.Generator for the data, seeded independently of the weights.
 
     The deterministic flag and the thread count are process-wide: a cell run in the caller's own
-    process (:class:`~attnscale.experiments.runner.SerialBackend`) gets them put back afterwards
-    (:func:`process_settings`, :func:`restore_process_settings`)."""
+    process (:class:`~attnscale.experiments.sweeps.runner.SerialBackend`) gets them put back afterwards
+    (:mod:`attnscale.experiments.sweeps.process_settings`)."""
     import torch
 
-    if not _first_settings:
-        _first_settings.append(process_settings())
+    remember_first_settings()
     torch.manual_seed(seed)
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)

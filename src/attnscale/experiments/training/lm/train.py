@@ -8,8 +8,8 @@ import statistics
 import time
 
 from attnscale.errors import check_count
-from attnscale.experiments.lm.config import PROGRESS_EVERY, RULE_CHOICES, LMCell
-from attnscale.experiments.text_data import VOCAB, ByteText
+from attnscale.experiments.training.lm.config import PROGRESS_EVERY, RULE_CHOICES, LMCell
+from attnscale.experiments.training.text_data import VOCAB, ByteText
 from attnscale.results import finite_or_none
 
 __all__ = ["train_cell", "head_figures"]
@@ -69,9 +69,9 @@ def train_cell(cell: LMCell, stop_after: int | None = None) -> dict:
     one and ``stopped_after`` says so."""
     import torch
 
-    from attnscale.experiments.gpt import GPT, GPTConfig, greedy
-    from attnscale.experiments.runner import report_steps
-    from attnscale.experiments.training import grad_norm, seed_everything
+    from attnscale.experiments.training.gpt import GPT, GPTConfig, greedy
+    from attnscale.experiments.sweeps.runner import report_steps
+    from attnscale.experiments.training.common import seed_everything
 
     if stop_after is not None:
         check_count("stop_after", stop_after, minimum=0)
@@ -88,11 +88,6 @@ def train_cell(cell: LMCell, stop_after: int | None = None) -> dict:
     layers = model.attention_layers()
     loss_fn = torch.nn.functional.cross_entropy
 
-    def valid_bpb() -> float:
-        with torch.no_grad():
-            total = sum(float(loss_fn(model(x).flatten(0, 1), y.flatten(), reduction="sum")) for x, y in valid)
-        return total / sum(y.numel() for _, y in valid) / math.log(2)
-
     log, window, diverged = [], [], None
     for step in range(cell.steps + 1):          # `step` updates done; its batch is the next update's
         x, y = text.batch(cell.batch, cell.context, data)
@@ -104,12 +99,8 @@ def train_cell(cell: LMCell, stop_after: int | None = None) -> dict:
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if step % cell.log_every == 0 or step == cell.steps:
-            entry = {"step": step, "lr": cell.lr * _schedule(cell.steps)(step),
-                     "train_loss": statistics.fmean(window),
-                     "grad_wq": [finite_or_none(grad_norm(a.w_q.weight)[0]) for a in layers],
-                     "grad_wk": [finite_or_none(grad_norm(a.w_k.weight)[0]) for a in layers],
-                     "heads": [head_figures(a.figures) for a in layers]}
-            bpb = valid_bpb()
+            entry = _log_entry(cell, step, window, layers)
+            bpb = _valid_bpb(model, valid)
             entry["valid_bpb"] = finite_or_none(bpb)
             log.append(entry)
             window = []
@@ -133,6 +124,36 @@ def train_cell(cell: LMCell, stop_after: int | None = None) -> dict:
         "diverged": diverged,
         "stopped_after": stop_after,
         "sample": None if sample is None else sample.decode("utf-8", errors="replace"),
+        **_run_facts(cell, model, layers, text),
+        "cpu_s": time.process_time() - cpu0,
+        "wall_s": time.monotonic() - wall0,
+    }
+
+
+def _valid_bpb(model, valid) -> float:
+    """The validation loss in bits per byte over the fixed windows ``valid`` [(x, y), ...]."""
+    import torch
+
+    with torch.no_grad():
+        total = sum(float(torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten(), reduction="sum"))
+                    for x, y in valid)
+    return total / sum(y.numel() for _, y in valid) / math.log(2)
+
+
+def _log_entry(cell: LMCell, step: int, window: list[float], layers) -> dict:
+    """A logged step's figures before its validation loss: the rate, the mean training loss since the
+    last entry, the gradient norms reaching W_Q and W_K, and each layer's per-head figures."""
+    from attnscale.experiments.training.common import grad_norm
+
+    return {"step": step, "lr": cell.lr * _schedule(cell.steps)(step), "train_loss": statistics.fmean(window),
+            "grad_wq": [finite_or_none(grad_norm(a.w_q.weight)[0]) for a in layers],
+            "grad_wk": [finite_or_none(grad_norm(a.w_k.weight)[0]) for a in layers],
+            "heads": [head_figures(a.figures) for a in layers]}
+
+
+def _run_facts(cell: LMCell, model, layers, text) -> dict:
+    """What a run's result records of its model and text beside its losses."""
+    return {
         "unigram_bpb": text.unigram_bits(),
         "parameters": sum(p.numel() for p in model.parameters()),
         # what backend "auto" chose ("kernel", or "composed" where the kernel does not build), per layer if they differ
@@ -140,6 +161,4 @@ def train_cell(cell: LMCell, stop_after: int | None = None) -> dict:
         "n_heads": cell.d_model // cell.d_k,
         "train_bytes": len(text.train),
         "valid_bytes": len(text.valid),
-        "cpu_s": time.process_time() - cpu0,
-        "wall_s": time.monotonic() - wall0,
     }

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
-from attnscale.experiments.scale_vs_dk.chain_rule import init_chain_rule
-from attnscale.experiments.scale_vs_dk.config import RULE_CHOICES, ScaleCell
+from attnscale.experiments.training.scale_vs_dk.chain_rule import init_chain_rule
+from attnscale.experiments.training.scale_vs_dk.config import RULE_CHOICES, ScaleCell
 from attnscale.results import finite_or_none
 
 __all__ = ["train_cell"]
@@ -25,8 +25,8 @@ def train_cell(cell: ScaleCell, stop_after: int | None = None) -> dict:
     recomputes of a shipped result in seconds)."""
     import torch
 
-    from attnscale.experiments.models import ReadoutTransformer
-    from attnscale.experiments.training import attention_metrics, grad_norm, make_optimizer, seed_everything
+    from attnscale.experiments.training.readout import ReadoutTransformer
+    from attnscale.experiments.training.common import attention_metrics, grad_norm, make_optimizer, seed_everything
 
     wall0, cpu0 = time.perf_counter(), time.process_time()
     data = seed_everything(cell.seed)

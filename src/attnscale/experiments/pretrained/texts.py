@@ -17,7 +17,7 @@ __all__ = ["builtin_sentences", "read_texts", "punctuation_ids", "key_kinds"]
 
 def builtin_sentences() -> list[str]:
     """The built-in varied English sentences, one per line of the package's sentences.txt."""
-    text = resources.files("attnscale.experiments").joinpath("sentences.txt").read_text(encoding="utf-8")
+    text = resources.files("attnscale.experiments.pretrained").joinpath("sentences.txt").read_text(encoding="utf-8")
     return [line for line in text.splitlines() if line.strip()]
 
 

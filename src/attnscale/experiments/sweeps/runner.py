@@ -29,6 +29,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
 from attnscale.errors import check_count
+from attnscale.experiments.sweeps.process_settings import process_settings, restore_process_settings
 from attnscale.store import ResultCache, to_jsonable
 
 __all__ = ["Backend", "SerialBackend", "LocalBackend", "run_sweep", "default_workers", "report_steps"]
@@ -72,15 +73,14 @@ class SerialBackend:
     reports_steps = True
 
     def map(self, fn, cells, on_steps=None):
-        from attnscale.experiments import training   # light: it imports torch only when a cell does
-
+        
         for i, cell in enumerate(cells):
-            before = training.process_settings()
+            before = process_settings()
             hook = None if on_steps is None else (lambda done, total, i=i: on_steps(i, done, total))
             try:
                 result = _with_step_hook(hook, fn, cell)
             finally:
-                training.restore_process_settings(before)
+                restore_process_settings(before)
             yield i, result
 
 

@@ -61,7 +61,7 @@ def summarise(per_head: list[dict], layers: list[dict], present: set[str]) -> di
     """The result's ``heads`` (one dict per layer × head), ``nulls`` (why a figure is None),
     ``figures`` (the meanings of those it has), ``absent`` (figures the text or the model cannot
     have), ``per_layer``, ``float16``, ``striking_heads`` and ``analysis``. ``per_head``: per layer,
-    :func:`~attnscale.experiments.probe.head_figures`; ``layers``: per layer its facts (``causal``,
+    :func:`~attnscale.experiments.pretrained.probe.stats.head_figures`; ``layers``: per layer its facts (``causal``,
     ``n_heads_q``, ``n_heads_kv``); ``present``: the sink-candidate kinds the text holds."""
     absent = {f"sink_{name}": f"no {name} token in the text" for name in ("bos", "cls", "sep")
               if f"sink_{name}" in per_head[0] and name not in present}

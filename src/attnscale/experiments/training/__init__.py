@@ -1,0 +1,1 @@
+"""The training experiments: their models (the GPT, the readout transformer), their data (generated tasks, bytes of real text, n-gram baselines), the three sweeps (scale-vs-dk, lm, logit-growth) and the registry that names them."""
