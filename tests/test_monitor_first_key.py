@@ -107,3 +107,101 @@ def test_2d_and_3d_inputs_have_a_weight_per_row():
     assert stats.first_key_weight.shape == (5,)
     expected, lse = reference_weights(q, k, v)
     assert (np.abs(stats.first_key_weight.numpy() - expected) <= 8 * torch.finfo(torch.float32).eps * (1 + np.abs(lse)) * expected).all()
+
+
+class CausalAttention(torch.nn.Module):
+    """SDPA on given q, k, v (B, H, L, d): a causal layer whose figures are known by hand."""
+
+    def forward(self, q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                                enable_gqa=q.shape[1] != k.shape[1])
+
+
+def by_hand(q, k, rows=None):
+    """Per query head, float64: (mean weight on key 0, mean ‖q_i‖) over the causal rows i ≥ 1 (row 0
+    attends one key) among ``rows`` (None: all), and the mean ‖k_j‖ of its KV head's keys."""
+    q, k = q.double(), k.double()
+    group = q.shape[1] // k.shape[1]
+    kk = k.repeat_interleave(group, dim=1)
+    L = q.shape[-2]
+    s = (q @ kk.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    s = s.masked_fill(~torch.ones(L, L, dtype=torch.bool).tril(), -math.inf)
+    first = torch.softmax(s, dim=-1)[..., 0]                                # (B, H, L)
+    counted = torch.zeros(q.shape[:-1], dtype=torch.bool)
+    if rows is None:
+        counted[..., 1:] = True
+    else:
+        counted.scatter_(-1, rows[:, None, :].expand(-1, q.shape[1], -1), True)
+        counted[..., 0] = False
+    n = counted.sum((0, 2))
+    mean = lambda x: (x * counted).sum((0, 2)) / n  # noqa: E731
+    return mean(first), mean(q.norm(dim=-1)), kk.norm(dim=-1).mean((0, 2))
+
+
+def inputs(seed, H_q=4, H_kv=2, B=2, L=12, d=8, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, H_q, L, d, generator=g) * torch.linspace(0.5, 2.0, L)[:, None]   # rows of unlike norms
+    k = torch.randn(B, H_kv, L, d, generator=g)
+    v = torch.randn(B, H_kv, L, d, generator=g)
+    return q.to(dtype), k.to(dtype), v.to(dtype)
+
+
+@pytest.mark.parametrize("mode", ["observe", "replace"])
+@pytest.mark.parametrize("H_kv", [4, 2])
+def test_the_monitors_head_figures_equal_those_by_hand(mode, H_kv):
+    q, k, v = inputs(seed=H_kv, H_kv=H_kv)
+    layer = CausalAttention()
+    with torch.no_grad(), Monitor(layer, mode=mode) as mon:
+        own = layer(q, k, v)
+        step = mon.step(0)
+    first, q_norm, k_norm = by_hand(q, k)
+    assert [h.head for h in step.heads] == [0, 1, 2, 3]
+    for h in step.heads:
+        assert h.rows == 2 * 11 and h.keys == 2 * 12
+        assert h.first_key_weight == pytest.approx(float(first[h.head]), rel=1e-5)
+        assert h.q_norm_mean == pytest.approx(float(q_norm[h.head]), rel=1e-5)
+        assert h.k_norm_mean == pytest.approx(float(k_norm[h.head]), rel=1e-5)
+        assert h.first_key_sum == pytest.approx(h.first_key_weight * h.rows, rel=1e-12)
+        assert h.k_norm_sum == pytest.approx(h.k_norm_mean * h.keys, rel=1e-12)
+    if mode == "observe":
+        assert torch.equal(layer(q, k, v), own)
+    json_head = step.to_json()["heads"][0]
+    assert {"first_key_weight", "q_norm_mean", "k_norm_mean", "keys", "first_key_sum"} <= set(json_head)
+
+
+def test_a_sink_head_counts_in_the_share_and_a_uniform_one_does_not():
+    """Head 0: every query along k_0 (q·k_0 ≫ the rest), a sink. Head 1: q = 0, weights 1/(i+1) on
+    each of the i+1 keys: mean over rows 1..11 of 1/(i+1) = 0.19, below SINK_WEIGHT."""
+    q, k, v = inputs(seed=5, H_q=2, H_kv=2)
+    k[:, 0, 0] = 4.0
+    q[:, 0] = 4.0 + 0.1 * q[:, 0]
+    q[:, 1] = 0.0
+    layer = CausalAttention()
+    with torch.no_grad(), Monitor(layer) as mon:
+        layer(q, k, v)
+        step = mon.step(0)
+    sink, uniform = step.heads
+    assert sink.first_key_weight > 0.99 and sink.sink_head
+    assert uniform.first_key_weight == pytest.approx(sum(1 / (i + 1) for i in range(1, 12)) / 11, rel=1e-6)
+    assert uniform.first_key_weight < SINK_WEIGHT and not uniform.sink_head
+    keys = log_keys(step)
+    assert keys["attn/CausalAttention/sink_heads_share"] == 0.5
+    assert keys["attn/CausalAttention/head0/first_key_weight"] == pytest.approx(sink.first_key_weight)
+    assert keys["attn/CausalAttention/first_key_weight"] == pytest.approx(
+        (sink.first_key_weight + uniform.first_key_weight) / 2)        # equal rows: the plain mean
+
+
+@pytest.mark.parametrize("mode", ["observe", "replace"])
+def test_rows_k_reads_the_sampled_rows_norms_and_weights(mode):
+    q, k, v = inputs(seed=7)
+    layer = CausalAttention()
+    picked = Monitor(layer, rows=5)._rows_of(q)                      # the first call's rows, (B, 5)
+    with torch.no_grad(), Monitor(layer, mode=mode, rows=5) as mon:
+        layer(q, k, v)
+        step = mon.step(0)
+    first, q_norm, k_norm = by_hand(q, k, rows=picked)
+    for h in step.heads:
+        assert h.rows == int((picked > 0).sum()) and h.rows_of == 2 * 12
+        assert h.first_key_weight == pytest.approx(float(first[h.head]), rel=1e-5)
+        assert h.q_norm_mean == pytest.approx(float(q_norm[h.head]), rel=1e-5)
+        assert h.k_norm_mean == pytest.approx(float(k_norm[h.head]), rel=1e-5)      # every key: all are read
