@@ -76,7 +76,7 @@ Two modes.
   broadcast without enable_gqa) are left to SDPA, which raises its own error.
 
 What is kept, per (layer, head): running aggregates only (:mod:`attnscale.torch.monitor_aggregates`)
-— counts, Σ entropy, extremes — as a few NumPy arrays of H numbers, whatever the number of calls
+— counts, sums, extremes — as a few NumPy arrays of H numbers, whatever the number of calls
 (no q, k, v, weights or per-row arrays), for the current step and for the whole context.
 ``history=True`` (the default) also keeps each row's entropy (4 bytes per query row, for an exact
 median in :meth:`Monitor.summary` and each :meth:`Monitor.step`) and one :class:`CallRecord` per
@@ -96,6 +96,14 @@ apart in ``rows_single``, out of the entropy and saturation figures).
 
 Any SDPA layout is taken: q (..., H_q, L, d_k) with any number of leading dimensions (all folded
 into the batch), or 3-D (N, L, d_k), which has no head axis and is counted as one head.
+
+Beside the entropy and the logits, per head: the mean weight on the first key (``first_key_weight``,
+from :func:`attnscale.torch.attention`'s ``first_key=True``: a head at
+:data:`~attnscale.torch.monitor_records.SINK_WEIGHT` or above is an attention sink), the mean ‖q‖
+of the rows read and the mean ‖k‖ of the call's keys (L2, as the model handed them to attention,
+before any scale or QK-norm; grouped-query: a query head's keys are its KV head's), each kept as a
+sum and a count so that steps, calls and ranks combine exactly. Their cost: one product of q̂ with
+k̂_0 and two norm passes per call, O(L·d) each.
 
 float16 safety: a row whose logits leave ±65504 overflows in float16 before the softmax (PyTorch
 issue #119131). It is counted per head whatever the dtype the model ran in (a float32 model that
@@ -203,7 +211,8 @@ class Monitor:
     (s the sample's spread, n rows read of N: a stratified sample, one stratum per sequence, for
     which this simple-random-sample formula errs on the large side); ``saturated_rows`` and
     ``float16_overflow_rows`` are counts in the sample (scale by ``rows_of`` / rows read for an
-    estimate); ``max_logit``, ``max_abs_logit``, ``entropy_min`` and ``min_logit`` are the
+    estimate); ``first_key_weight`` and ``q_norm_mean`` are the sample's means, ``k_norm_mean``
+    is every key's (all are read); ``max_logit``, ``max_abs_logit``, ``entropy_min`` and ``min_logit`` are the
     sample's extremes: bounds, never beyond the true extremes, not estimates of them. The median
     is the sample's.
 
