@@ -106,7 +106,8 @@ def test_2d_and_3d_inputs_have_a_weight_per_row():
     _, stats = attention(q, k, v, return_stats=True, first_key=True)
     assert stats.first_key_weight.shape == (5,)
     expected, lse = reference_weights(q, k, v)
-    assert (np.abs(stats.first_key_weight.numpy() - expected) <= 8 * torch.finfo(torch.float32).eps * (1 + np.abs(lse)) * expected).all()
+    bound = 8 * torch.finfo(torch.float32).eps * (1 + np.abs(lse)) * expected
+    assert (np.abs(stats.first_key_weight.numpy() - expected) <= bound).all()
 
 
 class CausalAttention(torch.nn.Module):

@@ -570,7 +570,8 @@ def _take_rows(x, picked, along: int = -1):
 
 def _norms(torch, x):
     """‖x_i‖ (L2) of each row of x (..., N, d) → (..., N), in float32 (float64 for float64 x), detached."""
-    return torch.linalg.vector_norm(x.detach(), dim=-1, dtype=torch.float64 if x.dtype == torch.float64 else torch.float32)
+    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    return torch.linalg.vector_norm(x.detach(), dim=-1, dtype=dtype)
 
 
 def _sampled_problem(torch, q, k, mask, bias, is_causal: bool, picked):

@@ -34,8 +34,8 @@ class HeadFigures:
     (:meth:`Monitor.summary`), or over one step's calls (:meth:`Monitor.step`). NaN where no row counted.
 
     A row attending a single key (a causal model's first query) is left out of ``rows`` and of the
-    entropy and saturation figures, and counted in ``rows_single``: its weight is 1 and its entropy 0
-    whatever the model learnt. The logit figures take every attended row, those and broken ones too."""
+    entropy, saturation, first-key and ‖q‖ figures, and counted in ``rows_single``: its weight is 1
+    and its entropy 0 whatever the model learnt. The logit figures take every attended row, those and broken ones too."""
 
     layer: str
     head: int
