@@ -212,9 +212,9 @@ class Monitor:
     which this simple-random-sample formula errs on the large side); ``saturated_rows`` and
     ``float16_overflow_rows`` are counts in the sample (scale by ``rows_of`` / rows read for an
     estimate); ``first_key_weight`` and ``q_norm_mean`` are the sample's means, ``k_norm_mean``
-    is every key's (all are read); ``max_logit``, ``max_abs_logit``, ``entropy_min`` and ``min_logit`` are the
-    sample's extremes: bounds, never beyond the true extremes, not estimates of them. The median
-    is the sample's.
+    is every key's (all are read); ``max_logit``, ``max_abs_logit``, ``entropy_min`` and
+    ``min_logit`` are the sample's extremes: bounds, never beyond the true extremes, not estimates
+    of them. The median is the sample's.
 
     >>> import torch
     >>> class SelfAttention(torch.nn.Module):

@@ -12,7 +12,8 @@ exp(max logit − lse), free from the kernel's figures, exceeds :data:`~attnscal
 A row attends a single key when its largest and smallest attended logits are equal and its
 largest weight is above 1/2: equal logits over n keys weigh 1/n each, so only n = 1 passes.
 The weight on the first key and ‖q‖ are summed over the rows the entropy is (single-key rows out:
-their one key is key 0, weight 1 whatever the model learnt); ‖k‖ over every key row of the calls.
+all their weight is on their one key, a causal model's key 0, whatever the model learnt); ‖k‖ over
+every key row of the calls.
 """
 
 from __future__ import annotations
