@@ -206,3 +206,17 @@ def test_rows_k_reads_the_sampled_rows_norms_and_weights(mode):
         assert h.first_key_weight == pytest.approx(float(first[h.head]), rel=1e-5)
         assert h.q_norm_mean == pytest.approx(float(q_norm[h.head]), rel=1e-5)
         assert h.k_norm_mean == pytest.approx(float(k_norm[h.head]), rel=1e-5)      # every key: all are read
+
+
+@pytest.mark.parametrize("mode", ["observe", "replace"])
+def test_a_3d_call_is_one_head_over_every_sequences_rows_and_keys(mode):
+    """q (N, L, d) has no head axis: one head, its rows and keys those of all N sequences."""
+    q, k, v = (x[:, 0] for x in inputs(seed=9, H_q=1, H_kv=1))              # (2, 12, 8) each
+    layer = CausalAttention()
+    with torch.no_grad(), Monitor(layer, mode=mode) as mon:
+        layer(q, k, v)
+        (h,) = mon.step(0).heads
+    first, q_norm, k_norm = by_hand(q[:, None], k[:, None])
+    assert (h.rows, h.keys) == (2 * 11, 2 * 12)
+    assert (h.first_key_weight, h.q_norm_mean, h.k_norm_mean) == pytest.approx(
+        (float(first[0]), float(q_norm[0]), float(k_norm[0])), rel=1e-5)
