@@ -28,8 +28,10 @@ from attnscale.torch.monitor_records import HeadFigures, Step  # noqa: E402
 
 F = torch.nn.functional
 STEPS, WORLD = 3, 2
-COUNTS = ("calls", "rows", "rows_empty", "rows_broken", "saturated_rows", "float16_overflow_rows")
-FLOATS = ("entropy_mean", "entropy_min", "max_logit", "min_logit", "max_abs_logit")
+COUNTS = ("calls", "rows", "rows_empty", "rows_broken", "saturated_rows", "float16_overflow_rows", "keys")
+FLOATS = ("entropy_mean", "entropy_min", "max_logit", "min_logit", "max_abs_logit", "first_key_weight", "q_norm_mean",
+          "k_norm_mean")
+SUMS = ("entropy_sum", "first_key_sum", "q_norm_sum", "k_norm_sum")
 
 
 def model():
@@ -48,7 +50,7 @@ def loss(net, x):
 
 
 def figures(step):
-    return [{f: getattr(h, f) for f in ("layer", "head", *COUNTS, *FLOATS)} for h in step.heads]
+    return [{f: getattr(h, f) for f in ("layer", "head", *COUNTS, *FLOATS, *SUMS)} for h in step.heads]
 
 
 def worker(rank: int, port: int, tau: float, out: str) -> None:
@@ -137,7 +139,9 @@ def test_two_gloo_ranks_combine_to_the_figures_of_one_process_on_both_batches(tm
             assert {f: g[f] for f in ("layer", "head", *COUNTS)} == {f: w[f] for f in ("layer", "head", *COUNTS)}
             # Step 0 sees the same weights (float64 rounding of Σ entropy only); later steps weights
             # that differ by DDP's and the single process's gradient summation order (float32).
-            np.testing.assert_allclose([g[f] for f in FLOATS], [w[f] for f in FLOATS], rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose([g[f] for f in FLOATS + SUMS], [w[f] for f in FLOATS + SUMS],
+                                       rtol=1e-5, atol=1e-6)
+            assert g["first_key_weight"] == g["first_key_sum"] / g["rows"] and g["keys"] == WORLD * 3 * 12
     for got, want in zip(ranks[0]["weights"], weights):
         np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-6)
     assert ranks[0]["mismatch"] and "different layers or heads" in ranks[0]["mismatch"]
@@ -147,10 +151,14 @@ def test_two_gloo_ranks_combine_to_the_figures_of_one_process_on_both_batches(tm
 def head(**kw):
     base = dict(layer="a", head=0, calls=1, rows=4, rows_empty=0, rows_broken=0, saturated_rows=1,
                 float16_overflow_rows=0, entropy_mean=0.5, entropy_median=0.5, entropy_min=0.0, max_logit=3.0,
-                min_logit=-1.0, max_abs_logit=3.0, rows_single=1, rows_of=5)
+                min_logit=-1.0, max_abs_logit=3.0, rows_single=1, rows_of=5, first_key_weight=0.25,
+                q_norm_mean=2.0, k_norm_mean=1.5, keys=8)
     base.update(kw)
-    rows = base["rows"]
-    return HeadFigures(**{"entropy_sum": base["entropy_mean"] * rows if rows else 0.0, **base})
+    rows, keys = base["rows"], base["keys"]
+    return HeadFigures(**{"entropy_sum": base["entropy_mean"] * rows if rows else 0.0,
+                          "first_key_sum": base["first_key_weight"] * rows if rows else 0.0,
+                          "q_norm_sum": base["q_norm_mean"] * rows if rows else 0.0,
+                          "k_norm_sum": base["k_norm_mean"] * keys if keys else 0.0, **base})
 
 
 def test_without_a_process_group_the_step_is_its_own_combination():
@@ -162,15 +170,12 @@ def test_the_packing_reduces_like_one_process(monkeypatch):
     """_pack/_reduce on two hand-made ranks, one with a head that saw no row: sums, extremes, NaN where none."""
     from attnscale.torch.distributed import _pack, _reduce
 
-    a = Step(step=1, calls=2, fallbacks={"dropout": 1}, heads=[head(), head(head=1, rows=0, entropy_mean=math.nan,
-                                                                            entropy_min=math.nan, max_logit=math.nan,
-                                                                            min_logit=math.nan, max_abs_logit=math.nan,
-                                                                            rows_empty=4)])
+    unseen = dict(head=1, rows=0, rows_empty=4, **{f: math.nan for f in FLOATS if f != "k_norm_mean"})
+    a = Step(step=1, calls=2, fallbacks={"dropout": 1}, heads=[head(), head(**unseen)])
     b = Step(step=1, calls=2, fallbacks={}, heads=[head(rows=6, entropy_mean=1.0, entropy_min=0.25, max_logit=7.0,
-                                                        min_logit=-8.0, max_abs_logit=8.0), head(head=1, rows=0,
-                                                        entropy_mean=math.nan, entropy_min=math.nan,
-                                                        max_logit=math.nan, min_logit=math.nan,
-                                                        max_abs_logit=math.nan, rows_empty=4)])
+                                                        min_logit=-8.0, max_abs_logit=8.0, first_key_weight=0.5,
+                                                        q_norm_mean=3.0, k_norm_mean=0.5, keys=24),
+                                                   head(**unseen)])
     c = _reduce(np.stack([_pack(a), _pack(b)]), a)
     h0, h1 = c.heads
     assert (c.calls, c.fallbacks) == (4, {"dropout": 1})
@@ -179,7 +184,12 @@ def test_the_packing_reduces_like_one_process(monkeypatch):
     assert (h0.entropy_min, h0.max_logit, h0.min_logit, h0.max_abs_logit) == (0.0, 7.0, -8.0, 8.0)
     assert math.isnan(h0.entropy_median)
     assert (h0.rows_single, h0.rows_of, h0.entropy_sum) == (2, 10, pytest.approx(0.5 * 4 + 1.0 * 6))
-    assert h1.rows == 0 and h1.rows_empty == 8 and all(math.isnan(getattr(h1, f)) for f in FLOATS)
+    assert h0.first_key_weight == pytest.approx((0.25 * 4 + 0.5 * 6) / 10)
+    assert h0.q_norm_mean == pytest.approx((2.0 * 4 + 3.0 * 6) / 10)
+    assert (h0.keys, h0.k_norm_mean) == (32, pytest.approx((1.5 * 8 + 0.5 * 24) / 32))   # over keys, not rows
+    assert h1.rows == 0 and h1.rows_empty == 8
+    assert all(math.isnan(getattr(h1, f)) for f in FLOATS if f != "k_norm_mean")
+    assert h1.k_norm_mean == pytest.approx(1.5)              # its keys were read, though every row was masked
     # A rank whose head had broken rows only (an overflow to +inf): its +inf is the combined max.
     broken = head(rows=0, rows_broken=2, entropy_mean=math.nan, entropy_min=math.nan, max_logit=math.inf,
                   min_logit=1.0, max_abs_logit=math.inf)

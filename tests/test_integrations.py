@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 from attnscale.integrations._watch import FIGURES, log_keys  # noqa: E402
 from attnscale.torch.monitor_records import HeadFigures, Step  # noqa: E402
 
-LAYER_KEYS = [f"attn/{{layer}}/{f}" for f in FIGURES]
+LAYER_KEYS = [f"attn/{{layer}}/{f}" for f in (*FIGURES, "sink_heads_share")]
 
 
 def expected_keys(layers, heads, clip=False):
@@ -25,16 +25,21 @@ def expected_keys(layers, heads, clip=False):
 
 
 def test_log_keys_pool_heads_by_rows_and_leave_out_what_does_not_exist():
-    def head(h, rows, mean, lo, hi, sat):
+    def head(h, rows, mean, lo, hi, sat, first=math.nan, q_norm=math.nan, k_norm=math.nan):
         return HeadFigures(layer="L", head=h, calls=1, rows=rows, rows_empty=4 - rows, rows_broken=0,
                            saturated_rows=sat, float16_overflow_rows=0, entropy_mean=mean, entropy_median=math.nan,
-                           entropy_min=lo, max_logit=hi, min_logit=-hi, max_abs_logit=hi)
+                           entropy_min=lo, max_logit=hi, min_logit=-hi, max_abs_logit=hi,
+                           first_key_weight=first, q_norm_mean=q_norm, k_norm_mean=k_norm)
 
     step = Step(step=2, calls=1, fallbacks={"dropout": 1},
-                heads=[head(0, 4, 1.0, 0.5, 3.0, 1), head(1, 1, 2.0, 0.25, 9.0, 1),
+                heads=[head(0, 4, 1.0, 0.5, 3.0, 1, 0.5, 2.0, 1.0), head(1, 1, 2.0, 0.25, 9.0, 1, 0.25, 7.0, 3.0),
                        head(2, 0, math.nan, math.nan, math.nan, 0)])
     keys = log_keys(step, clips=[], per_head=True)
     assert keys["attn/L/entropy_mean"] == pytest.approx((4 * 1.0 + 1 * 2.0) / 5)
+    assert keys["attn/L/first_key_weight"] == pytest.approx((4 * 0.5 + 1 * 0.25) / 5)
+    assert (keys["attn/L/q_norm_mean"], keys["attn/L/k_norm_mean"]) == pytest.approx(((4 * 2 + 7) / 5, (4 + 3) / 5))
+    assert keys["attn/L/sink_heads_share"] == 0.5                       # head 0 (0.5 ≥ 0.3) of the two with rows
+    assert keys["attn/L/head1/first_key_weight"] == 0.25 and "attn/L/head2/first_key_weight" not in keys
     assert (keys["attn/L/entropy_min"], keys["attn/L/max_logit"], keys["attn/L/saturated_fraction"]) == (0.25, 9.0, 0.4)
     assert keys["attn/L/head1/max_logit"] == 9.0 and "attn/L/head2/entropy_mean" not in keys
     assert keys["attn/L/head2/float16_overflow_rows"] == 0.0

@@ -53,6 +53,9 @@ def test_every_layer_and_head_of_a_compiled_training_step(compiled, mode):
         assert ours.rows == reference.rows
         assert ours.entropy_mean == pytest.approx(reference.entropy_mean, rel=1e-5)
         assert ours.max_logit == pytest.approx(reference.max_logit, rel=1e-5)
+        assert ours.keys == reference.keys > 0
+        for f in ("first_key_weight", "q_norm_mean", "k_norm_mean"):     # the compiled path's inputs reach them
+            assert getattr(ours, f) == pytest.approx(getattr(reference, f), rel=1e-5)
 
 
 def test_a_compiled_tiny_llama_is_seen_whole():

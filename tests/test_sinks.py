@@ -52,6 +52,9 @@ def test_jsonl_sink_writes_one_strict_json_line_per_step(tmp_path):
         assert head0["entropy_mean"] == pytest.approx(step.heads[0].entropy_mean) and head0["rows"] == 4
         assert head1["entropy_mean"] is None and math.isnan(step.heads[1].entropy_mean)
         assert head1["why_null"] == "no row attended any key"
+        for f in ("first_key_weight", "q_norm_mean", "k_norm_mean"):      # HeadFigures' new fields pass as they are
+            assert head0[f] == pytest.approx(getattr(step.heads[0], f)) and head0[f] > 0
+        assert head1["first_key_weight"] is None and head1["k_norm_mean"] > 0   # its keys are read, its rows masked
     assert [r["step"] for r in records] == [0, 10, 20]
     # append=True keeps what is there (a resumed run); the default starts the file afresh.
     run_steps([JSONLSink(path, append=True)], steps=1)
@@ -99,7 +102,8 @@ def test_tensorboard_sink_holds_the_step_figures(tmp_path):
     events = EventAccumulator(str(tmp_path))
     events.Reload()
     tags = events.Tags()["scalars"]
-    assert "attention/entropy_mean/Masked/head0" in tags
+    assert {f"attention/{f}/Masked/head0" for f in ("entropy_mean", "first_key_weight", "q_norm_mean",
+                                                      "k_norm_mean")} <= set(tags)
     assert not any("head1" in t for t in tags if "entropy" in t)  # null figures are not written
     written = events.Scalars("attention/max_logit/Masked/head0")
     assert [e.step for e in written] == [0, 10, 20]

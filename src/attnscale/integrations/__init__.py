@@ -24,13 +24,23 @@ out rather than logged as NaN). ``<layer>`` is the attention module's path in th
 ``attn/<layer>/max_abs_logit``              largest |logit| of the layer
 ``attn/<layer>/saturated_fraction``         share of rows whose largest weight exceeds SATURATED_WEIGHT
 ``attn/<layer>/float16_overflow_rows``      rows with a |logit| > 65504 (they overflow in float16)
-``attn/<layer>/head<h>/<figure>``           the same six figures for one head (``per_head=True``)
+``attn/<layer>/first_key_weight``           mean weight on the first key over the layer's heads and rows
+                                            (attention sinks)
+``attn/<layer>/q_norm_mean``                mean ‖q‖ of the query rows (L2, as given to attention, before
+                                            any scale), over the layer's heads and rows
+``attn/<layer>/k_norm_mean``                mean ‖k‖ of the keys (each head's: its KV head's), row-weighted
+                                            over the layer's heads
+``attn/<layer>/sink_heads_share``           share of the layer's heads (with rows) whose mean weight on the
+                                            first key is ≥ SINK_WEIGHT = 0.3 (Gu et al., ICLR 2025)
+``attn/<layer>/head<h>/<figure>``           the same nine figures for one head, all but sink_heads_share
+                                            (``per_head=True``)
 ``attn/calls``                              attention calls seen in the step (all ranks)
 ``attn/clipped_heads``                      heads QK-clip rescaled in the step (would have, ``log_only``);
                                             only with ``tau``
 ``attn/fallbacks/<reason>``                 replace-mode calls that ran on the model's own attention
 ==========================================  =================================================================
 
-Not logged yet (the monitor's step does not carry them): the weight on the first token and the
-share of sink heads, and the mean ‖q‖ and ‖k‖.
+A row that attends a single key (a causal model's first query) is in none of the means: its one
+key is the first, weight 1 whatever the model learnt. Means are row-weighted over the heads; each
+combines exactly over the ranks (sums and counts are gathered, not means).
 """

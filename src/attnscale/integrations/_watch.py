@@ -7,25 +7,28 @@ from __future__ import annotations
 import math
 
 from attnscale.errors import InputTypeError
+# The per-head figures logged, in the order of the key table: the ones TensorBoardSink charts.
+from attnscale.torch.sinks import FIGURES
 
 __all__ = ["Watch", "log_keys", "FIGURES"]
 
-# The per-layer and per-head figures logged, in the order of the key table.
-FIGURES = ("entropy_mean", "entropy_min", "max_logit", "max_abs_logit", "saturated_fraction", "float16_overflow_rows")
+_MEANS = ("entropy_mean", "first_key_weight", "q_norm_mean", "k_norm_mean")     # row-weighted over heads
 
 
 def _layer_figures(heads) -> dict:
-    """The six figures over all heads of one layer: row-weighted mean, extremes, pooled fractions."""
+    """The per-head figures over all heads of one layer (row-weighted means, extremes, pooled
+    fractions), and the share of sink heads among the heads with rows counted."""
     rows = sum(h.rows for h in heads)
     seen = [h for h in heads if h.rows]
     if not rows:
         return {"float16_overflow_rows": sum(h.float16_overflow_rows for h in heads)}
-    return {"entropy_mean": sum(h.entropy_mean * h.rows for h in seen) / rows,
+    return {**{f: sum(getattr(h, f) * h.rows for h in seen) / rows for f in _MEANS},
             "entropy_min": min(h.entropy_min for h in seen),
             "max_logit": max(h.max_logit for h in seen),
             "max_abs_logit": max(h.max_abs_logit for h in seen),
             "saturated_fraction": sum(h.saturated_rows for h in heads) / rows,
-            "float16_overflow_rows": sum(h.float16_overflow_rows for h in heads)}
+            "float16_overflow_rows": sum(h.float16_overflow_rows for h in heads),
+            "sink_heads_share": sum(h.sink_head for h in seen) / len(seen)}
 
 
 def log_keys(step, clips=None, per_head: bool = True) -> dict[str, float]:

@@ -6,15 +6,17 @@ vectors of every rank of the group with ONE collective (``all_gather_single``), 
 them on each rank in rank order::
 
     calls, rows, rows_empty, rows_broken, rows_single, saturated_rows,
-    float16_overflow_rows, rows_of, entropy_sum                                  sum
+    float16_overflow_rows, rows_of, keys                                         sum (counts)
+    entropy_sum, first_key_sum, q_norm_sum, k_norm_sum                           sum
     max_logit, max_abs_logit                                                     max
     entropy_min, min_logit                                                       min
 
 so every rank holds the same combined figures, bit for bit (the same numbers reduced in the same
-order): the figures of one process that saw every rank's rows (counts exactly; sums and the mean
-within float64 rounding; extremes exactly), and the logit guard clips identically on every rank
+order): the figures of one process that saw every rank's rows (counts exactly; sums and the means
+— entropy_mean, first_key_weight and q_norm_mean over ``rows``, k_norm_mean over ``keys`` — within
+float64 rounding; extremes exactly), and the logit guard clips identically on every rank
 when each gives it the combined step. Gathering rather than all-reducing is what lets one call
-carry sums, maxima and minima at once; it moves world × (9 + 13 · heads) numbers: kilobytes.
+carry sums, maxima and minima at once; it moves world × (9 + 17 · heads) numbers: kilobytes.
 
     with Monitor(ddp_model, mode="replace", history=False) as mon:    # no sinks: rank 0 writes below
         for step, batch in enumerate(batches):
@@ -48,10 +50,14 @@ __all__ = ["combine_step", "FALLBACK_REASONS"]
 
 # Fallback counts are packed in FALLBACK_REASONS' order, so that one collective carries them.
 _SUMS = ("calls", "rows", "rows_empty", "rows_broken", "rows_single", "saturated_rows", "float16_overflow_rows",
-         "rows_of")
+         "rows_of", "keys")
+_FLOAT_SUMS = ("entropy_sum", "first_key_sum", "q_norm_sum", "k_norm_sum")
+# Each mean of HeadFigures: (its sum, the count it is over).
+_MEANS = {"entropy_mean": ("entropy_sum", "rows"), "first_key_weight": ("first_key_sum", "rows"),
+          "q_norm_mean": ("q_norm_sum", "rows"), "k_norm_mean": ("k_norm_sum", "keys")}
 _MAXES = ("max_logit", "max_abs_logit")
 _MINS = ("entropy_min", "min_logit")
-_PER_HEAD = len(_SUMS) + 1 + len(_MAXES) + len(_MINS)     # + Σ entropy
+_PER_HEAD = len(_SUMS) + len(_FLOAT_SUMS) + len(_MAXES) + len(_MINS)
 _HEADER = 3 + len(FALLBACK_REASONS)                       # layout checksum, head count, step calls, fallbacks
 
 
@@ -65,7 +71,7 @@ def _checksum(layout) -> float:
 
 
 def _pack(step: Step) -> np.ndarray:
-    """step → float64 (_HEADER + _PER_HEAD · heads,): header, then per head its sums, Σ entropy,
+    """step → float64 (_HEADER + _PER_HEAD · heads,): header, then per head its counts, float sums,
     maxima and minima; a figure that does not exist (NaN) packs as the reduction's identity."""
     unknown = sorted(set(step.fallbacks) - set(FALLBACK_REASONS))
     if unknown:
@@ -77,7 +83,7 @@ def _pack(step: Step) -> np.ndarray:
     known = lambda v, identity: identity if math.isnan(v) else v   # noqa: E731
     for i, h in enumerate(step.heads):
         out[_HEADER + _PER_HEAD * i: _HEADER + _PER_HEAD * (i + 1)] = [
-            *(getattr(h, f) for f in _SUMS), h.entropy_sum,
+            *(getattr(h, f) for f in _SUMS + _FLOAT_SUMS),
             *(known(getattr(h, f), -math.inf) for f in _MAXES),
             *(known(getattr(h, f), math.inf) for f in _MINS)]
     return out
@@ -86,19 +92,19 @@ def _pack(step: Step) -> np.ndarray:
 def _reduce(gathered: np.ndarray, template: Step) -> Step:
     """(world, n) packed steps → the combined :class:`Step` (layers and heads of ``template``)."""
     heads = gathered[:, _HEADER:].reshape(len(gathered), len(template.heads), _PER_HEAD)
-    s = len(_SUMS)
-    sums = heads[:, :, :s + 1].sum(axis=0)                                  # (heads, sums + Σ entropy)
-    maxes = heads[:, :, s + 1:s + 1 + len(_MAXES)].max(axis=0)
-    mins = heads[:, :, s + 1 + len(_MAXES):].min(axis=0)
+    s, f = len(_SUMS), len(_SUMS) + len(_FLOAT_SUMS)
+    sums = heads[:, :, :f].sum(axis=0)                                      # (heads, counts + float sums)
+    maxes = heads[:, :, f:f + len(_MAXES)].max(axis=0)
+    mins = heads[:, :, f + len(_MAXES):].min(axis=0)
     combined = []
     for i, h in enumerate(template.heads):
-        counts = {f: int(sums[i, j]) for j, f in enumerate(_SUMS)}
-        rows = counts["rows"]
+        counts = {name: int(sums[i, j]) for j, name in enumerate(_SUMS)}
+        totals = {name: float(sums[i, j]) for j, name in enumerate(_FLOAT_SUMS, start=s)}
+        means = {name: totals[total] / counts[n] if counts[n] else math.nan for name, (total, n) in _MEANS.items()}
         # ±inf left by the reduction is its identity (no rank saw the figure), but a +inf max logit is an overflow.
-        logits = {f: float(v) if v > -math.inf else math.nan for f, v in zip(_MAXES, maxes[i])}
-        logits.update({f: float(v) if v < math.inf else math.nan for f, v in zip(_MINS, mins[i])})
-        combined.append(HeadFigures(layer=h.layer, head=h.head, **counts, entropy_sum=float(sums[i, s]),
-                                    entropy_mean=float(sums[i, s] / rows) if rows else math.nan,
+        logits = {name: float(v) if v > -math.inf else math.nan for name, v in zip(_MAXES, maxes[i])}
+        logits.update({name: float(v) if v < math.inf else math.nan for name, v in zip(_MINS, mins[i])})
+        combined.append(HeadFigures(layer=h.layer, head=h.head, **counts, **totals, **means,
                                     entropy_median=math.nan, **logits))
     header = gathered[:, :_HEADER].sum(axis=0)
     fallbacks = {r: int(n) for r, n in zip(FALLBACK_REASONS, header[3:]) if n}

@@ -13,6 +13,7 @@ Per query row i, with logits s_ij = cap(scale·q̂_i·k̂_j) (+ bias) over the a
     lse_i     = ln Σ_j e^{s_ij}                          (what fused kernels keep for their backward)
     entropy_i = −Σ_j p_ij ln p_ij = lse_i − Σ_j p_ij s_ij  (nats)
     max_logit_i, min_logit_i                             (logit_range=True: float16 overflows past 65504)
+    first_key_weight_i = p_i0 = e^{s_i0 − lse_i}         (first_key=True: the weight on key 0, attention sinks)
 
 A row with nothing attended gets output 0, lse −inf, and NaN figures (as :func:`attnscale.row_health`).
 A row with a NaN logit, or a +inf one (q·k overflowed: huge finite inputs, or an inf one, which
@@ -92,6 +93,8 @@ class AttentionStats:
     max_logit: Any             # largest attended logit (None unless logit_range=True); NaN if none
     min_logit: Any             # smallest attended logit (None unless logit_range=True); NaN if none
     backend: str               # "kernel" | "composed" | "chunked" | "flex"
+    first_key_weight: Any = None  # p_i0, the weight on key 0 (None unless first_key=True); 0 where key 0
+                                  # is not attended, NaN for a row with nothing attended
 
 
 def _check_tensor(torch, name: str, x):
@@ -222,7 +225,7 @@ def _broadcast_rows(torch, name: str, x, target: tuple, batch: int):
 
 
 def attention(q, k, v, *, scale=None, mask=None, bias=None, causal=False, return_stats: bool = False,
-              logit_range: bool = False, backend: str = "auto", check_finite: bool = False):
+              logit_range: bool = False, first_key: bool = False, backend: str = "auto", check_finite: bool = False):
     """Scaled dot-product attention, exact, in memory O(L·d), with its per-row figures on request.
 
     Args:
@@ -240,6 +243,10 @@ def attention(q, k, v, *, scale=None, mask=None, bias=None, causal=False, return
             ``torch.nn.functional.scaled_dot_product_attention`` (a soft-cap excepted, which it cannot do).
         logit_range: the figures include each row's largest and smallest attended logit (see the
             module docstring for what it costs on each backend); needs ``return_stats=True``.
+        first_key: the figures include each row's weight on key 0 (``first_key_weight``: a head
+            that puts most of every row's weight there is an attention sink), from the prepared
+            problem whatever the backend: one product of q̂ with k̂_0 per head, O(L·d_k); needs
+            ``return_stats=True``.
         backend: "auto", "kernel", "composed", "chunked" or "flex" (module docstring).
         check_finite: refuse NaN/Inf in q, k, v and NaN/+Inf in bias. Off by default, as in
             PyTorch, which checks no values: the scan reads every input once more (on CUDA its
@@ -262,6 +269,8 @@ def attention(q, k, v, *, scale=None, mask=None, bias=None, causal=False, return
     check_choice("backend", backend, BACKENDS)
     if logit_range and not return_stats:
         raise InputError("logit_range: the logit range is a figure; pass return_stats=True to get it")
+    if first_key and not return_stats:
+        raise InputError("first_key: the weight on the first key is a figure; pass return_stats=True to get it")
     p, chosen = _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite, backend, return_stats)
     if chosen is None:                  # PyTorch's SDPA cannot cap: a capped call has a backend
         if check_finite:
@@ -284,7 +293,33 @@ def attention(q, k, v, *, scale=None, mask=None, bias=None, causal=False, return
     figure = lambda x: None if x is None else p.shaped(x).detach()  # noqa: E731
     return out, AttentionStats(lse=figure(lse), entropy=figure(entropy),
                                max_logit=figure(hi) if logit_range else None,
-                               min_logit=figure(lo) if logit_range else None, backend=chosen)
+                               min_logit=figure(lo) if logit_range else None, backend=chosen,
+                               first_key_weight=figure(_first_key_weight(torch, p, lse)) if first_key else None)
+
+
+def _first_key_weight(torch, p: _Problem, lse):
+    """(B, H_q, L): each row's weight on key 0, p_i0 = exp(s_i0 − lse_i), in lse's dtype, with s_i0
+    the row's logit on key 0 as every backend forms it (q̂ and k̂, the scale or log-n's per-row factor
+    already in q̂, the soft-cap, then the bias): one product of q̂ with k̂_0 per head, O(L·d_k), so no
+    backend needs a figure of its own. 0 where key 0 is not attended (mask, causal limit, bias −inf);
+    NaN for a row with nothing attended (lse −inf − (−inf)), as its entropy. Detached."""
+    B, H, L = p.q.shape[:3]
+    if p.k.shape[-2] == 0:                      # no key 0: every row attends nothing
+        return torch.full((B, H, L), math.nan, dtype=lse.dtype, device=lse.device)
+    with torch.no_grad():
+        k0 = p.k[:, :, :1].repeat_interleave(H // p.k.shape[1], dim=1)               # (B, H_q, 1, d_k)
+        s = p.scale * (p.q.to(lse.dtype) @ k0.to(lse.dtype).transpose(-2, -1))[..., 0]
+        if p.softcap:
+            s = p.softcap * torch.tanh(s / p.softcap)
+        if p.bias is not None:
+            s = s + p.bias[:, :, :, 0]
+        attended = None if p.mask is None else p.mask[:, :, :, 0]
+        if p.alignment is not None:             # row i attends key 0 when 0 ≤ i + offset
+            reach = torch.arange(L, device=s.device) + p.causal_offset >= 0
+            attended = reach if attended is None else attended & reach
+        if attended is not None:
+            s = s.masked_fill(~attended, -math.inf)
+        return torch.exp(s - lse.detach())
 
 
 def _check_graph(torch, inputs, out, backend: str) -> None:

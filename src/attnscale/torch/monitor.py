@@ -76,7 +76,7 @@ Two modes.
   broadcast without enable_gqa) are left to SDPA, which raises its own error.
 
 What is kept, per (layer, head): running aggregates only (:mod:`attnscale.torch.monitor_aggregates`)
-— counts, Σ entropy, extremes — as a few NumPy arrays of H numbers, whatever the number of calls
+— counts, sums, extremes — as a few NumPy arrays of H numbers, whatever the number of calls
 (no q, k, v, weights or per-row arrays), for the current step and for the whole context.
 ``history=True`` (the default) also keeps each row's entropy (4 bytes per query row, for an exact
 median in :meth:`Monitor.summary` and each :meth:`Monitor.step`) and one :class:`CallRecord` per
@@ -96,6 +96,14 @@ apart in ``rows_single``, out of the entropy and saturation figures).
 
 Any SDPA layout is taken: q (..., H_q, L, d_k) with any number of leading dimensions (all folded
 into the batch), or 3-D (N, L, d_k), which has no head axis and is counted as one head.
+
+Beside the entropy and the logits, per head: the mean weight on the first key (``first_key_weight``,
+from :func:`attnscale.torch.attention`'s ``first_key=True``: a head at
+:data:`~attnscale.torch.monitor_records.SINK_WEIGHT` or above is an attention sink), the mean ‖q‖
+of the rows read and the mean ‖k‖ of the call's keys (L2, as the model handed them to attention,
+before any scale or QK-norm; grouped-query: a query head's keys are its KV head's), each kept as a
+sum and a count so that steps, calls and ranks combine exactly. Their cost: one product of q̂ with
+k̂_0 and two norm passes per call, O(L·d) each.
 
 float16 safety: a row whose logits leave ±65504 overflows in float16 before the softmax (PyTorch
 issue #119131). It is counted per head whatever the dtype the model ran in (a float32 model that
@@ -203,9 +211,10 @@ class Monitor:
     (s the sample's spread, n rows read of N: a stratified sample, one stratum per sequence, for
     which this simple-random-sample formula errs on the large side); ``saturated_rows`` and
     ``float16_overflow_rows`` are counts in the sample (scale by ``rows_of`` / rows read for an
-    estimate); ``max_logit``, ``max_abs_logit``, ``entropy_min`` and ``min_logit`` are the
-    sample's extremes: bounds, never beyond the true extremes, not estimates of them. The median
-    is the sample's.
+    estimate); ``first_key_weight`` and ``q_norm_mean`` are the sample's means, ``k_norm_mean``
+    is every key's (all are read); ``max_logit``, ``max_abs_logit``, ``entropy_min`` and
+    ``min_logit`` are the sample's extremes: bounds, never beyond the true extremes, not estimates
+    of them. The median is the sample's.
 
     >>> import torch
     >>> class SelfAttention(torch.nn.Module):
@@ -406,14 +415,20 @@ class Monitor:
         keys = torch.rand((*lead, L), generator=g)
         return keys.topk(self._rows, dim=-1).indices.sort(dim=-1).values.to(q.device)
 
-    def _fold(self, name: str, q, k, v, stats, source: str, index: int, picked=None) -> None:
+    def _fold(self, name: str, q, k, v, stats, source: str, index: int, picked=None, read=None) -> None:
         """Fold one call's figures in; ``picked``: :meth:`_rows_of`'s rows when ``stats`` holds every
-        row (replace mode), to keep only theirs."""
+        row (replace mode), to keep only theirs; ``read``: the query rows ``stats`` is of when they
+        are not q's (observe mode's sampled rows), for their norms."""
+        torch = require("torch", "torch")
         heads = q.shape[-3] if q.dim() > 3 else 1
         population = q.numel() // max(1, q.shape[-1]) // heads
+        # ‖q‖ and ‖k‖ as given, before any scale or QK-norm: two O(L·d) passes, detached.
+        q_norms, k_norms = _norms(torch, q if read is None else read), _norms(torch, k)
         if picked is not None:
-            stats = _take_rows(stats, picked)
-        run, ent = call_figures(stats, population)
+            stats, q_norms = _take_rows(stats, picked), _take_rows(q_norms, picked)
+        # The key rows per KV head: k's head axis where q has one (q 3-D or 2-D: one head, all keys).
+        kv_heads = k.shape[-3] if q.dim() > 3 and k.dim() > 2 else 1
+        run, ent = call_figures(stats, q_norms, k_norms.reshape(-1, kv_heads, k.shape[-2]), population)
         layer = self._layer_key(name, ent.shape[1])
         self._add(self._current, layer, run)
         self._step_calls += 1
@@ -467,14 +482,14 @@ class Monitor:
                 q, mask, bias = _sampled_problem(torch, call.q, call.k, mask, bias, call.is_causal, picked)
                 causal = False
             out, stats = attention(q, call.k, call.v, scale=_scale_rule(call.scale, call.softcap), mask=mask,
-                                   bias=bias, causal=causal, return_stats=True,
-                                   logit_range=True, backend=self._backend, check_finite=False)
+                                   bias=bias, causal=causal, return_stats=True, logit_range=True,
+                                   first_key=True, backend=self._backend, check_finite=False)
             if call.source == "interface" and call.dropout_p == 0:
                 own = call.output if picked is None else _take_rows(call.output, picked, along=-2)
                 if not _agrees(torch, out, stats, own, call):
                     self.skipped[(call.name, _DISAGREE)] += 1
                     return
-        self._fold(call.name, call.q, call.k, call.v, stats, call.source, call.index, picked=None)
+        self._fold(call.name, call.q, call.k, call.v, stats, call.source, call.index, read=q)
 
     def _mask_parts(self, torch, m):
         """(mask, bias, averaged) of SDPA's attn_mask ``m``: :func:`split_attn_mask`, and whether a
@@ -519,8 +534,8 @@ class Monitor:
                 return None
             out, stats = attention(q, k, v, scale=_scale_rule(a["scale"], a.get("softcap", 0.0)), mask=mask,
                                    bias=bias, causal="top_left" if a["is_causal"] else False, return_stats=True,
-                                   logit_range=True, backend=TRAINING_BACKEND if grad else self._backend,
-                                   check_finite=False)
+                                   logit_range=True, first_key=True,
+                                   backend=TRAINING_BACKEND if grad else self._backend, check_finite=False)
         except InputError:
             self._fallback("unsupported")
             self._skip_observe = True
@@ -546,10 +561,17 @@ def _take_rows(x, picked, along: int = -1):
     """The rows ``picked`` (..., K) of ``x``: an :class:`AttentionStats` (figures (..., [H,] L),
     ``along=-1``) or a tensor (..., [H,] L, d) (``along=-2``), the same rows in every head."""
     if not hasattr(x, "dim"):
-        return replace(x, **{f: _take_rows(getattr(x, f), picked) for f in ("lse", "entropy", "max_logit", "min_logit")})
+        return replace(x, **{f: _take_rows(getattr(x, f), picked)
+                             for f in ("lse", "entropy", "max_logit", "min_logit", "first_key_weight")})
     heads = x.dim() - picked.dim() - (0 if along == -1 else 1)      # a head axis (1) or none (0)
     index = picked.reshape(picked.shape[:-1] + (1,) * heads + picked.shape[-1:] + (1,) * (-1 - along))
     return x.gather(along, index.expand(x.shape[:along % x.dim()] + (picked.shape[-1],) + x.shape[along % x.dim() + 1:]))
+
+
+def _norms(torch, x):
+    """‖x_i‖ (L2) of each row of x (..., N, d) → (..., N), in float32 (float64 for float64 x), detached."""
+    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    return torch.linalg.vector_norm(x.detach(), dim=-1, dtype=dtype)
 
 
 def _sampled_problem(torch, q, k, mask, bias, is_causal: bool, picked):
@@ -604,5 +626,9 @@ def _head_figures(layer: str, run: Running, entropies: dict) -> list[HeadFigures
             min_logit=lo if (lo := p["min_logit"][h]) < math.inf else nan,
             max_abs_logit=top if (top := p["max_abs_logit"][h]) > -math.inf else nan,
             rows_of=run.population, entropy_mean_se=se, rows_single=p["rows_single"][h],
-            entropy_sum=p["entropy_sum"][h]))
+            entropy_sum=p["entropy_sum"][h],
+            first_key_weight=p["first_key_sum"][h] / rows if rows else nan,
+            q_norm_mean=p["q_norm_sum"][h] / rows if rows else nan,
+            k_norm_mean=p["k_norm_sum"][h] / run.keys if run.keys else nan, keys=run.keys,
+            first_key_sum=p["first_key_sum"][h], q_norm_sum=p["q_norm_sum"][h], k_norm_sum=p["k_norm_sum"][h]))
     return out

@@ -6,7 +6,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["CallRecord", "HeadFigures", "Step"]
+__all__ = ["CallRecord", "HeadFigures", "Step", "SINK_WEIGHT"]
+
+# A head whose rows put this much weight on the first key on average is a sink head: the threshold
+# ε = 0.3 of Gu et al., "When Attention Sink Emerges in Language Models" (ICLR 2025), who call a head
+# a sink when its mean weight on the first token is at least ε.
+SINK_WEIGHT = 0.3
 
 
 @dataclass(frozen=True)
@@ -29,8 +34,8 @@ class HeadFigures:
     (:meth:`Monitor.summary`), or over one step's calls (:meth:`Monitor.step`). NaN where no row counted.
 
     A row attending a single key (a causal model's first query) is left out of ``rows`` and of the
-    entropy and saturation figures, and counted in ``rows_single``: its weight is 1 and its entropy 0
-    whatever the model learnt. The logit figures take every attended row, those and broken ones too."""
+    entropy, saturation, first-key and ‖q‖ figures, and counted in ``rows_single``: its weight is 1
+    and its entropy 0 whatever the model learnt. The logit figures take every attended row, those and broken ones too."""
 
     layer: str
     head: int
@@ -50,14 +55,27 @@ class HeadFigures:
     entropy_mean_se: float = 0.0  # standard error of entropy_mean as the mean of all rows_of (0: every row read)
     rows_single: int = 0       # rows attending a single key (weight 1, entropy 0): in the logit figures only
     entropy_sum: float = 0.0   # Σ entropy over ``rows`` (nats): what a combination over ranks adds up
+    first_key_weight: float = math.nan  # mean weight on key 0 over ``rows`` (attention sinks)
+    q_norm_mean: float = math.nan       # mean ‖q_i‖ (L2, as given to attention, before any scale) over ``rows``
+    k_norm_mean: float = math.nan       # mean ‖k_j‖ over the ``keys`` of the calls (the KV head's, grouped-query)
+    keys: int = 0                       # key rows of the calls (per KV head, every leading index)
+    first_key_sum: float = 0.0          # Σ weight on key 0 over ``rows``; the sums combine over ranks
+    q_norm_sum: float = 0.0             # Σ ‖q_i‖ over ``rows``
+    k_norm_sum: float = 0.0             # Σ ‖k_j‖ over ``keys``
 
     @property
     def saturated_fraction(self) -> float:
         """saturated_rows / rows; NaN when no row counted."""
         return self.saturated_rows / self.rows if self.rows else math.nan
 
+    @property
+    def sink_head(self) -> bool:
+        """Whether the head is a sink: first_key_weight ≥ :data:`SINK_WEIGHT` (False when no row counted)."""
+        return self.first_key_weight >= SINK_WEIGHT
 
-_STEP_FIGURES = ("entropy_mean", "entropy_min", "max_logit", "max_abs_logit", "saturated_fraction")
+
+_STEP_FIGURES = ("entropy_mean", "entropy_min", "max_logit", "max_abs_logit", "saturated_fraction",
+                 "first_key_weight", "q_norm_mean", "k_norm_mean")
 
 
 @dataclass(frozen=True)
