@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from attnscale import reference, results
+from attnscale import results
+from attnscale.experiments import references
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -41,14 +42,14 @@ ROWS = _rows()
 
 
 def test_the_table_lists_every_shipped_result():
-    assert sorted(row[0].strip("`") for row in ROWS) == sorted(reference.PRODUCERS)
+    assert sorted(row[0].strip("`") for row in ROWS) == sorted(references.PRODUCERS)
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[row[0].strip("`") for row in ROWS])
 def test_each_row_says_what_its_result_records(row):
     kind, command, took, computed, size = row[0].strip("`"), row[1], row[2], row[3], row[4]
     env = results.read(kind, SHIPPED)
-    assert command.startswith(f"`{reference.producer(kind).command}"), (kind, command)
+    assert command.startswith(f"`{references.producer(kind).command}"), (kind, command)
     assert computed == env.created[:16].replace("T", " ") + " UTC", (kind, computed, env.created)
     assert size == f"{_stored(kind).stat().st_size / 2**20:.2f} MiB", (kind, size)
     seconds = results.recorded_seconds(env)
@@ -63,7 +64,7 @@ def test_each_row_says_what_its_result_records(row):
 
 
 def test_the_total_is_the_sum_of_the_files():
-    total = sum(_stored(kind).stat().st_size for kind in reference.PRODUCERS)
+    total = sum(_stored(kind).stat().st_size for kind in references.PRODUCERS)
     text = README.read_text(encoding="utf-8")
     found = re.search(r"([\d.]+) MiB in all \(([\d,]+) bytes", text)
     assert found, "the README's total of the reference results"

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from attnscale import provenance, reference, results
+from attnscale import provenance, results
+from attnscale.experiments import references
 from attnscale.experiments import reproduction
 
 REFERENCE = results.shipped_reference()
@@ -50,9 +51,9 @@ def test_the_folder_holds_only_full_envelopes_of_known_kinds_in_at_most_5_mb(shi
         assert env.environment["cpu"]["model"] and env.environment["cpu"]["capability"], kind   # names its CPU
 
 
-@pytest.mark.parametrize("kind", _present(reference.PRODUCERS))
+@pytest.mark.parametrize("kind", _present(references.PRODUCERS))
 def test_no_reference_result_is_stale(shipped, kind):
-    reasons = reference.stale_reasons(results.read_reference(kind))
+    reasons = references.stale_reasons(results.read_reference(kind))
     assert not reasons, "\n".join(reasons)
 
 
@@ -76,7 +77,7 @@ def test_a_changed_default_makes_a_reference_stale_naming_it_and_its_command(tmp
 
     monkeypatch.setenv(results.REFERENCE_ENV, str(_copy("train/scale-vs-dk", tmp_path)))
     env = results.read_reference("train/scale-vs-dk")
-    assert reference.stale_reasons(env) == []
+    assert references.stale_reasons(env) == []
 
     @dataclasses.dataclass(frozen=True)
     class Changed(scale_vs_dk.ScaleVsDkConfig):
@@ -84,7 +85,7 @@ def test_a_changed_default_makes_a_reference_stale_naming_it_and_its_command(tmp
 
     changed = dataclasses.replace(sweeps.EXPERIMENTS["scale-vs-dk"], config_type=Changed)
     monkeypatch.setitem(sweeps.EXPERIMENTS, "scale-vs-dk", changed)
-    reasons = reference.stale_reasons(env)
+    reasons = references.stale_reasons(env)
     assert reasons[0] == "config.adam_lr: 0.003 in the result, 0.001 now"
     assert str(env.path) in reasons[-1] and "attnscale train scale-vs-dk --results" in reasons[-1]
 

@@ -76,21 +76,35 @@ class Kind:
     name: str
     required: tuple[str, ...] = ()
     description: str = ""
+    #: the command that made the reference result shipped for this kind (run from a fresh results
+    #: folder), None when none is shipped. Plain data, so that the report can say how to reproduce
+    #: a reference without importing what produced it (:mod:`attnscale.experiments.references`).
+    reference_command: str | None = None
 
 
 # The one table of kinds. A producer adds its kind here; a chapter names a kind, never a path.
 KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("demo", ("answer",), "a doctest's"),
-    Kind("verify", ("claims", "counts"), "attnscale verify: the seed's claims and their verdicts"),
-    Kind("probe/minilm", ("model", "heads", "check.max_abs_diff"), "attnscale probe --model minilm"),
-    Kind("probe/smollm2", ("model", "heads", "check.max_abs_diff"), "attnscale probe --model smollm2"),
-    Kind("rescale/smollm2", ("model", "alphas", "check", "analysis"), "attnscale rescale --model smollm2"),
-    Kind("rescale/minilm", ("model", "alphas", "check", "analysis"), "attnscale rescale --model minilm"),
-    Kind("train/scale-vs-dk", ("cells", "analysis", "analysis.table", "analysis.verdicts"), "attnscale train scale-vs-dk"),
+    Kind("verify", ("claims", "counts"), "attnscale verify: the seed's claims and their verdicts",
+         "attnscale verify"),
+    Kind("probe/minilm", ("model", "heads", "check.max_abs_diff"), "attnscale probe --model minilm",
+         "attnscale probe"),
+    Kind("probe/smollm2", ("model", "heads", "check.max_abs_diff"), "attnscale probe --model smollm2",
+         "attnscale probe --model smollm2"),
+    Kind("rescale/smollm2", ("model", "alphas", "check", "analysis"), "attnscale rescale --model smollm2",
+         "attnscale rescale"),
+    Kind("rescale/minilm", ("model", "alphas", "check", "analysis"), "attnscale rescale --model minilm",
+         "attnscale rescale --model minilm"),
+    Kind("train/scale-vs-dk", ("cells", "analysis", "analysis.table", "analysis.verdicts"), "attnscale train scale-vs-dk",
+         "attnscale train scale-vs-dk"),
     Kind("train/logit-growth", ("cells", "analysis.table", "analysis.guard", "analysis.setup"),
-         "attnscale train logit-growth"),
-    Kind("train/lm", ("cells", "analysis", "analysis.verdicts", "analysis.curves"), "attnscale train lm"),
-    Kind("telemetry", ("rows", "memory", "verdicts", "variants"), "attnscale telemetry-bench"),
+         "attnscale train logit-growth", "attnscale train logit-growth"),
+    Kind("train/lm", ("cells", "analysis", "analysis.verdicts", "analysis.curves"), "attnscale train lm",
+         "attnscale train lm"),
+    # The telemetry reference is the committed quiet run of docs/results (a benchmark on a loaded
+    # machine would give wrong ratios), made with --repeats 3.
+    Kind("telemetry", ("rows", "memory", "verdicts", "variants"), "attnscale telemetry-bench",
+         "attnscale telemetry-bench --repeats 3"),
 )}
 
 

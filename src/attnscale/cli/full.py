@@ -2,9 +2,9 @@
 pages of the report from the results made here.
 
 Each step is one of the commands a user runs (those that produced the reference results,
-:data:`attnscale.reference.PRODUCERS`), started as its own process with its output in
+:data:`attnscale.experiments.references.PRODUCERS`), started as its own process with its output in
 ``DIR/full-logs/<kind>.log``. Resumable: a step whose own full result is already here and current
-(not stale against this code, :func:`attnscale.reference.stale_reasons`) is skipped, and a sweep
+(not stale against this code, :func:`attnscale.experiments.references.stale_reasons`) is skipped, and a sweep
 interrupted half-way resumes from its cell cache. One progress line; its ETA comes from the run
 times the reference results record (so it is only as right as this machine is like that one).
 """
@@ -65,13 +65,14 @@ def plan(root: Path, pages: Path, workers: int | None = None, backend: str = "lo
     """The steps, with the sweeps' options passed through, then the two report pages."""
     import shlex
 
-    from attnscale import reference, results
+    from attnscale import results
+    from attnscale.experiments import references
 
     sweep = [*(("--workers", str(workers)) if workers is not None else ()),
              *(("--backend", backend) if backend != "local" else ()), *(("--address", address) if address else ())]
     steps = []
     for kind in ORDER:
-        argv = shlex.split(reference.producer(kind).command)[1:]
+        argv = shlex.split(references.producer(kind).command)[1:]
         argv += ["--results", str(root), *(sweep if kind.startswith("train/") else ())]
         try:
             expected = results.recorded_seconds(results.read_reference(kind)) or 0.0
@@ -86,14 +87,15 @@ def plan(root: Path, pages: Path, workers: int | None = None, backend: str = "lo
 def is_current(kind: str, root: Path) -> bool:
     """Whether the own full result of ``kind`` under ``root`` exists and this code would make it as it
     is (the verification also: judged from the results now here)."""
-    from attnscale import reference, results
+    from attnscale import results
+    from attnscale.experiments import references
     from attnscale.cli.report import current_verify
 
     try:
         env = results.read(kind, root)
     except results.ResultError:
         return False
-    if reference.stale_reasons(env):
+    if references.stale_reasons(env):
         return False
     return kind != "verify" or current_verify(root, quick=False, seed=0, fresh=False) is None
 

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from attnscale import results
 from attnscale.provenance import machine_text
 from attnscale.i18n import N_, _
-from attnscale.reference import PRODUCERS
 from attnscale.report.html import error_box, esc
 from attnscale.report.text import pretty
 
@@ -94,9 +93,10 @@ def duration_text(seconds: float, lang: str) -> str:
 
 def command_of(env: results.Envelope, how_to: str) -> str:
     """The command that reproduces ``env``: for a reference result, the one that made it (with its
-    options, :data:`attnscale.reference.PRODUCERS`); else the chapter's ``HOW_TO``."""
-    if env.origin == "reference" and env.kind in PRODUCERS:
-        return PRODUCERS[env.kind].command
+    options: its kind's ``reference_command`` in :data:`attnscale.results.KINDS`); else the chapter's ``HOW_TO``."""
+    made_by = results.KINDS[env.kind].reference_command if env.kind in results.KINDS else None
+    if env.origin == "reference" and made_by:
+        return made_by
     return how_to or results.KINDS[env.kind].description
 
 

@@ -1,5 +1,6 @@
-"""The reference results shipped with attnscale: what produced each, whether this code still would,
-and recomputing parts of one to compare with what it holds.
+"""The reference results shipped with attnscale: what produced each and whether this code still
+would (above the producers it asks: the claims and the experiments; what the report needs of a
+reference, the command that made it, is plain data in :data:`attnscale.results.KINDS`).
 
 A reference result (``src/attnscale/reference_results/<kind>/result.json.gz``, read by
 :func:`attnscale.results.read_reference`) is the tool's own output of one command, unedited. Two checks
@@ -35,16 +36,20 @@ __all__ = ["Producer", "PRODUCERS", "producer", "fingerprint", "current_fingerpr
 
 @dataclass(frozen=True)
 class Producer:
-    """What produced a kind of reference result: the command (run from a fresh results folder), the
-    configuration the code would record for it now (as JSON data; for a probe or a rescale only the
-    fields the code itself declares), and the producer's code version now (None where it declares none)."""
+    """What produced a kind of reference result: the configuration the code would record for it now
+    (as JSON data; for a probe or a rescale only the fields the code itself declares), and the
+    producer's code version now (None where it declares none). Its command is the kind's
+    ``reference_command`` (:data:`attnscale.results.KINDS`), plain data that the report reads."""
     kind: str
-    command: str
     defaults: Callable[[], dict]
     code_version: Callable[[], int | None] = lambda: None
     recorded_code_version: Callable[[results.Envelope], Any] = lambda env: None
     #: the configuration as the result records it, in the terms of ``defaults`` (default: all of it)
     recorded: Callable[[results.Envelope], dict] = lambda env: to_jsonable(env.config)
+
+    @property
+    def command(self) -> str:
+        return results.KINDS[self.kind].reference_command
 
 
 def _sweep(name: str) -> Producer:
@@ -63,7 +68,7 @@ def _sweep(name: str) -> Producer:
         found = {c.get("cell", {}).get("code_version") for c in env.data.get("cells", [])}
         return found.pop() if len(found) == 1 else sorted(found, key=str)
 
-    return Producer(f"train/{name}", f"attnscale train {name}", defaults, code_version, recorded)
+    return Producer(f"train/{name}", defaults, code_version, recorded)
 
 
 def _verify_defaults() -> dict:
@@ -87,7 +92,7 @@ def _picked(keys: tuple[str, ...]) -> Callable[[results.Envelope], dict]:
 PROBE_FIELDS = ("batch_size", "tolerance", "max_pairs", "text", "weights_sha256")
 
 
-def _probe(model: str, flag: str) -> Producer:
+def _probe(model: str) -> Producer:
     def defaults() -> dict:
         from attnscale.experiments.pretrained import loading as pretrained
         from attnscale.experiments.pretrained.probe.run import run_probe
@@ -97,13 +102,13 @@ def _probe(model: str, flag: str) -> Producer:
         declared["text"] = declared.pop("source")
         sha = {"minilm": pretrained.MINILM_SHA256, "smollm2": pretrained.SMOLLM2_SHA256}[model]
         return {**declared, "weights_sha256": sha}
-    return Producer(f"probe/{model}", f"attnscale probe{flag}", defaults, recorded=_picked(PROBE_FIELDS))
+    return Producer(f"probe/{model}", defaults, recorded=_picked(PROBE_FIELDS))
 
 
 RESCALE_FIELDS = ("max_tokens", "window", "prompt", "new_tokens", "batch_size", "model_version")
 
 
-def _rescale(model: str, flag: str) -> Producer:
+def _rescale(model: str) -> Producer:
     def defaults() -> dict:
         from attnscale.experiments.pretrained import loading as pretrained
         from attnscale.experiments.pretrained.rescale import RescaleConfig
@@ -122,17 +127,15 @@ def _rescale(model: str, flag: str) -> Producer:
         out["alphas"] = [a for a in (env.config or {}).get("alphas", [])
                          if a in ALPHAS or unscaled is None or not math.isclose(a, unscaled, rel_tol=1e-9)]
         return out
-    return Producer(f"rescale/{model}", f"attnscale rescale{flag}", defaults, recorded=recorded)
+    return Producer(f"rescale/{model}", defaults, recorded=recorded)
 
 
-#: The producer of each kind of reference result. The telemetry reference is the committed quiet run
-#: of docs/results (a benchmark on a loaded machine would give wrong ratios), made with --repeats 3.
+#: The producer of each kind of reference result (each kind's command: results.KINDS).
 PRODUCERS: dict[str, Producer] = {p.kind: p for p in (
-    Producer("verify", "attnscale verify", _verify_defaults),
-    _probe("minilm", ""), _probe("smollm2", " --model smollm2"),
-    _rescale("smollm2", ""), _rescale("minilm", " --model minilm"),
+    Producer("verify", _verify_defaults),
+    _probe("minilm"), _probe("smollm2"), _rescale("smollm2"), _rescale("minilm"),
     _sweep("scale-vs-dk"), _sweep("logit-growth"), _sweep("lm"),
-    Producer("telemetry", "attnscale telemetry-bench --repeats 3", _telemetry_defaults(3)),
+    Producer("telemetry", _telemetry_defaults(3)),
 )}
 
 
