@@ -79,7 +79,7 @@ def test_the_training_card_follows_the_verdicts_at_the_largest_d_k():
     card = headline.training_card(SCALE_VS_DK, "en")
     assert card.label.startswith("training without ÷√d_k at d_k = 256") and card.href == "#exp-training"
     assert card.value == "fails with SGD"
-    assert "Adam 0.97, SGD 0.41 (1/√d_k: 0.98, 0.96)" in card.sub and "own best rate 0.03: 0.93, slower" in card.sub
+    assert "Adam 0.97, SGD 0.41 (1/√d_k: 0.98, 0.96)" in card.sub and "own best rate 0.03: 0.93, learns, but slower" in card.sub
     changed = copy.deepcopy(SCALE_VS_DK)
     changed["table"][1]["sgd_reference_lr"]["verdict"] = "learns"
     assert headline.training_card(changed, "en").value == "learns like 1/√d_k"
@@ -119,7 +119,7 @@ def test_the_lm_card_follows_the_unscaled_verdicts_at_the_largest_d_k(tmp_path):
     assert headline.lm_card({"verdicts": []}, "en") is None
     assert [c.href for c in headline.cards(tmp_path, "en")] == []
     card = headline.lm_card(LM, "en")
-    assert (card.value, card.href) == ("fails to learn", "#exp-lm") and "d_k = 128" in card.label
+    assert (card.value, card.href) == ("does not reach the target within the budget", "#exp-lm") and "d_k = 128" in card.label
     assert "AdamW 3.19, SGD 3.26 (1/√d_k: 2.34, 2.79; a trigram table: 2.52)" in card.sub
     changed = copy.deepcopy(LM)
     changed["verdicts"][0]["verdict"] = "learns"

@@ -1,7 +1,8 @@
 """The English words a result stores where the page shows words (a striking head's kind, a claim's
 method, a weights note, a text's source, a verification group's title), marked for the catalog once
 here: the producers (attnscale.claims, attnscale.experiments) write them, the report and the CLI
-translate them, and neither side imports the other."""
+translate them, and neither side imports the other. Each concept's words are here once: every
+chapter, the headline cards, the claims and the CLI read the same table."""
 
 from __future__ import annotations
 
@@ -44,3 +45,17 @@ SMOLLM2_WEIGHTS_NOTE = N_("weights de-quantised from the 4-bit GGUF file (Q4_1) 
 
 # The source a rescale records for the text of the built-in sentences.
 BUILTIN_SOURCE = N_("built-in sentences")
+
+# A training verdict of a rule against 1/√d_k (analysis["verdicts"][i]["verdict"] of train/scale-vs-dk
+# and train/lm), mildest first; only the lm sweep judges "faster".
+TRAINING_VERDICTS = ("faster", "learns", "slower", "fails", "diverges")
+# ... as a table cell or a count marks it.
+TRAINING_VERDICT_MARK = {"faster": N_("faster", "training verdict"), "learns": N_("learns", "training verdict"),
+                         "slower": N_("slower", "training verdict"), "fails": N_("fails", "training verdict"),
+                         "diverges": N_("diverges", "training verdict")}
+# ... as a sentence says it (the report's prose typography turns d_k into dₖ).
+TRAINING_VERDICT_PHRASE = {"faster": N_("learns faster than 1/√d_k"), "learns": N_("learns like 1/√d_k"),
+                           "slower": N_("learns, but slower"), "fails": N_("does not reach the target within the budget"),
+                           "diverges": N_("diverges")}
+# An optimiser, by its name in a training cell.
+OPTIMISER_NAMES = {"adam": N_("Adam"), "adamw": N_("AdamW"), "sgd": N_("SGD")}

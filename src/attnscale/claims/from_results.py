@@ -25,6 +25,7 @@ from attnscale.claims.context import Context
 from attnscale.claims.register import claim
 from attnscale.claims.result import clauses, judge_all
 from attnscale.i18n import N_, _
+from attnscale.stored_words import TRAINING_VERDICT_MARK, TRAINING_VERDICTS
 
 TRAIN_KINDS = ("train/scale-vs-dk", "train/lm")
 PROBE_KINDS = ("probe/minilm", "probe/smollm2")
@@ -32,13 +33,8 @@ UNSCALED, SCALED = "unscaled", "inverse_sqrt_dk"
 LARGE_D_K = 64            # the seed's "large": "in real Transformers d_k is 64, 128 or more"
 MEAN_TOLERANCE = 0.1      # |mean of the components| ≤ this counts as "mean 0"
 VARIANCE_FACTOR = 1.25    # variance within [1/1.25, 1.25] counts as "variance 1"
-TRAINING_VERDICTS = ("faster", "learns", "slower", "fails", "diverges")   # lm judges "faster" too
 HEAD_FIELDS = ("q_mean", "q_var", "k_mean", "k_var")            # of data["heads"] entries, as read
 VERDICT_FIELDS = ("rule", "d_k", "optimiser", "lr", "verdict")   # of analysis["verdicts"] entries, as read
-# A training verdict (TRAINING_VERDICTS) as the rows say it.
-TRAINING_VERDICT = {"faster": N_("faster", "training verdict"), "learns": N_("learns", "training verdict"),
-                    "slower": N_("slower", "training verdict"), "fails": N_("fails", "training verdict"),
-                    "diverges": N_("diverges", "training verdict")}
 
 
 def _texts(items, lang: str) -> list[str]:
@@ -107,7 +103,7 @@ def training_cells(envs: list[results.Envelope]) -> tuple[list[dict], list[str]]
 
 
 def _cell_text(c: dict, lang: str) -> str:
-    verdict = _(TRAINING_VERDICT[c["verdict"]], lang)
+    verdict = _(TRAINING_VERDICT_MARK[c["verdict"]], lang)
     if c.get("seeds_agreeing") == c.get("seeds"):
         return _("d_k={d_k} {optimiser} lr={lr:g}: {verdict}", lang, d_k=c["d_k"], optimiser=c["optimiser"],
                  lr=c["lr"], verdict=verdict)
@@ -132,7 +128,7 @@ def _training_claim(ctx: Context, cid: str, statement: str, supports: set, contr
         else:
             text = _("{count} unscaled cells at d_k ≥ {large}: {counts} — {cells}", lang, count=len(evidence),
                      large=LARGE_D_K,
-                     counts=clauses((_("{n} {verdict}", lang, n=n, verdict=_(TRAINING_VERDICT[v], lang))
+                     counts=clauses((_("{n} {verdict}", lang, n=n, verdict=_(TRAINING_VERDICT_MARK[v], lang))
                                      for v, n in counts.items() if n), lang, ","),
                      cells=clauses((f"{c['kind']} {_cell_text(c, lang)}" for c in evidence), lang))
         return _("quick results: {measured}", lang, measured=text) if quick else text

@@ -21,19 +21,14 @@ from dataclasses import dataclass
 
 from attnscale import results
 from attnscale.i18n import N_, _
-from attnscale.report.chapters.training import VERDICTS
 from attnscale.report.html import esc
 from attnscale.report.numbers import number
 from attnscale.report.text import pretty
+from attnscale.stored_words import OPTIMISER_NAMES, TRAINING_VERDICT_PHRASE, TRAINING_VERDICTS
 
-VERDICT_ORDER = ("faster", "learns", "slower", "fails", "diverges")     # mildest first (only the LM has "faster")
-#: A card's headline when every optimiser's verdict is the same one.
-ALL_VALUES = {"faster": N_("learns faster than 1/√d_k"), "learns": N_("learns like 1/√d_k", "headline"),
-              "slower": N_("learns, but slower"),
-              "fails": N_("fails to learn"), "diverges": N_("diverges")}
+#: A card's headline when every optimiser's verdict is the same one: TRAINING_VERDICT_PHRASE.
 #: A card's headline when the optimisers differ: the worst verdict, with the optimisers where it holds.
 WITH_VALUES = {"faster": N_("faster with {opts}"), "slower": N_("slower with {opts}"), "fails": N_("fails with {opts}"), "diverges": N_("diverges with {opts}")}
-OPTIMISER_NAMES = {"adam": N_("Adam"), "sgd": N_("SGD"), "adamw": N_("AdamW")}
 #: The real-model card's headline, by real_model_value.
 REAL_MODEL_VALUES = {"much_worse": N_("perplexity ×{r}: much worse"), "worse": N_("perplexity ×{r}: worse"),
                      "same": N_("about the same (×{r})"), "better": N_("perplexity ×{r} (lower)"),
@@ -68,8 +63,8 @@ def training_value(verdicts: dict[str, str | None], lang: str) -> str:
     if not found:
         return ""
     if len(set(found.values())) == 1:
-        return _(ALL_VALUES[next(iter(found.values()))], lang)
-    worst = max(found.values(), key=VERDICT_ORDER.index)
+        return _(TRAINING_VERDICT_PHRASE[next(iter(found.values()))], lang)
+    worst = max(found.values(), key=TRAINING_VERDICTS.index)
     shown = "faster" if worst == "learns" else worst
     where = [opt for opt, v in found.items() if v == shown]
     return _(WITH_VALUES[shown], lang, opts=_(" and ", lang, msgctxt="headline").join(_(OPTIMISER_NAMES[o], lang) for o in where))
@@ -90,7 +85,7 @@ def training_card(analysis: dict, lang: str) -> Card | None:
         return None
     sub = _("final accuracy, unscaled: Adam {adam}, SGD {sgd} (1/√d_k: {adam_ref}, {sgd_ref}).", lang, adam=_acc(adam), sgd=_acc(sgd), adam_ref=_acc(ref.get("adam")), sgd_ref=_acc(ref.get("sgd_reference_lr")))
     if best.get("lr") is not None and best.get("lr") != sgd.get("lr"):
-        sub = _("{first} {then}", lang, msgctxt="sentences", first=sub, then=_("SGD at its own best rate {lr}: {acc}, {verdict}.", lang, lr=number(best["lr"], digits=2), acc=_acc(best), verdict=_(VERDICTS[best["verdict"]], lang) if best.get("verdict") else "—"))
+        sub = _("{first} {then}", lang, msgctxt="sentences", first=sub, then=_("SGD at its own best rate {lr}: {acc}, {verdict}.", lang, lr=number(best["lr"], digits=2), acc=_acc(best), verdict=_(TRAINING_VERDICT_PHRASE[best["verdict"]], lang) if best.get("verdict") else "—"))
     return Card(_("training without ÷√d_k at d_k = {d} (scale-vs-dk sweep)", lang, d=d_k), value, sub, "#exp-training")
 
 

@@ -19,6 +19,7 @@ from attnscale.report.narrow import legend_columns
 from attnscale.report.numbers import number
 from attnscale.report.plotting import SERIES, responsive_figure, style
 from attnscale.report.text import pretty, rule_label
+from attnscale.stored_words import OPTIMISER_NAMES, TRAINING_VERDICT_MARK, TRAINING_VERDICT_PHRASE
 
 KIND = "train/lm"
 TITLE = N_("Training: a small GPT on real English text, with each scale rule")
@@ -34,7 +35,6 @@ CAVEAT_ORDERS = (2, 3)
 BASELINE_NAMES = {"unigram": N_("unigram"), "bigram": N_("bigram"), "trigram": N_("trigram"), "4-gram": N_("4-gram")}
 #: What the baseline of each order counts ("counts of byte pairs").
 COUNTED = {1: N_("frequencies"), 2: N_("pairs"), 3: N_("triples"), 4: N_("quadruples")}
-OPTIMISER_NAMES = {"adamw": N_("AdamW"), "sgd": N_("SGD")}
 #: The four settings a rule is judged in (the result's "optimiser" of a verdict): each optimiser at
 #: the reference's best rate, or at the rule's own.
 SETTINGS = {"adamw": N_("AdamW at the 1/√d_k rate"), "adamw-own-best": N_("AdamW at its own best rate"),
@@ -47,13 +47,8 @@ VERDICT_CLAUSES = {
     "fails": N_("does not reach {factor:g}× the 1/√d_k run's final loss within {steps} steps at d_k = {dks}"),
     "diverges": N_("diverges at d_k = {dks}"),
 }
-#: A verdict within a sentence; None: no verdict, since the reference diverged.
-VERDICT_PHRASES = {"faster": N_("learns faster than 1/√d_k"), "learns": N_("learns like 1/√d_k", "lm"),
-                   "slower": N_("learns slower"), "fails": N_("does not reach the target"), "diverges": N_("diverges"),
-                   None: N_("cannot be judged (the reference diverged)")}
-#: A verdict in a table cell.
-VERDICT_MARKS = {"faster": N_("faster"), "learns": N_("learns"), "slower": N_("slower"), "fails": N_("fails", "lm"),
-                 "diverges": N_("diverges")}
+#: A verdict within a sentence (the one table of stored_words); None: no verdict, since the reference diverged.
+VERDICT_PHRASES = {**TRAINING_VERDICT_PHRASE, None: N_("cannot be judged (the reference diverged)")}
 #: What AdamW and SGD each show, by (AdamW's verdict is GOOD, SGD's is GOOD): see optimisers_key.
 OPTIMISER_SENTENCES = {
     (True, True): N_("Unscaled at d_k = {dk}, each at its own best rate: {adamw_verdict} with AdamW and {sgd_verdict} with SGD. "
@@ -325,7 +320,7 @@ def _table(a: dict, d_ks: list, rules: list, lang: str) -> str:
     find = lambda rule, d_k, o: next(v for v in a["verdicts"] if (v["rule"], v["d_k"], v["optimiser"]) == (rule, d_k, o))   # noqa: E731
 
     def cell(v):
-        mark = _(VERDICT_MARKS[v["verdict"]], lang) if v["verdict"] else "—"
+        mark = _(TRAINING_VERDICT_MARK[v["verdict"]], lang) if v["verdict"] else "—"
         return f"{mark} {v['seeds_agreeing']}/{v['seeds']} ×{number(v['steps_ratio'], '.2f')} (lr {v['lr']:g})"
 
     def final(v):

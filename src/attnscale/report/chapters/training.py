@@ -23,19 +23,12 @@ from attnscale.report.narrow import legend_columns
 from attnscale.report.numbers import number
 from attnscale.report.plotting import SERIES, responsive_figure, style
 from attnscale.report.text import rule_label
+from attnscale.stored_words import TRAINING_VERDICT_MARK
 
 KIND = "train/scale-vs-dk"
 TITLE = N_("Training: does unscaled attention really stop learning?")
 HOW_TO = "attnscale train scale-vs-dk"
 
-#: The verdict of a (rule, dₖ, optimiser, rate) against 1/√dₖ, as the analysis names it (also the
-#: headline card's words).
-VERDICTS = {
-    "learns": N_("learns like 1/√dₖ"),
-    "slower": N_("slower"),
-    "fails": N_("fails within the budget"),
-    "diverges": N_("diverges"),
-}
 #: The two optimiser set-ups the chapter shows side by side, by their key in the analysis' table.
 OPTIMISERS = {"adam": N_("Adam"), "sgd_reference_lr": N_("SGD at the rate tuned for 1/√dₖ")}
 
@@ -117,7 +110,7 @@ def _labels(setup: dict, lang: str) -> dict[str, str]:
 def _verdict(s: dict, lang: str) -> str:
     if s["verdict"] is None:
         return number(None)
-    word = _(VERDICTS[s["verdict"]], lang)
+    word = _(TRAINING_VERDICT_MARK[s["verdict"]], lang)
     if s["verdict"] == "slower" and s["steps_ratio"] is not None:
         word += f" ({_('×{r} the steps', lang, r=_n(s['steps_ratio'], '.2g'))})"
     return f"{word} {s['seeds_agreeing']}/{s['seeds']}"
