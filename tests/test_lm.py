@@ -7,6 +7,7 @@ the chapter's words follow the data."""
 from __future__ import annotations
 
 import dataclasses
+import html
 import json
 import os
 import signal
@@ -299,7 +300,7 @@ def test_chapter_renders_both_languages(tiny_sweep):
     env = _envelope(tiny_sweep[0])
     pages = {lang: chapter.render(env, lang) for lang in ("en", "zh")}
     for page in pages.values():
-        assert page.count("<figure") == 3 and page.count("<svg") == 6 and page.count("<table") == 2
+        assert page.count("<figure") == 3 and page.count("<svg") == 6 and page.count("<table") == 3
         assert lm.PROMPT in page
     assert "bigram" in pages["en"] and "二元" in pages["zh"]
     from test_report_figures import figures_readable_on_a_phone
@@ -312,23 +313,37 @@ def test_chapter_words_follow_the_data(tiny_sweep, monkeypatch):
     monkeypatch.setattr(chapter, "_panels", lambda *args, **kw: None)       # the words only: no figures
     monkeypatch.setattr(chapter, "responsive_figure", lambda *args, **kw: "")
     env = _envelope(tiny_sweep[0])
-    verdicts = env.data["analysis"]["verdicts"]
-    unscaled = next(v for v in verdicts if v["rule"] == "unscaled" and v["optimiser"] == "adamw")
-    words = {}
-    for verdict, ratio in (("learns", 1.0), ("slower", 2.5), ("fails", None), ("diverges", None)):
-        unscaled.update(verdict=verdict, steps_ratio=ratio)
-        words[verdict] = chapter.render(env, "en")
-    lead = "AdamW at the 1/√dₖ rate — unscaled: "
-    assert lead + "learns like 1/√dₖ at dₖ = 8." in words["learns"]
-    assert lead + "learns slower at dₖ = 8 (2.50× the steps)." in words["slower"]
-    assert lead + "does not reach 1.1× the 1/√dₖ run" in words["fails"]
-    assert lead + "diverges at dₖ = 8." in words["diverges"]
-    unscaled.update(verdict="faster", steps_ratio=0.4)
-    assert lead + "learns faster than 1/√dₖ at dₖ = 8 (0.40× the steps)." in chapter.render(env, "en")
+    a = env.data["analysis"]
+    ref = a["reference_rule"]
+    own = {v["optimiser"]: v for v in a["verdicts"] if v["rule"] == "unscaled"}
+    for v in a["verdicts"]:
+        v["verdict"] = "learns"
+    page = lambda: html.unescape(chapter.render(env, "en"))   # noqa: E731
+    assert "every rule reaches the 1/√dₖ reference's target at every dₖ, with AdamW and with SGD" in page()
+    own["adamw-own-best"]["verdict"] = "fails"
+    said = chapter.glance_sentence(a["verdicts"], ref, "en")
+    assert "unscaled fails or diverges with AdamW at d_k = 8; with SGD every rule reaches the target" in said
+    own["sgd-own-best"]["verdict"] = "diverges"
+    said = chapter.glance_sentence(a["verdicts"], ref, "en")
+    assert "with AdamW at d_k = 8, and with SGD unscaled at d_k = 8" in said and "1 fails and 1 diverges" in said
+    # A verdict's cell: its mark, the ratio of the seeds that decided it, each seed when they disagree.
+    own["adamw"].update(verdict="slower", seeds=2, seeds_agreeing=1, steps_ratio=1.245,
+                        per_seed=[{"seed": 0, "verdict": "learns", "steps_ratio": 1.13, "verdict_halfway": "learns"},
+                                  {"seed": 1, "verdict": "slower", "steps_ratio": 1.36, "verdict_halfway": "slower"}])
+    cell = chapter._verdict_cell(own["adamw"], False, "en")
+    assert 'class="badge inconclusive">slower</span> ×1.36 (1/2 seeds; each: learns ×1.13 · slower ×1.36)' in cell
+    own["adamw"]["per_seed"][0]["verdict"] = "slower"
+    assert chapter.decided_ratio(own["adamw"]) == pytest.approx(1.245)
+    # A rule's own best rate at the grid's edge is said in its cell.
+    for b in a["own_best_lr"]:
+        b["edge"] = None
+    assert "the grid's edge" not in page()
+    edge = next(b for b in a["own_best_lr"] if (b["optimiser"], b["rule"]) == ("sgd", "unscaled"))
+    edge["edge"] = "low"
+    assert f"(own best rate {own['sgd-own-best']['lr']:g}: the grid's edge)" in page()
     env.data["analysis"]["reference_best_interior"]["adamw"]["8"] = True
     page = chapter.render(env, "en")
     assert "AdamW rate best for 1/√dₖ is inside the grid" in page and "SGD rate best for 1/√dₖ lies at the edge" in page
-    assert "edge of the grid" in words["learns"]
     curve = next(c for c in env.data["analysis"]["curves"] if c["rule"] == "unscaled" and c["optimiser"] == "adamw")
     curve["max_abs_logit"][-1] = 12345.0
     assert "ends at 1.23e+04 unscaled" in chapter.render(env, "en")
@@ -336,21 +351,27 @@ def test_chapter_words_follow_the_data(tiny_sweep, monkeypatch):
 
 def test_chapter_caveat_and_reference_sentence_follow_the_baselines(tiny_sweep):
     """The reference above the bigram: the caveat names the bigram; above the trigram only: it names
-    the trigram; below both: no caveat, the highest baseline beaten named."""
+    the trigram; below both: no caveat, the highest baseline beaten named. Each optimiser's reference
+    on its own: SGD's caveat does not follow AdamW's."""
     from attnscale.report.chapters import lm as chapter
 
     a = _envelope(tiny_sweep[0]).data["analysis"]
     rows = {r["order"]: r["bpb"] for r in a["baselines"]["rows"]}
+    at_best = {o: next(g for g in a["grid"] if (g["optimiser"], g["rule"], g["d_k"], g["lr"])
+                       == (o, a["reference_rule"], 8, a["reference_best_lr"][o]["8"])) for o in ("adamw", "sgd")}
     said = {}
     for name, bpb in (("bigram", rows[2] + 0.1), ("trigram", (rows[2] + rows[3]) / 2), ("none", rows[4] - 0.01)):
-        a["reference_final"]["bpb"]["8"] = bpb
-        said[name] = chapter.reference_sentence(a, "en")
+        at_best["adamw"]["final_bpb"]["mean"] = bpb
+        said[name] = chapter.reference_sentence(a, "adamw", "en")
     assert said["bigram"].startswith("Caveat:") and "not below the bigram baseline at d_k = 8" in said["bigram"]
     assert "early training" in said["bigram"] and "not below the trigram baseline" in said["trigram"]
     assert "Caveat" not in said["none"] and "below the 4-gram baseline at every d_k" in said["none"]
-    a["reference_final"]["bpb"]["8"] = (rows[3] + rows[4]) / 2
-    assert "below the trigram baseline at every d_k" in chapter.reference_sentence(a, "en")
-    assert "早期" in chapter.reference_sentence({**a, "reference_final": {"bpb": {"8": rows[2] + 1}}}, "zh")
+    at_best["sgd"]["final_bpb"]["mean"] = (rows[2] + rows[3]) / 2
+    assert "the SGD verdicts then describe early training" in chapter.reference_sentence(a, "sgd", "en")
+    at_best["adamw"]["final_bpb"]["mean"] = (rows[3] + rows[4]) / 2
+    assert "below the trigram baseline at every d_k" in chapter.reference_sentence(a, "adamw", "en")
+    at_best["adamw"]["final_bpb"]["mean"] = rows[2] + 1
+    assert "早期" in chapter.reference_sentence(a, "adamw", "zh")
 
 
 def test_chapter_seeds_halfway_and_optimiser_sentences_follow_the_verdicts(tiny_sweep):

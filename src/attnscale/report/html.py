@@ -41,7 +41,14 @@ class Verbatim(str):
     Chinese page says what it quotes, for readers, fonts and the test that looks for English."""
 
 
+class Markup(str):
+    """A table cell that is HTML already, built from escaped parts by the chapter (a coloured badge
+    beside a number): put in as it is."""
+
+
 def _cell(c: object) -> str:
+    if isinstance(c, Markup):
+        return f"<td>{c}</td>"
     return f'<td lang="en">{esc(c)}</td>' if isinstance(c, Verbatim) else f"<td>{esc(c)}</td>"
 
 

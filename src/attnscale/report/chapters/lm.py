@@ -14,12 +14,12 @@ pure functions below.
 from __future__ import annotations
 
 from attnscale.i18n import N_, _
-from attnscale.report.html import Verbatim, para, table
+from attnscale.report.html import Markup, Verbatim, esc, para, table
 from attnscale.report.narrow import legend_columns
 from attnscale.report.numbers import number
 from attnscale.report.plotting import SERIES, responsive_figure, style
-from attnscale.report.text import pretty, rule_label
-from attnscale.stored_words import OPTIMISER_NAMES, TRAINING_VERDICT_MARK, TRAINING_VERDICT_PHRASE
+from attnscale.report.text import listed, pretty, rule_label
+from attnscale.stored_words import OPTIMISER_NAMES, TRAINING_VERDICT_MARK, TRAINING_VERDICT_PHRASE, TRAINING_VERDICTS
 
 KIND = "train/lm"
 TITLE = N_("Training: a small GPT on real English text, with each scale rule")
@@ -39,14 +39,17 @@ COUNTED = {1: N_("frequencies"), 2: N_("pairs"), 3: N_("triples"), 4: N_("quadru
 #: the reference's best rate, or at the rule's own.
 SETTINGS = {"adamw": N_("AdamW at the 1/√d_k rate"), "adamw-own-best": N_("AdamW at its own best rate"),
             "sgd": N_("SGD at the 1/√d_k rate"), "sgd-own-best": N_("SGD at its own best rate")}
-#: A verdict and the d_k it holds at: one clause of a verdict line.
-VERDICT_CLAUSES = {
-    "faster": N_("learns faster than 1/√d_k at d_k = {dks} ({ratios}× the steps)"),
-    "learns": N_("learns like 1/√d_k at d_k = {dks}"),
-    "slower": N_("learns slower at d_k = {dks} ({ratios}× the steps)"),
-    "fails": N_("does not reach {factor:g}× the 1/√d_k run's final loss within {steps} steps at d_k = {dks}"),
-    "diverges": N_("diverges at d_k = {dks}"),
+#: A verdict's badge colour (the verification's badge classes): like or better, slower, worse.
+VERDICT_BADGE = {"faster": "holds", "learns": "holds", "slower": "inconclusive", "fails": "fails", "diverges": "wrong"}
+#: The sentence above the verdict table, by (any rule fails or diverges with AdamW, with SGD), each
+#: optimiser at the rule's own best rate: see glance_key.
+GLANCE_SENTENCES = {
+    (False, False): N_("Each at its own best rate, every rule reaches the 1/√d_k reference's target at every d_k, with AdamW and with SGD. Over all {n} verdicts below: {counts}."),
+    (True, False): N_("Each at its own best rate, {adamw_rules} fails or diverges with AdamW at d_k = {adamw_dks}; with SGD every rule reaches the target. Over all {n} verdicts below: {counts}."),
+    (False, True): N_("Each at its own best rate, every rule reaches the target with AdamW; with SGD {sgd_rules} fails or diverges at d_k = {sgd_dks}. Over all {n} verdicts below: {counts}."),
+    (True, True): N_("Each at its own best rate, {adamw_rules} fails or diverges with AdamW at d_k = {adamw_dks}, and with SGD {sgd_rules} at d_k = {sgd_dks}. Over all {n} verdicts below: {counts}."),
 }
+BAD = ("fails", "diverges")          # verdicts under which a rule does not reach the target
 #: A verdict within a sentence (the one table of stored_words); None: no verdict, since the reference diverged.
 VERDICT_PHRASES = {**TRAINING_VERDICT_PHRASE, None: N_("cannot be judged (the reference diverged)")}
 #: What AdamW and SGD each show, by (AdamW's verdict is GOOD, SGD's is GOOD): see optimisers_key.
@@ -109,6 +112,8 @@ def _panels(curves: list, d_ks: list, rules: list, rows: list[tuple[str, str, bo
 def _lr_panels(grid: list, own_best: list, d_ks: list, rules: list, baselines: list, lang: str):
     """Final loss (the LR sensitivity's score) against the rate: a row per optimiser, a column per
     d_k, a line per rule, its own best rate circled (the figure of Wortsman et al. 2023)."""
+    from matplotlib.ticker import NullFormatter   # matplotlib loads only when a figure is drawn
+
     with style() as plt:
         fig, axes = plt.subplots(len(OPTIMISERS), len(d_ks), figsize=(3.4 * len(d_ks), 2.9 * len(OPTIMISERS)),
                                  squeeze=False, sharey=True, constrained_layout=True)
@@ -125,6 +130,11 @@ def _lr_panels(grid: list, own_best: list, d_ks: list, rules: list, baselines: l
                             color=color, ms=9)
                 _baseline_lines(ax, baselines)
                 ax.set_xscale("log")
+                # The grid's own rates as the ticks: a log axis spanning one decade would otherwise label
+                # its minor ticks (2×10⁻³, 3×10⁻³, ...) into each other.
+                rates = sorted({g["lr"] for g in grid if g["optimiser"] == optimiser})
+                ax.set_xticks(rates, [f"{lr:g}" for lr in rates])
+                ax.xaxis.set_minor_formatter(NullFormatter())
                 ax.set_title(pretty(f"{_(OPTIMISER_NAMES[optimiser], lang)} · d_k = {d_k}"))
                 if row == len(OPTIMISERS) - 1:
                     ax.set_xlabel(_("peak learning rate", lang))
@@ -137,48 +147,35 @@ def _lr_panels(grid: list, own_best: list, d_ks: list, rules: list, baselines: l
 
 # --- the sentences: small pure functions of the analysis ---------------------------------------------
 
-def reference_sentence(a: dict, lang: str) -> str:
-    """Where the 1/√d_k reference ends against the baselines: the caveat when it misses the bigram
-    or the trigram at some d_k (naming the weakest one it misses), else the highest it beats at every d_k."""
+def reference_finals(a: dict, optimiser: str) -> dict[str, float | None]:
+    """The 1/√d_k reference's final bits per byte at its best ``optimiser`` rate (mean over seeds), by d_k."""
+    final = {(g["rule"], str(g["d_k"]), g["lr"]): g["final_bpb"]["mean"] for g in a["grid"] if g["optimiser"] == optimiser}
+    return {d: final.get((a["reference_rule"], d, lr)) for d, lr in a["reference_best_lr"][optimiser].items()}
+
+
+def reference_sentence(a: dict, optimiser: str, lang: str) -> str:
+    """Where the 1/√d_k reference ends against the baselines with ``optimiser`` at its best rate: the
+    caveat when it misses the bigram or the trigram at some d_k (naming the weakest one it misses),
+    else the highest it beats at every d_k. Each optimiser's verdicts compare against its own reference."""
     rows = {r["order"]: r for r in a["baselines"]["rows"]}
-    finals = a["reference_final"]["bpb"]
-    listed = ", ".join(f"d_k {d}: {number(v, '.3f')}" for d, v in finals.items())
+    finals = reference_finals(a, optimiser)
+    name = _(OPTIMISER_NAMES[optimiser], lang)
+    listed_rows = _(", ", lang, msgctxt="list").join(f"d_k {d}: {number(v, '.3f')}" for d, v in finals.items())
     for order in CAVEAT_ORDERS:
         missed = [d for d, v in finals.items() if v is None or v >= rows[order]["bpb"]]
         if missed:
-            return _("Caveat: the 1/√d_k reference, at its best AdamW rate, ends at {rows} bits per byte, not below the {missed} baseline at d_k = {dks}. "
-                     "There the models have not yet learned what counting the training bytes knows: the verdicts then describe early training, not a trained model.", lang, rows=listed, missed=_baseline_name(rows[order], lang), dks=", ".join(missed))
+            return _("Caveat: the 1/√d_k reference, at its best {optimiser} rate, ends at {rows} bits per byte, not below the {missed} baseline at d_k = {dks}. "
+                     "There the models have not yet learned what counting the training bytes knows: the {optimiser} verdicts then describe early training, not a trained model.", lang, optimiser=name, rows=listed_rows, missed=_baseline_name(rows[order], lang), dks=listed(missed, lang))
     best = max((o for o in rows if all(v < rows[o]["bpb"] for v in finals.values())))
-    return _("The 1/√d_k reference, at its best AdamW rate, ends at {rows} bits per byte: below the {best} baseline at every d_k, so the verdicts below compare models that have learned more than counts of byte {what} know.", lang, rows=listed, best=_baseline_name(rows[best], lang), what=_(COUNTED[best], lang))
+    return _("The 1/√d_k reference, at its best {optimiser} rate, ends at {rows} bits per byte: below the {best} baseline at every d_k, so the {optimiser} verdicts compare models that have learned more than counts of byte {what} know.", lang, optimiser=name, rows=listed_rows, best=_baseline_name(rows[best], lang), what=_(COUNTED[best], lang))
 
 
 def best_rate_sentence(a: dict, optimiser: str, lang: str) -> str:
-    rates = ", ".join(f"d_k {k}: {v:g}" for k, v in a["reference_best_lr"][optimiser].items())
+    rates = _(", ", lang, msgctxt="list").join(f"d_k {k}: {v:g}" for k, v in a["reference_best_lr"][optimiser].items())
     edge = [k for k, inside in a["reference_best_interior"][optimiser].items() if not inside]
     name = _(OPTIMISER_NAMES[optimiser], lang)
-    return (_("The {optimiser} rate best for 1/√d_k lies at the edge of the grid at d_k = {dks} ({rates}): there the comparison at its best rate is not bracketed, and may not be its optimum.", lang, optimiser=name, dks=", ".join(edge), rates=rates) if edge
+    return (_("The {optimiser} rate best for 1/√d_k lies at the edge of the grid at d_k = {dks} ({rates}): there the comparison at its best rate is not bracketed, and may not be its optimum.", lang, optimiser=name, dks=listed(edge, lang), rates=rates) if edge
             else _("The {optimiser} rate best for 1/√d_k is inside the grid at every d_k ({rates}).", lang, optimiser=name, rates=rates))
-
-
-def verdict_lines(verdicts: list, reference: str, factor: float, steps: int, lang: str) -> list[str]:
-    """One sentence per optimiser (at the reference's rate, at each rule's own) and outcome: rules
-    whose verdicts read alike share a sentence."""
-    lines = []
-    for optimiser in ("adamw", "adamw-own-best", "sgd", "sgd-own-best"):
-        alike: dict[str, list[str]] = {}
-        for rule in dict.fromkeys(v["rule"] for v in verdicts if v["rule"] != reference):
-            rows = [v for v in verdicts if v["rule"] == rule and v["optimiser"] == optimiser and v["verdict"]]
-            parts = []
-            for verdict in ("faster", "learns", "slower", "fails", "diverges"):
-                mine = [v for v in rows if v["verdict"] == verdict]
-                if mine:
-                    parts.append(_(VERDICT_CLAUSES[verdict], lang, dks=", ".join(str(v["d_k"]) for v in mine), factor=factor, steps=steps,
-                                    ratios=", ".join(number(v["steps_ratio"], ".2f") for v in mine)))
-            if parts:
-                alike.setdefault(_("; ", lang, msgctxt="clauses").join(parts), []).append(_rule(rule, lang))
-        lines += [_("{optimiser} — {rule}: {parts}.", lang, optimiser=_(SETTINGS[optimiser], lang), rule=_(" · ", lang).join(rules), parts=parts)
-                  for parts, rules in alike.items()]
-    return lines
 
 
 def _label(v: dict, lang: str) -> str:
@@ -213,7 +210,7 @@ def sensitivity_sentence(a: dict, rules: list, d_k: int, lang: str) -> str:
     for optimiser in OPTIMISERS:
         values = {s["rule"]: s["lr_sensitivity"] for s in a["lr_sensitivity"]
                   if (s["optimiser"], s["d_k"]) == (optimiser, d_k)}
-        rows.append(_("{optimiser}: {rules}", lang, optimiser=_(OPTIMISER_NAMES[optimiser], lang), rules=", ".join(
+        rows.append(_("{optimiser}: {rules}", lang, optimiser=_(OPTIMISER_NAMES[optimiser], lang), rules=_(", ", lang, msgctxt="list").join(
             _("{rule} {value}", lang, rule=_rule(r, lang), value=number(values.get(r), ".3f")) for r in rules)))
     return _("Learning-rate sensitivity (Wortsman et al. 2023: the mean over the grid of min(final, initial) loss, a diverged run at its initial loss, minus the best), at d_k = {dk}: {rows} bits per byte.", lang, dk=d_k, rows=_("; ", lang, msgctxt="clauses").join(rows))
 
@@ -253,37 +250,110 @@ def optimisers_sentence(verdicts: list, d_k: int, lang: str, rule: str = "unscal
              adamw_verdict=_(VERDICT_PHRASES[adam["verdict"]], lang), sgd_verdict=_(VERDICT_PHRASES[sgd["verdict"]], lang))
 
 
+def decided_ratio(v: dict) -> float | None:
+    """The steps ratio behind a verdict: the median over the seeds whose own verdict is the one shown
+    (the verdict follows the worse seed on a tie, so the median of all seeds may read otherwise)."""
+    ratios = sorted(s["steps_ratio"] for s in v.get("per_seed", []) if s["verdict"] == v["verdict"]
+                    and s["steps_ratio"] is not None)
+    if not ratios:
+        return None
+    mid = len(ratios) // 2
+    return ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
+
+
+def _bad_at_own_best(verdicts: list, optimiser: str, reference: str) -> tuple[list[str], list[int]]:
+    """The rules (in order) and the d_k at which a rule fails or diverges with ``optimiser`` at its own best rate."""
+    bad = [v for v in verdicts if v["optimiser"] == f"{optimiser}-own-best" and v["rule"] != reference
+           and v["verdict"] in BAD]
+    return list(dict.fromkeys(v["rule"] for v in bad)), sorted({v["d_k"] for v in bad})
+
+
+def glance_key(verdicts: list, reference: str) -> tuple[bool, bool]:
+    """The key of :data:`GLANCE_SENTENCES`: whether any rule fails or diverges with AdamW, with SGD,
+    each at the rule's own best rate."""
+    return tuple(bool(_bad_at_own_best(verdicts, o, reference)[0]) for o in OPTIMISERS)
+
+
+def glance_sentence(verdicts: list, reference: str, lang: str) -> str:
+    """What the verdict table shows, in one sentence: where a rule does not reach the target, each
+    optimiser at the rule's own best rate, and how many verdicts of each kind the table holds."""
+    judged = [v for v in verdicts if v["rule"] != reference and v["verdict"]]
+    counts = listed([_("{n} {verdict}", lang, n=n, verdict=_(TRAINING_VERDICT_MARK[k], lang))
+                     for k in TRAINING_VERDICTS if (n := sum(v["verdict"] == k for v in judged))], lang) if judged else "0"
+    where = {}
+    for o in OPTIMISERS:
+        rules, dks = _bad_at_own_best(verdicts, o, reference)
+        where[f"{o}_rules"] = listed([_rule(r, lang) for r in rules], lang) if rules else ""
+        where[f"{o}_dks"] = listed([str(d) for d in dks], lang) if dks else ""
+    return _(GLANCE_SENTENCES[glance_key(verdicts, reference)], lang, n=len(judged), counts=counts, **where)
+
+
+def _verdict_cell(v: dict, edge: bool, lang: str) -> Markup:
+    """A verdict in the glance table: its coloured mark, the steps ratio that decided it, the seeds'
+    split when they disagree (each seed's verdict and ratio), and a rule's own best rate when it is
+    the grid's edge (not bracketed: its optimum may lie beyond)."""
+    if not v["verdict"]:
+        return Markup(esc(_(VERDICT_PHRASES[None], lang)))
+    mark = f'<span class="badge {VERDICT_BADGE[v["verdict"]]}">{esc(_(TRAINING_VERDICT_MARK[v["verdict"]], lang))}</span>'
+    parts = [mark]
+    ratio = decided_ratio(v)
+    if ratio is not None:
+        parts.append(esc(f"×{number(ratio, '.2f')}"))
+    if v["seeds_agreeing"] < v["seeds"]:
+        seeds = _(" · ", lang).join(f"{_(TRAINING_VERDICT_MARK[s['verdict']], lang)}"
+                                     + (f" ×{number(s['steps_ratio'], '.2f')}" if s["steps_ratio"] is not None else "")
+                                     for s in v["per_seed"] if s["verdict"])
+        parts.append(esc(_("({agree}/{n} seeds; each: {seeds})", lang, agree=v["seeds_agreeing"], n=v["seeds"], seeds=seeds)))
+    if edge:
+        parts.append(esc(_("(own best rate {lr:g}: the grid's edge)", lang, lr=v["lr"])))
+    return Markup(" ".join(parts))
+
+
+def glance_table(a: dict, d_ks: list, rules: list, lang: str) -> str:
+    """The verdicts at a glance: a row per rule (the reference's aside) × d_k, a column per setting
+    (each optimiser at the reference's best rate and at the rule's own)."""
+    columns = ("adamw", "adamw-own-best", "sgd", "sgd-own-best")
+    find = {(v["rule"], v["d_k"], v["optimiser"]): v for v in a["verdicts"]}
+    edge = {(b["optimiser"], b["rule"], b["d_k"]): b["edge"] for b in a["own_best_lr"]}
+    head = [_("rule", lang), pretty("d_k")] + [pretty(_(SETTINGS[o], lang)) for o in columns]
+    rows = [[pretty(_rule(r, lang)), d] + [_verdict_cell(find[r, d, o], o.endswith("own-best") and bool(edge.get((o.split("-")[0], r, d))), lang)
+                                           for o in columns]
+            for r in rules if r != a["reference_rule"] for d in d_ks]
+    return table(head, rows, cls="numeric verdicts")
+
+
 def render(env, lang: str) -> str:
     a = env.data["analysis"]
     cfg, m = env.config, a["model"]
     d_ks, rules = cfg["d_ks"], cfg["rules"]
     base = a["baselines"]
     p = lambda text: para(pretty(text))   # noqa: E731
-    parts = [p(_("A decoder-only GPT in nanoGPT's shape (width {d_model}, {layers} layers, context {context} bytes, {params:,} parameters at d_k = {dk0}; heads = width ÷ d_k) on {train:,} bytes of {source}, validated on {scored:,} bytes of the {valid:,} after them. {steps} steps of {batch} sequences, {seeds} seed(s); for a given d_k and seed every rule starts from the same weights and sees the same batches. "
+    names = _(", ", lang, msgctxt="list").join(_baseline_name(r, lang) for r in base["rows"] if r["order"] >= 2)
+    # At a glance: what the verdicts say, against which reference, the table, then the curves.
+    glance = [p(glance_sentence(a["verdicts"], a["reference_rule"], lang))]
+    glance += [p(reference_sentence(a, o, lang)) for o in OPTIMISERS]
+    glance.append(glance_table(a, d_ks, rules, lang))
+    glance.append(responsive_figure(lambda: _panels(a["curves"], d_ks, rules, [("valid_bpb", N_("validation bits per byte"), False)], lang,
+                                                    base["rows"]), _("Validation bits per byte against the step, per d_k and rule", lang), _("AdamW at the rate best for 1/√d_k. "
+                                                                                          "Line: mean over seeds; band: min to max; dotted: the n-gram baselines ({names}, top to bottom).", lang, names=names)))
+    parts = glance + [p(_("A decoder-only GPT in nanoGPT's shape (width {d_model}, {layers} layers, context {context} bytes, {params:,} parameters at d_k = {dk0}; heads = width ÷ d_k) on {train:,} bytes of {source}, validated on {scored:,} bytes of the {valid:,} after them. {steps} steps of {batch} sequences, {seeds} seed(s); for a given d_k and seed every rule starts from the same weights and sees the same batches. "
                "Rules: {rules}. "
                "AdamW over the rates {adamw}; plain SGD over {sgd}. "
                "Figures come from the attention the model trains with. "
                "At initialisation: {init} bits per byte.", lang, d_model=m["d_model"], layers=m["n_layers"], context=m["context"], params=m["parameters"],
                dk0=d_ks[0], train=a["text"]["train_bytes"], source=a["text"]["source"], valid=a["text"]["valid_bytes"],
                scored=base["scored_bytes"], steps=cfg["steps"], batch=cfg["batch"], seeds=cfg["seeds"],
-               rules=", ".join(_rule(r, lang) for r in rules),
-               adamw=", ".join(f"{lr:g}" for lr in a["lr_grids"]["adamw"]),
-               sgd=", ".join(f"{lr:g}" for lr in a["lr_grids"]["sgd"]), init=number(a["init_bpb"]["mean"], ".3f")))]
+               rules=_(", ", lang, msgctxt="list").join(_rule(r, lang) for r in rules),
+               adamw=_(", ", lang, msgctxt="list").join(f"{lr:g}" for lr in a["lr_grids"]["adamw"]),
+               sgd=_(", ", lang, msgctxt="list").join(f"{lr:g}" for lr in a["lr_grids"]["sgd"]), init=number(a["init_bpb"]["mean"], ".3f")))]
     absent = [r for r in a.get("rule_choices", []) if r not in rules]
     if absent:
         parts.append(p(_("Not in this run (available with --rules): {rules}.", lang, rules=_("; ", lang, msgctxt="clauses").join(_rule(r, lang) for r in absent))))
-    parts.append(p(_("Baselines computed from the same split, on the same validation bytes, by counting the training bytes ({smoothing}): {rows} bits per byte.", lang, smoothing=_("add-k smoothing, k chosen on the last tenth of the training part", lang), rows=", ".join(
+    parts.append(p(_("Baselines computed from the same split, on the same validation bytes, by counting the training bytes ({smoothing}): {rows} bits per byte.", lang, smoothing=_("add-k smoothing, k chosen on the last tenth of the training part", lang), rows=_(", ", lang, msgctxt="list").join(
         _("{name} {bpb}", lang, name=_baseline_name(r, lang), bpb=number(r["bpb"], ".3f")) for r in base["rows"]))))
-    parts.append(para(pretty(reference_sentence(a, lang))))
     parts += [para(pretty(best_rate_sentence(a, o, lang))) for o in OPTIMISERS]
-    parts += [para(pretty(line)) for line in
-              verdict_lines(a["verdicts"], a["reference_rule"], a["target_factor"], cfg["steps"], lang)]
     parts.append(para(pretty(seeds_sentence(a["verdicts"], cfg["seeds"], a["reference_rule"], lang))))
     parts.append(para(pretty(halfway_sentence(a["verdicts"], a["halfway_step"], a["reference_rule"], lang))))
-    names = ", ".join(_baseline_name(r, lang) for r in base["rows"] if r["order"] >= 2)
-    parts.append(responsive_figure(lambda: _panels(a["curves"], d_ks, rules, [("valid_bpb", N_("validation bits per byte"), False)], lang,
-                                                   base["rows"]), _("Validation bits per byte against the step, per d_k and rule", lang), _("AdamW at the rate best for 1/√d_k. "
-                                                                                         "Line: mean over seeds; band: min to max; dotted: the n-gram baselines ({names}, top to bottom).", lang, names=names)))
     parts.append(para(pretty(sensitivity_sentence(a, rules, d_ks[-1], lang))))
     parts += [para(pretty(s)) for s in flat_sensitivity_sentences(a, rules, d_ks[-1], lang)]
     if "unscaled" in rules:
