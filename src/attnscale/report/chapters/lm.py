@@ -1,14 +1,16 @@
 """Report chapter: a small GPT on real English text with each scale rule (``attnscale train lm``).
 
-Reads the ``train/lm`` result and only draws and words it: the n-gram baselines and where the
-1/√d_k reference ends against them (a caveat when it does not beat the trigram: the verdicts then
-describe early training), the reference's best rates and whether they lie inside the grids, the
-verdicts at the reference's best rate and at each rule's own (AdamW and SGD), whether the verdicts
-halfway through the runs are the same, the learning-rate sensitivity, what each optimiser shows,
-validation bits per byte against the step and final loss against the rate (a panel per d_k, a line
-per rule, the baselines dotted), the largest |logit| and the mean row entropy against the step, the
-table and greedy samples. Every sentence is chosen and filled by the analysis' figures, by the small
-pure functions below.
+Reads the ``train/lm`` result and only draws and words it. First, at a glance: one sentence of what
+the verdicts say (where a rule does not reach the target, each optimiser at the rule's own best rate,
+and how many verdicts of each kind), where each optimiser's 1/√d_k reference ends against the n-gram
+baselines (a caveat when it does not beat the trigram: those verdicts then describe early training),
+the verdict table (rule × d_k × setting: a coloured mark, the steps ratio of the seeds that decided
+it, each seed when they disagree, a rule's own best rate at the grid's edge), and validation bits per
+byte against the step. Then the set-up, the baselines, the reference's best rates and whether they
+lie inside the grids, whether the seeds agree and the verdicts halfway through are the same, the
+learning-rate sensitivity and what each optimiser shows, final loss against the rate, the largest
+|logit| and the mean row entropy against the step, the detailed table and greedy samples. Every
+sentence is chosen and filled by the analysis' figures, by the small pure functions below.
 """
 
 from __future__ import annotations
