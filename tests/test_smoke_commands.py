@@ -42,7 +42,7 @@ from attnscale.cli import build_parser
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 SOURCE = Path(attnscale.__file__).resolve().parents[1]       # the attnscale under test (src/)
-SENTENCES = Path(attnscale.__file__).resolve().parent / "experiments" / "sentences.txt"
+SENTENCES = Path(attnscale.__file__).resolve().parent / "experiments" / "pretrained" / "sentences.txt"
 
 # The smallest size of a command: options set where the command's parser has them (the value after
 # an option given is replaced; telemetry-bench forward only: its backward is tested in
