@@ -99,10 +99,13 @@ def base():
 
 # --- verdicts and tuning ---------------------------------------------------------------------------
 
-def test_verdict_of_seeds_takes_the_majority_and_breaks_ties_toward_severe():
-    assert svd.verdict_of_seeds(["learns", "learns", "fails"]) == ("learns", 2)
-    assert svd.verdict_of_seeds(["learns", "fails"]) == ("fails", 1)
-    assert svd.verdict_of_seeds(["slower", "learns", "diverges"]) == ("diverges", 1)
+def test_seeds_verdict_takes_the_majority_and_breaks_ties_toward_severe():
+    from attnscale.experiments.training.common import seeds_verdict
+
+    assert seeds_verdict(["learns", "learns", "fails"]) == ("learns", 2)
+    assert seeds_verdict(["learns", "fails"]) == ("fails", 1)
+    assert seeds_verdict(["slower", "learns", "diverges"]) == ("diverges", 1)
+    assert seeds_verdict(["faster", "learns"]) == ("learns", 1) and seeds_verdict([]) == (None, 0)
 
 
 def test_verdicts_follow_the_steps_against_the_reference(base):

@@ -15,8 +15,9 @@ from attnscale.errors import InputError
 from attnscale.experiments.sweeps.process_settings import remember_first_settings
 from attnscale.results import finite_or_none
 from attnscale.softmax_rows import SATURATED_WEIGHT
+from attnscale.stored_words import TRAINING_VERDICTS
 
-__all__ = ["seed_everything", "make_optimizer", "attention_metrics", "grad_norm",
+__all__ = ["seed_everything", "make_optimizer", "finite", "spread", "mean_or_none", "seeds_verdict", "attention_metrics", "grad_norm",
            "capped_loss", "lr_sensitivity"]
 
 
@@ -98,3 +99,34 @@ def lr_sensitivity(scores: Sequence[float]) -> float:
     """E over the rates of a log-spaced grid of the runs' capped losses (:func:`capped_loss`) minus the
     best of them (Wortsman et al. 2023, arXiv 2309.14322, eq. 1): 0 when the rate does not matter."""
     return statistics.fmean(scores) - min(scores)
+
+
+# --- figures over seeds: only the finite values count (a diverged run records None) ------------------
+
+def finite(values) -> list[float]:
+    """The finite values, as floats (None and NaN/±inf left out)."""
+    return [float(v) for v in values if v is not None and math.isfinite(v)]
+
+
+def spread(values) -> dict:
+    """Mean, min, max and count of the finite values; None for each figure when there are none."""
+    kept = finite(values)
+    if not kept:
+        return {"mean": None, "min": None, "max": None, "n": 0}
+    return {"mean": statistics.fmean(kept), "min": min(kept), "max": max(kept), "n": len(kept)}
+
+
+def mean_or_none(values) -> float | None:
+    kept = finite(values)
+    return statistics.fmean(kept) if kept else None
+
+
+def seeds_verdict(per_seed: list[str]) -> tuple[str | None, int]:
+    """The verdict most seeds share and how many do; a tie goes to the more severe verdict (the later
+    one of :data:`~attnscale.stored_words.TRAINING_VERDICTS`, mildest first), so that "learns" is
+    never said of a split it does not win. (None, 0) without a verdict."""
+    if not per_seed:
+        return None, 0
+    counts = {v: per_seed.count(v) for v in TRAINING_VERDICTS}
+    top = max(counts.values())
+    return [v for v in TRAINING_VERDICTS if counts[v] == top][-1], top

@@ -8,9 +8,8 @@ import math
 import statistics
 
 from attnscale.experiments.training.lm.ngram_baselines import baselines, beaten
-from attnscale.experiments.training.lm.config import (LIKE_RATIO, REFERENCE_RULE, RULE_CHOICES, TARGET_FACTOR, VERDICTS,
-                                             LMCell, LMConfig)
-from attnscale.experiments.training.common import capped_loss, lr_sensitivity
+from attnscale.experiments.training.lm.config import (LIKE_RATIO, REFERENCE_RULE, RULE_CHOICES, TARGET_FACTOR, LMCell, LMConfig)
+from attnscale.experiments.training.common import capped_loss, lr_sensitivity, seeds_verdict, spread
 from attnscale.results import finite_or_none
 
 __all__ = ["analyse", "judge", "lr_score"]
@@ -55,36 +54,20 @@ def judge(run: dict, reference: dict, until: int | None = None) -> tuple[str | N
     return verdict, finite_or_none(ratio)
 
 
-def _spread(values: list) -> dict:
-    finite = [v for v in values if v is not None and math.isfinite(v)]
-    if not finite:
-        return {"mean": None, "min": None, "max": None, "n": 0}
-    return {"mean": statistics.fmean(finite), "min": min(finite), "max": max(finite), "n": len(finite)}
-
-
-def _most_common(verdicts: list[str]) -> tuple[str | None, int]:
-    """The seeds' most common verdict (a tie goes to the worse) and how many seeds give it."""
-    if not verdicts:
-        return None, 0
-    counts = {v: verdicts.count(v) for v in VERDICTS}
-    top = max(counts.values())
-    return [v for v in VERDICTS if counts[v] == top][-1], top
-
-
 def _verdict(rule: str, d_k: int, optimiser: str, lr: float, runs: dict, refs: dict, halfway: int,
              rows: list[dict]) -> dict:
     """One row of ``analysis["verdicts"]``: runs and refs map seed -> result."""
     judged = {seed: judge(run, refs[seed]) for seed, run in runs.items() if seed in refs}
-    verdict, top = _most_common([v for v, _ in judged.values() if v is not None])
+    verdict, top = seeds_verdict([v for v, _ in judged.values() if v is not None])
     half = {seed: judge(run, refs[seed], halfway) for seed, run in runs.items() if seed in refs}
-    verdict_half, top_half = _most_common([v for v, _ in half.values() if v is not None])
+    verdict_half, top_half = seeds_verdict([v for v, _ in half.values() if v is not None])
     ratios = [r for v, r in judged.values() if r is not None]
-    final = _spread([run["final_bpb"] for run in runs.values()])
+    final = spread([run["final_bpb"] for run in runs.values()])
     return {"rule": rule, "d_k": d_k, "optimiser": optimiser, "lr": lr, "verdict": verdict,
             "verdict_reason": None if verdict else "the 1/√d_k reference diverged on every seed",
             "seeds": sum(v is not None for v, _ in judged.values()), "seeds_agreeing": top,
             "steps_ratio": statistics.median(ratios) if ratios else None,
-            "steps_ratio_spread": _spread(ratios),
+            "steps_ratio_spread": spread(ratios),
             "per_seed": [{"seed": s, "verdict": v, "steps_ratio": r, "verdict_halfway": half[s][0]}
                          for s, (v, r) in sorted(judged.items())],
             "verdict_halfway": verdict_half, "seeds_agreeing_halfway": top_half,
@@ -102,14 +85,14 @@ def _curve(runs: list[dict]) -> dict:
            "entropy_mean": [], "saturated_frac": [], "seeds": []}
     for s in steps:
         entries = [e for e in (at(run, s) for run in runs) if e is not None]
-        bpb = _spread([e["valid_bpb"] for e in entries])
+        bpb = spread([e["valid_bpb"] for e in entries])
         for key in ("mean", "min", "max"):
             out["valid_bpb"][key].append(bpb[key])
         flat = lambda e, k: [v for layer in e["heads"] for v in layer[k] if v is not None]   # noqa: E731
-        out["max_abs_logit"].append(_spread([max(flat(e, "max_abs_logit"), default=None) for e in entries])["mean"])
-        out["entropy_mean"].append(_spread([statistics.fmean(flat(e, "entropy_mean")) if flat(e, "entropy_mean")
+        out["max_abs_logit"].append(spread([max(flat(e, "max_abs_logit"), default=None) for e in entries])["mean"])
+        out["entropy_mean"].append(spread([statistics.fmean(flat(e, "entropy_mean")) if flat(e, "entropy_mean")
                                             else None for e in entries])["mean"])
-        out["saturated_frac"].append(_spread([statistics.fmean(flat(e, "saturated_frac")) if flat(e, "saturated_frac")
+        out["saturated_frac"].append(spread([statistics.fmean(flat(e, "saturated_frac")) if flat(e, "saturated_frac")
                                               else None for e in entries])["mean"])
         out["seeds"].append(bpb["n"])
     return out
@@ -140,7 +123,7 @@ def _lr_grids(config: LMConfig, runs, grids: dict, base: dict) -> tuple[list, di
                 scores = {lr: statistics.fmean(lr_score(r) for r in g.values()) for lr, g in groups.items()}
                 best[optimizer, rule, d_k] = min(lrs, key=lambda lr: scores[lr])
                 for lr, group in groups.items():
-                    final = _spread([r["final_bpb"] for r in group.values()])
+                    final = spread([r["final_bpb"] for r in group.values()])
                     grid.append({"optimiser": optimizer, "rule": rule, "d_k": d_k, "lr": lr, "final_bpb": final,
                                  "score": finite_or_none(scores[lr]), "beats": beaten(final["mean"], base["rows"]),
                                  "diverged": sum(bool(r["diverged"]) for r in group.values()),
@@ -151,7 +134,7 @@ def _lr_grids(config: LMConfig, runs, grids: dict, base: dict) -> tuple[list, di
                             for s in sorted(groups[lrs[0]]) if all(s in g for g in groups.values())]
                 sensitivity.append({"optimiser": optimizer, "rule": rule, "d_k": d_k,
                                     "lr_sensitivity": finite_or_none(statistics.fmean(per_seed)) if per_seed else None,
-                                    "spread": _spread(per_seed)})
+                                    "spread": spread(per_seed)})
     return grid, best, sensitivity
 
 
@@ -190,7 +173,7 @@ def analyse(config: LMConfig, cells: list[LMCell], results: list[dict]) -> dict:
                 for o, lrs in grids.items()}
     halfway = config.steps // 2
     verdicts, curves = _verdicts_and_curves(config, runs, grids, best, base, halfway)
-    reference = {d_k: _spread([r["final_bpb"] for r in
+    reference = {d_k: spread([r["final_bpb"] for r in
                                runs(REFERENCE_RULE, d_k, "adamw", best["adamw", REFERENCE_RULE, d_k]).values()])["mean"]
                  for d_k in config.d_ks}
     first = results[0]
@@ -205,7 +188,7 @@ def analyse(config: LMConfig, cells: list[LMCell], results: list[dict]) -> dict:
         "halfway_step": halfway,
         "baselines": base,
         "unigram_bpb": first["unigram_bpb"],
-        "init_bpb": _spread([r["init_bpb"] for r in results]),
+        "init_bpb": spread([r["init_bpb"] for r in results]),
         "model": {"d_model": config.d_model, "n_layers": config.n_layers, "context": config.context,
                   "parameters": first["parameters"], "heads": {str(d_k): config.d_model // d_k for d_k in config.d_ks}},
         "text": {"source": config.text, "train_bytes": first["train_bytes"], "valid_bytes": first["valid_bytes"]},
@@ -222,5 +205,5 @@ def analyse(config: LMConfig, cells: list[LMCell], results: list[dict]) -> dict:
         "samples": {"prompt": cells[0].prompt, "d_ks": list(config.d_ks), "optimiser": "adamw", "seed": 0,
                     "lr": {str(d): best["adamw", REFERENCE_RULE, d] for d in config.d_ks}, "rows": samples},
         "cost": {"cells": len(results), "cpu_s": sum(r["cpu_s"] for r in results),
-                 "wall_s": sum(r["wall_s"] for r in results), "cpu_s_per_cell": _spread([r["cpu_s"] for r in results])},
+                 "wall_s": sum(r["wall_s"] for r in results), "cpu_s_per_cell": spread([r["cpu_s"] for r in results])},
     }

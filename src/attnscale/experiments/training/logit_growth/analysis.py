@@ -5,15 +5,10 @@ from __future__ import annotations
 
 import statistics
 
-from attnscale.experiments.training.common import capped_loss, lr_sensitivity
+from attnscale.experiments.training.common import capped_loss, lr_sensitivity, mean_or_none
 from attnscale.experiments.training.logit_growth.config import VARIANTS, LogitCell, LogitGrowthConfig
 
 __all__ = ["analyse"]
-
-
-def _mean(values) -> float | None:
-    values = [v for v in values if v is not None]
-    return statistics.fmean(values) if values else None
 
 
 def analyse(config: LogitGrowthConfig, cells: list[LogitCell], results: list[dict]) -> dict:
@@ -45,17 +40,17 @@ def analyse(config: LogitGrowthConfig, cells: list[LogitCell], results: list[dic
             diverged = sum(r["diverged_at"] is not None for r in runs)
             table.append({
                 "variant": v, "lr": lr, "qk_layernorm": v == "qk_layernorm",
-                "final_loss_mean": _mean(finite), "final_loss_min": min(finite, default=None),
+                "final_loss_mean": mean_or_none(finite), "final_loss_min": min(finite, default=None),
                 "final_loss_max": max(finite, default=None),
                 "final_loss_reason": None if finite else f"all {len(runs)} runs diverged",
                 "diverged": diverged, "seeds": len(runs),
                 "init_loss": statistics.fmean(r["init_loss"] for r in runs),
-                "max_logit_init_mean": _mean(r["log"][0]["max_logit_layer0"] for r in runs),
-                "max_logit_peak_mean": _mean(r["max_logit_layer0_peak"] for r in runs),
-                "max_logit_final_mean": _mean(r["max_logit_layer0_final"] for r in runs),
-                "max_logit_train_peak_mean": _mean(r["max_logit_train_peak"] for r in runs),
-                "qk_gain_init_mean": _mean(r["log"][0]["qk_gain_layer0"] for r in runs),
-                "qk_gain_final_mean": _mean(r["log"][-1]["qk_gain_layer0"] for r in runs),
+                "max_logit_init_mean": mean_or_none(r["log"][0]["max_logit_layer0"] for r in runs),
+                "max_logit_peak_mean": mean_or_none(r["max_logit_layer0_peak"] for r in runs),
+                "max_logit_final_mean": mean_or_none(r["max_logit_layer0_final"] for r in runs),
+                "max_logit_train_peak_mean": mean_or_none(r["max_logit_train_peak"] for r in runs),
+                "qk_gain_init_mean": mean_or_none(r["log"][0]["qk_gain_layer0"] for r in runs),
+                "qk_gain_final_mean": mean_or_none(r["log"][-1]["qk_gain_layer0"] for r in runs),
                 "clipped_heads_mean": statistics.fmean(r["clipped_heads"] for r in runs),
             })
         done = [r for r in table if r["variant"] == v and r["final_loss_mean"] is not None]

@@ -9,12 +9,12 @@ import statistics
 
 from attnscale.experiments.training.scale_vs_dk.chain_rule import chain_rule_check
 from attnscale.experiments.training.scale_vs_dk.config import (LIKE_REFERENCE_STEPS, LOGIT_GROWTH, REFERENCE_RULE, RULE_CHOICES,
-                                                      SATURATED_RUN, VERDICTS, ScaleCell, ScaleVsDkConfig)
-from attnscale.experiments.training.scale_vs_dk.stats import finite, mean_or_none, spread
+                                                      SATURATED_RUN, ScaleCell, ScaleVsDkConfig)
+from attnscale.experiments.training.common import finite, mean_or_none, seeds_verdict, spread
 from attnscale.softmax_rows import SATURATED_WEIGHT
 from attnscale.scales import SoftCap
 
-__all__ = ["analyse", "steps_to_target", "verdict_of_seeds", "tune_sgd"]
+__all__ = ["analyse", "steps_to_target", "tune_sgd"]
 
 
 def steps_to_target(result: dict, target: float, window: int) -> int | None:
@@ -43,15 +43,6 @@ def _seed_verdict(run: dict, reference: dict | None) -> tuple[str, float | None]
         return "learns", None
     ratio = (t + 1) / (reference["steps_to_target"] + 1)
     return ("learns" if ratio <= LIKE_REFERENCE_STEPS else "slower"), ratio
-
-
-def verdict_of_seeds(per_seed: list[str]) -> tuple[str, int]:
-    """The verdict most seeds share and how many do; a tie goes to the more severe verdict, so that
-    "learns" is never said of a split it does not win."""
-    counts = {v: per_seed.count(v) for v in VERDICTS}
-    top = max(counts.values())
-    verdict = [v for v in VERDICTS if counts[v] == top][-1]
-    return verdict, top
 
 
 def _sgd_score(runs: list[dict], steps: int) -> tuple[float, float]:
@@ -104,7 +95,7 @@ def _summary(config: ScaleVsDkConfig, runs: dict, rule: str, d_k: int, optimizer
         group.append(run)
         if ratio is not None:
             ratios.append(ratio)
-    verdict, agreeing = verdict_of_seeds(per_seed) if per_seed else (None, 0)
+    verdict, agreeing = seeds_verdict(per_seed) if per_seed else (None, 0)
     reached = [r["steps_to_target"] for r in group if r["steps_to_target"] is not None]
     moment = lambda index: {key: spread(_at(r["log"], index, key) for r in group)  # noqa: E731
                             for key in ("logit_std", "saturated_frac", "max_logit", "grad_wq")}

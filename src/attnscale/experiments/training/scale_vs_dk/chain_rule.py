@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnscale.experiments.training.scale_vs_dk.config import REFERENCE_RULE, RULE_CHOICES, ScaleVsDkConfig
-from attnscale.experiments.training.scale_vs_dk.stats import finite, mean_or_none
+from attnscale.experiments.training.common import finite, mean_or_none
 from attnscale.scales import ScaleRule, SoftCap
 
 __all__ = ["logit_jacobian", "init_chain_rule", "chain_rule_check"]
