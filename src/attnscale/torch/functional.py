@@ -129,11 +129,13 @@ def _apply_rule(torch, p: _Problem, rule) -> _Problem:
 
 
 def _normalized(torch, rule, x):
-    """QK-norm's x / rms(x) or x / ‖x‖ (with its eps), x: (..., d_k), the rule found through any caps."""
+    """QK-norm's normalisation of x: (..., d_k) (:func:`attnscale.torch.scales.qk_normalized`), the
+    rule found through any caps."""
+    from attnscale.torch.scales import qk_normalized     # it imports torch at its top
+
     while not hasattr(rule, "norm"):
         rule = rule.base
-    squares = (x * x).mean(-1, keepdim=True) if rule.norm == "rms" else (x * x).sum(-1, keepdim=True)
-    return x / torch.sqrt(squares + rule.eps)
+    return qk_normalized(rule, x)
 
 
 def _attended_counts(torch, p: _Problem):

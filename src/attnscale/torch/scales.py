@@ -39,7 +39,7 @@ from attnscale.scales import QKNorm, ScaleRule, SoftCap
 torch = require("torch", "torch")
 nn = torch.nn
 
-__all__ = ["ScaledLogits", "attended_keys"]
+__all__ = ["ScaledLogits", "attended_keys", "qk_normalized"]
 
 
 def _peel(rule: ScaleRule) -> tuple[ScaleRule, tuple[float, ...]]:
@@ -49,6 +49,14 @@ def _peel(rule: ScaleRule) -> tuple[ScaleRule, tuple[float, ...]]:
         caps.append(rule.cap_value)
         rule = rule.base
     return rule, tuple(caps)
+
+
+def qk_normalized(rule: QKNorm, x):
+    """QK-norm's x / rms(x) (``norm="rms"``) or x / ‖x‖, with its eps, of x: (..., d_k), as
+    x · rsqrt(Σ or mean of x² + eps): the one torch form of the rule's normalisation, for the models
+    that train with it and for :func:`attnscale.torch.attention`'s ``scale=QKNorm(...)``."""
+    sq = x.pow(2).mean(-1, keepdim=True) if rule.norm == "rms" else x.pow(2).sum(-1, keepdim=True)
+    return x * torch.rsqrt(sq + rule.eps)
 
 
 def attended_keys(L: int, S: int, causal: bool) -> np.ndarray:
@@ -76,10 +84,7 @@ class ScaledLogits(nn.Module):
             self.gain = nn.Parameter(torch.tensor(float(inner.gain)))
 
     def _normalize(self, x):
-        if not isinstance(self.inner, QKNorm):
-            return x
-        sq = x.pow(2).mean(-1, keepdim=True) if self.inner.norm == "rms" else x.pow(2).sum(-1, keepdim=True)
-        return x * torch.rsqrt(sq + self.inner.eps)
+        return qk_normalized(self.inner, x) if isinstance(self.inner, QKNorm) else x
 
     def _factor(self, n, like):
         """The multiplier of q̂·k̂: a float, QK-norm's 0-d tensor (its gain is learned), or (L, 1)."""

@@ -32,7 +32,7 @@ from attnscale.errors import check_count
 from attnscale.experiments.sweeps.process_settings import process_settings, restore_process_settings
 from attnscale.store import ResultCache, to_jsonable
 
-__all__ = ["Backend", "SerialBackend", "LocalBackend", "run_sweep", "default_workers", "report_steps"]
+__all__ = ["Backend", "SerialBackend", "LocalBackend", "run_sweep", "read_cached", "default_workers", "report_steps"]
 
 Progress = Callable[..., None]      # progress(done, total, label) and, with step reports, running=fraction
 
@@ -179,23 +179,27 @@ def default_workers() -> int:
     return max(1, min(2, os.cpu_count() or 1))
 
 
+def read_cached(kind: str, cells: Sequence[Any], cache: ResultCache) -> list[Any]:
+    """Each cell's cached result, None where the cache has none (or a damaged one)."""
+    return [cache.get(kind, to_jsonable(cell)) for cell in cells]
+
+
 def run_sweep(kind: str, cells: Sequence[Any], fn: Callable[[Any], Any], cache: ResultCache,
-              backend: Backend | None = None, progress: Progress | None = None) -> list[Any]:
+              backend: Backend | None = None, progress: Progress | None = None,
+              cached: list[Any] | None = None) -> list[Any]:
     """Results of ``fn`` for every cell, in the order of ``cells``: cached ones are read, the others
     computed through ``backend`` (default: :class:`SerialBackend`) and cached as each finishes.
 
     ``kind`` names the experiment in the cache (files ``<kind>-<hash of the cell>.json``).
+    ``cached``: what :func:`read_cached` returned for these cells, when the caller read it already
+    (the cache is then not read twice).
     """
     backend = backend or SerialBackend()
     total = len(cells)
-    results: list[Any] = [None] * total
-    missing = []
-    for i, cell in enumerate(cells):
-        hit = cache.get(kind, to_jsonable(cell))
-        if hit is None:
-            missing.append(i)
-        else:
-            results[i] = hit
+    results: list[Any] = list(read_cached(kind, cells, cache) if cached is None else cached)
+    if len(results) != total:
+        raise ValueError(f"cached: expected one entry per cell ({total}), got {len(results)}")
+    missing = [i for i, hit in enumerate(results) if hit is None]
     done = total - len(missing)
     if progress:
         progress(done, total, f"{done} cached")

@@ -23,7 +23,7 @@ from typing import Any, Callable
 from attnscale import results
 from attnscale.errors import check_choice
 from attnscale.experiments.training import lm, logit_growth, scale_vs_dk
-from attnscale.experiments.sweeps.runner import Backend, run_sweep
+from attnscale.experiments.sweeps.runner import Backend, read_cached, run_sweep
 from attnscale.store import ResultCache, to_jsonable
 
 __all__ = ["Experiment", "EXPERIMENTS", "make_config", "run_experiment", "kind_of"]
@@ -84,8 +84,9 @@ def run_experiment(name: str, config, root: str | Path = results.DEFAULT_ROOT, b
     cells = config.cells()
     start = time.monotonic()
     cache = ResultCache(results.cells_dir(kind, root))
-    cached = sum(cache.get(name, to_jsonable(c)) is not None for c in cells)
-    done = run_sweep(name, cells, experiment.train_cell, cache, backend, progress)
+    known = read_cached(name, cells, cache)
+    cached = sum(r is not None for r in known)
+    done = run_sweep(name, cells, experiment.train_cell, cache, backend, progress, cached=known)
     data, nonfinite = results.nulled_nonfinite({
         "description": experiment.description,
         "cells": [{"cell": to_jsonable(c), "result": r} for c, r in zip(cells, done)],
