@@ -81,8 +81,9 @@ import functools
 import math
 import sys
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from attnscale.errors import InputTypeError, require
 from attnscale.torch import hf_interface, nn_modules

@@ -32,8 +32,9 @@ cannot (``sinks``: gpt-oss's learned extra logit; extra positional arguments).
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 __all__ = ["InterfaceCall", "riding", "available"]
 
@@ -137,7 +138,7 @@ class riding:
         self._before = self._patch = None
         self._active = False
 
-    def __enter__(self) -> "riding":
+    def __enter__(self) -> riding:
         if not available():
             return self
         from transformers.modeling_utils import AttentionInterface

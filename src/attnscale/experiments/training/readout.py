@@ -31,12 +31,12 @@ __all__ = ["ScaledLogits", "Attention", "ReadoutTransformer", "AttentionRecord"]
 class AttentionRecord:
     """What one attention call saw, kept only when asked (for metrics)."""
 
-    logits: "torch.Tensor"    # (B, H, L, S)
-    weights: "torch.Tensor"   # (B, H, L, S)
-    q: "torch.Tensor"         # (B, H, L, d_k), before the rule's normalisation
-    k: "torch.Tensor"         # (B, H, S, d_k), before the rule's normalisation
-    v: "torch.Tensor"         # (B, H, S, d_v)
-    context: "torch.Tensor"   # (B, S, D), the input the keys are computed from
+    logits: torch.Tensor    # (B, H, L, S)
+    weights: torch.Tensor   # (B, H, L, S)
+    q: torch.Tensor         # (B, H, L, d_k), before the rule's normalisation
+    k: torch.Tensor         # (B, H, S, d_k), before the rule's normalisation
+    v: torch.Tensor         # (B, H, S, d_v)
+    context: torch.Tensor   # (B, S, D), the input the keys are computed from
 
 
 class Attention(nn.Module):
