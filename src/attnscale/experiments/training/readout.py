@@ -56,8 +56,8 @@ class Attention(nn.Module):
         self.keep_record = False
 
     def _heads(self, x, size):
-        b, l, _ = x.shape
-        return x.view(b, l, self.n_heads, size).transpose(1, 2)   # (B, H, L, size)
+        b, n, _ = x.shape
+        return x.view(b, n, self.n_heads, size).transpose(1, 2)   # (B, H, L, size)
 
     def forward(self, x, context=None):
         context = x if context is None else context
