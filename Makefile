@@ -1,11 +1,12 @@
 # The README's two commands: `make report` (set up, then build the report on built-in defaults) and
-# `make test` (set up, then run the whole test suite). Both start from a fresh clone. `make full`
-# reruns every full experiment here (hours on 2 cores), then builds the report from those results.
+# `make test` (set up, then `make lint`, then run the whole test suite). Both start from a fresh clone.
+# `make full` reruns every full experiment here (hours on 2 cores), then builds the report from those
+# results.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup fonts browser report full test bench
+.PHONY: setup fonts browser report full lint test bench
 
 setup: $(VENV)/.installed fonts
 
@@ -53,7 +54,12 @@ report: setup
 full: setup
 	$(VENV)/bin/attnscale full
 
-test: setup browser
+# ruff over all the Python, mypy over the public API (both configured and pinned in pyproject.toml).
+lint: $(VENV)/.installed
+	$(PY) -m ruff check src tests benchmarks examples
+	$(PY) -m mypy
+
+test: setup browser lint
 	$(PY) -m pytest -q
 
 bench: setup

@@ -56,7 +56,7 @@ def measure(d_k: int, rule: str, backend: str, rounds: int, steps: int) -> dict:
         contenders[name] = make_step(GPT(config, RULE_CHOICES[rule], backend=backend, figures=figures), batches)
     cpu = {name: [] for name in contenders}
     wall = {name: [] for name in contenders}
-    for name, step in contenders.items():          # warm-up: allocator, first-call dispatch
+    for step in contenders.values():          # warm-up: allocator, first-call dispatch
         step(0)
     for r in range(rounds):
         for name, step in contenders.items():

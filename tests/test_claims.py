@@ -155,7 +155,7 @@ def test_group2_symbolic_and_variance_cover_dk(quick):
     series = quick.data["variance_vs_dk"]
     assert set(series) == {"gaussian", "uniform", "rademacher", "student_t5"}
     misses = 0
-    for name, s in series.items():
+    for s in series.values():
         assert s["d_k"][0] == 1 and s["d_k"][-1] == 4096
         misses += sum(not lo <= d <= hi for lo, hi, d in zip(s["ci_low"], s["ci_high"], s["d_k"]))
     # 52 intervals at 99%: about 0.5 misses expected, P(more than 3) < 0.2%; the claims themselves

@@ -51,7 +51,7 @@ def recorded_max_logits(model, x) -> np.ndarray:
     B, L = x.shape
     out = []
     for i, block in enumerate(model.blocks):
-        heads = lambda t: t.view(B, L, block.attn.n_heads, block.attn.d_k).transpose(1, 2)   # noqa: E731
+        heads = lambda t, attn=block.attn: t.view(B, L, attn.n_heads, attn.d_k).transpose(1, 2)   # noqa: E731
         z = heads(seen[i, "w_q"]) @ heads(seen[i, "w_k"]).transpose(-2, -1) / math.sqrt(block.attn.d_k)
         z = z.masked_fill(~torch.ones(L, L, dtype=torch.bool).tril(), -math.inf)           # (B, H, L, L)
         out.append(z.amax(dim=(0, 2, 3)).tolist())

@@ -80,7 +80,7 @@ def test_a_diverged_run_is_null_with_a_reason_and_counts_as_the_initial_loss(run
     assert row["final_loss_mean"] is None and row["final_loss_reason"] == "all 1 runs diverged" and row["diverged"] == 1
     others = [r["final_loss"] for j, r in enumerate(res) if cells[j].variant == "baseline"]
     assert a["lr_sensitivity"]["baseline"]["mean"] == pytest.approx(
-        training.lr_sensitivity([training.capped_loss(l, row["init_loss"]) for l in others]))
+        training.lr_sensitivity([training.capped_loss(loss, row["init_loss"]) for loss in others]))
     assert "—" in chapter.render(envelope({**summary, "analysis": a}), "en")
 
 

@@ -15,10 +15,11 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+# E402: the imports below need torch and transformers, so they follow the importorskip above
 from attnscale import results  # noqa: E402
 from attnscale.cli import main  # noqa: E402
 from attnscale.errors import InputError  # noqa: E402
-from attnscale.experiments.pretrained import loading as pretrained, model_run as probe_capture
+from attnscale.experiments.pretrained import loading as pretrained, model_run as probe_capture  # noqa: E402
 from attnscale.experiments.pretrained.probe import run as probe_run  # noqa: E402
 from attnscale.experiments.pretrained.hf_attention import UnsupportedAttention, attention_calls  # noqa: E402
 

@@ -45,17 +45,17 @@ def direct(call, key_offset=0):
         qs, ks, xs, rows, health, health_u, sinks, prev, nxt = [], [], [], [], [], [], [], [], []
         q_tokens, k_tokens, logits_all = [], {}, []
         for b in range(B):
-            for l in range(L):
-                keys = [s for s in range(S) if att[b, h, l, s]]
-                if not call["query_valid"][b, l] or not keys:
+            for pos in range(L):
+                keys = [s for s in range(S) if att[b, h, pos, s]]
+                if not call["query_valid"][b, pos] or not keys:
                     continue
-                row = [float(q[b, h, l] @ k[b, h, s]) for s in keys]
+                row = [float(q[b, h, pos] @ k[b, h, s]) for s in keys]
                 for s, x in zip(keys, row):
-                    qs.append(q[b, h, l]), ks.append(k[b, h, s]), xs.append(x)
+                    qs.append(q[b, h, pos]), ks.append(k[b, h, s]), xs.append(x)
                     k_tokens[(b, s)] = k[b, h, s]
-                q_tokens.append(q[b, h, l])
+                q_tokens.append(q[b, h, pos])
                 rows.append(row)
-                bias = np.array([call["bias"][0, h, l, s] for s in keys])
+                bias = np.array([call["bias"][0, h, pos, s] for s in keys])
                 logits = call["scale"] * np.array(row) + bias
                 logits_all.extend(logits)
                 if len(keys) < 2:                           # no choice: no row figures
@@ -65,10 +65,10 @@ def direct(call, key_offset=0):
                 p = dict(zip(keys, softmax(logits)))
                 sinks.append(sum(w for s, w in p.items()
                                  if call["key_kinds"]["cls"][b, s] or call["key_kinds"]["punct"][b, s]))
-                if l + key_offset - 1 in p:
-                    prev.append(p[l + key_offset - 1])
-                if l + key_offset + 1 in p:
-                    nxt.append(p[l + key_offset + 1])
+                if pos + key_offset - 1 in p:
+                    prev.append(p[pos + key_offset - 1])
+                if pos + key_offset + 1 in p:
+                    nxt.append(p[pos + key_offset + 1])
         qs, ks, xs = np.array(qs), np.array(ks), np.array(xs)
         var_q, var_k = qs.var(), ks.var()                      # all components pooled
         q_tok, k_tok = np.array(q_tokens), np.array(list(k_tokens.values()))

@@ -203,10 +203,10 @@ def test_float32_gradients_on_every_backend(backend):
     q, k, v, g = tensors(9, 2, 4, 2, 70, 90, 64, 64, dtype=torch.float32, spread=1.0)
     mask = torch.rand(70, 90, generator=g) > 0.2
     for kw in (dict(causal="top_left"), dict(mask=mask)):
-        ours = grads(lambda q, k, v: attention(q, k, v, backend=backend, **kw, return_stats=True)[0], (q, k, v))
+        ours = grads(lambda q, k, v, kw=kw: attention(q, k, v, backend=backend, **kw, return_stats=True)[0], (q, k, v))
         doubled = tuple(x.detach().double().requires_grad_() for x in (q, k, v))
-        exact = grads(lambda q, k, v: math_path(q, k, v, **kw), doubled)
-        sdpa = grads(lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(
+        exact = grads(lambda q, k, v, kw=kw: math_path(q, k, v, **kw), doubled)
+        sdpa = grads(lambda q, k, v, kw=kw: torch.nn.functional.scaled_dot_product_attention(
             q, k, v, attn_mask=kw.get("mask"), is_causal="causal" in kw, enable_gqa=True), (q, k, v))
         for name, a, b, c in zip("qkv", ours, exact, sdpa):
             err, err_sdpa = (a.double() - b).abs().max().item(), (c.double() - b).abs().max().item()
@@ -302,6 +302,6 @@ CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GP
 def test_cuda_gradients_equal_the_cpu_kernel():
     q, k, v, g = tensors(30, 2, 8, 2, 130, 150, 64, 64, dtype=torch.float32)
     for kw in (dict(), dict(causal="top_left")):
-        cpu = grads(lambda q, k, v: attention(q, k, v, **kw, return_stats=True)[0], (q, k, v))
-        cuda = grads(lambda q, k, v: attention(q.cuda(), k.cuda(), v.cuda(), **kw, return_stats=True)[0], (q, k, v))
+        cpu = grads(lambda q, k, v, kw=kw: attention(q, k, v, **kw, return_stats=True)[0], (q, k, v))
+        cuda = grads(lambda q, k, v, kw=kw: attention(q.cuda(), k.cuda(), v.cuda(), **kw, return_stats=True)[0], (q, k, v))
         assert_close_rel(cuda, cpu, rel=1e-4, what="dq dk dv")

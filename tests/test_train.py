@@ -189,7 +189,7 @@ def test_same_weights_for_every_rule_at_step_zero():
 
     task = MarkedCount()
     states = []
-    for name, rule in scale_vs_dk.RULE_CHOICES.items():
+    for rule in scale_vs_dk.RULE_CHOICES.values():
         seed_everything(3)
         model = ReadoutTransformer(task.vocab, task.seq_len, task.n_classes, rule, 16)
         states.append({k: v for k, v in model.state_dict().items() if not k.endswith("gain")})
@@ -297,7 +297,7 @@ def test_steps_to_target_is_first_window_reaching_it():
 
 def test_lr_sensitivity_definition():
     # E[min(l, l0)] − min l over LRs, with a diverged (NaN) run counted as l0.
-    capped = [training.capped_loss(l, 4.0) for l in (2.0, 1.0, 5.0, float("nan"), None)]
+    capped = [training.capped_loss(loss, 4.0) for loss in (2.0, 1.0, 5.0, float("nan"), None)]
     assert capped == [2.0, 1.0, 4.0, 4.0, 4.0]
     assert training.lr_sensitivity(capped) == pytest.approx((2 + 1 + 4 + 4 + 4) / 5 - 1)
 

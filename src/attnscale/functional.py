@@ -173,7 +173,7 @@ def _prepare(q, k, v, scale, mask, bias, causal, dropout_p, seed, check_finite) 
         bias=bias_view,
         rule=rule,
         dropout_p=float(dropout_p),
-        seed=seed,
+        seed=None if seed is None else int(seed),      # an np.integer too, checked above
         compute=compute,
         check_finite=check_finite,
         squeeze_heads=squeeze,
@@ -310,8 +310,8 @@ def attention_backward(q, k, v, dout, *, scale: ScaleLike = None, mask=None, bia
     When a row of P is one-hot, P ⊙ (dP − dP_top) is zero everywhere: nothing reaches q and k.
     """
     prob = _prepare(q, k, v, scale, mask, bias, causal, dropout_p, seed, check_finite)
-    *lead, H_q, L, d_k = prob.q.shape
-    lead = tuple(lead)
+    lead = tuple(prob.q.shape[:-3])
+    H_q, L, d_k = prob.q.shape[-3:]
     S, d_v = prob.v.shape[-2:]
     dout = _as_float("dout", dout)
     expected = (L, d_v) if prob.squeeze_heads else lead + (H_q, L, d_v)

@@ -18,10 +18,10 @@ random numbers per call, whatever the sample count. Stopping on the data biases 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from statistics import NormalDist
-from typing import Callable, Sequence
 
 import numpy as np
 

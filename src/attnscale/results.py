@@ -47,7 +47,7 @@ import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from attnscale.errors import InputError, check_choice
 from attnscale.store import to_jsonable, write_bytes_atomic
@@ -384,7 +384,10 @@ def recorded_seconds(env: Envelope) -> float | None:
     (of its invocation: cached cells cost nothing), a probe's or rescale's ``seconds`` (loading and
     computing), the verification's ``timings.total``; None when the result records no time."""
     data = env.data if isinstance(env.data, dict) else {}
-    number = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool)   # noqa: E731
+
+    def number(x: object) -> TypeGuard[int | float]:
+        return isinstance(x, (int, float)) and not isinstance(x, bool)
+
     if number(data.get("wall_s")):
         return float(data["wall_s"])
     seconds = data.get("seconds")

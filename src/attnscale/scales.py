@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Union
 
 import numpy as np
 
@@ -289,7 +288,7 @@ _ALIASES = {
     "soft-cap": "softcap", "soft-cap-unscaled": "softcap_unscaled",
 }
 
-ScaleLike = Union[None, float, int, str, ScaleRule]
+ScaleLike = None | float | int | str | ScaleRule
 
 
 def resolve_scale(scale: ScaleLike) -> ScaleRule:

@@ -18,7 +18,7 @@ builds the row with :func:`attnscale.claims.register.claim` (the Chinese is in `
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from attnscale.claims.result import (
     CHAPTERS, METHODS, VERDICTS, ClaimResult, VerifyConfig, VerifyReport, judge_printed, selects,

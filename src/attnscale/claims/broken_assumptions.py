@@ -19,7 +19,7 @@ import numpy as np
 from attnscale.claims.context import Context
 from attnscale.claims.iid_variance import CHUNK_ELEMENTS, bonferroni_level, margin_text, widened
 from attnscale.claims.register import claim
-from attnscale.claims.result import clauses, interval_text, judge_all, judge_equal, level_text
+from attnscale.claims.result import ClaimResult, clauses, interval_text, judge_all, judge_equal, level_text
 from attnscale.i18n import N_, _
 from attnscale.montecarlo import adaptive_means, batch_plan, prefix_dots
 from attnscale.theory import dot_mean, dot_variance, symbolic_dot_variance, symbolic_gaussian_product_variance
@@ -54,13 +54,11 @@ CASE_CLAIM = N_("{case} ({params}): Var(q·k) follows the general formula, not d
 def run(ctx: Context) -> None:
     _symbolic(ctx)
     ctx.tick(N_("general variance formulas"))
-    rows, results = [], []
+    rows = []
     n_tests = len(CASES) * len(D_KS)
     judged_at = bonferroni_level(ctx.config.confidence, n_tests)
     for case in CASES:
-        est = _measure(ctx, case)
-        results.append((case, est))
-        for d, e in zip(D_KS, est):
+        for d, e in zip(D_KS, _measure(ctx, case)):
             formula = dot_variance(d, case.mu_q, case.var_q, case.mu_k, case.var_k, case.cov)
             lo, hi = widened(e, ctx.config.confidence, n_tests)
             rows.append({"case": case.name, "params": asdict(case), "d_k": d,
@@ -72,42 +70,46 @@ def run(ctx: Context) -> None:
                          "scaled_variance": e.value / d, "scaled_variance_formula": formula / d,
                          "scaled_mean": dot_mean(d, case.mu_q, case.mu_k, case.cov) / math.sqrt(d)})
     ctx.data["broken_assumptions"] = rows
-    for i, (case, est) in enumerate(results, start=3):
-        mine = [r for r in rows if r["case"] == case.name]
-        verdicts = [r["verdict"] for r in mine]
-        big = mine[-1]
-        margin = ctx.config.margin
-        mean_grows = case.mu_q * case.mu_k + case.cov != 0     # a non-zero mean of q·k survives ÷√d_k
-
-        def note(lang: str) -> str:
-            text = (_("the iid value d_k is outside the {level} intervals", lang, level=ctx.level)
-                    if all(r["excludes_iid"] for r in mine) else
-                    _("the iid value d_k is not excluded by the {level} intervals", lang, level=ctx.level))
-            if not mean_grows:
-                return text
-            return _("{note}; mean of q·k/√d_k at d_k={d_k}: {mean:g} (grows as √d_k)", lang, note=text,
-                     d_k=big["d_k"], mean=big["scaled_mean"])
-
-        ctx.add(claim(
-            f"S3.{i}", CASE_CLAIM, case=lambda lang: _(case.name, lang), params=case.describe(),
-            expected=lambda lang: _(
-                "{formulas} inside the interval at the Bonferroni level {judged_at} over all {n_tests}, the interval within formula·(1 ± {margin:.0%}) (equivalence margin)", lang,
-                formulas=clauses((_("d_k={d_k}: {formula:g} (iid: {iid})", lang, d_k=r["d_k"], formula=r["formula"],
-                                    iid=r["d_k"]) for r in mine), lang),
-                judged_at=level_text(judged_at), n_tests=n_tests, margin=margin),
-            measured=lambda lang: _(
-                "{estimates}; after ÷√d_k: {scaled:.3f} (formula {formula:g}, not 1); {margin_text}", lang,
-                estimates=clauses((_("d_k={d_k}: {interval} ({level})", lang, d_k=r["d_k"], level=ctx.level,
-                                     interval=interval_text(r["estimate"], r["ci_low"], r["ci_high"], ".4g"))
-                                   for r in mine), lang),
-                scaled=big["scaled_variance"], formula=big["scaled_variance_formula"],
-                margin_text=margin_text(verdicts, [r["judged_ci"] for r in mine], [r["formula"] for r in mine],
-                                        [f"d_k = {r['d_k']}" for r in mine], margin, lang)),
-            # the interval stored is the one judged: d_k = 512's at the Bonferroni level
-            estimate=big["estimate"], ci_low=big["judged_ci"][0], ci_high=big["judged_ci"][1],
-            ci_level=judged_at, n_samples=big["n_samples"],
-            verdict=judge_all(verdicts), margin=margin, note=note))
+    for i, case in enumerate(CASES, start=3):
+        ctx.add(_case_claim(ctx, f"S3.{i}", case, [r for r in rows if r["case"] == case.name], n_tests, judged_at))
     ctx.tick(N_("broken assumptions by Monte Carlo"))
+
+
+def _case_claim(ctx: Context, cid: str, case: Case, mine: list[dict], n_tests: int, judged_at: float) -> ClaimResult:
+    """Claim ``cid`` of one case of CASES from its rows ``mine`` (one per d_k of D_KS)."""
+    verdicts = [r["verdict"] for r in mine]
+    big = mine[-1]
+    margin = ctx.config.margin
+    mean_grows = case.mu_q * case.mu_k + case.cov != 0     # a non-zero mean of q·k survives ÷√d_k
+
+    def note(lang: str) -> str:
+        text = (_("the iid value d_k is outside the {level} intervals", lang, level=ctx.level)
+                if all(r["excludes_iid"] for r in mine) else
+                _("the iid value d_k is not excluded by the {level} intervals", lang, level=ctx.level))
+        if not mean_grows:
+            return text
+        return _("{note}; mean of q·k/√d_k at d_k={d_k}: {mean:g} (grows as √d_k)", lang, note=text,
+                 d_k=big["d_k"], mean=big["scaled_mean"])
+
+    return claim(
+        cid, CASE_CLAIM, case=lambda lang: _(case.name, lang), params=case.describe(),
+        expected=lambda lang: _(
+            "{formulas} inside the interval at the Bonferroni level {judged_at} over all {n_tests}, the interval within formula·(1 ± {margin:.0%}) (equivalence margin)", lang,
+            formulas=clauses((_("d_k={d_k}: {formula:g} (iid: {iid})", lang, d_k=r["d_k"], formula=r["formula"],
+                                iid=r["d_k"]) for r in mine), lang),
+            judged_at=level_text(judged_at), n_tests=n_tests, margin=margin),
+        measured=lambda lang: _(
+            "{estimates}; after ÷√d_k: {scaled:.3f} (formula {formula:g}, not 1); {margin_text}", lang,
+            estimates=clauses((_("d_k={d_k}: {interval} ({level})", lang, d_k=r["d_k"], level=ctx.level,
+                                 interval=interval_text(r["estimate"], r["ci_low"], r["ci_high"], ".4g"))
+                               for r in mine), lang),
+            scaled=big["scaled_variance"], formula=big["scaled_variance_formula"],
+            margin_text=margin_text(verdicts, [r["judged_ci"] for r in mine], [r["formula"] for r in mine],
+                                    [f"d_k = {r['d_k']}" for r in mine], margin, lang)),
+        # the interval stored is the one judged: d_k = 512's at the Bonferroni level
+        estimate=big["estimate"], ci_low=big["judged_ci"][0], ci_high=big["judged_ci"][1],
+        ci_level=judged_at, n_samples=big["n_samples"],
+        verdict=judge_all(verdicts), margin=margin, note=note)
 
 
 def _symbolic(ctx: Context) -> None:

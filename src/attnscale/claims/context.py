@@ -4,8 +4,9 @@ place where it puts its claim results and the data series of the report's figure
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

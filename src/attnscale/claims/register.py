@@ -18,7 +18,8 @@ other keyword is a placeholder's value.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 from attnscale.claims.result import CHAPTERS, METHODS, WORDED, ClaimResult
 from attnscale.i18n import LANGS, _

@@ -313,7 +313,7 @@ class VerifyReport:
         return out
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "VerifyReport":
+    def from_dict(cls, d: dict[str, Any]) -> VerifyReport:
         config = dict(d["config"])
         for key in ("groups", "only"):
             if config.get(key) is not None:

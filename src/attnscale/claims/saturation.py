@@ -16,8 +16,8 @@ We report medians and 10%/90% quantiles as well as means: the typical row and th
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import partial
-from typing import Callable
 
 import numpy as np
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from attnscale.claims.context import Context
 from attnscale.claims.register import claim
-from attnscale.claims.result import clauses, format_like, judge_printed, printed_decimal
+from attnscale.claims.result import ClaimResult, clauses, format_like, judge_printed, printed_decimal
 from attnscale.i18n import N_, _
 from attnscale.theory import dot_square_terms
 
@@ -227,22 +227,7 @@ def _variance_rows(ctx: Context) -> None:
         ("S1.30", (2, 4, 6), 4, [-2, 0, 2], [4, 0, 4], "2.67"),
         ("S1.31", (1, 2, 3), 2, [-1, 0, 1], [1, 0, 1], "0.67"),
     ]:
-        mean, diffs, squares, var = _population_variance(values)
-        ok_steps = mean == seed_mean and diffs == seed_diffs and squares == seed_sq
-        verdict, correct = judge_printed(seed_var, Decimal(var.numerator) / Decimal(var.denominator))
-        diffs_text, squares_text = ", ".join(map(str, diffs)), ", ".join(map(str, squares))
-        if not ok_steps:      # the right steps, written the way the seed_value writes the seed's
-            verdict = "seed number wrong"
-            correct = f"{mean}; [{diffs_text}]; [{squares_text}]; {format_like(seed_var, Decimal(var.numerator) / Decimal(var.denominator))}"
-        ctx.add(claim(
-            cid, N_("{values}: mean {mean}, squared differences {squares}, variance {variance}"),
-            values=str(list(values)), mean=str(seed_mean), diffs=str(seed_diffs), squares=str(seed_sq),
-            variance=seed_var,
-            expected=lambda lang: _("the population variance (divide by n = 3), rounded at 2 decimals", lang),
-            measured=lambda lang: _(
-                "mean {mean}; [{diffs}]; [{squares}]; variance {variance} = {value:.5f}", lang, mean=mean,
-                diffs=diffs_text, squares=squares_text, variance=var, value=float(var)),
-            verdict=verdict, correct_value=correct))
+        ctx.add(_variance_row(cid, values, seed_mean, seed_diffs, seed_sq, seed_var))
     big = _population_variance((2, 4, 6))[3]
     small = _population_variance((1, 2, 3))[3]
     rounded_ratio = Decimal("2.67") / 4   # the seed divides its rounded 2.67
@@ -256,24 +241,48 @@ def _variance_rows(ctx: Context) -> None:
         verdict=verdict if exact_ratio_ok else "fails", correct_value=correct))
 
 
+def _variance_row(cid: str, values: tuple[int, ...], seed_mean: int, seed_diffs: list[int], seed_sq: list[int],
+                  seed_var: str) -> ClaimResult:
+    mean, diffs, squares, var = _population_variance(values)
+    ok_steps = mean == seed_mean and diffs == seed_diffs and squares == seed_sq
+    verdict, correct = judge_printed(seed_var, Decimal(var.numerator) / Decimal(var.denominator))
+    diffs_text, squares_text = ", ".join(map(str, diffs)), ", ".join(map(str, squares))
+    if not ok_steps:      # the right steps, written the way the seed_value writes the seed's
+        verdict = "seed number wrong"
+        correct = f"{mean}; [{diffs_text}]; [{squares_text}]; {format_like(seed_var, Decimal(var.numerator) / Decimal(var.denominator))}"
+    return claim(
+        cid, N_("{values}: mean {mean}, squared differences {squares}, variance {variance}"),
+        values=str(list(values)), mean=str(seed_mean), diffs=str(seed_diffs), squares=str(seed_sq),
+        variance=seed_var,
+        expected=lambda lang: _("the population variance (divide by n = 3), rounded at 2 decimals", lang),
+        measured=lambda lang: _(
+            "mean {mean}; [{diffs}]; [{squares}]; variance {variance} = {value:.5f}", lang, mean=mean,
+            diffs=diffs_text, squares=squares_text, variance=var, value=float(var)),
+        verdict=verdict, correct_value=correct)
+
+
 def _count_rows(ctx: Context) -> None:
     for cid, d in [("S1.33", 3), ("S1.34", 64)]:
-        # counted from the products' expectations under the moment rules, not from an index grid
-        n_terms, unit, zero, variance = dot_square_terms(d)
-        expected = {3: (9, 3, 6, 3), 64: (4096, 64, 4032, 64)}[d]
-        ok = (n_terms, unit, zero, variance) == expected
-        ctx.add(claim(
-            cid, N_("d_k = {d_k}: (Σ qᵢkᵢ)² has {terms} terms, {ones} of mean 1 and {zeros} of mean 0"),
-            d_k=d, terms=expected[0], ones=expected[1], zeros=expected[2],
-            expected=lambda lang: _("d_k² terms = d_k diagonal + (d_k² − d_k) cross", lang),
-            measured=lambda lang: _(
-                "{terms} terms = {ones} of mean 1 + {zeros} of mean 0; variance {variance}", lang,
-                terms=n_terms, ones=unit, zeros=zero, variance=variance),
-            verdict="holds" if ok else "seed number wrong",
-            # the right counts, written the way the seed_value writes the seed's
-            correct_value=None if ok else f"{n_terms} = {unit} + {zero}; {variance}",
-            note=lambda lang: _("each product (qᵢkᵢ)(qⱼkⱼ) is classified by its expectation under E x = 0, E x² = 1 (attnscale.theory.dot_square_terms); sympy's expansion agrees for d_k ≤ 8 (S2.1)",
-                                lang)))
+        ctx.add(_count_row(cid, d))
+
+
+def _count_row(cid: str, d: int) -> ClaimResult:
+    # counted from the products' expectations under the moment rules, not from an index grid
+    n_terms, unit, zero, variance = dot_square_terms(d)
+    expected = {3: (9, 3, 6, 3), 64: (4096, 64, 4032, 64)}[d]
+    ok = (n_terms, unit, zero, variance) == expected
+    return claim(
+        cid, N_("d_k = {d_k}: (Σ qᵢkᵢ)² has {terms} terms, {ones} of mean 1 and {zeros} of mean 0"),
+        d_k=d, terms=expected[0], ones=expected[1], zeros=expected[2],
+        expected=lambda lang: _("d_k² terms = d_k diagonal + (d_k² − d_k) cross", lang),
+        measured=lambda lang: _(
+            "{terms} terms = {ones} of mean 1 + {zeros} of mean 0; variance {variance}", lang,
+            terms=n_terms, ones=unit, zeros=zero, variance=variance),
+        verdict="holds" if ok else "seed number wrong",
+        # the right counts, written the way the seed_value writes the seed's
+        correct_value=None if ok else f"{n_terms} = {unit} + {zero}; {variance}",
+        note=lambda lang: _("each product (qᵢkᵢ)(qⱼkⱼ) is classified by its expectation under E x = 0, E x² = 1 (attnscale.theory.dot_square_terms); sympy's expansion agrees for d_k ≤ 8 (S2.1)",
+                            lang))
 
 
 def _formula_row(ctx: Context) -> None:

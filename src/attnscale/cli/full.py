@@ -16,9 +16,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from attnscale.cli.options import add_command, add_page_dir_option, add_results_option, page_dir, results_root
 from attnscale.cli.progress import fmt_duration

@@ -5,7 +5,7 @@ that its flag, type, default and the wording of its default agree everywhere."""
 from __future__ import annotations
 
 import argparse
-from typing import Sequence
+from collections.abc import Sequence
 
 from attnscale.i18n import LANGS
 

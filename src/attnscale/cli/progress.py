@@ -21,7 +21,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from attnscale.i18n import N_, _, catalog
 

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from attnscale import results
 from attnscale.store import config_hash, to_jsonable

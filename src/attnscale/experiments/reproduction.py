@@ -39,10 +39,11 @@ import math
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from attnscale import provenance, results
 from attnscale.store import to_jsonable, write_bytes_atomic

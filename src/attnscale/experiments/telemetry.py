@@ -35,8 +35,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from attnscale.errors import InputError, check_count, require
 
@@ -87,7 +87,7 @@ class TelemetryBenchConfig:
                 raise InputError(f"{name}: expected a non-empty tuple of True/False, got {chosen!r}")
 
     @classmethod
-    def quick(cls, **kw) -> "TelemetryBenchConfig":
+    def quick(cls, **kw) -> TelemetryBenchConfig:
         """Small shapes (:attr:`QUICK_SHAPES`; memory on the larger), other fields as given."""
         return cls(shapes=cls.QUICK_SHAPES, memory_shapes=cls.QUICK_SHAPES[-1:], **kw)
 

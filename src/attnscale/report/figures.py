@@ -47,7 +47,7 @@ def _IntFormatter():
 
 
 def _errorbars(ax, x, est, lo, hi, color, name, marker="o"):
-    yerr = [[e - l for e, l in zip(est, lo)], [h - e for e, h in zip(est, hi)]]
+    yerr = [[e - low for e, low in zip(est, lo)], [h - e for e, h in zip(est, hi)]]
     return ax.errorbar(x, est, yerr=yerr, fmt=marker, ms=4.5, color=color, ecolor=color, elinewidth=1.2,
                        capsize=2.5, label=name, zorder=3)
 

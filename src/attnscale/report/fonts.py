@@ -51,7 +51,7 @@ def _faces(path: Path) -> list[str]:
     return [TTFont(str(path), lazy=True)["name"].getDebugName(1)]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _find(override: str | None) -> CjkFont | None:
     paths = [override] if override else CANDIDATES
     for candidate in paths:
@@ -140,7 +140,7 @@ def _not_bold_warning(record) -> bool:
     return not str(record.msg).startswith("findfont: Failed to find font weight")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _registered(font: CjkFont) -> str:
     import logging
 

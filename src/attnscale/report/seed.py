@@ -10,7 +10,7 @@ of the page is unaffected.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from attnscale.i18n import N_, TextError, _
 from attnscale.report import figures, seed_words

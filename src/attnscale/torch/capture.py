@@ -81,8 +81,10 @@ import functools
 import math
 import sys
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from types import FrameType
+from typing import Any
 
 from attnscale.errors import InputTypeError, require
 from attnscale.torch import hf_interface, nn_modules
@@ -176,7 +178,8 @@ class Capture:
         # module called from a layer's forward (a scale rule's attend) names the layer; failing
         # that (a forward called directly), the nearest frame whose ``self`` is one of them.
         call = require("torch", "torch").nn.Module.__call__.__code__
-        frame, nearest = sys._getframe(1), ""
+        frame: FrameType | None = sys._getframe(1)
+        nearest = ""
         while frame is not None:
             owner = frame.f_locals.get("self")
             if owner is not None and id(owner) in self._names:
@@ -410,8 +413,8 @@ class capture_sdpa:
         self._capture = Capture(bool(store), on_call, replace)
         self._handles: list = []
         self._model_hooks: list = []                 # the mode's hooks on the model (not while paused)
-        self._mode = None
-        self._riding = None
+        self._mode: Any                              # from __enter__ on: the _SDPAMode of _mode_class()
+        self._riding: hf_interface.riding            # from __enter__ on
         self._on = False                             # the mode is on torch's stack
         self._compiling = torch.compiler.is_compiling
 
@@ -420,7 +423,7 @@ class capture_sdpa:
         cap = self._capture
         if self._model is not None:
             cap._names = {id(m): (n or type(m).__name__) for n, m in self._model.named_modules()}
-            self._hook()
+            self._hook(self._model)
         else:
             pre, post = _make_hooks(cap)
             mod = torch.nn.modules.module
@@ -450,14 +453,14 @@ class capture_sdpa:
             self._mode.__exit__(None, None, None)
             self._on = False
 
-    def _hook(self) -> None:
+    def _hook(self, model) -> None:
         # The mode only while the model runs: every torch call under a mode costs ~2 µs more, and
         # a training step's loss, backward and optimiser (AdamW: ~20 calls per parameter) make
         # most of its calls (433 of 573 in the GPT benchmark's step, ~5% of it). Pre-hooks on every
         # module (a submodule called on its own is seen too), the lift on the model's own exit.
         # Hooks cost each module call ~4 µs (MiniLM's 120: 1% of a forward), so a pause removes them.
-        self._model_hooks = [m.register_forward_pre_hook(self._lower_hook) for m in self._model.modules()]
-        self._model_hooks.append(self._model.register_forward_hook(self._lift_hook, always_call=True))
+        self._model_hooks = [m.register_forward_pre_hook(self._lower_hook) for m in model.modules()]
+        self._model_hooks.append(model.register_forward_hook(self._lift_hook, always_call=True))
 
     def _unhook(self) -> None:
         for h in self._model_hooks:
@@ -504,7 +507,7 @@ class capture_sdpa:
     def resume(self) -> None:
         """Watch again after :meth:`pause`."""
         if self._capture._paused and self._model is not None:
-            self._hook()
+            self._hook(self._model)
         self._lower()
         self._riding._active = self._riding._before is not None
         self._capture._paused = False

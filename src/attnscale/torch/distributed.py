@@ -39,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import zlib
+from typing import Any
 
 import numpy as np
 
@@ -104,8 +105,8 @@ def _reduce(gathered: np.ndarray, template: Step) -> Step:
         # ±inf left by the reduction is its identity (no rank saw the figure), but a +inf max logit is an overflow.
         logits = {name: float(v) if v > -math.inf else math.nan for name, v in zip(_MAXES, maxes[i])}
         logits.update({name: float(v) if v < math.inf else math.nan for name, v in zip(_MINS, mins[i])})
-        combined.append(HeadFigures(layer=h.layer, head=h.head, **counts, **totals, **means,
-                                    entropy_median=math.nan, **logits))
+        figures: dict[str, Any] = {**counts, **totals, **means, **logits}     # disjoint names, ints and floats
+        combined.append(HeadFigures(layer=h.layer, head=h.head, entropy_median=math.nan, **figures))
     header = gathered[:, :_HEADER].sum(axis=0)
     fallbacks = {r: int(n) for r, n in zip(FALLBACK_REASONS, header[3:]) if n}
     return dataclasses.replace(template, calls=int(header[2]), fallbacks=fallbacks, heads=combined)

@@ -260,7 +260,7 @@ def cuda_status(torch) -> dict:
     return dict(zip(("backend", "reason"), _cuda_probe(torch.cuda.current_device())))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cuda_probe(device_index: int) -> tuple[str, str]:
     torch = require("torch", "torch")
     module = _flex_module(torch)

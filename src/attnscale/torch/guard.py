@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from attnscale.errors import InputError, InputTypeError, check_positive, require
 
@@ -70,7 +71,7 @@ class _Rows:
     """Output features offset … of one projection: rows of an nn.Linear's weight (out, in), or
     columns of GPT-2's Conv1D, whose weight is (in, out)."""
 
-    module: object
+    module: Any                # the nn.Linear or Conv1D (torch is optional: no annotation can name them)
     offset: int
     transposed: bool
 
@@ -110,8 +111,9 @@ def _projection(torch, module, attr):
     x = getattr(module, attr, None)
     if isinstance(x, torch.nn.Linear):
         return x, x.out_features, False
-    if type(x).__name__ == "Conv1D" and isinstance(getattr(x, "nf", None), int):   # transformers.pytorch_utils
-        return x, x.nf, True
+    nf = getattr(x, "nf", None)
+    if type(x).__name__ == "Conv1D" and isinstance(nf, int):   # transformers.pytorch_utils
+        return x, nf, True
     return None
 
 
@@ -157,13 +159,12 @@ def _fused(torch, name, module, attr) -> _Target | str | None:
     if getattr(module, "is_cross_attention", False):
         return f"{name}: cross-attention (q in q_attn, k and v in {attr}) is not supported"
     d, h_q, h_kv = (_count(module, ("head_dim",)), _count(module, _HEAD_COUNTS), _count(module, _KV_HEAD_COUNTS))
-    if d is None and h_q is None:
-        return (f"{name}: a fused QKV projection {attr} without its head count: expected an int attribute "
-                f"{', '.join(_HEAD_COUNTS)} or head_dim")
-    h_kv = h_kv or h_q
     if h_q is None:
+        if d is None:
+            return (f"{name}: a fused QKV projection {attr} without its head count: expected an int attribute "
+                    f"{', '.join(_HEAD_COUNTS)} or head_dim")
         h_q = out // d - 2 * h_kv if h_kv else out // (3 * d)
-        h_kv = h_kv or h_q
+    h_kv = h_kv or h_q
     if d is None:
         d = out // (h_q + 2 * h_kv)
     if h_q < 1 or out != (h_q + 2 * h_kv) * d:
@@ -201,7 +202,7 @@ def check_options(alpha, log_only) -> tuple[float, bool]:
     """(alpha, log_only) of :class:`LogitGuard` checked, or the error naming the one that is wrong."""
     import numbers
 
-    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 <= alpha <= 1:
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 <= float(alpha) <= 1:
         raise InputError(f"alpha: expected a number in [0, 1] (the share of the clip on q), got {alpha!r}")
     if not isinstance(log_only, bool):
         raise InputTypeError(f"log_only: expected True or False, got {log_only!r}")

@@ -31,9 +31,11 @@ cannot (``sinks``: gpt-oss's learned extra logit; extra positional arguments).
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 __all__ = ["InterfaceCall", "riding", "available"]
 
@@ -134,10 +136,12 @@ class riding:
 
     def __init__(self, handler: Callable[[InterfaceCall], Any]):
         self._handler = handler
-        self._before = self._patch = None
+        # transformers' AttentionInterface.get_interface before ours, and ours, while active
+        self._before: Callable[..., Any] | None = None
+        self._patch: Callable[..., Any] | None = None
         self._active = False
 
-    def __enter__(self) -> "riding":
+    def __enter__(self) -> riding:
         if not available():
             return self
         from transformers.modeling_utils import AttentionInterface
@@ -156,12 +160,12 @@ class riding:
                 return this._handler(InterfaceCall(module, attn_implementation, fn, default, query, key, value,
                                                    attention_mask, args, kwargs))
 
-            wrapped.__wrapped__ = fn
+            functools.update_wrapper(wrapped, fn, assigned=(), updated=())   # only __wrapped__ = fn
             return wrapped
 
         self._before, self._patch = before, get_interface
         self._active = True
-        AttentionInterface.get_interface = get_interface
+        AttentionInterface.get_interface = get_interface   # type: ignore[method-assign]  # the patch is the point
         return self
 
     def __exit__(self, *exc) -> None:
@@ -173,5 +177,5 @@ class riding:
         # Restore only our own patch: a context entered after ours and still open keeps its own,
         # which passes through to ours, now inactive.
         if AttentionInterface.get_interface is self._patch:
-            AttentionInterface.get_interface = self._before
+            AttentionInterface.get_interface = self._before   # type: ignore[method-assign]  # our patch undone
         self._before = self._patch = None

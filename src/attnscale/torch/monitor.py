@@ -116,6 +116,7 @@ import math
 import warnings
 from collections import Counter
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -270,7 +271,7 @@ class Monitor:
         self._calls_at_step, self._full_at_step = 0, False      # what discard() goes back to
         self._skip_observe = False
         self._rerun = False                           # the call under way is a checkpoint's recomputation
-        self._mask_cache = None
+        self._mask_cache: tuple[Any, int, tuple[Any, Any, bool]] | None = None   # see _split_mask
         self._capture = capture_sdpa(model, store=False, on_call=self.observe,
                                      replace=self.replace if mode == "replace" else None)
         # (layer, reason) -> calls seen without figures: the capture's own count, one for both
@@ -367,7 +368,7 @@ class Monitor:
             self._warn_nothing_seen("while the monitor was active", stacklevel=4)
 
     def _warn_nothing_seen(self, when: str, stacklevel: int) -> None:
-        skipped = Counter()
+        skipped: Counter[str] = Counter()
         for (_, why), n in self.skipped.items():
             skipped[why] += n
         unread = "; ".join(f"{n} call(s) seen but not read: {why}" for why, n in skipped.items())

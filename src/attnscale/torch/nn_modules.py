@@ -41,8 +41,9 @@ or values (``static_k``/``static_v``), which add keys the projections do not mak
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from attnscale.errors import require
 

@@ -30,14 +30,19 @@ gain, as Henry et al. 2020 learn it; no other rule has a parameter) with two use
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from attnscale.errors import InputError, require
 from attnscale.scales import QKNorm, ScaleRule, SoftCap
 
-torch = require("torch", "torch")
-nn = torch.nn
+if TYPE_CHECKING:       # the types for mypy; at run time require's message when torch is missing
+    import torch
+    from torch import nn
+else:
+    torch = require("torch", "torch")
+    nn = torch.nn
 
 __all__ = ["ScaledLogits", "attended_keys", "qk_normalized"]
 

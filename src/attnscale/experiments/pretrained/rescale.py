@@ -31,7 +31,7 @@ import hashlib
 import math
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -28,8 +28,9 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from attnscale.errors import AttnScaleError, InputError, check_count, check_positive, require
 from attnscale.experiments.sweeps.process_settings import process_settings, restore_process_settings

@@ -25,8 +25,9 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from typing import Any, Callable, Iterator, Protocol, Sequence
+from typing import Any, Protocol
 
 from attnscale.errors import check_count
 from attnscale.experiments.sweeps.process_settings import process_settings, restore_process_settings

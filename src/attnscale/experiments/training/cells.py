@@ -10,8 +10,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import ClassVar, Mapping
+from typing import ClassVar
 
 from attnscale.errors import check_choice, check_count, check_positive
 

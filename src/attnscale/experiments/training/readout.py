@@ -31,12 +31,12 @@ __all__ = ["ScaledLogits", "Attention", "ReadoutTransformer", "AttentionRecord"]
 class AttentionRecord:
     """What one attention call saw, kept only when asked (for metrics)."""
 
-    logits: "torch.Tensor"    # (B, H, L, S)
-    weights: "torch.Tensor"   # (B, H, L, S)
-    q: "torch.Tensor"         # (B, H, L, d_k), before the rule's normalisation
-    k: "torch.Tensor"         # (B, H, S, d_k), before the rule's normalisation
-    v: "torch.Tensor"         # (B, H, S, d_v)
-    context: "torch.Tensor"   # (B, S, D), the input the keys are computed from
+    logits: torch.Tensor    # (B, H, L, S)
+    weights: torch.Tensor   # (B, H, L, S)
+    q: torch.Tensor         # (B, H, L, d_k), before the rule's normalisation
+    k: torch.Tensor         # (B, H, S, d_k), before the rule's normalisation
+    v: torch.Tensor         # (B, H, S, d_v)
+    context: torch.Tensor   # (B, S, D), the input the keys are computed from
 
 
 class Attention(nn.Module):
@@ -56,8 +56,8 @@ class Attention(nn.Module):
         self.keep_record = False
 
     def _heads(self, x, size):
-        b, l, _ = x.shape
-        return x.view(b, l, self.n_heads, size).transpose(1, 2)   # (B, H, L, size)
+        b, n, _ = x.shape
+        return x.view(b, n, self.n_heads, size).transpose(1, 2)   # (B, H, L, size)
 
     def forward(self, x, context=None):
         context = x if context is None else context

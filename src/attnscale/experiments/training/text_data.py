@@ -62,7 +62,7 @@ class ByteText:
     source: str
 
     @classmethod
-    def from_source(cls, source: str = DEFAULT_TEXT, valid_fraction: float = 0.1, context: int = 1) -> "ByteText":
+    def from_source(cls, source: str = DEFAULT_TEXT, valid_fraction: float = 0.1, context: int = 1) -> ByteText:
         """Split ``source``; both parts must hold one window of ``context`` + 1 bytes (inputs and the
         next byte of each), or an :class:`InputError` names the file and the sizes."""
         if not 0 < valid_fraction < 1:

@@ -32,9 +32,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Callable
 
 import numpy as np
 

@@ -156,7 +156,7 @@ class LMConfig(LMRun):
         ByteText.from_source(self.text, context=self.context)   # the text exists and holds one window each side
 
     @classmethod
-    def quick(cls, seeds: int = 1) -> "LMConfig":
+    def quick(cls, seeds: int = 1) -> LMConfig:
         """Under 2 minutes on 2 workers: the default rules, two d_k, three rates of each optimiser,
         few steps (so early training only, which the chapter then says)."""
         return cls(d_ks=(16, 128), seeds=seeds, steps=40, batch=8, log_every=10, eval_windows=16)

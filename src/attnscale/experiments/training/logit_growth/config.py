@@ -88,7 +88,7 @@ class LogitGrowthConfig(LogitRun):
         check_positive("tau", self.tau)
 
     @classmethod
-    def quick(cls, seeds: int = 1) -> "LogitGrowthConfig":
+    def quick(cls, seeds: int = 1) -> LogitGrowthConfig:
         """Seconds, not minutes: the lowest and highest learning rates, few steps."""
         return cls(lrs=(1e-3, 3e-1), seeds=seeds, steps=40, warmup=8, batch=8, log_every=10,
                    corpus_chars=20_000)

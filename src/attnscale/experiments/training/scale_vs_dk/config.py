@@ -104,7 +104,7 @@ class ScaleVsDkConfig(ScaleRun):
             raise InputError(f"sgd_lrs: expected increasing distinct learning rates, got {list(self.sgd_lrs)}")
 
     @classmethod
-    def quick(cls, seeds: int = 1) -> "ScaleVsDkConfig":
+    def quick(cls, seeds: int = 1) -> ScaleVsDkConfig:
         """Seconds, not minutes: every rule, two d_k, three SGD rates, few steps."""
         return cls(d_ks=(16, 64), seeds=seeds, sgd_lrs=(0.03, 0.1, 0.3), steps=40, log_every=10, final_eval=256)
 
