@@ -168,7 +168,7 @@ def reference_sentence(a: dict, optimiser: str, lang: str) -> str:
         if missed:
             return _("Caveat: the 1/√d_k reference, at its best {optimiser} rate, ends at {rows} bits per byte, not below the {missed} baseline at d_k = {dks}. "
                      "There the models have not yet learned what counting the training bytes knows: the {optimiser} verdicts then describe early training, not a trained model.", lang, optimiser=name, rows=listed_rows, missed=_baseline_name(rows[order], lang), dks=listed(missed, lang))
-    best = max((o for o in rows if all(v < rows[o]["bpb"] for v in finals.values())))
+    best = max(o for o in rows if all(v < rows[o]["bpb"] for v in finals.values()))
     return _("The 1/√d_k reference, at its best {optimiser} rate, ends at {rows} bits per byte: below the {best} baseline at every d_k, so the {optimiser} verdicts compare models that have learned more than counts of byte {what} know.", lang, optimiser=name, rows=listed_rows, best=_baseline_name(rows[best], lang), what=_(COUNTED[best], lang))
 
 

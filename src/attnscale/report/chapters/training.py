@@ -49,7 +49,7 @@ def render(env, lang: str) -> str:
     out += _reference(f["reference"], s, lang) + _tuning(a["sgd_tuning"], lang)
     for opt in ("adam", "sgd_reference_lr"):
         label = _(OPTIMISERS[opt], lang)
-        out.append(responsive_figure(lambda: _curves_figure(a, opt, names, lang), _("Accuracy, logit standard deviation and saturated rows over training ({opt}), per dₖ and rule", lang, opt=label),
+        out.append(responsive_figure(lambda opt=opt: _curves_figure(a, opt, names, lang), _("Accuracy, logit standard deviation and saturated rows over training ({opt}), per dₖ and rule", lang, opt=label),
                                      _("{opt}. "
                                        "Thick: mean over the seeds still running; thin: each seed. "
                                        "Top: running training accuracy (dotted: the one-key ceiling). "
