@@ -1,8 +1,10 @@
 """attnscale.torch.distributed: two gloo processes on CPU (started by the test, this file run as a
-script) train a DDP-wrapped GPT with the monitor, combine each step's figures and QK-clip from
-them; one process runs both ranks' batches. The combined figures equal the single process's
-(counts exactly, the rest to float64/float32 rounding), are bit-identical on both ranks, and the
-clipped weights are identical on both ranks."""
+script) train a GPT with the monitor — wrapped in DistributedDataParallel, or sharded by FSDP2's
+``fully_shard`` (each block and the whole model; PyTorch runs it on CPU with gloo) — combine each
+step's figures and QK-clip from them; one process runs both ranks' batches. The combined figures
+equal the single process's (counts exactly, the rest to float64/float32 rounding), are
+bit-identical on both ranks, and the clipped weights are identical on both ranks (under FSDP2 the
+guard rescales sharded parameters, DTensors: each rank its shard)."""
 
 import dataclasses
 import json
@@ -53,13 +55,30 @@ def figures(step):
     return [{f: getattr(h, f) for f in ("layer", "head", *COUNTS, *FLOATS, *SUMS)} for h in step.heads]
 
 
-def worker(rank: int, port: int, tau: float, out: str) -> None:
-    """One rank: DDP training of STEPS steps, the combined figures of each step and the weights at the end."""
+def wrapped(net, wrap: str):
+    """``net`` for data-parallel training: in DDP ("ddp"), or sharded in place by FSDP2 ("fsdp")."""
+    if wrap == "ddp":
+        return torch.nn.parallel.DistributedDataParallel(net)
+    from torch.distributed.fsdp import fully_shard
+
+    for block in net.blocks:
+        fully_shard(block)
+    return fully_shard(net)
+
+
+def full(p):
+    """A parameter's whole value: an FSDP2 shard (DTensor) gathered."""
+    return p.full_tensor() if hasattr(p, "full_tensor") else p
+
+
+def worker(rank: int, port: int, tau: float, out: str, wrap: str) -> None:
+    """One rank: STEPS steps of data-parallel training (``wrap``: "ddp" or "fsdp"), the combined
+    figures of each step and the weights at the end."""
     import torch.distributed as dist
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
     net = model()
-    ddp = torch.nn.parallel.DistributedDataParallel(net)
+    ddp = wrapped(net, wrap)
     opt = torch.optim.SGD(net.parameters(), lr=0.5)
     guard = LogitGuard(net, tau)
     steps = []
@@ -80,7 +99,7 @@ def worker(rank: int, port: int, tau: float, out: str) -> None:
     except InputError as err:
         mismatch = str(err)
     Path(out).write_text(json.dumps({"steps": steps, "mismatch": mismatch,
-                                     "weights": [p.detach().double().flatten().tolist() for p in net.parameters()]}))
+                                     "weights": [full(p).detach().double().flatten().tolist() for p in net.parameters()]}))
     dist.destroy_process_group()
 
 
@@ -116,11 +135,13 @@ def free_port() -> int:
 
 
 @pytest.mark.slow
-def test_two_gloo_ranks_combine_to_the_figures_of_one_process_on_both_batches(tmp_path):
+@pytest.mark.parametrize("wrap", ["ddp", "fsdp"])
+def test_two_gloo_ranks_combine_to_the_figures_of_one_process_on_both_batches(tmp_path, wrap):
     tau = first_step_tau()
     port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, __file__, str(rank), str(port), repr(tau), str(tmp_path / f"{rank}.json")],
+    procs = [subprocess.Popen([sys.executable, __file__, str(rank), str(port), repr(tau), str(tmp_path / f"{rank}.json"),
+                               wrap],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for rank in range(WORLD)]
     for p in procs:
@@ -202,4 +223,4 @@ def test_the_packing_reduces_like_one_process(monkeypatch):
 
 
 if __name__ == "__main__":
-    worker(int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4])
+    worker(int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4], sys.argv[5])

@@ -344,3 +344,26 @@ def test_refusals_name_what_is_missing(model, message):
 def test_alpha_outside_zero_one_is_refused(alpha):
     with pytest.raises(InputError, match=r"alpha: expected a number in \[0, 1\]"):
         LogitGuard(gpt(), 10.0, alpha=alpha)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("transposed", [False, True], ids=["linear", "conv1d"])
+def test_rescaling_whole_tensors_gives_the_bits_of_per_head_slices(dtype, transposed):
+    """The guard multiplies whole weights by a vector of per-feature factors (what reaches every
+    shard of an FSDP2 parameter): the bits of the per-head slice products it replaced, and a head
+    with factor 1 untouched."""
+    from attnscale.torch.guard import _Rows
+
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(8, 24).to(dtype)
+    if transposed:
+        layer.weight = torch.nn.Parameter(layer.weight.detach().T.contiguous())
+    weight, bias = layer.weight.detach().clone(), layer.bias.detach().clone()
+    factors, d, offset = [0.7312345, 1.0, 0.123456789], 4, 8
+    for i, f in enumerate(factors):
+        a, b = offset + i * d, offset + (i + 1) * d
+        (weight[:, a:b] if transposed else weight[a:b]).mul_(f)
+        bias[a:b].mul_(f)
+    with torch.no_grad():
+        _Rows(layer, offset, transposed).scale_heads(factors, d)
+    assert torch.equal(layer.weight, weight) and torch.equal(layer.bias, bias)

@@ -26,6 +26,11 @@ carry sums, maxima and minima at once; it moves world × (9 + 17 · heads) numbe
             if dist.get_rank() == 0:
                 sink.write(combined)
 
+The model may be wrapped in ``DistributedDataParallel`` or sharded by FSDP2's ``fully_shard``
+(each rank's monitor reads the calls its forward makes on the gathered parameters; the logit guard
+rescales each rank's shard: :class:`~attnscale.torch.guard.LogitGuard`). Both are tested with gloo
+on CPU, 2 processes against one process on the union of their batches.
+
 What cannot be combined from a step's figures: ``entropy_median`` (each rank keeps its own rows'
 entropies only with history=True; combined it is NaN) and ``entropy_mean_se`` (rows=K; combined
 it is 0.0). A rank's logit figures count whatever rows it attended (a +inf max from broken rows

@@ -75,13 +75,39 @@ class _Rows:
     offset: int
     transposed: bool
 
-    def scale(self, r0: int, r1: int, factor: float) -> None:
-        if factor == 1.0:
+    def scale_heads(self, factors: list[float], head_dim: int) -> None:
+        """Multiply the output features of head i (head_dim of them, from the offset on) by
+        ``factors[i]``: one product of the whole weight (and bias) with a vector of per-feature
+        factors, 1 outside these heads. Whole tensors, not slices: an in-place product on a slice
+        of an FSDP-sharded parameter (a DTensor) would not reach its shards; a factor of 1 leaves an
+        entry's bits as they are, so the heads not clipped are untouched."""
+        if all(f == 1.0 for f in factors):
             return
-        a, b = self.offset + r0, self.offset + r1
-        (self.module.weight[:, a:b] if self.transposed else self.module.weight[a:b]).mul_(factor)
+        import torch
+
+        weight = self.module.weight
+        out = weight.shape[1 if self.transposed else 0]
+        # The factors in the precision a Python float scalar would be applied in (float64 for float64).
+        dtype = torch.float64 if weight.dtype == torch.float64 else torch.float32
+        vector = torch.ones(out, dtype=dtype, device=weight.device)
+        vector[self.offset:self.offset + len(factors) * head_dim] = torch.tensor(factors, dtype=dtype).repeat_interleave(head_dim)
+        shaped = vector if self.transposed else vector[:, None]         # along the output features
+        weight.mul_(_like_parameter(shaped, weight))
         if self.module.bias is not None:
-            self.module.bias[a:b].mul_(factor)
+            self.module.bias.mul_(_like_parameter(vector, self.module.bias))
+
+
+def _like_parameter(vector, parameter):
+    """``vector`` as ``parameter`` holds its values: a plain tensor, or for a DTensor (FSDP2's
+    sharded parameters) the same vector replicated on its device mesh, so that the product with a
+    sharded parameter multiplies each shard by its part. No communication: every rank computes the
+    same vector from the same combined figures."""
+    from torch.distributed.tensor import DTensor, Replicate
+
+    if not isinstance(parameter, DTensor):
+        return vector
+    mesh = parameter.device_mesh
+    return DTensor.from_local(vector, mesh, [Replicate()] * mesh.ndim, run_check=False)
 
 
 @dataclass(frozen=True)
@@ -259,10 +285,7 @@ class LogitGuard:
         if self.log_only:
             return clips
         group = t.heads_q // t.heads_kv
-        d = t.head_dim
-        for g in range(t.heads_kv):
-            key_scale = min(gamma[g * group:(g + 1) * group]) ** (1.0 - self.alpha)
-            t.w_k.scale(g * d, (g + 1) * d, key_scale)
-            for h in range(g * group, (g + 1) * group):
-                t.w_q.scale(h * d, (h + 1) * d, gamma[h] / key_scale)
+        key_scales = [min(gamma[g * group:(g + 1) * group]) ** (1.0 - self.alpha) for g in range(t.heads_kv)]
+        t.w_k.scale_heads(key_scales, t.head_dim)
+        t.w_q.scale_heads([gamma[h] / key_scales[h // group] for h in range(t.heads_q)], t.head_dim)
         return clips
