@@ -125,26 +125,28 @@ def test_monitor_on_minilm_equals_the_probe_and_the_eager_weights():
     texts = builtin_sentences()[:4]
     loaded = load_encoder()                                       # eager attention, float32
     loaded.model.double()                                         # float64: compare at 1e-9
-    # The probe averages over real query rows; one sentence per batch has no padding, so the monitor
-    # (which cannot tell padded queries) sees exactly the probe's rows.
-    probe = run_probe(loaded, texts, batch_size=1)
+    # The probe averages over real query rows, and so does the monitor: the padded batch's
+    # attention_mask says which rows are padding (they are no figure).
+    probe = run_probe(loaded, texts, batch_size=4)
     assert probe["check"]["passed"]
+    batch = loaded.tokenizer(texts, padding=True, return_tensors="pt")
+    assert not batch["attention_mask"].all()                      # padding there is
     with Monitor(loaded.model) as mon, torch.no_grad():
-        for text in texts:
-            loaded.model(**loaded.tokenizer([text], return_tensors="pt"))
+        loaded.model(**batch)
     assert {c.source for c in mon.calls} == {"interface"}
     layers = probe["layers"]
     ours = np.array([[f.entropy_mean for f in mon.summary() if f.layer == name] for name in layers])
     theirs = np.array([[h["entropy"] for h in probe["heads"] if h["layer"] == i] for i in range(len(layers))])
     assert ours.shape == theirs.shape == (6, 12)
     np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=0)
+    real = int(batch["attention_mask"].sum())
+    assert {f.rows + f.rows_single for f in mon.summary()} == {real}   # 46 real tokens, not 4 × 15 rows
 
-    # The same weights in the SDPA implementation, a padded float32 batch: entropies of every row
-    # (padded queries included) against the eager model's own attention maps.
+    # The same weights in the SDPA implementation, a padded float32 batch: entropies of the real
+    # tokens' rows against the eager model's own attention maps.
     sdpa = transformers.AutoModel.from_pretrained(loaded.folder, attn_implementation="sdpa",
                                                   local_files_only=True).eval()
     eager = loaded.model.float()
-    batch = loaded.tokenizer(texts, padding=True, return_tensors="pt")
     with torch.no_grad():
         maps = eager(**batch, output_attentions=True).attentions
         plain = sdpa(**batch).last_hidden_state
@@ -153,10 +155,11 @@ def test_monitor_on_minilm_equals_the_probe_and_the_eager_weights():
     assert torch.equal(plain, watched)
     assert {c.source for c in mon.calls} == {"sdpa"} and len(mon.calls) == 6
     figures = mon.summary()
+    keep = batch["attention_mask"].bool()
     for i, weights in enumerate(maps):
         entropy = torch.special.entr(weights.double()).sum(-1)        # (B, H, L)
         for f in figures[i * 12:(i + 1) * 12]:
-            e = entropy[:, f.head].flatten().numpy()
+            e = entropy[:, f.head][keep].numpy()
             np.testing.assert_allclose([f.entropy_mean, f.entropy_min], [e.mean(), e.min()], rtol=2e-5, atol=2e-6)
 
 

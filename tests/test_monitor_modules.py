@@ -55,13 +55,16 @@ def batch():
     return {"input_ids": ids, "attention_mask": mask}
 
 
-def entropy_figures(weights):
+def entropy_figures(weights, real=None):
     """(B, H, L, S) probabilities → per head [(rows, mean entropy, min entropy, single-key rows)],
-    float64, over the rows that attend two keys or more (the monitor counts the others apart)."""
+    float64, over the rows that attend two keys or more (the monitor counts the others apart);
+    ``real``: (B, L) bool, the query rows that are tokens (padding is no row of the monitor's)."""
     e = torch.special.entr(weights.double()).sum(-1)                   # (B, H, L)
-    multi = (weights > 0).sum(-1) >= 2
+    real = torch.ones(e.shape[0], e.shape[2], dtype=torch.bool) if real is None else real
+    multi = ((weights > 0).sum(-1) >= 2) & real[:, None]
+    single = ~multi & real[:, None]
     return [(int(multi[:, h].sum()), float(e[:, h][multi[:, h]].mean()), float(e[:, h][multi[:, h]].min()),
-             int((~multi[:, h]).sum())) for h in range(e.shape[1])]
+             int(single[:, h].sum())) for h in range(e.shape[1])]
 
 
 def assert_heads_match(figures, layer, reference, rtol=1e-5, atol=1e-5):
@@ -101,7 +104,7 @@ def test_hf_decoders_every_layer_and_head_in_eager_and_sdpa(kind, impl):
     names = attention_names(kind)
     assert sorted({(f.layer, f.head) for f in seen.summary()}) == [(n, h) for n in names for h in range(4)]
     for layer, weights in zip(names, own):
-        reference = entropy_figures(weights)
+        reference = entropy_figures(weights, inputs["attention_mask"].bool())
         assert_heads_match(seen.summary(), layer, reference)
         assert_heads_match(mon.summary(), layer, reference)
     gap = float((replaced - plain).abs().max() / plain.abs().max())
@@ -134,8 +137,8 @@ def test_gemma2_soft_cap_and_sliding_window_are_honoured():
                                  + call.attn_mask.double(), -1)
         assert float(((uncapped - weights.double()).abs() * real).max()) > 1e-2   # the cap matters here
     for layer, weights in zip(attention_names("gemma2"), own):
-        assert_heads_match(seen.summary(), layer, entropy_figures(weights))
-        assert_heads_match(mon.summary(), layer, entropy_figures(weights))
+        assert_heads_match(seen.summary(), layer, entropy_figures(weights, inputs["attention_mask"].bool()))
+        assert_heads_match(mon.summary(), layer, entropy_figures(weights, inputs["attention_mask"].bool()))
     assert not mon.fallbacks and float((replaced - plain).abs().max() / plain.abs().max()) <= MODEL_TOLERANCE
 
 

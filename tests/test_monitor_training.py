@@ -229,3 +229,41 @@ def test_reduce_combines_before_the_sinks():
     assert step.calls == 10 and seen == [step]
     with pytest.raises(TypeError, match="reduce: expected a function of a Step"):
         Monitor(layer, reduce=3)
+
+
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+@pytest.mark.parametrize("mode", ["observe", "replace"])
+def test_padded_query_rows_are_no_figures_whichever_side_pads(impl, mode):
+    """A tiny Llama on three sequences of different lengths, padded right and padded left: the rows
+    are the real tokens' (the attention_mask says which), so both paddings give the same figures as
+    the sequences one at a time, which have no padding."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, intermediate_size=64, attn_implementation=impl)
+    net = transformers.LlamaForCausalLM(config).eval()
+    lengths = (9, 5, 7)
+    seqs = [torch.randint(1, 50, (n,), generator=torch.Generator().manual_seed(n)) for n in lengths]
+
+    def padded(side):
+        ids = torch.zeros(len(seqs), max(lengths), dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for i, s in enumerate(seqs):
+            where = slice(0, len(s)) if side == "right" else slice(max(lengths) - len(s), None)
+            ids[i, where], mask[i, where] = s, 1
+        return {"input_ids": ids, "attention_mask": mask}
+
+    def figures(batches):
+        with Monitor(net, mode=mode) as mon, torch.no_grad():
+            for batch in batches:
+                net(**batch)
+        return {(f.layer, f.head): (f.rows, f.rows_single, f.entropy_mean, f.max_logit) for f in mon.summary()}
+
+    alone = figures([{"input_ids": s[None], "attention_mask": torch.ones(1, len(s), dtype=torch.long)} for s in seqs])
+    assert {r + single for r, single, *_ in alone.values()} == {sum(lengths)}
+    for side in ("right", "left"):
+        got = figures([padded(side)])
+        assert got.keys() == alone.keys()
+        for key, (rows, single, entropy, top) in got.items():
+            assert (rows, single) == alone[key][:2], (side, key)
+            assert entropy == pytest.approx(alone[key][2], rel=1e-5) and top == pytest.approx(alone[key][3], rel=1e-5)

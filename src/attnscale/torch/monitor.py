@@ -94,6 +94,16 @@ no figure, fallback or call is counted for them. Rows: see :mod:`attnscale.torch
 saturated and single-key rows: a causal model's first query attends one key, and is counted
 apart in ``rows_single``, out of the entropy and saturation figures).
 
+Padding: query rows that are padding are no rows at all (in no count and no figure). The monitor
+reads which they are from the ``attention_mask`` (B, L) of 1 and 0 that the outermost module of
+``model`` taking one was called with (a forward pre-hook on the modules whose forward has an
+``attention_mask`` parameter: a Hugging Face model, the base model inside it, a LightningModule
+passing its batch on), and applies it to every call whose q is (B, H, L, d_k) with that B and L —
+self-attention over the batch, not a KV-cache step or another shape. So right and left padding, or
+the sequences run one at a time, give the same figures (a tiny Llama's test holds it). Keys that are
+padding are the mask's own business (they are not attended). Not on a compiled model (a hook added to
+it would recompile its graph): there padded rows count as the model attends them.
+
 Any SDPA layout is taken: q (..., H_q, L, d_k) with any number of leading dimensions (all folded
 into the batch), or 3-D (N, L, d_k), which has no head axis and is counted as one head.
 
@@ -272,6 +282,9 @@ class Monitor:
         self._skip_observe = False
         self._rerun = False                           # the call under way is a checkpoint's recomputation
         self._mask_cache: tuple[Any, int, tuple[Any, Any, bool]] | None = None   # see _split_mask
+        self._model = model
+        self._query_valid = None                      # (B, L) bool: the forward's real tokens (attention_mask)
+        self._padding_hooks: list = []
         self._capture = capture_sdpa(model, store=False, on_call=self.observe,
                                      replace=self.replace if mode == "replace" else None)
         # (layer, reason) -> calls seen without figures: the capture's own count, one for both
@@ -279,13 +292,36 @@ class Monitor:
 
     def __enter__(self) -> Monitor:
         self._capture.__enter__()
+        self._padding_hooks = _padding_hooks(self._model, self._read_padding)
         if self._steps_closed % self._every:
             self._capture.pause()
         return self
 
     def __exit__(self, *exc) -> None:
+        for _, hook in self._padding_hooks:
+            hook.remove()
+        self._padding_hooks, self._query_valid = [], None
         self._capture.__exit__(*exc)
         self.close(warn=exc[0] is None)               # no warning on top of an error
+
+    def _read_padding(self, module, args, kwargs) -> None:
+        """A forward pre-hook: the ``attention_mask`` (B, L) of 0/1 (or bool) the outermost module
+        that takes one was given, as the real tokens of this forward's query rows."""
+        mask = kwargs.get("attention_mask")
+        torch = require("torch", "torch")
+        if module is self._padding_hooks[0][0] or self._query_valid is None:      # the outermost one decides
+            valid = (mask != 0) if isinstance(mask, torch.Tensor) and mask.dim() == 2 else None
+            self._query_valid = None if valid is None or bool(valid.all()) else valid    # one check per forward
+
+    def _valid_rows(self, q, picked=None):
+        """(N, L) bool (or (N, K) for the rows ``picked``): which query rows of a call on q are real
+        tokens, from the forward's attention_mask; None when every row counts (no mask, or one whose
+        batch and length are not the call's: a KV-cache step, a cross-attention, another shape)."""
+        m = self._query_valid
+        if m is None or q.dim() != 4 or tuple(m.shape) != (q.shape[0], q.shape[-2]):
+            return None
+        m = m.to(q.device)
+        return m if picked is None else m.gather(-1, picked)
 
     # -- figures out ------------------------------------------------------------------------------
 
@@ -416,20 +452,26 @@ class Monitor:
         keys = torch.rand((*lead, L), generator=g)
         return keys.topk(self._rows, dim=-1).indices.sort(dim=-1).values.to(q.device)
 
-    def _fold(self, name: str, q, k, v, stats, source: str, index: int, picked=None, read=None) -> None:
+    def _fold(self, name: str, q, k, v, stats, source: str, index: int, picked=None, read=None,
+              sampled=None) -> None:
         """Fold one call's figures in; ``picked``: :meth:`_rows_of`'s rows when ``stats`` holds every
         row (replace mode), to keep only theirs; ``read``: the query rows ``stats`` is of when they
-        are not q's (observe mode's sampled rows), for their norms."""
+        are not q's (observe mode's sampled rows, ``sampled`` their indices), for their norms. Query
+        rows that are padding (:meth:`_valid_rows`) are no figure and no row."""
         torch = require("torch", "torch")
         heads = q.shape[-3] if q.dim() > 3 else 1
         population = q.numel() // max(1, q.shape[-1]) // heads
+        valid = self._valid_rows(q)
+        if valid is not None:
+            population = int(valid.sum())
+            valid = self._valid_rows(q, picked if picked is not None else sampled)
         # ‖q‖ and ‖k‖ as given, before any scale or QK-norm: two O(L·d) passes, detached.
         q_norms, k_norms = _norms(torch, q if read is None else read), _norms(torch, k)
         if picked is not None:
             stats, q_norms = _take_rows(stats, picked), _take_rows(q_norms, picked)
         # The key rows per KV head: k's head axis where q has one (q 3-D or 2-D: one head, all keys).
         kv_heads = k.shape[-3] if q.dim() > 3 and k.dim() > 2 else 1
-        run, ent = call_figures(stats, q_norms, k_norms.reshape(-1, kv_heads, k.shape[-2]), population)
+        run, ent = call_figures(stats, q_norms, k_norms.reshape(-1, kv_heads, k.shape[-2]), population, valid)
         layer = self._layer_key(name, ent.shape[1])
         self._add(self._current, layer, run)
         self._step_calls += 1
@@ -490,7 +532,7 @@ class Monitor:
                 if not _agrees(torch, out, stats, own, call):
                     self.skipped[(call.name, _DISAGREE)] += 1
                     return
-        self._fold(call.name, call.q, call.k, call.v, stats, call.source, call.index, read=q)
+        self._fold(call.name, call.q, call.k, call.v, stats, call.source, call.index, read=q, sampled=picked)
 
     def _mask_parts(self, torch, m):
         """(mask, bias, averaged) of SDPA's attn_mask ``m``: :func:`split_attn_mask`, and whether a
@@ -549,6 +591,29 @@ class Monitor:
 
 _DISAGREE = ("its eager output differs from the rebuilt attention beyond rounding (an eager function "
              "that computes more than softmax(cap(scaling·q·kᵀ) + mask)·v)")
+
+
+def _padding_hooks(model, hook) -> list:
+    """(module, handle) of forward pre-hooks (``hook(module, args, kwargs)``) on the modules of
+    ``model`` whose forward takes an ``attention_mask`` (a Hugging Face model and its base model, a
+    LightningModule wrapping one ...), outermost first, so that the monitor knows which query rows
+    are padding. None on a compiled model (a hook added to it would recompile its graph) or without
+    a model."""
+    import inspect
+
+    torch = require("torch", "torch")
+    if model is None or getattr(model, "_compiled_call_impl", None) is not None or \
+            isinstance(model, getattr(torch._dynamo.eval_frame, "OptimizedModule", ())):
+        return []
+    hooks = []
+    for module in model.modules():
+        try:
+            takes = "attention_mask" in inspect.signature(module.forward).parameters
+        except (TypeError, ValueError):
+            takes = False
+        if takes:
+            hooks.append((module, module.register_forward_pre_hook(hook, with_kwargs=True)))
+    return hooks
 
 
 def _scale_rule(scale, softcap: float):

@@ -89,13 +89,15 @@ def rows_by_head(x) -> np.ndarray:
     return x.cpu().numpy()
 
 
-def call_figures(stats, q_norms, k_norms, population: int | None = None) -> tuple[Running, np.ndarray]:
+def call_figures(stats, q_norms, k_norms, population: int | None = None, valid=None) -> tuple[Running, np.ndarray]:
     """One call's figures as a :class:`Running` of its own — NumPy reductions over all heads at
     once (a few µs each, where a torch call costs tens) — and its per-row entropies (N, H, L).
     ``stats``: an AttentionStats with the logit range and the first-key weights; ``q_norms``: ‖q_i‖
     of its rows, (..., H, L) as its figures; ``k_norms``: ‖k_j‖ of the call's keys, (N, H_kv, S), H a
     multiple of H_kv (query head h reads KV head h // (H / H_kv), as grouped-query attention).
     ``population``: the rows per head of the whole call when ``stats`` holds a sample of them.
+    ``valid``: (N, L) bool, the rows that are real tokens (the others, padding, are left out of every
+    figure and count; the returned entropies are then (rows kept, H, 1)); None: every row.
 
     An empty row has NaN entropy and logits and lse −inf; a broken one NaN entropy (its logits may be
     +inf): NaN-skipping reductions (fmax, fmin) leave both out of the entropy figures, and an
@@ -103,6 +105,10 @@ def call_figures(stats, q_norms, k_norms, population: int | None = None) -> tupl
     NaN in the returned entropies (no median takes it); its logits stay."""
     ent, hi, lo, lse, first, q_norm = (rows_by_head(x) for x in (stats.entropy, stats.max_logit, stats.min_logit,
                                                                  stats.lse, stats.first_key_weight, q_norms))
+    if valid is not None:                   # the real tokens' rows only: (N, H, L) → (kept, H, 1)
+        keep = valid.detach().cpu().numpy().reshape(ent.shape[0], ent.shape[2])
+        ent, hi, lo, lse, first, q_norm = (x.transpose(0, 2, 1)[keep][:, :, None]
+                                           for x in (ent, hi, lo, lse, first, q_norm))
     rows = (0, 2)
     run = Running.__new__(Running)
     run.calls, run.total = 1, ent.shape[0] * ent.shape[2]
