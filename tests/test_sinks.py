@@ -108,6 +108,13 @@ def test_tensorboard_sink_holds_the_step_figures(tmp_path):
     written = events.Scalars("attention/max_logit/Masked/head0")
     assert [e.step for e in written] == [0, 10, 20]
     assert [e.value for e in written] == pytest.approx([s.heads[0].max_logit for s in steps], rel=1e-6)
+    # Over the layer's heads and the model's: head 1 attends nothing, so they are head 0's figures.
+    for where in ("Masked/layer", "model"):
+        assert [e.value for e in events.Scalars(f"attention/entropy_mean/{where}")] == pytest.approx(
+            [s.heads[0].entropy_mean for s in steps], rel=1e-6)
+    assert [e.value for e in events.Scalars("attention/sink_heads_share/model")] == [
+        float(s.heads[0].sink_head) for s in steps]
+    assert [e.value for e in events.Scalars("attention/calls")] == [1.0, 1.0, 1.0]
 
 
 def test_tensorboard_missing_names_the_install_command(monkeypatch):

@@ -8,28 +8,10 @@ import math
 
 from attnscale.errors import InputTypeError
 # The per-head figures logged, in the order of the key table: the ones TensorBoardSink charts.
+from attnscale.torch.monitor_records import pooled_figures
 from attnscale.torch.sinks import FIGURES
 
 __all__ = ["Watch", "log_keys", "FIGURES"]
-
-_MEANS = ("entropy_mean", "first_key_weight", "q_norm_mean", "k_norm_mean")     # row-weighted over heads
-
-
-def _layer_figures(heads) -> dict:
-    """The per-head figures over all heads of one layer (row-weighted means, extremes, pooled
-    fractions), and the share of sink heads among the heads with rows counted."""
-    rows = sum(h.rows for h in heads)
-    seen = [h for h in heads if h.rows]
-    if not rows:
-        return {"float16_overflow_rows": sum(h.float16_overflow_rows for h in heads)}
-    return {**{f: sum(getattr(h, f) * h.rows for h in seen) / rows for f in _MEANS},
-            "entropy_min": min(h.entropy_min for h in seen),
-            "max_logit": max(h.max_logit for h in seen),
-            "max_abs_logit": max(h.max_abs_logit for h in seen),
-            "saturated_fraction": sum(h.saturated_rows for h in heads) / rows,
-            "float16_overflow_rows": sum(h.float16_overflow_rows for h in heads),
-            "sink_heads_share": sum(h.sink_head for h in seen) / len(seen)}
-
 
 def log_keys(step, clips=None, per_head: bool = True) -> dict[str, float]:
     """A :class:`~attnscale.torch.monitor_records.Step` (and the step's QK-clip, a list of
@@ -40,7 +22,7 @@ def log_keys(step, clips=None, per_head: bool = True) -> dict[str, float]:
     for h in step.heads:
         layers.setdefault(h.layer, []).append(h)
     for layer, heads in layers.items():
-        groups = [(f"attn/{layer}", _layer_figures(heads))]
+        groups = [(f"attn/{layer}", pooled_figures(heads))]
         if per_head:
             groups += [(f"attn/{layer}/head{h.head}", {f: getattr(h, f) for f in FIGURES}) for h in heads]
         for prefix, figures in groups:

@@ -90,8 +90,9 @@ class Step:
 
     def to_json(self) -> dict:
         """Strict JSON data (each head's fields and its ``saturated_fraction``): a figure that does
-        not exist is null, with ``why_null`` beside it."""
-        heads = []
+        not exist is null, with ``why_null`` beside it — in the head for what is the head's own, once
+        in the step for what is every head's (a median that ``history=False`` does not keep)."""
+        heads, medians_unkept = [], False
         for h in self.heads:
             entry = {k: (v if not isinstance(v, float) or math.isfinite(v) else None)
                      for k, v in {**vars(h), "saturated_fraction": h.saturated_fraction}.items()}
@@ -101,7 +102,30 @@ class Step:
                                      "every attended row had a NaN or +inf logit" if h.rows == 0 else
                                      "a non-finite figure")
             elif entry["entropy_median"] is None:
-                entry["why_null"] = "history=False keeps no per-row entropies to take a median of"
+                medians_unkept = True
             heads.append(entry)
-        return {"step": self.step, "measured": self.measured, "calls": self.calls, "fallbacks": dict(self.fallbacks),
-                "heads": heads}
+        out = {"step": self.step, "measured": self.measured, "calls": self.calls, "fallbacks": dict(self.fallbacks),
+               "heads": heads}
+        if medians_unkept:
+            out["why_null"] = {"entropy_median": "history=False keeps no per-row entropies to take a median of"}
+        return out
+
+
+_MEANS = ("entropy_mean", "first_key_weight", "q_norm_mean", "k_norm_mean")     # row-weighted over heads
+
+
+def pooled_figures(heads) -> dict:
+    """The per-head figures over a set of heads (a layer's, or the whole model's): row-weighted
+    means, extremes, pooled fractions, and the share of sink heads among the heads with rows counted.
+    What trainer keys and TensorBoard log for a layer; a figure no row has is left out."""
+    rows = sum(h.rows for h in heads)
+    seen = [h for h in heads if h.rows]
+    if not rows:
+        return {"float16_overflow_rows": sum(h.float16_overflow_rows for h in heads)}
+    return {**{f: sum(getattr(h, f) * h.rows for h in seen) / rows for f in _MEANS},
+            "entropy_min": min(h.entropy_min for h in seen),
+            "max_logit": max(h.max_logit for h in seen),
+            "max_abs_logit": max(h.max_abs_logit for h in seen),
+            "saturated_fraction": sum(h.saturated_rows for h in heads) / rows,
+            "float16_overflow_rows": sum(h.float16_overflow_rows for h in heads),
+            "sink_heads_share": sum(h.sink_head for h in seen) / len(seen)}

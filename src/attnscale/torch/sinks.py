@@ -10,8 +10,10 @@ head (NaN for a figure that does not exist).
   Infinity; null with ``why_null`` instead), flushed at once, so ``jq`` or a crashed run's reader
   gets every finished step.
 - :class:`TensorBoardSink`: scalars through ``torch.utils.tensorboard.SummaryWriter``, tagged
-  ``attention/<figure>/<layer>/head<h>`` (one chart per figure, one line per head), and
-  ``attention/fallbacks/<reason>``. Needs ``tensorboard`` (``pip install 'attnscale[tensorboard]'``).
+  ``attention/<figure>/<layer>/head<h>`` per head, ``attention/<figure>/<layer>/layer`` over a
+  layer's heads and ``attention/<figure>/model`` over every head
+  (:func:`~attnscale.torch.monitor_records.pooled_figures`: row-weighted means, extremes, the share
+  of sink heads), ``attention/calls`` and ``attention/fallbacks/<reason>``. Needs ``tensorboard`` (``pip install 'attnscale[tensorboard]'``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import math
 from pathlib import Path
 
 from attnscale.errors import InputTypeError, require
+from attnscale.torch.monitor_records import pooled_figures
 
 __all__ = ["JSONLSink", "TensorBoardSink", "FIGURES"]
 
@@ -81,13 +84,24 @@ class TensorBoardSink:
 
     def write(self, step) -> None:
         """step: a :class:`~attnscale.torch.monitor_records.Step`; a figure that does not exist (NaN) is left out."""
+        layers: dict[str, list] = {}
         for h in step.heads:
+            layers.setdefault(h.layer, []).append(h)
             for name in FIGURES:
-                value = getattr(h, name)
-                if math.isfinite(value):
-                    self.writer.add_scalar(f"{self._prefix}/{name}/{h.layer}/head{h.head}", value, step.step)
+                self._scalar(f"{name}/{h.layer}/head{h.head}", getattr(h, name), step.step)
+        pooled = [(f"{layer}/layer", pooled_figures(heads)) for layer, heads in layers.items()]
+        if step.heads:
+            pooled.append(("model", pooled_figures(step.heads)))
+        for where, figures in pooled:
+            for name, value in figures.items():
+                self._scalar(f"{name}/{where}", value, step.step)
+        self.writer.add_scalar(f"{self._prefix}/calls", step.calls, step.step)
         for reason, count in step.fallbacks.items():
             self.writer.add_scalar(f"{self._prefix}/fallbacks/{reason}", count, step.step)
+
+    def _scalar(self, tag: str, value: float, step: int) -> None:
+        if math.isfinite(value):
+            self.writer.add_scalar(f"{self._prefix}/{tag}", value, step)
 
     def close(self) -> None:
         self.writer.flush()
