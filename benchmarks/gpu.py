@@ -13,7 +13,7 @@ Sections, in order (each prints as it finishes; a FAIL makes the exit status 1):
    both alignments, a boolean mask with a fully masked row, QK-norm, log-n and soft-cap, with
    grouped-query heads and lengths that are not multiples of 128; on CUDA also dq, dk, dv through
    FlexAttention's backward (and 0 gradient for the fully masked row).
-2. entropy error sweep: flex.entropy_errors on the device, rows from uniform to frozen.
+2. entropy error sweep: flex_precision.entropy_errors on the device, rows from uniform to frozen.
 3. forward and forward+backward time ÷ SDPA, medians of interleaved rounds, at (2, 8, 2048, 64) and
    (1, 8, 8192, 64), causal and not, float32 and bfloat16. The peer: SDPA restricted to the flash
    kernel for bfloat16; PyTorch's flash kernel has no float32, so for float32 its memory-efficient
@@ -140,10 +140,12 @@ def gradient_error(torch, attention, qkv, kw, empty, tol) -> tuple[float, bool]:
 
 def sweep(torch, flex, device, rows: int) -> list[dict]:
     """Section 2, ``rows`` rows per sweep."""
+    from attnscale.torch.flex_precision import entropy_errors
+
     found = []
     for name in ("float32", "float16", "bfloat16"):
         for with_range in (False, True):
-            r = flex.entropy_errors(torch, getattr(torch, name), device, logit_range=with_range, rows=rows)
+            r = entropy_errors(torch, getattr(torch, name), device, logit_range=with_range, rows=rows)
             frozen = max(e for h, e in zip(r["entropy"], r["entropy_error"]) if h < 1e-6)
             ok = r["worst"] <= flex.ENTROPY_ERROR_BOUND[name] and (not with_range or frozen <= 2e-4)
             found.append({"dtype": name, "logit_range": with_range, "worst": r["worst"], "frozen_max": frozen, "ok": ok})
@@ -291,7 +293,8 @@ def main(argv=None) -> int:
 
     import torch
 
-    from attnscale.torch import attention, flex
+    from attnscale.torch import attention
+    from attnscale.torch.backends import flex
 
     device = torch.device(args.device)
     if device.type not in ("cpu", "cuda"):

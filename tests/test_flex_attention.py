@@ -1,4 +1,4 @@
-"""The "flex" backend (attnscale.torch.flex) on CPU, through FlexAttention's eager reference path,
+"""The "flex" backend (attnscale.torch.backends.flex) on CPU, through FlexAttention's eager reference path,
 against the NumPy core (float64 oracle).
 
 Tolerances (relative ones with the same number as an absolute floor, for values near 0): float64
@@ -24,7 +24,8 @@ torch = pytest.importorskip("torch")
 
 import attnscale  # noqa: E402
 from attnscale.errors import InputError  # noqa: E402
-from attnscale.torch import attention, ext, flex, functional  # noqa: E402
+from attnscale.torch import attention, ext, flex_precision, functional  # noqa: E402
+from attnscale.torch.backends import flex  # noqa: E402
 from attnscale.torch.functional import _choose_backend  # noqa: E402
 
 # Eager FlexAttention warns on every new shape that it is not compiled; on CPU that is the point.
@@ -140,11 +141,11 @@ def test_half_precision_runs_in_its_own_dtype(dtype, out_atol):
 def test_entropy_error_against_float64_is_within_the_bound(dtype):
     """The docstring's Precision numbers: rows from uniform to frozen, and the bracket that the logit
     range adds (a frozen row then reads ≤ 2e-4 nats; without it, in bfloat16, up to nats)."""
-    plain = flex.entropy_errors(torch, getattr(torch, dtype))
+    plain = flex_precision.entropy_errors(torch, getattr(torch, dtype))
     print(f"{dtype}: worst |Δentropy|/(1+|lse|) {plain['worst']:.2e}, bound {flex.ENTROPY_ERROR_BOUND[dtype]:.0e}")
     assert plain["worst"] <= flex.ENTROPY_ERROR_BOUND[dtype]
     assert min(plain["entropy"]) < 1e-50 and max(plain["entropy"]) == pytest.approx(math.log(256), abs=1e-9)
-    bracketed = flex.entropy_errors(torch, getattr(torch, dtype), logit_range=True)
+    bracketed = flex_precision.entropy_errors(torch, getattr(torch, dtype), logit_range=True)
     frozen = [e for h, e in zip(bracketed["entropy"], bracketed["entropy_error"]) if h < 1e-6]
     assert len(frozen) > 10 and max(frozen) <= 2e-4
     assert bracketed["worst"] <= flex.ENTROPY_ERROR_BOUND[dtype]

@@ -17,7 +17,9 @@ torch = pytest.importorskip("torch")
 
 import attnscale  # noqa: E402
 from attnscale.errors import InputError, InputTypeError  # noqa: E402
-from attnscale.torch import AttentionStats, attention, attention_backends, kernel_status  # noqa: E402
+from attnscale.torch import AttentionStats, attention, kernel_status  # noqa: E402
+from attnscale.torch.backends import kernel  # noqa: E402
+from attnscale.torch.backends import problem as backend_problem  # noqa: E402
 
 BACKENDS = ("kernel", "composed", "chunked")
 
@@ -77,9 +79,9 @@ def test_tiles_smaller_than_the_problem_cross_every_block_edge(backend, monkeypa
     """The kernel's online softmax across many key blocks, with rescaling, causal skips and
     partial blocks; L > S bottom-right leaves leading rows fully masked."""
     kernel_or_skip(backend)
-    monkeypatch.setattr(attention_backends, "_Q_BLOCK", 7)
-    monkeypatch.setattr(attention_backends, "_KV_BLOCK", 11)
-    monkeypatch.setattr(attention_backends, "_CHUNK_ELEMENTS", 500)
+    monkeypatch.setattr(kernel, "Q_BLOCK", 7)
+    monkeypatch.setattr(kernel, "KV_BLOCK", 11)
+    monkeypatch.setattr(backend_problem, "CHUNK_ELEMENTS", 500)
     q, k, v, mask = problem(seed=3, L=60, S=45, spread=3.0)
     for causal in (False, "top_left", "bottom_right"):
         res_out, res = attention(q, k, v, mask=mask, causal=causal, logit_range=True, backend=backend, return_stats=True)
@@ -380,13 +382,13 @@ def test_a_later_key_block_far_above_the_running_max(dtype, jump):
     backend in float64 on the same (rounded) inputs; float32 within 2e-6 relative (out, lse) and 2e-6
     nats (entropy), float64 within 1e-12."""
     kernel_or_skip("kernel")
-    S = 2 * attention_backends._KV_BLOCK + 7                   # two full key blocks and a partial third
+    S = 2 * kernel.KV_BLOCK + 7                   # two full key blocks and a partial third
     g = torch.Generator().manual_seed(int(jump))
     q = (torch.randn(1, 1, 3, 8, generator=g) * 0.5).to(dtype)   # other logits of order 1
     q[..., 0] = torch.tensor([1.0, 0.5, -1.0], dtype=dtype)      # rows: +jump, +jump/2, −jump
     k = (torch.randn(1, 1, S, 8, generator=g) * 0.5).to(dtype)
     k[..., 0] = 0.0
-    k[0, 0, attention_backends._KV_BLOCK + 3, 0] = jump          # one key in the second block
+    k[0, 0, kernel.KV_BLOCK + 3, 0] = jump          # one key in the second block
     v = torch.randn(1, 1, S, 5, generator=g).to(dtype)
     res_out, res = attention(q, k, v, scale=1.0, backend="kernel", logit_range=True, return_stats=True)
     ref_out, ref = attention(q.double(), k.double(), v.double(), scale=1.0, backend="chunked", logit_range=True, return_stats=True)
@@ -432,10 +434,10 @@ def test_a_nan_logit_makes_its_row_nan_in_any_key_block(backend, block, only_tha
     """A NaN key (check_finite=False) in the first, second or partial third key block: every row
     comes out NaN (lse NaN, not −inf), also when the mask leaves that key the only one attended."""
     kernel_or_skip(backend)
-    S = 2 * attention_backends._KV_BLOCK + 7
+    S = 2 * kernel.KV_BLOCK + 7
     g = torch.Generator().manual_seed(block)
     q, k, v = torch.randn(1, 2, 3, 8, generator=g), torch.randn(1, 2, S, 8, generator=g), torch.randn(1, 2, S, 4, generator=g)
-    j = block * attention_backends._KV_BLOCK + 2
+    j = block * kernel.KV_BLOCK + 2
     k[0, 0, j, 0] = math.nan                                   # head 0 only; head 1 is a healthy control
     mask = None
     if only_that_key:

@@ -16,7 +16,8 @@ torch = pytest.importorskip("torch")
 
 from attnscale.errors import InputError  # noqa: E402
 from attnscale.torch import attention, kernel_status  # noqa: E402
-from attnscale.torch import attention_backends, ext  # noqa: E402
+from attnscale.torch import backends, ext  # noqa: E402
+from attnscale.torch.backends import kernel  # noqa: E402
 
 REL = 1e-10
 
@@ -31,8 +32,8 @@ def kernel_built():
 def small_blocks(monkeypatch):
     """Tiles smaller than the problems, so that every block edge, partial block and causal skip of
     both passes is crossed."""
-    monkeypatch.setattr(attention_backends, "_Q_BLOCK", 5)
-    monkeypatch.setattr(attention_backends, "_KV_BLOCK", 6)
+    monkeypatch.setattr(kernel, "Q_BLOCK", 5)
+    monkeypatch.setattr(kernel, "KV_BLOCK", 6)
     monkeypatch.setattr(ext, "BACKWARD_Q_BLOCK", 4)
     monkeypatch.setattr(ext, "BACKWARD_KV_BLOCK", 7)
 
@@ -281,13 +282,13 @@ def test_no_queries_gives_zero_gradients():
 def test_a_backend_without_a_backward_refuses_inputs_that_require_grad(monkeypatch):
     """Were a backend to return an output cut from the graph, the call fails, naming it, instead of
     returning something whose .backward() leaves q.grad None; under no_grad it runs."""
-    real = attention_backends._BACKEND_FUNCTIONS["chunked"]
+    real = backends.RUNNERS["chunked"]
 
     def cut(torch, p, logit_range):
         out, *figures = real(torch, p, logit_range)
         return (out.detach(), *figures)
 
-    monkeypatch.setitem(attention_backends._BACKEND_FUNCTIONS, "chunked", cut)
+    monkeypatch.setitem(backends.RUNNERS, "chunked", cut)
     q, k, v, _ = tensors(3, 1, 1, 1, 4, 5, 3, 2)
     with pytest.raises(InputError, match="backend: 'chunked' gave no gradient"):
         attention(q, k, v, backend="chunked", return_stats=True)

@@ -49,7 +49,7 @@ rounding (the entropy a sum of non-negative terms), the composed and flex ones s
 - ``"flex"`` (CUDA compiled, CPU eager; every rule, bias included): PyTorch's FlexAttention, the
   same [V, K] construction in one call with block masks, computing in the inputs' own dtype
   (bfloat16 and float16 too, unlike the others), its fused backward on CUDA, none on CPU; soft-cap
-  and bias through a score_mod plus a chunked pass for the figures (:mod:`attnscale.torch.flex`,
+  and bias through a score_mod plus a chunked pass for the figures (:mod:`attnscale.torch.backends.flex`,
   which states its costs and its measured precision).
 
 ``"auto"`` picks the kernel on CPU when it builds, else composed (chunked when a bias or a soft-cap
@@ -60,7 +60,7 @@ takes chunked. The CUDA paths are tested by tests that run only where a GPU is p
 benchmarks/gpu.py; neither has run on a GPU in this project yet.
 
 This module checks the arguments, prepares the problem and picks the backend; the backends
-themselves are in :mod:`attnscale.torch.attention_backends`.
+themselves are in :mod:`attnscale.torch.backends`, one module each.
 """
 
 from __future__ import annotations
@@ -71,12 +71,13 @@ from typing import Any
 
 from attnscale.errors import InputError, InputTypeError, check_choice, require
 from attnscale.masks import causal_alignment
-from attnscale.scales import resolve_scale
+from attnscale.scales import QKNorm, resolve_scale
 from attnscale.shapes import check_qkv_shapes
-from attnscale.torch.attention_backends import (_BACKEND_FUNCTIONS, _allowed, _plain_sdpa, _Problem, _row_chunks,
-                                                _run_flex_or_fall_back, _run_nothing_attended)
+from attnscale.torch.backends import RUNNERS
+from attnscale.torch.backends.flex import FlexFailure
+from attnscale.torch.backends.problem import Problem, allowed_keys, nothing_attended, plain_sdpa, row_chunks
 
-__all__ = ["attention", "AttentionStats", "BACKENDS", "FLOAT16_MAX"]
+__all__ = ["attention", "AttentionStats", "BACKENDS", "FLOAT16_MAX", "qk_normalized"]
 
 BACKENDS = ("auto", "kernel", "composed", "chunked", "flex")
 FLOAT16_MAX = 65504.0          # the largest finite float16: a logit beyond it overflows to ±inf
@@ -107,7 +108,7 @@ def _check_tensor(torch, name: str, x):
     return x[None] if x.dim() == 2 else x
 
 
-def _apply_rule(torch, p: _Problem, rule) -> _Problem:
+def _apply_rule(torch, p: Problem, rule) -> Problem:
     """The rule folded into what every backend takes: q̂, k̂ (QK-norm, in torch, so differentiable),
     a per-row factor multiplied into q̂ when it depends on the attended count (log-n; then scale 1),
     else one constant ``scale``; and the soft-cap value."""
@@ -129,22 +130,27 @@ def _apply_rule(torch, p: _Problem, rule) -> _Problem:
 
 
 def _normalized(torch, rule, x):
-    """QK-norm's normalisation of x: (..., d_k) (:func:`attnscale.torch.scales.qk_normalized`), the
-    rule found through any caps."""
-    from attnscale.torch.scales import qk_normalized     # it imports torch at its top
-
+    """QK-norm's normalisation of x: (..., d_k) (:func:`qk_normalized`), the rule found through any caps."""
     while not hasattr(rule, "norm"):
         rule = rule.base
     return qk_normalized(rule, x)
 
 
-def _attended_counts(torch, p: _Problem):
+def qk_normalized(rule: QKNorm, x):
+    """QK-norm's x / rms(x) (``norm="rms"``) or x / ‖x‖, with its eps, of x: (..., d_k), as
+    x · rsqrt(Σ or mean of x² + eps): the one torch form of the rule's normalisation, for the models
+    that train with it (:mod:`attnscale.torch.scales`) and for :func:`attention`'s ``scale=QKNorm(...)``."""
+    sq = x.pow(2).mean(-1, keepdim=True) if rule.norm == "rms" else x.pow(2).sum(-1, keepdim=True)
+    return x * (sq + rule.eps).rsqrt()
+
+
+def _attended_counts(torch, p: Problem):
     """(B, H_q, L): keys each row attends (mask, causal limit and −inf bias), as log-n scaling counts them."""
     B, H, L = p.q.shape[:3]
     S = p.k.shape[-2]
     parts = []
-    for i0, i1 in _row_chunks(p):
-        allowed = _allowed(torch, p, i0, i1)
+    for i0, i1 in row_chunks(p):
+        allowed = allowed_keys(torch, p, i0, i1)
         if p.bias is not None:
             finite = p.bias[:, :, i0:i1] != -math.inf
             allowed = finite if allowed is None else allowed & finite
@@ -152,7 +158,7 @@ def _attended_counts(torch, p: _Problem):
     return torch.cat(parts, dim=-1) if parts else torch.zeros((B, H, 0), device=p.q.device)
 
 
-def _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite, backend, stats) -> tuple[_Problem, str | None]:
+def _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite, backend, stats) -> tuple[Problem, str | None]:
     """The validated problem and the backend that computes it (None: plain SDPA, for an output
     without figures on backend "auto")."""
     squeeze = all(isinstance(x, torch.Tensor) and x.dim() == 2 for x in (q, k, v))
@@ -195,7 +201,7 @@ def _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite, backend, s
         if check_finite and bias.numel() and not bool(bias.max() < math.inf):   # max is NaN if any is
             raise InputError("bias: contains NaN or +Inf; expected finite values or -inf (masked)")
         bias4 = _broadcast_rows(torch, "bias", bias.to(device=q.device, dtype=compute), target, batch)
-    p = _Problem(q=flat(q4), k=flat(k4), v=flat(v4), mask=mask4, bias=bias4,
+    p = Problem(q=flat(q4), k=flat(k4), v=flat(v4), mask=mask4, bias=bias4,
                  alignment=causal_alignment(causal, L, S), scale=1.0, softcap=0.0,
                  lead=lead, squeeze_heads=squeeze, out_dtype=q.dtype)
     return _apply_rule(torch, p, rule), chosen
@@ -277,17 +283,17 @@ def attention(q, k, v, *, scale=None, mask=None, bias=None, causal=False, return
     if chosen is None:                  # PyTorch's SDPA cannot cap: a capped call has a backend
         if check_finite:
             _check_finite(torch, {"q": q, "k": k, "v": v}, kernel=False)
-        return p.shaped(_plain_sdpa(torch, p)).to(p.out_dtype)
+        return p.shaped(plain_sdpa(torch, p)).to(p.out_dtype)
     if check_finite:
         _check_finite(torch, {"q": q, "k": k, "v": v}, kernel=chosen == "kernel")
     if p.v.shape[-1] == 0:
         chosen = "chunked"          # d_v = 0: nothing for a BLAS or a fused kernel to multiply
     if p.q.shape[-2] == 0:
-        out, lse, entropy, hi, lo = _run_nothing_attended(torch, p, logit_range)
+        out, lse, entropy, hi, lo = nothing_attended(torch, p, logit_range)
     elif chosen == "flex" and backend == "auto":
-        (out, lse, entropy, hi, lo), chosen = _run_flex_or_fall_back(torch, p, logit_range)
+        (out, lse, entropy, hi, lo), chosen = _flex_or_fall_back(torch, p, logit_range)
     else:
-        out, lse, entropy, hi, lo = _BACKEND_FUNCTIONS[chosen](torch, p, logit_range)
+        out, lse, entropy, hi, lo = RUNNERS[chosen](torch, p, logit_range)
     _check_graph(torch, (q, k, v, bias), out, chosen)
     out = p.shaped(out).to(p.out_dtype)
     if not return_stats:
@@ -299,7 +305,19 @@ def attention(q, k, v, *, scale=None, mask=None, bias=None, causal=False, return
                                first_key_weight=figure(_first_key_weight(torch, p, lse)) if first_key else None)
 
 
-def _first_key_weight(torch, p: _Problem, lse):
+def _flex_or_fall_back(torch, p: Problem, logit_range: bool):
+    """"auto"'s flex: where FlexAttention fails on the problem, composed (chunked with a bias or a
+    soft-cap), half precision raised to float32 as those backends compute. Returns (figures, backend)."""
+    try:
+        return RUNNERS["flex"](torch, p, logit_range), "flex"
+    except FlexFailure:
+        up = lambda x: x.to(torch.float32) if x is not None and x.element_size() < 4 else x  # noqa: E731
+        p = replace(p, q=up(p.q), k=up(p.k), v=up(p.v), bias=up(p.bias))
+        fallback = "chunked" if p.bias is not None or p.softcap else "composed"
+        return RUNNERS[fallback](torch, p, logit_range), fallback
+
+
+def _first_key_weight(torch, p: Problem, lse):
     """(B, H_q, L): each row's weight on key 0, p_i0 = exp(s_i0 − lse_i), in lse's dtype, with s_i0
     the row's logit on key 0 as every backend forms it (q̂ and k̂, the scale or log-n's per-row factor
     already in q̂, the soft-cap, then the bias): one product of q̂ with k̂_0 per head, O(L·d_k), so no
@@ -339,7 +357,7 @@ def _choose_backend(torch, device, dtype, has_bias: bool, caps: bool, backend: s
 
     on_cpu = device.type == "cpu"
     if backend == "flex":
-        return "flex"               # what FlexAttention cannot do is refused by attnscale.torch.flex
+        return "flex"               # what FlexAttention cannot do is refused by attnscale.torch.backends.flex
     if backend == "kernel":
         if not on_cpu:
             raise InputError(f"backend: 'kernel' runs on CPU tensors only, got device {device}; use 'composed'")
@@ -363,7 +381,7 @@ def _choose_backend(torch, device, dtype, has_bias: bool, caps: bool, backend: s
     if on_cpu and load_kernel() is not None:
         return "kernel"
     if device.type == "cuda" and dtype != torch.float64:
-        from attnscale.torch.flex import cuda_status
+        from attnscale.torch.backends.flex import cuda_status
 
         if cuda_status(torch)["backend"] == "flex":
             return "flex"

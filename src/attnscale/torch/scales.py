@@ -36,6 +36,7 @@ import numpy as np
 
 from attnscale.errors import InputError, require
 from attnscale.scales import QKNorm, ScaleRule, SoftCap
+from attnscale.torch.functional import attention, qk_normalized
 
 if TYPE_CHECKING:       # the types for mypy; at run time require's message when torch is missing
     import torch
@@ -44,7 +45,7 @@ else:
     torch = require("torch", "torch")
     nn = torch.nn
 
-__all__ = ["ScaledLogits", "attended_keys", "qk_normalized"]
+__all__ = ["ScaledLogits", "attended_keys"]
 
 
 def _peel(rule: ScaleRule) -> tuple[ScaleRule, tuple[float, ...]]:
@@ -54,14 +55,6 @@ def _peel(rule: ScaleRule) -> tuple[ScaleRule, tuple[float, ...]]:
         caps.append(rule.cap_value)
         rule = rule.base
     return rule, tuple(caps)
-
-
-def qk_normalized(rule: QKNorm, x):
-    """QK-norm's x / rms(x) (``norm="rms"``) or x / ‖x‖, with its eps, of x: (..., d_k), as
-    x · rsqrt(Σ or mean of x² + eps): the one torch form of the rule's normalisation, for the models
-    that train with it and for :func:`attnscale.torch.attention`'s ``scale=QKNorm(...)``."""
-    sq = x.pow(2).mean(-1, keepdim=True) if rule.norm == "rms" else x.pow(2).sum(-1, keepdim=True)
-    return x * torch.rsqrt(sq + rule.eps)
 
 
 def attended_keys(L: int, S: int, causal: bool) -> np.ndarray:
@@ -127,8 +120,6 @@ class ScaledLogits(nn.Module):
         with); ``return_stats=True``: ``(out, stats)`` on ``backend``, stats its :class:`AttentionStats`
         (lse, entropy, max_logit and min_logit per row, (B, H, L)); the figures are diagnostics, not
         to be differentiated. NaN or inf inputs are not refused: they come out as NaN (a diverged run)."""
-        from attnscale.torch.functional import attention
-
         n = attended_keys(q.shape[-2], k.shape[-2], causal) if self.inner.uses_n else None
         factor = self._factor(n, q)
         qn, kn = self._normalize(q), self._normalize(k)

@@ -194,8 +194,8 @@ def _telling_line(message: str) -> str:
 def kernel_status() -> dict[str, object]:
     """{"available": bool, "reason": str} of the CPU kernel, loading it first if that was not tried
     yet, and "cuda": {"backend", "reason"}, what backend="auto" runs on CUDA ("flex" when compiled
-    FlexAttention works there, else "composed"; None without CUDA: see attnscale.torch.flex)."""
-    from attnscale.torch.flex import cuda_status
+    FlexAttention works there, else "composed"; None without CUDA: see attnscale.torch.backends.flex)."""
+    from attnscale.torch.backends.flex import cuda_status
 
     op = load_kernel()
     try:

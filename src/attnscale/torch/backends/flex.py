@@ -41,7 +41,7 @@ under ``torch.no_grad()`` or use "kernel"/"chunked"); a device other than CPU or
 without ``torch.nn.attention.flex_attention.AuxRequest``.
 
 Precision: lse and the output are as good as FlexAttention's own; the entropy is a difference, so
-its absolute error grows with |lse|. :func:`entropy_errors` measures it against float64 of the same
+its absolute error grows with |lse|. :func:`attnscale.torch.flex_precision.entropy_errors` measures it against float64 of the same
 (rounded) inputs over rows from uniform weights to frozen ones (d_k 64, 256 keys, one query
 direction per row scaled by 0 to 10³: entropy ln 256 down to ~10⁻¹⁰⁷, |lse| up to ~3·10³), and the
 bound :data:`ENTROPY_ERROR_BOUND` is what tests/test_flex_attention.py holds it to:
@@ -73,9 +73,10 @@ import math
 from dataclasses import replace
 
 from attnscale.errors import InputError, require
-from attnscale.torch.attention_backends import _logit_range, _Problem, _run_chunked
+from attnscale.torch.backends.chunked import run_chunked
+from attnscale.torch.backends.problem import Problem, chunked_logit_range
 
-__all__ = ["run_flex", "refusal", "cuda_status", "eager", "entropy_errors", "ENTROPY_ERROR_BOUND", "FlexFailure"]
+__all__ = ["run_flex", "refusal", "cuda_status", "eager", "ENTROPY_ERROR_BOUND", "FlexFailure"]
 
 ENTROPY_ERROR_BOUND = {"float32": 32 * 2.0 ** -23, "float16": 1e-3, "bfloat16": 8e-3}   # c of the Precision bound
 _PROBE_SHAPE = (1, 1, 128, 64)     # the compiled call tried once per CUDA device before "auto" picks flex
@@ -101,7 +102,7 @@ def _flex_module(torch):
     return module if hasattr(module, "AuxRequest") else None
 
 
-def refusal(torch, p: _Problem) -> str | None:
+def refusal(torch, p: Problem) -> str | None:
     """Why the flex backend cannot compute ``p`` here, or None."""
     if _flex_module(torch) is None:
         return (f"backend: 'flex' needs torch.nn.attention.flex_attention with AuxRequest, which torch "
@@ -155,7 +156,7 @@ def _causal_block_mask(L: int, S: int, offset: int, device: str):
         lambda b, h, i, j: j <= i + offset, None, None, L, S, device=device)
 
 
-def _block_mask(torch, p: _Problem):
+def _block_mask(torch, p: Problem):
     """The block mask of ``p`` (boolean mask and causal limit), or None when every key is attended."""
     L, S = p.q.shape[-2], p.k.shape[-2]
     causal = p.alignment is not None
@@ -172,7 +173,7 @@ def _block_mask(torch, p: _Problem):
     return _flex_module(torch).create_block_mask(mask_mod, sizes[0], sizes[1], L, S, device=p.q.device)
 
 
-def _score_mod(torch, p: _Problem):
+def _score_mod(torch, p: Problem):
     """cap(s) + bias, for the problems whose scores are not linear in q·k; None for the others."""
     if not p.softcap and p.bias is None:
         return None
@@ -188,7 +189,7 @@ def _score_mod(torch, p: _Problem):
     return score_mod
 
 
-def _in_float32(torch, p: _Problem) -> _Problem:
+def _in_float32(torch, p: Problem) -> Problem:
     """``p`` detached, half precision raised to float32: the chunked figures passes compute in it."""
     def up(x):
         return None if x is None else x.detach().to(torch.float32) if x.element_size() < 4 else x.detach()
@@ -196,7 +197,7 @@ def _in_float32(torch, p: _Problem) -> _Problem:
     return replace(p, q=up(p.q), k=up(p.k), v=up(p.v), bias=up(p.bias))
 
 
-def run_flex(torch, p: _Problem, logit_range: bool):
+def run_flex(torch, p: Problem, logit_range: bool):
     """(out, lse, entropy, max_logit, min_logit) of ``p`` on FlexAttention (module docstring)."""
     reason = refusal(torch, p)
     if reason:
@@ -213,7 +214,7 @@ def run_flex(torch, p: _Problem, logit_range: bool):
     if score_mod is not None:
         out = call(p.q, p.k, p.v, score_mod=score_mod, **common)
         with torch.no_grad():
-            _, lse, entropy, hi, lo = _run_chunked(torch, _in_float32(torch, p), logit_range)
+            _, lse, entropy, hi, lo = run_chunked(torch, _in_float32(torch, p), logit_range)
         return out, lse, entropy, hi, lo
 
     d_v = p.v.shape[-1]
@@ -231,7 +232,7 @@ def run_flex(torch, p: _Problem, logit_range: bool):
         if on_cuda:
             hi = aux.max_scores.to(figures).masked_fill(empty, math.nan)
         elif logit_range:
-            hi, lo = _logit_range(torch, _in_float32(torch, p))
+            hi, lo = chunked_logit_range(torch, _in_float32(torch, p))
         if logit_range and on_cuda:
             _, neg = call(-p.q.detach(), p.k.detach(), p.v.detach(),
                           return_aux=module.AuxRequest(max_scores=True), **common)
@@ -275,34 +276,3 @@ def _cuda_probe(device_index: int) -> tuple[str, str]:
     if not ok:
         return "composed", "compiled FlexAttention returned non-finite numbers on its probe"
     return "flex", f"compiled FlexAttention (torch {torch.__version__}, {torch.cuda.get_device_name(device_index)})"
-
-
-def entropy_errors(torch, dtype, device="cpu", *, logit_range: bool = False, rows: int = 200, keys: int = 256,
-                   d_k: int = 64, seed: int = 1) -> dict:
-    """The flex backend's entropy and lse against float64 (the chunked backend on the same rounded
-    inputs) over rows from uniform to frozen: row r's query is one random direction of norm √d_k
-    times α_r, α = 0 then 10⁻² … 10³ (log-spaced); k, v: (1, 1, keys, d_k) standard normal.
-    ``logit_range``: ask for the logit range too, which brackets the entropy (see Precision).
-
-    Returns {"alpha", "entropy", "lse" (float64 references), "entropy_error", "lse_error"} as lists of
-    ``rows`` floats, and "worst": the largest |Δentropy| / (1 + |lse|), the c of the Precision bound.
-    """
-    from attnscale.torch.functional import attention
-
-    g = torch.Generator().manual_seed(seed)
-    u = torch.randn(rows, d_k, generator=g, dtype=torch.float64)
-    u = u / u.norm(dim=-1, keepdim=True) * math.sqrt(d_k)
-    alpha = torch.cat([torch.zeros(1, dtype=torch.float64), torch.logspace(-2, 3, rows - 1, dtype=torch.float64)])
-    q = (u * alpha[:, None])[None, None]                                          # (1, 1, rows, d_k)
-    k, v = (torch.randn(1, 1, keys, d_k, generator=g, dtype=torch.float64) for _ in range(2))
-    q, k, v = (x.to(device=device, dtype=dtype) for x in (q, k, v))
-    with torch.no_grad():
-        _, ours = attention(q, k, v, backend="flex", return_stats=True, logit_range=logit_range, check_finite=False)
-        _, exact = attention(q.double(), k.double(), v.double(), backend="chunked", return_stats=True,
-                             check_finite=False)
-    ref_h, ref_lse = exact.entropy.reshape(-1).cpu(), exact.lse.reshape(-1).cpu()
-    dh = (ours.entropy.reshape(-1).cpu().double() - ref_h).abs()
-    dlse = (ours.lse.reshape(-1).cpu().double() - ref_lse).abs()
-    return {"alpha": alpha.tolist(), "entropy": ref_h.tolist(), "lse": ref_lse.tolist(),
-            "entropy_error": dh.tolist(), "lse_error": dlse.tolist(),
-            "worst": float((dh / (1 + ref_lse.abs())).max())}

@@ -1,0 +1,14 @@
+"""The backends of :func:`attnscale.torch.attention`, one module each (:mod:`attnscale.torch.functional`
+says what each costs and how exact it is, and chooses): ``"kernel"``, ``"composed"``, ``"chunked"``,
+``"flex"``; and the problem every one reads (:mod:`.problem`). Each runner is a function
+``(torch, p: Problem, logit_range) -> (out, lse, entropy, max_logit, min_logit)``, (B, H_q, L[, d_v]).
+"""
+
+from attnscale.torch.backends.chunked import run_chunked
+from attnscale.torch.backends.composed import run_composed
+from attnscale.torch.backends.flex import run_flex
+from attnscale.torch.backends.kernel import run_kernel
+
+__all__ = ["RUNNERS"]
+
+RUNNERS = {"kernel": run_kernel, "composed": run_composed, "chunked": run_chunked, "flex": run_flex}
