@@ -327,19 +327,24 @@ def _first_key_weight(torch, p: Problem, lse):
     if p.k.shape[-2] == 0:                      # no key 0: every row attends nothing
         return torch.full((B, H, L), math.nan, dtype=lse.dtype, device=lse.device)
     with torch.no_grad():
-        k0 = p.k[:, :, :1].repeat_interleave(H // p.k.shape[1], dim=1)               # (B, H_q, 1, d_k)
-        s = p.scale * (p.q.to(lse.dtype) @ k0.to(lse.dtype).transpose(-2, -1))[..., 0]
+        # q̂ · k̂_0 as a product and a sum over d_k, each query head against its KV head by
+        # broadcasting (no repeated keys, no batched matmul: a few small ops, as the monitor calls it
+        # on every attention call).
+        H_kv, d = p.k.shape[1], p.q.shape[-1]
+        q = p.q if p.q.dtype == lse.dtype else p.q.to(lse.dtype)
+        k0 = p.k[:, :, 0].to(lse.dtype) * p.scale                                            # (B, H_kv, d_k), small
+        s = (q.reshape(B, H_kv, H // H_kv, L, d) * k0[:, :, None, None]).sum(-1).reshape(B, H, L)
         if p.softcap:
             s = p.softcap * torch.tanh(s / p.softcap)
         if p.bias is not None:
             s = s + p.bias[:, :, :, 0]
         attended = None if p.mask is None else p.mask[:, :, :, 0]
-        if p.alignment is not None:             # row i attends key 0 when 0 ≤ i + offset
+        if p.alignment is not None and p.causal_offset < 0:   # row i attends key 0 when 0 ≤ i + offset
             reach = torch.arange(L, device=s.device) + p.causal_offset >= 0
             attended = reach if attended is None else attended & reach
         if attended is not None:
             s = s.masked_fill(~attended, -math.inf)
-        return torch.exp(s - lse.detach())
+        return (s - lse).exp_()
 
 
 def _check_graph(torch, inputs, out, backend: str) -> None:
