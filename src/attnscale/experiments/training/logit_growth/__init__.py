@@ -18,8 +18,8 @@ The model's attention (PyTorch SDPA) runs inside :class:`attnscale.torch.Monitor
 training step's per-head max logit (it feeds the guard) and the layer-0 max logit over the
 validation batches that is logged. It runs in :data:`MONITOR_MODE` "replace": the fused kernel
 computes the model's attention, forward and backward, and its figures in the same pass
-(``benchmarks/monitor_replace.py``: 1.19× a plain step, where "observe", bit-for-bit plain
-training plus one extra forward per call, costs 1.29×). Outputs equal SDPA's to rounding, not
+(cheaper than "observe", bit-for-bit plain training plus one extra forward per call: the README's
+``benchmarks/monitor_replace.py`` table). Outputs equal SDPA's to rounding, not
 bit-for-bit.
 
 LR sensitivity, as the paper defines it: E over the learning rates of [min(ℓ(lr), ℓ₀) − min_lr ℓ(lr)],
