@@ -93,7 +93,8 @@ class InterfaceCall:
                 return f"its {name} is a {type(x).__name__}, not a tensor"
         extra = [k for k in _UNREADABLE_KWARGS if self.kwargs.get(k) is not None]
         if extra:
-            return f"its eager function takes {', '.join(extra)} (an extra learned logit per head), which SDPA cannot"
+            return (f"its eager function takes {', '.join(extra)} (a learned sink logit per head in the softmax), which "
+                    "q, k, scale and mask do not hold")
         return None
 
     def sdpa_arguments(self) -> dict:

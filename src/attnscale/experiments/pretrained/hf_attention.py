@@ -1,46 +1,47 @@
-"""Run a Hugging Face model through an attention function of ours: see each call, or turn its scale.
+"""Run a Hugging Face model with its own eager attention and see each call, or turn its scale: what
+the probe and the rescale read of a model, through the same ride on transformers' attention
+interface as the monitor's (:mod:`attnscale.torch.hf_interface`: one reading of a call, one refusal of
+what cannot be rebuilt from it).
 
-Hugging Face models (BERT, Llama and most others since transformers 4.48) compute attention through
-one dispatch: ``ALL_ATTENTION_FUNCTIONS.get_interface(config._attn_implementation, eager)``, called
-*after* the rotary embedding and with the model's own mask and ``scaling``. We register one more
-implementation, :data:`IMPLEMENTATION`, which calls the model's own eager function (the one in its
-modeling module); :func:`attention_calls` switches a model to it for its duration and meanwhile
+:func:`attention_calls` switches the model to :data:`IMPLEMENTATION` for its duration (the module's own
+eager function under a name of ours, with eager's mask: so it builds eager's additive float mask and
+its attention returns the probabilities), rides the attention interface, and for each call
 
 * multiplies ``scaling`` by ``alpha`` (the scale intervention), and
-* hands each call to ``on_call`` as an :class:`AttentionCall`: q and k exactly as the softmax sees
-  them (after RoPE, after a QK-norm), the additive mask the model passed, the scale used, what else
-  its eager function adds to the logits (T5's relative ``position_bias``) or does to them (Gemma 2's
+* hands it to ``on_call`` as an :class:`AttentionCall`: q and k exactly as the softmax sees them
+  (after RoPE, after a QK-norm), the additive mask the model passed, the scale used, what else its
+  eager function adds to the logits (T5's relative ``position_bias``) or does to them (Gemma 2's
   ``softcap``: cap·tanh(logit/cap), before the mask), and the probabilities the model computed from
   them (its eager attention, so ``output_attentions`` holds the same maps).
 
-An option this module does not carry into the call (a learned sink logit per head, as in GPT-OSS) is
-refused with :class:`UnsupportedAttention`, naming the model type and the option, before any figure
+A call whose logits carry more than that (:meth:`~attnscale.torch.hf_interface.InterfaceCall.unreadable`:
+a learned sink logit per head, as GPT-OSS's, and the like; the monitor refuses the same calls) is
+refused with :class:`UnsupportedAttention`, naming the model type and the reason, before any figure
 is made; a model whose attention does not go through the interface at all is refused the same way.
 
 With ``alpha = 1`` the model computes exactly what ``attn_implementation="eager"`` computes (a test
-checks its outputs bit for bit). The mask function registered beside it is the eager one, so the
-model builds the same additive float mask (0 = attend, the dtype's minimum = masked).
+checks its outputs bit for bit).
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
-import sys
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from attnscale.errors import InputError, require
+from attnscale.torch.hf_interface import InterfaceCall, riding
+from attnscale.torch.sdpa_mask import MASKED_BELOW
 
 __all__ = ["IMPLEMENTATION", "AttentionCall", "UnsupportedAttention", "register", "attention_calls"]
 
+# The implementation a model is switched to while its calls are read: the module's own eager function,
+# registered under a name of ours, since some models' "eager" bypasses the attention interface
+# (GPT-2 with reorder_and_upcast_attn calls its own method) where any other name goes through it.
 IMPLEMENTATION = "attnscale_eager"
 
-# An additive mask entry at or below this masks its key (the value the capture of SDPA calls uses).
-MASKED_BELOW = -1.0e4
-# Module attributes of an attention whose logits this capture cannot rebuild, and what they are.
-UNSUPPORTED_ATTRIBUTES = {"sinks": "a learned sink logit per head in the softmax (module.sinks)"}
 # Names of cross-attention modules (queries from the decoder, keys from the encoder).
 CROSS_ATTENTION_NAMES = ("encdecattention", "encoder_attn", "crossattention", "cross_attn")
 
@@ -86,82 +87,84 @@ class AttentionCall:
         return mask.expand(B, mask.shape[1], L, S)
 
 
-_STATE: contextvars.ContextVar = contextvars.ContextVar("attnscale_attention", default=None)
-
-
-@dataclass
-class _State:
-    alpha: float
-    on_call: Callable[[AttentionCall], None] | None
-    names: dict[int, str]
-
-
 def _model_eager(module) -> Callable:
     """The eager attention function of the module's own modeling file (Llama's repeats the key/value
     heads and takes the softmax in float32; BERT's does neither)."""
+    import sys
+
     fn = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
     if fn is None:
-        raise UnsupportedAttention(f"model: {_model_type(module)} is not supported: {type(module).__name__} has no "
-                                   "eager_attention_forward in its modeling module to compute the probabilities with")
+        config = getattr(module, "config", None)
+        raise UnsupportedAttention(f"model: {getattr(config, 'model_type', None) or type(module).__name__} is not "
+                                   f"supported: {type(module).__name__} has no eager_attention_forward in its "
+                                   "modeling module to compute the probabilities with")
     return fn
 
 
-def _model_type(module) -> str:
-    config = getattr(module, "config", None)
-    return getattr(config, "model_type", None) or type(module).__name__
-
-
-def _attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    state = _STATE.get()
-    for attribute, what in UNSUPPORTED_ATTRIBUTES.items():
-        if getattr(module, attribute, None) is not None:
-            raise UnsupportedAttention(f"model: {_model_type(module)} is not supported: its attention has {what}, "
-                                       "which the probe cannot rebuild from q, k, scale and mask")
-    if scaling is None:
-        scaling = query.shape[-1] ** -0.5
-    if state is not None:
-        scaling = scaling * state.alpha
-    output, weights = _model_eager(module)(module, query, key, value, attention_mask, scaling=scaling,
-                                           dropout=dropout, **kwargs)
-    if state is not None and state.on_call is not None:
-        name = state.names.get(id(module), type(module).__name__)
-        bias, softcap = kwargs.get("position_bias"), kwargs.get("softcap")
-        state.on_call(AttentionCall(
-            name=name, q=query.detach(), k=key.detach(),
-            mask=None if attention_mask is None else attention_mask.detach(), scale=float(scaling),
-            weights=weights.detach(), bias=None if bias is None else bias.detach(),
-            softcap=None if softcap is None else float(softcap),
-            qk_norm=getattr(module, "q_norm", None) is not None and getattr(module, "k_norm", None) is not None,
-            cross=any(part in name.lower() for part in CROSS_ATTENTION_NAMES)))
-    return output, weights
+def _eager(module, query, key, value, attention_mask, *args, **kwargs):
+    """:data:`IMPLEMENTATION`: the module's own eager function, as ``attn_implementation="eager"`` runs it."""
+    return _model_eager(module)(module, query, key, value, attention_mask, *args, **kwargs)
 
 
 def register() -> str:
-    """Register :data:`IMPLEMENTATION` with transformers (idempotent); returns its name, to pass as
-    ``attn_implementation`` when loading a model."""
+    """Register :data:`IMPLEMENTATION` with transformers (idempotent), with eager's mask function (the
+    additive float mask: 0 = attend, the dtype's minimum = masked); returns its name."""
     require("torch", "probe")
     transformers = require("transformers", "probe")
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask
 
-    transformers.AttentionInterface.register(IMPLEMENTATION, _attention)
+    transformers.AttentionInterface.register(IMPLEMENTATION, _eager)
     ALL_MASK_ATTENTION_FUNCTIONS.register(IMPLEMENTATION, eager_mask)
     return IMPLEMENTATION
 
 
+def _handler(model_type: str, alpha: float, on_call, names: dict[int, str]):
+    """The ride's handler: each call of the model's modules (``names``) refused when it cannot be
+    rebuilt, run by the model's own eager function with its scale × ``alpha``, and handed to
+    ``on_call``; another model's calls pass untouched."""
+
+    def handle(call: InterfaceCall):
+        if id(call.module) not in names:
+            return call.run()
+        why = call.unreadable()
+        if why is not None:
+            raise UnsupportedAttention(f"model: {model_type} is not supported: {why}")
+        scaling = call.kwargs.get("scaling")
+        scaling = (call.query.shape[-1] ** -0.5 if scaling is None else scaling) * alpha
+        output, weights = dataclasses.replace(call, kwargs={**call.kwargs, "scaling": scaling}).run()
+        if weights is None:
+            raise UnsupportedAttention(f"model: {model_type}: its attention returned no probabilities (another "
+                                       "monitor in replace mode answered the call?); the probe needs them")
+        if on_call is not None:
+            module = call.module
+            name = names.get(id(module), type(module).__name__)
+            bias, softcap = call.kwargs.get("position_bias"), call.kwargs.get("softcap")
+            mask = call.attention_mask
+            on_call(AttentionCall(
+                name=name, q=call.query.detach(), k=call.key.detach(), mask=None if mask is None else mask.detach(),
+                scale=float(scaling), weights=weights.detach(), bias=None if bias is None else bias.detach(),
+                softcap=None if softcap is None else float(softcap),
+                qk_norm=getattr(module, "q_norm", None) is not None and getattr(module, "k_norm", None) is not None,
+                cross=any(part in name.lower() for part in CROSS_ATTENTION_NAMES)))
+        return output, weights
+
+    return handle
+
+
 @contextlib.contextmanager
 def attention_calls(model, *, alpha: float = 1.0, on_call: Callable[[AttentionCall], None] | None = None):
-    """While active, every attention call of ``model`` (a Hugging Face model) runs through
-    :data:`IMPLEMENTATION` with its scale multiplied by ``alpha`` and is passed to ``on_call``; the
-    model's own attention implementation is restored afterwards."""
+    """While active, every attention call of ``model`` (a Hugging Face model) runs through the model's
+    own eager function (:data:`IMPLEMENTATION`) with its scale multiplied by ``alpha`` and is passed
+    to ``on_call``; the model's own attention implementation is restored afterwards."""
     register()
     config = getattr(model, "config", None)
     before = getattr(config, "_attn_implementation", None)
     if before is None or not hasattr(model, "set_attn_implementation"):
         raise InputError(f"model: expected a Hugging Face PreTrainedModel, got {type(model).__name__}")
+    model_type = getattr(config, "model_type", None) or type(model).__name__
     refused = UnsupportedAttention(
-        f"model: {getattr(config, 'model_type', None) or type(model).__name__} is not supported: its attention "
-        f"({type(model).__name__}) does not go through transformers' attention interface, so its q, k and "
-        "scale cannot be captured")
+        f"model: {model_type} is not supported: its attention ({type(model).__name__}) does not go through "
+        "transformers' attention interface, so its q, k and scale cannot be captured")
     can_set = getattr(model, "_can_set_attn_implementation", None)
     if before != IMPLEMENTATION:
         if can_set is not None and not can_set():          # asked anyway, transformers would log a warning
@@ -170,10 +173,9 @@ def attention_calls(model, *, alpha: float = 1.0, on_call: Callable[[AttentionCa
         if model.config._attn_implementation != IMPLEMENTATION:
             raise refused
     names = {id(m): name for name, m in model.named_modules()}
-    token = _STATE.set(_State(alpha=float(alpha), on_call=on_call, names=names))
     try:
-        yield
+        with riding(_handler(model_type, float(alpha), on_call, names)):
+            yield
     finally:
-        _STATE.reset(token)
         if before != IMPLEMENTATION:
             model.set_attn_implementation(before)
