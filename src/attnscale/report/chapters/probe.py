@@ -145,7 +145,7 @@ def _scale_text(scale: float, d_k: int) -> str:
 
 
 def scale_text(rule: dict, lang: str) -> str:
-    """One layer's recorded scale in words (``rule``: probe_run.scale_rule's dict): its value, what it
+    """One layer's recorded scale in words (``rule``: pretrained.probe.run.scale_rule's dict): its value, what it
     is in terms of d_k, and a QK-norm or a soft-cap when the layer has one."""
     value = f"{rule['value']:.4g}"
     words = {"1/sqrt(d_k)": lambda: _("{value} = 1/√{d_k}", lang, value=value, d_k=rule["d_k"]),
