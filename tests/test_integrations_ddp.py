@@ -1,9 +1,10 @@
-"""The Lightning callback where training runs in several processes: a real Lightning ``Trainer`` with
-``strategy="ddp"``, 2 processes on CPU (gloo; this file run as a script, Lightning starting the
-second rank), the project's GPT, gradient accumulation and QK-clip. Each optimiser step's figures are
-combined over both ranks before they are logged and before the guard clips, so both ranks hold the
-same combined figures (bit for bit) and the same clipped weights, the calls and rows are both
-ranks', and rank 0's logger gets the documented keys."""
+"""Both trainer callbacks where training runs in several processes, 2 on CPU (gloo), with gradient
+accumulation and QK-clip: a real Lightning ``Trainer`` with ``strategy="ddp"`` (this file run as a
+script, Lightning starting the second rank) on the project's GPT, and a real Hugging Face ``Trainer``
+under ``torchrun`` on a tiny Llama. Each optimiser step's figures are combined over both ranks before
+they are logged and before the guard clips, so both ranks hold the same combined figures (bit for
+bit) and the same clipped weights, the calls and rows are both ranks', and the logs get the
+documented keys."""
 
 import csv
 import json
@@ -61,6 +62,35 @@ def train(out: Path, tau: float) -> None:
         "metrics": str(trainer.logger.experiment.metrics_file_path) if trainer.global_rank == 0 else None}))
 
 
+def train_transformers(out: Path, tau: float) -> None:
+    """One rank of the Hugging Face run (torchrun starts both)."""
+    import transformers
+
+    from attnscale.integrations.transformers import AttentionHealthCallback
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=50, hidden_size=32, num_hidden_layers=LAYERS, num_attention_heads=4,
+                                      num_key_value_heads=2, intermediate_size=64, attn_implementation="sdpa")
+    model = transformers.LlamaForCausalLM(config)
+    ids = torch.randint(0, 50, (WORLD * BATCH * ACCUMULATE * STEPS, SEQ), generator=torch.Generator().manual_seed(1))
+    args = transformers.TrainingArguments(output_dir=str(out), max_steps=STEPS, logging_steps=1, learning_rate=0.05,
+                                          per_device_train_batch_size=BATCH, gradient_accumulation_steps=ACCUMULATE,
+                                          report_to="none", use_cpu=True, ddp_backend="gloo", save_strategy="no",
+                                          disable_tqdm=True)
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=[{"input_ids": r, "labels": r} for r in ids])
+    callback = AttentionHealthCallback(trainer, tau=tau, mode="replace")
+    trainer.add_callback(callback)
+    trainer.train()
+    last = callback.watch.last
+    rank = torch.distributed.get_rank()
+    logged = sorted({k for e in trainer.state.log_history for k in e if k.startswith("attn/")})
+    (out / f"hf{rank}.json").write_text(json.dumps({
+        "step": last.step, "calls": last.calls,
+        "heads": [[h.layer, h.head, h.rows, h.rows_single, h.entropy_sum, h.max_logit] for h in last.heads],
+        "clips": callback.watch.guard.clips, "logged": logged,
+        "weights": [p.detach().double().flatten().tolist() for p in model.parameters()]}))
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -94,5 +124,24 @@ def test_the_lightning_callback_combines_both_ddp_ranks_before_it_logs_and_clips
     assert float(last["attn/calls"]) == WORLD * ACCUMULATE * LAYERS
 
 
+@pytest.mark.slow
+def test_the_transformers_callback_combines_both_ddp_ranks_before_it_logs_and_clips(tmp_path):
+    pytest.importorskip("transformers")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(WORLD),
+                           "--master_port", str(free_port()), __file__, str(tmp_path), "1e-4", "transformers"],  # its logits are small
+                          env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"hf{r}.json").read_text()) for r in range(WORLD)]
+    assert ranks[0]["heads"] == ranks[1]["heads"] and ranks[0]["weights"] == ranks[1]["weights"]
+    assert ranks[0]["clips"] == ranks[1]["clips"] > 0
+    assert ranks[0]["step"] == STEPS and ranks[0]["calls"] == WORLD * ACCUMULATE * LAYERS
+    sequences = WORLD * ACCUMULATE * BATCH
+    assert {(rows, single) for _, _, rows, single, _, _ in ranks[0]["heads"]} == {(sequences * (SEQ - 1), sequences)}
+    layers = [f"model.layers.{i}.self_attn" for i in range(LAYERS)]
+    assert {"attn/calls", "attn/clipped_heads"} | {f"attn/{layer}/head{h}/max_logit" for layer in layers
+                                                   for h in range(4)} <= set(ranks[0]["logged"])
+
+
 if __name__ == "__main__":
-    train(Path(sys.argv[1]), float(sys.argv[2]))
+    (train_transformers if sys.argv[3:] == ["transformers"] else train)(Path(sys.argv[1]), float(sys.argv[2]))
