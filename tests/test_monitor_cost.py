@@ -197,3 +197,27 @@ def test_steps_every_leaves_alone_have_no_hook_and_no_mode(gpt):
     assert hooks() == 0
     measured = (len(list(model.modules())) + 1, 1)
     assert seen == [measured, (0, 0), measured, (0, 0)]
+
+
+def test_the_padding_hook_leaves_with_the_paused_steps_too(gpt):
+    """A model whose forward takes an attention_mask gets the monitor's padding pre-hook on measured
+    steps only: the steps every=N leaves alone run with no hook of the monitor's."""
+    model, tokens = gpt
+
+    class Wrapped(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = model
+
+        def forward(self, x, attention_mask=None):
+            return self.inner(x)
+
+    wrapped = Wrapped()
+    seen = []
+    with torch.no_grad(), Monitor(wrapped, every=2) as mon:
+        pre = lambda: sum(h == mon._read_padding for h in wrapped._forward_pre_hooks.values())  # noqa: E731
+        for s in range(4):
+            seen.append(pre())
+            wrapped(tokens, attention_mask=torch.ones_like(tokens))
+            mon.step(s)
+    assert seen == [1, 0, 1, 0] and pre() == 0

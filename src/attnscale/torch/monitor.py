@@ -284,6 +284,7 @@ class Monitor:
         self._mask_cache: tuple[Any, int, tuple[Any, Any, bool]] | None = None   # see _split_mask
         self._model = model
         self._query_valid = None                      # (B, L) bool: the forward's real tokens (attention_mask)
+        self._padding_modules: list = []              # the modules whose forward takes an attention_mask
         self._padding_hooks: list = []
         self._capture = capture_sdpa(model, store=False, on_call=self.observe,
                                      replace=self.replace if mode == "replace" else None)
@@ -292,17 +293,35 @@ class Monitor:
 
     def __enter__(self) -> Monitor:
         self._capture.__enter__()
-        self._padding_hooks = _padding_hooks(self._model, self._read_padding)
+        self._padding_modules = _padding_modules(self._model)
+        self._hook_padding()
         if self._steps_closed % self._every:
-            self._capture.pause()
+            self._pause()
         return self
 
     def __exit__(self, *exc) -> None:
+        self._remove_padding_hooks()
+        self._capture.__exit__(*exc)
+        self.close(warn=exc[0] is None)               # no warning on top of an error
+
+    def _pause(self) -> None:
+        """The steps every=N leaves alone: no capture and no padding hook (nothing runs per call or forward)."""
+        self._capture.pause()
+        self._remove_padding_hooks()
+
+    def _resume(self) -> None:
+        if not self._padding_hooks:
+            self._hook_padding()
+        self._capture.resume()
+
+    def _hook_padding(self) -> None:
+        self._padding_hooks = [(m, m.register_forward_pre_hook(self._read_padding, with_kwargs=True))
+                               for m in self._padding_modules]
+
+    def _remove_padding_hooks(self) -> None:
         for _, hook in self._padding_hooks:
             hook.remove()
         self._padding_hooks, self._query_valid = [], None
-        self._capture.__exit__(*exc)
-        self.close(warn=exc[0] is None)               # no warning on top of an error
 
     def _read_padding(self, module, args, kwargs) -> None:
         """A forward pre-hook: the ``attention_mask`` (B, L) of 0/1 (or bool) the outermost module
@@ -347,9 +366,9 @@ class Monitor:
         measured = self._steps_closed % self._every == 0
         self._steps_closed += 1
         if self._steps_closed % self._every == 0:
-            self._capture.resume()
+            self._resume()
         else:
-            self._capture.pause()
+            self._pause()
         if not measured:
             return Step(step=int(global_step), calls=0, fallbacks={}, heads=[], measured=False)
         heads = []
@@ -593,27 +612,25 @@ _DISAGREE = ("its eager output differs from the rebuilt attention beyond roundin
              "that computes more than softmax(cap(scaling·q·kᵀ) + mask)·v)")
 
 
-def _padding_hooks(model, hook) -> list:
-    """(module, handle) of forward pre-hooks (``hook(module, args, kwargs)``) on the modules of
-    ``model`` whose forward takes an ``attention_mask`` (a Hugging Face model and its base model, a
-    LightningModule wrapping one ...), outermost first, so that the monitor knows which query rows
-    are padding. None on a compiled model (a hook added to it would recompile its graph) or without
-    a model."""
+def _padding_modules(model) -> list:
+    """The modules of ``model`` whose forward takes an ``attention_mask`` (a Hugging Face model and
+    its base model, a LightningModule wrapping one ...), outermost first: where the monitor reads
+    which query rows are padding. None on a compiled model (a hook added to it would recompile its
+    graph) or without a model."""
     import inspect
 
     torch = require("torch", "torch")
     if model is None or getattr(model, "_compiled_call_impl", None) is not None or \
             isinstance(model, getattr(torch._dynamo.eval_frame, "OptimizedModule", ())):
         return []
-    hooks = []
+    found = []
     for module in model.modules():
         try:
-            takes = "attention_mask" in inspect.signature(module.forward).parameters
+            if "attention_mask" in inspect.signature(module.forward).parameters:
+                found.append(module)
         except (TypeError, ValueError):
-            takes = False
-        if takes:
-            hooks.append((module, module.register_forward_pre_hook(hook, with_kwargs=True)))
-    return hooks
+            continue
+    return found
 
 
 def _scale_rule(scale, softcap: float):
