@@ -96,7 +96,7 @@ class TinyGPTModule:
     """Built in the test (lightning imported there): the project's GPT as a LightningModule."""
 
     @staticmethod
-    def make(lightning):
+    def make(lightning, lr: float = 0.1, context: int = 8, n_layers: int = 2):
         from attnscale.experiments.training.gpt import GPT, GPTConfig
         from attnscale.scales import InverseSqrtDk
 
@@ -104,8 +104,8 @@ class TinyGPTModule:
             def __init__(self):
                 super().__init__()
                 torch.manual_seed(0)
-                self.gpt = GPT(GPTConfig(vocab=13, context=8, d_model=16, n_layers=2, d_k=8), InverseSqrtDk(),
-                               figures=False)
+                self.gpt = GPT(GPTConfig(vocab=13, context=context, d_model=16, n_layers=n_layers, d_k=8),
+                               InverseSqrtDk(), figures=False)
 
             def training_step(self, x, batch_idx):
                 loss = torch.nn.functional.cross_entropy(self.gpt(x)[:, :-1].flatten(0, 1), x[:, 1:].flatten())
@@ -113,7 +113,7 @@ class TinyGPTModule:
                 return loss
 
             def configure_optimizers(self):
-                return torch.optim.SGD(self.parameters(), lr=0.1)
+                return torch.optim.SGD(self.parameters(), lr=lr)
 
         return Module()
 

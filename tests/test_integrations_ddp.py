@@ -25,24 +25,8 @@ def train(out: Path, tau: float) -> None:
     """One rank of the run (Lightning starts the other with this same command line)."""
     import lightning.pytorch as lightning
 
-    from attnscale.experiments.training.gpt import GPT, GPTConfig
     from attnscale.integrations.lightning import AttentionHealthCallback
-    from attnscale.scales import InverseSqrtDk
-
-    class Module(lightning.LightningModule):
-        def __init__(self):
-            super().__init__()
-            torch.manual_seed(0)
-            self.gpt = GPT(GPTConfig(vocab=13, context=SEQ, d_model=16, n_layers=LAYERS, d_k=8), InverseSqrtDk(),
-                           figures=False)
-
-        def training_step(self, x, batch_idx):
-            loss = torch.nn.functional.cross_entropy(self.gpt(x)[:, :-1].flatten(0, 1), x[:, 1:].flatten())
-            self.log("loss", loss)
-            return loss
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.5)
+    from test_integrations import TinyGPTModule        # this file's folder: tests/
 
     data = torch.utils.data.DataLoader(torch.randint(0, 13, (WORLD * BATCH * ACCUMULATE * STEPS, SEQ),
                                                      generator=torch.Generator().manual_seed(1)), batch_size=BATCH)
@@ -51,7 +35,7 @@ def train(out: Path, tau: float) -> None:
                                 accelerator="cpu", devices=WORLD, strategy="ddp",
                                 logger=lightning.loggers.CSVLogger(str(out)), callbacks=[callback],
                                 enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
-    module = Module()
+    module = TinyGPTModule.make(lightning, lr=0.5, context=SEQ, n_layers=LAYERS)
     trainer.fit(module, data)
     last = callback.watch.last
     (out / f"rank{trainer.global_rank}.json").write_text(json.dumps({
