@@ -18,10 +18,7 @@ def log_keys(step, clips=None, per_head: bool = True) -> dict[str, float]:
     :class:`~attnscale.torch.guard.Clip` or None without a guard) → {key: number}; non-finite
     figures left out (a NaN or an overflowed +inf breaks some loggers' charts)."""
     out: dict[str, float] = {"attn/calls": float(step.calls)}
-    layers: dict[str, list] = {}
-    for h in step.heads:
-        layers.setdefault(h.layer, []).append(h)
-    for layer, heads in layers.items():
+    for layer, heads in step.by_layer().items():
         groups = [(f"attn/{layer}", pooled_figures(heads))]
         if per_head:
             groups += [(f"attn/{layer}/head{h.head}", {f: getattr(h, f) for f in FIGURES}) for h in heads]

@@ -88,6 +88,13 @@ class Step:
     heads: list                # list[HeadFigures], layers in the order first seen
     measured: bool = True      # False: a step that every=N left to the model (no calls, no heads)
 
+    def by_layer(self) -> dict[str, list]:
+        """{layer: its HeadFigures}, layers in the order first seen."""
+        layers: dict[str, list] = {}
+        for h in self.heads:
+            layers.setdefault(h.layer, []).append(h)
+        return layers
+
     def to_json(self) -> dict:
         """Strict JSON data (each head's fields and its ``saturated_fraction``): a figure that does
         not exist is null, with ``why_null`` beside it — in the head for what is the head's own, once

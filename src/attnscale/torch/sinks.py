@@ -84,12 +84,10 @@ class TensorBoardSink:
 
     def write(self, step) -> None:
         """step: a :class:`~attnscale.torch.monitor_records.Step`; a figure that does not exist (NaN) is left out."""
-        layers: dict[str, list] = {}
         for h in step.heads:
-            layers.setdefault(h.layer, []).append(h)
             for name in FIGURES:
                 self._scalar(f"{name}/{h.layer}/head{h.head}", getattr(h, name), step.step)
-        pooled = [(f"{layer}/layer", pooled_figures(heads)) for layer, heads in layers.items()]
+        pooled = [(f"{layer}/layer", pooled_figures(heads)) for layer, heads in step.by_layer().items()]
         if step.heads:
             pooled.append(("model", pooled_figures(step.heads)))
         for where, figures in pooled:
