@@ -15,6 +15,8 @@ sentence is chosen and filled by the analysis' figures, by the small pure functi
 
 from __future__ import annotations
 
+import statistics
+
 from attnscale.i18n import N_, _
 from attnscale.report.html import Markup, Verbatim, esc, para, table
 from attnscale.report.narrow import legend_columns
@@ -255,12 +257,9 @@ def optimisers_sentence(verdicts: list, d_k: int, lang: str, rule: str = "unscal
 def decided_ratio(v: dict) -> float | None:
     """The steps ratio behind a verdict: the median over the seeds whose own verdict is the one shown
     (the verdict follows the worse seed on a tie, so the median of all seeds may read otherwise)."""
-    ratios = sorted(s["steps_ratio"] for s in v.get("per_seed", []) if s["verdict"] == v["verdict"]
-                    and s["steps_ratio"] is not None)
-    if not ratios:
-        return None
-    mid = len(ratios) // 2
-    return ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
+    ratios = [s["steps_ratio"] for s in v.get("per_seed", []) if s["verdict"] == v["verdict"]
+              and s["steps_ratio"] is not None]
+    return statistics.median(ratios) if ratios else None
 
 
 def _bad_at_own_best(verdicts: list, optimiser: str, reference: str) -> tuple[list[str], list[int]]:
