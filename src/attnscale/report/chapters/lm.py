@@ -5,8 +5,8 @@ the verdicts say (where a rule does not reach the target, each optimiser at the 
 and how many verdicts of each kind), where each optimiser's 1/√d_k reference ends against the n-gram
 baselines (a caveat when it does not beat the trigram: those verdicts then describe early training),
 the verdict table (rule × d_k × setting: a coloured mark, the steps ratio of the seeds that decided
-it, each seed when they disagree, a rule's own best rate at the grid's edge), and validation bits per
-byte against the step. Then the set-up, the baselines, the reference's best rates and whether they
+it, marks where it changes with the target or the budget, each seed when they disagree, a rule's own
+best rate at the grid's edge), which verdicts hold, and validation bits per byte against the step. Then the set-up, the baselines, the reference's best rates and whether they
 lie inside the grids, whether the seeds agree and the verdicts halfway through are the same, the
 learning-rate sensitivity and what each optimiser shows, final loss against the rate, the largest
 |logit| and the mean row entropy against the step, the detailed table and greedy samples. Every
@@ -289,10 +289,54 @@ def glance_sentence(verdicts: list, reference: str, lang: str) -> str:
     return _(GLANCE_SENTENCES[glance_key(verdicts, reference)], lang, n=len(judged), counts=counts, **where)
 
 
+#: What the table marks of a verdict that does not hold (see robustness_sentence).
+FRAGILE_MARKS = {"robust_to_target": "†", "robust_to_budget": "‡"}
+#: The sentence under the verdict table, by (some verdict does not hold within the band of targets or
+#: the budgets, some verdict other than faster/learns holds): see robustness_key.
+ROBUSTNESS_SENTENCES = {
+    (False, False): N_("Every verdict holds for any target from {lo:g}× to {hi:g}× the reference's final loss and with half the steps, and no failing seed would reach the target within as many steps again at the rate of its last quarter; each of them is learns or faster."),
+    (False, True): N_("Every verdict holds for any target from {lo:g}× to {hi:g}× the reference's final loss and with half the steps, and no failing seed would reach the target within as many steps again at the rate of its last quarter; those other than learns or faster: {robust_bad}."),
+    (True, False): N_("{robust} of the {n} verdicts hold for any target from {lo:g}× to {hi:g}× the reference's final loss and with half the steps, and none of their failing seeds would reach the target within as many steps again at the rate of its last quarter; each of those is learns or faster. † marks the {target} verdicts that change within that range of targets, ‡ the {budget} that change with the budget: read those as undecided."),
+    (True, True): N_("{robust} of the {n} verdicts hold for any target from {lo:g}× to {hi:g}× the reference's final loss and with half the steps, and none of their failing seeds would reach the target within as many steps again at the rate of its last quarter; those other than learns or faster: {robust_bad}. † marks the {target} verdicts that change within that range of targets, ‡ the {budget} that change with the budget: read those as undecided."),
+}
+
+
+def _holds(v: dict) -> bool:
+    return v["robust_to_target"] is not False and v["robust_to_budget"] is not False
+
+
+def robustness_key(verdicts: list, reference: str) -> tuple[bool, bool]:
+    """The key of :data:`ROBUSTNESS_SENTENCES`: whether some verdict (the reference's own aside) does
+    not hold, whether some verdict other than GOOD holds."""
+    judged = [v for v in verdicts if v["rule"] != reference and v["verdict"]]
+    return (any(not _holds(v) for v in judged), any(_holds(v) and v["verdict"] not in GOOD for v in judged))
+
+
+def robustness_sentence(verdicts: list, band: list, reference: str, lang: str) -> str:
+    """Which verdicts hold for every target of ``band`` (factors of the reference's final loss) and
+    with another step budget, and what the table's marks say of the others."""
+    judged = [v for v in verdicts if v["rule"] != reference and v["verdict"]]
+    robust_bad = [_("{run} ({verdict})", lang, run=_label(v, lang), verdict=_(TRAINING_VERDICT_MARK[v["verdict"]], lang))
+                  for v in judged if _holds(v) and v["verdict"] not in GOOD]
+    return _(ROBUSTNESS_SENTENCES[robustness_key(verdicts, reference)], lang, lo=band[0], hi=band[1], n=len(judged),
+             robust=sum(_holds(v) for v in judged), robust_bad=_(" · ", lang).join(robust_bad),
+             target=sum(v["robust_to_target"] is False for v in judged),
+             budget=sum(v["robust_to_budget"] is False for v in judged))
+
+
+def collapse_sentence(a: dict, lang: str) -> str | None:
+    """How many runs collapsed to the uniform prediction, counted as diverged; None when none did."""
+    c = a.get("collapse") or {}
+    if not c.get("runs"):
+        return None
+    return _("{n} run(s) ended at the uniform prediction's {bpb:g} bits per byte (within {tol:g}), having learnt and lost it: they are counted as diverged from the step they reached it, in the grids and the verdicts.", lang, n=c["runs"], bpb=c["uniform_bpb"], tol=c["tol"])
+
+
 def _verdict_cell(v: dict, edge: bool, lang: str) -> Markup:
-    """A verdict in the glance table: its coloured mark, the steps ratio that decided it, the seeds'
-    split when they disagree (each seed's verdict and ratio), and a rule's own best rate when it is
-    the grid's edge (not bracketed: its optimum may lie beyond)."""
+    """A verdict in the glance table: its coloured mark, the steps ratio that decided it, the marks of
+    :data:`FRAGILE_MARKS` where it does not hold, the seeds' split when they disagree (each seed's
+    verdict and ratio), and a rule's own best rate when it is the grid's edge (not bracketed: its
+    optimum may lie beyond)."""
     if not v["verdict"]:
         return Markup(esc(_(VERDICT_PHRASES[None], lang)))
     mark = f'<span class="badge {VERDICT_BADGE[v["verdict"]]}">{esc(_(TRAINING_VERDICT_MARK[v["verdict"]], lang))}</span>'
@@ -300,6 +344,9 @@ def _verdict_cell(v: dict, edge: bool, lang: str) -> Markup:
     ratio = decided_ratio(v)
     if ratio is not None:
         parts.append(esc(f"×{number(ratio, '.2f')}"))
+    fragile = "".join(mark for key, mark in FRAGILE_MARKS.items() if v.get(key) is False)
+    if fragile:
+        parts.append(esc(fragile))
     if v["seeds_agreeing"] < v["seeds"]:
         seeds = _(" · ", lang).join(f"{_(TRAINING_VERDICT_MARK[s['verdict']], lang)}"
                                      + (f" ×{number(s['steps_ratio'], '.2f')}" if s["steps_ratio"] is not None else "")
@@ -334,6 +381,8 @@ def render(env, lang: str) -> str:
     glance = [p(glance_sentence(a["verdicts"], a["reference_rule"], lang))]
     glance += [p(reference_sentence(a, o, lang)) for o in OPTIMISERS]
     glance.append(glance_table(a, d_ks, rules, lang))
+    if "target_band" in a:
+        glance.append(p(robustness_sentence(a["verdicts"], a["target_band"], a["reference_rule"], lang)))
     glance.append(responsive_figure(lambda: _panels(a["curves"], d_ks, rules, [("valid_bpb", N_("validation bits per byte"), False)], lang,
                                                     base["rows"]), _("Validation bits per byte against the step, per d_k and rule", lang), _("AdamW at the rate best for 1/√d_k. "
                                                                                           "Line: mean over seeds; band: min to max; dotted: the n-gram baselines ({names}, top to bottom).", lang, names=names)))
@@ -352,6 +401,9 @@ def render(env, lang: str) -> str:
         parts.append(p(_("Not in this run (available with --rules): {rules}.", lang, rules=_("; ", lang, msgctxt="clauses").join(_rule(r, lang) for r in absent))))
     parts.append(p(_("Baselines computed from the same split, on the same validation bytes, by counting the training bytes ({smoothing}): {rows} bits per byte.", lang, smoothing=_("add-k smoothing, k chosen on the last tenth of the training part", lang), rows=_(", ", lang, msgctxt="list").join(
         _("{name} {bpb}", lang, name=_baseline_name(r, lang), bpb=number(r["bpb"], ".3f")) for r in base["rows"]))))
+    collapsed = collapse_sentence(a, lang)
+    if collapsed:
+        parts.append(p(collapsed))
     parts += [para(pretty(best_rate_sentence(a, o, lang))) for o in OPTIMISERS]
     parts.append(para(pretty(seeds_sentence(a["verdicts"], cfg["seeds"], a["reference_rule"], lang))))
     parts.append(para(pretty(halfway_sentence(a["verdicts"], a["halfway_step"], a["reference_rule"], lang))))

@@ -18,25 +18,29 @@ validation loss in bits per byte on fixed windows, the gradient norms reaching W
 and per layer and head the mean and minimum row entropy, the largest |logit| and the fraction of
 saturated rows (largest weight > :data:`~attnscale.softmax_rows.SATURATED_WEIGHT`), over the
 rows of a training batch that attend at least two keys (causal row 0 sees only itself). A NaN or inf
-loss ends the run as diverged, recorded with its step.
+loss ends the run as diverged, recorded with its step; the analysis also counts as diverged a run
+whose validation loss sits at the uniform prediction's 8 bits per byte to the end (a collapse).
 
 Verdict per rule × d_k × optimiser (:func:`analyse`), per seed against the 1/√d_k run of the same
 seed: *diverges*; *fails* (never within :data:`TARGET_FACTOR` × the reference's final validation
 loss); else the ratio of the steps each needs to get there: *learns* (≤ :data:`LIKE_RATIO`) or
 *slower*. The verdict shown is the seeds' most common one (a tie goes to the worse), with how many
-seeds agree. SGD is judged twice: at the rate best for 1/√d_k (``"sgd"``) and at the rule's own best
+seeds agree, and how far it holds: for which targets (exact, from the logs), with half the steps,
+and, for a fail, with as many again at the rate of its last quarter. SGD is judged twice: at the rate best for 1/√d_k (``"sgd"``) and at the rule's own best
 (``"sgd-own-best"``); the best rate of 1/√d_k must be inside the grid, which the analysis checks.
 
 The package, by job: :mod:`.config` (the constants, one run and the sweep's configuration),
 :mod:`.train` (one run's training), :mod:`.ngram_baselines` (the n-gram baselines on the sweep's text) and
+:mod:`.judging` (a run against the reference; how far a verdict holds: the targets, the budget) and
 :mod:`.analysis` (the learning-rate grids, the LR sensitivity, the verdicts, curves and samples).
 """
 
-from attnscale.experiments.training.lm.analysis import analyse, judge, lr_score
+from attnscale.experiments.training.lm.analysis import analyse, lr_score
 from attnscale.experiments.training.lm.ngram_baselines import baselines, beaten
 from attnscale.experiments.training.lm.config import (BACKEND, DEFAULT_RULES, KIND, LIKE_RATIO, OPTIMIZERS, PROGRESS_EVERY, PROMPT,
                                              REFERENCE_RULE, RULE_CHOICES, TARGET_FACTOR, VERDICTS, LMCell, LMConfig,
                                              LMRun)
+from attnscale.experiments.training.lm.judging import judge
 from attnscale.experiments.training.lm.train import train_cell
 
 __all__ = ["KIND", "RULE_CHOICES", "REFERENCE_RULE", "LMRun", "LMCell", "LMConfig", "train_cell", "analyse",

@@ -1,6 +1,8 @@
 """lm's analysis: from the runs to every figure the chapter and the table show (see :func:`analyse`):
 the learning-rate grids and each rule's best rate, the LR sensitivity (:func:`lr_score`,
-``training.lr_sensitivity``), the verdicts against 1/√d_k (:func:`judge`), the curves, the samples, the cost."""
+``training.lr_sensitivity``), the verdicts against 1/√d_k (:mod:`.judging`) and how far each holds, the
+curves, the samples, the cost. Every run is judged as :func:`~.judging.as_judged` gives it (a collapse to
+the uniform prediction is a divergence)."""
 
 from __future__ import annotations
 
@@ -9,10 +11,12 @@ import statistics
 
 from attnscale.experiments.training.lm.ngram_baselines import baselines, beaten
 from attnscale.experiments.training.lm.config import (LIKE_RATIO, REFERENCE_RULE, RULE_CHOICES, TARGET_FACTOR, LMCell, LMConfig)
+from attnscale.experiments.training.lm.judging import (COLLAPSE_TOL, TARGET_BAND, UNIFORM_BPB, as_judged, judge,
+                                                     steps_beyond, target_holds)
 from attnscale.experiments.training.common import capped_loss, lr_sensitivity, seeds_verdict, spread
 from attnscale.results import finite_or_none
 
-__all__ = ["analyse", "judge", "lr_score"]
+__all__ = ["analyse", "lr_score"]
 
 
 def lr_score(result: dict) -> float:
@@ -21,42 +25,28 @@ def lr_score(result: dict) -> float:
     return capped_loss(result["final_bpb"], result["init_bpb"] if result["init_bpb"] is not None else math.inf)
 
 
-def _steps_to(log: list[dict], target: float) -> int | None:
-    """The first logged step whose validation loss is at most ``target``; None if none is."""
-    return next((e["step"] for e in log if e["valid_bpb"] is not None and e["valid_bpb"] <= target), None)
+def _robustness(verdict: str | None, runs: dict, refs: dict, verdict_half: str | None, steps: int) -> dict:
+    """How far a verdict holds: the targets it holds for (:func:`~.judging.target_holds`), whether
+    that covers :data:`~.judging.TARGET_BAND`, and whether it holds with half the steps and, for a
+    fail, with as many again (no failing seed reaching the target within ``steps`` more at the rate
+    of its last quarter, :func:`~.judging.steps_beyond`). A seed's ``steps_beyond`` is None when its
+    loss did not fall in that quarter (it would not get there at that rate)."""
+    if verdict is None:
+        return {"target_holds": None, "robust_to_target": None, "steps_beyond": [], "robust_to_budget": None}
+    holds = target_holds(runs, refs)
+    lo, hi = TARGET_BAND
+    beyond = [{"seed": s, "steps": finite_or_none(b)} for s, run in sorted(runs.items()) if s in refs
+              and (b := steps_beyond(run, refs[s])) is not None]
+    longer = verdict != "fails" or all(b["steps"] is None or b["steps"] > steps for b in beyond)
+    return {"target_holds": holds,
+            "robust_to_target": (holds["from"] is None or holds["from"] <= lo) and (holds["to"] is None or holds["to"] > hi),
+            "steps_beyond": beyond, "robust_to_budget": verdict_half == verdict and longer}
 
 
-def _until(result: dict, step: int | None) -> tuple[list[dict], float | None]:
-    """(the log up to ``step``, the last validation loss in it; None if it diverged by then)."""
-    if step is None:
-        return result["log"], result["final_bpb"]
-    log = [e for e in result["log"] if e["step"] <= step]
-    gone = result["diverged"] is not None and result["diverged"]["step"] <= step
-    return log, None if gone or not log else log[-1]["valid_bpb"]
-
-
-def judge(run: dict, reference: dict, until: int | None = None) -> tuple[str | None, float | None]:
-    """(verdict, steps ratio) of one run against the 1/√d_k run of the same seed and optimiser, on
-    the logs up to step ``until`` (default: all); the verdict is None when the reference itself
-    diverged (nothing to compare with)."""
-    ref_log, ref_final = _until(reference, until)
-    if ref_final is None:
-        return None, None
-    log, final = _until(run, until)
-    if final is None and run["diverged"] is not None:
-        return "diverges", None
-    target = TARGET_FACTOR * ref_final
-    mine, theirs = _steps_to(log, target), _steps_to(ref_log, target)
-    if mine is None:
-        return "fails", None
-    ratio = mine / theirs if theirs else (1.0 if mine == 0 else math.inf)
-    verdict = "faster" if ratio <= 1 / LIKE_RATIO else "learns" if ratio <= LIKE_RATIO else "slower"
-    return verdict, finite_or_none(ratio)
-
-
-def _verdict(rule: str, d_k: int, optimiser: str, lr: float, runs: dict, refs: dict, halfway: int,
+def _verdict(rule: str, d_k: int, optimiser: str, lr: float, runs: dict, refs: dict, steps: int,
              rows: list[dict]) -> dict:
-    """One row of ``analysis["verdicts"]``: runs and refs map seed -> result."""
+    """One row of ``analysis["verdicts"]``: runs and refs map seed -> result; ``steps``: the budget."""
+    halfway = steps // 2
     judged = {seed: judge(run, refs[seed]) for seed, run in runs.items() if seed in refs}
     verdict, top = seeds_verdict([v for v, _ in judged.values() if v is not None])
     half = {seed: judge(run, refs[seed], halfway) for seed, run in runs.items() if seed in refs}
@@ -71,8 +61,10 @@ def _verdict(rule: str, d_k: int, optimiser: str, lr: float, runs: dict, refs: d
             "per_seed": [{"seed": s, "verdict": v, "steps_ratio": r, "verdict_halfway": half[s][0]}
                          for s, (v, r) in sorted(judged.items())],
             "verdict_halfway": verdict_half, "seeds_agreeing_halfway": top_half,
+            **_robustness(verdict, runs, refs, verdict_half, steps),
             "final_bpb": final, "beats": beaten(final["mean"], rows),
-            "diverged": sum(bool(run["diverged"]) for run in runs.values())}
+            "diverged": sum(bool(run["diverged"]) for run in runs.values()),
+            "collapsed": sum(bool(run["diverged"] and run["diverged"].get("collapsed")) for run in runs.values())}
 
 
 def _curve(runs: list[dict]) -> dict:
@@ -138,7 +130,7 @@ def _lr_grids(config: LMConfig, runs, grids: dict, base: dict) -> tuple[list, di
     return grid, best, sensitivity
 
 
-def _verdicts_and_curves(config: LMConfig, runs, grids: dict, best: dict, base: dict, halfway: int) -> tuple[list, list]:
+def _verdicts_and_curves(config: LMConfig, runs, grids: dict, best: dict, base: dict) -> tuple[list, list]:
     """Each rule's verdicts against the reference at the reference's best rate and at its own, and
     its curves at the reference's rate."""
     verdicts, curves = [], []
@@ -149,9 +141,9 @@ def _verdicts_and_curves(config: LMConfig, runs, grids: dict, best: dict, base: 
             for rule in config.rules:
                 own_lr = best[optimizer, rule, d_k]
                 at_ref = runs(rule, d_k, optimizer, ref_lr)
-                verdicts.append(_verdict(rule, d_k, optimizer, ref_lr, at_ref, refs, halfway, base["rows"]))
+                verdicts.append(_verdict(rule, d_k, optimizer, ref_lr, at_ref, refs, config.steps, base["rows"]))
                 verdicts.append(_verdict(rule, d_k, f"{optimizer}-own-best", own_lr, runs(rule, d_k, optimizer, own_lr),
-                                         refs, halfway, base["rows"]))
+                                         refs, config.steps, base["rows"]))
                 curves.append({"rule": rule, "d_k": d_k, "optimiser": optimizer, "lr": ref_lr,
                                **_curve([at_ref[s] for s in sorted(at_ref)])})
     return verdicts, curves
@@ -162,6 +154,7 @@ def analyse(config: LMConfig, cells: list[LMCell], results: list[dict]) -> dict:
     final loss at each rate, its own best rate, its LR sensitivity), the reference's best rate and
     whether it is inside the grid, the verdicts at the reference's best rate and at each rule's own,
     the n-gram baselines and where each run ends against them, the curves, the samples, the cost."""
+    results = [as_judged(r) for r in results]
     runs = _runs_by_setting(cells, results)
     base = baselines(config)
     grids = {"adamw": config.adamw_lrs, "sgd": config.sgd_lrs}
@@ -171,8 +164,7 @@ def analyse(config: LMConfig, cells: list[LMCell], results: list[dict]) -> dict:
     reference_best = {o: {str(d): best[o, REFERENCE_RULE, d] for d in config.d_ks} for o in grids}
     interior = {o: {str(d): len(lrs) >= 3 and _edge(best[o, REFERENCE_RULE, d], lrs) is None for d in config.d_ks}
                 for o, lrs in grids.items()}
-    halfway = config.steps // 2
-    verdicts, curves = _verdicts_and_curves(config, runs, grids, best, base, halfway)
+    verdicts, curves = _verdicts_and_curves(config, runs, grids, best, base)
     reference = {d_k: spread([r["final_bpb"] for r in
                                runs(REFERENCE_RULE, d_k, "adamw", best["adamw", REFERENCE_RULE, d_k]).values()])["mean"]
                  for d_k in config.d_ks}
@@ -185,7 +177,10 @@ def analyse(config: LMConfig, cells: list[LMCell], results: list[dict]) -> dict:
         "rule_choices": list(RULE_CHOICES),
         "target_factor": TARGET_FACTOR,
         "like_ratio": LIKE_RATIO,
-        "halfway_step": halfway,
+        "target_band": list(TARGET_BAND),
+        "collapse": {"uniform_bpb": UNIFORM_BPB, "tol": COLLAPSE_TOL,
+                     "runs": sum(bool(r["diverged"] and r["diverged"].get("collapsed")) for r in results)},
+        "halfway_step": config.steps // 2,
         "baselines": base,
         "unigram_bpb": first["unigram_bpb"],
         "init_bpb": spread([r["init_bpb"] for r in results]),
