@@ -15,8 +15,8 @@ Variants, interleaved in one run (medians, so a load change hits them alike):
 Each variant is timed over 10 calls per round, the time per call.
 
 The compiled row is the same training step through ``torch.compile(model)`` (default backend),
-each variant ÷ the compiled step without a monitor; compiled, both modes keep the compiled
-model's own SDPA and compute the figures beside it.
+each variant ÷ the compiled step without a monitor; compiled, observe keeps the compiled model's own
+SDPA and computes the figures beside it, replace puts the fused kernel in the graph in its place.
 
 Also a training step (forward, backward, AdamW) of the logit-growth experiment's GPT, plain ÷
 observe ÷ replace: replace in training runs on monitor.TRAINING_BACKEND. Prints ratios to plain, the

@@ -306,3 +306,24 @@ def test_cuda_gradients_equal_the_cpu_kernel():
         cpu = grads(lambda q, k, v, kw=kw: attention(q, k, v, **kw, return_stats=True)[0], (q, k, v))
         cuda = grads(lambda q, k, v, kw=kw: attention(q.cuda(), k.cuda(), v.cuda(), **kw, return_stats=True)[0], (q, k, v))
         assert_close_rel(cuda, cpu, rel=1e-4, what="dq dk dv")
+
+
+@pytest.mark.parametrize("setting", ["plain", "causal", "mask", "bias"])
+def test_the_kernel_ops_fake_implementations_match_them(setting):
+    """torch.library.opcheck: the fake (meta) implementations that torch.compile traces give the
+    shapes, strides and dtypes the C++ ops return (and the forward's autograd registration is sound)."""
+    g = torch.Generator().manual_seed(3)
+    B, H, L, d = 2, 4, 6, 8
+    q = torch.randn(B, L, H, d, generator=g, dtype=torch.float64).transpose(1, 2)      # strided, as a model's
+    k, v = (torch.randn(B, H, L, d, generator=g, dtype=torch.float64) for _ in range(2))
+    mask = torch.rand(B, 1, L, L, generator=g).expand(B, H, L, L) > 0.3 if setting == "mask" else None
+    bias = torch.randn(B, H, L, L, generator=g, dtype=torch.float64) if setting == "bias" else None
+    settings = (setting == "causal", 0, 0.35, 0.0)
+    q, k, v = (x.requires_grad_() for x in (q.detach(), k, v))
+    forward = (q, k, v, mask, bias, *settings, True, 3, 3)
+    torch.library.opcheck(torch.ops.attnscale_health.attention, forward)
+    out, lse, *_ = torch.ops.attnscale_health.attention(*forward)
+    backward = (q.detach(), k.detach(), v.detach(), out.detach(), torch.randn_like(out), lse, mask, bias, *settings,
+                bias is not None, 3, 3)
+    torch.library.opcheck(torch.ops.attnscale_health.attention_backward, backward,
+                          test_utils=("test_schema", "test_faketensor"))

@@ -48,7 +48,8 @@ How calls are found (each once):
   after the model's first call is not seen. Inside a graph Dynamo compiles, the call stays SDPA's and the
   custom op ``attnscale_capture::seen`` beside it hands its detached inputs to the innermost
   capture at run time (no graph break), named ``compiled[i]`` by its order since the last
-  reset (``output`` None). ``capture_sdpa.pause()`` / ``resume()`` take the mode off torch's
+  reset (``output`` None); with ``compiled_replace`` the graph computes the call itself and the op
+  ``attnscale_capture::figures`` hands over its figures instead. ``capture_sdpa.pause()`` / ``resume()`` take the mode off torch's
   stack, and its hooks off the model, and back (what ``Monitor(every=N)`` does between measured steps).
 - ``"interface"``: a Hugging Face model computes attention through transformers' attention
   interface (:mod:`attnscale.torch.hf_interface`), which the capture rides while active. A call whose
@@ -159,6 +160,7 @@ class Capture:
         self._names: dict[int, str] | None = None    # module id → path, when a model is given
         self._paused = False                         # capture_sdpa.pause(): every call is the model's own
         self._compiled = 0                           # calls from compiled graphs so far (their names)
+        self._on_figures: Callable | None = None     # (name, q, k, v, stats): a compiled graph's own figures
 
     def _emit(self, **fields) -> None:
         call = SDPACall(index=self._count, **fields)
@@ -277,11 +279,46 @@ def _seen_op(torch):
     return _OPS["seen"]
 
 
-def _compiled_call(torch, cap: Capture, func, args, kwargs):
-    """An SDPA call met while Dynamo traces: the model's own SDPA stays in the graph (in both modes:
-    its output is the compiled model's own), and :func:`_seen_op` hands the call's detached inputs
-    to the capture when the graph runs, which computes the figures as observe mode does."""
+def _figures_op(torch):
+    """``attnscale_capture::figures``: the figures of one attention call that a compiled graph
+    computed itself (replace mode: :func:`attnscale.torch.attention`'s kernel in the graph, in place
+    of the model's SDPA), handed to the innermost capture at run time, as :func:`_seen_op` hands
+    inputs (an opaque op: no graph break; it mutates the token so that it is kept, in order)."""
+    if "figures" not in _OPS:
+        def figures(q, k, v, lse, entropy, max_logit, min_logit, first_key, backend, token):
+            cap = _LIVE[-1] if _LIVE else None
+            if cap is not None and not cap._paused and cap._on_figures is not None:
+                from attnscale.torch.functional import AttentionStats
+
+                cap._sdpa_seen += 1
+                cap._on_figures(f"compiled[{cap._compiled}]", q, k, v,
+                                AttentionStats(lse=lse, entropy=entropy, max_logit=max_logit, min_logit=min_logit,
+                                               backend=backend, first_key_weight=first_key))
+                cap._compiled += 1
+
+        op = torch.library.custom_op(
+            "attnscale_capture::figures", figures, mutates_args=("token",),
+            schema="(Tensor q, Tensor k, Tensor v, Tensor lse, Tensor entropy, Tensor max_logit, Tensor min_logit, "
+                   "Tensor first_key, str backend, Tensor(a!) token) -> ()")
+        op.register_fake(lambda *args: None)
+        _OPS["figures"] = op
+    return _OPS["figures"]
+
+
+def _compiled_call(torch, cap: Capture, func, args, kwargs, compiled_replace=None):
+    """An SDPA call met while Dynamo traces. With ``compiled_replace`` (replace mode) the graph
+    computes the call itself where that function can (it returns the output and figures of
+    :func:`attnscale.torch.attention`, traced: the fused kernel is one op there), and
+    :func:`_figures_op` hands the figures to the capture when the graph runs. Otherwise the model's
+    own SDPA stays in the graph (its output the compiled model's own) and :func:`_seen_op` hands the
+    call's detached inputs to the capture, which computes the figures as observe mode does."""
     a = _sdpa_arguments(args, kwargs)
+    done = None if compiled_replace is None else compiled_replace(a)
+    if done is not None:
+        out, stats = done
+        _figures_op(torch)(a["query"].detach(), a["key"].detach(), a["value"].detach(), stats.lse, stats.entropy,
+                           stats.max_logit, stats.min_logit, stats.first_key_weight, stats.backend, _TOKEN[0])
+        return out
     out = func(*args, **(kwargs or {}))
     mask = a["attn_mask"]
     _seen_op(torch)(a["query"].detach(), a["key"].detach(), a["value"].detach(),
@@ -291,10 +328,13 @@ def _compiled_call(torch, cap: Capture, func, args, kwargs):
 
 
 @functools.cache
-def _mode_class():
-    """The capture's TorchFunctionMode, one class for every capture (made on first use: torch is
-    optional). Dynamo guards on the types of the modes on torch's stack, so a class per capture made
-    every new monitor compile the model again (8 monitors hit its recompile limit: eager from then on)."""
+def _mode_class(compiled_replace=None):
+    """The capture's TorchFunctionMode, one class for every capture with the same ``compiled_replace``
+    (None, or replace mode's one module-level function: two classes in all; made on first use: torch
+    is optional). Dynamo guards on the types of the modes on torch's stack, not on what it reaches
+    through them: a class per capture made every new monitor compile the model again (8 monitors hit
+    its recompile limit: eager from then on), and one class for both modes would run an observe
+    monitor on a graph traced for replace mode."""
     torch = require("torch", "torch")
     from torch.overrides import TorchFunctionMode
 
@@ -316,7 +356,7 @@ def _mode_class():
                     return _module_call(cap, func, args, kwargs)
                 return func(*args, **(kwargs or {}))
             if torch.compiler.is_compiling():
-                return _compiled_call(torch, cap, func, args, kwargs)
+                return _compiled_call(torch, cap, func, args, kwargs, compiled_replace)
             name = cap._innermost_name()
             if name is None:                              # another model's call: not ours to see
                 return func(*args, **(kwargs or {}))
@@ -398,10 +438,17 @@ class capture_sdpa:
     ``(..., H_q, L, d_v)``, is the call's attention output, and the model's own attention is not run
     nor an :class:`SDPACall` made; None runs it and records the call as usual. This is how
     :class:`attnscale.torch.Monitor` in ``mode="replace"`` computes the model's attention itself.
+    compiled_replace: the same inside a graph Dynamo compiles: called, traced, with the arguments of
+    an SDPA call; ``(output, AttentionStats)`` puts that computation in the graph and hands the figures
+    to ``on_figures(name, q, k, v, stats)`` when the graph runs; None keeps the model's SDPA (and
+    ``on_call`` sees the call as in observe mode). It must be one module-level function (Dynamo
+    guards on the mode's class, made once per function, not on the function).
     """
 
     def __init__(self, model=None, store: bool = True, on_call: Callable[[SDPACall], None] | None = None,
-                 replace: Callable[[str, dict], Any] | None = None):
+                 replace: Callable[[str, dict], Any] | None = None,
+                 compiled_replace: Callable[[dict], Any] | None = None,
+                 on_figures: Callable[..., None] | None = None):
         torch = require("torch", "torch")
         if model is not None and not isinstance(model, torch.nn.Module):
             raise InputTypeError(f"model: expected a torch.nn.Module or None, got {type(model).__name__}")
@@ -411,6 +458,8 @@ class capture_sdpa:
             raise InputTypeError(f"replace: expected a callable or None, got {type(replace).__name__}")
         self._model = model
         self._capture = Capture(bool(store), on_call, replace)
+        self._capture._on_figures = on_figures
+        self._compiled_replace = compiled_replace
         self._handles: list = []
         self._model_hooks: list = []                 # the mode's hooks on the model (not while paused)
         self._mode: Any                              # from __enter__ on: the _SDPAMode of _mode_class()
@@ -432,9 +481,10 @@ class capture_sdpa:
         self._riding = hf_interface.riding(_make_interface_handler(cap)).__enter__()
         if not _TOKEN:
             _TOKEN.append(torch.zeros(1))
-        _seen_op(torch)                              # defined here: Dynamo cannot trace its registration
+        _seen_op(torch)                              # defined here: Dynamo cannot trace their registration
+        _figures_op(torch)
         _LIVE.append(cap)
-        self._mode = _mode_class()(cap)
+        self._mode = _mode_class(self._compiled_replace)(cap)
         self._lower()
         return cap
 

@@ -26,16 +26,22 @@ What is seen (:func:`attnscale.torch.capture.capture_sdpa` finds the calls, each
   padded positions of nn.TransformerEncoder's nested-tensor path excepted, which it leaves at 0).
 
 Under ``torch.compile`` (the model compiled before or after the monitor is entered; default
-backend): an SDPA call inside a compiled graph stays the model's own — outputs bit-for-bit the
-compiled model's, in both modes — and a custom operator in the graph hands its inputs to the
-monitor when the graph runs, which computes the figures as observe mode does (the fused kernel,
-a second pass). No graph break (``torch._dynamo.explain`` counts 0 on the project's GPT; the tests
-hold it there), no recompilation per step nor per monitor: the first monitor entered on a
-compiled model compiles it once more (torch's mode stack changed), later ones reuse that graph,
-and the steps ``every=N`` leaves alone reuse the model's own. Such calls are named by their
-order in the step, ``compiled[0]``, ``compiled[1]``, ... (a compiled graph has no module frames to
-name them from); attention that is not an SDPA call (eager interface functions, MultiheadAttention's
-fused path) is not seen there.
+backend), an SDPA call inside a compiled graph is seen without a graph break. In observe mode it
+stays the model's own — outputs bit-for-bit the compiled model's (gradients to rounding: measured
+≤ 1e-9 on the tests' GPT, as the graph holding the monitor's op is fused another way) — and a custom
+operator in the graph hands its inputs to the monitor when the graph runs, which computes the
+figures as observe mode does (a second pass). In replace mode the graph computes it itself:
+:func:`attnscale.torch.attention` is traced in (:func:`compiled_replacement`; on CPU the fused kernel
+is one op there, with its fake implementation and its backward), one pass, outputs and gradients
+within replace mode's tolerance of the compiled model's own, and a second operator hands the
+figures over at run time; calls it cannot judge from shapes and flags alone (a float mask, dropout)
+keep the model's SDPA and are observed. No recompilation per step nor per monitor: a graph for each
+mode the first time a monitor of that mode is entered on a compiled model (torch's mode stack
+changed), reused by later ones, and the steps ``every=N`` leaves alone reuse the model's own.
+``torch._dynamo.explain`` counts 0 graph breaks on the project's GPT in both modes (the tests hold it
+there). Such calls are named by their order in the step, ``compiled[0]``, ``compiled[1]``, ... (a
+compiled graph has no module frames to name them from); attention that is not an SDPA call (eager
+interface functions, MultiheadAttention's fused path) is not seen there.
 
 A monitor that saw no attention call in a step (:meth:`Monitor.step`) or in its whole context says
 so, with a :class:`NoAttentionSeen` warning naming the model, its ``attn_implementation`` and the
@@ -286,12 +292,21 @@ class Monitor:
         self._query_valid = None                      # (B, L) bool: the forward's real tokens (attention_mask)
         self._padding_modules: list = []              # the modules whose forward takes an attention_mask
         self._padding_hooks: list = []
+        replacing = mode == "replace"
         self._capture = capture_sdpa(model, store=False, on_call=self.observe,
-                                     replace=self.replace if mode == "replace" else None)
+                                     replace=self.replace if replacing else None,
+                                     compiled_replace=compiled_replacement if replacing else None,
+                                     on_figures=self._fold_compiled if replacing else None)
         # (layer, reason) -> calls seen without figures: the capture's own count, one for both
         self.skipped: Counter = self._capture._capture.skipped
 
     def __enter__(self) -> Monitor:
+        if self._mode == "replace" and _on_cpu(self._model):
+            # Built (or loaded) now, not while Dynamo traces a compiled model's first call: the
+            # build's lock is a graph break.
+            from attnscale.torch.ext import load_kernel
+
+            load_kernel()
         self._capture.__enter__()
         self._padding_modules = _padding_modules(self._model)
         self._hook_padding()
@@ -515,6 +530,10 @@ class Monitor:
             dtype=str(q.dtype).replace("torch.", ""), source=source, backend=stats.backend,
             max_abs_logit=max(reach) if reach else math.nan, float16_overflow_rows=sum(p["overflow"])))
 
+    def _fold_compiled(self, name: str, q, k, v, stats) -> None:
+        """A compiled graph's own figures of one call (:func:`compiled_replacement`), at run time."""
+        self._fold(name, q, k, v, stats, "replaced", len(self.calls) if self._history else -1, picked=self._rows_of(q))
+
     def _fallback(self, reason: str) -> None:
         if self._rerun:                               # counted when the forward ran
             return
@@ -608,8 +627,35 @@ class Monitor:
         return out
 
 
+def compiled_replacement(a: dict):
+    """Replace mode inside a graph Dynamo compiles (traced, with an SDPA call's arguments ``a``):
+    ``(output, AttentionStats)`` of :func:`attnscale.torch.attention` for the calls it can judge
+    from their shapes and flags alone — no dropout, no attn_mask or a bool one, heads SDPA would
+    broadcast — on :data:`TRAINING_BACKEND` (the fused kernel, one op in the graph, on CPU); None
+    for the others, whose own SDPA then stays in the graph (observed). A float mask is left alone:
+    whether it masks a whole row with finite numbers (a fallback in eager replace) depends on its
+    values, which a graph cannot branch on."""
+    torch = require("torch", "torch")
+    q, k, v, m = a["query"], a["key"], a["value"], a["attn_mask"]
+    if not all(isinstance(t, torch.Tensor) for t in (q, k, v)) or q.dim() < 2 or a["dropout_p"] > 0:
+        return None
+    if m is not None and (a["is_causal"] or m.dtype != torch.bool):
+        return None
+    if not a["enable_gqa"] and q.dim() >= 3 and k.dim() >= 3 and k.shape[-3] not in (1, q.shape[-3]):
+        return None
+    return attention(q, k, v, scale=a["scale"], mask=m, causal="top_left" if a["is_causal"] else False,
+                     return_stats=True, logit_range=True, first_key=True, backend=TRAINING_BACKEND,
+                     check_finite=False)
+
+
 _DISAGREE = ("its eager output differs from the rebuilt attention beyond rounding (an eager function "
              "that computes more than softmax(cap(scaling·q·kᵀ) + mask)·v)")
+
+
+def _on_cpu(model) -> bool:
+    """Whether ``model`` (None: any) may run attention on the CPU: no model, no parameters, or one on the CPU."""
+    params = [] if model is None else list(model.parameters())[:1]
+    return not params or params[0].device.type == "cpu"
 
 
 def _padding_modules(model) -> list:

@@ -71,6 +71,8 @@ def load_kernel():
 
     Thread-safe; builds at most once per process (torch's file lock serialises concurrent processes).
     """
+    if "op" in _state:      # outside the lock: a dict lookup, which torch.compile traces
+        return _state["op"]
     with _lock:
         if "op" in _state:
             return _state["op"]
@@ -89,6 +91,7 @@ def load_kernel():
                                    extra_ldflags=list(_LDFLAGS), is_python_module=False, verbose=False)
                 op = torch.ops.attnscale_health.attention
                 _register_autograd(torch)
+                _register_fake(torch)
                 reason = "built"
             except Exception as err:  # noqa: BLE001 - any build or load failure means: use the fallback
                 reason = f"{type(err).__name__}: {_telling_line(str(err))}"
@@ -128,6 +131,24 @@ def _backward(ctx, dout, *_figures):
 
 def _register_autograd(torch) -> None:
     torch.library.register_autograd("attnscale_health::attention", _backward, setup_context=_setup_context)
+
+
+def _register_fake(torch) -> None:
+    """The ops' shapes and dtypes without computing them (as the C++ allocates its outputs), so that
+    Dynamo and Inductor keep each as one opaque op in a compiled graph."""
+
+    def attention(q, k, v, mask, bias, causal, offset, scale, softcap, logit_range, q_block, kv_block):
+        rows = q.shape[:3]
+        return (q.new_empty((*rows, v.shape[3])), q.new_empty(rows), q.new_empty(rows), q.new_empty(rows),
+                q.new_empty(rows if logit_range else (0,)))
+
+    def attention_backward(q, k, v, out, dout, lse, mask, bias, causal, offset, scale, softcap, bias_grad,
+                           q_block, kv_block):
+        dbias = q.new_empty((*q.shape[:3], k.shape[2]) if bias_grad else (0,))
+        return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dbias   # contiguous, as at::zeros
+
+    torch.library.register_fake("attnscale_health::attention", attention)
+    torch.library.register_fake("attnscale_health::attention_backward", attention_backward)
 
 
 def _compiler() -> str | None:
