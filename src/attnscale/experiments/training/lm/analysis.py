@@ -1,6 +1,6 @@
 """lm's analysis: from the runs to every figure the chapter and the table show (see :func:`analyse`):
 the learning-rate grids and each rule's best rate, the LR sensitivity (:func:`lr_score`,
-``training.lr_sensitivity``), the verdicts against 1/√d_k (:func:`judge`), the curves, the samples, the cost."""
+``training.lr_sensitivity``), the verdicts against 1/√d_k (:func:`judge`), the curves, the samples."""
 
 from __future__ import annotations
 
@@ -161,7 +161,7 @@ def analyse(config: LMConfig, cells: list[LMCell], results: list[dict]) -> dict:
     """Everything the chapter and the table show: per optimiser the learning-rate grid (each rule's
     final loss at each rate, its own best rate, its LR sensitivity), the reference's best rate and
     whether it is inside the grid, the verdicts at the reference's best rate and at each rule's own,
-    the n-gram baselines and where each run ends against them, the curves, the samples, the cost."""
+    the n-gram baselines and where each run ends against them, the curves, the samples."""
     runs = _runs_by_setting(cells, results)
     base = baselines(config)
     grids = {"adamw": config.adamw_lrs, "sgd": config.sgd_lrs}
@@ -204,6 +204,4 @@ def analyse(config: LMConfig, cells: list[LMCell], results: list[dict]) -> dict:
         "curves": curves,
         "samples": {"prompt": cells[0].prompt, "d_ks": list(config.d_ks), "optimiser": "adamw", "seed": 0,
                     "lr": {str(d): best["adamw", REFERENCE_RULE, d] for d in config.d_ks}, "rows": samples},
-        "cost": {"cells": len(results), "cpu_s": sum(r["cpu_s"] for r in results),
-                 "wall_s": sum(r["wall_s"] for r in results), "cpu_s_per_cell": spread([r["cpu_s"] for r in results])},
     }
