@@ -19,7 +19,7 @@ def register(sub) -> None:
                     "DIR/train/<experiment>/cells, so an interrupted run resumes where it stopped. Writes the result "
                     "DIR/train/<experiment>/result.json (quick.json for --quick), which the report reads.",
         examples=["attnscale train scale-vs-dk --quick", "attnscale train logit-growth --workers 2",
-                  "attnscale train lm --cells-from src/attnscale/reference_results/train/lm/result.json.gz"])
+                  "attnscale train lm --cells-from saved/train/lm/result.json   rebuilt from an earlier result's cells"])
     p.add_argument("experiment", choices=tuple(PRINTERS), help="which experiment")
     p.add_argument("--quick", action="store_true",
                    help="a small version that runs in seconds (same code, fewer cells and steps)")
