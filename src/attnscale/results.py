@@ -58,7 +58,7 @@ __all__ = [
     "USER_FAMILIES", "user_kind", "user_kinds", "result_path", "cells_dir", "envelope", "write", "read",
     "read_preferred", "dumps", "strict_jsonable", "finite_or_none", "nulled_nonfinite", "restored_nonfinite",
     "check_writable", "REFERENCE_ENV", "reference_root", "shipped_reference", "read_reference", "recorded_seconds",
-    "CellSeconds", "cell_seconds", "stored_path",
+    "CellSeconds", "cell_seconds", "computed_on", "stored_path",
 ]
 
 DEFAULT_ROOT = Path("attnscale-results")
@@ -464,6 +464,19 @@ def cell_seconds(result: Envelope | dict) -> CellSeconds | None:
     workers = {int(r["workers"]) if _number(r.get("workers")) else None for r in timed}
     return CellSeconds(each=each, cpu_s=float(sum(cpu)) if cpu else None,
                        workers=workers.pop() if len(workers) == 1 else None)
+
+
+def computed_on(env: Envelope) -> dict:
+    """The environment where the figures of ``env`` were computed: for a sweep rebuilt from the cells
+    of an earlier result alone (every cell taken from it: ``data.cells_from``), that result's, which
+    it records; for any other result its own (``env.environment``, where it was written). A sweep
+    whose cells came partly from an earlier result and partly from this run has its own."""
+    data = env.data if isinstance(env.data, dict) else {}
+    source = data.get("cells_from")
+    if isinstance(source, dict) and isinstance(source.get("environment"), dict) \
+            and source.get("cells") == len(data.get("cells") or []) > 0:
+        return source["environment"]
+    return env.environment
 
 
 def recorded_seconds(env: Envelope) -> float | None:
