@@ -58,7 +58,9 @@ def timed_call(fn: Callable[[Any], Any], cell: Any) -> tuple[Any, dict[str, floa
     """``fn(cell)`` and what it took, measured in the process that computes it: ``{"wall": s, "cpu":
     s}``, wall-clock seconds (``time.perf_counter``) and the CPU seconds of this process
     (``time.process_time``: all its threads; in a worker process that is the cell's alone, in the
-    driver (:class:`SerialBackend`) it includes whatever else the driver does meanwhile, little)."""
+    driver (:class:`SerialBackend`) it includes whatever else the driver does meanwhile, little). The
+    first cell in a fresh worker also pays for the imports it makes (torch: a few seconds), as a
+    run does."""
     wall0, cpu0 = time.perf_counter(), time.process_time()
     result = fn(cell)
     return result, {"wall": time.perf_counter() - wall0, "cpu": time.process_time() - cpu0}
