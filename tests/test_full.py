@@ -82,3 +82,50 @@ def test_a_dry_run_lists_what_it_would_keep_and_run_and_runs_nothing(tmp_path, c
     out = capsys.readouterr().out
     assert "to run           attnscale train lm --results" in out and "nothing was run" in out
     assert not any(tmp_path.iterdir())          # nothing written
+
+
+def _reference_sweep(folder: Path, seconds: list) -> list[dict]:
+    """A train/scale-vs-dk reference in ``folder`` whose cells record ``seconds`` (a cell's wall, or None)."""
+    from attnscale import results
+
+    cells = [{"cell": {"rule": "unscaled", "seed": i}, "result": {},
+              "seconds": None if s is None else {"wall": s, "cpu": s / 2, "workers": 1}} for i, s in enumerate(seconds)]
+    results.write("train/scale-vs-dk", {"cells": cells, "analysis": {"table": [], "verdicts": []}}, seed=0, root=folder)
+    return cells
+
+
+def test_a_sweeps_eta_is_its_missing_cells_own_times_over_the_workers(tmp_path, monkeypatch):
+    """A resumed sweep computes only the cells its cache lacks: those cells' times in the reference,
+    run --workers at a time, are its ETA; a cell of no recorded time makes the step's time unknown."""
+    from attnscale import results
+    from attnscale.store import ResultCache
+
+    monkeypatch.setenv("ATTNSCALE_REFERENCE", str(tmp_path / "ref"))
+    cells = _reference_sweep(tmp_path / "ref", [100.0, 200.0, 300.0, 400.0])
+    root = tmp_path / "res"
+    cache = ResultCache(results.cells_dir("train/scale-vs-dk", root))
+    for entry in cells[1:3]:                                  # an interrupted run cached two of them
+        cache.put("scale-vs-dk", entry["cell"], {})
+    step = next(s for s in full.plan(root, tmp_path / "site", workers=2) if s.kind == "train/scale-vs-dk")
+    assert step.expected_s == (100.0 + 400.0) / 2
+    assert step.basis == "2 of its 4 cells to compute, by their times in the reference, 2 at a time"
+    _reference_sweep(tmp_path / "ref", [100.0, None, 300.0, 400.0])
+    fresh = next(s for s in full.plan(tmp_path / "fresh", tmp_path / "site", workers=2) if s.kind == "train/scale-vs-dk")
+    assert fresh.expected_s is None and "1 of them without a recorded time" in fresh.basis
+    steps = [full.Step("a", ("x",), 100.0), fresh, full.Step("", ("z",), 0.0)]
+    stream = io.StringIO()
+    full.Line(steps, stream, clock=lambda: 0.0).show(0, 0.0, force=True)
+    assert "~1m40s + 1 step of unrecorded time left" in stream.getvalue()
+
+
+def test_a_dry_run_says_what_each_time_comes_from(tmp_path, monkeypatch, capsys):
+    from attnscale.cli import main
+
+    monkeypatch.setenv("ATTNSCALE_REFERENCE", str(tmp_path / "ref"))
+    _reference_sweep(tmp_path / "ref", [600.0, 600.0])
+    assert main(["full", "--dry-run", "--workers", "2", "--results", str(tmp_path / "res")]) == 0
+    out = capsys.readouterr().out
+    assert "attnscale train scale-vs-dk --results" in out
+    assert "(~10m00s: 2 of its 2 cells to compute, by their times in the reference, 2 at a time)" in out
+    assert "(?: no reference result)" in out                   # the other kinds: none in this folder
+    assert "attnscale full: about 10m00s, plus train/logit-growth" in out

@@ -165,8 +165,7 @@ def test_a_cell_records_the_attention_backend_that_ran_it():
 
 def test_same_seed_same_numbers_other_seed_other_numbers():
     a, b = lm.train_cell(tiny_cell()), lm.train_cell(tiny_cell())
-    strip = lambda r: {k: v for k, v in r.items() if k not in ("cpu_s", "wall_s")}   # noqa: E731
-    assert strip(a) == strip(b)
+    assert a == b                   # the cell holds no time of its own: the sweep runner measures it
     assert lm.train_cell(tiny_cell(seed=1))["log"] != a["log"]
 
 

@@ -29,8 +29,8 @@ def run(tmp_path_factory):
     done = run_sweep("logit-growth", cells, logit_growth.train_cell,
                      ResultCache(tmp_path_factory.mktemp("lg") / "cells"), SerialBackend())
     # The data of the train/logit-growth result, as the sweep writes it.
-    summary = {"cells": [{"cell": to_jsonable(c), "result": r} for c, r in zip(cells, done)],
-               "analysis": logit_growth.analyse(config, cells, done)}
+    summary = {"cells": [{"cell": to_jsonable(c), "result": d.result, "seconds": d.seconds} for c, d in zip(cells, done)],
+               "analysis": logit_growth.analyse(config, cells, [d.result for d in done])}
     return config, summary
 
 

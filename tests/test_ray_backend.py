@@ -31,9 +31,13 @@ TESTS = Path(__file__).resolve().parent
 
 @pytest.fixture(scope="module")
 def ray_instance():
-    # Workers import this module by name (the cells below live here), so they need the tests folder.
+    # Workers import this module by name (the cells below live here), so they need the tests folder,
+    # and the attnscale this driver imported (a checkout other than the installed one, say).
+    import attnscale
+
+    path = os.pathsep.join([str(TESTS), str(Path(attnscale.__file__).resolve().parents[1])])
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
-             runtime_env={"env_vars": {"PYTHONPATH": str(TESTS)}})
+             runtime_env={"env_vars": {"PYTHONPATH": path}})
     yield
     ray.shutdown()
 
@@ -67,16 +71,16 @@ class CountingCache(ResultCache):
         super().__init__(root)
         self.puts = []
 
-    def put(self, kind, config, result):
+    def put(self, kind, config, result, **extra):
         self.puts.append(json.dumps(config, sort_keys=True))
-        return super().put(kind, config, result)
+        return super().put(kind, config, result, **extra)
 
 
 def without_timing(obj):
-    """A result less its ``timing`` fields: how long a cell took is a measurement of the run, not part
+    """A cache entry less its ``seconds``: how long a cell took is a measurement of the run, not part
     of what the cell computes, so it differs between any two runs on any backend."""
     if isinstance(obj, dict):
-        return {k: without_timing(v) for k, v in obj.items() if k != "timing"}
+        return {k: without_timing(v) for k, v in obj.items() if k != "seconds"}
     if isinstance(obj, list):
         return [without_timing(v) for v in obj]
     return obj
@@ -95,7 +99,8 @@ def test_same_results_as_serial_and_local(tmp_path, ray_instance):
     runs = {}
     for name, backend in (("serial", SerialBackend()), ("local", LocalBackend(2)), ("ray", RayBackend())):
         out = run_sweep("scale-vs-dk", cells, scale_vs_dk.train_cell, ResultCache(tmp_path / name), backend)
-        runs[name] = json.dumps(without_timing(out), sort_keys=True)
+        runs[name] = json.dumps([d.result for d in out], sort_keys=True)
+        assert all(d.seconds["wall"] > 0 for d in out)      # each timed where it ran, Ray's task too
     assert runs["ray"] == runs["serial"] == runs["local"]
     files = {name: sorted(json.dumps(without_timing(json.loads(p.read_text())), sort_keys=True)
                           for p in (tmp_path / name).glob("*.json")) for name in runs}
@@ -119,8 +124,8 @@ def test_killed_worker_is_retried_and_every_cell_cached_once(tmp_path, ray_insta
     killer.start()
     out = run_sweep("pid", cells, pid_cell, cache, RayBackend(max_retries=2))
     killer.join()
-    assert [r["i"] for r in out] == [0, 1, 2]
-    assert out[0]["attempt"] == 1                           # the retry's result, after the kill
+    assert [d.result["i"] for d in out] == [0, 1, 2]
+    assert out[0].result["attempt"] == 1                    # the retry's result, after the kill
     assert len(list(tmp_path.glob("attempt-0-*"))) == 2
     assert sorted(cache.puts) == sorted(set(cache.puts)) and len(cache.puts) == 3
 

@@ -48,7 +48,8 @@ def test_the_folder_holds_only_full_envelopes_of_known_kinds_in_at_most_5_mb(shi
     for kind in kinds:
         env = results.read_reference(kind)
         assert env.origin == "reference" and not env.quick and env.environment.get("platform")
-        assert env.environment["cpu"]["model"] and env.environment["cpu"]["capability"], kind   # names its CPU
+        cpu = results.computed_on(env)["cpu"]         # where its figures were computed (a rebuild: its cells')
+        assert cpu["model"] and cpu["capability"], kind                                       # names its CPU
 
 
 @pytest.mark.parametrize("kind", _present(references.PRODUCERS))
@@ -126,7 +127,7 @@ def test_instability_reads_divergence_clipping_and_saturation_from_a_log():
 
 def test_the_tolerance_is_exact_on_the_references_arithmetic_and_calibrated_elsewhere(shipped, monkeypatch):
     env = results.read_reference("train/lm")
-    here = {**env.environment["cpu"]}
+    here = {**results.computed_on(env)["cpu"]}
     monkeypatch.setattr(provenance, "cpu", lambda: here)
     assert reproduction.tolerance_for(env, 0) is reproduction.EXACT
     here["capability"] = "AVX2"
@@ -162,7 +163,7 @@ def test_a_number_altered_by_one_part_in_a_thousand_fails_reproduction(shipped, 
     (tmp_path / reproduction.CALIBRATION_FILE).write_bytes(gzip.compress(json.dumps(calibration).encode()))
     env = results.read_reference(kind)
     if not exact:       # as on another CPU: the calibrated tolerance
-        monkeypatch.setattr(provenance, "cpu", lambda: {**env.environment["cpu"], "model": "another CPU"})
+        monkeypatch.setattr(provenance, "cpu", lambda: {**results.computed_on(env)["cpu"], "model": "another CPU"})
     elif not calibration[kind]["bit_exact_here"]:
         pytest.skip(f"{kind} is not bit for bit reproducible, so never compared exactly")
     found = reproduction.reproduce(env, items=[item])

@@ -57,6 +57,12 @@ def test_a_chapter_shows_own_full_else_reference_else_own_quick_and_says_which(t
     assert "its run time is not recorded in the result: its last run read all 4 cells from the cache" in cached.html
     assert "took 0 s" not in cached.html
     assert "全部 4 个单元都读自先前运行的缓存" in render_experiment(chapter, own, "zh").html
+    # A sweep whose every cell records its own time: that is what the line gives, however its last
+    # run got them (here all from the cache, in 0.07 s)
+    timed = [{"seconds": {"wall": 600.0, "cpu": 500.0, "workers": 2}}] * 4
+    results.write("demo", {"answer": 6, "wall_s": 0.07, "cells_cached": 4, "cells": timed}, seed=0, root=own)
+    assert "(its 4 cells took 40 min 0 s of computing, 2 at a time)" in render_experiment(chapter, own, "en").html
+    assert "其 4 个单元共计算了" in render_experiment(chapter, own, "zh").html
 
 
 def test_a_run_under_half_a_second_is_not_said_to_take_0_s():

@@ -179,3 +179,18 @@ def test_a_renamed_analysis_key_fails_at_read_time_naming_file_and_field(produce
     with pytest.raises(ResultError) as err:
         results.read_preferred("train/scale-vs-dk", copy)
     assert str(path) in str(err.value) and "data.analysis.table" in str(err.value)
+
+
+def test_cell_seconds_reads_each_cells_own_time_and_says_none_where_none_is_recorded():
+    cells = [{"seconds": {"wall": 10.0, "cpu": 8.0, "workers": 2}}, {"seconds": {"wall": 30.0, "cpu": 20.0, "workers": 2}},
+             {"result": {}}, {"seconds": None}, {"seconds": {"wall": "soon"}}]
+    t = results.cell_seconds({"cells": cells})
+    assert t.each == (10.0, 30.0, None, None, None) and (t.cells, t.timed) == (5, 2)
+    assert (t.wall_s, t.cpu_s, t.wall_s_max, t.workers) == (40.0, 28.0, 30.0, 2)
+    assert t.summary() == {"cells": 5, "timed": 2, "wall": 40.0, "cpu": 28.0, "wall_max": 30.0, "workers": 2}
+    mixed = results.cell_seconds({"cells": [*cells[:1], {"seconds": {"wall": 1.0, "workers": 1}}]})
+    assert mixed.workers is None and mixed.cpu_s == 8.0          # ran 2 and 1 at a time: no one number
+    assert results.cell_seconds({"answer": 1}) is None            # not a sweep
+    env = results.Envelope(kind="demo", data={"cells": cells[:2], "wall_s": 0.1})
+    assert results.recorded_seconds(env) == 40.0                  # every cell timed: theirs, not the last run's
+    assert results.recorded_seconds(results.Envelope(kind="demo", data={"cells": cells, "wall_s": 0.1})) == 0.1

@@ -1,4 +1,5 @@
-"""The sweep runner: order, cache hits, resume after an interruption (also kill -9), process backend."""
+"""The sweep runner: order, cache hits, resume after an interruption (also kill -9), process backend,
+and each cell's own time, measured where it ran and kept with it in the cache."""
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ def test_results_in_cell_order_and_progress(tmp_path):
     seen = []
     cells = [Cell(i) for i in (3, 1, 2)]
     out = run_sweep("sq", cells, square, ResultCache(tmp_path), progress=lambda d, t, label: seen.append((d, t)))
-    assert [r["y"] for r in out] == [9, 1, 4]
+    assert [d.result["y"] for d in out] == [9, 1, 4]
     assert seen[0] == (0, 3) and seen[-1] == (3, 3)
 
 
@@ -60,7 +61,7 @@ def test_cache_hit_does_not_recompute(tmp_path):
     CALLS.clear()
     second = run_sweep("sq", cells, square, ResultCache(tmp_path), backend)
     assert backend.computed == 0 and CALLS == []
-    assert first == second
+    assert first == second          # results and times alike: a cached cell keeps its computation's time
 
 
 def test_resumed_sweep_equals_uninterrupted(tmp_path):
@@ -70,7 +71,7 @@ def test_resumed_sweep_equals_uninterrupted(tmp_path):
     resumed = run_sweep("sq", cells, square, ResultCache(tmp_path / "resumed"), backend)
     whole = run_sweep("sq", cells, square, ResultCache(tmp_path / "whole"))
     assert backend.computed == 3
-    assert resumed == whole
+    assert [d.result for d in resumed] == [d.result for d in whole]
 
 
 def test_damaged_cache_file_is_recomputed(tmp_path):
@@ -78,7 +79,7 @@ def test_damaged_cache_file_is_recomputed(tmp_path):
     run_sweep("sq", [Cell(5)], square, cache)
     cache.path("sq", {"x": 5}).write_text('{"config": {"x": 5}, "res')      # a torn file, as if written in place
     backend = CountingBackend()
-    assert run_sweep("sq", [Cell(5)], square, cache, backend)[0]["y"] == 25
+    assert run_sweep("sq", [Cell(5)], square, cache, backend)[0].result["y"] == 25
     assert backend.computed == 1
 
 
@@ -86,7 +87,32 @@ def test_local_backend_matches_serial(tmp_path):
     cells = [Cell(i) for i in range(5)]
     serial = run_sweep("sq", cells, square, ResultCache(tmp_path / "a"))
     parallel = run_sweep("sq", cells, square, ResultCache(tmp_path / "b"), LocalBackend(workers=2))
-    assert serial == parallel
+    assert [d.result for d in serial] == [d.result for d in parallel]
+    assert {d.seconds["workers"] for d in serial} == {1} and {d.seconds["workers"] for d in parallel} == {2}
+
+
+def sleepy(cell: Cell) -> dict:
+    time.sleep(0.2)
+    return {"y": cell.x}
+
+
+def test_each_cell_records_its_own_time_which_the_cache_keeps(tmp_path):
+    """The runner times each cell where it runs (wall: at least its sleep; CPU: far less, as sleeping
+    costs none) and writes the time into the cell's cache entry, which a later run reads back."""
+    cache = ResultCache(tmp_path)
+    (done,) = run_sweep("sleepy", [Cell(1)], sleepy, cache, LocalBackend(workers=1))
+    assert 0.2 <= done.seconds["wall"] < 30 and 0 <= done.seconds["cpu"] < done.seconds["wall"]
+    assert done.seconds["workers"] == 1
+    assert json.loads(cache.path("sleepy", {"x": 1}).read_text())["seconds"] == done.seconds
+    assert run_sweep("sleepy", [Cell(1)], sleepy, cache, CountingBackend()) == [done]
+
+
+def test_a_cell_cached_by_older_code_has_no_time(tmp_path):
+    cache = ResultCache(tmp_path)
+    cache.path("sq", {"x": 2}).write_text(json.dumps({"config": {"x": 2}, "result": {"y": 4}}))   # no "seconds"
+    backend = CountingBackend()
+    (done,) = run_sweep("sq", [Cell(2)], square, cache, backend)
+    assert backend.computed == 0 and done.result == {"y": 4} and done.seconds is None
 
 
 def test_local_backend_rejects_bad_workers():
@@ -146,7 +172,7 @@ def test_kill_minus_9_then_rerun_computes_only_missing(tmp_path):
     finally:
         sys.path.remove(str(tmp_path))
     assert backend.computed == 12 - len(finished)
-    assert [r["y"] for r in results] == [i * i for i in range(12)]
+    assert [d.result["y"] for d in results] == [i * i for i in range(12)]
 
 
 INTERRUPT_MODULE = """
@@ -206,8 +232,8 @@ def test_ctrl_c_hands_over_finished_cells_and_does_not_wait_for_running_ones(tmp
                           stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout.strip().splitlines()[-1])
-    assert seen["first"] == [0, {"y": 0}]
-    assert seen["handed"] == [1, {"y": 1}] and seen["raised"]
+    assert seen["first"][:2] == [0, {"y": 0}]
+    assert seen["handed"][:2] == [1, {"y": 1}] and seen["raised"]
     assert not seen["long_cell_ended"], seen
 
 

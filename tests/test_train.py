@@ -129,7 +129,7 @@ def test_metrics_are_finite(tiny_a):
     assert any(e["result"]["diverged"] for e in summary["cells"])           # lr 2.7: the diverged path is run
     for entry in summary["cells"]:
         res = entry["result"]
-        assert res["timing"]["cpu_s"] > 0 and res["timing"]["wall_s"] > 0
+        assert entry["seconds"]["cpu"] > 0 and entry["seconds"]["wall"] > 0 and "timing" not in res
         if res["diverged"]:
             assert res["final_accuracy"] is None and res["final_loss"] is None and res["diverged_at"] is not None
             continue
@@ -200,13 +200,13 @@ def test_same_weights_for_every_rule_at_step_zero():
 
 def same(a, b) -> bool:
     """Equal as data, NaN included, leaving out the run times (the one part that differs between two runs
-    of the same cell: ``timing`` in a cell, and their sum in the analysis)."""
+    of the same cell: a cell's ``seconds``)."""
     return json.dumps(_untimed(a), sort_keys=True) == json.dumps(_untimed(b), sort_keys=True)
 
 
 def _untimed(x):
     if isinstance(x, dict):
-        return {k: _untimed(v) for k, v in x.items() if k != "timing"}
+        return {k: _untimed(v) for k, v in x.items() if k != "seconds"}
     if isinstance(x, list):
         return [_untimed(v) for v in x]
     return x
@@ -229,7 +229,8 @@ def test_cache_hit_does_not_recompute(tiny_a):
     backend = CountingBackend()
     again = run_a(TINY_A, out, backend)
     assert backend.computed == 0
-    assert same(again["cells"], first["cells"])
+    assert again["cells"] == first["cells"]          # their times included: each its computation's
+    assert again["cell_seconds"] == first["cell_seconds"] and again["cells_cached"] == len(first["cells"])
 
 
 def test_same_seed_same_numbers_across_processes(tmp_path, tiny_a):
@@ -329,8 +330,8 @@ def test_a_serial_cell_leaves_torch_process_settings_as_they_were(tmp_path):
         torch.use_deterministic_algorithms(False)
         torch.set_num_threads(3)                               # not what seed_everything sets (1)
         cell = scale_vs_dk.ScaleCell("unscaled", 16, "sgd", 0.3, 0, steps=3, final_eval=32)
-        (result,) = run_sweep("scale-vs-dk", [cell], scale_vs_dk.train_cell, ResultCache(tmp_path), SerialBackend())
-        assert 0.0 <= result["final_accuracy"] <= 1.0
+        (done,) = run_sweep("scale-vs-dk", [cell], scale_vs_dk.train_cell, ResultCache(tmp_path), SerialBackend())
+        assert 0.0 <= done.result["final_accuracy"] <= 1.0
         assert not torch.are_deterministic_algorithms_enabled()
         assert torch.get_num_threads() == 3
     finally:

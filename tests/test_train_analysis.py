@@ -41,7 +41,7 @@ def fake_result(reach_at: int | None, *, steps: int = 40, every: int = 10, std0:
             "max_weight_mean": 0.5 + sat0 / 2}
     return {"final_accuracy": None if diverged else acc[-1], "final_loss": None if diverged else 0.5,
             "diverged": diverged, "diverged_at": diverge_at, "grad_zero_ever": zero, "init": init,
-            "loss": [1.0] * len(acc), "accuracy": acc, "log": log, "timing": {"wall_s": 0.5, "cpu_s": 0.25}}
+            "loss": [1.0] * len(acc), "accuracy": acc, "log": log}
 
 
 def base_results(cells) -> list[dict]:
@@ -70,14 +70,15 @@ def analyse(change=None, config=CONFIG):
     return svd.analyse(config, cells, results)
 
 
-def render(analysis, lang="en", quick=False, wall_s=12.0, figures=False) -> str:
+def render(analysis, lang="en", quick=False, wall_s=12.0, figures=False, seconds=()) -> str:
     """The chapter's HTML; without ``figures`` the (slow, seconds each) SVGs are left out: the words and
-    tables are what these tests read."""
+    tables are what these tests read. ``seconds``: each cell's recorded time (its ``seconds``)."""
     from unittest import mock
 
     from attnscale.report.chapters import training
 
-    env = Envelope(kind=training.KIND, data={"description": "", "cells": [], "analysis": analysis, "wall_s": wall_s},
+    cells = [{"cell": {}, "result": {}, "seconds": s} for s in seconds]
+    env = Envelope(kind=training.KIND, data={"description": "", "cells": cells, "analysis": analysis, "wall_s": wall_s},
                    quick=quick)
     if figures:
         return training.render(env, lang)
@@ -251,17 +252,16 @@ def test_adam_only_hypothesis_appears_only_when_the_data_show_it(base):
     assert "Adam divides" not in text(render(a))
 
 
-def test_durations_are_the_measured_ones(base):
-    assert base["timing"]["cpu_s"] == pytest.approx(0.25 * len(CONFIG.cells()))
-    words = text(render(base, wall_s=437.0))
-    assert f"took {base['timing']['cpu_s']:.0f} CPU-seconds" in words and "took 437 s of wall time" in words
+def test_durations_are_the_ones_the_cells_record(base):
+    n = len(CONFIG.cells())
+    words = text(render(base, wall_s=437.0, seconds=[{"wall": 0.5, "cpu": 0.25, "workers": 2}] * n))
+    assert f"took {0.25 * n:.0f} CPU-seconds" in words and "took 437 s of wall time" in words
     assert "minutes" not in words
-
-    def slow(c, r):
-        r["timing"] = {"wall_s": 3.0, "cpu_s": 2.0}
-    words = text(render(analyse(slow), wall_s=None))
-    assert f"took {2.0 * len(CONFIG.cells()):.0f} CPU-seconds" in words and "3 s of wall time per cell" in words
+    words = text(render(base, wall_s=None, seconds=[{"wall": 3.0, "cpu": 2.0, "workers": 1}] * n))
+    assert f"took {2.0 * n:.0f} CPU-seconds" in words and "3 s of wall time per cell" in words
     assert "This run of the sweep" not in words
+    # cells computed by an attnscale that did not time them: no time is told for them
+    assert "Measured run time" not in text(render(base, seconds=[None] * n))
 
 
 def test_zero_gradient_sentence_does_not_say_not_zero_when_it_was_zero(base):

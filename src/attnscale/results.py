@@ -38,6 +38,7 @@ result through :func:`write`; every face (the report, ``--json``) reads it throu
 
 from __future__ import annotations
 
+import copy
 import gzip
 import json
 import math
@@ -55,8 +56,9 @@ from attnscale.store import to_jsonable, write_bytes_atomic
 __all__ = [
     "DEFAULT_ROOT", "SCHEMA", "Kind", "KINDS", "Envelope", "ResultError", "ResultMissing",
     "USER_FAMILIES", "user_kind", "user_kinds", "result_path", "cells_dir", "envelope", "write", "read",
-    "read_preferred", "dumps", "strict_jsonable", "finite_or_none", "nulled_nonfinite", "check_writable",
-    "REFERENCE_ENV", "reference_root", "shipped_reference", "read_reference", "recorded_seconds", "stored_path",
+    "read_preferred", "dumps", "strict_jsonable", "finite_or_none", "nulled_nonfinite", "restored_nonfinite",
+    "check_writable", "REFERENCE_ENV", "reference_root", "shipped_reference", "read_reference", "recorded_seconds",
+    "CellSeconds", "cell_seconds", "computed_on", "stored_path",
 ]
 
 DEFAULT_ROOT = Path("attnscale-results")
@@ -216,6 +218,35 @@ def nulled_nonfinite(obj: Any, where: str = "data") -> tuple[Any, dict[str, str]
         return x
 
     return walk(to_jsonable(obj), where), reasons
+
+
+_PATH_STEP = re.compile(r"\.([^.\[\]]+)|\[(\d+)\]")
+
+
+def restored_nonfinite(obj: Any, reasons: dict[str, str], where: str = "data") -> Any:
+    """The inverse of :func:`nulled_nonfinite`: a copy of ``obj`` with each NaN/±inf that ``reasons``
+    names put back in its place (for a reader that needs the figures as they were computed, as the
+    cell cache keeps them). A path that does not lead to a ``null`` in ``obj`` is a ValueError naming it.
+
+    >>> data, reasons = nulled_nonfinite({"loss": [1.0, float("nan")]})
+    >>> restored_nonfinite(data, reasons)
+    {'loss': [1.0, nan]}
+    """
+    out = copy.deepcopy(obj) if reasons else obj
+    for at, what in reasons.items():
+        steps = [key if key else int(index) for key, index in _PATH_STEP.findall(at[len(where):])]
+        rebuilt = where + "".join(f"[{s}]" if isinstance(s, int) else f".{s}" for s in steps)
+        node = out
+        try:
+            for step in steps[:-1]:
+                node = node[step]
+            ok = rebuilt == at and bool(steps) and node[steps[-1]] is None
+        except (KeyError, IndexError, TypeError):
+            ok = False
+        if not ok or what not in ("NaN", "Infinity", "-Infinity"):
+            raise ValueError(f"nonfinite: {at!r} ({what!r}) does not name a null figure of {where}")
+        node[steps[-1]] = float(what)
+    return out
 
 
 def strict_jsonable(obj: Any, where: str = "data") -> Any:
@@ -379,22 +410,92 @@ def read_preferred(kind: str, root: str | os.PathLike = DEFAULT_ROOT) -> Envelop
                         f"({_kind(kind).description or kind})")
 
 
+def _number(x: object) -> TypeGuard[int | float]:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+@dataclass(frozen=True)
+class CellSeconds:
+    """What a sweep's cells took to compute, as each cell of the result records it (its
+    ``seconds``: ``{"wall", "cpu", "workers"}``, measured where and when the cell was computed, so a
+    cell read from a cache keeps its computation's time). A cell computed by code that recorded no
+    time has none here: it counts in :attr:`cells`, not in :attr:`timed` nor in any sum."""
+    each: tuple[float | None, ...]   # per entry of data["cells"], in order: its own wall-clock seconds, or None
+    cpu_s: float | None              # the timed cells' CPU seconds, summed (None when none records them)
+    workers: int | None              # how many cells ran at once as they were timed, when all timed cells say
+                                     # the same number; None when they differ or do not say
+
+    @property
+    def cells(self) -> int:
+        return len(self.each)
+
+    @property
+    def timed(self) -> int:
+        return sum(s is not None for s in self.each)
+
+    @property
+    def wall_s(self) -> float:
+        """The timed cells' own wall-clock seconds, summed (one cell after another)."""
+        return float(sum(s for s in self.each if s is not None))
+
+    @property
+    def wall_s_max(self) -> float | None:
+        return max((s for s in self.each if s is not None), default=None)
+
+    def summary(self) -> dict:
+        """The sweep-level field a sweep's result holds beside its cells (``data.cell_seconds``)."""
+        return {"cells": self.cells, "timed": self.timed, "wall": self.wall_s, "cpu": self.cpu_s,
+                "wall_max": self.wall_s_max, "workers": self.workers}
+
+
+def cell_seconds(result: Envelope | dict) -> CellSeconds | None:
+    """The cells' own time of a sweep's result (its envelope, or its data), read from each cell's
+    ``seconds``; None when the result holds no cells (not a sweep). The one reader of these fields:
+    every face that says what a sweep's cells cost, or how long computing them would take, asks here."""
+    data = result.data if isinstance(result, Envelope) else result
+    cells = data.get("cells") if isinstance(data, dict) else None
+    if not isinstance(cells, list):
+        return None
+    recorded: list[dict] = [c["seconds"] if isinstance(c, dict) and isinstance(c.get("seconds"), dict) else {}
+                            for c in cells]
+    each = tuple(float(r["wall"]) if _number(r.get("wall")) and r["wall"] >= 0 else None for r in recorded)
+    timed = [r for r, wall in zip(recorded, each) if wall is not None]
+    cpu = [float(r["cpu"]) for r in timed if _number(r.get("cpu"))]
+    workers = {int(r["workers"]) if _number(r.get("workers")) else None for r in timed}
+    return CellSeconds(each=each, cpu_s=float(sum(cpu)) if cpu else None,
+                       workers=workers.pop() if len(workers) == 1 else None)
+
+
+def computed_on(env: Envelope) -> dict:
+    """The environment where the figures of ``env`` were computed: for a sweep rebuilt from the cells
+    of an earlier result alone (every cell taken from it: ``data.cells_from``), that result's, which
+    it records; for any other result its own (``env.environment``, where it was written). A sweep
+    whose cells came partly from an earlier result and partly from this run has its own."""
+    data = env.data if isinstance(env.data, dict) else {}
+    source = data.get("cells_from")
+    if isinstance(source, dict) and isinstance(source.get("environment"), dict) \
+            and source.get("cells") == len(data.get("cells") or []) > 0:
+        return source["environment"]
+    return env.environment
+
+
 def recorded_seconds(env: Envelope) -> float | None:
-    """How long the run that made ``env`` took, as the result itself records it: a sweep's ``wall_s``
-    (of its invocation: cached cells cost nothing), a probe's or rescale's ``seconds`` (loading and
+    """How long the run that made ``env`` took, as the result itself records it: for a sweep whose
+    every cell records its time, the cells' own wall-clock seconds summed (:func:`cell_seconds`;
+    run N at a time, a run takes about 1/N of it), else its ``wall_s`` (of its last invocation: cells
+    read from the cache cost nothing there); a probe's or rescale's ``seconds`` (loading and
     computing), the verification's ``timings.total``; None when the result records no time."""
     data = env.data if isinstance(env.data, dict) else {}
-
-    def number(x: object) -> TypeGuard[int | float]:
-        return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-    if number(data.get("wall_s")):
+    cells = cell_seconds(data)
+    if cells is not None and cells.cells and cells.timed == cells.cells:
+        return cells.wall_s
+    if _number(data.get("wall_s")):
         return float(data["wall_s"])
     seconds = data.get("seconds")
-    if isinstance(seconds, dict) and seconds and all(number(v) for v in seconds.values()):
+    if isinstance(seconds, dict) and seconds and all(_number(v) for v in seconds.values()):
         return float(sum(seconds.values()))
     total = (data.get("timings") or {}).get("total") if isinstance(data.get("timings"), dict) else None
-    return float(total) if number(total) else None
+    return float(total) if _number(total) else None
 
 
 def check_writable(path: str | os.PathLike, what: str) -> Path:

@@ -137,13 +137,22 @@ class ResultCache:
         return self.root / f"{kind}-{config_hash(config)}.json"
 
     def get(self, kind: str, config: Any) -> Any | None:
+        """The result stored for ``config``, None when there is none (or a damaged one)."""
+        record = self.get_record(kind, config)
+        return None if record is None else record["result"]
+
+    def get_record(self, kind: str, config: Any) -> dict | None:
+        """The whole entry stored for ``config``: ``{"config", "result"}`` and what :meth:`put` was
+        given besides (``seconds``); None when there is none (or a damaged one)."""
         path = self.path(kind, config)
         if not path.exists():
             return None
         try:
-            return read_json(path)["result"]
-        except (ValueError, KeyError, TypeError):
+            record = read_json(path)
+        except ValueError:
             return None  # a foreign or damaged file is recomputed, not trusted
+        return record if isinstance(record, dict) and "result" in record else None
 
-    def put(self, kind: str, config: Any, result: Any) -> Path:
-        return write_json_atomic(self.path(kind, config), {"config": config, "result": result})
+    def put(self, kind: str, config: Any, result: Any, **extra: Any) -> Path:
+        """Store ``result`` for ``config``, with ``extra`` fields beside it (plain JSON data)."""
+        return write_json_atomic(self.path(kind, config), {"config": config, "result": result, **extra})

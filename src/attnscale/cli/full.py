@@ -5,8 +5,10 @@ Each step is one of the commands a user runs (those that produced the reference 
 :data:`attnscale.experiments.references.PRODUCERS`), started as its own process with its output in
 ``DIR/full-logs/<kind>.log``. Resumable: a step whose own full result is already here and current
 (not stale against this code, :func:`attnscale.experiments.references.stale_reasons`) is skipped, and a sweep
-interrupted half-way resumes from its cell cache. One progress line; its ETA comes from the run
-times the reference results record (so it is only as right as this machine is like that one).
+interrupted half-way resumes from its cell cache. One progress line; its ETA comes from the times
+the reference results record (so it is only as right as this machine is like that one): for a sweep,
+the own time of each cell that its cache here lacks (:func:`attnscale.results.cell_seconds`), divided
+by the workers that will run them; for the other steps, the reference run's time.
 """
 
 from __future__ import annotations
@@ -45,15 +47,16 @@ def register(sub) -> None:
     p.add_argument("--address", default=None, metavar="auto|HOST:PORT", help="with --backend ray: the cluster")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.add_argument("--dry-run", action="store_true",
-                   help="list the steps (kept: current here, or to run, with the reference run's time), run none")
+                   help="list the steps (kept: current here, or to run, with the time each should take by the reference results: a sweep by its cells not cached here, --workers at a time), run none")
     p.set_defaults(run=run_full_command)
 
 
 @dataclass(frozen=True)
 class Step:
-    kind: str              # the result it makes ("" for a report page)
-    argv: tuple[str, ...]  # attnscale's arguments
-    expected_s: float      # the reference run's time (0 when none is recorded)
+    kind: str                   # the result it makes ("" for a report page)
+    argv: tuple[str, ...]       # attnscale's arguments
+    expected_s: float | None    # seconds it should take here by the reference's times (None: not recorded)
+    basis: str = ""             # what expected_s comes from, in words
 
     @property
     def command(self) -> str:
@@ -68,6 +71,8 @@ def plan(root: Path, pages: Path, workers: int | None = None, backend: str = "lo
     from attnscale import results
     from attnscale.experiments import references
 
+    from attnscale.experiments.sweeps.runner import default_workers
+
     sweep = [*(("--workers", str(workers)) if workers is not None else ()),
              *(("--backend", backend) if backend != "local" else ()), *(("--address", address) if address else ())]
     steps = []
@@ -75,13 +80,34 @@ def plan(root: Path, pages: Path, workers: int | None = None, backend: str = "lo
         argv = shlex.split(references.producer(kind).command)[1:]
         argv += ["--results", str(root), *(sweep if kind.startswith("train/") else ())]
         try:
-            expected = results.recorded_seconds(results.read_reference(kind)) or 0.0
+            reference = results.read_reference(kind)
         except results.ResultError:
-            expected = 0.0
-        steps.append(Step(kind, tuple(argv), expected))
+            steps.append(Step(kind, tuple(argv), None, "no reference result"))
+            continue
+        steps.append(Step(kind, tuple(argv), *expected_seconds(reference, root, workers or default_workers())))
     for lang in ("en", "zh"):
         steps.append(Step("", ("report", "--results", str(root), "--page-dir", str(pages), "--lang", lang), 0.0))
     return steps
+
+
+def expected_seconds(reference, root: Path, workers: int) -> tuple[float | None, str]:
+    """How long remaking the result of the envelope ``reference`` should take here, and what that comes
+    from: for a sweep, the reference's own time of each cell that the cache under ``root`` lacks (a
+    resumed sweep computes those only), run ``workers`` at a time; for the rest, the reference run's time."""
+    from attnscale import results
+    from attnscale.experiments.training.registry import cached
+
+    timing = results.cell_seconds(reference)
+    if timing is None:
+        seconds = results.recorded_seconds(reference)
+        return seconds, "the reference run's time" if seconds is not None else "the reference records no time"
+    here = cached(reference.kind.split("/", 1)[1], [c.get("cell") for c in reference.data["cells"]], root)
+    left = [s for s, hit in zip(timing.each, here) if not hit]
+    unknown = sum(s is None for s in left)
+    what = f"{len(left)} of its {timing.cells} cells to compute"
+    if unknown:
+        return None, f"{what}, {unknown} of them without a recorded time in the reference"
+    return sum(s for s in left if s is not None) / workers, f"{what}, by their times in the reference, {workers} at a time"
 
 
 def is_current(kind: str, root: Path) -> bool:
@@ -133,9 +159,14 @@ class Line:
         self.last = None
 
     def left(self, index: int, in_step: float) -> float:
-        """Seconds left by the reference times: what remains of step ``index``, then the steps after."""
-        rest = sum(s.expected_s for s in self.steps[index + 1:])
-        return rest + max(self.steps[index].expected_s - in_step, 0.0)
+        """Seconds left by the reference times: what remains of step ``index``, then the steps after
+        (a step without a recorded time counts nothing: :meth:`unknown` says how many there are)."""
+        rest = sum(s.expected_s or 0.0 for s in self.steps[index + 1:])
+        return rest + max((self.steps[index].expected_s or 0.0) - in_step, 0.0)
+
+    def unknown(self, index: int) -> int:
+        """Steps from ``index`` on whose time no reference records."""
+        return sum(s.expected_s is None for s in self.steps[index:])
 
     def show(self, index: int, in_step: float, note: str = "", force: bool = False) -> None:
         if self.quiet:
@@ -144,8 +175,10 @@ class Line:
         if not (force or self.tty) and self.last is not None and now - self.last < 60:
             return
         self.last = now
+        unknown = self.unknown(index)
+        plus = f" + {unknown} step{'s' * (unknown > 1)} of unrecorded time" if unknown else ""
         text = (f"attnscale full: [{index + 1}/{len(self.steps)}] {fmt_duration(now - self.start)} elapsed · "
-                f"~{fmt_duration(self.left(index, in_step))} left · {self.steps[index].command}{note}")
+                f"~{fmt_duration(self.left(index, in_step))}{plus} left · {self.steps[index].command}{note}")
         self.stream.write(f"\r{text:<120}" if self.tty else text + "\n")
         self.stream.flush()
 
@@ -165,7 +198,7 @@ def run_full(steps: list[Step], root: Path, line: Line, runner=run_process, curr
     for i, step in enumerate(steps):
         if step.kind and current(step.kind, root):
             done.append((step, "kept"))
-            line.show(i, step.expected_s, " (kept: current)", force=True)
+            line.show(i, step.expected_s or 0.0, " (kept: current)", force=True)
             continue
         env = dict(os.environ)
         if not step.kind:
@@ -189,6 +222,20 @@ def dry_run(steps: list[Step], root: Path, current=is_current) -> list[tuple[str
     return [("kept" if step.kind and current(step.kind, root) else "to run", step) for step in steps]
 
 
+def print_dry_run(planned: list[tuple[str, Step]]) -> None:
+    """The dry run's plan: each step, what it would do and, for one to run, its time and what from; then the total."""
+    for what, step in planned:
+        time = "" if what == "kept" or not step.kind else \
+            f"  ({'?' if step.expected_s is None else '~' + fmt_duration(step.expected_s)}: {step.basis})"
+        print(f"{what:<16} {step.command}{time}")
+    to_run = [step for what, step in planned if what != "kept"]
+    left = sum(step.expected_s or 0.0 for step in to_run)
+    unknown = [step.kind for step in to_run if step.expected_s is None]
+    plus = f", plus {', '.join(unknown)}, of no recorded time" if unknown else ""
+    print(f"attnscale full: about {fmt_duration(left)}{plus}, by the times the reference results record (a sweep's: "
+          f"its cells' own, those not cached here only); nothing was run")
+
+
 def run_full_command(args) -> int:
     from attnscale.cli.output import check_out_folder
     from attnscale.errors import check_count
@@ -202,11 +249,7 @@ def run_full_command(args) -> int:
     root = check_out_folder(results_root(args), "--results", named=args.results is not None)
     steps = plan(Path(root), Path(page_dir(args)), args.workers, args.backend, args.address)
     if args.dry_run:
-        planned = dry_run(steps, Path(root))
-        for what, step in planned:
-            print(f"{what:<16} {step.command}")
-        left = sum(step.expected_s for what, step in planned if what != "kept")
-        print(f"attnscale full: about {fmt_duration(left)} by the reference runs' recorded times; nothing was run")
+        print_dry_run(dry_run(steps, Path(root)))
         return 0
     line = Line(steps, quiet=args.quiet)
     try:

@@ -18,12 +18,17 @@ def register(sub) -> None:
         description="Run a training sweep on the CPU. Finished cells are cached under "
                     "DIR/train/<experiment>/cells, so an interrupted run resumes where it stopped. Writes the result "
                     "DIR/train/<experiment>/result.json (quick.json for --quick), which the report reads.",
-        examples=["attnscale train scale-vs-dk --quick", "attnscale train logit-growth --workers 2"])
+        examples=["attnscale train scale-vs-dk --quick", "attnscale train logit-growth --workers 2",
+                  "attnscale train lm --cells-from saved/train/lm/result.json   rebuilt from an earlier result's cells"])
     p.add_argument("experiment", choices=tuple(PRINTERS), help="which experiment")
     p.add_argument("--quick", action="store_true",
                    help="a small version that runs in seconds (same code, fewer cells and steps)")
     p.add_argument("--seeds", type=int, default=None, help="number of seeds (default: the experiment's)")
     add_results_option(p, "results folder; writes DIR/train/<experiment>/result.json (quick.json for --quick)")
+    p.add_argument("--cells-from", default=None, metavar="FILE",
+                   help="an earlier result of this experiment (result.json or .json.gz): its cells whose configuration "
+                        "equals a planned cell are taken as computed, times included, the others computed; rebuilds "
+                        "a result after an analysis change without retraining")
     add_json_option(p, "the experiment's result")
     add_quiet_option(p)
     p.add_argument("--workers", type=int, default=None,
@@ -93,16 +98,47 @@ def run_train(args) -> int:
     overrides = _lm_overrides(args)
     if overrides:
         config = dataclasses.replace(config, **overrides)
+    cells_from = _cells_from(args)
     backend = _backend(args, workers)
     if EXPERIMENTS[args.experiment].fused_kernel:
         prepare_kernel(quiet=args.quiet)    # here, once: the cells' worker processes then load the cached build
     with Progress(quiet=args.quiet) as progress:
-        env = run_experiment(args.experiment, config, root, backend, progress, quick=args.quick)
+        env = run_experiment(args.experiment, config, root, backend, progress, quick=args.quick, cells_from=cells_from)
     emit_json(args, env)
     if not json_to_stdout(args):
         PRINTERS[args.experiment](env.data["analysis"])
-        print(f"\nwrote {env.path} ({len(env.data['cells'])} cells, {env.data['wall_s']:.1f} s)")
+        print("\n" + _cells_time_line(env))
+        d = env.data
+        taken = f", {d['cells_from']['cells']} of them from --cells-from" if "cells_from" in d else ""
+        print(f"wrote {env.path} ({len(d['cells'])} cells: {len(d['cells']) - d['cells_cached']} computed, "
+              f"{d['cells_cached']} read from the cache{taken}; {d['wall_s']:.1f} s)")
     return 0
+
+
+def _cells_from(args):
+    """The result ``--cells-from`` names, read as a result of this experiment's kind (refused otherwise)."""
+    from attnscale import results
+    from attnscale.errors import InputError
+
+    if args.cells_from is None:
+        return None
+    try:
+        return results.read(f"train/{args.experiment}", path=args.cells_from)
+    except results.ResultError as err:
+        raise InputError(f"--cells-from: {err}") from None
+
+
+def _cells_time_line(env) -> str:
+    """What the sweep's cells took, as they record it (:func:`attnscale.results.cell_seconds`)."""
+    from attnscale.results import cell_seconds
+
+    t = cell_seconds(env)
+    if t is None or not t.timed:
+        return "cells' own run time: not recorded (computed by an attnscale that did not time them)"
+    cpu = "" if t.cpu_s is None else f"{t.cpu_s:.0f} CPU-s, "
+    at_once = "" if t.workers is None else f", {t.workers} at a time"
+    return (f"cells' own run time: {cpu}{t.wall_s:.0f} s wall in all, {t.wall_s / t.timed:.2g} s per cell on average "
+            f"(at most {t.wall_s_max:.2g} s; {t.timed} of {t.cells} cells timed{at_once})")
 
 
 def _backend(args, workers: int):
@@ -185,9 +221,6 @@ def _print_scale_vs_dk(a: dict) -> None:
                   f"{_fmt(r['logit_std'], '.3g'):>9}{_fmt(r['max_weight_mean']):>7}{_fmt(r['effective_jacobian_rms']):>7}"
                   f"{_fmt(r['scale_only'], '.4g'):>10}{_fmt(r['predicted'], '.4g'):>11}{_fmt(r['measured'], '.4g'):>11}"
                   f"{_fmt(r['ratio'], '.2f'):>7}")
-    t = a["timing"]
-    print(f"\ncells' own run time: {t['cpu_s']:.0f} CPU-s in all, {_fmt(t['wall_s_per_cell'], '.2g')} s wall per cell "
-          f"on average ({t['timed']} cells timed)")
 
 
 def _print_logit_growth(a: dict) -> None:
@@ -232,8 +265,6 @@ def _print_lm(a: dict) -> None:
               f"{ratio:<18}{v['verdict_halfway'] or '-':<9}")
     print("LR sensitivity (Wortsman et al. 2023), bits/byte: " + "; ".join(
         f"{s['optimiser']} {s['rule']} d_k={s['d_k']}: {_fmt(s['lr_sensitivity'])}" for s in a["lr_sensitivity"]))
-    c = a["cost"]
-    print(f"cells' own run time: {c['cpu_s']:.0f} CPU-s, {c['wall_s']:.0f} s wall in all ({c['cells']} cells)")
 
 
 # The experiments this command runs, each with its table printer: those of

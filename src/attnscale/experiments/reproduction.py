@@ -335,8 +335,9 @@ def _within_margin(env, item, here: dict, spread: dict[str, float]) -> bool:
 def calibrate(kinds=CHECKED, progress=None) -> dict:
     """Measure each checked reference's spread here and under :data:`SECOND_ARITHMETIC`, choose its
     items, and store the calibration beside the references (atomically). Returns what it stored.
-    ``progress(kind)`` is called as each kind starts."""
-    stored = {"made": {"created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    ``progress(kind)`` is called as each kind starts. The kinds not in ``kinds`` keep their stored
+    entries (``made`` then describes this calibration's run)."""
+    stored = {**read_calibration(), "made": {"created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                        "second_arithmetic": SECOND_ARITHMETIC, "rtol": RTOL, "atol": ATOL, "margin": MARGIN}}
     for kind in kinds:
         if progress:
@@ -368,11 +369,12 @@ def calibrate(kinds=CHECKED, progress=None) -> dict:
 
 
 def tolerance_for(env: results.Envelope, item, calibration: dict | None = None) -> Tolerance:
-    """Exact when this process's arithmetic is the reference's and calibration found the kind bit
+    """Exact when this process's arithmetic is the reference's (where its figures were computed,
+    :func:`attnscale.results.computed_on`) and calibration found the kind bit
     for bit reproducible there (the training sweeps are; the probe's float64 sums are not), else the
     calibrated tolerance of ``item``."""
     entry = (calibration if calibration is not None else read_calibration()).get(env.kind, {})
-    if entry.get("bit_exact_here") and provenance.same_arithmetic(env.environment.get("cpu"), provenance.cpu()):
+    if entry.get("bit_exact_here") and provenance.same_arithmetic(results.computed_on(env).get("cpu"), provenance.cpu()):
         return EXACT
     return Tolerance(spread=entry.get("spread", {}).get(str(item), {}))
 

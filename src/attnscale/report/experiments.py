@@ -105,9 +105,12 @@ def source_line(env: results.Envelope, command: str, lang: str) -> str:
     the reference result or the user's quick run), from which machine and date, and ``command``, which
     reproduces it, with the time the run took as the result records it."""
     seconds = results.recorded_seconds(env)
+    timing = results.cell_seconds(env)
     cached = env.data.get("cells_cached") if isinstance(env.data, dict) else None
     cells = len(env.data.get("cells") or []) if isinstance(env.data, dict) else 0
-    if seconds is None:
+    if timing is not None and cells and timing.timed == cells:
+        took = cells_took(timing, env.origin == "reference", lang)
+    elif seconds is None:
         took = _("its time is not recorded in the result", lang)
     elif cached and cached >= cells:
         # Every cell came from the cache: the recorded seconds are the re-analysis's (a fraction of a
@@ -124,6 +127,17 @@ def source_line(env: results.Envelope, command: str, lang: str) -> str:
              when=when_text(env.created), machine=machine_text(env.environment), took=took, command="\x00")
     before, after = esc(text).split("\x00")
     return f'<p class="note provenance-line source-{env.origin}">{before}<code>{esc(command)}</code>{after}</p>'
+
+
+def cells_took(timing: results.CellSeconds, there: bool, lang: str) -> str:
+    """What a sweep's cells took, each its own computation's time wherever it was read from (a cache,
+    an earlier result): their wall-clock seconds summed, and how many ran at once when known."""
+    time, n, workers = duration_text(timing.wall_s, lang), timing.cells, timing.workers
+    if there:
+        return (_("its {cells} cells took {time} of computing there", lang, cells=n, time=time) if workers is None else
+                _("its {cells} cells took {time} of computing there, {workers} at a time", lang, cells=n, time=time, workers=workers))
+    return (_("its {cells} cells took {time} of computing", lang, cells=n, time=time) if workers is None else
+            _("its {cells} cells took {time} of computing, {workers} at a time", lang, cells=n, time=time, workers=workers))
 
 
 def missing_note(how_to: str, lang: str) -> str:

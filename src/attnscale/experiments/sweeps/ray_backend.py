@@ -1,7 +1,7 @@
 """A sweep backend on Ray: each missing cell one Ray task, results yielded as they complete.
 
 Plugs into :func:`attnscale.experiments.sweeps.runner.run_sweep` like :class:`~attnscale.experiments.sweeps.runner.LocalBackend`
-(``map(fn, cells)`` yielding ``(index, result)`` as cells finish), with no change to the experiments:
+(``map(fn, cells)`` yielding ``(index, result, seconds)`` as cells finish), with no change to the experiments:
 
 * ``fn`` travels by name (module and qualified name), never by value, so a worker runs *its*
   installed attnscale; each task first checks that it is the driver's version and refuses otherwise.
@@ -34,6 +34,7 @@ from typing import Any
 
 from attnscale.errors import AttnScaleError, InputError, check_count, check_positive, require
 from attnscale.experiments.sweeps.process_settings import process_settings, restore_process_settings
+from attnscale.experiments.sweeps.runner import timed_call
 
 __all__ = ["DEFAULT_CONNECT_TIMEOUT_S", "RayBackend", "VersionMismatch"]
 
@@ -45,8 +46,9 @@ class VersionMismatch(AttnScaleError, RuntimeError):
     """A Ray worker runs another attnscale than the driver: its results would not be this sweep's."""
 
 
-def _run_cell(module: str, qualname: str, cell: Any, driver_version: str, threads: int) -> Any:
-    """The task body, on a worker: check the version, set the thread count, run ``module.qualname(cell)``."""
+def _run_cell(module: str, qualname: str, cell: Any, driver_version: str, threads: int) -> tuple[Any, dict]:
+    """The task body, on a worker: check the version, set the thread count, run ``module.qualname(cell)``
+    (timed there: :func:`~attnscale.experiments.sweeps.runner.timed_call`)."""
     import attnscale
 
     if attnscale.__version__ != driver_version:
@@ -62,7 +64,7 @@ def _run_cell(module: str, qualname: str, cell: Any, driver_version: str, thread
         fn = importlib.import_module(module)
         for part in qualname.split("."):
             fn = getattr(fn, part)
-        return fn(cell)
+        return timed_call(fn, cell)
     finally:
         restore_process_settings(before)  # a worker process is reused by later tasks
 
@@ -112,6 +114,14 @@ class RayBackend:
             _join(ray, self.address, self.connect_timeout_s, kwargs)
         return True
 
+    @property
+    def workers(self) -> int | None:
+        """How many cells run at once: the private instance's CPUs over each cell's; None when joining
+        a cluster (its size is the cluster's) or when Ray picks the CPUs itself."""
+        if self.address is not None or self.num_cpus is None:
+            return None
+        return max(1, self.num_cpus // self.cpus_per_cell)
+
     def connect(self) -> None:
         """Join (or start) Ray now rather than at the first cell, so that an address where no cluster
         answers is told before any work starts. The next :meth:`map` uses this connection and, at
@@ -139,14 +149,14 @@ class RayBackend:
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1)
                 for ref in ready:
-                    yield pending.pop(ref), _get(ray, ref)
+                    yield pending.pop(ref), *_get(ray, ref)
         except KeyboardInterrupt:
             # Hand over what already finished (the caller caches it), then stop the rest.
             ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
             finished = []
             for ref in ready:
                 try:
-                    finished.append((pending.pop(ref), ray.get(ref, timeout=0)))
+                    finished.append((pending.pop(ref), *ray.get(ref, timeout=0)))
                 except Exception:
                     pass  # a failed cell is simply not cached
             _cancel(ray, pending)

@@ -4,14 +4,18 @@
   moment it is done, written atomically: interrupt a sweep (Ctrl-C, kill -9) and run it again, and only
   the missing cells are computed; no result file is ever half-written.
 * Cells run through a :class:`Backend`, the seam to other engines: anything with
-  ``map(fn, cells)`` returning a generator of ``(index, result)`` pairs as cells finish.
+  ``map(fn, cells)`` returning a generator of ``(index, result, seconds)`` as cells finish.
   :class:`LocalBackend` runs them in worker processes on this machine; a Ray or Dask backend would
-  submit ``fn(cell)`` as remote tasks and yield their results as they complete, with no change to the
-  experiments.
+  submit ``fn(cell)`` (timed there) as remote tasks and yield their results as they complete, with
+  no change to the experiments.
 * Stopping: :func:`run_sweep` closes the generator when it stops early (Ctrl-C, an error), and the
   backend then ends the work still running itself (the driver may be the only process that got the
   signal: ``kill -INT``, a job runner, a test), so that nothing is left behind.
 * ``fn`` must be a module-level function (it is pickled by name) returning plain JSON data.
+* Time: each backend measures every cell where it runs (:func:`timed_call`: the cell's own wall and
+  CPU seconds, in the process that computed it), and :func:`run_sweep` keeps that with the cell in
+  its cache entry (``seconds``), so that a cell read from the cache later still says what its
+  computation took; an experiment never times its own cells.
 * Progress inside a cell: a long cell calls :func:`report_steps` as it goes; a backend that
   ``reports_steps`` (:class:`SerialBackend`, :class:`LocalBackend`) hands those reports to
   :func:`run_sweep`, which passes the fraction done of the running cells to its ``progress``
@@ -27,13 +31,15 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol, cast
 
 from attnscale.errors import check_count
 from attnscale.experiments.sweeps.process_settings import process_settings, restore_process_settings
 from attnscale.store import ResultCache, to_jsonable
 
-__all__ = ["Backend", "SerialBackend", "LocalBackend", "run_sweep", "read_cached", "default_workers", "report_steps"]
+__all__ = ["Backend", "SerialBackend", "LocalBackend", "Done", "run_sweep", "read_cached", "default_workers",
+           "report_steps", "timed_call"]
 
 Progress = Callable[..., None]      # progress(done, total, label) and, with step reports, running=fraction
 
@@ -48,20 +54,36 @@ def report_steps(done: int, total: int) -> None:
         _step_hook(done, total)
 
 
+def timed_call(fn: Callable[[Any], Any], cell: Any) -> tuple[Any, dict[str, float]]:
+    """``fn(cell)`` and what it took, measured in the process that computes it: ``{"wall": s, "cpu":
+    s}``, wall-clock seconds (``time.perf_counter``) and the CPU seconds of this process
+    (``time.process_time``: all its threads; in a worker process that is the cell's alone, in the
+    driver (:class:`SerialBackend`) it includes whatever else the driver does meanwhile, little). The
+    first cell in a fresh worker also pays for the imports it makes (torch: a few seconds), as a
+    run does."""
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    result = fn(cell)
+    return result, {"wall": time.perf_counter() - wall0, "cpu": time.process_time() - cpu0}
+
+
 def _with_step_hook(hook, fn, cell):
     global _step_hook
     _step_hook = hook
     try:
-        return fn(cell)
+        return timed_call(fn, cell)
     finally:
         _step_hook = None
 
 
 class Backend(Protocol):
-    def map(self, fn: Callable[[Any], Any], cells: Sequence[Any]) -> Iterator[tuple[int, Any]]:
-        """Compute ``fn(cell)`` for every cell; yield ``(index into cells, result)`` in any order, as
-        each finishes (so that the caller can store it at once). On ``close()`` or an exception
-        thrown in (KeyboardInterrupt), stop every cell still running before returning."""
+    #: how many cells it runs at once (None when it cannot say: a cluster it joined)
+    workers: int | None
+
+    def map(self, fn: Callable[[Any], Any], cells: Sequence[Any]) -> Iterator[tuple[int, Any, dict | None]]:
+        """Compute ``fn(cell)`` for every cell; yield ``(index into cells, result, seconds)`` in any
+        order, as each finishes (so that the caller can store it at once), ``seconds`` what
+        :func:`timed_call` measured where the cell ran. On ``close()`` or an exception thrown in
+        (KeyboardInterrupt), stop every cell still running before returning."""
         ...
 
 
@@ -72,17 +94,17 @@ class SerialBackend:
     running cell's :func:`report_steps`."""
 
     reports_steps = True
+    workers = 1
 
     def map(self, fn, cells, on_steps=None):
-        
         for i, cell in enumerate(cells):
             before = process_settings()
             hook = None if on_steps is None else (lambda done, total, i=i: on_steps(i, done, total))
             try:
-                result = _with_step_hook(hook, fn, cell)
+                result, seconds = _with_step_hook(hook, fn, cell)
             finally:
                 restore_process_settings(before)
-            yield i, result
+            yield i, result, seconds
 
 
 _worker_steps = None      # in a worker: the queue its cells' step reports go to
@@ -103,7 +125,8 @@ def _init_worker(steps_queue=None) -> None:
 
 
 def _run_in_worker(fn, index: int, cell):
-    """``fn(cell)`` in a worker, its step reports sent to the driver as (index, done, total)."""
+    """``fn(cell)`` in a worker and its :func:`timed_call` seconds, its step reports sent to the
+    driver as (index, done, total)."""
     hook = None if _worker_steps is None else (lambda done, total: _worker_steps.put((index, done, total)))
     return _with_step_hook(hook, fn, cell)
 
@@ -135,14 +158,14 @@ class LocalBackend:
                 while steps is not None and not steps.empty():
                     on_steps(*steps.get())
                 for future in done:
-                    yield pending.pop(future), future.result()
+                    yield pending.pop(future), *future.result()
         except KeyboardInterrupt:
             # Ctrl-C: end the workers, then hand over the cells that had already finished (so that
             # the caller caches them) and stop.
             ready = [f for f in pending if f.done() and not f.cancelled() and f.exception() is None]
             _terminate(pool)
             for future in ready:
-                yield pending.pop(future), future.result()
+                yield pending.pop(future), *future.result()
             raise
         finally:
             # Cells left over (an error, an interrupt, or the caller stopped reading): end them now
@@ -180,16 +203,28 @@ def default_workers() -> int:
     return max(1, min(2, os.cpu_count() or 1))
 
 
-def read_cached(kind: str, cells: Sequence[Any], cache: ResultCache) -> list[Any]:
-    """Each cell's cached result, None where the cache has none (or a damaged one)."""
-    return [cache.get(kind, to_jsonable(cell)) for cell in cells]
+@dataclass(frozen=True)
+class Done:
+    """A computed cell: its ``result`` (plain JSON data, as the cache returns it) and what computing
+    it took, ``seconds`` = ``{"wall": s, "cpu": s, "workers": n}`` (:func:`timed_call`'s figures and
+    how many cells its backend ran at once then, None when it could not say); ``seconds`` is None
+    for a cell whose computation recorded no time (cached by older code)."""
+    result: Any
+    seconds: dict | None = None
+
+
+def read_cached(kind: str, cells: Sequence[Any], cache: ResultCache) -> list[Done | None]:
+    """Each cell as its cache entry holds it, None where the cache has none (or a damaged one)."""
+    records = [cache.get_record(kind, to_jsonable(cell)) for cell in cells]
+    return [None if r is None else Done(r["result"], r.get("seconds")) for r in records]
 
 
 def run_sweep(kind: str, cells: Sequence[Any], fn: Callable[[Any], Any], cache: ResultCache,
               backend: Backend | None = None, progress: Progress | None = None,
-              cached: list[Any] | None = None) -> list[Any]:
-    """Results of ``fn`` for every cell, in the order of ``cells``: cached ones are read, the others
-    computed through ``backend`` (default: :class:`SerialBackend`) and cached as each finishes.
+              cached: list[Done | None] | None = None) -> list[Done]:
+    """Every cell of ``cells`` done, in their order: cached ones are read, the others computed
+    through ``backend`` (default: :class:`SerialBackend`) and cached, with their time, as each
+    finishes.
 
     ``kind`` names the experiment in the cache (files ``<kind>-<hash of the cell>.json``).
     ``cached``: what :func:`read_cached` returned for these cells, when the caller read it already
@@ -197,10 +232,10 @@ def run_sweep(kind: str, cells: Sequence[Any], fn: Callable[[Any], Any], cache: 
     """
     backend = backend or SerialBackend()
     total = len(cells)
-    results: list[Any] = list(read_cached(kind, cells, cache) if cached is None else cached)
-    if len(results) != total:
-        raise ValueError(f"cached: expected one entry per cell ({total}), got {len(results)}")
-    missing = [i for i, hit in enumerate(results) if hit is None]
+    done_cells: list[Done | None] = list(read_cached(kind, cells, cache) if cached is None else cached)
+    if len(done_cells) != total:
+        raise ValueError(f"cached: expected one entry per cell ({total}), got {len(done_cells)}")
+    missing = [i for i, hit in enumerate(done_cells) if hit is None]
     done = total - len(missing)
     if progress:
         progress(done, total, f"{done} cached")
@@ -218,14 +253,16 @@ def run_sweep(kind: str, cells: Sequence[Any], fn: Callable[[Any], Any], cache: 
         stream = backend.map(fn, todo, on_steps=on_steps)
     else:
         stream = backend.map(fn, todo)
+    workers = getattr(backend, "workers", None)
     try:
-        for j, result in stream:
+        for j, result, seconds in stream:
             running.pop(j, None)
             finished.add(j)
             cell = todo[j]
             # Round-trip through the cache so that a fresh result and a cached one are the same data.
-            cache.put(kind, to_jsonable(cell), result)
-            results[missing[j]] = cache.get(kind, to_jsonable(cell))
+            cache.put(kind, to_jsonable(cell), result,
+                      seconds=None if seconds is None else {**seconds, "workers": workers})
+            done_cells[missing[j]] = read_cached(kind, [cell], cache)[0]
             done += 1
             if progress:
                 progress(done, total, getattr(cell, "label", str(cell)))
@@ -233,4 +270,7 @@ def run_sweep(kind: str, cells: Sequence[Any], fn: Callable[[Any], Any], cache: 
         # On Ctrl-C or an error here, the backend stops its running cells now, not whenever the
         # garbage collector gets to the generator (a traceback keeps it alive).
         getattr(stream, "close", lambda: None)()
-    return results
+    lost = [cells[i] for i, d in enumerate(done_cells) if d is None]
+    if lost:        # a backend that did not yield every cell it was given
+        raise RuntimeError(f"backend: {len(lost)} cell(s) never came back, the first {lost[0]}")
+    return cast(list[Done], done_cells)

@@ -13,6 +13,7 @@ and marked so.
 
 from __future__ import annotations
 
+from attnscale import results
 from attnscale.i18n import N_, _
 from attnscale.report.chapters.training_words import (GRADIENT, GRADIENT_FLOOR, PATHS, REFERENCE, SINGLE_KEY, SOFTCAP,
                                                       TRENDS, dominant_path, gradient_direction, gradient_floor,
@@ -72,7 +73,7 @@ def render(env, lang: str) -> str:
     out += _gradient(f["gradient_step0"], lang) + _saturation(f["saturation_path"], s, lang)
     out += _softcap(f["softcap"], s, lang) + _optimiser(f["optimiser"], s, names, lang) + _zero(f["zero_gradient"], lang)
     out += _chain(a["chain_rule"], names, lang)
-    out.append(_timing(a["timing"], env.data.get("wall_s"), lang))
+    out.append(_timing(results.cell_seconds(env), env.data.get("wall_s"), lang))
     return "\n".join(out)
 
 
@@ -283,10 +284,12 @@ def _chain(chain: dict, names: dict, lang: str) -> list[str]:
     return out + [table_with_details(header, body, glance, lang, cls="numeric"), para(_("What the prediction leaves out: the direction of δ relative to Kᵀ J V, and how the per-example gradients add up over the batch; both depend on the attention pattern, hence on the rule.", lang))]
 
 
-def _timing(timing: dict, wall_s, lang: str) -> str:
+def _timing(timing: results.CellSeconds | None, wall_s, lang: str) -> str:
+    if timing is None or not timing.timed:
+        return ""       # cells computed by an attnscale that did not time them: the source line says so
     run = _("This run of the sweep took {wall} s of wall time (cells read from the cache cost nothing). ", lang, wall=_n(wall_s, ".0f")) if wall_s is not None else ""
-    return _note(_("Measured run time: the {cells} cells took {cpu} CPU-seconds in all, {per} s of wall time per cell on average (at most {most} s). {run}Times depend on the machine and how loaded it was.", lang, cells=timing["timed"], cpu=_n(timing["cpu_s"], ".0f"),
-                 per=_n(timing["wall_s_per_cell"], ".2g"), most=_n(timing["wall_s_max"], ".2g"), run=run))
+    return _note(_("Measured run time: the {cells} cells took {cpu} CPU-seconds in all, {per} s of wall time per cell on average (at most {most} s). {run}Times depend on the machine and how loaded it was.", lang, cells=timing.timed, cpu=_n(timing.cpu_s, ".0f"),
+                 per=_n(timing.wall_s / timing.timed, ".2g"), most=_n(timing.wall_s_max, ".2g"), run=run))
 
 
 # --- figures: drawn from the analysis' curves and chain-rule rows only ---------------------------------

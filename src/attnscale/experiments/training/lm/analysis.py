@@ -1,8 +1,8 @@
 """lm's analysis: from the runs to every figure the chapter and the table show (see :func:`analyse`):
 the learning-rate grids and each rule's best rate, the LR sensitivity (:func:`lr_score`,
 ``training.lr_sensitivity``), the verdicts against 1/√d_k (:mod:`.judging`) and how far each holds, the
-curves, the samples, the cost. Every run is judged as :func:`~.judging.as_judged` gives it (a collapse to
-the uniform prediction is a divergence)."""
+curves, the samples. Every run is judged as :func:`~.judging.as_judged` gives it (a collapse to the
+uniform prediction is a divergence)."""
 
 from __future__ import annotations
 
@@ -153,7 +153,7 @@ def analyse(config: LMConfig, cells: list[LMCell], results: list[dict]) -> dict:
     """Everything the chapter and the table show: per optimiser the learning-rate grid (each rule's
     final loss at each rate, its own best rate, its LR sensitivity), the reference's best rate and
     whether it is inside the grid, the verdicts at the reference's best rate and at each rule's own,
-    the n-gram baselines and where each run ends against them, the curves, the samples, the cost."""
+    the n-gram baselines and where each run ends against them, the curves, the samples."""
     results = [as_judged(r) for r in results]
     runs = _runs_by_setting(cells, results)
     base = baselines(config)
@@ -199,6 +199,4 @@ def analyse(config: LMConfig, cells: list[LMCell], results: list[dict]) -> dict:
         "curves": curves,
         "samples": {"prompt": cells[0].prompt, "d_ks": list(config.d_ks), "optimiser": "adamw", "seed": 0,
                     "lr": {str(d): best["adamw", REFERENCE_RULE, d] for d in config.d_ks}, "rows": samples},
-        "cost": {"cells": len(results), "cpu_s": sum(r["cpu_s"] for r in results),
-                 "wall_s": sum(r["wall_s"] for r in results), "cpu_s_per_cell": spread([r["cpu_s"] for r in results])},
     }

@@ -1,11 +1,10 @@
 """One run of lm trained: :func:`train_cell` (the logged figures, per layer and head
-(:func:`head_figures`), the final validation loss, a greedy sample and the run's own cost)."""
+(:func:`head_figures`), the final validation loss and a greedy sample)."""
 
 from __future__ import annotations
 
 import math
 import statistics
-import time
 
 from attnscale.errors import check_count
 from attnscale.experiments.training.lm.config import PROGRESS_EVERY, RULE_CHOICES, LMCell
@@ -61,7 +60,7 @@ def head_figures(figures: dict) -> dict[str, list]:
 
 def train_cell(cell: LMCell, stop_after: int | None = None) -> dict:
     """Train one GPT; returns plain, strict-JSON data: the log, the final validation bits per byte,
-    whether and when it diverged, a greedy sample, and its cost.
+    whether and when it diverged and a greedy sample (its time is the sweep runner's to measure).
 
     ``stop_after`` (not part of the cell): end after that many updates, with the same schedule and
     batches as the whole run, so that its log is the first entries of the whole run's log (for
@@ -77,7 +76,6 @@ def train_cell(cell: LMCell, stop_after: int | None = None) -> dict:
         check_count("stop_after", stop_after, minimum=0)
     last = cell.steps if stop_after is None else min(stop_after, cell.steps)
 
-    wall0, cpu0 = time.monotonic(), time.process_time()
     data = seed_everything(cell.seed)
     text = ByteText.from_source(cell.text, cell.valid_fraction, cell.context)
     model = GPT(GPTConfig(VOCAB, cell.context, cell.d_model, cell.n_layers, cell.d_k), RULE_CHOICES[cell.rule],
@@ -125,8 +123,6 @@ def train_cell(cell: LMCell, stop_after: int | None = None) -> dict:
         "stopped_after": stop_after,
         "sample": None if sample is None else sample.decode("utf-8", errors="replace"),
         **_run_facts(cell, model, layers, text),
-        "cpu_s": time.process_time() - cpu0,
-        "wall_s": time.monotonic() - wall0,
     }
 
 

@@ -164,7 +164,6 @@ def analyse(config: ScaleVsDkConfig, cells: list[ScaleCell], results: list[dict]
         "curves": curves,
         "findings": _findings(config, runs, table, chain, results),
         "chain_rule": chain,
-        "timing": _timing(results),
     }
 
 
@@ -192,14 +191,6 @@ def _verdicts(table: list[dict]) -> list[dict]:
             judged.append(row["sgd_best_lr"])
         out += [{k: s[k] for k in keys} for s in judged if s["seeds"]]
     return out
-
-
-def _timing(results: list[dict]) -> dict:
-    timed = [r["timing"] for r in results if r.get("timing")]
-    return {"cells": len(results), "timed": len(timed),
-            "cpu_s": sum(t["cpu_s"] for t in timed), "wall_s": sum(t["wall_s"] for t in timed),
-            "wall_s_per_cell": mean_or_none(t["wall_s"] for t in timed),
-            "wall_s_max": max((t["wall_s"] for t in timed), default=None)}
 
 
 def _findings(config: ScaleVsDkConfig, runs: dict, table: list[dict], chain: dict, results: list[dict]) -> dict:

@@ -1,9 +1,7 @@
 """One cell of scale-vs-dk trained: :func:`train_cell` (the logged metrics, the chain-rule factors at
-initialisation, the final evaluation and the cell's own run time)."""
+initialisation and the final evaluation)."""
 
 from __future__ import annotations
-
-import time
 
 from attnscale.experiments.training.scale_vs_dk.chain_rule import init_chain_rule
 from attnscale.experiments.training.scale_vs_dk.config import RULE_CHOICES, ScaleCell
@@ -15,7 +13,7 @@ __all__ = ["train_cell"]
 def train_cell(cell: ScaleCell, stop_after: int | None = None) -> dict:
     """Train one cell; returns plain data: final metrics, per-step loss/accuracy, logged metrics (every
     ``log_every`` steps: loss, accuracy, gradient norms, logit standard deviation, saturated fraction),
-    the chain-rule factors at initialisation, and its own run time (``timing``: ``wall_s``, ``cpu_s``).
+    and the chain-rule factors at initialisation (its time is the sweep runner's to measure).
 
     A non-finite loss stops the cell: ``diverged`` is True, ``diverged_at`` its step, and the final
     figures are None (strict JSON: the reason is ``diverged``).
@@ -28,7 +26,6 @@ def train_cell(cell: ScaleCell, stop_after: int | None = None) -> dict:
     from attnscale.experiments.training.readout import ReadoutTransformer
     from attnscale.experiments.training.common import attention_metrics, grad_norm, make_optimizer, seed_everything
 
-    wall0, cpu0 = time.perf_counter(), time.process_time()
     data = seed_everything(cell.seed)
     rule = RULE_CHOICES[cell.rule]
     # Same weights for every rule at a given (d_k, seed): the rule adds at most a scalar gain, which
@@ -83,8 +80,6 @@ def train_cell(cell: ScaleCell, stop_after: int | None = None) -> dict:
         "loss": losses,
         "accuracy": correct,
         "log": log,
-        # The one part of a result that differs between two runs of the same cell.
-        "timing": {"wall_s": time.perf_counter() - wall0, "cpu_s": time.process_time() - cpu0},
     }
 
 
