@@ -138,6 +138,7 @@ def _module(tmp_path, source: str):
     ('_("a brace { alone")', "literal brace"),
     ('N_(name)', "marks a literal message"),
     ('_("x", msgctxt=name)', "context that is not a literal"),
+    ('_("x", lang)', "takes the message alone"),
 ])
 def test_the_extraction_refuses_messages_built_at_run_time(tmp_path, call, what):
     _found, problems = _module(tmp_path, f"from attnscale.i18n import _, N_\n\ndef f(lang, d_k, name):\n    return {call}\n")
