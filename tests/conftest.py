@@ -59,3 +59,13 @@ def _torch_process_settings_restored():
         torch.set_num_threads(threads)
     elif "torch" in sys.modules:            # imported by this test: torch's default flag
         sys.modules["torch"].use_deterministic_algorithms(False)
+
+
+@pytest.fixture
+def lang(request):
+    """The language a test is parametrized with, bound for its run (as a page build or a CLI run binds
+    its own): ``@pytest.mark.parametrize("lang", ["en", "zh"], indirect=True)``."""
+    from attnscale.i18n import language
+
+    with language(request.param):
+        yield request.param

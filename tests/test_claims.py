@@ -13,7 +13,7 @@ from attnscale.claims.context import Context
 from attnscale.claims.result import format_like, judge_printed
 from attnscale.claims.seed_numbers import printed
 from attnscale.errors import InputError
-from attnscale.i18n import N_
+from attnscale.i18n import N_, language
 
 E5 = Decimal("148.41315910257660342111558004055227962348766759387898904675284511")
 E50 = Decimal("5184705528587072464087.4533229334")
@@ -116,7 +116,9 @@ def test_every_worded_text_of_a_run_is_in_chinese_with_chinese_clause_joins(quic
     english = re.compile(r"\b(the|and|at|of|vs|median|unscaled|holds|fails|inconclusive) ")
     for c in quick.claims:
         for field in ("claim", *WORDED):
-            en, zh = c.text(field, "en"), c.text(field, "zh")
+            en = c.text(field)
+            with language("zh"):
+                zh = c.text(field)
             if en and english.search(en) and c.id != "S10.5":        # S10.5 quotes the paper in English
                 unquoted = re.sub(r"“[^”]*”", "", zh)     # S7.4 quotes the English it reads
                 assert zh != en and not english.search(unquoted), (c.id, field, zh)
@@ -432,13 +434,15 @@ def test_a_trend_holds_only_when_every_step_is_separated():
 def test_per_n_words_what_was_measured_and_how_it_was_judged():
     assert interval_text(0.12345, 0.1, 0.15) == "0.123 [0.100, 0.150]"
     assert interval_text(1234.5, 1200, 1300, ".3g") == "1.23e+03 [1.2e+03, 1.3e+03]"
-    assert per_n({16: "a", 128: "b"}, "en") == "n=16: a; n=128: b"
-    assert per_n({16: "a", 128: "b"}, "zh") == "n=16：a；n=128：b"
-    assert per_n({"16": "a", "128": "b"}, "en", sep=",") == "n=16: a, n=128: b"
-    assert by_n_note({16: "holds", 128: "inconclusive"}, "en", "overlap") == \
+    assert per_n({16: "a", 128: "b"}) == "n=16: a; n=128: b"
+    with language("zh"):
+        assert per_n({16: "a", 128: "b"}) == "n=16：a；n=128：b"
+    assert per_n({"16": "a", "128": "b"}, sep=",") == "n=16: a, n=128: b"
+    assert by_n_note({16: "holds", 128: "inconclusive"}, "overlap") == \
         "holds for n = 16; inconclusive for n = 128 (overlap)"
-    assert by_n_note({16: "holds", 128: "inconclusive"}, "zh", "重叠") == "n = 16 时成立；n = 128 时无定论（重叠）"
-    assert by_n_note({16: "holds", 128: "holds"}, "en", "overlap") == "holds for n = 16, 128"
+    with language("zh"):
+        assert by_n_note({16: "holds", 128: "inconclusive"}, "重叠") == "n = 16 时成立；n = 128 时无定论（重叠）"
+    assert by_n_note({16: "holds", 128: "holds"}, "overlap") == "holds for n = 16, 128"
 
 
 def test_counts_include_inconclusive_and_level_text():

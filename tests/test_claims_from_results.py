@@ -167,7 +167,7 @@ def test_a_claim_says_which_result_it_was_judged_from():
         return results.Envelope(kind="train/lm", data={}, quick=quick, created="2026-12-01T22:19:22Z",
                                 config=None, seed=0, version="0", environment={}, reference=reference)
 
-    said = {origin: _provenance([e], "en") for origin, e in
+    said = {origin: _provenance([e]) for origin, e in
             (("full", env(False, False)), ("reference", env(False, True)), ("quick", env(True, False)))}
     assert said["full"] == "train/lm (full, 2026-12-01T22:19:22Z)"
     assert said["reference"] == "train/lm (the full reference run shipped with attnscale, 2026-12-01T22:19:22Z)"

@@ -14,6 +14,7 @@ import pytest
 pytest.importorskip("torch")
 
 from attnscale.cli import kernel  # noqa: E402
+from attnscale.i18n import language  # noqa: E402
 from attnscale.torch import ext  # noqa: E402
 
 
@@ -81,6 +82,7 @@ def test_a_first_build_is_announced_in_one_line(monkeypatch, capsys, quiet):
 def test_the_fallback_is_said_even_when_quiet(monkeypatch, capsys):
     monkeypatch.setattr(ext, "build_needed", lambda: False)
     monkeypatch.setattr(ext, "kernel_status", lambda: {"available": False, "reason": "disabled by ATTNSCALE_NO_KERNEL"})
-    assert kernel.prepare_kernel(quiet=True, lang="zh") is False
+    with language("zh"):
+        assert kernel.prepare_kernel(quiet=True) is False
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "ATTNSCALE_NO_KERNEL" in err[0] and "composed" in err[0] and "kernel (" not in err[0]

@@ -11,7 +11,7 @@ from attnscale.cli import build_parser
 from attnscale.cli.core import HEALTH, RULE_PURPOSE
 from attnscale.cli.options import non_negative_int
 from attnscale.cli.verify import DETAILS, METHOD_NAME, VERDICT_MARK
-from attnscale.i18n import LANGS, _
+from attnscale.i18n import LANGS, _, language
 
 
 def _subparsers(parser):
@@ -31,22 +31,26 @@ def test_the_tables_cover_every_rule_health_figure_verdict_and_method():
     assert all(hasattr(ClaimResult, f) or f in ClaimResult.__dataclass_fields__ for f, _label in DETAILS)
     for table in (RULE_PURPOSE, HEALTH, VERDICT_MARK, METHOD_NAME, dict(DETAILS)):
         for message in table.values():
-            assert _(message, "zh") != _(message, "en") or message in ("logit",), message
+            with language("zh"):
+                zh = _(message)
+            assert zh != _(message) or message in ("logit",), message
 
 
 def test_words_fill_their_placeholders_in_both_languages():
-    assert _("logits multiplied by --scale {s:g}", "zh", s=0.125) == "logits 已乘以 --scale 0.125"
     summary = "{n} claims: {holds} hold, {fails} fail, {inconclusive} inconclusive, {wrong} seed numbers wrong"
     counts = dict(n=3, holds=1, fails=1, inconclusive=1, wrong=0)
-    assert _(summary, "en", **counts).startswith("3 claims: 1 hold")
-    assert _(summary, "zh", **counts).startswith("共 3 条：1 条成立")
+    assert _(summary, **counts).startswith("3 claims: 1 hold")
+    with language("zh"):
+        assert _("logits multiplied by --scale {s:g}", s=0.125) == "logits 已乘以 --scale 0.125"
+        assert _(summary, **counts).startswith("共 3 条：1 条成立")
 
 
 def test_the_rules_table_tells_the_purpose_in_chinese_only(capsys):
     from attnscale.cli import main
 
     assert main(["rules", "--lang", "zh"]) == 0
-    assert _(RULE_PURPOSE["logn"], "zh") in capsys.readouterr().out
+    with language("zh"):
+        assert _(RULE_PURPOSE["logn"]) in capsys.readouterr().out
     assert main(["rules"]) == 0
     out = capsys.readouterr().out
     assert not any(RULE_PURPOSE[name] in out for name in RULE_PURPOSE)   # the English reader has the citation

@@ -9,11 +9,12 @@ from __future__ import annotations
 import shutil
 import subprocess
 import textwrap
+import threading
 
 import polib
 import pytest
 
-from attnscale.i18n import LANGS, N_, MissingTranslation, TextError, _, catalog, check_lang
+from attnscale.i18n import LANGS, N_, MissingTranslation, TextError, _, catalog, check_lang, current_lang, language
 from attnscale.i18n.extract import PACKAGE, Found, catalog_path, check, placeholders, scan, scan_package, updated
 
 
@@ -55,26 +56,58 @@ def test_msgfmt_refuses_a_translation_with_other_placeholders(tmp_path):
 def test_underscore_fills_placeholders_in_both_languages():
     en = next(msgid for (ctx, msgid), zh in catalog("zh").items() if ctx is None and placeholders(msgid))
     values = {name: 7 for name in placeholders(en)}
-    assert _(en, "en", **values) == en.format(**values)
+    assert _(en, **values) == en.format(**values)
     zh = catalog("zh")[(None, en)]
-    assert _(en, "zh", **values) == zh.format(**values)
+    with language("zh"):
+        assert _(en, **values) == zh.format(**values)
 
 
 def test_a_message_without_chinese_is_an_error_not_english():
-    with pytest.raises(MissingTranslation, match="no zh translation of 'not a message of attnscale'"):
-        _("not a message of attnscale", "zh")
-    assert _("not a message of attnscale", "en") == "not a message of attnscale"
+    with pytest.raises(MissingTranslation, match="no zh translation of 'not a message of attnscale'"), language("zh"):
+        _("not a message of attnscale")
+    assert _("not a message of attnscale") == "not a message of attnscale"
 
 
 def test_a_placeholder_without_a_value_names_it():
     with pytest.raises(TextError, match=r"placeholder \{d_k\}"):
-        _("At d_k = {d_k}", "en")
+        _("At d_k = {d_k}")
 
 
 def test_an_unknown_language_is_refused():
-    with pytest.raises(ValueError, match="lang: expected one of en, zh, got 'fr'"):
-        _("x", "fr")
+    with pytest.raises(ValueError, match="lang: expected one of en, zh, got 'fr'"), language("fr"):
+        pass
     assert check_lang("zh") == "zh" and LANGS == ("en", "zh")
+    assert current_lang() == "en"                     # the refused binding left nothing bound
+
+
+def test_a_binding_nests_and_gives_the_language_before_back():
+    word = next(msgid for (ctx, msgid) in catalog("zh") if ctx is None and not placeholders(msgid))
+    assert current_lang() == "en" and _(word) == word      # outside any binding: English, the source
+    with language("zh"):
+        assert _(word) == catalog("zh")[(None, word)]
+        with language("en"):
+            assert _(word) == word
+        assert current_lang() == "zh"
+        with pytest.raises(RuntimeError), language("en"):   # left by an error: given back all the same
+            raise RuntimeError
+        assert current_lang() == "zh"
+    assert current_lang() == "en"
+
+
+def test_each_thread_sees_its_own_binding():
+    seen, both_bound = {}, threading.Barrier(2)
+
+    def build(lang):
+        with language(lang):
+            both_bound.wait()                 # both bindings in force at once
+            seen[lang] = current_lang()
+
+    threads = [threading.Thread(target=build, args=(lang,)) for lang in LANGS]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen == {"en": "en", "zh": "zh"} and current_lang() == "en"
 
 
 def test_a_context_marked_by_N_travels_with_the_message():
@@ -84,7 +117,8 @@ def test_a_context_marked_by_N_travels_with_the_message():
     ctx, msgid = contexted[0]
     marked = N_(msgid, ctx)
     assert marked == msgid
-    assert _(marked, "zh") == catalog("zh")[(ctx, msgid)]
+    with language("zh"):
+        assert _(marked) == catalog("zh")[(ctx, msgid)]
     assert N_("plain") == "plain" and type(N_("plain")) is str
 
 
@@ -97,13 +131,14 @@ def _module(tmp_path, source: str):
 
 
 @pytest.mark.parametrize("call, what", [
-    ('_(f"At d_k = {d_k}", lang)', "built at run time"),
-    ('_("At d_k = " + str(d_k), lang)', "built at run time"),
-    ('_("At d_k = %s" % d_k, lang)', "built at run time"),
-    ('_("At {x}".format(x=1), lang)', "built at run time"),
-    ('_("a brace { alone", lang)', "literal brace"),
+    ('_(f"At d_k = {d_k}")', "built at run time"),
+    ('_("At d_k = " + str(d_k))', "built at run time"),
+    ('_("At d_k = %s" % d_k)', "built at run time"),
+    ('_("At {x}".format(x=1))', "built at run time"),
+    ('_("a brace { alone")', "literal brace"),
     ('N_(name)', "marks a literal message"),
-    ('_("x", lang, msgctxt=name)', "context that is not a literal"),
+    ('_("x", msgctxt=name)', "context that is not a literal"),
+    ('_("x", lang)', "takes the message alone"),
 ])
 def test_the_extraction_refuses_messages_built_at_run_time(tmp_path, call, what):
     _found, problems = _module(tmp_path, f"from attnscale.i18n import _, N_\n\ndef f(lang, d_k, name):\n    return {call}\n")
@@ -121,8 +156,8 @@ def test_the_extraction_finds_messages_and_their_contexts(tmp_path):
 
         WORDS = {"a": N_("learns"), "b": N_("fails", "training")}
 
-        def f(lang, key):
-            return _("At d_k = {d_k}", lang, d_k=1) + _(WORDS[key], lang) + _("x", lang, msgctxt="lm")
+        def f(key):
+            return _("At d_k = {d_k}", d_k=1) + _(WORDS[key]) + _("x", msgctxt="lm")
         """)
     assert not problems
     assert [(f.context, f.msgid, f.line) for f in found] == [

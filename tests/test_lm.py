@@ -25,6 +25,7 @@ from attnscale import attention as core_attention  # noqa: E402
 from attnscale.errors import InputError  # noqa: E402
 from attnscale.experiments.training import lm, common as training  # noqa: E402
 from attnscale.experiments.training.gpt import GPT, GPTConfig  # noqa: E402
+from attnscale.i18n import language  # noqa: E402
 from test_runner import CountingBackend  # noqa: E402  (one counting backend for the sweep tests)
 from attnscale.experiments.training.registry import run_experiment  # noqa: E402
 from attnscale.experiments.training.text_data import ByteText, check_text_file  # noqa: E402
@@ -358,7 +359,10 @@ def test_chapter_renders_both_languages(tiny_sweep):
 
     assert "lm" in EXPERIMENT_CHAPTERS and chapter.KIND == "train/lm"
     env = _envelope(tiny_sweep[0])
-    pages = {lang: chapter.render(env, lang) for lang in ("en", "zh")}
+    pages = {}
+    for lang in ("en", "zh"):
+        with language(lang):
+            pages[lang] = chapter.render(env)
     for page in pages.values():
         assert page.count("<figure") == 3 and page.count("<svg") == 6 and page.count("<table") == 3
         assert lm.PROMPT in page
@@ -378,19 +382,19 @@ def test_chapter_words_follow_the_data(tiny_sweep, monkeypatch):
     own = {v["optimiser"]: v for v in a["verdicts"] if v["rule"] == "unscaled"}
     for v in a["verdicts"]:
         v["verdict"] = "learns"
-    page = lambda: html.unescape(chapter.render(env, "en"))   # noqa: E731
+    page = lambda: html.unescape(chapter.render(env))   # noqa: E731
     assert "every rule reaches the 1/√dₖ reference's target at every dₖ, with AdamW and with SGD" in page()
     own["adamw-own-best"]["verdict"] = "fails"
-    said = chapter.glance_sentence(a["verdicts"], ref, "en")
+    said = chapter.glance_sentence(a["verdicts"], ref)
     assert "unscaled fails or diverges with AdamW at d_k = 8; with SGD every rule reaches the target" in said
     own["sgd-own-best"]["verdict"] = "diverges"
-    said = chapter.glance_sentence(a["verdicts"], ref, "en")
+    said = chapter.glance_sentence(a["verdicts"], ref)
     assert "with AdamW at d_k = 8, and with SGD unscaled at d_k = 8" in said and "1 fails and 1 diverges" in said
     # A verdict's cell: its mark, the ratio of the seeds that decided it, each seed when they disagree.
     own["adamw"].update(verdict="slower", seeds=2, seeds_agreeing=1, steps_ratio=1.245,
                         per_seed=[{"seed": 0, "verdict": "learns", "steps_ratio": 1.13, "verdict_halfway": "learns"},
                                   {"seed": 1, "verdict": "slower", "steps_ratio": 1.36, "verdict_halfway": "slower"}])
-    cell = chapter._verdict_cell(own["adamw"], False, "en")
+    cell = chapter._verdict_cell(own["adamw"], False)
     assert 'class="badge inconclusive">slower</span> ×1.36 (1/2 seeds; each: learns ×1.13 · slower ×1.36)' in cell
     own["adamw"]["per_seed"][0]["verdict"] = "slower"
     assert chapter.decided_ratio(own["adamw"]) == pytest.approx(1.245)
@@ -402,11 +406,11 @@ def test_chapter_words_follow_the_data(tiny_sweep, monkeypatch):
     edge["edge"] = "low"
     assert f"(own best rate {own['sgd-own-best']['lr']:g}: the grid's edge)" in page()
     env.data["analysis"]["reference_best_interior"]["adamw"]["8"] = True
-    page = chapter.render(env, "en")
+    page = chapter.render(env)
     assert "AdamW rate best for 1/√dₖ is inside the grid" in page and "SGD rate best for 1/√dₖ lies at the edge" in page
     curve = next(c for c in env.data["analysis"]["curves"] if c["rule"] == "unscaled" and c["optimiser"] == "adamw")
     curve["max_abs_logit"][-1] = 12345.0
-    assert "ends at 1.23e+04 unscaled" in chapter.render(env, "en")
+    assert "ends at 1.23e+04 unscaled" in chapter.render(env)
 
 
 def test_chapter_caveat_and_reference_sentence_follow_the_baselines(tiny_sweep):
@@ -422,16 +426,17 @@ def test_chapter_caveat_and_reference_sentence_follow_the_baselines(tiny_sweep):
     said = {}
     for name, bpb in (("bigram", rows[2] + 0.1), ("trigram", (rows[2] + rows[3]) / 2), ("none", rows[4] - 0.01)):
         at_best["adamw"]["final_bpb"]["mean"] = bpb
-        said[name] = chapter.reference_sentence(a, "adamw", "en")
+        said[name] = chapter.reference_sentence(a, "adamw")
     assert said["bigram"].startswith("Caveat:") and "not below the bigram baseline at d_k = 8" in said["bigram"]
     assert "early training" in said["bigram"] and "not below the trigram baseline" in said["trigram"]
     assert "Caveat" not in said["none"] and "below the 4-gram baseline at every d_k" in said["none"]
     at_best["sgd"]["final_bpb"]["mean"] = (rows[2] + rows[3]) / 2
-    assert "the SGD verdicts then describe early training" in chapter.reference_sentence(a, "sgd", "en")
+    assert "the SGD verdicts then describe early training" in chapter.reference_sentence(a, "sgd")
     at_best["adamw"]["final_bpb"]["mean"] = (rows[3] + rows[4]) / 2
-    assert "below the trigram baseline at every d_k" in chapter.reference_sentence(a, "adamw", "en")
+    assert "below the trigram baseline at every d_k" in chapter.reference_sentence(a, "adamw")
     at_best["adamw"]["final_bpb"]["mean"] = rows[2] + 1
-    assert "早期" in chapter.reference_sentence(a, "adamw", "zh")
+    with language("zh"):
+        assert "早期" in chapter.reference_sentence(a, "adamw")
 
 
 def test_chapter_seeds_halfway_and_optimiser_sentences_follow_the_verdicts(tiny_sweep):
@@ -441,20 +446,20 @@ def test_chapter_seeds_halfway_and_optimiser_sentences_follow_the_verdicts(tiny_
     for v in verdicts:
         v.update(seeds=2, seeds_agreeing=2, verdict_halfway=v["verdict"])
     ref = lm.REFERENCE_RULE
-    assert chapter.seeds_sentence(verdicts, 2, ref, "en") == "Every verdict is that of all 2 seeds."
-    assert chapter.seeds_sentence(verdicts, 1, ref, "en").startswith("One seed")
-    assert "same" in chapter.halfway_sentence(verdicts, 600, ref, "en")
+    assert chapter.seeds_sentence(verdicts, 2, ref) == "Every verdict is that of all 2 seeds."
+    assert chapter.seeds_sentence(verdicts, 1, ref).startswith("One seed")
+    assert "same" in chapter.halfway_sentence(verdicts, 600, ref)
     unscaled = {v["optimiser"]: v for v in verdicts if v["rule"] == "unscaled"}
     unscaled["adamw"].update(seeds_agreeing=1, verdict="slower", verdict_halfway="learns")
     assert "disagree on 1 of the 4 verdicts (unscaled d_k 8 AdamW at the 1/√d_k rate)" in chapter.seeds_sentence(
-        verdicts, 2, ref, "en")
-    halfway = chapter.halfway_sentence(verdicts, 600, ref, "en")
+        verdicts, 2, ref)
+    halfway = chapter.halfway_sentence(verdicts, 600, ref)
     assert "1 of the 2 verdicts at the reference's rate change" in halfway
     assert "learns like 1/√d_k halfway, learns, but slower at the end" in halfway
     said = {}
     for adam, sgd in (("learns", "learns"), ("faster", "fails"), ("slower", "learns"), ("diverges", "slower")):
         unscaled["adamw-own-best"]["verdict"], unscaled["sgd-own-best"]["verdict"] = adam, sgd
-        said[adam, sgd] = chapter.optimisers_sentence(verdicts, 8, "en")
+        said[adam, sgd] = chapter.optimisers_sentence(verdicts, 8)
     assert "Neither optimiser shows it stop learning" in said["learns", "learns"]
     assert "learns faster than 1/√d_k with AdamW but does not reach the target within the budget with SGD" in said["faster", "fails"]
     assert "the adaptive optimiser is the one that suffers" in said["slower", "learns"]
@@ -470,23 +475,24 @@ def test_chapter_robustness_words_and_marks_follow_the_verdicts(tiny_sweep):
     verdicts = [v for v in a["verdicts"] if v["verdict"]]
     for v in verdicts:
         v.update(verdict="learns", robust_to_target=True, robust_to_budget=True)
-    assert chapter.robustness_sentence(verdicts, band, ref, "en").startswith("Every verdict holds for any target from 1.05× to 1.2×")
+    assert chapter.robustness_sentence(verdicts, band, ref).startswith("Every verdict holds for any target from 1.05× to 1.2×")
     unscaled = {v["optimiser"]: v for v in verdicts if v["rule"] == "unscaled"}
     unscaled["adamw"]["verdict"] = "fails"
-    said = chapter.robustness_sentence(verdicts, band, ref, "en")
+    said = chapter.robustness_sentence(verdicts, band, ref)
     assert "those other than learns or faster: unscaled d_k 8 AdamW at the 1/√d_k rate (fails)." in said
     unscaled["sgd"].update(verdict="fails", robust_to_target=False)
     unscaled["sgd-own-best"]["robust_to_budget"] = False
-    said = chapter.robustness_sentence(verdicts, band, ref, "en")
+    said = chapter.robustness_sentence(verdicts, band, ref)
     assert said.startswith("2 of the 4 verdicts hold") and "† marks the 1 verdicts" in said and "‡ the 1 that" in said
     assert "SGD" not in said.split("†")[0]
-    cell = chapter._verdict_cell(unscaled["sgd"], False, "en")
+    cell = chapter._verdict_cell(unscaled["sgd"], False)
     assert "†" in cell and "‡" not in cell
-    assert "‡" in chapter._verdict_cell(unscaled["sgd-own-best"], False, "en")
-    assert "†" not in chapter._verdict_cell(unscaled["adamw"], False, "en")
-    assert chapter.robustness_sentence(verdicts, band, ref, "zh") != said
-    assert chapter.collapse_sentence({"collapse": {"runs": 0}}, "en") is None
-    assert chapter.collapse_sentence({"collapse": {"runs": 2, "uniform_bpb": 8.0, "tol": 1e-3}}, "en").startswith("2 run(s) ended at")
+    assert "‡" in chapter._verdict_cell(unscaled["sgd-own-best"], False)
+    assert "†" not in chapter._verdict_cell(unscaled["adamw"], False)
+    with language("zh"):
+        assert chapter.robustness_sentence(verdicts, band, ref) != said
+    assert chapter.collapse_sentence({"collapse": {"runs": 0}}) is None
+    assert chapter.collapse_sentence({"collapse": {"runs": 2, "uniform_bpb": 8.0, "tol": 1e-3}}).startswith("2 run(s) ended at")
 
 
 DRIVER = """
@@ -627,7 +633,7 @@ def test_chapter_says_when_a_low_lr_sensitivity_is_a_flat_failure(tiny_sweep):
     score = lambda rule, value: [g.update(score=value) for g in a["grid"] if g["rule"] == rule]   # noqa: E731
     score("inverse_sqrt_dk", 2.0)
     score("unscaled", 2.1)
-    assert chapter.flat_sensitivity_sentences(a, TINY.rules, 8, "en") == []
+    assert chapter.flat_sensitivity_sentences(a, TINY.rules, 8) == []
     score("unscaled", 3.0)
-    said = chapter.flat_sensitivity_sentences(a, TINY.rules, 8, "en")
+    said = chapter.flat_sensitivity_sentences(a, TINY.rules, 8)
     assert len(said) == 2 and "unscaled is the least sensitive (0.010), but its best loss over the grid, 3.000" in said[0]

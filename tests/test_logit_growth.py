@@ -81,7 +81,7 @@ def test_a_diverged_run_is_null_with_a_reason_and_counts_as_the_initial_loss(run
     others = [r["final_loss"] for j, r in enumerate(res) if cells[j].variant == "baseline"]
     assert a["lr_sensitivity"]["baseline"]["mean"] == pytest.approx(
         training.lr_sensitivity([training.capped_loss(loss, row["init_loss"]) for loss in others]))
-    assert "—" in chapter.render(envelope({**summary, "analysis": a}), "en")
+    assert "—" in chapter.render(envelope({**summary, "analysis": a}))
 
 
 @pytest.fixture
@@ -98,10 +98,10 @@ def paragraphs(html: str) -> str:
     return html_.unescape(" ".join(re.findall(r"<p>(.*?)</p>", html, re.S)))
 
 
-@pytest.mark.parametrize("lang", ["en", "zh"])
+@pytest.mark.parametrize("lang", ["en", "zh"], indirect=True)
 def test_the_chapter_renders_the_envelope(run, lang):
     _, summary = run
-    html = chapter.render(envelope(summary), lang)
+    html = chapter.render(envelope(summary))
     assert html.count("<figure") == 2 and html.count("<svg") == 4 and "<table" in html
     a = summary["analysis"]
     assert f"{a['setup']['parameters']:,}" in html
@@ -114,13 +114,13 @@ def test_the_guard_sentence_follows_the_figures(run, no_figures):
     data = copy.deepcopy(summary)
     g = data["analysis"]["guard"]
     g.update(train_peak=3.5, train_peak_over_tau=3.5 / TAU, clipped_heads=7)
-    text = paragraphs(chapter.render(envelope(data), "en"))
+    text = paragraphs(chapter.render(envelope(data)))
     assert "held every training step's largest logit at or under" in text and "7 head clips" in text
     g.update(train_peak=9.0, train_peak_over_tau=9.0 / TAU)
-    text = paragraphs(chapter.render(envelope(data), "en"))
+    text = paragraphs(chapter.render(envelope(data)))
     assert "2.25× τ" in text and "before that step's clip" in text and "held every" not in text
     g.update(clipped_heads=0, train_peak=1.5)
-    text = paragraphs(chapter.render(envelope(data), "en"))
+    text = paragraphs(chapter.render(envelope(data)))
     assert "QK-clip never acted" in text and "1.5" in text
 
 
@@ -130,14 +130,14 @@ def test_the_low_rate_and_collapse_sentences_appear_only_when_measured(run, no_f
     a = data["analysis"]
     a["low_lr_gap"]["gap"] = 0.37
     a["collapsed"]["highest"] = a["lr_low"]
-    text = paragraphs(chapter.render(envelope(data), "en"))
+    text = paragraphs(chapter.render(envelope(data)))
     assert "0.37 nats or more" in text and "not measured here" in text and "went from" in text
     a["low_lr_gap"]["gap"] = 0.0
     a["collapsed"]["highest"] = None
-    text = paragraphs(chapter.render(envelope(data), "en"))
+    text = paragraphs(chapter.render(envelope(data)))
     assert "nats or more" not in text and "went from" not in text
     a["best"]["qk_clip"] = {"final_loss": 1.234, "lr": 0.07}
-    assert "1.234 at lr 0.07" in paragraphs(chapter.render(envelope(data), "en"))
+    assert "1.234 at lr 0.07" in paragraphs(chapter.render(envelope(data)))
 
 
 def test_cells_refuse_qk_clip_with_qk_layernorm_and_bad_tau():

@@ -22,6 +22,7 @@ from attnscale.errors import InputError  # noqa: E402
 from attnscale.experiments.pretrained import loading as pretrained, model_run as probe_capture  # noqa: E402
 from attnscale.experiments.pretrained.probe import run as probe_run  # noqa: E402
 from attnscale.experiments.pretrained.hf_attention import UnsupportedAttention, attention_calls  # noqa: E402
+from attnscale.i18n import language  # noqa: E402
 
 TEXTS = ["The cat sat on the mat.", "A second, longer line: it has more words, and punctuation!",
          "Short one.", "Attention divides the scores by the square root of the key width."]
@@ -368,11 +369,12 @@ def test_user_results_render_in_the_report_chapters(runs):
     for name in ("gemma2", "t5"):
         runs.probe(name), runs.rescale(name)
     assert {"probe/user/gemma2", "probe/user/t5"} <= set(results.user_kinds("probe", runs.out))
-    gemma = probe_chapter.render(results.read("probe/user/gemma2", runs.out), "en")
+    gemma = probe_chapter.render(results.read("probe/user/gemma2", runs.out))
     assert "0.25 = 1/√16, not 1/√d_k = 1/√8, soft-capped: 2·tanh(logit/2)" in gemma
-    t5 = probe_chapter.render(results.read("probe/user/t5", runs.out), "zh")
+    with language("zh"):
+        t5 = probe_chapter.render(results.read("probe/user/t5", runs.out))
     assert "1（不缩放" in t5
-    words = rescale_chapter.render(results.read("rescale/user/t5", runs.out), "en")
+    words = rescale_chapter.render(results.read("rescale/user/t5", runs.out))
     assert "it applies no scale (1), so there is none to remove" in words
 
 
@@ -381,12 +383,12 @@ def test_scale_words_follow_each_layers_rule():
 
     rule = probe_run.scale_rule
     same = {"scale_rules": [rule(0.125, 64), rule(0.125, 64)]}
-    assert scales_sentence(same, "en") == ("All 2 attention layers multiply q·k by the same scale, 0.125 = 1/√64 "
+    assert scales_sentence(same) == ("All 2 attention layers multiply q·k by the same scale, 0.125 = 1/√64 "
                                            "(as recorded from each call).")
     mixed = {"scale_rules": [rule(0.125, 64, qk_norm=True), rule(0.3, 64)]}
     assert "layer 0: 0.125 = 1/√64, after q and k are normalised (QK-norm); layer 1: 0.3 = 2.4 × 1/√64" \
-        in scales_sentence(mixed, "en")
-    assert scales_sentence({"scale": 0.125}, "en") is None                    # a result from before the rules
+        in scales_sentence(mixed)
+    assert scales_sentence({"scale": 0.125}) is None                    # a result from before the rules
 
 
 @pytest.mark.model

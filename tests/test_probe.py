@@ -7,6 +7,7 @@ statistic that counted padding, mixed rows of different sentences or dropped a h
 import numpy as np
 import pytest
 
+from attnscale.i18n import language
 from attnscale.errors import InputError, InputTypeError
 from attnscale.experiments.pretrained.probe.stats import add_sums, call_sums, check_probabilities, head_figures
 from attnscale.softmax_rows import row_health, softmax
@@ -230,5 +231,6 @@ def test_the_chapter_names_the_scale_the_result_recorded():
     assert chapter._scale_text(0.1, 64) == "0.1"
     assert "√" not in chapter._scale_text(1.0, 64)
     for lang in ("en", "zh"):
-        caption = chapter.entropy_caption({"scale": 0.1, "d_k": 64}, lang)
+        with language(lang):
+            caption = chapter.entropy_caption({"scale": 0.1, "d_k": 64})
         assert "0.1" in caption and "1/√d_k" not in caption

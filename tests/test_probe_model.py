@@ -17,6 +17,7 @@ from attnscale.experiments.pretrained.probe.stats import call_sums, head_figures
 from attnscale.experiments.pretrained.probe.run import builtin_sentences, read_texts, run_probe  # noqa: E402
 from attnscale.experiments.pretrained.hf_attention import attention_calls  # noqa: E402
 from attnscale.experiments.pretrained.model_run import arrays_of, rebuilt_probabilities  # noqa: E402
+from attnscale.i18n import language  # noqa: E402
 
 
 def captured(model, **inputs):
@@ -215,10 +216,11 @@ def test_report_chapter_renders_the_real_result(minilm_result):
     data = json.loads(results.dumps(minilm_result))
     env = results.Envelope(kind="probe/minilm", data=data)
     for lang in ("en", "zh"):
-        html = probe.render(env, lang)
+        with language(lang):
+            html = probe.render(env)
         assert html.count("<svg") == 4 and "<table" in html
     failed = results.Envelope(kind="probe/minilm", data=dict(data, check=dict(data["check"], passed=False)))
-    assert "FAILED" in probe.render(failed, "en") and "<svg" not in probe.render(failed, "en")
+    assert "FAILED" in probe.render(failed) and "<svg" not in probe.render(failed)
 
 
 def test_probe_help_runs_as_a_command():

@@ -302,7 +302,7 @@ def test_responsive_figure_shows_the_variant_that_fits_with_readable_text(browse
 
     data = {"n": [10, 100, 1000, 100000], "softmax": [0.94, 0.6, 0.13, 0.0015], "ssmax": [0.99, 0.98, 0.97, 0.96],
             "s": 0.43}
-    fig = plotting.responsive_figure(lambda: figures.ssmax(data, "en"),
+    fig = plotting.responsive_figure(lambda: figures.ssmax(data),
                                     "alt", "caption", px_per_inch=130)
     path = tmp_path / "fig.html"
     path.write_text('<!doctype html><html><head><meta charset="utf-8"><meta name="viewport" '

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from attnscale.i18n import current_lang, language
 from attnscale import results
 from attnscale.report.build import ReportConfig, build_report, write_site_atomic
 from test_report_figures import fake_verify
@@ -60,7 +61,7 @@ def fast_figures(monkeypatch):
     from attnscale.report import seed
 
     monkeypatch.setattr(seed, "figure_html",
-                        lambda block, data, lang, keys=None, values=None: f'<figure class="fig" data-block="{block}"></figure>')
+                        lambda block, data, keys=None, values=None: f'<figure class="fig" data-block="{block}"></figure>')
 
 
 @pytest.fixture(scope="module")
@@ -191,10 +192,10 @@ def test_interrupted_build_leaves_the_previous_report_intact(tmp_path, no_engine
 
     config = _config(tmp_path)
     _prime(config)
-    monkeypatch.setattr(seed, "figure_html", lambda block, data, lang, keys=None, values=None: "<figure></figure>")
+    monkeypatch.setattr(seed, "figure_html", lambda block, data, keys=None, values=None: "<figure></figure>")
     first = build_report(config).path.read_bytes()
 
-    def interrupted(block, data, lang, keys=None, values=None):
+    def interrupted(block, data, keys=None, values=None):
         if block == "saturation":          # half-way through the chapters
             raise KeyboardInterrupt
         return "<figure></figure>"
@@ -222,13 +223,13 @@ def test_experiment_chapters_render_note_or_error_box(tmp_path, no_engine, monke
     config = _config(tmp_path)
     _prime(config)
     results.write("demo", {"answer": [3.0, 2.5]}, config={"n": 2}, seed=0, quick=False, root=config.results)
-    _fake_chapter(monkeypatch, "fake_ok", lambda env, lang: f"<p>losses {env.data['answer']} in {lang}</p>")
+    _fake_chapter(monkeypatch, "fake_ok", lambda env: f"<p>losses {env.data['answer']} in {current_lang()}</p>")
 
-    def broken(env, lang):
+    def broken(env):
         raise KeyError("loss_curve")
 
     _fake_chapter(monkeypatch, "fake_broken", broken)
-    _fake_chapter(monkeypatch, "fake_missing", lambda env, lang: "never", kind="train/lm")
+    _fake_chapter(monkeypatch, "fake_missing", lambda env: "never", kind="train/lm")
     monkeypatch.setattr(chapters, "EXPERIMENT_CHAPTERS", ("fake_ok", "fake_broken", "fake_missing", "fake_absent"))
     result = build_report(config)
     assert result.experiment_status == {"fake_ok": "rendered", "fake_broken": "error", "fake_missing": "missing",
@@ -254,7 +255,7 @@ def test_a_malformed_result_is_named_in_its_chapter_and_a_quick_one_labelled(tmp
     _prime(config)
     env = results.write("demo", {"answer": 1}, seed=0, quick=True, root=config.results)
     rendered = []
-    _fake_chapter(monkeypatch, "fake", lambda env, lang: rendered.append(env) or "<p>fine</p>")
+    _fake_chapter(monkeypatch, "fake", lambda env: rendered.append(env) or "<p>fine</p>")
     monkeypatch.setattr(chapters, "EXPERIMENT_CHAPTERS", ("fake",))
     page = build_report(config).path.read_text(encoding="utf-8")
     assert "Experiment fake · quick run</h2>" in page and "<p>fine</p>" in page and rendered[0].quick
@@ -439,17 +440,19 @@ def test_inconclusive_verdict_badges_tally_and_judged_interval():
                "ci_level": 1 - 0.01 / 52, "n_samples": 300},
               {"id": "T.3", "chapter": "faq", "claim_en": "c3", "claim_zh": "论断", "method": "symbolic",
                "expected": "e", "measured": "m", "verdict": "holds"}]
-    assert 'class="badge inconclusive" title=' in badge("inconclusive", "en") and "inconclusive" in badge("inconclusive", "en")
-    assert "无定论" in badge("inconclusive", "zh")
+    assert 'class="badge inconclusive" title=' in badge("inconclusive") and "inconclusive" in badge("inconclusive")
+    with language("zh"):
+        assert "无定论" in badge("inconclusive")
     counts = {"holds": 2, "fails": 0, "inconclusive": 1, "seed number wrong": 0}
-    tally = tally_badges(counts, "en")
+    tally = tally_badges(counts)
     assert '<span class="badge inconclusive" title="the interval does not decide the criterion at this sample size">1 inconclusive' in tally and '<span class="badge holds">2 ' in tally
-    assert "1 个无定论" in tally_badges(counts, "zh")
-    assert "99% CI (judged)" in claim_card(claims[0], "en")
-    assert "99.9808% CI (judged)" in claim_card(claims[1], "en")   # the Bonferroni interval, labelled as such
-    assert "(99.9808%)" in all_claims_table(claims, "en")
+    with language("zh"):
+        assert "1 个无定论" in tally_badges(counts)
+    assert "99% CI (judged)" in claim_card(claims[0])
+    assert "99.9808% CI (judged)" in claim_card(claims[1])   # the Bonferroni interval, labelled as such
+    assert "(99.9808%)" in all_claims_table(claims)
     # problems first: the inconclusive card before the ones that hold
-    html = claim_list(claims, "en")
+    html = claim_list(claims)
     assert html.index('data-claim="T.1"') < html.index('data-claim="T.2"')
     from pathlib import Path as _P
     css = (_P(build_report.__code__.co_filename).parent / "style.css").read_text()
@@ -459,9 +462,9 @@ def test_inconclusive_verdict_badges_tally_and_judged_interval():
 def test_prose_claims_only_what_is_checked():
     from attnscale.report.seed_words import paragraphs
 
-    faq = " ".join(paragraphs("faq", "en", {}))
+    faq = " ".join(paragraphs("faq", {}))
     assert "Who introduced the factor? The blog post's answers, checked." not in faq and "nothing here checks it" in faq
-    assert "almost on top of each other" in " ".join(paragraphs("why_grows", "en", {"hist_dks": "4", "n_hist": "1"}))
+    assert "almost on top of each other" in " ".join(paragraphs("why_grows", {"hist_dks": "4", "n_hist": "1"}))
 
 
 def test_the_verification_is_stale_when_a_result_it_judged_from_was_replaced(tmp_path):
@@ -488,13 +491,14 @@ def test_the_jacobian_caption_reads_the_curve_from_the_data():
     from attnscale.report.seed_words import caption, facts
 
     data = {"jacobian": {"crossover": {"16": {"d_k": 64}, "1024": {"d_k": None}}, "peak_d_k": {"16": 16, "1024": 256}}}
-    _, cap = caption("jacobian", "en", facts(data, "en"))
+    _, cap = caption("jacobian", facts(data))
     assert "n = 16: below the scaled one from dₖ = 64 on, peaks at dₖ = 16" in cap
     assert "n = 1024: never below the scaled one on this grid, peaks at dₖ = 256" in cap
     data["jacobian"]["crossover"]["16"]["d_k"] = 256
-    assert "from dₖ = 256 on" in caption("jacobian", "en", facts(data, "en"))[1]
-    assert "collapses" not in cap and "dₖ = 64 起低于" in caption("jacobian", "zh", facts(
-        {"jacobian": {"crossover": {"16": {"d_k": 64}}}}, "zh"))[1]
+    assert "from dₖ = 256 on" in caption("jacobian", facts(data))[1]
+    assert "collapses" not in cap
+    with language("zh"):
+        assert "dₖ = 64 起低于" in caption("jacobian", facts({"jacobian": {"crossover": {"16": {"d_k": 64}}}}))[1]
 
 
 def test_the_chinese_page_shows_a_rows_chinese_words_and_an_older_rows_english():
@@ -502,8 +506,11 @@ def test_the_chinese_page_shows_a_rows_chinese_words_and_an_older_rows_english()
 
     row = {"id": "S9.9", "claim_en": "a claim", "claim_zh": "一个论断", "verdict": "holds",
            "expected": "the exact value", "expected_zh": "精确值", "measured": "2.718", "note": "a note"}
-    zh, en = all_claims_table([row], "zh"), all_claims_table([row], "en")
+    with language("zh"):
+        zh = all_claims_table([row])
+    en = all_claims_table([row])
     assert "精确值" in zh and "the exact value" not in zh
     assert "the exact value" in en and "精确值" not in en
     older = {k: v for k, v in row.items() if k != "expected_zh"}           # written before rows had Chinese
-    assert "the exact value" in all_claims_table([older], "zh")
+    with language("zh"):
+        assert "the exact value" in all_claims_table([older])

@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+from attnscale.i18n import language
 from attnscale.claims.result import VERDICTS  # noqa: E402
 from attnscale.report import figures, narrow, plotting  # noqa: E402
 from attnscale.report.plotting import figure_svg  # noqa: E402
@@ -123,10 +124,10 @@ def _errorbar_points(ax):
     return out
 
 
-@pytest.mark.parametrize("lang", ["en", "zh"])
+@pytest.mark.parametrize("lang", ["en", "zh"], indirect=True)
 def test_variance_plots_the_given_estimates_and_the_slope_one_line(lang):
     data = fake_data()["variance_vs_dk"]
-    fig = figures.variance_vs_dk(data, lang)
+    fig = figures.variance_vs_dk(data)
     left, right = fig.axes[:2]
     assert left.get_xscale() == "log" and left.get_yscale() == "log"
     ref = left.lines[0]
@@ -142,7 +143,7 @@ def test_variance_plots_the_given_estimates_and_the_slope_one_line(lang):
 
 def test_histograms_plot_the_given_counts_as_densities():
     data = fake_data()["dot_histograms"]
-    fig = figures.dot_histograms(data, "en")
+    fig = figures.dot_histograms(data)
     left, right = fig.axes[:2]
     for ax, which in ((left, "unscaled"), (right, "scaled")):
         stairs = [p for p in ax.patches if hasattr(p, "get_data")]
@@ -160,7 +161,7 @@ def test_histograms_plot_the_given_counts_as_densities():
 
 def test_seed_examples_bars_are_the_given_weights():
     data = fake_data()["seed_softmax_examples"]
-    fig = figures.seed_softmax_examples(data, "en")
+    fig = figures.seed_softmax_examples(data)
     assert len(fig.axes) == 3
     for ax, ex in zip(fig.axes, data.values()):
         heights = [round(b.get_height(), 12) for b in ax.patches]
@@ -176,7 +177,7 @@ def _lines_y(ax, ls=None):
 
 def test_saturation_draws_medians_and_bands_per_n_and_rule():
     data = fake_data()["saturation"]
-    fig = figures.saturation(data, "en")
+    fig = figures.saturation(data)
     maxw, ent = fig.axes[:2]
     expected = [data["by_n"][n][mode]["max_weight"]["median"] for n in data["by_n"] for mode in ("unscaled", "scaled")]
     assert _lines_y(maxw) == expected
@@ -189,7 +190,7 @@ def test_saturation_draws_medians_and_bands_per_n_and_rule():
 
 def test_jacobian_draws_medians_and_the_unscaled_mean_on_log_axes():
     data = fake_data()["jacobian"]
-    fig = figures.jacobian(data, "en")
+    fig = figures.jacobian(data)
     ax = fig.axes[0]
     assert ax.get_yscale() == "log"
     medians = [data["by_n"][n][m]["jacobian_frobenius"]["median"] for n in data["by_n"] for m in ("unscaled", "scaled")]
@@ -200,7 +201,8 @@ def test_jacobian_draws_medians_and_the_unscaled_mean_on_log_axes():
 
 def test_phase_draws_the_grid_the_boundary_and_the_asymptote():
     data = fake_data()["phase"]
-    fig = figures.phase(data, "zh")
+    with language("zh"):
+        fig = figures.phase(data)
     heat, curves = fig.axes[0], fig.axes[1]
     mesh = heat.collections[0]
     assert np.allclose(np.asarray(mesh.get_array()).ravel(), data["mc"]["16"] + data["mc"]["128"])
@@ -210,7 +212,7 @@ def test_phase_draws_the_grid_the_boundary_and_the_asymptote():
 
 def test_broken_assumptions_plots_variance_per_unit_of_d_k():
     data = fake_data()["broken_assumptions"]
-    fig = figures.broken_assumptions(data, "en")
+    fig = figures.broken_assumptions(data)
     ax = fig.axes[0]
     xs = [float(x) for x in ax.containers[0].lines[0].get_xdata()]
     assert xs == [96.0 / 64, 640.0 / 512]                 # Var(q·k)/d_k = Var(q·k/√d_k)
@@ -222,20 +224,22 @@ def test_broken_assumptions_plots_variance_per_unit_of_d_k():
 
 def test_ssmax_error_and_give_away_plot_their_values():
     data = fake_data()
-    ax = figures.ssmax(data["ssmax"], "zh").axes[0]
+    with language("zh"):
+        ax = figures.ssmax(data["ssmax"]).axes[0]
     assert _lines_y(ax) == [data["ssmax"]["softmax"], data["ssmax"]["ssmax"]]
-    ax = figures.error_vs_samples(data["error_vs_samples"], "en").axes[0]
+    ax = figures.error_vs_samples(data["error_vs_samples"]).axes[0]
     pts = data["error_vs_samples"]["points"]
     assert _lines_y(ax) == [[p["predicted"] for p in pts], [p["rms_error"] for p in pts]]
     assert "-0.49" in ax.get_legend().get_texts()[1].get_text()
-    ax = figures.give_away(data["give_away"], "en").axes[0]
+    ax = figures.give_away(data["give_away"]).axes[0]
     assert _lines_y(ax) == [data["give_away"]["softmax_total_measured"], data["give_away"]["softmax1_total"]]
 
 
 @pytest.mark.parametrize("block", list(fake_data()))
 def test_every_figure_becomes_inline_svg_with_text_kept_as_text(block):
     data = fake_data()[block]
-    html = figure_svg(getattr(figures, block)(data, "zh"), alt="alt", caption="cap")
+    with language("zh"):
+        html = figure_svg(getattr(figures, block)(data), alt="alt", caption="cap")
     assert html.startswith('<figure class="fig"><svg ') and "</svg>" in html
     assert "<text" in html                       # svg.fonttype = none: the browser sets the (Chinese) text
     # Rasterised parts (a colour bar) are embedded as data: URIs, never linked.
@@ -278,7 +282,7 @@ def test_every_figure_is_readable_on_a_desktop_and_on_a_phone(name):
     none under 8 px (the issue measured 3-5 px at 420 px before)."""
     import re
 
-    html = plotting.responsive_figure(lambda: getattr(figures, name)(fake_data()[name], "en"), name, "c",
+    html = plotting.responsive_figure(lambda: getattr(figures, name)(fake_data()[name]), name, "c",
                                      px_per_inch=130)
     wide, narrow = re.findall(r"<svg .*?</svg>", html, flags=re.S)
     max_px = float(re.search(r"--fig-max:(\d+)px", html).group(1))
@@ -358,7 +362,8 @@ def test_table_with_details_keeps_the_summary_short_and_the_full_table_behind_de
     from attnscale.report.html import table_with_details
 
     rows = [[f"r{i}", i] for i in range(30)]
-    html = table_with_details(["name", "value"], rows, summary_rows=[rows[7]], lang="zh")
+    with language("zh"):
+        html = table_with_details(["name", "value"], rows, summary_rows=[rows[7]])
     short, full = html.split("<details", 1)
     assert short.count("<tr>") == 2 and "r7" in short                # header and the one summary row
     assert full.count("<tr>") == 31 and "全部 30 行" in full

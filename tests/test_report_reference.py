@@ -11,6 +11,7 @@ import types
 
 import pytest
 
+from attnscale.i18n import language
 from attnscale import provenance, results
 from attnscale.report import headline
 from attnscale.report.chapters import telemetry
@@ -22,7 +23,7 @@ def chapter(monkeypatch):
     mod = types.ModuleType("attnscale.report.chapters.fake_demo")
     mod.TITLE = telemetry.TITLE               # a title with its Chinese (the page is built in both languages)
     mod.KIND, mod.HOW_TO = "demo", "attnscale demo --full"
-    mod.render = lambda env, lang: f"<p>answer {env.data['answer']}</p>"
+    mod.render = lambda env: f"<p>answer {env.data['answer']}</p>"
     monkeypatch.setitem(sys.modules, mod.__name__, mod)
     return "fake_demo"
 
@@ -31,45 +32,50 @@ def test_a_chapter_shows_own_full_else_reference_else_own_quick_and_says_which(t
     own, ref = tmp_path / "own", tmp_path / "ref"
     monkeypatch.setenv(results.REFERENCE_ENV, str(ref))
     results.write("demo", {"answer": 1, "wall_s": 5.0}, seed=0, quick=True, root=own)
-    quick = render_experiment(chapter, own, "en")
+    quick = render_experiment(chapter, own)
     assert "answer 1" in quick.html and "Shown: your own quick run (demo/quick.json)" in quick.html
     made = results.write("demo", {"answer": 2, "wall_s": 972.0}, seed=0, root=tmp_path / "made")
     (ref / "demo").mkdir(parents=True)
     (ref / "demo" / "result.json.gz").write_bytes(gzip.compress(made.path.read_bytes()))
-    shown = render_experiment(chapter, own, "en")
+    shown = render_experiment(chapter, own)
     assert "answer 2" in shown.html and "answer 1" not in shown.html
     assert "Shown: the reference result shipped with attnscale, a full run computed " in shown.html
     cpu = provenance.cpu_text(results.read_reference("demo").environment["cpu"])
     assert cpu and f"{cpu}, " in shown.html                       # the line names the CPU that made it
     assert "<code>attnscale demo --full</code> (it took 16 min 12 s there)" in shown.html
-    assert "本章显示：随 attnscale 发布的参考结果" in render_experiment(chapter, own, "zh").html
+    with language("zh"):
+        assert "本章显示：随 attnscale 发布的参考结果" in render_experiment(chapter, own).html
     results.write("demo", {"answer": 3}, seed=0, root=own)
-    mine = render_experiment(chapter, own, "en")
+    mine = render_experiment(chapter, own)
     assert "answer 3" in mine.html and "Shown: your own full run (demo/result.json)" in mine.html
     assert "its time is not recorded in the result" in mine.html
     results.write("demo", {"answer": 4, "wall_s": 6.0, "cells_cached": 3, "cells": [{}] * 4}, seed=0, root=own)
-    resumed = render_experiment(chapter, own, "en")
+    resumed = render_experiment(chapter, own)
     assert "its last run took 6 s, reading 3 of its 4 cells from the cache of an earlier run" in resumed.html
     # Re-analysed from its cache alone, a run's seconds are the re-analysis's: not given as its time
     # (the shipped logit-growth read "its last run took 0 s").
     results.write("demo", {"answer": 5, "wall_s": 0.07, "cells_cached": 4, "cells": [{}] * 4}, seed=0, root=own)
-    cached = render_experiment(chapter, own, "en")
+    cached = render_experiment(chapter, own)
     assert "its run time is not recorded in the result: its last run read all 4 cells from the cache" in cached.html
     assert "took 0 s" not in cached.html
-    assert "全部 4 个单元都读自先前运行的缓存" in render_experiment(chapter, own, "zh").html
+    with language("zh"):
+        assert "全部 4 个单元都读自先前运行的缓存" in render_experiment(chapter, own).html
     # A sweep whose every cell records its own time: that is what the line gives, however its last
     # run got them (here all from the cache, in 0.07 s)
     timed = [{"seconds": {"wall": 600.0, "cpu": 500.0, "workers": 2}}] * 4
     results.write("demo", {"answer": 6, "wall_s": 0.07, "cells_cached": 4, "cells": timed}, seed=0, root=own)
-    assert "(its 4 cells took 40 min 0 s of computing, 2 at a time)" in render_experiment(chapter, own, "en").html
-    assert "其 4 个单元共计算了" in render_experiment(chapter, own, "zh").html
+    assert "(its 4 cells took 40 min 0 s of computing, 2 at a time)" in render_experiment(chapter, own).html
+    with language("zh"):
+        assert "其 4 个单元共计算了" in render_experiment(chapter, own).html
 
 
 def test_a_run_under_half_a_second_is_not_said_to_take_0_s():
     from attnscale.report.experiments import duration_text
 
-    assert duration_text(0.07, "en") == "under 1 s" and duration_text(0.07, "zh") == "不到 1 秒"
-    assert duration_text(0.0, "en") == "0 s" and duration_text(0.6, "en") == "1 s"
+    assert duration_text(0.07) == "under 1 s"
+    with language("zh"):
+        assert duration_text(0.07) == "不到 1 秒"
+    assert duration_text(0.0) == "0 s" and duration_text(0.6) == "1 s"
 
 
 SCALE_VS_DK = {"table": [
@@ -82,29 +88,30 @@ SCALE_VS_DK = {"table": [
 
 
 def test_the_training_card_follows_the_verdicts_at_the_largest_d_k():
-    card = headline.training_card(SCALE_VS_DK, "en")
+    card = headline.training_card(SCALE_VS_DK)
     assert card.label.startswith("training without ÷√d_k at d_k = 256") and card.href == "#exp-training"
     assert card.value == "fails with SGD"
     assert "Adam 0.97, SGD 0.41 (1/√d_k: 0.98, 0.96)" in card.sub and "own best rate 0.03: 0.93, learns, but slower" in card.sub
     changed = copy.deepcopy(SCALE_VS_DK)
     changed["table"][1]["sgd_reference_lr"]["verdict"] = "learns"
-    assert headline.training_card(changed, "en").value == "learns like 1/√d_k"
+    assert headline.training_card(changed).value == "learns like 1/√d_k"
     changed["table"][1]["adam"]["verdict"] = "diverges"
-    assert headline.training_card(changed, "en").value == "diverges with Adam"
-    assert headline.training_card(changed, "zh").value == "用 Adam 时发散"
-    assert headline.training_card({"table": []}, "en") is None
+    assert headline.training_card(changed).value == "diverges with Adam"
+    with language("zh"):
+        assert headline.training_card(changed).value == "用 Adam 时发散"
+    assert headline.training_card({"table": []}) is None
 
 
 def test_the_real_model_card_follows_the_perplexities():
     data = {"model": {"name": "SmolLM2-135M"}, "unscaled_alpha": 8.0,
             "analysis": {"perplexity_alpha1": 10.0, "perplexity_unscaled": 250.0, "has_unscaled": True}}
-    card = headline.real_model_card(data, "en")
+    card = headline.real_model_card(data)
     assert (card.value, card.href) == ("perplexity ×25: much worse", "#exp-rescale")
     assert "perplexity 10 with 1/√d_k, 250 with none (α = 8)" in card.sub
     data["analysis"]["perplexity_unscaled"] = 10.2
-    assert headline.real_model_card(data, "en").value == "about the same (×1.02)"
+    assert headline.real_model_card(data).value == "about the same (×1.02)"
     data["analysis"]["perplexity_unscaled"] = None
-    assert headline.real_model_card(data, "en").value == "no finite perplexity"
+    assert headline.real_model_card(data).value == "no finite perplexity"
 
 
 def _lm_row(rule, d_k, optimiser, verdict, bpb):
@@ -122,17 +129,18 @@ LM = {"reference_rule": "inverse_sqrt_dk",
 
 
 def test_the_lm_card_follows_the_unscaled_verdicts_at_the_largest_d_k(tmp_path):
-    assert headline.lm_card({"verdicts": []}, "en") is None
-    assert [c.href for c in headline.cards(tmp_path, "en")] == []
-    card = headline.lm_card(LM, "en")
+    assert headline.lm_card({"verdicts": []}) is None
+    assert [c.href for c in headline.cards(tmp_path)] == []
+    card = headline.lm_card(LM)
     assert (card.value, card.href) == ("does not reach the target within the budget", "#exp-lm") and "d_k = 128" in card.label
     assert "AdamW 3.19, SGD 3.26 (1/√d_k: 2.34, 2.79; a trigram table: 2.52)" in card.sub
     changed = copy.deepcopy(LM)
     changed["verdicts"][0]["verdict"] = "learns"
-    assert headline.lm_card(changed, "en").value == "fails with SGD"
-    assert headline.lm_card(changed, "zh").value == "用 SGD 时学不会"
+    assert headline.lm_card(changed).value == "fails with SGD"
+    with language("zh"):
+        assert headline.lm_card(changed).value == "用 SGD 时学不会"
     changed["verdicts"][1]["verdict"] = "slower"
-    assert headline.lm_card(changed, "en").value == "slower with SGD"
+    assert headline.lm_card(changed).value == "slower with SGD"
 
 
 def test_bold_chinese_text_in_a_figure_prints_no_font_warning(caplog):
@@ -166,8 +174,9 @@ def test_bold_chinese_text_in_a_figure_prints_no_font_warning(caplog):
     ({"adam": "slower", "sgd": "slower"}, "learns, but slower"),
 ])
 def test_a_cards_headline_names_the_worst_verdict_where_it_holds(verdicts, value):
-    assert headline.training_value(verdicts, "en") == value
-    assert headline.training_value(verdicts, "zh") not in ("", value)
+    assert headline.training_value(verdicts) == value
+    with language("zh"):
+        assert headline.training_value(verdicts) not in ("", value)
 
 
 def test_the_cards_are_set_as_prose():

@@ -8,19 +8,20 @@ from __future__ import annotations
 
 import pytest
 
-from attnscale.i18n import LANGS, TextError
+from attnscale.i18n import LANGS, TextError, language
 from attnscale.report import seed_words, text
 
 
-def _values(lang: str) -> dict:
-    """The placeholders' values from a verification's result as the engine writes it (made-up numbers)."""
+def _values() -> dict:
+    """The placeholders' values from a verification's result as the engine writes it (made-up numbers),
+    in the bound language."""
     from test_report_figures import fake_data
 
     from attnscale.claims.result import CHAPTERS
 
     outline = [{"id": c, "part": "beyond" if c == "beyond" else "seed"} for c in CHAPTERS]
     data = {**fake_data(), "jacobian": {**fake_data()["jacobian"], "crossover": {"16": {"d_k": 64}}}}
-    return seed_words.facts(data, lang, {"confidence": 0.99}, outline)
+    return seed_words.facts(data, {"confidence": 0.99}, outline)
 
 
 def test_every_blog_chapter_and_figure_has_its_words():
@@ -32,32 +33,35 @@ def test_every_blog_chapter_and_figure_has_its_words():
     blocks = {block for figures in CHAPTER_FIGURES.values() for block, _ in figures} | {b for _, b in BEYOND_PARTS}
     assert blocks == set(seed_words.CAPTIONS)
     for lang in LANGS:
-        values = _values(lang)
-        for chapter in CHAPTERS:
-            paras = seed_words.paragraphs(chapter, lang, values)
-            assert seed_words.title(chapter, lang) and paras and all(paras), chapter
-            assert not any("{" in p or "d_k" in p for p in paras), (chapter, paras)
-        for key, _block in BEYOND_PARTS:
-            heading, para = seed_words.subsection(key, lang, values)
-            assert heading and para and "{" not in para
-        for block in blocks:
-            alt, cap = seed_words.caption(block, lang, values)
-            assert alt and cap and "{" not in alt + cap and "…" not in alt + cap, block
-    assert "99% confidence intervals" in seed_words.paragraphs("variance", "en", _values("en"))[1]
-    assert "dₖ = 4、64、512" in seed_words.caption("dot_histograms", "zh", _values("zh"))[0]
+        with language(lang):
+            values = _values()
+            for chapter in CHAPTERS:
+                paras = seed_words.paragraphs(chapter, values)
+                assert seed_words.title(chapter) and paras and all(paras), chapter
+                assert not any("{" in p or "d_k" in p for p in paras), (chapter, paras)
+            for key, _block in BEYOND_PARTS:
+                heading, para = seed_words.subsection(key, values)
+                assert heading and para and "{" not in para
+            for block in blocks:
+                alt, cap = seed_words.caption(block, values)
+                assert alt and cap and "{" not in alt + cap and "…" not in alt + cap, block
+    assert "99% confidence intervals" in seed_words.paragraphs("variance", _values())[1]
+    with language("zh"):
+        assert "dₖ = 4、64、512" in seed_words.caption("dot_histograms", _values())[0]
 
 
 def test_a_value_the_result_lacks_is_an_error_not_a_stand_in():
     with pytest.raises(TextError, match=r"\{hist_dks\}"):
-        seed_words.paragraphs("why_grows", "en", seed_words.facts({}, "en"))
-    with pytest.raises(TextError, match=r"\{level\}"):
-        seed_words.caption("variance_vs_dk", "zh", seed_words.facts({}, "zh"))
+        seed_words.paragraphs("why_grows", seed_words.facts({}))
+    with pytest.raises(TextError, match=r"\{level\}"), language("zh"):
+        seed_words.caption("variance_vs_dk", seed_words.facts({}))
 
 
 def test_lists_are_joined_as_each_language_writes_them():
-    assert text.listed(["4", "64", "512"], "en") == "4, 64 and 512"
-    assert text.listed(["4", "64", "512"], "zh") == "4、64、512"
-    assert text.listed(["16", "128"], "en") == "16 and 128" and text.listed(["7"], "zh") == "7"
+    assert text.listed(["4", "64", "512"]) == "4, 64 and 512"
+    assert text.listed(["16", "128"]) == "16 and 128"
+    with language("zh"):
+        assert text.listed(["4", "64", "512"]) == "4、64、512" and text.listed(["7"]) == "7"
 
 
 def test_each_experiment_chapter_has_its_title_in_both_languages():
@@ -70,9 +74,13 @@ def test_each_experiment_chapter_has_its_title_in_both_languages():
 
     for name in EXPERIMENT_CHAPTERS:
         module = importlib.import_module(f"attnscale.report.chapters.{name}")
-        titles = {lang: title_of(module, name, lang) for lang in LANGS}
+        titles = {}
+        for lang in LANGS:
+            with language(lang):
+                titles[lang] = title_of(module, name)
         assert all(titles.values()) and titles["en"] != titles["zh"], name
-        assert titles["zh"] == text.pretty(_(module.TITLE, "zh")), name       # an N_ message, set as prose
+        with language("zh"):
+            assert titles["zh"] == text.pretty(_(module.TITLE)), name       # an N_ message, set as prose
         assert "d_k" not in titles["en"] + titles["zh"], name
 
 
@@ -84,19 +92,22 @@ def test_every_rule_of_a_sweep_has_a_finished_label():
 
     for rule in RULE_CHOICES:
         for lang in LANGS:
-            assert "{" not in lm._rule(rule, lang), (rule, lang)
-    assert lm._rule("softcap_unscaled", "en") == "soft-cap 50, unscaled"
-    assert text.rule_label("softcap_unscaled", "zh", cap=30) == "软上限 30，不缩放"
+            with language(lang):
+                assert "{" not in lm._rule(rule), (rule, lang)
+    assert lm._rule("softcap_unscaled") == "soft-cap 50, unscaled"
+    with language("zh"):
+        assert text.rule_label("softcap_unscaled", cap=30) == "软上限 30，不缩放"
 
 
 def test_a_rule_label_names_the_cap_of_the_result_or_of_the_rule():
     from attnscale.scales import RULES
 
-    assert text.rule_label("softcap", "en") == f"soft-cap {RULES['softcap'].cap_value:g} on 1/√dₖ (Gemma 2)"
-    assert text.rule_label("softcap", "en", cap=12.5) == "soft-cap 12.5 on 1/√dₖ (Gemma 2)"
-    assert text.rule_label("inverse_dk", "zh") == "1/dₖ（µP）"
+    assert text.rule_label("softcap") == f"soft-cap {RULES['softcap'].cap_value:g} on 1/√dₖ (Gemma 2)"
+    assert text.rule_label("softcap", cap=12.5) == "soft-cap 12.5 on 1/√dₖ (Gemma 2)"
+    with language("zh"):
+        assert text.rule_label("inverse_dk") == "1/dₖ（µP）"
     with pytest.raises(KeyError, match="no_such_rule"):
-        text.rule_label("no_such_rule", "en")
+        text.rule_label("no_such_rule")
 
 
 def test_a_d_k_is_written_one_way_on_the_page_cards_and_axes(monkeypatch):
@@ -114,7 +125,8 @@ def test_a_d_k_is_written_one_way_on_the_page_cards_and_axes(monkeypatch):
     monkeypatch.delenv(results.REFERENCE_ENV, raising=False)      # the shipped verification's figures
     series = results.read_reference("verify").data["series"]
     for lang in LANGS:
-        cards = glance_html(series, lang)
+        with language(lang):
+            cards = glance_html(series)
         assert "dₖ = 4096" in cards and "4,096" not in cards, cards
         assert "4,0" in cards                      # the measured Var(q·k), about 4,087, keeps its separator
     fig, ax = plt.subplots()

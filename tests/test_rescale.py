@@ -8,6 +8,7 @@ from html import unescape
 
 import pytest
 
+from attnscale.i18n import language
 from attnscale import results
 from attnscale.cli import main
 from attnscale.errors import InputError
@@ -102,7 +103,7 @@ def test_rescale_chapter_words_follow_the_data():
     assert {"rescale", "rescale_minilm", "probe_smollm2"} <= set(EXPERIMENT_CHAPTERS)
     assert (rescale.KIND, rescale_minilm.KIND) == ("rescale/smollm2", "rescale/minilm")
     data = decoder_data()
-    html = rescale.render(results.Envelope(kind=rescale.KIND, data=data), "en")
+    html = rescale.render(results.Envelope(kind=rescale.KIND, data=data))
     words = sentences(html)
     assert words[0].startswith("The model's own scale is the best") and "54.6 times" in words[1]
     assert "for α = 0.5 and changes for α = 2, 8" in words[2]
@@ -113,17 +114,18 @@ def test_rescale_chapter_words_follow_the_data():
     altered = copy.deepcopy(data)
     altered["analysis"].update(best_alpha=0.5, best_perplexity=20.0, alphas_changed_continuation=[],
                                alphas_same_continuation=[0.5, 2.0, 8.0])
-    words = sentences(rescale.render(results.Envelope(kind=rescale.KIND, data=altered), "en"))
+    words = sentences(rescale.render(results.Envelope(kind=rescale.KIND, data=altered)))
     assert words[0].startswith("The lowest perplexity is at α = 0.5 (20)")
     assert words[2].startswith("The greedy continuation of “The capital of France is” is the same at every α")
     altered["analysis"].update(alphas_changed_continuation=[0.5, 2.0, 8.0], alphas_same_continuation=[])
-    words = sentences(rescale.render(results.Envelope(kind=rescale.KIND, data=altered), "en"))
+    words = sentences(rescale.render(results.Envelope(kind=rescale.KIND, data=altered)))
     assert words[2] == "The greedy continuation of “The capital of France is” changes at every α other than 1."
     failed = copy.deepcopy(data)
     failed["check"]["passed"] = False
-    assert "Check FAILED" in rescale.render(results.Envelope(kind=rescale.KIND, data=failed), "zh") or \
-           "校验失败" in rescale.render(results.Envelope(kind=rescale.KIND, data=failed), "zh")
-    failed_en = rescale.render(results.Envelope(kind=rescale.KIND, data=failed), "en")
+    with language("zh"):
+        failed_zh = rescale.render(results.Envelope(kind=rescale.KIND, data=failed))
+    assert "Check FAILED" in failed_zh or "校验失败" in failed_zh
+    failed_en = rescale.render(results.Envelope(kind=rescale.KIND, data=failed))
     assert "Check FAILED" in failed_en and "equals the model's own loss" not in failed_en     # a failed check says no agreement
 
 
@@ -137,7 +139,7 @@ def test_rescale_chapter_for_an_encoder():
     for r, cos in zip(data["alphas"], (0.9, 1.0, 0.8, 0.5)):
         r.update(cosine_mean=cos, cosine_min=cos - 0.05)
     data["analysis"].update(worst_alpha=8.0, worst_cosine_min=0.45, cosine_min_unscaled=0.45)
-    words = sentences(rescale_minilm.render(results.Envelope(kind="rescale/minilm", data=data), "en"))
+    words = sentences(rescale_minilm.render(results.Envelope(kind="rescale/minilm", data=data)))
     assert words[0] == ("The embeddings move most at α = 8: the least similar sentence keeps a cosine of 0.45 "
                         "to its α = 1 embedding.")
 
@@ -174,7 +176,7 @@ def test_probe_chapter_words_follow_the_data():
 
     assert probe_smollm2.KIND == "probe/smollm2" and probe_smollm2.render is probe.render
     data = probe_data()
-    html = probe.render(results.Envelope(kind="probe/smollm2", data=data), "en")
+    html = probe.render(results.Envelope(kind="probe/smollm2", data=data))
     words = sentences(html)
     assert words[0].startswith("All 6 heads have a larger Var(q·k)") and "the largest head is the same, L1H2" in words[1]
     assert words[2] == "2 of 6 heads put more than half of their weight on the first token (up to 0.6)."
@@ -186,15 +188,16 @@ def test_probe_chapter_words_follow_the_data():
     altered["analysis"]["top_token"] = {"layer": 0, "head": 1, "value": 3.0}
     altered["analysis"]["sink_first"].update(over_half=0)
     altered["float16"]["max_abs_logit_unscaled"] = 70000.0
-    words = sentences(probe.render(results.Envelope(kind="probe/smollm2", data=altered), "en"))
+    words = sentences(probe.render(results.Envelope(kind="probe/smollm2", data=altered)))
     assert words[0].startswith("4 of 6 heads have a larger Var(q·k) than the iid prediction and 2 a smaller one")
     assert "rank heads differently: the largest is L1H2 (2.7) by pairs, L0H1 (3) by tokens" in words[1]
     assert words[2].startswith("No head puts more than half")
     assert "beyond float16's 65504" in words[5]
     altered["float16"]["limit"] = 60000.0                  # the limit the result records, not one typed in
-    assert "beyond float16's 60000" in sentences(probe.render(results.Envelope(kind="probe/smollm2", data=altered), "en"))[5]
+    assert "beyond float16's 60000" in sentences(probe.render(results.Envelope(kind="probe/smollm2", data=altered)))[5]
     for lang in ("en", "zh"):
-        probe.render(results.Envelope(kind="probe/smollm2", data=altered), lang)
+        with language(lang):
+            probe.render(results.Envelope(kind="probe/smollm2", data=altered))
 
 
 @pytest.mark.model

@@ -16,6 +16,7 @@ from attnscale.cli import main  # noqa: E402
 from attnscale.cli.telemetry import format_markdown, format_table  # noqa: E402
 from attnscale.experiments.telemetry import (TARGETS, TelemetryBenchConfig, monitor_layers,  # noqa: E402
                                              run_telemetry_bench)
+from attnscale.i18n import language  # noqa: E402
 from attnscale.report.chapters import telemetry as chapter  # noqa: E402
 
 
@@ -57,14 +58,15 @@ def test_tables_and_chapter_show_the_figures_and_change_with_them(envelope):
     assert "time ÷ plain SDPA" in text and "(1, 2, 64, 16)" in text
     assert markdown.startswith(f"Measured {envelope.created[:10]} on ") and "| forward+backward: time ÷ SDPA |" in markdown
     for lang in ("en", "zh"):
-        html = chapter.render(envelope, lang)
+        with language(lang):
+            html = chapter.render(envelope)
         assert "<table" in html and "(1, 2, 64, 16)" in html
     changed = copy.deepcopy(envelope)
     v = changed.data["verdicts"][0]
     v.update(ratio=2.0, met=False, excess=2.0 / v["target"] - 1)
-    assert "missed by 90%" in format_markdown(changed) and "missed by 90%" in chapter.render(changed, "en")
+    assert "missed by 90%" in format_markdown(changed) and "missed by 90%" in chapter.render(changed)
     v.update(ratio=0.5, met=True, excess=0.5 / v["target"] - 1)
-    assert "— met." in chapter.render(changed, "en") and "0.500× met" in format_table(changed)
+    assert "— met." in chapter.render(changed) and "0.500× met" in format_table(changed)
 
 
 def test_peak_memory_in_fresh_processes():
@@ -118,6 +120,8 @@ def test_the_readme_shows_what_the_committed_result_renders():
 def test_the_monitor_sentence_says_yes_or_no_in_each_language():
     m = {"model": "m", "n_sequences": 2, "padded_length": 8, "ratio": 1.1, "outputs_bitwise_equal": True,
          "float16_overflow_calls": 0, "calls_per_forward": 6, "layers": []}
-    assert "unmonitored model: yes;" in chapter._monitor(m, "en")[0]
+    assert "unmonitored model: yes;" in chapter._monitor(m)[0]
     m["outputs_bitwise_equal"] = False
-    assert "unmonitored model: no;" in chapter._monitor(m, "en")[0] and "False" not in chapter._monitor(m, "zh")[0]
+    assert "unmonitored model: no;" in chapter._monitor(m)[0]
+    with language("zh"):
+        assert "False" not in chapter._monitor(m)[0]

@@ -12,6 +12,7 @@ import re
 
 import pytest
 
+from attnscale.i18n import language
 from attnscale.experiments.training import scale_vs_dk as svd
 from attnscale.results import Envelope, strict_jsonable
 
@@ -70,7 +71,7 @@ def analyse(change=None, config=CONFIG):
     return svd.analyse(config, cells, results)
 
 
-def render(analysis, lang="en", quick=False, wall_s=12.0, figures=False, seconds=()) -> str:
+def render(analysis, quick=False, wall_s=12.0, figures=False, seconds=()) -> str:
     """The chapter's HTML; without ``figures`` the (slow, seconds each) SVGs are left out: the words and
     tables are what these tests read. ``seconds``: each cell's recorded time (its ``seconds``)."""
     from unittest import mock
@@ -81,11 +82,11 @@ def render(analysis, lang="en", quick=False, wall_s=12.0, figures=False, seconds
     env = Envelope(kind=training.KIND, data={"description": "", "cells": cells, "analysis": analysis, "wall_s": wall_s},
                    quick=quick)
     if figures:
-        return training.render(env, lang)
+        return training.render(env)
     with mock.patch.object(training, "_curves_figure", lambda *a: None), \
             mock.patch.object(training, "_chain_figure", lambda *a: None), \
             mock.patch.object(training, "responsive_figure", lambda draw, alt, caption: f"<figure>{caption}</figure>"):
-        return training.render(env, lang)
+        return training.render(env)
 
 
 def text(html: str) -> str:
@@ -159,7 +160,8 @@ def test_tuned_rate_inside_the_grid_is_found_and_an_edge_is_said(base):
     assert [(t["lr"], t["edge"]) for t in a["sgd_tuning"]] == [(0.1, None), (0.03, "low")]
     words = text(render(a))
     assert "At dₖ = 64 it lies on the grid's edge" in words and "inside the grid at every" not in words
-    assert "最佳学习率可能在网格之外" in text(render(a, "zh"))
+    with language("zh"):
+        assert "最佳学习率可能在网格之外" in text(render(a))
 
 
 # --- findings and the sentences they choose ----------------------------------------------------------
@@ -276,9 +278,9 @@ def test_zero_gradient_sentence_does_not_say_not_zero_when_it_was_zero(base):
     assert "exactly zero at a logged step in 2/2 seeds" in words and "not zero" not in words
 
 
-@pytest.mark.parametrize("lang", ["en", "zh"])
+@pytest.mark.parametrize("lang", ["en", "zh"], indirect=True)
 def test_chapter_renders_every_part_in_both_languages(base, lang):
-    html = render(copy.deepcopy(base), lang, figures=lang == "en")     # figures take seconds: drawn once
+    html = render(copy.deepcopy(base), figures=lang == "en")     # figures take seconds: drawn once
     # three tables, the biggest (the gradient check) also whole behind a <details>
     assert html.count("<figure") == 3 and html.count("<table") == 4
     assert html.count("<svg") == (6 if lang == "en" else 0)                 # each figure for desktop and phone

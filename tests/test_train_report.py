@@ -18,6 +18,7 @@ from attnscale import results  # noqa: E402
 from attnscale.cli import main  # noqa: E402
 from attnscale.experiments.training import logit_growth, scale_vs_dk  # noqa: E402
 from attnscale.experiments.sweeps.runner import run_sweep  # noqa: E402
+from attnscale.i18n import language  # noqa: E402
 from attnscale.report.chapters import EXPERIMENT_CHAPTERS, training, training_logits  # noqa: E402
 from attnscale.store import ResultCache, to_jsonable  # noqa: E402
 
@@ -52,13 +53,13 @@ def logit_summary(tmp_path_factory):
             "analysis": logit_growth.analyse(LOGITS, cells, out)}
 
 
-def _render_logits(summary: dict, lang: str) -> str:
+def _render_logits(summary: dict) -> str:
     """The logit-growth chapter on ``summary``: as an envelope where the chapter takes one (``KIND``,
-    render(env, lang), the results contract), else as the summary dict itself."""
+    render(env), the results contract), else as the summary dict itself."""
     if not hasattr(training_logits, "KIND"):
-        return training_logits.render(summary, lang)
+        return training_logits.render(summary)
     data = {k: v for k, v in summary.items() if k != "config"}
-    return training_logits.render(results.Envelope(kind=training_logits.KIND, data=data, config=summary["config"]), lang)
+    return training_logits.render(results.Envelope(kind=training_logits.KIND, data=data, config=summary["config"]))
 
 
 def _words(html: str) -> str:
@@ -66,14 +67,14 @@ def _words(html: str) -> str:
     return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html)).replace("&#x27;", "'")
 
 
-def _text_only(env, lang: str) -> str:
+def _text_only(env) -> str:
     """The chapter's words without its figures (seconds each to draw; the text tests do not read them)."""
     from unittest import mock
 
     with mock.patch.object(training, "_curves_figure", lambda *a: None), \
             mock.patch.object(training, "_chain_figure", lambda *a: None), \
             mock.patch.object(training, "responsive_figure", lambda draw, alt, caption: ""):
-        return _words(training.render(env, lang))
+        return _words(training.render(env))
 
 
 def test_chapters_are_registered():
@@ -81,10 +82,10 @@ def test_chapters_are_registered():
     assert training.KIND == "train/scale-vs-dk" and training.KIND in results.KINDS
 
 
-@pytest.mark.parametrize("lang", ["en", "zh"])
+@pytest.mark.parametrize("lang", ["en", "zh"], indirect=True)
 def test_scale_vs_dk_chapter_shows_the_result(scale_env, lang):
     a = scale_env.data["analysis"]
-    html = training.render(scale_env, lang)
+    html = training.render(scale_env)
     assert html.count("<figure") == 3 and html.count("<svg") == 6 and "<table" in html   # each for desktop and phone
     assert f"{a['single_key_ceiling']:.3f}" in html
     unscaled = next(r for r in a["chain_rule"]["rows"] if r["rule"] == "unscaled" and r["gradient"] == "grad_wq")
@@ -98,17 +99,18 @@ def test_the_single_key_sentence_follows_the_two_ceilings(scale_env):
     """"The same as guessing" only when the analysis finds the two ceilings equal; else both numbers."""
     a = scale_env.data["analysis"]
     assert a["single_key_is_prior"] == (a["single_key_ceiling"] == pytest.approx(a["prior_ceiling"]))
-    assert ("the same as guessing" in _text_only(scale_env, "en")) == a["single_key_is_prior"]
+    assert ("the same as guessing" in _text_only(scale_env)) == a["single_key_is_prior"]
     other = copy.deepcopy(scale_env.data)
     other["analysis"].update(single_key_is_prior=False, prior_ceiling=a["single_key_ceiling"] / 2)
     env = results.Envelope(kind=training.KIND, data=other, quick=True)
     for lang, said in (("en", "the same as guessing"), ("zh", "相同")):
-        intro = _text_only(env, lang).split("W_Q")[0]
+        with language(lang):
+            intro = _text_only(env).split("W_Q")[0]
         assert f"{a['single_key_ceiling'] / 2:.3f}" in intro and said not in intro
 
 
 def test_logit_growth_chapter_shows_the_summary(logit_summary):
-    html = _render_logits(logit_summary, "en")
+    html = _render_logits(logit_summary)
     assert html.count("<figure") == 2 and html.count("<svg") == 4      # each for desktop and phone
     sens = logit_summary["analysis"]["lr_sensitivity"]["baseline"]["mean"]
     assert f"{sens:.3f}" in html
@@ -144,5 +146,6 @@ def test_cli_table_prints_the_analysis(scale_env, capsys):
 def test_training_chapters_figures_are_drawn_for_a_phone(scale_env, logit_summary):
     from test_report_figures import figures_readable_on_a_phone
 
-    figures_readable_on_a_phone(training.render(scale_env, "en"))
-    figures_readable_on_a_phone(_render_logits(logit_summary, "zh"))
+    figures_readable_on_a_phone(training.render(scale_env))
+    with language("zh"):
+        figures_readable_on_a_phone(_render_logits(logit_summary))

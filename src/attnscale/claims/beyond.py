@@ -75,15 +75,15 @@ def _phase(ctx: Context) -> None:
     small, large = at[PHASE_NS[0]][0.5][1], at[PHASE_NS[-1]][0.5][1]
     ctx.add(claim(
         "S8.1", N_("softmax of n iid logits of spread σ: entropy ≈ ln n − σ²/2 below σ_c = √(2 ln n) (an asymptote in n)"),
-        expected=lambda lang: _("at σ = σ_c/2 the gap MC − asymptote of H/ln n is smaller at n = {large} than at n = {small} ({level} CIs of |gap| separated)", lang, large=PHASE_NS[-1], small=PHASE_NS[0],
+        expected=lambda: _("at σ = σ_c/2 the gap MC − asymptote of H/ln n is smaller at n = {large} than at n = {small} ({level} CIs of |gap| separated)", large=PHASE_NS[-1], small=PHASE_NS[0],
                                 level=ctx.level),
-        measured=lambda lang: clauses(
-            (f"σ={where}: " + per_n({n: _("{mc:.3f} vs {asymptote:.3f}", lang, mc=at[n][r][0].value,
-                                          asymptote=at[n][r][2]) for n in PHASE_NS}, lang, ",")
-             for where, r in (("σ_c/2", 0.5), ("σ_c", 1.0))), lang),
+        measured=lambda: clauses(
+            (f"σ={where}: " + per_n({n: _("{mc:.3f} vs {asymptote:.3f}", mc=at[n][r][0].value,
+                                          asymptote=at[n][r][2]) for n in PHASE_NS}, ",")
+             for where, r in (("σ_c/2", 0.5), ("σ_c", 1.0)))),
         estimate=large.value, ci_low=large.ci_low, ci_high=large.ci_high, n_samples=grid["rows"][str(PHASE_NS[-1])],
         verdict=judge_below(_abs_interval(large.ci_low, large.ci_high), _abs_interval(small.ci_low, small.ci_high)),
-        note=lambda lang: _("H/ln n, mean over rows; near the boundary the asymptote (0 at σ_c) is far off at practical n: its O(1) corrections are not small against ln n", lang)))
+        note=lambda: _("H/ln n, mean over rows; near the boundary the asymptote (0 at σ_c) is far off at practical n: its O(1) corrections are not small against ln n")))
 
     # S8.2: frozen beyond the boundary: H/ln n at σ = 2σ_c falls toward 0 as n grows.
     frozen = [at[n][2.0][0] for n in PHASE_NS]
@@ -91,14 +91,14 @@ def _phase(ctx: Context) -> None:
     d_frozen = {n: math.floor(2 * math.log(n)) + 1 for n in ROW_NS}
     ctx.add(claim(
         "S8.2", N_("beyond σ_c = √(2 ln n) the softmax is frozen: unscaled attention on random inputs freezes once d_k > 2 ln n"),
-        expected=lambda lang: _("H/ln n at σ = 2σ_c is lower at n = {large} than at n = {small} ({level} CIs separated): the entropy stays O(1) nats while ln n grows", lang, large=PHASE_NS[-1],
+        expected=lambda: _("H/ln n at σ = 2σ_c is lower at n = {large} than at n = {small} ({level} CIs separated): the entropy stays O(1) nats while ln n grows", large=PHASE_NS[-1],
                                 small=PHASE_NS[0], level=ctx.level),
-        measured=lambda lang: bracketed(_("{intervals}; d_k > 2 ln n means d_k ≥ {frozen}", lang, intervals=per_n(
-            {n: interval_text(e.value, e.ci_low, e.ci_high) for n, e in zip(PHASE_NS, frozen)}, lang, ","),
-            frozen=clauses((_("{d_k} (n={n})", lang, d_k=d, n=n) for n, d in d_frozen.items()), lang, ",")), ctx.level, lang),
+        measured=lambda: bracketed(_("{intervals}; d_k > 2 ln n means d_k ≥ {frozen}", intervals=per_n(
+            {n: interval_text(e.value, e.ci_low, e.ci_high) for n, e in zip(PHASE_NS, frozen)}, ","),
+            frozen=clauses((_("{d_k} (n={n})", d_k=d, n=n) for n, d in d_frozen.items()), ",")), ctx.level),
         estimate=frozen[-1].value, ci_low=frozen[-1].ci_low, ci_high=frozen[-1].ci_high,
         n_samples=grid["rows"][str(PHASE_NS[-1])], verdict=falls,
-        note=lambda lang: _("σ ≈ √d_k for unscaled logits of Gaussian q, k: every practical d_k (64, 128) is deep in the frozen phase", lang)))
+        note=lambda: _("σ ≈ √d_k for unscaled logits of Gaussian q, k: every practical d_k (64, 128) is deep in the frozen phase")))
 
 
 def _abs_interval(lo: float, hi: float) -> tuple[float, float]:
@@ -130,10 +130,10 @@ def _ssmax(ctx: Context) -> None:
         measured[n] = f"{float(e):.6g}"
     ctx.add(claim(
         "S8.4", N_("Scalable-Softmax Fig. 1: logits all −2 but one +3; softmax max weight {weights[0]}, {weights[1]}, {weights[2]}, {weights[3]} at n = 10, 100, 1000, 10⁵"), weights=list(SSMAX_FIGURE.values()),
-        expected=lambda lang: _("e³/(e³ + (n − 1)e⁻²) rounds to the printed values", lang),
-        measured=lambda lang: _("{values} (attnscale.softmax agrees to 1e-12)", lang, values=per_n(measured, lang)),
+        expected=lambda: _("e³/(e³ + (n − 1)e⁻²) rounds to the printed values"),
+        measured=lambda: _("{values} (attnscale.softmax agrees to 1e-12)", values=per_n(measured)),
         verdict="holds" if all(verdicts) else "fails",
-        note=lambda lang: _("numbers from Nakanishi 2025, not from the seed", lang)))
+        note=lambda: _("numbers from Nakanishi 2025, not from the seed")))
     ss = {n: ssmax_one_high_max_weight(n, SSMAX_S) for n in SSMAX_FIGURE}
     ss_lib = [series["ssmax"][ns.index(n)] for n in SSMAX_FIGURE if n in ns]
     # "does not decay": non-decreasing over the whole grid n = 10 … 10⁵ (17 points), not only ≥ 0.9
@@ -143,9 +143,8 @@ def _ssmax(ctx: Context) -> None:
         abs(a - ssmax_one_high_max_weight(n, SSMAX_S)) < 1e-12 for a, n in zip(ss_lib, [n for n in SSMAX_FIGURE if n in ns]))
     ctx.add(claim(
         "S8.5", N_("with SSMax (logits × s·ln n, s = {s}) the max weight stays near 1 as n grows"), s=f"{SSMAX_S:g}",
-        expected=lambda lang: _("max weight ≥ 0.9 at n = 10 … 10⁵, and it does not decay (non-decreasing over {count} n)", lang, count=len(ns)),
-        measured=lambda lang: _("{values}; minimum {minimum:.4f}; smallest step between neighbouring n {step:+.2e}",
-                                lang, values=per_n({n: f"{v:.4f}" for n, v in ss.items()}, lang), minimum=min(curve),
+        expected=lambda: _("max weight ≥ 0.9 at n = 10 … 10⁵, and it does not decay (non-decreasing over {count} n)", count=len(ns)),
+        measured=lambda: _("{values}; minimum {minimum:.4f}; smallest step between neighbouring n {step:+.2e}", values=per_n({n: f"{v:.4f}" for n, v in ss.items()}), minimum=min(curve),
                                 step=min(steps)),
         verdict="holds" if ok else "fails"))
 
@@ -158,8 +157,8 @@ def _keys_not_dk(ctx: Context) -> None:
     ent = [sim["by_n"][str(n)]["scaled"]["normalized_entropy"][last]["median"] for n in ROW_NS]
     ctx.add(claim(
         "S8.3", N_("√d_k removes the dependence on d_k, not on the number of keys n: scaled rows still change with n"),
-        expected=lambda lang: _("scaled, d_k = 4096: median max weight falls as n grows ({level} CIs separated); H/ln n ≈ 1 − 1/(2 ln n)", lang, level=ctx.level),
-        measured=lambda lang: per_n({n: _("max weight {max_weight:.4f}, H/ln n {entropy:.3f} (asymptote {asymptote:.3f})", lang, max_weight=m["median"], entropy=h,
+        expected=lambda: _("scaled, d_k = 4096: median max weight falls as n grows ({level} CIs separated); H/ln n ≈ 1 − 1/(2 ln n)", level=ctx.level),
+        measured=lambda: per_n({n: _("max weight {max_weight:.4f}, H/ln n {entropy:.3f} (asymptote {asymptote:.3f})", max_weight=m["median"], entropy=h,
                                           asymptote=rem_normalized_entropy(1.0, n))
-                                     for n, m, h in zip(ROW_NS, med, ent)}, lang),
+                                     for n, m, h in zip(ROW_NS, med, ent)}),
         verdict=falls, n_samples=sim["rows"]))

@@ -82,30 +82,30 @@ def _case_claim(ctx: Context, cid: str, case: Case, mine: list[dict], n_tests: i
     margin = ctx.config.margin
     mean_grows = case.mu_q * case.mu_k + case.cov != 0     # a non-zero mean of q·k survives ÷√d_k
 
-    def note(lang: str) -> str:
-        text = (_("the iid value d_k is outside the {level} intervals", lang, level=ctx.level)
+    def note() -> str:
+        text = (_("the iid value d_k is outside the {level} intervals", level=ctx.level)
                 if all(r["excludes_iid"] for r in mine) else
-                _("the iid value d_k is not excluded by the {level} intervals", lang, level=ctx.level))
+                _("the iid value d_k is not excluded by the {level} intervals", level=ctx.level))
         if not mean_grows:
             return text
-        return _("{note}; mean of q·k/√d_k at d_k={d_k}: {mean:g} (grows as √d_k)", lang, note=text,
+        return _("{note}; mean of q·k/√d_k at d_k={d_k}: {mean:g} (grows as √d_k)", note=text,
                  d_k=big["d_k"], mean=big["scaled_mean"])
 
     return claim(
-        cid, CASE_CLAIM, case=lambda lang: _(case.name, lang), params=case.describe(),
-        expected=lambda lang: _(
-            "{formulas} inside the interval at the Bonferroni level {judged_at} over all {n_tests}, the interval within formula·(1 ± {margin:.0%}) (equivalence margin)", lang,
-            formulas=clauses((_("d_k={d_k}: {formula:g} (iid: {iid})", lang, d_k=r["d_k"], formula=r["formula"],
-                                iid=r["d_k"]) for r in mine), lang),
+        cid, CASE_CLAIM, case=lambda: _(case.name), params=case.describe(),
+        expected=lambda: _(
+            "{formulas} inside the interval at the Bonferroni level {judged_at} over all {n_tests}, the interval within formula·(1 ± {margin:.0%}) (equivalence margin)",
+            formulas=clauses(_("d_k={d_k}: {formula:g} (iid: {iid})", d_k=r["d_k"], formula=r["formula"],
+                                iid=r["d_k"]) for r in mine),
             judged_at=level_text(judged_at), n_tests=n_tests, margin=margin),
-        measured=lambda lang: _(
-            "{estimates}; after ÷√d_k: {scaled:.3f} (formula {formula:g}, not 1); {margin_text}", lang,
-            estimates=clauses((_("d_k={d_k}: {interval} ({level})", lang, d_k=r["d_k"], level=ctx.level,
+        measured=lambda: _(
+            "{estimates}; after ÷√d_k: {scaled:.3f} (formula {formula:g}, not 1); {margin_text}",
+            estimates=clauses(_("d_k={d_k}: {interval} ({level})", d_k=r["d_k"], level=ctx.level,
                                  interval=interval_text(r["estimate"], r["ci_low"], r["ci_high"], ".4g"))
-                               for r in mine), lang),
+                               for r in mine),
             scaled=big["scaled_variance"], formula=big["scaled_variance_formula"],
             margin_text=margin_text(verdicts, [r["judged_ci"] for r in mine], [r["formula"] for r in mine],
-                                    [f"d_k = {r['d_k']}" for r in mine], margin, lang)),
+                                    [f"d_k = {r['d_k']}" for r in mine], margin)),
         # the interval stored is the one judged: d_k = 512's at the Bonferroni level
         estimate=big["estimate"], ci_low=big["judged_ci"][0], ci_high=big["judged_ci"][1],
         ci_level=judged_at, n_samples=big["n_samples"],
@@ -116,16 +116,16 @@ def _symbolic(ctx: Context) -> None:
     var3, formula3, diff3 = symbolic_dot_variance(3)
     ctx.add(claim(
         "S3.1", N_("independent components with means μ, variances σ²: Var(q·k) = d_k(σ_q²σ_k² + μ_q²σ_k² + μ_k²σ_q²)"),
-        expected=lambda lang: _("E[S²] − (E S)² − formula = 0 (d_k = 3, symbols)", lang),
-        measured=lambda lang: _("Var = {variance}; difference {difference}", lang, variance=var3, difference=diff3),
+        expected=lambda: _("E[S²] − (E S)² − formula = 0 (d_k = 3, symbols)"),
+        measured=lambda: _("Var = {variance}; difference {difference}", variance=var3, difference=diff3),
         verdict="holds" if diff3 == 0 else "fails"))
     var, formula, diff = symbolic_gaussian_product_variance()
     ctx.add(claim(
         "S3.2", N_("jointly Gaussian qᵢ, kᵢ with covariance c: Var(qᵢkᵢ) = σ_q²σ_k² + c² + μ_q²σ_k² + μ_k²σ_q² + 2μ_qμ_k c"),
-        expected=lambda lang: _("from the moment generating function; difference 0", lang),
-        measured=lambda lang: _("Var = {variance}; difference {difference}", lang, variance=var, difference=diff),
+        expected=lambda: _("from the moment generating function; difference 0"),
+        measured=lambda: _("Var = {variance}; difference {difference}", variance=var, difference=diff),
         verdict="holds" if diff == 0 else "fails",
-        note=lambda lang: _("pairs (qᵢ, kᵢ) independent across i, so Var(q·k) = d_k·Var(qᵢkᵢ)", lang)))
+        note=lambda: _("pairs (qᵢ, kᵢ) independent across i, so Var(q·k) = d_k·Var(qᵢkᵢ)")))
 
 
 def _measure(ctx: Context, case: Case):

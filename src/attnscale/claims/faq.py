@@ -52,12 +52,12 @@ def run(ctx: Context) -> None:
     less = {n: judge_below(tv[(SMALL_D_K, n)][1:], tv[(64, n)][1:]) for n in NS}
     ctx.add(claim(
         "S7.1", N_("scaling matters less at small d_k: at d_k = 4 it moves far less attention than at d_k = 64"),
-        expected=lambda lang: _("median TV(softmax(s), softmax(s/√d_k)) at d_k = 4 below that at d_k = 64 ({level} CIs separated), n = {ns}", lang, level=ctx.level, ns=ns),
-        measured=lambda lang: per_n({n: _("{small:.3f} vs {large:.3f}", lang, small=tv[(SMALL_D_K, n)][0],
-                                          large=tv[(64, n)][0]) for n in NS}, lang),
+        expected=lambda: _("median TV(softmax(s), softmax(s/√d_k)) at d_k = 4 below that at d_k = 64 ({level} CIs separated), n = {ns}", level=ctx.level, ns=ns),
+        measured=lambda: per_n({n: _("{small:.3f} vs {large:.3f}", small=tv[(SMALL_D_K, n)][0],
+                                          large=tv[(64, n)][0]) for n in NS}),
         verdict=judge_all(less.values()), n_samples=rows,
-        note=lambda lang: _("{by_n}; TV = ½Σ|p − p′|, the share of attention that moves; Gaussian q, k", lang,
-                            by_n=by_n_note(less, lang))))
+        note=lambda: _("{by_n}; TV = ½Σ|p − p′|, the share of attention that moves; Gaussian q, k",
+                            by_n=by_n_note(less))))
 
     # S7.2: the seed's words — no saturation at d_k = 4, unscaled or scaled.
     health = {(n, mode): row_health(draw_logits(ctx.rng(f"faq behaves well n={n} {mode}"), rows, n, SMALL_D_K, mode),
@@ -68,32 +68,31 @@ def run(ctx: Context) -> None:
     worst = max(top, key=lambda key: top[key][0])
     ctx.add(claim(
         "S7.2", N_("when d_k is small (e.g. 4) scaling is not very important: softmax behaves well either way (no saturation)"),
-        expected=lambda lang: _("'behaves well' read as: not saturated — median max weight ≤ {line:g} ({level} CI at or below S5.2's 'nearly all' line), unscaled and scaled, at d_k = {d_k}, n = {ns}",
-                                lang, line=NEARLY_ALL, level=ctx.level, d_k=SMALL_D_K, ns=ns),
-        measured=lambda lang: bracketed(per_n({n: _("max weight unscaled {unscaled}, scaled {scaled}; H/ln n {entropy_unscaled:.3f} / {entropy_scaled:.3f}", lang,
+        expected=lambda: _("'behaves well' read as: not saturated — median max weight ≤ {line:g} ({level} CI at or below S5.2's 'nearly all' line), unscaled and scaled, at d_k = {d_k}, n = {ns}", line=NEARLY_ALL, level=ctx.level, d_k=SMALL_D_K, ns=ns),
+        measured=lambda: bracketed(per_n({n: _("max weight unscaled {unscaled}, scaled {scaled}; H/ln n {entropy_unscaled:.3f} / {entropy_scaled:.3f}",
                                           unscaled=interval_text(*top[(n, "unscaled")]),
                                           scaled=interval_text(*top[(n, "scaled")]),
                                           entropy_unscaled=ent[(n, "unscaled")][0], entropy_scaled=ent[(n, "scaled")][0])
-                                     for n in NS}, lang), ctx.level, lang),
+                                     for n in NS}), ctx.level),
         estimate=top[worst][0], ci_low=top[worst][1], ci_high=top[worst][2], n_samples=rows,
         verdict=judge_all(well.values()),
-        note=lambda lang: _("{by_n}; the interval shown is the largest median (n = {n}, {mode}); each mode its own rows; the seed's example (one score, 1 → 0.5) has no softmax to compare; how much scaling changes the rows is S7.4", lang, n=worst[0], mode=_(MODE_NAME[worst[1]], lang),
-                            by_n=by_n_note(well, lang, _("an interval straddles {line:g}", lang, line=NEARLY_ALL)))))
+        note=lambda: _("{by_n}; the interval shown is the largest median (n = {n}, {mode}); each mode its own rows; the seed's example (one score, 1 → 0.5) has no softmax to compare; how much scaling changes the rows is S7.4", n=worst[0], mode=_(MODE_NAME[worst[1]]),
+                            by_n=by_n_note(well, _("an interval straddles {line:g}", line=NEARLY_ALL)))))
 
     # S7.4: the stronger reading — the rows barely change.
     barely = {n: judge_all([judge_at_most(*tv[(SMALL_D_K, n)][1:], BARELY), judge_at_most(*dh[(SMALL_D_K, n)][1:], BARELY)])
               for n in NS}
     ctx.add(claim(
         "S7.4", N_("a stronger reading of the FAQ: at small d_k (4) softmax behaves about the same with or without scaling"),
-        expected=lambda lang: _("'about the same' read as: median TV distance ≤ {line:g} and median |ΔH|/ln n ≤ {line:g} ({level} CIs), the same rows with and without ÷√{d_k}, n = {ns}", lang,
+        expected=lambda: _("'about the same' read as: median TV distance ≤ {line:g} and median |ΔH|/ln n ≤ {line:g} ({level} CIs), the same rows with and without ÷√{d_k}, n = {ns}",
                                 d_k=SMALL_D_K, line=BARELY, level=ctx.level, ns=ns),
-        measured=lambda lang: bracketed(per_n({n: _("TV {tv}, |ΔH|/ln n {dh}", lang, tv=interval_text(*tv[(SMALL_D_K, n)]),
-                                          dh=interval_text(*dh[(SMALL_D_K, n)])) for n in NS}, lang), ctx.level, lang),
+        measured=lambda: bracketed(per_n({n: _("TV {tv}, |ΔH|/ln n {dh}", tv=interval_text(*tv[(SMALL_D_K, n)]),
+                                          dh=interval_text(*dh[(SMALL_D_K, n)])) for n in NS}), ctx.level),
         estimate=tv[(SMALL_D_K, NS[1])][0], ci_low=tv[(SMALL_D_K, NS[1])][1], ci_high=tv[(SMALL_D_K, NS[1])][2],
         n_samples=rows, verdict=judge_all(barely.values()),
-        note=lambda lang: _("{by_n}; the interval shown is the TV distance at n = {n}; at d_k = 4 scaling halves the logits' spread. "
-                            "Not the seed's words (表现良好, 'behaves well', is S7.2): the English 'about the same' says more", lang, n=NS[1],
-                            by_n=by_n_note(barely, lang, _("an interval straddles {line:g}", lang, line=BARELY)))))
+        note=lambda: _("{by_n}; the interval shown is the TV distance at n = {n}; at d_k = 4 scaling halves the logits' spread. "
+                            "Not the seed's words (表现良好, 'behaves well', is S7.2): the English 'about the same' says more", n=NS[1],
+                            by_n=by_n_note(barely, _("an interval straddles {line:g}", line=BARELY)))))
     ctx.tick(N_("small d_k"))
     _error_shrinks(ctx)
     ctx.tick(N_("1/√samples"))
@@ -136,9 +135,9 @@ def _error_shrinks(ctx: Context) -> None:
     ctx.data["error_vs_samples"] = {"d_k": d_k, "replicates": replicates, "points": series, "slope": slope}
     ctx.add(claim(
         "S7.3", N_("Var(q·k) = d_k is exact, not approximate: the estimate's error shrinks as 1/√samples around d_k"),
-        expected=lambda lang: _("RMS error = √(Var((q·k)²)/N) = {sd:.1f}/√N at d_k = 64 (each within its {level} χ² band), slope −0.5", lang, sd=sd_one, level=ctx.level),
-        measured=lambda lang: _("{points}; fitted slope {slope:.3f}", lang, slope=slope, points=clauses(
-            (_("N={n}: {rms:.3g} (pred {predicted:.3g})", lang, n=s["n_samples"], rms=s["rms_error"],
-               predicted=s["predicted"]) for s in series), lang)),
+        expected=lambda: _("RMS error = √(Var((q·k)²)/N) = {sd:.1f}/√N at d_k = 64 (each within its {level} χ² band), slope −0.5", sd=sd_one, level=ctx.level),
+        measured=lambda: _("{points}; fitted slope {slope:.3f}", slope=slope, points=clauses(
+            _("N={n}: {rms:.3g} (pred {predicted:.3g})", n=s["n_samples"], rms=s["rms_error"],
+               predicted=s["predicted"]) for s in series)),
         verdict="holds" if all(inside) else "fails", n_samples=replicates * sum(sizes),
-        note=lambda lang: _("{replicates} replicates per N, Gaussian components; the exactness itself is S2.1 (symbolic)", lang, replicates=replicates)))
+        note=lambda: _("{replicates} replicates per N, Gaussian components; the exactness itself is S2.1 (symbolic)", replicates=replicates)))

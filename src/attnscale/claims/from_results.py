@@ -37,9 +37,10 @@ HEAD_FIELDS = ("q_mean", "q_var", "k_mean", "k_var")            # of data["heads
 VERDICT_FIELDS = ("rule", "d_k", "optimiser", "lr", "verdict")   # of analysis["verdicts"] entries, as read
 
 
-def _texts(items, lang: str) -> list[str]:
-    """``items`` in ``lang``: each a text worded per language (lang → text) or a language-neutral str."""
-    return [item(lang) if callable(item) else item for item in items]
+def _texts(items) -> list[str]:
+    """``items`` in the bound language: each a text worded in it (a function of no argument) or a
+    language-neutral str."""
+    return [item() if callable(item) else item for item in items]
 
 
 def _read(ctx: Context, kinds) -> tuple[list[results.Envelope], list[str]]:
@@ -50,7 +51,7 @@ def _read(ctx: Context, kinds) -> tuple[list[results.Envelope], list[str]]:
         try:
             found.append(results.read_preferred(kind, ctx.config.results_root))
         except results.ResultMissing:
-            missing.append(lambda lang, kind=kind: _("no {kind} result under {root} (run {command})", lang, kind=kind,
+            missing.append(lambda kind=kind: _("no {kind} result under {root} (run {command})", kind=kind,
                                                      root=ctx.config.results_root,
                                                      command=results.KINDS[kind].description))
         except results.ResultError as err:
@@ -69,9 +70,9 @@ PROVENANCE = {"full": N_("{kind} (full, {created})"),
               "quick": N_("{kind} (quick — only a quick result exists, {created})")}
 
 
-def _provenance(envs: list[results.Envelope], lang: str) -> str:
+def _provenance(envs: list[results.Envelope]) -> str:
     """"train/scale-vs-dk (full, 2026-…); train/lm (quick — only a quick result exists, 2026-…)"."""
-    return clauses((_(PROVENANCE[e.origin], lang, kind=e.kind, created=e.created) for e in envs), lang)
+    return clauses(_(PROVENANCE[e.origin], kind=e.kind, created=e.created) for e in envs)
 
 
 # ---- training -------------------------------------------------------------------------------
@@ -84,14 +85,14 @@ def training_cells(envs: list[results.Envelope]) -> tuple[list[dict], list[str]]
     for env in envs:
         verdicts = (env.data.get("analysis") or {}).get("verdicts")
         if not isinstance(verdicts, list):
-            unusable.append(lambda lang, env=env: _("{path}: no analysis.verdicts (written by an older attnscale? rerun {command})", lang, path=env.path,
+            unusable.append(lambda env=env: _("{path}: no analysis.verdicts (written by an older attnscale? rerun {command})", path=env.path,
                                                     command=results.KINDS[env.kind].description))
             continue
         bad = [v for v in verdicts if not isinstance(v, dict) or v.get("verdict") not in TRAINING_VERDICTS
                or any(key not in v for key in VERDICT_FIELDS)]
         if bad:
-            unusable.append(lambda lang, env=env, bad=bad: _(
-                "{path}: analysis.verdicts needs {fields} with a verdict among {verdicts} in every entry, e.g. not {bad}", lang, path=env.path, fields=VERDICT_FIELDS, verdicts=TRAINING_VERDICTS, bad=repr(bad[0])))
+            unusable.append(lambda env=env, bad=bad: _(
+                "{path}: analysis.verdicts needs {fields} with a verdict among {verdicts} in every entry, e.g. not {bad}", path=env.path, fields=VERDICT_FIELDS, verdicts=TRAINING_VERDICTS, bad=repr(bad[0])))
             continue
         reference = {(v["d_k"], v["optimiser"], v["lr"]): v["verdict"] for v in verdicts if v.get("rule") == SCALED}
         for v in verdicts:
@@ -102,12 +103,12 @@ def training_cells(envs: list[results.Envelope]) -> tuple[list[dict], list[str]]
     return cells, unusable
 
 
-def _cell_text(c: dict, lang: str) -> str:
-    verdict = _(TRAINING_VERDICT_MARK[c["verdict"]], lang)
+def _cell_text(c: dict) -> str:
+    verdict = _(TRAINING_VERDICT_MARK[c["verdict"]])
     if c.get("seeds_agreeing") == c.get("seeds"):
-        return _("d_k={d_k} {optimiser} lr={lr:g}: {verdict}", lang, d_k=c["d_k"], optimiser=c["optimiser"],
+        return _("d_k={d_k} {optimiser} lr={lr:g}: {verdict}", d_k=c["d_k"], optimiser=c["optimiser"],
                  lr=c["lr"], verdict=verdict)
-    return _("d_k={d_k} {optimiser} lr={lr:g}: {verdict}, {agreeing}/{seeds} seeds agree", lang, d_k=c["d_k"],
+    return _("d_k={d_k} {optimiser} lr={lr:g}: {verdict}, {agreeing}/{seeds} seeds agree", d_k=c["d_k"],
              optimiser=c["optimiser"], lr=c["lr"], verdict=verdict, agreeing=c.get("seeds_agreeing"),
              seeds=c.get("seeds"))
 
@@ -120,29 +121,29 @@ def _training_claim(ctx: Context, cid: str, statement: str, supports: set, contr
     counts = {v: sum(c["verdict"] == v for c in evidence) for v in TRAINING_VERDICTS}
     quick = any(e.quick for e in envs)
 
-    def measured(lang: str) -> str:
+    def measured() -> str:
         if not evidence and (not envs or unusable):
-            text = _("no training verdicts to judge from: {why}", lang, why=clauses(_texts(missing + unusable, lang), lang))
+            text = _("no training verdicts to judge from: {why}", why=clauses(_texts(missing + unusable)))
         elif not evidence:
-            text = _("no unscaled cell at d_k ≥ {large} where 1/√d_k learns ({excluded} cells where it does not learn either)", lang, large=LARGE_D_K, excluded=excluded)
+            text = _("no unscaled cell at d_k ≥ {large} where 1/√d_k learns ({excluded} cells where it does not learn either)", large=LARGE_D_K, excluded=excluded)
         else:
-            text = _("{count} unscaled cells at d_k ≥ {large}: {counts} — {cells}", lang, count=len(evidence),
+            text = _("{count} unscaled cells at d_k ≥ {large}: {counts} — {cells}", count=len(evidence),
                      large=LARGE_D_K,
-                     counts=clauses((_("{n} {verdict}", lang, n=n, verdict=_(TRAINING_VERDICT_MARK[v], lang))
-                                     for v, n in counts.items() if n), lang, ","),
-                     cells=clauses((f"{c['kind']} {_cell_text(c, lang)}" for c in evidence), lang))
-        return _("quick results: {measured}", lang, measured=text) if quick else text
+                     counts=clauses((_("{n} {verdict}", n=n, verdict=_(TRAINING_VERDICT_MARK[v]))
+                                     for v, n in counts.items() if n), ","),
+                     cells=clauses(f"{c['kind']} {_cell_text(c)}" for c in evidence))
+        return _("quick results: {measured}", measured=text) if quick else text
 
-    def note(lang: str) -> str:
-        parts = [_("read from {sources}", lang, sources=_provenance(envs, lang)) if envs else
-                 _("no training results", lang)]
+    def note() -> str:
+        parts = [_("read from {sources}", sources=_provenance(envs)) if envs else
+                 _("no training results")]
         if excluded:
-            parts.append(_("{excluded} cells left out: 1/√d_k does not learn there either", lang, excluded=excluded))
+            parts.append(_("{excluded} cells left out: 1/√d_k does not learn there either", excluded=excluded))
         if missing and envs:
-            parts += _texts(missing, lang)
+            parts += _texts(missing)
         if quick:
-            parts.append(_("quick runs are short: run the full sweep before relying on this", lang))
-        return clauses(parts, lang)
+            parts.append(_("quick runs are short: run the full sweep before relying on this"))
+        return clauses(parts)
 
     if not evidence:
         verdict = "inconclusive"
@@ -151,7 +152,7 @@ def _training_claim(ctx: Context, cid: str, statement: str, supports: set, contr
                             else "inconclusive" for c in evidence)
     ctx.add(claim(
         cid, statement,
-        expected=lambda lang: _("{reading}; judged on every unscaled cell at d_k ≥ {large} of {kinds} whose setting (d_k, optimiser, learning rate) lets 1/√d_k learn", lang, reading=reading(lang),
+        expected=lambda: _("{reading}; judged on every unscaled cell at d_k ≥ {large} of {kinds} whose setting (d_k, optimiser, learning rate) lets 1/√d_k learn", reading=reading(),
                                 large=LARGE_D_K, kinds=kinds),
         measured=measured, verdict=verdict, sources=_sources(envs), note=note))
 
@@ -174,7 +175,7 @@ def _normalised_claim(ctx: Context, envs, missing) -> None:
         heads = env.data["heads"]
         if not isinstance(heads, list) or any(not isinstance(h, dict) or any(f not in h for f in HEAD_FIELDS)
                                               for h in heads):
-            missing.append(lambda lang, env=env: _("{path}: data.heads needs {fields} in every head", lang,
+            missing.append(lambda env=env: _("{path}: data.heads needs {fields} in every head",
                                                    path=env.path, fields=HEAD_FIELDS))
             continue
         met = sum(_normalised(h) for h in heads)
@@ -184,55 +185,54 @@ def _normalised_claim(ctx: Context, envs, missing) -> None:
     parts = {m: ("holds" if met / total >= 0.5 else "fails") if total else "inconclusive"
              for m, (met, total, *_rest) in per.items()}
 
-    def model_text(lang: str, model: str, met: int, total: int, quick: bool, var_q: float, var_k: float) -> str:
+    def model_text(model: str, met: int, total: int, quick: bool, var_q: float, var_k: float) -> str:
         values = dict(model=model, met=met, total=total, share=met / total, var_q=var_q, var_k=var_k)
         if quick:
-            return _("{model} (quick): {met}/{total} heads ({share:.0%}) meet it; median Var q {var_q:.3g}, Var k {var_k:.3g}", lang, **values)
-        return _("{model}: {met}/{total} heads ({share:.0%}) meet it; median Var q {var_q:.3g}, Var k {var_k:.3g}",
-                 lang, **values)
+            return _("{model} (quick): {met}/{total} heads ({share:.0%}) meet it; median Var q {var_q:.3g}, Var k {var_k:.3g}", **values)
+        return _("{model}: {met}/{total} heads ({share:.0%}) meet it; median Var q {var_q:.3g}, Var k {var_k:.3g}", **values)
 
-    def note(lang: str) -> str:
-        parts = [_("read from {sources}; the probe's moments are pair-weighted (each token weighted by the pairs it is in)", lang, sources=_provenance(envs, lang)) if envs else _("no probe results", lang)]
+    def note() -> str:
+        parts = [_("read from {sources}; the probe's moments are pair-weighted (each token weighted by the pairs it is in)", sources=_provenance(envs)) if envs else _("no probe results")]
         if missing and envs:
-            parts += _texts(missing, lang)
-        parts.append(_("the seed's statement is about inputs; q and k are projections of them, where the proof needs it", lang))
-        return clauses(parts, lang)
+            parts += _texts(missing)
+        parts.append(_("the seed's statement is about inputs; q and k are projections of them, where the proof needs it"))
+        return clauses(parts)
 
     ctx.add(claim(
         "S10.3", N_("the components of q and k are normalised to mean 0, variance 1: the standard assumption"),
-        expected=lambda lang: _("in real models, at least half of the heads have q and k with |mean| ≤ {tolerance:g} and variance within [{low:g}, {high:g}] (per head, over components and tokens), each model", lang, tolerance=MEAN_TOLERANCE, low=1 / VARIANCE_FACTOR, high=VARIANCE_FACTOR),
-        measured=lambda lang: clauses([model_text(lang, m, *row) for m, row in per.items() if row[1]], lang)
-                 or _("no usable probe results: {why}", lang, why=clauses(_texts(missing, lang), lang)),
+        expected=lambda: _("in real models, at least half of the heads have q and k with |mean| ≤ {tolerance:g} and variance within [{low:g}, {high:g}] (per head, over components and tokens), each model", tolerance=MEAN_TOLERANCE, low=1 / VARIANCE_FACTOR, high=VARIANCE_FACTOR),
+        measured=lambda: clauses([model_text(m, *row) for m, row in per.items() if row[1]])
+                 or _("no usable probe results: {why}", why=clauses(_texts(missing))),
         verdict=judge_all(parts.values()) if parts else "inconclusive", sources=_sources(envs), note=note))
 
 
 def _dk_claim(ctx: Context, envs, missing) -> None:
-    missing = list(missing) + [lambda lang, e=e: _("{path}: data.model has no integer d_k", lang, path=e.path)
+    missing = list(missing) + [lambda e=e: _("{path}: data.model has no integer d_k", path=e.path)
                                for e in envs if not isinstance(e.data["model"].get("d_k"), int)]
     models = {_model_name(e): e.data["model"]["d_k"] for e in envs if isinstance(e.data["model"].get("d_k"), int)}
     small = {m: d for m, d in models.items() if d < LARGE_D_K}
     verdict = "inconclusive" if not models else "fails" if small else "holds"
 
-    def note(lang: str) -> str:
+    def note() -> str:
         if small:
-            parts = [_("{small} of {count} loaded models below {large}: {models}", lang, small=len(small),
+            parts = [_("{small} of {count} loaded models below {large}: {models}", small=len(small),
                        count=len(models), large=LARGE_D_K,
-                       models=clauses((f"{m} ({d})" for m, d in small.items()), lang, ","))]
+                       models=clauses((f"{m} ({d})" for m, d in small.items()), ","))]
         elif models:
-            parts = [_("all {count} loaded models at or above {large}", lang, count=len(models), large=LARGE_D_K)]
+            parts = [_("all {count} loaded models at or above {large}", count=len(models), large=LARGE_D_K)]
         else:
-            parts = [_("no probe results", lang)]
+            parts = [_("no probe results")]
         if models:
-            parts.append(_("the models probed are a sample, not a census of real Transformers", lang))
+            parts.append(_("the models probed are a sample, not a census of real Transformers"))
         if missing and envs:
-            parts += _texts(missing, lang)
-        return clauses(parts, lang)
+            parts += _texts(missing)
+        return clauses(parts)
 
     ctx.add(claim(
         "S10.4", N_("in real Transformer models d_k is 64, 128 or more"),
-        expected=lambda lang: _("d_k ≥ {large} in every real model this project loads", lang, large=LARGE_D_K),
-        measured=lambda lang: clauses((f"{m}: d_k = {d}" for m, d in models.items()), lang)
-                 or _("no usable probe results: {why}", lang, why=clauses(_texts(missing, lang), lang)),
+        expected=lambda: _("d_k ≥ {large} in every real model this project loads", large=LARGE_D_K),
+        measured=lambda: clauses((f"{m}: d_k = {d}" for m, d in models.items()))
+                 or _("no usable probe results: {why}", why=clauses(_texts(missing))),
         verdict=verdict, sources=_sources(envs), note=note))
 
 
@@ -241,13 +241,13 @@ def _dk_claim(ctx: Context, envs, missing) -> None:
 def _citation_claim(ctx: Context) -> None:
     ctx.add(claim(
         "S10.5", N_("the authors of 'Attention Is All You Need' chose √d_k because it is mathematically the value that keeps the scores' variance at 1"),
-        expected=lambda lang: _("not checkable by computation: a statement about the authors' reasons; compared with what the paper says", lang),
-        measured=lambda lang: _("Vaswani et al. 2017, §3.2.1: \"We suspect that for large values of d_k, the dot products grow large in magnitude, pushing the softmax function into regions where it has extremely small gradients. "
-                                "To counteract this effect, we scale the dot products by 1/√d_k.\" Footnote 4: assume the components of q and k are independent with mean 0 and variance 1; then q·k has mean 0 and variance d_k", lang),
+        expected=lambda: _("not checkable by computation: a statement about the authors' reasons; compared with what the paper says"),
+        measured=lambda: _("Vaswani et al. 2017, §3.2.1: \"We suspect that for large values of d_k, the dot products grow large in magnitude, pushing the softmax function into regions where it has extremely small gradients. "
+                                "To counteract this effect, we scale the dot products by 1/√d_k.\" Footnote 4: assume the components of q and k are independent with mean 0 and variance 1; then q·k has mean 0 and variance d_k"),
         verdict="inconclusive",
-        note=lambda lang: _("verdict 'inconclusive' stands for 'not checkable by computation' (the nearest verdict there is). "
+        note=lambda: _("verdict 'inconclusive' stands for 'not checkable by computation' (the nearest verdict there is). "
                             "The paper gives a suspected mechanism (small softmax gradients) and the variance argument as an illustration in a footnote; it does not say √d_k was chosen as 'the mathematically right value'. "
-                            "The computable parts are S2 (variance d_k), S4 (÷√d_k gives variance 1) and S6 (gradients)", lang)))
+                            "The computable parts are S2 (variance d_k), S4 (÷√d_k gives variance 1) and S6 (gradients)")))
 
 
 def run(ctx: Context) -> None:
@@ -257,11 +257,11 @@ def run(ctx: Context) -> None:
     _training_claim(
         ctx, "S10.1", N_("with large d_k and no scaling the gradients vanish and learning stops"),
         supports={"fails"}, contradicts={"faster", "learns", "slower"},
-        reading=lambda lang: _("'learning stops' read as: the unscaled rule fails to learn (a 'fails' verdict) where 1/√d_k learns; 'faster', 'learns' or 'slower' contradicts it, 'diverges' is another failure (undecided)", lang), **common)
+        reading=lambda: _("'learning stops' read as: the unscaled rule fails to learn (a 'fails' verdict) where 1/√d_k learns; 'faster', 'learns' or 'slower' contradicts it, 'diverges' is another failure (undecided)"), **common)
     _training_claim(
         ctx, "S10.2", N_("without ÷√d_k the Transformer can hardly learn effectively, especially when d_k is large"),
         supports={"fails", "slower", "diverges"}, contradicts={"faster", "learns"},
-        reading=lambda lang: _("'can hardly learn effectively' read as: at large d_k the unscaled rule does not learn as 1/√d_k does (verdict 'fails', 'diverges' or 'slower'); a 'learns' or 'faster' contradicts it", lang), **common)
+        reading=lambda: _("'can hardly learn effectively' read as: at large d_k the unscaled rule does not learn as 1/√d_k does (verdict 'fails', 'diverges' or 'slower'); a 'learns' or 'faster' contradicts it"), **common)
     probes, probe_missing = _read(ctx, PROBE_KINDS)
     _normalised_claim(ctx, probes, probe_missing)
     _dk_claim(ctx, probes, probe_missing)

@@ -37,12 +37,11 @@ def run(ctx: Context) -> None:
     tol = 4 * np.finfo(float).eps
     ctx.add(claim(
         "S9.1", N_("softmax's weights always sum to 1: a token must give all its attention away, equal logits → uniform 1/n"),
-        expected=lambda lang: _("|Σp − 1| and n·|p − 1/n| ≤ {tol:.1e} for equal logits c = {low:g}…{high:g}, n = {ns}",
-                                lang, tol=tol, low=LEVELS[0], high=LEVELS[-1], ns=", ".join(map(str, ns))),
-        measured=lambda lang: _("max |Σp − 1| = {sum_error:.1e}, max n·|p − 1/n| = {uniform_error:.1e}", lang,
+        expected=lambda: _("|Σp − 1| and n·|p − 1/n| ≤ {tol:.1e} for equal logits c = {low:g}…{high:g}, n = {ns}", tol=tol, low=LEVELS[0], high=LEVELS[-1], ns=", ".join(map(str, ns))),
+        measured=lambda: _("max |Σp − 1| = {sum_error:.1e}, max n·|p − 1/n| = {uniform_error:.1e}",
                                 sum_error=worst_sum, uniform_error=worst_uniform),
         verdict="holds" if worst_sum <= tol and worst_uniform <= tol else "fails",
-        note=lambda lang: _("a consistency check of attnscale.softmax, not an independent test: softmax divides by the sum of its weights, so they sum to 1 by construction; what is checked is that the floating-point result stays within a few ulps of that", lang)))
+        note=lambda: _("a consistency check of attnscale.softmax, not an independent test: softmax divides by the sum of its weights, so they sum to 1 by construction; what is checked is that the floating-point result stays within a few ulps of that")))
     totals = [float(np.sum(softmax_one(np.full(N_KEYS, c)))) for c in LEVELS]
     closed = [N_KEYS * math.exp(c) / (1 + N_KEYS * math.exp(c)) for c in LEVELS]
     err = max(abs(a - b) / b for a, b in zip(totals, closed))
@@ -52,9 +51,9 @@ def run(ctx: Context) -> None:
                              "softmax1_total": totals}
     ctx.add(claim(
         "S9.2", N_("softmax₁ (Miller 2023) can give almost nothing away: with equal logits c the total is n·e^c/(1 + n·e^c)"),
-        expected=lambda lang: _("attnscale softmax₁ total = closed form (relative error < 1e-12); total < 1e-3 at c = {low:g}", lang, low=LEVELS[0]),
-        measured=lambda lang: _("n = {n}: total {low_total:.2e} at c = {low:g}, {high_total:.4f} at c = {high:g}; max relative error {error:.1e}", lang, n=N_KEYS, low_total=totals[0], low=LEVELS[0],
+        expected=lambda: _("attnscale softmax₁ total = closed form (relative error < 1e-12); total < 1e-3 at c = {low:g}", low=LEVELS[0]),
+        measured=lambda: _("n = {n}: total {low_total:.2e} at c = {low:g}, {high_total:.4f} at c = {high:g}; max relative error {error:.1e}", n=N_KEYS, low_total=totals[0], low=LEVELS[0],
                                 high_total=totals[-1], high=LEVELS[-1], error=err),
         verdict="holds" if ok else "fails",
-        note=lambda lang: _("the contrast to S9.1: softmax's total is 1 at every c", lang)))
+        note=lambda: _("the contrast to S9.1: softmax's total is 1 at every c")))
     ctx.tick(N_("softmax gives its weight away"))

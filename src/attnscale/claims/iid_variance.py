@@ -59,11 +59,11 @@ def _symbolic(ctx: Context) -> None:
     ok = all(e == d and n == d * d and g == d and c == d * d - d for d, e, n, g, c in rows)
     ctx.add(claim(
         "S2.1", N_("E[(Σᵢ qᵢkᵢ)²] = d_k: d_k diagonal terms of mean 1, d_k² − d_k cross terms of mean 0"),
-        expected=lambda lang: _("E = d_k, terms = d_k + (d_k² − d_k), for d_k = 1…8", lang),
-        measured=lambda lang: _("{rows} (all {count} checked)", lang, count=len(rows), rows=clauses(
-            (f"d_k={d}: E={e}, {n}={g}+{c}" for d, e, n, g, c in rows[::3]), lang)),
+        expected=lambda: _("E = d_k, terms = d_k + (d_k² − d_k), for d_k = 1…8"),
+        measured=lambda: _("{rows} (all {count} checked)", count=len(rows), rows=clauses(
+            (f"d_k={d}: E={e}, {n}={g}+{c}" for d, e, n, g, c in rows[::3]))),
         verdict="holds" if ok else "fails",
-        note=lambda lang: _("sympy expands the square; each product of the expansion is counted by its expectation (1 or 0) under the moment rules E x = 0, E x² = 1 — the counts come from the expansion, not from an index grid", lang)))
+        note=lambda: _("sympy expands the square; each product of the expansion is counted by its expectation (1 or 0) under the moment rules E x = 0, E x² = 1 — the counts come from the expansion, not from an index grid")))
     variance, _formula, _difference = symbolic_dot_variance(1)
     mean = symbolic_dot_mean(1)
     import sympy
@@ -75,8 +75,8 @@ def _symbolic(ctx: Context) -> None:
     seed_mean = sympy.simplify(mean.subs(seed))
     ctx.add(claim(
         "S2.2", N_("a single product qᵢkᵢ of independent mean-0, variance-1 numbers has mean 0 and variance 1 × 1 = 1"),
-        expected=lambda lang: _("E[qᵢkᵢ] = μ_qμ_k → 0 and Var(qᵢkᵢ) = σ_q²σ_k² + μ_q²σ_k² + μ_k²σ_q² → 1 at μ = 0, σ² = 1", lang),
-        measured=lambda lang: _("E[qᵢkᵢ] = {mean}, Var(qᵢkᵢ) = {variance}; at the seed's assumptions: mean {seed_mean}, variance {seed_variance}", lang, mean=mean, variance=variance,
+        expected=lambda: _("E[qᵢkᵢ] = μ_qμ_k → 0 and Var(qᵢkᵢ) = σ_q²σ_k² + μ_q²σ_k² + μ_k²σ_q² → 1 at μ = 0, σ² = 1"),
+        measured=lambda: _("E[qᵢkᵢ] = {mean}, Var(qᵢkᵢ) = {variance}; at the seed's assumptions: mean {seed_mean}, variance {seed_variance}", mean=mean, variance=variance,
                                 seed_mean=seed_mean, seed_variance=seed_case),
         verdict="holds" if seed_case == 1 and seed_mean == 0 else "fails"))
 
@@ -105,15 +105,14 @@ def _growth(ctx: Context) -> None:
     ratio = medians[large][0] / medians[small][0]
     ctx.add(claim(
         "S2.3", N_("adding more terms makes |q·k| larger: d_k = 512 gives much larger dot products than d_k = 4"),
-        expected=lambda lang: _("median |q·k| increases with d_k ({level} CIs separated), roughly ∝ √d_k", lang,
+        expected=lambda: _("median |q·k| increases with d_k ({level} CIs separated), roughly ∝ √d_k",
                                 level=ctx.level),
-        measured=lambda lang: bracketed(_("{medians}; ratio {large}/{small} = {ratio:.2f} (√{quotient} = {root:.2f})", lang, ratio=ratio,
+        measured=lambda: bracketed(_("{medians}; ratio {large}/{small} = {ratio:.2f} (√{quotient} = {root:.2f})", ratio=ratio,
                                 large=large, small=small, quotient=large // small, root=math.sqrt(large / small), medians=clauses(
-                                    (f"d_k={d}: {interval_text(*medians[d], spec='.3g')}" for d in HIST_D_KS), lang, ",")), ctx.level, lang),
+                                    (f"d_k={d}: {interval_text(*medians[d], spec='.3g')}" for d in HIST_D_KS), ",")), ctx.level),
         estimate=medians[large][0], ci_low=medians[large][1], ci_high=medians[large][2], n_samples=n,
         verdict=grows,
-        note=lambda lang: _("Gaussian components; median of |q·k| with a distribution-free order-statistic interval",
-                            lang)))
+        note=lambda: _("Gaussian components; median of |q·k| with a distribution-free order-statistic interval")))
 
 
 def variance_families(ctx: Context) -> dict[str, list[Estimate]]:
@@ -185,15 +184,15 @@ def widest(intervals: list[tuple[float, float]], values) -> tuple[float, int]:
     return rel[i], i
 
 
-def margin_text(verdicts: list[str], intervals, values, labels, margin: float, lang: str) -> str:
+def margin_text(verdicts: list[str], intervals, values, labels, margin: float) -> str:
     """'13/13 inside ±5%' or '12/13 inside ±5%; widest ±5.4% at d_k = 4096' (what decides the verdict)."""
     inside = sum(v == "holds" for v in verdicts)
     rel, i = widest(intervals, values)
-    out = _("{inside}/{count} judged intervals inside ±{margin:.0%}", lang, inside=inside, count=len(verdicts),
+    out = _("{inside}/{count} judged intervals inside ±{margin:.0%}", inside=inside, count=len(verdicts),
             margin=margin)
     if inside == len(verdicts):
         return out
-    return _("{inside_text}; widest ±{widest:.1%} at {where}", lang, inside_text=out, widest=rel, where=labels[i])
+    return _("{inside_text}; widest ±{widest:.1%} at {where}", inside_text=out, widest=rel, where=labels[i])
 
 
 def _variance_claim(ctx: Context, name: str, est: list[Estimate], confidence: float, n_tests: int) -> None:
@@ -213,23 +212,23 @@ def _variance_claim(ctx: Context, name: str, est: list[Estimate], confidence: fl
     needed = samples_for_relative_ci(D_KS[-1], comp.fourth_moment, ctx.config.rel_ci_target,
                                      z_quantile(0.5 + confidence / 2), batch)
 
-    def note(lang: str) -> str:
-        text = _("inconclusive = every interval covers d_k but not all are inside ±{margin:.0%}: more samples needed to say 'equal' at that precision; each batch of {batch} draws of q and of k averages (qᵢ·kⱼ)² over all {batch}² pairs; worst d_k = {worst} at {z:+.2f} standard errors; at d_k = 4096 the closed-form standard error is {closed_form:.1f} vs the batch-means {batch_means:.1f}; ±{target:.0%} at d_k = 4096 needs ≈ {needed:,} draws (closed form); E qᵢ⁴ = {fourth:g}", lang, margin=margin, batch=batch,
+    def note() -> str:
+        text = _("inconclusive = every interval covers d_k but not all are inside ±{margin:.0%}: more samples needed to say 'equal' at that precision; each batch of {batch} draws of q and of k averages (qᵢ·kⱼ)² over all {batch}² pairs; worst d_k = {worst} at {z:+.2f} standard errors; at d_k = 4096 the closed-form standard error is {closed_form:.1f} vs the batch-means {batch_means:.1f}; ±{target:.0%} at d_k = 4096 needs ≈ {needed:,} draws (closed form); E qᵢ⁴ = {fourth:g}", margin=margin, batch=batch,
                  worst=D_KS[worst], z=z[worst], closed_form=sd_theory, batch_means=se[-1],
                  target=ctx.config.rel_ci_target, needed=needed, fourth=comp.fourth_moment)
         if not math.isfinite(comp.finite_moments_below):
             return text
-        return _("{note}; moments finite only below order {order:g}: the interval is valid (4th moment finite) but the CLT converges slowly (no 6th moment)", lang, note=text, order=comp.finite_moments_below)
+        return _("{note}; moments finite only below order {order:g}: the interval is valid (4th moment finite) but the CLT converges slowly (no 6th moment)", note=text, order=comp.finite_moments_below)
 
     cid, statement = VARIANCE_CLAIMS[name]
     ctx.add(claim(
-        cid, statement, top=D_KS[-1], how_drawn=lambda lang: _(comp.how_drawn, lang),
-        expected=lambda lang: _("every interval covers d_k and lies within d_k·(1 ± {margin:.0%}) (equivalence margin; {count} d_k values, judged at the Bonferroni level {judged_at} over all {n_tests})", lang, margin=margin, count=len(D_KS), judged_at=level_text(judged_at),
+        cid, statement, top=D_KS[-1], how_drawn=lambda: _(comp.how_drawn),
+        expected=lambda: _("every interval covers d_k and lies within d_k·(1 ± {margin:.0%}) (equivalence margin; {count} d_k values, judged at the Bonferroni level {judged_at} over all {n_tests})", margin=margin, count=len(D_KS), judged_at=level_text(judged_at),
                                 n_tests=n_tests),
-        measured=lambda lang: _(
-            "{covered}/{count} per-estimate {level} CIs cover d_k; {margin_text}; d_k=4096: Var/d_k = {ratio} ({level}), n = {draws:,} draws ({pairs:,} pairs); {converged}/{count} reached ±{target:.0%}", lang,
+        measured=lambda: _(
+            "{covered}/{count} per-estimate {level} CIs cover d_k; {margin_text}; d_k=4096: Var/d_k = {ratio} ({level}), n = {draws:,} draws ({pairs:,} pairs); {converged}/{count} reached ±{target:.0%}",
             covered=sum(cover99), count=len(est), level=ctx.level,
-            margin_text=margin_text(verdicts, wide, D_KS, [f"d_k = {d}" for d in D_KS], margin, lang),
+            margin_text=margin_text(verdicts, wide, D_KS, [f"d_k = {d}" for d in D_KS], margin),
             ratio=interval_text(top.value / D_KS[-1], top.ci_low / D_KS[-1], top.ci_high / D_KS[-1], ".4f"),
             draws=top.n_samples, pairs=top.n_samples * batch, converged=converged, target=ctx.config.rel_ci_target),
         # the interval stored is the one judged: d_k = 4096's at the Bonferroni level

@@ -10,8 +10,8 @@ Where a statement quotes a value the code holds (a printed number it judges, a c
 SSMax's s), it has a ``{named}`` placeholder and the check passes the value by name; a
 ``seed_value`` may have placeholders too (``"{seed}"``: the numbers the row judges). A value, or a
 computed text (``expected``, ``measured``, ``note``), is either language-neutral (numbers: a ``str``)
-or worded per language: a function ``lang → text`` (``lambda lang: _("...", lang, ...)``), called for
-each language. Keywords that are fields of :class:`ClaimResult` are the row's computed fields; every
+or worded per language: a function of no argument (``lambda: _("...", ...)``), called once in each
+language bound (:func:`attnscale.i18n.language`). Keywords that are fields of :class:`ClaimResult` are the row's computed fields; every
 other keyword is a placeholder's value.
 """
 
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from attnscale.claims.result import CHAPTERS, METHODS, WORDED, ClaimResult
-from attnscale.i18n import LANGS, _
+from attnscale.i18n import LANGS, _, language
 from attnscale.i18n.extract import placeholders
 
 FIXED = ("id", "chapter", "claim_en", "claim_zh", "seed_value", "method")   # the statement's fields
@@ -139,12 +139,12 @@ def check_register(register: dict[str, Entry]) -> dict[str, Entry]:
 
 check_register(REGISTER)
 
-Worded = Callable[[str], str]       # a text worded per language: lang → text
+Worded = Callable[[], str]       # a text worded in the bound language: called once in each language
 
 
-def _in(value, lang: str):
-    """``value`` in ``lang``: a :data:`Worded` value is called, any other is language-neutral."""
-    return value(lang) if callable(value) else value
+def _in(value):
+    """``value`` in the bound language: a :data:`Worded` value is called, any other is language-neutral."""
+    return value() if callable(value) else value
 
 
 def claim(cid: str, statement: str, /, **given) -> ClaimResult:
@@ -159,10 +159,15 @@ def claim(cid: str, statement: str, /, **given) -> ClaimResult:
     wanted = placeholders(statement) | placeholders(entry.seed_value or "")
     if set(values) != wanted:
         raise RegisterError(f"claim {cid!r} has the placeholders {sorted(wanted)}, the check passed {sorted(values)}")
-    filled = {lang: {k: _in(v, lang) for k, v in values.items()} for lang in LANGS}
-    worded = {f"{k}_zh": fields[k]("zh") for k in WORDED if callable(fields.get(k))}   # a neutral text is one text
-    fields = {k: _in(v, "en") for k, v in fields.items()}
-    return ClaimResult(id=cid, chapter=entry.chapter, method=entry.method,
-                       claim_en=_(statement, "en", **filled["en"]), claim_zh=_(statement, "zh", **filled["zh"]),
+    filled, said = {}, {}
+    for lang in LANGS:                 # a row holds its words in every language, whichever is bound
+        with language(lang):
+            filled[lang] = {k: _in(v) for k, v in values.items()}
+            said[lang] = _(statement, **filled[lang])
+    with language("zh"):
+        worded = {f"{k}_zh": fields[k]() for k in WORDED if callable(fields.get(k))}   # a neutral text is one text
+    with language("en"):
+        fields = {k: _in(v) for k, v in fields.items()}
+    return ClaimResult(id=cid, chapter=entry.chapter, method=entry.method, claim_en=said["en"], claim_zh=said["zh"],
                        seed_value=None if entry.seed_value is None else entry.seed_value.format(**filled["en"]),
                        **fields, **worded)

@@ -18,8 +18,8 @@ def run(ctx: Context) -> None:
     lhs, rhs, diff = symbolic_scaled_variance()
     ctx.add(claim(
         "S4.1", N_("Var(X / c) = Var(X) / c² (not / c)"),
-        expected=lambda lang: _("Var(X/c) − Var(X)/c² = 0 for symbolic values x₁, x₂, x₃ and c ≠ 0", lang),
-        measured=lambda lang: _("difference {difference}", lang, difference=diff),
+        expected=lambda: _("Var(X/c) − Var(X)/c² = 0 for symbolic values x₁, x₂, x₃ and c ≠ 0"),
+        measured=lambda: _("difference {difference}", difference=diff),
         verdict="holds" if diff == 0 else "fails"))
     d, c = sympy.symbols("d_k c", positive=True)
     roots = sympy.solve(sympy.Eq(d / c ** 2, 1), c)
@@ -41,16 +41,15 @@ def run(ctx: Context) -> None:
     widths = np.array([e.half_width / d_k for est in families.values() for e, d_k in zip(est, D_KS)])
     ctx.add(claim(
         "S4.3", N_("after ÷√d_k the dot product has variance 1 at every d_k (1…{top})"), top=D_KS[-1],
-        expected=lambda lang: _("1 inside every interval, each within 1 ± {margin:.0%} (equivalence margin; {n_tests} estimates: {families} distributions × {d_ks} d_k; Bonferroni level)", lang,
+        expected=lambda: _("1 inside every interval, each within 1 ± {margin:.0%} (equivalence margin; {n_tests} estimates: {families} distributions × {d_ks} d_k; Bonferroni level)",
                                 margin=margin, n_tests=n_tests, families=len(families), d_ks=len(D_KS)),
-        measured=lambda lang: _(
-            "{covered}/{count} cover 1; {margin_text}; Var(q·k/√d_k) from {low:.4f} to {high:.4f}; largest deviation {deviation:.4f} ({where}); {level} half-widths {narrowest:.4f}…{widest:.4f}", lang,
+        measured=lambda: _(
+            "{covered}/{count} cover 1; {margin_text}; Var(q·k/√d_k) from {low:.4f} to {high:.4f}; largest deviation {deviation:.4f} ({where}); {level} half-widths {narrowest:.4f}…{widest:.4f}",
             covered=sum(lo <= 1.0 <= hi for lo, hi in scaled), count=len(scaled),
-            margin_text=margin_text(verdicts, scaled, [1.0] * len(scaled), labels, margin, lang),
+            margin_text=margin_text(verdicts, scaled, [1.0] * len(scaled), labels, margin),
             low=values.min(), high=values.max(), deviation=dev[worst], where=labels[worst], level=ctx.level,
             narrowest=widths.min(), widest=widths.max()),
         n_samples=sum(e.n_samples for est in families.values() for e in est),
         verdict=judge_all(verdicts), margin=margin,
-        note=lambda lang: _("the same draws as S2.4–S2.7, divided by d_k; n_samples counts all {n_tests} estimates",
-                            lang, n_tests=n_tests)))
+        note=lambda: _("the same draws as S2.4–S2.7, divided by d_k; n_samples counts all {n_tests} estimates", n_tests=n_tests)))
     ctx.tick(N_("rescaling"))

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from attnscale.errors import InputError
-from attnscale.i18n import N_, _
+from attnscale.i18n import N_, _, current_lang
 from attnscale.results import DEFAULT_ROOT
 from attnscale.store import to_jsonable
 
@@ -143,9 +143,9 @@ def interval_text(value: float, lo: float, hi: float, spec: str = ".3f") -> str:
     return f"{value:{spec}} [{lo:{spec}}, {hi:{spec}}]"
 
 
-def bracketed(text: str, level: str, lang: str) -> str:
+def bracketed(text: str, level: str) -> str:
     """``text``, whose brackets are the intervals its verdict rests on, saying so."""
-    return _("{text} (in brackets: {level} CIs)", lang, text=text, level=level)
+    return _("{text} (in brackets: {level} CIs)", text=text, level=level)
 
 
 # How a language joins the clauses of one text ("a; b" / "a；b") and the items of a list ("a, b" / "a，b"):
@@ -153,14 +153,14 @@ def bracketed(text: str, level: str, lang: str) -> str:
 SEPARATORS = {";": N_("; ", "clauses"), ",": N_(", ", "items")}
 
 
-def clauses(parts, lang: str, sep: str = ";") -> str:
-    """``parts`` joined the way ``lang`` joins clauses (``sep`` ";") or list items (``sep`` ",")."""
-    return _(SEPARATORS[sep], lang).join(parts)
+def clauses(parts, sep: str = ";") -> str:
+    """``parts`` joined the way the bound language joins clauses (``sep`` ";") or list items (``sep`` ",")."""
+    return _(SEPARATORS[sep]).join(parts)
 
 
-def per_n(texts: dict, lang: str, sep: str = ";") -> str:
+def per_n(texts: dict, sep: str = ";") -> str:
     """What was measured for each n, {n: text}, as one line: "n=16: …; n=128: …"."""
-    return clauses((_("n={n}: {text}", lang, n=n, text=text) for n, text in texts.items()), lang, sep)
+    return clauses((_("n={n}: {text}", n=n, text=text) for n, text in texts.items()), sep)
 
 
 # by_n_note's clause for the n that have one verdict
@@ -168,13 +168,13 @@ BY_N = {"holds": N_("holds for n = {ns}"), "fails": N_("fails for n = {ns}"),
         "inconclusive": N_("inconclusive for n = {ns}")}
 
 
-def by_n_note(parts: dict, lang: str, why: str = "") -> str:
+def by_n_note(parts: dict, why: str = "") -> str:
     """Which n a per-n verdict {n: verdict} holds, fails, or stays undecided for: "holds for n = 16;
-    inconclusive for n = 128 (``why``)", ``why`` (already in ``lang``) saying why, when an n is undecided."""
+    inconclusive for n = 128 (``why``)", ``why`` (already in the bound language) saying why, when an n is undecided."""
     groups = [(v, [str(n) for n, x in parts.items() if x == v]) for v in ("holds", "fails", "inconclusive")]
-    text = clauses((_(BY_N[v], lang, ns=", ".join(ns)) for v, ns in groups if ns), lang)
+    text = clauses((_(BY_N[v], ns=", ".join(ns)) for v, ns in groups if ns))
     if "inconclusive" in parts.values() and why:
-        return _("{verdicts} ({why})", lang, verdicts=text, why=why)
+        return _("{verdicts} ({why})", verdicts=text, why=why)
     return text
 
 
@@ -210,14 +210,16 @@ class ClaimResult:
         if self.verdict not in VERDICTS:
             raise InputError(f"verdict: expected one of {VERDICTS}, got {self.verdict!r}")
 
-    def claim(self, lang: str = "en") -> str:
-        return self.claim_zh if lang == "zh" else self.claim_en
+    def claim(self) -> str:
+        """The claim in the bound language (:func:`attnscale.i18n.language`)."""
+        return self.claim_zh if current_lang() == "zh" else self.claim_en
 
-    def text(self, field: str, lang: str = "en") -> str | None:
-        """The row's ``field`` ("claim", "seed_value", "correct_value" or one of WORDED) in ``lang``."""
+    def text(self, field: str) -> str | None:
+        """The row's ``field`` ("claim", "seed_value", "correct_value" or one of WORDED) in the bound
+        language."""
         if field == "claim":
-            return self.claim(lang)
-        worded = getattr(self, f"{field}_zh") if lang == "zh" and field in WORDED else None
+            return self.claim()
+        worded = getattr(self, f"{field}_zh") if current_lang() == "zh" and field in WORDED else None
         return worded if worded is not None else getattr(self, field)
 
 

@@ -172,28 +172,27 @@ def judge_stays_put(figures_by_n: dict, start: int) -> tuple[dict, str]:
     return per, judge_all(stays_put(ratio, undetectable) for ratio, undetectable in per.values())
 
 
-def stays_put_words(per: dict, level: str, start: int, lang: str) -> tuple[str, str]:
+def stays_put_words(per: dict, level: str, start: int) -> tuple[str, str]:
     """The criterion of :func:`judge_stays_put` as a claim's ``expected`` says it, and the opening of
     its note: whether, and for which n, a residual drift of the scaled medians is detectable."""
-    expected = _("over d_k = {first}…{last} the scaled medians move by ≤ {share:.0%} of what the unscaled medians move, each n (a larger move fails only when detectable: the {level} CIs share no common value)",
-                 lang, first=D_KS[start], last=D_KS[-1], share=STAYS_PUT, level=level)
+    expected = _("over d_k = {first}…{last} the scaled medians move by ≤ {share:.0%} of what the unscaled medians move, each n (a larger move fails only when detectable: the {level} CIs share no common value)", first=D_KS[start], last=D_KS[-1], share=STAYS_PUT, level=level)
     detectable = [str(n) for n, (_drift, undetectable) in per.items() if not undetectable]
     if not detectable:
-        return expected, _("a residual drift is not detectable", lang)
-    return expected, _("a residual drift is detectable ({level} CIs of the medians share no common value) for n = {ns}", lang, level=level, ns=", ".join(detectable))
+        return expected, _("a residual drift is not detectable")
+    return expected, _("a residual drift is detectable ({level} CIs of the medians share no common value) for n = {ns}", level=level, ns=", ".join(detectable))
 
 
-def median_text(s: dict, level: str, lang: str) -> str:
+def median_text(s: dict, level: str) -> str:
     """A summary's median with the interval its verdicts rest on, labelled: "0.236 (99% CI 0.228–0.256)".
     (The rows' own spread, the 10%–90% quantiles, is in the report's figures.)"""
     lo, hi = s["median_ci"]
-    return _("{median} ({level} CI {low}–{high})", lang, median=f"{s['median']:.3g}", level=level,
+    return _("{median} ({level} CI {low}–{high})", median=f"{s['median']:.3g}", level=level,
              low=f"{lo:.3g}", high=f"{hi:.3g}")
 
 
 def run(ctx: Context) -> None:
     sim = simulate_rows(ctx)
-    med = partial(median_text, level=ctx.level)   # a median as every measured text shows it: med(s, lang)
+    med = partial(median_text, level=ctx.level)   # a median as every measured text shows it: med(s)
     ctx.data["saturation"] = _series(sim, ("max_weight", "entropy", "normalized_entropy"))
     last, d64 = len(D_KS) - 1, D_KS.index(64)
     by_n = sim["by_n"]
@@ -207,13 +206,13 @@ def run(ctx: Context) -> None:
     rising = {n: judge_rising(ci(mw[i]) for i in steps) for n, mw in unscaled["max_weight"].items()}
     ctx.add(claim(
         "S5.1", N_("unscaled, one key takes more and more of the attention as d_k grows (median max weight → 1)"),
-        expected=lambda lang: _("median max weight at d_k = 4096 > at d_k = 64 > at d_k = 1 ({level} CIs of each step separated), for n = {ns}", lang, level=ctx.level, ns=ns),
-        measured=lambda lang: per_n({n: _("d_k=1 {at_1}, 64 {at_64}, 4096 {at_4096}", lang, at_1=med(mw[0], lang=lang),
-                                          at_64=med(mw[d64], lang=lang), at_4096=med(mw[last], lang=lang))
-                                     for n, mw in unscaled["max_weight"].items()}, lang),
+        expected=lambda: _("median max weight at d_k = 4096 > at d_k = 64 > at d_k = 1 ({level} CIs of each step separated), for n = {ns}", level=ctx.level, ns=ns),
+        measured=lambda: per_n({n: _("d_k=1 {at_1}, 64 {at_64}, 4096 {at_4096}", at_1=med(mw[0]),
+                                          at_64=med(mw[d64]), at_4096=med(mw[last]))
+                                     for n, mw in unscaled["max_weight"].items()}),
         **median_fields(unscaled["max_weight"][NS[-1]][last]), n_samples=sim["rows"],
         verdict=judge_all(rising.values()),
-        note=lambda lang: _("{by_n}; medians over rows; Gaussian q, k", lang, by_n=by_n_note(rising, lang))))
+        note=lambda: _("{by_n}; medians over rows; Gaussian q, k", by_n=by_n_note(rising))))
 
     # S5.2: the seed's "at d_k = 64 one word gets nearly all the attention (close to 1.0)".
     near_one = {n: judge_at_least(*ci(mw[d64]), NEARLY_ALL) for n, mw in unscaled["max_weight"].items()}
@@ -224,26 +223,26 @@ def run(ctx: Context) -> None:
                                                                for n, i in from_dk.items()}}
     ctx.add(claim(
         "S5.2", N_("at d_k = 64 unscaled, one word gets nearly all the attention (close to 1.0), the others close to 0"),
-        expected=lambda lang: _("'nearly all' read as: median max weight ≥ {line:g} ({level} CI at or above {line:g}), for n = {ns} keys", lang, line=NEARLY_ALL, level=ctx.level, ns=ns),
-        measured=lambda lang: per_n({n: med(mw[d64], lang=lang) for n, mw in unscaled["max_weight"].items()}, lang),
+        expected=lambda: _("'nearly all' read as: median max weight ≥ {line:g} ({level} CI at or above {line:g}), for n = {ns} keys", line=NEARLY_ALL, level=ctx.level, ns=ns),
+        measured=lambda: per_n({n: med(mw[d64]) for n, mw in unscaled["max_weight"].items()}),
         **median_fields(unscaled["max_weight"][NS[-1]][d64]), n_samples=sim["rows"],
         verdict=judge_all(near_one.values()),
-        note=lambda lang: _(
-            "{by_n}; on the grid d_k = {grid} it would hold from d_k = {from_d_k}; the more keys, the less extreme the top weight (see S8.3)", lang, grid=", ".join(map(str, D_KS)),
-            by_n=by_n_note(near_one, lang, _("its interval straddles {line:g}", lang, line=NEARLY_ALL)),
-            from_d_k=clauses((_("{d_k} (n={n})", lang, n=n, d_k=_("none", lang, msgctxt="d_k") if i is None else D_KS[i])
-                              for n, i in from_dk.items()), lang, ","))))
+        note=lambda: _(
+            "{by_n}; on the grid d_k = {grid} it would hold from d_k = {from_d_k}; the more keys, the less extreme the top weight (see S8.3)", grid=", ".join(map(str, D_KS)),
+            by_n=by_n_note(near_one, _("its interval straddles {line:g}", line=NEARLY_ALL)),
+            from_d_k=clauses((_("{d_k} (n={n})", n=n, d_k=_("none", msgctxt="d_k") if i is None else D_KS[i])
+                              for n, i in from_dk.items()), ","))))
 
     # S5.3: entropy → 0 unscaled.
     # each step separated: hi(4096) < lo(64) and hi(64) < lo(1)
     falling = {n: judge_falling(ci(h[i]) for i in steps) for n, h in unscaled["entropy"].items()}
     ctx.add(claim(
         "S5.3", N_("unscaled, the attention entropy collapses toward 0 as d_k grows (near one-hot rows)"),
-        expected=lambda lang: _("median entropy at d_k = 4096 < at 64 < at 1 ({level} CIs of each step separated), for n = {ns}", lang, level=ctx.level, ns=ns),
-        measured=lambda lang: per_n({n: _("ln n={ln_n:.2f}, d_k=1 {at_1}, 4096 {at_4096} nats", lang, ln_n=np.log(n),
-                                          at_1=med(h[0], lang=lang), at_4096=med(h[last], lang=lang))
-                                     for n, h in unscaled["entropy"].items()}, lang),
-        verdict=judge_all(falling.values()), n_samples=sim["rows"], note=lambda lang: by_n_note(falling, lang)))
+        expected=lambda: _("median entropy at d_k = 4096 < at 64 < at 1 ({level} CIs of each step separated), for n = {ns}", level=ctx.level, ns=ns),
+        measured=lambda: per_n({n: _("ln n={ln_n:.2f}, d_k=1 {at_1}, 4096 {at_4096} nats", ln_n=np.log(n),
+                                          at_1=med(h[0]), at_4096=med(h[last]))
+                                     for n, h in unscaled["entropy"].items()}),
+        verdict=judge_all(falling.values()), n_samples=sim["rows"], note=lambda: by_n_note(falling)))
 
     # S5.4: scaled rows stay put — judged against how far the unscaled rows move over the same d_k.
     flat, verdict = judge_stays_put({n: [(by_n[str(n)]["scaled"][f], by_n[str(n)]["unscaled"][f])
@@ -251,11 +250,11 @@ def run(ctx: Context) -> None:
     words = partial(stays_put_words, flat, ctx.level, flat_from)
     ctx.add(claim(
         "S5.4", N_("after ÷√d_k the rows stay put: max weight and entropy barely move with d_k"),
-        expected=lambda lang: words(lang)[0],
-        measured=lambda lang: per_n({n: _("max weight {first} → {last}, drift ratio {ratio:.3f}", lang,
-                                          first=med(mw[flat_from], lang=lang), last=med(mw[last], lang=lang),
+        expected=lambda: words()[0],
+        measured=lambda: per_n({n: _("max weight {first} → {last}, drift ratio {ratio:.3f}",
+                                          first=med(mw[flat_from]), last=med(mw[last]),
                                           ratio=flat[n][0])
-                                     for n in NS for mw in [by_n[str(n)]["scaled"]["max_weight"]]}, lang),
+                                     for n in NS for mw in [by_n[str(n)]["scaled"]["max_weight"]]}),
         verdict=verdict, n_samples=sim["rows"],
-        note=lambda lang: _("{drift}: the scaled logits are (‖q‖/√d_k)·z and ‖q‖/√d_k spreads by ≈ 1/√(2d_k) around 1, so rows at small d_k are a mixture of temperatures", lang, drift=words(lang)[1])))
+        note=lambda: _("{drift}: the scaled logits are (‖q‖/√d_k)·z and ‖q‖/√d_k spreads by ≈ 1/√(2d_k) around 1, so rows at small d_k are a mixture of temperatures", drift=words()[1])))
     ctx.tick(N_("saturation"))

@@ -70,13 +70,13 @@ def _sum_of_printed(texts: list[str]) -> str:
     return format_like(texts[0], sum(printed_decimal(t) for t in texts))
 
 
-def _e50_note(text: str, lang: str) -> str:
+def _e50_note(text: str) -> str:
     exact = _exp("50")
     shown = printed_decimal(text)
     digits_exact, digits_shown = len(str(int(exact))), len(str(int(shown)))
     common = next((i for i, (a, b) in enumerate(zip(str(int(exact)), str(int(shown)))) if a != b),
                   min(digits_exact, digits_shown))
-    return _("e^50 = {exact:.6e} has {digits_exact} digits before the point; the seed prints {digits_shown} digits, about {ratio:.0f}× too small (its first {common} digits are right)", lang, exact=exact,
+    return _("e^50 = {exact:.6e} has {digits_exact} digits before the point; the seed prints {digits_shown} digits, about {ratio:.0f}× too small (its first {common} digits are right)", exact=exact,
              digits_exact=digits_exact, digits_shown=digits_shown, ratio=float(exact / shown), common=common)
 
 
@@ -102,7 +102,7 @@ def printed(ctx: Context, cid: str, statement: str, texts: list[str], exact: lis
     verdict, correct = judge_numbers(texts, exact)
     ctx.add(claim(
         cid, statement, seed=Printed(texts), **slots,
-        expected=lambda lang: _("the exact value, rounded at the seed's shown precision", lang),
+        expected=lambda: _("the exact value, rounded at the seed's shown precision"),
         measured=", ".join(_more_digits(t, e) for t, e in zip(texts, exact)),
         verdict=verdict, correct_value=correct, note=note))
 
@@ -121,20 +121,20 @@ def run(ctx: Context) -> None:
         _exp_row(ctx, f"S1.{i}", EXP_TABLE, x, text, partial(_e50_note, e50) if x == "50" else "")
     # softmax_large: the scores [50, 10, 5]
     _exp_row(ctx, "S1.7", EXP_50_10_5, "50", e50,
-             lambda lang: _("{e50_note}; printed again as the numerator of the softmax line", lang,
-                            e50_note=_e50_note(e50, lang)))
+             lambda: _("{e50_note}; printed again as the numerator of the softmax line",
+                            e50_note=_e50_note(e50)))
     _exp_row(ctx, "S1.8", EXP_50_10_5, "10", "22,026")
     _exp_row(ctx, "S1.9", EXP_50_10_5, "5", "148",
-             lambda lang: _("printed as 148 here and as 148.4 elsewhere: both are correctly rounded", lang))
+             lambda: _("printed as 148 here and as 148.4 elsewhere: both are correctly rounded"))
     w50 = _softmax_exact(["50", "10", "5"])
     printed(ctx, "S1.10", N_("softmax([50, 10, 5]) ≈ [{seed}]"), ["1.0", "0.0", "0.0"], w50,
-            lambda lang: _("the exact weights are 1 − {first:.1e}, {second:.1e} and {third:.1e}", lang,
+            lambda: _("the exact weights are 1 − {first:.1e}, {second:.1e} and {third:.1e}",
                            first=float(1 - w50[0]), second=float(w50[1]), third=float(w50[2])))
     # softmax_large: the scores [5, 1, 0.5]
     for i, (x, text) in enumerate([("5", "148.4"), ("1", "2.718"), ("1/2", "1.649")], start=11):
         _exp_row(ctx, f"S1.{i}", EXP_5_1_HALF, x, text)
     printed(ctx, "S1.14", N_("Sum = {seed} for scores [5, 1, 0.5]"), ["152.780"], [_sum_exp(["5", "1", "1/2"])],
-            lambda lang: _("the sum of the exact exponentials; the printed, rounded addends add up to {total}", lang,
+            lambda: _("the sum of the exact exponentials; the printed, rounded addends add up to {total}",
                            total=_sum_of_printed(["148.400", "2.718", "1.649"])))
     printed(ctx, "S1.15", N_("softmax([5, 1, 0.5]) = [{seed}]"), ["0.971", "0.018", "0.011"],
             _softmax_exact(["5", "1", "1/2"]))
@@ -152,8 +152,7 @@ def run(ctx: Context) -> None:
     for i, (x, text) in enumerate([("14", "1,202,604"), ("10", "22,026"), ("12", "162,755")], start=17):
         _exp_row(ctx, f"S1.{i}", EXP_14_10_12, x, text)
     printed(ctx, "S1.20", N_("Sum = {seed} for scores [14, 10, 12]"), ["1,387,386"], [_sum_exp(["14", "10", "12"])],
-            lambda lang: _("the exact sum {exact} rounds to {printed}; the printed, rounded addends add up to {total}",
-                           lang, exact=format_like("1,000.00", _sum_exp(["14", "10", "12"])), printed="1,387,386",
+            lambda: _("the exact sum {exact} rounds to {printed}; the printed, rounded addends add up to {total}", exact=format_like("1,000.00", _sum_exp(["14", "10", "12"])), printed="1,387,386",
                            total=_sum_of_printed(["1,202,604", "22,026", "162,755"])))
     w = _softmax_exact(["14", "10", "12"])
     printed(ctx, "S1.21", N_("softmax([14, 10, 12]) = [{seed}]"), ["0.867", "0.016", "0.117"], w)
@@ -171,7 +170,7 @@ def run(ctx: Context) -> None:
             [_sum_exp(["7/4", "5/4", "3/2"])])
     ws = _softmax_exact(["7/4", "5/4", "3/2"])
     printed(ctx, "S1.28", N_("softmax([1.75, 1.25, 1.5]) = [{seed}]"), ["0.419", "0.254", "0.326"], ws,
-            lambda lang: _("the rounded weights add up to {total}: rounding, not an error", lang,
+            lambda: _("the rounded weights add up to {total}: rounding, not an error",
                            total=_sum_of_printed(["0.419", "0.254", "0.326"])))
     printed(ctx, "S1.29", N_("after scaling: {seed[0]}, {seed[1]} and {seed[2]}"), ["41.9%", "25.4%", "32.6%"], ws)
     _quotient_row(ctx, ["5.755", "3.490", "4.482"], "13.727", ["0.419", "0.254", "0.326"], ws)
@@ -193,24 +192,24 @@ def _quotient_row(ctx: Context, numerators: list[str], denominator: str, texts: 
     exact_ok = [judge_printed(t, w)[0] == "holds" for t, w in zip(texts, exact_weights)]
     differ = [t for t, q, w in zip(texts, quotients, exact_weights) if format_like(t, q) != format_like(t, w)]
 
-    def measured(lang: str) -> str:
-        return clauses((_("{quotient} = {value} → {rounded}; exact softmax {exact} → {exact_rounded}", lang,
+    def measured() -> str:
+        return clauses((_("{quotient} = {value} → {rounded}; exact softmax {exact} → {exact_rounded}",
                           quotient=f"{a}/{denominator}", value=_more_digits(t, q), rounded=format_like(t, q),
                           exact=_more_digits(t, w), exact_rounded=format_like(t, w))
-                        for a, t, q, w in zip(numerators, texts, quotients, exact_weights)), lang)
+                        for a, t, q, w in zip(numerators, texts, quotients, exact_weights)))
 
-    def note(lang: str) -> str:
+    def note() -> str:
         rounded = ", ".join(format_like(t, q) for t, q in zip(texts, quotients))
-        text = (_("the quotients as written round to {quotients}; the printed weights are the exact softmax weights rounded (all right, S1.28)", lang, quotients=rounded) if all(exact_ok) else
-                _("the quotients as written round to {quotients}; the printed weights are the exact softmax weights rounded (not all: see S1.28)", lang, quotients=rounded))
+        text = (_("the quotients as written round to {quotients}; the printed weights are the exact softmax weights rounded (all right, S1.28)", quotients=rounded) if all(exact_ok) else
+                _("the quotients as written round to {quotients}; the printed weights are the exact softmax weights rounded (not all: see S1.28)", quotients=rounded))
         if not differ:
             return text
-        return _("{note}: {weights} is right as a weight but not as the quotient written beside it — rounding the numerator and the denominator first moves the last digit", lang, note=text, weights=", ".join(differ))
+        return _("{note}: {weights} is right as a weight but not as the quotient written beside it — rounding the numerator and the denominator first moves the last digit", note=text, weights=", ".join(differ))
 
     ctx.add(claim(
         "S1.36", N_("softmax = [{quotients}] = [{seed}]"),
         quotients=", ".join(f"{a}/{denominator}" for a in numerators), seed=Printed(texts),
-        expected=lambda lang: _("each quotient of the printed numbers, rounded at the seed's shown precision", lang),
+        expected=lambda: _("each quotient of the printed numbers, rounded at the seed's shown precision"),
         measured=measured, verdict=verdict, correct_value=correct, note=note))
 
 
@@ -235,8 +234,8 @@ def _variance_rows(ctx: Context) -> None:
     exact_ratio_ok = big / 4 == small
     ctx.add(claim(
         "S1.32", N_("dividing by c = 2 divides the variance by c² = 4: 2.67 / 4 = 0.67"),
-        expected=lambda lang: _("(8/3) / 4 = Var([1, 2, 3]) exactly; 2.67 / 4 rounds to 0.67", lang),
-        measured=lambda lang: _("({big}) / 4 = {quarter}, Var([1,2,3]) = {small}; 2.67 / 4 = {ratio}", lang,
+        expected=lambda: _("(8/3) / 4 = Var([1, 2, 3]) exactly; 2.67 / 4 rounds to 0.67"),
+        measured=lambda: _("({big}) / 4 = {quarter}, Var([1,2,3]) = {small}; 2.67 / 4 = {ratio}",
                                 big=big, quarter=big / 4, small=small, ratio=rounded_ratio),
         verdict=verdict if exact_ratio_ok else "fails", correct_value=correct))
 
@@ -254,9 +253,9 @@ def _variance_row(cid: str, values: tuple[int, ...], seed_mean: int, seed_diffs:
         cid, N_("{values}: mean {mean}, squared differences {squares}, variance {variance}"),
         values=str(list(values)), mean=str(seed_mean), diffs=str(seed_diffs), squares=str(seed_sq),
         variance=seed_var,
-        expected=lambda lang: _("the population variance (divide by n = 3), rounded at 2 decimals", lang),
-        measured=lambda lang: _(
-            "mean {mean}; [{diffs}]; [{squares}]; variance {variance} = {value:.5f}", lang, mean=mean,
+        expected=lambda: _("the population variance (divide by n = 3), rounded at 2 decimals"),
+        measured=lambda: _(
+            "mean {mean}; [{diffs}]; [{squares}]; variance {variance} = {value:.5f}", mean=mean,
             diffs=diffs_text, squares=squares_text, variance=var, value=float(var)),
         verdict=verdict, correct_value=correct)
 
@@ -274,15 +273,14 @@ def _count_row(cid: str, d: int) -> ClaimResult:
     return claim(
         cid, N_("d_k = {d_k}: (Σ qᵢkᵢ)² has {terms} terms, {ones} of mean 1 and {zeros} of mean 0"),
         d_k=d, terms=expected[0], ones=expected[1], zeros=expected[2],
-        expected=lambda lang: _("d_k² terms = d_k diagonal + (d_k² − d_k) cross", lang),
-        measured=lambda lang: _(
-            "{terms} terms = {ones} of mean 1 + {zeros} of mean 0; variance {variance}", lang,
+        expected=lambda: _("d_k² terms = d_k diagonal + (d_k² − d_k) cross"),
+        measured=lambda: _(
+            "{terms} terms = {ones} of mean 1 + {zeros} of mean 0; variance {variance}",
             terms=n_terms, ones=unit, zeros=zero, variance=variance),
         verdict="holds" if ok else "seed number wrong",
         # the right counts, written the way the seed_value writes the seed's
         correct_value=None if ok else f"{n_terms} = {unit} + {zero}; {variance}",
-        note=lambda lang: _("each product (qᵢkᵢ)(qⱼkⱼ) is classified by its expectation under E x = 0, E x² = 1 (attnscale.theory.dot_square_terms); sympy's expansion agrees for d_k ≤ 8 (S2.1)",
-                            lang))
+        note=lambda: _("each product (qᵢkᵢ)(qⱼkⱼ) is classified by its expectation under E x = 0, E x² = 1 (attnscale.theory.dot_square_terms); sympy's expansion agrees for d_k ≤ 8 (S2.1)"))
 
 
 def _formula_row(ctx: Context) -> None:
@@ -297,9 +295,8 @@ def _formula_row(ctx: Context) -> None:
     tol = 1e-12
     ctx.add(claim(
         "S1.35", N_("Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k)·V (d_k = 64: divide by 8)"),
-        expected=lambda lang: _("attnscale.attention (default scale) = the formula written out, |diff| ≤ {tol:g}",
-                                lang, tol=tol),
-        measured=lambda lang: _("max |diff| = {diff:.2e} (float64, L = 5, S = 7, d_k = 64)", lang, diff=diff),
+        expected=lambda: _("attnscale.attention (default scale) = the formula written out, |diff| ≤ {tol:g}", tol=tol),
+        measured=lambda: _("max |diff| = {diff:.2e} (float64, L = 5, S = 7, d_k = 64)", diff=diff),
         verdict="holds" if diff <= tol else "fails"))
 
 

@@ -13,6 +13,7 @@ import threading
 from attnscale import __version__
 from attnscale.cli.options import HelpFormatter, examples_epilog
 from attnscale.errors import AttnScaleError
+from attnscale.i18n import SOURCE_LANG, language
 
 # One module per subcommand group; each defines register(subparsers).
 COMMAND_MODULES = ("core", "probe", "rescale", "report", "train", "verify", "telemetry", "full")
@@ -79,7 +80,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args) -> int:
     try:
-        return int(args.run(args) or 0)
+        # The run's words, in its --lang (English for a command without one), bound once for all it calls.
+        with language(getattr(args, "lang", SOURCE_LANG)):
+            return int(args.run(args) or 0)
     except AttnScaleError as err:
         print(f"attnscale {args.command}: error: {err}", file=sys.stderr)
         return 2

@@ -134,17 +134,16 @@ def run_softmax(args, stdin=None) -> int:
     emit_json(args, data)
     if json_to_stdout(args):
         return 0
-    lang = args.lang
-    print(f"{pad(_('logit', lang), 12, True)} {pad(_('weight', lang), 10, True)}")
+    print(f"{pad(_('logit'), 12, True)} {pad(_('weight'), 10, True)}")
     for z, p in zip(logits, weights):
         print(f"{z:12.6g} {p:10.4f}")
     for name, value in health.items():
-        shown = _("undefined", lang) if value is None else format(value, ".6g")
-        print(f"{pad(_(HEALTH[name], lang), 24, True)}: {shown}")
+        shown = _("undefined") if value is None else format(value, ".6g")
+        print(f"{pad(_(HEALTH[name]), 24, True)}: {shown}")
     if masked:
-        print(f"{len(masked)} {_('masked (-inf): weight 0', lang)}")
+        print(f"{len(masked)} {_('masked (-inf): weight 0')}")
     if scale != 1.0:
-        print(_("logits multiplied by --scale {s:g}", lang, s=scale))
+        print(_("logits multiplied by --scale {s:g}", s=scale))
     return 0
 
 
@@ -154,16 +153,15 @@ def run_rules(args) -> int:
     check_json_target(args)
     rows = [rule.describe() for rule in RULES.values()]
     if args.lang == "zh":
-        rows = [{**row, "description_zh": _(RULE_PURPOSE[row["name"]], "zh")} for row in rows]
+        rows = [{**row, "description_zh": _(RULE_PURPOSE[row["name"]])} for row in rows]
     emit_json(args, rows)
     if json_to_stdout(args):
         return 0
-    lang = args.lang
-    print(f"{pad(_('rule', lang), 16)} {pad(_('formula', lang), 40)} "
-          f"{_('citation', lang)}")
+    print(f"{pad(_('rule'), 16)} {pad(_('formula'), 40)} "
+          f"{_('citation')}")
     for row in rows:
-        print(f"{row['name']:<16} {row['formula']:<40} {_(row['citation'], lang)}")
+        print(f"{row['name']:<16} {row['formula']:<40} {_(row['citation'])}")
         if row.get("description_zh"):
             print(f"{'':<16} {row['description_zh']}")
-    print(f"\n{_('use one with attnscale.attention(q, k, v, scale=NAME)', lang)}")
+    print(f"\n{_('use one with attnscale.attention(q, k, v, scale=NAME)')}")
     return 0

@@ -15,15 +15,15 @@ BUILDING = N_("building the fused kernel, once: ~10 s")
 FALLBACK = N_("no fused kernel ({reason}): attention runs on composed PyTorch calls (backend 'composed')")
 
 
-def prepare_kernel(quiet: bool = False, lang: str = "en", stream=None) -> bool:
+def prepare_kernel(quiet: bool = False, stream=None) -> bool:
     """Load (building if needed) the kernel before the work starts; whether it is there. With
     ``quiet``, the build goes unannounced; the fallback is said regardless (it changes what runs)."""
     from attnscale.torch import ext
 
     stream = stream or sys.stderr
     if ext.build_needed() and not quiet:
-        print(_(BUILDING, lang), file=stream, flush=True)
+        print(_(BUILDING), file=stream, flush=True)
     status = ext.kernel_status()
     if not status["available"]:
-        print(_(FALLBACK, lang, reason=status["reason"]), file=stream, flush=True)
+        print(_(FALLBACK, reason=status["reason"]), file=stream, flush=True)
     return bool(status["available"])

@@ -111,10 +111,10 @@ def summary_table(data: dict) -> str:
         lines.append(f"note: {model['weights_note']}")
     from attnscale.report.chapters.probe import layer_labels, scales_sentence   # the page's words
 
-    labels = layer_labels(model, "en")
+    labels = layer_labels(model)
     width = max(5, *(len(label) for label in labels))
     lines += [
-        f"scale: {scales_sentence(model, 'en')}",
+        f"scale: {scales_sentence(model)}",
         f"check: rebuilt probabilities match the model's own to {check['max_abs_diff']:.1e} "
         f"(tolerance {check['tolerance']:g}, {check['rows_checked']} rows) — passed",
         "",

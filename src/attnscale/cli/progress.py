@@ -18,12 +18,13 @@ callback, and the CLI passes an instance of :class:`Progress`::
 
 from __future__ import annotations
 
+import contextvars
 import sys
 import threading
 import time
 from collections.abc import Callable
 
-from attnscale.i18n import N_, _, catalog
+from attnscale.i18n import N_, _, catalog, current_lang
 
 ELAPSED, LEFT = N_("{t} elapsed"), N_("~{t} left")
 
@@ -40,10 +41,8 @@ def fmt_duration(seconds: float) -> str:
 
 class Progress:
     def __init__(self, stream=None, quiet: bool = False, tty: bool | None = None, every_s: float = 5.0,
-                 width: int = 28, clock: Callable[[], float] = time.monotonic, heartbeat: bool = True,
-                 lang: str = "en"):
+                 width: int = 28, clock: Callable[[], float] = time.monotonic, heartbeat: bool = True):
         self.stream = stream or sys.stderr
-        self.lang = lang
         self.quiet = quiet
         self.tty = _isatty(self.stream) if tty is None else tty
         self.every_s = every_s
@@ -81,7 +80,7 @@ class Progress:
         label = self._in_lang(label)
         if self.tty:
             eta = self.eta(done, total, now)
-            left = "" if eta is None or done >= total else " " + _(LEFT, self.lang, t=fmt_duration(eta))
+            left = "" if eta is None or done >= total else " " + _(LEFT, t=fmt_duration(eta))
             frac = min(max(done / total, 0.0), 1.0)
             filled = int(round(frac * self.width))
             bar = "█" * filled + "·" * (self.width - filled)
@@ -95,21 +94,24 @@ class Progress:
             if self._last_line is None or now - self._last_line >= self.every_s or done >= total:
                 self._line(now)
         if self._heartbeat and self._beat is None and done < total:
-            self._beat = threading.Thread(target=self._beating, name="progress-heartbeat", daemon=True)
+            # A thread starts in an empty context: it runs in a copy of this one, so that its lines
+            # are in the language bound here.
+            self._beat = threading.Thread(target=contextvars.copy_context().run, args=(self._beating,),
+                                          name="progress-heartbeat", daemon=True)
             self._beat.start()
 
     def _in_lang(self, label: str) -> str:
-        """A label in the progress's language: the library's labels are English (its sub-steps'
-        names, N_-marked where they are sentences); one with data in it (``Var(q·k), uniform``) has
-        no catalog entry and stays as given, names and formulas."""
-        return _(label, self.lang) if (None, label) in catalog(self.lang) else label
+        """A label in the bound language: the library's labels are English (its sub-steps' names,
+        N_-marked where they are sentences); one with data in it (``Var(q·k), uniform``) has no
+        catalog entry and stays as given, names and formulas."""
+        return _(label) if (None, label) in catalog(current_lang()) else label
 
     def _line(self, now: float) -> None:
         done, total, label, count = self._state
-        parts = [f"[{count}/{total}] {100.0 * done / total:.0f}%", _(ELAPSED, self.lang, t=fmt_duration(now - self.start))]
+        parts = [f"[{count}/{total}] {100.0 * done / total:.0f}%", _(ELAPSED, t=fmt_duration(now - self.start))]
         eta = self.eta(done, total, now)
         if eta is not None and done < total:
-            parts.append(_(LEFT, self.lang, t=fmt_duration(eta)))
+            parts.append(_(LEFT, t=fmt_duration(eta)))
         if label:
             parts.append(label[:72])
         self.stream.write(" · ".join(parts) + "\n")

@@ -46,21 +46,21 @@ def register(sub) -> None:
 RUN_KIND = {True: N_("quick", "run"), False: N_("full", "run")}
 
 
-def stale_reason(env, quick: bool, seed: int, lang: str = "en") -> str | None:
+def stale_reason(env, quick: bool, seed: int) -> str | None:
     """Why the verification result ``env`` cannot be shown for this request, or None when it can."""
     from attnscale import __version__
 
     if env.version != __version__:
-        return _("it was written by attnscale {then}, this is {now}", lang, then=env.version or "?", now=__version__)
+        return _("it was written by attnscale {then}, this is {now}", then=env.version or "?", now=__version__)
     if env.quick != quick:
-        return _("it is a {then} run, a {now} one was asked", lang, then=_(RUN_KIND[bool(env.quick)], lang),
-                 now=_(RUN_KIND[quick], lang))
+        return _("it is a {then} run, a {now} one was asked", then=_(RUN_KIND[bool(env.quick)]),
+                 now=_(RUN_KIND[quick]))
     if env.seed != seed:
-        return _("its random seed is {then}, {now} was asked", lang, then=env.seed, now=seed)
+        return _("its random seed is {then}, {now} was asked", then=env.seed, now=seed)
     return None
 
 
-def changed_source(env, root, lang: str = "en") -> str | None:
+def changed_source(env, root) -> str | None:
     """Why the verification is stale because a result its claims were judged from (a claim's
     ``sources``: kind, quick, created) has changed or gone since, or None."""
     from attnscale import results
@@ -70,28 +70,28 @@ def changed_source(env, root, lang: str = "en") -> str | None:
             try:
                 now = results.read_preferred(src["kind"], root)
             except results.ResultError:
-                return _("claim {id} was judged from a {kind} result that is no longer there", lang,
+                return _("claim {id} was judged from a {kind} result that is no longer there",
                          id=claim.get("id"), kind=src["kind"])
             if (now.created, now.quick) != (src.get("created"), src.get("quick")):
                 return _("claim {id} was judged from the {kind} result of {then}, which has since been replaced "
-                         "(now {now})", lang, id=claim.get("id"), kind=src["kind"], then=src.get("created"), now=now.created)
+                         "(now {now})", id=claim.get("id"), kind=src["kind"], then=src.get("created"), now=now.created)
     return None
 
 
-def current_verify(root, quick: bool, seed: int, fresh: bool, lang: str = "en") -> str | None:
+def current_verify(root, quick: bool, seed: int, fresh: bool) -> str | None:
     """None when the verification result under ``root`` can be shown, else why it must run first."""
     from attnscale import results
 
     path = results.result_path("verify", root, quick)
     if fresh:
-        return _("--fresh asks for it", lang)
+        return _("--fresh asks for it")
     try:
         env = results.read("verify", root, quick=quick)
     except results.ResultMissing:
-        return _("there is no verification result at {path} yet", lang, path=path)
+        return _("there is no verification result at {path} yet", path=path)
     except results.ResultError as err:
-        return _("the verification result cannot be read ({err})", lang, err=err)
-    return stale_reason(env, quick, seed, lang) or changed_source(env, root, lang)
+        return _("the verification result cannot be read ({err})", err=err)
+    return stale_reason(env, quick, seed) or changed_source(env, root)
 
 
 def open_in_browser(path) -> bool:
@@ -114,17 +114,16 @@ def run_report(args) -> int:
     with options_named({"out": "--page-dir", "seed": "--seed", "lang": "--lang"}):
         config = ReportConfig(out=page_dir(args), results=root, lang=args.lang, quick=args.quick, seed=args.seed)
     check_out_folder(config.out, "--page-dir", named=args.page_dir is not None)
-    lang = args.lang
     note = (lambda text: None) if args.quiet else (lambda text: print(f"attnscale report: {text}", file=sys.stderr))
-    with Progress(quiet=args.quiet, lang=lang) as progress:
-        reason = current_verify(root, args.quick, args.seed, args.fresh, lang)
+    with Progress(quiet=args.quiet) as progress:
+        reason = current_verify(root, args.quick, args.seed, args.fresh)
         if reason is not None:
             check_out_folder(root, "--results", named=args.results is not None)
             command = f"attnscale verify{' --quick' if args.quick else ''} --seed {args.seed}"
-            note(_("running the verification first ({command}): {reason}", lang, command=command, reason=reason))
+            note(_("running the verification first ({command}): {reason}", command=command, reason=reason))
             _report, env = run_and_save(verify_config(args.quick, args.seed, results_root=root), root, progress)
             progress.close()
-            note(_("wrote {path}", lang, path=env.path))
+            note(_("wrote {path}", path=env.path))
         result = build_report(config, progress)
     emit_json(args, {"page": str(result.path.resolve()), "lang": config.lang, "chapters": result.experiment_status,
                      "verify": {"path": str(result.verify.path), "quick": result.verify.quick,
@@ -132,5 +131,5 @@ def run_report(args) -> int:
     if not json_to_stdout(args):
         print(result.path.resolve())
     if args.open and not open_in_browser(result.path):
-        note(_("no web browser to open it with here; open the path above", lang))
+        note(_("no web browser to open it with here; open the path above"))
     return 0

@@ -100,49 +100,48 @@ def run_verify(args) -> int:
     root = check_out_folder(results_root(args), "--results", named=args.results is not None)
     config = verify_config(args.quick, args.seed, args.rel_ci_target, root, args.only)
     partial = args.only is not None
-    with Progress(quiet=args.quiet, lang=args.lang) as progress:
+    with Progress(quiet=args.quiet) as progress:
         report, env = run_and_save(config, root, progress, save=not partial)
     emit_json(args, env)
     if not json_to_stdout(args):
-        sys.stdout.write(render_table(report, args.lang))
+        sys.stdout.write(render_table(report))
     if not args.quiet:
         seconds = f"{report.timings.get('total', 0.0):.1f}"
-        done = (_("{s} s; not written into the results folder (--only: partial)", args.lang, s=seconds) if partial
-                else _("{s} s; wrote {path}", args.lang, s=seconds, path=env.path))
+        done = (_("{s} s; not written into the results folder (--only: partial)", s=seconds) if partial
+                else _("{s} s; wrote {path}", s=seconds, path=env.path))
         print(f"attnscale verify: {done}", file=sys.stderr)
     if args.strict and any(c.verdict != "holds" for c in report.claims):
         return 1
     return 0
 
 
-def render_table(report, lang: str = "en", width: int = 110) -> str:
+def render_table(report, width: int = 110) -> str:
     """The terminal table: a header line per claim (id, verdict, method, claim) and indented details."""
-    verdict_header, method_header = _('VERDICT', lang, msgctxt='verify'), _('METHOD', lang, msgctxt='verify')
+    verdict_header, method_header = _('VERDICT', msgctxt='verify'), _('METHOD', msgctxt='verify')
     # Each column as wide as its widest entry in this language, in terminal columns (CJK: two each).
-    verdict_w = max(columns(t) for t in (verdict_header, *(_(m, lang) for m in VERDICT_MARK.values())))
-    method_w = max(columns(t) for t in (method_header, *(_(m, lang) for m in METHOD_NAME.values())))
-    out = [f"{pad(_('ID', lang, msgctxt='verify'), 6)} {pad(verdict_header, verdict_w)} "
-           f"{pad(method_header, method_w)} {_('CLAIM', lang, msgctxt='verify')}", "-" * width]
+    verdict_w = max(columns(t) for t in (verdict_header, *(_(m) for m in VERDICT_MARK.values())))
+    method_w = max(columns(t) for t in (method_header, *(_(m) for m in METHOD_NAME.values())))
+    out = [f"{pad(_('ID', msgctxt='verify'), 6)} {pad(verdict_header, verdict_w)} "
+           f"{pad(method_header, method_w)} {_('CLAIM', msgctxt='verify')}", "-" * width]
     indent = " " * 7
     for c in report.claims:
-        head = f"{c.id:<6} {pad(_(VERDICT_MARK[c.verdict], lang), verdict_w)} {pad(_(METHOD_NAME[c.method], lang), method_w)} "
-        out.append(textwrap.fill(c.text("claim", lang), width=width, initial_indent=head,
+        head = f"{c.id:<6} {pad(_(VERDICT_MARK[c.verdict]), verdict_w)} {pad(_(METHOD_NAME[c.method]), method_w)} "
+        out.append(textwrap.fill(c.text("claim"), width=width, initial_indent=head,
                                  subsequent_indent=" " * columns(head)))
         for field, label in DETAILS:
-            value = c.text(field, lang)
+            value = c.text(field)
             if value:
-                out.append(textwrap.fill(_("{label}: {text}", lang, msgctxt="verify", label=_(label, lang), text=value),
+                out.append(textwrap.fill(_("{label}: {text}", msgctxt="verify", label=_(label), text=value),
                                          width=width, initial_indent=indent,
                                          subsequent_indent=indent + "  "))
     counts = report.counts()
     out.append("-" * width)
-    out.append(_("{n} claims: {holds} hold, {fails} fail, {inconclusive} inconclusive, {wrong} seed numbers wrong",
-                 lang, n=len(report.claims), holds=counts["holds"], fails=counts["fails"],
+    out.append(_("{n} claims: {holds} hold, {fails} fail, {inconclusive} inconclusive, {wrong} seed numbers wrong", n=len(report.claims), holds=counts["holds"], fails=counts["fails"],
                  inconclusive=counts["inconclusive"], wrong=counts["seed number wrong"]))
     if counts["inconclusive"]:
-        out.append(_("UNDECIDED = inconclusive: the interval does not decide the criterion at this sample size", lang,
+        out.append(_("UNDECIDED = inconclusive: the interval does not decide the criterion at this sample size",
                      msgctxt="verify"))
     cfg = report.config
-    out.append(_(RUN_LINE[cfg.quick], lang, seed=cfg.seed, target=cfg.rel_ci_target, confidence=cfg.confidence,
+    out.append(_(RUN_LINE[cfg.quick], seed=cfg.seed, target=cfg.rel_ci_target, confidence=cfg.confidence,
                  version=report.environment.get("attnscale")))
     return "\n".join(out) + "\n"

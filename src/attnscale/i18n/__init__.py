@@ -1,16 +1,22 @@
 """Every word attnscale shows a person, in gettext's way: the English is written where it is used, as
 a whole sentence with ``{named}`` placeholders, and its Chinese lies in the catalog ``zh.po`` beside
 this module, keyed by that English (``msgid``), checked like ``msgfmt --check-format`` checks a
-``python-brace-format`` entry. The page, the terminal and the claims all read it through :func:`_`.
+``python-brace-format`` entry. The page, the terminal and the claims all read it through :func:`_`,
+which translates into the language bound by :func:`language` (as gettext binds a translation once, or
+Django's ``activate``): each page build and each CLI run binds its language once, and the functions
+between never pass it on. Outside any binding the language is English, the source language.
 
-    >>> _("At d_k = {d_k} the logits grow.", "en", d_k=64)
+    >>> _("At d_k = {d_k} the logits grow.", d_k=64)
     'At d_k = 64 the logits grow.'
+    >>> with language("zh"):
+    ...     current_lang()
+    'zh'
 
 Where the data chooses among sentences, the choice is a table of messages marked with :func:`N_`
 (found by the extraction, translated only when used) and a small pure function picks one:
 
     >>> VERDICT = {"learns": N_("learns"), "fails": N_("fails to learn")}
-    >>> _(VERDICT["fails"], "en")
+    >>> _(VERDICT["fails"])
     'fails to learn'
 
 A message that two places translate differently carries a ``msgctxt`` (gettext's context). A
@@ -21,10 +27,14 @@ never a silent English fallback; the test suite finds every such message first
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
+from collections.abc import Iterator
 from importlib import resources
 
-__all__ = ["LANGS", "_", "N_", "Message", "MissingTranslation", "TextError", "catalog", "check_lang"]
+__all__ = ["LANGS", "_", "N_", "Message", "MissingTranslation", "TextError", "catalog", "check_lang",
+           "current_lang", "language"]
 
 LANGS = ("en", "zh")
 SOURCE_LANG = "en"
@@ -77,22 +87,36 @@ def catalog(lang: str) -> dict[tuple[str | None, str], str]:
             if e.msgstr and not e.obsolete and "fuzzy" not in e.flags}
 
 
-def translate(message: str, lang: str, context: str | None = None) -> str:
-    """``message`` in ``lang``, placeholders unfilled."""
-    context = getattr(message, "context", None) or context
-    if check_lang(lang) == SOURCE_LANG:
-        return str(message)
-    found = catalog(lang).get((context, str(message)))
-    if found is None:
+# The language :func:`_` translates into. A context variable rather than a module global, so that two
+# threads (or asyncio tasks) building pages in two languages each see their own binding.
+_BOUND: contextvars.ContextVar[str] = contextvars.ContextVar("attnscale_lang", default=SOURCE_LANG)
+
+
+@contextlib.contextmanager
+def language(lang: str) -> Iterator[str]:
+    """Within the ``with`` block, :func:`_` translates into ``lang`` (one of :data:`LANGS`, else
+    :class:`ValueError`); on leaving it, the language bound before is back, so bindings nest."""
+    token = _BOUND.set(check_lang(lang))
+    try:
+        yield lang
+    finally:
+        _BOUND.reset(token)
+
+
+def current_lang() -> str:
+    """The language of the innermost :func:`language` block; English (the source language) outside any."""
+    return _BOUND.get()
+
+
+def _(message: str, /, *, msgctxt: str | None = None, **values) -> str:
+    """``message`` (English, with ``{named}`` placeholders; literal braces doubled) in the bound
+    language (:func:`current_lang`), its placeholders filled from ``values`` by :meth:`str.format`."""
+    lang = current_lang()
+    context = getattr(message, "context", None) or msgctxt
+    text = str(message) if lang == SOURCE_LANG else catalog(lang).get((context, str(message)))
+    if text is None:
         where = f" (context {context!r})" if context else ""
         raise MissingTranslation(f"no {lang} translation of {str(message)!r}{where} in attnscale/i18n/{lang}.po")
-    return found
-
-
-def _(message: str, lang: str, /, *, msgctxt: str | None = None, **values) -> str:
-    """``message`` (English, with ``{named}`` placeholders; literal braces doubled) in ``lang``, its
-    placeholders filled from ``values`` by :meth:`str.format`."""
-    text = translate(message, lang, msgctxt)
     try:
         return text.format(**values)
     except (KeyError, IndexError) as err:

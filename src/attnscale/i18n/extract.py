@@ -6,7 +6,8 @@ jobs for this package), and the update of a catalog after the English changed (m
 
 A message is the literal first argument of a call to ``_`` or ``N_``. Anything else there that
 builds a string (an f-string, ``+``, ``%``, ``.format``) is a :class:`Problem`: translators and grep
-need whole sentences. A module that imports ``_`` may not assign the name ``_`` (``for _ in …``
+need whole sentences. So is a second positional argument to ``_``: the message is its only one (its
+language is bound by :func:`attnscale.i18n.language`, never passed). A module that imports ``_`` may not assign the name ``_`` (``for _ in …``
 would silently replace the translation function).
 """
 
@@ -91,6 +92,8 @@ def scan(path: Path, root: Path = PACKAGE) -> tuple[list[Found], list[Problem]]:
         if not node.args:
             problems.append(Problem(*at, f"{node.func.id}() without a message"))
             continue
+        if node.func.id == "_" and len(node.args) > 1:
+            problems.append(Problem(*at, "_() takes the message alone: its language is bound by i18n.language()"))
         first = node.args[0]
         context = _context(node, at, problems)
         if isinstance(first, ast.Constant) and isinstance(first.value, str):

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from attnscale import results
 from attnscale.errors import InputError
-from attnscale.i18n import LANGS, _
+from attnscale.i18n import LANGS, _, language
 from attnscale.report import chapters
 from attnscale.report.experiments import provenance_text, render_experiment, when_text
 from attnscale.report.headline import cards as headline_cards, cards_html
@@ -119,7 +119,7 @@ def build_report(config: ReportConfig, progress: Progress | None = None) -> Buil
     def tick(label: str) -> None:
         done[0] += 1
         if progress:
-            progress(done[0], total, _("chapter: {title}", config.lang, title=label))
+            progress(done[0], total, _("chapter: {title}", title=label))
 
     page, statuses = render_report(verify, config, tick)
     path = write_site_atomic(config.out, {config.page_name: page.encode("utf-8")}) / config.page_name
@@ -129,53 +129,53 @@ def build_report(config: ReportConfig, progress: Progress | None = None) -> Buil
 def render_report(verify: results.Envelope, config: ReportConfig,
                   tick: Callable[[str], None] = lambda label: None) -> tuple[str, dict[str, str]]:
     """The page's HTML from the verification result and the experiment results under
-    ``config.results``, and each experiment chapter's status. Computes nothing a result holds."""
-    lang = config.lang
-    sections = seed_sections(verify, lang, config.seed, tick)
-    statuses, shown = {}, [("verify", verify)]
-    for name in chapters.EXPERIMENT_CHAPTERS:
-        ch = render_experiment(name, config.results, lang)
-        statuses[name] = ch.status
-        if ch.envelope is not None:
-            shown.append((ch.kind, ch.envelope))
-        sections.append(Section(id=f"exp-{name.replace('_', '-')}", title=ch.title, html=ch.html,
-                                part="experiments", seconds=ch.seconds))
-        tick(ch.title)
-    own, compared = own_chapters(config.results, lang)
-    for ch in own:                               # the user's own models, each titled with its name
-        statuses[ch.name] = ch.status
-        if ch.envelope is not None:
-            shown.append((ch.kind, ch.envelope))
-        sections.append(Section(id=ch.name, title=ch.title, html=ch.html, part="experiments", seconds=ch.seconds))
-        tick(ch.title)
-    if compared is not None:
-        sections.append(Section(id="own-models-compared", title=comparison_title(lang), html=compared,
-                                part="experiments"))
-        tick(comparison_title(lang))
-    claims = verify.data["claims"]
-    lead = _("Every claim the verification checked, in one table.", lang)
-    sections.append(Section(id="all-verdicts", title=_("All verdicts", lang), part="appendix",
-                            html=f'<p>{esc(lead)}</p>{all_claims_table(claims, lang)}'))
-    tick(sections[-1].title)
-    timings = {name: sec for name, sec in verify.data["timings"].items() if name != "total"}
-    provenance = {
-        "environment": verify.environment,
-        "seed": verify.seed,
-        "config_text": _config_text(config, verify),
-        "built": _built(env for _kind, env in shown),
-        "verify": {"cached": True, "seconds_then": verify.data["timings"].get("total", 0.0)},
-        "verify_timings": timings,
-        "experiment_files": [provenance_text(env, lang) for _kind, env in shown],
-        # the table lists the verification's groups and each section's recorded compute time: its
-        # total is their sum, so it equals what it lists
-        "total_seconds": sum(timings.values()) + sum(s.seconds for s in sections),
-    }
-    answers = cards_html(headline_cards(config.results, lang))
-    glance = (glance_html(verify.data["series"], lang)
-              + (f'<div class="glance headline">{answers}</div>' if answers else "") + lang_links(lang, PAGE_NAMES))
-    page = render_page(sections, verify.data["counts"], provenance, lang, glance)
+    ``config.results``, and each experiment chapter's status. Computes nothing a result holds. Every
+    word is in ``config.lang``, bound here once for the whole page (``tick`` is called inside)."""
+    with language(config.lang):
+        sections = seed_sections(verify, config.seed, tick)
+        statuses, shown = {}, [("verify", verify)]
+        for name in chapters.EXPERIMENT_CHAPTERS:
+            ch = render_experiment(name, config.results)
+            statuses[name] = ch.status
+            if ch.envelope is not None:
+                shown.append((ch.kind, ch.envelope))
+            sections.append(Section(id=f"exp-{name.replace('_', '-')}", title=ch.title, html=ch.html,
+                                    part="experiments", seconds=ch.seconds))
+            tick(ch.title)
+        own, compared = own_chapters(config.results)
+        for ch in own:                               # the user's own models, each titled with its name
+            statuses[ch.name] = ch.status
+            if ch.envelope is not None:
+                shown.append((ch.kind, ch.envelope))
+            sections.append(Section(id=ch.name, title=ch.title, html=ch.html, part="experiments", seconds=ch.seconds))
+            tick(ch.title)
+        if compared is not None:
+            sections.append(Section(id="own-models-compared", title=comparison_title(), html=compared,
+                                    part="experiments"))
+            tick(comparison_title())
+        claims = verify.data["claims"]
+        lead = _("Every claim the verification checked, in one table.")
+        sections.append(Section(id="all-verdicts", title=_("All verdicts"), part="appendix",
+                                html=f'<p>{esc(lead)}</p>{all_claims_table(claims)}'))
+        tick(sections[-1].title)
+        timings = {name: sec for name, sec in verify.data["timings"].items() if name != "total"}
+        provenance = {
+            "environment": verify.environment,
+            "seed": verify.seed,
+            "config_text": _config_text(config, verify),
+            "built": _built(env for _kind, env in shown),
+            "verify": {"cached": True, "seconds_then": verify.data["timings"].get("total", 0.0)},
+            "verify_timings": timings,
+            "experiment_files": [provenance_text(env) for _kind, env in shown],
+            # the table lists the verification's groups and each section's recorded compute time: its
+            # total is their sum, so it equals what it lists
+            "total_seconds": sum(timings.values()) + sum(s.seconds for s in sections),
+        }
+        answers = cards_html(headline_cards(config.results))
+        glance = (glance_html(verify.data["series"])
+                  + (f'<div class="glance headline">{answers}</div>' if answers else "") + lang_links(PAGE_NAMES))
+        page = render_page(sections, verify.data["counts"], provenance, glance)
     return page, statuses
-
 
 def _built(envelopes) -> str:
     """The page's date: that of the newest result it shows (a rebuild from the same results, here or

@@ -3,7 +3,7 @@
 Each module listed in :data:`attnscale.report.chapters.EXPERIMENT_CHAPTERS` names the ``KIND`` of
 result it shows; its result is read through :func:`attnscale.results.read_preferred` (the user's own
 full run when there is one, else the reference result shipped with attnscale, else the user's quick
-run: one result per chapter, never a mix) and handed to its ``render(env, lang)``. Generically, for
+run: one result per chapter, never a mix) and handed to its ``render(env)``. Generically, for
 every chapter: no result yet → a note with its ``HOW_TO`` command; a malformed result → an error box
 with the reader's message (the file and the field); a quick result → a "quick run" label beside the
 title; and one line under the title (:func:`source_line`) says which of the three it shows, from which
@@ -50,16 +50,16 @@ class RenderedChapter:
         return (results.recorded_seconds(self.envelope) or 0.0) if self.envelope is not None else 0.0
 
 
-def title_of(module, name: str, lang: str) -> str:
-    """The title of the chapter module ``module`` (named ``name``) in ``lang``: its ``TITLE``, an
+def title_of(module, name: str) -> str:
+    """The title of the chapter module ``module`` (named ``name``) in the bound language: its ``TITLE``, an
     ``N_`` message; a module that could not be imported is named by ``name``."""
     title = getattr(module, "TITLE", None) if module is not None else None
-    return pretty(_(title, lang)) if title else name.replace("_", " ")
+    return pretty(_(title)) if title else name.replace("_", " ")
 
 
-def quick_title(title: str, env: results.Envelope | None, lang: str) -> str:
+def quick_title(title: str, env: results.Envelope | None) -> str:
     """``title`` with the quick-run label when ``env`` is a quick result."""
-    return f"{title} · {_('quick run', lang)}" if env is not None and env.quick else title
+    return f"{title} · {_('quick run')}" if env is not None and env.quick else title
 
 
 def when_text(created: str) -> str:
@@ -67,28 +67,28 @@ def when_text(created: str) -> str:
     return created.replace("T", " ").replace("Z", " UTC")
 
 
-def provenance_text(env: results.Envelope, lang: str) -> str:
+def provenance_text(env: results.Envelope) -> str:
     """Where a result comes from: its file in the results folder, quick or full run, when (UTC), on what
     machine, which attnscale."""
-    run = _(RUNS[env.origin], lang)
+    run = _(RUNS[env.origin])
     file = results.result_path(env.kind, "", env.quick).as_posix()     # relative to the results folder
-    return _("From {file}: a {run} computed {when} on {machine} (attnscale {version}).", lang, file=file, run=run, when=when_text(env.created), machine=machine_text(env.environment), version=env.version)
+    return _("From {file}: a {run} computed {when} on {machine} (attnscale {version}).", file=file, run=run, when=when_text(env.created), machine=machine_text(env.environment), version=env.version)
 
 
-def provenance_line(env: results.Envelope, lang: str) -> str:
-    return f'<p class="note provenance-line">{esc(provenance_text(env, lang))}</p>'
+def provenance_line(env: results.Envelope) -> str:
+    return f'<p class="note provenance-line">{esc(provenance_text(env))}</p>'
 
 
-def duration_text(seconds: float, lang: str) -> str:
+def duration_text(seconds: float) -> str:
     """A run time for reading: "42 s", "16 min 12 s", "1 h 05 min"."""
     s = int(round(max(seconds, 0.0)))
     if s == 0 and seconds > 0:        # "0 s" would read as "not measured" or "free"
-        return _("under 1 s", lang)
+        return _("under 1 s")
     if s < 60:
-        return _("{s} s", lang, s=s)
+        return _("{s} s", s=s)
     if s < 3600:
-        return _("{m} min {s} s", lang, m=s // 60, s=s % 60)
-    return _("{h} h {m} min", lang, h=s // 3600, m=f"{s % 3600 // 60:02d}")
+        return _("{m} min {s} s", m=s // 60, s=s % 60)
+    return _("{h} h {m} min", h=s // 3600, m=f"{s % 3600 // 60:02d}")
 
 
 def command_of(env: results.Envelope, how_to: str) -> str:
@@ -100,7 +100,7 @@ def command_of(env: results.Envelope, how_to: str) -> str:
     return how_to or results.KINDS[env.kind].description
 
 
-def source_line(env: results.Envelope, command: str, lang: str) -> str:
+def source_line(env: results.Envelope, command: str) -> str:
     """The line under an experiment chapter's title: which result it shows (the user's own full run,
     the reference result or the user's quick run), from which machine and date, and ``command``, which
     reproduces it, with the time the run took as the result records it."""
@@ -109,43 +109,43 @@ def source_line(env: results.Envelope, command: str, lang: str) -> str:
     cached = env.data.get("cells_cached") if isinstance(env.data, dict) else None
     cells = len(env.data.get("cells") or []) if isinstance(env.data, dict) else 0
     if timing is not None and cells and timing.timed == cells:
-        took = cells_took(timing, env.origin == "reference", lang)
+        took = cells_took(timing, env.origin == "reference")
     elif seconds is None:
-        took = _("its time is not recorded in the result", lang)
+        took = _("its time is not recorded in the result")
     elif cached and cached >= cells:
         # Every cell came from the cache: the recorded seconds are the re-analysis's (a fraction of a
         # second to a few), not the experiment's, so they are not given as its time.
-        took = (_("its run time is not recorded in the result: its last run read all {cells} cells from the cache of an earlier run; the README gives the whole run's time", lang, cells=cells)
+        took = (_("its run time is not recorded in the result: its last run read all {cells} cells from the cache of an earlier run; the README gives the whole run's time", cells=cells)
                 if env.origin == "reference" else
-                _("its run time is not recorded in the result: its last run read all {cells} cells from the cache of an earlier run", lang, cells=cells))
+                _("its run time is not recorded in the result: its last run read all {cells} cells from the cache of an earlier run", cells=cells))
     elif cached:      # a resumed or re-analysed sweep: its last run's time is not what the cells cost
-        took = _("its last run took {time}, reading {cached} of its {cells} cells from the cache of an earlier run; the README gives the whole run's time", lang, time=duration_text(seconds, lang), cached=cached, cells=cells)
+        took = _("its last run took {time}, reading {cached} of its {cells} cells from the cache of an earlier run; the README gives the whole run's time", time=duration_text(seconds), cached=cached, cells=cells)
     else:
-        took = (_("it took {time} there", lang, time=duration_text(seconds, lang)) if env.origin == "reference"
-                else _("it took {time}", lang, time=duration_text(seconds, lang)))
-    text = _(SHOWN[env.origin], lang, file=results.result_path(env.kind, "", env.quick).as_posix(),
+        took = (_("it took {time} there", time=duration_text(seconds)) if env.origin == "reference"
+                else _("it took {time}", time=duration_text(seconds)))
+    text = _(SHOWN[env.origin], file=results.result_path(env.kind, "", env.quick).as_posix(),
              when=when_text(env.created), machine=machine_text(env.environment), took=took, command="\x00")
     before, after = esc(text).split("\x00")
     return f'<p class="note provenance-line source-{env.origin}">{before}<code>{esc(command)}</code>{after}</p>'
 
 
-def cells_took(timing: results.CellSeconds, there: bool, lang: str) -> str:
+def cells_took(timing: results.CellSeconds, there: bool) -> str:
     """What a sweep's cells took, each its own computation's time wherever it was read from (a cache,
     an earlier result): their wall-clock seconds summed, and how many ran at once when known."""
-    time, n, workers = duration_text(timing.wall_s, lang), timing.cells, timing.workers
+    time, n, workers = duration_text(timing.wall_s), timing.cells, timing.workers
     if there:
-        return (_("its {cells} cells took {time} of computing there", lang, cells=n, time=time) if workers is None else
-                _("its {cells} cells took {time} of computing there, {workers} at a time", lang, cells=n, time=time, workers=workers))
-    return (_("its {cells} cells took {time} of computing", lang, cells=n, time=time) if workers is None else
-            _("its {cells} cells took {time} of computing, {workers} at a time", lang, cells=n, time=time, workers=workers))
+        return (_("its {cells} cells took {time} of computing there", cells=n, time=time) if workers is None else
+                _("its {cells} cells took {time} of computing there, {workers} at a time", cells=n, time=time, workers=workers))
+    return (_("its {cells} cells took {time} of computing", cells=n, time=time) if workers is None else
+            _("its {cells} cells took {time} of computing, {workers} at a time", cells=n, time=time, workers=workers))
 
 
-def missing_note(how_to: str, lang: str) -> str:
-    return (f'<div class="note"><p>{esc(_("This chapter has no result yet. Produce it with:", lang))}</p>'
-            f'<pre><code>{esc(how_to)}</code></pre><p>{esc(_("then build the report again.", lang))}</p></div>')
+def missing_note(how_to: str) -> str:
+    return (f'<div class="note"><p>{esc(_("This chapter has no result yet. Produce it with:"))}</p>'
+            f'<pre><code>{esc(how_to)}</code></pre><p>{esc(_("then build the report again."))}</p></div>')
 
 
-def render_experiment(name: str, root, lang: str) -> RenderedChapter:
+def render_experiment(name: str, root) -> RenderedChapter:
     """One experiment chapter: rendered, a how-to note, or an error box. Never raises (except
     KeyboardInterrupt/SystemExit, which must still stop the build)."""
     module, kind, env = None, "", None
@@ -155,10 +155,10 @@ def render_experiment(name: str, root, lang: str) -> RenderedChapter:
         try:
             env = results.read_preferred(kind, root)
         except results.ResultMissing:
-            return RenderedChapter(name, title_of(module, name, lang), missing_note(getattr(module, "HOW_TO", ""), lang),
+            return RenderedChapter(name, title_of(module, name), missing_note(getattr(module, "HOW_TO", "")),
                                    "missing", kind)
-        html = source_line(env, command_of(env, getattr(module, "HOW_TO", "")), lang) + module.render(env, lang)
-        return RenderedChapter(name, quick_title(title_of(module, name, lang), env, lang), html, "rendered", kind, env)
+        html = source_line(env, command_of(env, getattr(module, "HOW_TO", ""))) + module.render(env)
+        return RenderedChapter(name, quick_title(title_of(module, name), env), html, "rendered", kind, env)
     except Exception as err:  # a malformed result (ResultError names file and field), a chapter's bug
-        return RenderedChapter(name, quick_title(title_of(module, name, lang), env, lang), error_box(_("This chapter could not be rendered; the rest of the report is unaffected.", lang), err=err),
+        return RenderedChapter(name, quick_title(title_of(module, name), env), error_box(_("This chapter could not be rendered; the rest of the report is unaffected."), err=err),
                                "error", kind, env)

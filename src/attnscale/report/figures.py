@@ -56,7 +56,7 @@ def _errorbars(ax, x, est, lo, hi, color, name, marker="o"):
 # 1. Var(q·k) against d_k, unscaled and scaled
 # --------------------------------------------------------------------------------------------------
 
-def variance_vs_dk(data: dict, lang: str = "en"):
+def variance_vs_dk(data: dict):
     """Two log–log panels: Var(q·k) with the line Var = d_k (slope 1), and Var(q·k/√d_k) with Var = 1.
 
     data: {family: {"d_k": [...], "estimate": [...], "ci_low": [...], "ci_high": [...],
@@ -68,21 +68,21 @@ def variance_vs_dk(data: dict, lang: str = "en"):
         families = list(data.items())
         dks = families[0][1]["d_k"]
         # The claims under test, drawn as lines: Var = d_k before scaling, Var = 1 after.
-        axes[0].plot(dks, dks, color=REFERENCE, lw=1.1, ls="--", label=_("Var = dₖ (slope 1)", lang), zorder=2)
-        axes[1].plot(dks, [1.0] * len(dks), color=REFERENCE, lw=1.1, ls="--", label=_("Var = 1", lang), zorder=2)
+        axes[0].plot(dks, dks, color=REFERENCE, lw=1.1, ls="--", label=_("Var = dₖ (slope 1)"), zorder=2)
+        axes[1].plot(dks, [1.0] * len(dks), color=REFERENCE, lw=1.1, ls="--", label=_("Var = 1"), zorder=2)
         # Families side by side at each d_k, so their error bars do not hide each other.
         offsets = [2 ** ((i - (len(families) - 1) / 2) * 0.09) for i in range(len(families))]
         for i, (name, fam) in enumerate(families):
             color, marker = SERIES[i % len(SERIES)], "osD^v<"[i % 6]
             xs = [d * offsets[i] for d in fam["d_k"]]
-            _errorbars(axes[0], xs, fam["estimate"], fam["ci_low"], fam["ci_high"], color, _(FAMILY[name], lang) if name in FAMILY else name, marker)
+            _errorbars(axes[0], xs, fam["estimate"], fam["ci_low"], fam["ci_high"], color, _(FAMILY[name]) if name in FAMILY else name, marker)
             sc = fam["scaled"]
-            _errorbars(axes[1], xs, sc["estimate"], sc["ci_low"], sc["ci_high"], color, _(FAMILY[name], lang) if name in FAMILY else name, marker)
+            _errorbars(axes[1], xs, sc["estimate"], sc["ci_low"], sc["ci_high"], color, _(FAMILY[name]) if name in FAMILY else name, marker)
         for ax, which, ylabel in ((axes[0], "unscaled", N_("Var(q·k)")), (axes[1], "scaled", N_("Var(q·k / √dₖ)"))):
             ax.set_yscale("log")
             _dk_axis(ax, dks)
-            ax.set_ylabel(_(ylabel, lang))
-            ax.set_title(_(MODE[which], lang), color=UNSCALED if which == "unscaled" else SCALED)
+            ax.set_ylabel(_(ylabel))
+            ax.set_title(_(MODE[which]), color=UNSCALED if which == "unscaled" else SCALED)
         axes[0].legend(loc="upper left", fontsize=8.5)
         axes[1].set_yscale("linear")
         lo = min(min(f["scaled"]["ci_low"]) for _name, f in families)
@@ -102,7 +102,7 @@ def _density(counts, edges, n_samples):
     return [c / (n_samples * (b - a)) for c, a, b in zip(counts, edges[:-1], edges[1:])]
 
 
-def dot_histograms(data: dict, lang: str = "en"):
+def dot_histograms(data: dict):
     """Step histograms (densities) of q·k: left unscaled, right ÷√d_k, one line per d_k.
 
     data: {"4": {"d_k": 4, "n_samples": int, "counts": [...], "edges_unscaled": [...],
@@ -119,9 +119,9 @@ def dot_histograms(data: dict, lang: str = "en"):
                 ax.stairs(_density(h["counts"], edges, h["n_samples"]), edges, color=colors[i % 4], lw=1.6,
                           ls=ls, label=f"dₖ = {h['d_k']}")
         for ax, which in ((axes[0], "unscaled"), (axes[1], "scaled")):
-            ax.set_title(_(MODE[which], lang), color=UNSCALED if which == "unscaled" else SCALED)
+            ax.set_title(_(MODE[which]), color=UNSCALED if which == "unscaled" else SCALED)
             ax.set_xlabel("q·k" if which == "unscaled" else "q·k / √dₖ")
-            ax.set_ylabel(_("density", lang))
+            ax.set_ylabel(_("density"))
             ax.legend(loc="upper right")
         axes[0].set_yscale("log")
         axes[0].set_ylim(bottom=1e-4)
@@ -132,7 +132,7 @@ def dot_histograms(data: dict, lang: str = "en"):
 # 3. The seed's softmax examples as bars
 # --------------------------------------------------------------------------------------------------
 
-def seed_softmax_examples(data: dict, lang: str = "en"):
+def seed_softmax_examples(data: dict):
     """Grouped bars, one panel per example: the weights before and after multiplying the logits by
     ``scale`` (÷8 = ×1/8, the seed's √64).
 
@@ -147,9 +147,9 @@ def seed_softmax_examples(data: dict, lang: str = "en"):
             width = 0.38
             xs = list(range(len(ex["weights"])))
             before = ax.bar([x - width / 2 for x in xs], ex["weights"], width, color=UNSCALED,
-                            label=_("before", lang))
+                            label=_("before"))
             after = ax.bar([x + width / 2 for x in xs], ex["weights_scaled"], width, color=SCALED,
-                           label=_("after ÷ {divisor:g}", lang, divisor=1 / ex["scale"]))
+                           label=_("after ÷ {divisor:g}", divisor=1 / ex["scale"]))
             _bar_labels(ax, before, ex["weights"])
             _bar_labels(ax, after, ex["weights_scaled"])
             ax.set_xticks(xs, [f"{z:g}" for z in ex["logits"]])
@@ -157,7 +157,7 @@ def seed_softmax_examples(data: dict, lang: str = "en"):
             ax.set_title(title)
             ax.grid(axis="x", visible=False)
             ax.set_xlabel("logits")
-        axes[0][0].set_ylabel(_("softmax weight", lang))
+        axes[0][0].set_ylabel(_("softmax weight"))
         axes[0][-1].legend(loc="upper right", fontsize=8.5)
         return fig
 
@@ -189,7 +189,7 @@ def _mix(hex_color: str, t: float) -> str:
     return "#{:02x}{:02x}{:02x}".format(*(min(255, int(c * f)) for c in (r, g, b)))
 
 
-def saturation(data: dict, lang: str = "en"):
+def saturation(data: dict):
     """Median (line) and 10–90% quantile band (shade) over rows, against d_k: the largest weight and
     the entropy / ln n, unscaled (solid, warm) and ÷√d_k (dashed, blue), one line per n.
 
@@ -205,12 +205,12 @@ def saturation(data: dict, lang: str = "en"):
         for i, n in enumerate(ns):
             per = data["by_n"][n]
             for mode, colors, ls in (("unscaled", warm, "-"), ("scaled", cool, "--")):
-                name = _(MODE_N[mode], lang, n=n)
+                name = _(MODE_N[mode], n=n)
                 _band(axes[0], data["d_k"], per[mode]["max_weight"], colors[i], name, ls)
                 _band(axes[1], data["d_k"], per[mode]["normalized_entropy"], colors[i], name, ls)
         for ax, ylabel in ((axes[0], N_("median max weight")), (axes[1], N_("median entropy / ln n"))):
             _dk_axis(ax, data["d_k"])
-            ax.set_ylabel(_(ylabel, lang))
+            ax.set_ylabel(_(ylabel))
             ax.set_ylim(-0.02, 1.02)
         handles, names = axes[0].get_legend_handles_labels()
         fig.legend(handles, names, loc="outside lower center", ncols=legend_columns(len(ns)), fontsize=8)
@@ -221,7 +221,7 @@ def saturation(data: dict, lang: str = "en"):
 # 5. Jacobian norm quantiles against d_k
 # --------------------------------------------------------------------------------------------------
 
-def jacobian(data: dict, lang: str = "en"):
+def jacobian(data: dict):
     """Median and 10–90% band of ‖J‖_F, J = diag(p) − ppᵀ, per n; unscaled rows also show their mean
     (dotted): near-ties keep the average row's gradient up while the typical row's vanishes.
 
@@ -237,15 +237,15 @@ def jacobian(data: dict, lang: str = "en"):
             per = data["by_n"][n]
             for mode, colors, ls in (("unscaled", warm, "-"), ("scaled", cool, "--")):
                 s = per[mode]["jacobian_frobenius"]
-                _band(ax, data["d_k"], s, colors[i], _(MODE_N[mode], lang, n=n), ls)
+                _band(ax, data["d_k"], s, colors[i], _(MODE_N[mode], n=n), ls)
                 lowest += [v for v in s["q10"] + s["median"] if v > 0]
             ax.plot(data["d_k"], per["unscaled"]["jacobian_frobenius"]["mean"], color=warm[i], lw=1.1, ls=":")
-        ax.plot([], [], color=NEUTRAL, lw=1.1, ls=":", label=_("mean over rows (unscaled)", lang))
+        ax.plot([], [], color=NEUTRAL, lw=1.1, ls=":", label=_("mean over rows (unscaled)"))
         ax.set_yscale("log")
         if lowest:
             ax.set_ylim(bottom=max(min(lowest) / 3, 1e-18))   # a frozen row's exact 0 would sink the axis
         _dk_axis(ax, data["d_k"])
-        ax.set_ylabel(_("‖∂softmax/∂z‖ (Frobenius)", lang))
+        ax.set_ylabel(_("‖∂softmax/∂z‖ (Frobenius)"))
         fig.legend(loc="outside lower center", ncols=legend_columns(3), fontsize=8)
         return fig
 
@@ -254,7 +254,7 @@ def jacobian(data: dict, lang: str = "en"):
 # 6. The phase diagram: spread σ of the logits against the number of keys n
 # --------------------------------------------------------------------------------------------------
 
-def phase(data: dict, lang: str = "en"):
+def phase(data: dict):
     """Left: mean entropy / ln n over (σ, n) with the boundary σ = √(2 ln n); the top axis reads σ as
     the d_k of unscaled attention (σ = √d_k). Right: the same Monte Carlo curves with the
     random-energy-model asymptote (dashed), which is only an asymptote.
@@ -274,16 +274,16 @@ def phase(data: dict, lang: str = "en"):
         ax.set_yticks(rows, [f"{n:,}" for n in ns])
         boundary = [data["boundary"][str(n)] for n in ns]
         ax.plot(boundary, rows, color="white", lw=3.2)
-        ax.plot(boundary, rows, color=UNSCALED, lw=1.6, ls="--", marker="o", ms=4, label=_("σ = √(2 ln n)", lang))
+        ax.plot(boundary, rows, color=UNSCALED, lw=1.6, ls="--", marker="o", ms=4, label=_("σ = √(2 ln n)"))
         ax.grid(False)
-        ax.set_xlabel(_("spread σ of the logits", lang))
-        ax.set_ylabel(_("number of keys n", lang))
+        ax.set_xlabel(_("spread σ of the logits"))
+        ax.set_ylabel(_("number of keys n"))
         top = ax.secondary_xaxis("top", functions=(lambda x: x ** 2, lambda d: d ** 0.5))
-        top.set_xlabel(_("unscaled: dₖ = σ²", lang), fontsize=9)
+        top.set_xlabel(_("unscaled: dₖ = σ²"), fontsize=9)
         top.set_xticks([1, 4, 9, 16, 25, 36])
         ax.legend(loc="lower left", fontsize=8, labelcolor="white", handlelength=1.6)
         cb = fig.colorbar(mesh, ax=ax, pad=0.02, shrink=0.9)
-        cb.set_label(_("mean entropy / ln n", lang))
+        cb.set_label(_("mean entropy / ln n"))
         cool = _shades(SCALED, len(ns))
         for i, n in enumerate(ns):
             key = str(n)
@@ -293,10 +293,10 @@ def phase(data: dict, lang: str = "en"):
             curves.plot(data["sigma"], data["mc"][key], color=cool[i], lw=1.8, label=f"n = {n:,}")
             curves.plot(data["sigma"], data["asymptote"][key], color=cool[i], lw=1.1, ls="--")
             curves.axvline(data["boundary"][key], color=cool[i], lw=0.8, ls=":")
-        curves.plot([], [], color=NEUTRAL, lw=1.1, ls="--", label=_("asymptote ln n − σ²/2", lang))
+        curves.plot([], [], color=NEUTRAL, lw=1.1, ls="--", label=_("asymptote ln n − σ²/2"))
         curves.set_ylim(-0.02, 1.02)
-        curves.set_xlabel(_("spread σ of the logits", lang))
-        curves.set_ylabel(_("mean entropy / ln n", lang))
+        curves.set_xlabel(_("spread σ of the logits"))
+        curves.set_ylabel(_("mean entropy / ln n"))
         curves.legend(loc="upper right", fontsize=7.5)
         return fig
 
@@ -305,7 +305,7 @@ def phase(data: dict, lang: str = "en"):
 # 7. Variance under broken assumptions vs the general formula
 # --------------------------------------------------------------------------------------------------
 
-def broken_assumptions(data: list, lang: str = "en"):
+def broken_assumptions(data: list):
     """Per case and d_k: the measured variance after ÷√d_k, Var(q·k)/d_k (dot, 99% CI) against the
     general formula's value (bar) and the seed's promise, 1 (dotted line).
 
@@ -318,29 +318,29 @@ def broken_assumptions(data: list, lang: str = "en"):
         per_dk = [(r["estimate"] / r["d_k"], r["ci_low"] / r["d_k"], r["ci_high"] / r["d_k"], r["formula"] / r["d_k"])
                   for r in data]
         ax.scatter([f for *_rest, f in per_dk], ys, marker="|", s=280, color=REFERENCE, lw=2.2,
-                   label=_("general formula", lang), zorder=2)
+                   label=_("general formula"), zorder=2)
         ax.errorbar([e for e, *_rest in per_dk], ys,
                     xerr=[[e - lo for e, lo, _hi, _f in per_dk], [hi - e for e, _lo, hi, _f in per_dk]],
-                    fmt="o", color=SCALED, ms=4.5, capsize=3, label=_("measured (99% CI)", lang), zorder=3)
-        ax.axvline(1.0, color=UNSCALED, lw=1.2, ls=":", zorder=1, label=_("1: the seed's assumptions", lang))
-        ax.set_yticks(ys, [_("{case}, dₖ = {d_k}", lang, case=case_label(r["case"], lang), d_k=r["d_k"]) for r in data])
-        ax.set_xlabel(_("Var(q·k / √dₖ)", lang))
+                    fmt="o", color=SCALED, ms=4.5, capsize=3, label=_("measured (99% CI)"), zorder=3)
+        ax.axvline(1.0, color=UNSCALED, lw=1.2, ls=":", zorder=1, label=_("1: the seed's assumptions"))
+        ax.set_yticks(ys, [_("{case}, dₖ = {d_k}", case=case_label(r["case"]), d_k=r["d_k"]) for r in data])
+        ax.set_xlabel(_("Var(q·k / √dₖ)"))
         ax.grid(axis="y", visible=False)
         fig.legend(loc="outside lower center", ncols=legend_columns(3), fontsize=8.5)
         return fig
 
 
-def case_label(name: str, lang: str) -> str:
+def case_label(name: str) -> str:
     """A broken-assumption case by the English name the verification writes (:data:`CASES`); a name
     the table lacks is shown as written."""
-    return _(CASES[name], lang) if name in CASES else name
+    return _(CASES[name]) if name in CASES else name
 
 
 # --------------------------------------------------------------------------------------------------
 # 8. Scalable-Softmax: the fading maximum
 # --------------------------------------------------------------------------------------------------
 
-def ssmax(data: dict, lang: str = "en"):
+def ssmax(data: dict):
     """The largest weight against n for fixed logits (all −2, the last +3), softmax vs SSMax.
 
     data: {"n": [...], "softmax": [...], "ssmax": [...], "s": float}  (``VerifyReport.data["ssmax"]``)
@@ -349,11 +349,11 @@ def ssmax(data: dict, lang: str = "en"):
         fig, ax = plt.subplots(figsize=(6.4, 3.2), constrained_layout=True)
         ax.plot(data["n"], data["softmax"], color=UNSCALED, lw=2, marker="o", ms=3.5, label="softmax")
         ax.plot(data["n"], data["ssmax"], color=SCALED, lw=2, marker="s", ms=3.5,
-                label=_("Scalable-Softmax (s·ln n), s = {s:g}", lang, s=data["s"]))
+                label=_("Scalable-Softmax (s·ln n), s = {s:g}", s=data["s"]))
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(_IntFormatter())
-        ax.set_xlabel(_("number of keys n", lang))
-        ax.set_ylabel(_("largest weight", lang))
+        ax.set_xlabel(_("number of keys n"))
+        ax.set_ylabel(_("largest weight"))
         ax.set_ylim(-0.02, 1.05)
         ax.legend(loc="center left")
         return fig
@@ -363,7 +363,7 @@ def ssmax(data: dict, lang: str = "en"):
 # 9. FAQ: the error of the variance estimate shrinks as 1/√N around the exact d_k
 # --------------------------------------------------------------------------------------------------
 
-def error_vs_samples(data: dict, lang: str = "en"):
+def error_vs_samples(data: dict):
     """RMS error of the Monte Carlo variance estimate against the sample count N (log–log), with the
     predicted σ/√N line (slope −1/2).
 
@@ -375,17 +375,17 @@ def error_vs_samples(data: dict, lang: str = "en"):
         fig, ax = plt.subplots(figsize=(6.0, 3.2), constrained_layout=True)
         n = [p["n_samples"] for p in data["points"]]
         ax.plot(n, [p["predicted"] for p in data["points"]], color=REFERENCE, lw=1.1, ls="--",
-                label=_("predicted σ/√N (slope −½)", lang))
+                label=_("predicted σ/√N (slope −½)"))
         ax.plot(n, [p["rms_error"] for p in data["points"]], color=SCALED, lw=0, marker="o", ms=6,
-                label=_("measured ({replicates} ×), slope {slope:.2f}", lang, replicates=data["replicates"], slope=data["slope"]))
+                label=_("measured ({replicates} ×), slope {slope:.2f}", replicates=data["replicates"], slope=data["slope"]))
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.xaxis.set_major_formatter(_IntFormatter())
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
         # label the minor ticks 2, 3, 5 (× 10ᵏ) only: a readable log axis without crowding
         ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _pos: f"{v:g}" if f"{v:.0e}"[0] in "235" else ""))
-        ax.set_xlabel(_("samples N", lang))
-        ax.set_ylabel(_("RMS error of Var at dₖ = {d}", lang, d=data["d_k"]))
+        ax.set_xlabel(_("samples N"))
+        ax.set_ylabel(_("RMS error of Var at dₖ = {d}", d=data["d_k"]))
         ax.legend(loc="upper right", fontsize=8.5)
         return fig
 
@@ -394,7 +394,7 @@ def error_vs_samples(data: dict, lang: str = "en"):
 # 10. Softmax must give all its weight away; softmax₁ need not
 # --------------------------------------------------------------------------------------------------
 
-def give_away(data: dict, lang: str = "en"):
+def give_away(data: dict):
     """Total attention weight of n equal logits c against c: softmax (always 1) vs softmax₁.
 
     data: {"n": int, "logit": [...], "softmax_total_measured": [...], "softmax1_total": [...]}
@@ -407,7 +407,7 @@ def give_away(data: dict, lang: str = "en"):
         ax.plot(data["logit"], data["softmax1_total"], color=SCALED, lw=2, marker="s", ms=3.5,
                 label="softmax₁ (Miller 2023)")
         ax.set_ylim(-0.03, 1.08)
-        ax.set_xlabel(_("the common logit c", lang))
-        ax.set_ylabel(_("total weight (n = {n})", lang, n=data["n"]))
+        ax.set_xlabel(_("the common logit c"))
+        ax.set_ylabel(_("total weight (n = {n})", n=data["n"]))
         ax.legend(loc="center right")
         return fig

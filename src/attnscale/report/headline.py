@@ -10,7 +10,7 @@ A card whose result is missing or lacks a figure is left out; the report never f
     ...     "sgd_reference_lr": {"verdict": "fails", "final_accuracy": {"mean": 0.4}, "lr": 0.3},
     ...     "sgd_best_lr": {"verdict": "fails", "final_accuracy": {"mean": 0.5}, "lr": 0.9}},
     ...     {"rule": "inverse_sqrt_dk", "d_k": 256, "adam": {"final_accuracy": {"mean": 0.98}},
-    ...      "sgd_reference_lr": {"final_accuracy": {"mean": 0.95}}}]}, "en")
+    ...      "sgd_reference_lr": {"final_accuracy": {"mean": 0.95}}}]})
     >>> card.value
     'fails with SGD'
 """
@@ -55,7 +55,7 @@ def _acc(summary: dict | None) -> str:
     return number(((summary or {}).get("final_accuracy") or {}).get("mean"), digits=2)
 
 
-def training_value(verdicts: dict[str, str | None], lang: str) -> str:
+def training_value(verdicts: dict[str, str | None]) -> str:
     """The card's headline from the unscaled rule's verdicts per optimiser ("adam", "sgd"): one phrase
     for all when they agree, else the worst verdict and the optimisers where it holds (the mix of
     "faster" and "learns": "faster", where it is); "" without verdicts."""
@@ -63,14 +63,14 @@ def training_value(verdicts: dict[str, str | None], lang: str) -> str:
     if not found:
         return ""
     if len(set(found.values())) == 1:
-        return _(TRAINING_VERDICT_PHRASE[next(iter(found.values()))], lang)
+        return _(TRAINING_VERDICT_PHRASE[next(iter(found.values()))])
     worst = max(found.values(), key=TRAINING_VERDICTS.index)
     shown = "faster" if worst == "learns" else worst
     where = [opt for opt, v in found.items() if v == shown]
-    return _(WITH_VALUES[shown], lang, opts=_(" and ", lang, msgctxt="headline").join(_(OPTIMISER_NAMES[o], lang) for o in where))
+    return _(WITH_VALUES[shown], opts=_(" and ", msgctxt="headline").join(_(OPTIMISER_NAMES[o]) for o in where))
 
 
-def training_card(analysis: dict, lang: str) -> Card | None:
+def training_card(analysis: dict) -> Card | None:
     """The scale-vs-dk card: what the unscaled rule did at the sweep's largest d_k, with Adam and with
     SGD (at the rate tuned for 1/√d_k, and at its own best rate), against 1/√d_k's final accuracy."""
     table = analysis.get("table") or []
@@ -80,13 +80,13 @@ def training_card(analysis: dict, lang: str) -> Card | None:
     d_k = max(d_ks)
     row, ref = _row(table, "unscaled", d_k), _row(table, "inverse_sqrt_dk", d_k) or {}
     adam, sgd, best = row.get("adam") or {}, row.get("sgd_reference_lr") or {}, row.get("sgd_best_lr") or {}
-    value = training_value({"adam": adam.get("verdict"), "sgd": sgd.get("verdict")}, lang)
+    value = training_value({"adam": adam.get("verdict"), "sgd": sgd.get("verdict")})
     if not value:
         return None
-    sub = _("final accuracy, unscaled: Adam {adam}, SGD {sgd} (1/√d_k: {adam_ref}, {sgd_ref}).", lang, adam=_acc(adam), sgd=_acc(sgd), adam_ref=_acc(ref.get("adam")), sgd_ref=_acc(ref.get("sgd_reference_lr")))
+    sub = _("final accuracy, unscaled: Adam {adam}, SGD {sgd} (1/√d_k: {adam_ref}, {sgd_ref}).", adam=_acc(adam), sgd=_acc(sgd), adam_ref=_acc(ref.get("adam")), sgd_ref=_acc(ref.get("sgd_reference_lr")))
     if best.get("lr") is not None and best.get("lr") != sgd.get("lr"):
-        sub = _("{first} {then}", lang, msgctxt="sentences", first=sub, then=_("SGD at its own best rate {lr}: {acc}, {verdict}.", lang, lr=number(best["lr"], digits=2), acc=_acc(best), verdict=_(TRAINING_VERDICT_PHRASE[best["verdict"]], lang) if best.get("verdict") else "—"))
-    return Card(_("training without ÷√d_k at d_k = {d} (scale-vs-dk sweep)", lang, d=d_k), value, sub, "#exp-training")
+        sub = _("{first} {then}", msgctxt="sentences", first=sub, then=_("SGD at its own best rate {lr}: {acc}, {verdict}.", lr=number(best["lr"], digits=2), acc=_acc(best), verdict=_(TRAINING_VERDICT_PHRASE[best["verdict"]]) if best.get("verdict") else "—"))
+    return Card(_("training without ÷√d_k at d_k = {d} (scale-vs-dk sweep)", d=d_k), value, sub, "#exp-training")
 
 
 def _lm_row(verdicts: list[dict], rule: str, d_k: int, optimiser: str) -> dict:
@@ -97,7 +97,7 @@ def _bpb(row: dict) -> str:
     return number(((row or {}).get("final_bpb") or {}).get("mean"), digits=3)
 
 
-def lm_card(analysis: dict, lang: str) -> Card | None:
+def lm_card(analysis: dict) -> Card | None:
     """The language-model card: what the unscaled rule did at the sweep's largest d_k with AdamW and
     with SGD, each at its own best rate of the grid (the fair test: "stops learning", not "needs
     another rate"), against 1/√d_k's final validation bits per byte and the trigram baseline."""
@@ -107,7 +107,7 @@ def lm_card(analysis: dict, lang: str) -> Card | None:
         return None
     d_k = max(d_ks)
     own = {opt: _lm_row(verdicts, "unscaled", d_k, f"{opt}-own-best") for opt in ("adamw", "sgd")}
-    value = training_value({opt: row.get("verdict") for opt, row in own.items()}, lang)
+    value = training_value({opt: row.get("verdict") for opt, row in own.items()})
     if not value:
         return None
     ref = {opt: _lm_row(verdicts, analysis.get("reference_rule", "inverse_sqrt_dk"), d_k, f"{opt}-own-best")
@@ -115,8 +115,8 @@ def lm_card(analysis: dict, lang: str) -> Card | None:
     trigram = next((r.get("bpb") for r in (analysis.get("baselines") or {}).get("rows") or []
                     if r.get("name") == "trigram"), None)
     sub = _("validation bits per byte, unscaled, each at its own best rate: "
-            "AdamW {adamw}, SGD {sgd} (1/√d_k: {adamw_ref}, {sgd_ref}; a trigram table: {trigram}).", lang, adamw=_bpb(own["adamw"]), sgd=_bpb(own["sgd"]), adamw_ref=_bpb(ref["adamw"]), sgd_ref=_bpb(ref["sgd"]), trigram=number(trigram, digits=3))
-    return Card(_("a small GPT on real text without ÷√d_k at d_k = {d}", lang, d=d_k), value, sub, "#exp-lm")
+            "AdamW {adamw}, SGD {sgd} (1/√d_k: {adamw_ref}, {sgd_ref}; a trigram table: {trigram}).", adamw=_bpb(own["adamw"]), sgd=_bpb(own["sgd"]), adamw_ref=_bpb(ref["adamw"]), sgd_ref=_bpb(ref["sgd"]), trigram=number(trigram, digits=3))
+    return Card(_("a small GPT on real text without ÷√d_k at d_k = {d}", d=d_k), value, sub, "#exp-lm")
 
 
 def real_model_value(ratio: float | None) -> str:
@@ -127,7 +127,7 @@ def real_model_value(ratio: float | None) -> str:
         "better" if ratio < 1 / SAME_WITHIN else "same"
 
 
-def real_model_card(data: dict, lang: str) -> Card | None:
+def real_model_card(data: dict) -> Card | None:
     """The SmolLM2 card: its perplexity on the text with its trained scale and with the scale removed
     (α = √d_k), from the rescale result's analysis."""
     a = data.get("analysis") or {}
@@ -136,8 +136,8 @@ def real_model_card(data: dict, lang: str) -> Card | None:
         return None
     ratio = None if without is None or not with_scale else without / with_scale
     name = (data.get("model") or {}).get("name", "SmolLM2")
-    return Card(_("{model}: its trained scale removed", lang, model=name), _(REAL_MODEL_VALUES[real_model_value(ratio)], lang, r=number(ratio, digits=3)),
-                _("perplexity {with_scale} with 1/√d_k, {without} with none (α = {alpha}).", lang, with_scale=number(with_scale, digits=3), without=number(without, digits=3), alpha=number(data.get("unscaled_alpha"), digits=3)), "#exp-rescale")
+    return Card(_("{model}: its trained scale removed", model=name), _(REAL_MODEL_VALUES[real_model_value(ratio)], r=number(ratio, digits=3)),
+                _("perplexity {with_scale} with 1/√d_k, {without} with none (α = {alpha}).", with_scale=number(with_scale, digits=3), without=number(without, digits=3), alpha=number(data.get("unscaled_alpha"), digits=3)), "#exp-rescale")
 
 
 # (kind, card function, what it reads from the data)
@@ -145,7 +145,7 @@ CARDS = (("train/scale-vs-dk", training_card, "analysis"), ("train/lm", lm_card,
          ("rescale/smollm2", real_model_card, None))
 
 
-def cards(root, lang: str) -> list[Card]:
+def cards(root) -> list[Card]:
     """The headline cards whose results exist under ``root`` (or ship as references), each labelled
     with the result it shows."""
     out = []
@@ -153,11 +153,11 @@ def cards(root, lang: str) -> list[Card]:
         try:
             env = results.read_preferred(kind, root)
             data = env.data if part is None else env.data.get(part) or {}
-            card = make(data, lang)
+            card = make(data)
         except (results.ResultError, KeyError, TypeError, ValueError, AttributeError):
             continue
         if card is not None:
-            sub = _("{sub} ({origin})", lang, sub=card.sub, origin=_(ORIGINS[env.origin], lang))
+            sub = _("{sub} ({origin})", sub=card.sub, origin=_(ORIGINS[env.origin]))
             out.append(Card(card.label, card.value, sub, card.href))
     return out
 

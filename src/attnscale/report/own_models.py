@@ -37,7 +37,7 @@ def how_to(family: str, name: str) -> str:
     return f"attnscale {family} --model PATH --name {name}"
 
 
-def render_own(family: str, name: str, root, lang: str) -> RenderedChapter | None:
+def render_own(family: str, name: str, root) -> RenderedChapter | None:
     """The chapter of the user's model ``name`` in ``family``: None when it has no such result; an
     error box when the result cannot be read or rendered (the rest of the page is unaffected)."""
     module, title = FAMILIES[family]
@@ -46,15 +46,15 @@ def render_own(family: str, name: str, root, lang: str) -> RenderedChapter | Non
     try:
         env = results.read_preferred(kind, root)
         model = env.data["model"]
-        heading = quick_title(_(title, lang, name=model["name"], architecture=model["architecture"]), env, lang)
-        html = source_line(env, how_to(family, name), lang) + module.render(env, lang)
+        heading = quick_title(_(title, name=model["name"], architecture=model["architecture"]), env)
+        html = source_line(env, how_to(family, name)) + module.render(env)
         return RenderedChapter(f"own-{family}-{name}", heading, html, "rendered", kind, env)
     except results.ResultMissing:
         return None
     except Exception as err:   # noqa: BLE001  (a malformed result or a renderer's bug: one box, not the page)
-        heading = _(title, lang, name=name, architecture="?")
+        heading = _(title, name=name, architecture="?")
         return RenderedChapter(f"own-{family}-{name}", heading, error_box(
-            _("This chapter could not be rendered; the rest of the report is unaffected.", lang), err=err),
+            _("This chapter could not be rendered; the rest of the report is unaffected."), err=err),
             "error", kind, env)
 
 
@@ -65,21 +65,21 @@ def _read(kind: str, root) -> results.Envelope | None:
         return None
 
 
-def _scale_cell(model: dict, lang: str) -> str:
+def _scale_cell(model: dict) -> str:
     rules = model.get("scale_rules") or []
-    texts = list(dict.fromkeys(probe_chapter.scale_text(rule, lang) for rule in rules))
+    texts = list(dict.fromkeys(probe_chapter.scale_text(rule) for rule in rules))
     if not texts:
         return number(model.get("scale"), ".4g")
     if len(texts) == 1:
         return texts[0]
-    return _("{first} … {last} (differs per layer)", lang, first=texts[0], last=texts[-1])
+    return _("{first} … {last} (differs per layer)", first=texts[0], last=texts[-1])
 
 
 def _margin(factor) -> str:
     return "—" if factor is None else f"×{number(factor)}"
 
 
-def comparison_row(probe: results.Envelope | None, rescale: results.Envelope | None, lang: str) -> list[str]:
+def comparison_row(probe: results.Envelope | None, rescale: results.Envelope | None) -> list[str]:
     """One model's row: name, whose, architecture, parameters, scale, median Var(q·k) ratio, heads with
     more than half their weight on the first token, float16 headroom (model's scale, scale removed),
     perplexity at α = COMPARED_ALPHA over α = 1 (a language model that was rescaled with that α)."""
@@ -87,39 +87,39 @@ def comparison_row(probe: results.Envelope | None, rescale: results.Envelope | N
     a = probe.data.get("analysis") if probe is not None else None
     f16 = probe.data.get("float16") if probe is not None else None
     ratio = (rescale.data.get("analysis", {}).get("perplexity_ratio") or {}) if rescale is not None else {}
-    return [model["name"], _(WHOSE[bool(model.get("user"))], lang), model.get("architecture", "—"),
+    return [model["name"], _(WHOSE[bool(model.get("user"))]), model.get("architecture", "—"),
             number(model.get("n_parameters"), digits=3) if model.get("n_parameters") is not None else "—",
-            _scale_cell(model, lang),
+            _scale_cell(model),
             number(a["ratio_pair"]["median"]) if a else "—",
             f"{a['sink_first']['over_half']} / {a['n_heads']}" if a else "—",
             f"{_margin(f16['margin'])}, {_margin(f16['margin_unscaled'])}" if f16 else "—",
             number(ratio.get(f"{COMPARED_ALPHA:g}"), ".3g") if ratio.get(f"{COMPARED_ALPHA:g}") is not None else "—"]
 
 
-def comparison(names: list[str], root, lang: str) -> str:
+def comparison(names: list[str], root) -> str:
     """The table of every model with a result (the bundled ones first, then the user's), and its lead."""
     pairs = [(_read(p, root), _read(r, root)) for p, r in BUNDLED]
     pairs += [(_read(results.user_kind("probe", n), root), _read(results.user_kind("rescale", n), root)) for n in names]
-    rows = [comparison_row(p, r, lang) for p, r in pairs if p is not None or r is not None]
-    header = [_("model", lang), _("whose", lang), _("architecture", lang), _("parameters", lang), _("scale", lang),
-              _("median Var(q·k) ratio (pairs)", lang), _("heads with > ½ weight on the first token", lang),
-              _("float16 headroom (model's scale, scale removed)", lang),
-              _("perplexity at α = {alpha} / at α = 1", lang, alpha=COMPARED_ALPHA)]
-    lead = _("Every model with a probe or rescale result here, the bundled ones first, each read from its own result (its chapter says which run). A dash: the result does not hold that figure (no probe, no rescale with α = {alpha}, or an encoder, which has no perplexity).", lang, alpha=COMPARED_ALPHA)
+    rows = [comparison_row(p, r) for p, r in pairs if p is not None or r is not None]
+    header = [_("model"), _("whose"), _("architecture"), _("parameters"), _("scale"),
+              _("median Var(q·k) ratio (pairs)"), _("heads with > ½ weight on the first token"),
+              _("float16 headroom (model's scale, scale removed)"),
+              _("perplexity at α = {alpha} / at α = 1", alpha=COMPARED_ALPHA)]
+    lead = _("Every model with a probe or rescale result here, the bundled ones first, each read from its own result (its chapter says which run). A dash: the result does not hold that figure (no probe, no rescale with α = {alpha}, or an encoder, which has no perplexity).", alpha=COMPARED_ALPHA)
     return para(lead) + table(header, rows, cls="numeric")
 
 
-def own_chapters(root, lang: str) -> tuple[list[RenderedChapter], str | None]:
+def own_chapters(root) -> tuple[list[RenderedChapter], str | None]:
     """The chapters of the user's models under ``root`` (each model's probe, then its rescale) and
     the comparison table's HTML (None when the user has no model here)."""
     names = user_names(root)
     chapters = [ch for name in names for family in FAMILIES
-                if (ch := render_own(family, name, root, lang)) is not None]
-    return chapters, (comparison(names, root, lang) if names else None)
+                if (ch := render_own(family, name, root)) is not None]
+    return chapters, (comparison(names, root) if names else None)
 
 
-def comparison_title(lang: str) -> str:
-    return _("Your models beside the bundled ones", lang)
+def comparison_title() -> str:
+    return _("Your models beside the bundled ones")
 
 
 __all__ = ["own_chapters", "comparison", "comparison_row", "comparison_title", "user_names", "render_own"]

@@ -105,7 +105,7 @@ def responsive_figure(draw, alt: str, caption: str = "", px_per_inch: float | No
     :data:`attnscale.report.narrow.NARROW_BREAKPOINT_PX`). ``px_per_inch`` caps the wide one's width
     at that many CSS px per inch drawn (a small figure is not blown up to the column).
 
-        html = responsive_figure(lambda: saturation(data, lang), alt, caption)
+        html = responsive_figure(lambda: saturation(data), alt, caption)
     """
     fig = draw()
     max_px = round(fig.get_figwidth() * px_per_inch) if px_per_inch else None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from attnscale.i18n import N_, TextError, _
+from attnscale.i18n import N_, TextError, _, current_lang
 from attnscale.report import figures, seed_words
 from attnscale.report.experiments import provenance_line, quick_title
 from attnscale.report.html import error_box, esc
@@ -43,77 +43,77 @@ BEYOND_PARTS: tuple[tuple[str, str], ...] = (("broken", "broken_assumptions"), (
                                             ("ssmax", "ssmax"), ("give", "give_away"))
 
 
-def figure_html(block: str, data: dict, lang: str, keys: tuple[str, ...] | None = None,
+def figure_html(block: str, data: dict, keys: tuple[str, ...] | None = None,
                 values: dict | None = None) -> str:
     """The figure for ``data[block]`` (only its entries ``keys`` when given) as inline SVG, a note
     when the block is absent, or an error box when it cannot be drawn. ``values`` fill the
     caption's placeholders (default: :func:`attnscale.report.seed_words.facts` of ``data``)."""
-    alt, cap = caption(block, lang, values if values is not None else facts(data, lang))
+    alt, cap = caption(block, values if values is not None else facts(data))
     block_data = data.get(block)
     if block_data is not None and keys is not None:
         block_data = {k: block_data[k] for k in keys if k in block_data} or None
     if block_data is None:
-        return f'<p class="note">{esc(_("The verification produced no data for this figure.", lang))} <code>{esc(block)}</code></p>'
+        return f'<p class="note">{esc(_("The verification produced no data for this figure."))} <code>{esc(block)}</code></p>'
     draw: Callable = getattr(figures, block)
     try:
         # Drawn for the column and for a phone; a narrow figure is not blown up to the column's
         # width: at most 130 CSS px per inch drawn.
-        return responsive_figure(lambda: draw(block_data, lang), alt, cap, px_per_inch=130)
+        return responsive_figure(lambda: draw(block_data), alt, cap, px_per_inch=130)
     except Exception as err:   # a data block of an unexpected shape: say so, keep the page
-        return error_box(_("This figure could not be drawn:", lang), block, err)
+        return error_box(_("This figure could not be drawn:"), block, err)
 
 
 def _paras(paras: list[str]) -> str:
     return "".join(f'<p class="lead">{esc(p)}</p>' if i == 0 else f"<p>{esc(p)}</p>" for i, p in enumerate(paras))
 
 
-def seed_post_html(lang: str) -> str:
+def seed_post_html() -> str:
     """The blog post this page checks: title, author, where it was published, linked."""
     post = SEED_POST
-    copy = _("This page checks the Chinese translation kept with attnscale; “the blog post” below always means it, and “random seed” the generator's seed.", lang)
-    return (f'<p class="note seed-post">{esc(_("The blog post checked here:", lang))} '
-            f'<a href="{esc(post["url"])}">{esc(pretty(_(post["title"], lang)))}</a>, '
-            f'{esc(post["author"])}, {esc(_(post["published"], lang))}. '
+    copy = _("This page checks the Chinese translation kept with attnscale; “the blog post” below always means it, and “random seed” the generator's seed.")
+    return (f'<p class="note seed-post">{esc(_("The blog post checked here:"))} '
+            f'<a href="{esc(post["url"])}">{esc(pretty(_(post["title"])))}</a>, '
+            f'{esc(post["author"])}, {esc(_(post["published"]))}. '
             f'{esc(copy)}</p>')
 
 
-def chapter_body(chapter: str, claims: list[dict], data: dict, lang: str, seed: int, values: dict | None = None) -> str:
-    values = values if values is not None else facts(data, lang)
-    body = [_paras(seed_words.paragraphs(chapter, lang, values))]
+def chapter_body(chapter: str, claims: list[dict], data: dict, seed: int, values: dict | None = None) -> str:
+    values = values if values is not None else facts(data)
+    body = [_paras(seed_words.paragraphs(chapter, values))]
     if chapter == "formula":
-        body.append(seed_post_html(lang))
+        body.append(seed_post_html())
     if chapter == "without_scaling":
-        body.append(widget_html(seed, lang))
+        body.append(widget_html(seed))
     for block, keys in CHAPTER_FIGURES.get(chapter, ()):
-        body.append(figure_html(block, data, lang, keys, values))
+        body.append(figure_html(block, data, keys, values))
     if chapter == "beyond":
         for key, block in BEYOND_PARTS:
-            heading, para = seed_words.subsection(key, lang, values)
-            body.append(f"<h3>{esc(heading)}</h3><p>{esc(para)}</p>{figure_html(block, data, lang, None, values)}")
-        body.append(f'<h3>{esc(_("verdict", lang).capitalize())}</h3>')
-    body.append(claim_list(claims, lang))
+            heading, para = seed_words.subsection(key, values)
+            body.append(f"<h3>{esc(heading)}</h3><p>{esc(para)}</p>{figure_html(block, data, None, values)}")
+        body.append(f'<h3>{esc(_("verdict").capitalize())}</h3>')
+    body.append(claim_list(claims))
     return "".join(body)
 
 
-def seed_sections(verify, lang: str, seed: int,
+def seed_sections(verify, seed: int,
                   tick: Callable[[str], None] = lambda label: None) -> list[Section]:
     """One Section per chapter of the outline in the verification result ``verify`` (an
     :class:`attnscale.results.Envelope` of kind ``verify``), in its order; a quick result is labelled
     beside each title, and the first chapter of each part says where and when it was computed."""
     claims, data, outline = verify.data["claims"], verify.data["series"], verify.data["chapters"]
-    values = facts(data, lang, verify.config, outline)
+    values = facts(data, verify.config, outline)
     sections, part = [], None
     for entry in outline:
         chapter = entry["id"]
         mine = [c for c in claims if c.get("chapter") == chapter]
         try:
-            html = chapter_body(chapter, mine, data, lang, seed, values)
+            html = chapter_body(chapter, mine, data, seed, values)
         except TextError as err:     # the result lacks a value the chapter's prose names
-            html = error_box(_("This chapter could not be rendered; the rest of the report is unaffected.", lang), err=err)
+            html = error_box(_("This chapter could not be rendered; the rest of the report is unaffected."), err=err)
         if entry["part"] != part:
             part = entry["part"]
-            html = provenance_line(verify, lang) + html
-        sections.append(Section(id=chapter.replace("_", "-"), title=quick_title(seed_words.title(chapter, lang), verify, lang),
+            html = provenance_line(verify) + html
+        sections.append(Section(id=chapter.replace("_", "-"), title=quick_title(seed_words.title(chapter), verify),
                                 html=html, part=part, verdicts=[c.get("verdict", "") for c in mine]))
         tick(sections[-1].title)
     return sections
@@ -129,14 +129,14 @@ GLANCE_CARDS = {
 }
 
 
-def lang_links(lang: str, pages: dict[str, str]) -> str:
+def lang_links(pages: dict[str, str]) -> str:
     """Links to this page in the other languages (each page links to the others)."""
-    links = "".join(f'<a href="{esc(name)}" hreflang="{esc(other)}">{esc(_(LANG_NAMES[other], lang))}</a>'
-                    for other, name in pages.items() if other != lang)
+    links = "".join(f'<a href="{esc(name)}" hreflang="{esc(other)}">{esc(_(LANG_NAMES[other]))}</a>'
+                    for other, name in pages.items() if other != current_lang())
     return f'<p class="lang-switch">{links}</p>' if links else ""
 
 
-def glance_html(data: dict, lang: str) -> str:
+def glance_html(data: dict) -> str:
     """Three measured numbers for the top of the page, looked up in the verification's data (never
     computed here); a card whose data is missing is left out."""
     cards = []
@@ -144,9 +144,9 @@ def glance_html(data: dict, lang: str) -> str:
         g = next(iter(data["variance_vs_dk"].values()))
         i = len(g["d_k"]) - 1
         d_k = int(g["d_k"][i])      # a dimension: "d_k = 4096", as every other d_k on the page (not 4,096)
-        said = pretty(_("the blog post says d_k = {d}", lang, d=d_k))
-        cards.append((pretty(_("Var(q·k) at d_k = {d}, measured", lang, d=d_k)), number(g["estimate"][i], digits=4),
-                      f'{_("CI", lang)} [{number(g["ci_low"][i], digits=4)}, {number(g["ci_high"][i], digits=4)}] · {said}'))
+        said = pretty(_("the blog post says d_k = {d}", d=d_k))
+        cards.append((pretty(_("Var(q·k) at d_k = {d}, measured", d=d_k)), number(g["estimate"][i], digits=4),
+                      f'{_("CI")} [{number(g["ci_low"][i], digits=4)}, {number(g["ci_high"][i], digits=4)}] · {said}'))
     except (KeyError, IndexError, StopIteration, TypeError):
         pass
     for block, figure, card in (("saturation", "max_weight", GLANCE_CARDS["saturation"]),
@@ -157,11 +157,11 @@ def glance_html(data: dict, lang: str) -> str:
             d_ks = rows["d_k"]
             i = d_ks.index(64) if block == "saturation" and 64 in d_ks else len(d_ks) - 1
             per = rows["by_n"][n]
-            sub = pretty(_("with ÷√d_k: {value}", lang, value=number(per["scaled"][figure]["median"][i], digits=2)))
+            sub = pretty(_("with ÷√d_k: {value}", value=number(per["scaled"][figure]["median"][i], digits=2)))
             cross = (rows.get("crossover") or {}).get(n) or {}
             if cross.get("d_k") is not None:      # the curve is not monotone: say from where it is below
-                sub += " · " + pretty(_("unscaled is below it only from d_k = {d} on", lang, d=cross["d_k"]))
-            cards.append((pretty(_(card, lang, d=d_ks[i], n=n)), number(per["unscaled"][figure]["median"][i], digits=2), sub))
+                sub += " · " + pretty(_("unscaled is below it only from d_k = {d} on", d=cross["d_k"]))
+            cards.append((pretty(_(card, d=d_ks[i], n=n)), number(per["unscaled"][figure]["median"][i], digits=2), sub))
         except (KeyError, IndexError, StopIteration, TypeError, ValueError):
             pass
     if not cards:

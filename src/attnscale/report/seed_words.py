@@ -149,8 +149,8 @@ JACOBIAN_CLAUSES = {
 }
 
 
-def facts(data: dict, lang: str, config: dict | None = None, outline: list | None = None) -> dict[str, str]:
-    """The values of the prose's placeholders in ``lang``, from the verification's result (its
+def facts(data: dict, config: dict | None = None, outline: list | None = None) -> dict[str, str]:
+    """The values of the prose's placeholders in the bound language, from the verification's result (its
     settings, formatted, never typed here): which d_k the histograms use, which n the saturation rows
     have, SSMax's s, the range of d_k of the variance, the reading of the Jacobian's curve, the
     confidence level (``config``), the number of the blog post's chapters (``outline``). A value the
@@ -166,47 +166,47 @@ def facts(data: dict, lang: str, config: dict | None = None, outline: list | Non
     hist = data.get("dot_histograms") or {}
     dks = [str(h.get("d_k", k)) for k, h in hist.items()]
     if dks:
-        out["hist_dks"] = listed(dks, lang)
+        out["hist_dks"] = listed(dks)
         out["n_hist"] = str(len(dks))
     ns = list((data.get("saturation") or {}).get("by_n", {}))
     if ns:
-        out["sat_ns"] = listed(ns, lang)
-    out["jac_story"] = jacobian_story(data.get("jacobian") or {}, lang)
+        out["sat_ns"] = listed(ns)
+    out["jac_story"] = jacobian_story(data.get("jacobian") or {})
     if (data.get("ssmax") or {}).get("s") is not None:
         out["ssmax_s"] = f'{data["ssmax"]["s"]:g}'
     return out
 
 
-def jacobian_story(jac: dict, lang: str) -> str:
+def jacobian_story(jac: dict) -> str:
     """The Jacobian caption's reading of the curve, from the verification's crossover per n (where the
     unscaled median drops below the scaled one for good) and the d_k of its peak; without them, only
     what the figure shows."""
     cross, peaks = jac.get("crossover"), jac.get("peak_d_k") or {}
     if not cross:
-        return _("Compare the red (unscaled) and blue (÷√d_k) medians at each d_k.", lang)
-    clauses = [_(JACOBIAN_CLAUSES[c.get("d_k") is not None, n in peaks], lang, n=n, d_k=c.get("d_k"), peak=peaks.get(n))
+        return _("Compare the red (unscaled) and blue (÷√d_k) medians at each d_k.")
+    clauses = [_(JACOBIAN_CLAUSES[c.get("d_k") is not None, n in peaks], n=n, d_k=c.get("d_k"), peak=peaks.get(n))
                for n, c in cross.items()]
-    return _("The unscaled median, per number of keys: {items}.", lang,
-             items=_("; ", lang, msgctxt="clauses").join(clauses))
+    return _("The unscaled median, per number of keys: {items}.",
+             items=_("; ", msgctxt="clauses").join(clauses))
 
 
-def title(chapter: str, lang: str) -> str:
+def title(chapter: str) -> str:
     """The title of the blog post's chapter ``chapter`` (an id of the verification's outline)."""
-    return pretty(_(CHAPTERS[chapter].title, lang))
+    return pretty(_(CHAPTERS[chapter].title))
 
 
-def paragraphs(chapter: str, lang: str, values: dict) -> list[str]:
+def paragraphs(chapter: str, values: dict) -> list[str]:
     """The paragraphs of ``chapter``, placeholders filled from ``values`` (:func:`facts`)."""
-    return [pretty(_(p, lang, **values)) for p in CHAPTERS[chapter].paras]
+    return [pretty(_(p, **values)) for p in CHAPTERS[chapter].paras]
 
 
-def subsection(key: str, lang: str, values: dict) -> tuple[str, str]:
+def subsection(key: str, values: dict) -> tuple[str, str]:
     """(heading, paragraph) of the beyond chapter's subsection ``key``."""
     heading, para = BEYOND[key]
-    return pretty(_(heading, lang)), pretty(_(para, lang, **values))
+    return pretty(_(heading)), pretty(_(para, **values))
 
 
-def caption(block: str, lang: str, values: dict) -> tuple[str, str]:
+def caption(block: str, values: dict) -> tuple[str, str]:
     """(alt text, caption) of the figure drawn from data block ``block``, filled from ``values``."""
     alt, cap = CAPTIONS[block]
-    return pretty(_(alt, lang, **values)), pretty(_(cap, lang, **values))
+    return pretty(_(alt, **values)), pretty(_(cap, **values))

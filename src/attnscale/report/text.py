@@ -25,18 +25,18 @@ def pretty(text: str) -> str:
     return text.replace("d_{k}", "dₖ").replace("d_k", "dₖ")
 
 
-def rule_label(rule: str, lang: str, cap: float | None = None) -> str:
+def rule_label(rule: str, cap: float | None = None) -> str:
     """The name of the scale rule ``rule`` on the page. A soft-cap's names its cap: ``cap`` (what a
     result recorded), else the cap of the rule of that name in :data:`attnscale.scales.RULES`."""
     if rule not in RULE_LABELS:
         raise KeyError(f"rule: no label for the scale rule {rule!r}; expected one of {', '.join(RULE_LABELS)}")
     if cap is None and isinstance(RULES.get(rule), SoftCap):
         cap = RULES[rule].cap_value
-    return pretty(_(RULE_LABELS[rule], lang, cap=cap))
+    return pretty(_(RULE_LABELS[rule], cap=cap))
 
 
-def listed(items: list[str], lang: str) -> str:
+def listed(items: list[str]) -> str:
     """``items`` as a list in prose: "4, 64 and 512", "4、64、512"."""
     if len(items) == 1:
         return items[0]
-    return _(", ", lang, msgctxt="list").join(items[:-1]) + _(" and ", lang, msgctxt="list") + items[-1]
+    return _(", ", msgctxt="list").join(items[:-1]) + _(" and ", msgctxt="list") + items[-1]

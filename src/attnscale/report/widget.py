@@ -18,7 +18,7 @@ READOUTS = ((N_("entropy / ln n"), "w-entropy"), (N_("max weight"), "w-maxw"),
 D_MAX = 4096
 
 
-def rule_configs(lang: str) -> list[dict]:
+def rule_configs() -> list[dict]:
     """The rules the widget offers, with the parameters of attnscale.scales' named rules."""
     logn, qknorm, softcap = RULES["logn"], RULES["qknorm"], RULES["softcap"]
     softcap_unscaled = RULES["softcap_unscaled"]
@@ -36,16 +36,16 @@ def rule_configs(lang: str) -> list[dict]:
     ]
 
 
-def widget_config(seed: int, lang: str) -> dict:
-    rules = rule_configs(lang)
+def widget_config(seed: int) -> dict:
+    rules = rule_configs()
     for r in rules:
-        r["label"] = rule_label(r["id"], lang, r.get("cap"))
+        r["label"] = rule_label(r["id"], r.get("cap"))
         r["formula"] = pretty(r["formula"])
     return {
         "seed": int(seed) % 2 ** 32, "d_max": D_MAX, "d_k": 64, "n": 16, "n_choices": list(N_CHOICES),
         "rule": "inverse_sqrt_dk", "rules": rules,
-        "labels": {"key": _("key", lang), "keys_axis": _("keys", lang), "uniform": _("uniform", lang),
-                   "formula": _("logits", lang)},
+        "labels": {"key": _("key"), "keys_axis": _("keys"), "uniform": _("uniform"),
+                   "formula": _("logits")},
     }
 
 
@@ -53,26 +53,26 @@ def _script() -> str:
     return resources.files("attnscale.report").joinpath("widget.js").read_text(encoding="utf-8")
 
 
-def widget_html(seed: int, lang: str) -> str:
-    cfg = widget_config(seed, lang)
+def widget_html(seed: int) -> str:
+    cfg = widget_config(seed)
     options = "".join(f'<option value="{esc(r["id"])}"{" selected" if r["id"] == cfg["rule"] else ""}>'
                       f'{esc(r["label"])}</option>' for r in cfg["rules"])
     n_options = "".join(f'<option value="{n}"{" selected" if n == cfg["n"] else ""}>{n}</option>'
                         for n in cfg["n_choices"])
-    readouts = "".join(f'<div class="readout"><span>{esc(_(label, lang))}</span><output id="{oid}">–</output></div>'
+    readouts = "".join(f'<div class="readout"><span>{esc(_(label))}</span><output id="{oid}">–</output></div>'
                        for label, oid in READOUTS)
     # JSON inside <script>: "</" must not appear, or the HTML parser would end the script early.
     config_json = json.dumps(cfg, ensure_ascii=False).replace("</", "<\\/")
     return (
-        f'<div class="widget" id="widget"><h3 style="margin-top:0">{esc(_("Try it: one attention row", lang))}</h3>'
-        f'<p class="formula-line">{esc(pretty(_("A query q and n keys k with iid N(0, 1) components, drawn once from a seeded generator. Drag d_k and switch the scale rule: the bars are the softmax weights of this row.", lang)))}</p>'
+        f'<div class="widget" id="widget"><h3 style="margin-top:0">{esc(_("Try it: one attention row"))}</h3>'
+        f'<p class="formula-line">{esc(pretty(_("A query q and n keys k with iid N(0, 1) components, drawn once from a seeded generator. Drag d_k and switch the scale rule: the bars are the softmax weights of this row.")))}</p>'
         '<div class="controls">'
-        f'<div><label class="plain" for="w-dk">{esc(_("dₖ", lang))} <output id="w-dk-out">64</output></label>'
+        f'<div><label class="plain" for="w-dk">{esc(_("dₖ"))} <output id="w-dk-out">64</output></label>'
         '<input type="range" id="w-dk" min="0" max="48" step="1" value="24"></div>'
-        f'<div class="row2"><div><label for="w-rule">{esc(_("scale rule", lang))}</label>'
+        f'<div class="row2"><div><label for="w-rule">{esc(_("scale rule"))}</label>'
         f'<select id="w-rule">{options}</select></div>'
-        f'<div style="flex:0 0 5.5rem"><label for="w-n">{esc(_("keys n", lang))}</label><select id="w-n">{n_options}</select></div>'
-        f'<button type="button" id="w-resample" title="{esc(_("new sample", lang))}">↻</button></div>'
+        f'<div style="flex:0 0 5.5rem"><label for="w-n">{esc(_("keys n"))}</label><select id="w-n">{n_options}</select></div>'
+        f'<button type="button" id="w-resample" title="{esc(_("new sample"))}">↻</button></div>'
         '</div>'
         '<svg class="bars" role="img" aria-label="softmax weights" viewBox="0 0 640 240"></svg>'
         f'<div class="readouts" aria-live="polite">{readouts}</div><p class="formula-line" id="w-formula"></p></div>'

@@ -66,12 +66,12 @@ OPTIMISER_SENTENCES = {
 }
 
 
-def _rule(name: str, lang: str) -> str:
-    return rule_label(name, lang)
+def _rule(name: str) -> str:
+    return rule_label(name)
 
 
-def _baseline_name(row: dict, lang: str) -> str:
-    return _(BASELINE_NAMES[row["name"]], lang)
+def _baseline_name(row: dict) -> str:
+    return _(BASELINE_NAMES[row["name"]])
 
 
 def _baseline_lines(ax, baselines: list) -> None:
@@ -80,7 +80,7 @@ def _baseline_lines(ax, baselines: list) -> None:
             ax.axhline(row["bpb"], ls=":", color="#5d6677", lw=1)
 
 
-def _panels(curves: list, d_ks: list, rules: list, rows: list[tuple[str, str, bool]], lang: str, baselines=()):
+def _panels(curves: list, d_ks: list, rules: list, rows: list[tuple[str, str, bool]], baselines=()):
     """One column per d_k, one row per (curve key, axis label, log scale); a line per rule (AdamW)."""
     with style() as plt:
         fig, axes = plt.subplots(len(rows), len(d_ks), figsize=(3.4 * len(d_ks), 2.9 * len(rows)), squeeze=False,
@@ -93,7 +93,7 @@ def _panels(curves: list, d_ks: list, rules: list, rows: list[tuple[str, str, bo
                     y = c[key]["mean"] if key == "valid_bpb" else c[key]
                     pts = [(s, v) for s, v in zip(c["step"], y) if v is not None]
                     ax.plot([s for s, v in pts], [v for s, v in pts], color=SERIES[i % len(SERIES)],
-                            label=pretty(_rule(rule, lang)))
+                            label=pretty(_rule(rule)))
                     if key == "valid_bpb":
                         band = [(s, lo, hi) for s, lo, hi in zip(c["step"], c[key]["min"], c[key]["max"]) if lo is not None]
                         ax.fill_between([b[0] for b in band], [b[1] for b in band], [b[2] for b in band],
@@ -105,15 +105,15 @@ def _panels(curves: list, d_ks: list, rules: list, rows: list[tuple[str, str, bo
                     ax.set_yscale("log")
                 ax.set_title(pretty(f"d_k = {d_k}") if row == 0 else "")
                 if row == len(rows) - 1:
-                    ax.set_xlabel(_("step", lang))
+                    ax.set_xlabel(_("step"))
                 if col == 0:
-                    ax.set_ylabel(_(ylabel, lang))
+                    ax.set_ylabel(_(ylabel))
         fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside lower center", ncol=legend_columns(3),
                    fontsize=8.5)
     return fig
 
 
-def _lr_panels(grid: list, own_best: list, d_ks: list, rules: list, baselines: list, lang: str):
+def _lr_panels(grid: list, own_best: list, d_ks: list, rules: list, baselines: list):
     """Final loss (the LR sensitivity's score) against the rate: a row per optimiser, a column per
     d_k, a line per rule, its own best rate circled (the figure of Wortsman et al. 2023)."""
     from matplotlib.ticker import NullFormatter   # matplotlib loads only when a figure is drawn
@@ -128,7 +128,7 @@ def _lr_panels(grid: list, own_best: list, d_ks: list, rules: list, baselines: l
                     pts = sorted((g["lr"], g["score"]) for g in grid
                                  if (g["optimiser"], g["d_k"], g["rule"]) == (optimiser, d_k, rule) and g["score"] is not None)
                     color = SERIES[i % len(SERIES)]
-                    ax.plot([x for x, y in pts], [y for x, y in pts], color=color, marker=".", label=pretty(_rule(rule, lang)))
+                    ax.plot([x for x, y in pts], [y for x, y in pts], color=color, marker=".", label=pretty(_rule(rule)))
                     best = next(b["lr"] for b in own_best if (b["optimiser"], b["d_k"], b["rule"]) == (optimiser, d_k, rule))
                     ax.plot([x for x, y in pts if x == best], [y for x, y in pts if x == best], "o", mfc="none",
                             color=color, ms=9)
@@ -139,11 +139,11 @@ def _lr_panels(grid: list, own_best: list, d_ks: list, rules: list, baselines: l
                 rates = sorted({g["lr"] for g in grid if g["optimiser"] == optimiser})
                 ax.set_xticks(rates, [f"{lr:g}" for lr in rates])
                 ax.xaxis.set_minor_formatter(NullFormatter())
-                ax.set_title(pretty(f"{_(OPTIMISER_NAMES[optimiser], lang)} · d_k = {d_k}"))
+                ax.set_title(pretty(f"{_(OPTIMISER_NAMES[optimiser])} · d_k = {d_k}"))
                 if row == len(OPTIMISERS) - 1:
-                    ax.set_xlabel(_("peak learning rate", lang))
+                    ax.set_xlabel(_("peak learning rate"))
                 if col == 0:
-                    ax.set_ylabel(_("final validation bits per byte", lang))
+                    ax.set_ylabel(_("final validation bits per byte"))
         fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside lower center", ncol=legend_columns(3),
                    fontsize=8.5)
     return fig
@@ -157,69 +157,69 @@ def reference_finals(a: dict, optimiser: str) -> dict[str, float | None]:
     return {d: final.get((a["reference_rule"], d, lr)) for d, lr in a["reference_best_lr"][optimiser].items()}
 
 
-def reference_sentence(a: dict, optimiser: str, lang: str) -> str:
+def reference_sentence(a: dict, optimiser: str) -> str:
     """Where the 1/√d_k reference ends against the baselines with ``optimiser`` at its best rate: the
     caveat when it misses the bigram or the trigram at some d_k (naming the weakest one it misses),
     else the highest it beats at every d_k. Each optimiser's verdicts compare against its own reference."""
     rows = {r["order"]: r for r in a["baselines"]["rows"]}
     finals = reference_finals(a, optimiser)
-    name = _(OPTIMISER_NAMES[optimiser], lang)
-    listed_rows = _(", ", lang, msgctxt="list").join(f"d_k {d}: {number(v, '.3f')}" for d, v in finals.items())
+    name = _(OPTIMISER_NAMES[optimiser])
+    listed_rows = _(", ", msgctxt="list").join(f"d_k {d}: {number(v, '.3f')}" for d, v in finals.items())
     for order in CAVEAT_ORDERS:
         missed = [d for d, v in finals.items() if v is None or v >= rows[order]["bpb"]]
         if missed:
             return _("Caveat: the 1/√d_k reference, at its best {optimiser} rate, ends at {rows} bits per byte, not below the {missed} baseline at d_k = {dks}. "
-                     "There the models have not yet learned what counting the training bytes knows: the {optimiser} verdicts then describe early training, not a trained model.", lang, optimiser=name, rows=listed_rows, missed=_baseline_name(rows[order], lang), dks=listed(missed, lang))
+                     "There the models have not yet learned what counting the training bytes knows: the {optimiser} verdicts then describe early training, not a trained model.", optimiser=name, rows=listed_rows, missed=_baseline_name(rows[order]), dks=listed(missed))
     best = max(o for o in rows if all(v < rows[o]["bpb"] for v in finals.values()))
-    return _("The 1/√d_k reference, at its best {optimiser} rate, ends at {rows} bits per byte: below the {best} baseline at every d_k, so the {optimiser} verdicts compare models that have learned more than counts of byte {what} know.", lang, optimiser=name, rows=listed_rows, best=_baseline_name(rows[best], lang), what=_(COUNTED[best], lang))
+    return _("The 1/√d_k reference, at its best {optimiser} rate, ends at {rows} bits per byte: below the {best} baseline at every d_k, so the {optimiser} verdicts compare models that have learned more than counts of byte {what} know.", optimiser=name, rows=listed_rows, best=_baseline_name(rows[best]), what=_(COUNTED[best]))
 
 
-def best_rate_sentence(a: dict, optimiser: str, lang: str) -> str:
-    rates = _(", ", lang, msgctxt="list").join(f"d_k {k}: {v:g}" for k, v in a["reference_best_lr"][optimiser].items())
+def best_rate_sentence(a: dict, optimiser: str) -> str:
+    rates = _(", ", msgctxt="list").join(f"d_k {k}: {v:g}" for k, v in a["reference_best_lr"][optimiser].items())
     edge = [k for k, inside in a["reference_best_interior"][optimiser].items() if not inside]
-    name = _(OPTIMISER_NAMES[optimiser], lang)
-    return (_("The {optimiser} rate best for 1/√d_k lies at the edge of the grid at d_k = {dks} ({rates}): there the comparison at its best rate is not bracketed, and may not be its optimum.", lang, optimiser=name, dks=listed(edge, lang), rates=rates) if edge
-            else _("The {optimiser} rate best for 1/√d_k is inside the grid at every d_k ({rates}).", lang, optimiser=name, rates=rates))
+    name = _(OPTIMISER_NAMES[optimiser])
+    return (_("The {optimiser} rate best for 1/√d_k lies at the edge of the grid at d_k = {dks} ({rates}): there the comparison at its best rate is not bracketed, and may not be its optimum.", optimiser=name, dks=listed(edge), rates=rates) if edge
+            else _("The {optimiser} rate best for 1/√d_k is inside the grid at every d_k ({rates}).", optimiser=name, rates=rates))
 
 
-def _label(v: dict, lang: str) -> str:
-    return f"{_rule(v['rule'], lang)} d_k {v['d_k']} {_(SETTINGS[v['optimiser']], lang)}"
+def _label(v: dict) -> str:
+    return f"{_rule(v['rule'])} d_k {v['d_k']} {_(SETTINGS[v['optimiser']])}"
 
 
-def seeds_sentence(verdicts: list, seeds: int, reference: str, lang: str) -> str:
+def seeds_sentence(verdicts: list, seeds: int, reference: str) -> str:
     """Whether the seeds agree on every verdict (the reference's own rows aside), else which split."""
     if seeds < 2:
-        return _("One seed: the verdicts show no agreement between seeds.", lang)
+        return _("One seed: the verdicts show no agreement between seeds.")
     judged = [v for v in verdicts if v["verdict"] and v["rule"] != reference]
     split = [v for v in judged if v["seeds_agreeing"] < v["seeds"]]
     if not split:
-        return _("Every verdict is that of all {seeds} seeds.", lang, seeds=seeds)
-    return _("The seeds disagree on {split} of the {total} verdicts ({which}); the table gives how many agree.", lang, split=len(split), total=len(judged), which=_(" · ", lang).join(_label(v, lang) for v in split))
+        return _("Every verdict is that of all {seeds} seeds.", seeds=seeds)
+    return _("The seeds disagree on {split} of the {total} verdicts ({which}); the table gives how many agree.", split=len(split), total=len(judged), which=_(" · ").join(_label(v) for v in split))
 
 
-def halfway_sentence(verdicts: list, step: int, reference: str, lang: str) -> str:
+def halfway_sentence(verdicts: list, step: int, reference: str) -> str:
     """Whether the verdicts at the reference's rate (the reference's own rows aside) are the same
     judged on the first half of the runs."""
     at_ref = [v for v in verdicts if v["optimiser"] in OPTIMISERS and v["verdict"] and v["rule"] != reference]
     changed = [v for v in at_ref if v["verdict_halfway"] != v["verdict"]]
     if not changed:
-        return _("Judged on the same runs up to step {step} (half of them) instead, every verdict at the reference's rate is already the same: the second half of training does not change the answer.", lang, step=step)
-    which = _(" · ", lang).join(
-        _("{run}: {half} halfway, {end} at the end", lang, run=_label(v, lang), half=_(VERDICT_PHRASES[v["verdict_halfway"] or None], lang), end=_(VERDICT_PHRASES[v["verdict"]], lang)) for v in changed)
-    return _("Judged on the same runs up to step {step} (half of them) instead, {changed} of the {total} verdicts at the reference's rate change ({which}): those still depend on the step budget.", lang, step=step, changed=len(changed), total=len(at_ref), which=which)
+        return _("Judged on the same runs up to step {step} (half of them) instead, every verdict at the reference's rate is already the same: the second half of training does not change the answer.", step=step)
+    which = _(" · ").join(
+        _("{run}: {half} halfway, {end} at the end", run=_label(v), half=_(VERDICT_PHRASES[v["verdict_halfway"] or None]), end=_(VERDICT_PHRASES[v["verdict"]])) for v in changed)
+    return _("Judged on the same runs up to step {step} (half of them) instead, {changed} of the {total} verdicts at the reference's rate change ({which}): those still depend on the step budget.", step=step, changed=len(changed), total=len(at_ref), which=which)
 
 
-def sensitivity_sentence(a: dict, rules: list, d_k: int, lang: str) -> str:
+def sensitivity_sentence(a: dict, rules: list, d_k: int) -> str:
     rows = []
     for optimiser in OPTIMISERS:
         values = {s["rule"]: s["lr_sensitivity"] for s in a["lr_sensitivity"]
                   if (s["optimiser"], s["d_k"]) == (optimiser, d_k)}
-        rows.append(_("{optimiser}: {rules}", lang, optimiser=_(OPTIMISER_NAMES[optimiser], lang), rules=_(", ", lang, msgctxt="list").join(
-            _("{rule} {value}", lang, rule=_rule(r, lang), value=number(values.get(r), ".3f")) for r in rules)))
-    return _("Learning-rate sensitivity (Wortsman et al. 2023: the mean over the grid of min(final, initial) loss, a diverged run at its initial loss, minus the best), at d_k = {dk}: {rows} bits per byte.", lang, dk=d_k, rows=_("; ", lang, msgctxt="clauses").join(rows))
+        rows.append(_("{optimiser}: {rules}", optimiser=_(OPTIMISER_NAMES[optimiser]), rules=_(", ", msgctxt="list").join(
+            _("{rule} {value}", rule=_rule(r), value=number(values.get(r), ".3f")) for r in rules)))
+    return _("Learning-rate sensitivity (Wortsman et al. 2023: the mean over the grid of min(final, initial) loss, a diverged run at its initial loss, minus the best), at d_k = {dk}: {rows} bits per byte.", dk=d_k, rows=_("; ", msgctxt="clauses").join(rows))
 
 
-def flat_sensitivity_sentences(a: dict, rules: list, d_k: int, lang: str) -> list[str]:
+def flat_sensitivity_sentences(a: dict, rules: list, d_k: int) -> list[str]:
     """Per optimiser: when the rule least sensitive to the rate at ``d_k`` is also one whose best
     loss is above TARGET_FACTOR × the reference's best, say that its curve is flat because no rate of
     the grid trains it well (a low sensitivity is not a virtue then)."""
@@ -234,7 +234,7 @@ def flat_sensitivity_sentences(a: dict, rules: list, d_k: int, lang: str) -> lis
             continue
         flat = min(sens, key=sens.__getitem__)
         if best[flat] is not None and best[flat] > a["target_factor"] * ref:
-            out.append(_("With {optimiser} at d_k = {dk}, {rule} is the least sensitive ({value}), but its best loss over the grid, {best}, is above the 1/√d_k reference's {ref}: its curve is flat because no rate of the grid trains it well.", lang, rule=_rule(flat, lang), optimiser=_(OPTIMISER_NAMES[optimiser], lang), dk=d_k, value=number(sens[flat], ".3f"), best=number(best[flat], ".3f"), ref=number(ref, ".3f")))
+            out.append(_("With {optimiser} at d_k = {dk}, {rule} is the least sensitive ({value}), but its best loss over the grid, {best}, is above the 1/√d_k reference's {ref}: its curve is flat because no rate of the grid trains it well.", rule=_rule(flat), optimiser=_(OPTIMISER_NAMES[optimiser]), dk=d_k, value=number(sens[flat], ".3f"), best=number(best[flat], ".3f"), ref=number(ref, ".3f")))
     return out
 
 
@@ -243,15 +243,15 @@ def optimisers_key(adamw_verdict: str, sgd_verdict: str) -> tuple[bool, bool]:
     return adamw_verdict in GOOD, sgd_verdict in GOOD
 
 
-def optimisers_sentence(verdicts: list, d_k: int, lang: str, rule: str = "unscaled") -> str | None:
+def optimisers_sentence(verdicts: list, d_k: int, rule: str = "unscaled") -> str | None:
     """What AdamW and SGD each show for ``rule`` at ``d_k``, each at its own best rate: one of four
     sentences by whether each verdict is faster/learns or not. None when either cannot be judged."""
     find = lambda o: next((v for v in verdicts if (v["rule"], v["d_k"], v["optimiser"]) == (rule, d_k, o)), None)   # noqa: E731
     adam, sgd = find("adamw-own-best"), find("sgd-own-best")
     if not adam or not sgd or not adam["verdict"] or not sgd["verdict"]:
         return None
-    return _(OPTIMISER_SENTENCES[optimisers_key(adam["verdict"], sgd["verdict"])], lang, dk=d_k,
-             adamw_verdict=_(VERDICT_PHRASES[adam["verdict"]], lang), sgd_verdict=_(VERDICT_PHRASES[sgd["verdict"]], lang))
+    return _(OPTIMISER_SENTENCES[optimisers_key(adam["verdict"], sgd["verdict"])], dk=d_k,
+             adamw_verdict=_(VERDICT_PHRASES[adam["verdict"]]), sgd_verdict=_(VERDICT_PHRASES[sgd["verdict"]]))
 
 
 def decided_ratio(v: dict) -> float | None:
@@ -275,18 +275,18 @@ def glance_key(verdicts: list, reference: str) -> tuple[bool, bool]:
     return tuple(bool(_bad_at_own_best(verdicts, o, reference)[0]) for o in OPTIMISERS)
 
 
-def glance_sentence(verdicts: list, reference: str, lang: str) -> str:
+def glance_sentence(verdicts: list, reference: str) -> str:
     """What the verdict table shows, in one sentence: where a rule does not reach the target, each
     optimiser at the rule's own best rate, and how many verdicts of each kind the table holds."""
     judged = [v for v in verdicts if v["rule"] != reference and v["verdict"]]
-    counts = listed([_("{n} {verdict}", lang, n=n, verdict=_(TRAINING_VERDICT_MARK[k], lang))
-                     for k in TRAINING_VERDICTS if (n := sum(v["verdict"] == k for v in judged))], lang) if judged else "0"
+    counts = listed([_("{n} {verdict}", n=n, verdict=_(TRAINING_VERDICT_MARK[k]))
+                     for k in TRAINING_VERDICTS if (n := sum(v["verdict"] == k for v in judged))]) if judged else "0"
     where = {}
     for o in OPTIMISERS:
         rules, dks = _bad_at_own_best(verdicts, o, reference)
-        where[f"{o}_rules"] = listed([_rule(r, lang) for r in rules], lang) if rules else ""
-        where[f"{o}_dks"] = listed([str(d) for d in dks], lang) if dks else ""
-    return _(GLANCE_SENTENCES[glance_key(verdicts, reference)], lang, n=len(judged), counts=counts, **where)
+        where[f"{o}_rules"] = listed([_rule(r) for r in rules]) if rules else ""
+        where[f"{o}_dks"] = listed([str(d) for d in dks]) if dks else ""
+    return _(GLANCE_SENTENCES[glance_key(verdicts, reference)], n=len(judged), counts=counts, **where)
 
 
 #: What the table marks of a verdict that does not hold (see robustness_sentence).
@@ -312,34 +312,34 @@ def robustness_key(verdicts: list, reference: str) -> tuple[bool, bool]:
     return (any(not _holds(v) for v in judged), any(_holds(v) and v["verdict"] not in GOOD for v in judged))
 
 
-def robustness_sentence(verdicts: list, band: list, reference: str, lang: str) -> str:
+def robustness_sentence(verdicts: list, band: list, reference: str) -> str:
     """Which verdicts hold for every target of ``band`` (factors of the reference's final loss) and
     with another step budget, and what the table's marks say of the others."""
     judged = [v for v in verdicts if v["rule"] != reference and v["verdict"]]
-    robust_bad = [_("{run} ({verdict})", lang, run=_label(v, lang), verdict=_(TRAINING_VERDICT_MARK[v["verdict"]], lang))
+    robust_bad = [_("{run} ({verdict})", run=_label(v), verdict=_(TRAINING_VERDICT_MARK[v["verdict"]]))
                   for v in judged if _holds(v) and v["verdict"] not in GOOD]
-    return _(ROBUSTNESS_SENTENCES[robustness_key(verdicts, reference)], lang, lo=band[0], hi=band[1], n=len(judged),
-             robust=sum(_holds(v) for v in judged), robust_bad=_(" · ", lang).join(robust_bad),
+    return _(ROBUSTNESS_SENTENCES[robustness_key(verdicts, reference)], lo=band[0], hi=band[1], n=len(judged),
+             robust=sum(_holds(v) for v in judged), robust_bad=_(" · ").join(robust_bad),
              target=sum(v["robust_to_target"] is False for v in judged),
              budget=sum(v["robust_to_budget"] is False for v in judged))
 
 
-def collapse_sentence(a: dict, lang: str) -> str | None:
+def collapse_sentence(a: dict) -> str | None:
     """How many runs collapsed to the uniform prediction, counted as diverged; None when none did."""
     c = a.get("collapse") or {}
     if not c.get("runs"):
         return None
-    return _("{n} run(s) ended at the uniform prediction's {bpb:g} bits per byte (within {tol:g}), having learnt and lost it: they are counted as diverged from the step they reached it, in the grids and the verdicts.", lang, n=c["runs"], bpb=c["uniform_bpb"], tol=c["tol"])
+    return _("{n} run(s) ended at the uniform prediction's {bpb:g} bits per byte (within {tol:g}), having learnt and lost it: they are counted as diverged from the step they reached it, in the grids and the verdicts.", n=c["runs"], bpb=c["uniform_bpb"], tol=c["tol"])
 
 
-def _verdict_cell(v: dict, edge: bool, lang: str) -> Markup:
+def _verdict_cell(v: dict, edge: bool) -> Markup:
     """A verdict in the glance table: its coloured mark, the steps ratio that decided it, the marks of
     :data:`FRAGILE_MARKS` where it does not hold, the seeds' split when they disagree (each seed's
     verdict and ratio), and a rule's own best rate when it is the grid's edge (not bracketed: its
     optimum may lie beyond)."""
     if not v["verdict"]:
-        return Markup(esc(_(VERDICT_PHRASES[None], lang)))
-    mark = f'<span class="badge {VERDICT_BADGE[v["verdict"]]}">{esc(_(TRAINING_VERDICT_MARK[v["verdict"]], lang))}</span>'
+        return Markup(esc(_(VERDICT_PHRASES[None])))
+    mark = f'<span class="badge {VERDICT_BADGE[v["verdict"]]}">{esc(_(TRAINING_VERDICT_MARK[v["verdict"]]))}</span>'
     parts = [mark]
     ratio = decided_ratio(v)
     if ratio is not None:
@@ -348,114 +348,114 @@ def _verdict_cell(v: dict, edge: bool, lang: str) -> Markup:
     if fragile:
         parts.append(esc(fragile))
     if v["seeds_agreeing"] < v["seeds"]:
-        seeds = _(" · ", lang).join(f"{_(TRAINING_VERDICT_MARK[s['verdict']], lang)}"
+        seeds = _(" · ").join(f"{_(TRAINING_VERDICT_MARK[s['verdict']])}"
                                      + (f" ×{number(s['steps_ratio'], '.2f')}" if s["steps_ratio"] is not None else "")
                                      for s in v["per_seed"] if s["verdict"])
-        parts.append(esc(_("({agree}/{n} seeds; each: {seeds})", lang, agree=v["seeds_agreeing"], n=v["seeds"], seeds=seeds)))
+        parts.append(esc(_("({agree}/{n} seeds; each: {seeds})", agree=v["seeds_agreeing"], n=v["seeds"], seeds=seeds)))
     if edge:
-        parts.append(esc(_("(own best rate {lr:g}: the grid's edge)", lang, lr=v["lr"])))
+        parts.append(esc(_("(own best rate {lr:g}: the grid's edge)", lr=v["lr"])))
     return Markup(" ".join(parts))
 
 
-def glance_table(a: dict, d_ks: list, rules: list, lang: str) -> str:
+def glance_table(a: dict, d_ks: list, rules: list) -> str:
     """The verdicts at a glance: a row per rule (the reference's aside) × d_k, a column per setting
     (each optimiser at the reference's best rate and at the rule's own)."""
     columns = ("adamw", "adamw-own-best", "sgd", "sgd-own-best")
     find = {(v["rule"], v["d_k"], v["optimiser"]): v for v in a["verdicts"]}
     edge = {(b["optimiser"], b["rule"], b["d_k"]): b["edge"] for b in a["own_best_lr"]}
-    head = [_("rule", lang), pretty("d_k")] + [pretty(_(SETTINGS[o], lang)) for o in columns]
-    rows = [[pretty(_rule(r, lang)), d] + [_verdict_cell(find[r, d, o], o.endswith("own-best") and bool(edge.get((o.split("-")[0], r, d))), lang)
+    head = [_("rule"), pretty("d_k")] + [pretty(_(SETTINGS[o])) for o in columns]
+    rows = [[pretty(_rule(r)), d] + [_verdict_cell(find[r, d, o], o.endswith("own-best") and bool(edge.get((o.split("-")[0], r, d))))
                                            for o in columns]
             for r in rules if r != a["reference_rule"] for d in d_ks]
     return table(head, rows, cls="numeric verdicts")
 
 
-def render(env, lang: str) -> str:
+def render(env) -> str:
     a = env.data["analysis"]
     cfg, m = env.config, a["model"]
     d_ks, rules = cfg["d_ks"], cfg["rules"]
     base = a["baselines"]
     p = lambda text: para(pretty(text))   # noqa: E731
-    names = _(", ", lang, msgctxt="list").join(_baseline_name(r, lang) for r in base["rows"] if r["order"] >= 2)
+    names = _(", ", msgctxt="list").join(_baseline_name(r) for r in base["rows"] if r["order"] >= 2)
     # At a glance: what the verdicts say, against which reference, the table, then the curves.
-    glance = [p(glance_sentence(a["verdicts"], a["reference_rule"], lang))]
-    glance += [p(reference_sentence(a, o, lang)) for o in OPTIMISERS]
-    glance.append(glance_table(a, d_ks, rules, lang))
+    glance = [p(glance_sentence(a["verdicts"], a["reference_rule"]))]
+    glance += [p(reference_sentence(a, o)) for o in OPTIMISERS]
+    glance.append(glance_table(a, d_ks, rules))
     if "target_band" in a:
-        glance.append(p(robustness_sentence(a["verdicts"], a["target_band"], a["reference_rule"], lang)))
-    glance.append(responsive_figure(lambda: _panels(a["curves"], d_ks, rules, [("valid_bpb", N_("validation bits per byte"), False)], lang,
-                                                    base["rows"]), _("Validation bits per byte against the step, per d_k and rule", lang), _("AdamW at the rate best for 1/√d_k. "
-                                                                                          "Line: mean over seeds; band: min to max; dotted: the n-gram baselines ({names}, top to bottom).", lang, names=names)))
+        glance.append(p(robustness_sentence(a["verdicts"], a["target_band"], a["reference_rule"])))
+    glance.append(responsive_figure(lambda: _panels(a["curves"], d_ks, rules, [("valid_bpb", N_("validation bits per byte"), False)],
+                                                    base["rows"]), _("Validation bits per byte against the step, per d_k and rule"), _("AdamW at the rate best for 1/√d_k. "
+                                                                                          "Line: mean over seeds; band: min to max; dotted: the n-gram baselines ({names}, top to bottom).", names=names)))
     parts = glance + [p(_("A decoder-only GPT in nanoGPT's shape (width {d_model}, {layers} layers, context {context} bytes, {params:,} parameters at d_k = {dk0}; heads = width ÷ d_k) on {train:,} bytes of {source}, validated on {scored:,} bytes of the {valid:,} after them. {steps} steps of {batch} sequences, {seeds} seed(s); for a given d_k and seed every rule starts from the same weights and sees the same batches. "
                "Rules: {rules}. "
                "AdamW over the rates {adamw}; plain SGD over {sgd}. "
                "Figures come from the attention the model trains with. "
-               "At initialisation: {init} bits per byte.", lang, d_model=m["d_model"], layers=m["n_layers"], context=m["context"], params=m["parameters"],
+               "At initialisation: {init} bits per byte.", d_model=m["d_model"], layers=m["n_layers"], context=m["context"], params=m["parameters"],
                dk0=d_ks[0], train=a["text"]["train_bytes"], source=a["text"]["source"], valid=a["text"]["valid_bytes"],
                scored=base["scored_bytes"], steps=cfg["steps"], batch=cfg["batch"], seeds=cfg["seeds"],
-               rules=_(", ", lang, msgctxt="list").join(_rule(r, lang) for r in rules),
-               adamw=_(", ", lang, msgctxt="list").join(f"{lr:g}" for lr in a["lr_grids"]["adamw"]),
-               sgd=_(", ", lang, msgctxt="list").join(f"{lr:g}" for lr in a["lr_grids"]["sgd"]), init=number(a["init_bpb"]["mean"], ".3f")))]
+               rules=_(", ", msgctxt="list").join(_rule(r) for r in rules),
+               adamw=_(", ", msgctxt="list").join(f"{lr:g}" for lr in a["lr_grids"]["adamw"]),
+               sgd=_(", ", msgctxt="list").join(f"{lr:g}" for lr in a["lr_grids"]["sgd"]), init=number(a["init_bpb"]["mean"], ".3f")))]
     absent = [r for r in a.get("rule_choices", []) if r not in rules]
     if absent:
-        parts.append(p(_("Not in this run (available with --rules): {rules}.", lang, rules=_("; ", lang, msgctxt="clauses").join(_rule(r, lang) for r in absent))))
-    parts.append(p(_("Baselines computed from the same split, on the same validation bytes, by counting the training bytes ({smoothing}): {rows} bits per byte.", lang, smoothing=_("add-k smoothing, k chosen on the last tenth of the training part", lang), rows=_(", ", lang, msgctxt="list").join(
-        _("{name} {bpb}", lang, name=_baseline_name(r, lang), bpb=number(r["bpb"], ".3f")) for r in base["rows"]))))
-    collapsed = collapse_sentence(a, lang)
+        parts.append(p(_("Not in this run (available with --rules): {rules}.", rules=_("; ", msgctxt="clauses").join(_rule(r) for r in absent))))
+    parts.append(p(_("Baselines computed from the same split, on the same validation bytes, by counting the training bytes ({smoothing}): {rows} bits per byte.", smoothing=_("add-k smoothing, k chosen on the last tenth of the training part"), rows=_(", ", msgctxt="list").join(
+        _("{name} {bpb}", name=_baseline_name(r), bpb=number(r["bpb"], ".3f")) for r in base["rows"]))))
+    collapsed = collapse_sentence(a)
     if collapsed:
         parts.append(p(collapsed))
-    parts += [para(pretty(best_rate_sentence(a, o, lang))) for o in OPTIMISERS]
-    parts.append(para(pretty(seeds_sentence(a["verdicts"], cfg["seeds"], a["reference_rule"], lang))))
-    parts.append(para(pretty(halfway_sentence(a["verdicts"], a["halfway_step"], a["reference_rule"], lang))))
-    parts.append(para(pretty(sensitivity_sentence(a, rules, d_ks[-1], lang))))
-    parts += [para(pretty(s)) for s in flat_sensitivity_sentences(a, rules, d_ks[-1], lang)]
+    parts += [para(pretty(best_rate_sentence(a, o))) for o in OPTIMISERS]
+    parts.append(para(pretty(seeds_sentence(a["verdicts"], cfg["seeds"], a["reference_rule"]))))
+    parts.append(para(pretty(halfway_sentence(a["verdicts"], a["halfway_step"], a["reference_rule"]))))
+    parts.append(para(pretty(sensitivity_sentence(a, rules, d_ks[-1]))))
+    parts += [para(pretty(s)) for s in flat_sensitivity_sentences(a, rules, d_ks[-1])]
     if "unscaled" in rules:
-        said = optimisers_sentence(a["verdicts"], d_ks[-1], lang)
+        said = optimisers_sentence(a["verdicts"], d_ks[-1])
         if said:
             parts.append(para(pretty(said)))
-    parts.append(responsive_figure(lambda: _lr_panels(a["grid"], a["own_best_lr"], d_ks, rules, base["rows"], lang),
-                                   _("Final validation bits per byte against the learning rate, per optimiser and d_k, a line per rule", lang), _("Mean over seeds of min(final, initial) loss (a diverged run at its initial loss, the LR sensitivity's count); circles: each rule's own best rate; dotted: the n-gram baselines. "
-                                                         "Top row AdamW, bottom row SGD.", lang)))
+    parts.append(responsive_figure(lambda: _lr_panels(a["grid"], a["own_best_lr"], d_ks, rules, base["rows"]),
+                                   _("Final validation bits per byte against the learning rate, per optimiser and d_k, a line per rule"), _("Mean over seeds of min(final, initial) loss (a diverged run at its initial loss, the LR sensitivity's count); circles: each rule's own best rate; dotted: the n-gram baselines. "
+                                                         "Top row AdamW, bottom row SGD.")))
     if "unscaled" in rules:
         last = {c["rule"]: c for c in a["curves"] if c["d_k"] == d_ks[-1] and c["optimiser"] == "adamw"}
         u, r = last["unscaled"], last[a["reference_rule"]]
-        parts.append(p(_("At d_k = {dk} with AdamW the largest |logit| ends at {unscaled} unscaled against {ref} with 1/√d_k, and the mean row entropy at {ent_u} against {ent_r} nats.", lang, dk=d_ks[-1], unscaled=number(u["max_abs_logit"][-1]), ref=number(r["max_abs_logit"][-1]),
+        parts.append(p(_("At d_k = {dk} with AdamW the largest |logit| ends at {unscaled} unscaled against {ref} with 1/√d_k, and the mean row entropy at {ent_u} against {ent_r} nats.", dk=d_ks[-1], unscaled=number(u["max_abs_logit"][-1]), ref=number(r["max_abs_logit"][-1]),
                        ent_u=number(u["entropy_mean"][-1]), ent_r=number(r["entropy_mean"][-1]))))
     parts.append(responsive_figure(lambda: _panels(a["curves"], d_ks, rules, [("max_abs_logit", N_("largest |logit|"), True),
-                                                                      ("entropy_mean", N_("mean row entropy (nats)"), False)], lang),
-                                   _("Largest |logit| and mean row entropy against the step", lang), _("AdamW at the 1/√d_k rate, means over seeds; over every layer and head, rows attending at least two keys.", lang)))
-    parts.append(p(_("Verdict against the 1/√d_k run of the same seed: steps to reach {factor:g}× its final validation loss, “faster” within {fast:.2g}× its steps, “learns” up to {like:g}×; the verdict of most seeds (a tie goes to the worse), how many agree, the median ratio and the seeds' final loss (mean, min–max) with the highest baseline it beats.", lang, factor=a["target_factor"], like=a["like_ratio"], fast=1 / a["like_ratio"])))
-    parts.append(_table(a, d_ks, rules, lang))
+                                                                      ("entropy_mean", N_("mean row entropy (nats)"), False)]),
+                                   _("Largest |logit| and mean row entropy against the step"), _("AdamW at the 1/√d_k rate, means over seeds; over every layer and head, rows attending at least two keys.")))
+    parts.append(p(_("Verdict against the 1/√d_k run of the same seed: steps to reach {factor:g}× its final validation loss, “faster” within {fast:.2g}× its steps, “learns” up to {like:g}×; the verdict of most seeds (a tie goes to the worse), how many agree, the median ratio and the seeds' final loss (mean, min–max) with the highest baseline it beats.", factor=a["target_factor"], like=a["like_ratio"], fast=1 / a["like_ratio"])))
+    parts.append(_table(a, d_ks, rules))
     s = a["samples"]
-    parts.append(p(_("Greedy continuations of “{prompt}” (AdamW at the reference's best rate, seed {seed}; in brackets the run's final validation bits per byte):", lang, prompt=s["prompt"], seed=s["seed"])))
+    parts.append(p(_("Greedy continuations of “{prompt}” (AdamW at the reference's best rate, seed {seed}; in brackets the run's final validation bits per byte):", prompt=s["prompt"], seed=s["seed"])))
     sample = lambda text, bpb: (Verbatim(s["prompt"] + text + f" ({number(bpb, '.2f')})") if text is not None   # noqa: E731
-                                else _("(diverged)", lang))
-    parts.append(table([_("rule", lang)] + [pretty(f"d_k = {d}") for d in s["d_ks"]],
-                       [[pretty(_rule(row["rule"], lang))] + [sample(*tb) for tb in zip(row["texts"], row["final_bpb"])]
+                                else _("(diverged)"))
+    parts.append(table([_("rule")] + [pretty(f"d_k = {d}") for d in s["d_ks"]],
+                       [[pretty(_rule(row["rule"]))] + [sample(*tb) for tb in zip(row["texts"], row["final_bpb"])]
                         for row in s["rows"]]))
     return "\n".join(parts)
 
 
-def _table(a: dict, d_ks: list, rules: list, lang: str) -> str:
+def _table(a: dict, d_ks: list, rules: list) -> str:
     """Per rule × d_k: the four verdicts, the final loss at its own best AdamW rate against the
     baselines, its own best rates (edge marked) and LR sensitivities."""
     columns = ("adamw", "adamw-own-best", "sgd", "sgd-own-best")
     find = lambda rule, d_k, o: next(v for v in a["verdicts"] if (v["rule"], v["d_k"], v["optimiser"]) == (rule, d_k, o))   # noqa: E731
 
     def cell(v):
-        mark = _(TRAINING_VERDICT_MARK[v["verdict"]], lang) if v["verdict"] else "—"
+        mark = _(TRAINING_VERDICT_MARK[v["verdict"]]) if v["verdict"] else "—"
         return f"{mark} {v['seeds_agreeing']}/{v['seeds']} ×{number(v['steps_ratio'], '.2f')} (lr {v['lr']:g})"
 
     def final(v):
         f = v["final_bpb"]
-        where = _("below {name}", lang, name=_(BASELINE_NAMES[v["beats"]], lang)) if v["beats"] else _("above every baseline", lang)
+        where = _("below {name}", name=_(BASELINE_NAMES[v["beats"]])) if v["beats"] else _("above every baseline")
         return f"{number(f['mean'], '.3f')} [{number(f['min'], '.3f')}–{number(f['max'], '.3f')}] {where}"
 
     def best(rule, d_k):
         out = []
         for o in OPTIMISERS:
             b = next(b for b in a["own_best_lr"] if (b["optimiser"], b["rule"], b["d_k"]) == (o, rule, d_k))
-            out.append(f"{b['lr']:g}" + (_(" (edge)", lang) if b["edge"] else ""))
+            out.append(f"{b['lr']:g}" + (_(" (edge)") if b["edge"] else ""))
         return " · ".join(out)
 
     def sens(rule, d_k):
@@ -463,8 +463,8 @@ def _table(a: dict, d_ks: list, rules: list, lang: str) -> str:
                                       if (s["optimiser"], s["rule"], s["d_k"]) == (o, rule, d_k)), ".3f")
                           for o in OPTIMISERS)
 
-    head = ([_("rule", lang), pretty("d_k")] + [pretty(_(SETTINGS[o], lang)) for o in columns]
-            + [_("final bpb (AdamW, own best)", lang), _("own best rate (AdamW · SGD)", lang), _("LR sensitivity (AdamW · SGD)", lang)])
-    rows = [[pretty(_rule(r, lang)), d] + [cell(find(r, d, o)) for o in columns]
+    head = ([_("rule"), pretty("d_k")] + [pretty(_(SETTINGS[o])) for o in columns]
+            + [_("final bpb (AdamW, own best)"), _("own best rate (AdamW · SGD)"), _("LR sensitivity (AdamW · SGD)")])
+    rows = [[pretty(_rule(r)), d] + [cell(find(r, d, o)) for o in columns]
             + [final(find(r, d, "adamw-own-best")), best(r, d), sens(r, d)] for d in d_ks for r in rules]
     return table(head, rows, cls="numeric")

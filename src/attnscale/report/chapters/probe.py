@@ -74,7 +74,7 @@ def _cell_text(value: float, digits: int) -> str:
     return text[1:] if text.startswith("0.") else text       # ".81": narrow enough for a phone
 
 
-def heatmap(grid, title: str, lang: str, cmap: str, limits, digits: int, labels: list[str] | None = None):
+def heatmap(grid, title: str, cmap: str, limits, digits: int, labels: list[str] | None = None):
     """One layer × head heat map, sized to be read on a phone and on a desktop alike (one panel per
     figure, the value in each cell, a colour bar). ``grid``: lists of layers × heads, None = missing;
     ``labels``: the layers' names (default: their numbers)."""
@@ -92,8 +92,8 @@ def heatmap(grid, title: str, lang: str, cmap: str, limits, digits: int, labels:
                 ax.text(j, i, _cell_text(value, digits), ha="center", va="center", fontsize=6.5,
                         color="white" if dark else "#1d2330")
         ax.set_title(title)
-        ax.set_xlabel(_("head", lang))
-        ax.set_ylabel(_("layer", lang))
+        ax.set_xlabel(_("head"))
+        ax.set_ylabel(_("layer"))
         ax.grid(False)
         ax.set_xticks(range(n_heads))
         rows = range(0, n_layers, 1 if n_layers <= 12 else 2)
@@ -111,29 +111,29 @@ def head_grid(data: dict, figure: str) -> list[list]:
     return grid
 
 
-def heatmaps(data: dict, lang: str) -> list[tuple[object, str, str]]:
+def heatmaps(data: dict) -> list[tuple[object, str, str]]:
     """(figure, alt, caption) for the ratio, the first-token weight, and the entropy with and without
     the scale, each per layer × head."""
     a = data["analysis"]
-    labels = layer_labels(data["model"], lang)
+    labels = layer_labels(data["model"])
     # The ratio's colour scale includes 1 (the seed's prediction).
     ratio_limits = (min(1.0, a["ratio_pair"]["min"]), max(1.0, a["ratio_pair"]["max"]))
     return [
-        (heatmap(head_grid(data, "ratio_pair"), _("Var(q·k) / iid prediction (pairs)", lang), lang, "magma_r", ratio_limits, 1, labels),
-         _("Heat map per layer and head of the variance ratio", lang), _("Var(q·k) / (d_k σ_q² σ_k²), pair-weighted, per layer (rows) and head (columns); 1 = the seed's variance formula holds.", lang)),
-        (heatmap(head_grid(data, "sink_first"), _("weight on the first token", lang), lang, "cividis", (0.0, 1.0), 2, labels),
-         _("Heat map per layer and head of the weight on the first token", lang), _("The mean weight a row puts on the sequence's first token (the attention sink), per layer and head.", lang)),
-        (heatmap(head_grid(data, "normalized_entropy"), _("entropy / ln n, model's scale", lang), lang, "viridis", (0.0, 1.0), 2, labels),
-         _("Heat map per layer and head of the normalized entropy with the model's scale", lang), entropy_caption(data["model"], lang)),
-        (heatmap(head_grid(data, "normalized_entropy_unscaled"), _("entropy / ln n, scale removed", lang), lang, "viridis",
-                 (0.0, 1.0), 2, labels), _("Heat map per layer and head of the normalized entropy with the scale removed", lang), _("The same rows' entropy / ln n with the scale removed (logits q·k).", lang)),
+        (heatmap(head_grid(data, "ratio_pair"), _("Var(q·k) / iid prediction (pairs)"), "magma_r", ratio_limits, 1, labels),
+         _("Heat map per layer and head of the variance ratio"), _("Var(q·k) / (d_k σ_q² σ_k²), pair-weighted, per layer (rows) and head (columns); 1 = the seed's variance formula holds.")),
+        (heatmap(head_grid(data, "sink_first"), _("weight on the first token"), "cividis", (0.0, 1.0), 2, labels),
+         _("Heat map per layer and head of the weight on the first token"), _("The mean weight a row puts on the sequence's first token (the attention sink), per layer and head.")),
+        (heatmap(head_grid(data, "normalized_entropy"), _("entropy / ln n, model's scale"), "viridis", (0.0, 1.0), 2, labels),
+         _("Heat map per layer and head of the normalized entropy with the model's scale"), entropy_caption(data["model"])),
+        (heatmap(head_grid(data, "normalized_entropy_unscaled"), _("entropy / ln n, scale removed"), "viridis",
+                 (0.0, 1.0), 2, labels), _("Heat map per layer and head of the normalized entropy with the scale removed"), _("The same rows' entropy / ln n with the scale removed (logits q·k).")),
     ]
 
 
-def entropy_caption(model: dict, lang: str) -> str:
+def entropy_caption(model: dict) -> str:
     """The caption of the entropy heat map at the model's scale, which it names."""
-    return _("Entropy / ln n of the rows (0 = one-hot, 1 = uniform) with the model's scale, {scale}.", lang,
-             scale=model_scale_text(model, lang))
+    return _("Entropy / ln n of the rows (0 = one-hot, 1 = uniform) with the model's scale, {scale}.",
+             scale=model_scale_text(model))
 
 
 def _scale_text(scale: float, d_k: int) -> str:
@@ -144,25 +144,25 @@ def _scale_text(scale: float, d_k: int) -> str:
     return f"{scale:.4g}"
 
 
-def scale_text(rule: dict, lang: str) -> str:
+def scale_text(rule: dict) -> str:
     """One layer's recorded scale in words (``rule``: pretrained.probe.run.scale_rule's dict): its value, what it
     is in terms of d_k, and a QK-norm or a soft-cap when the layer has one."""
     value = f"{rule['value']:.4g}"
-    words = {"1/sqrt(d_k)": lambda: _("{value} = 1/√{d_k}", lang, value=value, d_k=rule["d_k"]),
-             "1": lambda: _("1 (no scale: the logits are q·k itself)", lang),
-             "1/sqrt(c)": lambda: _("{value} = 1/√{c}, not 1/√d_k = 1/√{d_k}", lang, value=value, c=rule["c"], d_k=rule["d_k"]),
-             "constant": lambda: _("{value} = {times} × 1/√{d_k}", lang, value=value, times=number(rule["times_sqrt_d_k"]), d_k=rule["d_k"])}[rule["rule"]]()
+    words = {"1/sqrt(d_k)": lambda: _("{value} = 1/√{d_k}", value=value, d_k=rule["d_k"]),
+             "1": lambda: _("1 (no scale: the logits are q·k itself)"),
+             "1/sqrt(c)": lambda: _("{value} = 1/√{c}, not 1/√d_k = 1/√{d_k}", value=value, c=rule["c"], d_k=rule["d_k"]),
+             "constant": lambda: _("{value} = {times} × 1/√{d_k}", value=value, times=number(rule["times_sqrt_d_k"]), d_k=rule["d_k"])}[rule["rule"]]()
     if rule.get("qk_norm"):
-        words = _("{scale}, after q and k are normalised (QK-norm)", lang, scale=words)
+        words = _("{scale}, after q and k are normalised (QK-norm)", scale=words)
     if rule.get("softcap") is not None:
-        words = _("{scale}, soft-capped: {cap}·tanh(logit/{cap})", lang, scale=words, cap=number(rule["softcap"]))
+        words = _("{scale}, soft-capped: {cap}·tanh(logit/{cap})", scale=words, cap=number(rule["softcap"]))
     return words
 
 
-def model_scale_text(model: dict, lang: str) -> str:
+def model_scale_text(model: dict) -> str:
     """The model's scale in words: its first layer's rule, or the bare number for an older result."""
     rules = model.get("scale_rules")
-    return scale_text(rules[0], lang) if rules else _scale_text(model["scale"], model["d_k"])
+    return scale_text(rules[0]) if rules else _scale_text(model["scale"], model["d_k"])
 
 
 #: An encoder-decoder's layer, by its side (see layer_sides): each side numbered from 0.
@@ -180,7 +180,7 @@ def layer_sides(model: dict) -> list[str] | None:
     return ["cross" if x else "decoder" if c else "encoder" for x, c in zip(cross, causal)]
 
 
-def layer_labels(model: dict, lang: str) -> list[str]:
+def layer_labels(model: dict) -> list[str]:
     """The name of each attention layer: "0", "1", … or, in an encoder-decoder, "encoder layer 0", …,
     "decoder layer 0", "cross-attention layer 0", … (:func:`layer_sides`)."""
     n = len(model.get("scale_rules") or []) or model["n_layers"]
@@ -190,54 +190,54 @@ def layer_labels(model: dict, lang: str) -> list[str]:
     seen: dict[str, int] = {}
     labels = []
     for side in sides:
-        labels.append(_(LAYER_LABELS[side], lang, i=seen.get(side, 0)))
+        labels.append(_(LAYER_LABELS[side], i=seen.get(side, 0)))
         seen[side] = seen.get(side, 0) + 1
     return labels
 
 
-def weights_note(model: dict, lang: str) -> str:
+def weights_note(model: dict) -> str:
     """The note on where the model's weights came from (a result stores it in English)."""
     text = model["weights_note"]
-    return note(_("Note: {note}.", lang, note=_(text, lang) if text == SMOLLM2_WEIGHTS_NOTE else text))
+    return note(_("Note: {note}.", note=_(text) if text == SMOLLM2_WEIGHTS_NOTE else text))
 
 
-def scales_sentence(model: dict, lang: str) -> str | None:
+def scales_sentence(model: dict) -> str | None:
     """Which scale each layer applies: one sentence when all agree, else each layer's. None for a
     result without the rules."""
     rules = model.get("scale_rules")
     if not rules:
         return None
-    texts = [scale_text(rule, lang) for rule in rules]
+    texts = [scale_text(rule) for rule in rules]
     if len(set(texts)) == 1:
-        return _("All {n} attention layers multiply q·k by the same scale, {scale} (as recorded from each call).", lang, n=len(texts), scale=texts[0])
+        return _("All {n} attention layers multiply q·k by the same scale, {scale} (as recorded from each call).", n=len(texts), scale=texts[0])
     sided = layer_sides(model) is not None          # "encoder layer 0: …", else "layer 0: …"
-    listed = _("; ", lang, msgctxt="clauses").join(
-        _("{layer}: {scale}", lang, layer=label, scale=s) if sided else _("layer {layer}: {scale}", lang, layer=label, scale=s)
-        for label, s in zip(layer_labels(model, lang), texts))
-    return _("The attention layers multiply q·k by different scales (as recorded from each call): {scales}.", lang, scales=listed)
+    listed = _("; ", msgctxt="clauses").join(
+        _("{layer}: {scale}", layer=label, scale=s) if sided else _("layer {layer}: {scale}", layer=label, scale=s)
+        for label, s in zip(layer_labels(model), texts))
+    return _("The attention layers multiply q·k by different scales (as recorded from each call): {scales}.", scales=listed)
 
 
 def _head(where: dict) -> str:
     return f"L{where['layer']}H{where['head']} ({number(where['value'])})"
 
 
-def findings(data: dict, lang: str) -> list[str]:
+def findings(data: dict) -> list[str]:
     """The sentences about the figures, each chosen by the analysis."""
     a, f16, n = data["analysis"], data["float16"], data["analysis"]["n_heads"]
     r, tok = a["ratio_pair"], a["ratio_token"]
-    out = [_(RATIO_SENTENCES[ratio_key(r)], lang, n=n, above=r["above_1"], below=r["below_1"], lo=number(r["min"]), hi=number(r["max"]),
+    out = [_(RATIO_SENTENCES[ratio_key(r)], n=n, above=r["above_1"], below=r["below_1"], lo=number(r["min"]), hi=number(r["max"]),
               med=number(r["median"]))]
     same = (a["top_pair"]["layer"], a["top_pair"]["head"]) == (a["top_token"]["layer"], a["top_token"]["head"])
-    out.append(_(TOKEN_SENTENCES[same], lang, lo=number(tok["min"]), hi=number(tok["max"]),
+    out.append(_(TOKEN_SENTENCES[same], lo=number(tok["min"]), hi=number(tok["max"]),
                   diff=number(a["max_abs_pair_minus_token"]), top=_head(a["top_pair"]), top_t=_head(a["top_token"])))
     sink = a["sink_first"]
-    out.append(_(SINK_SENTENCES[sink["over_half"] > 0], lang, k=sink["over_half"], n=n,
+    out.append(_(SINK_SENTENCES[sink["over_half"] > 0], k=sink["over_half"], n=n,
                   hi=number(sink["max"])))
     if "sink_bos" in data.get("absent", {}):
-        out.append(_("The text holds no BOS token (the tokenizer adds none), so there is no BOS sink to show.", lang))
-    out.append(_("{k} of {n} heads would be frozen (saturation index ≥ 1) with the scale removed, though not with it; the median head's entropy / ln n falls from {h} to {h_u} without the scale.", lang, k=a["frozen_only_unscaled"], n=n, h=number(a["normalized_entropy"]["median"]), h_u=number(a["normalized_entropy_unscaled"]["median"])))
+        out.append(_("The text holds no BOS token (the tokenizer adds none), so there is no BOS sink to show."))
+    out.append(_("{k} of {n} heads would be frozen (saturation index ≥ 1) with the scale removed, though not with it; the median head's entropy / ln n falls from {h} to {h_u} without the scale.", k=a["frozen_only_unscaled"], n=n, h=number(a["normalized_entropy"]["median"]), h_u=number(a["normalized_entropy_unscaled"]["median"])))
     fits = f16["max_abs_logit_unscaled"] < f16["limit"]
-    out.append(_(FLOAT16_SENTENCES[fits], lang, limit=f"{f16['limit']:g}", s=number(f16["max_abs_logit"]),
+    out.append(_(FLOAT16_SENTENCES[fits], limit=f"{f16['limit']:g}", s=number(f16["max_abs_logit"]),
                   u=number(f16["max_abs_logit_unscaled"]), m=f"×{number(f16['margin'])}",
                   m_u=f"×{number(f16['margin_unscaled'])}"))
     return out
@@ -259,42 +259,42 @@ INTRO = {
 }
 
 
-def render(env, lang: str) -> str:
+def render(env) -> str:
     data = env.data
     cfg, check, model = data["config"], data["check"], data["model"]
     worst = check["max_abs_diff"]
-    heads = (_("{n} heads", lang, n=model["n_heads_q"]) if model["n_heads_q"] == model["n_heads_kv"] else
-             _("{n} query heads sharing {kv} key/value heads", lang, n=model["n_heads_q"], kv=model["n_heads_kv"]))
-    intro = _(INTRO[bool(model.get("rope_theta"))], lang, model=model["name"], layers=model["n_layers"], heads=heads,
-              d_k=model["d_k"], scale=model_scale_text(model, lang), kind=_(KINDS[attention_kind(model)], lang),
+    heads = (_("{n} heads", n=model["n_heads_q"]) if model["n_heads_q"] == model["n_heads_kv"] else
+             _("{n} query heads sharing {kv} key/value heads", n=model["n_heads_q"], kv=model["n_heads_kv"]))
+    intro = _(INTRO[bool(model.get("rope_theta"))], model=model["name"], layers=model["n_layers"], heads=heads,
+              d_k=model["d_k"], scale=model_scale_text(model), kind=_(KINDS[attention_kind(model)]),
               n=cfg["n_sequences"], tokens=cfg["n_tokens"])
     parts = [para(intro)]
-    scales = scales_sentence(model, lang)
+    scales = scales_sentence(model)
     if scales:
         parts.append(para(scales))
     if model.get("weights_note"):
-        parts.append(weights_note(model, lang))
+        parts.append(weights_note(model))
     if not check["passed"]:
-        failed = _("Check FAILED: the captured attention does not reproduce the model's own probabilities (largest difference {diff}, tolerance {tol}); no statistics are shown.", lang, diff=number(worst), tol=f"{check['tolerance']:g}")
+        failed = _("Check FAILED: the captured attention does not reproduce the model's own probabilities (largest difference {diff}, tolerance {tol}); no statistics are shown.", diff=number(worst), tol=f"{check['tolerance']:g}")
         parts.append(error_box(failed))
         return "\n".join(parts)
-    ok = _("Check: the probabilities rebuilt from the captured q, k, scale and mask equal the model's own to {diff} on every one of {rows} rows (tolerance {tol}); every figure below rests on it.", lang, diff=f"{worst:.1e}", rows=check["rows_checked"], tol=f"{check['tolerance']:g}")
+    ok = _("Check: the probabilities rebuilt from the captured q, k, scale and mask equal the model's own to {diff} on every one of {rows} rows (tolerance {tol}); every figure below rests on it.", diff=f"{worst:.1e}", rows=check["rows_checked"], tol=f"{check['tolerance']:g}")
     parts.append(para(ok))
     parts.append(para(_("Two weightings. "
                         "Pair-weighted moments count a token once per attended pair it is in (the split below is exact only for them); token-weighted ones count each token once. "
-                        "Both ratios divide the same Var(q·k) over attended pairs by d_k σ_q² σ_k².", lang)))
-    parts.append(bullets(findings(data, lang)))
+                        "Both ratios divide the same Var(q·k) over attended pairs by d_k σ_q² σ_k².")))
+    parts.append(bullets(findings(data)))
     # Side by side on a wide screen, one under the other on a phone: each map stays legible at both.
     cells = "".join(f'<div style="flex:1 1 340px;min-width:0">{figure_svg(fig, alt, caption)}</div>'
-                    for fig, alt, caption in heatmaps(data, lang))
+                    for fig, alt, caption in heatmaps(data))
     parts.append(f'<div style="display:flex;flex-wrap:wrap;gap:0 1.5em">{cells}</div>')
     parts.append(para(_("The pair-weighted ratio splits exactly: ratio − 1 = uneven per-dimension variances + non-zero means + covariance across dimensions + q–k correlation (a ladder of ever fuller predictions). "
                         "'Within rows' is the share of Var(q·k) inside rows, the only part softmax feels. "
-                        "Row figures are over rows with two or more keys.", lang)))
+                        "Row figures are over rows with two or more keys.")))
     per_layer = data["per_layer"]
     columns = [f for f in COLUMNS if f in per_layer]
-    header = [_("layer", lang)] + [_(COLUMNS[f], lang) for f in columns]
-    labels = layer_labels(model, lang)
+    header = [_("layer")] + [_(COLUMNS[f]) for f in columns]
+    labels = layer_labels(model)
     rows = [[labels[i]] + [number(per_layer[f][i]) for f in columns] for i in range(model["n_layers"])]
     parts.append(table(header, rows, cls="numeric"))
     by_kind: dict[str, list[dict]] = {}
@@ -304,9 +304,9 @@ def render(env, lang: str) -> str:
     for what, entries in by_kind.items():
         found = ", ".join(f"{e['layer']}.{e['head']} ({number(e['value'])})" for e in entries)
         counted = entries[0].get("of") or 0
-        more = f" — {_('{n} heads in all', lang, n=counted)}" if counted > len(entries) else ""
-        kind = _(what, lang) if what in STRIKING_KINDS else what      # a result of an older attnscale: as stored
-        items.append(f"<li>{esc(_('{kind}: {heads}', lang, msgctxt='striking', kind=kind, heads=found + more))}</li>")
+        more = f" — {_('{n} heads in all', n=counted)}" if counted > len(entries) else ""
+        kind = _(what) if what in STRIKING_KINDS else what      # a result of an older attnscale: as stored
+        items.append(f"<li>{esc(_('{kind}: {heads}', msgctxt='striking', kind=kind, heads=found + more))}</li>")
     if items:
-        parts.append(f"<p>{esc(_('Striking heads (layer.head, value)', lang))}</p><ul>{''.join(items)}</ul>")
+        parts.append(f"<p>{esc(_('Striking heads (layer.head, value)'))}</p><ul>{''.join(items)}</ul>")
     return "\n".join(parts)

@@ -2,7 +2,7 @@
 :mod:`attnscale.report.chapters.probe`: one renderer for both)."""
 
 from attnscale.i18n import N_
-from attnscale.report.chapters.probe import render  # noqa: F401  (the chapter's render(env, lang))
+from attnscale.report.chapters.probe import render  # noqa: F401  (the chapter's render(env))
 
 KIND = "probe/smollm2"
 TITLE = N_("A real decoder LLM: SmolLM2-135M's queries and keys (causal, rotary, grouped-query heads)")

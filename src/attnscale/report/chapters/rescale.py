@@ -40,7 +40,7 @@ def _alphas(values) -> str:
     return ", ".join(f"{a:g}" for a in values) or "—"
 
 
-def plot(data: dict, lang: str):
+def plot(data: dict):
     """Two panels against α (log₂ axis): the measure (perplexity or cosine), and entropy / max weight."""
     rows, a = data["alphas"], data["analysis"]
     alphas = [r["alpha"] for r in rows]
@@ -49,54 +49,54 @@ def plot(data: dict, lang: str):
         if _is_lm(data):
             left.plot(alphas, [r["perplexity"] for r in rows], "o-", color=plotting.SCALED)
             left.set_yscale("log")
-            left.set_ylabel(_("perplexity", lang))
+            left.set_ylabel(_("perplexity"))
         else:
-            left.plot(alphas, [r["cosine_mean"] for r in rows], "o-", color=plotting.SCALED, label=_("mean over sentences", lang))
-            left.plot(alphas, [r["cosine_min"] for r in rows], "s--", color=plotting.UNSCALED, label=_("least similar sentence", lang))
-            left.set_ylabel(_("cosine to α = 1", lang))
+            left.plot(alphas, [r["cosine_mean"] for r in rows], "o-", color=plotting.SCALED, label=_("mean over sentences"))
+            left.plot(alphas, [r["cosine_min"] for r in rows], "s--", color=plotting.UNSCALED, label=_("least similar sentence"))
+            left.set_ylabel(_("cosine to α = 1"))
             left.legend()
         right.plot(alphas, [a["mean_normalized_entropy"][f"{x:g}"] for x in alphas], "o-", color=plotting.SERIES[2],
-                   label=_("entropy / ln n", lang))
+                   label=_("entropy / ln n"))
         right.plot(alphas, [a["mean_max_weight"][f"{x:g}"] for x in alphas], "s--", color=plotting.SERIES[3],
-                   label=_("max weight", lang))
+                   label=_("max weight"))
         right.set_ylim(0, 1)
         right.legend()
         for ax in (left, right):
             ax.set_xscale("log", base=2)
             ax.set_xticks(alphas, [f"{x:g}" if x >= 1 else f"1/{1 / x:g}" for x in alphas])
             ax.minorticks_off()
-            ax.set_xlabel(_("α (× the model's scale)", lang))
+            ax.set_xlabel(_("α (× the model's scale)"))
             ax.axvline(1.0, color=plotting.NEUTRAL, lw=0.9, ls=":")
             if data["unscaled_alpha"] is not None:
                 ax.axvline(data["unscaled_alpha"], color=plotting.UNSCALED, lw=0.9, ls=":")
-        left.annotate(_("model's own scale", lang), (1.0, 0.98), xycoords=("data", "axes fraction"), ha="right", va="top",
+        left.annotate(_("model's own scale"), (1.0, 0.98), xycoords=("data", "axes fraction"), ha="right", va="top",
                       fontsize=8.5, color=plotting.NEUTRAL, rotation=90)
         if data["unscaled_alpha"] is not None:
-            left.annotate(_("no scale", lang), (data["unscaled_alpha"], 0.98), xycoords=("data", "axes fraction"),
+            left.annotate(_("no scale"), (data["unscaled_alpha"], 0.98), xycoords=("data", "axes fraction"),
                           ha="right", va="top", fontsize=8.5, color=plotting.UNSCALED, rotation=90)
     return fig
 
 
-def findings(data: dict, lang: str) -> list[str]:
+def findings(data: dict) -> list[str]:
     """The sentences about the figures, each chosen by the analysis."""
     a, rows = data["analysis"], data["alphas"]
     out = []
     if _is_lm(data):
         if a["best_alpha"] == 1.0:
-            out.append(_("The model's own scale is the best of those tried: perplexity {ppl} at α = 1.", lang, ppl=number(a["perplexity_alpha1"])))
+            out.append(_("The model's own scale is the best of those tried: perplexity {ppl} at α = 1.", ppl=number(a["perplexity_alpha1"])))
         else:
-            out.append(_("The lowest perplexity is at α = {best} ({best_ppl}), not at the model's own scale ({ppl} at α = 1).", lang, best=f"{a['best_alpha']:g}", best_ppl=number(a["best_perplexity"]), ppl=number(a["perplexity_alpha1"])))
+            out.append(_("The lowest perplexity is at α = {best} ({best_ppl}), not at the model's own scale ({ppl} at α = 1).", best=f"{a['best_alpha']:g}", best_ppl=number(a["best_perplexity"]), ppl=number(a["perplexity_alpha1"])))
         if a["has_unscaled"]:
-            out.append(_("Without the scale (α = {a}) the perplexity is {ppl}, {ratio} times that at α = 1.", lang, a=f"{data['unscaled_alpha']:g}", ppl=number(a["perplexity_unscaled"]), ratio=number(a["perplexity_ratio"][f"{data['unscaled_alpha']:g}"])))
+            out.append(_("Without the scale (α = {a}) the perplexity is {ppl}, {ratio} times that at α = 1.", a=f"{data['unscaled_alpha']:g}", ppl=number(a["perplexity_unscaled"]), ratio=number(a["perplexity_ratio"][f"{data['unscaled_alpha']:g}"])))
         changed, same = a["alphas_changed_continuation"], a["alphas_same_continuation"]
-        out.append(_(CONTINUATION_SENTENCES[continuation_key(changed, same)], lang, prompt=data["prompt"], same=_alphas(same), changed=_alphas(changed)))
+        out.append(_(CONTINUATION_SENTENCES[continuation_key(changed, same)], prompt=data["prompt"], same=_alphas(same), changed=_alphas(changed)))
     else:
-        out.append(_("The embeddings move most at α = {a}: the least similar sentence keeps a cosine of {cos} to its α = 1 embedding.", lang, a=f"{a['worst_alpha']:g}", cos=number(a["worst_cosine_min"])))
+        out.append(_("The embeddings move most at α = {a}: the least similar sentence keeps a cosine of {cos} to its α = 1 embedding.", a=f"{a['worst_alpha']:g}", cos=number(a["worst_cosine_min"])))
         if a["has_unscaled"]:
-            out.append(_("Without the scale (α = {a}) the least similar sentence keeps a cosine of {cos}.", lang, a=f"{data['unscaled_alpha']:g}", cos=number(a["cosine_min_unscaled"])))
+            out.append(_("Without the scale (α = {a}) the least similar sentence keeps a cosine of {cos}.", a=f"{data['unscaled_alpha']:g}", cos=number(a["cosine_min_unscaled"])))
     lo, hi = f"{rows[0]['alpha']:g}", f"{rows[-1]['alpha']:g}"
     ent, top = a["mean_normalized_entropy"], a["mean_max_weight"]
-    out.append(_("Mean entropy / ln n over layers, heads and rows: {lo} at α = {a_lo}, {one} at α = 1, {hi} at α = {a_hi}; mean max weight {w_lo}, {w_one}, {w_hi}.", lang, a_lo=lo, a_hi=hi, lo=number(ent[lo]), one=number(ent["1"]), hi=number(ent[hi]), w_lo=number(top[lo]), w_one=number(top["1"]), w_hi=number(top[hi])))
+    out.append(_("Mean entropy / ln n over layers, heads and rows: {lo} at α = {a_lo}, {one} at α = 1, {hi} at α = {a_hi}; mean max weight {w_lo}, {w_one}, {w_hi}.", a_lo=lo, a_hi=hi, lo=number(ent[lo]), one=number(ent["1"]), hi=number(ent[hi]), w_lo=number(top[lo]), w_one=number(top["1"]), w_hi=number(top[hi])))
     return out
 
 
@@ -110,17 +110,17 @@ CHECK = {
 }
 
 
-def _check(data: dict, lang: str) -> str:
+def _check(data: dict) -> str:
     check, lm = data["check"], _is_lm(data)
     if lm:
         detail = dict(ours=number(check["our_loss"], ".6f"), own=number(check["own_loss"], ".6f"),
                       rel=number(check["relative_difference"], ".1e"), tol=f"{check['tolerance']:g}")
     else:
         detail = dict(diff=number(check["max_abs_difference"], ".1e"), tol=f"{check['tolerance']:g}")
-    said = _(CHECK[(lm, bool(check["passed"]))], lang, **detail)
+    said = _(CHECK[(lm, bool(check["passed"]))], **detail)
     if check["passed"]:
         return para(said)
-    return error_box(_("Check FAILED: at α = 1 the intervention does not reproduce the model ({detail}); the figures below are not to be trusted.", lang, detail=said))
+    return error_box(_("Check FAILED: at α = 1 the intervention does not reproduce the model ({detail}); the figures below are not to be trusted.", detail=said))
 
 
 def _is_lm(data: dict) -> bool:
@@ -130,52 +130,52 @@ def _is_lm(data: dict) -> bool:
     return model.get("family", "decoder" if model["causal"] else "encoder") != "encoder"
 
 
-def _what(data: dict, lang: str) -> str:
+def _what(data: dict) -> str:
     """What the intervention measures: the bundled words for a model scaled by 1/√d_k in every layer,
     else the scales it applies, named (and why no α removes them, when none does)."""
     model = data["model"]
     rules = model.get("scale_rules") or []
     if all(rule["rule"] == "1/sqrt(d_k)" for rule in rules) and data["unscaled_alpha"] is not None:
         return _("What this measures: {model} was trained with the scale 1/√d_k = {scale}; here every attention layer's scale is multiplied by α at inference, nothing else changed, and α = {unscaled} removes the scale altogether. "
-                 "It shows how sensitive a model trained with 1/√d_k is to its scale — not what training without the scale would give (the training chapters answer that).", lang, model=model["name"], scale=number(model["scale"], ".4g"), unscaled=f"{data['unscaled_alpha']:g}")
-    removal = (_("α = {a} removes the scale altogether", lang, a=f"{data['unscaled_alpha']:g}") if data["unscaled_alpha"] is not None else
-               _(NO_REMOVAL[data["unscaled_alpha_none"]], lang))
+                 "It shows how sensitive a model trained with 1/√d_k is to its scale — not what training without the scale would give (the training chapters answer that).", model=model["name"], scale=number(model["scale"], ".4g"), unscaled=f"{data['unscaled_alpha']:g}")
+    removal = (_("α = {a} removes the scale altogether", a=f"{data['unscaled_alpha']:g}") if data["unscaled_alpha"] is not None else
+               _(NO_REMOVAL[data["unscaled_alpha_none"]]))
     return _("What this measures: {scales} Here every attention layer's own scale is multiplied by α at inference (inside a soft-cap, where there is one), nothing else changed (a position bias stays as it is); {removal}. "
-             "It shows how sensitive {model}, as trained, is to its scale — not what training with another scale would give (the training chapters answer that).", lang, model=model["name"], scales=scales_sentence(model, lang), removal=removal)
+             "It shows how sensitive {model}, as trained, is to its scale — not what training with another scale would give (the training chapters answer that).", model=model["name"], scales=scales_sentence(model), removal=removal)
 
 
-def _source(source: str, lang: str) -> str:
+def _source(source: str) -> str:
     """The text's source as a result stores it: a file's path, or the built-in sentences (worded)."""
-    return _(BUILTIN_SOURCE, lang) if source == BUILTIN_SOURCE else source
+    return _(BUILTIN_SOURCE) if source == BUILTIN_SOURCE else source
 
 
-def render(env, lang: str) -> str:
+def render(env) -> str:
     data = env.data
     model, text = data["model"], data["text"]
-    parts = [para(_what(data, lang))]
+    parts = [para(_what(data))]
     if model.get("weights_note"):
-        parts.append(weights_note(model, lang))
+        parts.append(weights_note(model))
     lm = _is_lm(data)
     if lm:
-        about = _("Text: {source}, {tokens} tokens in {windows} causal window(s) of up to {window} tokens, {predicted} of them predicted.", lang, source=_source(text["source"], lang), tokens=text["n_tokens"], windows=text["windows"], window=text["window"], predicted=text["tokens_predicted"])
+        about = _("Text: {source}, {tokens} tokens in {windows} causal window(s) of up to {window} tokens, {predicted} of them predicted.", source=_source(text["source"]), tokens=text["n_tokens"], windows=text["windows"], window=text["window"], predicted=text["tokens_predicted"])
     else:
-        about = _("Text: {source}, {n} sentences, {tokens} tokens.", lang, source=_source(text["source"], lang), n=text["n_sequences"], tokens=text["n_tokens"])
+        about = _("Text: {source}, {n} sentences, {tokens} tokens.", source=_source(text["source"]), n=text["n_sequences"], tokens=text["n_tokens"])
     parts.append(para(about))
-    parts.append(_check(data, lang))
-    parts.append(bullets(findings(data, lang)))
-    parts.append(plotting.responsive_figure(lambda: plot(data, lang), _("The measure against α on a logarithmic axis, and the mean entropy and max weight", lang),
+    parts.append(_check(data))
+    parts.append(bullets(findings(data)))
+    parts.append(plotting.responsive_figure(lambda: plot(data), _("The measure against α on a logarithmic axis, and the mean entropy and max weight"),
                                            _("Left: next-token perplexity against α (both axes logarithmic). "
-                                             "Right: mean entropy / ln n and max weight of the attention rows.", lang) if lm else
+                                             "Right: mean entropy / ln n and max weight of the attention rows.") if lm else
                                            _("Left: cosine of each sentence embedding to its α = 1 embedding (mean and least similar), α on a logarithmic axis. "
-                                             "Right: mean entropy / ln n and max weight of the attention rows.", lang)))
+                                             "Right: mean entropy / ln n and max weight of the attention rows.")))
     a = data["analysis"]
     if lm:
-        header = ["α", "CE", _("perplexity", lang), "H/ln n", _("max weight", lang), _("continuation", lang)]
+        header = ["α", "CE", _("perplexity"), "H/ln n", _("max weight"), _("continuation")]
         rows = [[f"{r['alpha']:g}", number(r["cross_entropy"], ".4f"), number(r["perplexity"], ".4g"),
                  number(a["mean_normalized_entropy"][f"{r['alpha']:g}"]), number(a["mean_max_weight"][f"{r['alpha']:g}"]),
                  Verbatim(data["prompt"] + r["continuation"])] for r in data["alphas"]]
     else:
-        header = ["α", _("mean over sentences", lang), _("least similar sentence", lang), "H/ln n", _("max weight", lang)]
+        header = ["α", _("mean over sentences"), _("least similar sentence"), "H/ln n", _("max weight")]
         rows = [[f"{r['alpha']:g}", number(r["cosine_mean"], ".4f"), number(r["cosine_min"], ".4f"),
                  number(a["mean_normalized_entropy"][f"{r['alpha']:g}"]), number(a["mean_max_weight"][f"{r['alpha']:g}"])]
                 for r in data["alphas"]]

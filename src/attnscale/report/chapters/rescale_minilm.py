@@ -2,7 +2,7 @@
 :mod:`attnscale.report.chapters.rescale`: one renderer for both)."""
 
 from attnscale.i18n import N_
-from attnscale.report.chapters.rescale import render  # noqa: F401  (the chapter's render(env, lang))
+from attnscale.report.chapters.rescale import render  # noqa: F401  (the chapter's render(env))
 
 KIND = "rescale/minilm"
 TITLE = N_("Turning a trained encoder's attention scale: all-MiniLM-L6-v2's sentence embeddings")
