@@ -54,9 +54,11 @@ report: setup
 full: setup
 	$(VENV)/bin/attnscale full
 
-# ruff over all the Python, mypy over the public API (both configured and pinned in pyproject.toml).
+# ruff (lint and format) over all the Python, mypy over the public API (configured and pinned in
+# pyproject.toml). `ruff format src tests benchmarks examples` fixes what the format check finds.
 lint: $(VENV)/.installed
 	$(PY) -m ruff check src tests benchmarks examples
+	$(PY) -m ruff format --check src tests benchmarks examples
 	$(PY) -m mypy
 
 test: setup browser lint

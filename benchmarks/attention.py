@@ -39,9 +39,10 @@ SIZES = [(4, 8, 512, 64), (2, 8, 2048, 64)]
 
 def naive_attention(q, k, v):
     """The four lines people write, on the whole batch at once (with an in-place normalisation)."""
-    s = q @ k.swapaxes(-1, -2) * np.float32(1 / math.sqrt(q.shape[-1]))   # (B, H, L, S)
+    s = q @ k.swapaxes(-1, -2) * np.float32(1 / math.sqrt(q.shape[-1]))  # (B, H, L, S)
     s -= s.max(axis=-1, keepdims=True)
-    p = np.exp(s); p /= p.sum(axis=-1, keepdims=True)                      # noqa: E702
+    p = np.exp(s)
+    p /= p.sum(axis=-1, keepdims=True)  # noqa: E702
     return p @ v
 
 
@@ -71,7 +72,7 @@ def contenders(q, k, v):
 
 
 def time_rounds(runs: dict, rounds: int) -> dict[str, list[float]]:
-    for fn in runs.values():          # warm up: first-touch page faults, BLAS thread start, torch dispatch
+    for fn in runs.values():  # warm up: first-touch page faults, BLAS thread start, torch dispatch
         fn()
     times = {name: [] for name in runs}
     for _ in range(rounds):
@@ -128,11 +129,13 @@ def threads() -> dict:
     info = {"cpu_count": os.cpu_count()}
     try:
         import torch
+
         info["torch_threads"] = torch.get_num_threads()
     except ImportError:
         pass
     try:
         from threadpoolctl import threadpool_info
+
         info["blas_threads"] = [p.get("num_threads") for p in threadpool_info()]
     except ImportError:
         pass
@@ -143,19 +146,28 @@ def render(result: dict) -> str:
     lines = []
     for r in result["results"]:
         s = r["size"]
-        lines.append(f"\n(B, H, L, d_k) = ({s['B']}, {s['H']}, {s['L']}, {s['d_k']}), float32, {r['rounds']} rounds; "
-                     f"attnscale vs naive max rel diff {r['max_rel_diff_attnscale_vs_naive']:.2e}")
+        lines.append(
+            f"\n(B, H, L, d_k) = ({s['B']}, {s['H']}, {s['L']}, {s['d_k']}), float32, {r['rounds']} rounds; "
+            f"attnscale vs naive max rel diff {r['max_rel_diff_attnscale_vs_naive']:.2e}"
+        )
         lines.append("raw times (ms), one column per round:")
         for name, t in r["times_s"].items():
             lines.append(f"  {name:<12} " + " ".join(f"{x * 1e3:8.1f}" for x in t))
-        lines.append(f"  {'':<12} {'median ms':>10} {'min ms':>10} {'ratio':>7}  {'peak MiB':>9} "
-                     f"{'peak /LxS':>9} {'temps /LxS':>10}")
+        lines.append(
+            f"  {'':<12} {'median ms':>10} {'min ms':>10} {'ratio':>7}  {'peak MiB':>9} "
+            f"{'peak /LxS':>9} {'temps /LxS':>10}"
+        )
         for name in r["times_s"]:
             peak = r["peak_bytes"].get(name)
-            mem = (f"{peak / 2**20:9.1f} {r['peak_in_LxS'][name]:9.2f} {r['temporaries_in_LxS'][name]:10.2f}"
-                   if peak is not None else f"{'n/a':>9} {'n/a':>9} {'n/a':>10}")
-            lines.append(f"  {name:<12} {r['median_s'][name] * 1e3:10.1f} {r['min_s'][name] * 1e3:10.1f} "
-                         f"{r['ratio_to_naive'][name]:7.2f}  {mem}")
+            mem = (
+                f"{peak / 2**20:9.1f} {r['peak_in_LxS'][name]:9.2f} {r['temporaries_in_LxS'][name]:10.2f}"
+                if peak is not None
+                else f"{'n/a':>9} {'n/a':>9} {'n/a':>10}"
+            )
+            lines.append(
+                f"  {name:<12} {r['median_s'][name] * 1e3:10.1f} {r['min_s'][name] * 1e3:10.1f} "
+                f"{r['ratio_to_naive'][name]:7.2f}  {mem}"
+            )
         ratio = r["ratio_to_naive"]["attnscale"]
         lines.append(f"  target attnscale <= 1.10x naive: {'met' if ratio <= 1.1 else 'MISSED'} ({ratio:.2f}x)")
     lines.append(f"\nthreads: {result['threads']}")
@@ -167,11 +179,14 @@ def limit_threads(n: int) -> None:
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:
-        raise SystemExit("--threads needs threadpoolctl (pip install threadpoolctl), "
-                         "or set OPENBLAS_NUM_THREADS / OMP_NUM_THREADS before running") from None
+        raise SystemExit(
+            "--threads needs threadpoolctl (pip install threadpoolctl), "
+            "or set OPENBLAS_NUM_THREADS / OMP_NUM_THREADS before running"
+        ) from None
     threadpool_limits(n)
     try:
         import torch
+
         torch.set_num_threads(n)
     except ImportError:
         pass
@@ -180,16 +195,21 @@ def limit_threads(n: int) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=7, help="timed rounds per size (default 7)")
-    parser.add_argument("--sizes", nargs="+", default=None, metavar="B,H,L,D",
-                        help="sizes to run (default: 4,8,512,64 2,8,2048,64)")
+    parser.add_argument(
+        "--sizes", nargs="+", default=None, metavar="B,H,L,D", help="sizes to run (default: 4,8,512,64 2,8,2048,64)"
+    )
     parser.add_argument("--threads", type=int, default=None, help="limit BLAS and torch to N threads")
     parser.add_argument("--json", default=None, help="also write the results here (atomically)")
     args = parser.parse_args(argv)
     if args.threads:
         limit_threads(args.threads)
     sizes = [tuple(int(x) for x in s.split(",")) for s in args.sizes] if args.sizes else SIZES
-    result = {"benchmark": "attention", "results": [bench(size, args.rounds) for size in sizes],
-              "threads": threads(), "environment": environment()}
+    result = {
+        "benchmark": "attention",
+        "results": [bench(size, args.rounds) for size in sizes],
+        "threads": threads(),
+        "environment": environment(),
+    }
     print(render(result))
     if args.json:
         write_json_atomic(args.json, result)

@@ -43,12 +43,17 @@ import warnings
 
 TARGETS = {"forward": 1.2, "forward+backward": 1.3, "memory": 1.1}
 SHAPES = ((2, 8, 2048, 64), (1, 8, 8192, 64))
-DRY_SHAPES = ((1, 2, 64, 16),)                 # the dry run times float32 only
+DRY_SHAPES = ((1, 2, 64, 16),)  # the dry run times float32 only
 DTYPES = ("float32", "bfloat16")
 # (label, causal, masked, scale rule): the correctness cases, each in every dtype.
-CASES = (("plain", False, False, None), ("causal top_left", "top_left", False, None),
-         ("bottom_right + mask", "bottom_right", True, None), ("qknorm", False, False, "qknorm"),
-         ("logn, causal", "top_left", False, "logn"), ("softcap, causal", "top_left", False, "softcap"))
+CASES = (
+    ("plain", False, False, None),
+    ("causal top_left", "top_left", False, None),
+    ("bottom_right + mask", "bottom_right", True, None),
+    ("qknorm", False, False, "qknorm"),
+    ("logn, causal", "top_left", False, "logn"),
+    ("softcap, causal", "top_left", False, "softcap"),
+)
 # Tolerances against float64 of the same inputs: (out, lse relative, logit range relative, gradients
 # relative to their largest entry). bfloat16: outputs and gradients carry 8 bits.
 # bfloat16 logits are those of q̂ rounded to bfloat16 after QK-norm or log-n's factor (the model's own
@@ -81,10 +86,11 @@ def check(torch, flex, attention, device, dtype_name, grads: bool, dry: bool) ->
     dtype = getattr(torch, dtype_name)
     B, H_q, H_kv, L, S, d = (1, 4, 2, 40, 50, 16) if dry else (2, 8, 2, 300, 333, 64)
     g = torch.Generator().manual_seed(0)
-    q64, k64, v64 = (torch.randn(B, h, n, d, generator=g, dtype=torch.float64)
-                     for h, n in ((H_q, L), (H_kv, S), (H_kv, S)))
+    q64, k64, v64 = (
+        torch.randn(B, h, n, d, generator=g, dtype=torch.float64) for h, n in ((H_q, L), (H_kv, S), (H_kv, S))
+    )
     mask = torch.rand(B, 1, L, S, generator=g) > 0.3
-    mask[0, 0, 3] = False                                        # a fully masked row
+    mask[0, 0, 3] = False  # a fully masked row
     q, k, v = (x.to(device=device, dtype=dtype) for x in (q64, k64, v64))
     mask = mask.to(device)
     tol_out, tol_lse, tol_range, tol_grad = TOLERANCES[dtype_name]
@@ -94,23 +100,36 @@ def check(torch, flex, attention, device, dtype_name, grads: bool, dry: bool) ->
         kw = dict(scale=rule, causal=causal, mask=mask if masked else None)
         with torch.no_grad():
             ours_out, ours = attention(q, k, v, backend="flex", return_stats=True, logit_range=True, **kw)
-            exact_out, exact = attention(q.double(), k.double(), v.double(), backend="chunked", return_stats=True,
-                                         logit_range=True, **kw)
+            exact_out, exact = attention(
+                q.double(), k.double(), v.double(), backend="chunked", return_stats=True, logit_range=True, **kw
+            )
         empty = torch.isnan(exact.entropy)
         full = ~empty
         err = {
             "out": float((ours_out.double() - exact_out).abs().max()),
             "lse_rel": float(((ours.lse.double() - exact.lse)[full].abs() / exact.lse[full].abs().clamp_min(1)).max()),
-            "entropy_rel_to_1+|lse|": float(((ours.entropy.double() - exact.entropy)[full].abs()
-                                              / (1 + exact.lse[full].abs())).max()),
-            "range_rel": max(float(((getattr(ours, n).double() - getattr(exact, n))[full].abs()
-                                    / getattr(exact, n)[full].abs().clamp_min(1)).max())
-                             for n in ("max_logit", "min_logit")),
+            "entropy_rel_to_1+|lse|": float(
+                ((ours.entropy.double() - exact.entropy)[full].abs() / (1 + exact.lse[full].abs())).max()
+            ),
+            "range_rel": max(
+                float(
+                    (
+                        (getattr(ours, n).double() - getattr(exact, n))[full].abs()
+                        / getattr(exact, n)[full].abs().clamp_min(1)
+                    ).max()
+                )
+                for n in ("max_logit", "min_logit")
+            ),
         }
-        ok = (err["out"] <= tol_out and err["lse_rel"] <= tol_lse and err["entropy_rel_to_1+|lse|"] <= bound
-              and err["range_rel"] <= tol_range
-              and bool(torch.equal(torch.isnan(ours.entropy), empty))
-              and bool((ours_out[empty] == 0).all()) and bool(torch.isneginf(ours.lse[empty]).all()))
+        ok = (
+            err["out"] <= tol_out
+            and err["lse_rel"] <= tol_lse
+            and err["entropy_rel_to_1+|lse|"] <= bound
+            and err["range_rel"] <= tol_range
+            and bool(torch.equal(torch.isnan(ours.entropy), empty))
+            and bool((ours_out[empty] == 0).all())
+            and bool(torch.isneginf(ours.lse[empty]).all())
+        )
         if grads:
             err["grad_rel"], grads_ok = gradient_error(torch, attention, (q, k, v), kw, empty, tol_grad)
             ok = ok and grads_ok
@@ -124,7 +143,7 @@ def gradient_error(torch, attention, qkv, kw, empty, tol) -> tuple[float, bool]:
     """dq, dk, dv of flex against float64 chunked ones, relative to each one's largest entry; a
     fully masked row's dq must be exactly 0."""
     q, _, v = qkv
-    weight = torch.randn(q.shape[:-1] + v.shape[-1:], device=q.device, dtype=torch.float64)   # d loss / d out
+    weight = torch.randn(q.shape[:-1] + v.shape[-1:], device=q.device, dtype=torch.float64)  # d loss / d out
 
     def grads(dtype, backend):
         xs = [x.detach().to(dtype).requires_grad_(True) for x in qkv]
@@ -148,10 +167,14 @@ def sweep(torch, flex, device, rows: int) -> list[dict]:
             r = entropy_errors(torch, getattr(torch, name), device, logit_range=with_range, rows=rows)
             frozen = max(e for h, e in zip(r["entropy"], r["entropy_error"]) if h < 1e-6)
             ok = r["worst"] <= flex.ENTROPY_ERROR_BOUND[name] and (not with_range or frozen <= 2e-4)
-            found.append({"dtype": name, "logit_range": with_range, "worst": r["worst"], "frozen_max": frozen, "ok": ok})
-            say(f"  {name:8s} logit_range={str(with_range):5s} worst |Δentropy|/(1+|lse|) {r['worst']:.2e} "
+            found.append(
+                {"dtype": name, "logit_range": with_range, "worst": r["worst"], "frozen_max": frozen, "ok": ok}
+            )
+            say(
+                f"  {name:8s} logit_range={str(with_range):5s} worst |Δentropy|/(1+|lse|) {r['worst']:.2e} "
                 f"(bound {flex.ENTROPY_ERROR_BOUND[name]:.0e}), frozen rows ≤ {frozen:.1e} nats  "
-                f"{'PASS' if ok else 'FAIL'}")
+                f"{'PASS' if ok else 'FAIL'}"
+            )
     return found
 
 
@@ -186,10 +209,19 @@ def variants(torch, attention, q, k, v, causal: bool, context, backward: bool):
 
     def ours(logit_range):
         def run():
-            out, _ = attention(q, k, v, causal="top_left" if causal else False, return_stats=True,
-                               logit_range=logit_range, backend="flex", check_finite=False)
+            out, _ = attention(
+                q,
+                k,
+                v,
+                causal="top_left" if causal else False,
+                return_stats=True,
+                logit_range=logit_range,
+                backend="flex",
+                check_finite=False,
+            )
             if backward:
                 out.sum().backward()
+
         return run
 
     return {"sdpa": sdpa, "flex": ours(False), "flex + min logit": ours(True)}
@@ -205,13 +237,15 @@ def timings(torch, attention, device, shapes, dtypes, repeats: int, backward: bo
             dtype = getattr(torch, dtype_name)
             for causal in (False, True):
                 g = torch.Generator(device=device).manual_seed(1)
-                q, k, v = (torch.randn(B, H, L, d, generator=g, device=device, dtype=dtype).requires_grad_(backward)
-                           for _ in range(3))
+                q, k, v = (
+                    torch.randn(B, H, L, d, generator=g, device=device, dtype=dtype).requires_grad_(backward)
+                    for _ in range(3)
+                )
                 name, context = peer(torch, device, dtype)
                 fns = variants(torch, attention, q, k, v, causal, context, backward)
                 grad = torch.enable_grad() if backward else torch.no_grad()
                 with grad:
-                    for fn in fns.values():                    # warm-up: compiles, block masks
+                    for fn in fns.values():  # warm-up: compiles, block masks
                         fn(), fn()
                     times = {n: [] for n in fns}
                     for _ in range(repeats):
@@ -223,10 +257,20 @@ def timings(torch, attention, device, shapes, dtypes, repeats: int, backward: bo
                             times[n].append(time.perf_counter() - t)
                 med = {n: statistics.median(ts) for n, ts in times.items()}
                 ratio = {n: med[n] / med["sdpa"] for n in med if n != "sdpa"}
-                rows.append({"shape": list(shape), "dtype": dtype_name, "causal": causal, "peer": name,
-                             "median_s": med, "ratio_to_sdpa": ratio})
-                say(f"  {str(shape):18s} {dtype_name:8s} causal={str(causal):5s} {name}: {med['sdpa'] * 1e3:8.2f} ms; "
-                    + "  ".join(f"{n} {r:.2f}×" for n, r in ratio.items()))
+                rows.append(
+                    {
+                        "shape": list(shape),
+                        "dtype": dtype_name,
+                        "causal": causal,
+                        "peer": name,
+                        "median_s": med,
+                        "ratio_to_sdpa": ratio,
+                    }
+                )
+                say(
+                    f"  {str(shape):18s} {dtype_name:8s} causal={str(causal):5s} {name}: {med['sdpa'] * 1e3:8.2f} ms; "
+                    + "  ".join(f"{n} {r:.2f}×" for n, r in ratio.items())
+                )
     return rows
 
 
@@ -242,7 +286,7 @@ def memory(torch, attention, device, shapes) -> list[dict]:
                 rise = {}
                 for n, fn in variants(torch, attention, q, k, v, True, context, backward).items():
                     with torch.enable_grad() if backward else torch.no_grad():
-                        fn()                                   # compiled and cached before measuring
+                        fn()  # compiled and cached before measuring
                         for x in (q, k, v):
                             x.grad = None
                         torch.cuda.synchronize()
@@ -255,10 +299,21 @@ def memory(torch, attention, device, shapes) -> list[dict]:
                         x.grad = None
                 ratio = {n: rise[n] / max(rise["sdpa"], 1) for n in rise if n != "sdpa"}
                 label = "forward+backward" if backward else "forward"
-                rows.append({"shape": list(shape), "dtype": dtype_name, "pass": label, "causal": True, "peer": name,
-                             "rise_bytes": rise, "ratio_to_sdpa": ratio})
-                say(f"  {str(shape):18s} {dtype_name:8s} {label:16s} causal {name}: {rise['sdpa'] / 2**20:8.1f} MiB; "
-                    + "  ".join(f"{n} {r:.2f}×" for n, r in ratio.items()))
+                rows.append(
+                    {
+                        "shape": list(shape),
+                        "dtype": dtype_name,
+                        "pass": label,
+                        "causal": True,
+                        "peer": name,
+                        "rise_bytes": rise,
+                        "ratio_to_sdpa": ratio,
+                    }
+                )
+                say(
+                    f"  {str(shape):18s} {dtype_name:8s} {label:16s} causal {name}: {rise['sdpa'] / 2**20:8.1f} MiB; "
+                    + "  ".join(f"{n} {r:.2f}×" for n, r in ratio.items())
+                )
     return rows
 
 
@@ -273,11 +328,21 @@ def verdicts(forward, backward, mem, dry: bool) -> list[str]:
 
     for kind, rows in (("forward", forward), ("forward+backward", backward)):
         for r in rows:
-            lines.append(line(f"{kind} {tuple(r['shape'])} {r['dtype']} causal={r['causal']}",
-                              r["ratio_to_sdpa"]["flex"], TARGETS[kind]))
+            lines.append(
+                line(
+                    f"{kind} {tuple(r['shape'])} {r['dtype']} causal={r['causal']}",
+                    r["ratio_to_sdpa"]["flex"],
+                    TARGETS[kind],
+                )
+            )
     for r in mem:
-        lines.append(line(f"memory {r['pass']} {tuple(r['shape'])} {r['dtype']} causal",
-                          r["ratio_to_sdpa"]["flex"], TARGETS["memory"]))
+        lines.append(
+            line(
+                f"memory {r['pass']} {tuple(r['shape'])} {r['dtype']} causal",
+                r["ratio_to_sdpa"]["flex"],
+                TARGETS["memory"],
+            )
+        )
     return lines
 
 
@@ -286,8 +351,13 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu (the dry run, with --eager)")
     parser.add_argument("--eager", action="store_true", help="FlexAttention's eager path (tiny shapes on CPU)")
     parser.add_argument("--repeats", type=int, default=0, help="timed rounds (default 20 on CUDA, 1 in the dry run)")
-    parser.add_argument("--skip", action="append", default=[], choices=("correctness", "sweep", "time", "memory"),
-                        help="leave out a section (repeatable)")
+    parser.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        choices=("correctness", "sweep", "time", "memory"),
+        help="leave out a section (repeatable)",
+    )
     parser.add_argument("--json", help="also write every number to this file")
     args = parser.parse_args(argv)
 
@@ -322,8 +392,9 @@ def main(argv=None) -> int:
             with section("correctness against float64 (flex vs chunked float64 on the device)", seconds):
                 if dry:
                     say("  gradients: skipped (FlexAttention has no backward on CPU)")
-                result["correctness"] = [row for name in DTYPES
-                                         for row in check(torch, flex, attention, device, name, not dry, dry)]
+                result["correctness"] = [
+                    row for name in DTYPES for row in check(torch, flex, attention, device, name, not dry, dry)
+                ]
         if "sweep" not in args.skip:
             with section("entropy error sweep (uniform → frozen rows, against float64)", seconds):
                 result["sweep"] = sweep(torch, flex, device, rows=30 if dry else 200)
@@ -331,14 +402,16 @@ def main(argv=None) -> int:
         forward = backward = mem = []
         if "time" not in args.skip:
             with section("forward: time ÷ SDPA (medians)", seconds):
-                forward = result["forward"] = timings(torch, attention, device, shapes, DTYPES[:1] if dry else DTYPES,
-                                                      repeats, backward=False)
+                forward = result["forward"] = timings(
+                    torch, attention, device, shapes, DTYPES[:1] if dry else DTYPES, repeats, backward=False
+                )
             if dry:
                 say("\nforward+backward: skipped (FlexAttention has no backward on CPU)")
             else:
                 with section("forward+backward: time ÷ SDPA (medians)", seconds):
-                    backward = result["forward+backward"] = timings(torch, attention, device, shapes, DTYPES,
-                                                                    repeats, backward=True)
+                    backward = result["forward+backward"] = timings(
+                        torch, attention, device, shapes, DTYPES, repeats, backward=True
+                    )
         if "memory" not in args.skip and not dry:
             with section("peak memory rise ÷ SDPA", seconds):
                 mem = result["memory"] = memory(torch, attention, device, shapes)

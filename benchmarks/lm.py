@@ -41,6 +41,7 @@ def make_step(model: GPT, batches):
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+
     return step
 
 
@@ -56,7 +57,7 @@ def measure(d_k: int, rule: str, backend: str, rounds: int, steps: int) -> dict:
         contenders[name] = make_step(GPT(config, RULE_CHOICES[rule], backend=backend, figures=figures), batches)
     cpu = {name: [] for name in contenders}
     wall = {name: [] for name in contenders}
-    for step in contenders.values():          # warm-up: allocator, first-call dispatch
+    for step in contenders.values():  # warm-up: allocator, first-call dispatch
         step(0)
     for r in range(rounds):
         for name, step in contenders.items():
@@ -68,28 +69,46 @@ def measure(d_k: int, rule: str, backend: str, rounds: int, steps: int) -> dict:
     tokens = steps * cell.batch * cell.context
     rate = {name: tokens / statistics.median(ts) for name, ts in cpu.items()}
     wall_rate = {name: tokens / statistics.median(ts) for name, ts in wall.items()}
-    return {"d_k": d_k, "heads": cell.d_model // d_k, "rule": rule, "backend": backend, "tokens_per_round": tokens,
-            "cpu_seconds": cpu, "wall_seconds": wall, "tokens_per_s": rate, "ratio": rate["figures"] / rate["sdpa"],
-            "wall_tokens_per_s": wall_rate, "wall_ratio": wall_rate["figures"] / wall_rate["sdpa"]}
+    return {
+        "d_k": d_k,
+        "heads": cell.d_model // d_k,
+        "rule": rule,
+        "backend": backend,
+        "tokens_per_round": tokens,
+        "cpu_seconds": cpu,
+        "wall_seconds": wall,
+        "tokens_per_s": rate,
+        "ratio": rate["figures"] / rate["sdpa"],
+        "wall_tokens_per_s": wall_rate,
+        "wall_ratio": wall_rate["figures"] / wall_rate["sdpa"],
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--d-ks", default=",".join(str(d) for d in lm.LMConfig().d_ks))
     parser.add_argument("--rule", default="inverse_sqrt_dk", choices=sorted(RULE_CHOICES))
-    parser.add_argument("--backend", default=lm.BACKEND, help="of attnscale.torch.attention, for the figures (default: the experiment's)")
+    parser.add_argument(
+        "--backend",
+        default=lm.BACKEND,
+        help="of attnscale.torch.attention, for the figures (default: the experiment's)",
+    )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=5, help="training steps per contender per round")
     parser.add_argument("--json", default=None, help="also write the measurements to this file")
     args = parser.parse_args()
-    torch.set_num_threads(1)                         # as the sweep's workers
+    torch.set_num_threads(1)  # as the sweep's workers
     rows = [measure(int(d), args.rule, args.backend, args.rounds, args.steps) for d in args.d_ks.split(",")]
-    print(f"GPT of the lm sweep, {args.rule}, figures via backend {args.backend!r}, 1 thread, "
-          f"median of {args.rounds} rounds of {args.steps} training steps, tokens per CPU-second")
+    print(
+        f"GPT of the lm sweep, {args.rule}, figures via backend {args.backend!r}, 1 thread, "
+        f"median of {args.rounds} rounds of {args.steps} training steps, tokens per CPU-second"
+    )
     print(f"{'d_k':>5}{'heads':>6}{'figures tok/s':>15}{'SDPA tok/s':>12}{'figures / SDPA':>16}")
     for r in rows:
-        print(f"{r['d_k']:>5}{r['heads']:>6}{r['tokens_per_s']['figures']:>15.0f}{r['tokens_per_s']['sdpa']:>12.0f}"
-              f"{r['ratio']:>15.2f}x")
+        print(
+            f"{r['d_k']:>5}{r['heads']:>6}{r['tokens_per_s']['figures']:>15.0f}{r['tokens_per_s']['sdpa']:>12.0f}"
+            f"{r['ratio']:>15.2f}x"
+        )
     if args.json:
         write_json_atomic(args.json, {"benchmark": "lm", "environment": environment(), "rows": rows})
 

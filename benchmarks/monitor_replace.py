@@ -31,7 +31,7 @@ import sys
 import time
 
 
-STEPS = 10          # calls of work() per variant and round: every=10's cycle, and a sample long enough to steady
+STEPS = 10  # calls of work() per variant and round: every=10's cycle, and a sample long enough to steady
 
 
 def interleaved(work, repeats: int) -> dict:
@@ -56,7 +56,7 @@ def interleaved(work, repeats: int) -> dict:
             return (time.perf_counter() - t0) / STEPS
 
     modes = {"plain": None, "observe": "observe", "replace": "replace", "every10": "every10"}
-    for mode in modes.values():                                   # warm-up: caches, kernel build, allocator
+    for mode in modes.values():  # warm-up: caches, kernel build, allocator
         timed(mode)
     times = {name: [] for name in modes}
     for _ in range(repeats):
@@ -84,9 +84,13 @@ def minilm(repeats: int, batch: int) -> dict:
     plain = forward()
     with Monitor(model, mode="replace") as mon:
         replaced = forward()
-    return {"shape": tuple(inputs["input_ids"].shape), "medians": interleaved(forward, repeats),
-            "max_abs_diff": float((replaced - plain).abs().max()), "fallbacks": dict(mon.fallbacks),
-            "backends": sorted({c.backend for c in mon.calls})}
+    return {
+        "shape": tuple(inputs["input_ids"].shape),
+        "medians": interleaved(forward, repeats),
+        "max_abs_diff": float((replaced - plain).abs().max()),
+        "fallbacks": dict(mon.fallbacks),
+        "backends": sorted({c.backend for c in mon.calls}),
+    }
 
 
 def training_step(repeats: int, compiled: bool = False) -> dict:
@@ -97,7 +101,7 @@ def training_step(repeats: int, compiled: bool = False) -> dict:
     from attnscale.scales import InverseSqrtDk
 
     torch.manual_seed(0)
-    config = logit_growth.gpt_config(logit_growth.LogitCell(1e-3, False, 0), vocab=48)   # width 64, 4 heads
+    config = logit_growth.gpt_config(logit_growth.LogitCell(1e-3, False, 0), vocab=48)  # width 64, 4 heads
     model = GPT(config, InverseSqrtDk(), figures=False)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x = torch.randint(0, 48, (16, 64), generator=torch.Generator().manual_seed(1))
@@ -129,9 +133,13 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--batch", type=int, default=8, help="MiniLM sentences per forward")
     parser.add_argument("--no-minilm", action="store_true")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads (default 1: on a shared 2-core machine two threads spin against each other; "
-                             "0 = torch's own choice)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (default 1: on a shared 2-core machine two threads spin against each other; "
+        "0 = torch's own choice)",
+    )
     args = parser.parse_args(argv)
     if args.threads:
         import torch
@@ -147,13 +155,19 @@ def main(argv=None) -> int:
     print(f"{'':<38}{'shape':<20}{'plain ms':>10}{'observe ×':>11}{'replace ×':>11}{'every=10 ×':>12}")
     for name, r in rows:
         m = r["medians"]
-        print(f"{name:<38}{str(r['shape']):<20}{m['plain'] * 1e3:>10.2f}{m['observe'] / m['plain']:>11.3f}"
-              f"{m['replace'] / m['plain']:>11.3f}{m['every10'] / m['plain']:>12.3f}")
+        print(
+            f"{name:<38}{str(r['shape']):<20}{m['plain'] * 1e3:>10.2f}{m['observe'] / m['plain']:>11.3f}"
+            f"{m['replace'] / m['plain']:>11.3f}{m['every10'] / m['plain']:>12.3f}"
+        )
         if "max_abs_diff" in r:
-            print(f"{'':<38}max |replace − plain| = {r['max_abs_diff']:.3g}; backends {r['backends']}; "
-                  f"fallbacks: {r['fallbacks'] or 'none'}")
+            print(
+                f"{'':<38}max |replace − plain| = {r['max_abs_diff']:.3g}; backends {r['backends']}; "
+                f"fallbacks: {r['fallbacks'] or 'none'}"
+            )
     print(f"CPU: {cpu_name()}; torch {__import__('torch').__version__}")
-    print(f"medians of {args.repeats} interleaved rounds of {STEPS} calls, {args.threads or 'default'} torch thread(s); load average {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(
+        f"medians of {args.repeats} interleaved rounds of {STEPS} calls, {args.threads or 'default'} torch thread(s); load average {', '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
     return 0
 
 

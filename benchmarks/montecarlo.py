@@ -16,14 +16,20 @@ import numpy as np
 
 from attnscale.montecarlo import dot_variance_estimates
 
-CHUNK_ELEMENTS = 2 ** 21
+CHUNK_ELEMENTS = 2**21
 
 
 def estimator(d_k: int, n: int, seed: int) -> tuple[float, int]:
     """(seconds, samples): the cap is rounded up to whole batches, so the count is returned."""
     start = time.perf_counter()
-    est = dot_variance_estimates("gaussian", (d_k,), rng=np.random.default_rng(seed), max_samples=n,
-                                 rel_ci_target=1e-9, chunk_elements=CHUNK_ELEMENTS)
+    est = dot_variance_estimates(
+        "gaussian",
+        (d_k,),
+        rng=np.random.default_rng(seed),
+        max_samples=n,
+        rel_ci_target=1e-9,
+        chunk_elements=CHUNK_ELEMENTS,
+    )
     elapsed = time.perf_counter() - start
     assert not est[0].converged  # ran to the cap: the work is fixed
     return elapsed, est[0].n_samples
@@ -48,7 +54,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     print(f"{'d_k':>6} {'samples':>9} {'estimator samples/s':>20} {'floor samples/s':>16} {'ratio':>6}")
-    for d_k, n in ((64, 2 ** 18), (4096, 2 ** 12)):
+    for d_k, n in ((64, 2**18), (4096, 2**12)):
         est_t, floor_t = [], []
         for r in range(args.repeats):  # interleaved, so load changes hit both alike
             seconds, drawn = estimator(d_k, n, r)

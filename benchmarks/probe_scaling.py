@@ -19,10 +19,14 @@ import tempfile
 import time
 from pathlib import Path
 
-SIZES = {"tiny-64x2": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                           intermediate_size=128),
-         "tiny-256x8": dict(hidden_size=256, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=4,
-                            intermediate_size=512)}
+SIZES = {
+    "tiny-64x2": dict(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128
+    ),
+    "tiny-256x8": dict(
+        hidden_size=256, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=4, intermediate_size=512
+    ),
+}
 LENGTHS = (32, 128, 512)
 SEQUENCES = 16
 
@@ -50,7 +54,7 @@ def texts(folder: Path, length: int) -> Path:
     path = folder / f"texts-{length}.txt"
     # About 1.3 WordPiece tokens per word, and [CLS] [SEP]: a line of L tokens has ~ (L - 2) / 1.3 words.
     n = max(1, int((length - 2) / 1.3))
-    path.write_text("\n".join(" ".join(words[i * 7:i * 7 + n]) for i in range(SEQUENCES)) + "\n", encoding="utf-8")
+    path.write_text("\n".join(" ".join(words[i * 7 : i * 7 + n]) for i in range(SEQUENCES)) + "\n", encoding="utf-8")
     return path
 
 
@@ -79,8 +83,19 @@ def probe(model: str, text: Path | None, out: Path) -> tuple[int, dict]:
     """(the model's parameter count, as its result records it; the run's measurements)."""
     import json
 
-    command = [sys.executable, "-m", "attnscale", "probe", "--model", model, "--results", str(out), "--json", "-",
-               "--quiet"]
+    command = [
+        sys.executable,
+        "-m",
+        "attnscale",
+        "probe",
+        "--model",
+        model,
+        "--results",
+        str(out),
+        "--json",
+        "-",
+        "--quiet",
+    ]
     stdout, measured = run(command + (["--text", str(text)] if text else []))
     data = json.loads(stdout)["data"]
     return data["model"]["n_parameters"], {**measured, "tokens": data["config"]["n_tokens"]}
@@ -102,16 +117,21 @@ def main() -> None:
         if args.smollm2:
             from attnscale.experiments.pretrained.loading import _smollm2_file
 
-            rows.append(("SmolLM2-135M (its GGUF file as PATH)", "built-in",
-                         *probe(str(_smollm2_file()), None, tmp / "out")))
+            rows.append(
+                ("SmolLM2-135M (its GGUF file as PATH)", "built-in", *probe(str(_smollm2_file()), None, tmp / "out"))
+            )
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"{os.cpu_count()} CPUs, load average after the run {load}; baseline (import torch + transformers): "
-          f"{base['cpu']:.1f} CPU-s, {base['rss']:.0f} MiB\n")
+    print(
+        f"{os.cpu_count()} CPUs, load average after the run {load}; baseline (import torch + transformers): "
+        f"{base['cpu']:.1f} CPU-s, {base['rss']:.0f} MiB\n"
+    )
     print("| model | parameters | tokens per sequence | tokens in all | wall s | CPU s | peak RSS MiB |")
     print("|---|---|---|---|---|---|---|")
     for name, length, params, m in rows:
-        print(f"| {name} | {params / 1e6:.1f} M | {length} | {m['tokens']} | {m['wall']:.1f} | {m['cpu']:.1f} | "
-              f"{m['rss']:.0f} |")
+        print(
+            f"| {name} | {params / 1e6:.1f} M | {length} | {m['tokens']} | {m['wall']:.1f} | {m['cpu']:.1f} | "
+            f"{m['rss']:.0f} |"
+        )
 
 
 if __name__ == "__main__":

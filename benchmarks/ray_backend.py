@@ -33,12 +33,14 @@ def main(argv=None) -> int:
     local, ray_sweep, ray_start = [], [], []
     for _ in range(args.repeats):
         t0 = time.perf_counter()
-        run_sweep("scale-vs-dk", cells, scale_vs_dk.train_cell, ResultCache(tempfile.mkdtemp()), LocalBackend(args.cpus))
+        run_sweep(
+            "scale-vs-dk", cells, scale_vs_dk.train_cell, ResultCache(tempfile.mkdtemp()), LocalBackend(args.cpus)
+        )
         local.append(time.perf_counter() - t0)
 
         t0 = time.perf_counter()
         ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-        ray.get(ray.remote(lambda: None).remote())           # the instance accepts tasks
+        ray.get(ray.remote(lambda: None).remote())  # the instance accepts tasks
         t1 = time.perf_counter()
         run_sweep("scale-vs-dk", cells, scale_vs_dk.train_cell, ResultCache(tempfile.mkdtemp()), RayBackend())
         ray_sweep.append(time.perf_counter() - t1)
@@ -51,9 +53,13 @@ def main(argv=None) -> int:
     print("| backend | sweep time | cells/s | start-up |")
     print("|---|---|---|---|")
     print(f"| LocalBackend({args.cpus}) | {med(local):.1f} s | {n / med(local):.2f} | (in the sweep time) |")
-    print(f"| RayBackend (local instance) | {med(ray_sweep):.1f} s | {n / med(ray_sweep):.2f} | {med(ray_start):.1f} s |")
-    print(f"cells/s on Ray ÷ on LocalBackend: {med(local) / med(ray_sweep):.2f}× (start-up excluded), "
-          f"{med(local) / (med(ray_sweep) + med(ray_start)):.2f}× (included)")
+    print(
+        f"| RayBackend (local instance) | {med(ray_sweep):.1f} s | {n / med(ray_sweep):.2f} | {med(ray_start):.1f} s |"
+    )
+    print(
+        f"cells/s on Ray ÷ on LocalBackend: {med(local) / med(ray_sweep):.2f}× (start-up excluded), "
+        f"{med(local) / (med(ray_sweep) + med(ray_start)):.2f}× (included)"
+    )
     print(f"overhead per cell: {(med(ray_sweep) - med(local)) / n * 1000:+.0f} ms")
     return 0
 

@@ -23,9 +23,17 @@ from attnscale.experiments.telemetry import TelemetryBenchConfig, run_telemetry_
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--quick", action="store_true", help="shapes " + " and ".join(map(str, TelemetryBenchConfig.QUICK_SHAPES)))
-    parser.add_argument("--shape", type=int, nargs=4, action="append", metavar=("B", "H", "L", "D"),
-                        help="a shape to time (repeatable; default " + " and ".join(map(str, TelemetryBenchConfig().shapes)) + ")")
+    parser.add_argument(
+        "--quick", action="store_true", help="shapes " + " and ".join(map(str, TelemetryBenchConfig.QUICK_SHAPES))
+    )
+    parser.add_argument(
+        "--shape",
+        type=int,
+        nargs=4,
+        action="append",
+        metavar=("B", "H", "L", "D"),
+        help="a shape to time (repeatable; default " + " and ".join(map(str, TelemetryBenchConfig().shapes)) + ")",
+    )
     parser.add_argument("--causal", choices=("both", "no", "yes"), default="both")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
     parser.add_argument("--no-backward", action="store_true", help="forward only")
@@ -34,8 +42,13 @@ def main(argv=None) -> int:
     parser.add_argument("--results", help="also write the telemetry result under this results root")
     args = parser.parse_args(argv)
     make = TelemetryBenchConfig.quick if args.quick else TelemetryBenchConfig
-    kw = dict(repeats=args.repeats, device=args.device, threads=args.threads, backward=not args.no_backward,
-              causal={"both": (False, True), "no": (False,), "yes": (True,)}[args.causal])
+    kw = dict(
+        repeats=args.repeats,
+        device=args.device,
+        threads=args.threads,
+        backward=not args.no_backward,
+        causal={"both": (False, True), "no": (False,), "yes": (True,)}[args.causal],
+    )
     if args.shape:
         kw["shapes"] = tuple(tuple(s) for s in args.shape)
     if args.no_memory:
@@ -44,7 +57,9 @@ def main(argv=None) -> int:
     data = run_telemetry_bench(config)
     env = results.Envelope(kind="telemetry", data=data, quick=args.quick)
     if args.results:
-        env = results.write("telemetry", data, config=asdict(config), seed=config.seed, quick=args.quick, root=args.results)
+        env = results.write(
+            "telemetry", data, config=asdict(config), seed=config.seed, quick=args.quick, root=args.results
+        )
         print(f"wrote {env.path}", file=sys.stderr)
     print(format_table(env))
     return 0

@@ -43,27 +43,29 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
 
-    distributed = "WORLD_SIZE" in os.environ          # set by torchrun
+    distributed = "WORLD_SIZE" in os.environ  # set by torchrun
     if distributed:
         dist.init_process_group("gloo")
     rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
 
-    torch.manual_seed(a.seed)                          # the same initial weights on every rank
+    torch.manual_seed(a.seed)  # the same initial weights on every rank
     config = GPTConfig(vocab=VOCAB, context=a.context, d_model=64, n_layers=2, d_k=16)
     net = GPT(config, InverseSqrtDk(), figures=False)  # plain SDPA: the calls the monitor sees
     model = torch.nn.parallel.DistributedDataParallel(net) if distributed else net
     opt = torch.optim.AdamW(net.parameters(), lr=a.lr, weight_decay=0.0)
     text = ByteText.from_source(context=a.context)
-    batches = torch.Generator().manual_seed(a.seed + 1000 * rank)   # each rank its own batches
-    guard = LogitGuard(net, a.tau)                     # names layers as the monitor does: blocks.0.attn, ...
+    batches = torch.Generator().manual_seed(a.seed + 1000 * rank)  # each rank its own batches
+    guard = LogitGuard(net, a.tau)  # names layers as the monitor does: blocks.0.attn, ...
     sink = TensorBoardSink(log_dir=a.logdir) if rank == 0 else None
     if rank == 0:
-        print(f"{world} process(es), {sum(p.numel() for p in net.parameters())} parameters, "
-              f"{config.n_layers} layers × {config.n_heads} heads, batch {a.batch} × {a.context} bytes per rank, "
-              f"QK-clip at tau = {a.tau:g}")
+        print(
+            f"{world} process(es), {sum(p.numel() for p in net.parameters())} parameters, "
+            f"{config.n_layers} layers × {config.n_heads} heads, batch {a.batch} × {a.context} bytes per rank, "
+            f"QK-clip at tau = {a.tau:g}"
+        )
 
     start, clipped = time.perf_counter(), 0
-    with Monitor(net, mode="replace", history=False) as mon:   # no sinks: rank 0 writes the combined step
+    with Monitor(net, mode="replace", history=False) as mon:  # no sinks: rank 0 writes the combined step
         for step in range(a.steps):
             x, y = text.batch(a.batch, a.context, batches)
             loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
@@ -71,7 +73,7 @@ def main() -> None:
             opt.step()
             opt.zero_grad(set_to_none=True)
             figures = combine_step(mon.step(step, log=False))  # every rank: one collective
-            clips = guard.apply(figures)                       # the same on every rank
+            clips = guard.apply(figures)  # the same on every rank
             clipped += len(clips)
             if sink is not None:
                 sink.write(figures)
@@ -85,11 +87,13 @@ def main() -> None:
                 rows = sum(h.rows for h in figures.heads)
                 entropy = sum(h.entropy_mean * h.rows for h in figures.heads) / rows
                 if rank == 0:
-                    print(f"step {step:4d}  loss {mean_loss.item() / math.log(2):.3f} bits/byte  "
-                          f"max logit {hot.max_logit:6.2f} ({hot.layer} head {hot.head})  "
-                          f"entropy {entropy:.3f} nats  rows {rows}  clipped {len(clips)} heads ({clipped} so far)")
+                    print(
+                        f"step {step:4d}  loss {mean_loss.item() / math.log(2):.3f} bits/byte  "
+                        f"max logit {hot.max_logit:6.2f} ({hot.layer} head {hot.head})  "
+                        f"entropy {entropy:.3f} nats  rows {rows}  clipped {len(clips)} heads ({clipped} so far)"
+                    )
     if sink is not None:
-        sink.close()                                           # the sink is ours, not the monitor's
+        sink.close()  # the sink is ours, not the monitor's
         print(f"{a.steps} steps in {time.perf_counter() - start:.1f} s; TensorBoard: {a.logdir}")
     if distributed:
         dist.destroy_process_group()

@@ -12,8 +12,12 @@ import pytest
 # (seen here: a compiled GPT then returns NaN, or glibc aborts on a corrupted heap). The suite is run
 # under a second arithmetic too (attnscale.experiments.reproduction.SECOND_ARITHMETIC), so each
 # capability compiles into a cache of its own, unless the user chose one.
-os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(
-    tempfile.gettempdir(), f"torchinductor_attnscale_{os.environ.get('ATEN_CPU_CAPABILITY') or 'default'}"))
+os.environ.setdefault(
+    "TORCHINDUCTOR_CACHE_DIR",
+    os.path.join(
+        tempfile.gettempdir(), f"torchinductor_attnscale_{os.environ.get('ATEN_CPU_CAPABILITY') or 'default'}"
+    ),
+)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -50,14 +54,21 @@ def _torch_process_settings_restored():
     import sys
 
     torch = sys.modules.get("torch")
-    before = None if torch is None else (torch.are_deterministic_algorithms_enabled(),
-                                         torch.is_deterministic_algorithms_warn_only_enabled(), torch.get_num_threads())
+    before = (
+        None
+        if torch is None
+        else (
+            torch.are_deterministic_algorithms_enabled(),
+            torch.is_deterministic_algorithms_warn_only_enabled(),
+            torch.get_num_threads(),
+        )
+    )
     yield
     if before is not None:
         deterministic, warn_only, threads = before
         torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
         torch.set_num_threads(threads)
-    elif "torch" in sys.modules:            # imported by this test: torch's default flag
+    elif "torch" in sys.modules:  # imported by this test: torch's default flag
         sys.modules["torch"].use_deterministic_algorithms(False)
 
 

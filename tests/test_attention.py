@@ -64,10 +64,10 @@ def make_case(shape, features: str, seed: int = 0):
     mask = bias = None
     causal = False
     if "mask" in features:
-        mask = rng.random((B, 1, L, S)) < 0.7      # broadcast over heads
-        mask[0, 0, L // 2] = False                 # one fully masked query row
+        mask = rng.random((B, 1, L, S)) < 0.7  # broadcast over heads
+        mask[0, 0, L // 2] = False  # one fully masked query row
     if "bias" in features:
-        bias = rng.standard_normal((H_q, L, S))    # broadcast over the batch: dbias must sum over it
+        bias = rng.standard_normal((H_q, L, S))  # broadcast over the batch: dbias must sum over it
     if "top_left" in features:
         causal = "top_left"
     if "bottom_right" in features:
@@ -99,8 +99,9 @@ def torch_reference(case, scale=None):
         allowed = torch.tensor(allowed_of(case))
         attn_mask = allowed if tb is None else torch.where(allowed, tb, -torch.inf)
     gqa = case["q"].shape[-3] != case["k"].shape[-3]
-    out = F.scaled_dot_product_attention(tq, tk, tv, attn_mask=attn_mask, is_causal=only_top_left,
-                                         scale=scale, enable_gqa=gqa)
+    out = F.scaled_dot_product_attention(
+        tq, tk, tv, attn_mask=attn_mask, is_causal=only_top_left, scale=scale, enable_gqa=gqa
+    )
     out.backward(torch.tensor(case["dout"]))
     grads = {"dq": tq.grad, "dk": tk.grad, "dv": tv.grad, "dbias": None if tb is None else tb.grad}
     return out.detach().numpy(), {n: None if g is None else g.numpy() for n, g in grads.items()}
@@ -132,7 +133,7 @@ def test_matches_torch_sdpa_forward_and_backward(shape, features):
         assert_rel(grads.dbias, ref["dbias"], "dbias")
 
     # Fully masked rows: exactly 0 output, exactly 0 gradient for that query (PyTorch's behaviour).
-    empty = ~allowed_of(case).any(-1)                                   # (B, H_q, L)
+    empty = ~allowed_of(case).any(-1)  # (B, H_q, L)
     if "mask" in features or (case["causal"] == "bottom_right" and shape[3] > shape[4]):
         assert empty.any(), "the case was meant to contain a fully masked row"
     assert np.all(out[empty] == 0.0) and np.all(grads.dq[empty] == 0.0)
@@ -166,9 +167,9 @@ def test_fully_masked_rows_exactly_zero_everywhere():
     q, k, v = rng.standard_normal((2, 5, 4)), rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 3, 2))
     dout = rng.standard_normal((2, 5, 2))
     bias = rng.standard_normal((2, 5, 3))
-    bias[1, 4] = -np.inf                                   # row emptied by the bias
+    bias[1, 4] = -np.inf  # row emptied by the bias
     mask = np.ones((5, 3), dtype=bool)
-    mask[3] = False                                        # row emptied by the mask
+    mask[3] = False  # row emptied by the mask
     kw = dict(mask=mask, bias=bias, causal="bottom_right")  # L=5 > S=3: rows 0 and 1 are empty
     res = attention(q, k, v, return_details=True, **kw)
     g = attention_backward(q, k, v, dout, **kw)
@@ -186,8 +187,15 @@ def test_fully_masked_rows_exactly_zero_everywhere():
 
 def test_return_details_match_torch():
     case = make_case((1, 4, 2, 7, 97, 59, 3), "bottom_right+mask+bias", seed=4)
-    res = attention(case["q"], case["k"], case["v"], mask=case["mask"], bias=case["bias"],
-                    causal=case["causal"], return_details=True)
+    res = attention(
+        case["q"],
+        case["k"],
+        case["v"],
+        mask=case["mask"],
+        bias=case["bias"],
+        causal=case["causal"],
+        return_details=True,
+    )
     tq, tk = torch.tensor(case["q"]), torch.tensor(case["k"]).repeat_interleave(2, dim=-3)
     allowed = torch.tensor(allowed_of(case))
     logits = torch.where(allowed, tq @ tk.transpose(-1, -2) / np.sqrt(59) + torch.tensor(case["bias"]), -torch.inf)
@@ -200,8 +208,12 @@ def test_return_details_match_torch():
     assert np.array_equal(res.lse == -np.inf, lse.numpy() == -np.inf)
     fin = np.isfinite(lse.numpy())
     assert_rel(res.lse[fin], lse.numpy()[fin], "lse")
-    assert_rel(res.out, attention(case["q"], case["k"], case["v"], mask=case["mask"], bias=case["bias"],
-                                  causal=case["causal"]), "out with and without details", rtol=0)
+    assert_rel(
+        res.out,
+        attention(case["q"], case["k"], case["v"], mask=case["mask"], bias=case["bias"], causal=case["causal"]),
+        "out with and without details",
+        rtol=0,
+    )
 
 
 def test_causal_true_equals_top_left_when_square():
@@ -244,8 +256,9 @@ def test_low_precision_dtypes(dtype):
     is that of the final rounding (≤ 1 float16 ulp, ~1e-3 relative), not of float16 arithmetic."""
     case = make_case((1, 2, 1, 7, 97, 59, 4), "mask+bias", seed=7)
     low = {n: None if case[n] is None else case[n].astype(dtype) for n in ("q", "k", "v", "bias", "dout")}
-    ref64 = attention(*(low[n].astype(np.float64) for n in "qkv"), mask=case["mask"],
-                      bias=low["bias"].astype(np.float64))
+    ref64 = attention(
+        *(low[n].astype(np.float64) for n in "qkv"), mask=case["mask"], bias=low["bias"].astype(np.float64)
+    )
     out = attention(low["q"], low["k"], low["v"], mask=case["mask"], bias=low["bias"])
     assert out.dtype == dtype
     tol = 2e-3 if dtype == np.float16 else 1e-6
@@ -274,8 +287,15 @@ def test_forward_holds_one_LxS_array_at_a_time():
     rng = np.random.default_rng(8)
     L = S = 256
     q, k, v = (rng.standard_normal((1, 3, L, 8)) for _ in range(3))
-    cases = ({}, {"causal": "top_left"}, {"mask": rng.random((L, S)) < 0.5}, {"scale": "logn"},
-             {"scale": "softcap"}, {"bias": rng.standard_normal((L, S))}, {"dropout_p": 0.1, "seed": 0})
+    cases = (
+        {},
+        {"causal": "top_left"},
+        {"mask": rng.random((L, S)) < 0.5},
+        {"scale": "logn"},
+        {"scale": "softcap"},
+        {"bias": rng.standard_normal((L, S))},
+        {"dropout_p": 0.1, "seed": 0},
+    )
     for kw in cases:
         tracemalloc.start()
         try:
@@ -306,8 +326,11 @@ def test_benchmark_script_runs():
 # --- doctests: docstring examples of every module of the package are tests too (as einops does) ---
 
 # onerror: a subpackage that fails to import fails its own test below, not this file's collection.
-MODULES = sorted(m.name for m in pkgutil.walk_packages(attnscale.__path__, prefix="attnscale.", onerror=lambda _: None)
-                 if m.name != "attnscale.__main__")
+MODULES = sorted(
+    m.name
+    for m in pkgutil.walk_packages(attnscale.__path__, prefix="attnscale.", onerror=lambda _: None)
+    if m.name != "attnscale.__main__"
+)
 
 
 @pytest.mark.parametrize("module_name", MODULES)

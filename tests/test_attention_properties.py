@@ -60,7 +60,7 @@ def test_weights_sum_to_one_over_attended_keys(p):
 @given(problems(), st.floats(-50, 50))
 def test_adding_a_constant_to_a_row_of_logits_changes_nothing(p, c):
     q, k, v, mask, rng = p
-    shift = c + rng.standard_normal(q.shape[:-1] + (1,))      # one constant per (head, query) row
+    shift = c + rng.standard_normal(q.shape[:-1] + (1,))  # one constant per (head, query) row
     base = attention(q, k, v, mask=mask)
     assert close(attention(q, k, v, mask=mask, bias=shift), base, rtol=1e-11)
 
@@ -72,8 +72,9 @@ def test_permuting_keys_and_values_together_changes_nothing(p):
     perm = rng.permutation(k.shape[-2])
     bias = rng.standard_normal(q.shape[:-1] + (k.shape[-2],))
     base = attention(q, k, v, mask=mask, bias=bias)
-    permuted = attention(q, k[:, perm], v[:, perm], mask=None if mask is None else mask[..., perm],
-                         bias=bias[..., perm])
+    permuted = attention(
+        q, k[:, perm], v[:, perm], mask=None if mask is None else mask[..., perm], bias=bias[..., perm]
+    )
     assert close(permuted, base)
     # ...and permuting the queries permutes the output rows.
     qperm = rng.permutation(q.shape[-2])
@@ -98,7 +99,7 @@ def test_scaled_and_unscaled_agree_when_d_k_is_1(p):
     q, k, v, mask, _ = p
     q, k = q[..., :1], k[..., :1]
     unscaled = attention(q, k, v, scale="unscaled", mask=mask)
-    assert np.array_equal(attention(q, k, v, mask=mask), unscaled)       # 1/√1 = 1 exactly
+    assert np.array_equal(attention(q, k, v, mask=mask), unscaled)  # 1/√1 = 1 exactly
     assert np.array_equal(attention(q, k, v, scale="inverse_dk", mask=mask), unscaled)
 
 
@@ -111,6 +112,7 @@ def test_grouped_query_attention_equals_repeated_heads(p):
 
 
 # --- dropout ----------------------------------------------------------------------------------------
+
 
 @examples
 @given(problems(), st.sampled_from([0.1, 0.5, 0.9]), st.integers(0, 2**32 - 1))
@@ -139,7 +141,7 @@ def test_dropout_drops_weights_and_rescales_survivors(p, dropout_p, seed):
     assert np.array_equal(res.weights, plain.weights)
     kept = res.out != 0
     expected = plain.weights[kept] / (1 - dropout_p)
-    np.testing.assert_allclose(res.out[kept], expected, rtol=1e-14, atol=1e-300)   # atol: subnormal weights
+    np.testing.assert_allclose(res.out[kept], expected, rtol=1e-14, atol=1e-300)  # atol: subnormal weights
 
 
 def test_dropout_keeps_the_expected_value():
@@ -172,4 +174,4 @@ def test_dropout_backward_matches_finite_differences(dropout_p):
             fd[i] = (up - down) / (2 * h)
         err = np.max(np.abs(got - fd)) / np.max(np.abs(fd))
         assert err <= 1e-6, f"{name}: relative error {err:.3g} against finite differences"
-    assert not np.allclose(g.dq, attention_backward(q, k, v, dout, bias=bias).dq)   # dropout did something
+    assert not np.allclose(g.dq, attention_backward(q, k, v, dout, bias=bias).dq)  # dropout did something

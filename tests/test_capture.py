@@ -21,9 +21,16 @@ from attnscale.torch.capture import SDPACall, capture_sdpa  # noqa: E402
 
 def tiny_bert(impl: str, *, seed: int = 0, decoder: bool = False):
     config = transformers.BertConfig(
-        vocab_size=60, hidden_size=24, num_hidden_layers=2, num_attention_heads=3, intermediate_size=40,
-        max_position_embeddings=40, is_decoder=decoder, add_cross_attention=decoder,
-        attn_implementation=impl)
+        vocab_size=60,
+        hidden_size=24,
+        num_hidden_layers=2,
+        num_attention_heads=3,
+        intermediate_size=40,
+        max_position_embeddings=40,
+        is_decoder=decoder,
+        add_cross_attention=decoder,
+        attn_implementation=impl,
+    )
     torch.manual_seed(seed)
     return transformers.BertModel(config, add_pooling_layer=False).eval()
 
@@ -47,7 +54,7 @@ def test_eager_and_sdpa_captures_reproduce_the_models_own_probabilities():
             own = eager(input_ids=ids, attention_mask=mask, output_attentions=True).attentions
         with capture_sdpa(sdpa) as cap_sdpa:
             sdpa(input_ids=ids, attention_mask=mask)
-    assert [c.source for c in cap_eager.calls] == ["interface"] * 2      # transformers' attention interface
+    assert [c.source for c in cap_eager.calls] == ["interface"] * 2  # transformers' attention interface
     assert [c.source for c in cap_sdpa.calls] == ["sdpa"] * 2
     names = [f"encoder.layer.{i}.attention.self" for i in range(2)]
     assert [c.name for c in cap_eager.calls] == names == [c.name for c in cap_sdpa.calls]
@@ -55,7 +62,7 @@ def test_eager_and_sdpa_captures_reproduce_the_models_own_probabilities():
     for cap in (cap_eager, cap_sdpa):
         for call, weights in zip(cap.calls, own):
             assert call.q.shape == (3, 3, 9, 8) and call.k.shape == (3, 3, 9, 8)
-            assert call.scale == pytest.approx(8 ** -0.5, rel=1e-12)
+            assert call.scale == pytest.approx(8**-0.5, rel=1e-12)
             diff = ((call.probabilities() - weights.double()).abs() * real_rows).max().item()
             print(cap.calls[0].source, call.name, "max |p - model's own| =", diff)
             assert diff <= 1e-6
@@ -87,16 +94,22 @@ def test_decoder_with_cross_attention_queries_differ_from_keys():
     memory_mask = torch.ones(3, 5, dtype=torch.long)
     memory_mask[0, 4:] = 0
     with torch.no_grad(), capture_sdpa(model) as cap:
-        out = model(input_ids=ids, attention_mask=mask, encoder_hidden_states=memory,
-                    encoder_attention_mask=memory_mask, output_attentions=True, use_cache=False)
+        out = model(
+            input_ids=ids,
+            attention_mask=mask,
+            encoder_hidden_states=memory,
+            encoder_attention_mask=memory_mask,
+            output_attentions=True,
+            use_cache=False,
+        )
     cross = [c for c in cap.calls if "crossattention" in c.name]
     selfs = [c for c in cap.calls if c.name.endswith(".attention.self")]
     assert len(cross) == len(selfs) == 2 and not cap.skipped
     for call, weights in zip(selfs, out.attentions):
         assert (call.probabilities() - weights.double()).abs().max().item() <= 1e-6
-        assert not call.attended()[0, 0].triu(1).any()          # causal: no future keys
+        assert not call.attended()[0, 0].triu(1).any()  # causal: no future keys
     for call, weights in zip(cross, out.cross_attentions):
-        assert call.q.shape[-2] == 9 and call.k.shape[-2] == 5    # L ≠ S
+        assert call.q.shape[-2] == 9 and call.k.shape[-2] == 5  # L ≠ S
         assert (call.probabilities() - weights.double()).abs().max().item() <= 1e-6
 
 
@@ -121,11 +134,14 @@ def reference_probabilities(q, k, scale, mask=None, causal=False):
     return torch.softmax(logits, dim=-1)
 
 
-@pytest.mark.parametrize("kwargs", [
-    {},                                        # scale None → 1/√d_k
-    {"scale": 0.0},                            # a deliberate 0.0 stays 0.0
-    {"scale": 0.37, "is_causal": True},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},  # scale None → 1/√d_k
+        {"scale": 0.0},  # a deliberate 0.0 stays 0.0
+        {"scale": 0.37, "is_causal": True},
+    ],
+)
 def test_plain_module_records_exactly_what_was_passed(kwargs):
     g = torch.Generator().manual_seed(2)
     q, k, v = (torch.randn(2, 4, 6, 5, generator=g) for _ in range(3))
@@ -147,7 +163,7 @@ def test_plain_module_records_exactly_what_was_passed(kwargs):
 def test_masks_bool_and_additive_and_grouped_query_heads():
     g = torch.Generator().manual_seed(3)
     q = torch.randn(2, 4, 3, 8, generator=g)
-    k, v = torch.randn(2, 2, 7, 8, generator=g), torch.randn(2, 2, 7, 8, generator=g)   # H_k = 2
+    k, v = torch.randn(2, 2, 7, 8, generator=g), torch.randn(2, 2, 7, 8, generator=g)  # H_k = 2
     bool_mask = torch.rand(2, 1, 3, 7, generator=g) > 0.3
     bool_mask[..., 0] = True
     additive = torch.randn(2, 1, 3, 7, generator=g)
@@ -158,7 +174,7 @@ def test_masks_bool_and_additive_and_grouped_query_heads():
         (call,) = cap.calls
         assert call.enable_gqa
         k_full = k.repeat_interleave(2, dim=1)
-        p = reference_probabilities(q, k_full, 8 ** -0.5, mask)
+        p = reference_probabilities(q, k_full, 8**-0.5, mask)
         assert torch.allclose(call.probabilities(), p, atol=1e-12)
         assert torch.allclose((call.probabilities() @ v.repeat_interleave(2, dim=1).double()).float(), out, atol=1e-6)
 
@@ -169,7 +185,7 @@ def test_on_call_without_storing_and_global_hooks_without_a_model():
     q = torch.randn(1, 2, 4, 3)
     with capture_sdpa(store=False, on_call=seen.append) as cap:
         module[0](q, q, q)
-        scaled_dot_product_attention(q, q, q)                 # outside any module
+        scaled_dot_product_attention(q, q, q)  # outside any module
     assert cap.calls == [] and [c.index for c in seen] == [0, 1]
     assert [c.name for c in seen] == ["PlainAttention", ""]
     # After the block: nothing is recorded and no hook is left behind.

@@ -10,11 +10,14 @@ from attnscale.experiments.training.cells import shared_settings
 from attnscale.store import config_hash, to_jsonable
 
 
-@pytest.mark.parametrize("config, settings", [
-    (scale_vs_dk.ScaleVsDkConfig.quick(), scale_vs_dk.ScaleRun),
-    (logit_growth.LogitGrowthConfig.quick(), logit_growth.LogitRun),
-    (lm.LMConfig.quick(), lm.LMRun),
-])
+@pytest.mark.parametrize(
+    "config, settings",
+    [
+        (scale_vs_dk.ScaleVsDkConfig.quick(), scale_vs_dk.ScaleRun),
+        (logit_growth.LogitGrowthConfig.quick(), logit_growth.LogitRun),
+        (lm.LMConfig.quick(), lm.LMRun),
+    ],
+)
 def test_every_cell_carries_the_sweeps_settings(config, settings):
     values = shared_settings(config, settings)
     assert values and set(values) == {f.name for f in dataclasses.fields(settings)}
@@ -34,16 +37,19 @@ def test_a_cell_serialises_its_fields_and_not_its_class_choices():
     assert config_hash(cell) != config_hash(dataclasses.replace(cell, seed=1))
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda: scale_vs_dk.ScaleCell("sqrt", 16, "adam", 1e-3, 0), "rule: expected one of"),
-    (lambda: lm.LMCell("unscaled", 16, "adam", 1e-3, 0), r"optimizer: expected one of \('adamw', 'sgd'\)"),
-    (lambda: scale_vs_dk.ScaleCell("unscaled", 0, "adam", 1e-3, 0), "d_k: expected an integer >= 1"),
-    (lambda: lm.LMCell("unscaled", 16, "sgd", float("nan"), 0), "lr: expected a finite number > 0"),
-    (lambda: scale_vs_dk.ScaleCell("unscaled", 16, "sgd", 0.1, -1), "seed: expected an integer >= 0"),
-    (lambda: lm.LMCell("unscaled", 24, "sgd", 0.1, 0), "d_k: expected a divisor of d_model=128"),
-    (lambda: scale_vs_dk.ScaleCell("unscaled", 16, "sgd", 0.1, 0, steps=0), "steps: expected an integer >= 1"),
-    (lambda: logit_growth.LogitGrowthConfig(steps=10, warmup=10), "warmup: expected 0 <= warmup < steps=10"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: scale_vs_dk.ScaleCell("sqrt", 16, "adam", 1e-3, 0), "rule: expected one of"),
+        (lambda: lm.LMCell("unscaled", 16, "adam", 1e-3, 0), r"optimizer: expected one of \('adamw', 'sgd'\)"),
+        (lambda: scale_vs_dk.ScaleCell("unscaled", 0, "adam", 1e-3, 0), "d_k: expected an integer >= 1"),
+        (lambda: lm.LMCell("unscaled", 16, "sgd", float("nan"), 0), "lr: expected a finite number > 0"),
+        (lambda: scale_vs_dk.ScaleCell("unscaled", 16, "sgd", 0.1, -1), "seed: expected an integer >= 0"),
+        (lambda: lm.LMCell("unscaled", 24, "sgd", 0.1, 0), "d_k: expected a divisor of d_model=128"),
+        (lambda: scale_vs_dk.ScaleCell("unscaled", 16, "sgd", 0.1, 0, steps=0), "steps: expected an integer >= 1"),
+        (lambda: logit_growth.LogitGrowthConfig(steps=10, warmup=10), "warmup: expected 0 <= warmup < steps=10"),
+    ],
+)
 def test_bad_cells_are_refused_naming_the_field(make, message):
     with pytest.raises(InputError, match=message):
         make()

@@ -19,7 +19,8 @@ from attnscale.provenance import cpu
 # Words that are names (people, models, papers' systems, tools), units, code or formula letters: any
 # run of English words made only of these is allowed. Everything else English is a finding. ("on" and
 # "scale" are code and formula: the rule qknorm's formula "1/√d_k on q/rms(q)", attention(q, k, v, scale=…).)
-ALLOWED = frozenset("""
+ALLOWED = frozenset(
+    """
 attnscale report verify softmax rules probe rescale train telemetry-bench full lang en zh quick seed
 Amit Shekhar Outcome School Vaswani Nakanishi Wortsman Henry Dehghani Yang Kimi Gemma Team SmolLM SmolLM2
 MiniLM Llama Qwen GPT BERT GGUF PyPI PyTorch NumPy torch SDPA sdpa kernel composed naive range chunked flex
@@ -29,7 +30,8 @@ Core GHz MiB GiB KiB ms CE gaussian uniform student_t5 False True None index htm
 confidence max_draws groups margin d_k logit logits AVX2 AVX512 mkl K2 SmolLM2-135M-Instruct all-MiniLM-L6-v2
 adamw-own-best sgd-own-best CPUs cores
 on scale
-""".split())
+""".split()
+)
 WORD = r"[A-Za-z][A-Za-z0-9_'’-]*"
 
 
@@ -40,7 +42,7 @@ def _cpu_model_words() -> frozenset[str]:
 
 
 ALLOWED = ALLOWED | _cpu_model_words()
-RUN = re.compile(rf"{WORD}(?:[ ,;:]+(?:\d+[ ,;:]+)?{WORD})+")   # two or more words in a row (a number between): a phrase
+RUN = re.compile(rf"{WORD}(?:[ ,;:]+(?:\d+[ ,;:]+)?{WORD})+")  # two or more words in a row (a number between): a phrase
 QUOTED = re.compile(r"“[^”]*”|\"[^\"]*\"|《[^》]*》")
 SKIPPED = {"script", "style", "code", "metadata", "title"}
 VOID = {"br", "img", "use", "path", "rect", "image", "meta", "link", "input", "hr", "source", "stop", "circle", "line"}
@@ -85,14 +87,17 @@ def page_phrases(html: str) -> list[str]:
 
 def test_the_checker_finds_english_and_allows_names_and_quotes():
     assert english_phrases("注意（权重）：weights de-quantised from the 4-bit GGUF file") == [
-        "weights de-quantised from the", "bit GGUF file"]
-    assert english_phrases("第 1 组：seed_numbers") == []                  # one word is a name
+        "weights de-quantised from the",
+        "bit GGUF file",
+    ]
+    assert english_phrases("第 1 组：seed_numbers") == []  # one word is a name
     assert english_phrases("group 1: seed_numbers") == ["group 1: seed_numbers"]
     assert english_phrases("Vaswani 等 2017，《Attention Is All You Need》，SmolLM2 与 MiniLM") == []
     assert english_phrases("对“The capital of France is”的贪心续写") == []
     assert page_phrases('<p>前向 <code>torch.nn.functional.sdpa</code></p><td lang="en">The answer is</td>') == []
     assert page_phrases("<li>mostly attends to the previous token: 0.2 (1)</li>") == [
-        "mostly attends to the previous token"]
+        "mostly attends to the previous token"
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -101,10 +106,15 @@ def chinese(tmp_path_factory) -> dict[str, str]:
     tmp = tmp_path_factory.mktemp("zh")
     env = {**os.environ, results.REFERENCE_ENV: str(results.shipped_reference())}
     said = {}
-    for argv in (("report", "--quick", "--lang", "zh"), ("verify", "--quick", "--lang", "zh"),
-                 ("rules", "--lang", "zh"), ("softmax", "14", "10", "12", "--scale", "0.125", "--lang", "zh")):
-        done = subprocess.run([sys.executable, "-m", "attnscale", *argv], capture_output=True, text=True,
-                              timeout=600, env=env, cwd=tmp)
+    for argv in (
+        ("report", "--quick", "--lang", "zh"),
+        ("verify", "--quick", "--lang", "zh"),
+        ("rules", "--lang", "zh"),
+        ("softmax", "14", "10", "12", "--scale", "0.125", "--lang", "zh"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "attnscale", *argv], capture_output=True, text=True, timeout=600, env=env, cwd=tmp
+        )
         assert done.returncode == 0, done.stderr
         said[" ".join(argv)] = done.stdout + done.stderr
     said["page"] = (tmp / "attnscale-report" / "index.zh.html").read_text(encoding="utf-8")
@@ -115,9 +125,17 @@ def test_the_chinese_page_has_no_english_sentence(chinese):
     assert page_phrases(chinese["page"]) == []
 
 
-@pytest.mark.parametrize("command", ["report --quick --lang zh", "verify --quick --lang zh", "rules --lang zh",
-                                     "softmax 14 10 12 --scale 0.125 --lang zh"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        "report --quick --lang zh",
+        "verify --quick --lang zh",
+        "rules --lang zh",
+        "softmax 14 10 12 --scale 0.125 --lang zh",
+    ],
+)
 def test_the_chinese_cli_has_no_english_sentence(chinese, command):
-    lines = [line.strip() for line in chinese[command].splitlines()
-             if not re.search(r"(/|\.json|\.html)\S*$", line.strip())]     # a path printed alone is a path
-    assert english_phrases("\n".join(lines)) == []         # whole: a quotation may wrap over lines
+    lines = [
+        line.strip() for line in chinese[command].splitlines() if not re.search(r"(/|\.json|\.html)\S*$", line.strip())
+    ]  # a path printed alone is a path
+    assert english_phrases("\n".join(lines)) == []  # whole: a quotation may wrap over lines

@@ -31,6 +31,7 @@ def by_id(report):
 
 # ---- verdict logic ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("text", ["148.4", "148", "148.41", "148.413"])
 def test_right_numbers_at_any_shown_precision_hold(text):
     assert judge_printed(text, E5) == ("holds", None)
@@ -59,8 +60,20 @@ def test_percent_and_rounding_edges():
 
 def test_a_row_with_one_wrong_number_is_flagged():
     ctx = Context(VerifyConfig())
-    printed(ctx, "S1.22", N_("the first word gets {seed[0]}, the second {seed[1]}"), ["0.867", "0.017"], [Decimal("0.866813"), Decimal("0.015876")])
-    printed(ctx, "S1.22", N_("the first word gets {seed[0]}, the second {seed[1]}"), ["0.867", "0.016"], [Decimal("0.866813"), Decimal("0.015876")])
+    printed(
+        ctx,
+        "S1.22",
+        N_("the first word gets {seed[0]}, the second {seed[1]}"),
+        ["0.867", "0.017"],
+        [Decimal("0.866813"), Decimal("0.015876")],
+    )
+    printed(
+        ctx,
+        "S1.22",
+        N_("the first word gets {seed[0]}, the second {seed[1]}"),
+        ["0.867", "0.016"],
+        [Decimal("0.866813"), Decimal("0.015876")],
+    )
     assert ctx.claims[0].verdict == "seed number wrong" and ctx.claims[0].correct_value == "0.016"
     assert ctx.claims[1].verdict == "holds" and ctx.claims[1].correct_value is None
 
@@ -72,22 +85,26 @@ def test_claim_result_validates_its_vocabulary():
         ClaimResult("X", "faq", "", "", None, "symbolic", "", "", verdict="maybe")
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(seed=-1), "seed: expected a non-negative integer"),
-    (dict(rel_ci_target=0.0), "rel_ci_target"),
-    (dict(confidence=1.5), "confidence"),
-    (dict(groups=(0, 11)), "groups: expected claim groups among 1..10, got \\[0, 11\\]"),
-    (dict(margin=0.0), "margin: expected a relative equivalence margin"),
-    (dict(only=("S11",)), "only: expected claim id prefixes like 'S5'"),
-    (dict(only=("5.2",)), "only: expected claim id prefixes"),
-    (dict(only=()), "only: expected claim id prefixes"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(seed=-1), "seed: expected a non-negative integer"),
+        (dict(rel_ci_target=0.0), "rel_ci_target"),
+        (dict(confidence=1.5), "confidence"),
+        (dict(groups=(0, 11)), "groups: expected claim groups among 1..10, got \\[0, 11\\]"),
+        (dict(margin=0.0), "margin: expected a relative equivalence margin"),
+        (dict(only=("S11",)), "only: expected claim id prefixes like 'S5'"),
+        (dict(only=("5.2",)), "only: expected claim id prefixes"),
+        (dict(only=()), "only: expected claim id prefixes"),
+    ],
+)
 def test_bad_config(kwargs, message):
     with pytest.raises(InputError, match=message):
         VerifyConfig(**kwargs)
 
 
 # ---- the groups ------------------------------------------------------------------------------
+
 
 def test_every_claim_is_well_formed(quick):
     ids = [c.id for c in quick.claims]
@@ -119,10 +136,10 @@ def test_every_worded_text_of_a_run_is_in_chinese_with_chinese_clause_joins(quic
             en = c.text(field)
             with language("zh"):
                 zh = c.text(field)
-            if en and english.search(en) and c.id != "S10.5":        # S10.5 quotes the paper in English
-                unquoted = re.sub(r"“[^”]*”", "", zh)     # S7.4 quotes the English it reads
+            if en and english.search(en) and c.id != "S10.5":  # S10.5 quotes the paper in English
+                unquoted = re.sub(r"“[^”]*”", "", zh)  # S7.4 quotes the English it reads
                 assert zh != en and not english.search(unquoted), (c.id, field, zh)
-            if en and "; " in en and zh != en:          # worded (a language-neutral "8; 7/4" stays)
+            if en and "; " in en and zh != en:  # worded (a language-neutral "8; 7/4" stays)
                 assert "; " not in (zh or "") and "；" in zh, (c.id, field, zh)
 
 
@@ -146,7 +163,9 @@ def test_s136_judges_each_quotient_as_written():
     seed_numbers._quotient_row(ctx, ["1.000", "3.000"], "4.000", ["0.250", "0.750"], [Decimal("0.25"), Decimal("0.75")])
     assert ctx.claims[-1].verdict == "holds" and ctx.claims[-1].correct_value is None
     assert "is right as a weight but not as the quotient" not in ctx.claims[-1].note
-    seed_numbers._quotient_row(ctx, ["1.000", "3.000"], "4.000", ["0.251", "0.750"], [Decimal("0.2514"), Decimal("0.75")])
+    seed_numbers._quotient_row(
+        ctx, ["1.000", "3.000"], "4.000", ["0.251", "0.750"], [Decimal("0.2514"), Decimal("0.75")]
+    )
     assert ctx.claims[-1].verdict == "seed number wrong" and ctx.claims[-1].correct_value == "0.250"
     assert "0.251 is right as a weight but not as the quotient" in ctx.claims[-1].note
 
@@ -191,8 +210,17 @@ def test_group4_rescaling(quick):
     assert c["S4.3"].verdict == "inconclusive" and "52/52 cover 1" in c["S4.3"].measured
 
 
-@pytest.mark.parametrize("lo, hi, verdict", [(0.97, 1.03, "holds"), (0.95, 1.05, "holds"), (0.9, 1.02, "inconclusive"),
-                                             (0.5, 1.5, "inconclusive"), (1.001, 1.002, "fails"), (0.5, 0.99, "fails")])
+@pytest.mark.parametrize(
+    "lo, hi, verdict",
+    [
+        (0.97, 1.03, "holds"),
+        (0.95, 1.05, "holds"),
+        (0.9, 1.02, "inconclusive"),
+        (0.5, 1.5, "inconclusive"),
+        (1.001, 1.002, "fails"),
+        (0.5, 0.99, "fails"),
+    ],
+)
 def test_judge_equal_needs_the_interval_inside_the_margin(lo, hi, verdict):
     from attnscale.claims.result import judge_equal
 
@@ -205,12 +233,21 @@ def test_judge_equal_needs_the_interval_inside_the_margin(lo, hi, verdict):
 def _estimates(rel_half_width: float, shift: float = 0.0):
     from attnscale.montecarlo import Estimate
 
-    return [Estimate(d * (1 + shift), d * (1 + shift - rel_half_width), d * (1 + shift + rel_half_width), 1000, 100, True)
-            for d in iid_variance.D_KS]
+    return [
+        Estimate(d * (1 + shift), d * (1 + shift - rel_half_width), d * (1 + shift + rel_half_width), 1000, 100, True)
+        for d in iid_variance.D_KS
+    ]
 
 
-@pytest.mark.parametrize("rel, shift, margin, verdict", [(0.01, 0.0, 0.05, "holds"), (0.3, 0.0, 0.05, "inconclusive"),
-                                                         (0.3, 0.0, 0.9, "holds"), (0.01, 0.2, 0.05, "fails")])
+@pytest.mark.parametrize(
+    "rel, shift, margin, verdict",
+    [
+        (0.01, 0.0, 0.05, "holds"),
+        (0.3, 0.0, 0.05, "inconclusive"),
+        (0.3, 0.0, 0.9, "holds"),
+        (0.01, 0.2, 0.05, "fails"),
+    ],
+)
 def test_variance_claim_verdict_follows_precision_and_margin(rel, shift, margin, verdict):
     ctx = Context(VerifyConfig(quick=True, margin=margin))
     iid_variance._variance_claim(ctx, "gaussian", _estimates(rel, shift), 0.99, 52)
@@ -247,8 +284,10 @@ def test_groups5_6_saturation_and_gradients(quick):
 
 
 def _curve(values_lo_hi):
-    return [{"median": m, "median_ci": [lo, hi], "q10": lo, "q90": hi, "mean": m, "mean_ci": [lo, hi]}
-            for m, lo, hi in values_lo_hi]
+    return [
+        {"median": m, "median_ci": [lo, hi], "q10": lo, "q90": hi, "mean": m, "mean_ci": [lo, hi]}
+        for m, lo, hi in values_lo_hi
+    ]
 
 
 def test_crossover_finds_where_the_curve_drops_below_for_good():
@@ -262,16 +301,24 @@ def test_crossover_finds_where_the_curve_drops_below_for_good():
     back = _curve([(0.2, 0.15, 0.25), (0.7, 0.65, 0.75), (0.2, 0.15, 0.25), (0.1, 0.05, 0.15)])
     assert saturation.crossover(back, flat, d_ks)["d_k"] == 16
     never = _curve([(0.7, 0.65, 0.75)] * 4)
-    assert saturation.crossover(never, flat, d_ks) == {"d_k": None, "above_at": None, "interpolated": None,
-                                                      "per_d_k": ["fails"] * 4}
+    assert saturation.crossover(never, flat, d_ks) == {
+        "d_k": None,
+        "above_at": None,
+        "interpolated": None,
+        "per_d_k": ["fails"] * 4,
+    }
 
 
 def _run_gradients(unscaled_rows):
     from attnscale.claims import gradients
 
     ctx = Context(VerifyConfig(quick=True))
-    ctx.memo["softmax rows"] = _fake_rows({("unscaled", "jacobian_frobenius"): unscaled_rows,
-                                           ("scaled", "jacobian_frobenius"): [(0.3, 0.28, 0.32)] * len(saturation.D_KS)})
+    ctx.memo["softmax rows"] = _fake_rows(
+        {
+            ("unscaled", "jacobian_frobenius"): unscaled_rows,
+            ("scaled", "jacobian_frobenius"): [(0.3, 0.28, 0.32)] * len(saturation.D_KS),
+        }
+    )
     gradients.run(ctx)
     return {c.id: c for c in ctx.claims}, ctx.data["jacobian"]
 
@@ -280,7 +327,7 @@ def test_s61_verdict_and_words_follow_the_curve():
     n = len(saturation.D_KS)
     i64 = saturation.D_KS.index(64)
     # above the scaled curve up to d_k = 64, then below and falling: holds, crossover 128
-    rows = [(0.4, 0.38, 0.42)] * (i64 + 1) + [(0.2 / 2 ** j, 0.19 / 2 ** j, 0.21 / 2 ** j) for j in range(n - i64 - 1)]
+    rows = [(0.4, 0.38, 0.42)] * (i64 + 1) + [(0.2 / 2**j, 0.19 / 2**j, 0.21 / 2**j) for j in range(n - i64 - 1)]
     c, data = _run_gradients(rows)
     assert c["S6.1"].verdict == "holds"
     assert all(x["d_k"] == 128 for x in data["crossover"].values())
@@ -291,7 +338,7 @@ def test_s61_verdict_and_words_follow_the_curve():
     assert c["S6.1"].verdict == "fails" and "not below the scaled one by d_k = 4096" in c["S6.1"].measured
     assert all(x["d_k"] is None for x in data["crossover"].values())
     # below from the start: S6.4 holds at the seed's d_k
-    c, _ = _run_gradients([(0.2 / 2 ** j, 0.19 / 2 ** j, 0.21 / 2 ** j) for j in range(n)])
+    c, _ = _run_gradients([(0.2 / 2**j, 0.19 / 2**j, 0.21 / 2**j) for j in range(n)])
     assert c["S6.1"].verdict == "holds" and c["S6.4"].verdict == "holds"
     assert "below the scaled one at every d_k from 1" in c["S6.1"].measured
 
@@ -342,8 +389,16 @@ def test_group9_give_away(quick):
 
 
 def test_report_data_has_every_series_the_report_draws(quick):
-    for key in ("variance_vs_dk", "dot_histograms", "saturation", "jacobian", "phase", "broken_assumptions",
-                "ssmax", "seed_softmax_examples"):
+    for key in (
+        "variance_vs_dk",
+        "dot_histograms",
+        "saturation",
+        "jacobian",
+        "phase",
+        "broken_assumptions",
+        "ssmax",
+        "seed_softmax_examples",
+    ):
         assert key in quick.data, key
     h = quick.data["dot_histograms"]
     assert set(h) == {"4", "64", "512"}
@@ -353,6 +408,7 @@ def test_report_data_has_every_series_the_report_draws(quick):
 
 
 # ---- determinism and serialisation -----------------------------------------------------------
+
 
 def test_same_seed_same_json_and_other_seed_differs(quick):
     again = run_claims(VerifyConfig(quick=True, seed=0, results_root=quick.config.results_root))
@@ -390,22 +446,34 @@ def test_progress_reaches_its_total():
 
 from attnscale.claims import beyond, faq, give_away, iid_variance, saturation  # noqa: E402
 from attnscale.claims.result import (  # noqa: E402
-    by_n_note, count_verdicts, interval_text, judge_all, judge_at_least, judge_at_most, judge_below, judge_falling,
-    judge_rising, level_text, per_n,
+    by_n_note,
+    count_verdicts,
+    interval_text,
+    judge_all,
+    judge_at_least,
+    judge_at_most,
+    judge_below,
+    judge_falling,
+    judge_rising,
+    level_text,
+    per_n,
 )
 
 
-@pytest.mark.parametrize("lo, hi, verdict", [(0.91, 0.95, "holds"), (0.9, 0.95, "holds"),
-                                             (0.857, 0.955, "inconclusive"), (0.5, 0.89, "fails")])
+@pytest.mark.parametrize(
+    "lo, hi, verdict",
+    [(0.91, 0.95, "holds"), (0.9, 0.95, "holds"), (0.857, 0.955, "inconclusive"), (0.5, 0.89, "fails")],
+)
 def test_judge_at_least_is_three_way(lo, hi, verdict):
     assert judge_at_least(lo, hi, 0.9) == verdict
     # the mirror image: ≤ −0.9 for the negated interval
     assert judge_at_most(-hi, -lo, -0.9) == verdict
 
 
-@pytest.mark.parametrize("lower, upper, verdict", [((0.1, 0.2), (0.3, 0.4), "holds"),
-                                                   ((0.1, 0.35), (0.3, 0.4), "inconclusive"),
-                                                   ((0.5, 0.6), (0.3, 0.4), "fails")])
+@pytest.mark.parametrize(
+    "lower, upper, verdict",
+    [((0.1, 0.2), (0.3, 0.4), "holds"), ((0.1, 0.35), (0.3, 0.4), "inconclusive"), ((0.5, 0.6), (0.3, 0.4), "fails")],
+)
 def test_judge_below_separates_intervals(lower, upper, verdict):
     assert judge_below(lower, upper) == verdict
 
@@ -423,7 +491,7 @@ def test_judge_all_fails_if_any_part_fails_and_holds_only_if_all_hold():
 def test_a_trend_holds_only_when_every_step_is_separated():
     up = [(0.1, 0.2), (0.3, 0.4), (0.5, 0.6)]
     assert judge_rising(up) == "holds" and judge_falling(up) == "fails"
-    assert judge_falling(iter(up[::-1])) == "holds"          # any iterable, e.g. a generator
+    assert judge_falling(iter(up[::-1])) == "holds"  # any iterable, e.g. a generator
     # one step overlapping leaves the trend undecided; one step the wrong way fails it
     assert judge_rising([(0.1, 0.2), (0.15, 0.4), (0.5, 0.6)]) == "inconclusive"
     assert judge_rising([(0.1, 0.2), (0.3, 0.4), (0.0, 0.05)]) == "fails"
@@ -438,27 +506,37 @@ def test_per_n_words_what_was_measured_and_how_it_was_judged():
     with language("zh"):
         assert per_n({16: "a", 128: "b"}) == "n=16：a；n=128：b"
     assert per_n({"16": "a", "128": "b"}, sep=",") == "n=16: a, n=128: b"
-    assert by_n_note({16: "holds", 128: "inconclusive"}, "overlap") == \
-        "holds for n = 16; inconclusive for n = 128 (overlap)"
+    assert (
+        by_n_note({16: "holds", 128: "inconclusive"}, "overlap")
+        == "holds for n = 16; inconclusive for n = 128 (overlap)"
+    )
     with language("zh"):
         assert by_n_note({16: "holds", 128: "inconclusive"}, "重叠") == "n = 16 时成立；n = 128 时无定论（重叠）"
     assert by_n_note({16: "holds", 128: "holds"}, "overlap") == "holds for n = 16, 128"
 
 
 def test_counts_include_inconclusive_and_level_text():
-    claims = [ClaimResult("X", "faq", "", "", None, "Monte Carlo", "", "", verdict=v)
-              for v in ("holds", "inconclusive", "inconclusive", "fails")]
+    claims = [
+        ClaimResult("X", "faq", "", "", None, "Monte Carlo", "", "", verdict=v)
+        for v in ("holds", "inconclusive", "inconclusive", "fails")
+    ]
     report = VerifyReport(VerifyConfig(), {}, claims)
     assert report.counts() == {"holds": 1, "fails": 1, "inconclusive": 2, "seed number wrong": 0}
     assert report.to_dict()["counts"]["inconclusive"] == 2
-    assert count_verdicts(["holds", "odd"]) == {"holds": 1, "fails": 0, "inconclusive": 0,
-                                                "seed number wrong": 0, "odd": 1}
+    assert count_verdicts(["holds", "odd"]) == {
+        "holds": 1,
+        "fails": 0,
+        "inconclusive": 0,
+        "seed number wrong": 0,
+        "odd": 1,
+    }
     assert level_text(0.99) == "99%" and level_text(0.995) == "99.5%" and level_text(0.95) == "95%"
 
 
 def _fake_rows(overrides: dict) -> dict:
     """A stand-in for saturation.simulate_rows: every median drifts a little with d_k (so drift ratios are
     defined); ``overrides[(mode, figure)]`` gives [(median, lo, hi)] per d_k for every n."""
+
     def summary(m, lo, hi):
         return {"median": m, "median_ci": [lo, hi], "q10": lo, "q90": hi, "mean": m, "mean_ci": [lo, hi]}
 
@@ -468,8 +546,9 @@ def _fake_rows(overrides: dict) -> dict:
         for mode in ("unscaled", "scaled"):
             per[mode] = {}
             for f in saturation.FIGURES:
-                rows = overrides.get((mode, f)) or [(0.5 + 0.01 * i * (mode == "unscaled"),) * 3
-                                                   for i in range(len(saturation.D_KS))]
+                rows = overrides.get((mode, f)) or [
+                    (0.5 + 0.01 * i * (mode == "unscaled"),) * 3 for i in range(len(saturation.D_KS))
+                ]
                 per[mode][f] = [summary(*r) for r in rows]
         by_n[str(n)] = per
     return {"rows": 300, "d_k": list(saturation.D_KS), "n": list(saturation.NS), "by_n": by_n, "streams": "fake"}
@@ -596,12 +675,12 @@ def test_s133_s134_counts_come_from_the_moment_rules(monkeypatch):
 def test_batch_plan_is_shared_by_both_variance_engines():
     from attnscale.montecarlo import batch_plan
 
-    size, caps = batch_plan([1000, 100], 2, 64, min_batches=30, chunk_elements=2 ** 21)
+    size, caps = batch_plan([1000, 100], 2, 64, min_batches=30, chunk_elements=2**21)
     assert size == 3 and list(caps) == [1000, 100]
     size, caps = batch_plan([10, 10], 2, 64, min_batches=30, min_batch_size=2)
-    assert size == 2 and list(caps) == [60, 60]   # caps raised so that 30 batches fit
-    size, _ = batch_plan(10 ** 9, 3, 4096, min_batches=30, chunk_elements=2 ** 21)
-    assert size == 2 ** 21 // (2 * 4096)
+    assert size == 2 and list(caps) == [60, 60]  # caps raised so that 30 batches fit
+    size, _ = batch_plan(10**9, 3, 4096, min_batches=30, chunk_elements=2**21)
+    assert size == 2**21 // (2 * 4096)
 
 
 def test_s54_a_large_drift_fails_only_when_detectable():
@@ -639,11 +718,13 @@ def test_stays_put_takes_the_worst_figure_of_each_n():
     def summaries(medians, half=0.001):
         return [{"median": m, "median_ci": [m - half, m + half]} for m in medians]
 
-    unscaled = summaries([0.0, 1.0, 2.0])                     # moves by 2 from index 0 on
+    unscaled = summaries([0.0, 1.0, 2.0])  # moves by 2 from index 0 on
     still, creeping = summaries([0.5, 0.5, 0.5]), summaries([0.5, 0.6, 0.9])
-    per, verdict = saturation.judge_stays_put({16: [(still, unscaled)], 128: [(still, unscaled), (creeping, unscaled)]}, 0)
+    per, verdict = saturation.judge_stays_put(
+        {16: [(still, unscaled)], 128: [(still, unscaled), (creeping, unscaled)]}, 0
+    )
     assert per[16] == (0.0, True)
-    assert per[128][0] == pytest.approx(0.2) and per[128][1] is False   # the creeping figure decides
+    assert per[128][0] == pytest.approx(0.2) and per[128][1] is False  # the creeping figure decides
     assert verdict == "fails"
     # from index 1 on the creeping figure moves 0.3 of 1.0: still too much, but undetectable with wide intervals
     per, verdict = saturation.judge_stays_put({128: [(summaries([0.5, 0.6, 0.9], half=0.5), unscaled)]}, 1)
@@ -654,8 +735,13 @@ def test_every_bracketed_interval_a_row_prints_says_what_it_is(quick):
     """A measured text with "x [lo, hi]" names the brackets (the intervals its verdict rests on)."""
     import re
 
-    bare = [c.id for c in quick.claims if re.search(r"\d \[[-\d.]+, [-\d.]+\]", c.measured or "")
-            and "(in brackets: 99% CIs)" not in c.measured and not re.search(r"\] \(\d+(\.\d+)?%\)", c.measured)]
+    bare = [
+        c.id
+        for c in quick.claims
+        if re.search(r"\d \[[-\d.]+, [-\d.]+\]", c.measured or "")
+        and "(in brackets: 99% CIs)" not in c.measured
+        and not re.search(r"\] \(\d+(\.\d+)?%\)", c.measured)
+    ]
     assert not bare, bare
     c = by_id(quick)
     assert c["S7.2"].measured.endswith("(in brackets: 99% CIs)")

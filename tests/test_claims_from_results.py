@@ -12,12 +12,22 @@ from attnscale.errors import InputError
 
 
 def _verdict(rule, d_k, verdict, optimiser="adam", lr=3e-3, seeds=3, agreeing=3):
-    return {"rule": rule, "d_k": d_k, "optimiser": optimiser, "lr": lr, "verdict": verdict, "seeds": seeds,
-            "seeds_agreeing": agreeing, "steps_ratio": None}
+    return {
+        "rule": rule,
+        "d_k": d_k,
+        "optimiser": optimiser,
+        "lr": lr,
+        "verdict": verdict,
+        "seeds": seeds,
+        "seeds_agreeing": agreeing,
+        "steps_ratio": None,
+    }
 
 
 def _train(root, verdicts, kind="train/scale-vs-dk", quick=False):
-    results.write(kind, {"cells": [], "analysis": {"verdicts": verdicts, "table": [], "curves": {}}}, quick=quick, root=root)
+    results.write(
+        kind, {"cells": [], "analysis": {"verdicts": verdicts, "table": [], "curves": {}}}, quick=quick, root=root
+    )
 
 
 def _probe(root, kind, name, d_k, heads):
@@ -26,8 +36,16 @@ def _probe(root, kind, name, d_k, heads):
 
 
 def _head(h, q_mean=0.0, q_var=1.0, k_mean=0.0, k_var=1.0):
-    return {"layer": 0, "head": h, "q_mean": q_mean, "q_var": q_var, "k_mean": k_mean, "k_var": k_var,
-            "ratio_pair": 1.0, "ratio_token": 1.0}
+    return {
+        "layer": 0,
+        "head": h,
+        "q_mean": q_mean,
+        "q_var": q_var,
+        "k_mean": k_mean,
+        "k_var": k_var,
+        "ratio_pair": 1.0,
+        "ratio_token": 1.0,
+    }
 
 
 def claims(root):
@@ -46,8 +64,11 @@ def test_without_results_every_row_is_inconclusive_and_names_its_command(tmp_pat
 
 def test_learning_stops_follows_the_training_verdicts(tmp_path):
     scaled_learns = [_verdict("inverse_sqrt_dk", d, "learns") for d in (16, 64, 256)]
-    _train(tmp_path, scaled_learns + [_verdict("unscaled", 16, "learns"), _verdict("unscaled", 64, "fails"),
-                                      _verdict("unscaled", 256, "fails")])
+    _train(
+        tmp_path,
+        scaled_learns
+        + [_verdict("unscaled", 16, "learns"), _verdict("unscaled", 64, "fails"), _verdict("unscaled", 256, "fails")],
+    )
     c = claims(tmp_path)
     assert c["S10.1"].verdict == "holds" and c["S10.2"].verdict == "holds"
     assert "2 unscaled cells at d_k ≥ 64: 2 fails" in c["S10.1"].measured and "quick" not in c["S10.1"].measured
@@ -65,8 +86,13 @@ def test_learning_stops_follows_the_training_verdicts(tmp_path):
 
 
 def test_a_setting_where_scaling_does_not_learn_either_is_no_evidence(tmp_path):
-    _train(tmp_path, [_verdict("inverse_sqrt_dk", 64, "fails", optimiser="sgd", lr=0.1),
-                      _verdict("unscaled", 64, "fails", optimiser="sgd", lr=0.1)])
+    _train(
+        tmp_path,
+        [
+            _verdict("inverse_sqrt_dk", 64, "fails", optimiser="sgd", lr=0.1),
+            _verdict("unscaled", 64, "fails", optimiser="sgd", lr=0.1),
+        ],
+    )
     c = claims(tmp_path)
     assert c["S10.1"].verdict == "inconclusive"
     assert "1 cells where it does not learn either" in c["S10.1"].measured
@@ -89,8 +115,8 @@ def test_the_lm_experiment_counts_too_and_a_broken_result_is_named(tmp_path):
     assert c["S10.1"].verdict == "holds" and "train/lm d_k=64" in c["S10.1"].measured
     results.write("train/scale-vs-dk", {"cells": [], "analysis": {"table": [], "verdicts": []}}, root=tmp_path)
     c = claims(tmp_path)
-    assert c["S10.1"].verdict == "holds"          # still judged from train/lm
-    _train(tmp_path, [{"rule": "unscaled", "verdict": "fails"}], kind="train/lm")   # no d_k
+    assert c["S10.1"].verdict == "holds"  # still judged from train/lm
+    _train(tmp_path, [{"rule": "unscaled", "verdict": "fails"}], kind="train/lm")  # no d_k
     c = claims(tmp_path)
     assert c["S10.1"].verdict == "inconclusive" and "analysis.verdicts needs" in c["S10.1"].measured
     bad = tmp_path / "train" / "lm" / "result.json"
@@ -111,7 +137,7 @@ def test_normalised_inputs_fraction_of_heads(tmp_path):
     _probe(tmp_path, "probe/minilm", "all-MiniLM-L6-v2", 32, [{"layer": 0, "head": 0, "q_mean": 0.0}])
     c = claims(tmp_path)
     assert c["S10.3"].verdict == "inconclusive" and "data.heads needs" in c["S10.3"].measured
-    assert c["S10.4"].verdict == "fails"    # the model's d_k is still read
+    assert c["S10.4"].verdict == "fails"  # the model's d_k is still read
 
 
 def test_dk_of_real_models(tmp_path):
@@ -150,7 +176,7 @@ def test_cli_only_and_json_show_the_new_rows_and_margins(capsys):
     from attnscale.cli import main
 
     assert main(["verify", "--quick", "--only", "S3.3,S7", "--json", "-"]) == 0
-    env = json.loads(capsys.readouterr().out)                 # the verify envelope (results contract)
+    env = json.loads(capsys.readouterr().out)  # the verify envelope (results contract)
     rows = {c["id"]: c for c in env["data"]["claims"]}
     assert set(rows) == {"S3.3", "S7.1", "S7.2", "S7.3", "S7.4"}
     assert rows["S3.3"]["margin"] == 0.05 and "sources" in rows["S7.2"]
@@ -164,11 +190,22 @@ def test_a_claim_says_which_result_it_was_judged_from():
     from attnscale.claims.from_results import _provenance, _sources
 
     def env(quick, reference):
-        return results.Envelope(kind="train/lm", data={}, quick=quick, created="2026-12-01T22:19:22Z",
-                                config=None, seed=0, version="0", environment={}, reference=reference)
+        return results.Envelope(
+            kind="train/lm",
+            data={},
+            quick=quick,
+            created="2026-12-01T22:19:22Z",
+            config=None,
+            seed=0,
+            version="0",
+            environment={},
+            reference=reference,
+        )
 
-    said = {origin: _provenance([e]) for origin, e in
-            (("full", env(False, False)), ("reference", env(False, True)), ("quick", env(True, False)))}
+    said = {
+        origin: _provenance([e])
+        for origin, e in (("full", env(False, False)), ("reference", env(False, True)), ("quick", env(True, False)))
+    }
     assert said["full"] == "train/lm (full, 2026-12-01T22:19:22Z)"
     assert said["reference"] == "train/lm (the full reference run shipped with attnscale, 2026-12-01T22:19:22Z)"
     assert "only a quick result exists" in said["quick"]

@@ -29,8 +29,13 @@ def per_seed():
 def reference():
     """Medians from a far larger independent run (its own standard error is ~5% of a small run's interval half-width)."""
     big = summarise_rows(Context(VerifyConfig(seed=10_000)).rng, 10_000, NS, D_KS)
-    return {(n, d, mode, f): big["by_n"][str(n)][mode][f][i]["median"]
-            for n in NS for i, d in enumerate(D_KS) for mode in MODES for f in FIGURES}
+    return {
+        (n, d, mode, f): big["by_n"][str(n)][mode][f][i]["median"]
+        for n in NS
+        for i, d in enumerate(D_KS)
+        for mode in MODES
+        for f in FIGURES
+    }
 
 
 def test_saturation_median_intervals_cover_independent_re_estimates(per_seed, reference):
@@ -67,14 +72,14 @@ def test_a_stream_is_its_own():
 def test_all_pairs_means_equal_brute_force():
     rng = np.random.default_rng(0)
     q, k = rng.standard_normal((3, 5, 8)), rng.standard_normal((3, 5, 8))
-    got = mc.all_pairs_dot_square_means(q, k, (2, 8), chunk_elements=25)   # one batch per stack
+    got = mc.all_pairs_dot_square_means(q, k, (2, 8), chunk_elements=25)  # one batch per stack
     for b in range(3):
         for g, d in enumerate((2, 8)):
             brute = np.mean([(q[b, i, :d] @ k[b, j, :d]) ** 2 for i in range(5) for j in range(5)])
             assert got[b, g] == pytest.approx(brute, rel=1e-12)
     r = mc.draw_components("rademacher", rng, (2, 4, 8))
     exact = mc.all_pairs_dot_square_means(r, r[::-1], (8,))
-    assert np.array_equal(exact * 16, np.round(exact * 16))   # integer sums of ±1: exact in float64
+    assert np.array_equal(exact * 16, np.round(exact * 16))  # integer sums of ±1: exact in float64
 
 
 @pytest.mark.parametrize("name, d_k", [("gaussian", 16), ("rademacher", 4), ("student_t5", 8)])
@@ -97,8 +102,9 @@ def test_variance_intervals_cover_dk_over_many_seeds():
     d_ks = (1, 4, 16, 64)
     hits = total = 0
     for seed in range(60):
-        est = mc.dot_variance_estimates("gaussian", d_ks, rng=np.random.default_rng(seed), max_samples=900,
-                                        rel_ci_target=0.001)
+        est = mc.dot_variance_estimates(
+            "gaussian", d_ks, rng=np.random.default_rng(seed), max_samples=900, rel_ci_target=0.001
+        )
         hits += sum(e.covers(d) for e, d in zip(est, d_ks))
         total += len(d_ks)
     # 240 intervals at 99%: ≈ 2.4 misses expected; ≥ 97% allows 7

@@ -6,7 +6,7 @@ from attnscale.cli import main
 
 
 def test_ray_backend_without_the_extra_names_it(tmp_path, monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "ray", None)          # as if ray were not installed
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if ray were not installed
     rc = main(["train", "scale-vs-dk", "--quick", "--backend", "ray", "--results", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert rc == 2 and "attnscale[cluster]" in err and len(err.strip().splitlines()) == 1
@@ -23,7 +23,19 @@ def test_cpus_per_cell_checked(tmp_path, capsys):
     import pytest
 
     pytest.importorskip("ray")
-    rc = main(["train", "scale-vs-dk", "--quick", "--backend", "ray", "--cpus-per-cell", "0", "--results", str(tmp_path / "o")])
+    rc = main(
+        [
+            "train",
+            "scale-vs-dk",
+            "--quick",
+            "--backend",
+            "ray",
+            "--cpus-per-cell",
+            "0",
+            "--results",
+            str(tmp_path / "o"),
+        ]
+    )
     assert rc == 2 and "--cpus-per-cell" in capsys.readouterr().err
 
 

@@ -14,7 +14,7 @@ import pytest
 
 import attnscale
 
-SCRIPT = Path(sys.executable).with_name("attnscale")      # the console script, installed next to python
+SCRIPT = Path(sys.executable).with_name("attnscale")  # the console script, installed next to python
 
 
 def run(*args: str, module: bool = True) -> subprocess.CompletedProcess:
@@ -72,17 +72,20 @@ def test_rules_lists_every_rule():
     assert text.returncode == 0 and "Vaswani" in text.stdout
 
 
-@pytest.mark.parametrize("args, words", [
-    (["softmax", "1", "nan", "2"], ["logits", "NaN"]),
-    (["softmax", "1", "inf"], ["logits", "+inf"]),
-    (["softmax", "1", "2", "--scale", "nan"], ["--scale nan", "finite"]),
-    (["softmax", "1", "2", "--scale", "inf"], ["--scale inf", "finite"]),
-    (["softmax", "1", "2", "--scale", "1e400"], ["--scale 1e400", "finite"]),
-    (["softmax", "1", "2", "--scale", "big"], ["--scale", "'big'"]),
-    (["softmax", "1e300", "2", "--scale", "1e10"], ["--scale 1e10", "overflows"]),
-    (["softmax", "1", "two"], ["logits", "'two'", "number 2"]),
-    (["softmax", "1", "2", "--json", "/nonexistent-dir/x.json"], ["--json", "/nonexistent-dir", "does not exist"]),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["softmax", "1", "nan", "2"], ["logits", "NaN"]),
+        (["softmax", "1", "inf"], ["logits", "+inf"]),
+        (["softmax", "1", "2", "--scale", "nan"], ["--scale nan", "finite"]),
+        (["softmax", "1", "2", "--scale", "inf"], ["--scale inf", "finite"]),
+        (["softmax", "1", "2", "--scale", "1e400"], ["--scale 1e400", "finite"]),
+        (["softmax", "1", "2", "--scale", "big"], ["--scale", "'big'"]),
+        (["softmax", "1e300", "2", "--scale", "1e10"], ["--scale 1e10", "overflows"]),
+        (["softmax", "1", "two"], ["logits", "'two'", "number 2"]),
+        (["softmax", "1", "2", "--json", "/nonexistent-dir/x.json"], ["--json", "/nonexistent-dir", "does not exist"]),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_code_2(args, words):
     res = run(*args)
     assert res.returncode == 2
@@ -108,16 +111,24 @@ def test_json_to_a_file_writes_strict_json_and_still_prints_the_table(tmp_path):
 
 def test_softmax_reads_numbers_from_stdin():
     for args in ([], ["-"]):
-        res = subprocess.run([sys.executable, "-m", "attnscale", "softmax", *args, "--scale", "0.125", "--json", "-"],
-                             input="14, 10\n12\n", capture_output=True, text=True, timeout=60)
+        res = subprocess.run(
+            [sys.executable, "-m", "attnscale", "softmax", *args, "--scale", "0.125", "--json", "-"],
+            input="14, 10\n12\n",
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert res.returncode == 0, res.stderr
         assert json.loads(res.stdout)["logits"] == [1.75, 1.25, 1.5]
-    bad = subprocess.run([sys.executable, "-m", "attnscale", "softmax"], input="1 x", capture_output=True, text=True,
-                         timeout=60)
+    bad = subprocess.run(
+        [sys.executable, "-m", "attnscale", "softmax"], input="1 x", capture_output=True, text=True, timeout=60
+    )
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
-        "attnscale softmax: error: logits (stdin): expected numbers, got 'x' (number 2)"]
-    empty = subprocess.run([sys.executable, "-m", "attnscale", "softmax"], input="", capture_output=True, text=True,
-                           timeout=60)
+        "attnscale softmax: error: logits (stdin): expected numbers, got 'x' (number 2)"
+    ]
+    empty = subprocess.run(
+        [sys.executable, "-m", "attnscale", "softmax"], input="", capture_output=True, text=True, timeout=60
+    )
     assert empty.returncode == 2 and "at least one number" in empty.stderr
 
 
@@ -131,8 +142,10 @@ def test_masked_logits_are_null_in_json_with_their_indices():
 
 
 def test_lang_zh_translates_the_tables():
-    en, zh = run("softmax", "14", "10", "12", "--scale", "0.125"), run("softmax", "14", "10", "12", "--scale", "0.125",
-                                                                       "--lang", "zh")
+    en, zh = (
+        run("softmax", "14", "10", "12", "--scale", "0.125"),
+        run("softmax", "14", "10", "12", "--scale", "0.125", "--lang", "zh"),
+    )
     assert zh.returncode == 0 and "权重" in zh.stdout and "最大权重" in zh.stdout and "已乘以" in zh.stdout
     assert "weight" not in zh.stdout and "weight" in en.stdout
     # the same numbers in both
@@ -143,8 +156,13 @@ def test_lang_zh_translates_the_tables():
 
 
 def test_broken_pipe_is_silent():
-    res = subprocess.run(f"{sys.executable} -m attnscale rules --json - | head -c 1 >/dev/null",
-                         shell=True, capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        f"{sys.executable} -m attnscale rules --json - | head -c 1 >/dev/null",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "Traceback" not in res.stderr and "error" not in res.stderr
 
 
@@ -155,13 +173,13 @@ def test_check_out_folder_refuses_before_work_and_creates_nothing(tmp_path):
     assert check_out_folder(tmp_path / "new", "--page-dir") == tmp_path / "new" and not (tmp_path / "new").exists()
     with pytest.raises(InputError, match="--page-dir: the folder .* does not exist"):
         check_out_folder(tmp_path / "missing" / "new", "--page-dir")
-    assert check_out_folder(tmp_path / "missing" / "new", "--page-dir", named=False)      # a default may make parents
+    assert check_out_folder(tmp_path / "missing" / "new", "--page-dir", named=False)  # a default may make parents
     (tmp_path / "file").write_text("x")
     with pytest.raises(InputError, match="is a file"):
         check_out_folder(tmp_path / "file", "--results")
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o500)
-    if os.geteuid() != 0:                                                     # root writes anywhere
+    if os.geteuid() != 0:  # root writes anywhere
         with pytest.raises(InputError, match="permission denied"):
             check_out_folder(locked / "out", "--results")
     assert not list(tmp_path.glob("missing"))

@@ -30,24 +30,45 @@ def _without_compiler(tmp_path) -> dict:
 
 def test_without_a_compiler_a_command_runs_and_says_the_fallback_once(tmp_path):
     env = _without_compiler(tmp_path)
-    done = subprocess.run([sys.executable, "-m", "attnscale", "telemetry-bench", "--quick", "--no-model",
-                           "--no-backward", "--repeats", "1", "--results", str(tmp_path / "r")],
-                          env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attnscale",
+            "telemetry-bench",
+            "--quick",
+            "--no-model",
+            "--no-backward",
+            "--repeats",
+            "1",
+            "--results",
+            str(tmp_path / "r"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     said = [line for line in done.stderr.splitlines() if "kernel" in line]
-    assert said == ["no fused kernel (FileNotFoundError: no C++ compiler: 'c++' is not on PATH): attention runs "
-                    "on composed PyTorch calls (backend 'composed')"], done.stderr
-    assert "WARNING" not in done.stderr and "building" not in done.stderr       # torch's compiler warning
+    assert said == [
+        "no fused kernel (FileNotFoundError: no C++ compiler: 'c++' is not on PATH): attention runs "
+        "on composed PyTorch calls (backend 'composed')"
+    ], done.stderr
+    assert "WARNING" not in done.stderr and "building" not in done.stderr  # torch's compiler warning
     assert "composed" in done.stdout and (tmp_path / "r" / "telemetry" / "quick.json").is_file()
     assert not (tmp_path / "ext").exists() or not any((tmp_path / "ext").rglob("*.so"))
 
 
 def test_the_library_prints_nothing_without_a_compiler(tmp_path):
-    code = ("import torch; from attnscale.torch import attention, ext; "
-            "assert not ext.build_needed(); "
-            "attention(torch.ones(1, 3, 4), torch.ones(1, 3, 4), torch.ones(1, 3, 4))")
-    done = subprocess.run([sys.executable, "-c", code], env=_without_compiler(tmp_path), capture_output=True,
-                          text=True, timeout=120)
+    code = (
+        "import torch; from attnscale.torch import attention, ext; "
+        "assert not ext.build_needed(); "
+        "attention(torch.ones(1, 3, 4), torch.ones(1, 3, 4), torch.ones(1, 3, 4))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=_without_compiler(tmp_path), capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0 and done.stdout == "" and done.stderr == "", done.stderr
 
 
@@ -60,8 +81,13 @@ def test_build_needed_is_true_on_an_empty_cache_and_builds_nothing(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "True", done.stderr
     assert not any((tmp_path / "ext").rglob("*.so"))
-    disabled = subprocess.run([sys.executable, "-c", code], env={**env, "ATTNSCALE_NO_KERNEL": "1"},
-                              capture_output=True, text=True, timeout=120)
+    disabled = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, "ATTNSCALE_NO_KERNEL": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert disabled.stdout.strip() == "False"
 
 

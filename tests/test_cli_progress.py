@@ -23,9 +23,9 @@ def test_durations():
 def test_without_a_terminal_one_line_every_few_seconds_with_eta():
     out, clock = io.StringIO(), Clock()
     p = Progress(out, tty=False, every_s=5, clock=clock, heartbeat=False)
-    p(2, 12, "2 cached")                       # the first call: cached work is not timed
+    p(2, 12, "2 cached")  # the first call: cached work is not timed
     for done in range(3, 13):
-        clock.t += 2.0                         # a cell every 2 s
+        clock.t += 2.0  # a cell every 2 s
         p(done, 12, f"cell {done}")
     lines = out.getvalue().splitlines()
     assert "\r" not in out.getvalue()
@@ -81,14 +81,14 @@ def test_heartbeat_repeats_the_line_while_a_long_step_runs():
     out = io.StringIO()
     with Progress(out, tty=False, every_s=0.2) as p:
         p(0, 3, "start")
-        deadline = time.monotonic() + 60             # however loaded the machine: beats come, or this fails
+        deadline = time.monotonic() + 60  # however loaded the machine: beats come, or this fails
         while out.getvalue().count("\n") < 3 and time.monotonic() < deadline:
             time.sleep(0.05)
     beats = out.getvalue().splitlines()
     assert len(beats) >= 3 and all(line.startswith("[0/3] 0%") for line in beats)
     after = len(out.getvalue())
     time.sleep(0.4)
-    assert len(out.getvalue()) == after                 # closed: silent
+    assert len(out.getvalue()) == after  # closed: silent
     done = io.StringIO()
     with Progress(done, tty=False, every_s=0.1) as p:
         p(1, 1, "all")
@@ -102,9 +102,11 @@ def test_work_inside_running_items_counts_in_the_percentage_and_the_eta():
     p = Progress(out, tty=False, every_s=0, clock=clock, heartbeat=False)
     p(0, 4, "0 cached")
     clock.t += 10
-    p(0, 4, "steps 500/1000 in the running cells", running=0.5)     # half a cell in 10 s
+    p(0, 4, "steps 500/1000 in the running cells", running=0.5)  # half a cell in 10 s
     line = out.getvalue().splitlines()[-1]
-    assert line.startswith("[0/4] 12%") and "~1m10s left" in line and line.endswith("steps 500/1000 in the running cells")
+    assert (
+        line.startswith("[0/4] 12%") and "~1m10s left" in line and line.endswith("steps 500/1000 in the running cells")
+    )
     tty = io.StringIO()
     with Progress(tty, tty=True, clock=clock) as bar:
         bar(0, 4)

@@ -41,12 +41,18 @@ def _refuse(constant):
 def test_end_to_end_quick_run_writes_json_and_exits_0(tmp_path):
     out = tmp_path / "v.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    proc = subprocess.run([sys.executable, "-m", "attnscale", "verify", "--quick", "--json", str(out)],
-                          capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "attnscale", "verify", "--quick", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "S1.6" in proc.stdout and "SEED WRONG" in proc.stdout
     assert "5,184,705,528,587,072,464,087" in proc.stdout
-    data = json.loads(out.read_text(), parse_constant=_refuse)          # strict JSON
+    data = json.loads(out.read_text(), parse_constant=_refuse)  # strict JSON
     assert data["kind"] == "verify" and data["quick"] is True and data["config"]["quick"] is True
     assert len(data["data"]["claims"]) == sum(data["data"]["counts"].values())
     # the same result in the default results folder (the test's cwd), where the report reads it
@@ -65,8 +71,13 @@ def test_strict_exits_1_when_a_verdict_is_not_holds(cached, capsys):
 def test_strict_exits_0_when_everything_holds(monkeypatch, report, capsys):
     import attnscale.claims
 
-    good = VerifyReport(report.config, report.environment, [c for c in report.claims if c.verdict == "holds"],
-                        report.data, report.timings)
+    good = VerifyReport(
+        report.config,
+        report.environment,
+        [c for c in report.claims if c.verdict == "holds"],
+        report.data,
+        report.timings,
+    )
     monkeypatch.setattr(attnscale.claims, "run_claims", lambda config, progress=None: good)
     assert main(["verify", "--strict"]) == 0
 
@@ -74,7 +85,7 @@ def test_strict_exits_0_when_everything_holds(monkeypatch, report, capsys):
 def test_json_to_stdout(cached, capsys):
     assert main(["verify", "--json", "-"]) == 0
     out = capsys.readouterr().out
-    data = json.loads(out, parse_constant=_refuse)              # only the JSON: no table
+    data = json.loads(out, parse_constant=_refuse)  # only the JSON: no table
     assert {c["id"] for c in data["data"]["claims"]} >= {"S1.6", "S9.2"}
 
 
@@ -84,7 +95,7 @@ def test_results_option_and_quick_apart_from_full(cached, tmp_path, capsys):
     root = tmp_path / "elsewhere"
     assert main(["verify", "--quiet", "--results", str(root)]) == 0
     assert main(["verify", "--quiet", "--quick", "--results", str(root)]) == 0
-    assert capsys.readouterr().err == ""                         # --quiet: nothing on stderr
+    assert capsys.readouterr().err == ""  # --quiet: nothing on stderr
     full, quick = results.read("verify", root), results.read("verify", root, quick=True)
     assert not full.quick and quick.quick and full.path != quick.path
     # the chapter outline and the stored counts travel with the result (the report computes neither)
@@ -131,7 +142,8 @@ def _with_inconclusive(report):
     import dataclasses
 
     claims = [dataclasses.replace(report.claims[0], verdict="inconclusive")] + [
-        c for c in report.claims[1:] if c.verdict == "holds"]
+        c for c in report.claims[1:] if c.verdict == "holds"
+    ]
     return VerifyReport(report.config, report.environment, claims, report.data, report.timings)
 
 
@@ -141,11 +153,14 @@ def test_inconclusive_is_shown_counted_and_strict(monkeypatch, report, capsys):
     mixed = _with_inconclusive(report)
     table = render_table(mixed)
     assert f"{mixed.claims[0].id:<6} UNDECIDED" in table
-    assert f"{len(mixed.claims)} claims: {len(mixed.claims) - 1} hold, 0 fail, 1 inconclusive, 0 seed numbers wrong" in table
+    assert (
+        f"{len(mixed.claims)} claims: {len(mixed.claims) - 1} hold, 0 fail, 1 inconclusive, 0 seed numbers wrong"
+        in table
+    )
     with language("zh"):
         assert "1 条无定论" in render_table(mixed)
     monkeypatch.setattr(attnscale.claims, "run_claims", lambda config, progress=None: mixed)
-    assert main(["verify", "--strict"]) == 1          # not "holds" ⇒ exit 1, as before
+    assert main(["verify", "--strict"]) == 1  # not "holds" ⇒ exit 1, as before
     assert main(["verify"]) == 0
     capsys.readouterr()
     assert main(["verify", "--json", "-"]) == 0
@@ -169,7 +184,7 @@ def test_only_runs_a_subset_and_keeps_it_out_of_the_results_folder(cached, tmp_p
     code = main(["verify", "--only", "S1", "--results", str(root), "--json", "-"])
     err = capsys.readouterr().err
     if "only" not in {f.name for f in dataclasses.fields(VerifyConfig)}:
-        assert code == 2 and "--only" in err                  # this attnscale's claims take no subset yet
+        assert code == 2 and "--only" in err  # this attnscale's claims take no subset yet
         return
     assert code == 0 and "partial" in err
     with pytest.raises(results.ResultMissing):

@@ -25,7 +25,7 @@ def test_the_tables_cover_every_rule_health_figure_verdict_and_method():
     from attnscale.scales import RULES
     from attnscale.softmax_rows import row_health
 
-    assert set(RULE_PURPOSE) == set(RULES)      # a new rule needs its purpose (and its Chinese)
+    assert set(RULE_PURPOSE) == set(RULES)  # a new rule needs its purpose (and its Chinese)
     assert set(HEALTH) == set(row_health([1.0, 2.0]).as_dict())
     assert set(VERDICT_MARK) == set(VERDICTS) and set(METHOD_NAME) == set(METHODS)
     assert all(hasattr(ClaimResult, f) or f in ClaimResult.__dataclass_fields__ for f, _label in DETAILS)
@@ -53,7 +53,7 @@ def test_the_rules_table_tells_the_purpose_in_chinese_only(capsys):
         assert _(RULE_PURPOSE["logn"]) in capsys.readouterr().out
     assert main(["rules"]) == 0
     out = capsys.readouterr().out
-    assert not any(RULE_PURPOSE[name] in out for name in RULE_PURPOSE)   # the English reader has the citation
+    assert not any(RULE_PURPOSE[name] in out for name in RULE_PURPOSE)  # the English reader has the citation
 
 
 def test_non_negative_int():
@@ -112,13 +112,24 @@ def test_descriptions_wrap_to_the_terminal_and_examples_stay_as_written(monkeypa
     assert "\n  attnscale rescale --text book.txt --max-tokens 2048   your text, in 4 consecutive windows" in text
 
 
-@pytest.mark.parametrize("argv", [["probe", "--out", "d"], ["rescale", "--out", "d"], ["telemetry-bench", "--out", "d"],
-                                  ["train", "scale-vs-dk", "--out", "d"], ["report", "--out", "d"], ["full", "--out"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["probe", "--out", "d"],
+        ["rescale", "--out", "d"],
+        ["telemetry-bench", "--out", "d"],
+        ["train", "scale-vs-dk", "--out", "d"],
+        ["report", "--out", "d"],
+        ["full", "--out"],
+    ],
+)
 def test_the_old_out_option_is_refused_in_one_line_naming_its_replacements(argv, capsys):
     with pytest.raises(SystemExit) as exit_:
         build_parser().parse_args(argv)
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and err.count("\n") == 1
-    assert err == (f"attnscale {argv[0]}: error: --out was removed: the results folder is --results DIR, the report's "
-                   "pages --page-dir DIR\n")
+    assert err == (
+        f"attnscale {argv[0]}: error: --out was removed: the results folder is --results DIR, the report's "
+        "pages --page-dir DIR\n"
+    )
     assert "--out" not in _subparsers(build_parser())[argv[0]].format_help()

@@ -31,8 +31,16 @@ from attnscale.torch.monitor_records import HeadFigures, Step  # noqa: E402
 F = torch.nn.functional
 STEPS, WORLD = 3, 2
 COUNTS = ("calls", "rows", "rows_empty", "rows_broken", "saturated_rows", "float16_overflow_rows", "keys")
-FLOATS = ("entropy_mean", "entropy_min", "max_logit", "min_logit", "max_abs_logit", "first_key_weight", "q_norm_mean",
-          "k_norm_mean")
+FLOATS = (
+    "entropy_mean",
+    "entropy_min",
+    "max_logit",
+    "min_logit",
+    "max_abs_logit",
+    "first_key_weight",
+    "q_norm_mean",
+    "k_norm_mean",
+)
 SUMS = ("entropy_sum", "first_key_sum", "q_norm_sum", "k_norm_sum")
 
 
@@ -88,8 +96,14 @@ def worker(rank: int, port: int, tau: float, out: str, wrap: str) -> None:
             opt.step()
             opt.zero_grad()
             combined = combine_step(mon.step(step, log=False))
-            steps.append({"step": combined.step, "calls": combined.calls, "heads": figures(combined),
-                          "clipped": [[c.layer, c.head] for c in guard.apply(combined)]})
+            steps.append(
+                {
+                    "step": combined.step,
+                    "calls": combined.calls,
+                    "heads": figures(combined),
+                    "clipped": [[c.layer, c.head] for c in guard.apply(combined)],
+                }
+            )
     import dataclasses
 
     renamed = dataclasses.replace(combined, heads=[dataclasses.replace(h, layer=f"rank{rank}") for h in combined.heads])
@@ -98,8 +112,15 @@ def worker(rank: int, port: int, tau: float, out: str, wrap: str) -> None:
         mismatch = None
     except InputError as err:
         mismatch = str(err)
-    Path(out).write_text(json.dumps({"steps": steps, "mismatch": mismatch,
-                                     "weights": [full(p).detach().double().flatten().tolist() for p in net.parameters()]}))
+    Path(out).write_text(
+        json.dumps(
+            {
+                "steps": steps,
+                "mismatch": mismatch,
+                "weights": [full(p).detach().double().flatten().tolist() for p in net.parameters()],
+            }
+        )
+    )
     dist.destroy_process_group()
 
 
@@ -115,7 +136,9 @@ def single_process(tau: float):
             opt.step()
             opt.zero_grad()
             s = mon.step(step, log=False)
-            steps.append({"calls": s.calls, "heads": figures(s), "clipped": [[c.layer, c.head] for c in guard.apply(s)]})
+            steps.append(
+                {"calls": s.calls, "heads": figures(s), "clipped": [[c.layer, c.head] for c in guard.apply(s)]}
+            )
     return steps, [p.detach().double().flatten() for p in net.parameters()]
 
 
@@ -140,19 +163,25 @@ def test_two_gloo_ranks_combine_to_the_figures_of_one_process_on_both_batches(tm
     tau = first_step_tau()
     port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, __file__, str(rank), str(port), repr(tau), str(tmp_path / f"{rank}.json"),
-                               wrap],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for rank in range(WORLD)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, str(rank), str(port), repr(tau), str(tmp_path / f"{rank}.json"), wrap],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in range(WORLD)
+    ]
     for p in procs:
         output, _ = p.communicate(timeout=120)
         assert p.returncode == 0, output
     ranks = [json.loads((tmp_path / f"{rank}.json").read_text()) for rank in range(WORLD)]
     reference, weights = single_process(tau)
 
-    assert ranks[0]["steps"] == ranks[1]["steps"]                      # bit-identical on every rank
-    assert ranks[0]["weights"] == ranks[1]["weights"]                  # so the guard clipped identically
-    assert any(s["clipped"] for s in reference)                        # not vacuous: the guard clipped
+    assert ranks[0]["steps"] == ranks[1]["steps"]  # bit-identical on every rank
+    assert ranks[0]["weights"] == ranks[1]["weights"]  # so the guard clipped identically
+    assert any(s["clipped"] for s in reference)  # not vacuous: the guard clipped
     for got, want in zip(ranks[0]["steps"], reference):
         assert got["calls"] == want["calls"] == 2 * WORLD
         assert got["clipped"] == want["clipped"]
@@ -160,8 +189,9 @@ def test_two_gloo_ranks_combine_to_the_figures_of_one_process_on_both_batches(tm
             assert {f: g[f] for f in ("layer", "head", *COUNTS)} == {f: w[f] for f in ("layer", "head", *COUNTS)}
             # Step 0 sees the same weights (float64 rounding of Σ entropy only); later steps weights
             # that differ by DDP's and the single process's gradient summation order (float32).
-            np.testing.assert_allclose([g[f] for f in FLOATS + SUMS], [w[f] for f in FLOATS + SUMS],
-                                       rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(
+                [g[f] for f in FLOATS + SUMS], [w[f] for f in FLOATS + SUMS], rtol=1e-5, atol=1e-6
+            )
             assert g["first_key_weight"] == g["first_key_sum"] / g["rows"] and g["keys"] == WORLD * 3 * 12
     for got, want in zip(ranks[0]["weights"], weights):
         np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-6)
@@ -170,16 +200,39 @@ def test_two_gloo_ranks_combine_to_the_figures_of_one_process_on_both_batches(tm
 
 
 def head(**kw):
-    base = dict(layer="a", head=0, calls=1, rows=4, rows_empty=0, rows_broken=0, saturated_rows=1,
-                float16_overflow_rows=0, entropy_mean=0.5, entropy_median=0.5, entropy_min=0.0, max_logit=3.0,
-                min_logit=-1.0, max_abs_logit=3.0, rows_single=1, rows_of=5, first_key_weight=0.25,
-                q_norm_mean=2.0, k_norm_mean=1.5, keys=8)
+    base = dict(
+        layer="a",
+        head=0,
+        calls=1,
+        rows=4,
+        rows_empty=0,
+        rows_broken=0,
+        saturated_rows=1,
+        float16_overflow_rows=0,
+        entropy_mean=0.5,
+        entropy_median=0.5,
+        entropy_min=0.0,
+        max_logit=3.0,
+        min_logit=-1.0,
+        max_abs_logit=3.0,
+        rows_single=1,
+        rows_of=5,
+        first_key_weight=0.25,
+        q_norm_mean=2.0,
+        k_norm_mean=1.5,
+        keys=8,
+    )
     base.update(kw)
     rows, keys = base["rows"], base["keys"]
-    return HeadFigures(**{"entropy_sum": base["entropy_mean"] * rows if rows else 0.0,
-                          "first_key_sum": base["first_key_weight"] * rows if rows else 0.0,
-                          "q_norm_sum": base["q_norm_mean"] * rows if rows else 0.0,
-                          "k_norm_sum": base["k_norm_mean"] * keys if keys else 0.0, **base})
+    return HeadFigures(
+        **{
+            "entropy_sum": base["entropy_mean"] * rows if rows else 0.0,
+            "first_key_sum": base["first_key_weight"] * rows if rows else 0.0,
+            "q_norm_sum": base["q_norm_mean"] * rows if rows else 0.0,
+            "k_norm_sum": base["k_norm_mean"] * keys if keys else 0.0,
+            **base,
+        }
+    )
 
 
 def test_without_a_process_group_the_step_is_its_own_combination():
@@ -193,10 +246,26 @@ def test_the_packing_reduces_like_one_process(monkeypatch):
 
     unseen = dict(head=1, rows=0, rows_empty=4, **{f: math.nan for f in FLOATS if f != "k_norm_mean"})
     a = Step(step=1, calls=2, fallbacks={"dropout": 1}, heads=[head(), head(**unseen)])
-    b = Step(step=1, calls=2, fallbacks={}, heads=[head(rows=6, entropy_mean=1.0, entropy_min=0.25, max_logit=7.0,
-                                                        min_logit=-8.0, max_abs_logit=8.0, first_key_weight=0.5,
-                                                        q_norm_mean=3.0, k_norm_mean=0.5, keys=24),
-                                                   head(**unseen)])
+    b = Step(
+        step=1,
+        calls=2,
+        fallbacks={},
+        heads=[
+            head(
+                rows=6,
+                entropy_mean=1.0,
+                entropy_min=0.25,
+                max_logit=7.0,
+                min_logit=-8.0,
+                max_abs_logit=8.0,
+                first_key_weight=0.5,
+                q_norm_mean=3.0,
+                k_norm_mean=0.5,
+                keys=24,
+            ),
+            head(**unseen),
+        ],
+    )
     c = _reduce(np.stack([_pack(a), _pack(b)]), a)
     h0, h1 = c.heads
     assert (c.calls, c.fallbacks) == (4, {"dropout": 1})
@@ -207,13 +276,20 @@ def test_the_packing_reduces_like_one_process(monkeypatch):
     assert (h0.rows_single, h0.rows_of, h0.entropy_sum) == (2, 10, pytest.approx(0.5 * 4 + 1.0 * 6))
     assert h0.first_key_weight == pytest.approx((0.25 * 4 + 0.5 * 6) / 10)
     assert h0.q_norm_mean == pytest.approx((2.0 * 4 + 3.0 * 6) / 10)
-    assert (h0.keys, h0.k_norm_mean) == (32, pytest.approx((1.5 * 8 + 0.5 * 24) / 32))   # over keys, not rows
+    assert (h0.keys, h0.k_norm_mean) == (32, pytest.approx((1.5 * 8 + 0.5 * 24) / 32))  # over keys, not rows
     assert h1.rows == 0 and h1.rows_empty == 8
     assert all(math.isnan(getattr(h1, f)) for f in FLOATS if f != "k_norm_mean")
-    assert h1.k_norm_mean == pytest.approx(1.5)              # its keys were read, though every row was masked
+    assert h1.k_norm_mean == pytest.approx(1.5)  # its keys were read, though every row was masked
     # A rank whose head had broken rows only (an overflow to +inf): its +inf is the combined max.
-    broken = head(rows=0, rows_broken=2, entropy_mean=math.nan, entropy_min=math.nan, max_logit=math.inf,
-                  min_logit=1.0, max_abs_logit=math.inf)
+    broken = head(
+        rows=0,
+        rows_broken=2,
+        entropy_mean=math.nan,
+        entropy_min=math.nan,
+        max_logit=math.inf,
+        min_logit=1.0,
+        max_abs_logit=math.inf,
+    )
     one = Step(step=1, calls=1, fallbacks={}, heads=[head()])
     c = _reduce(np.stack([_pack(one), _pack(dataclasses.replace(one, heads=[broken]))]), one)
     assert (c.heads[0].max_logit, c.heads[0].min_logit, c.heads[0].rows_broken) == (math.inf, -1.0, 2)

@@ -41,14 +41,15 @@ def problem(seed, B=2, H_q=4, H_kv=2, L=37, S=53, d_k=16, d_v=8, dtype=torch.flo
     k = torch.randn(B, H_kv, S, d_k, generator=g, dtype=torch.float64)
     v = torch.randn(B, H_kv, S, d_v, generator=g, dtype=torch.float64)
     mask = torch.rand(B, 1, L, S, generator=g) > 0.3
-    mask[0, 0, 3] = False                                    # one fully masked row
+    mask[0, 0, 3] = False  # one fully masked row
     return q.to(dtype), k.to(dtype), v.to(dtype), mask
 
 
 def oracle(q, k, v, mask=None, **kw):
     """The NumPy core on float64 copies: (out, lse, entropy, max, min), NaN figures where nothing is attended."""
-    ref = attnscale.attention(*(x.double().numpy() for x in (q, k, v)), return_details=True,
-                              mask=None if mask is None else mask.numpy(), **kw)
+    ref = attnscale.attention(
+        *(x.double().numpy() for x in (q, k, v)), return_details=True, mask=None if mask is None else mask.numpy(), **kw
+    )
     health = attnscale.row_health(ref.logits, spectral=False)
     attended = np.isfinite(ref.logits)
     empty = ~attended.any(-1)
@@ -68,7 +69,7 @@ def assert_close(res_out, res, exact, out_atol, rel, ent_atol):
     assert np.isnan(got(res.entropy)[empty]).all()
     np.testing.assert_allclose(got(res.entropy)[~empty], ent[~empty], rtol=0, atol=ent_atol)
     if res.max_logit is not None:
-        np.testing.assert_allclose(got(res.max_logit), hi, rtol=rel, atol=rel)   # NaN where empty, both
+        np.testing.assert_allclose(got(res.max_logit), hi, rtol=rel, atol=rel)  # NaN where empty, both
         np.testing.assert_allclose(got(res.min_logit), lo, rtol=rel, atol=rel)
 
 
@@ -78,16 +79,20 @@ def test_every_linear_rule_mask_and_alignment_equals_the_numpy_core(causal):
     q, k, v, mask = problem(seed=len(str(causal)))
     for rule in RULES:
         for m in (None, mask):
-            res_out, res = attention(q, k, v, scale=rule, mask=m, causal=causal, logit_range=True, backend="flex", return_stats=True)
+            res_out, res = attention(
+                q, k, v, scale=rule, mask=m, causal=causal, logit_range=True, backend="flex", return_stats=True
+            )
             assert res.backend == "flex"
             assert_close(res_out, res, oracle(q, k, v, mask=m, causal=causal, scale=rule), 1e-12, 1e-12, 1e-11)
 
 
 def test_bottom_right_with_more_queries_than_keys_leaves_leading_rows_empty():
     q, k, v, mask = problem(seed=4, L=60, S=45, H_q=2, H_kv=2)
-    res_out, res = attention(q, k, v, causal="bottom_right", mask=mask, logit_range=True, backend="flex", return_stats=True)
+    res_out, res = attention(
+        q, k, v, causal="bottom_right", mask=mask, logit_range=True, backend="flex", return_stats=True
+    )
     exact = oracle(q, k, v, causal="bottom_right", mask=mask)
-    assert np.isnan(exact[2][:, :, :15]).all()                   # rows 0..14 attend no key
+    assert np.isnan(exact[2][:, :, :15]).all()  # rows 0..14 attend no key
     assert_close(res_out, res, exact, 1e-12, 1e-12, 1e-11)
 
 
@@ -95,19 +100,25 @@ def test_bottom_right_with_more_queries_than_keys_leaves_leading_rows_empty():
 def test_soft_cap_takes_the_second_pass(rule):
     q, k, v, mask = problem(seed=6, spread=6.0)
     for causal in CAUSAL:
-        res_out, res = attention(q, k, v, scale=rule, mask=mask, causal=causal, logit_range=True, backend="flex", return_stats=True)
+        res_out, res = attention(
+            q, k, v, scale=rule, mask=mask, causal=causal, logit_range=True, backend="flex", return_stats=True
+        )
         assert_close(res_out, res, oracle(q, k, v, mask=mask, causal=causal, scale=rule), 1e-12, 1e-12, 1e-12)
 
 
 def test_an_additive_bias_takes_the_second_pass():
     q, k, v, mask = problem(seed=5, H_q=2, H_kv=1)
     g = torch.Generator().manual_seed(9)
-    bias = torch.randn(2, 1, 37, 53, generator=g, dtype=torch.float64)     # broadcast over heads
+    bias = torch.randn(2, 1, 37, 53, generator=g, dtype=torch.float64)  # broadcast over heads
     bias[torch.rand(bias.shape, generator=g) < 0.2] = -math.inf
-    res_out, res = attention(q, k, v, bias=bias, causal="bottom_right", logit_range=True, backend="flex", return_stats=True)
+    res_out, res = attention(
+        q, k, v, bias=bias, causal="bottom_right", logit_range=True, backend="flex", return_stats=True
+    )
     exact = attnscale.attention(q.numpy(), k.numpy(), v.numpy(), bias=bias.numpy(), causal="bottom_right")
     np.testing.assert_allclose(res_out.numpy(), exact, rtol=0, atol=1e-12)
-    chunked_out, chunked = attention(q, k, v, bias=bias, causal="bottom_right", logit_range=True, backend="chunked", return_stats=True)
+    chunked_out, chunked = attention(
+        q, k, v, bias=bias, causal="bottom_right", logit_range=True, backend="chunked", return_stats=True
+    )
     for name in ("lse", "entropy", "max_logit", "min_logit"):
         torch.testing.assert_close(getattr(res, name), getattr(chunked, name), rtol=0, atol=0, equal_nan=True)
 
@@ -154,7 +165,7 @@ def test_entropy_error_against_float64_is_within_the_bound(dtype):
 def test_the_bracket_holds_the_entropy_between_its_exact_bounds():
     """−ln p_max ≤ H ≤ h(p_max) + (1 − p_max)·ln(S − 1): a too large, a frozen and a too small reading."""
     lse = torch.tensor([3.0, 100.0, 5.0], dtype=torch.float64)
-    top = torch.tensor([1.0, 100.0, 5.0 + math.log(0.99)], dtype=torch.float64)     # p_max e⁻², 1, 0.99
+    top = torch.tensor([1.0, 100.0, 5.0 + math.log(0.99)], dtype=torch.float64)  # p_max e⁻², 1, 0.99
     raw = torch.tensor([10.0, 2.4, -1.0], dtype=torch.float64)
     held = flex._bracketed(torch, raw, lse, top, S=256)
 
@@ -162,7 +173,7 @@ def test_the_bracket_holds_the_entropy_between_its_exact_bounds():
         return -(p * math.log(p) + (1 - p) * math.log(1 - p)) + (1 - p) * math.log(255)
 
     assert held.tolist() == pytest.approx([fano(math.exp(-2)), 0.0, -math.log(0.99)], rel=1e-12, abs=1e-15)
-    inside = torch.tensor([2.5, 0.0, 0.05], dtype=torch.float64)                     # already within: unchanged
+    inside = torch.tensor([2.5, 0.0, 0.05], dtype=torch.float64)  # already within: unchanged
     assert torch.equal(flex._bracketed(torch, inside, lse, top, S=256), inside)
 
 
@@ -193,7 +204,7 @@ def test_auto_picks_flex_on_cuda_only_when_compiled_flex_works(monkeypatch):
         assert _choose_backend(torch, cuda, torch.bfloat16, False, False, "auto") == expected
         with_bias = _choose_backend(torch, cuda, torch.float32, True, False, "auto")
         assert with_bias == ("flex" if works == "flex" else "chunked")
-    assert _choose_backend(torch, cuda, torch.float64, False, False, "auto") == "chunked"   # no fused float64 peer
+    assert _choose_backend(torch, cuda, torch.float64, False, False, "auto") == "chunked"  # no fused float64 peer
     # On CPU "auto" never picks flex (it would be the eager reference path, slow, without backward).
     cpu = torch.device("cpu")
     for kernel, expected in ((object(), "kernel"), (None, "composed")):
@@ -202,7 +213,7 @@ def test_auto_picks_flex_on_cuda_only_when_compiled_flex_works(monkeypatch):
 
 
 def test_kernel_status_says_what_auto_runs_on_cuda(monkeypatch):
-    monkeypatch.setattr(ext, "load_kernel", lambda: None)          # the CPU kernel's build is not the point
+    monkeypatch.setattr(ext, "load_kernel", lambda: None)  # the CPU kernel's build is not the point
     monkeypatch.setitem(ext._state, "reason", "not built here")
     status = ext.kernel_status()
     assert status["available"] is False and status["cuda"] == flex.cuda_status(torch)
@@ -233,8 +244,12 @@ def test_the_gpu_script_dry_run_passes_on_cpu(tmp_path):
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu.py"
     out = tmp_path / "gpu.json"
     with warnings.catch_warnings():
-        done = subprocess.run([sys.executable, str(script), "--device", "cpu", "--eager", "--json", str(out)],
-                              capture_output=True, text=True, timeout=600)
+        done = subprocess.run(
+            [sys.executable, str(script), "--device", "cpu", "--eager", "--json", str(out)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     assert done.returncode == 0, done.stdout + done.stderr
     text = done.stdout
     for section in ("correctness against float64", "entropy error sweep", "forward: time", "targets"):
@@ -246,9 +261,11 @@ def test_the_gpu_script_dry_run_passes_on_cpu(tmp_path):
 def test_auto_falls_back_to_composed_where_flexattention_fails(monkeypatch):
     """A FlexAttention failure (here: injected) is a FlexFailure naming the backend; "auto" then
     computes the problem on the composed backend in float32 and says so."""
+
     def broken(torch, device):
         def call(*args, **kwargs):
             raise flex.FlexFailure("backend: 'flex': FlexAttention failed on this problem (test)")
+
         return call
 
     monkeypatch.setattr(flex, "_call", broken)
@@ -263,6 +280,7 @@ def test_auto_falls_back_to_composed_where_flexattention_fails(monkeypatch):
 
 def test_flexattention_errors_become_flex_failures(monkeypatch):
     module = flex._flex_module(torch)
+
     def fails(*args, **kwargs):
         raise RuntimeError("no kernel\nmore")
 

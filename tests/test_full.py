@@ -19,10 +19,25 @@ def test_the_plan_runs_every_producer_then_both_pages_passing_the_backend_to_the
     steps = _steps(tmp_path, workers=2, backend="ray", address="auto")
     assert [s.kind for s in steps] == [*full.ORDER, "", ""]
     by_kind = {s.kind: s.argv for s in steps if s.kind}
-    assert by_kind["train/scale-vs-dk"] == ("train", "scale-vs-dk", "--results", str(tmp_path / "res"),
-                                            "--workers", "2", "--backend", "ray", "--address", "auto")
+    assert by_kind["train/scale-vs-dk"] == (
+        "train",
+        "scale-vs-dk",
+        "--results",
+        str(tmp_path / "res"),
+        "--workers",
+        "2",
+        "--backend",
+        "ray",
+        "--address",
+        "auto",
+    )
     assert by_kind["probe/smollm2"] == ("probe", "--model", "smollm2", "--results", str(tmp_path / "res"))
-    assert "--backend" not in by_kind["verify"] and steps[-1].argv[-4:] == ("--page-dir", str(tmp_path / "site"), "--lang", "zh")
+    assert "--backend" not in by_kind["verify"] and steps[-1].argv[-4:] == (
+        "--page-dir",
+        str(tmp_path / "site"),
+        "--lang",
+        "zh",
+    )
 
 
 class FakeRunner:
@@ -43,13 +58,13 @@ def test_current_results_are_kept_and_a_failure_stops_the_run_until_it_is_rerun(
     monkeypatch.setenv("ATTNSCALE_REFERENCE", "/shipped")
     steps = _steps(tmp_path)
     done = {"train/scale-vs-dk"}
-    current = lambda kind, root: kind in done          # noqa: E731
+    current = lambda kind, root: kind in done  # noqa: E731
     stream = io.StringIO()
     runner = FakeRunner(fail="probe/smollm2")
     outcome = full.run_full(steps, tmp_path, full.Line(steps, stream), runner, current)
     assert [what for _, what in outcome] == ["kept", "ran", "ran", "ran", "failed (exit 3)"]
     assert runner.ran == ["train/logit-growth", "train/lm", "probe/minilm", "probe/smollm2"]
-    done.update(["train/logit-growth", "train/lm", "probe/minilm"])   # what the first run made
+    done.update(["train/logit-growth", "train/lm", "probe/minilm"])  # what the first run made
     runner = FakeRunner()
     outcome = full.run_full(steps, tmp_path, full.Line(steps, io.StringIO()), runner, current)
     assert runner.ran == ["probe/smollm2", "rescale/smollm2", "rescale/minilm", "telemetry", "verify", "en", "zh"]
@@ -81,15 +96,21 @@ def test_a_dry_run_lists_what_it_would_keep_and_run_and_runs_nothing(tmp_path, c
     assert main(["full", "--dry-run", "--results", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "to run           attnscale train lm --results" in out and "nothing was run" in out
-    assert not any(tmp_path.iterdir())          # nothing written
+    assert not any(tmp_path.iterdir())  # nothing written
 
 
 def _reference_sweep(folder: Path, seconds: list) -> list[dict]:
     """A train/scale-vs-dk reference in ``folder`` whose cells record ``seconds`` (a cell's wall, or None)."""
     from attnscale import results
 
-    cells = [{"cell": {"rule": "unscaled", "seed": i}, "result": {},
-              "seconds": None if s is None else {"wall": s, "cpu": s / 2, "workers": 1}} for i, s in enumerate(seconds)]
+    cells = [
+        {
+            "cell": {"rule": "unscaled", "seed": i},
+            "result": {},
+            "seconds": None if s is None else {"wall": s, "cpu": s / 2, "workers": 1},
+        }
+        for i, s in enumerate(seconds)
+    ]
     results.write("train/scale-vs-dk", {"cells": cells, "analysis": {"table": [], "verdicts": []}}, seed=0, root=folder)
     return cells
 
@@ -104,13 +125,15 @@ def test_a_sweeps_eta_is_its_missing_cells_own_times_over_the_workers(tmp_path, 
     cells = _reference_sweep(tmp_path / "ref", [100.0, 200.0, 300.0, 400.0])
     root = tmp_path / "res"
     cache = ResultCache(results.cells_dir("train/scale-vs-dk", root))
-    for entry in cells[1:3]:                                  # an interrupted run cached two of them
+    for entry in cells[1:3]:  # an interrupted run cached two of them
         cache.put("scale-vs-dk", entry["cell"], {})
     step = next(s for s in full.plan(root, tmp_path / "site", workers=2) if s.kind == "train/scale-vs-dk")
     assert step.expected_s == (100.0 + 400.0) / 2
     assert step.basis == "2 of its 4 cells to compute, by their times in the reference, 2 at a time"
     _reference_sweep(tmp_path / "ref", [100.0, None, 300.0, 400.0])
-    fresh = next(s for s in full.plan(tmp_path / "fresh", tmp_path / "site", workers=2) if s.kind == "train/scale-vs-dk")
+    fresh = next(
+        s for s in full.plan(tmp_path / "fresh", tmp_path / "site", workers=2) if s.kind == "train/scale-vs-dk"
+    )
     assert fresh.expected_s is None and "1 of them without a recorded time" in fresh.basis
     steps = [full.Step("a", ("x",), 100.0), fresh, full.Step("", ("z",), 0.0)]
     stream = io.StringIO()
@@ -127,5 +150,5 @@ def test_a_dry_run_says_what_each_time_comes_from(tmp_path, monkeypatch, capsys)
     out = capsys.readouterr().out
     assert "attnscale train scale-vs-dk --results" in out
     assert "(~10m00s: 2 of its 2 cells to compute, by their times in the reference, 2 at a time)" in out
-    assert "(?: no reference result)" in out                   # the other kinds: none in this folder
+    assert "(?: no reference result)" in out  # the other kinds: none in this folder
     assert "attnscale full: about 10m00s, plus train/logit-growth" in out

@@ -44,7 +44,7 @@ def test_the_init_schemes_draw_what_they_say():
 def test_the_head_is_the_embedding_or_a_layer_of_its_own():
     tied, untied = build(), build(tied_head=False, init="fan_in")
     assert tied.lm_head is None and tuple(untied.lm_head.weight.shape) == (SIZES["vocab"], SIZES["d_model"])
-    count = lambda m: sum(p.numel() for p in m.parameters())   # noqa: E731
+    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
     assert count(untied) - count(tied) == SIZES["vocab"] * SIZES["d_model"]
     assert std(untied.lm_head.weight) == pytest.approx(1 / math.sqrt(SIZES["d_model"]), rel=0.05)
     tokens = torch.randint(0, SIZES["vocab"], (2, 16), generator=torch.Generator().manual_seed(1))
@@ -73,17 +73,32 @@ def test_qk_layernorm_makes_the_attention_blind_to_the_scale_of_w_q_and_w_k():
                 block.attn.w_q.weight.mul_(10.0)
                 block.attn.w_k.weight.mul_(10.0)
         torch.testing.assert_close(normed(tokens), before_normed, rtol=1e-4, atol=1e-4)
-        assert not torch.allclose(plain(tokens), before_plain, rtol=1e-2, atol=1e-2)   # not vacuous
+        assert not torch.allclose(plain(tokens), before_plain, rtol=1e-2, atol=1e-2)  # not vacuous
 
 
 def test_parameters_come_in_the_order_the_experiments_were_trained_with():
     """Creation order is the order of the random draws and of the optimiser's parameters: embeddings,
     then per block ln1, q, k, v, o, QK-layernorm, ln2, MLP; then the final LayerNorm and the head."""
     names = [n for n, _ in build(tied_head=False, init="fan_in", qk_layernorm=True).named_parameters()]
-    block = ["ln1.weight", "attn.w_q.weight", "attn.w_k.weight", "attn.w_v.weight", "attn.w_o.weight",
-             "attn.q_norm.weight", "attn.k_norm.weight", "ln2.weight", "fc.weight", "proj.weight"]
-    assert names == ["tok.weight", "pos.weight", *(f"blocks.{i}.{b}" for i in range(2) for b in block),
-                     "ln_f.weight", "lm_head.weight"]
+    block = [
+        "ln1.weight",
+        "attn.w_q.weight",
+        "attn.w_k.weight",
+        "attn.w_v.weight",
+        "attn.w_o.weight",
+        "attn.q_norm.weight",
+        "attn.k_norm.weight",
+        "ln2.weight",
+        "fc.weight",
+        "proj.weight",
+    ]
+    assert names == [
+        "tok.weight",
+        "pos.weight",
+        *(f"blocks.{i}.{b}" for i in range(2) for b in block),
+        "ln_f.weight",
+        "lm_head.weight",
+    ]
 
 
 def test_a_monitor_and_the_guard_ride_the_sdpa_path_by_the_layers_names():

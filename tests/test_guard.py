@@ -21,8 +21,16 @@ def gpt(seed=0, qk_layernorm=False, n_layers=1):
     # One layer by default: a clip in layer 0 changes what later layers see, so only it can be checked exactly.
     # The logit-growth experiment's GPT: its options, attention on SDPA (what the monitor rides).
     torch.manual_seed(seed)
-    config = GPTConfig(vocab=13, context=16, d_model=32, n_layers=n_layers, d_k=8, init="fan_in", tied_head=False,
-                       qk_layernorm=qk_layernorm)
+    config = GPTConfig(
+        vocab=13,
+        context=16,
+        d_model=32,
+        n_layers=n_layers,
+        d_k=8,
+        init="fan_in",
+        tied_head=False,
+        qk_layernorm=qk_layernorm,
+    )
     return GPT(config, InverseSqrtDk(), figures=False)
 
 
@@ -41,9 +49,13 @@ def recorded_max_logits(model, x) -> np.ndarray:
     """(layers, heads) largest attended logit q·kᵀ/√d_k under the causal mask, in float64 from each
     layer's own projections (not the monitor)."""
     seen = {}
-    hooks = [getattr(block.attn, name).register_forward_hook(
-                 lambda module, args, out, key=(i, name): seen.__setitem__(key, out.detach().double()))
-             for i, block in enumerate(model.blocks) for name in ("w_q", "w_k")]
+    hooks = [
+        getattr(block.attn, name).register_forward_hook(
+            lambda module, args, out, key=(i, name): seen.__setitem__(key, out.detach().double())
+        )
+        for i, block in enumerate(model.blocks)
+        for name in ("w_q", "w_k")
+    ]
     with torch.no_grad():
         model(x)
     for hook in hooks:
@@ -51,9 +63,9 @@ def recorded_max_logits(model, x) -> np.ndarray:
     B, L = x.shape
     out = []
     for i, block in enumerate(model.blocks):
-        heads = lambda t, attn=block.attn: t.view(B, L, attn.n_heads, attn.d_k).transpose(1, 2)   # noqa: E731
+        heads = lambda t, attn=block.attn: t.view(B, L, attn.n_heads, attn.d_k).transpose(1, 2)  # noqa: E731
         z = heads(seen[i, "w_q"]) @ heads(seen[i, "w_k"]).transpose(-2, -1) / math.sqrt(block.attn.d_k)
-        z = z.masked_fill(~torch.ones(L, L, dtype=torch.bool).tril(), -math.inf)           # (B, H, L, L)
+        z = z.masked_fill(~torch.ones(L, L, dtype=torch.bool).tril(), -math.inf)  # (B, H, L, L)
         out.append(z.amax(dim=(0, 2, 3)).tolist())
     return np.array(out)
 
@@ -67,7 +79,7 @@ def monitored_step(model, x):
 def test_a_clipped_head_ends_at_tau_exactly_and_the_others_are_untouched():
     model, x = gpt(), batch()
     before = recorded_max_logits(model, x)
-    tau = float(np.median(before))                                       # about half the heads above
+    tau = float(np.median(before))  # about half the heads above
     step = monitored_step(model, x)
     np.testing.assert_allclose([h.max_logit for h in step.heads], before.flatten(), rtol=1e-5)
     guard = LogitGuard(model, tau)
@@ -86,7 +98,7 @@ def test_in_training_every_head_stays_within_tau_times_the_last_updates_growth()
     the clip). A clipped head has m''_t = τ·m'_t/m_t exactly: τ plus the last update's growth."""
     tau = 8.0
     plain, guarded = gpt(), gpt()
-    x = batch()                                                           # one batch: logits grow fast
+    x = batch()  # one batch: logits grow fast
     runs = {}
     for name, model in (("plain", plain), ("guarded", guarded)):
         opt = torch.optim.Adam(model.parameters(), lr=0.1)
@@ -103,9 +115,9 @@ def test_in_training_every_head_stays_within_tau_times_the_last_updates_growth()
                 peaks.append(m.max())
                 if guard is None:
                     continue
-                grown = recorded_max_logits(model, x)                     # m'_t
+                grown = recorded_max_logits(model, x)  # m'_t
                 clipped = {(c.layer, c.head) for c in guard.apply(step)}
-                after = recorded_max_logits(model, x)                     # m''_t
+                after = recorded_max_logits(model, x)  # m''_t
                 for layer in range(1):
                     for h in range(4):
                         if (f"blocks.{layer}.attn", h) in clipped:
@@ -115,7 +127,7 @@ def test_in_training_every_head_stays_within_tau_times_the_last_updates_growth()
                             assert m[layer, h] <= tau and after[layer, h] == grown[layer, h]
         runs[name] = (peaks, guard.clips if guard else 0)
     print("peak max logit per step, plain:", np.round(runs["plain"][0], 1), "guarded:", np.round(runs["guarded"][0], 1))
-    assert max(runs["plain"][0]) > 3 * tau                                # not vacuous: without it they run away
+    assert max(runs["plain"][0]) > 3 * tau  # not vacuous: without it they run away
     assert runs["guarded"][1] > 0 and max(runs["guarded"][0]) < max(runs["plain"][0]) / 2
 
 
@@ -141,11 +153,11 @@ def test_grouped_query_heads_each_shrink_by_their_own_factor():
     torch.manual_seed(0)
     model = GroupedQuery()
     with torch.no_grad():
-        model.q_proj.weight[4:8] *= 6.0                                   # head 1 (group 0) and ...
-        model.q_proj.weight[12:16] *= 3.0                                 # ... head 3 (group 1) run hot
+        model.q_proj.weight[4:8] *= 6.0  # head 1 (group 0) and ...
+        model.q_proj.weight[12:16] *= 3.0  # ... head 3 (group 1) run hot
     x = torch.randn(2, 9, 16, generator=torch.Generator().manual_seed(2))
     before = np.array([h.max_logit for h in monitored_step(model, x).heads])
-    tau = float(np.sort(before)[1]) * 1.01                                # two heads above τ
+    tau = float(np.sort(before)[1]) * 1.01  # two heads above τ
     clips = LogitGuard(model, tau).apply(monitored_step(model, x))
     assert len(clips) == 2
     after = np.array([h.max_logit for h in monitored_step(model, x).heads])
@@ -170,18 +182,31 @@ def test_hugging_face_attention_is_found_and_clipped_exactly(family):
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     if family == "bert":
-        config = transformers.BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                         intermediate_size=64, attn_implementation="sdpa")
+        config = transformers.BertConfig(
+            vocab_size=50,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            attn_implementation="sdpa",
+        )
         model = transformers.BertModel(config).eval()
         layers = [f"encoder.layer.{i}.attention.self" for i in range(2)]
     else:
-        config = transformers.LlamaConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                          num_key_value_heads=2, intermediate_size=64, attn_implementation="sdpa")
+        config = transformers.LlamaConfig(
+            vocab_size=50,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=64,
+            attn_implementation="sdpa",
+        )
         model = transformers.LlamaModel(config).eval()
         layers = [f"layers.{i}.self_attn" for i in range(2)]
     ids = torch.randint(0, 50, (2, 12), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
-        for layer in layers:                                              # logits large enough to clip
+        for layer in layers:  # logits large enough to clip
             attn = model.get_submodule(layer)
             for proj in (attn.query, attn.key) if family == "bert" else (attn.q_proj, attn.k_proj):
                 proj.weight *= 4.0
@@ -199,8 +224,9 @@ def test_hugging_face_attention_is_found_and_clipped_exactly(family):
     assert sorted(guard.targets) == layers
     assert len(guard.apply(first)) == 2
     after = first_layer(figures())
-    np.testing.assert_allclose([h.max_logit for h in after.heads],
-                               [min(h.max_logit, tau) for h in first.heads], rtol=1e-4)
+    np.testing.assert_allclose(
+        [h.max_logit for h in after.heads], [min(h.max_logit, tau) for h in first.heads], rtol=1e-4
+    )
 
 
 class FusedQKV(torch.nn.Module):
@@ -242,7 +268,7 @@ def clip_two_hottest(model, x, **options):
 def test_a_fused_qkv_projection_is_clipped_exactly(attr, heads_attr):
     torch.manual_seed(0)
     model = FusedQKV(attr, heads_attr)
-    hot(model, ((4, 8), 6.0), ((16 + 12, 16 + 16), 3.0))          # q rows of head 1, k rows of head 3
+    hot(model, ((4, 8), 6.0), ((16 + 12, 16 + 16), 3.0))  # q rows of head 1, k rows of head 3
     x = torch.randn(2, 9, 16, generator=torch.Generator().manual_seed(2))
     before, after, tau = clip_two_hottest(model, x)
     np.testing.assert_allclose(after, np.minimum(before, tau), rtol=1e-5)
@@ -251,7 +277,7 @@ def test_a_fused_qkv_projection_is_clipped_exactly(attr, heads_attr):
 @pytest.mark.parametrize("alpha", [0.0, 0.3, 0.5, 1.0])
 def test_the_split_exponent_puts_gamma_to_the_alpha_on_q_and_the_rest_on_k(alpha):
     torch.manual_seed(0)
-    model = GroupedQuery(kv_heads=4)                                   # one key head per query head
+    model = GroupedQuery(kv_heads=4)  # one key head per query head
     hot(model, ((4, 8), 6.0))
     x = torch.randn(2, 9, 16, generator=torch.Generator().manual_seed(2))
     q0, k0 = model.q_proj.weight.detach().clone(), model.k_proj.weight.detach().clone()
@@ -264,8 +290,8 @@ def test_the_split_exponent_puts_gamma_to_the_alpha_on_q_and_the_rest_on_k(alpha
     for h in range(4):
         g = gamma.get(h, 1.0)
         rows = slice(4 * h, 4 * h + 4)
-        torch.testing.assert_close(model.q_proj.weight[rows], q0[rows] * g ** alpha, rtol=1e-6, atol=0)
-        torch.testing.assert_close(model.q_proj.bias[rows], qb0[rows] * g ** alpha, rtol=1e-6, atol=0)
+        torch.testing.assert_close(model.q_proj.weight[rows], q0[rows] * g**alpha, rtol=1e-6, atol=0)
+        torch.testing.assert_close(model.q_proj.bias[rows], qb0[rows] * g**alpha, rtol=1e-6, atol=0)
         torch.testing.assert_close(model.k_proj.weight[rows], k0[rows] * g ** (1 - alpha), rtol=1e-6, atol=0)
     assert monitored_step(model, x).heads[1].max_logit == pytest.approx(tau, rel=1e-5)
 
@@ -282,7 +308,7 @@ def test_log_only_reports_the_heads_it_would_clip_and_changes_no_weight():
     would = logged.apply(step)
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in weights.items())
     assert logged.clips == len(would) == 2
-    assert would == LogitGuard(model, tau).apply(step)                 # the same heads and factors clip for real
+    assert would == LogitGuard(model, tau).apply(step)  # the same heads and factors clip for real
     assert not all(torch.equal(v, model.state_dict()[k]) for k, v in weights.items())
 
 
@@ -292,14 +318,22 @@ def test_hugging_face_fused_projections_are_found_and_clipped_exactly(family):
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     if family == "gpt2":
-        config = transformers.GPT2Config(vocab_size=50, n_embd=32, n_layer=1, n_head=4, n_positions=16,
-                                         attn_implementation="sdpa")
+        config = transformers.GPT2Config(
+            vocab_size=50, n_embd=32, n_layer=1, n_head=4, n_positions=16, attn_implementation="sdpa"
+        )
         model = transformers.GPT2Model(config).eval()
-        layer, proj = "h.0.attn", lambda a: a.c_attn.weight[:, :32]          # the q columns
+        layer, proj = "h.0.attn", lambda a: a.c_attn.weight[:, :32]  # the q columns
     else:
-        config = transformers.Phi3Config(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
-                                         num_key_value_heads=2, intermediate_size=64, pad_token_id=0,
-                                         attn_implementation="sdpa")
+        config = transformers.Phi3Config(
+            vocab_size=50,
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=64,
+            pad_token_id=0,
+            attn_implementation="sdpa",
+        )
         model = transformers.Phi3Model(config).eval()
         layer, proj = "layers.0.self_attn", lambda a: a.qkv_proj.weight[:32]  # the q rows
     ids = torch.randint(0, 50, (2, 12), generator=torch.Generator().manual_seed(3))
@@ -315,8 +349,9 @@ def test_hugging_face_fused_projections_are_found_and_clipped_exactly(family):
     tau = float(np.median([h.max_logit for h in before.heads]))
     guard = LogitGuard(model, tau)
     assert list(guard.targets) == [layer] and len(guard.apply(before)) == 2
-    np.testing.assert_allclose([h.max_logit for h in figures().heads], [min(h.max_logit, tau) for h in before.heads],
-                               rtol=1e-4)
+    np.testing.assert_allclose(
+        [h.max_logit for h in figures().heads], [min(h.max_logit, tau) for h in before.heads], rtol=1e-4
+    )
 
 
 class DHead(GroupedQuery):
@@ -328,13 +363,22 @@ class DHead(GroupedQuery):
         del self.head_dim
 
 
-@pytest.mark.parametrize("model, message", [
-    (DHead, r"layer: has q_proj and k_proj but no head size in an int attribute head_dim \(got head_dim=None\)"),
-    (lambda: FusedQKV("qkv", None), r"a fused QKV projection qkv without its head count: expected an int "
-                                    r"attribute num_heads, n_head, n_heads, num_attention_heads or head_dim"),
-    (lambda: FusedQKV("c_attn", None), "a fused QKV projection c_attn without its head count"),
-    (lambda: FusedQKV("qkv", "n_head", heads=5), r"qkv has 48 output features, not q, k, v of 5, 5, 5 heads of size 3"),
-])
+@pytest.mark.parametrize(
+    "model, message",
+    [
+        (DHead, r"layer: has q_proj and k_proj but no head size in an int attribute head_dim \(got head_dim=None\)"),
+        (
+            lambda: FusedQKV("qkv", None),
+            r"a fused QKV projection qkv without its head count: expected an int "
+            r"attribute num_heads, n_head, n_heads, num_attention_heads or head_dim",
+        ),
+        (lambda: FusedQKV("c_attn", None), "a fused QKV projection c_attn without its head count"),
+        (
+            lambda: FusedQKV("qkv", "n_head", heads=5),
+            r"qkv has 48 output features, not q, k, v of 5, 5, 5 heads of size 3",
+        ),
+    ],
+)
 def test_refusals_name_what_is_missing(model, message):
     with pytest.raises(InputError, match=message):
         LogitGuard(torch.nn.ModuleDict({"layer": model()}), 10.0)

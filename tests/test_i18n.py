@@ -32,13 +32,18 @@ def test_every_message_has_its_chinese_and_every_entry_is_used(package_messages)
     found, _problems = package_messages
     assert found
     wrong = check(polib.pofile(str(catalog_path("zh"))), found)
-    assert not wrong, "\n".join(wrong[:40]) + ("\n(run python -m attnscale.i18n.extract, then translate)" if wrong else "")
+    assert not wrong, "\n".join(wrong[:40]) + (
+        "\n(run python -m attnscale.i18n.extract, then translate)" if wrong else ""
+    )
 
 
 @pytest.mark.skipif(shutil.which("msgfmt") is None, reason="GNU gettext's msgfmt is not installed")
 def test_msgfmt_checks_the_catalog(tmp_path):
-    done = subprocess.run(["msgfmt", "--check-format", "--check-domain", "-o", str(tmp_path / "zh.mo"),
-                           str(catalog_path("zh"))], capture_output=True, text=True)
+    done = subprocess.run(
+        ["msgfmt", "--check-format", "--check-domain", "-o", str(tmp_path / "zh.mo"), str(catalog_path("zh"))],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
 
 
@@ -48,8 +53,9 @@ def test_msgfmt_refuses_a_translation_with_other_placeholders(tmp_path):
     po.metadata = {"Content-Type": "text/plain; charset=UTF-8"}
     po.append(polib.POEntry(msgid="At d_k = {d_k}", msgstr="当 d_k = {n}", flags=["python-brace-format"]))
     po.save(str(tmp_path / "bad.po"))
-    done = subprocess.run(["msgfmt", "--check-format", "-o", "/dev/null", str(tmp_path / "bad.po")],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["msgfmt", "--check-format", "-o", "/dev/null", str(tmp_path / "bad.po")], capture_output=True, text=True
+    )
     assert done.returncode != 0
 
 
@@ -77,18 +83,18 @@ def test_an_unknown_language_is_refused():
     with pytest.raises(ValueError, match="lang: expected one of en, zh, got 'fr'"), language("fr"):
         pass
     assert check_lang("zh") == "zh" and LANGS == ("en", "zh")
-    assert current_lang() == "en"                     # the refused binding left nothing bound
+    assert current_lang() == "en"  # the refused binding left nothing bound
 
 
 def test_a_binding_nests_and_gives_the_language_before_back():
     word = next(msgid for (ctx, msgid) in catalog("zh") if ctx is None and not placeholders(msgid))
-    assert current_lang() == "en" and _(word) == word      # outside any binding: English, the source
+    assert current_lang() == "en" and _(word) == word  # outside any binding: English, the source
     with language("zh"):
         assert _(word) == catalog("zh")[(None, word)]
         with language("en"):
             assert _(word) == word
         assert current_lang() == "zh"
-        with pytest.raises(RuntimeError), language("en"):   # left by an error: given back all the same
+        with pytest.raises(RuntimeError), language("en"):  # left by an error: given back all the same
             raise RuntimeError
         assert current_lang() == "zh"
     assert current_lang() == "en"
@@ -99,7 +105,7 @@ def test_each_thread_sees_its_own_binding():
 
     def build(lang):
         with language(lang):
-            both_bound.wait()                 # both bindings in force at once
+            both_bound.wait()  # both bindings in force at once
             seen[lang] = current_lang()
 
     threads = [threading.Thread(target=build, args=(lang,)) for lang in LANGS]
@@ -130,18 +136,23 @@ def _module(tmp_path, source: str):
     return scan(path, root)
 
 
-@pytest.mark.parametrize("call, what", [
-    ('_(f"At d_k = {d_k}")', "built at run time"),
-    ('_("At d_k = " + str(d_k))', "built at run time"),
-    ('_("At d_k = %s" % d_k)', "built at run time"),
-    ('_("At {x}".format(x=1))', "built at run time"),
-    ('_("a brace { alone")', "literal brace"),
-    ('N_(name)', "marks a literal message"),
-    ('_("x", msgctxt=name)', "context that is not a literal"),
-    ('_("x", lang)', "takes the message alone"),
-])
+@pytest.mark.parametrize(
+    "call, what",
+    [
+        ('_(f"At d_k = {d_k}")', "built at run time"),
+        ('_("At d_k = " + str(d_k))', "built at run time"),
+        ('_("At d_k = %s" % d_k)', "built at run time"),
+        ('_("At {x}".format(x=1))', "built at run time"),
+        ('_("a brace { alone")', "literal brace"),
+        ("N_(name)", "marks a literal message"),
+        ('_("x", msgctxt=name)', "context that is not a literal"),
+        ('_("x", lang)', "takes the message alone"),
+    ],
+)
 def test_the_extraction_refuses_messages_built_at_run_time(tmp_path, call, what):
-    _found, problems = _module(tmp_path, f"from attnscale.i18n import _, N_\n\ndef f(lang, d_k, name):\n    return {call}\n")
+    _found, problems = _module(
+        tmp_path, f"from attnscale.i18n import _, N_\n\ndef f(lang, d_k, name):\n    return {call}\n"
+    )
     assert any(what in p.what for p in problems), problems
 
 
@@ -151,17 +162,24 @@ def test_the_extraction_refuses_a_module_that_rebinds_underscore(tmp_path):
 
 
 def test_the_extraction_finds_messages_and_their_contexts(tmp_path):
-    found, problems = _module(tmp_path, """\
+    found, problems = _module(
+        tmp_path,
+        """\
         from attnscale.i18n import _, N_
 
         WORDS = {"a": N_("learns"), "b": N_("fails", "training")}
 
         def f(key):
             return _("At d_k = {d_k}", d_k=1) + _(WORDS[key]) + _("x", msgctxt="lm")
-        """)
+        """,
+    )
     assert not problems
     assert [(f.context, f.msgid, f.line) for f in found] == [
-        (None, "learns", 3), ("training", "fails", 3), (None, "At d_k = {d_k}", 6), ("lm", "x", 6)]
+        (None, "learns", 3),
+        ("training", "fails", 3),
+        (None, "At d_k = {d_k}", 6),
+        ("lm", "x", 6),
+    ]
 
 
 def test_the_catalog_check_names_each_kind_of_fault():
@@ -187,9 +205,13 @@ def test_the_update_keeps_translations_and_adds_new_messages_untranslated():
     po = polib.POFile()
     po.append(polib.POEntry(msgid="kept", msgstr="保留"))
     po.append(polib.POEntry(msgid="dropped", msgstr="删去"))
-    new = updated(po, [Found(None, "kept", "a.py", 3), Found(None, "new {x}", "a.py", 4), Found(None, "kept", "b.py", 1)])
+    new = updated(
+        po, [Found(None, "kept", "a.py", 3), Found(None, "new {x}", "a.py", 4), Found(None, "kept", "b.py", 1)]
+    )
     assert [(e.msgid, e.msgstr, e.occurrences, e.flags) for e in new] == [
-        ("kept", "保留", [("a.py", "3"), ("b.py", "1")], []), ("new {x}", "", [("a.py", "4")], ["python-brace-format"])]
+        ("kept", "保留", [("a.py", "3"), ("b.py", "1")], []),
+        ("new {x}", "", [("a.py", "4")], ["python-brace-format"]),
+    ]
 
 
 def test_the_package_is_scanned_where_it_lies():

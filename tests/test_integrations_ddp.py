@@ -26,24 +26,41 @@ def train(out: Path, tau: float) -> None:
     import lightning.pytorch as lightning
 
     from attnscale.integrations.lightning import AttentionHealthCallback
-    from test_integrations import TinyGPTModule        # this file's folder: tests/
+    from test_integrations import TinyGPTModule  # this file's folder: tests/
 
-    data = torch.utils.data.DataLoader(torch.randint(0, 13, (WORLD * BATCH * ACCUMULATE * STEPS, SEQ),
-                                                     generator=torch.Generator().manual_seed(1)), batch_size=BATCH)
+    data = torch.utils.data.DataLoader(
+        torch.randint(0, 13, (WORLD * BATCH * ACCUMULATE * STEPS, SEQ), generator=torch.Generator().manual_seed(1)),
+        batch_size=BATCH,
+    )
     callback = AttentionHealthCallback(tau=tau, mode="replace")
-    trainer = lightning.Trainer(max_steps=STEPS, log_every_n_steps=1, accumulate_grad_batches=ACCUMULATE,
-                                accelerator="cpu", devices=WORLD, strategy="ddp",
-                                logger=lightning.loggers.CSVLogger(str(out)), callbacks=[callback],
-                                enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer = lightning.Trainer(
+        max_steps=STEPS,
+        log_every_n_steps=1,
+        accumulate_grad_batches=ACCUMULATE,
+        accelerator="cpu",
+        devices=WORLD,
+        strategy="ddp",
+        logger=lightning.loggers.CSVLogger(str(out)),
+        callbacks=[callback],
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     module = TinyGPTModule.make(lightning, lr=0.5, context=SEQ, n_layers=LAYERS)
     trainer.fit(module, data)
     last = callback.watch.last
-    (out / f"rank{trainer.global_rank}.json").write_text(json.dumps({
-        "step": last.step, "calls": last.calls,
-        "heads": [[h.layer, h.head, h.rows, h.rows_single, h.entropy_sum, h.max_logit] for h in last.heads],
-        "clips": callback.watch.guard.clips,
-        "weights": [p.detach().double().flatten().tolist() for p in module.parameters()],
-        "metrics": str(trainer.logger.experiment.metrics_file_path) if trainer.global_rank == 0 else None}))
+    (out / f"rank{trainer.global_rank}.json").write_text(
+        json.dumps(
+            {
+                "step": last.step,
+                "calls": last.calls,
+                "heads": [[h.layer, h.head, h.rows, h.rows_single, h.entropy_sum, h.max_logit] for h in last.heads],
+                "clips": callback.watch.guard.clips,
+                "weights": [p.detach().double().flatten().tolist() for p in module.parameters()],
+                "metrics": str(trainer.logger.experiment.metrics_file_path) if trainer.global_rank == 0 else None,
+            }
+        )
+    )
 
 
 def train_transformers(out: Path, tau: float) -> None:
@@ -53,14 +70,30 @@ def train_transformers(out: Path, tau: float) -> None:
     from attnscale.integrations.transformers import AttentionHealthCallback
 
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=50, hidden_size=32, num_hidden_layers=LAYERS, num_attention_heads=4,
-                                      num_key_value_heads=2, intermediate_size=64, attn_implementation="sdpa")
+    config = transformers.LlamaConfig(
+        vocab_size=50,
+        hidden_size=32,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        attn_implementation="sdpa",
+    )
     model = transformers.LlamaForCausalLM(config)
     ids = torch.randint(0, 50, (WORLD * BATCH * ACCUMULATE * STEPS, SEQ), generator=torch.Generator().manual_seed(1))
-    args = transformers.TrainingArguments(output_dir=str(out), max_steps=STEPS, logging_steps=1, learning_rate=0.05,
-                                          per_device_train_batch_size=BATCH, gradient_accumulation_steps=ACCUMULATE,
-                                          report_to="none", use_cpu=True, ddp_backend="gloo", save_strategy="no",
-                                          disable_tqdm=True)
+    args = transformers.TrainingArguments(
+        output_dir=str(out),
+        max_steps=STEPS,
+        logging_steps=1,
+        learning_rate=0.05,
+        per_device_train_batch_size=BATCH,
+        gradient_accumulation_steps=ACCUMULATE,
+        report_to="none",
+        use_cpu=True,
+        ddp_backend="gloo",
+        save_strategy="no",
+        disable_tqdm=True,
+    )
     trainer = transformers.Trainer(model=model, args=args, train_dataset=[{"input_ids": r, "labels": r} for r in ids])
     callback = AttentionHealthCallback(trainer, tau=tau, mode="replace")
     trainer.add_callback(callback)
@@ -68,11 +101,18 @@ def train_transformers(out: Path, tau: float) -> None:
     last = callback.watch.last
     rank = torch.distributed.get_rank()
     logged = sorted({k for e in trainer.state.log_history for k in e if k.startswith("attn/")})
-    (out / f"hf{rank}.json").write_text(json.dumps({
-        "step": last.step, "calls": last.calls,
-        "heads": [[h.layer, h.head, h.rows, h.rows_single, h.entropy_sum, h.max_logit] for h in last.heads],
-        "clips": callback.watch.guard.clips, "logged": logged,
-        "weights": [p.detach().double().flatten().tolist() for p in model.parameters()]}))
+    (out / f"hf{rank}.json").write_text(
+        json.dumps(
+            {
+                "step": last.step,
+                "calls": last.calls,
+                "heads": [[h.layer, h.head, h.rows, h.rows_single, h.entropy_sum, h.max_logit] for h in last.heads],
+                "clips": callback.watch.guard.clips,
+                "logged": logged,
+                "weights": [p.detach().double().flatten().tolist() for p in model.parameters()],
+            }
+        )
+    )
 
 
 def free_port() -> int:
@@ -84,15 +124,21 @@ def free_port() -> int:
 @pytest.mark.slow
 def test_the_lightning_callback_combines_both_ddp_ranks_before_it_logs_and_clips(tmp_path):
     pytest.importorskip("lightning.pytorch")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
-           "PYTHONWARNINGS": "ignore"}
-    done = subprocess.run([sys.executable, __file__, str(tmp_path), "2.0"], env=env, capture_output=True, text=True,
-                          timeout=240)
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "PYTHONWARNINGS": "ignore",
+    }
+    done = subprocess.run(
+        [sys.executable, __file__, str(tmp_path), "2.0"], env=env, capture_output=True, text=True, timeout=240
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
-    assert ranks[0]["heads"] == ranks[1]["heads"] and ranks[0]["calls"] == ranks[1]["calls"]   # bit for bit
-    assert ranks[0]["weights"] == ranks[1]["weights"]                 # so both clipped the same heads alike
-    assert ranks[0]["clips"] == ranks[1]["clips"] > 0                 # not vacuous: the guard clipped
+    assert ranks[0]["heads"] == ranks[1]["heads"] and ranks[0]["calls"] == ranks[1]["calls"]  # bit for bit
+    assert ranks[0]["weights"] == ranks[1]["weights"]  # so both clipped the same heads alike
+    assert ranks[0]["clips"] == ranks[1]["clips"] > 0  # not vacuous: the guard clipped
     assert ranks[0]["step"] == STEPS and ranks[0]["calls"] == WORLD * ACCUMULATE * LAYERS
     # Every rank's rows: WORLD × ACCUMULATE micro-batches of BATCH sequences, SEQ query rows each,
     # the first of each attending one key.
@@ -102,8 +148,9 @@ def test_the_lightning_callback_combines_both_ddp_ranks_before_it_logs_and_clips
         rows = list(csv.DictReader(f))
     logged = {k for r in rows for k, v in r.items() if v}
     layers = [f"gpt.blocks.{i}.attn" for i in range(LAYERS)]
-    assert {"attn/calls", "attn/clipped_heads"} | {f"attn/{layer}/head{h}/max_logit" for layer in layers
-                                                   for h in range(HEADS)} <= logged
+    assert {"attn/calls", "attn/clipped_heads"} | {
+        f"attn/{layer}/head{h}/max_logit" for layer in layers for h in range(HEADS)
+    } <= logged
     last = [r for r in rows if r.get("attn/calls")][-1]
     assert float(last["attn/calls"]) == WORLD * ACCUMULATE * LAYERS
 
@@ -112,9 +159,25 @@ def test_the_lightning_callback_combines_both_ddp_ranks_before_it_logs_and_clips
 def test_the_transformers_callback_combines_both_ddp_ranks_before_it_logs_and_clips(tmp_path):
     pytest.importorskip("transformers")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(WORLD),
-                           "--master_port", str(free_port()), __file__, str(tmp_path), "1e-4", "transformers"],  # its logits are small
-                          env=env, capture_output=True, text=True, timeout=240)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            str(WORLD),
+            "--master_port",
+            str(free_port()),
+            __file__,
+            str(tmp_path),
+            "1e-4",
+            "transformers",
+        ],  # its logits are small
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"hf{r}.json").read_text()) for r in range(WORLD)]
     assert ranks[0]["heads"] == ranks[1]["heads"] and ranks[0]["weights"] == ranks[1]["weights"]
@@ -123,8 +186,9 @@ def test_the_transformers_callback_combines_both_ddp_ranks_before_it_logs_and_cl
     sequences = WORLD * ACCUMULATE * BATCH
     assert {(rows, single) for _, _, rows, single, _, _ in ranks[0]["heads"]} == {(sequences * (SEQ - 1), sequences)}
     layers = [f"model.layers.{i}.self_attn" for i in range(LAYERS)]
-    assert {"attn/calls", "attn/clipped_heads"} | {f"attn/{layer}/head{h}/max_logit" for layer in layers
-                                                   for h in range(4)} <= set(ranks[0]["logged"])
+    assert {"attn/calls", "attn/clipped_heads"} | {
+        f"attn/{layer}/head{h}/max_logit" for layer in layers for h in range(4)
+    } <= set(ranks[0]["logged"])
 
 
 if __name__ == "__main__":

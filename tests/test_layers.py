@@ -15,14 +15,18 @@ import attnscale
 SRC = Path(attnscale.__file__).parent
 # The drawing's layers by the module's first name under attnscale; anything not named is core.
 FACES, REPORT, MIDDLE = {"cli", "__main__"}, {"report"}, {"claims", "experiments", "integrations"}
-MAY_IMPORT = {"faces": {"faces", "report", "middle", "core"}, "report": {"report", "core"},
-              "middle": {"middle", "core"}, "core": {"core"}}
+MAY_IMPORT = {
+    "faces": {"faces", "report", "middle", "core"},
+    "report": {"report", "core"},
+    "middle": {"middle", "core"},
+    "core": {"core"},
+}
 
 
 def layer(module: str) -> str:
     parts = module.split(".")
     top = parts[1] if len(parts) > 1 else ""
-    return ("faces" if top in FACES else "report" if top in REPORT else "middle" if top in MIDDLE else "core")
+    return "faces" if top in FACES else "report" if top in REPORT else "middle" if top in MIDDLE else "core"
 
 
 def module_name(path: Path) -> str:
@@ -36,8 +40,11 @@ def imported(source: str) -> list[tuple[int, str]]:
     found = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("attnscale"):
-            found += ([(node.lineno, f"attnscale.{a.name}") for a in node.names] if node.module == "attnscale"
-                      else [(node.lineno, node.module)])
+            found += (
+                [(node.lineno, f"attnscale.{a.name}") for a in node.names]
+                if node.module == "attnscale"
+                else [(node.lineno, node.module)]
+            )
         elif isinstance(node, ast.Import):
             found += [(node.lineno, a.name) for a in node.names if a.name.startswith("attnscale")]
     return found
@@ -45,8 +52,11 @@ def imported(source: str) -> list[tuple[int, str]]:
 
 def upward(module: str, source: str) -> list[str]:
     here = layer(module)
-    return [f"{module}:{line} imports {target} ({layer(target)}, above {here})"
-            for line, target in imported(source) if layer(target) not in MAY_IMPORT[here]]
+    return [
+        f"{module}:{line} imports {target} ({layer(target)}, above {here})"
+        for line, target in imported(source)
+        if layer(target) not in MAY_IMPORT[here]
+    ]
 
 
 MODULES = sorted(SRC.rglob("*.py"))
@@ -57,13 +67,16 @@ def test_no_import_points_up(path):
     assert upward(module_name(path), path.read_text(encoding="utf-8")) == []
 
 
-@pytest.mark.parametrize("module, source", [
-    ("attnscale.report.experiments", "def f():\n    from attnscale.experiments import references\n"),
-    ("attnscale.report.html", "import attnscale.claims.register\n"),
-    ("attnscale.torch.monitor", "from attnscale.experiments.training.gpt import GPT\n"),
-    ("attnscale.results", "def g():\n    from attnscale import cli\n"),
-    ("attnscale.claims.register", "from attnscale.report import html\n"),
-])
+@pytest.mark.parametrize(
+    "module, source",
+    [
+        ("attnscale.report.experiments", "def f():\n    from attnscale.experiments import references\n"),
+        ("attnscale.report.html", "import attnscale.claims.register\n"),
+        ("attnscale.torch.monitor", "from attnscale.experiments.training.gpt import GPT\n"),
+        ("attnscale.results", "def g():\n    from attnscale import cli\n"),
+        ("attnscale.claims.register", "from attnscale.report import html\n"),
+    ],
+)
 def test_the_check_sees_an_import_that_points_up(module, source):
     assert len(upward(module, source)) == 1
 
@@ -87,8 +100,10 @@ def import_graph() -> dict[str, set[str]]:
         targets = set()
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("attnscale"):
-                targets |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
-                            for a in node.names}
+                targets |= {
+                    f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                    for a in node.names
+                }
             elif isinstance(node, ast.Import):
                 targets |= {a.name for a in node.names if a.name in modules}
         graph[name] = {t for t in targets if t in modules and t != name}

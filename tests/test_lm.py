@@ -33,8 +33,20 @@ from attnscale.scales import LogN  # noqa: E402
 from attnscale.torch.scales import ScaledLogits, attended_keys  # noqa: E402
 
 #: Seconds on one core: two rules, one d_k, AdamW and one SGD rate, a few steps of a narrow model.
-TINY = lm.LMConfig(rules=("inverse_sqrt_dk", "unscaled"), d_ks=(8,), seeds=1, adamw_lrs=(3e-3,), sgd_lrs=(0.3,), steps=6,
-                   batch=4, context=16, d_model=16, n_layers=1, log_every=3, eval_windows=4)
+TINY = lm.LMConfig(
+    rules=("inverse_sqrt_dk", "unscaled"),
+    d_ks=(8,),
+    seeds=1,
+    adamw_lrs=(3e-3,),
+    sgd_lrs=(0.3,),
+    steps=6,
+    batch=4,
+    context=16,
+    d_model=16,
+    n_layers=1,
+    log_every=3,
+    eval_windows=4,
+)
 
 
 def tiny_cell(**kw) -> lm.LMCell:
@@ -44,6 +56,7 @@ def tiny_cell(**kw) -> lm.LMCell:
 
 # --- every rule's torch path equals the NumPy core (float64) -----------------------------------------
 
+
 @pytest.mark.parametrize("name", sorted(lm.RULE_CHOICES))
 @pytest.mark.parametrize("causal", [True, False])
 def test_every_rule_logits_and_attention_equal_the_core(name, causal):
@@ -52,7 +65,7 @@ def test_every_rule_logits_and_attention_equal_the_core(name, causal):
     rule = lm.RULE_CHOICES[name]
     rng = np.random.default_rng(3)
     B, H, L, d_k = 2, 3, 9, 5
-    q, k, v = (rng.normal(size=(B, H, L, d)) * 3.0 for d in (d_k, d_k, 4))   # large: soft-cap bends
+    q, k, v = (rng.normal(size=(B, H, L, d)) * 3.0 for d in (d_k, d_k, 4))  # large: soft-cap bends
     ref = core_attention(q, k, v, scale=rule, causal=causal, return_details=True)
     module = ScaledLogits(rule, d_k).double()
     tq, tk, tv = (torch.from_numpy(x) for x in (q, k, v))
@@ -63,8 +76,13 @@ def test_every_rule_logits_and_attention_equal_the_core(name, causal):
     p = ref.weights
     entropy = -(np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0)).sum(-1)
     masked = np.where(keep, ref.logits, np.nan)
-    for got, want in ((out, ref.out), (res.lse, ref.lse), (res.entropy, entropy),
-                      (res.max_logit, np.nanmax(masked, -1)), (res.min_logit, np.nanmin(masked, -1))):
+    for got, want in (
+        (out, ref.out),
+        (res.lse, ref.lse),
+        (res.entropy, entropy),
+        (res.max_logit, np.nanmax(masked, -1)),
+        (res.min_logit, np.nanmin(masked, -1)),
+    ):
         err = np.max(np.abs(got.detach().numpy() - want))
         assert err <= 1e-10, f"{name}: {err:.2e}"
 
@@ -85,7 +103,7 @@ def test_the_factor_of_a_learned_gain_is_read_without_a_warning():
 
     module = ScaledLogits(lm.RULE_CHOICES["qknorm"], 16)
     with warnings.catch_warnings():
-        warnings.simplefilter("error")          # torch warns when a tensor that requires grad becomes a float
+        warnings.simplefilter("error")  # torch warns when a tensor that requires grad becomes a float
         assert module.factor() == pytest.approx(module.rule.gain / 4)
 
 
@@ -100,19 +118,24 @@ def test_every_rule_gives_gradients_to_q_and_k(name, backend):
 
 # --- the text ----------------------------------------------------------------------------------------
 
+
 def test_default_text_is_real_english_split_contiguously():
     text = ByteText.from_source()
     assert len(text.train) + len(text.valid) > 400_000
     assert abs(len(text.valid) / (len(text.train) + len(text.valid)) - 0.1) < 1e-4
     assert b" the " in text.train.tobytes() and b" the " in text.valid.tobytes()
-    assert 3.5 < text.unigram_bits() < 6.0     # English bytes: about 4.5 bits, well below 8 (uniform)
+    assert 3.5 < text.unigram_bits() < 6.0  # English bytes: about 4.5 bits, well below 8 (uniform)
 
 
 def test_text_file_problems_are_one_line_naming_text(tmp_path):
     (tmp_path / "empty.txt").write_bytes(b"")
     (tmp_path / "latin1.txt").write_bytes("café".encode("latin-1"))
-    for path, words in ((tmp_path / "nope.txt", "does not exist"), (tmp_path, "directory"),
-                        (tmp_path / "empty.txt", "empty"), (tmp_path / "latin1.txt", "not UTF-8")):
+    for path, words in (
+        (tmp_path / "nope.txt", "does not exist"),
+        (tmp_path, "directory"),
+        (tmp_path / "empty.txt", "empty"),
+        (tmp_path / "latin1.txt", "not UTF-8"),
+    ):
         with pytest.raises(InputError, match=f"^--text: .*{words}"):
             check_text_file(path)
     (tmp_path / "short.txt").write_text("tiny text " * 10)
@@ -121,6 +144,7 @@ def test_text_file_problems_are_one_line_naming_text(tmp_path):
 
 
 # --- the model and one cell --------------------------------------------------------------------------
+
 
 def test_every_rule_starts_from_the_same_weights():
     states = []
@@ -151,7 +175,7 @@ def test_cell_log_has_every_figure_and_is_strict_json():
     for key in ("entropy_mean", "entropy_min", "max_abs_logit", "saturated_frac"):
         assert len(heads[key]) == 2
     assert all(lo <= mean for lo, mean in zip(heads["entropy_min"], heads["entropy_mean"]))
-    assert all(m < 50.0 for m in heads["max_abs_logit"])        # the soft-cap's bound
+    assert all(m < 50.0 for m in heads["max_abs_logit"])  # the soft-cap's bound
     json.dumps(result, allow_nan=False)
     assert result["diverged"] is None and isinstance(result["sample"], str)
 
@@ -160,13 +184,13 @@ def test_a_cell_records_the_attention_backend_that_ran_it():
     from attnscale.torch.ext import kernel_status
 
     expected = "kernel" if kernel_status()["available"] else "composed"
-    assert lm.train_cell(tiny_cell())["attention_backend"] == expected            # what backend "auto" chose
+    assert lm.train_cell(tiny_cell())["attention_backend"] == expected  # what backend "auto" chose
     assert lm.train_cell(tiny_cell(backend="chunked"))["attention_backend"] == "chunked"
 
 
 def test_same_seed_same_numbers_other_seed_other_numbers():
     a, b = lm.train_cell(tiny_cell()), lm.train_cell(tiny_cell())
-    assert a == b                   # the cell holds no time of its own: the sweep runner measures it
+    assert a == b  # the cell holds no time of its own: the sweep runner measures it
     assert lm.train_cell(tiny_cell(seed=1))["log"] != a["log"]
 
 
@@ -178,8 +202,23 @@ def test_a_diverged_run_is_recorded_not_raised():
 
 def test_tiny_gpt_with_inverse_sqrt_dk_and_adamw_beats_the_unigram_baseline():
     """The model really learns: within its budget, validation below the text's unigram cross-entropy."""
-    result = lm.train_cell(lm.LMCell("inverse_sqrt_dk", 16, "adamw", 1e-2, 0, steps=150, batch=16, context=32,
-                                     d_model=32, n_layers=1, log_every=50, eval_windows=32, sample_bytes=8))
+    result = lm.train_cell(
+        lm.LMCell(
+            "inverse_sqrt_dk",
+            16,
+            "adamw",
+            1e-2,
+            0,
+            steps=150,
+            batch=16,
+            context=32,
+            d_model=32,
+            n_layers=1,
+            log_every=50,
+            eval_windows=32,
+            sample_bytes=8,
+        )
+    )
     print(f"unigram {result['unigram_bpb']:.3f}, init {result['init_bpb']:.3f}, final {result['final_bpb']:.3f} bpb")
     assert result["final_bpb"] < result["unigram_bpb"] - 0.3
 
@@ -194,8 +233,23 @@ def test_tiny_gpt_learns_more_than_the_projects_bigram_baseline(tmp_path):
     rng = np.random.default_rng(0)
     path = tmp_path / "nato.txt"
     path.write_text(" ".join(NATO[i] for i in rng.integers(0, len(NATO), 6000)))
-    cell = lm.LMCell("inverse_sqrt_dk", 16, "adamw", 1e-2, 0, steps=200, batch=16, context=16, d_model=32, n_layers=1,
-                     log_every=50, eval_windows=64, sample_bytes=8, text=str(path), text_sha256="nato")
+    cell = lm.LMCell(
+        "inverse_sqrt_dk",
+        16,
+        "adamw",
+        1e-2,
+        0,
+        steps=200,
+        batch=16,
+        context=16,
+        d_model=32,
+        n_layers=1,
+        log_every=50,
+        eval_windows=64,
+        sample_bytes=8,
+        text=str(path),
+        text_sha256="nato",
+    )
     result = lm.train_cell(cell)
     bigram = next(r for r in lm.baselines(cell)["rows"] if r["name"] == "bigram")
     print(f"bigram {bigram['bpb']:.3f}, final {result['final_bpb']:.3f} bpb")
@@ -215,18 +269,26 @@ def test_a_run_stopped_early_logs_what_the_whole_run_logs_first():
 
 # --- verdicts --------------------------------------------------------------------------------------
 
+
 def _run(curve, diverged=False):
     log = [{"step": 10 * i, "valid_bpb": v} for i, v in enumerate(curve)]
-    return {"log": log, "final_bpb": None if diverged else curve[-1], "diverged": {"step": 1} if diverged else None,
-            "init_bpb": curve[0]}
+    return {
+        "log": log,
+        "final_bpb": None if diverged else curve[-1],
+        "diverged": {"step": 1} if diverged else None,
+        "init_bpb": curve[0],
+    }
 
 
-@pytest.mark.parametrize("curve, verdict, ratio", [
-    ([8, 3.2, 3.1, 3.0, 3.0], "faster", 0.5),        # step 10 against 20
-    ([8, 4, 3.2, 3.0, 3.0], "learns", 1.0),          # target 1.1 × 3.0 = 3.3: step 20 like the reference
-    ([8, 5, 4, 3.3, 3.1], "slower", 1.5),            # step 30 against 20
-    ([8, 6, 5, 4.0, 3.5], "fails", None),            # never at or below 3.3
-])
+@pytest.mark.parametrize(
+    "curve, verdict, ratio",
+    [
+        ([8, 3.2, 3.1, 3.0, 3.0], "faster", 0.5),  # step 10 against 20
+        ([8, 4, 3.2, 3.0, 3.0], "learns", 1.0),  # target 1.1 × 3.0 = 3.3: step 20 like the reference
+        ([8, 5, 4, 3.3, 3.1], "slower", 1.5),  # step 30 against 20
+        ([8, 6, 5, 4.0, 3.5], "fails", None),  # never at or below 3.3
+    ],
+)
 def test_judge_follows_the_numbers(curve, verdict, ratio):
     reference = _run([8, 4, 3.2, 3.0, 3.0])
     assert lm.judge(_run(curve), reference) == (verdict, ratio)
@@ -268,18 +330,23 @@ def test_target_holds_is_the_exact_range_of_targets_of_the_same_verdict():
     from attnscale.experiments.training.lm import judging as j
 
     refs = _seeds([8, 4, 3.2, 3.0, 3.0], [8, 4.2, 3.1, 2.9, 2.8])
-    cases = [_seeds([8, 6, 5, 4.0, 3.5], [8, 6, 5, 4.2, 3.6]),      # fails
-             _seeds([8, 5, 4, 3.3, 3.1], [8, 5.5, 3.5, 3.2, 3.0]),  # slower
-             _seeds([8, 4, 3.2, 3.0, 3.0], [8, 4.2, 3.1, 2.9, 2.8])]  # learns (the reference itself)
+    cases = [
+        _seeds([8, 6, 5, 4.0, 3.5], [8, 6, 5, 4.2, 3.6]),  # fails
+        _seeds([8, 5, 4, 3.3, 3.1], [8, 5.5, 3.5, 3.2, 3.0]),  # slower
+        _seeds([8, 4, 3.2, 3.0, 3.0], [8, 4.2, 3.1, 2.9, 2.8]),
+    ]  # learns (the reference itself)
     grid = np.round(np.arange(0.9, 2.5, 0.0005), 6)
     for runs in cases:
         holds = j.target_holds(runs, refs)
         verdict = j.seeds_verdict_at(runs, refs)
         same = [f for f in grid if j.seeds_verdict_at(runs, refs, factor=float(f)) == verdict]
-        inside = [f for f in grid if (holds["from"] is None or f >= holds["from"] + 1e-9)
-                  and (holds["to"] is None or f < holds["to"] - 1e-9)]
+        inside = [
+            f
+            for f in grid
+            if (holds["from"] is None or f >= holds["from"] + 1e-9) and (holds["to"] is None or f < holds["to"] - 1e-9)
+        ]
         assert set(inside) <= set(same), (verdict, holds)
-        for edge in (holds["from"], holds["to"]):   # just outside the range, the verdict differs
+        for edge in (holds["from"], holds["to"]):  # just outside the range, the verdict differs
             if edge is not None:
                 outside = edge - 1e-6 if edge == holds["from"] else edge + 1e-6
                 assert j.seeds_verdict_at(runs, refs, factor=outside) != verdict
@@ -294,7 +361,7 @@ def test_target_holds_is_the_exact_range_of_targets_of_the_same_verdict():
 def test_steps_beyond_extrapolates_the_last_quarter():
     from attnscale.experiments.training.lm import judging as j
 
-    ref = _run([8, 4, 3.2, 3.0, 3.0])     # target 3.3
+    ref = _run([8, 4, 3.2, 3.0, 3.0])  # target 3.3
     # steps 30 -> 40 (the last quarter of 40): 4.0 -> 3.5, 0.05 per step; 0.2 above the target: 4 steps
     assert j.steps_beyond(_run([8, 6, 5, 4.0, 3.5]), ref) == pytest.approx(4.0)
     assert j.steps_beyond(_run([8, 6, 5, 3.5, 3.5]), ref) == math.inf
@@ -305,8 +372,12 @@ def test_steps_beyond_extrapolates_the_last_quarter():
 def test_lr_sensitivity_follows_its_definition():
     """Wortsman et al. 2023: E over the grid of min(final, initial) minus the best; a diverged run and
     one that ends worse than it began both count at the initial loss."""
-    runs = [{"final_bpb": 3.0, "init_bpb": 8.0}, {"final_bpb": 2.5, "init_bpb": 8.0},
-            {"final_bpb": None, "init_bpb": 8.0}, {"final_bpb": 9.0, "init_bpb": 8.0}]
+    runs = [
+        {"final_bpb": 3.0, "init_bpb": 8.0},
+        {"final_bpb": 2.5, "init_bpb": 8.0},
+        {"final_bpb": None, "init_bpb": 8.0},
+        {"final_bpb": 9.0, "init_bpb": 8.0},
+    ]
     scores = [lm.lr_score(r) for r in runs]
     assert scores == [3.0, 2.5, 8.0, 8.0]
     assert training.lr_sensitivity(scores) == pytest.approx((3.0 + 2.5 + 8.0 + 8.0) / 4 - 2.5)
@@ -314,6 +385,7 @@ def test_lr_sensitivity_follows_its_definition():
 
 
 # --- the sweep -------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def tiny_sweep(tmp_path_factory):
@@ -328,16 +400,17 @@ def test_sweep_analysis_has_the_contract_verdicts_and_resumes(tiny_sweep):
     a = summary["analysis"]
     verdicts = a["verdicts"]
     assert {(v["rule"], v["optimiser"]) for v in verdicts} == {
-        (r, o) for r in TINY.rules for o in ("adamw", "adamw-own-best", "sgd", "sgd-own-best")}
+        (r, o) for r in TINY.rules for o in ("adamw", "adamw-own-best", "sgd", "sgd-own-best")
+    }
     for v in verdicts:
         assert set(v) >= {"rule", "d_k", "optimiser", "lr", "verdict", "seeds", "seeds_agreeing", "steps_ratio"}
         assert v["verdict"] in lm.VERDICTS
     ref = next(v for v in verdicts if v["rule"] == "inverse_sqrt_dk" and v["optimiser"] == "adamw")
     assert ref["verdict"] == "learns" and ref["steps_ratio"] == 1.0
-    assert a["reference_best_interior"] == {"adamw": {"8": False}, "sgd": {"8": False}}   # one rate: never interior
+    assert a["reference_best_interior"] == {"adamw": {"8": False}, "sgd": {"8": False}}  # one rate: never interior
     assert [r["name"] for r in a["baselines"]["rows"]] == ["unigram", "bigram", "trigram", "4-gram"]
     assert a["baselines"]["scored_bytes"] == TINY.eval_windows * TINY.context
-    for s in a["lr_sensitivity"]:                     # one rate: nothing to be sensitive to
+    for s in a["lr_sensitivity"]:  # one rate: nothing to be sensitive to
         assert s["lr_sensitivity"] == 0.0
     json.dumps(summary, allow_nan=False)
     again = CountingBackend()
@@ -368,13 +441,14 @@ def test_chapter_renders_both_languages(tiny_sweep):
         assert lm.PROMPT in page
     assert "bigram" in pages["en"] and "二元" in pages["zh"]
     from test_report_figures import figures_readable_on_a_phone
+
     figures_readable_on_a_phone(pages["zh"])
 
 
 def test_chapter_words_follow_the_data(tiny_sweep, monkeypatch):
     from attnscale.report.chapters import lm as chapter
 
-    monkeypatch.setattr(chapter, "_panels", lambda *args, **kw: None)       # the words only: no figures
+    monkeypatch.setattr(chapter, "_panels", lambda *args, **kw: None)  # the words only: no figures
     monkeypatch.setattr(chapter, "responsive_figure", lambda *args, **kw: "")
     env = _envelope(tiny_sweep[0])
     a = env.data["analysis"]
@@ -382,7 +456,7 @@ def test_chapter_words_follow_the_data(tiny_sweep, monkeypatch):
     own = {v["optimiser"]: v for v in a["verdicts"] if v["rule"] == "unscaled"}
     for v in a["verdicts"]:
         v["verdict"] = "learns"
-    page = lambda: html.unescape(chapter.render(env))   # noqa: E731
+    page = lambda: html.unescape(chapter.render(env))  # noqa: E731
     assert "every rule reaches the 1/√dₖ reference's target at every dₖ, with AdamW and with SGD" in page()
     own["adamw-own-best"]["verdict"] = "fails"
     said = chapter.glance_sentence(a["verdicts"], ref)
@@ -391,9 +465,16 @@ def test_chapter_words_follow_the_data(tiny_sweep, monkeypatch):
     said = chapter.glance_sentence(a["verdicts"], ref)
     assert "with AdamW at d_k = 8, and with SGD unscaled at d_k = 8" in said and "1 fails and 1 diverges" in said
     # A verdict's cell: its mark, the ratio of the seeds that decided it, each seed when they disagree.
-    own["adamw"].update(verdict="slower", seeds=2, seeds_agreeing=1, steps_ratio=1.245,
-                        per_seed=[{"seed": 0, "verdict": "learns", "steps_ratio": 1.13, "verdict_halfway": "learns"},
-                                  {"seed": 1, "verdict": "slower", "steps_ratio": 1.36, "verdict_halfway": "slower"}])
+    own["adamw"].update(
+        verdict="slower",
+        seeds=2,
+        seeds_agreeing=1,
+        steps_ratio=1.245,
+        per_seed=[
+            {"seed": 0, "verdict": "learns", "steps_ratio": 1.13, "verdict_halfway": "learns"},
+            {"seed": 1, "verdict": "slower", "steps_ratio": 1.36, "verdict_halfway": "slower"},
+        ],
+    )
     cell = chapter._verdict_cell(own["adamw"], False)
     assert 'class="badge inconclusive">slower</span> ×1.36 (1/2 seeds; each: learns ×1.13 · slower ×1.36)' in cell
     own["adamw"]["per_seed"][0]["verdict"] = "slower"
@@ -421,8 +502,15 @@ def test_chapter_caveat_and_reference_sentence_follow_the_baselines(tiny_sweep):
 
     a = _envelope(tiny_sweep[0]).data["analysis"]
     rows = {r["order"]: r["bpb"] for r in a["baselines"]["rows"]}
-    at_best = {o: next(g for g in a["grid"] if (g["optimiser"], g["rule"], g["d_k"], g["lr"])
-                       == (o, a["reference_rule"], 8, a["reference_best_lr"][o]["8"])) for o in ("adamw", "sgd")}
+    at_best = {
+        o: next(
+            g
+            for g in a["grid"]
+            if (g["optimiser"], g["rule"], g["d_k"], g["lr"])
+            == (o, a["reference_rule"], 8, a["reference_best_lr"][o]["8"])
+        )
+        for o in ("adamw", "sgd")
+    }
     said = {}
     for name, bpb in (("bigram", rows[2] + 0.1), ("trigram", (rows[2] + rows[3]) / 2), ("none", rows[4] - 0.01)):
         at_best["adamw"]["final_bpb"]["mean"] = bpb
@@ -452,7 +540,8 @@ def test_chapter_seeds_halfway_and_optimiser_sentences_follow_the_verdicts(tiny_
     unscaled = {v["optimiser"]: v for v in verdicts if v["rule"] == "unscaled"}
     unscaled["adamw"].update(seeds_agreeing=1, verdict="slower", verdict_halfway="learns")
     assert "disagree on 1 of the 4 verdicts (unscaled d_k 8 AdamW at the 1/√d_k rate)" in chapter.seeds_sentence(
-        verdicts, 2, ref)
+        verdicts, 2, ref
+    )
     halfway = chapter.halfway_sentence(verdicts, 600, ref)
     assert "1 of the 2 verdicts at the reference's rate change" in halfway
     assert "learns like 1/√d_k halfway, learns, but slower at the end" in halfway
@@ -461,7 +550,10 @@ def test_chapter_seeds_halfway_and_optimiser_sentences_follow_the_verdicts(tiny_
         unscaled["adamw-own-best"]["verdict"], unscaled["sgd-own-best"]["verdict"] = adam, sgd
         said[adam, sgd] = chapter.optimisers_sentence(verdicts, 8)
     assert "Neither optimiser shows it stop learning" in said["learns", "learns"]
-    assert "learns faster than 1/√d_k with AdamW but does not reach the target within the budget with SGD" in said["faster", "fails"]
+    assert (
+        "learns faster than 1/√d_k with AdamW but does not reach the target within the budget with SGD"
+        in said["faster", "fails"]
+    )
     assert "the adaptive optimiser is the one that suffers" in said["slower", "learns"]
     assert "neither optimiser recovers" in said["diverges", "slower"]
 
@@ -475,7 +567,9 @@ def test_chapter_robustness_words_and_marks_follow_the_verdicts(tiny_sweep):
     verdicts = [v for v in a["verdicts"] if v["verdict"]]
     for v in verdicts:
         v.update(verdict="learns", robust_to_target=True, robust_to_budget=True)
-    assert chapter.robustness_sentence(verdicts, band, ref).startswith("Every verdict holds for any target from 1.05× to 1.2×")
+    assert chapter.robustness_sentence(verdicts, band, ref).startswith(
+        "Every verdict holds for any target from 1.05× to 1.2×"
+    )
     unscaled = {v["optimiser"]: v for v in verdicts if v["rule"] == "unscaled"}
     unscaled["adamw"]["verdict"] = "fails"
     said = chapter.robustness_sentence(verdicts, band, ref)
@@ -492,7 +586,9 @@ def test_chapter_robustness_words_and_marks_follow_the_verdicts(tiny_sweep):
     with language("zh"):
         assert chapter.robustness_sentence(verdicts, band, ref) != said
     assert chapter.collapse_sentence({"collapse": {"runs": 0}}) is None
-    assert chapter.collapse_sentence({"collapse": {"runs": 2, "uniform_bpb": 8.0, "tol": 1e-3}}).startswith("2 run(s) ended at")
+    assert chapter.collapse_sentence({"collapse": {"runs": 2, "uniform_bpb": 8.0, "tol": 1e-3}}).startswith(
+        "2 run(s) ended at"
+    )
 
 
 DRIVER = """
@@ -515,18 +611,23 @@ def test_sigkill_then_rerun_computes_only_missing_cells(tmp_path):
     from attnscale import results
 
     cells_dir = results.cells_dir("train/lm", tmp_path / "out")
-    proc = subprocess.Popen([sys.executable, str(driver), str(tmp_path / "out")], start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, str(driver), str(tmp_path / "out")],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and len(list(cells_dir.glob("lm-*.json"))) < 2:
             time.sleep(0.05)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)      # the group this test started
+        os.killpg(proc.pid, signal.SIGKILL)  # the group this test started
         proc.wait()
     finished = len(list(cells_dir.glob("lm-*.json")))
-    config = dataclasses.replace(TINY, rules=("inverse_sqrt_dk", "logn"), d_ks=(8, 16), steps=2, log_every=1,
-                                 eval_windows=2)   # the driver's
+    config = dataclasses.replace(
+        TINY, rules=("inverse_sqrt_dk", "logn"), d_ks=(8, 16), steps=2, log_every=1, eval_windows=2
+    )  # the driver's
     assert 2 <= finished < len(config.cells()) == 8, "the kill should land mid-sweep"
     backend = CountingBackend()
     run_experiment("lm", config, tmp_path / "out", backend)
@@ -535,8 +636,24 @@ def test_sigkill_then_rerun_computes_only_missing_cells(tmp_path):
 
 # --- the command line ------------------------------------------------------------------------------
 
-TINY_ARGS = ["--rules", "inverse_sqrt_dk,unscaled", "--d-ks", "8", "--d-model", "16", "--context", "16", "--steps", "3",
-             "--adamw-lrs", "3e-3", "--sgd-lrs", "0.3", "--workers", "1"]
+TINY_ARGS = [
+    "--rules",
+    "inverse_sqrt_dk,unscaled",
+    "--d-ks",
+    "8",
+    "--d-model",
+    "16",
+    "--context",
+    "16",
+    "--steps",
+    "3",
+    "--adamw-lrs",
+    "3e-3",
+    "--sgd-lrs",
+    "0.3",
+    "--workers",
+    "1",
+]
 
 
 def test_cli_json_to_stdout_is_strict_and_alone(tmp_path, capsys):
@@ -554,27 +671,34 @@ def test_cli_json_to_stdout_is_strict_and_alone(tmp_path, capsys):
     assert not results.result_path("train/lm", out).exists()
 
 
-@pytest.mark.parametrize("args, argument", [
-    (["--rules", "inverse_sqrt_dk,nonsense"], "rules"),
-    (["--d-ks", "48"], "d_k"),
-    (["--context", "100000000"], "--context"),
-    (["--adamw-lrs", "0"], "adamw_lrs"),
-    (["--adamw-lrs=-1e-3"], "adamw_lrs"),
-    (["--adamw-lrs", "1e-3,1e-3"], "adamw_lrs"),
-    (["--adamw-lrs", "x"], "--adamw-lrs"),
-    (["--sgd-lrs", "0"], "sgd_lrs"),
-    (["--steps", "0"], "steps"),
-    (["--sgd-lrs", "0.1,abc"], "--sgd-lrs"),
-    (["--text", "MISSING"], "--text"),
-    (["--text", "DIR"], "--text"),
-    (["--text", "EMPTY"], "--text"),
-    (["--text", "LATIN1"], "--text"),
-])
+@pytest.mark.parametrize(
+    "args, argument",
+    [
+        (["--rules", "inverse_sqrt_dk,nonsense"], "rules"),
+        (["--d-ks", "48"], "d_k"),
+        (["--context", "100000000"], "--context"),
+        (["--adamw-lrs", "0"], "adamw_lrs"),
+        (["--adamw-lrs=-1e-3"], "adamw_lrs"),
+        (["--adamw-lrs", "1e-3,1e-3"], "adamw_lrs"),
+        (["--adamw-lrs", "x"], "--adamw-lrs"),
+        (["--sgd-lrs", "0"], "sgd_lrs"),
+        (["--steps", "0"], "steps"),
+        (["--sgd-lrs", "0.1,abc"], "--sgd-lrs"),
+        (["--text", "MISSING"], "--text"),
+        (["--text", "DIR"], "--text"),
+        (["--text", "EMPTY"], "--text"),
+        (["--text", "LATIN1"], "--text"),
+    ],
+)
 def test_cli_bad_input_is_one_line_exit_2_nothing_written(tmp_path, capsys, args, argument):
     from attnscale.cli import main
 
-    files = {"MISSING": tmp_path / "missing.txt", "DIR": tmp_path, "EMPTY": tmp_path / "empty.txt",
-             "LATIN1": tmp_path / "latin1.txt"}
+    files = {
+        "MISSING": tmp_path / "missing.txt",
+        "DIR": tmp_path,
+        "EMPTY": tmp_path / "empty.txt",
+        "LATIN1": tmp_path / "latin1.txt",
+    }
     files["EMPTY"].write_bytes(b"")
     files["LATIN1"].write_bytes("naïve café".encode("latin-1"))
     args = [str(files.get(a, a)) for a in args]
@@ -600,8 +724,8 @@ def test_sweep_sizes_are_the_budgeted_ones():
     assert {c.d_model // c.d_k for c in full.cells()} == {8, 2, 1}
     for grid in (full.adamw_lrs, full.sgd_lrs):
         lrs = sorted(grid)
-        assert len(lrs) >= 3     # a best rate can be interior
-        assert all(2.5 < b / a < 3.5 for a, b in zip(lrs, lrs[1:]))     # half a decade apart
+        assert len(lrs) >= 3  # a best rate can be interior
+        assert all(2.5 < b / a < 3.5 for a, b in zip(lrs, lrs[1:]))  # half a decade apart
 
 
 @pytest.mark.parametrize("backend", ["serial", "local"])
@@ -610,15 +734,16 @@ def test_a_sweep_shows_the_steps_of_its_running_cells(tmp_path, backend):
     (in this process, and from worker processes through the backend's queue)."""
     from attnscale.experiments.sweeps.runner import LocalBackend, SerialBackend
 
-    config = dataclasses.replace(TINY, rules=("inverse_sqrt_dk",), sgd_lrs=(0.3,), steps=2 * lm.PROGRESS_EVERY,
-                                 log_every=lm.PROGRESS_EVERY)
+    config = dataclasses.replace(
+        TINY, rules=("inverse_sqrt_dk",), sgd_lrs=(0.3,), steps=2 * lm.PROGRESS_EVERY, log_every=lm.PROGRESS_EVERY
+    )
     heard = []
-    progress = lambda done, total, label="", running=0.0: heard.append((done, label, running))   # noqa: E731
+    progress = lambda done, total, label="", running=0.0: heard.append((done, label, running))  # noqa: E731
     chosen = SerialBackend() if backend == "serial" else LocalBackend(1)
     run_experiment("lm", config, tmp_path, chosen, progress)
     steps = [(done, label, running) for done, label, running in heard if label.startswith("steps")]
     first = f"steps {lm.PROGRESS_EVERY}/{config.steps} in the running cells"
-    assert (0, first, 0.5) in steps                  # the first cell, halfway, before it ended
+    assert (0, first, 0.5) in steps  # the first cell, halfway, before it ended
     assert all(0 < running <= 1 for _, _, running in steps)
     assert heard[-1][0] == len(config.cells())
 
@@ -630,10 +755,12 @@ def test_chapter_says_when_a_low_lr_sensitivity_is_a_flat_failure(tiny_sweep):
     a = json.loads(json.dumps(tiny_sweep[0]["analysis"]))
     for s in a["lr_sensitivity"]:
         s["lr_sensitivity"] = 0.01 if s["rule"] == "unscaled" else 0.3
-    score = lambda rule, value: [g.update(score=value) for g in a["grid"] if g["rule"] == rule]   # noqa: E731
+    score = lambda rule, value: [g.update(score=value) for g in a["grid"] if g["rule"] == rule]  # noqa: E731
     score("inverse_sqrt_dk", 2.0)
     score("unscaled", 2.1)
     assert chapter.flat_sensitivity_sentences(a, TINY.rules, 8) == []
     score("unscaled", 3.0)
     said = chapter.flat_sensitivity_sentences(a, TINY.rules, 8)
-    assert len(said) == 2 and "unscaled is the least sensitive (0.010), but its best loss over the grid, 3.000" in said[0]
+    assert (
+        len(said) == 2 and "unscaled is the least sensitive (0.010), but its best loss over the grid, 3.000" in said[0]
+    )

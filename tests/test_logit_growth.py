@@ -18,19 +18,27 @@ from attnscale.experiments.sweeps.runner import SerialBackend, run_sweep  # noqa
 from attnscale.store import ResultCache, to_jsonable  # noqa: E402
 from attnscale.report.chapters import training_logits as chapter  # noqa: E402
 
-TAU = 4.0                      # low enough that the guard acts within a few steps
+TAU = 4.0  # low enough that the guard acts within a few steps
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    config = logit_growth.LogitGrowthConfig(lrs=(1e-3, 3e-1), steps=8, warmup=2, batch=4, log_every=4,
-                                            corpus_chars=4000, tau=TAU)
+    config = logit_growth.LogitGrowthConfig(
+        lrs=(1e-3, 3e-1), steps=8, warmup=2, batch=4, log_every=4, corpus_chars=4000, tau=TAU
+    )
     cells = config.cells()
-    done = run_sweep("logit-growth", cells, logit_growth.train_cell,
-                     ResultCache(tmp_path_factory.mktemp("lg") / "cells"), SerialBackend())
+    done = run_sweep(
+        "logit-growth",
+        cells,
+        logit_growth.train_cell,
+        ResultCache(tmp_path_factory.mktemp("lg") / "cells"),
+        SerialBackend(),
+    )
     # The data of the train/logit-growth result, as the sweep writes it.
-    summary = {"cells": [{"cell": to_jsonable(c), "result": d.result, "seconds": d.seconds} for c, d in zip(cells, done)],
-               "analysis": logit_growth.analyse(config, cells, [d.result for d in done])}
+    summary = {
+        "cells": [{"cell": to_jsonable(c), "result": d.result, "seconds": d.seconds} for c, d in zip(cells, done)],
+        "analysis": logit_growth.analyse(config, cells, [d.result for d in done]),
+    }
     return config, summary
 
 
@@ -42,7 +50,9 @@ def test_cells_and_analysis_are_strict_json_and_hold_every_arm(run):
     config, summary = run
     results.strict_jsonable({"cells": summary["cells"], "analysis": summary["analysis"]})
     a = summary["analysis"]
-    assert [(r["variant"], r["lr"]) for r in a["table"]] == [(v, lr) for v in logit_growth.VARIANTS for lr in config.lrs]
+    assert [(r["variant"], r["lr"]) for r in a["table"]] == [
+        (v, lr) for v in logit_growth.VARIANTS for lr in config.lrs
+    ]
     assert len(config.cells()) == 3 * len(config.lrs)
     clip = [c["result"] for c in summary["cells"] if c["result"]["variant"] == "qk_clip"]
     assert sum(r["clipped_heads"] for r in clip) == a["guard"]["clipped_heads"] > 0
@@ -80,7 +90,8 @@ def test_a_diverged_run_is_null_with_a_reason_and_counts_as_the_initial_loss(run
     assert row["final_loss_mean"] is None and row["final_loss_reason"] == "all 1 runs diverged" and row["diverged"] == 1
     others = [r["final_loss"] for j, r in enumerate(res) if cells[j].variant == "baseline"]
     assert a["lr_sensitivity"]["baseline"]["mean"] == pytest.approx(
-        training.lr_sensitivity([training.capped_loss(loss, row["init_loss"]) for loss in others]))
+        training.lr_sensitivity([training.capped_loss(loss, row["init_loss"]) for loss in others])
+    )
     assert "—" in chapter.render(envelope({**summary, "analysis": a}))
 
 

@@ -29,7 +29,7 @@ def two_layer_problem(seed=0, dtype=torch.float64):
     x = torch.randn(2, 3, 11, 8, generator=g, dtype=dtype)
     memory = torch.randn(2, 3, 13, 8, generator=g, dtype=dtype)
     bias = torch.randn(1, 3, 11, 13, generator=g, dtype=dtype)
-    bias[..., 0, :] = torch.finfo(dtype).min                  # one fully masked row per head, HF style
+    bias[..., 0, :] = torch.finfo(dtype).min  # one fully masked row per head, HF style
     bias[..., 5:8] = -math.inf
     return TwoLayers(bias), x, memory
 
@@ -44,8 +44,15 @@ def walk_for_tensors(obj, seen=None):
     if isinstance(obj, torch.Tensor):
         return [obj]
     found = []
-    children = (obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple, set))
-                else vars(obj).values() if hasattr(obj, "__dict__") else ())
+    children = (
+        obj.values()
+        if isinstance(obj, dict)
+        else obj
+        if isinstance(obj, (list, tuple, set))
+        else vars(obj).values()
+        if hasattr(obj, "__dict__")
+        else ()
+    )
     for child in children:
         found += walk_for_tensors(child, seen)
     return found
@@ -66,11 +73,11 @@ def test_outputs_unchanged_and_figures_equal_a_float64_recomputation():
     logits_seen = {h: [] for h in range(3)}
     empty, single = 0, 0
     for call in cap.calls:
-        p = call.probabilities()                                   # float64, capture's own softmax
+        p = call.probabilities()  # float64, capture's own softmax
         entropy = torch.special.entr(p).sum(-1)
         keys = call.attended().sum(-1)
         empty += int((keys == 0).sum())
-        single += int((keys == 1).sum())                          # the causal layer's first queries
+        single += int((keys == 1).sum())  # the causal layer's first queries
         logits = call.logits()
         for h in range(3):
             per_head[h].append(entropy[:, h][keys[:, h] >= 2])
@@ -80,12 +87,13 @@ def test_outputs_unchanged_and_figures_equal_a_float64_recomputation():
         e = torch.cat(per_head[h]).numpy()
         f = heads[("TwoLayers", h)]
         assert f.calls == 2 and f.rows == e.size and f.rows_empty == 2 and f.rows_single == 2
-        np.testing.assert_allclose([f.entropy_mean, f.entropy_median, f.entropy_min],
-                                   [e.mean(), np.median(e), e.min()], rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(
+            [f.entropy_mean, f.entropy_median, f.entropy_min], [e.mean(), np.median(e), e.min()], rtol=1e-9, atol=1e-12
+        )
         s = torch.cat(logits_seen[h])
         np.testing.assert_allclose([f.max_logit, f.min_logit], [s.max().item(), s.min().item()], rtol=1e-12)
         assert f.float16_overflow_rows == 0
-    assert walk_for_tensors(mon) == []                            # figures only: no q, k, v, weights
+    assert walk_for_tensors(mon) == []  # figures only: no q, k, v, weights
 
 
 def test_float16_overflow_is_flagged_per_call_and_head():
@@ -98,10 +106,10 @@ def test_float16_overflow_is_flagged_per_call_and_head():
     layer = Loud()
     g = torch.Generator().manual_seed(1)
     q, k = torch.randn(1, 2, 4, 16, generator=g), torch.randn(1, 2, 6, 16, generator=g)
-    q[0, 1, 2] *= 3e5                                             # head 1, row 2: logits ≈ 10⁵
+    q[0, 1, 2] *= 3e5  # head 1, row 2: logits ≈ 10⁵
     with Monitor(layer) as mon:
         layer(q, k)
-        layer(q[:, :, :2], k)                                     # rows 0, 1 only: no overflow
+        layer(q[:, :, :2], k)  # rows 0, 1 only: no overflow
     assert [c.float16_overflow_rows for c in mon.calls] == [1, 0]
     assert mon.calls[0].max_abs_logit > 65504 > mon.calls[1].max_abs_logit
     assert [f.float16_overflow_rows for f in mon.summary()] == [0, 1]
@@ -123,14 +131,14 @@ def test_monitor_on_minilm_equals_the_probe_and_the_eager_weights():
     from attnscale.experiments.pretrained.probe.run import builtin_sentences, run_probe
 
     texts = builtin_sentences()[:4]
-    loaded = load_encoder()                                       # eager attention, float32
-    loaded.model.double()                                         # float64: compare at 1e-9
+    loaded = load_encoder()  # eager attention, float32
+    loaded.model.double()  # float64: compare at 1e-9
     # The probe averages over real query rows, and so does the monitor: the padded batch's
     # attention_mask says which rows are padding (they are no figure).
     probe = run_probe(loaded, texts, batch_size=4)
     assert probe["check"]["passed"]
     batch = loaded.tokenizer(texts, padding=True, return_tensors="pt")
-    assert not batch["attention_mask"].all()                      # padding there is
+    assert not batch["attention_mask"].all()  # padding there is
     with Monitor(loaded.model) as mon, torch.no_grad():
         loaded.model(**batch)
     assert {c.source for c in mon.calls} == {"interface"}
@@ -140,12 +148,13 @@ def test_monitor_on_minilm_equals_the_probe_and_the_eager_weights():
     assert ours.shape == theirs.shape == (6, 12)
     np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=0)
     real = int(batch["attention_mask"].sum())
-    assert {f.rows + f.rows_single for f in mon.summary()} == {real}   # 46 real tokens, not 4 × 15 rows
+    assert {f.rows + f.rows_single for f in mon.summary()} == {real}  # 46 real tokens, not 4 × 15 rows
 
     # The same weights in the SDPA implementation, a padded float32 batch: entropies of the real
     # tokens' rows against the eager model's own attention maps.
-    sdpa = transformers.AutoModel.from_pretrained(loaded.folder, attn_implementation="sdpa",
-                                                  local_files_only=True).eval()
+    sdpa = transformers.AutoModel.from_pretrained(
+        loaded.folder, attn_implementation="sdpa", local_files_only=True
+    ).eval()
     eager = loaded.model.float()
     with torch.no_grad():
         maps = eager(**batch, output_attentions=True).attentions
@@ -157,8 +166,8 @@ def test_monitor_on_minilm_equals_the_probe_and_the_eager_weights():
     figures = mon.summary()
     keep = batch["attention_mask"].bool()
     for i, weights in enumerate(maps):
-        entropy = torch.special.entr(weights.double()).sum(-1)        # (B, H, L)
-        for f in figures[i * 12:(i + 1) * 12]:
+        entropy = torch.special.entr(weights.double()).sum(-1)  # (B, H, L)
+        for f in figures[i * 12 : (i + 1) * 12]:
             e = entropy[:, f.head][keep].numpy()
             np.testing.assert_allclose([f.entropy_mean, f.entropy_min], [e.mean(), e.min()], rtol=2e-5, atol=2e-6)
 
@@ -187,7 +196,7 @@ def test_any_sdpa_layout_three_four_or_five_dimensional(shape):
         watched = layer(x)
     assert torch.equal(plain, watched)
     p = torch.softmax(0.5 * x @ x.transpose(-2, -1), dim=-1)
-    entropy = torch.special.entr(p).sum(-1)                                 # (..., L)
+    entropy = torch.special.entr(p).sum(-1)  # (..., L)
     heads = 1 if len(shape) == 3 else shape[-3]
     per_head = entropy.reshape(-1, 1, shape[-2]) if len(shape) == 3 else entropy.reshape(-1, heads, shape[-2])
     figures = mon.summary()
@@ -208,7 +217,7 @@ def test_an_overflowed_row_counts_as_overflow_not_as_empty():
         layer(x)
     for f in mon.summary():
         assert (f.rows_empty, f.rows_broken, f.float16_overflow_rows, f.rows) == (0, 3, 3, 0)
-    assert mon.calls[0].float16_overflow_rows == 6                  # 3 rows × 2 heads
+    assert mon.calls[0].float16_overflow_rows == 6  # 3 rows × 2 heads
 
 
 def test_a_step_and_the_summary_give_one_record_type():
@@ -225,8 +234,8 @@ def test_a_step_and_the_summary_give_one_record_type():
             layer(x)
             steps.append(mon.step(i, log=False))
     for i, x in enumerate(xs):
-        p = torch.softmax(0.5 * (x.double() @ x.double().transpose(-2, -1)), -1)    # SelfAttention's scale
-        entropy = -(p * p.clamp_min(1e-300).log()).sum(-1)[0]                       # (H, L)
+        p = torch.softmax(0.5 * (x.double() @ x.double().transpose(-2, -1)), -1)  # SelfAttention's scale
+        entropy = -(p * p.clamp_min(1e-300).log()).sum(-1)[0]  # (H, L)
         for h, figures in enumerate(steps[i].heads):
             assert isinstance(figures, HeadFigures) and figures.calls == 1
             assert figures.entropy_median == pytest.approx(float(np.median(entropy[h].numpy())), abs=1e-5)

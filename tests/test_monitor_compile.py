@@ -62,29 +62,37 @@ def test_every_layer_and_head_of_a_compiled_training_step(compiled, mode):
                 graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
                 grads = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
-    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs      # no recompilation per step
-    if mode == "observe":     # the compiled model's own output; its gradients to rounding (see the module docstring)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs  # no recompilation per step
+    if mode == "observe":  # the compiled model's own output; its gradients to rounding (see the module docstring)
         assert torch.equal(out.detach(), own) and all(_close(a, b) for a, b in zip(grads, own_grads))
-    else:                                                                          # its own to rounding
+    else:  # its own to rounding
         assert not torch.equal(out.detach(), own), "replace mode ran the model's own SDPA"
         assert _close(out.detach(), own) and all(_close(a, b) for a, b in zip(grads, own_grads))
     assert step.fallbacks == {}
-    assert [(h.layer, h.head) for h in step.heads] == [(f"compiled[{i}]", h) for i in range(LAYERS)
-                                                       for h in range(HEADS)]
+    assert [(h.layer, h.head) for h in step.heads] == [
+        (f"compiled[{i}]", h) for i in range(LAYERS) for h in range(HEADS)
+    ]
     for ours, reference in zip(step.heads, eager.summary()):
         assert ours.rows == reference.rows
         assert ours.entropy_mean == pytest.approx(reference.entropy_mean, rel=1e-5)
         assert ours.max_logit == pytest.approx(reference.max_logit, rel=1e-5)
         assert ours.keys == reference.keys > 0
-        for f in ("first_key_weight", "q_norm_mean", "k_norm_mean"):     # the compiled path's inputs reach them
+        for f in ("first_key_weight", "q_norm_mean", "k_norm_mean"):  # the compiled path's inputs reach them
             assert getattr(ours, f) == pytest.approx(getattr(reference, f), rel=1e-5)
 
 
 def test_a_compiled_tiny_llama_is_seen_whole():
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32)
+    config = transformers.LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=32,
+    )
     config._attn_implementation = "sdpa"
     llama = transformers.LlamaForCausalLM(config).eval()
     tokens = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(2))
@@ -112,5 +120,5 @@ def test_a_new_monitor_compiles_nothing_new(compiled):
             out = fast(tokens)
             step = mon.step(0)
         assert len(step.heads) == LAYERS * HEADS
-    assert torch.equal(out.detach(), own)                      # observe: the compiled model's own
+    assert torch.equal(out.detach(), own)  # observe: the compiled model's own
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs

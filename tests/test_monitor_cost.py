@@ -23,8 +23,10 @@ def gpt():
 
 
 def figures(step):
-    return [(h.layer, h.head, h.rows, h.entropy_mean, h.entropy_min, h.max_logit, h.min_logit, h.saturated_rows)
-            for h in step.heads]
+    return [
+        (h.layer, h.head, h.rows, h.entropy_mean, h.entropy_min, h.max_logit, h.min_logit, h.saturated_rows)
+        for h in step.heads
+    ]
 
 
 @pytest.mark.parametrize("mode", ["observe", "replace"])
@@ -91,16 +93,26 @@ def test_rows_reads_the_sampled_rows_exactly(mode, kind):
     H_kv = 2 if kind == "gqa" else H
     q = 3 * torch.randn(B, H, L, d, generator=gen)
     k, v = torch.randn(B, H_kv, L, d, generator=gen), torch.randn(B, H_kv, L, d, generator=gen)
-    kw = {"causal": dict(is_causal=True), "gqa": dict(is_causal=True, enable_gqa=True),
-          "mask": dict(attn_mask=torch.rand(L, L, generator=gen) > 0.4)}[kind]
+    kw = {
+        "causal": dict(is_causal=True),
+        "gqa": dict(is_causal=True, enable_gqa=True),
+        "mask": dict(attn_mask=torch.rand(L, L, generator=gen) > 0.4),
+    }[kind]
     layer, K = SelfAttention(), 6
     with Monitor(layer, mode=mode, rows=K) as mon:
         layer(q, k, v, **kw)
         step = mon.step(0)
-    picked = Monitor(layer, rows=K)._rows_of(q)                     # the rows of step 0, call 0
+    picked = Monitor(layer, rows=K)._rows_of(q)  # the rows of step 0, call 0
     assert picked.shape == (B, K) and all(len(set(r.tolist())) == K for r in picked)
-    _, every = attention(q.double(), k.double(), v.double(), mask=kw.get("attn_mask"), return_stats=True,
-                         causal="top_left" if kw.get("is_causal") else False, logit_range=True)
+    _, every = attention(
+        q.double(),
+        k.double(),
+        v.double(),
+        mask=kw.get("attn_mask"),
+        return_stats=True,
+        causal="top_left" if kw.get("is_causal") else False,
+        logit_range=True,
+    )
     for h, head in enumerate(step.heads):
         ent = every.entropy[:, h].gather(-1, picked)
         hi = every.max_logit[:, h].gather(-1, picked)
@@ -115,8 +127,11 @@ def test_rows_sampling_error_is_what_the_result_states():
     """The full mean lies within a few stated standard errors of the sample's; the sample's extremes
     never pass the full ones; K ≥ L reads every row (standard error 0); the draw repeats run to run."""
     gen = torch.Generator().manual_seed(5)
-    q, k, v = 2 * torch.randn(4, 2, 200, 16, generator=gen), torch.randn(4, 2, 200, 16, generator=gen), \
-        torch.randn(4, 2, 200, 16, generator=gen)
+    q, k, v = (
+        2 * torch.randn(4, 2, 200, 16, generator=gen),
+        torch.randn(4, 2, 200, 16, generator=gen),
+        torch.randn(4, 2, 200, 16, generator=gen),
+    )
     layer = SelfAttention()
 
     def run(rows):
@@ -148,15 +163,18 @@ def test_history_is_bounded_by_default_and_says_when_it_stopped():
         step = mon.step(0)
     assert len(mon.calls) == 2 and mon.history_full
     assert all(math.isnan(h.entropy_median) for h in mon.summary())
-    assert all(not math.isnan(h.entropy_median) for h in step.heads)           # a step's rows are kept
+    assert all(not math.isnan(h.entropy_median) for h in step.heads)  # a step's rows are kept
 
 
-@pytest.mark.parametrize("kwargs,error,message", [
-    (dict(every=0), InputError, "every: expected an integer >= 1, got 0"),
-    (dict(rows=0), InputError, "rows: expected an integer >= 1, got 0"),
-    (dict(rows=2.5), InputError, "rows: expected an integer >= 1, got 2.5"),
-    (dict(history=-1), InputTypeError, "history: expected True, False or a number of calls >= 0, got -1"),
-])
+@pytest.mark.parametrize(
+    "kwargs,error,message",
+    [
+        (dict(every=0), InputError, "every: expected an integer >= 1, got 0"),
+        (dict(rows=0), InputError, "rows: expected an integer >= 1, got 0"),
+        (dict(rows=2.5), InputError, "rows: expected an integer >= 1, got 2.5"),
+        (dict(history=-1), InputTypeError, "history: expected True, False or a number of calls >= 0, got -1"),
+    ],
+)
 def test_bad_cost_controls_name_the_argument(kwargs, error, message):
     with pytest.raises(error, match=message):
         Monitor(SelfAttention(), **kwargs)
@@ -170,13 +188,13 @@ def test_only_the_model_runs_under_the_capture_mode(gpt, mode):
     model, tokens = gpt
     depth = []
     with Monitor(model, mode=mode) as mon:
-        assert torch._C._len_torch_function_stack() == 1              # entered: on until the model exits
+        assert torch._C._len_torch_function_stack() == 1  # entered: on until the model exits
         hook = model.blocks[0].register_forward_hook(lambda *a: depth.append(torch._C._len_torch_function_stack()))
         out = model(tokens)
-        assert torch._C._len_torch_function_stack() == 0              # the loss and the rest: no mode
+        assert torch._C._len_torch_function_stack() == 0  # the loss and the rest: no mode
         out.square().mean().backward()
         x = torch.randn(3, 24, 32)
-        model.blocks[1].attn(x)                                         # a module called on its own
+        model.blocks[1].attn(x)  # a module called on its own
         step = mon.step(0)
         hook.remove()
     assert depth == [1]

@@ -45,19 +45,30 @@ def problem(seed, dtype, B=2, H_q=4, H_kv=2, L=9, S=13, d_k=8, d_v=4):
     k = torch.randn(B, H_kv, S, d_k, generator=g, dtype=torch.float64)
     v = torch.randn(B, H_kv, S, d_v, generator=g, dtype=torch.float64)
     mask = torch.rand(B, 1, L, S, generator=g) > 0.3
-    mask[:, :, 1::3, 0] = False                          # key 0 masked in these rows
-    mask[0, 0, 4] = False                                # a row with nothing attended
+    mask[:, :, 1::3, 0] = False  # key 0 masked in these rows
+    mask[0, 0, 4] = False  # a row with nothing attended
     bias = torch.randn(B, H_q, L, S, generator=g, dtype=torch.float64)
-    bias[1, 2, 5, 0] = -math.inf                         # key 0 out through the bias
+    bias[1, 2, 5, 0] = -math.inf  # key 0 out through the bias
     return q.to(dtype), k.to(dtype), v.to(dtype), mask, bias.to(dtype)
 
 
 def reference_weights(q, k, v, **kw):
     """The NumPy core's weight on key 0 per row and its lse, float64: (B, H_q, L) each; weight NaN where
     nothing is attended."""
-    ref = attnscale.attention(*(x.double().numpy() for x in (q, k, v)), return_details=True,
-                              **{n: (x.double().numpy() if isinstance(x, torch.Tensor) and x.is_floating_point()
-                                     else x.numpy() if isinstance(x, torch.Tensor) else x) for n, x in kw.items()})
+    ref = attnscale.attention(
+        *(x.double().numpy() for x in (q, k, v)),
+        return_details=True,
+        **{
+            n: (
+                x.double().numpy()
+                if isinstance(x, torch.Tensor) and x.is_floating_point()
+                else x.numpy()
+                if isinstance(x, torch.Tensor)
+                else x
+            )
+            for n, x in kw.items()
+        },
+    )
     empty = ~np.isfinite(ref.logits).any(-1)
     return np.where(empty, np.nan, ref.weights[..., 0]), ref.lse
 
@@ -80,12 +91,12 @@ def test_the_first_key_weight_equals_the_numpy_cores_probability(backend, case, 
     assert not stats.first_key_weight.requires_grad
     expected, lse = reference_weights(q, k, v, **kw)
     got = stats.first_key_weight.double().numpy()
-    assert (np.isnan(got) == np.isnan(expected)).all()                  # rows with nothing attended
+    assert (np.isnan(got) == np.isnan(expected)).all()  # rows with nothing attended
     bound = 8 * torch.finfo(dtype).eps * (1 + np.abs(lse)) * expected + 1e-30
     assert (np.abs(got - expected) <= bound)[~np.isnan(expected)].all(), np.nanmax(np.abs(got - expected) / bound)
     if case == "mask":
         masked = ~mask[:, :, :, 0].expand(got.shape).numpy() & ~np.isnan(expected)
-        assert masked.any() and (got[masked] == 0).all()                # key 0 masked: weight exactly 0
+        assert masked.any() and (got[masked] == 0).all()  # key 0 masked: weight exactly 0
 
 
 def test_the_first_key_weight_needs_the_figures_and_leaves_the_output_alone():
@@ -114,8 +125,9 @@ class CausalAttention(torch.nn.Module):
     """SDPA on given q, k, v (B, H, L, d): a causal layer whose figures are known by hand."""
 
     def forward(self, q, k, v):
-        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                                                enable_gqa=q.shape[1] != k.shape[1])
+        return torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, is_causal=True, enable_gqa=q.shape[1] != k.shape[1]
+        )
 
 
 def by_hand(q, k, rows=None):
@@ -127,7 +139,7 @@ def by_hand(q, k, rows=None):
     L = q.shape[-2]
     s = (q @ kk.transpose(-2, -1)) / math.sqrt(q.shape[-1])
     s = s.masked_fill(~torch.ones(L, L, dtype=torch.bool).tril(), -math.inf)
-    first = torch.softmax(s, dim=-1)[..., 0]                                # (B, H, L)
+    first = torch.softmax(s, dim=-1)[..., 0]  # (B, H, L)
     counted = torch.zeros(q.shape[:-1], dtype=torch.bool)
     if rows is None:
         counted[..., 1:] = True
@@ -141,7 +153,7 @@ def by_hand(q, k, rows=None):
 
 def inputs(seed, H_q=4, H_kv=2, B=2, L=12, d=8, dtype=torch.float32):
     g = torch.Generator().manual_seed(seed)
-    q = torch.randn(B, H_q, L, d, generator=g) * torch.linspace(0.5, 2.0, L)[:, None]   # rows of unlike norms
+    q = torch.randn(B, H_q, L, d, generator=g) * torch.linspace(0.5, 2.0, L)[:, None]  # rows of unlike norms
     k = torch.randn(B, H_kv, L, d, generator=g)
     v = torch.randn(B, H_kv, L, d, generator=g)
     return q.to(dtype), k.to(dtype), v.to(dtype)
@@ -189,14 +201,15 @@ def test_a_sink_head_counts_in_the_share_and_a_uniform_one_does_not():
     assert keys["attn/CausalAttention/sink_heads_share"] == 0.5
     assert keys["attn/CausalAttention/head0/first_key_weight"] == pytest.approx(sink.first_key_weight)
     assert keys["attn/CausalAttention/first_key_weight"] == pytest.approx(
-        (sink.first_key_weight + uniform.first_key_weight) / 2)        # equal rows: the plain mean
+        (sink.first_key_weight + uniform.first_key_weight) / 2
+    )  # equal rows: the plain mean
 
 
 @pytest.mark.parametrize("mode", ["observe", "replace"])
 def test_rows_k_reads_the_sampled_rows_norms_and_weights(mode):
     q, k, v = inputs(seed=7)
     layer = CausalAttention()
-    picked = Monitor(layer, rows=5)._rows_of(q)                      # the first call's rows, (B, 5)
+    picked = Monitor(layer, rows=5)._rows_of(q)  # the first call's rows, (B, 5)
     with torch.no_grad(), Monitor(layer, mode=mode, rows=5) as mon:
         layer(q, k, v)
         step = mon.step(0)
@@ -205,13 +218,13 @@ def test_rows_k_reads_the_sampled_rows_norms_and_weights(mode):
         assert h.rows == int((picked > 0).sum()) and h.rows_of == 2 * 12
         assert h.first_key_weight == pytest.approx(float(first[h.head]), rel=1e-5)
         assert h.q_norm_mean == pytest.approx(float(q_norm[h.head]), rel=1e-5)
-        assert h.k_norm_mean == pytest.approx(float(k_norm[h.head]), rel=1e-5)      # every key: all are read
+        assert h.k_norm_mean == pytest.approx(float(k_norm[h.head]), rel=1e-5)  # every key: all are read
 
 
 @pytest.mark.parametrize("mode", ["observe", "replace"])
 def test_a_3d_call_is_one_head_over_every_sequences_rows_and_keys(mode):
     """q (N, L, d) has no head axis: one head, its rows and keys those of all N sequences."""
-    q, k, v = (x[:, 0] for x in inputs(seed=9, H_q=1, H_kv=1))              # (2, 12, 8) each
+    q, k, v = (x[:, 0] for x in inputs(seed=9, H_q=1, H_kv=1))  # (2, 12, 8) each
     layer = CausalAttention()
     with torch.no_grad(), Monitor(layer, mode=mode) as mon:
         layer(q, k, v)
@@ -219,4 +232,5 @@ def test_a_3d_call_is_one_head_over_every_sequences_rows_and_keys(mode):
     first, q_norm, k_norm = by_hand(q[:, None], k[:, None])
     assert (h.rows, h.keys) == (2 * 11, 2 * 12)
     assert (h.first_key_weight, h.q_norm_mean, h.k_norm_mean) == pytest.approx(
-        (float(first[0]), float(q_norm[0]), float(k_norm[0])), rel=1e-5)
+        (float(first[0]), float(q_norm[0]), float(k_norm[0])), rel=1e-5
+    )

@@ -28,17 +28,32 @@ MODEL_TOLERANCE = 1e-5
 def tiny_decoder(kind: str, impl: str, **extra):
     """A 2-layer random-weight decoder, float32; weights large enough (initializer_range 0.3) for
     attention far from uniform."""
-    common = dict(vocab_size=64, max_position_embeddings=64, initializer_range=0.3, bos_token_id=0,
-                  eos_token_id=0, pad_token_id=0, attn_implementation=impl)
+    common = dict(
+        vocab_size=64,
+        max_position_embeddings=64,
+        initializer_range=0.3,
+        bos_token_id=0,
+        eos_token_id=0,
+        pad_token_id=0,
+        attn_implementation=impl,
+    )
     torch.manual_seed(0)
     if kind == "gpt2":
         config = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=64, **common, **extra)
         return transformers.GPT2LMHeadModel(config).eval()
-    sizes = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, head_dim=8)                  # grouped-query: 2 key heads for 4
-    config_class, model_class = {"llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
-                                 "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
-                                 "gemma2": (transformers.Gemma2Config, transformers.Gemma2ForCausalLM)}[kind]
+    sizes = dict(
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+    )  # grouped-query: 2 key heads for 4
+    config_class, model_class = {
+        "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+        "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
+        "gemma2": (transformers.Gemma2Config, transformers.Gemma2ForCausalLM),
+    }[kind]
     return model_class(config_class(**sizes, **common, **extra)).eval()
 
 
@@ -59,12 +74,19 @@ def entropy_figures(weights, real=None):
     """(B, H, L, S) probabilities → per head [(rows, mean entropy, min entropy, single-key rows)],
     float64, over the rows that attend two keys or more (the monitor counts the others apart);
     ``real``: (B, L) bool, the query rows that are tokens (padding is no row of the monitor's)."""
-    e = torch.special.entr(weights.double()).sum(-1)                   # (B, H, L)
+    e = torch.special.entr(weights.double()).sum(-1)  # (B, H, L)
     real = torch.ones(e.shape[0], e.shape[2], dtype=torch.bool) if real is None else real
     multi = ((weights > 0).sum(-1) >= 2) & real[:, None]
     single = ~multi & real[:, None]
-    return [(int(multi[:, h].sum()), float(e[:, h][multi[:, h]].mean()), float(e[:, h][multi[:, h]].min()),
-             int(single[:, h].sum())) for h in range(e.shape[1])]
+    return [
+        (
+            int(multi[:, h].sum()),
+            float(e[:, h][multi[:, h]].mean()),
+            float(e[:, h][multi[:, h]].min()),
+            int(single[:, h].sum()),
+        )
+        for h in range(e.shape[1])
+    ]
 
 
 def assert_heads_match(figures, layer, reference, rtol=1e-5, atol=1e-5):
@@ -87,18 +109,18 @@ def test_hf_decoders_every_layer_and_head_in_eager_and_sdpa(kind, impl):
     """Llama (rotary, grouped-query), Qwen3 (QK-norm, grouped-query), GPT-2 (Conv1D projections):
     loaded in either implementation, all 2 × 4 heads are watched, with the eager model's own figures."""
     model = tiny_decoder(kind, impl)
-    eager = tiny_decoder(kind, "eager")                                # same seed: the same weights
+    eager = tiny_decoder(kind, "eager")  # same seed: the same weights
     inputs = batch()
     with torch.no_grad(), warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
-        own = eager(**inputs, output_attentions=True).attentions      # the oracle: eager's own maps
+        own = eager(**inputs, output_attentions=True).attentions  # the oracle: eager's own maps
         plain = model(**inputs).logits
         with Monitor(model) as seen:
             watched = model(**inputs).logits
         with Monitor(model, mode="replace") as mon:
             replaced = model(**inputs).logits
     no_attention_warnings(record)
-    assert torch.equal(plain, watched)                                 # observe: bit for bit
+    assert torch.equal(plain, watched)  # observe: bit for bit
     assert {c.source for c in seen.calls} == {"interface" if impl == "eager" else "sdpa"}
     assert not seen.skipped and not mon.fallbacks and not mon.skipped
     names = attention_names(kind)
@@ -110,7 +132,7 @@ def test_hf_decoders_every_layer_and_head_in_eager_and_sdpa(kind, impl):
     gap = float((replaced - plain).abs().max() / plain.abs().max())
     print(f"{kind} {impl}: max |replace − own logits| = {gap:.2g} × max |logit|")
     assert gap <= MODEL_TOLERANCE
-    for a, b in zip(seen.summary(), mon.summary()):                   # replace's figures are observe's
+    for a, b in zip(seen.summary(), mon.summary()):  # replace's figures are observe's
         assert (a.layer, a.head, a.rows) == (b.layer, b.head, b.rows)
         assert a.max_logit == pytest.approx(b.max_logit, rel=1e-5, abs=1e-5)
 
@@ -129,13 +151,14 @@ def test_gemma2_soft_cap_and_sliding_window_are_honoured():
             model(**inputs)
         with Monitor(model, mode="replace") as mon:
             replaced = model(**inputs).logits
-    assert [(c.softcap, c.scale) for c in cap.calls] == [(3.0, pytest.approx(16 ** -0.5))] * 2
+    assert [(c.softcap, c.scale) for c in cap.calls] == [(3.0, pytest.approx(16**-0.5))] * 2
     real = inputs["attention_mask"].bool()[:, None, :, None]
     for call, weights in zip(cap.calls, own):
         assert float(((call.probabilities() - weights.double()).abs() * real).max()) <= 1e-6
-        uncapped = torch.softmax(call.scale * call.q.double() @ call.keys_for_queries().transpose(-2, -1)
-                                 + call.attn_mask.double(), -1)
-        assert float(((uncapped - weights.double()).abs() * real).max()) > 1e-2   # the cap matters here
+        uncapped = torch.softmax(
+            call.scale * call.q.double() @ call.keys_for_queries().transpose(-2, -1) + call.attn_mask.double(), -1
+        )
+        assert float(((uncapped - weights.double()).abs() * real).max()) > 1e-2  # the cap matters here
     for layer, weights in zip(attention_names("gemma2"), own):
         assert_heads_match(seen.summary(), layer, entropy_figures(weights, inputs["attention_mask"].bool()))
         assert_heads_match(mon.summary(), layer, entropy_figures(weights, inputs["attention_mask"].bool()))
@@ -166,8 +189,10 @@ def test_attention_functions_it_cannot_read_are_skipped_and_said():
     _register("attnscale_test_doubled", doubled)
     model = tiny_decoder("llama", "eager")
     inputs = batch()
-    for impl, why in (("attnscale_test_opaque", "neither calls SDPA nor returns its probabilities"),
-                      ("attnscale_test_doubled", "differs from the rebuilt attention beyond rounding")):
+    for impl, why in (
+        ("attnscale_test_opaque", "neither calls SDPA nor returns its probabilities"),
+        ("attnscale_test_doubled", "differs from the rebuilt attention beyond rounding"),
+    ):
         model.set_attn_implementation(impl)
         with torch.no_grad(), pytest.warns(NoAttentionSeen) as record:
             with Monitor(model) as mon:
@@ -211,6 +236,7 @@ def test_no_calls_warning_names_the_implementation_and_modules():
 
 # -- PyTorch's own modules --------------------------------------------------------------------------
 
+
 def standard_path(fn):
     """fn() with PyTorch's MHA fast path off: the path a monitored module takes (nn_modules)."""
     before = torch.backends.mha.get_fastpath_enabled()
@@ -242,7 +268,7 @@ def run_three_ways(module, *args, **kwargs):
 def mha_reference(mha, query, key, value, **kwargs):
     """The module's own per-head probabilities (B, H, L, S), standard path."""
     kwargs = {**kwargs, "need_weights": True, "average_attn_weights": False}
-    kwargs.pop("is_causal", None)                                       # a hint only; the mask says it
+    kwargs.pop("is_causal", None)  # a hint only; the mask says it
     with torch.no_grad():
         return standard_path(lambda: mha(query, key, value, **kwargs))[1]
 
@@ -256,12 +282,14 @@ MASKS = {
     "none": {},
     "padding": {"key_padding_mask": torch.tensor([[False] * 7, [False] * 5 + [True] * 2, [False] * 6 + [True]])},
     "causal": {"attn_mask": nn.Transformer.generate_square_subsequent_mask(7), "is_causal": True},
-    "bool and float": {"attn_mask": torch.eye(7, dtype=torch.bool).roll(1, 0),       # True = masked
-                       "key_padding_mask": torch.zeros(3, 7).index_fill_(1, torch.tensor([6]), -2.0)},
+    "bool and float": {
+        "attn_mask": torch.eye(7, dtype=torch.bool).roll(1, 0),  # True = masked
+        "key_padding_mask": torch.zeros(3, 7).index_fill_(1, torch.tensor([6]), -2.0),
+    },
 }
 
 
-@pytest.mark.filterwarnings("ignore:Support for mismatched key_padding_mask")    # "bool and float", on purpose
+@pytest.mark.filterwarnings("ignore:Support for mismatched key_padding_mask")  # "bool and float", on purpose
 @pytest.mark.parametrize("need_weights", [True, False])
 @pytest.mark.parametrize("batch_first", [False, True])
 @pytest.mark.parametrize("masks", list(MASKS))
@@ -274,13 +302,13 @@ def test_multihead_attention_every_head_both_layouts_and_masks(masks, batch_firs
     if masks == "causal" and need_weights:
         kwargs.pop("is_causal")
     standard, default, seen, watched, mon, replaced = run_three_ways(mha, xx, xx, xx, **kwargs)
-    assert torch.equal(watched, standard)                              # observe: the standard path, bit for bit
-    assert close_to(watched, default, default) <= MODEL_TOLERANCE      # and the fast path, to rounding
+    assert torch.equal(watched, standard)  # observe: the standard path, bit for bit
+    assert close_to(watched, default, default) <= MODEL_TOLERANCE  # and the fast path, to rounding
     reference = entropy_figures(mha_reference(mha, xx, xx, xx, **kwargs))
     for mon_ in (seen, mon):
-        assert_heads_match(mon_.summary(), "MultiheadAttention", reference)   # the root: its class
+        assert_heads_match(mon_.summary(), "MultiheadAttention", reference)  # the root: its class
     assert {c.source for c in seen.calls} == {"module"}
-    if need_weights:                                                    # the caller wants the maps back
+    if need_weights:  # the caller wants the maps back
         assert dict(mon.fallbacks) == {"attention weights asked": 1} and torch.equal(replaced, standard)
     else:
         assert not mon.fallbacks and [c.source for c in mon.calls] == ["replaced"]
@@ -296,7 +324,7 @@ def test_multihead_cross_attention_with_separate_projections_and_unbatched_input
     g = torch.Generator().manual_seed(3)
     q, k = 2 * torch.randn(3, 7, 16, generator=g), 2 * torch.randn(3, 5, 8, generator=g)
     v = torch.randn(3, 5, 12, generator=g)
-    for args in ((q, k, v), (q[0], k[0], v[0])):                        # batched, and unbatched (L, E)
+    for args in ((q, k, v), (q[0], k[0], v[0])):  # batched, and unbatched (L, E)
         standard, _, seen, watched, mon, replaced = run_three_ways(mha, *args, need_weights=False)
         assert torch.equal(watched, standard) and close_to(replaced, standard, standard) <= MODEL_TOLERANCE
         weights = mha_reference(mha, *args)
@@ -308,8 +336,11 @@ def test_multihead_cross_attention_with_separate_projections_and_unbatched_input
 def layer_inputs(model, *args, **kwargs):
     """Every self_attn / multihead_attn module's (args, kwargs) in one standard-path run, by name."""
     seen = {}
-    handles = [m.register_forward_pre_hook(lambda m, a, k, name=name: seen.setdefault(name, (a, k)), with_kwargs=True)
-               for name, m in model.named_modules() if isinstance(m, nn.MultiheadAttention)]
+    handles = [
+        m.register_forward_pre_hook(lambda m, a, k, name=name: seen.setdefault(name, (a, k)), with_kwargs=True)
+        for name, m in model.named_modules()
+        if isinstance(m, nn.MultiheadAttention)
+    ]
     try:
         with torch.no_grad():
             standard_path(lambda: model(*args, **kwargs))
@@ -341,7 +372,7 @@ def test_transformer_encoder_train_and_eval_fast_path(training):
     padding = MASKS["padding"]["key_padding_mask"]
     kwargs = {"src_key_padding_mask": padding}
     if training:
-        kwargs.update(mask=torch.ones(7, 7, dtype=torch.bool).triu(1), is_causal=True)   # True = masked
+        kwargs.update(mask=torch.ones(7, 7, dtype=torch.bool).triu(1), is_causal=True)  # True = masked
     standard, default, seen, watched, mon, replaced = run_three_ways(encoder, x, **kwargs)
     real = ~padding[..., None]
     assert torch.equal(watched, standard)
@@ -367,7 +398,7 @@ def test_transformer_encoder_training_with_dropout_falls_back_and_is_still_watch
         out.sum().backward()
         step = mon.step(0)
     torch.manual_seed(5)
-    assert torch.equal(out, encoder(x))                                 # PyTorch's own, with its dropout
+    assert torch.equal(out, encoder(x))  # PyTorch's own, with its dropout
     assert step.fallbacks == {"dropout": 2} and step.calls == 2
     heads = sorted({(h.layer, h.head) for h in step.heads})
     assert heads == [(f"layers.{i}.self_attn", h) for i in range(2) for h in range(4)]
@@ -381,8 +412,11 @@ def test_transformer_decoder_layer_self_and_cross_attention():
     g = torch.Generator().manual_seed(6)
     tgt, memory = 2 * torch.randn(3, 7, 16, generator=g), 2 * torch.randn(3, 5, 16, generator=g)
     memory_padding = torch.tensor([[False] * 5, [False] * 3 + [True] * 2, [False] * 4 + [True]])
-    kwargs = {"tgt_mask": nn.Transformer.generate_square_subsequent_mask(7), "tgt_is_causal": True,
-              "memory_key_padding_mask": memory_padding}
+    kwargs = {
+        "tgt_mask": nn.Transformer.generate_square_subsequent_mask(7),
+        "tgt_is_causal": True,
+        "memory_key_padding_mask": memory_padding,
+    }
     standard, default, seen, watched, mon, replaced = run_three_ways(decoder, tgt, memory, **kwargs)
     assert torch.equal(watched, standard)
     references = module_references(decoder, tgt, memory, **kwargs)
@@ -402,12 +436,13 @@ def test_refused_options_are_counted_not_guessed():
         with Monitor(mha) as mon:
             out = mha(x, x, x)[0]
     assert mon.summary() == [] and [why for (_, why) in mon.skipped] == [
-        "add_bias_kv=True adds a learned key and value the projections do not make"]
+        "add_bias_kv=True adds a learned key and value the projections do not make"
+    ]
     assert torch.equal(out, mha(x, x, x)[0])
     assert math.isfinite(float(out.sum()))
 
 
-@pytest.mark.filterwarnings("ignore::attnscale.torch.monitor.NoAttentionSeen")    # the hidden outer one
+@pytest.mark.filterwarnings("ignore::attnscale.torch.monitor.NoAttentionSeen")  # the hidden outer one
 def test_nested_monitors_see_interface_calls_innermost_first_and_transformers_is_restored():
     from transformers.modeling_utils import AttentionInterface
 
@@ -419,7 +454,7 @@ def test_nested_monitors_see_interface_calls_innermost_first_and_transformers_is
         model(**batch())
     assert len(inner.calls) == 2 and len(outer.calls) == 4
     with torch.no_grad(), Monitor(model) as outer:
-        with Monitor(model, mode="replace") as inner:                  # computes the calls: hidden from outer
+        with Monitor(model, mode="replace") as inner:  # computes the calls: hidden from outer
             model(**batch())
     assert [c.source for c in inner.calls] == ["replaced"] * 2 and not inner.fallbacks and outer.calls == []
     assert AttentionInterface.get_interface is original

@@ -24,7 +24,7 @@ class TwoCalls(torch.nn.Module):
 
     def forward(self, x, memory, bias):
         h = F.scaled_dot_product_attention(x, x, x, is_causal=True)
-        kv = memory[:, :1]                                                 # one key head for three query heads
+        kv = memory[:, :1]  # one key head for three query heads
         return F.scaled_dot_product_attention(h, kv, kv, attn_mask=bias, scale=0.7, enable_gqa=True)
 
 
@@ -55,10 +55,20 @@ def test_replace_outputs_equal_sdpa_within_the_stated_tolerance_and_figures_equa
     assert diff <= tol
     assert not mon.fallbacks and [c.source for c in mon.calls] == ["replaced", "replaced"]
     for a, b in zip(mon.summary(), seen.summary()):
-        assert (a.layer, a.head, a.rows, a.rows_empty, a.calls, a.saturated_rows) == \
-               (b.layer, b.head, b.rows, b.rows_empty, b.calls, b.saturated_rows)
-        np.testing.assert_allclose([a.entropy_mean, a.entropy_min, a.max_logit, a.min_logit],
-                                   [b.entropy_mean, b.entropy_min, b.max_logit, b.min_logit], rtol=1e-6, atol=1e-9)
+        assert (a.layer, a.head, a.rows, a.rows_empty, a.calls, a.saturated_rows) == (
+            b.layer,
+            b.head,
+            b.rows,
+            b.rows_empty,
+            b.calls,
+            b.saturated_rows,
+        )
+        np.testing.assert_allclose(
+            [a.entropy_mean, a.entropy_min, a.max_logit, a.min_logit],
+            [b.entropy_mean, b.entropy_min, b.max_logit, b.min_logit],
+            rtol=1e-6,
+            atol=1e-9,
+        )
 
 
 def test_a_row_masked_by_finite_numbers_falls_back_to_sdpa():
@@ -71,9 +81,9 @@ def test_a_row_masked_by_finite_numbers_falls_back_to_sdpa():
             replaced = model(x, memory, bias)
     # The second call is SDPA's own (on the first call's replaced output: equal to rounding).
     torch.testing.assert_close(replaced, plain, rtol=0, atol=1e-5)
-    assert float(plain[:, :, 0].abs().max()) > 0.01                       # not the 0 we would give
+    assert float(plain[:, :, 0].abs().max()) > 0.01  # not the 0 we would give
     assert mon.fallbacks == {"fully masked row": 1}
-    assert [c.source for c in mon.calls] == ["replaced", "sdpa"]        # still observed
+    assert [c.source for c in mon.calls] == ["replaced", "sdpa"]  # still observed
 
 
 class TinyLM(torch.nn.Module):
@@ -91,7 +101,7 @@ class TinyLM(torch.nn.Module):
         B, L = tokens.shape
         q, k, v = self.qkv(self.emb(tokens)).view(B, L, 3, self.heads, self.d_k).permute(2, 0, 3, 1, 4)
         self.last = (q.detach(), k.detach())
-        h = F.scaled_dot_product_attention(q, k, v, is_causal=True)        # (B, H, L, d_k)
+        h = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, L, d_k)
         return self.out(h.transpose(1, 2).reshape(B, L, -1))
 
 
@@ -105,7 +115,7 @@ def train(mode, steps=8, seed=0):
     mon = ctx.__enter__() if ctx else None
     try:
         for step in range(steps):
-            x = (torch.randint(0, 11, (4, 1), generator=data) + 3 * torch.arange(9)) % 11   # learnable
+            x = (torch.randint(0, 11, (4, 1), generator=data) + 3 * torch.arange(9)) % 11  # learnable
             loss = F.cross_entropy(model(x)[:, :-1].flatten(0, 1), x[:, 1:].flatten())
             opt.zero_grad()
             loss.backward()
@@ -128,14 +138,20 @@ def independent_figures(q, k):
     L = s.shape[-1]
     s = s.masked_fill(~torch.ones(L, L, dtype=torch.bool).tril(), -math.inf)
     p = torch.softmax(s, -1)
-    entropy = torch.special.entr(p).sum(-1)                                  # (B, H, L)
+    entropy = torch.special.entr(p).sum(-1)  # (B, H, L)
     finite = torch.where(torch.isfinite(s), s, torch.nan)
     out = []
     for h in range(q.shape[1]):
         e, z = entropy[:, h], finite[:, h]
-        out.append([float(e[:, 1:].mean()), float(e[:, 1:].min()), float(z.nan_to_num(-math.inf).max()),
-                    float(z.abs().nan_to_num(-math.inf).max()),
-                    float((p[:, h, 1:].amax(-1) > SATURATED_WEIGHT).double().mean())])
+        out.append(
+            [
+                float(e[:, 1:].mean()),
+                float(e[:, 1:].min()),
+                float(z.nan_to_num(-math.inf).max()),
+                float(z.abs().nan_to_num(-math.inf).max()),
+                float((p[:, h, 1:].amax(-1) > SATURATED_WEIGHT).double().mean()),
+            ]
+        )
     return out
 
 
@@ -143,8 +159,8 @@ def test_training_in_replace_mode_follows_sdpa_and_logs_the_true_figures():
     plain, _, _, _ = train(None)
     replaced, steps, recomputed, fallbacks = train("replace")
     print("loss curves:", [f"{a:.6f}/{b:.6f}" for a, b in zip(plain, replaced)])
-    np.testing.assert_allclose(replaced, plain, rtol=1e-5)                 # float32 rounding, 8 Adam steps
-    assert plain[-1] < plain[0]                                            # it learned: a curve, not a constant
+    np.testing.assert_allclose(replaced, plain, rtol=1e-5)  # float32 rounding, 8 Adam steps
+    assert plain[-1] < plain[0]  # it learned: a curve, not a constant
     assert not fallbacks
     for step, mine in zip(steps, recomputed):
         assert step.calls == 1 and [(h.layer, h.head) for h in step.heads] == [("TinyLM", 0), ("TinyLM", 1)]
@@ -165,7 +181,7 @@ def test_gradients_flow_through_the_replaced_call():
     ref = torch.autograd.grad(layer(q, k, v).square().sum(), (q, k, v))
     with Monitor(layer, mode="replace") as mon:
         got = torch.autograd.grad(layer(q, k, v).square().sum(), (q, k, v))
-    assert mon.calls[0].backend == "kernel"                       # the fused kernel, with its own backward
+    assert mon.calls[0].backend == "kernel"  # the fused kernel, with its own backward
     for a, b in zip(got, ref):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
@@ -183,9 +199,9 @@ def test_fallbacks_are_counted_and_still_observed_where_they_can_be():
         out = layer(x)
         step = mon.step(0)
     torch.manual_seed(0)
-    assert torch.equal(out, layer(x))                                      # SDPA ran it, with its dropout
+    assert torch.equal(out, layer(x))  # SDPA ran it, with its dropout
     assert mon.fallbacks == {"dropout": 1} and step.fallbacks == {"dropout": 1}
-    assert step.calls == 1 and all(h.rows == 6 for h in step.heads)       # figures recomputed (pre-dropout)
+    assert step.calls == 1 and all(h.rows == 6 for h in step.heads)  # figures recomputed (pre-dropout)
 
     learned = torch.zeros(6, 6, requires_grad=True)
     with Monitor(layer.eval(), mode="replace") as mon:
@@ -197,7 +213,7 @@ def test_fallbacks_are_counted_and_still_observed_where_they_can_be():
             return F.scaled_dot_product_attention(q, k, k)
 
     no_keys = NoKeys()
-    with Monitor(no_keys, mode="replace") as mon:                         # SDPA takes S = 0 keys; we refuse
+    with Monitor(no_keys, mode="replace") as mon:  # SDPA takes S = 0 keys; we refuse
         out = no_keys(x, x[:, :, :0])
     assert out.shape == x.shape
     assert mon.fallbacks == {"unsupported": 1} and mon.summary() == []
@@ -210,22 +226,22 @@ def test_step_figures_are_strict_json_with_reasons_for_nulls():
 
     x = torch.randn(1, 2, 3, 4)
     mask = torch.ones(1, 2, 3, 3, dtype=torch.bool)
-    mask[0, 1] = False                                                    # head 1 attends nothing
+    mask[0, 1] = False  # head 1 attends nothing
     layer = Masked()
     with Monitor(layer, mode="replace", history=False) as mon:
         layer(x, mask)
         first = mon.step(5)
         with pytest.warns(NoAttentionSeen, match="no attention call seen in step 6"):
-            second = mon.step(6)                                          # nothing since: no heads, said
+            second = mon.step(6)  # nothing since: no heads, said
     record = json.loads(json.dumps(first.to_json(), allow_nan=False))
     assert record["step"] == 5 and record["calls"] == 1
     h0, h1 = record["heads"]
-    assert h0["rows"] == 3 and h0["entropy_mean"] > 0 and h0["entropy_median"] is None     # history=False
-    assert "why_null" not in h0                                           # said once, for every head:
+    assert h0["rows"] == 3 and h0["entropy_mean"] > 0 and h0["entropy_median"] is None  # history=False
+    assert "why_null" not in h0  # said once, for every head:
     assert record["why_null"] == {"entropy_median": "history=False keeps no per-row entropies to take a median of"}
     assert h1["rows_empty"] == 3 and h1["entropy_mean"] is None and h1["why_null"] == "no row attended any key"
     assert second.heads == [] and second.calls == 0
-    assert [f.rows for f in mon.summary()] == [3, 0]                      # the context keeps the total
+    assert [f.rows for f in mon.summary()] == [3, 0]  # the context keeps the total
 
 
 def kept_numbers(obj, seen=None) -> int:
@@ -236,8 +252,15 @@ def kept_numbers(obj, seen=None) -> int:
     seen.add(id(obj))
     if isinstance(obj, (np.ndarray, torch.Tensor)):
         return obj.size if isinstance(obj, np.ndarray) else obj.numel()
-    children = (obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple, set))
-                else vars(obj).values() if hasattr(obj, "__dict__") else ())
+    children = (
+        obj.values()
+        if isinstance(obj, dict)
+        else obj
+        if isinstance(obj, (list, tuple, set))
+        else vars(obj).values()
+        if hasattr(obj, "__dict__")
+        else ()
+    )
     return sum(kept_numbers(c, seen) for c in children)
 
 
@@ -251,7 +274,7 @@ def test_memory_is_bounded_whatever_the_number_of_calls():
             layer(x)
         after_many = kept_numbers(mon)
         assert mon.step(0).heads[0].calls == 51
-    assert after_one == after_many <= 13 * 4      # per head: 10 of the entropy and logits, 3 sums (first key, ‖q‖, ‖k‖)
+    assert after_one == after_many <= 13 * 4  # per head: 10 of the entropy and logits, 3 sums (first key, ‖q‖, ‖k‖)
 
 
 def test_bad_arguments():
@@ -259,6 +282,6 @@ def test_bad_arguments():
         Monitor(None, mode="rewrite")
     with pytest.raises(InputTypeError, match="sinks: expected objects with write"):
         Monitor(None, sinks=[print])
-    with pytest.warns(NoAttentionSeen, match="while the monitor was active"):    # it saw no call
+    with pytest.warns(NoAttentionSeen, match="while the monitor was active"):  # it saw no call
         with Monitor(None, mode="replace") as mon, pytest.raises(InputTypeError, match="global_step: expected an int"):
             mon.step("3")

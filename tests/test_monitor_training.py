@@ -59,8 +59,9 @@ def test_checkpointed_blocks_count_their_calls_once(mode, reentrant):
     plain, plain_grads, plain_calls = train_steps(gpt(), mode)
     rerun, rerun_grads, rerun_calls = train_steps(checkpointed(gpt(), reentrant), mode)
     assert [s.calls for s in rerun] == [s.calls for s in plain] == [2, 2]
-    assert [dataclasses.asdict(h) for s in rerun for h in s.heads] == \
-        [dataclasses.asdict(h) for s in plain for h in s.heads]
+    assert [dataclasses.asdict(h) for s in rerun for h in s.heads] == [
+        dataclasses.asdict(h) for s in plain for h in s.heads
+    ]
     assert len(rerun_calls) == len(plain_calls) == 4
     assert all(s.fallbacks == {} for s in rerun)
     for a, b in zip(rerun_grads, plain_grads):
@@ -89,8 +90,15 @@ def test_a_transformers_model_with_gradient_checkpointing_counts_each_call_once(
 
     def run(checkpointing):
         torch.manual_seed(0)
-        config = transformers.LlamaConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                          num_key_value_heads=2, intermediate_size=64, attn_implementation=impl)
+        config = transformers.LlamaConfig(
+            vocab_size=50,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=64,
+            attn_implementation=impl,
+        )
         net = transformers.LlamaForCausalLM(config).train()
         if checkpointing:
             # transformers 5 renamed it; 4.x has only the old name
@@ -120,9 +128,9 @@ def test_a_causal_models_single_key_rows_are_counted_apart(mode):
     with torch.no_grad(), capture_sdpa(net) as cap:
         net(x)
     for call, layer in zip(cap.calls, ("blocks.0.attn", "blocks.1.attn")):
-        logits = call.logits()                                  # (3, H, 12, 12), float64
+        logits = call.logits()  # (3, H, 12, 12), float64
         p = logits.softmax(-1)
-        entropy = -(p * logits.log_softmax(-1)).nan_to_num().sum(-1)[:, :, 1:]   # rows with ≥ 2 keys
+        entropy = -(p * logits.log_softmax(-1)).nan_to_num().sum(-1)[:, :, 1:]  # rows with ≥ 2 keys
         top = p.amax(-1)[:, :, 1:]
         for h in [f for f in step.heads if f.layer == layer]:
             assert (h.rows, h.rows_single, h.rows_empty, h.rows_broken) == (3 * 11, 3, 0, 0)
@@ -166,17 +174,18 @@ def test_discard_drops_the_calls_since_the_step_silently_and_counts_no_step():
         with Monitor(layer, every=2) as mon:
             layer(x)
             first = mon.step(0)
-            mon.discard()                                           # nothing since: no warning either
-            layer(x)                                                # step 1 is not measured
+            mon.discard()  # nothing since: no warning either
+            layer(x)  # step 1 is not measured
             mon.step(1)
-            layer(2 * x)                                            # an evaluation between steps
+            layer(2 * x)  # an evaluation between steps
             mon.discard()
             layer(x)
             again = mon.step(2)
             summary = mon.summary()
             calls = len(mon.calls)
-    assert again.measured and [dataclasses.asdict(h) for h in again.heads] == \
-        [dataclasses.asdict(h) for h in first.heads]
+    assert again.measured and [dataclasses.asdict(h) for h in again.heads] == [
+        dataclasses.asdict(h) for h in first.heads
+    ]
     assert calls == 2 and [h.calls for h in summary] == [2, 2]
     assert [h.entropy_median for h in summary] == [h.entropy_median for h in first.heads]
 
@@ -204,7 +213,7 @@ def test_a_monitor_sees_its_own_models_calls_only():
     a, b, x = Causal(), Causal(), torch.randn(1, 2, 5, 8)
     for mode in ("observe", "replace"):
         with Monitor(a, mode=mode) as mon:
-            b(x)                                                    # before a's first call: the mode is on
+            b(x)  # before a's first call: the mode is on
             a(x)
             b(x)
             step = mon.step(0)
@@ -239,8 +248,15 @@ def test_padded_query_rows_are_no_figures_whichever_side_pads(impl, mode):
     the sequences one at a time, which have no padding."""
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                      num_key_value_heads=2, intermediate_size=64, attn_implementation=impl)
+    config = transformers.LlamaConfig(
+        vocab_size=50,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        attn_implementation=impl,
+    )
     net = transformers.LlamaForCausalLM(config).eval()
     lengths = (9, 5, 7)
     seqs = [torch.randint(1, 50, (n,), generator=torch.Generator().manual_seed(n)) for n in lengths]

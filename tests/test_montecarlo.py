@@ -39,13 +39,22 @@ def _exp_batches(batch_size, log):
         log.append(n_batches * batch_size)
         x = rng.exponential(size=(n_batches, batch_size, 2)) * np.array([1.0, 3.0])
         return x.mean(axis=1)
+
     return draw
 
 
 def test_adaptive_means_reach_the_target_and_cover():
     log = []
-    est = mc.adaptive_means(_exp_batches(50, log), 2, batch_size=50, cost=[1, 1], rng=np.random.default_rng(2),
-                            max_samples=10 ** 7, rel_ci_target=0.02, chunk_elements=5000)
+    est = mc.adaptive_means(
+        _exp_batches(50, log),
+        2,
+        batch_size=50,
+        cost=[1, 1],
+        rng=np.random.default_rng(2),
+        max_samples=10**7,
+        rel_ci_target=0.02,
+        chunk_elements=5000,
+    )
     for e, truth in zip(est, (1.0, 3.0)):
         assert e.converged and e.rel_half_width <= 0.02
         assert e.covers(truth)
@@ -55,15 +64,32 @@ def test_adaptive_means_reach_the_target_and_cover():
 
 def test_adaptive_means_stop_at_the_cap():
     log = []
-    est = mc.adaptive_means(_exp_batches(10, log), 2, batch_size=10, cost=[1, 1], rng=np.random.default_rng(3),
-                            max_samples=[400, 1000], rel_ci_target=1e-6, chunk_elements=300)
+    est = mc.adaptive_means(
+        _exp_batches(10, log),
+        2,
+        batch_size=10,
+        cost=[1, 1],
+        rng=np.random.default_rng(3),
+        max_samples=[400, 1000],
+        rel_ci_target=1e-6,
+        chunk_elements=300,
+    )
     assert [e.n_samples for e in est] == [400, 1000]
     assert not any(e.converged for e in est)
 
 
 def test_adaptive_means_are_deterministic():
-    run = lambda: mc.adaptive_means(_exp_batches(20, []), 2, batch_size=20, cost=[1, 1],  # noqa: E731
-                                    rng=np.random.default_rng(7), max_samples=10 ** 6, rel_ci_target=0.05)
+    def run():
+        return mc.adaptive_means(
+            _exp_batches(20, []),
+            2,
+            batch_size=20,
+            cost=[1, 1],
+            rng=np.random.default_rng(7),
+            max_samples=10**6,
+            rel_ci_target=0.05,
+        )
+
     assert run() == run()
 
 
@@ -86,18 +112,22 @@ def test_samplers_have_mean_0_variance_1(name):
 
 
 def test_dot_variance_estimates_cover_dk():
-    est = mc.dot_variance_estimates("gaussian", (1, 8, 64), rng=np.random.default_rng(6), max_samples=20_000,
-                                    rel_ci_target=0.05)
+    est = mc.dot_variance_estimates(
+        "gaussian", (1, 8, 64), rng=np.random.default_rng(6), max_samples=20_000, rel_ci_target=0.05
+    )
     for e, d in zip(est, (1, 8, 64)):
         assert e.covers(d), (d, e)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(cost=[0, 1]), "cost: expected 2 positive integers"),
-    (dict(batch_size=10 ** 7), "batch_size: expected 1 ≤ batch_size"),
-    (dict(max_samples=1), "max_samples: expected at least one batch"),
-    (dict(rel_ci_target=0.0), "rel_ci_target: expected a number in"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(cost=[0, 1]), "cost: expected 2 positive integers"),
+        (dict(batch_size=10**7), "batch_size: expected 1 ≤ batch_size"),
+        (dict(max_samples=1), "max_samples: expected at least one batch"),
+        (dict(rel_ci_target=0.0), "rel_ci_target: expected a number in"),
+    ],
+)
 def test_bad_engine_input(kwargs, message):
     args = dict(batch_size=10, cost=[1, 1], rng=np.random.default_rng(0), max_samples=1000)
     args.update(kwargs)

@@ -17,7 +17,7 @@ def _periodic(text: bytes, repeats: int) -> np.ndarray:
 
 
 def test_periodic_text_has_the_entropies_counted_by_hand():
-    """"abac" repeated: bytes a ½, b ¼, c ¼ (1.5 bits); after a, b or c equally and after b or c
+    """ "abac" repeated: bytes a ½, b ¼, c ¼ (1.5 bits); after a, b or c equally and after b or c
     always a (½ bit per byte); two bytes of context fix the next one (0 bits). Add-k with the
     smallest k of the grid is within 1e-4 bit of each (the held-out tail picks it)."""
     text = _periodic(b"abac", 5000)
@@ -31,11 +31,11 @@ def test_periodic_text_has_the_entropies_counted_by_hand():
 
 def test_add_k_probability_is_the_closed_form():
     """One context seen n times, one continuation m of those: p = (m + k) / (n + 256 k)."""
-    train = np.frombuffer(b"abababac", dtype=np.uint8)      # after a: b three times, c once
+    train = np.frombuffer(b"abababac", dtype=np.uint8)  # after a: b three times, c once
     model = ngram.NGramModel(train, 2, 0.5)
     data = np.frombuffer(b"ab", dtype=np.uint8)
     assert model.bits(data, np.array([1])) == pytest.approx(-math.log2((3 + 0.5) / (4 + 256 * 0.5)), rel=1e-12)
-    unseen = np.frombuffer(b"zq", dtype=np.uint8)             # a context never seen: uniform
+    unseen = np.frombuffer(b"zq", dtype=np.uint8)  # a context never seen: uniform
     assert model.bits(unseen, np.array([1])) == pytest.approx(8.0, rel=1e-12)
 
 
@@ -48,13 +48,18 @@ def test_k_is_chosen_on_the_training_part_only():
     assert a["k"] == b["k"] and a["bpb"] < b["bpb"]
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda: ngram.NGramModel(np.zeros(10, np.uint8), 0, 0.1), "^order:"),
-    (lambda: ngram.NGramModel(np.zeros(10, np.uint8), 2, 0.0), "^k:"),
-    (lambda: ngram.NGramModel(np.zeros(2, np.uint8), 3, 0.1), "^train:"),
-    (lambda: ngram.NGramModel(np.zeros(10, np.uint8), 3, 0.1).bits(np.zeros(10, np.uint8), np.array([1])),
-     "^positions:"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: ngram.NGramModel(np.zeros(10, np.uint8), 0, 0.1), "^order:"),
+        (lambda: ngram.NGramModel(np.zeros(10, np.uint8), 2, 0.0), "^k:"),
+        (lambda: ngram.NGramModel(np.zeros(2, np.uint8), 3, 0.1), "^train:"),
+        (
+            lambda: ngram.NGramModel(np.zeros(10, np.uint8), 3, 0.1).bits(np.zeros(10, np.uint8), np.array([1])),
+            "^positions:",
+        ),
+    ],
+)
 def test_bad_input_is_named(make, message):
     with pytest.raises(InputError, match=message):
         make()

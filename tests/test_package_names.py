@@ -14,8 +14,11 @@ import attnscale
 
 
 def _packages():
-    names = ["attnscale"] + [m.name for m in pkgutil.walk_packages(attnscale.__path__, prefix="attnscale.",
-                                                                   onerror=lambda _: None) if m.ispkg]
+    names = ["attnscale"] + [
+        m.name
+        for m in pkgutil.walk_packages(attnscale.__path__, prefix="attnscale.", onerror=lambda _: None)
+        if m.ispkg
+    ]
     return sorted(names)
 
 
@@ -24,12 +27,12 @@ def test_no_attribute_shadows_a_submodule(package_name):
     package = importlib.import_module(package_name)
     shadowed = []
     for sub in pkgutil.iter_modules(package.__path__):
-        if sub.name == "__main__":              # runs the CLI when imported
+        if sub.name == "__main__":  # runs the CLI when imported
             continue
         full = f"{package_name}.{sub.name}"
         try:
             importlib.import_module(full)
-        except ImportError:                     # an optional dependency missing: its own tests say so
+        except ImportError:  # an optional dependency missing: its own tests say so
             continue
         if getattr(package, sub.name) is not sys.modules[full]:
             shadowed.append(f"{full} (the attribute is {type(getattr(package, sub.name)).__name__})")

@@ -22,17 +22,16 @@ def random_call(seed=0, B=3, H=4, H_k=2, L=5, S=7, d=6, means=True, causal=False
     k = rng.normal(size=(B, H_k, S, d)) * rng.uniform(0.3, 2.0, size=d) - (0.4 if means else 0.0)
     q[..., :L, :] += 0.8 * np.repeat(k, H // H_k, axis=1)[..., :L, :]
     attended = np.ones((B, 1, L, S), bool)
-    attended[1, ..., 5:] = False            # sentence 1: two padded keys
-    attended[2, ..., 3:] = False            # sentence 2: four padded keys
-    if causal:                              # query l attends keys 0..l: row 0 has one key, no choice
+    attended[1, ..., 5:] = False  # sentence 1: two padded keys
+    attended[2, ..., 3:] = False  # sentence 2: four padded keys
+    if causal:  # query l attends keys 0..l: row 0 has one key, no choice
         attended = attended & np.tril(np.ones((L, S), bool))
     query_valid = np.ones((B, L), bool)
-    query_valid[2, 3:] = False              # sentence 2: two padded queries
+    query_valid[2, 3:] = False  # sentence 2: two padded queries
     bias = rng.normal(size=(1, H, L, S)) * 0.5
     key_kinds = {"cls": np.zeros((B, S), bool), "punct": rng.random((B, S)) < 0.3}
     key_kinds["cls"][:, 0] = True
-    return dict(q=q, k=k, scale=0.41, attended=attended, bias=bias, query_valid=query_valid,
-                key_kinds=key_kinds)
+    return dict(q=q, k=k, scale=0.41, attended=attended, bias=bias, query_valid=query_valid, key_kinds=key_kinds)
 
 
 def direct(call, key_offset=0):
@@ -59,38 +58,50 @@ def direct(call, key_offset=0):
                 bias = np.array([call["bias"][0, h, pos, s] for s in keys])
                 logits = call["scale"] * np.array(row) + bias
                 logits_all.extend(logits)
-                if len(keys) < 2:                           # no choice: no row figures
+                if len(keys) < 2:  # no choice: no row figures
                     continue
                 health.append(row_health(logits, spectral=False))
                 health_u.append(row_health(np.array(row) + bias, spectral=False))
                 p = dict(zip(keys, softmax(logits)))
-                sinks.append(sum(w for s, w in p.items()
-                                 if call["key_kinds"]["cls"][b, s] or call["key_kinds"]["punct"][b, s]))
+                sinks.append(
+                    sum(w for s, w in p.items() if call["key_kinds"]["cls"][b, s] or call["key_kinds"]["punct"][b, s])
+                )
                 if pos + key_offset - 1 in p:
                     prev.append(p[pos + key_offset - 1])
                 if pos + key_offset + 1 in p:
                     nxt.append(p[pos + key_offset + 1])
         qs, ks, xs = np.array(qs), np.array(ks), np.array(xs)
-        var_q, var_k = qs.var(), ks.var()                      # all components pooled
+        var_q, var_k = qs.var(), ks.var()  # all components pooled
         q_tok, k_tok = np.array(q_tokens), np.array(list(k_tokens.values()))
         total = np.sum((xs - xs.mean()) ** 2)
         within = sum(np.sum((np.array(r) - np.mean(r)) ** 2) for r in rows)
         out[h] = {
-            "pairs": len(xs), "q_mean": qs.mean(), "q_var": var_q, "k_mean": ks.mean(), "k_var": var_k,
-            "q_mean_token": q_tok.mean(), "q_var_token": q_tok.var(),
-            "k_mean_token": k_tok.mean(), "k_var_token": k_tok.var(),
+            "pairs": len(xs),
+            "q_mean": qs.mean(),
+            "q_var": var_q,
+            "k_mean": ks.mean(),
+            "k_var": var_k,
+            "q_mean_token": q_tok.mean(),
+            "q_var_token": q_tok.var(),
+            "k_mean_token": k_tok.mean(),
+            "k_var_token": k_tok.var(),
             "ratio_token": xs.var() / (d * q_tok.var() * k_tok.var()),
-            "max_abs_logit": np.abs(logits_all).max(), "max_abs_logit_unscaled": np.abs(xs).max(),
-            "qk_mean": xs.mean(), "qk_var": xs.var(), "ratio_pair": xs.var() / (d * var_q * var_k),
+            "max_abs_logit": np.abs(logits_all).max(),
+            "max_abs_logit_unscaled": np.abs(xs).max(),
+            "qk_mean": xs.mean(),
+            "qk_var": xs.var(),
+            "ratio_pair": xs.var() / (d * var_q * var_k),
             "within_row_share": within / total,
             "entropy": np.mean([x.entropy for x in health]),
             "max_weight": np.mean([x.max_weight for x in health]),
             "saturation_index": np.nanmean([x.saturation_index for x in health]),
             "max_weight_unscaled": np.mean([x.max_weight for x in health_u]),
             "entropy_unscaled": np.mean([x.entropy for x in health_u]),
-            "sink_any": np.mean(sinks), "previous_token": np.mean(prev),
+            "sink_any": np.mean(sinks),
+            "previous_token": np.mean(prev),
             "next_token": np.mean(nxt) if nxt else np.nan,
-            "qs": qs, "ks": ks,
+            "qs": qs,
+            "ks": ks,
         }
     return out
 
@@ -105,7 +116,7 @@ def test_figures_equal_direct_pair_enumeration(causal):
             if name in ("qs", "ks"):
                 continue
             assert fig[name][h] == pytest.approx(value, rel=1e-10, abs=1e-12, nan_ok=True), (name, h)
-    assert np.all(np.isnan(fig["next_token"])) == causal          # causal: no query attends the next key
+    assert np.all(np.isnan(fig["next_token"])) == causal  # causal: no query attends the next key
 
 
 def test_the_split_is_exact_and_the_independent_prediction_is_a_product_of_marginals():
@@ -124,7 +135,7 @@ def test_the_split_is_exact_and_the_independent_prediction_is_a_product_of_margi
         assert (fig["ratio_pair"][h] - fig["part_correlation"][h]) * v_iid == pytest.approx(v_ind, rel=1e-10)
         # V_diag: independent components with their own means and variances.
         mq, mk, vq, vk = r["qs"].mean(0), r["ks"].mean(0), r["qs"].var(0), r["ks"].var(0)
-        v_diag = np.sum(vq * vk + mq ** 2 * vk + mk ** 2 * vq)
+        v_diag = np.sum(vq * vk + mq**2 * vk + mk**2 * vq)
         assert (1 + fig["part_uneven_variances"][h] + fig["part_means"][h]) * v_iid == pytest.approx(v_diag, rel=1e-10)
         assert (1 + fig["part_uneven_variances"][h]) * v_iid == pytest.approx(np.sum(vq * vk), rel=1e-10)
 
@@ -133,7 +144,7 @@ def test_iid_components_give_a_ratio_near_one_and_a_nonzero_mean_explains_itself
     rng = np.random.default_rng(7)
     q, k = rng.normal(size=(1, 1, 400, 16)), rng.normal(size=(1, 1, 400, 16))
     fig = head_figures(call_sums(q, k, scale=0.25))
-    assert abs(fig["ratio_pair"][0] - 1) < 0.05          # 160 000 pairs: sampling error ~1%
+    assert abs(fig["ratio_pair"][0] - 1) < 0.05  # 160 000 pairs: sampling error ~1%
     fig = head_figures(call_sums(q + 2.0, k + 1.0, scale=0.25))
     # d(σ²σ² + σ²m_k² + m_q²σ²)/(dσ²σ²) = 1 + 1 + 4 = 6, all of it carried by the means.
     assert fig["ratio_pair"][0] == pytest.approx(6.0, rel=0.05)
@@ -146,14 +157,22 @@ def test_sums_add_across_batches_and_padding_never_counts():
     whole = call_sums(**call, key_offset=0)
     pieces = None
     for b in range(3):
-        one = {key: (value[b:b + 1] if key in ("q", "k", "attended", "query_valid") else value)
-               for key, value in call.items()}
-        one["key_kinds"] = {n: m[b:b + 1] for n, m in call["key_kinds"].items()}
+        one = {
+            key: (value[b : b + 1] if key in ("q", "k", "attended", "query_valid") else value)
+            for key, value in call.items()
+        }
+        one["key_kinds"] = {n: m[b : b + 1] for n, m in call["key_kinds"].items()}
         # Drop sentence b's padding entirely: its figures must not change.
         n_q, n_k = int(one["query_valid"][0].sum()), int(one["attended"][0, 0, 0].sum())
-        trimmed = dict(one, q=one["q"][:, :, :n_q], k=one["k"][:, :, :n_k], attended=None,
-                       query_valid=None, bias=call["bias"][:, :, :n_q, :n_k],
-                       key_kinds={n: m[:, :n_k] for n, m in one["key_kinds"].items()})
+        trimmed = dict(
+            one,
+            q=one["q"][:, :, :n_q],
+            k=one["k"][:, :, :n_k],
+            attended=None,
+            query_valid=None,
+            bias=call["bias"][:, :, :n_q, :n_k],
+            key_kinds={n: m[:, :n_k] for n, m in one["key_kinds"].items()},
+        )
         a, b_ = head_figures(call_sums(**one, key_offset=0)), head_figures(call_sums(**trimmed, key_offset=0))
         for name in a:
             np.testing.assert_allclose(a[name], b_[name], rtol=1e-10, atol=1e-12, err_msg=name)
@@ -170,8 +189,8 @@ def test_keys_not_queries_a_kv_cache_step():
     fig = head_figures(sums)
     p = softmax(0.5 * q @ np.swapaxes(k, -1, -2))
     np.testing.assert_allclose(fig["previous_token"], p[:, :, 0, 4].mean(axis=0), rtol=1e-12)
-    assert np.all(np.isnan(fig["next_token"]))                 # no key after the newest one
-    auto = head_figures(call_sums(q, k, scale=0.5))           # L ≠ S and no offset: no positional figures
+    assert np.all(np.isnan(fig["next_token"]))  # no key after the newest one
+    auto = head_figures(call_sums(q, k, scale=0.5))  # L ≠ S and no offset: no positional figures
     assert np.all(np.isnan(auto["previous_token"]))
     assert fig["pairs"].tolist() == [12.0, 12.0]
 
@@ -180,7 +199,7 @@ def test_token_and_pair_weights_differ_under_a_causal_mask_and_agree_without_one
     """With every query attending every key, each token is in equally many pairs: the two weightings
     coincide. Under a causal mask early keys and late queries weigh more in the pair weighting."""
     rng = np.random.default_rng(5)
-    q = rng.normal(size=(1, 1, 12, 4)) + np.linspace(0, 3, 12)[:, None]   # later queries larger
+    q = rng.normal(size=(1, 1, 12, 4)) + np.linspace(0, 3, 12)[:, None]  # later queries larger
     k = rng.normal(size=(1, 1, 12, 4))
     full = head_figures(call_sums(q, k, scale=0.5))
     assert full["ratio_token"][0] == pytest.approx(full["ratio_pair"][0], rel=1e-12)
@@ -195,28 +214,41 @@ def test_the_float16_margin_takes_the_largest_logit_across_batches():
     big = add_sums(call_sums(q, k, scale=0.5), call_sums(30 * q, k, scale=0.5))
     fig = head_figures(big)
     assert fig["max_abs_logit_unscaled"][0] == 120.0 and fig["max_abs_logit"][0] == 60.0
-    assert big["pairs"][0] == 8                                   # the other sums still add
+    assert big["pairs"][0] == 8  # the other sums still add
 
 
 def test_check_probabilities_ignores_padded_rows_only():
     a = np.full((1, 1, 2, 2), 0.5)
     b = a.copy()
-    b[0, 0, 1] = [0.9, 0.1]                                     # a padded row differs
+    b[0, 0, 1] = [0.9, 0.1]  # a padded row differs
     assert check_probabilities(a, b, np.array([[True, False]])) == 0.0
     assert check_probabilities(a, b) == pytest.approx(0.4)
 
 
-@pytest.mark.parametrize("kwargs, error, message", [
-    (dict(q=np.zeros((2, 3, 4)), k=np.zeros((2, 3, 4, 5))), InputError, "q: expected 4 dimensions"),
-    (dict(q=np.zeros((1, 3, 4, 5)), k=np.zeros((1, 2, 4, 5))), InputError, "k: expected .*H_k dividing 3"),
-    (dict(q=np.zeros((1, 2, 4, 5)), k=np.zeros((1, 2, 4, 6))), InputError, "d_k=5"),
-    (dict(q=np.zeros((1, 1, 2, 2), dtype=complex), k=np.zeros((1, 1, 2, 2))), InputTypeError, "q: expected real"),
-    (dict(q=np.zeros((1, 1, 2, 2)), k=np.zeros((1, 1, 2, 2)), attended=np.ones((1, 1, 2, 2))),
-     InputTypeError, "attended: expected a boolean"),
-    (dict(q=np.zeros((1, 1, 2, 2)), k=np.zeros((1, 1, 2, 2)), query_valid=np.ones((1, 3), bool)),
-     InputError, r"query_valid: shape \(1, 3\) cannot broadcast to \(1, 2\)"),
-    (dict(q=np.zeros((1, 1, 2, 2)), k=np.zeros((1, 1, 2, 2)), scale=float("nan")), InputError, "scale: expected a finite"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        (dict(q=np.zeros((2, 3, 4)), k=np.zeros((2, 3, 4, 5))), InputError, "q: expected 4 dimensions"),
+        (dict(q=np.zeros((1, 3, 4, 5)), k=np.zeros((1, 2, 4, 5))), InputError, "k: expected .*H_k dividing 3"),
+        (dict(q=np.zeros((1, 2, 4, 5)), k=np.zeros((1, 2, 4, 6))), InputError, "d_k=5"),
+        (dict(q=np.zeros((1, 1, 2, 2), dtype=complex), k=np.zeros((1, 1, 2, 2))), InputTypeError, "q: expected real"),
+        (
+            dict(q=np.zeros((1, 1, 2, 2)), k=np.zeros((1, 1, 2, 2)), attended=np.ones((1, 1, 2, 2))),
+            InputTypeError,
+            "attended: expected a boolean",
+        ),
+        (
+            dict(q=np.zeros((1, 1, 2, 2)), k=np.zeros((1, 1, 2, 2)), query_valid=np.ones((1, 3), bool)),
+            InputError,
+            r"query_valid: shape \(1, 3\) cannot broadcast to \(1, 2\)",
+        ),
+        (
+            dict(q=np.zeros((1, 1, 2, 2)), k=np.zeros((1, 1, 2, 2)), scale=float("nan")),
+            InputError,
+            "scale: expected a finite",
+        ),
+    ],
+)
 def test_bad_inputs_are_named(kwargs, error, message):
     kwargs.setdefault("scale", 1.0)
     with pytest.raises(error, match=message):

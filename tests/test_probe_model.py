@@ -37,11 +37,24 @@ def tiny(kind):
     """A random BERT, or a random Llama with grouped-query heads and RoPE: no weights to download."""
     torch.manual_seed(0)
     if kind == "bert":
-        config = transformers.BertConfig(vocab_size=60, hidden_size=24, num_hidden_layers=2, num_attention_heads=3,
-                                         intermediate_size=40, max_position_embeddings=40)
+        config = transformers.BertConfig(
+            vocab_size=60,
+            hidden_size=24,
+            num_hidden_layers=2,
+            num_attention_heads=3,
+            intermediate_size=40,
+            max_position_embeddings=40,
+        )
         return transformers.BertModel(config).eval()
-    config = transformers.LlamaConfig(vocab_size=60, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                      num_key_value_heads=2, intermediate_size=48, max_position_embeddings=40)
+    config = transformers.LlamaConfig(
+        vocab_size=60,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=48,
+        max_position_embeddings=40,
+    )
     return transformers.LlamaModel(config).eval()
 
 
@@ -56,7 +69,7 @@ def test_padded_batch_gives_each_sentences_unpadded_figures(kind):
     valid = mask.numpy().astype(bool)
     assert len(padded) == 2 and padded[0].k.shape[1] == (3 if kind == "bert" else 2)
     for b, n in enumerate(lengths):
-        alone = captured(model, input_ids=ids[b:b + 1, :n])
+        alone = captured(model, input_ids=ids[b : b + 1, :n])
         for call_p, call_a in zip(padded, alone):
             fp = head_figures(sums_of(call_p, valid, slice(b, b + 1)))
             fa = head_figures(sums_of(call_a, np.ones((1, n), bool)))
@@ -81,7 +94,7 @@ def test_the_hook_changes_nothing_at_alpha_1_and_restores_the_implementation(kin
     assert model.config._attn_implementation == "eager" and len(calls) == 2
     probabilities = rebuilt_probabilities(**arrays_of(calls[1]))
     np.testing.assert_allclose(probabilities, calls[1].weights.double().numpy(), atol=1e-6)
-    if kind == "llama":                                        # causal: nothing above the diagonal
+    if kind == "llama":  # causal: nothing above the diagonal
         assert np.all(np.triu(probabilities[0, 0], 1) == 0)
 
 
@@ -110,14 +123,14 @@ def test_real_minilm_capture_reproduces_its_attention(minilm, minilm_result):
     m = r["model"]
     assert CONTRACT_MODEL <= m.keys()
     assert (m["n_layers"], m["n_heads_q"], m["n_heads_kv"], m["d_k"], m["causal"]) == (6, 12, 12, 32, False)
-    assert m["scale"] == pytest.approx(32 ** -0.5) and m["weights_note"] is None
+    assert m["scale"] == pytest.approx(32**-0.5) and m["weights_note"] is None
     assert r["config"]["n_sequences"] == len(builtin_sentences()) >= 50
     assert len(r["heads"]) == 72 and all(CONTRACT_HEAD <= h.keys() for h in r["heads"])
     ratio = np.array([h["ratio_pair"] for h in r["heads"]])
     assert np.all(np.isfinite(ratio)) and r["analysis"]["ratio_pair"]["max"] == ratio.max()
     share = np.array([h["within_row_share"] for h in r["heads"]])
     assert np.all((share > 0) & (share <= 1))
-    assert r["float16"]["max_abs_logit_unscaled"] == pytest.approx(r["float16"]["max_abs_logit"] * 32 ** 0.5, rel=0.3)
+    assert r["float16"]["max_abs_logit_unscaled"] == pytest.approx(r["float16"]["max_abs_logit"] * 32**0.5, rel=0.3)
 
 
 @pytest.mark.model
@@ -156,8 +169,11 @@ def test_a_failed_check_stops_the_probe(minilm, tmp_path, monkeypatch, capsys):
 
     monkeypatch.setattr(pretrained, "load_model", lambda name, result_name=None: minilm)
     original = probe_run.rebuilt_probabilities
-    monkeypatch.setattr(probe_run, "rebuilt_probabilities",                      # a 0.1% wrong scale
-                        lambda q, k, scale, attended, bias=None, softcap=None: original(q, k, scale * 1.001, attended, bias, softcap))
+    monkeypatch.setattr(
+        probe_run,
+        "rebuilt_probabilities",  # a 0.1% wrong scale
+        lambda q, k, scale, attended, bias=None, softcap=None: original(q, k, scale * 1.001, attended, bias, softcap),
+    )
     text = tmp_path / "two.txt"
     text.write_text("The cat sat.\nA second, longer line of text.\n", encoding="utf-8")
     assert main(["probe", "--text", str(text), "--results", str(tmp_path)]) == 1
@@ -238,10 +254,10 @@ def test_batches_keep_order_and_bound_size_and_padded_pairs():
     for batch in batches:
         assert len(batch) <= 3
         assert len(batch) == 1 or len(batch) * max(lengths[i] for i in batch) ** 2 <= 2000
-    assert [6] in batches                       # too long for the budget alone: its own batch, never split
+    assert [6] in batches  # too long for the budget alone: its own batch, never split
 
 
 def test_missing_transformers_names_the_install_command(monkeypatch):
-    monkeypatch.setitem(sys.modules, "transformers", None)      # makes `import transformers` fail
+    monkeypatch.setitem(sys.modules, "transformers", None)  # makes `import transformers` fail
     with pytest.raises(MissingDependency, match=r"transformers is not installed.*pip install 'attnscale\[probe\]'"):
         pretrained.load_encoder()

@@ -36,8 +36,13 @@ def ray_instance():
     import attnscale
 
     path = os.pathsep.join([str(TESTS), str(Path(attnscale.__file__).resolve().parents[1])])
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
-             runtime_env={"env_vars": {"PYTHONPATH": path}})
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level="ERROR",
+        runtime_env={"env_vars": {"PYTHONPATH": path}},
+    )
     yield
     ray.shutdown()
 
@@ -100,11 +105,16 @@ def test_same_results_as_serial_and_local(tmp_path, ray_instance):
     for name, backend in (("serial", SerialBackend()), ("local", LocalBackend(2)), ("ray", RayBackend())):
         out = run_sweep("scale-vs-dk", cells, scale_vs_dk.train_cell, ResultCache(tmp_path / name), backend)
         runs[name] = json.dumps([d.result for d in out], sort_keys=True)
-        assert all(d.seconds["wall"] > 0 for d in out)      # each timed where it ran, Ray's task too
+        assert all(d.seconds["wall"] > 0 for d in out)  # each timed where it ran, Ray's task too
     assert runs["ray"] == runs["serial"] == runs["local"]
-    files = {name: sorted(json.dumps(without_timing(json.loads(p.read_text())), sort_keys=True)
-                          for p in (tmp_path / name).glob("*.json")) for name in runs}
-    assert files["ray"] == files["serial"]                  # the cache files too
+    files = {
+        name: sorted(
+            json.dumps(without_timing(json.loads(p.read_text())), sort_keys=True)
+            for p in (tmp_path / name).glob("*.json")
+        )
+        for name in runs
+    }
+    assert files["ray"] == files["serial"]  # the cache files too
 
 
 def test_killed_worker_is_retried_and_every_cell_cached_once(tmp_path, ray_instance):
@@ -125,7 +135,7 @@ def test_killed_worker_is_retried_and_every_cell_cached_once(tmp_path, ray_insta
     out = run_sweep("pid", cells, pid_cell, cache, RayBackend(max_retries=2))
     killer.join()
     assert [d.result["i"] for d in out] == [0, 1, 2]
-    assert out[0].result["attempt"] == 1                    # the retry's result, after the kill
+    assert out[0].result["attempt"] == 1  # the retry's result, after the kill
     assert len(list(tmp_path.glob("attempt-0-*"))) == 2
     assert sorted(cache.puts) == sorted(set(cache.puts)) and len(cache.puts) == 3
 
@@ -167,31 +177,49 @@ def test_bad_arguments():
 
 def _ray_processes() -> set[int]:
     out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
-    return {int(line.split(None, 1)[0]) for line in out.splitlines()
-            if any(k in line for k in ("raylet", "gcs_server", "ray::", "default_worker.py"))}
+    return {
+        int(line.split(None, 1)[0])
+        for line in out.splitlines()
+        if any(k in line for k in ("raylet", "gcs_server", "ray::", "default_worker.py"))
+    }
 
 
 def _cell_files(folder: Path) -> dict[str, float]:
-    return {str(p): p.stat().st_mtime_ns for p in folder.rglob("*.json") if p.name not in ("summary.json",)
-            and "cells" in p.parts}
+    return {
+        str(p): p.stat().st_mtime_ns
+        for p in folder.rglob("*.json")
+        if p.name not in ("summary.json",) and "cells" in p.parts
+    }
 
 
 @pytest.mark.slow
 def test_ctrl_c_keeps_finished_cells_and_leaves_no_process(tmp_path):
     before = _ray_processes()
-    cmd = [sys.executable, "-m", "attnscale", "train", "scale-vs-dk", "--quick", "--backend", "ray",
-           "--workers", "2", "--results", str(tmp_path / "out")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "attnscale",
+        "train",
+        "scale-vs-dk",
+        "--quick",
+        "--backend",
+        "ray",
+        "--workers",
+        "2",
+        "--results",
+        str(tmp_path / "out"),
+    ]
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not _cell_files(tmp_path) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
     assert _cell_files(tmp_path), "no cell finished within 120 s"
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)                  # a hang fails here; load cannot
+    _, err = proc.communicate(timeout=120)  # a hang fails here; load cannot
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     kept = _cell_files(tmp_path)
-    time.sleep(1.0)                                         # give stragglers a moment to show themselves
+    time.sleep(1.0)  # give stragglers a moment to show themselves
     assert not (_ray_processes() - before), "Ray processes left behind"
     # Rerun: only the missing cells are computed; the ones kept are not rewritten.
     done = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
@@ -223,16 +251,19 @@ def test_joining_gives_up_at_the_connect_timeout(tmp_path):
         address = f"127.0.0.1:{silent.getsockname()[1]}"
         for timeout in (0.5, 1.5):
             t0 = time.monotonic()
-            with pytest.raises(InputError, match=rf"'{address}': 127.0.0.1 port \d+ accepts TCP connections, but "
-                                                 rf"Ray's handshake there did not complete within the {timeout:g} s"):
+            with pytest.raises(
+                InputError,
+                match=rf"'{address}': 127.0.0.1 port \d+ accepts TCP connections, but "
+                rf"Ray's handshake there did not complete within the {timeout:g} s",
+            ):
                 RayBackend(address=address, connect_timeout_s=timeout)._connect(_HangingRay)
-            assert timeout <= time.monotonic() - t0 < timeout + 60    # waited its time, and no hang
+            assert timeout <= time.monotonic() - t0 < timeout + 60  # waited its time, and no hang
 
 
 def test_an_unreachable_address_is_named_with_what_was_tried():
     import socket
 
-    with socket.socket() as s:                      # a port that was free a moment ago: nothing listens
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with pytest.raises(InputError, match=rf"'127.0.0.1:{port}': a TCP connection to 127.0.0.1 port {port} was refused"):
@@ -242,8 +273,24 @@ def test_an_unreachable_address_is_named_with_what_was_tried():
 
 
 def _train_via(address: str, out: Path, *extra: str, timeout: float = 300) -> tuple[subprocess.CompletedProcess, float]:
-    cmd = [sys.executable, "-m", "attnscale", "train", "scale-vs-dk", "--quick", "--seeds", "1", "--backend", "ray",
-           "--address", address, "--results", str(out), "--quiet", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "attnscale",
+        "train",
+        "scale-vs-dk",
+        "--quick",
+        "--seeds",
+        "1",
+        "--backend",
+        "ray",
+        "--address",
+        address,
+        "--results",
+        str(out),
+        "--quiet",
+        *extra,
+    ]
     t0 = time.monotonic()
     done = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
     return done, time.monotonic() - t0
@@ -267,7 +314,7 @@ def test_an_address_that_accepts_but_is_no_ray_cluster_gives_up_at_its_timeout(t
     error = [line for line in done.stderr.splitlines() if line.startswith("attnscale train: error:")]
     assert len(error) == 1 and f"{address!r}" in error[0] and "within the 3 s connect timeout" in error[0], done.stderr
     assert "Traceback" not in done.stderr
-    assert not (tmp_path / "out").exists()                  # nothing written
+    assert not (tmp_path / "out").exists()  # nothing written
 
 
 @pytest.mark.slow

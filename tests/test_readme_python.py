@@ -66,7 +66,7 @@ def test_the_readme_has_python_blocks_and_marks_the_illustrative_ones_with_a_rea
     blocks = python_blocks()
     assert len(runnable_blocks()) >= 2, "the extractor found too few runnable blocks: has the fence changed?"
     for line, code in blocks:
-        ast.parse(code)                                     # an illustrative block must still be Python
+        ast.parse(code)  # an illustrative block must still be Python
         if code.startswith(ILLUSTRATIVE):
             why = code.splitlines()[0].removeprefix(ILLUSTRATIVE)
             assert len(why.split()) >= 4, f"README line {line}: say why the block is not run"
@@ -87,17 +87,22 @@ def test_a_block_runs_alone_and_prints_what_it_computed(line, code, tmp_path):
     pytest.importorskip("transformers")
     script = tmp_path / "block.py"
     script.write_text(code, encoding="utf-8")
-    src = str(Path(attnscale.__file__).resolve().parents[1])      # this checkout's attnscale, not another
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (src, os.environ.get("PYTHONPATH")))),
-           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
+    src = str(Path(attnscale.__file__).resolve().parents[1])  # this checkout's attnscale, not another
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, (src, os.environ.get("PYTHONPATH")))),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, f"README line {line}:\n{done.stderr[-3000:]}"
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     shown = [row for row in done.stdout.splitlines() if row.strip()]
     assert shown, f"README line {line}: the block prints nothing of what it computed"
     shown_in_readme = _output_after(line)
-    if shown_in_readme is not None:                         # the README quotes its output: the same lines
+    if shown_in_readme is not None:  # the README quotes its output: the same lines
         ran = [row for row in shown if not row.startswith("building the fused kernel")]
         assert [row[:10] for row in ran] == [row[:10] for row in shown_in_readme], (ran, shown_in_readme)
 
@@ -112,5 +117,5 @@ def _output_after(line: int) -> list[str] | None:
             return None
         if text[i] == "```" and "printed" in text[i - 1]:
             close = text.index("```", i + 1)
-            return [row for row in text[i + 1:close] if row.strip()]
+            return [row for row in text[i + 1 : close] if row.strip()]
     return None

@@ -14,7 +14,7 @@ from attnscale.experiments import references
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
-SHIPPED = results.shipped_reference()          # the package's own (the suite may switch the default off)
+SHIPPED = results.shipped_reference()  # the package's own (the suite may switch the default off)
 HEADER = "| result | command | its run time there | computed | size |"
 
 

@@ -38,18 +38,18 @@ def _present(kinds):
 
 def test_the_folder_holds_only_full_envelopes_of_known_kinds_in_at_most_5_mb(shipped):
     files = [p for p in shipped.rglob("*") if p.is_file()]
-    assert sum(p.stat().st_size for p in files) <= 5 * 2 ** 20
-    files.remove(shipped / reproduction.CALIBRATION_FILE)         # the reproduction checks' calibration
+    assert sum(p.stat().st_size for p in files) <= 5 * 2**20
+    files.remove(shipped / reproduction.CALIBRATION_FILE)  # the reproduction checks' calibration
     kinds = {p.parent.relative_to(shipped).as_posix() for p in files}
     assert kinds <= set(results.KINDS), kinds - set(results.KINDS)
-    assert all(p.name in ("result.json", "result.json.gz") for p in files)   # no cell caches
+    assert all(p.name in ("result.json", "result.json.gz") for p in files)  # no cell caches
     # every kind the report reads ships
     assert set(results.KINDS) - {"demo"} <= kinds, set(results.KINDS) - {"demo"} - kinds
     for kind in kinds:
         env = results.read_reference(kind)
         assert env.origin == "reference" and not env.quick and env.environment.get("platform")
-        cpu = results.computed_on(env)["cpu"]         # where its figures were computed (a rebuild: its cells')
-        assert cpu["model"] and cpu["capability"], kind                                       # names its CPU
+        cpu = results.computed_on(env)["cpu"]  # where its figures were computed (a rebuild: its cells')
+        assert cpu["model"] and cpu["capability"], kind  # names its CPU
 
 
 @pytest.mark.parametrize("kind", _present(references.PRODUCERS))
@@ -82,7 +82,7 @@ def test_a_changed_default_makes_a_reference_stale_naming_it_and_its_command(tmp
 
     @dataclasses.dataclass(frozen=True)
     class Changed(scale_vs_dk.ScaleVsDkConfig):
-        adam_lr: float = 1e-3                   # a deliberately changed default
+        adam_lr: float = 1e-3  # a deliberately changed default
 
     changed = dataclasses.replace(sweeps.EXPERIMENTS["scale-vs-dk"], config_type=Changed)
     monkeypatch.setitem(sweeps.EXPERIMENTS, "scale-vs-dk", changed)
@@ -103,8 +103,9 @@ def test_the_calibration_covers_every_checked_reference_with_stable_items(shippe
     calibration = reproduction.read_calibration()
     for kind in _present(reproduction.CHECKED):
         entry, env = calibration[kind], results.read_reference(kind)
-        assert entry["reference_created"] == env.created, \
+        assert entry["reference_created"] == env.created, (
             f"{kind} was regenerated after its calibration: python -m attnscale.experiments.reproduction {kind}"
+        )
         assert len(entry["items"]) >= 2, kind
         if kind.startswith("train/"):
             assert all(reproduction.instability(env.data["cells"][i]["result"]) is None for i in entry["items"])
@@ -122,7 +123,7 @@ def test_instability_reads_divergence_clipping_and_saturation_from_a_log():
     saturated = {"log": [{"step": 0, "heads": [{"saturated_frac": [0.0, 0.25]}]}, {"step": 5}]}
     assert reproduction.instability(saturated).startswith("saturated rows")
     late = {"log": [{"step": 0}, {"step": 5}, {"step": 10, "saturated_frac": 0.5}]}
-    assert reproduction.instability(late) is None            # only the compared steps count for saturation
+    assert reproduction.instability(late) is None  # only the compared steps count for saturation
 
 
 def test_the_tolerance_is_exact_on_the_references_arithmetic_and_calibrated_elsewhere(shipped, monkeypatch):
@@ -133,36 +134,51 @@ def test_the_tolerance_is_exact_on_the_references_arithmetic_and_calibrated_else
     here["capability"] = "AVX2"
     tolerance = reproduction.tolerance_for(env, 0)
     assert not tolerance.exact and tolerance.spread["log[1].train_loss"] > 0
-    assert tolerance.allows(3, 4, "n") and not tolerance.allows(3, 5, "n")           # counts within ±1
+    assert tolerance.allows(3, 4, "n") and not tolerance.allows(3, 5, "n")  # counts within ±1
     assert tolerance.allows(1.0 + 5e-5, 1.0, "x") and not tolerance.allows(1.001, 1.0, "x")
-    probe = results.read_reference("probe/minilm")               # not bit for bit even here: never exact
+    probe = results.read_reference("probe/minilm")  # not bit for bit even here: never exact
     assert not reproduction.tolerance_for(probe, 0, {"probe/minilm": {"bit_exact_here": False}}).exact
 
 
 def _alter(kind: str, item, path: str):
     """An edit of a raw envelope multiplying the shipped figure at ``path`` of ``item`` by 1.001."""
+
     def edit(raw):
         data = raw["data"]
-        node = (data["cells"][item]["result"] if kind.startswith("train/") else data["heads"][item]
-                if kind.startswith("probe/") else next(r for r in data["alphas"] if r["alpha"] == item))
+        node = (
+            data["cells"][item]["result"]
+            if kind.startswith("train/")
+            else data["heads"][item]
+            if kind.startswith("probe/")
+            else next(r for r in data["alphas"] if r["alpha"] == item)
+        )
         *parents, last = path.replace("]", "").replace("[", ".").split(".")
         for part in parents:
             node = node[int(part)] if isinstance(node, list) else node[part]
         key = int(last) if isinstance(node, list) else last
         node[key] *= 1.001
+
     return edit
 
 
-@pytest.mark.parametrize("kind, item, path", [
-    ("train/scale-vs-dk", 0, "log[1].grad_wq"), ("train/lm", 0, "log[1].train_loss"),
-    ("probe/minilm", 0, "part_correlation"), ("rescale/minilm", 1.0, "entropy_per_layer[0]")])
+@pytest.mark.parametrize(
+    "kind, item, path",
+    [
+        ("train/scale-vs-dk", 0, "log[1].grad_wq"),
+        ("train/lm", 0, "log[1].train_loss"),
+        ("probe/minilm", 0, "part_correlation"),
+        ("rescale/minilm", 1.0, "entropy_per_layer[0]"),
+    ],
+)
 @pytest.mark.parametrize("exact", [True, False])
-def test_a_number_altered_by_one_part_in_a_thousand_fails_reproduction(shipped, tmp_path, monkeypatch, kind, item, path, exact):
+def test_a_number_altered_by_one_part_in_a_thousand_fails_reproduction(
+    shipped, tmp_path, monkeypatch, kind, item, path, exact
+):
     calibration = reproduction.read_calibration()
     monkeypatch.setenv(results.REFERENCE_ENV, str(_copy(kind, tmp_path, _alter(kind, item, path))))
     (tmp_path / reproduction.CALIBRATION_FILE).write_bytes(gzip.compress(json.dumps(calibration).encode()))
     env = results.read_reference(kind)
-    if not exact:       # as on another CPU: the calibrated tolerance
+    if not exact:  # as on another CPU: the calibrated tolerance
         monkeypatch.setattr(provenance, "cpu", lambda: {**results.computed_on(env)["cpu"], "model": "another CPU"})
     elif not calibration[kind]["bit_exact_here"]:
         pytest.skip(f"{kind} is not bit for bit reproducible, so never compared exactly")
@@ -174,15 +190,25 @@ def test_a_number_altered_by_one_part_in_a_thousand_fails_reproduction(shipped, 
 def test_the_reproduction_and_thread_count_checks_hold_under_a_second_arithmetic():
     """What another CPU type would do to these checks, caught on this one: the same tests in a fresh
     process whose torch, oneDNN and MKL kernels round otherwise (attnscale.experiments.reproduction)."""
-    tests = ["tests/test_reference.py::test_references_reproduce",
-             "tests/test_torch_backward.py::test_backward_across_thread_counts",
-             "tests/test_torch_attention.py::test_kernel_across_thread_counts"]
+    tests = [
+        "tests/test_reference.py::test_references_reproduce",
+        "tests/test_torch_backward.py::test_backward_across_thread_counts",
+        "tests/test_torch_attention.py::test_kernel_across_thread_counts",
+    ]
     root = Path(__file__).resolve().parents[1]
-    own = {k: v for k, v in os.environ.items()       # conftest's per-capability Inductor cache: chosen anew there
-           if not (k == "TORCHINDUCTOR_CACHE_DIR" and "torchinductor_attnscale_" in v)}
+    own = {
+        k: v
+        for k, v in os.environ.items()  # conftest's per-capability Inductor cache: chosen anew there
+        if not (k == "TORCHINDUCTOR_CACHE_DIR" and "torchinductor_attnscale_" in v)
+    }
     env = {**own, **reproduction.SECOND_ARITHMETIC, "ATTNSCALE_SECOND_ARITHMETIC": "1"}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests], cwd=root,
-                          env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert " passed" in done.stdout and "skipped" not in done.stdout.splitlines()[-1], done.stdout[-500:]
 

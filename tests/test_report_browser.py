@@ -19,19 +19,41 @@ import pytest
 from attnscale.report.fonts import FAMILY, find_cjk_font
 
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--no-first-run"]
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not os.path.exists(CHROMIUM),
-                       reason=f"Debian's chromium is not installed at {CHROMIUM} (CI installs it: make browser)"),
+    pytest.mark.skipif(
+        not os.path.exists(CHROMIUM),
+        reason=f"Debian's chromium is not installed at {CHROMIUM} (CI installs it: make browser)",
+    ),
 ]
 
 
 def _build(tmp: Path, site: str, *args: str) -> Path:
-    out = subprocess.run([sys.executable, "-m", "attnscale", "report", "--quick", "--page-dir", str(tmp / site),
-                          "--results", str(tmp / "results"), *args], capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attnscale",
+            "report",
+            "--quick",
+            "--page-dir",
+            str(tmp / site),
+            "--results",
+            str(tmp / "results"),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     path = Path(out.stdout.strip().splitlines()[-1])
     assert path.parent == (tmp / site).resolve() and path.exists()
@@ -100,15 +122,20 @@ def test_opens_without_errors_and_loads_nothing_else(open_page, report):
     assert requests == [report.as_uri()]
     # nothing the page loads is outside it (images, styles, scripts, fonts: data: URLs only)
     loaded = page.eval_on_selector_all(
-        "[src], link[href]", "els => els.map(e => e.getAttribute('src') || e.getAttribute('href'))"
-                             ".filter(u => !(u.startsWith('#') || u.startsWith('data:')))")
+        "[src], link[href]",
+        "els => els.map(e => e.getAttribute('src') || e.getAttribute('href'))"
+        ".filter(u => !(u.startsWith('#') || u.startsWith('data:')))",
+    )
     assert loaded == []
     # and a reader's links lead only to the page in the other language and to the blog post
     from attnscale.report.build import PAGE_NAMES
     from attnscale.report.seed_words import SEED_POST
 
-    links = set(page.eval_on_selector_all(
-        "a[href]", "els => els.map(e => e.getAttribute('href')).filter(u => !u.startsWith('#'))"))
+    links = set(
+        page.eval_on_selector_all(
+            "a[href]", "els => els.map(e => e.getAttribute('href')).filter(u => !u.startsWith('#'))"
+        )
+    )
     assert links <= set(PAGE_NAMES.values()) | {SEED_POST["url"]}, links
 
 
@@ -117,14 +144,16 @@ def test_every_figure_has_a_size(open_page, width):
     page, _, _ = open_page(width)
     # a responsive figure carries a wide and a narrow drawing; the one that does not fit is hidden
     sizes = page.eval_on_selector_all(
-        "figure.fig svg, #widget svg", "els => els.filter(e => e.checkVisibility()).map(e => {"
-                                       " const r = e.getBoundingClientRect(); return [r.width, r.height]; })")
-    assert len(sizes) >= 10           # the figures of the verification, and the widget
+        "figure.fig svg, #widget svg",
+        "els => els.filter(e => e.checkVisibility()).map(e => {"
+        " const r = e.getBoundingClientRect(); return [r.width, r.height]; })",
+    )
+    assert len(sizes) >= 10  # the figures of the verification, and the widget
     assert all(w > 50 and h > 50 for w, h in sizes), sizes
     narrow = page.eval_on_selector_all(".fig-narrow", "els => els.filter(e => e.checkVisibility()).length")
     from attnscale.report.narrow import NARROW_BREAKPOINT_PX
 
-    assert (narrow > 0) == (width < NARROW_BREAKPOINT_PX)     # the phone's drawings show on a phone only
+    assert (narrow > 0) == (width < NARROW_BREAKPOINT_PX)  # the phone's drawings show on a phone only
     assert page.locator(".error-box").count() == 0
 
 
@@ -147,7 +176,7 @@ def test_slider_and_rule_change_the_weights_and_readouts(open_page):
     assert unscaled64["weights"] != start["weights"] and unscaled64["entropy"] != start["entropy"]
     slider = page.locator("#w-dk")
     slider.focus()
-    page.keyboard.press("End")                       # d_k = 4096, as a user would
+    page.keyboard.press("End")  # d_k = 4096, as a user would
     big = _widget(page)
     assert big["dk"] == "4096"
     assert big["weights"] != unscaled64["weights"] and big["heights"] != unscaled64["heights"]
@@ -160,7 +189,7 @@ def test_slider_and_rule_change_the_weights_and_readouts(open_page):
     assert entropy(big) < entropy(scaled) / 2 and entropy(scaled) > 1.0
     slider.focus()
     page.keyboard.press("ArrowLeft")
-    assert _widget(page)["dk"] == "3444"             # log steps: 2^(47/4) rounded
+    assert _widget(page)["dk"] == "3444"  # log steps: 2^(47/4) rounded
     page.keyboard.press("Home")
     assert _widget(page)["dk"] == "1"
     page.select_option("#w-n", "128")
@@ -175,10 +204,15 @@ def test_widget_matches_the_library(open_page, d_k):
     from attnscale.scales import RULES, SoftCap, Unscaled
 
     page, _, _ = open_page(1280)
-    rules = {"inverse_sqrt_dk": RULES["inverse_sqrt_dk"], "unscaled": RULES["unscaled"],
-             "inverse_dk": RULES["inverse_dk"], "qknorm": RULES["qknorm"], "softcap": RULES["softcap"],
-             "softcap_unscaled": SoftCap(cap_value=RULES["softcap"].cap_value, base=Unscaled()),
-             "logn": RULES["logn"]}
+    rules = {
+        "inverse_sqrt_dk": RULES["inverse_sqrt_dk"],
+        "unscaled": RULES["unscaled"],
+        "inverse_dk": RULES["inverse_dk"],
+        "qknorm": RULES["qknorm"],
+        "softcap": RULES["softcap"],
+        "softcap_unscaled": SoftCap(cap_value=RULES["softcap"].cap_value, base=Unscaled()),
+        "logn": RULES["logn"],
+    }
     options = page.eval_on_selector_all("#w-rule option", "els => els.map(e => e.value)")
     assert sorted(options) == sorted(rules)
     index = page.evaluate(f"window.attnscaleWidget.dks.indexOf({d_k})")
@@ -190,8 +224,10 @@ def test_widget_matches_the_library(open_page, d_k):
     assert q.shape == (1, d_k) and k.shape == (16, d_k)
     for name, rule in rules.items():
         page.select_option("#w-rule", name)
-        got = page.evaluate("() => ({ logits: Array.from(window.attnscaleWidget.state.logits),"
-                            " weights: Array.from(window.attnscaleWidget.state.weights) })")
+        got = page.evaluate(
+            "() => ({ logits: Array.from(window.attnscaleWidget.state.logits),"
+            " weights: Array.from(window.attnscaleWidget.state.weights) })"
+        )
         res = attention(q, k, np.eye(len(k)), scale=rule, return_details=True)
         np.testing.assert_allclose(got["logits"], res.logits[0], rtol=1e-12, atol=1e-12, err_msg=name)
         np.testing.assert_allclose(got["weights"], res.weights[0], rtol=1e-10, atol=1e-15, err_msg=name)
@@ -210,7 +246,9 @@ def test_layout_holds(open_page, width):
     assert boxes and max(boxes) <= inner
     if width == 390:
         # the all-verdicts table is wider than a phone: it scrolls inside its box
-        assert page.eval_on_selector("table.all-verdicts", "t => t.parentElement.scrollWidth > t.parentElement.clientWidth")
+        assert page.eval_on_selector(
+            "table.all-verdicts", "t => t.parentElement.scrollWidth > t.parentElement.clientWidth"
+        )
     assert problems == []
 
 
@@ -247,17 +285,21 @@ def _glyph_shots(browser, path: Path, chars: str, svg_font: bool = False) -> lis
         page.evaluate("document.fonts.ready")
         shots = []
         for c in chars:
-            page.evaluate("""c => { let s = document.getElementById('glyph-probe');
+            page.evaluate(
+                """c => { let s = document.getElementById('glyph-probe');
                 if (!s) { s = document.createElement('span'); s.id = 'glyph-probe';
                           s.style.cssText = 'position:fixed;top:0;left:0;font-size:40px;background:#fff;z-index:9';
                           document.body.appendChild(s); }
-                s.textContent = c; }""", c)
+                s.textContent = c; }""",
+                c,
+            )
             if svg_font:
                 page.evaluate("""() => { const t = document.querySelector('figure.fig svg text');
                     document.getElementById('glyph-probe').style.fontFamily = getComputedStyle(t).fontFamily; }""")
             shots.append(page.locator("#glyph-probe").screenshot())
-        embedded = page.evaluate("f => [...document.fonts].some(x => x.family.replace(/[\"']/g, '') === f"
-                                 " && x.status === 'loaded')", FAMILY)
+        embedded = page.evaluate(
+            "f => [...document.fonts].some(x => x.family.replace(/[\"']/g, '') === f && x.status === 'loaded')", FAMILY
+        )
         return shots, embedded
     finally:
         page.close()
@@ -274,7 +316,7 @@ def test_chinese_page_shows_glyphs_without_system_cjk_fonts(latin_only_browser, 
     with_font, embedded = _glyph_shots(latin_only_browser, report_zh, chars)
     stripped = tmp_path / "no-font.html"
     start = html.index("<style>@font-face")
-    stripped.write_text(html[:start] + html[html.index("</style>", start) + len("</style>"):], encoding="utf-8")
+    stripped.write_text(html[:start] + html[html.index("</style>", start) + len("</style>") :], encoding="utf-8")
     boxes, embedded_after = _glyph_shots(latin_only_browser, stripped, chars)
     assert embedded and not embedded_after
     assert len(set(boxes)) == 1, "without the font every character should be the same box"
@@ -282,7 +324,7 @@ def test_chinese_page_shows_glyphs_without_system_cjk_fonts(latin_only_browser, 
     # the figures' text names the same family: their Chinese labels get the glyphs too
     svg_with, _ = _glyph_shots(latin_only_browser, report_zh, chars, svg_font=True)
     svg_boxes, _ = _glyph_shots(latin_only_browser, stripped, chars, svg_font=True)
-    assert FAMILY in html[html.index("<svg"):] and len(set(svg_boxes)) == 1
+    assert FAMILY in html[html.index("<svg") :] and len(set(svg_boxes)) == 1
     assert len(set(svg_with)) == len(chars) and not set(svg_with) & set(svg_boxes)
 
 
@@ -295,20 +337,26 @@ def test_english_page_footer_chinese_is_embedded(report):
 
 # --- figures at 1280 px and at 420 px -------------------------------------------------------------
 
+
 @pytest.mark.parametrize("width, shown", [(1280, "fig-wide"), (420, "fig-narrow")])
 def test_responsive_figure_shows_the_variant_that_fits_with_readable_text(browser, tmp_path, width, shown):
     from attnscale.report import figures, plotting
     from attnscale.report.page import stylesheet
 
-    data = {"n": [10, 100, 1000, 100000], "softmax": [0.94, 0.6, 0.13, 0.0015], "ssmax": [0.99, 0.98, 0.97, 0.96],
-            "s": 0.43}
-    fig = plotting.responsive_figure(lambda: figures.ssmax(data),
-                                    "alt", "caption", px_per_inch=130)
+    data = {
+        "n": [10, 100, 1000, 100000],
+        "softmax": [0.94, 0.6, 0.13, 0.0015],
+        "ssmax": [0.99, 0.98, 0.97, 0.96],
+        "s": 0.43,
+    }
+    fig = plotting.responsive_figure(lambda: figures.ssmax(data), "alt", "caption", px_per_inch=130)
     path = tmp_path / "fig.html"
-    path.write_text('<!doctype html><html><head><meta charset="utf-8"><meta name="viewport" '
-                    f'content="width=device-width, initial-scale=1"><style>{stylesheet()}</style></head><body>'
-                    f'<div class="layout"><nav class="toc"></nav><main>{fig}</main></div></body></html>',
-                    encoding="utf-8")
+    path.write_text(
+        '<!doctype html><html><head><meta charset="utf-8"><meta name="viewport" '
+        f'content="width=device-width, initial-scale=1"><style>{stylesheet()}</style></head><body>'
+        f'<div class="layout"><nav class="toc"></nav><main>{fig}</main></div></body></html>',
+        encoding="utf-8",
+    )
     page = browser.new_page(viewport={"width": width, "height": 900})
     try:
         page.goto(path.as_uri())

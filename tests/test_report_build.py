@@ -36,8 +36,9 @@ def write_verify(root, verify: dict | None = None, quick: bool = True, seed: int
 
     v = verify or fake_verify()
     config = {**v["config"], "quick": quick, "seed": seed}
-    return results.write("verify", verify_data(VerifyReport.from_dict(v)), config=config, seed=seed, quick=quick,
-                         root=root)
+    return results.write(
+        "verify", verify_data(VerifyReport.from_dict(v)), config=config, seed=seed, quick=quick, root=root
+    )
 
 
 def _prime(config: ReportConfig, verify: dict | None = None) -> results.Envelope:
@@ -60,8 +61,11 @@ def fast_figures(monkeypatch):
     """Stand-in figures for tests about everything but figures (matplotlib takes seconds)."""
     from attnscale.report import seed
 
-    monkeypatch.setattr(seed, "figure_html",
-                        lambda block, data, keys=None, values=None: f'<figure class="fig" data-block="{block}"></figure>')
+    monkeypatch.setattr(
+        seed,
+        "figure_html",
+        lambda block, data, keys=None, values=None: f'<figure class="fig" data-block="{block}"></figure>',
+    )
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +75,7 @@ def built_en(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         import attnscale.claims
 
-        mp.setattr(attnscale.claims, "run_claims", None)   # calling it would fail: the result must answer
+        mp.setattr(attnscale.claims, "run_claims", None)  # calling it would fail: the result must answer
         config = _config(tmp_path)
         _prime(config)
         seen = []
@@ -99,25 +103,31 @@ def test_build_reads_the_verification_result_and_writes_one_page(built_en):
 
     n_figures = sum(len(f) for f in CHAPTER_FIGURES.values()) + len(BEYOND_PARTS)
     assert len(re.findall(r'<figure class="fig[^"]*"[^>]*>(?:<div class="fig-wide">)?<svg', page)) == n_figures
-    assert {b for f in CHAPTER_FIGURES.values() for b, _ in f} | {b for _, b in BEYOND_PARTS} == set(fake_verify()["data"])
+    assert {b for f in CHAPTER_FIGURES.values() for b, _ in f} | {b for _, b in BEYOND_PARTS} == set(
+        fake_verify()["data"]
+    )
     assert 'id="widget"' in page
     # the prose's settings and the hero's numbers come from the data (the fake has n = 16 and 128)
     assert "for n = 16 and 128 keys" in page and "n = 16, 128, 1024" not in page
     glance = re.search(r'<div class="glance">(.*?)</header>', page, re.S).group(1)
-    assert '<span class="glance-value">256</span>' in glance          # Var at the largest d_k given
-    assert '<span class="glance-value">0.8</span>' in glance          # unscaled median max weight at d_k = 64
+    assert '<span class="glance-value">256</span>' in glance  # Var at the largest d_k given
+    assert '<span class="glance-value">0.8</span>' in glance  # unscaled median max weight at d_k = 64
     # progress went up to its total, one tick per chapter
     assert seen and seen[-1][0] == seen[-1][1]
     # provenance: versions and machine of the verification's result, its date as the page's date
-    footer = page[page.index('<footer'):]
+    footer = page[page.index("<footer") :]
     env = result.verify
-    for text in (env.environment["numpy"], env.environment["python"], "quick=True",
-                 env.created.replace("T", " ").replace("Z", " UTC")):
+    for text in (
+        env.environment["numpy"],
+        env.environment["python"],
+        "quick=True",
+        env.created.replace("T", " ").replace("Z", " UTC"),
+    ):
         assert text in footer
     # every chapter of the blog post carries the quick-run label, and says where its numbers come from
     assert page.count(" · quick run</h2>") == len(env.data["chapters"])
     assert "From verify/quick.json: a quick run computed" in page
-    assert "while this page was built" not in page      # the results were computed earlier, elsewhere maybe
+    assert "while this page was built" not in page  # the results were computed earlier, elsewhere maybe
     # no raw markup, one spelling of d_k in the prose
     assert "_{" not in re.sub(r"<(script|style|svg)\b.*?</\1>", "", page, flags=re.S)
 
@@ -163,8 +173,12 @@ def test_the_timings_table_total_is_the_sum_of_its_rows(built_en):
 
 def test_the_report_never_imports_the_producers():
     src = Path(build_report.__code__.co_filename).parent
-    offending = [f"{p.name}:{i}" for p in src.rglob("*.py") for i, line in enumerate(p.read_text().splitlines(), 1)
-                 if "attnscale.claims" in line or "attnscale.experiments" in line]
+    offending = [
+        f"{p.name}:{i}"
+        for p in src.rglob("*.py")
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if "attnscale.claims" in line or "attnscale.experiments" in line
+    ]
     assert offending == []
 
 
@@ -196,7 +210,7 @@ def test_interrupted_build_leaves_the_previous_report_intact(tmp_path, no_engine
     first = build_report(config).path.read_bytes()
 
     def interrupted(block, data, keys=None, values=None):
-        if block == "saturation":          # half-way through the chapters
+        if block == "saturation":  # half-way through the chapters
             raise KeyboardInterrupt
         return "<figure></figure>"
 
@@ -209,7 +223,7 @@ def test_interrupted_build_leaves_the_previous_report_intact(tmp_path, no_engine
 
 def _fake_chapter(monkeypatch, name, render, kind="demo"):
     mod = types.ModuleType(f"attnscale.report.chapters.{name}")
-    mod.TITLE = f"Experiment {name}"        # an English title: these pages are built in English only
+    mod.TITLE = f"Experiment {name}"  # an English title: these pages are built in English only
     mod.KIND = kind
     mod.HOW_TO = f"attnscale train --{name}"
     mod.render = render
@@ -232,11 +246,15 @@ def test_experiment_chapters_render_note_or_error_box(tmp_path, no_engine, monke
     _fake_chapter(monkeypatch, "fake_missing", lambda env: "never", kind="train/lm")
     monkeypatch.setattr(chapters, "EXPERIMENT_CHAPTERS", ("fake_ok", "fake_broken", "fake_missing", "fake_absent"))
     result = build_report(config)
-    assert result.experiment_status == {"fake_ok": "rendered", "fake_broken": "error", "fake_missing": "missing",
-                                        "fake_absent": "error"}
+    assert result.experiment_status == {
+        "fake_ok": "rendered",
+        "fake_broken": "error",
+        "fake_missing": "missing",
+        "fake_absent": "error",
+    }
     page = result.path.read_text(encoding="utf-8")
     assert "<p>losses [3.0, 2.5] in en</p>" in page
-    assert "Experiment fake_ok</h2>" in page            # a full result: no quick label
+    assert "Experiment fake_ok</h2>" in page  # a full result: no quick label
     broken_html = re.search(r'id="exp-fake-broken">(.*?)</section>', page, re.S).group(1)
     assert 'class="error-box"' in broken_html and "loss_curve" in broken_html
     missing_html = re.search(r'id="exp-fake-missing">(.*?)</section>', page, re.S).group(1)
@@ -246,8 +264,9 @@ def test_experiment_chapters_render_note_or_error_box(tmp_path, no_engine, monke
     assert "From demo/result.json: a full run computed" in page
 
 
-def test_a_malformed_result_is_named_in_its_chapter_and_a_quick_one_labelled(tmp_path, no_engine, monkeypatch,
-                                                                              fast_figures):
+def test_a_malformed_result_is_named_in_its_chapter_and_a_quick_one_labelled(
+    tmp_path, no_engine, monkeypatch, fast_figures
+):
     """A renamed key fails where the result is read (file and field named), not while rendering."""
     import attnscale.report.chapters as chapters
 
@@ -263,7 +282,7 @@ def test_a_malformed_result_is_named_in_its_chapter_and_a_quick_one_labelled(tmp
     raw["data"]["answr"] = raw["data"].pop("answer")
     env.path.write_text(json.dumps(raw))
     result = build_report(config)
-    assert result.experiment_status == {"fake": "error"} and len(rendered) == 1   # render never ran
+    assert result.experiment_status == {"fake": "error"} and len(rendered) == 1  # render never ran
     box = re.search(r'id="exp-fake">(.*?)</section>', result.path.read_text(encoding="utf-8"), re.S).group(1)
     assert 'class="error-box"' in box and "data.answer" in box and "quick.json" in box
 
@@ -277,16 +296,26 @@ def test_chinese_page_beside_the_english_one_each_linking_the_other(tmp_path, no
     page = path.read_text(encoding="utf-8")
     assert '<html lang="zh-CN">' in page and '<a href="index.html" hreflang="en">' in page
     assert '<a href="index.zh.html" hreflang="zh">' in english.read_text(encoding="utf-8")
-    for text in ("注意力公式（快速回顾）", "大的点积对 softmax 的影响", "论断 3.0：variance", "原文数字有误", "成立", "快速运行"):
+    for text in (
+        "注意力公式（快速回顾）",
+        "大的点积对 softmax 的影响",
+        "论断 3.0：variance",
+        "原文数字有误",
+        "成立",
+        "快速运行",
+    ):
         assert text in page
     assert "What happens without scaling?" not in page
 
 
-@pytest.mark.parametrize("why, make", [
-    ("no verification result", lambda root: None),
-    ("written by attnscale 0.0.0-old", lambda root: _rewrite(root, version="0.0.0-old")),
-    ("its random seed is 5", lambda root: _rewrite(root, seed=5)),
-])
+@pytest.mark.parametrize(
+    "why, make",
+    [
+        ("no verification result", lambda root: None),
+        ("written by attnscale 0.0.0-old", lambda root: _rewrite(root, version="0.0.0-old")),
+        ("its random seed is 5", lambda root: _rewrite(root, seed=5)),
+    ],
+)
 def test_cli_runs_the_verification_first_when_missing_or_stale(tmp_path, monkeypatch, capsys, fast_figures, why, make):
     import attnscale.claims
     from attnscale.claims import VerifyReport
@@ -367,7 +396,8 @@ def test_a_kill_during_the_build_leaves_the_previous_report(tmp_path):
         "    print('rendering', flush=True); time.sleep(60)\n"
         "figures.jacobian = slow\n"
         "from attnscale.cli import main\n"
-        f"sys.exit(main(['report', '--quick', '--page-dir', {str(out)!r}, '--results', {str(config.results)!r}]))\n")
+        f"sys.exit(main(['report', '--quick', '--page-dir', {str(out)!r}, '--results', {str(config.results)!r}]))\n"
+    )
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "rendering"
@@ -382,6 +412,7 @@ def test_page_is_self_contained(built_en):
     # nothing is loaded from elsewhere; the one external address is a link a reader may follow (the blog post)
     assert re.findall(r'src\s*=\s*["\']?\s*(?:https?:)?//', page, re.I) == []
     from attnscale.report.seed_words import SEED_POST
+
     assert re.findall(r'href\s*=\s*["\']?\s*((?:https?:)?//[^"\' >]*)', page, re.I) == [SEED_POST["url"]]
     assert re.search(r'<a href="' + re.escape(SEED_POST["url"]) + '">', page)
     assert "<link" not in page and "<script src" not in page and "@import" not in page
@@ -406,10 +437,24 @@ def test_cli_builds_and_prints_the_path(tmp_path, no_engine, capsys, fast_figure
     assert main(["report", "--quick", "--page-dir", str(config.out), "--results", str(config.results)]) == 0
     out = capsys.readouterr()
     assert Path(out.out.strip()) == (config.out / "index.html").resolve()
-    assert "running the verification" not in out.err     # it was current: read, not rerun
+    assert "running the verification" not in out.err  # it was current: read, not rerun
     # --json -: what was built, instead of the path
-    assert main(["report", "--quick", "--quiet", "--json", "-", "--page-dir", str(config.out),
-                 "--results", str(config.results)]) == 0
+    assert (
+        main(
+            [
+                "report",
+                "--quick",
+                "--quiet",
+                "--json",
+                "-",
+                "--page-dir",
+                str(config.out),
+                "--results",
+                str(config.results),
+            ]
+        )
+        == 0
+    )
     built = json.loads(capsys.readouterr().out)
     assert built["page"] == str((config.out / "index.html").resolve()) and built["verify"]["quick"] is True
     from attnscale.report.chapters import EXPERIMENT_CHAPTERS
@@ -427,34 +472,69 @@ def test_cli_help_and_bad_arguments():
     assert bad.returncode == 2 and "non-negative" in bad.stderr
 
 
-
-
 def test_inconclusive_verdict_badges_tally_and_judged_interval():
     from attnscale.report.verdicts import all_claims_table, badge, claim_card, claim_list, tally_badges
 
-    claims = [{"id": "T.1", "chapter": "faq", "claim_en": "c1", "claim_zh": "论断", "method": "Monte Carlo",
-               "expected": "e", "measured": "m", "verdict": "inconclusive", "ci_low": 0.857, "ci_high": 0.955,
-               "ci_level": 0.99, "n_samples": 300},
-              {"id": "T.2", "chapter": "faq", "claim_en": "c2", "claim_zh": "论断", "method": "Monte Carlo",
-               "expected": "e", "measured": "m", "verdict": "holds", "ci_low": 60.0, "ci_high": 70.0,
-               "ci_level": 1 - 0.01 / 52, "n_samples": 300},
-              {"id": "T.3", "chapter": "faq", "claim_en": "c3", "claim_zh": "论断", "method": "symbolic",
-               "expected": "e", "measured": "m", "verdict": "holds"}]
+    claims = [
+        {
+            "id": "T.1",
+            "chapter": "faq",
+            "claim_en": "c1",
+            "claim_zh": "论断",
+            "method": "Monte Carlo",
+            "expected": "e",
+            "measured": "m",
+            "verdict": "inconclusive",
+            "ci_low": 0.857,
+            "ci_high": 0.955,
+            "ci_level": 0.99,
+            "n_samples": 300,
+        },
+        {
+            "id": "T.2",
+            "chapter": "faq",
+            "claim_en": "c2",
+            "claim_zh": "论断",
+            "method": "Monte Carlo",
+            "expected": "e",
+            "measured": "m",
+            "verdict": "holds",
+            "ci_low": 60.0,
+            "ci_high": 70.0,
+            "ci_level": 1 - 0.01 / 52,
+            "n_samples": 300,
+        },
+        {
+            "id": "T.3",
+            "chapter": "faq",
+            "claim_en": "c3",
+            "claim_zh": "论断",
+            "method": "symbolic",
+            "expected": "e",
+            "measured": "m",
+            "verdict": "holds",
+        },
+    ]
     assert 'class="badge inconclusive" title=' in badge("inconclusive") and "inconclusive" in badge("inconclusive")
     with language("zh"):
         assert "无定论" in badge("inconclusive")
     counts = {"holds": 2, "fails": 0, "inconclusive": 1, "seed number wrong": 0}
     tally = tally_badges(counts)
-    assert '<span class="badge inconclusive" title="the interval does not decide the criterion at this sample size">1 inconclusive' in tally and '<span class="badge holds">2 ' in tally
+    assert (
+        '<span class="badge inconclusive" title="the interval does not decide the criterion at this sample size">1 inconclusive'
+        in tally
+        and '<span class="badge holds">2 ' in tally
+    )
     with language("zh"):
         assert "1 个无定论" in tally_badges(counts)
     assert "99% CI (judged)" in claim_card(claims[0])
-    assert "99.9808% CI (judged)" in claim_card(claims[1])   # the Bonferroni interval, labelled as such
+    assert "99.9808% CI (judged)" in claim_card(claims[1])  # the Bonferroni interval, labelled as such
     assert "(99.9808%)" in all_claims_table(claims)
     # problems first: the inconclusive card before the ones that hold
     html = claim_list(claims)
     assert html.index('data-claim="T.1"') < html.index('data-claim="T.2"')
     from pathlib import Path as _P
+
     css = (_P(build_report.__code__.co_filename).parent / "style.css").read_text()
     assert ".badge.inconclusive" in css
 
@@ -471,15 +551,18 @@ def test_the_verification_is_stale_when_a_result_it_judged_from_was_replaced(tmp
     from attnscale.cli.report import current_verify
 
     root = tmp_path / "results"
-    train = results.write("train/scale-vs-dk", {"cells": [], "analysis": {"table": [], "verdicts": []}}, seed=0, root=root)
+    train = results.write(
+        "train/scale-vs-dk", {"cells": [], "analysis": {"table": [], "verdicts": []}}, seed=0, root=root
+    )
     env = write_verify(root)
     data = dict(env.data)
-    data["claims"] = [{**data["claims"][0], "sources": [{"kind": "train/scale-vs-dk", "quick": False,
-                                                         "created": train.created}]}] + data["claims"][1:]
+    data["claims"] = [
+        {**data["claims"][0], "sources": [{"kind": "train/scale-vs-dk", "quick": False, "created": train.created}]}
+    ] + data["claims"][1:]
     results.write("verify", data, config=env.config, seed=0, quick=True, root=root)
     assert current_verify(root, quick=True, seed=0, fresh=False) is None
     raw = json.loads(train.path.read_text())
-    raw["created"] = "2099-01-01T00:00:00Z"                 # rerun since
+    raw["created"] = "2099-01-01T00:00:00Z"  # rerun since
     train.path.write_text(json.dumps(raw))
     reason = current_verify(root, quick=True, seed=0, fresh=False)
     assert "T0.0" in reason and "train/scale-vs-dk" in reason and "2099" in reason
@@ -504,13 +587,21 @@ def test_the_jacobian_caption_reads_the_curve_from_the_data():
 def test_the_chinese_page_shows_a_rows_chinese_words_and_an_older_rows_english():
     from attnscale.report.verdicts import all_claims_table
 
-    row = {"id": "S9.9", "claim_en": "a claim", "claim_zh": "一个论断", "verdict": "holds",
-           "expected": "the exact value", "expected_zh": "精确值", "measured": "2.718", "note": "a note"}
+    row = {
+        "id": "S9.9",
+        "claim_en": "a claim",
+        "claim_zh": "一个论断",
+        "verdict": "holds",
+        "expected": "the exact value",
+        "expected_zh": "精确值",
+        "measured": "2.718",
+        "note": "a note",
+    }
     with language("zh"):
         zh = all_claims_table([row])
     en = all_claims_table([row])
     assert "精确值" in zh and "the exact value" not in zh
     assert "the exact value" in en and "精确值" not in en
-    older = {k: v for k, v in row.items() if k != "expected_zh"}           # written before rows had Chinese
+    older = {k: v for k, v in row.items() if k != "expected_zh"}  # written before rows had Chinese
     with language("zh"):
         assert "the exact value" in all_claims_table([older])

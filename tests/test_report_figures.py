@@ -24,89 +24,203 @@ D_KS = [1, 4, 16, 64, 256]
 def fake_data() -> dict:
     """Every figure block, in the shapes the verification engine writes, with made-up numbers that
     no estimator would produce (so a figure that recomputes instead of plotting is caught)."""
-    fam = lambda f: {"d_k": D_KS, "estimate": [d * f for d in D_KS], "ci_low": [d * f * 0.9 for d in D_KS],  # noqa: E731
-                     "ci_high": [d * f * 1.1 for d in D_KS], "n_samples": [1000] * 5, "converged": [True] * 5,
-                     "scaled": {"estimate": [f] * 5, "ci_low": [f - 0.05] * 5, "ci_high": [f + 0.05] * 5}}
+
+    def fam(f):
+        return {
+            "d_k": D_KS,
+            "estimate": [d * f for d in D_KS],
+            "ci_low": [d * f * 0.9 for d in D_KS],
+            "ci_high": [d * f * 1.1 for d in D_KS],
+            "n_samples": [1000] * 5,
+            "converged": [True] * 5,
+            "scaled": {"estimate": [f] * 5, "ci_low": [f - 0.05] * 5, "ci_high": [f + 0.05] * 5},
+        }
+
     hist = {}
     for d, counts in ((4, [1, 5, 9, 5, 1]), (64, [2, 6, 7, 6, 2]), (512, [3, 5, 6, 5, 3])):
         edges = [-2.5 * math.sqrt(d) + i * math.sqrt(d) for i in range(6)]
-        hist[str(d)] = {"d_k": d, "n_samples": sum(counts), "edges_unscaled": edges,
-                        "edges_scaled": [e / math.sqrt(d) for e in edges], "counts": counts, "outside": 0,
-                        "std_unscaled": 1.0, "std_scaled": 1.0}
-    examples = {"[14, 10, 12]": {"logits": [14.0, 10.0, 12.0], "weights": [0.7, 0.1, 0.2],
-                                 "logits_scaled": [1.75, 1.25, 1.5], "weights_scaled": [0.4, 0.3, 0.3], "scale": 0.125},
-                "[50, 10, 5]": {"logits": [50.0, 10.0, 5.0], "weights": [1.0, 0.0, 0.0],
-                                "logits_scaled": [6.25, 1.25, 0.625], "weights_scaled": [0.98, 0.01, 0.01],
-                                "scale": 0.125},
-                "[5, 1, 0.5]": {"logits": [5.0, 1.0, 0.5], "weights": [0.9, 0.06, 0.04],
-                                "logits_scaled": [0.625, 0.125, 0.0625], "weights_scaled": [0.5, 0.25, 0.25],
-                                "scale": 0.125}}
+        hist[str(d)] = {
+            "d_k": d,
+            "n_samples": sum(counts),
+            "edges_unscaled": edges,
+            "edges_scaled": [e / math.sqrt(d) for e in edges],
+            "counts": counts,
+            "outside": 0,
+            "std_unscaled": 1.0,
+            "std_scaled": 1.0,
+        }
+    examples = {
+        "[14, 10, 12]": {
+            "logits": [14.0, 10.0, 12.0],
+            "weights": [0.7, 0.1, 0.2],
+            "logits_scaled": [1.75, 1.25, 1.5],
+            "weights_scaled": [0.4, 0.3, 0.3],
+            "scale": 0.125,
+        },
+        "[50, 10, 5]": {
+            "logits": [50.0, 10.0, 5.0],
+            "weights": [1.0, 0.0, 0.0],
+            "logits_scaled": [6.25, 1.25, 0.625],
+            "weights_scaled": [0.98, 0.01, 0.01],
+            "scale": 0.125,
+        },
+        "[5, 1, 0.5]": {
+            "logits": [5.0, 1.0, 0.5],
+            "weights": [0.9, 0.06, 0.04],
+            "logits_scaled": [0.625, 0.125, 0.0625],
+            "weights_scaled": [0.5, 0.25, 0.25],
+            "scale": 0.125,
+        },
+    }
+
     def summary(q10, median, q90, mean=None):
-        return {"median": [median] * 5, "median_ci": [[median - 0.01, median + 0.01]] * 5, "q10": [q10] * 5,
-                "q90": [q90] * 5, "mean": [mean if mean is not None else median] * 5,
-                "mean_ci": [[median - 0.02, median + 0.02]] * 5}
+        return {
+            "median": [median] * 5,
+            "median_ci": [[median - 0.01, median + 0.01]] * 5,
+            "q10": [q10] * 5,
+            "q90": [q90] * 5,
+            "mean": [mean if mean is not None else median] * 5,
+            "mean_ci": [[median - 0.02, median + 0.02]] * 5,
+        }
 
     def rows(figs):
-        return {"d_k": D_KS, "rows": 300, "by_n": {
-            n: {mode: {f: summary(*vals[mode]) for f, vals in figs.items()} for mode in ("unscaled", "scaled")}
-            for n in ("16", "128")}}
+        return {
+            "d_k": D_KS,
+            "rows": 300,
+            "by_n": {
+                n: {mode: {f: summary(*vals[mode]) for f, vals in figs.items()} for mode in ("unscaled", "scaled")}
+                for n in ("16", "128")
+            },
+        }
 
     sigmas = [0.5, 1.0, 2.0, 3.0]
     return {
         "variance_vs_dk": {"gaussian": fam(1.0), "uniform": fam(1.02)},
         "dot_histograms": hist,
         "seed_softmax_examples": examples,
-        "saturation": rows({"max_weight": {"unscaled": (0.1, 0.8, 0.9), "scaled": (0.1, 0.3, 0.5)},
-                            "entropy": {"unscaled": (0.1, 0.5, 2.0), "scaled": (1.0, 2.0, 2.5)},
-                            "normalized_entropy": {"unscaled": (0.05, 0.2, 0.7), "scaled": (0.6, 0.8, 0.9)}}),
+        "saturation": rows(
+            {
+                "max_weight": {"unscaled": (0.1, 0.8, 0.9), "scaled": (0.1, 0.3, 0.5)},
+                "entropy": {"unscaled": (0.1, 0.5, 2.0), "scaled": (1.0, 2.0, 2.5)},
+                "normalized_entropy": {"unscaled": (0.05, 0.2, 0.7), "scaled": (0.6, 0.8, 0.9)},
+            }
+        ),
         "jacobian": rows({"jacobian_frobenius": {"unscaled": (1e-9, 1e-3, 0.3, 0.05), "scaled": (0.2, 0.4, 0.5)}}),
-        "phase": {"sigma": sigmas, "n": [16, 128], "mc": {"16": [0.9, 0.7, 0.3, 0.1], "128": [0.95, 0.8, 0.5, 0.2]},
-                  "mc_ci": {"16": [[v - 0.01, v + 0.01] for v in (0.9, 0.7, 0.3, 0.1)],
-                            "128": [[v - 0.01, v + 0.01] for v in (0.95, 0.8, 0.5, 0.2)]},
-                  "asymptote": {"16": [0.95, 0.8, 0.2, 0.0], "128": [0.97, 0.9, 0.6, 0.1]},
-                  "boundary": {"16": 2.35, "128": 3.11}, "rows": {"16": 2048, "128": 256}},
+        "phase": {
+            "sigma": sigmas,
+            "n": [16, 128],
+            "mc": {"16": [0.9, 0.7, 0.3, 0.1], "128": [0.95, 0.8, 0.5, 0.2]},
+            "mc_ci": {
+                "16": [[v - 0.01, v + 0.01] for v in (0.9, 0.7, 0.3, 0.1)],
+                "128": [[v - 0.01, v + 0.01] for v in (0.95, 0.8, 0.5, 0.2)],
+            },
+            "asymptote": {"16": [0.95, 0.8, 0.2, 0.0], "128": [0.97, 0.9, 0.6, 0.1]},
+            "boundary": {"16": 2.35, "128": 3.11},
+            "rows": {"16": 2048, "128": 256},
+        },
         "broken_assumptions": [
             {"case": "non-zero means", "d_k": 64, "estimate": 96.0, "ci_low": 90.0, "ci_high": 102.0, "formula": 100.0},
-            {"case": "correlated q and k", "d_k": 512, "estimate": 640.0, "ci_low": 600.0, "ci_high": 680.0,
-             "formula": 650.0}],
-        "ssmax": {"n": [10, 100, 1000, 100000], "softmax": [0.94, 0.6, 0.13, 0.0015],
-                  "ssmax": [0.99, 0.98, 0.97, 0.96], "s": 0.43},
-        "error_vs_samples": {"d_k": 64, "replicates": 30, "slope": -0.49,
-                             "points": [{"n_samples": n, "rms_error": 90 / n ** 0.5 * 1.1, "predicted": 90 / n ** 0.5,
-                                         "mean_error": 0.1} for n in (64, 256, 1024)]},
-        "give_away": {"n": 16, "logit": [-10.0, 0.0, 10.0],
-                      "softmax_total_measured": [1.0, 1.0, 0.9999999], "softmax1_total": [0.0007, 0.94, 0.99999]},
+            {
+                "case": "correlated q and k",
+                "d_k": 512,
+                "estimate": 640.0,
+                "ci_low": 600.0,
+                "ci_high": 680.0,
+                "formula": 650.0,
+            },
+        ],
+        "ssmax": {
+            "n": [10, 100, 1000, 100000],
+            "softmax": [0.94, 0.6, 0.13, 0.0015],
+            "ssmax": [0.99, 0.98, 0.97, 0.96],
+            "s": 0.43,
+        },
+        "error_vs_samples": {
+            "d_k": 64,
+            "replicates": 30,
+            "slope": -0.49,
+            "points": [
+                {"n_samples": n, "rms_error": 90 / n**0.5 * 1.1, "predicted": 90 / n**0.5, "mean_error": 0.1}
+                for n in (64, 256, 1024)
+            ],
+        },
+        "give_away": {
+            "n": 16,
+            "logit": [-10.0, 0.0, 10.0],
+            "softmax_total_measured": [1.0, 1.0, 0.9999999],
+            "softmax1_total": [0.0007, 0.94, 0.99999],
+        },
     }
 
 
 def fake_claims() -> list[dict]:
-    chapters = ("formula", "without_scaling", "why_grows", "variance", "proof", "softmax_large", "why_sqrt",
-                "real_numbers", "faq", "beyond")
+    chapters = (
+        "formula",
+        "without_scaling",
+        "why_grows",
+        "variance",
+        "proof",
+        "softmax_large",
+        "why_sqrt",
+        "real_numbers",
+        "faq",
+        "beyond",
+    )
     verdicts = ("holds", "holds", "fails", "seed number wrong")
     out = []
     for i, ch in enumerate(chapters):
         for j in range(2):
             v = verdicts[(i + j) % 4]
-            out.append({"id": f"T{i}.{j}", "chapter": ch, "claim_en": f"claim {i}.{j} about d_k in {ch}",
-                        "claim_zh": f"论断 {i}.{j}：{ch}", "seed_value": "0.867" if j else None,
-                        "method": "Monte Carlo" if j else "exact arithmetic", "expected": "d_k",
-                        "measured": f"{63.9 + i:.1f}", "estimate": 63.9 + i, "ci_low": 63.0 + i, "ci_high": 64.8 + i,
-                        "n_samples": 123456 if j else None, "verdict": v,
-                        "correct_value": "0.868" if v == "seed number wrong" else None,
-                        "note": "<b>not bold</b>" if i == 0 else ""})
+            out.append(
+                {
+                    "id": f"T{i}.{j}",
+                    "chapter": ch,
+                    "claim_en": f"claim {i}.{j} about d_k in {ch}",
+                    "claim_zh": f"论断 {i}.{j}：{ch}",
+                    "seed_value": "0.867" if j else None,
+                    "method": "Monte Carlo" if j else "exact arithmetic",
+                    "expected": "d_k",
+                    "measured": f"{63.9 + i:.1f}",
+                    "estimate": 63.9 + i,
+                    "ci_low": 63.0 + i,
+                    "ci_high": 64.8 + i,
+                    "n_samples": 123456 if j else None,
+                    "verdict": v,
+                    "correct_value": "0.868" if v == "seed number wrong" else None,
+                    "note": "<b>not bold</b>" if i == 0 else "",
+                }
+            )
     return out
 
 
 def fake_verify() -> dict:
     """A VerifyReport.to_dict() made by hand."""
     claims = fake_claims()
-    return {"config": {"seed": 0, "quick": True, "rel_ci_target": 0.01, "confidence": 0.99, "max_draws": None,
-                       "groups": None},
-            "environment": {"attnscale": "0.1.0", "python": "3.x-test", "numpy": "9.9-test", "torch": None,
-                            "matplotlib": "3.x", "platform": "TestOS", "machine": "x86_64", "processor": None,
-                            "cpu_count": 2},
-            "counts": {v: sum(c["verdict"] == v for c in claims) for v in VERDICTS},
-            "claims": claims, "data": fake_data(), "timings": {"total": 1.5}}
+    return {
+        "config": {
+            "seed": 0,
+            "quick": True,
+            "rel_ci_target": 0.01,
+            "confidence": 0.99,
+            "max_draws": None,
+            "groups": None,
+        },
+        "environment": {
+            "attnscale": "0.1.0",
+            "python": "3.x-test",
+            "numpy": "9.9-test",
+            "torch": None,
+            "matplotlib": "3.x",
+            "platform": "TestOS",
+            "machine": "x86_64",
+            "processor": None,
+            "cpu_count": 2,
+        },
+        "counts": {v: sum(c["verdict"] == v for c in claims) for v in VERDICTS},
+        "claims": claims,
+        "data": fake_data(),
+        "timings": {"total": 1.5},
+    }
 
 
 @pytest.fixture(autouse=True)
@@ -131,8 +245,8 @@ def test_variance_plots_the_given_estimates_and_the_slope_one_line(lang):
     left, right = fig.axes[:2]
     assert left.get_xscale() == "log" and left.get_yscale() == "log"
     ref = left.lines[0]
-    assert list(ref.get_xdata()) == D_KS and list(ref.get_ydata()) == D_KS       # Var = d_k, slope 1
-    assert list(right.lines[0].get_ydata()) == [1.0] * 5                          # Var = 1 after scaling
+    assert list(ref.get_xdata()) == D_KS and list(ref.get_ydata()) == D_KS  # Var = d_k, slope 1
+    assert list(right.lines[0].get_ydata()) == [1.0] * 5  # Var = 1 after scaling
     points = _errorbar_points(left)
     assert [p[1] for p in points] == [data["gaussian"]["estimate"], data["uniform"]["estimate"]]
     assert [p[1] for p in _errorbar_points(right)] == [[1.0] * 5, [1.02] * 5]
@@ -181,11 +295,12 @@ def test_saturation_draws_medians_and_bands_per_n_and_rule():
     maxw, ent = fig.axes[:2]
     expected = [data["by_n"][n][mode]["max_weight"]["median"] for n in data["by_n"] for mode in ("unscaled", "scaled")]
     assert _lines_y(maxw) == expected
-    assert _lines_y(ent) == [data["by_n"][n][mode]["normalized_entropy"]["median"]
-                             for n in data["by_n"] for mode in ("unscaled", "scaled")]
-    assert len(maxw.collections) == 4                      # one quantile band per (n, rule)
+    assert _lines_y(ent) == [
+        data["by_n"][n][mode]["normalized_entropy"]["median"] for n in data["by_n"] for mode in ("unscaled", "scaled")
+    ]
+    assert len(maxw.collections) == 4  # one quantile band per (n, rule)
     band = maxw.collections[0].get_paths()[0].vertices[:, 1]
-    assert min(band) == pytest.approx(0.1) and max(band) == pytest.approx(0.9)   # q10 … q90, as given
+    assert min(band) == pytest.approx(0.1) and max(band) == pytest.approx(0.9)  # q10 … q90, as given
 
 
 def test_jacobian_draws_medians_and_the_unscaled_mean_on_log_axes():
@@ -196,7 +311,7 @@ def test_jacobian_draws_medians_and_the_unscaled_mean_on_log_axes():
     medians = [data["by_n"][n][m]["jacobian_frobenius"]["median"] for n in data["by_n"] for m in ("unscaled", "scaled")]
     assert [y for y in _lines_y(ax) if y in medians] == medians
     assert data["by_n"]["16"]["unscaled"]["jacobian_frobenius"]["mean"] in _lines_y(ax, ":")
-    assert ax.get_ylim()[0] == pytest.approx(1e-9 / 3)     # the smallest value given, not a made-up floor
+    assert ax.get_ylim()[0] == pytest.approx(1e-9 / 3)  # the smallest value given, not a made-up floor
 
 
 def test_phase_draws_the_grid_the_boundary_and_the_asymptote():
@@ -206,7 +321,7 @@ def test_phase_draws_the_grid_the_boundary_and_the_asymptote():
     heat, curves = fig.axes[0], fig.axes[1]
     mesh = heat.collections[0]
     assert np.allclose(np.asarray(mesh.get_array()).ravel(), data["mc"]["16"] + data["mc"]["128"])
-    assert list(heat.lines[-1].get_xdata()) == [2.35, 3.11]            # σ_c(n), as given
+    assert list(heat.lines[-1].get_xdata()) == [2.35, 3.11]  # σ_c(n), as given
     assert data["mc"]["128"] in _lines_y(curves) and data["asymptote"]["128"] in _lines_y(curves, "--")
 
 
@@ -215,7 +330,7 @@ def test_broken_assumptions_plots_variance_per_unit_of_d_k():
     fig = figures.broken_assumptions(data)
     ax = fig.axes[0]
     xs = [float(x) for x in ax.containers[0].lines[0].get_xdata()]
-    assert xs == [96.0 / 64, 640.0 / 512]                 # Var(q·k)/d_k = Var(q·k/√d_k)
+    assert xs == [96.0 / 64, 640.0 / 512]  # Var(q·k)/d_k = Var(q·k/√d_k)
     formula_x = [float(p[0]) for p in ax.collections[0].get_offsets()]
     assert formula_x == [100.0 / 64, 650.0 / 512]
     labels = [t.get_text() for t in ax.get_yticklabels()]
@@ -241,15 +356,25 @@ def test_every_figure_becomes_inline_svg_with_text_kept_as_text(block):
     with language("zh"):
         html = figure_svg(getattr(figures, block)(data), alt="alt", caption="cap")
     assert html.startswith('<figure class="fig"><svg ') and "</svg>" in html
-    assert "<text" in html                       # svg.fonttype = none: the browser sets the (Chinese) text
+    assert "<text" in html  # svg.fonttype = none: the browser sets the (Chinese) text
     # Rasterised parts (a colour bar) are embedded as data: URIs, never linked.
-    assert "href=\"http" not in html and "href='http" not in html
+    assert 'href="http' not in html and "href='http" not in html
 
 
 # --- readable at 1280 px and at 420 px ------------------------------------------------------------
 
-FIGURES = ("variance_vs_dk", "dot_histograms", "seed_softmax_examples", "saturation", "jacobian", "phase",
-           "broken_assumptions", "ssmax", "error_vs_samples", "give_away")
+FIGURES = (
+    "variance_vs_dk",
+    "dot_histograms",
+    "seed_softmax_examples",
+    "saturation",
+    "jacobian",
+    "phase",
+    "broken_assumptions",
+    "ssmax",
+    "error_vs_samples",
+    "give_away",
+)
 
 
 def _text_px(svg: str, column_px: float, max_px: float | None = None) -> list[float]:
@@ -282,8 +407,7 @@ def test_every_figure_is_readable_on_a_desktop_and_on_a_phone(name):
     none under 8 px (the issue measured 3-5 px at 420 px before)."""
     import re
 
-    html = plotting.responsive_figure(lambda: getattr(figures, name)(fake_data()[name]), name, "c",
-                                     px_per_inch=130)
+    html = plotting.responsive_figure(lambda: getattr(figures, name)(fake_data()[name]), name, "c", px_per_inch=130)
     wide, narrow = re.findall(r"<svg .*?</svg>", html, flags=re.S)
     max_px = float(re.search(r"--fig-max:(\d+)px", html).group(1))
     for svg, column, cap in ((wide, 736, max_px), (narrow, 388, None)):
@@ -308,9 +432,9 @@ def test_narrow_variant_stacks_side_by_side_panels_and_keeps_the_callers_axes_or
     html = plotting.responsive_figure(draw, "alt", "a caption")
     assert seen["shapes"] == [(1, 2), (1, 2)]
     (w0, w1), (n0, n1) = seen["boxes"]
-    assert abs(w0[1] - w1[1]) < 1e-6 and w0[0] < w1[0]          # wide: side by side, same row
-    assert abs(n0[0] - n1[0]) < 0.05 and n0[1] > n1[1]           # narrow: one above the other
-    assert n0[3] > 1.5 * n1[3]                                    # the width ratios became height ratios
+    assert abs(w0[1] - w1[1]) < 1e-6 and w0[0] < w1[0]  # wide: side by side, same row
+    assert abs(n0[0] - n1[0]) < 0.05 and n0[1] > n1[1]  # narrow: one above the other
+    assert n0[3] > 1.5 * n1[3]  # the width ratios became height ratios
     assert seen["widths"][1] == narrow.NARROW_WIDTH_IN < seen["widths"][0]
     assert html.count("<svg ") == 2 and 'class="fig-wide"' in html and 'class="fig-narrow"' in html
     assert html.count("<figcaption>a caption</figcaption>") == 1
@@ -353,7 +477,7 @@ def test_stacked_panels_keep_the_title_and_y_label_of_their_grid_place():
 
     html = plotting.responsive_figure(draw, "alt")
     wide, narrow = re.findall(r"<svg .*?</svg>", html, flags=re.S)
-    count = lambda svg, words: svg.count(f">{words}</text>")   # noqa: E731  (text stays SVG text)
+    count = lambda svg, words: svg.count(f">{words}</text>")  # noqa: E731  (text stays SVG text)
     assert [count(wide, w) for w in ("left column", "right column", "top measure", "bottom measure")] == [1, 1, 1, 1]
     assert [count(narrow, w) for w in ("left column", "right column", "top measure", "bottom measure")] == [2, 2, 2, 2]
 
@@ -365,7 +489,7 @@ def test_table_with_details_keeps_the_summary_short_and_the_full_table_behind_de
     with language("zh"):
         html = table_with_details(["name", "value"], rows, summary_rows=[rows[7]])
     short, full = html.split("<details", 1)
-    assert short.count("<tr>") == 2 and "r7" in short                # header and the one summary row
+    assert short.count("<tr>") == 2 and "r7" in short  # header and the one summary row
     assert full.count("<tr>") == 31 and "全部 30 行" in full
     assert table_with_details(["a"], [[1], [2]]).count("<details") == 0
     default = table_with_details(["a"], [[i] for i in range(20)], limit=5)

@@ -39,7 +39,7 @@ def test_font_face_covers_exactly_the_characters_of_the_page():
     assert _embedded_cmap(css) == set("缩放点积注意力·权重")
     other = _embedded_cmap(fonts.font_face_css(page.replace("权重", "熵")))
     assert "熵" in other and "权" not in other
-    fonts._subset.cache_clear()                    # made again: the same bytes (a reproducible page)
+    fonts._subset.cache_clear()  # made again: the same bytes (a reproducible page)
     assert fonts.font_face_css(page) == css
 
 
@@ -75,7 +75,7 @@ def test_figures_lay_chinese_out_in_the_cjk_font_and_name_it_in_the_svg():
         cjk_width = label.get_window_extent().width
         label.set_text("ab n")
         latin_width = label.get_window_extent().width
-    assert cjk_width > latin_width * 1.2       # measured with real CJK glyphs (a box is narrower)
+    assert cjk_width > latin_width * 1.2  # measured with real CJK glyphs (a box is narrower)
     label.set_text("键数 n")
     svg = figure_svg(fig, "test")
     assert re.search(rf"font-family: 'DejaVu Sans', '{fonts.FAMILY}'", svg), svg[:2000]

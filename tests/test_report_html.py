@@ -14,7 +14,10 @@ def test_prose_blocks_escape_their_text():
 def test_an_error_box_names_what_failed_and_the_error():
     assert error_box("Check <failed>") == '<div class="error-box" role="alert"><p>Check &lt;failed&gt;</p></div>'
     box = error_box("This figure could not be drawn:", "jacobian", KeyError("by_n"))
-    assert box == ('<div class="error-box" role="alert"><p>This figure could not be drawn: <code>jacobian</code></p>'
-                   "<pre>KeyError: &#x27;by_n&#x27;</pre></div>")
+    assert box == (
+        '<div class="error-box" role="alert"><p>This figure could not be drawn: <code>jacobian</code></p>'
+        "<pre>KeyError: &#x27;by_n&#x27;</pre></div>"
+    )
     assert "<code>" not in error_box("chapter failed", err=ValueError("x")) and "ValueError: x" in error_box(
-        "chapter failed", err=ValueError("x"))
+        "chapter failed", err=ValueError("x")
+    )

@@ -24,8 +24,13 @@ def _deferred_report_imports(path: Path) -> list[str]:
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             continue
         for node in ast.walk(fn):
-            names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
-                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
             found += [f"{path.name}:{node.lineno} {n}" for n in names if n.startswith("attnscale.report")]
     return found
 
@@ -44,12 +49,15 @@ def test_the_check_sees_a_deferred_import(tmp_path):
 def test_each_report_module_imports_first():
     """Imported first, before any other module of the report, each one loads: a circle of top-level
     imports would fail for the module the circle is entered by."""
-    names = [".".join(p.relative_to(REPORT.parent.parent).with_suffix("").parts).removesuffix(".__init__")
-             for p in MODULES]
-    script = ("import importlib, sys\n"
-              f"for name in {names!r}:\n"
-              "    for loaded in [m for m in sys.modules if m.startswith('attnscale.report')]:\n"
-              "        del sys.modules[loaded]\n"
-              "    importlib.import_module(name)\n")
+    names = [
+        ".".join(p.relative_to(REPORT.parent.parent).with_suffix("").parts).removesuffix(".__init__") for p in MODULES
+    ]
+    script = (
+        "import importlib, sys\n"
+        f"for name in {names!r}:\n"
+        "    for loaded in [m for m in sys.modules if m.startswith('attnscale.report')]:\n"
+        "        del sys.modules[loaded]\n"
+        "    importlib.import_module(name)\n"
+    )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -23,15 +23,22 @@ import pytest
 from attnscale import results
 
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--no-first-run"]
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
 REPO = Path(__file__).resolve().parents[1]
 MADE = REPO / "attnscale-report"
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not os.path.exists(CHROMIUM),
-                       reason=f"Debian's chromium is not installed at {CHROMIUM} (CI installs it: make browser)"),
+    pytest.mark.skipif(
+        not os.path.exists(CHROMIUM),
+        reason=f"Debian's chromium is not installed at {CHROMIUM} (CI installs it: make browser)",
+    ),
 ]
 
 
@@ -41,8 +48,17 @@ def pages(tmp_path_factory) -> dict[str, Path]:
         return {"en": MADE / "index.html", "zh": MADE / "index.zh.html"}
     tmp = tmp_path_factory.mktemp("main_job")
     env = {**os.environ, results.REFERENCE_ENV: str(results.shipped_reference())}
-    run = lambda *a: subprocess.run([sys.executable, "-m", "attnscale", *a], capture_output=True, text=True,  # noqa: E731
-                                    timeout=600, env=env, cwd=tmp)
+
+    def run(*a):
+        return subprocess.run(
+            [sys.executable, "-m", "attnscale", *a],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
+            cwd=tmp,
+        )
+
     for argv in (("probe", "--quiet"), ("report", "--quick"), ("report", "--quick", "--lang", "zh")):
         out = run(*argv)
         assert out.returncode == 0, out.stderr
@@ -72,12 +88,17 @@ def test_every_chapter_in_the_contents_is_filled(browser, pages, lang, missing):
     page.goto(pages[lang].as_uri())
     chapters = page.eval_on_selector_all("nav.toc a", "els => els.map(a => a.getAttribute('href').slice(1))")
     assert len(chapters) >= 15
-    empty = page.evaluate("""ids => ids.filter(id => {
+    empty = page.evaluate(
+        """ids => ids.filter(id => {
         const s = document.getElementById(id);
         return !s || s.querySelectorAll('figure svg, table, #widget, .verdicts').length === 0; })""",
-                          chapters)
-    unshipped = [f"exp-{name.replace('_', '-')}" for name, kind in _chapter_kinds().items()
-                 if results.stored_path(results.result_path(kind, results.shipped_reference())) is None]
+        chapters,
+    )
+    unshipped = [
+        f"exp-{name.replace('_', '-')}"
+        for name, kind in _chapter_kinds().items()
+        if results.stored_path(results.result_path(kind, results.shipped_reference())) is None
+    ]
     assert [c for c in empty if c not in unshipped] == []
     experiments = [c for c in chapters if c.startswith("exp-")]
     assert len(experiments) == len(_chapter_kinds())

@@ -21,7 +21,7 @@ from attnscale.report.experiments import render_experiment
 @pytest.fixture
 def chapter(monkeypatch):
     mod = types.ModuleType("attnscale.report.chapters.fake_demo")
-    mod.TITLE = telemetry.TITLE               # a title with its Chinese (the page is built in both languages)
+    mod.TITLE = telemetry.TITLE  # a title with its Chinese (the page is built in both languages)
     mod.KIND, mod.HOW_TO = "demo", "attnscale demo --full"
     mod.render = lambda env: f"<p>answer {env.data['answer']}</p>"
     monkeypatch.setitem(sys.modules, mod.__name__, mod)
@@ -41,7 +41,7 @@ def test_a_chapter_shows_own_full_else_reference_else_own_quick_and_says_which(t
     assert "answer 2" in shown.html and "answer 1" not in shown.html
     assert "Shown: the reference result shipped with attnscale, a full run computed " in shown.html
     cpu = provenance.cpu_text(results.read_reference("demo").environment["cpu"])
-    assert cpu and f"{cpu}, " in shown.html                       # the line names the CPU that made it
+    assert cpu and f"{cpu}, " in shown.html  # the line names the CPU that made it
     assert "<code>attnscale demo --full</code> (it took 16 min 12 s there)" in shown.html
     with language("zh"):
         assert "本章显示：随 attnscale 发布的参考结果" in render_experiment(chapter, own).html
@@ -78,20 +78,34 @@ def test_a_run_under_half_a_second_is_not_said_to_take_0_s():
     assert duration_text(0.0) == "0 s" and duration_text(0.6) == "1 s"
 
 
-SCALE_VS_DK = {"table": [
-    {"rule": "unscaled", "d_k": 16, "adam": {"verdict": "learns"}, "sgd_reference_lr": {"verdict": "learns"}},
-    {"rule": "unscaled", "d_k": 256, "adam": {"verdict": "learns", "final_accuracy": {"mean": 0.97}},
-     "sgd_reference_lr": {"verdict": "fails", "final_accuracy": {"mean": 0.41}, "lr": 0.3},
-     "sgd_best_lr": {"verdict": "slower", "final_accuracy": {"mean": 0.93}, "lr": 0.03}},
-    {"rule": "inverse_sqrt_dk", "d_k": 256, "adam": {"final_accuracy": {"mean": 0.98}},
-     "sgd_reference_lr": {"final_accuracy": {"mean": 0.96}}}]}
+SCALE_VS_DK = {
+    "table": [
+        {"rule": "unscaled", "d_k": 16, "adam": {"verdict": "learns"}, "sgd_reference_lr": {"verdict": "learns"}},
+        {
+            "rule": "unscaled",
+            "d_k": 256,
+            "adam": {"verdict": "learns", "final_accuracy": {"mean": 0.97}},
+            "sgd_reference_lr": {"verdict": "fails", "final_accuracy": {"mean": 0.41}, "lr": 0.3},
+            "sgd_best_lr": {"verdict": "slower", "final_accuracy": {"mean": 0.93}, "lr": 0.03},
+        },
+        {
+            "rule": "inverse_sqrt_dk",
+            "d_k": 256,
+            "adam": {"final_accuracy": {"mean": 0.98}},
+            "sgd_reference_lr": {"final_accuracy": {"mean": 0.96}},
+        },
+    ]
+}
 
 
 def test_the_training_card_follows_the_verdicts_at_the_largest_d_k():
     card = headline.training_card(SCALE_VS_DK)
     assert card.label.startswith("training without ÷√d_k at d_k = 256") and card.href == "#exp-training"
     assert card.value == "fails with SGD"
-    assert "Adam 0.97, SGD 0.41 (1/√d_k: 0.98, 0.96)" in card.sub and "own best rate 0.03: 0.93, learns, but slower" in card.sub
+    assert (
+        "Adam 0.97, SGD 0.41 (1/√d_k: 0.98, 0.96)" in card.sub
+        and "own best rate 0.03: 0.93, learns, but slower" in card.sub
+    )
     changed = copy.deepcopy(SCALE_VS_DK)
     changed["table"][1]["sgd_reference_lr"]["verdict"] = "learns"
     assert headline.training_card(changed).value == "learns like 1/√d_k"
@@ -103,8 +117,11 @@ def test_the_training_card_follows_the_verdicts_at_the_largest_d_k():
 
 
 def test_the_real_model_card_follows_the_perplexities():
-    data = {"model": {"name": "SmolLM2-135M"}, "unscaled_alpha": 8.0,
-            "analysis": {"perplexity_alpha1": 10.0, "perplexity_unscaled": 250.0, "has_unscaled": True}}
+    data = {
+        "model": {"name": "SmolLM2-135M"},
+        "unscaled_alpha": 8.0,
+        "analysis": {"perplexity_alpha1": 10.0, "perplexity_unscaled": 250.0, "has_unscaled": True},
+    }
     card = headline.real_model_card(data)
     assert (card.value, card.href) == ("perplexity ×25: much worse", "#exp-rescale")
     assert "perplexity 10 with 1/√d_k, 250 with none (α = 8)" in card.sub
@@ -118,21 +135,28 @@ def _lm_row(rule, d_k, optimiser, verdict, bpb):
     return {"rule": rule, "d_k": d_k, "optimiser": optimiser, "verdict": verdict, "final_bpb": {"mean": bpb}}
 
 
-LM = {"reference_rule": "inverse_sqrt_dk",
-      "baselines": {"rows": [{"name": "bigram", "bpb": 3.33}, {"name": "trigram", "bpb": 2.52}]},
-      "verdicts": [_lm_row("unscaled", 128, "adamw-own-best", "fails", 3.19),
-                   _lm_row("unscaled", 128, "sgd-own-best", "fails", 3.26),
-                   _lm_row("unscaled", 128, "sgd", "fails", 3.56),          # at 1/√d_k's rate: not the card's
-                   _lm_row("unscaled", 16, "adamw-own-best", "learns", 2.2),
-                   _lm_row("inverse_sqrt_dk", 128, "adamw-own-best", None, 2.34),
-                   _lm_row("inverse_sqrt_dk", 128, "sgd-own-best", None, 2.79)]}
+LM = {
+    "reference_rule": "inverse_sqrt_dk",
+    "baselines": {"rows": [{"name": "bigram", "bpb": 3.33}, {"name": "trigram", "bpb": 2.52}]},
+    "verdicts": [
+        _lm_row("unscaled", 128, "adamw-own-best", "fails", 3.19),
+        _lm_row("unscaled", 128, "sgd-own-best", "fails", 3.26),
+        _lm_row("unscaled", 128, "sgd", "fails", 3.56),  # at 1/√d_k's rate: not the card's
+        _lm_row("unscaled", 16, "adamw-own-best", "learns", 2.2),
+        _lm_row("inverse_sqrt_dk", 128, "adamw-own-best", None, 2.34),
+        _lm_row("inverse_sqrt_dk", 128, "sgd-own-best", None, 2.79),
+    ],
+}
 
 
 def test_the_lm_card_follows_the_unscaled_verdicts_at_the_largest_d_k(tmp_path):
     assert headline.lm_card({"verdicts": []}) is None
     assert [c.href for c in headline.cards(tmp_path)] == []
     card = headline.lm_card(LM)
-    assert (card.value, card.href) == ("does not reach the target within the budget", "#exp-lm") and "d_k = 128" in card.label
+    assert (card.value, card.href) == (
+        "does not reach the target within the budget",
+        "#exp-lm",
+    ) and "d_k = 128" in card.label
     assert "AdamW 3.19, SGD 3.26 (1/√d_k: 2.34, 2.79; a trigram table: 2.52)" in card.sub
     changed = copy.deepcopy(LM)
     changed["verdicts"][0]["verdict"] = "learns"
@@ -167,12 +191,15 @@ def test_bold_chinese_text_in_a_figure_prints_no_font_warning(caplog):
     assert not [r for r in caplog.records if "findfont" in r.getMessage()]
 
 
-@pytest.mark.parametrize("verdicts, value", [
-    ({"adamw": "faster", "sgd": "faster"}, "learns faster than 1/√d_k"),
-    ({"adamw": "faster", "sgd": "learns"}, "faster with AdamW"),
-    ({"adam": "slower", "sgd": "fails"}, "fails with SGD"),          # the worst, where it holds
-    ({"adam": "slower", "sgd": "slower"}, "learns, but slower"),
-])
+@pytest.mark.parametrize(
+    "verdicts, value",
+    [
+        ({"adamw": "faster", "sgd": "faster"}, "learns faster than 1/√d_k"),
+        ({"adamw": "faster", "sgd": "learns"}, "faster with AdamW"),
+        ({"adam": "slower", "sgd": "fails"}, "fails with SGD"),  # the worst, where it holds
+        ({"adam": "slower", "sgd": "slower"}, "learns, but slower"),
+    ],
+)
 def test_a_cards_headline_names_the_worst_verdict_where_it_holds(verdicts, value):
     assert headline.training_value(verdicts) == value
     with language("zh"):

@@ -80,7 +80,7 @@ def test_each_experiment_chapter_has_its_title_in_both_languages():
                 titles[lang] = title_of(module, name)
         assert all(titles.values()) and titles["en"] != titles["zh"], name
         with language("zh"):
-            assert titles["zh"] == text.pretty(_(module.TITLE)), name       # an N_ message, set as prose
+            assert titles["zh"] == text.pretty(_(module.TITLE)), name  # an N_ message, set as prose
         assert "d_k" not in titles["en"] + titles["zh"], name
 
 
@@ -122,13 +122,13 @@ def test_a_d_k_is_written_one_way_on_the_page_cards_and_axes(monkeypatch):
     from attnscale.report.figures import _dk_axis
     from attnscale.report.seed import glance_html
 
-    monkeypatch.delenv(results.REFERENCE_ENV, raising=False)      # the shipped verification's figures
+    monkeypatch.delenv(results.REFERENCE_ENV, raising=False)  # the shipped verification's figures
     series = results.read_reference("verify").data["series"]
     for lang in LANGS:
         with language(lang):
             cards = glance_html(series)
         assert "dₖ = 4096" in cards and "4,096" not in cards, cards
-        assert "4,0" in cards                      # the measured Var(q·k), about 4,087, keeps its separator
+        assert "4,0" in cards  # the measured Var(q·k), about 4,087, keeps its separator
     fig, ax = plt.subplots()
     try:
         ax.plot([1, 1024, 4096], [1, 2, 3])

@@ -20,7 +20,7 @@ def test_bad_alphas_are_one_line_and_exit_2(alphas, capsys, tmp_path):
     assert main(["rescale", f"--alphas={alphas}", "--results", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--alphas" in err
-    assert not any(tmp_path.iterdir())                                  # nothing written
+    assert not any(tmp_path.iterdir())  # nothing written
 
 
 def test_alphas_must_be_finite_positive_and_hold_1():
@@ -31,11 +31,14 @@ def test_alphas_must_be_finite_positive_and_hold_1():
         RescaleConfig(alphas=(1.0, float("inf")))
 
 
-@pytest.mark.parametrize("make, expected", [
-    (lambda p: p.write_bytes(b"\xff\xfe not utf-8 \xc3"), "as UTF-8 text"),
-    (lambda p: p.mkdir(), "as UTF-8 text"),
-    (lambda p: p.write_text("   \n", encoding="utf-8"), "holds no text"),
-])
+@pytest.mark.parametrize(
+    "make, expected",
+    [
+        (lambda p: p.write_bytes(b"\xff\xfe not utf-8 \xc3"), "as UTF-8 text"),
+        (lambda p: p.mkdir(), "as UTF-8 text"),
+        (lambda p: p.write_text("   \n", encoding="utf-8"), "holds no text"),
+    ],
+)
 def test_bad_text_is_one_line_and_exit_2(make, expected, capsys, tmp_path):
     path = tmp_path / "text"
     make(path)
@@ -61,7 +64,7 @@ def test_minilm_embeddings_move_away_from_alpha_1_and_alpha_1_is_the_model():
     data = run_rescale(loaded, RescaleConfig(alphas=(0.5, 1.0, 2.0)), texts=texts, source="test")
     assert data["check"]["passed"] and data["check"]["max_abs_difference"] <= 1e-5
     alphas = [r["alpha"] for r in data["alphas"]]
-    assert alphas == pytest.approx([0.5, 1.0, 2.0, 32 ** 0.5])            # α = √d_k added: no scale at all
+    assert alphas == pytest.approx([0.5, 1.0, 2.0, 32**0.5])  # α = √d_k added: no scale at all
     by = {r["alpha"]: r for r in data["alphas"]}
     assert by[1.0]["cosine_min"] == pytest.approx(1.0, abs=1e-12)
     unscaled = by[data["unscaled_alpha"]]
@@ -73,23 +76,47 @@ def test_minilm_embeddings_move_away_from_alpha_1_and_alpha_1_is_the_model():
 
 # ---- chapters on hand-made data: the words follow the figures -------------------------------------
 
+
 def decoder_data():
     rows = []
-    for alpha, ce, cont in [(0.5, 3.2, " Paris."), (1.0, 3.0, " Paris."), (2.0, 3.6, " Paris, the"), (8.0, 7.0, " the the")]:
-        rows.append({"alpha": alpha, "scale": alpha / 8, "cross_entropy": ce, "perplexity": 2.718281828 ** ce,
-                     "continuation": cont, "entropy_per_layer": [1.0, 2.0], "max_weight_per_layer": [0.5, 0.4],
-                     "normalized_entropy_per_layer": [0.5, 0.6]})
-    data = {"alphas": rows, "prompt": "The capital of France is", "unscaled_alpha": 8.0,
-            "model": {"name": "TinyLM", "d_k": 64, "scale": 0.125, "causal": True, "weights_note": "de-quantised"},
-            "check": {"passed": True, "our_loss": 3.0, "own_loss": 3.0, "relative_difference": 1e-7, "tolerance": 1e-4},
-            "text": {"source": "test", "n_tokens": 100, "windows": 1, "window": 512, "tokens_predicted": 99}}
+    for alpha, ce, cont in [
+        (0.5, 3.2, " Paris."),
+        (1.0, 3.0, " Paris."),
+        (2.0, 3.6, " Paris, the"),
+        (8.0, 7.0, " the the"),
+    ]:
+        rows.append(
+            {
+                "alpha": alpha,
+                "scale": alpha / 8,
+                "cross_entropy": ce,
+                "perplexity": 2.718281828**ce,
+                "continuation": cont,
+                "entropy_per_layer": [1.0, 2.0],
+                "max_weight_per_layer": [0.5, 0.4],
+                "normalized_entropy_per_layer": [0.5, 0.6],
+            }
+        )
+    data = {
+        "alphas": rows,
+        "prompt": "The capital of France is",
+        "unscaled_alpha": 8.0,
+        "model": {"name": "TinyLM", "d_k": 64, "scale": 0.125, "causal": True, "weights_note": "de-quantised"},
+        "check": {"passed": True, "our_loss": 3.0, "own_loss": 3.0, "relative_difference": 1e-7, "tolerance": 1e-4},
+        "text": {"source": "test", "n_tokens": 100, "windows": 1, "window": 512, "tokens_predicted": 99},
+    }
     data["analysis"] = {
-        "best_alpha": 1.0, "best_perplexity": rows[1]["perplexity"], "perplexity_alpha1": rows[1]["perplexity"],
-        "has_unscaled": True, "perplexity_unscaled": rows[3]["perplexity"],
+        "best_alpha": 1.0,
+        "best_perplexity": rows[1]["perplexity"],
+        "perplexity_alpha1": rows[1]["perplexity"],
+        "has_unscaled": True,
+        "perplexity_unscaled": rows[3]["perplexity"],
         "perplexity_ratio": {"0.5": 1.2, "1": 1.0, "2": 1.8, "8": 54.6},
-        "alphas_same_continuation": [0.5], "alphas_changed_continuation": [2.0, 8.0],
+        "alphas_same_continuation": [0.5],
+        "alphas_changed_continuation": [2.0, 8.0],
         "mean_normalized_entropy": {"0.5": 0.8, "1": 0.55, "2": 0.3, "8": 0.05},
-        "mean_max_weight": {"0.5": 0.2, "1": 0.45, "2": 0.7, "8": 0.95}}
+        "mean_max_weight": {"0.5": 0.2, "1": 0.45, "2": 0.7, "8": 0.95},
+    }
     return data
 
 
@@ -110,10 +137,12 @@ def test_rescale_chapter_words_follow_the_data():
     assert "not what training without the scale would give" in html and "de-quantised" in html
     assert html.count("<figure") == 1 and html.count("<svg") == 2 and "<table" in html
     from test_report_figures import figures_readable_on_a_phone
+
     figures_readable_on_a_phone(html)
     altered = copy.deepcopy(data)
-    altered["analysis"].update(best_alpha=0.5, best_perplexity=20.0, alphas_changed_continuation=[],
-                               alphas_same_continuation=[0.5, 2.0, 8.0])
+    altered["analysis"].update(
+        best_alpha=0.5, best_perplexity=20.0, alphas_changed_continuation=[], alphas_same_continuation=[0.5, 2.0, 8.0]
+    )
     words = sentences(rescale.render(results.Envelope(kind=rescale.KIND, data=altered)))
     assert words[0].startswith("The lowest perplexity is at α = 0.5 (20)")
     assert words[2].startswith("The greedy continuation of “The capital of France is” is the same at every α")
@@ -126,7 +155,9 @@ def test_rescale_chapter_words_follow_the_data():
         failed_zh = rescale.render(results.Envelope(kind=rescale.KIND, data=failed))
     assert "Check FAILED" in failed_zh or "校验失败" in failed_zh
     failed_en = rescale.render(results.Envelope(kind=rescale.KIND, data=failed))
-    assert "Check FAILED" in failed_en and "equals the model's own loss" not in failed_en     # a failed check says no agreement
+    assert (
+        "Check FAILED" in failed_en and "equals the model's own loss" not in failed_en
+    )  # a failed check says no agreement
 
 
 def test_rescale_chapter_for_an_encoder():
@@ -140,34 +171,79 @@ def test_rescale_chapter_for_an_encoder():
         r.update(cosine_mean=cos, cosine_min=cos - 0.05)
     data["analysis"].update(worst_alpha=8.0, worst_cosine_min=0.45, cosine_min_unscaled=0.45)
     words = sentences(rescale_minilm.render(results.Envelope(kind="rescale/minilm", data=data)))
-    assert words[0] == ("The embeddings move most at α = 8: the least similar sentence keeps a cosine of 0.45 "
-                        "to its α = 1 embedding.")
+    assert words[0] == (
+        "The embeddings move most at α = 8: the least similar sentence keeps a cosine of 0.45 to its α = 1 embedding."
+    )
 
 
 def probe_data():
     heads = []
     for layer in range(2):
         for head in range(3):
-            heads.append({"layer": layer, "head": head, "ratio_pair": 1.5 + layer + head / 10,
-                          "ratio_token": 1.4 + layer + head / 10, "sink_first": 0.3 * head,
-                          "normalized_entropy": 0.5, "normalized_entropy_unscaled": 0.1})
+            heads.append(
+                {
+                    "layer": layer,
+                    "head": head,
+                    "ratio_pair": 1.5 + layer + head / 10,
+                    "ratio_token": 1.4 + layer + head / 10,
+                    "sink_first": 0.3 * head,
+                    "normalized_entropy": 0.5,
+                    "normalized_entropy_unscaled": 0.1,
+                }
+            )
     per_layer = {"ratio_pair": [1.6, 2.6], "ratio_token": [1.5, 2.5], "sink_first": [0.3, 0.3]}
     return {
         "config": {"n_sequences": 4, "n_tokens": 40},
-        "check": {"passed": True, "max_abs_diff_per_layer": [1e-7, 2e-7], "max_abs_diff": 2e-7, "tolerance": 1e-5, "rows_checked": 240},
-        "model": {"name": "TinyLM", "d_k": 64, "n_layers": 2, "n_heads_q": 3, "n_heads_kv": 1, "causal": True,
-                  "scale": 0.125, "rope_theta": 1e4, "weights_note": "weights de-quantised from 4 bits"},
-        "heads": heads, "per_layer": per_layer, "absent": {"sink_bos": "no bos token in the text"},
-        "float16": {"limit": 65504.0, "max_abs_logit": 40.0, "max_abs_logit_unscaled": 320.0, "margin": 1637.6,
-                    "margin_unscaled": 204.7},
-        "striking_heads": [{"layer": 1, "head": 2, "what": "largest Var(q·k) ratio (pair-weighted)",
-                            "figure": "ratio_pair", "value": 2.7, "of": None}],
-        "analysis": {"n_heads": 6, "ratio_pair": {"min": 1.5, "median": 2.05, "max": 2.7, "above_1": 6, "below_1": 0},
-                     "ratio_token": {"min": 1.4, "median": 1.95, "max": 2.6, "above_1": 6, "below_1": 0},
-                     "top_pair": {"layer": 1, "head": 2, "value": 2.7}, "top_token": {"layer": 1, "head": 2, "value": 2.6},
-                     "max_abs_pair_minus_token": 0.1, "sink_first": {"min": 0.0, "median": 0.3, "max": 0.6, "over_half": 2},
-                     "normalized_entropy": {"min": 0.5, "median": 0.5, "max": 0.5},
-                     "normalized_entropy_unscaled": {"min": 0.1, "median": 0.1, "max": 0.1}, "frozen_only_unscaled": 4},
+        "check": {
+            "passed": True,
+            "max_abs_diff_per_layer": [1e-7, 2e-7],
+            "max_abs_diff": 2e-7,
+            "tolerance": 1e-5,
+            "rows_checked": 240,
+        },
+        "model": {
+            "name": "TinyLM",
+            "d_k": 64,
+            "n_layers": 2,
+            "n_heads_q": 3,
+            "n_heads_kv": 1,
+            "causal": True,
+            "scale": 0.125,
+            "rope_theta": 1e4,
+            "weights_note": "weights de-quantised from 4 bits",
+        },
+        "heads": heads,
+        "per_layer": per_layer,
+        "absent": {"sink_bos": "no bos token in the text"},
+        "float16": {
+            "limit": 65504.0,
+            "max_abs_logit": 40.0,
+            "max_abs_logit_unscaled": 320.0,
+            "margin": 1637.6,
+            "margin_unscaled": 204.7,
+        },
+        "striking_heads": [
+            {
+                "layer": 1,
+                "head": 2,
+                "what": "largest Var(q·k) ratio (pair-weighted)",
+                "figure": "ratio_pair",
+                "value": 2.7,
+                "of": None,
+            }
+        ],
+        "analysis": {
+            "n_heads": 6,
+            "ratio_pair": {"min": 1.5, "median": 2.05, "max": 2.7, "above_1": 6, "below_1": 0},
+            "ratio_token": {"min": 1.4, "median": 1.95, "max": 2.6, "above_1": 6, "below_1": 0},
+            "top_pair": {"layer": 1, "head": 2, "value": 2.7},
+            "top_token": {"layer": 1, "head": 2, "value": 2.6},
+            "max_abs_pair_minus_token": 0.1,
+            "sink_first": {"min": 0.0, "median": 0.3, "max": 0.6, "over_half": 2},
+            "normalized_entropy": {"min": 0.5, "median": 0.5, "max": 0.5},
+            "normalized_entropy_unscaled": {"min": 0.1, "median": 0.1, "max": 0.1},
+            "frozen_only_unscaled": 4,
+        },
     }
 
 
@@ -178,7 +254,9 @@ def test_probe_chapter_words_follow_the_data():
     data = probe_data()
     html = probe.render(results.Envelope(kind="probe/smollm2", data=data))
     words = sentences(html)
-    assert words[0].startswith("All 6 heads have a larger Var(q·k)") and "the largest head is the same, L1H2" in words[1]
+    assert (
+        words[0].startswith("All 6 heads have a larger Var(q·k)") and "the largest head is the same, L1H2" in words[1]
+    )
     assert words[2] == "2 of 6 heads put more than half of their weight on the first token (up to 0.6)."
     assert "no BOS token" in words[3] and "so both fit" in words[5]
     assert "3 query heads sharing 1 key/value heads" in html and "after the rotary embedding" in html
@@ -193,7 +271,7 @@ def test_probe_chapter_words_follow_the_data():
     assert "rank heads differently: the largest is L1H2 (2.7) by pairs, L0H1 (3) by tokens" in words[1]
     assert words[2].startswith("No head puts more than half")
     assert "beyond float16's 65504" in words[5]
-    altered["float16"]["limit"] = 60000.0                  # the limit the result records, not one typed in
+    altered["float16"]["limit"] = 60000.0  # the limit the result records, not one typed in
     assert "beyond float16's 60000" in sentences(probe.render(results.Envelope(kind="probe/smollm2", data=altered)))[5]
     for lang in ("en", "zh"):
         with language(lang):
@@ -205,7 +283,18 @@ def test_cli_json_dash_prints_strict_json_and_no_table(capsys, tmp_path):
     pytest.importorskip("transformers")
     text = tmp_path / "s.txt"
     text.write_text("The cat sat on the mat.\nRain again, all day.\n", encoding="utf-8")
-    args = ["rescale", "--model", "minilm", "--text", str(text), "--alphas", "1,2", "--results", str(tmp_path), "--quiet"]
+    args = [
+        "rescale",
+        "--model",
+        "minilm",
+        "--text",
+        str(text),
+        "--alphas",
+        "1,2",
+        "--results",
+        str(tmp_path),
+        "--quiet",
+    ]
     assert main(args + ["--json", "-"]) == 0
     out = capsys.readouterr().out
     env = json.loads(out, parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))

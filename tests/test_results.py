@@ -12,6 +12,7 @@ from attnscale.results import ResultError, ResultMissing
 def strict_load(path):
     def refuse(c):
         raise ValueError(c)
+
     return json.loads(path.read_text(encoding="utf-8"), parse_constant=refuse)
 
 
@@ -29,7 +30,7 @@ def test_round_trip_and_envelope(tmp_path):
 def test_non_finite_refused_naming_where(tmp_path, bad):
     with pytest.raises(ValueError, match=r"data\.cells\[1\]\.loss"):
         results.write("demo", {"answer": 1, "cells": [{"loss": 1.0}, {"loss": bad}]}, root=tmp_path)
-    assert not (tmp_path / "demo").exists()          # nothing half-written, nothing at all
+    assert not (tmp_path / "demo").exists()  # nothing half-written, nothing at all
 
 
 def test_required_field_checked_on_write_and_read(tmp_path):
@@ -86,7 +87,7 @@ def test_finite_or_none_and_dumps():
 
 def test_check_writable(tmp_path):
     assert results.check_writable(tmp_path / "new" / "deeper", "--results") == tmp_path / "new" / "deeper"
-    assert not (tmp_path / "new").exists()           # creates nothing
+    assert not (tmp_path / "new").exists()  # creates nothing
     (tmp_path / "f").write_text("x")
     with pytest.raises(ValueError, match=r"--results: .* is a file"):
         results.check_writable(tmp_path / "f" / "sub", "--results")
@@ -94,18 +95,38 @@ def test_check_writable(tmp_path):
 
 # --- every kind this project's producers write through the contract parses strictly -----------------
 
+
 def _tiny_train_configs():
     pytest.importorskip("torch")
     from attnscale.experiments.training import lm, logit_growth, scale_vs_dk
 
     return {
-        "lm": lm.LMConfig(rules=("inverse_sqrt_dk", "unscaled"), d_ks=(8,), seeds=1, sgd_lrs=(0.3,), steps=4,
-                          batch=4, context=16, d_model=16, n_layers=1, log_every=2, eval_windows=2),
+        "lm": lm.LMConfig(
+            rules=("inverse_sqrt_dk", "unscaled"),
+            d_ks=(8,),
+            seeds=1,
+            sgd_lrs=(0.3,),
+            steps=4,
+            batch=4,
+            context=16,
+            d_model=16,
+            n_layers=1,
+            log_every=2,
+            eval_windows=2,
+        ),
         # the unscaled rule at a large learning rate: non-finite figures are likely, and must not leak
-        "scale-vs-dk": scale_vs_dk.ScaleVsDkConfig(rules=("inverse_sqrt_dk", "unscaled"), d_ks=(16,), seeds=1,
-                                                   sgd_lrs=(0.3,), steps=6, log_every=3, final_eval=32),
-        "logit-growth": logit_growth.LogitGrowthConfig(lrs=(3e-1,), seeds=1, steps=4, warmup=1, batch=2,
-                                                       log_every=2, corpus_chars=4000),
+        "scale-vs-dk": scale_vs_dk.ScaleVsDkConfig(
+            rules=("inverse_sqrt_dk", "unscaled"),
+            d_ks=(16,),
+            seeds=1,
+            sgd_lrs=(0.3,),
+            steps=6,
+            log_every=3,
+            final_eval=32,
+        ),
+        "logit-growth": logit_growth.LogitGrowthConfig(
+            lrs=(3e-1,), seeds=1, steps=4, warmup=1, batch=2, log_every=2, corpus_chars=4000
+        ),
     }
 
 
@@ -130,7 +151,7 @@ def test_every_produced_kind_is_strict_json_and_reads_back(produced):
     assert set(envs) == {"verify"} | {kind_of(n) for n in EXPERIMENTS}
     assert set(envs) <= set(results.KINDS)
     for kind, env in envs.items():
-        raw = strict_load(env.path)                     # NaN / Infinity would raise here
+        raw = strict_load(env.path)  # NaN / Infinity would raise here
         assert raw["kind"] == kind and raw["quick"] is True
         back = results.read(kind, root, quick=True)
         assert back.data == raw["data"]
@@ -146,8 +167,13 @@ def test_nonfinite_figures_become_null_with_where_and_what(tmp_path, monkeypatch
     def fake_train(cell):
         return {"loss": [2.0, float("nan")], "peak": float("inf")}
 
-    fake = sweeps.Experiment("fake", sweeps.EXPERIMENTS["scale-vs-dk"].config_type, fake_train,
-                             lambda config, cells, done: {"best": float("-inf"), "table": [], "verdicts": []}, "a fake sweep")
+    fake = sweeps.Experiment(
+        "fake",
+        sweeps.EXPERIMENTS["scale-vs-dk"].config_type,
+        fake_train,
+        lambda config, cells, done: {"best": float("-inf"), "table": [], "verdicts": []},
+        "a fake sweep",
+    )
     monkeypatch.setitem(sweeps.EXPERIMENTS, "scale-vs-dk", fake)
     config = _tiny_train_configs()["scale-vs-dk"]
     env = sweeps.run_experiment("scale-vs-dk", config, tmp_path, quick=False)
@@ -182,15 +208,20 @@ def test_a_renamed_analysis_key_fails_at_read_time_naming_file_and_field(produce
 
 
 def test_cell_seconds_reads_each_cells_own_time_and_says_none_where_none_is_recorded():
-    cells = [{"seconds": {"wall": 10.0, "cpu": 8.0, "workers": 2}}, {"seconds": {"wall": 30.0, "cpu": 20.0, "workers": 2}},
-             {"result": {}}, {"seconds": None}, {"seconds": {"wall": "soon"}}]
+    cells = [
+        {"seconds": {"wall": 10.0, "cpu": 8.0, "workers": 2}},
+        {"seconds": {"wall": 30.0, "cpu": 20.0, "workers": 2}},
+        {"result": {}},
+        {"seconds": None},
+        {"seconds": {"wall": "soon"}},
+    ]
     t = results.cell_seconds({"cells": cells})
     assert t.each == (10.0, 30.0, None, None, None) and (t.cells, t.timed) == (5, 2)
     assert (t.wall_s, t.cpu_s, t.wall_s_max, t.workers) == (40.0, 28.0, 30.0, 2)
     assert t.summary() == {"cells": 5, "timed": 2, "wall": 40.0, "cpu": 28.0, "wall_max": 30.0, "workers": 2}
     mixed = results.cell_seconds({"cells": [*cells[:1], {"seconds": {"wall": 1.0, "workers": 1}}]})
-    assert mixed.workers is None and mixed.cpu_s == 8.0          # ran 2 and 1 at a time: no one number
-    assert results.cell_seconds({"answer": 1}) is None            # not a sweep
+    assert mixed.workers is None and mixed.cpu_s == 8.0  # ran 2 and 1 at a time: no one number
+    assert results.cell_seconds({"answer": 1}) is None  # not a sweep
     env = results.Envelope(kind="demo", data={"cells": cells[:2], "wall_s": 0.1})
-    assert results.recorded_seconds(env) == 40.0                  # every cell timed: theirs, not the last run's
+    assert results.recorded_seconds(env) == 40.0  # every cell timed: theirs, not the last run's
     assert results.recorded_seconds(results.Envelope(kind="demo", data={"cells": cells, "wall_s": 0.1})) == 0.1

@@ -61,12 +61,12 @@ def test_cache_hit_does_not_recompute(tmp_path):
     CALLS.clear()
     second = run_sweep("sq", cells, square, ResultCache(tmp_path), backend)
     assert backend.computed == 0 and CALLS == []
-    assert first == second          # results and times alike: a cached cell keeps its computation's time
+    assert first == second  # results and times alike: a cached cell keeps its computation's time
 
 
 def test_resumed_sweep_equals_uninterrupted(tmp_path):
     cells = [Cell(i) for i in range(6)]
-    run_sweep("sq", cells[:2] + cells[4:5], square, ResultCache(tmp_path / "resumed"))   # the "interrupted" part
+    run_sweep("sq", cells[:2] + cells[4:5], square, ResultCache(tmp_path / "resumed"))  # the "interrupted" part
     backend = CountingBackend()
     resumed = run_sweep("sq", cells, square, ResultCache(tmp_path / "resumed"), backend)
     whole = run_sweep("sq", cells, square, ResultCache(tmp_path / "whole"))
@@ -77,7 +77,7 @@ def test_resumed_sweep_equals_uninterrupted(tmp_path):
 def test_damaged_cache_file_is_recomputed(tmp_path):
     cache = ResultCache(tmp_path)
     run_sweep("sq", [Cell(5)], square, cache)
-    cache.path("sq", {"x": 5}).write_text('{"config": {"x": 5}, "res')      # a torn file, as if written in place
+    cache.path("sq", {"x": 5}).write_text('{"config": {"x": 5}, "res')  # a torn file, as if written in place
     backend = CountingBackend()
     assert run_sweep("sq", [Cell(5)], square, cache, backend)[0].result["y"] == 25
     assert backend.computed == 1
@@ -109,7 +109,7 @@ def test_each_cell_records_its_own_time_which_the_cache_keeps(tmp_path):
 
 def test_a_cell_cached_by_older_code_has_no_time(tmp_path):
     cache = ResultCache(tmp_path)
-    cache.path("sq", {"x": 2}).write_text(json.dumps({"config": {"x": 2}, "result": {"y": 4}}))   # no "seconds"
+    cache.path("sq", {"x": 2}).write_text(json.dumps({"config": {"x": 2}, "result": {"y": 4}}))  # no "seconds"
     backend = CountingBackend()
     (done,) = run_sweep("sq", [Cell(2)], square, cache, backend)
     assert backend.computed == 0 and done.result == {"y": 4} and done.seconds is None
@@ -150,23 +150,25 @@ def test_kill_minus_9_then_rerun_computes_only_missing(tmp_path):
     cache_dir = tmp_path / "cache"
     driver = tmp_path / "driver.py"
     driver.write_text(DRIVER.format(folder=str(tmp_path), cache=str(cache_dir)))
-    proc = subprocess.Popen([sys.executable, str(driver)], start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, str(driver)], start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and len(list(cache_dir.glob("slow-*.json"))) < 3:
             time.sleep(0.05)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)   # the driver and its workers: the group this test started
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver and its workers: the group this test started
         proc.wait()
     finished = sorted(cache_dir.glob("slow-*.json"))
     assert 3 <= len(finished) < 12, "the kill should land mid-sweep"
-    for path in finished:                     # nothing half-written
+    for path in finished:  # nothing half-written
         assert json.loads(path.read_text())["result"]["y"] >= 0
 
     sys.path.insert(0, str(tmp_path))
     try:
         from slowcells import Slow, slow_square
+
         backend = CountingBackend()
         results = run_sweep("slow", [Slow(i) for i in range(12)], slow_square, ResultCache(cache_dir), backend)
     finally:
@@ -228,8 +230,9 @@ def test_ctrl_c_hands_over_finished_cells_and_does_not_wait_for_running_ones(tmp
     (tmp_path / "interruptcells.py").write_text(textwrap.dedent(INTERRUPT_MODULE))
     driver = tmp_path / "driver.py"
     driver.write_text(INTERRUPT_DRIVER.format(folder=str(tmp_path), marker=str(tmp_path / "cell1.done")))
-    done = subprocess.run([sys.executable, str(driver)], capture_output=True, text=True, timeout=90,
-                          stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [sys.executable, str(driver)], capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL
+    )
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["first"][:2] == [0, {"y": 0}]
@@ -262,9 +265,15 @@ def test_sigint_to_train_with_workers_ends_fast_leaves_no_process_keeps_cells(tm
     cached; a second SIGINT during the clean-up prints no traceback."""
     pytest.importorskip("torch")
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "attnscale", "train", "scale-vs-dk", "--quick", "--workers", "2",
-                             "--results", str(out)], cwd=tmp_path, start_new_session=True, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnscale", "train", "scale-vs-dk", "--quick", "--workers", "2", "--results", str(out)],
+        cwd=tmp_path,
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not list(out.glob("**/cells/*.json")) and proc.poll() is None:
@@ -283,13 +292,13 @@ def test_sigint_to_train_with_workers_ends_fast_leaves_no_process_keeps_cells(tm
     assert proc.returncode == 130, (proc.returncode, stderr)
     assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
     assert stderr.strip().splitlines()[-1] == "attnscale: interrupted"
-    deadline = time.monotonic() + 5                    # the forkserver sees its pipe close
+    deadline = time.monotonic() + 5  # the forkserver sees its pipe close
     while _session_alive(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _session_alive(proc.pid) == []
     cells = sorted(out.glob("**/cells/*.json"))
     assert len(cells) >= cached_before and not (out / "summary.json").exists()
-    for path in cells:                                 # whole files, each a finished cell
+    for path in cells:  # whole files, each a finished cell
         assert "final_accuracy" in json.dumps(json.loads(path.read_text())["result"])
 
 

@@ -11,7 +11,16 @@ import pytest
 from attnscale import attention, attention_backward
 from attnscale.errors import InputError, InputTypeError
 from attnscale.scales import (
-    RULES, Constant, InverseDk, InverseSqrtDk, LogN, QKNorm, ScaleRule, SoftCap, Unscaled, resolve_scale,
+    RULES,
+    Constant,
+    InverseDk,
+    InverseSqrtDk,
+    LogN,
+    QKNorm,
+    ScaleRule,
+    SoftCap,
+    Unscaled,
+    resolve_scale,
 )
 
 torch = pytest.importorskip("torch")
@@ -31,12 +40,24 @@ def test_every_named_rule_has_name_formula_citation():
     assert "Gemma" in RULES["softcap"].citation and RULES["softcap"].cap_value == 50.0
 
 
-@pytest.mark.parametrize("given, expected", [
-    (None, InverseSqrtDk()), ("default", InverseSqrtDk()), ("1/sqrt(d_k)", InverseSqrtDk()),
-    ("mup", InverseDk()), (" 1/D_K ", InverseDk()), ("unscaled", Unscaled()), ("ssmax", LogN()),
-    ("qk-norm", QKNorm()), ("soft-cap", SoftCap()),
-    (0.0, Constant(0.0)), (0, Constant(0.0)), (np.float32(0.5), Constant(0.5)), (-3, Constant(-3.0)),
-])
+@pytest.mark.parametrize(
+    "given, expected",
+    [
+        (None, InverseSqrtDk()),
+        ("default", InverseSqrtDk()),
+        ("1/sqrt(d_k)", InverseSqrtDk()),
+        ("mup", InverseDk()),
+        (" 1/D_K ", InverseDk()),
+        ("unscaled", Unscaled()),
+        ("ssmax", LogN()),
+        ("qk-norm", QKNorm()),
+        ("soft-cap", SoftCap()),
+        (0.0, Constant(0.0)),
+        (0, Constant(0.0)),
+        (np.float32(0.5), Constant(0.5)),
+        (-3, Constant(-3.0)),
+    ],
+)
 def test_resolve_scale(given, expected):
     assert resolve_scale(given) == expected
 
@@ -51,15 +72,18 @@ def test_rule_instance_passes_through():
     assert resolve_scale(rule) is rule
 
 
-@pytest.mark.parametrize("rule, d_k, n, expected", [
-    (InverseSqrtDk(), 64, None, 0.125),
-    (InverseDk(), 64, None, 1 / 64),
-    (Unscaled(), 64, None, 1.0),
-    (Constant(2.5), 64, None, 2.5),
-    (QKNorm(gain=3.0), 16, None, 0.75),
-    (QKNorm(gain=3.0, norm="l2"), 16, None, 3.0),
-    (SoftCap(cap_value=5.0, base=InverseDk()), 8, None, 0.125),
-])
+@pytest.mark.parametrize(
+    "rule, d_k, n, expected",
+    [
+        (InverseSqrtDk(), 64, None, 0.125),
+        (InverseDk(), 64, None, 1 / 64),
+        (Unscaled(), 64, None, 1.0),
+        (Constant(2.5), 64, None, 2.5),
+        (QKNorm(gain=3.0), 16, None, 0.75),
+        (QKNorm(gain=3.0, norm="l2"), 16, None, 3.0),
+        (SoftCap(cap_value=5.0, base=InverseDk()), 8, None, 0.125),
+    ],
+)
 def test_factor(rule, d_k, n, expected):
     assert rule.factor(d_k, n) == pytest.approx(expected, rel=1e-15)
 
@@ -67,19 +91,27 @@ def test_factor(rule, d_k, n, expected):
 def test_logn_factor_per_row_and_empty_rows():
     n = np.array([[0], [1], [2], [100]])
     got = LogN(s=0.5).factor(16, n)
-    expected = 0.5 * np.log([[1.0], [1.0], [2.0], [100.0]]) / 4.0   # n = 0 counts as 1: ln 1 = 0
+    expected = 0.5 * np.log([[1.0], [1.0], [2.0], [100.0]]) / 4.0  # n = 0 counts as 1: ln 1 = 0
     np.testing.assert_allclose(got, expected, rtol=1e-15)
     with pytest.raises(InputError, match="n"):
         LogN().factor(16, None)
 
 
-@pytest.mark.parametrize("bad, exc", [
-    (lambda: Constant(float("nan")), InputError), (lambda: Constant(True), InputTypeError),
-    (lambda: Constant("1"), InputTypeError), (lambda: QKNorm(norm="l1"), InputError),
-    (lambda: QKNorm(gain=float("inf")), InputError), (lambda: SoftCap(cap_value=0.0), InputError),
-    (lambda: SoftCap(cap_value=-1.0), InputError), (lambda: LogN(s=float("nan")), InputError),
-    (lambda: resolve_scale(True), InputTypeError), (lambda: resolve_scale([1.0]), InputTypeError),
-])
+@pytest.mark.parametrize(
+    "bad, exc",
+    [
+        (lambda: Constant(float("nan")), InputError),
+        (lambda: Constant(True), InputTypeError),
+        (lambda: Constant("1"), InputTypeError),
+        (lambda: QKNorm(norm="l1"), InputError),
+        (lambda: QKNorm(gain=float("inf")), InputError),
+        (lambda: SoftCap(cap_value=0.0), InputError),
+        (lambda: SoftCap(cap_value=-1.0), InputError),
+        (lambda: LogN(s=float("nan")), InputError),
+        (lambda: resolve_scale(True), InputTypeError),
+        (lambda: resolve_scale([1.0]), InputTypeError),
+    ],
+)
 def test_bad_rule_arguments(bad, exc):
     with pytest.raises(exc):
         bad()
@@ -96,8 +128,7 @@ def test_softcap_bounds_logits_and_is_identity_for_small_logits():
 def test_qknorm_l2_logits_are_gain_times_cosine():
     rng = np.random.default_rng(0)
     q, k = rng.standard_normal((5, 7)) * 30, rng.standard_normal((6, 7)) * 0.01
-    logits = attention(q, k, np.zeros((6, 1)), scale=QKNorm(gain=4.0, norm="l2", eps=0.0),
-                       return_details=True).logits
+    logits = attention(q, k, np.zeros((6, 1)), scale=QKNorm(gain=4.0, norm="l2", eps=0.0), return_details=True).logits
     cos = (q / np.linalg.norm(q, axis=-1, keepdims=True)) @ (k / np.linalg.norm(k, axis=-1, keepdims=True)).T
     np.testing.assert_allclose(logits, 4.0 * cos, rtol=1e-12)
 
@@ -146,11 +177,11 @@ def torch_logits(rule: ScaleRule, q, k, allowed):
         return rule.cap_value * torch.tanh(inner / rule.cap_value)
     if isinstance(rule, QKNorm):
         if rule.norm == "rms":
-            qh = q / torch.sqrt((q ** 2).mean(-1, keepdim=True) + rule.eps)
-            kh = k / torch.sqrt((k ** 2).mean(-1, keepdim=True) + rule.eps)
+            qh = q / torch.sqrt((q**2).mean(-1, keepdim=True) + rule.eps)
+            kh = k / torch.sqrt((k**2).mean(-1, keepdim=True) + rule.eps)
             return (rule.gain / math.sqrt(d_k)) * (qh @ kh.transpose(-1, -2))
-        qh = q / torch.sqrt((q ** 2).sum(-1, keepdim=True) + rule.eps)
-        kh = k / torch.sqrt((k ** 2).sum(-1, keepdim=True) + rule.eps)
+        qh = q / torch.sqrt((q**2).sum(-1, keepdim=True) + rule.eps)
+        kh = k / torch.sqrt((k**2).sum(-1, keepdim=True) + rule.eps)
         return rule.gain * (qh @ kh.transpose(-1, -2))
     if isinstance(rule, LogN):
         n = allowed.sum(-1, keepdim=True).clamp(min=1).to(q.dtype)
@@ -169,7 +200,7 @@ def rule_problem(seed=0, B=2, H_q=4, H_kv=2, L=5, S=6, d_k=7, d_v=3):
     dout = rng.standard_normal((B, H_q, L, d_v))
     bias = rng.standard_normal((H_q, L, S))
     mask = rng.random((B, 1, L, S)) < 0.6
-    mask[..., 0] = True                 # every row attends something (fully masked rows: tested below)
+    mask[..., 0] = True  # every row attends something (fully masked rows: tested below)
     return q, k, v, dout, bias, mask
 
 
@@ -186,10 +217,15 @@ def test_rule_forward_and_backward_match_torch_autograd(name):
     logits = torch.where(allowed, torch_logits(rule, tq, kk, allowed) + tb, -torch.inf)
     ref = torch.softmax(logits, dim=-1) @ vv
     ref.backward(torch.tensor(dout))
-    for got, want, what in ((out, ref.detach(), "out"), (g.dq, tq.grad, "dq"), (g.dk, tk.grad, "dk"),
-                            (g.dv, tv.grad, "dv"), (g.dbias, tb.grad, "dbias")):
+    for got, want, what in (
+        (out, ref.detach(), "out"),
+        (g.dq, tq.grad, "dq"),
+        (g.dk, tk.grad, "dk"),
+        (g.dv, tv.grad, "dv"),
+        (g.dbias, tb.grad, "dbias"),
+    ):
         want = want.numpy()
-        if not np.any(want):                      # scale 0: logits do not depend on q, k
+        if not np.any(want):  # scale 0: logits do not depend on q, k
             assert np.all(got == 0.0), f"{name} {what}: expected exactly 0"
             continue
         err = np.max(np.abs(got - want)) / np.max(np.abs(want))
@@ -218,7 +254,7 @@ def test_rule_backward_against_finite_differences(name):
     q, k, v, dout, bias, mask = rule_problem(seed=1, B=1, H_q=2, H_kv=1, L=3, S=4, d_k=3, d_v=2)
     g = attention_backward(q, k, v, dout, scale=rule, mask=mask, bias=bias)
     if isinstance(rule, Constant) and rule.value == 0.0:
-        assert np.all(g.dq == 0.0) and np.all(g.dk == 0.0)      # logits do not depend on q, k
+        assert np.all(g.dq == 0.0) and np.all(g.dk == 0.0)  # logits do not depend on q, k
     loss = lambda: float(np.sum(attention(q, k, v, scale=rule, mask=mask, bias=bias) * dout))  # noqa: E731
     for got, x, what in ((g.dq, q, "dq"), (g.dk, k, "dk"), (g.dv, v, "dv"), (g.dbias, bias, "dbias")):
         fd = finite_difference(loss, x)
@@ -230,9 +266,9 @@ def test_rule_backward_against_finite_differences(name):
 def test_rule_fully_masked_rows_exactly_zero(name):
     rule = RULE_CASES[name]
     q, k, v, dout, bias, mask = rule_problem(seed=2)
-    bias = np.broadcast_to(bias, q.shape[:-1] + (k.shape[-2],)).copy()   # one bias per batch entry
+    bias = np.broadcast_to(bias, q.shape[:-1] + (k.shape[-2],)).copy()  # one bias per batch entry
     mask = mask.copy()
-    mask[1, 0, 2] = False                                                 # query 2 of batch 1, all heads
+    mask[1, 0, 2] = False  # query 2 of batch 1, all heads
     out = attention(q, k, v, scale=rule, mask=mask, bias=bias)
     g = attention_backward(q, k, v, dout, scale=rule, mask=mask, bias=bias)
     assert np.all(out[1, :, 2] == 0.0) and np.all(g.dq[1, :, 2] == 0.0) and np.all(g.dbias[1, :, 2] == 0.0)
@@ -268,7 +304,7 @@ def test_softcap_unscaled_is_a_named_rule_the_core_takes():
     assert isinstance(rule.base, Unscaled) and rule.cap_value == SOFTCAP_DEFAULT
     rng = np.random.default_rng(3)
     q, k, v = rng.standard_normal((5, 64)) * 4, rng.standard_normal((7, 64)) * 4, rng.standard_normal((7, 3))
-    z = q @ k.T                                  # unscaled logits, far beyond the cap for some pairs
+    z = q @ k.T  # unscaled logits, far beyond the cap for some pairs
     assert np.abs(z).max() > SOFTCAP_DEFAULT
     capped = SOFTCAP_DEFAULT * np.tanh(z / SOFTCAP_DEFAULT)
     w = np.exp(capped - capped.max(-1, keepdims=True))

@@ -24,7 +24,7 @@ def run_steps(sinks, steps=3):
     layer = Masked()
     g = torch.Generator().manual_seed(0)
     mask = torch.ones(1, 2, 4, 4, dtype=torch.bool)
-    mask[0, 1] = False                                       # head 1 attends nothing: its figures are null
+    mask[0, 1] = False  # head 1 attends nothing: its figures are null
     returned = []
     with Monitor(layer, mode="replace", history=False, sinks=sinks) as mon:
         for step in range(steps):
@@ -36,6 +36,7 @@ def run_steps(sinks, steps=3):
 def strict_loads(line: str):
     def refuse(name):
         raise ValueError(f"non-standard JSON constant {name}")
+
     return json.loads(line, parse_constant=refuse)
 
 
@@ -52,9 +53,9 @@ def test_jsonl_sink_writes_one_strict_json_line_per_step(tmp_path):
         assert head0["entropy_mean"] == pytest.approx(step.heads[0].entropy_mean) and head0["rows"] == 4
         assert head1["entropy_mean"] is None and math.isnan(step.heads[1].entropy_mean)
         assert head1["why_null"] == "no row attended any key"
-        for f in ("first_key_weight", "q_norm_mean", "k_norm_mean"):      # HeadFigures' new fields pass as they are
+        for f in ("first_key_weight", "q_norm_mean", "k_norm_mean"):  # HeadFigures' new fields pass as they are
             assert head0[f] == pytest.approx(getattr(step.heads[0], f)) and head0[f] > 0
-        assert head1["first_key_weight"] is None and head1["k_norm_mean"] > 0   # its keys are read, its rows masked
+        assert head1["first_key_weight"] is None and head1["k_norm_mean"] > 0  # its keys are read, its rows masked
     assert [r["step"] for r in records] == [0, 10, 20]
     # append=True keeps what is there (a resumed run); the default starts the file afresh.
     run_steps([JSONLSink(path, append=True)], steps=1)
@@ -98,12 +99,13 @@ def test_tensorboard_sink_holds_the_step_figures(tmp_path):
 
     sink = TensorBoardSink(log_dir=tmp_path)
     steps = run_steps([sink])
-    sink.close()                                      # the sink is ours: the monitor leaves it open
+    sink.close()  # the sink is ours: the monitor leaves it open
     events = EventAccumulator(str(tmp_path))
     events.Reload()
     tags = events.Tags()["scalars"]
-    assert {f"attention/{f}/Masked/head0" for f in ("entropy_mean", "first_key_weight", "q_norm_mean",
-                                                      "k_norm_mean")} <= set(tags)
+    assert {
+        f"attention/{f}/Masked/head0" for f in ("entropy_mean", "first_key_weight", "q_norm_mean", "k_norm_mean")
+    } <= set(tags)
     assert not any("head1" in t for t in tags if "entropy" in t)  # null figures are not written
     written = events.Scalars("attention/max_logit/Masked/head0")
     assert [e.step for e in written] == [0, 10, 20]
@@ -111,9 +113,11 @@ def test_tensorboard_sink_holds_the_step_figures(tmp_path):
     # Over the layer's heads and the model's: head 1 attends nothing, so they are head 0's figures.
     for where in ("Masked/layer", "model"):
         assert [e.value for e in events.Scalars(f"attention/entropy_mean/{where}")] == pytest.approx(
-            [s.heads[0].entropy_mean for s in steps], rel=1e-6)
+            [s.heads[0].entropy_mean for s in steps], rel=1e-6
+        )
     assert [e.value for e in events.Scalars("attention/sink_heads_share/model")] == [
-        float(s.heads[0].sink_head) for s in steps]
+        float(s.heads[0].sink_head) for s in steps
+    ]
     assert [e.value for e in events.Scalars("attention/calls")] == [1.0, 1.0, 1.0]
 
 

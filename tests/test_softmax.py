@@ -49,7 +49,7 @@ def test_seed_examples_health_by_hand():
     assert h.max_weight == pytest.approx(p[0], rel=1e-15)
     assert h.effective_support == pytest.approx(1 / math.fsum(x * x for x in p), rel=1e-14)
     assert h.normalized_entropy == pytest.approx(h.entropy / math.log(3), rel=1e-14)
-    std = math.sqrt(sum((x - 12.0) ** 2 for x in (14.0, 10.0, 12.0)) / 3)      # population std
+    std = math.sqrt(sum((x - 12.0) ** 2 for x in (14.0, 10.0, 12.0)) / 3)  # population std
     assert h.saturation_index == pytest.approx(std / math.sqrt(2 * math.log(3)), rel=1e-14)
 
 
@@ -88,7 +88,7 @@ def test_jacobian_norms_against_numpy_linalg():
     """Ordinary rows (weights not near one-hot): np.linalg on the explicit matrix is accurate."""
     rng = np.random.default_rng(0)
     for n in (2, 3, 5, 17, 100):
-        p = rng.dirichlet(np.full(n, 0.7), size=20)                          # (20, n)
+        p = rng.dirichlet(np.full(n, 0.7), size=20)  # (20, n)
         J = softmax_jacobian(p)
         fro, spec = jacobian_norms(p)
         np.testing.assert_allclose(fro, np.linalg.norm(J, axis=(-2, -1)), rtol=1e-12)
@@ -120,10 +120,17 @@ def mp_figures(logits):
         return float(entropy), float(fro), float(spec)
 
 
-@pytest.mark.parametrize("logits", [
-    [40.0, 0.0, 0.0], [30.0, 0.0, -1.0, 2.0], [100.0, 0.0], [25.0, 24.0, 0.0, 0.0],
-    [14.0, 10.0, 12.0], [700.0, 0.0, 1.0, 3.0, -5.0],
-])
+@pytest.mark.parametrize(
+    "logits",
+    [
+        [40.0, 0.0, 0.0],
+        [30.0, 0.0, -1.0, 2.0],
+        [100.0, 0.0],
+        [25.0, 24.0, 0.0, 0.0],
+        [14.0, 10.0, 12.0],
+        [700.0, 0.0, 1.0, 3.0, -5.0],
+    ],
+)
 def test_near_one_hot_figures_are_relatively_accurate(logits):
     """Near one-hot, ‖J‖ is a tiny difference of numbers near 1: the figures must hold to 1e-10
     relative against 50-digit arithmetic. (np.linalg on the float64 matrix cannot: there p_top rounds
@@ -137,7 +144,7 @@ def test_near_one_hot_figures_are_relatively_accurate(logits):
     assert f == pytest.approx(fro, rel=1e-10) and s == pytest.approx(spec, rel=1e-10)
     if logits == [40.0, 0.0, 0.0]:
         naive = np.linalg.norm(softmax_jacobian(softmax(np.array(logits))))
-        assert abs(naive - fro) / fro > 0.1          # why jacobian_norms avoids the explicit matrix
+        assert abs(naive - fro) / fro > 0.1  # why jacobian_norms avoids the explicit matrix
 
 
 def test_mask_and_minus_inf_are_not_attended():
@@ -187,7 +194,7 @@ def test_low_precision_inputs(dtype, rtol):
     p = softmax(x)
     assert p.dtype == dtype
     np.testing.assert_allclose(p.astype(np.float64), softmax(x.astype(np.float64)), rtol=rtol, atol=rtol * 1e-2)
-    h, h64 = row_health(x), row_health(x.astype(np.float64))     # figures are computed in float64
+    h, h64 = row_health(x), row_health(x.astype(np.float64))  # figures are computed in float64
     for name, value in h.as_dict().items():
         np.testing.assert_allclose(value, getattr(h64, name), rtol=1e-15, err_msg=name)
 
@@ -231,18 +238,21 @@ def test_effective_support_and_entropy_bounds():
     assert np.all((h.normalized_entropy >= 0) & (h.normalized_entropy <= 1 + 1e-12))
     assert np.all(h.max_weight >= 1 / 12 - 1e-15)
     assert np.all(h.jacobian_spectral <= h.jacobian_frobenius + 1e-15)
-    assert np.all(h.jacobian_spectral <= h.max_weight + 1e-15)      # eigenvalues interlace diag(p)
+    assert np.all(h.jacobian_spectral <= h.max_weight + 1e-15)  # eigenvalues interlace diag(p)
 
 
-@pytest.mark.parametrize("bad, exc, words", [
-    (lambda: softmax(np.array([1.0, np.nan])), InputError, "logits"),
-    (lambda: softmax(np.array([1.0, np.inf])), InputError, "logits"),
-    (lambda: softmax(np.array(["a", "b"])), InputTypeError, "logits"),
-    (lambda: softmax(np.float64(1.0)), InputError, "logits"),
-    (lambda: softmax(np.ones(3), mask=np.ones(3)), InputTypeError, "mask"),
-    (lambda: softmax(np.ones(3), mask=np.ones(4, dtype=bool)), InputError, "mask"),
-    (lambda: row_health(np.ones(3), mask=np.array([1, 0, 1])), InputTypeError, "mask"),
-])
+@pytest.mark.parametrize(
+    "bad, exc, words",
+    [
+        (lambda: softmax(np.array([1.0, np.nan])), InputError, "logits"),
+        (lambda: softmax(np.array([1.0, np.inf])), InputError, "logits"),
+        (lambda: softmax(np.array(["a", "b"])), InputTypeError, "logits"),
+        (lambda: softmax(np.float64(1.0)), InputError, "logits"),
+        (lambda: softmax(np.ones(3), mask=np.ones(3)), InputTypeError, "mask"),
+        (lambda: softmax(np.ones(3), mask=np.ones(4, dtype=bool)), InputError, "mask"),
+        (lambda: row_health(np.ones(3), mask=np.array([1, 0, 1])), InputTypeError, "mask"),
+    ],
+)
 def test_bad_softmax_inputs(bad, exc, words):
     with pytest.raises(exc, match=words):
         bad()

@@ -14,8 +14,12 @@ torch = pytest.importorskip("torch")
 from attnscale import results  # noqa: E402
 from attnscale.cli import main  # noqa: E402
 from attnscale.cli.telemetry import format_markdown, format_table  # noqa: E402
-from attnscale.experiments.telemetry import (TARGETS, TelemetryBenchConfig, monitor_layers,  # noqa: E402
-                                             run_telemetry_bench)
+from attnscale.experiments.telemetry import (  # noqa: E402
+    TARGETS,
+    TelemetryBenchConfig,
+    monitor_layers,
+    run_telemetry_bench,
+)
 from attnscale.i18n import language  # noqa: E402
 from attnscale.report.chapters import telemetry as chapter  # noqa: E402
 
@@ -30,17 +34,19 @@ def envelope(tmp_path_factory):
 
 def test_every_ratio_is_a_median_over_sdpa_from_the_same_run(envelope):
     data = envelope.data
-    assert {(r["pass"], r["causal"]) for r in data["rows"]} == {(p, c) for p in ("forward", "forward+backward")
-                                                                 for c in (False, True)}
+    assert {(r["pass"], r["causal"]) for r in data["rows"]} == {
+        (p, c) for p in ("forward", "forward+backward") for c in (False, True)
+    }
     for row in data["rows"]:
         assert set(row["median_s"]) == set(data["variants"][row["pass"]])
         for name, ratio in row["ratio_to_sdpa"].items():
             assert math.isfinite(ratio) and ratio > 0
             assert ratio == pytest.approx(row["median_s"][name] / row["median_s"]["sdpa"], rel=1e-12)
             assert row["cpu_ratio_to_sdpa"][name] == pytest.approx(
-                row["cpu_median_s"][name] / row["cpu_median_s"]["sdpa"], rel=1e-12)
+                row["cpu_median_s"][name] / row["cpu_median_s"]["sdpa"], rel=1e-12
+            )
     time_targets = [t for t in TARGETS if t["measure"] == "time"]
-    assert len(data["verdicts"]) == len(time_targets) * 2            # no memory rows: no memory verdicts
+    assert len(data["verdicts"]) == len(time_targets) * 2  # no memory rows: no memory verdicts
     for v in data["verdicts"]:
         row = next(r for r in data["rows"] if r["pass"] == v["pass"] and r["causal"] == v["causal"])
         assert v["ratio"] == row["ratio_to_sdpa"]["kernel"] and v["met"] == (v["ratio"] <= v["target"])
@@ -56,7 +62,9 @@ def test_the_result_is_strict_json_and_reads_back(envelope):
 def test_tables_and_chapter_show_the_figures_and_change_with_them(envelope):
     text, markdown = format_table(envelope), format_markdown(envelope)
     assert "time ÷ plain SDPA" in text and "(1, 2, 64, 16)" in text
-    assert markdown.startswith(f"Measured {envelope.created[:10]} on ") and "| forward+backward: time ÷ SDPA |" in markdown
+    assert (
+        markdown.startswith(f"Measured {envelope.created[:10]} on ") and "| forward+backward: time ÷ SDPA |" in markdown
+    )
     for lang in ("en", "zh"):
         with language(lang):
             html = chapter.render(envelope)
@@ -70,26 +78,42 @@ def test_tables_and_chapter_show_the_figures_and_change_with_them(envelope):
 
 
 def test_peak_memory_in_fresh_processes():
-    config = TelemetryBenchConfig(shapes=(), memory_shapes=((1, 2, 128, 16),), memory_variants=("sdpa", "kernel"),
-                                  causal=(False,), backward=False)
+    config = TelemetryBenchConfig(
+        shapes=(), memory_shapes=((1, 2, 128, 16),), memory_variants=("sdpa", "kernel"), causal=(False,), backward=False
+    )
     row = run_telemetry_bench(config)["memory"][0]
     assert set(row["peak_rise_bytes"]) == {"sdpa", "kernel"} and not row["failures"], row
     assert all(isinstance(n, int) and n >= 0 for n in row["peak_rise_bytes"].values())
 
 
 def test_monitor_layers_aggregate_the_heads():
-    heads = [{"layer": "l0", "head": 0, "entropy_mean": 1.0, "entropy_median": 0.9, "entropy_min": 0.1, "max_logit": 3.0},
-             {"layer": "l0", "head": 1, "entropy_mean": 0.5, "entropy_median": 0.4, "entropy_min": 0.2, "max_logit": 7.0},
-             {"layer": "l1", "head": 0, "entropy_mean": None, "entropy_median": None, "entropy_min": None,
-              "max_logit": None}]
+    heads = [
+        {"layer": "l0", "head": 0, "entropy_mean": 1.0, "entropy_median": 0.9, "entropy_min": 0.1, "max_logit": 3.0},
+        {"layer": "l0", "head": 1, "entropy_mean": 0.5, "entropy_median": 0.4, "entropy_min": 0.2, "max_logit": 7.0},
+        {
+            "layer": "l1",
+            "head": 0,
+            "entropy_mean": None,
+            "entropy_median": None,
+            "entropy_min": None,
+            "max_logit": None,
+        },
+    ]
     l0, l1 = monitor_layers(heads)
-    assert (l0["entropy_mean"], l0["entropy_median_of_medians"], l0["entropy_min"], l0["max_logit"]) == (0.75, 0.65, 0.1, 7.0)
+    assert (l0["entropy_mean"], l0["entropy_median_of_medians"], l0["entropy_min"], l0["max_logit"]) == (
+        0.75,
+        0.65,
+        0.1,
+        7.0,
+    )
     assert (l0["lowest_head"], l0["lowest_head_entropy_mean"]) == (1, 0.5)
     assert l1["entropy_mean"] is None and l1["lowest_head"] is None
 
 
-@pytest.mark.parametrize("device,expected", [("tpu", "--device: expected 'cpu' or 'cuda', got 'tpu'"),
-                                              ("cuda", "--device: 'cuda' is not available here")])
+@pytest.mark.parametrize(
+    "device,expected",
+    [("tpu", "--device: expected 'cpu' or 'cuda', got 'tpu'"), ("cuda", "--device: 'cuda' is not available here")],
+)
 def test_an_unavailable_device_is_one_line_and_exit_2(device, expected, capsys, tmp_path):
     if device == "cuda" and torch.cuda.is_available():
         pytest.skip("this machine has a CUDA GPU")
@@ -101,7 +125,9 @@ def test_an_unavailable_device_is_one_line_and_exit_2(device, expected, capsys, 
 
 def test_markdown_without_a_result_says_which_command_makes_it(capsys, tmp_path):
     assert main(["telemetry-bench", "--markdown", "--results", str(tmp_path)]) == 2
-    assert "no telemetry result here yet, full, quick or reference (attnscale telemetry-bench)" in capsys.readouterr().err
+    assert (
+        "no telemetry result here yet, full, quick or reference (attnscale telemetry-bench)" in capsys.readouterr().err
+    )
 
 
 def test_markdown_renders_a_written_result(envelope, capsys):
@@ -113,13 +139,21 @@ def test_the_readme_shows_what_the_committed_result_renders():
     """README "Measured here" is generated: `attnscale telemetry-bench --markdown --results docs/results`."""
     repo = Path(__file__).parents[1]
     env = results.read("telemetry", path=repo / "docs" / "results" / "telemetry" / "result.json")
-    relative = dataclasses.replace(env, path=env.path.relative_to(repo))   # as the command run there names it
+    relative = dataclasses.replace(env, path=env.path.relative_to(repo))  # as the command run there names it
     assert format_markdown(relative) in (repo / "README.md").read_text()
 
 
 def test_the_monitor_sentence_says_yes_or_no_in_each_language():
-    m = {"model": "m", "n_sequences": 2, "padded_length": 8, "ratio": 1.1, "outputs_bitwise_equal": True,
-         "float16_overflow_calls": 0, "calls_per_forward": 6, "layers": []}
+    m = {
+        "model": "m",
+        "n_sequences": 2,
+        "padded_length": 8,
+        "ratio": 1.1,
+        "outputs_bitwise_equal": True,
+        "float16_overflow_calls": 0,
+        "calls_per_forward": 6,
+        "layers": [],
+    }
     assert "unmonitored model: yes;" in chapter._monitor(m)[0]
     m["outputs_bitwise_equal"] = False
     assert "unmonitored model: no;" in chapter._monitor(m)[0]

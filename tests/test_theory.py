@@ -42,9 +42,9 @@ def test_gaussian_correlated_product_variance_matches_symbolic_and_sampling():
     z1, z2 = rng.standard_normal((2, 400_000))
     rho = 0.5 / math.sqrt(2.0)
     q = 0.5 + math.sqrt(2.0) * z1
-    k = -0.5 + (rho * z1 + math.sqrt(1 - rho ** 2) * z2)
+    k = -0.5 + (rho * z1 + math.sqrt(1 - rho**2) * z2)
     prod = q * k
-    se = np.std(prod ** 2) / math.sqrt(prod.size) * 2  # rough bound for the variance estimate's error
+    se = np.std(prod**2) / math.sqrt(prod.size) * 2  # rough bound for the variance estimate's error
     assert abs(np.var(prod) - theory.product_variance(**args)) < 5 * se
 
 
@@ -71,7 +71,8 @@ def test_component_fourth_moments_against_scipy():
     stats = pytest.importorskip("scipy.stats")
     assert theory.COMPONENTS["gaussian"].fourth_moment == pytest.approx(stats.norm.moment(4))
     assert theory.COMPONENTS["uniform"].fourth_moment == pytest.approx(
-        stats.uniform(-math.sqrt(3), 2 * math.sqrt(3)).moment(4))
+        stats.uniform(-math.sqrt(3), 2 * math.sqrt(3)).moment(4)
+    )
     t5 = stats.t(5)
     assert theory.COMPONENTS["student_t5"].fourth_moment == pytest.approx(t5.moment(4) / t5.var() ** 2)
     assert theory.COMPONENTS["student_t5"].finite_moments_below == 5  # E|T|^p < ∞ iff p < ν: no 6th moment
@@ -91,17 +92,19 @@ def test_one_high_closed_forms_match_softmax(n):
     logits = np.full(n, -2.0)
     logits[-1] = 3.0
     assert theory.one_high_max_weight(n) == pytest.approx(softmax(logits)[-1], rel=1e-12)
-    assert theory.ssmax_one_high_max_weight(n) == pytest.approx(
-        softmax(0.43 * math.log(n) * logits)[-1], rel=1e-12)
+    assert theory.ssmax_one_high_max_weight(n) == pytest.approx(softmax(0.43 * math.log(n) * logits)[-1], rel=1e-12)
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda: theory.dot_variance(0), "d_k: expected a positive integer, got 0"),
-    (lambda: theory.dot_variance(2.5), "d_k: expected a positive integer, got 2.5"),
-    (lambda: theory.product_variance(var_q=1.0, var_k=1.0, cov=2.0), "cov: expected |cov|"),
-    (lambda: theory.product_variance(var_q=-1.0), "var_q, var_k: expected non-negative"),
-    (lambda: theory.phase_boundary(1), "n: expected at least 2 keys, got 1"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: theory.dot_variance(0), "d_k: expected a positive integer, got 0"),
+        (lambda: theory.dot_variance(2.5), "d_k: expected a positive integer, got 2.5"),
+        (lambda: theory.product_variance(var_q=1.0, var_k=1.0, cov=2.0), "cov: expected |cov|"),
+        (lambda: theory.product_variance(var_q=-1.0), "var_q, var_k: expected non-negative"),
+        (lambda: theory.phase_boundary(1), "n: expected at least 2 keys, got 1"),
+    ],
+)
 def test_bad_input_names_the_argument(call, message):
     with pytest.raises(InputError, match=message.replace("|", r"\|").replace("(", r"\(")):
         call()
@@ -141,12 +144,13 @@ def test_pair_mean_variance_by_exact_enumeration_of_rademacher():
         values = []
         for bits in itertools.product((-1, 1), repeat=2 * b * d):
             q = np.array(bits[: b * d]).reshape(b, d)
-            k = np.array(bits[b * d:]).reshape(b, d)
+            k = np.array(bits[b * d :]).reshape(b, d)
             values.append(np.mean((q @ k.T) ** 2))
         assert np.mean(values) == pytest.approx(d)
         assert np.var(values) == pytest.approx(theory.pair_mean_variance(d, 1.0, 1.0, b), abs=1e-12)
     assert theory.pair_mean_variance(64, 3.0, 3.0, 1) == theory.dot_square_variance(64, 3.0, 3.0)
     assert theory.samples_for_relative_ci(64, 3.0, 0.01, 2.576, batch=1) == math.ceil(
-        (2.576 * math.sqrt(theory.dot_square_variance(64, 3.0, 3.0)) / 64 / 0.01) ** 2)
+        (2.576 * math.sqrt(theory.dot_square_variance(64, 3.0, 3.0)) / 64 / 0.01) ** 2
+    )
     with pytest.raises(InputError, match="batch"):
         theory.pair_mean_variance(4, 3.0, 3.0, 0)

@@ -35,7 +35,7 @@ def problem(seed, B=2, H_q=4, H_kv=2, L=37, S=53, d_k=16, d_v=8, dtype=torch.flo
     k = torch.randn(B, H_kv, S, d_k, generator=g, dtype=dtype)
     v = torch.randn(B, H_kv, S, d_v, generator=g, dtype=dtype)
     mask = torch.rand(B, 1, L, S, generator=g) > 0.3
-    mask[0, 0, 3] = False                                    # one fully masked row
+    mask[0, 0, 3] = False  # one fully masked row
     return q, k, v, mask
 
 
@@ -58,7 +58,7 @@ def assert_figures(res_out, res: AttentionStats, ref, health, hi, lo, rel=1e-9, 
     assert np.isnan(res.entropy.numpy()[empty]).all()
     np.testing.assert_allclose(res.entropy.numpy()[~empty], health.entropy[~empty], rtol=rel, atol=1e-12)
     if res.max_logit is not None:
-        np.testing.assert_allclose(res.max_logit.numpy(), hi, rtol=rel, atol=0)   # NaN where empty, both
+        np.testing.assert_allclose(res.max_logit.numpy(), hi, rtol=rel, atol=0)  # NaN where empty, both
         np.testing.assert_allclose(res.min_logit.numpy(), lo, rtol=rel, atol=0)
 
 
@@ -84,7 +84,9 @@ def test_tiles_smaller_than_the_problem_cross_every_block_edge(backend, monkeypa
     monkeypatch.setattr(backend_problem, "CHUNK_ELEMENTS", 500)
     q, k, v, mask = problem(seed=3, L=60, S=45, spread=3.0)
     for causal in (False, "top_left", "bottom_right"):
-        res_out, res = attention(q, k, v, mask=mask, causal=causal, logit_range=True, backend=backend, return_stats=True)
+        res_out, res = attention(
+            q, k, v, mask=mask, causal=causal, logit_range=True, backend=backend, return_stats=True
+        )
         assert_figures(res_out, res, *oracle(q, k, v, mask=mask.numpy(), causal=causal))
 
 
@@ -95,7 +97,9 @@ def test_additive_bias_with_masked_entries(backend):
     g = torch.Generator().manual_seed(9)
     bias = torch.randn(2, 2, 37, 53, generator=g, dtype=torch.float64)
     bias[torch.rand(bias.shape, generator=g) < 0.2] = -math.inf
-    res_out, res = attention(q, k, v, bias=bias, causal="bottom_right", logit_range=True, backend=backend, return_stats=True)
+    res_out, res = attention(
+        q, k, v, bias=bias, causal="bottom_right", logit_range=True, backend=backend, return_stats=True
+    )
     assert_figures(res_out, res, *oracle(q, k, v, bias=bias.numpy(), causal="bottom_right"))
 
 
@@ -129,31 +133,56 @@ def test_float32_output_matches_pytorch_sdpa(backend):
         res_out, res = attention(q, k, v, mask=m, causal=causal, backend=backend, return_stats=True)
         ours = res_out
         sdpa = torch.nn.functional.scaled_dot_product_attention(
-            q, k, v, attn_mask=m, is_causal=bool(causal), enable_gqa=True)
+            q, k, v, attn_mask=m, is_causal=bool(causal), enable_gqa=True
+        )
         exact = torch.nn.functional.scaled_dot_product_attention(
-            q.double(), k.double(), v.double(), attn_mask=m, is_causal=bool(causal), enable_gqa=True)
+            q.double(), k.double(), v.double(), attn_mask=m, is_causal=bool(causal), enable_gqa=True
+        )
         err_ours, err_sdpa = (ours.double() - exact).abs().max().item(), (sdpa.double() - exact).abs().max().item()
         print(f"{backend} {causal} mask={m is not None}: |ours−f64| {err_ours:.2e}  |sdpa−f64| {err_sdpa:.2e}")
         assert (ours - sdpa).abs().max().item() <= 2e-6
         assert err_ours <= max(4 * err_sdpa, 1e-6)
-        ref_out, ref = attention(q.double(), k.double(), v.double(), mask=m, causal=causal, backend="chunked", return_stats=True)
+        ref_out, ref = attention(
+            q.double(), k.double(), v.double(), mask=m, causal=causal, backend="chunked", return_stats=True
+        )
         assert res.entropy.dtype == torch.float32
         np.testing.assert_allclose(res.entropy.numpy(), ref.entropy.numpy(), rtol=0, atol=2e-5)
         np.testing.assert_allclose(res.lse.numpy(), ref.lse.numpy(), rtol=0, atol=2e-5)
 
 
-DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])   # CUDA adds cases; never skipped
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])  # CUDA adds cases; never skipped
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_auto_backend_on_each_device(device):
     q, k, v, mask = problem(seed=12, L=70, S=90, d_k=64, d_v=64, dtype=torch.float32, spread=1.0)
     for causal, m in ((False, None), ("top_left", None), ("bottom_right", mask)):
-        res_out, res = attention(q.to(device), k.to(device), v.to(device), mask=None if m is None else m.to(device),
-                        causal=causal, logit_range=True, return_stats=True)
-        assert res.backend == ("kernel" if device == "cpu" and kernel_status()["available"]
-                               else "flex" if device == "cuda" and kernel_status()["cuda"]["backend"] == "flex" else "composed")
-        ref_out, ref = attention(q.double(), k.double(), v.double(), mask=m, causal=causal, logit_range=True, backend="chunked", return_stats=True)
+        res_out, res = attention(
+            q.to(device),
+            k.to(device),
+            v.to(device),
+            mask=None if m is None else m.to(device),
+            causal=causal,
+            logit_range=True,
+            return_stats=True,
+        )
+        assert res.backend == (
+            "kernel"
+            if device == "cpu" and kernel_status()["available"]
+            else "flex"
+            if device == "cuda" and kernel_status()["cuda"]["backend"] == "flex"
+            else "composed"
+        )
+        ref_out, ref = attention(
+            q.double(),
+            k.double(),
+            v.double(),
+            mask=m,
+            causal=causal,
+            logit_range=True,
+            backend="chunked",
+            return_stats=True,
+        )
         empty = torch.isnan(ref.entropy)
         np.testing.assert_allclose(res_out.cpu().double().numpy(), ref_out.numpy(), rtol=0, atol=2e-5)
         for name in ("entropy", "max_logit", "min_logit"):
@@ -178,7 +207,7 @@ def test_without_stats_auto_is_plain_sdpa_exactly():
 
 def test_scale_conventions():
     q, k, v, _ = problem(seed=6, L=5, S=9)
-    _, uniform = attention(q, k, v, scale=0.0, logit_range=True, return_stats=True)     # 0.0 is legal: uniform weights
+    _, uniform = attention(q, k, v, scale=0.0, logit_range=True, return_stats=True)  # 0.0 is legal: uniform weights
     torch.testing.assert_close(uniform.entropy, torch.full_like(uniform.entropy, math.log(9)), rtol=1e-12, atol=0)
     assert (uniform.max_logit == 0).all()
     lse = lambda **kw: attention(q, k, v, return_stats=True, **kw)[1].lse  # noqa: E731
@@ -186,8 +215,13 @@ def test_scale_conventions():
     torch.testing.assert_close(lse(scale="inverse_dk"), lse(scale=1 / 16), rtol=0, atol=0)
 
 
-RULES = ["logn", "qknorm", "softcap", attnscale.scales.QKNorm(gain=3.0, norm="l2"),
-         attnscale.scales.SoftCap(cap_value=2.0, base=attnscale.scales.LogN(s=0.7))]
+RULES = [
+    "logn",
+    "qknorm",
+    "softcap",
+    attnscale.scales.QKNorm(gain=3.0, norm="l2"),
+    attnscale.scales.SoftCap(cap_value=2.0, base=attnscale.scales.LogN(s=0.7)),
+]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -226,11 +260,13 @@ def test_a_rule_no_backend_can_honour_is_named():
 
 def test_shapes_rank2_broadcast_and_half_precision():
     q, k, v, _ = problem(seed=7, B=1, H_q=1, H_kv=1)
-    one_out, one = attention(q[0, 0], k[0, 0], v[0, 0], return_stats=True)                           # (L, d): one head
+    one_out, one = attention(q[0, 0], k[0, 0], v[0, 0], return_stats=True)  # (L, d): one head
     assert one_out.shape == (37, 8) and one.entropy.shape == (37,)
     full_out, full = attention(q, k, v, return_stats=True)
     torch.testing.assert_close(one.entropy, full.entropy[0, 0], rtol=0, atol=0)
-    shared_kv_out, shared_kv = attention(q.expand(3, 1, 37, 16), k[0], v[0], return_stats=True)            # leading dims broadcast
+    shared_kv_out, shared_kv = attention(
+        q.expand(3, 1, 37, 16), k[0], v[0], return_stats=True
+    )  # leading dims broadcast
     assert shared_kv_out.shape == (3, 1, 37, 8)
     half_out, half = attention(q.half(), k.half(), v.half(), logit_range=True, return_stats=True)
     assert half_out.dtype == torch.float16 and half.entropy.dtype == torch.float32
@@ -242,14 +278,16 @@ def test_strided_views_as_models_pass_them(backend):
     """(B, L, H, d) projections viewed as (B, H, L, d), and a query row broadcast along L."""
     kernel_or_skip(backend)
     g = torch.Generator().manual_seed(13)
-    qkv = torch.randn(2, 19, 3, 4, 16, generator=g, dtype=torch.float64)       # (B, L, 3, H, d)
+    qkv = torch.randn(2, 19, 3, 4, 16, generator=g, dtype=torch.float64)  # (B, L, 3, H, d)
     q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
     assert not q.is_contiguous()
     res_out, res = attention(q, k, v, causal=True, backend=backend, return_stats=True)
-    ref_out, ref = attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=True, backend="chunked", return_stats=True)
+    ref_out, ref = attention(
+        q.contiguous(), k.contiguous(), v.contiguous(), causal=True, backend="chunked", return_stats=True
+    )
     torch.testing.assert_close(res.entropy, ref.entropy, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(res_out, ref_out, rtol=1e-12, atol=1e-12)
-    row = q[:, :, :1].expand(-1, -1, 19, -1)                                   # stride 0 along L
+    row = q[:, :, :1].expand(-1, -1, 19, -1)  # stride 0 along L
     same_out, same = attention(row, k, v, backend=backend, return_stats=True)
     torch.testing.assert_close(same.entropy, same.entropy[:, :, :1].expand_as(same.entropy), rtol=1e-12, atol=0)
 
@@ -262,8 +300,11 @@ def close_across_threads(one: torch.Tensor, other: torch.Tensor, ulps: int = 16)
     finite = one.isfinite()
     bound = ulps * torch.finfo(one.dtype).eps * (one[finite].abs().max().item() if finite.any() else 0.0)
     err = (other[finite] - one[finite]).abs().max().item() if finite.any() else 0.0
-    return None if err <= bound and torch.equal(one[~finite & ~one.isnan()], other[~finite & ~one.isnan()]) \
+    return (
+        None
+        if err <= bound and torch.equal(one[~finite & ~one.isnan()], other[~finite & ~one.isnan()])
         else f"max |difference| {err:.3e} > {bound:.3e}"
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -285,7 +326,7 @@ def test_kernel_across_thread_counts(dtype):
         one, two, again = run(1), run(2), run(2)
     finally:
         torch.set_num_threads(before)
-    for name in names:                                                # NaN rows: fully masked
+    for name in names:  # NaN rows: fully masked
         torch.testing.assert_close(two[name], again[name], rtol=0, atol=0, equal_nan=True)
         assert close_across_threads(one[name], two[name]) is None, (name, close_across_threads(one[name], two[name]))
 
@@ -293,14 +334,23 @@ def test_kernel_across_thread_counts(dtype):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_no_queries_and_no_values(backend):
     kernel_or_skip(backend)
-    res_out, res = attention(torch.randn(2, 0, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 3), logit_range=True,
-                             backend=backend, return_stats=True)
+    res_out, res = attention(
+        torch.randn(2, 0, 4),
+        torch.randn(2, 5, 4),
+        torch.randn(2, 5, 3),
+        logit_range=True,
+        backend=backend,
+        return_stats=True,
+    )
     assert res_out.shape == (2, 0, 3) and res.entropy.shape == res.max_logit.shape == (2, 0)
     q, k, v, _ = problem(seed=15, L=6, S=9)
-    empty_v_out, empty_v = attention(q, k, v[..., :0], backend=backend, return_stats=True)   # d_v = 0: figures still exact
+    empty_v_out, empty_v = attention(
+        q, k, v[..., :0], backend=backend, return_stats=True
+    )  # d_v = 0: figures still exact
     assert empty_v_out.shape == (2, 4, 6, 0)
-    torch.testing.assert_close(empty_v.entropy, attention(q, k, v, backend=backend, return_stats=True)[1].entropy,
-                               rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(
+        empty_v.entropy, attention(q, k, v, backend=backend, return_stats=True)[1].entropy, rtol=1e-12, atol=1e-14
+    )
 
 
 def test_the_logit_range_shows_a_float16_overflow():
@@ -314,7 +364,7 @@ def test_the_logit_range_shows_a_float16_overflow():
         per_row = logits.abs().amax(-1) > FLOAT16_MAX
         assert bool(per_row.any()) == overflows
         assert torch.equal((stats.max_logit > FLOAT16_MAX) | (stats.min_logit < -FLOAT16_MAX), per_row)
-    assert attention(q, k, v, return_stats=True)[1].max_logit is None          # asked for: logit_range=True
+    assert attention(q, k, v, return_stats=True)[1].max_logit is None  # asked for: logit_range=True
 
 
 BAD = [
@@ -360,10 +410,12 @@ def test_without_torch_the_error_names_the_install_command(monkeypatch):
 @pytest.mark.parametrize("env", [{"ATTNSCALE_NO_KERNEL": "1"}, {"CXX": "/nonexistent/c++"}])
 def test_without_the_kernel_auto_falls_back_to_composed_calls(env, tmp_path):
     """Switched off, or unbuildable (no compiler; a fresh, empty build cache)."""
-    code = ("import torch; from attnscale.torch import attention, kernel_status; s = kernel_status(); "
-            "print(s['available'], attention(torch.ones(1, 3, 4), torch.ones(1, 3, 4), torch.ones(1, 3, 4), "
-            "return_stats=True)[1].backend); "
-            "print(s['reason'])")
+    code = (
+        "import torch; from attnscale.torch import attention, kernel_status; s = kernel_status(); "
+        "print(s['available'], attention(torch.ones(1, 3, 4), torch.ones(1, 3, 4), torch.ones(1, 3, 4), "
+        "return_stats=True)[1].backend); "
+        "print(s['reason'])"
+    )
     env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path), **env}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -374,6 +426,7 @@ def test_without_the_kernel_auto_falls_back_to_composed_calls(env, tmp_path):
 
 # --- numerical edge cases of the kernel (each found by review; each test failed before its fix) ------
 
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("jump", [50.0, 90.0, 200.0, 300.0, 1000.0])
 def test_a_later_key_block_far_above_the_running_max(dtype, jump):
@@ -382,16 +435,18 @@ def test_a_later_key_block_far_above_the_running_max(dtype, jump):
     backend in float64 on the same (rounded) inputs; float32 within 2e-6 relative (out, lse) and 2e-6
     nats (entropy), float64 within 1e-12."""
     kernel_or_skip("kernel")
-    S = 2 * kernel.KV_BLOCK + 7                   # two full key blocks and a partial third
+    S = 2 * kernel.KV_BLOCK + 7  # two full key blocks and a partial third
     g = torch.Generator().manual_seed(int(jump))
-    q = (torch.randn(1, 1, 3, 8, generator=g) * 0.5).to(dtype)   # other logits of order 1
-    q[..., 0] = torch.tensor([1.0, 0.5, -1.0], dtype=dtype)      # rows: +jump, +jump/2, −jump
+    q = (torch.randn(1, 1, 3, 8, generator=g) * 0.5).to(dtype)  # other logits of order 1
+    q[..., 0] = torch.tensor([1.0, 0.5, -1.0], dtype=dtype)  # rows: +jump, +jump/2, −jump
     k = (torch.randn(1, 1, S, 8, generator=g) * 0.5).to(dtype)
     k[..., 0] = 0.0
-    k[0, 0, kernel.KV_BLOCK + 3, 0] = jump          # one key in the second block
+    k[0, 0, kernel.KV_BLOCK + 3, 0] = jump  # one key in the second block
     v = torch.randn(1, 1, S, 5, generator=g).to(dtype)
     res_out, res = attention(q, k, v, scale=1.0, backend="kernel", logit_range=True, return_stats=True)
-    ref_out, ref = attention(q.double(), k.double(), v.double(), scale=1.0, backend="chunked", logit_range=True, return_stats=True)
+    ref_out, ref = attention(
+        q.double(), k.double(), v.double(), scale=1.0, backend="chunked", logit_range=True, return_stats=True
+    )
     tol = 2e-6 if dtype == torch.float32 else 1e-12
     assert (res.entropy >= 0).all(), res.entropy
     np.testing.assert_allclose(res_out.double().numpy(), ref_out.numpy(), rtol=tol, atol=tol)
@@ -413,7 +468,9 @@ def test_composed_float32_entropy_is_never_negative(scale):
     error = (res.entropy.double() - ref.entropy).abs()
     bound = 8 * torch.finfo(torch.float32).eps * ref.lse.abs() + 1e-6
     assert (error <= bound).all(), float((error - bound).max())
-    print(f"scale {scale}: max |entropy error| {float(error.max()):.2e} nats, max |lse| {float(ref.lse.abs().max()):.0f}")
+    print(
+        f"scale {scale}: max |entropy error| {float(error.max()):.2e} nats, max |lse| {float(ref.lse.abs().max()):.0f}"
+    )
 
 
 @pytest.mark.parametrize("backend", ["kernel", "chunked"])
@@ -436,14 +493,20 @@ def test_a_nan_logit_makes_its_row_nan_in_any_key_block(backend, block, only_tha
     kernel_or_skip(backend)
     S = 2 * kernel.KV_BLOCK + 7
     g = torch.Generator().manual_seed(block)
-    q, k, v = torch.randn(1, 2, 3, 8, generator=g), torch.randn(1, 2, S, 8, generator=g), torch.randn(1, 2, S, 4, generator=g)
+    q, k, v = (
+        torch.randn(1, 2, 3, 8, generator=g),
+        torch.randn(1, 2, S, 8, generator=g),
+        torch.randn(1, 2, S, 4, generator=g),
+    )
     j = block * kernel.KV_BLOCK + 2
-    k[0, 0, j, 0] = math.nan                                   # head 0 only; head 1 is a healthy control
+    k[0, 0, j, 0] = math.nan  # head 0 only; head 1 is a healthy control
     mask = None
     if only_that_key:
         mask = torch.zeros(S, dtype=torch.bool)
         mask[j] = True
-    res_out, res = attention(q, k, v, mask=mask, scale=1.0, backend=backend, check_finite=False, logit_range=True, return_stats=True)
+    res_out, res = attention(
+        q, k, v, mask=mask, scale=1.0, backend=backend, check_finite=False, logit_range=True, return_stats=True
+    )
     broken = res.lse[0, 0]
     assert broken.isnan().all() and res.entropy[0, 0].isnan().all() and res_out[0, 0].isnan().all()
     assert torch.isfinite(res.lse[0, 1]).all() and torch.isfinite(res_out[0, 1]).all()
@@ -452,14 +515,16 @@ def test_a_nan_logit_makes_its_row_nan_in_any_key_block(backend, block, only_tha
 def test_a_stale_build_lock_is_removed_and_the_kernel_loads(tmp_path):
     """A build killed mid-way leaves torch's lock file; torch then waits on it forever. An old lock
     (mtime an hour ago) is removed and the kernel builds (a fresh cache: one build, ~7 s on 2 cores)."""
-    code = ("import os, sys, time\n"
-            "from pathlib import Path\n"
-            "import torch\n"
-            "from torch.utils import cpp_extension\n"
-            "from attnscale.torch import ext\n"
-            "lock = Path(cpp_extension._get_build_directory(ext._build_name(torch), False)) / 'lock'\n"
-            "lock.touch(); os.utime(lock, (time.time() - 3600,) * 2)\n"
-            "s = ext.kernel_status(); print(s['available'], lock.exists()); print(s['reason'])\n")
+    code = (
+        "import os, sys, time\n"
+        "from pathlib import Path\n"
+        "import torch\n"
+        "from torch.utils import cpp_extension\n"
+        "from attnscale.torch import ext\n"
+        "lock = Path(cpp_extension._get_build_directory(ext._build_name(torch), False)) / 'lock'\n"
+        "lock.touch(); os.utime(lock, (time.time() - 3600,) * 2)\n"
+        "s = ext.kernel_status(); print(s['available'], lock.exists()); print(s['reason'])\n"
+    )
     env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path)}
     env.pop("ATTNSCALE_NO_KERNEL", None)
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=240)
@@ -477,14 +542,14 @@ def test_a_young_build_lock_is_waited_for_then_an_old_one_removed(tmp_path):
     lock.touch()
     releaser = threading.Timer(0.3, lock.unlink)
     releaser.start()
-    ext._clear_stale_lock(lock, max_age=60, poll=0.01)          # returns once the build releases it
+    ext._clear_stale_lock(lock, max_age=60, poll=0.01)  # returns once the build releases it
     releaser.join()
     assert not lock.exists()
     lock.touch()
     os.utime(lock, (lock.stat().st_mtime - 120,) * 2)
     ext._clear_stale_lock(lock, max_age=60, poll=0.01)
     assert not lock.exists()
-    ext._clear_stale_lock(lock)                                  # no lock: returns at once
+    ext._clear_stale_lock(lock)  # no lock: returns at once
 
 
 def test_ninja_next_to_the_python_is_found_without_an_activated_venv(tmp_path, monkeypatch):
@@ -497,7 +562,7 @@ def test_ninja_next_to_the_python_is_found_without_an_activated_venv(tmp_path, m
     monkeypatch.setenv("PATH", "/usr/bin")
     ext._find_ninja_next_to_python()
     assert os.environ["PATH"].split(os.pathsep) == [str(tmp_path), "/usr/bin"]
-    monkeypatch.setattr(ext.shutil, "which", lambda name: "/usr/bin/ninja")   # already on PATH: unchanged
+    monkeypatch.setattr(ext.shutil, "which", lambda name: "/usr/bin/ninja")  # already on PATH: unchanged
     monkeypatch.setenv("PATH", "/usr/bin")
     ext._find_ninja_next_to_python()
     assert os.environ["PATH"] == "/usr/bin"

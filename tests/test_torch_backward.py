@@ -69,7 +69,7 @@ def math_path(q, k, v, *, scale=None, mask=None, bias=None, causal=False):
         s = s + bias
     allowed = allowed_of(q.shape[-2], k.shape[-2], mask, causal, None if bias is None else bias.detach())
     empty = ~allowed.any(-1, keepdim=True)
-    s = torch.where(allowed & ~empty, s, -math.inf).masked_fill(empty, 0.0)   # empty rows: finite, then 0
+    s = torch.where(allowed & ~empty, s, -math.inf).masked_fill(empty, 0.0)  # empty rows: finite, then 0
     p = torch.softmax(s, dim=-1).masked_fill(empty, 0.0)
     return p @ v
 
@@ -90,15 +90,20 @@ def assert_close_rel(ours, ref, rel=REL, what=""):
 
 # (B, H_q, H_kv, L, S, d_k, d_v): the issue's odd sizes, L ≠ S both ways, GQA.
 SHAPES = [(1, 1, 1, 1, 7, 1, 2), (1, 2, 1, 7, 1, 3, 2), (2, 4, 2, 7, 97, 3, 3), (1, 2, 1, 97, 7, 59, 4)]
-SETTINGS = [dict(), dict(causal="top_left"), dict(causal="bottom_right"), dict(masked=True),
-            dict(biased=True, causal="bottom_right")]
+SETTINGS = [
+    dict(),
+    dict(causal="top_left"),
+    dict(causal="bottom_right"),
+    dict(masked=True),
+    dict(biased=True, causal="bottom_right"),
+]
 
 
 def setting_inputs(setting, g, B, H_q, L, S):
     mask = bias = None
     if setting.get("masked"):
         mask = torch.rand(L, S, generator=g) > 0.4
-        mask[L // 2] = False                                          # one fully masked row
+        mask[L // 2] = False  # one fully masked row
     if setting.get("biased"):
         bias = torch.randn(B, H_q, L, S, generator=g, dtype=torch.float64)
         bias[torch.rand(bias.shape, generator=g) < 0.2] = -math.inf
@@ -127,16 +132,29 @@ def test_kernel_gradients_equal_autograd_through_the_math_path(shape, setting, s
 
 
 @pytest.mark.parametrize("shape", SHAPES[:3], ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("setting", [SETTINGS[0], SETTINGS[2], SETTINGS[3], SETTINGS[4]],
-                         ids=lambda s: "-".join(f"{k}={v}" for k, v in s.items()) or "plain")
+@pytest.mark.parametrize(
+    "setting",
+    [SETTINGS[0], SETTINGS[2], SETTINGS[3], SETTINGS[4]],
+    ids=lambda s: "-".join(f"{k}={v}" for k, v in s.items()) or "plain",
+)
 def test_gradcheck_float64(shape, setting, small_blocks):
     B, H_q, H_kv, L, S, d_k, d_v = shape
     q, k, v, g = tensors(7 * sum(shape), *shape)
     mask, bias = setting_inputs(setting, g, B, H_q, L, S)
     causal = setting.get("causal", False)
     inputs = (q, k, v) if bias is None else (q, k, v, bias)
-    fn = lambda q, k, v, bias=None: attention(q, k, v, mask=mask, bias=bias, causal=causal,  # noqa: E731
-                                              backend="kernel")
+
+    def fn(q, k, v, bias=None):
+        return attention(
+            q,
+            k,
+            v,
+            mask=mask,
+            bias=bias,
+            causal=causal,
+            backend="kernel",
+        )
+
     assert torch.autograd.gradcheck(fn, inputs, fast_mode=L * S > 100)
 
 
@@ -152,8 +170,18 @@ def test_every_scale_rule_has_the_gradient_of_the_chunked_torch_path(rule, small
     """The chunked backend is plain torch operations under autograd: an independent backward."""
     q, k, v, g = tensors(21, 1, 4, 2, 13, 17, 6, 5, spread=3.0)
     mask = torch.rand(13, 17, generator=g) > 0.3
-    run = lambda backend: lambda q, k, v: attention(q, k, v, scale=rule, mask=mask,  # noqa: E731
-                                                    causal="top_left", backend=backend)
+
+    def run(backend):
+        return lambda q, k, v: attention(
+            q,
+            k,
+            v,
+            scale=rule,
+            mask=mask,
+            causal="top_left",
+            backend=backend,
+        )
+
     assert_close_rel(grads(run("kernel"), (q, k, v)), grads(run("chunked"), (q, k, v)), what="dq dk dv")
     if rule == "softcap":
         assert torch.autograd.gradcheck(run("kernel"), (q, k, v), fast_mode=True)
@@ -165,11 +193,31 @@ def test_soft_cap_with_a_bias_that_requires_grad(small_blocks):
     bias = torch.randn(9, 12, dtype=torch.float64, generator=g)
     bias[3, :5] = -math.inf
     bias.requires_grad_()
-    fn = lambda q, k, v, b: attention(q, k, v, scale="softcap", bias=b, causal="bottom_right",  # noqa: E731
-                                      backend="kernel")
+
+    def fn(q, k, v, b):
+        return attention(
+            q,
+            k,
+            v,
+            scale="softcap",
+            bias=b,
+            causal="bottom_right",
+            backend="kernel",
+        )
+
     assert torch.autograd.gradcheck(fn, (q, k, v, bias), fast_mode=True)
-    chunked = lambda q, k, v, b: attention(q, k, v, scale="softcap", bias=b, causal="bottom_right",  # noqa: E731
-                                           backend="chunked")
+
+    def chunked(q, k, v, b):
+        return attention(
+            q,
+            k,
+            v,
+            scale="softcap",
+            bias=b,
+            causal="bottom_right",
+            backend="chunked",
+        )
+
     assert_close_rel(grads(fn, (q, k, v, bias)), grads(chunked, (q, k, v, bias)), what="dq dk dv dbias")
 
 
@@ -177,7 +225,7 @@ def test_fully_masked_rows_get_exactly_zero_gradient(small_blocks):
     q, k, v, g = tensors(5, 1, 2, 2, 9, 11, 4, 3)
     mask = torch.rand(1, 2, 9, 11, generator=g) > 0.5
     mask[0, 0, [1, 6]] = False
-    mask[0, 1, :, 3] = False                                        # a key nobody in head 1 attends
+    mask[0, 1, :, 3] = False  # a key nobody in head 1 attends
     res_out, res = attention(q, k, v, mask=mask, backend="kernel", return_stats=True)
     res_out.backward(torch.randn(res_out.shape, dtype=torch.float64, generator=g))
     assert (q.grad[0, 0, [1, 6]] == 0).all()
@@ -207,8 +255,12 @@ def test_float32_gradients_on_every_backend(backend):
         ours = grads(lambda q, k, v, kw=kw: attention(q, k, v, backend=backend, **kw, return_stats=True)[0], (q, k, v))
         doubled = tuple(x.detach().double().requires_grad_() for x in (q, k, v))
         exact = grads(lambda q, k, v, kw=kw: math_path(q, k, v, **kw), doubled)
-        sdpa = grads(lambda q, k, v, kw=kw: torch.nn.functional.scaled_dot_product_attention(
-            q, k, v, attn_mask=kw.get("mask"), is_causal="causal" in kw, enable_gqa=True), (q, k, v))
+        sdpa = grads(
+            lambda q, k, v, kw=kw: torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, attn_mask=kw.get("mask"), is_causal="causal" in kw, enable_gqa=True
+            ),
+            (q, k, v),
+        )
         for name, a, b, c in zip("qkv", ours, exact, sdpa):
             err, err_sdpa = (a.double() - b).abs().max().item(), (c.double() - b).abs().max().item()
             print(f"{backend} {list(kw)} d{name}: |ours−f64| {err:.2e}  |sdpa−f64| {err_sdpa:.2e}")
@@ -304,7 +356,9 @@ def test_cuda_gradients_equal_the_cpu_kernel():
     q, k, v, g = tensors(30, 2, 8, 2, 130, 150, 64, 64, dtype=torch.float32)
     for kw in (dict(), dict(causal="top_left")):
         cpu = grads(lambda q, k, v, kw=kw: attention(q, k, v, **kw, return_stats=True)[0], (q, k, v))
-        cuda = grads(lambda q, k, v, kw=kw: attention(q.cuda(), k.cuda(), v.cuda(), **kw, return_stats=True)[0], (q, k, v))
+        cuda = grads(
+            lambda q, k, v, kw=kw: attention(q.cuda(), k.cuda(), v.cuda(), **kw, return_stats=True)[0], (q, k, v)
+        )
         assert_close_rel(cuda, cpu, rel=1e-4, what="dq dk dv")
 
 
@@ -314,7 +368,7 @@ def test_the_kernel_ops_fake_implementations_match_them(setting):
     shapes, strides and dtypes the C++ ops return (and the forward's autograd registration is sound)."""
     g = torch.Generator().manual_seed(3)
     B, H, L, d = 2, 4, 6, 8
-    q = torch.randn(B, L, H, d, generator=g, dtype=torch.float64).transpose(1, 2)      # strided, as a model's
+    q = torch.randn(B, L, H, d, generator=g, dtype=torch.float64).transpose(1, 2)  # strided, as a model's
     k, v = (torch.randn(B, H, L, d, generator=g, dtype=torch.float64) for _ in range(2))
     mask = torch.rand(B, 1, L, L, generator=g).expand(B, H, L, L) > 0.3 if setting == "mask" else None
     bias = torch.randn(B, H, L, L, generator=g, dtype=torch.float64) if setting == "bias" else None
@@ -323,7 +377,20 @@ def test_the_kernel_ops_fake_implementations_match_them(setting):
     forward = (q, k, v, mask, bias, *settings, True, 3, 3)
     torch.library.opcheck(torch.ops.attnscale_health.attention, forward)
     out, lse, *_ = torch.ops.attnscale_health.attention(*forward)
-    backward = (q.detach(), k.detach(), v.detach(), out.detach(), torch.randn_like(out), lse, mask, bias, *settings,
-                bias is not None, 3, 3)
-    torch.library.opcheck(torch.ops.attnscale_health.attention_backward, backward,
-                          test_utils=("test_schema", "test_faketensor"))
+    backward = (
+        q.detach(),
+        k.detach(),
+        v.detach(),
+        out.detach(),
+        torch.randn_like(out),
+        lse,
+        mask,
+        bias,
+        *settings,
+        bias is not None,
+        3,
+        3,
+    )
+    torch.library.opcheck(
+        torch.ops.attnscale_health.attention_backward, backward, test_utils=("test_schema", "test_faketensor")
+    )

@@ -23,8 +23,15 @@ from test_runner import CountingBackend  # noqa: E402  (one counting backend for
 
 # Two d_k so that the chain-rule prediction is tested away from its anchor; lr 2.7 diverges within a few
 # steps, so the strict-JSON path of a diverged cell is exercised on real cells.
-TINY_A = scale_vs_dk.ScaleVsDkConfig(rules=("inverse_sqrt_dk", "unscaled", "softcap_unscaled"), d_ks=(16, 64), seeds=1,
-                                     sgd_lrs=(0.3, 2.7), steps=30, log_every=5, final_eval=128)
+TINY_A = scale_vs_dk.ScaleVsDkConfig(
+    rules=("inverse_sqrt_dk", "unscaled", "softcap_unscaled"),
+    d_ks=(16, 64),
+    seeds=1,
+    sgd_lrs=(0.3, 2.7),
+    steps=30,
+    log_every=5,
+    final_eval=128,
+)
 
 
 class InterruptedBackend:
@@ -49,12 +56,13 @@ def run_a(config, root, backend=None) -> dict:
 
 # --- the torch side of the rules equals the core's NumPy rules -------------------------------------
 
+
 @pytest.mark.parametrize("name", sorted(scale_vs_dk.RULE_CHOICES))
 @pytest.mark.parametrize("d_k", [5, 64])
 def test_torch_logits_equal_core_rule(name, d_k):
     rule = scale_vs_dk.RULE_CHOICES[name]
     rng = np.random.default_rng(d_k)
-    q = rng.normal(size=(2, 3, 4, d_k)) * 3.0   # large enough that soft-capping bends the logits
+    q = rng.normal(size=(2, 3, 4, d_k)) * 3.0  # large enough that soft-capping bends the logits
     k = rng.normal(size=(2, 3, 7, d_k)) * 3.0
     expected = rule.cap(rule.factor(d_k) * (rule.normalize(q) @ np.swapaxes(rule.normalize(k), -1, -2)))
     got = ScaledLogits(rule, d_k).double()(torch.from_numpy(q), torch.from_numpy(k)).detach().numpy()
@@ -68,7 +76,7 @@ def test_logit_jacobian_matches_autograd(name):
     """The J of the chain-rule explanation: dL/dy = J·dL/dp, y = s·q·k before the cap (float64 autograd)."""
     rule = scale_vs_dk.RULE_CHOICES[name]
     rng = np.random.default_rng(7)
-    y = torch.tensor(rng.normal(size=(3, 9)) * 30.0, requires_grad=True)   # large: the cap bends
+    y = torch.tensor(rng.normal(size=(3, 9)) * 30.0, requires_grad=True)  # large: the cap bends
     u = torch.tensor(rng.normal(size=(3, 9)))
     z = rule.cap_value * torch.tanh(y / rule.cap_value) if name == "softcap_unscaled" else y
     (torch.softmax(z, -1) * u).sum().backward()
@@ -94,6 +102,7 @@ def test_bad_cells_are_refused():
 
 # --- the task -------------------------------------------------------------------------------------
 
+
 def test_marked_count_labels_and_ceiling():
     task = MarkedCount(n_keys=12, n_marked=3, p_one=0.3)
     tokens, labels = task.sample(40_000, torch.Generator().manual_seed(1))
@@ -118,6 +127,7 @@ def test_grammar_corpus_is_seeded():
 
 # --- experiment A on real cells -------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def tiny_a(tmp_path_factory):
     out = tmp_path_factory.mktemp("a")
@@ -126,7 +136,7 @@ def tiny_a(tmp_path_factory):
 
 def test_metrics_are_finite(tiny_a):
     _, summary = tiny_a
-    assert any(e["result"]["diverged"] for e in summary["cells"])           # lr 2.7: the diverged path is run
+    assert any(e["result"]["diverged"] for e in summary["cells"])  # lr 2.7: the diverged path is run
     for entry in summary["cells"]:
         res = entry["result"]
         assert entry["seconds"]["cpu"] > 0 and entry["seconds"]["wall"] > 0 and "timing" not in res
@@ -139,7 +149,7 @@ def test_metrics_are_finite(tiny_a):
                 assert math.isfinite(logged[key]), (entry["cell"], key)
             assert all(0.0 <= h <= math.log(17) + 1e-9 for h in logged["entropy_median"])
         assert 0.0 <= res["final_accuracy"] <= 1.0
-        assert len(res["log"]) == len(range(0, TINY_A.steps, TINY_A.log_every))   # every logged step, not 0 and end
+        assert len(res["log"]) == len(range(0, TINY_A.steps, TINY_A.log_every))  # every logged step, not 0 and end
 
 
 def test_cells_and_analysis_are_strict_json(tiny_a):
@@ -155,7 +165,7 @@ def test_logit_std_metric_matches_numpy_and_skips_masked_keys():
 
     rng = np.random.default_rng(3)
     z = rng.normal(size=(4, 2, 3, 9)) * 5.0
-    z[..., 6:] = -np.inf                                   # three masked keys per row
+    z[..., 6:] = -np.inf  # three masked keys per row
     p = np.exp(z - z.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
     got = attention_metrics(torch.from_numpy(z), torch.from_numpy(p))
@@ -179,7 +189,7 @@ def test_jacobian_from_row_health_matches_effective_one_without_cap(tiny_a):
         init = entry["result"]["init"]
         if entry["cell"]["rule"] != "softcap_unscaled":
             assert init["effective_jacobian_rms"] == pytest.approx(init["jacobian_frobenius_rms"], rel=1e-9)
-        else:   # cap' ≤ 1 can only shrink it
+        else:  # cap' ≤ 1 can only shrink it
             assert init["effective_jacobian_rms"] <= init["jacobian_frobenius_rms"] * (1 + 1e-12)
 
 
@@ -229,7 +239,7 @@ def test_cache_hit_does_not_recompute(tiny_a):
     backend = CountingBackend()
     again = run_a(TINY_A, out, backend)
     assert backend.computed == 0
-    assert again["cells"] == first["cells"]          # their times included: each its computation's
+    assert again["cells"] == first["cells"]  # their times included: each its computation's
     assert again["cell_seconds"] == first["cell_seconds"] and again["cells_cached"] == len(first["cells"])
 
 
@@ -258,8 +268,10 @@ def test_chain_rule_predicts_away_from_its_anchor_better_than_the_scale_alone(ti
     for r in rows:
         if (r["rule"], r["d_k"]) == ("inverse_sqrt_dk", 16):
             continue
-        print(f"{r['gradient']} {r['rule']} d_k={r['d_k']}: measured/predicted {r['ratio']:.3f}, "
-              f"measured/scale-only {r['measured'] / r['scale_only']:.3f}")
+        print(
+            f"{r['gradient']} {r['rule']} d_k={r['d_k']}: measured/predicted {r['ratio']:.3f}, "
+            f"measured/scale-only {r['measured'] / r['scale_only']:.3f}"
+        )
         assert 1 / 2 < r["ratio"] < 2
         if r["rule"] == "unscaled" and r["d_k"] == 64:
             assert abs(math.log(r["ratio"])) < abs(math.log(r["measured"] / r["scale_only"]))
@@ -268,15 +280,31 @@ def test_chain_rule_predicts_away_from_its_anchor_better_than_the_scale_alone(ti
 def test_chain_rule_check_fits_on_the_anchor_and_reports_each_pair():
     """On hand-made step-0 figures: measured = 2·factor everywhere except one pair at 3·factor; the fit is
     on 1/√d_k at the smallest d_k even when it is listed last, so that pair alone reads 1.5."""
+
     def cell(rule, d_k):
         return scale_vs_dk.ScaleCell(rule, d_k, "adam", 3e-3, 0)
 
     def init(k, measured_over_factor=2.0, factor=0.25):
-        return {"init": {"grad_wq": measured_over_factor * k, "grad_wk": 2.0 * k, "wq_factor": k, "wk_factor": k,
-                         "factor": factor, "logit_std": 1.0, "max_weight_mean": 0.5, "jacobian_frobenius_rms": 0.5,
-                         "effective_jacobian_rms": 0.5}}
-    rows = [(cell("unscaled", 64), init(0.7, 3.0, factor=1.0)), (cell("inverse_sqrt_dk", 64), init(0.3, factor=0.125)),
-            (cell("unscaled", 16), init(0.5, factor=1.0)), (cell("inverse_sqrt_dk", 16), init(0.2))]
+        return {
+            "init": {
+                "grad_wq": measured_over_factor * k,
+                "grad_wk": 2.0 * k,
+                "wq_factor": k,
+                "wk_factor": k,
+                "factor": factor,
+                "logit_std": 1.0,
+                "max_weight_mean": 0.5,
+                "jacobian_frobenius_rms": 0.5,
+                "effective_jacobian_rms": 0.5,
+            }
+        }
+
+    rows = [
+        (cell("unscaled", 64), init(0.7, 3.0, factor=1.0)),
+        (cell("inverse_sqrt_dk", 64), init(0.3, factor=0.125)),
+        (cell("unscaled", 16), init(0.5, factor=1.0)),
+        (cell("inverse_sqrt_dk", 16), init(0.2)),
+    ]
     config = dataclasses.replace(TINY_A, rules=("inverse_sqrt_dk", "unscaled"))
     check = scale_vs_dk.chain_rule_check(config, rows)
     ratios = {(r["gradient"], r["rule"], r["d_k"]): r["ratio"] for r in check["rows"]}
@@ -296,6 +324,7 @@ def test_steps_to_target_is_first_window_reaching_it():
 
 # --- experiment B -----------------------------------------------------------------------------------
 
+
 def test_lr_sensitivity_definition():
     # E[min(l, l0)] − min l over LRs, with a diverged (NaN) run counted as l0.
     capped = [training.capped_loss(loss, 4.0) for loss in (2.0, 1.0, 5.0, float("nan"), None)]
@@ -304,8 +333,9 @@ def test_lr_sensitivity_definition():
 
 
 def test_logit_growth_cells_finite_deterministic_and_learning():
-    cell = logit_growth.LogitCell(3e-3, True, 0, steps=30, warmup=3, batch=4, log_every=10, eval_batches=1,
-                                  corpus_chars=5000)
+    cell = logit_growth.LogitCell(
+        3e-3, True, 0, steps=30, warmup=3, batch=4, log_every=10, eval_batches=1, corpus_chars=5000
+    )
     a, b = logit_growth.train_cell(cell), logit_growth.train_cell(cell)
     assert same(a, b)
     assert a["diverged_at"] is None
@@ -317,7 +347,7 @@ def test_logit_growth_cells_finite_deterministic_and_learning():
 def test_quick_configs_are_small():
     assert len(make_config("scale-vs-dk", quick=True).cells()) <= 40
     full = make_config("scale-vs-dk")
-    assert min(full.sgd_lrs) < 0.1 < max(full.sgd_lrs)    # the grid brackets the rate the last sweep chose
+    assert min(full.sgd_lrs) < 0.1 < max(full.sgd_lrs)  # the grid brackets the rate the last sweep chose
     assert len(make_config("logit-growth", quick=True).cells()) <= 8
     assert make_config("logit-growth", seeds=2).seeds == 2
 
@@ -328,7 +358,7 @@ def test_a_serial_cell_leaves_torch_process_settings_as_they_were(tmp_path):
     deterministic, threads = torch.are_deterministic_algorithms_enabled(), torch.get_num_threads()
     try:
         torch.use_deterministic_algorithms(False)
-        torch.set_num_threads(3)                               # not what seed_everything sets (1)
+        torch.set_num_threads(3)  # not what seed_everything sets (1)
         cell = scale_vs_dk.ScaleCell("unscaled", 16, "sgd", 0.3, 0, steps=3, final_eval=32)
         (done,) = run_sweep("scale-vs-dk", [cell], scale_vs_dk.train_cell, ResultCache(tmp_path), SerialBackend())
         assert 0.0 <= done.result["final_accuracy"] <= 1.0

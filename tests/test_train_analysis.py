@@ -17,13 +17,25 @@ from attnscale.experiments.training import scale_vs_dk as svd
 from attnscale.results import Envelope, strict_jsonable
 
 RULES = ("inverse_sqrt_dk", "unscaled", "softcap_unscaled")
-CONFIG = svd.ScaleVsDkConfig(rules=RULES, d_ks=(16, 64), seeds=2, sgd_lrs=(0.03, 0.1, 0.3), steps=40, log_every=10,
-                             final_eval=64)
+CONFIG = svd.ScaleVsDkConfig(
+    rules=RULES, d_ks=(16, 64), seeds=2, sgd_lrs=(0.03, 0.1, 0.3), steps=40, log_every=10, final_eval=64
+)
 
 
-def fake_result(reach_at: int | None, *, steps: int = 40, every: int = 10, std0: float = 4.0, std1: float = 4.0,
-                sat0: float = 0.0, sat1: float = 0.0, grad_wq: float = 0.1, factor: float = 0.25,
-                diverge_at: int | None = None, zero: bool = False) -> dict:
+def fake_result(
+    reach_at: int | None,
+    *,
+    steps: int = 40,
+    every: int = 10,
+    std0: float = 4.0,
+    std1: float = 4.0,
+    sat0: float = 0.0,
+    sat1: float = 0.0,
+    grad_wq: float = 0.1,
+    factor: float = 0.25,
+    diverge_at: int | None = None,
+    zero: bool = False,
+) -> dict:
     """A cell result as train_cell writes it: accuracy 1.0 from step ``reach_at`` (None: 0.3 throughout),
     logit sd and saturated fraction moving linearly from (std0, sat0) to (std1, sat1) over the logged steps."""
     last = steps if diverge_at is None else diverge_at
@@ -32,17 +44,43 @@ def fake_result(reach_at: int | None, *, steps: int = 40, every: int = 10, std0:
     log = []
     for i, step in enumerate(logged):
         w = i / max(1, len(logged) - 1)
-        log.append({"step": step, "loss": 1.0, "accuracy": acc[step], "grad_wq": grad_wq, "grad_wk": grad_wq,
-                    "grad_zero": zero and i == len(logged) - 1, "entropy_median": [1.0, 1.0],
-                    "max_logit": 3 * (std0 + w * (std1 - std0)), "logit_std": std0 + w * (std1 - std0),
-                    "saturated_frac": sat0 + w * (sat1 - sat0)})
+        log.append(
+            {
+                "step": step,
+                "loss": 1.0,
+                "accuracy": acc[step],
+                "grad_wq": grad_wq,
+                "grad_wk": grad_wq,
+                "grad_zero": zero and i == len(logged) - 1,
+                "entropy_median": [1.0, 1.0],
+                "max_logit": 3 * (std0 + w * (std1 - std0)),
+                "logit_std": std0 + w * (std1 - std0),
+                "saturated_frac": sat0 + w * (sat1 - sat0),
+            }
+        )
     diverged = diverge_at is not None
-    init = {"grad_wq": grad_wq, "grad_wk": grad_wq, "factor": factor, "jacobian_frobenius_rms": 0.5,
-            "effective_jacobian_rms": 0.5, "wq_factor": grad_wq / 2, "wk_factor": grad_wq / 2, "logit_std": std0,
-            "max_weight_mean": 0.5 + sat0 / 2}
-    return {"final_accuracy": None if diverged else acc[-1], "final_loss": None if diverged else 0.5,
-            "diverged": diverged, "diverged_at": diverge_at, "grad_zero_ever": zero, "init": init,
-            "loss": [1.0] * len(acc), "accuracy": acc, "log": log}
+    init = {
+        "grad_wq": grad_wq,
+        "grad_wk": grad_wq,
+        "factor": factor,
+        "jacobian_frobenius_rms": 0.5,
+        "effective_jacobian_rms": 0.5,
+        "wq_factor": grad_wq / 2,
+        "wk_factor": grad_wq / 2,
+        "logit_std": std0,
+        "max_weight_mean": 0.5 + sat0 / 2,
+    }
+    return {
+        "final_accuracy": None if diverged else acc[-1],
+        "final_loss": None if diverged else 0.5,
+        "diverged": diverged,
+        "diverged_at": diverge_at,
+        "grad_zero_ever": zero,
+        "init": init,
+        "loss": [1.0] * len(acc),
+        "accuracy": acc,
+        "log": log,
+    }
 
 
 def base_results(cells) -> list[dict]:
@@ -52,13 +90,22 @@ def base_results(cells) -> list[dict]:
     for c in cells:
         scaled = c.rule != "unscaled"
         grad = 0.1 if c.rule == "inverse_sqrt_dk" else 0.3
-        factor = 1 / c.d_k ** 0.5 if c.rule == "inverse_sqrt_dk" else 1.0
+        factor = 1 / c.d_k**0.5 if c.rule == "inverse_sqrt_dk" else 1.0
         if c.optimizer == "adam":
             reach = 10 if scaled else 25
         else:
             reach = {0.03: 20, 0.1: 10, 0.3: None}[c.lr] if scaled else None
-        out.append(fake_result(reach, grad_wq=grad, factor=factor, std0=4.0, std1=40.0 if not scaled else 6.0,
-                               sat0=0.1, sat1=0.8 if not scaled else 0.05))
+        out.append(
+            fake_result(
+                reach,
+                grad_wq=grad,
+                factor=factor,
+                std0=4.0,
+                std1=40.0 if not scaled else 6.0,
+                sat0=0.1,
+                sat1=0.8 if not scaled else 0.05,
+            )
+        )
     return out
 
 
@@ -79,13 +126,18 @@ def render(analysis, quick=False, wall_s=12.0, figures=False, seconds=()) -> str
     from attnscale.report.chapters import training
 
     cells = [{"cell": {}, "result": {}, "seconds": s} for s in seconds]
-    env = Envelope(kind=training.KIND, data={"description": "", "cells": cells, "analysis": analysis, "wall_s": wall_s},
-                   quick=quick)
+    env = Envelope(
+        kind=training.KIND,
+        data={"description": "", "cells": cells, "analysis": analysis, "wall_s": wall_s},
+        quick=quick,
+    )
     if figures:
         return training.render(env)
-    with mock.patch.object(training, "_curves_figure", lambda *a: None), \
-            mock.patch.object(training, "_chain_figure", lambda *a: None), \
-            mock.patch.object(training, "responsive_figure", lambda draw, alt, caption: f"<figure>{caption}</figure>"):
+    with (
+        mock.patch.object(training, "_curves_figure", lambda *a: None),
+        mock.patch.object(training, "_chain_figure", lambda *a: None),
+        mock.patch.object(training, "responsive_figure", lambda draw, alt, caption: f"<figure>{caption}</figure>"),
+    ):
         return training.render(env)
 
 
@@ -100,6 +152,7 @@ def base():
 
 
 # --- verdicts and tuning ---------------------------------------------------------------------------
+
 
 def test_seeds_verdict_takes_the_majority_and_breaks_ties_toward_severe():
     from attnscale.experiments.training.common import seeds_verdict
@@ -130,8 +183,12 @@ def test_like_reference_threshold_separates_learns_from_slower():
     def at_15(c, r):
         if c.rule == "unscaled" and c.optimizer == "adam":
             r.update(fake_result(15, grad_wq=0.3, factor=1.0))
-    v = {(e["rule"], e["d_k"], e["optimiser"]): e["verdict"] for e in analyse(at_15)["verdicts"]
-         if e["lr_choice"] == "adam"}
+
+    v = {
+        (e["rule"], e["d_k"], e["optimiser"]): e["verdict"]
+        for e in analyse(at_15)["verdicts"]
+        if e["lr_choice"] == "adam"
+    }
     assert v[("unscaled", 16, "adam")] == "learns"
 
 
@@ -139,8 +196,9 @@ def test_diverged_runs_are_kept_shown_and_strict_json():
     def diverge(c, r):
         if c.rule == "unscaled" and c.optimizer == "sgd" and c.lr == 0.1:
             r.update(fake_result(None, diverge_at=12, grad_wq=0.3, factor=1.0))
+
     a = analyse(diverge)
-    strict_jsonable(a)                                              # no NaN/inf anywhere
+    strict_jsonable(a)  # no NaN/inf anywhere
     json.dumps(a, allow_nan=False)
     row = next(r for r in a["table"] if r["rule"] == "unscaled" and r["d_k"] == 16)
     assert row["sgd_reference_lr"]["diverged"] == 2 and row["sgd_reference_lr"]["verdict"] == "diverges"
@@ -156,6 +214,7 @@ def test_tuned_rate_inside_the_grid_is_found_and_an_edge_is_said(base):
     def best_is_lowest(c, r):
         if c.rule == "inverse_sqrt_dk" and c.optimizer == "sgd" and c.d_k == 64:
             r.update(fake_result({0.03: 5, 0.1: 10, 0.3: None}[c.lr], grad_wq=0.1, factor=0.125))
+
     a = analyse(best_is_lowest)
     assert [(t["lr"], t["edge"]) for t in a["sgd_tuning"]] == [(0.1, None), (0.03, "low")]
     words = text(render(a))
@@ -166,6 +225,7 @@ def test_tuned_rate_inside_the_grid_is_found_and_an_edge_is_said(base):
 
 # --- findings and the sentences they choose ----------------------------------------------------------
 
+
 def test_step0_gradient_sentence_follows_which_is_larger(base):
     g = base["findings"]["gradient_step0"]["grad_wq"]
     assert g["direction"] == "larger" and [r["ratio"] for r in g["rows"]] == pytest.approx([3.0, 3.0])
@@ -175,6 +235,7 @@ def test_step0_gradient_sentence_follows_which_is_larger(base):
     def smaller(c, r):
         if c.rule == "unscaled":
             r["init"]["grad_wq"] = r["init"]["grad_wk"] = 0.05
+
     words = text(render(analyse(smaller)))
     assert "W_Q is smaller without the scale" in words and "W_Q is larger" not in words
     assert "0.50× (dₖ = 16)" in words
@@ -182,6 +243,7 @@ def test_step0_gradient_sentence_follows_which_is_larger(base):
     def mixed(c, r):
         if c.rule == "unscaled" and c.d_k == 64:
             r["init"]["grad_wq"] = 0.05
+
     words = text(render(analyse(mixed)))
     assert "W_Q is larger without the scale at dₖ = 16 and smaller at dₖ = 64" in words
 
@@ -196,8 +258,9 @@ def test_failing_runs_saturation_path_and_growth_follow_the_logs(base):
     assert "Hypothesis, not tested here: that growing logits" in words
 
     def no_growth_start_saturated(c, r):
-        if c.rule == "unscaled":                 # same outcomes, other logs: saturated from the start, flat
+        if c.rule == "unscaled":  # same outcomes, other logs: saturated from the start, flat
             r["log"] = fake_result(None, sat0=0.9, sat1=0.9, std0=30.0, std1=31.0, grad_wq=0.3, factor=1.0)["log"]
+
     a = analyse(no_growth_start_saturated)
     fails = a["findings"]["saturation_path"]["fails"]
     assert fails["stayed_saturated"] == fails["runs"] > 0 and fails["growth"] == "steady"
@@ -213,8 +276,18 @@ def test_softcap_sentence_follows_its_start_and_its_outcome(base):
     def cap_starts_saturated(c, r):
         if c.rule in ("softcap_unscaled", "unscaled") and c.d_k == 64 and c.optimizer == "adam":
             reach = 10 if c.rule == "softcap_unscaled" else None
-            r.update(fake_result(reach, sat0=0.9, sat1=0.2 if reach else 0.95, std0=8.0,
-                                 std1=10.0 if reach else 90.0, grad_wq=0.3, factor=1.0))
+            r.update(
+                fake_result(
+                    reach,
+                    sat0=0.9,
+                    sat1=0.2 if reach else 0.95,
+                    std0=8.0,
+                    std1=10.0 if reach else 90.0,
+                    grad_wq=0.3,
+                    factor=1.0,
+                )
+            )
+
     a = analyse(cap_starts_saturated)
     assert a["findings"]["softcap"]["saturated_yet_learns"] == [64]
     words = text(render(a))
@@ -226,6 +299,7 @@ def test_softcap_sentence_follows_its_start_and_its_outcome(base):
         cap_starts_saturated(c, r)
         if c.rule == "softcap_unscaled" and c.d_k == 64 and c.optimizer == "adam":
             r.update(fake_result(None, sat0=0.9, sat1=0.95, std0=8.0, std1=90.0, grad_wq=0.3, factor=1.0))
+
     words = text(render(analyse(cap_fails_too)))
     assert "reaches the target on 0/2 seeds" in words and "does not by itself stop learning" not in words
 
@@ -236,6 +310,7 @@ def test_reference_that_never_reaches_the_target_is_said_and_quick_is_labelled(b
 
     def nothing_learns(c, r):
         r.update(fake_result(None, grad_wq=r["init"]["grad_wq"], factor=r["init"]["factor"]))
+
     a = analyse(nothing_learns)
     words = text(render(a, quick=True))
     assert "not even 1/√dₖ reaches 0.9 accuracy" in words and "Quick sweep (40 steps, 2 seed(s))" in words
@@ -243,12 +318,16 @@ def test_reference_that_never_reaches_the_target_is_said_and_quick_is_labelled(b
 
 
 def test_adam_only_hypothesis_appears_only_when_the_data_show_it(base):
-    assert base["findings"]["optimiser"]["adam_only"] == [{"rule": "unscaled", "d_k": 16}, {"rule": "unscaled", "d_k": 64}]
+    assert base["findings"]["optimiser"]["adam_only"] == [
+        {"rule": "unscaled", "d_k": 16},
+        {"rule": "unscaled", "d_k": 64},
+    ]
     assert "Hypothesis, not tested here: Adam divides" in text(render(base))
 
     def sgd_learns_too(c, r):
         if c.rule == "unscaled" and c.optimizer == "sgd" and c.lr == 0.03:
             r.update(fake_result(30, grad_wq=0.3, factor=1.0))
+
     a = analyse(sgd_learns_too)
     assert a["findings"]["optimiser"]["adam_only"] == []
     assert "Adam divides" not in text(render(a))
@@ -267,11 +346,12 @@ def test_durations_are_the_ones_the_cells_record(base):
 
 
 def test_zero_gradient_sentence_does_not_say_not_zero_when_it_was_zero(base):
-    assert "the gradient becomes smaller, not zero" not in text(render(base))   # logged value never falls
+    assert "the gradient becomes smaller, not zero" not in text(render(base))  # logged value never falls
 
     def zero_gradient(c, r):
         if c.rule == "unscaled" and c.d_k == 64 and c.optimizer == "adam":
             r.update(fake_result(None, grad_wq=0.3, factor=1.0, zero=True))
+
     a = analyse(zero_gradient)
     assert a["findings"]["zero_gradient"]["group_zero"] == 2
     words = text(render(a))
@@ -280,18 +360,20 @@ def test_zero_gradient_sentence_does_not_say_not_zero_when_it_was_zero(base):
 
 @pytest.mark.parametrize("lang", ["en", "zh"], indirect=True)
 def test_chapter_renders_every_part_in_both_languages(base, lang):
-    html = render(copy.deepcopy(base), figures=lang == "en")     # figures take seconds: drawn once
+    html = render(copy.deepcopy(base), figures=lang == "en")  # figures take seconds: drawn once
     # three tables, the biggest (the gradient check) also whole behind a <details>
     assert html.count("<figure") == 3 and html.count("<table") == 4
-    assert html.count("<svg") == (6 if lang == "en" else 0)                 # each figure for desktop and phone
+    assert html.count("<svg") == (6 if lang == "en" else 0)  # each figure for desktop and phone
     assert html.count("<details") == 1
-    assert "{" not in text(html)                                             # every placeholder filled
+    assert "{" not in text(html)  # every placeholder filled
 
 
 # --- the chapter's choices: pure functions of the result's numbers (report/chapters/training_words.py) ---
 
+
 def _variants():
     """The base sweep and the variants above, each changing which sentences the data call for."""
+
     def smaller(c, r):
         if c.rule == "unscaled":
             r["init"]["grad_wq"] = r["init"]["grad_wk"] = 0.05
@@ -307,11 +389,22 @@ def _variants():
     def cap_saturated(c, r):
         if c.rule in ("softcap_unscaled", "unscaled") and c.d_k == 64 and c.optimizer == "adam":
             reach = 10 if c.rule == "softcap_unscaled" else None
-            r.update(fake_result(reach, sat0=0.9, sat1=0.2 if reach else 0.95, std0=8.0,
-                                 std1=10.0 if reach else 90.0, grad_wq=0.3, factor=1.0, zero=not reach))
+            r.update(
+                fake_result(
+                    reach,
+                    sat0=0.9,
+                    sat1=0.2 if reach else 0.95,
+                    std0=8.0,
+                    std1=10.0 if reach else 90.0,
+                    grad_wq=0.3,
+                    factor=1.0,
+                    zero=not reach,
+                )
+            )
 
     def nothing_learns(c, r):
         r.update(fake_result(None, grad_wq=r["init"]["grad_wq"], factor=r["init"]["factor"], std1=1.0))
+
     return [analyse(change) for change in (None, smaller, mixed, stays_saturated, cap_saturated, nothing_learns)]
 
 
@@ -325,8 +418,9 @@ def test_the_chapter_chooses_what_the_analysis_records():
         f, s = a["findings"], a["setup"]
         assert (w.single_key_versus(a) == "same") == a["single_key_is_prior"]
         ref = f["reference"]
-        assert w.reference_reach(ref["rows"]) == (None if ref["reached_everywhere"] else
-                                                  "nowhere" if ref["reached_nowhere"] else "partly")
+        assert w.reference_reach(ref["rows"]) == (
+            None if ref["reached_everywhere"] else "nowhere" if ref["reached_nowhere"] else "partly"
+        )
         for g in f["gradient_step0"].values():
             assert w.gradient_direction(g["rows"]) == (g["direction"], g["larger_at"], g["smaller_at"])
             seen.add(g["direction"])
@@ -341,8 +435,15 @@ def test_the_chapter_chooses_what_the_analysis_records():
         assert w.softcap_lower_logits(cap["rows"], s["saturated_run"]) == cap["learns_with_lower_logits"]
         zero = f["zero_gradient"]
         floor = w.gradient_floor(zero)
-        assert floor == ("zero" if zero["group_zero"] else None if zero["falls_below_start"] is None else
-                         "falls" if zero["falls_below_start"] else "stays")
+        assert floor == (
+            "zero"
+            if zero["group_zero"]
+            else None
+            if zero["falls_below_start"] is None
+            else "falls"
+            if zero["falls_below_start"]
+            else "stays"
+        )
         seen |= {floor, w.reference_reach(ref["rows"])}
     # the variants reach every key the tests above read the words of
     assert {"larger", "smaller", "mixed", "became", "stayed", "grows", "steady", "zero", "stays", "nowhere"} <= seen

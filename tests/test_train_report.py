@@ -22,8 +22,9 @@ from attnscale.i18n import language  # noqa: E402
 from attnscale.report.chapters import EXPERIMENT_CHAPTERS, training, training_logits  # noqa: E402
 from attnscale.store import ResultCache, to_jsonable  # noqa: E402
 
-SCALE = scale_vs_dk.ScaleVsDkConfig(rules=("inverse_sqrt_dk", "unscaled"), d_ks=(16,), seeds=1, sgd_lrs=(0.1, 0.3),
-                                    steps=12, log_every=4, final_eval=64)
+SCALE = scale_vs_dk.ScaleVsDkConfig(
+    rules=("inverse_sqrt_dk", "unscaled"), d_ks=(16,), seeds=1, sgd_lrs=(0.1, 0.3), steps=12, log_every=4, final_eval=64
+)
 LOGITS = logit_growth.LogitGrowthConfig(lrs=(1e-3, 1e-1), steps=8, warmup=2, batch=4, log_every=4, corpus_chars=4000)
 
 
@@ -37,9 +38,12 @@ def _sweep(name, module, config, root):
 def scale_env(tmp_path_factory):
     root = tmp_path_factory.mktemp("scale")
     cells, out, seconds = _sweep("scale-vs-dk", scale_vs_dk, SCALE, root)
-    data = {"description": "test", "cells": [{"cell": to_jsonable(c), "result": r, "seconds": s}
-                                             for c, r, s in zip(cells, out, seconds)],
-            "analysis": scale_vs_dk.analyse(SCALE, cells, out), "wall_s": 3.25}
+    data = {
+        "description": "test",
+        "cells": [{"cell": to_jsonable(c), "result": r, "seconds": s} for c, r, s in zip(cells, out, seconds)],
+        "analysis": scale_vs_dk.analyse(SCALE, cells, out),
+        "wall_s": 3.25,
+    }
     results.write(training.KIND, data, config=to_jsonable(SCALE), seed=0, quick=True, root=root)
     return results.read(training.KIND, root=root, quick=True)
 
@@ -48,9 +52,11 @@ def scale_env(tmp_path_factory):
 def logit_summary(tmp_path_factory):
     root = tmp_path_factory.mktemp("logits")
     cells, out, seconds = _sweep("logit-growth", logit_growth, LOGITS, root)
-    return {"config": to_jsonable(LOGITS), "cells": [{"cell": to_jsonable(c), "result": r, "seconds": s}
-                                                     for c, r, s in zip(cells, out, seconds)],
-            "analysis": logit_growth.analyse(LOGITS, cells, out)}
+    return {
+        "config": to_jsonable(LOGITS),
+        "cells": [{"cell": to_jsonable(c), "result": r, "seconds": s} for c, r, s in zip(cells, out, seconds)],
+        "analysis": logit_growth.analyse(LOGITS, cells, out),
+    }
 
 
 def _render_logits(summary: dict) -> str:
@@ -71,9 +77,11 @@ def _text_only(env) -> str:
     """The chapter's words without its figures (seconds each to draw; the text tests do not read them)."""
     from unittest import mock
 
-    with mock.patch.object(training, "_curves_figure", lambda *a: None), \
-            mock.patch.object(training, "_chain_figure", lambda *a: None), \
-            mock.patch.object(training, "responsive_figure", lambda draw, alt, caption: ""):
+    with (
+        mock.patch.object(training, "_curves_figure", lambda *a: None),
+        mock.patch.object(training, "_chain_figure", lambda *a: None),
+        mock.patch.object(training, "responsive_figure", lambda draw, alt, caption: ""),
+    ):
         return _words(training.render(env))
 
 
@@ -86,17 +94,19 @@ def test_chapters_are_registered():
 def test_scale_vs_dk_chapter_shows_the_result(scale_env, lang):
     a = scale_env.data["analysis"]
     html = training.render(scale_env)
-    assert html.count("<figure") == 3 and html.count("<svg") == 6 and "<table" in html   # each for desktop and phone
+    assert html.count("<figure") == 3 and html.count("<svg") == 6 and "<table" in html  # each for desktop and phone
     assert f"{a['single_key_ceiling']:.3f}" in html
     unscaled = next(r for r in a["chain_rule"]["rows"] if r["rule"] == "unscaled" and r["gradient"] == "grad_wq")
     assert f"{unscaled['ratio']:.2f}" in html
     tuned = a["sgd_tuning"][0]
-    assert f"dₖ = 16: {'‹' if tuned['edge'] == 'low' else '›' if tuned['edge'] == 'high' else ''}{tuned['lr']:g}" in html
-    assert ("快速扫描" if lang == "zh" else "Quick sweep") in html                 # read back as quick: said so
+    assert (
+        f"dₖ = 16: {'‹' if tuned['edge'] == 'low' else '›' if tuned['edge'] == 'high' else ''}{tuned['lr']:g}" in html
+    )
+    assert ("快速扫描" if lang == "zh" else "Quick sweep") in html  # read back as quick: said so
 
 
 def test_the_single_key_sentence_follows_the_two_ceilings(scale_env):
-    """"The same as guessing" only when the analysis finds the two ceilings equal; else both numbers."""
+    """ "The same as guessing" only when the analysis finds the two ceilings equal; else both numbers."""
     a = scale_env.data["analysis"]
     assert a["single_key_is_prior"] == (a["single_key_ceiling"] == pytest.approx(a["prior_ceiling"]))
     assert ("the same as guessing" in _text_only(scale_env)) == a["single_key_is_prior"]
@@ -111,7 +121,7 @@ def test_the_single_key_sentence_follows_the_two_ceilings(scale_env):
 
 def test_logit_growth_chapter_shows_the_summary(logit_summary):
     html = _render_logits(logit_summary)
-    assert html.count("<figure") == 2 and html.count("<svg") == 4      # each for desktop and phone
+    assert html.count("<figure") == 2 and html.count("<svg") == 4  # each for desktop and phone
     sens = logit_summary["analysis"]["lr_sensitivity"]["baseline"]["mean"]
     assert f"{sens:.3f}" in html
     params = logit_summary["cells"][0]["result"]["parameters"]

@@ -38,7 +38,8 @@ def require(module: str, extra: str):
         return importlib.import_module(module)
     except ImportError:
         raise MissingDependency(
-            f"{module} is not installed; install it with: pip install 'attnscale[{extra}]'") from None
+            f"{module} is not installed; install it with: pip install 'attnscale[{extra}]'"
+        ) from None
 
 
 def check_count(name: str, value, minimum: int = 1) -> int:

@@ -40,10 +40,10 @@ __all__ = ["attention", "attention_backward", "AttentionResult", "AttentionGrads
 class AttentionResult:
     """What :func:`attention` returns with ``return_details=True``."""
 
-    out: np.ndarray             # (..., H_q, L, d_v)
-    logits: np.ndarray          # (..., H_q, L, S): after scale, cap and bias; -inf where not attended
-    weights: np.ndarray         # (..., H_q, L, S): softmax before dropout; 0 where not attended
-    lse: np.ndarray             # (..., H_q, L): log Σ_j exp(logits); -inf for a fully masked row
+    out: np.ndarray  # (..., H_q, L, d_v)
+    logits: np.ndarray  # (..., H_q, L, S): after scale, cap and bias; -inf where not attended
+    weights: np.ndarray  # (..., H_q, L, S): softmax before dropout; 0 where not attended
+    lse: np.ndarray  # (..., H_q, L): log Σ_j exp(logits); -inf for a fully masked row
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class AttentionGrads:
     dq: np.ndarray
     dk: np.ndarray
     dv: np.ndarray
-    dbias: np.ndarray | None    # None when no bias was given
+    dbias: np.ndarray | None  # None when no bias was given
 
 
 _FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
@@ -85,18 +85,18 @@ def _sum_to(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 class _Problem:
     """Validated inputs, broadcast (as views) to the shapes the per-head loop reads."""
 
-    q: np.ndarray               # (*lead, H_q, L, d_k)
-    k: np.ndarray               # (*lead, H_kv, S, d_k)
-    v: np.ndarray               # (*lead, H_kv, S, d_v)
-    blocked_mask: np.ndarray | None    # (*lead, H_q, L, S) bool view, True = NOT attended, or None
+    q: np.ndarray  # (*lead, H_q, L, d_k)
+    k: np.ndarray  # (*lead, H_kv, S, d_k)
+    v: np.ndarray  # (*lead, H_kv, S, d_v)
+    blocked_mask: np.ndarray | None  # (*lead, H_q, L, S) bool view, True = NOT attended, or None
     blocked_causal: np.ndarray | None  # (L, S) bool, True = NOT attended, or None
-    bias: np.ndarray | None     # (*lead, H_q, L, S) view, or None
+    bias: np.ndarray | None  # (*lead, H_q, L, S) view, or None
     rule: ScaleRule
     dropout_p: float
     seed: int | None
     compute: np.dtype
     check_finite: bool
-    squeeze_heads: bool         # every input was rank 2: drop the head axis of the output
+    squeeze_heads: bool  # every input was rank 2: drop the head axis of the output
 
     @property
     def lead(self):
@@ -125,8 +125,10 @@ def _prepare(q, k, v, scale, mask, bias, causal, dropout_p, seed, check_finite) 
     if check_finite:
         for name, x in (("q", q), ("k", k), ("v", v)):
             if not np.isfinite(x).all():
-                raise InputError(f"{name}: expected finite values, got {np.isnan(x).sum()} NaN and "
-                                 f"{np.isinf(x).sum()} Inf in shape {x.shape} (check_finite=False skips this check)")
+                raise InputError(
+                    f"{name}: expected finite values, got {np.isnan(x).sum()} NaN and "
+                    f"{np.isinf(x).sum()} Inf in shape {x.shape} (check_finite=False skips this check)"
+                )
     rule = resolve_scale(scale)
     if isinstance(dropout_p, (bool, np.bool_)) or not isinstance(dropout_p, (int, float, np.integer, np.floating)):
         raise InputTypeError(f"dropout_p: expected a number in [0, 1), got {type(dropout_p).__name__} {dropout_p!r}")
@@ -137,8 +139,10 @@ def _prepare(q, k, v, scale, mask, bias, causal, dropout_p, seed, check_finite) 
     if seed is not None and seed < 0:
         raise InputError(f"seed: expected None or an int >= 0, got {seed!r}")
     if dropout_p > 0 and seed is None:
-        raise InputError("seed: required when dropout_p > 0, so that the dropout mask can be drawn again "
-                         "(backward, reruns); got None")
+        raise InputError(
+            "seed: required when dropout_p > 0, so that the dropout mask can be drawn again "
+            "(backward, reruns); got None"
+        )
     compute = np.result_type(q, k, v)
     target = lead + (H_q, L, S)
     mask_view = None
@@ -147,15 +151,17 @@ def _prepare(q, k, v, scale, mask, bias, causal, dropout_p, seed, check_finite) 
         if mask.dtype != np.bool_:
             raise InputTypeError(f"mask: expected a boolean array (True = attend), got dtype {mask.dtype}")
         try:
-            mask_view = np.broadcast_to(~mask, target)          # inverted at the user's size
+            mask_view = np.broadcast_to(~mask, target)  # inverted at the user's size
         except ValueError:
             raise InputError(f"mask: shape {mask.shape} cannot broadcast to (..., H_q, L, S) = {target}") from None
     bias_view = None
     if bias is not None:
         bias = _as_float("bias", bias)
         if check_finite and (np.isnan(bias).any() or (bias == np.inf).any()):
-            raise InputError(f"bias: expected finite values or -inf (not attended), got {np.isnan(bias).sum()} NaN "
-                             f"and {(bias == np.inf).sum()} +Inf in shape {bias.shape}")
+            raise InputError(
+                f"bias: expected finite values or -inf (not attended), got {np.isnan(bias).sum()} NaN "
+                f"and {(bias == np.inf).sum()} +Inf in shape {bias.shape}"
+            )
         compute = np.result_type(compute, bias)
         try:
             bias_view = np.broadcast_to(bias, target)
@@ -173,7 +179,7 @@ def _prepare(q, k, v, scale, mask, bias, causal, dropout_p, seed, check_finite) 
         bias=bias_view,
         rule=rule,
         dropout_p=float(dropout_p),
-        seed=None if seed is None else int(seed),      # an np.integer too, checked above
+        seed=None if seed is None else int(seed),  # an np.integer too, checked above
         compute=compute,
         check_finite=check_finite,
         squeeze_heads=squeeze,
@@ -185,7 +191,7 @@ def _head_logits(prob: _Problem, idx, qn: np.ndarray, kn: np.ndarray, blocked, o
     ``out``: an (L, S) array of the compute dtype to write into (the forward reuses one per call)."""
     (L, d_k), S = qn.shape, kn.shape[0]
     n = None
-    if prob.rule.uses_n:                     # n counts attended keys: a -inf bias blocks a key too
+    if prob.rule.uses_n:  # n counts attended keys: a -inf bias blocks a key too
         off = blocked
         if prob.bias is not None:
             minus_inf = prob.bias[idx] == -np.inf
@@ -193,12 +199,12 @@ def _head_logits(prob: _Problem, idx, qn: np.ndarray, kn: np.ndarray, blocked, o
         n = np.full((L, 1), S) if off is None else S - off.sum(-1, keepdims=True)
     factor = prob.rule.factor(d_k, n)
     # Scaling the L×d_k queries rather than the L×S logits saves a pass over the largest array.
-    with np.errstate(over="ignore", invalid="ignore"):     # an overflow is caught in _exp_rows
-        s = np.matmul(qn * np.asarray(factor, dtype=prob.compute), kn.T, out=out)   # (L, S)
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is caught in _exp_rows
+        s = np.matmul(qn * np.asarray(factor, dtype=prob.compute), kn.T, out=out)  # (L, S)
     z = None
     if prob.rule.caps:
         z = s
-        s = prob.rule.cap(z, out=out)        # the forward needs no z: it caps in place
+        s = prob.rule.cap(z, out=out)  # the forward needs no z: it caps in place
     if prob.bias is not None:
         s += prob.bias[idx]
     if blocked is not None:
@@ -212,14 +218,16 @@ def _exp_rows(s: np.ndarray, check_finite: bool = True):
     row sum NaN: refused when ``check_finite``, so no NaN output appears silently."""
     m = s.max(axis=-1, keepdims=True)
     m[m == -np.inf] = 0.0
-    with np.errstate(invalid="ignore"):                    # +inf − +inf: the NaN check below reports it
+    with np.errstate(invalid="ignore"):  # +inf − +inf: the NaN check below reports it
         s -= m
         np.exp(s, out=s)
         total = s.sum(axis=-1, keepdims=True)
     if check_finite and np.isnan(total).any():
-        raise InputError(f"scale: the logits overflowed to +inf or NaN in {int(np.isnan(total).sum())} row(s); "
-                         "expected q·k times the scale to stay finite (lower the scale or the inputs' size; "
-                         "check_finite=False skips this check)")
+        raise InputError(
+            f"scale: the logits overflowed to +inf or NaN in {int(np.isnan(total).sum())} row(s); "
+            "expected q·k times the scale to stay finite (lower the scale or the inputs' size; "
+            "check_finite=False skips this check)"
+        )
     return total, m
 
 
@@ -230,12 +238,27 @@ def _dropout_keep(rng: np.random.Generator, shape, dropout_p: float) -> np.ndarr
 
 
 def _normalized(prob: _Problem, x: np.ndarray) -> np.ndarray:
-    return prob.rule.normalize(x.astype(prob.compute, copy=False)) if prob.rule.normalizes else x.astype(prob.compute, copy=False)
+    return (
+        prob.rule.normalize(x.astype(prob.compute, copy=False))
+        if prob.rule.normalizes
+        else x.astype(prob.compute, copy=False)
+    )
 
 
-def attention(q, k, v, *, scale: ScaleLike = None, mask=None, bias=None, causal=False,
-              dropout_p: float = 0.0, seed: int | None = None, check_finite: bool = True,
-              return_details: bool = False):
+def attention(
+    q,
+    k,
+    v,
+    *,
+    scale: ScaleLike = None,
+    mask=None,
+    bias=None,
+    causal=False,
+    dropout_p: float = 0.0,
+    seed: int | None = None,
+    check_finite: bool = True,
+    return_details: bool = False,
+):
     """Scaled dot-product attention, exactly.
 
     Args:
@@ -270,14 +293,15 @@ def attention(q, k, v, *, scale: ScaleLike = None, mask=None, bias=None, causal=
         weights_all = np.empty_like(logits_all)
         lse_all = np.empty(tuple(lead) + (H_q, L), dtype=prob.compute)
     rng = np.random.default_rng(prob.seed) if prob.dropout_p > 0 else None
-    scores = np.empty((L, S), dtype=prob.compute)      # the one L×S float array, reused by every head
+    scores = np.empty((L, S), dtype=prob.compute)  # the one L×S float array, reused by every head
     for idx in np.ndindex(*lead, H_q):
         kv = idx[:-1] + (idx[-1] // prob.group,)
-        s, _, _ = _head_logits(prob, idx, _normalized(prob, prob.q[idx]), _normalized(prob, prob.k[kv]),
-                               prob.blocked(idx), out=scores)
+        s, _, _ = _head_logits(
+            prob, idx, _normalized(prob, prob.q[idx]), _normalized(prob, prob.k[kv]), prob.blocked(idx), out=scores
+        )
         if return_details:
             logits_all[idx] = s
-        total, m = _exp_rows(s, prob.check_finite)                   # s now holds exp(logits − max)
+        total, m = _exp_rows(s, prob.check_finite)  # s now holds exp(logits − max)
         if return_details:
             with np.errstate(divide="ignore"):
                 lse_all[idx] = (m + np.log(total))[:, 0]
@@ -285,7 +309,7 @@ def attention(q, k, v, *, scale: ScaleLike = None, mask=None, bias=None, causal=
             weights_all[idx][(total == 0)[:, 0]] = 0.0
         if rng is not None:
             np.multiply(s, _dropout_keep(rng, s.shape, prob.dropout_p), out=s)
-            total = total * (1.0 - prob.dropout_p)                   # survivors scaled by 1/(1 − p)
+            total = total * (1.0 - prob.dropout_p)  # survivors scaled by 1/(1 − p)
         np.divide(s @ prob.v[kv].astype(prob.compute, copy=False), total, out=out[idx], where=total != 0)
         out[idx][(total == 0)[:, 0]] = 0.0
     result_dtype = np.result_type(*(np.asarray(x).dtype for x in (q, k, v)))
@@ -293,13 +317,28 @@ def attention(q, k, v, *, scale: ScaleLike = None, mask=None, bias=None, causal=
     if not return_details:
         return finish(out)
     lse_out = lse_all[..., 0, :] if prob.squeeze_heads else lse_all
-    return AttentionResult(out=finish(out), logits=finish(logits_all), weights=finish(weights_all),
-                           lse=lse_out.astype(result_dtype, copy=False))
+    return AttentionResult(
+        out=finish(out),
+        logits=finish(logits_all),
+        weights=finish(weights_all),
+        lse=lse_out.astype(result_dtype, copy=False),
+    )
 
 
-def attention_backward(q, k, v, dout, *, scale: ScaleLike = None, mask=None, bias=None, causal=False,
-                       dropout_p: float = 0.0, seed: int | None = None,
-                       check_finite: bool = True) -> AttentionGrads:
+def attention_backward(
+    q,
+    k,
+    v,
+    dout,
+    *,
+    scale: ScaleLike = None,
+    mask=None,
+    bias=None,
+    causal=False,
+    dropout_p: float = 0.0,
+    seed: int | None = None,
+    check_finite: bool = True,
+) -> AttentionGrads:
     """Vector–Jacobian product of :func:`attention`: gradients of Σ(out ⊙ dout).
 
     Takes the same arguments as :func:`attention` plus dout: (..., H_q, L, d_v), and recomputes the
@@ -337,19 +376,19 @@ def attention_backward(q, k, v, dout, *, scale: ScaleLike = None, mask=None, bia
         qn, kn = _normalized(prob, q_h), _normalized(prob, k_h)
         s, factor, z = _head_logits(prob, idx, qn, kn, prob.blocked(idx))
         total, _ = _exp_rows(s, prob.check_finite)
-        P = np.divide(s, total, out=np.zeros_like(s), where=total != 0)             # (L, S)
+        P = np.divide(s, total, out=np.zeros_like(s), where=total != 0)  # (L, S)
         if rng is not None:
             keep = _dropout_keep(rng, s.shape, prob.dropout_p) / (1.0 - prob.dropout_p)
             dv_all[kv] += (P * keep).T @ dout[idx]
             dP = (dout[idx] @ v_h.T) * keep
         else:
             dv_all[kv] += P.T @ dout[idx]
-            dP = dout[idx] @ v_h.T                                                  # (L, S)
-        dS = P * (dP - np.sum(dP * P, axis=-1, keepdims=True))                      # softmax VJP
+            dP = dout[idx] @ v_h.T  # (L, S)
+        dS = P * (dP - np.sum(dP * P, axis=-1, keepdims=True))  # softmax VJP
         if dbias_all is not None:
             dbias_all[idx] = dS
         dz = dS * rule.cap_derivative(z) if rule.caps else dS
-        dA = dz * factor                                                           # A = q̂ k̂ᵀ
+        dA = dz * factor  # A = q̂ k̂ᵀ
         dqn, dkn = dA @ kn, dA.T @ qn
         dq_all[idx] += rule.normalize_backward(q_h, dqn) if rule.normalizes else dqn
         dk_all[kv] += rule.normalize_backward(k_h, dkn) if rule.normalizes else dkn
@@ -360,6 +399,8 @@ def attention_backward(q, k, v, dout, *, scale: ScaleLike = None, mask=None, bia
         return _sum_to(grad, original.shape).reshape(original.shape).astype(dtype, copy=False)
 
     return AttentionGrads(
-        dq=reduce(dq_all, q), dk=reduce(dk_all, k), dv=reduce(dv_all, v),
+        dq=reduce(dq_all, q),
+        dk=reduce(dk_all, k),
+        dv=reduce(dv_all, v),
         dbias=None if dbias_all is None else reduce(dbias_all, bias),
     )

@@ -32,7 +32,8 @@ def causal_alignment(causal, L: int, S: int) -> str | None:
         if L != S:
             raise InputError(
                 f"causal: True is ambiguous when L != S (got L={L}, S={S}); "
-                "expected causal='top_left' (PyTorch is_causal) or causal='bottom_right' (KV-cache decoding)")
+                "expected causal='top_left' (PyTorch is_causal) or causal='bottom_right' (KV-cache decoding)"
+            )
         return "top_left"
     if isinstance(causal, str) and causal in CAUSAL_ALIGNMENTS:
         return causal

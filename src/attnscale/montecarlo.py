@@ -27,9 +27,19 @@ import numpy as np
 
 from attnscale.errors import InputError
 
-__all__ = ["Estimate", "t_quantile", "z_quantile", "mean_ci", "quantile_ci", "adaptive_means",
-           "SAMPLERS", "draw_components", "prefix_dots", "all_pairs_dot_square_means",
-           "dot_variance_estimates"]
+__all__ = [
+    "Estimate",
+    "t_quantile",
+    "z_quantile",
+    "mean_ci",
+    "quantile_ci",
+    "adaptive_means",
+    "SAMPLERS",
+    "draw_components",
+    "prefix_dots",
+    "all_pairs_dot_square_means",
+    "dot_variance_estimates",
+]
 
 
 @dataclass(frozen=True)
@@ -39,7 +49,7 @@ class Estimate:
     ci_high: float
     n_samples: int
     n_batches: int
-    converged: bool          # reached the relative CI target (False: stopped at the sample cap)
+    converged: bool  # reached the relative CI target (False: stopped at the sample cap)
 
     @property
     def half_width(self) -> float:
@@ -105,11 +115,21 @@ def quantile_ci(x, q: float, confidence: float = 0.99) -> tuple[float, float, fl
     return float(np.quantile(x, q)), float(x[lo]), float(x[hi])
 
 
-def adaptive_means(draw_batches: Callable[[np.random.Generator, int, np.ndarray], np.ndarray],
-                   n_estimands: int, *, batch_size: int, cost: Sequence[int], rng: np.random.Generator,
-                   max_samples: int | Sequence[int], rel_ci_target: float = 0.01, confidence: float = 0.99,
-                   min_batches: int = 30, chunk_elements: int = 2 ** 21,
-                   progress: Callable[[int, int, str], None] | None = None, label: str = "") -> list[Estimate]:
+def adaptive_means(
+    draw_batches: Callable[[np.random.Generator, int, np.ndarray], np.ndarray],
+    n_estimands: int,
+    *,
+    batch_size: int,
+    cost: Sequence[int],
+    rng: np.random.Generator,
+    max_samples: int | Sequence[int],
+    rel_ci_target: float = 0.01,
+    confidence: float = 0.99,
+    min_batches: int = 30,
+    chunk_elements: int = 2**21,
+    progress: Callable[[int, int, str], None] | None = None,
+    label: str = "",
+) -> list[Estimate]:
     """Estimate ``n_estimands`` means from batches until each reaches its CI target or its cap.
 
     draw_batches(rng, n_batches, active) -> (n_batches, n_estimands): one statistic per batch of
@@ -124,15 +144,17 @@ def adaptive_means(draw_batches: Callable[[np.random.Generator, int, np.ndarray]
     if cost.shape != (n_estimands,) or np.any(cost < 1):
         raise InputError(f"cost: expected {n_estimands} positive integers, got {cost.tolist()}")
     if batch_size < 1 or batch_size * int(cost.max()) > chunk_elements:
-        raise InputError(f"batch_size: expected 1 ≤ batch_size ≤ chunk_elements / max(cost) = "
-                         f"{chunk_elements // int(cost.max())}, got {batch_size}")
+        raise InputError(
+            f"batch_size: expected 1 ≤ batch_size ≤ chunk_elements / max(cost) = "
+            f"{chunk_elements // int(cost.max())}, got {batch_size}"
+        )
     if np.any(caps < batch_size):
         raise InputError(f"max_samples: expected at least one batch ({batch_size}) each, got {caps.tolist()}")
     if not 0 < rel_ci_target < 1:
         raise InputError(f"rel_ci_target: expected a number in (0, 1), got {rel_ci_target!r}")
-    count = np.zeros(n_estimands, dtype=np.int64)        # batches so far
+    count = np.zeros(n_estimands, dtype=np.int64)  # batches so far
     mean = np.zeros(n_estimands)
-    m2 = np.zeros(n_estimands)                            # Σ (stat − mean)², merged per block (Chan et al.)
+    m2 = np.zeros(n_estimands)  # Σ (stat − mean)², merged per block (Chan et al.)
     converged = np.zeros(n_estimands, dtype=bool)
     active = np.ones(n_estimands, dtype=bool)
     cap_batches = -(-caps // batch_size)
@@ -164,9 +186,17 @@ def adaptive_means(draw_batches: Callable[[np.random.Generator, int, np.ndarray]
         if progress is not None:
             progress(min(done_work, total_work), total_work, label)
     half = _half_widths(count, m2, confidence)
-    return [Estimate(float(mean[j]), float(mean[j] - half[j]), float(mean[j] + half[j]),
-                     int(count[j] * batch_size), int(count[j]), bool(converged[j]))
-            for j in range(n_estimands)]
+    return [
+        Estimate(
+            float(mean[j]),
+            float(mean[j] - half[j]),
+            float(mean[j] + half[j]),
+            int(count[j] * batch_size),
+            int(count[j]),
+            bool(converged[j]),
+        )
+        for j in range(n_estimands)
+    ]
 
 
 def _half_widths(count: np.ndarray, m2: np.ndarray, confidence: float) -> np.ndarray:
@@ -178,6 +208,7 @@ def _half_widths(count: np.ndarray, m2: np.ndarray, confidence: float) -> np.nda
 
 
 # ---- samplers of unit-variance components, and the variance statistic ------------------------
+
 
 def _rademacher(rng, shape):
     return rng.integers(0, 2, size=shape, dtype=np.int8) * np.int8(2) - np.int8(1)
@@ -208,7 +239,9 @@ def prefix_dots(q: np.ndarray, k: np.ndarray, d_ks: Sequence[int]) -> np.ndarray
     """
     d_ks = np.asarray(d_ks, dtype=np.int64)
     if q.shape != k.shape or q.ndim != 2 or q.shape[1] != d_ks[-1]:
-        raise InputError(f"q, k: expected equal shapes (m, {int(d_ks[-1])}) (the largest d_k), got {q.shape}, {k.shape}")
+        raise InputError(
+            f"q, k: expected equal shapes (m, {int(d_ks[-1])}) (the largest d_k), got {q.shape}, {k.shape}"
+        )
     starts = np.concatenate([[0], d_ks[:-1]])
     prod = q * k
     acc = np.int64 if prod.dtype.kind in "iu" else np.float64
@@ -216,8 +249,15 @@ def prefix_dots(q: np.ndarray, k: np.ndarray, d_ks: Sequence[int]) -> np.ndarray
     return np.cumsum(segments, axis=1, dtype=np.float64)
 
 
-def batch_plan(max_samples: int | Sequence[int], n_estimates: int, widest: int, *, min_batches: int = 30,
-               chunk_elements: int = 2 ** 21, min_batch_size: int = 1) -> tuple[int, np.ndarray]:
+def batch_plan(
+    max_samples: int | Sequence[int],
+    n_estimates: int,
+    widest: int,
+    *,
+    min_batches: int = 30,
+    chunk_elements: int = 2**21,
+    min_batch_size: int = 1,
+) -> tuple[int, np.ndarray]:
     """(batch size, per-estimate sample caps) for :func:`adaptive_means` over a d_k grid whose widest
     draw is ``widest`` components per vector: a batch of q, k pairs fits in ``chunk_elements`` random
     numbers, at least ``min_batches`` batches fit under the smallest cap (caps are raised to that if
@@ -227,11 +267,12 @@ def batch_plan(max_samples: int | Sequence[int], n_estimates: int, widest: int, 
     return batch_size, np.maximum(caps, batch_size * min_batches)
 
 
-BLAS_FROM = 64   # segment width from which the (b, b) products go to BLAS
+BLAS_FROM = 64  # segment width from which the (b, b) products go to BLAS
 
 
-def all_pairs_dot_square_means(q: np.ndarray, k: np.ndarray, d_ks: Sequence[int],
-                               chunk_elements: int = 2 ** 21) -> np.ndarray:
+def all_pairs_dot_square_means(
+    q: np.ndarray, k: np.ndarray, d_ks: Sequence[int], chunk_elements: int = 2**21
+) -> np.ndarray:
     """Per batch, the mean of (qᵢ·kⱼ)² over all b² pairs (i, j) of its b queries and b keys, at every d_k
     of an increasing grid (prefixes, as :func:`prefix_dots`).
 
@@ -241,28 +282,39 @@ def all_pairs_dot_square_means(q: np.ndarray, k: np.ndarray, d_ks: Sequence[int]
     """
     d_ks = [int(d) for d in d_ks]
     if q.shape != k.shape or q.ndim != 3 or q.shape[2] != d_ks[-1]:
-        raise InputError(f"q, k: expected equal shapes (batches, b, {d_ks[-1]}) (the largest d_k), got {q.shape}, {k.shape}")
+        raise InputError(
+            f"q, k: expected equal shapes (batches, b, {d_ks[-1]}) (the largest d_k), got {q.shape}, {k.shape}"
+        )
     n_batches, b = q.shape[0], q.shape[1]
     step = max(1, chunk_elements // (b * b))
     out = np.empty((n_batches, len(d_ks)))
     for first in range(0, n_batches, step):
-        qs = q[first:first + step].astype(np.float64, copy=False)   # ±1 int8 → exact in float64
-        ks = k[first:first + step].astype(np.float64, copy=False)
+        qs = q[first : first + step].astype(np.float64, copy=False)  # ±1 int8 → exact in float64
+        ks = k[first : first + step].astype(np.float64, copy=False)
         dots = np.zeros((qs.shape[0], b, b))
         for g, (start, end) in enumerate(zip([0, *d_ks[:-1]], d_ks)):
             qa, ka = qs[:, :, start:end], ks[:, :, start:end]
             # narrow segments: numpy's own loop; a multi-threaded BLAS call costs more than it saves there
-            dots += (np.einsum("bik,bjk->bij", qa, ka) if end - start < BLAS_FROM
-                     else np.matmul(qa, ka.transpose(0, 2, 1)))
-            out[first:first + step, g] = np.einsum("bij,bij->b", dots, dots) / (b * b)
+            dots += (
+                np.einsum("bik,bjk->bij", qa, ka) if end - start < BLAS_FROM else np.matmul(qa, ka.transpose(0, 2, 1))
+            )
+            out[first : first + step, g] = np.einsum("bij,bij->b", dots, dots) / (b * b)
     return out
 
 
-def dot_variance_estimates(component: str, d_ks: Sequence[int], *, rng: np.random.Generator,
-                           max_samples: int | Sequence[int], rel_ci_target: float = 0.01,
-                           confidence: float = 0.99, min_batches: int = 30, chunk_elements: int = 2 ** 21,
-                           progress: Callable[[int, int, str], None] | None = None,
-                           max_batch: int = 64) -> list[Estimate]:
+def dot_variance_estimates(
+    component: str,
+    d_ks: Sequence[int],
+    *,
+    rng: np.random.Generator,
+    max_samples: int | Sequence[int],
+    rel_ci_target: float = 0.01,
+    confidence: float = 0.99,
+    min_batches: int = 30,
+    chunk_elements: int = 2**21,
+    progress: Callable[[int, int, str], None] | None = None,
+    max_batch: int = 64,
+) -> list[Estimate]:
     """Var(q·k) = E[(q·k)²] for iid mean-0, variance-1 components, at every d_k of an increasing grid.
 
     A batch draws b independent queries and b independent keys and averages (qᵢ·kⱼ)² over all b² pairs
@@ -281,8 +333,9 @@ def dot_variance_estimates(component: str, d_ks: Sequence[int], *, rng: np.rando
     d_ks = tuple(int(d) for d in d_ks)
     if not d_ks or any(b <= a for a, b in zip(d_ks, d_ks[1:])) or d_ks[0] < 1:
         raise InputError(f"d_ks: expected an increasing sequence of positive integers, got {list(d_ks)}")
-    batch_size, caps = batch_plan(max_samples, len(d_ks), d_ks[-1], min_batches=min_batches,
-                                  chunk_elements=chunk_elements, min_batch_size=2)
+    batch_size, caps = batch_plan(
+        max_samples, len(d_ks), d_ks[-1], min_batches=min_batches, chunk_elements=chunk_elements, min_batch_size=2
+    )
     batch_size = min(batch_size, max_batch)
 
     def draw(rng, n_batches, active):
@@ -293,7 +346,17 @@ def dot_variance_estimates(component: str, d_ks: Sequence[int], *, rng: np.rando
         stats[:, : len(grid)] = all_pairs_dot_square_means(q, k, grid, chunk_elements)
         return stats
 
-    return adaptive_means(draw, len(d_ks), batch_size=batch_size, cost=[2 * d for d in d_ks], rng=rng,
-                          max_samples=caps, rel_ci_target=rel_ci_target, confidence=confidence,
-                          min_batches=min_batches, chunk_elements=chunk_elements, progress=progress,
-                          label=f"Var(q·k), {component}")
+    return adaptive_means(
+        draw,
+        len(d_ks),
+        batch_size=batch_size,
+        cost=[2 * d for d in d_ks],
+        rng=rng,
+        max_samples=caps,
+        rel_ci_target=rel_ci_target,
+        confidence=confidence,
+        min_batches=min_batches,
+        chunk_elements=chunk_elements,
+        progress=progress,
+        label=f"Var(q·k), {component}",
+    )

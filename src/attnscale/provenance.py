@@ -119,6 +119,6 @@ def machine_text(environment: dict | None) -> str:
     """The machine of a result's environment, for reading: "Linux-6.1-x86_64, AMD EPYC (AVX512, mkl
     2024.2), 2 CPUs" (an envelope written before the CPU was recorded names what it has)."""
     env = environment or {}
-    cpus = f'{env.get("cpu_count")} CPUs' if env.get("cpu_count") else None
+    cpus = f"{env.get('cpu_count')} CPUs" if env.get("cpu_count") else None
     processor = cpu_text(env.get("cpu")) or env.get("processor")
     return ", ".join(str(x) for x in (env.get("platform") or env.get("machine"), processor, cpus) if x)

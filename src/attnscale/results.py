@@ -54,11 +54,37 @@ from attnscale.errors import InputError, check_choice
 from attnscale.store import to_jsonable, write_bytes_atomic
 
 __all__ = [
-    "DEFAULT_ROOT", "SCHEMA", "Kind", "KINDS", "Envelope", "ResultError", "ResultMissing",
-    "USER_FAMILIES", "user_kind", "user_kinds", "result_path", "cells_dir", "envelope", "write", "read",
-    "read_preferred", "dumps", "strict_jsonable", "finite_or_none", "nulled_nonfinite", "restored_nonfinite",
-    "check_writable", "REFERENCE_ENV", "reference_root", "shipped_reference", "read_reference", "recorded_seconds",
-    "CellSeconds", "cell_seconds", "computed_on", "stored_path",
+    "DEFAULT_ROOT",
+    "SCHEMA",
+    "Kind",
+    "KINDS",
+    "Envelope",
+    "ResultError",
+    "ResultMissing",
+    "USER_FAMILIES",
+    "user_kind",
+    "user_kinds",
+    "result_path",
+    "cells_dir",
+    "envelope",
+    "write",
+    "read",
+    "read_preferred",
+    "dumps",
+    "strict_jsonable",
+    "finite_or_none",
+    "nulled_nonfinite",
+    "restored_nonfinite",
+    "check_writable",
+    "REFERENCE_ENV",
+    "reference_root",
+    "shipped_reference",
+    "read_reference",
+    "recorded_seconds",
+    "CellSeconds",
+    "cell_seconds",
+    "computed_on",
+    "stored_path",
 ]
 
 DEFAULT_ROOT = Path("attnscale-results")
@@ -75,6 +101,7 @@ ENVELOPE_FIELDS = ("schema", "kind", "quick", "created", "config", "seed", "vers
 class Kind:
     """One kind of result: its folder under the root (the name itself) and the dotted paths that its
     ``data`` must hold (checked on write and on read, so a renamed key fails where it is made)."""
+
     name: str
     required: tuple[str, ...] = ()
     description: str = ""
@@ -85,36 +112,75 @@ class Kind:
 
 
 # The one table of kinds. A producer adds its kind here; a chapter names a kind, never a path.
-KINDS: dict[str, Kind] = {k.name: k for k in (
-    Kind("demo", ("answer",), "a doctest's"),
-    Kind("verify", ("claims", "counts"), "attnscale verify: the seed's claims and their verdicts",
-         "attnscale verify"),
-    Kind("probe/minilm", ("model", "heads", "check.max_abs_diff"), "attnscale probe --model minilm",
-         "attnscale probe"),
-    Kind("probe/smollm2", ("model", "heads", "check.max_abs_diff"), "attnscale probe --model smollm2",
-         "attnscale probe --model smollm2"),
-    Kind("rescale/smollm2", ("model", "alphas", "check", "analysis"), "attnscale rescale --model smollm2",
-         "attnscale rescale"),
-    Kind("rescale/minilm", ("model", "alphas", "check", "analysis"), "attnscale rescale --model minilm",
-         "attnscale rescale --model minilm"),
-    Kind("train/scale-vs-dk", ("cells", "analysis", "analysis.table", "analysis.verdicts"), "attnscale train scale-vs-dk",
-         "attnscale train scale-vs-dk"),
-    Kind("train/logit-growth", ("cells", "analysis.table", "analysis.guard", "analysis.setup"),
-         "attnscale train logit-growth", "attnscale train logit-growth"),
-    Kind("train/lm", ("cells", "analysis", "analysis.verdicts", "analysis.curves"), "attnscale train lm",
-         "attnscale train lm"),
-    # The telemetry reference is the committed quiet run of docs/results (a benchmark on a loaded
-    # machine would give wrong ratios), made with --repeats 3.
-    Kind("telemetry", ("rows", "memory", "verdicts", "variants"), "attnscale telemetry-bench",
-         "attnscale telemetry-bench --repeats 3"),
-)}
+KINDS: dict[str, Kind] = {
+    k.name: k
+    for k in (
+        Kind("demo", ("answer",), "a doctest's"),
+        Kind(
+            "verify", ("claims", "counts"), "attnscale verify: the seed's claims and their verdicts", "attnscale verify"
+        ),
+        Kind(
+            "probe/minilm",
+            ("model", "heads", "check.max_abs_diff"),
+            "attnscale probe --model minilm",
+            "attnscale probe",
+        ),
+        Kind(
+            "probe/smollm2",
+            ("model", "heads", "check.max_abs_diff"),
+            "attnscale probe --model smollm2",
+            "attnscale probe --model smollm2",
+        ),
+        Kind(
+            "rescale/smollm2",
+            ("model", "alphas", "check", "analysis"),
+            "attnscale rescale --model smollm2",
+            "attnscale rescale",
+        ),
+        Kind(
+            "rescale/minilm",
+            ("model", "alphas", "check", "analysis"),
+            "attnscale rescale --model minilm",
+            "attnscale rescale --model minilm",
+        ),
+        Kind(
+            "train/scale-vs-dk",
+            ("cells", "analysis", "analysis.table", "analysis.verdicts"),
+            "attnscale train scale-vs-dk",
+            "attnscale train scale-vs-dk",
+        ),
+        Kind(
+            "train/logit-growth",
+            ("cells", "analysis.table", "analysis.guard", "analysis.setup"),
+            "attnscale train logit-growth",
+            "attnscale train logit-growth",
+        ),
+        Kind(
+            "train/lm",
+            ("cells", "analysis", "analysis.verdicts", "analysis.curves"),
+            "attnscale train lm",
+            "attnscale train lm",
+        ),
+        # The telemetry reference is the committed quiet run of docs/results (a benchmark on a loaded
+        # machine would give wrong ratios), made with --repeats 3.
+        Kind(
+            "telemetry",
+            ("rows", "memory", "verdicts", "variants"),
+            "attnscale telemetry-bench",
+            "attnscale telemetry-bench --repeats 3",
+        ),
+    )
+}
 
 
 # Families of kinds, one kind per model of the user's: "<family>/<slug>", the slug [a-z0-9._-].
-USER_FAMILIES: dict[str, Kind] = {k.name: k for k in (
-    Kind("probe/user", KINDS["probe/minilm"].required, "attnscale probe --model PATH"),
-    Kind("rescale/user", KINDS["rescale/minilm"].required, "attnscale rescale --model PATH"),
-)}
+USER_FAMILIES: dict[str, Kind] = {
+    k.name: k
+    for k in (
+        Kind("probe/user", KINDS["probe/minilm"].required, "attnscale probe --model PATH"),
+        Kind("rescale/user", KINDS["rescale/minilm"].required, "attnscale rescale --model PATH"),
+    )
+}
 _SLUG = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 
 
@@ -122,8 +188,9 @@ def user_kind(family: str, slug: str) -> str:
     """The kind of the user's model ``slug`` in ``family`` ("probe" or "rescale"): "probe/user/<slug>"."""
     check_choice("family", f"{family}/user", USER_FAMILIES)
     if not _SLUG.fullmatch(slug):
-        raise InputError(f"slug: expected 1 to 64 of a-z, 0-9, '.', '_', '-' (starting with a letter or digit), "
-                         f"got {slug!r}")
+        raise InputError(
+            f"slug: expected 1 to 64 of a-z, 0-9, '.', '_', '-' (starting with a letter or digit), got {slug!r}"
+        )
     return f"{family}/user/{slug}"
 
 
@@ -131,9 +198,15 @@ def user_kinds(family: str, root: str | os.PathLike = DEFAULT_ROOT) -> list[str]
     """The kinds of ``family`` ("probe" or "rescale") that have a result (full or quick) under ``root``, sorted."""
     check_choice("family", f"{family}/user", USER_FAMILIES)
     folder = Path(root) / family / "user"
-    found = [] if not folder.is_dir() else sorted(
-        p.name for p in folder.iterdir() if _SLUG.fullmatch(p.name)
-        and ((p / "result.json").is_file() or (p / "quick.json").is_file()))
+    found = (
+        []
+        if not folder.is_dir()
+        else sorted(
+            p.name
+            for p in folder.iterdir()
+            if _SLUG.fullmatch(p.name) and ((p / "result.json").is_file() or (p / "quick.json").is_file())
+        )
+    )
     return [f"{family}/user/{slug}" for slug in found]
 
 
@@ -154,9 +227,9 @@ class Envelope:
     quick: bool = False
     version: str = ""
     environment: dict = field(default_factory=dict)
-    created: str = ""                 # UTC, ISO 8601
-    path: Path | None = None          # where it was read from (None before it is written)
-    reference: bool = False           # read from the reference results (see reference_root)
+    created: str = ""  # UTC, ISO 8601
+    path: Path | None = None  # where it was read from (None before it is written)
+    reference: bool = False  # read from the reference results (see reference_root)
 
     @property
     def origin(self) -> str:
@@ -165,9 +238,17 @@ class Envelope:
         return "reference" if self.reference else "quick" if self.quick else "full"
 
     def to_dict(self) -> dict:
-        return {"schema": SCHEMA, "kind": self.kind, "quick": self.quick, "created": self.created,
-                "config": self.config, "seed": self.seed, "version": self.version,
-                "environment": self.environment, "data": self.data}
+        return {
+            "schema": SCHEMA,
+            "kind": self.kind,
+            "quick": self.quick,
+            "created": self.created,
+            "config": self.config,
+            "seed": self.seed,
+            "version": self.version,
+            "environment": self.environment,
+            "data": self.data,
+        }
 
 
 def _kind(kind: str) -> Kind:
@@ -234,7 +315,7 @@ def restored_nonfinite(obj: Any, reasons: dict[str, str], where: str = "data") -
     """
     out = copy.deepcopy(obj) if reasons else obj
     for at, what in reasons.items():
-        steps = [key if key else int(index) for key, index in _PATH_STEP.findall(at[len(where):])]
+        steps = [key if key else int(index) for key, index in _PATH_STEP.findall(at[len(where) :])]
         rebuilt = where + "".join(f"[{s}]" if isinstance(s, int) else f".{s}" for s in steps)
         node = out
         try:
@@ -287,8 +368,7 @@ def dumps(obj: Any, indent: int | None = 1) -> str:
     return json.dumps(strict_jsonable(obj, "result"), indent=indent, ensure_ascii=False, allow_nan=False)
 
 
-def envelope(kind: str, data: Any, *, config: Any = None, seed: int | None = None,
-             quick: bool = False) -> Envelope:
+def envelope(kind: str, data: Any, *, config: Any = None, seed: int | None = None, quick: bool = False) -> Envelope:
     """The envelope :func:`write` would write (validated, strict, with this attnscale's version and
     environment and the time now), not written: for ``--json`` of a run that is not kept."""
     from attnscale import __version__
@@ -299,13 +379,28 @@ def envelope(kind: str, data: Any, *, config: Any = None, seed: int | None = Non
     missing = _missing_fields(spec, data)
     if missing:
         raise ValueError(f"result {kind!r}: data lacks the required field(s) {missing}")
-    return Envelope(kind=kind, data=data, config=strict_jsonable(config, "config"), seed=seed,
-                    quick=bool(quick), version=__version__, environment=environment(),
-                    created=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    return Envelope(
+        kind=kind,
+        data=data,
+        config=strict_jsonable(config, "config"),
+        seed=seed,
+        quick=bool(quick),
+        version=__version__,
+        environment=environment(),
+        created=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    )
 
 
-def write(kind: str, data: Any, *, config: Any = None, seed: int | None = None, quick: bool = False,
-          root: str | os.PathLike = DEFAULT_ROOT, path: str | os.PathLike | None = None) -> Envelope:
+def write(
+    kind: str,
+    data: Any,
+    *,
+    config: Any = None,
+    seed: int | None = None,
+    quick: bool = False,
+    root: str | os.PathLike = DEFAULT_ROOT,
+    path: str | os.PathLike | None = None,
+) -> Envelope:
     """Wrap ``data`` in the envelope and write it atomically to :func:`result_path` (or ``path``).
     Returns the envelope as written (with ``path`` set)."""
     env = envelope(kind, data, config=config, seed=seed, quick=quick)
@@ -333,8 +428,9 @@ def _text(path: Path) -> str:
     return (gzip.decompress(raw) if path.suffix == ".gz" else raw).decode("utf-8")
 
 
-def read(kind: str, root: str | os.PathLike = DEFAULT_ROOT, quick: bool = False,
-         path: str | os.PathLike | None = None) -> Envelope:
+def read(
+    kind: str, root: str | os.PathLike = DEFAULT_ROOT, quick: bool = False, path: str | os.PathLike | None = None
+) -> Envelope:
     """The envelope of ``kind`` (full, or quick), validated; the file may be gzip-compressed
     (:func:`stored_path`). Raises :class:`ResultMissing` when there is no file, :class:`ResultError`
     naming the file and the field when it cannot be used."""
@@ -359,9 +455,18 @@ def read(kind: str, root: str | os.PathLike = DEFAULT_ROOT, quick: bool = False,
     missing = _missing_fields(spec, raw["data"])
     if missing:
         raise ResultError(f"{target}: field(s) {['data.' + m for m in missing]} missing from the {kind} result")
-    return Envelope(kind=kind, data=raw["data"], config=raw["config"], seed=raw["seed"],
-                    quick=bool(raw["quick"]), version=raw["version"], environment=raw["environment"],
-                    created=raw["created"], path=target, reference=_is_reference(target))
+    return Envelope(
+        kind=kind,
+        data=raw["data"],
+        config=raw["config"],
+        seed=raw["seed"],
+        quick=bool(raw["quick"]),
+        version=raw["version"],
+        environment=raw["environment"],
+        created=raw["created"],
+        path=target,
+        reference=_is_reference(target),
+    )
 
 
 def shipped_reference() -> Path | None:
@@ -400,14 +505,19 @@ def read_preferred(kind: str, root: str | os.PathLike = DEFAULT_ROOT) -> Envelop
     """The result a face shows: the user's own full result when there is one, else the reference
     result, else the user's quick one (:attr:`Envelope.origin` says which, for the face to say so);
     :class:`ResultMissing` when there is none of the three."""
-    for attempt in (lambda: read(kind, root, quick=False), lambda: read_reference(kind),
-                    lambda: read(kind, root, quick=True)):
+    for attempt in (
+        lambda: read(kind, root, quick=False),
+        lambda: read_reference(kind),
+        lambda: read(kind, root, quick=True),
+    ):
         try:
             return attempt()
         except ResultMissing:
             pass
-    raise ResultMissing(f"{result_path(kind, root)}: no {kind} result here yet, full, quick or reference "
-                        f"({_kind(kind).description or kind})")
+    raise ResultMissing(
+        f"{result_path(kind, root)}: no {kind} result here yet, full, quick or reference "
+        f"({_kind(kind).description or kind})"
+    )
 
 
 def _number(x: object) -> TypeGuard[int | float]:
@@ -420,10 +530,11 @@ class CellSeconds:
     ``seconds``: ``{"wall", "cpu", "workers"}``, measured where and when the cell was computed, so a
     cell read from a cache keeps its computation's time). A cell computed by code that recorded no
     time has none here: it counts in :attr:`cells`, not in :attr:`timed` nor in any sum."""
-    each: tuple[float | None, ...]   # per entry of data["cells"], in order: its own wall-clock seconds, or None
-    cpu_s: float | None              # the timed cells' CPU seconds, summed (None when none records them)
-    workers: int | None              # how many cells ran at once as they were timed, when all timed cells say
-                                     # the same number; None when they differ or do not say
+
+    each: tuple[float | None, ...]  # per entry of data["cells"], in order: its own wall-clock seconds, or None
+    cpu_s: float | None  # the timed cells' CPU seconds, summed (None when none records them)
+    workers: int | None  # how many cells ran at once as they were timed, when all timed cells say
+    # the same number; None when they differ or do not say
 
     @property
     def cells(self) -> int:
@@ -444,8 +555,14 @@ class CellSeconds:
 
     def summary(self) -> dict:
         """The sweep-level field a sweep's result holds beside its cells (``data.cell_seconds``)."""
-        return {"cells": self.cells, "timed": self.timed, "wall": self.wall_s, "cpu": self.cpu_s,
-                "wall_max": self.wall_s_max, "workers": self.workers}
+        return {
+            "cells": self.cells,
+            "timed": self.timed,
+            "wall": self.wall_s,
+            "cpu": self.cpu_s,
+            "wall_max": self.wall_s_max,
+            "workers": self.workers,
+        }
 
 
 def cell_seconds(result: Envelope | dict) -> CellSeconds | None:
@@ -456,14 +573,16 @@ def cell_seconds(result: Envelope | dict) -> CellSeconds | None:
     cells = data.get("cells") if isinstance(data, dict) else None
     if not isinstance(cells, list):
         return None
-    recorded: list[dict] = [c["seconds"] if isinstance(c, dict) and isinstance(c.get("seconds"), dict) else {}
-                            for c in cells]
+    recorded: list[dict] = [
+        c["seconds"] if isinstance(c, dict) and isinstance(c.get("seconds"), dict) else {} for c in cells
+    ]
     each = tuple(float(r["wall"]) if _number(r.get("wall")) and r["wall"] >= 0 else None for r in recorded)
     timed = [r for r, wall in zip(recorded, each) if wall is not None]
     cpu = [float(r["cpu"]) for r in timed if _number(r.get("cpu"))]
     workers = {int(r["workers"]) if _number(r.get("workers")) else None for r in timed}
-    return CellSeconds(each=each, cpu_s=float(sum(cpu)) if cpu else None,
-                       workers=workers.pop() if len(workers) == 1 else None)
+    return CellSeconds(
+        each=each, cpu_s=float(sum(cpu)) if cpu else None, workers=workers.pop() if len(workers) == 1 else None
+    )
 
 
 def computed_on(env: Envelope) -> dict:
@@ -473,8 +592,11 @@ def computed_on(env: Envelope) -> dict:
     whose cells came partly from an earlier result and partly from this run has its own."""
     data = env.data if isinstance(env.data, dict) else {}
     source = data.get("cells_from")
-    if isinstance(source, dict) and isinstance(source.get("environment"), dict) \
-            and source.get("cells") == len(data.get("cells") or []) > 0:
+    if (
+        isinstance(source, dict)
+        and isinstance(source.get("environment"), dict)
+        and source.get("cells") == len(data.get("cells") or []) > 0
+    ):
         return source["environment"]
     return env.environment
 
@@ -516,6 +638,8 @@ def check_writable(path: str | os.PathLike, what: str) -> Path:
     try:
         os.rmdir(tempfile.mkdtemp(dir=probe, prefix=".attnscale-check-"))
     except OSError as err:
-        raise InputError(f"{what}: cannot write under {str(probe)!r} ({err.strerror or err}), "
-                         f"expected a folder where {str(path)!r} can be made") from None
+        raise InputError(
+            f"{what}: cannot write under {str(probe)!r} ({err.strerror or err}), "
+            f"expected a folder where {str(path)!r} can be made"
+        ) from None
     return path

@@ -25,8 +25,18 @@ from attnscale.errors import InputError, InputTypeError
 from attnscale.i18n import N_
 
 __all__ = [
-    "ScaleRule", "InverseSqrtDk", "InverseDk", "Unscaled", "Constant", "LogN", "QKNorm", "SoftCap",
-    "RULES", "resolve_scale", "SSMAX_DEFAULT_S", "SOFTCAP_DEFAULT",
+    "ScaleRule",
+    "InverseSqrtDk",
+    "InverseDk",
+    "Unscaled",
+    "Constant",
+    "LogN",
+    "QKNorm",
+    "SoftCap",
+    "RULES",
+    "resolve_scale",
+    "SSMAX_DEFAULT_S",
+    "SOFTCAP_DEFAULT",
 ]
 
 #: Scalable-Softmax's s: the value of Nakanishi 2025's Figure 1 (s is a learned parameter in the paper).
@@ -96,8 +106,9 @@ class ScaleRule:
 class InverseSqrtDk(ScaleRule):
     name: str = field(init=False, default="inverse_sqrt_dk")
     formula: str = field(init=False, default="1/√d_k")
-    citation: str = field(init=False, default=N_(
-        "Vaswani et al. 2017, Attention Is All You Need, §3.2.1 and footnote 4"))
+    citation: str = field(
+        init=False, default=N_("Vaswani et al. 2017, Attention Is All You Need, §3.2.1 and footnote 4")
+    )
 
     def factor(self, d_k, n=None):
         return 1.0 / math.sqrt(d_k)
@@ -107,8 +118,9 @@ class InverseSqrtDk(ScaleRule):
 class InverseDk(ScaleRule):
     name: str = field(init=False, default="inverse_dk")
     formula: str = field(init=False, default="1/d_k")
-    citation: str = field(init=False, default=N_(
-        "Yang et al. 2022, Tensor Programs V (µP): attention logits scaled by 1/d_k"))
+    citation: str = field(
+        init=False, default=N_("Yang et al. 2022, Tensor Programs V (µP): attention logits scaled by 1/d_k")
+    )
 
     def factor(self, d_k, n=None):
         return 1.0 / d_k
@@ -118,8 +130,7 @@ class InverseDk(ScaleRule):
 class Unscaled(ScaleRule):
     name: str = field(init=False, default="unscaled")
     formula: str = field(init=False, default="1")
-    citation: str = field(init=False, default=N_(
-        "no scaling: the case the seed and Vaswani et al. 2017 argue against"))
+    citation: str = field(init=False, default=N_("no scaling: the case the seed and Vaswani et al. 2017 argue against"))
 
     def factor(self, d_k, n=None):
         return 1.0
@@ -150,8 +161,7 @@ class LogN(ScaleRule):
     base: ScaleRule = field(default_factory=InverseSqrtDk)
     name: str = field(init=False, default="logn")
     formula: str = field(init=False, default="s·ln(n) × base")
-    citation: str = field(init=False, default=N_(
-        "Nakanishi 2025, Scalable-Softmax Is Superior for Attention (SSMax)"))
+    citation: str = field(init=False, default=N_("Nakanishi 2025, Scalable-Softmax Is Superior for Attention (SSMax)"))
 
     def __post_init__(self):
         _finite("LogN s", self.s)
@@ -183,9 +193,13 @@ class QKNorm(ScaleRule):
     eps: float = 1e-6  # keeps zero vectors finite, as RMSNorm/LayerNorm do
     name: str = field(init=False, default="qknorm")
     formula: str = field(init=False, default="")
-    citation: str = field(init=False, default=N_(
-        "Henry et al. 2020, Query-Key Normalization for Transformers; "
-        "Dehghani et al. 2023, Scaling Vision Transformers to 22B Parameters"))
+    citation: str = field(
+        init=False,
+        default=N_(
+            "Henry et al. 2020, Query-Key Normalization for Transformers; "
+            "Dehghani et al. 2023, Scaling Vision Transformers to 22B Parameters"
+        ),
+    )
 
     def __post_init__(self):
         if self.norm not in ("rms", "l2"):
@@ -193,8 +207,9 @@ class QKNorm(ScaleRule):
         _finite("QKNorm gain", self.gain)
         if _finite("QKNorm eps", self.eps) < 0:
             raise InputError(f"QKNorm eps: expected a number >= 0, got {self.eps!r}")
-        formula = (f"{self.gain:g}/√d_k on q/rms(q), k/rms(k)" if self.norm == "rms"
-                   else f"{self.gain:g} on q/‖q‖, k/‖k‖")
+        formula = (
+            f"{self.gain:g}/√d_k on q/rms(q), k/rms(k)" if self.norm == "rms" else f"{self.gain:g} on q/‖q‖, k/‖k‖"
+        )
         object.__setattr__(self, "formula", formula)
 
     @property
@@ -211,7 +226,9 @@ class QKNorm(ScaleRule):
     def normalize_backward(self, x, dy):
         r = self._radius(x)
         y = x / r
-        inner = np.mean(dy * y, axis=-1, keepdims=True) if self.norm == "rms" else np.sum(dy * y, axis=-1, keepdims=True)
+        inner = (
+            np.mean(dy * y, axis=-1, keepdims=True) if self.norm == "rms" else np.sum(dy * y, axis=-1, keepdims=True)
+        )
         return (dy - y * inner) / r
 
     def factor(self, d_k, n=None):
@@ -227,8 +244,7 @@ class SoftCap(ScaleRule):
     base: ScaleRule = field(default_factory=InverseSqrtDk)
     name: str = field(init=False, default="softcap")
     formula: str = field(init=False, default="")
-    citation: str = field(init=False, default=N_(
-        "Gemma Team 2024, Gemma 2 (attention logit soft-capping at 50)"))
+    citation: str = field(init=False, default=N_("Gemma Team 2024, Gemma 2 (attention logit soft-capping at 50)"))
 
     def __post_init__(self):
         _finite("SoftCap cap_value", self.cap_value, positive=True)
@@ -258,7 +274,7 @@ class SoftCap(ScaleRule):
         return self.base.factor(d_k, n)
 
     def cap(self, z, out=None):
-        capped = np.divide(self.base.cap(z, out=out), self.cap_value, out=out)   # one array, then in place
+        capped = np.divide(self.base.cap(z, out=out), self.cap_value, out=out)  # one array, then in place
         np.tanh(capped, out=capped)
         capped *= self.cap_value
         return capped
@@ -282,10 +298,19 @@ RULES: dict[str, ScaleRule] = {
 }
 
 _ALIASES = {
-    "1/sqrt(d_k)": "inverse_sqrt_dk", "sqrt": "inverse_sqrt_dk", "default": "inverse_sqrt_dk",
-    "vaswani": "inverse_sqrt_dk", "1/d_k": "inverse_dk", "mup": "inverse_dk", "µp": "inverse_dk",
-    "1": "unscaled", "ssmax": "logn", "log-n": "logn", "qk-norm": "qknorm",
-    "soft-cap": "softcap", "soft-cap-unscaled": "softcap_unscaled",
+    "1/sqrt(d_k)": "inverse_sqrt_dk",
+    "sqrt": "inverse_sqrt_dk",
+    "default": "inverse_sqrt_dk",
+    "vaswani": "inverse_sqrt_dk",
+    "1/d_k": "inverse_dk",
+    "mup": "inverse_dk",
+    "µp": "inverse_dk",
+    "1": "unscaled",
+    "ssmax": "logn",
+    "log-n": "logn",
+    "qk-norm": "qknorm",
+    "soft-cap": "softcap",
+    "soft-cap-unscaled": "softcap_unscaled",
 }
 
 ScaleLike = None | float | int | str | ScaleRule
@@ -317,5 +342,4 @@ def resolve_scale(scale: ScaleLike) -> ScaleRule:
         raise InputTypeError(f"scale: expected a number, a rule name, a ScaleRule or None, got bool {scale!r}")
     if isinstance(scale, (int, float, np.integer, np.floating)):
         return Constant(float(scale))
-    raise InputTypeError(
-        f"scale: expected a number, a rule name, a ScaleRule or None, got {type(scale).__name__}")
+    raise InputTypeError(f"scale: expected a number, a rule name, a ScaleRule or None, got {type(scale).__name__}")

@@ -24,7 +24,7 @@ class QKVShapes:
     S: int
     d_k: int
     d_v: int
-    lead: tuple[int, ...]     # the broadcast leading dimensions
+    lead: tuple[int, ...]  # the broadcast leading dimensions
 
 
 def check_qkv_shapes(q4: tuple, k4: tuple, v4: tuple, q: tuple, k: tuple, v: tuple) -> QKVShapes:
@@ -42,8 +42,9 @@ def check_qkv_shapes(q4: tuple, k4: tuple, v4: tuple, q: tuple, k: tuple, v: tup
     if d_k == 0 or S == 0:  # no default scale for d_k = 0, no distribution over 0 keys
         raise InputError(f"q, k: expected d_k >= 1 and S >= 1 keys, got q shape {q}, k shape {k}")
     if H_kv == 0 or H_q % H_kv:
-        raise InputError(f"k: number of heads H_kv = {H_kv} must divide the number of query heads H_q = {H_q} "
-                         f"(q {q}, k {k})")
+        raise InputError(
+            f"k: number of heads H_kv = {H_kv} must divide the number of query heads H_q = {H_q} (q {q}, k {k})"
+        )
     try:
         lead = tuple(np.broadcast_shapes(q4[:-3], k4[:-3], v4[:-3]))
     except ValueError:

@@ -51,8 +51,10 @@ def _as_logits(logits) -> np.ndarray:
     if x.ndim < 1:
         raise InputError(f"logits: expected at least 1 dimension (..., n), got shape {x.shape}")
     if np.isnan(x).any() or (x == np.inf).any():
-        raise InputError(f"logits: expected finite numbers or -inf, got {np.isnan(x).sum()} NaN and "
-                         f"{(x == np.inf).sum()} +inf in shape {x.shape}")
+        raise InputError(
+            f"logits: expected finite numbers or -inf, got {np.isnan(x).sum()} NaN and "
+            f"{(x == np.inf).sum()} +inf in shape {x.shape}"
+        )
     return x
 
 
@@ -97,14 +99,14 @@ def softmax_jacobian(p) -> np.ndarray:
 class RowHealth:
     """Per-row figures, each an array of the rows' shape (...,)."""
 
-    n: np.ndarray                    # attended keys
-    entropy: np.ndarray              # −Σ p ln p, nats
-    normalized_entropy: np.ndarray   # entropy / ln n ∈ [0, 1]; NaN when n < 2
-    max_weight: np.ndarray           # max p
-    effective_support: np.ndarray    # 1 / Σ p²  ∈ [1, n]
-    jacobian_frobenius: np.ndarray   # ‖diag(p) − ppᵀ‖_F
-    jacobian_spectral: np.ndarray    # ‖diag(p) − ppᵀ‖_2 (largest eigenvalue); NaN if not requested
-    saturation_index: np.ndarray     # std(logits) / √(2 ln n); NaN when n < 2
+    n: np.ndarray  # attended keys
+    entropy: np.ndarray  # −Σ p ln p, nats
+    normalized_entropy: np.ndarray  # entropy / ln n ∈ [0, 1]; NaN when n < 2
+    max_weight: np.ndarray  # max p
+    effective_support: np.ndarray  # 1 / Σ p²  ∈ [1, n]
+    jacobian_frobenius: np.ndarray  # ‖diag(p) − ppᵀ‖_F
+    jacobian_spectral: np.ndarray  # ‖diag(p) − ppᵀ‖_2 (largest eigenvalue); NaN if not requested
+    saturation_index: np.ndarray  # std(logits) / √(2 ln n); NaN when n < 2
 
     def as_dict(self) -> dict[str, np.ndarray]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -129,11 +131,15 @@ def _jacobian_norms(p, rest, spectral):
     np.put_along_axis(others, top_idx, 0.0, axis=-1)
     if rest is None:
         rest = np.sum(others, axis=-1)
-    rest2 = np.sum(others ** 2, axis=-1)
+    rest2 = np.sum(others**2, axis=-1)
     # ‖J‖_F² = Σ_i p_i²(1 − p_i)² + Σ_{i≠j} p_i² p_j², split at the top weight (1 − p_top = rest).
-    fro2 = (np.sum(others ** 2 * (1.0 - others) ** 2, axis=-1)
-            + p_top ** 2 * rest ** 2 + 2.0 * p_top ** 2 * rest2
-            + rest2 ** 2 - np.sum(others ** 4, axis=-1))
+    fro2 = (
+        np.sum(others**2 * (1.0 - others) ** 2, axis=-1)
+        + p_top**2 * rest**2
+        + 2.0 * p_top**2 * rest2
+        + rest2**2
+        - np.sum(others**4, axis=-1)
+    )
     fro = np.sqrt(np.maximum(fro2, 0.0))
     if not spectral:
         return fro, np.full_like(fro, np.nan)
@@ -160,7 +166,7 @@ def _largest_eigenvalue(p_top, others, rest, iterations: int = 80):
         for _ in range(iterations):
             mid = np.sqrt(a * b)
             with np.errstate(divide="ignore", invalid="ignore"):
-                terms = np.where(o > 0, o ** 2 / (o - mid[:, None]), 0.0)
+                terms = np.where(o > 0, o**2 / (o - mid[:, None]), 0.0)
                 f = (pt * r - mid) / (pt - mid) - np.sum(terms, axis=-1)
             positive = f > 0
             a = np.where(positive, mid, a)

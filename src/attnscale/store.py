@@ -27,7 +27,7 @@ def to_jsonable(obj: Any) -> Any:
     """Plain JSON data from dataclasses, NumPy scalars/arrays, tuples and paths. NaN and ±inf stay
     floats here: a writer decides (results refuse them; the cache tags them)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}   # not ClassVars
+        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}  # not ClassVars
     if isinstance(obj, dict):
         return {str(k): to_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -102,8 +102,7 @@ def _untag(d: dict) -> Any:
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
     """Strict JSON, NaN and ±inf tagged (read back exactly by :func:`read_json`)."""
-    text = json.dumps(_tag_nonfinite(to_jsonable(data)), indent=1, sort_keys=False, ensure_ascii=False,
-                      allow_nan=False)
+    text = json.dumps(_tag_nonfinite(to_jsonable(data)), indent=1, sort_keys=False, ensure_ascii=False, allow_nan=False)
     return write_bytes_atomic(path, text.encode("utf-8"))
 
 

@@ -23,10 +23,24 @@ from attnscale.scales import SSMAX_DEFAULT_S
 from attnscale.i18n import N_
 
 __all__ = [
-    "Component", "COMPONENTS", "product_mean", "product_variance", "dot_mean", "dot_variance",
-    "dot_square_variance", "samples_for_relative_ci", "phase_boundary", "rem_entropy",
-    "rem_normalized_entropy", "one_high_max_weight", "ssmax_one_high_max_weight",
-    "dot_square_terms", "symbolic_dot_square", "symbolic_dot_mean", "symbolic_dot_variance", "symbolic_gaussian_product_variance",
+    "Component",
+    "COMPONENTS",
+    "product_mean",
+    "product_variance",
+    "dot_mean",
+    "dot_variance",
+    "dot_square_variance",
+    "samples_for_relative_ci",
+    "phase_boundary",
+    "rem_entropy",
+    "rem_normalized_entropy",
+    "one_high_max_weight",
+    "ssmax_one_high_max_weight",
+    "dot_square_terms",
+    "symbolic_dot_square",
+    "symbolic_dot_mean",
+    "symbolic_dot_variance",
+    "symbolic_gaussian_product_variance",
     "symbolic_scaled_variance",
 ]
 
@@ -36,7 +50,7 @@ class Component:
     """A distribution of one vector component, scaled to mean 0 and variance 1."""
 
     name: str
-    fourth_moment: float      # E[x⁴] (the kurtosis, since the variance is 1); inf if it diverges
+    fourth_moment: float  # E[x⁴] (the kurtosis, since the variance is 1); inf if it diverges
     finite_moments_below: float  # E|x|^p < ∞ exactly for p below this (inf: all moments)
     how_drawn: str
 
@@ -66,8 +80,9 @@ def product_mean(mu_q: float = 0.0, mu_k: float = 0.0, cov: float = 0.0) -> floa
     return mu_q * mu_k + cov
 
 
-def product_variance(mu_q: float = 0.0, var_q: float = 1.0, mu_k: float = 0.0, var_k: float = 1.0,
-                     cov: float = 0.0) -> float:
+def product_variance(
+    mu_q: float = 0.0, var_q: float = 1.0, mu_k: float = 0.0, var_k: float = 1.0, cov: float = 0.0
+) -> float:
     """Var(qᵢkᵢ).
 
     Independent qᵢ, kᵢ (cov = 0), any distributions: σ_q²σ_k² + μ_q²σ_k² + μ_k²σ_q².
@@ -79,7 +94,7 @@ def product_variance(mu_q: float = 0.0, var_q: float = 1.0, mu_k: float = 0.0, v
         raise InputError(f"var_q, var_k: expected non-negative variances, got {var_q!r}, {var_k!r}")
     if cov * cov > var_q * var_k * (1 + 1e-12):
         raise InputError(f"cov: expected |cov| ≤ σ_q σ_k = {math.sqrt(var_q * var_k):.6g}, got {cov!r}")
-    return var_q * var_k + cov * cov + mu_q ** 2 * var_k + mu_k ** 2 * var_q + 2 * mu_q * mu_k * cov
+    return var_q * var_k + cov * cov + mu_q**2 * var_k + mu_k**2 * var_q + 2 * mu_q * mu_k * cov
 
 
 def dot_mean(d_k: int, mu_q: float = 0.0, mu_k: float = 0.0, cov: float = 0.0) -> float:
@@ -88,8 +103,9 @@ def dot_mean(d_k: int, mu_q: float = 0.0, mu_k: float = 0.0, cov: float = 0.0) -
     return d_k * product_mean(mu_q, mu_k, cov)
 
 
-def dot_variance(d_k: int, mu_q: float = 0.0, var_q: float = 1.0, mu_k: float = 0.0, var_k: float = 1.0,
-                 cov: float = 0.0) -> float:
+def dot_variance(
+    d_k: int, mu_q: float = 0.0, var_q: float = 1.0, mu_k: float = 0.0, var_k: float = 1.0, cov: float = 0.0
+) -> float:
     """Var(q·k) = d_k · Var(qᵢkᵢ): the d_k pairs are independent, so their variances add.
 
     >>> dot_variance(64)
@@ -123,7 +139,7 @@ def pair_mean_variance(d_k: int, fourth_q: float, fourth_k: float, batch: int) -
     if batch < 1:
         raise InputError(f"batch: expected an integer ≥ 1, got {batch!r}")
     shared = (batch - 1) * d_k * (fourth_q - 1.0 + fourth_k - 1.0)
-    return (dot_square_variance(d_k, fourth_q, fourth_k) + shared) / batch ** 2
+    return (dot_square_variance(d_k, fourth_q, fourth_k) + shared) / batch**2
 
 
 def samples_for_relative_ci(d_k: int, fourth: float, rel_half_width: float, z: float, batch: int = 1) -> int:
@@ -167,6 +183,7 @@ def ssmax_one_high_max_weight(n: int, s: float = SSMAX_DEFAULT_S, high: float = 
 
 
 # ---- symbolic derivations (sympy) -------------------------------------------------------------
+
 
 def _expect_monomial(term, moments_of):
     """E[term] for a monomial in independent variables, given each variable's moment function."""
@@ -240,8 +257,8 @@ def _dot_moments(d_k: int):
     vq, vk = sympy.symbols("sigma_q2 sigma_k2", positive=True)
     q = sympy.symbols(f"q1:{d_k + 1}")
     k = sympy.symbols(f"k1:{d_k + 1}")
-    mom_q = {1: mq, 2: vq + mq ** 2}
-    mom_k = {1: mk, 2: vk + mk ** 2}
+    mom_q = {1: mq, 2: vq + mq**2}
+    mom_k = {1: mk, 2: vk + mk**2}
     moments = {**{v: (lambda p: mom_q[p]) for v in q}, **{v: (lambda p: mom_k[p]) for v in k}}
     s = sum(q[i] * k[i] for i in range(d_k))
     second = sum(_expect_monomial(t, moments) for t in sympy.Add.make_args(sympy.expand(s * s)))
@@ -266,8 +283,8 @@ def symbolic_dot_variance(d_k: int):
 
     d_k = _check_dk(d_k)
     first, second, (mq, mk, vq, vk) = _dot_moments(d_k)
-    variance = sympy.expand(second - first ** 2)
-    formula = d_k * (vq * vk + mq ** 2 * vk + mk ** 2 * vq)
+    variance = sympy.expand(second - first**2)
+    formula = d_k * (vq * vk + mq**2 * vk + mk**2 * vq)
     return variance, formula, sympy.simplify(variance - formula)
 
 
@@ -282,12 +299,12 @@ def symbolic_gaussian_product_variance():
     t, u = sympy.symbols("t u")
     mq, mk, c = sympy.symbols("mu_q mu_k c", real=True)
     vq, vk = sympy.symbols("sigma_q2 sigma_k2", positive=True)
-    mgf = sympy.exp(mq * t + mk * u + (vq * t ** 2 + 2 * c * t * u + vk * u ** 2) / 2)
+    mgf = sympy.exp(mq * t + mk * u + (vq * t**2 + 2 * c * t * u + vk * u**2) / 2)
     at0 = {t: 0, u: 0}
     e_qk = sympy.diff(mgf, t, u).subs(at0)
     e_q2k2 = sympy.diff(mgf, t, 2, u, 2).subs(at0)
-    variance = sympy.expand(e_q2k2 - e_qk ** 2)
-    formula = vq * vk + c ** 2 + mq ** 2 * vk + mk ** 2 * vq + 2 * mq * mk * c
+    variance = sympy.expand(e_q2k2 - e_qk**2)
+    formula = vq * vk + c**2 + mq**2 * vk + mk**2 * vq + 2 * mq * mk * c
     return variance, formula, sympy.simplify(variance - formula)
 
 
@@ -304,5 +321,5 @@ def symbolic_scaled_variance():
         return sum((v - mean) ** 2 for v in values) / len(values)
 
     lhs = var([x / c for x in xs])
-    rhs = var(list(xs)) / c ** 2
+    rhs = var(list(xs)) / c**2
     return lhs, rhs, sympy.simplify(lhs - rhs)

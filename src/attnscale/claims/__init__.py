@@ -21,13 +21,29 @@ import time
 from collections.abc import Callable
 
 from attnscale.claims.result import (
-    CHAPTERS, METHODS, VERDICTS, ClaimResult, VerifyConfig, VerifyReport, judge_printed, selects,
+    CHAPTERS,
+    METHODS,
+    VERDICTS,
+    ClaimResult,
+    VerifyConfig,
+    VerifyReport,
+    judge_printed,
+    selects,
 )
 from attnscale.errors import InputError
 from attnscale.stored_words import GROUP_TITLE
 
-__all__ = ["run_claims", "VerifyConfig", "VerifyReport", "ClaimResult", "CHAPTERS", "METHODS", "VERDICTS",
-           "judge_printed", "GROUPS"]
+__all__ = [
+    "run_claims",
+    "VerifyConfig",
+    "VerifyReport",
+    "ClaimResult",
+    "CHAPTERS",
+    "METHODS",
+    "VERDICTS",
+    "judge_printed",
+    "GROUPS",
+]
 
 # group number → (module under attnscale.claims, sub-steps it reports, title)
 GROUPS: dict[int, tuple[str, int, str]] = {
@@ -44,8 +60,9 @@ GROUPS: dict[int, tuple[str, int, str]] = {
 }
 
 
-def run_claims(config: VerifyConfig | None = None,
-               progress: Callable[[int, int, str], None] | None = None) -> VerifyReport:
+def run_claims(
+    config: VerifyConfig | None = None, progress: Callable[[int, int, str], None] | None = None
+) -> VerifyReport:
     """Run the claim groups of ``config`` (all by default) and return their results."""
     import importlib
 
@@ -81,5 +98,4 @@ def run_claims(config: VerifyConfig | None = None,
     if unmatched:
         known = ", ".join(c.id for c in ctx.claims)
         raise InputError(f"only: {unmatched} match no claim; the selected groups have {known}")
-    return VerifyReport(config=config, environment=environment(), claims=claims, data=ctx.data,
-                        timings=timings)
+    return VerifyReport(config=config, environment=environment(), claims=claims, data=ctx.data, timings=timings)

@@ -18,10 +18,19 @@ from attnscale.claims.register import claim
 from attnscale.claims.result import by_n_note, judge_all, judge_below, per_n
 from attnscale.i18n import N_, _
 from attnscale.claims.saturation import (
-    D_KS, NS, _series, ci, crossover, judge_stays_put, median_fields, median_text, simulate_rows, stays_put_words,
+    D_KS,
+    NS,
+    _series,
+    ci,
+    crossover,
+    judge_stays_put,
+    median_fields,
+    median_text,
+    simulate_rows,
+    stays_put_words,
 )
 
-SEED_D_K = 64   # "in real Transformers d_k is 64, 128 or more": the seed's example
+SEED_D_K = 64  # "in real Transformers d_k is 64, 128 or more": the seed's example
 
 
 def _crossing_text(c: dict) -> str:
@@ -30,14 +39,22 @@ def _crossing_text(c: dict) -> str:
     if c["above_at"] is None:
         return _("below the scaled one at every d_k from {d_k}", d_k=c["d_k"])
     if c["interpolated"] is None:
-        return _("below the scaled one from d_k = {d_k} on (above or undecided at {above})", d_k=c["d_k"],
-                 above=c["above_at"])
-    return _("below the scaled one from d_k = {d_k} on (above or undecided at {above}; the medians cross at d_k ≈ {cross:.0f})", d_k=c["d_k"], above=c["above_at"], cross=c["interpolated"])
+        return _(
+            "below the scaled one from d_k = {d_k} on (above or undecided at {above})",
+            d_k=c["d_k"],
+            above=c["above_at"],
+        )
+    return _(
+        "below the scaled one from d_k = {d_k} on (above or undecided at {above}; the medians cross at d_k ≈ {cross:.0f})",
+        d_k=c["d_k"],
+        above=c["above_at"],
+        cross=c["interpolated"],
+    )
 
 
 def run(ctx: Context) -> None:
     sim = simulate_rows(ctx)
-    med = partial(median_text, level=ctx.level)   # a median as every measured text shows it: med(s)
+    med = partial(median_text, level=ctx.level)  # a median as every measured text shows it: med(s)
     by_n = sim["by_n"]
     last, d64, flat_from = len(D_KS) - 1, D_KS.index(SEED_D_K), D_KS.index(16)
     jac = {n: by_n[str(n)] for n in map(str, NS)}
@@ -59,54 +76,124 @@ def run(ctx: Context) -> None:
 
     falls = {n: verdict(n) for n in fro}
     ns = ", ".join(map(str, NS))
-    ctx.add(claim(
-        "S6.1", N_("unscaled, the gradient through softmax becomes tiny as d_k grows (vanishing gradient)"),
-        expected=lambda: _("on the curve d_k = {grid}: past some d_k the unscaled median ‖diag(p) − ppᵀ‖_F lies below the scaled one at every larger d_k and falls on to d_k = 4096 ({level} CIs separated), n = {ns}", grid=", ".join(map(str, D_KS)), level=ctx.level, ns=ns),
-        measured=lambda: per_n({n: _("unscaled {crossing}; peak at d_k = {peak}; 4096 {at_4096}",
-                                          crossing=_crossing_text(cross[n]), peak=peaks[n],
-                                          at_4096=med(f[last]))
-                                     for n, f in fro.items()}),
-        **median_fields(fro[str(NS[-1])][last]), n_samples=sim["rows"],
-        verdict=judge_all(falls.values()),
-        note=lambda: _("{by_n}; medians over rows. "
-                            "Not monotone: below the crossover the unscaled gradient is larger than the scaled one — near-uniform rows have a small Jacobian too (‖J‖_F ≈ 1/√n), so growing logits first raise it; the crossover moves to larger d_k as n grows",
-                            by_n=by_n_note(falls))))
+    ctx.add(
+        claim(
+            "S6.1",
+            N_("unscaled, the gradient through softmax becomes tiny as d_k grows (vanishing gradient)"),
+            expected=lambda: _(
+                "on the curve d_k = {grid}: past some d_k the unscaled median ‖diag(p) − ppᵀ‖_F lies below the scaled one at every larger d_k and falls on to d_k = 4096 ({level} CIs separated), n = {ns}",
+                grid=", ".join(map(str, D_KS)),
+                level=ctx.level,
+                ns=ns,
+            ),
+            measured=lambda: per_n(
+                {
+                    n: _(
+                        "unscaled {crossing}; peak at d_k = {peak}; 4096 {at_4096}",
+                        crossing=_crossing_text(cross[n]),
+                        peak=peaks[n],
+                        at_4096=med(f[last]),
+                    )
+                    for n, f in fro.items()
+                }
+            ),
+            **median_fields(fro[str(NS[-1])][last]),
+            n_samples=sim["rows"],
+            verdict=judge_all(falls.values()),
+            note=lambda: _(
+                "{by_n}; medians over rows. "
+                "Not monotone: below the crossover the unscaled gradient is larger than the scaled one — near-uniform rows have a small Jacobian too (‖J‖_F ≈ 1/√n), so growing logits first raise it; the crossover moves to larger d_k as n grows",
+                by_n=by_n_note(falls),
+            ),
+        )
+    )
 
     # S6.4: the seed's own d_k.
     at64 = {n: judge_below(ci(f[d64]), ci(jac[n]["scaled"]["jacobian_frobenius"][d64])) for n, f in fro.items()}
-    ctx.add(claim(
-        "S6.4", N_("at the d_k of real Transformers (64), unscaled attention already has the smaller gradient"),
-        expected=lambda: _("at d_k = {d_k}: unscaled median ‖J‖_F below the scaled one ({level} CIs separated), n = {ns}", d_k=SEED_D_K, level=ctx.level, ns=ns),
-        measured=lambda: per_n({n: _("unscaled {unscaled} vs scaled {scaled}", unscaled=med(f[d64]),
-                                          scaled=med(jac[n]["scaled"]["jacobian_frobenius"][d64]))
-                                     for n, f in fro.items()}),
-        verdict=judge_all(at64.values()), n_samples=sim["rows"],
-        note=lambda: _("{by_n}; the seed's 'd_k is large → gradients vanish' at its own example d_k, Gaussian q, k; 'fails' for an n means the unscaled gradient is the larger one there",
-                            by_n=by_n_note(at64, _("the intervals overlap")))))
+    ctx.add(
+        claim(
+            "S6.4",
+            N_("at the d_k of real Transformers (64), unscaled attention already has the smaller gradient"),
+            expected=lambda: _(
+                "at d_k = {d_k}: unscaled median ‖J‖_F below the scaled one ({level} CIs separated), n = {ns}",
+                d_k=SEED_D_K,
+                level=ctx.level,
+                ns=ns,
+            ),
+            measured=lambda: per_n(
+                {
+                    n: _(
+                        "unscaled {unscaled} vs scaled {scaled}",
+                        unscaled=med(f[d64]),
+                        scaled=med(jac[n]["scaled"]["jacobian_frobenius"][d64]),
+                    )
+                    for n, f in fro.items()
+                }
+            ),
+            verdict=judge_all(at64.values()),
+            n_samples=sim["rows"],
+            note=lambda: _(
+                "{by_n}; the seed's 'd_k is large → gradients vanish' at its own example d_k, Gaussian q, k; 'fails' for an n means the unscaled gradient is the larger one there",
+                by_n=by_n_note(at64, _("the intervals overlap")),
+            ),
+        )
+    )
 
-    flat, verdict = judge_stays_put({n: [(j["scaled"]["jacobian_frobenius"], j["unscaled"]["jacobian_frobenius"])]
-                                     for n, j in jac.items()}, flat_from)
+    flat, verdict = judge_stays_put(
+        {n: [(j["scaled"]["jacobian_frobenius"], j["unscaled"]["jacobian_frobenius"])] for n, j in jac.items()},
+        flat_from,
+    )
     words = partial(stays_put_words, flat, ctx.level, flat_from)
-    ctx.add(claim(
-        "S6.2", N_("after ÷√d_k the softmax Jacobian norm stays flat in d_k"),
-        expected=lambda: words()[0],
-        measured=lambda: per_n({n: _("d_k={d_k} {first}, 4096 {last}, drift ratio {ratio:.3f}",
-                                          d_k=D_KS[flat_from], first=med(f[flat_from]),
-                                          last=med(f[last]), ratio=flat[n][0])
-                                     for n, j in jac.items() for f in [j["scaled"]["jacobian_frobenius"]]}),
-        verdict=verdict, n_samples=sim["rows"],
-        note=lambda: _("{drift} (the spread of ‖q‖/√d_k at small d_k)", drift=words()[1])))
+    ctx.add(
+        claim(
+            "S6.2",
+            N_("after ÷√d_k the softmax Jacobian norm stays flat in d_k"),
+            expected=lambda: words()[0],
+            measured=lambda: per_n(
+                {
+                    n: _(
+                        "d_k={d_k} {first}, 4096 {last}, drift ratio {ratio:.3f}",
+                        d_k=D_KS[flat_from],
+                        first=med(f[flat_from]),
+                        last=med(f[last]),
+                        ratio=flat[n][0],
+                    )
+                    for n, j in jac.items()
+                    for f in [j["scaled"]["jacobian_frobenius"]]
+                }
+            ),
+            verdict=verdict,
+            n_samples=sim["rows"],
+            note=lambda: _("{drift} (the spread of ‖q‖/√d_k at small d_k)", drift=words()[1]),
+        )
+    )
 
-    apart = {n: judge_below(ci(s), ci(s, "mean_ci"))
-             for n, j in jac.items() for s in [j["unscaled"]["jacobian_frobenius"][last]]}
-    ctx.add(claim(
-        "S6.3", N_("the average row keeps more gradient than the typical row: near-ties hold the mean up while the median vanishes"),
-        expected=lambda: _("unscaled, d_k = 4096: the mean's {level} CI lies above the median's, each n",
-                                level=ctx.level),
-        measured=lambda: per_n({n: _("mean {mean:.3g} vs median {median:.3g}", mean=s["mean"],
-                                          median=s["median"])
-                                     for n, j in jac.items() for s in [j["unscaled"]["jacobian_frobenius"][last]]}),
-        verdict=judge_all(apart.values()), n_samples=sim["rows"],
-        note=lambda: _("{by_n}; so a mean over rows understates how many rows have lost their gradient",
-                            by_n=by_n_note(apart))))
+    apart = {
+        n: judge_below(ci(s), ci(s, "mean_ci"))
+        for n, j in jac.items()
+        for s in [j["unscaled"]["jacobian_frobenius"][last]]
+    }
+    ctx.add(
+        claim(
+            "S6.3",
+            N_(
+                "the average row keeps more gradient than the typical row: near-ties hold the mean up while the median vanishes"
+            ),
+            expected=lambda: _(
+                "unscaled, d_k = 4096: the mean's {level} CI lies above the median's, each n", level=ctx.level
+            ),
+            measured=lambda: per_n(
+                {
+                    n: _("mean {mean:.3g} vs median {median:.3g}", mean=s["mean"], median=s["median"])
+                    for n, j in jac.items()
+                    for s in [j["unscaled"]["jacobian_frobenius"][last]]
+                }
+            ),
+            verdict=judge_all(apart.values()),
+            n_samples=sim["rows"],
+            note=lambda: _(
+                "{by_n}; so a mean over rows understates how many rows have lost their gradient", by_n=by_n_note(apart)
+            ),
+        )
+    )
     ctx.tick(N_("gradients"))

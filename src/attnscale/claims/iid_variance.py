@@ -23,13 +23,17 @@ from attnscale.claims.result import bracketed, clauses, interval_text, judge_all
 from attnscale.i18n import N_, _
 from attnscale.montecarlo import Estimate, dot_variance_estimates, quantile_ci, t_quantile, z_quantile
 from attnscale.theory import (
-    COMPONENTS, pair_mean_variance, samples_for_relative_ci, symbolic_dot_mean, symbolic_dot_square,
+    COMPONENTS,
+    pair_mean_variance,
+    samples_for_relative_ci,
+    symbolic_dot_mean,
+    symbolic_dot_square,
     symbolic_dot_variance,
 )
 
-D_KS = tuple(2 ** i for i in range(13))          # 1 … 4096
+D_KS = tuple(2**i for i in range(13))  # 1 … 4096
 HIST_D_KS = (4, 64, 512)
-CHUNK_ELEMENTS = 2 ** 21                          # random numbers per draw call (16 MiB of float64)
+CHUNK_ELEMENTS = 2**21  # random numbers per draw call (16 MiB of float64)
 # S2.4–S2.7: one per component law of attnscale.theory.COMPONENTS, in its order. The same English (the
 # law is told by {how_drawn}); the Chinese names the law, so each has its claim id as its context.
 VARIANCE_CLAIMS = {
@@ -57,13 +61,22 @@ def _symbolic(ctx: Context) -> None:
         expectation, n_terms, unit, zero = symbolic_dot_square(d)
         rows.append((d, expectation, n_terms, unit, zero))
     ok = all(e == d and n == d * d and g == d and c == d * d - d for d, e, n, g, c in rows)
-    ctx.add(claim(
-        "S2.1", N_("E[(Σᵢ qᵢkᵢ)²] = d_k: d_k diagonal terms of mean 1, d_k² − d_k cross terms of mean 0"),
-        expected=lambda: _("E = d_k, terms = d_k + (d_k² − d_k), for d_k = 1…8"),
-        measured=lambda: _("{rows} (all {count} checked)", count=len(rows), rows=clauses(
-            (f"d_k={d}: E={e}, {n}={g}+{c}" for d, e, n, g, c in rows[::3]))),
-        verdict="holds" if ok else "fails",
-        note=lambda: _("sympy expands the square; each product of the expansion is counted by its expectation (1 or 0) under the moment rules E x = 0, E x² = 1 — the counts come from the expansion, not from an index grid")))
+    ctx.add(
+        claim(
+            "S2.1",
+            N_("E[(Σᵢ qᵢkᵢ)²] = d_k: d_k diagonal terms of mean 1, d_k² − d_k cross terms of mean 0"),
+            expected=lambda: _("E = d_k, terms = d_k + (d_k² − d_k), for d_k = 1…8"),
+            measured=lambda: _(
+                "{rows} (all {count} checked)",
+                count=len(rows),
+                rows=clauses((f"d_k={d}: E={e}, {n}={g}+{c}" for d, e, n, g, c in rows[::3])),
+            ),
+            verdict="holds" if ok else "fails",
+            note=lambda: _(
+                "sympy expands the square; each product of the expansion is counted by its expectation (1 or 0) under the moment rules E x = 0, E x² = 1 — the counts come from the expansion, not from an index grid"
+            ),
+        )
+    )
     variance, _formula, _difference = symbolic_dot_variance(1)
     mean = symbolic_dot_mean(1)
     import sympy
@@ -73,12 +86,23 @@ def _symbolic(ctx: Context) -> None:
     seed = {mq: 0, mk: 0, vq: 1, vk: 1}
     seed_case = sympy.simplify(variance.subs(seed))
     seed_mean = sympy.simplify(mean.subs(seed))
-    ctx.add(claim(
-        "S2.2", N_("a single product qᵢkᵢ of independent mean-0, variance-1 numbers has mean 0 and variance 1 × 1 = 1"),
-        expected=lambda: _("E[qᵢkᵢ] = μ_qμ_k → 0 and Var(qᵢkᵢ) = σ_q²σ_k² + μ_q²σ_k² + μ_k²σ_q² → 1 at μ = 0, σ² = 1"),
-        measured=lambda: _("E[qᵢkᵢ] = {mean}, Var(qᵢkᵢ) = {variance}; at the seed's assumptions: mean {seed_mean}, variance {seed_variance}", mean=mean, variance=variance,
-                                seed_mean=seed_mean, seed_variance=seed_case),
-        verdict="holds" if seed_case == 1 and seed_mean == 0 else "fails"))
+    ctx.add(
+        claim(
+            "S2.2",
+            N_("a single product qᵢkᵢ of independent mean-0, variance-1 numbers has mean 0 and variance 1 × 1 = 1"),
+            expected=lambda: _(
+                "E[qᵢkᵢ] = μ_qμ_k → 0 and Var(qᵢkᵢ) = σ_q²σ_k² + μ_q²σ_k² + μ_k²σ_q² → 1 at μ = 0, σ² = 1"
+            ),
+            measured=lambda: _(
+                "E[qᵢkᵢ] = {mean}, Var(qᵢkᵢ) = {variance}; at the seed's assumptions: mean {seed_mean}, variance {seed_variance}",
+                mean=mean,
+                variance=variance,
+                seed_mean=seed_mean,
+                seed_variance=seed_case,
+            ),
+            verdict="holds" if seed_case == 1 and seed_mean == 0 else "fails",
+        )
+    )
 
 
 def _growth(ctx: Context) -> None:
@@ -92,37 +116,64 @@ def _growth(ctx: Context) -> None:
         for start in range(0, n, rows):
             m = min(rows, n - start)
             q, k = rng.standard_normal((m, d)), rng.standard_normal((m, d))
-            dots[start:start + m] = np.einsum("ij,ij->i", q, k)
+            dots[start : start + m] = np.einsum("ij,ij->i", q, k)
         medians[d] = quantile_ci(np.abs(dots), 0.5, ctx.config.confidence)
         edges = np.linspace(-5 * math.sqrt(d), 5 * math.sqrt(d), 81)
         counts, _edges = np.histogram(dots, edges)
-        hist[str(d)] = {"d_k": d, "n_samples": n, "edges_unscaled": edges, "edges_scaled": edges / math.sqrt(d),
-                        "counts": counts, "outside": int(n - counts.sum()),
-                        "std_unscaled": float(np.std(dots)), "std_scaled": float(np.std(dots / math.sqrt(d)))}
+        hist[str(d)] = {
+            "d_k": d,
+            "n_samples": n,
+            "edges_unscaled": edges,
+            "edges_scaled": edges / math.sqrt(d),
+            "counts": counts,
+            "outside": int(n - counts.sum()),
+            "std_unscaled": float(np.std(dots)),
+            "std_scaled": float(np.std(dots / math.sqrt(d))),
+        }
     ctx.data["dot_histograms"] = hist
     grows = judge_rising(medians[d][1:] for d in HIST_D_KS)
     small, large = HIST_D_KS[0], HIST_D_KS[-1]
     ratio = medians[large][0] / medians[small][0]
-    ctx.add(claim(
-        "S2.3", N_("adding more terms makes |q·k| larger: d_k = 512 gives much larger dot products than d_k = 4"),
-        expected=lambda: _("median |q·k| increases with d_k ({level} CIs separated), roughly ∝ √d_k",
-                                level=ctx.level),
-        measured=lambda: bracketed(_("{medians}; ratio {large}/{small} = {ratio:.2f} (√{quotient} = {root:.2f})", ratio=ratio,
-                                large=large, small=small, quotient=large // small, root=math.sqrt(large / small), medians=clauses(
-                                    (f"d_k={d}: {interval_text(*medians[d], spec='.3g')}" for d in HIST_D_KS), ",")), ctx.level),
-        estimate=medians[large][0], ci_low=medians[large][1], ci_high=medians[large][2], n_samples=n,
-        verdict=grows,
-        note=lambda: _("Gaussian components; median of |q·k| with a distribution-free order-statistic interval")))
+    ctx.add(
+        claim(
+            "S2.3",
+            N_("adding more terms makes |q·k| larger: d_k = 512 gives much larger dot products than d_k = 4"),
+            expected=lambda: _(
+                "median |q·k| increases with d_k ({level} CIs separated), roughly ∝ √d_k", level=ctx.level
+            ),
+            measured=lambda: bracketed(
+                _(
+                    "{medians}; ratio {large}/{small} = {ratio:.2f} (√{quotient} = {root:.2f})",
+                    ratio=ratio,
+                    large=large,
+                    small=small,
+                    quotient=large // small,
+                    root=math.sqrt(large / small),
+                    medians=clauses((f"d_k={d}: {interval_text(*medians[d], spec='.3g')}" for d in HIST_D_KS), ","),
+                ),
+                ctx.level,
+            ),
+            estimate=medians[large][0],
+            ci_low=medians[large][1],
+            ci_high=medians[large][2],
+            n_samples=n,
+            verdict=grows,
+            note=lambda: _("Gaussian components; median of |q·k| with a distribution-free order-statistic interval"),
+        )
+    )
 
 
 def variance_families(ctx: Context) -> dict[str, list[Estimate]]:
     """E[(q·k)²] at every d_k of D_KS for every component distribution (computed once per run); also
     stores the ``variance_vs_dk`` series."""
+
     def compute():
         families = {}
         for i, name in enumerate(COMPONENTS):
+
             def within(done, total, _, i=i, name=name):
                 ctx.tick(f"Var(q·k), {name}", (i + (done / total if total else 0.0)) / len(COMPONENTS))
+
             families[name] = _variance_family(ctx, name, within)
         ctx.data["variance_vs_dk"] = {name: _series(est) for name, est in families.items()}
         return families
@@ -133,10 +184,16 @@ def variance_families(ctx: Context) -> dict[str, list[Estimate]]:
 def _variance_family(ctx: Context, name: str, progress=None) -> list[Estimate]:
     """E[(q·k)²] at every d_k of D_KS; the family draws about ``draw_cap`` random numbers in all."""
     cfg = ctx.config
-    return dot_variance_estimates(name, D_KS, rng=ctx.rng(f"variance {name}"),
-                                  max_samples=[max(cfg.draw_cap // (4 * d), 1) for d in D_KS],
-                                  rel_ci_target=cfg.rel_ci_target, confidence=cfg.confidence,
-                                  chunk_elements=CHUNK_ELEMENTS, progress=progress)
+    return dot_variance_estimates(
+        name,
+        D_KS,
+        rng=ctx.rng(f"variance {name}"),
+        max_samples=[max(cfg.draw_cap // (4 * d), 1) for d in D_KS],
+        rel_ci_target=cfg.rel_ci_target,
+        confidence=cfg.confidence,
+        chunk_elements=CHUNK_ELEMENTS,
+        progress=progress,
+    )
 
 
 def bonferroni_level(confidence: float, family_size: int) -> float:
@@ -164,11 +221,16 @@ def standard_error(est: Estimate, confidence: float) -> float:
 def _series(est: list[Estimate]) -> dict:
     return {
         "d_k": list(D_KS),
-        "estimate": [e.value for e in est], "ci_low": [e.ci_low for e in est], "ci_high": [e.ci_high for e in est],
-        "n_samples": [e.n_samples for e in est], "converged": [e.converged for e in est],
-        "scaled": {"estimate": [e.value / d for e, d in zip(est, D_KS)],
-                   "ci_low": [e.ci_low / d for e, d in zip(est, D_KS)],
-                   "ci_high": [e.ci_high / d for e, d in zip(est, D_KS)]},
+        "estimate": [e.value for e in est],
+        "ci_low": [e.ci_low for e in est],
+        "ci_high": [e.ci_high for e in est],
+        "n_samples": [e.n_samples for e in est],
+        "converged": [e.converged for e in est],
+        "scaled": {
+            "estimate": [e.value / d for e, d in zip(est, D_KS)],
+            "ci_low": [e.ci_low / d for e, d in zip(est, D_KS)],
+            "ci_high": [e.ci_high / d for e, d in zip(est, D_KS)],
+        },
     }
 
 
@@ -188,8 +250,7 @@ def margin_text(verdicts: list[str], intervals, values, labels, margin: float) -
     """'13/13 inside ±5%' or '12/13 inside ±5%; widest ±5.4% at d_k = 4096' (what decides the verdict)."""
     inside = sum(v == "holds" for v in verdicts)
     rel, i = widest(intervals, values)
-    out = _("{inside}/{count} judged intervals inside ±{margin:.0%}", inside=inside, count=len(verdicts),
-            margin=margin)
+    out = _("{inside}/{count} judged intervals inside ±{margin:.0%}", inside=inside, count=len(verdicts), margin=margin)
     if inside == len(verdicts):
         return out
     return _("{inside_text}; widest ±{widest:.1%} at {where}", inside_text=out, widest=rel, where=labels[i])
@@ -209,29 +270,65 @@ def _variance_claim(ctx: Context, name: str, est: list[Estimate], confidence: fl
     batch = top.n_samples // top.n_batches
     sd_theory = math.sqrt(pair_mean_variance(D_KS[-1], comp.fourth_moment, comp.fourth_moment, batch) / top.n_batches)
     judged_at = bonferroni_level(confidence, n_tests)
-    needed = samples_for_relative_ci(D_KS[-1], comp.fourth_moment, ctx.config.rel_ci_target,
-                                     z_quantile(0.5 + confidence / 2), batch)
+    needed = samples_for_relative_ci(
+        D_KS[-1], comp.fourth_moment, ctx.config.rel_ci_target, z_quantile(0.5 + confidence / 2), batch
+    )
 
     def note() -> str:
-        text = _("inconclusive = every interval covers d_k but not all are inside ±{margin:.0%}: more samples needed to say 'equal' at that precision; each batch of {batch} draws of q and of k averages (qᵢ·kⱼ)² over all {batch}² pairs; worst d_k = {worst} at {z:+.2f} standard errors; at d_k = 4096 the closed-form standard error is {closed_form:.1f} vs the batch-means {batch_means:.1f}; ±{target:.0%} at d_k = 4096 needs ≈ {needed:,} draws (closed form); E qᵢ⁴ = {fourth:g}", margin=margin, batch=batch,
-                 worst=D_KS[worst], z=z[worst], closed_form=sd_theory, batch_means=se[-1],
-                 target=ctx.config.rel_ci_target, needed=needed, fourth=comp.fourth_moment)
+        text = _(
+            "inconclusive = every interval covers d_k but not all are inside ±{margin:.0%}: more samples needed to say 'equal' at that precision; each batch of {batch} draws of q and of k averages (qᵢ·kⱼ)² over all {batch}² pairs; worst d_k = {worst} at {z:+.2f} standard errors; at d_k = 4096 the closed-form standard error is {closed_form:.1f} vs the batch-means {batch_means:.1f}; ±{target:.0%} at d_k = 4096 needs ≈ {needed:,} draws (closed form); E qᵢ⁴ = {fourth:g}",
+            margin=margin,
+            batch=batch,
+            worst=D_KS[worst],
+            z=z[worst],
+            closed_form=sd_theory,
+            batch_means=se[-1],
+            target=ctx.config.rel_ci_target,
+            needed=needed,
+            fourth=comp.fourth_moment,
+        )
         if not math.isfinite(comp.finite_moments_below):
             return text
-        return _("{note}; moments finite only below order {order:g}: the interval is valid (4th moment finite) but the CLT converges slowly (no 6th moment)", note=text, order=comp.finite_moments_below)
+        return _(
+            "{note}; moments finite only below order {order:g}: the interval is valid (4th moment finite) but the CLT converges slowly (no 6th moment)",
+            note=text,
+            order=comp.finite_moments_below,
+        )
 
     cid, statement = VARIANCE_CLAIMS[name]
-    ctx.add(claim(
-        cid, statement, top=D_KS[-1], how_drawn=lambda: _(comp.how_drawn),
-        expected=lambda: _("every interval covers d_k and lies within d_k·(1 ± {margin:.0%}) (equivalence margin; {count} d_k values, judged at the Bonferroni level {judged_at} over all {n_tests})", margin=margin, count=len(D_KS), judged_at=level_text(judged_at),
-                                n_tests=n_tests),
-        measured=lambda: _(
-            "{covered}/{count} per-estimate {level} CIs cover d_k; {margin_text}; d_k=4096: Var/d_k = {ratio} ({level}), n = {draws:,} draws ({pairs:,} pairs); {converged}/{count} reached ±{target:.0%}",
-            covered=sum(cover99), count=len(est), level=ctx.level,
-            margin_text=margin_text(verdicts, wide, D_KS, [f"d_k = {d}" for d in D_KS], margin),
-            ratio=interval_text(top.value / D_KS[-1], top.ci_low / D_KS[-1], top.ci_high / D_KS[-1], ".4f"),
-            draws=top.n_samples, pairs=top.n_samples * batch, converged=converged, target=ctx.config.rel_ci_target),
-        # the interval stored is the one judged: d_k = 4096's at the Bonferroni level
-        estimate=top.value, ci_low=wide[-1][0], ci_high=wide[-1][1], ci_level=judged_at,
-        n_samples=top.n_samples, verdict=judge_all(verdicts), margin=margin, note=note,
-    ))
+    ctx.add(
+        claim(
+            cid,
+            statement,
+            top=D_KS[-1],
+            how_drawn=lambda: _(comp.how_drawn),
+            expected=lambda: _(
+                "every interval covers d_k and lies within d_k·(1 ± {margin:.0%}) (equivalence margin; {count} d_k values, judged at the Bonferroni level {judged_at} over all {n_tests})",
+                margin=margin,
+                count=len(D_KS),
+                judged_at=level_text(judged_at),
+                n_tests=n_tests,
+            ),
+            measured=lambda: _(
+                "{covered}/{count} per-estimate {level} CIs cover d_k; {margin_text}; d_k=4096: Var/d_k = {ratio} ({level}), n = {draws:,} draws ({pairs:,} pairs); {converged}/{count} reached ±{target:.0%}",
+                covered=sum(cover99),
+                count=len(est),
+                level=ctx.level,
+                margin_text=margin_text(verdicts, wide, D_KS, [f"d_k = {d}" for d in D_KS], margin),
+                ratio=interval_text(top.value / D_KS[-1], top.ci_low / D_KS[-1], top.ci_high / D_KS[-1], ".4f"),
+                draws=top.n_samples,
+                pairs=top.n_samples * batch,
+                converged=converged,
+                target=ctx.config.rel_ci_target,
+            ),
+            # the interval stored is the one judged: d_k = 4096's at the Bonferroni level
+            estimate=top.value,
+            ci_low=wide[-1][0],
+            ci_high=wide[-1][1],
+            ci_level=judged_at,
+            n_samples=top.n_samples,
+            verdict=judge_all(verdicts),
+            margin=margin,
+            note=note,
+        )
+    )

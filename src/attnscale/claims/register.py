@@ -25,14 +25,13 @@ from attnscale.claims.result import CHAPTERS, METHODS, WORDED, ClaimResult
 from attnscale.i18n import LANGS, _, language
 from attnscale.i18n.extract import placeholders
 
-FIXED = ("id", "chapter", "claim_en", "claim_zh", "seed_value", "method")   # the statement's fields
-COMPUTED = tuple(f.name for f in dataclasses.fields(ClaimResult)
-                 if f.name not in FIXED and not f.name.endswith("_zh"))
+FIXED = ("id", "chapter", "claim_en", "claim_zh", "seed_value", "method")  # the statement's fields
+COMPUTED = tuple(f.name for f in dataclasses.fields(ClaimResult) if f.name not in FIXED and not f.name.endswith("_zh"))
 
 
 class Entry(NamedTuple):
-    chapter: str                  # one of CHAPTERS
-    method: str                   # one of METHODS
+    chapter: str  # one of CHAPTERS
+    method: str  # one of METHODS
     seed_value: str | None = None  # the number the seed prints, verbatim, with {placeholders} of the check
 
 
@@ -132,14 +131,15 @@ def check_register(register: dict[str, Entry]) -> dict[str, Entry]:
             raise RegisterError(f"claim {cid!r} method: expected one of {METHODS}, got {entry.method!r}")
         clash = sorted(placeholders(entry.seed_value or "") & set(FIXED + COMPUTED))
         if clash:
-            raise RegisterError(f"claim {cid!r} seed_value: the placeholder {{{clash[0]}}} is named like a field "
-                                "of ClaimResult")
+            raise RegisterError(
+                f"claim {cid!r} seed_value: the placeholder {{{clash[0]}}} is named like a field of ClaimResult"
+            )
     return register
 
 
 check_register(REGISTER)
 
-Worded = Callable[[], str]       # a text worded in the bound language: called once in each language
+Worded = Callable[[], str]  # a text worded in the bound language: called once in each language
 
 
 def _in(value):
@@ -160,14 +160,21 @@ def claim(cid: str, statement: str, /, **given) -> ClaimResult:
     if set(values) != wanted:
         raise RegisterError(f"claim {cid!r} has the placeholders {sorted(wanted)}, the check passed {sorted(values)}")
     filled, said = {}, {}
-    for lang in LANGS:                 # a row holds its words in every language, whichever is bound
+    for lang in LANGS:  # a row holds its words in every language, whichever is bound
         with language(lang):
             filled[lang] = {k: _in(v) for k, v in values.items()}
             said[lang] = _(statement, **filled[lang])
     with language("zh"):
-        worded = {f"{k}_zh": fields[k]() for k in WORDED if callable(fields.get(k))}   # a neutral text is one text
+        worded = {f"{k}_zh": fields[k]() for k in WORDED if callable(fields.get(k))}  # a neutral text is one text
     with language("en"):
         fields = {k: _in(v) for k, v in fields.items()}
-    return ClaimResult(id=cid, chapter=entry.chapter, method=entry.method, claim_en=said["en"], claim_zh=said["zh"],
-                       seed_value=None if entry.seed_value is None else entry.seed_value.format(**filled["en"]),
-                       **fields, **worded)
+    return ClaimResult(
+        id=cid,
+        chapter=entry.chapter,
+        method=entry.method,
+        claim_en=said["en"],
+        claim_zh=said["zh"],
+        seed_value=None if entry.seed_value is None else entry.seed_value.format(**filled["en"]),
+        **fields,
+        **worded,
+    )

@@ -40,19 +40,50 @@ from attnscale.i18n import N_, _, current_lang
 from attnscale.results import DEFAULT_ROOT
 from attnscale.store import to_jsonable
 
-__all__ = ["CHAPTERS", "METHODS", "VERDICTS", "WORDED", "ClaimResult", "VerifyConfig", "VerifyReport",
-           "printed_decimal", "judge_printed", "format_like", "judge_at_least", "judge_at_most", "judge_below",
-           "judge_equal", "judge_all", "judge_rising", "judge_falling", "count_verdicts", "level_text",
-           "interval_text", "clauses", "per_n", "by_n_note", "selects"]
+__all__ = [
+    "CHAPTERS",
+    "METHODS",
+    "VERDICTS",
+    "WORDED",
+    "ClaimResult",
+    "VerifyConfig",
+    "VerifyReport",
+    "printed_decimal",
+    "judge_printed",
+    "format_like",
+    "judge_at_least",
+    "judge_at_most",
+    "judge_below",
+    "judge_equal",
+    "judge_all",
+    "judge_rising",
+    "judge_falling",
+    "count_verdicts",
+    "level_text",
+    "interval_text",
+    "clauses",
+    "per_n",
+    "by_n_note",
+    "selects",
+]
 
 # The seed's sections, in its order; every claim belongs to one.
-CHAPTERS = ("formula", "without_scaling", "why_grows", "variance", "proof", "softmax_large",
-            "why_sqrt", "real_numbers", "faq", "beyond")
-METHODS = ("exact arithmetic", "symbolic", "closed form", "Monte Carlo", "training results", "model probe",
-           "citation")
+CHAPTERS = (
+    "formula",
+    "without_scaling",
+    "why_grows",
+    "variance",
+    "proof",
+    "softmax_large",
+    "why_sqrt",
+    "real_numbers",
+    "faq",
+    "beyond",
+)
+METHODS = ("exact arithmetic", "symbolic", "closed form", "Monte Carlo", "training results", "model probe", "citation")
 VERDICTS = ("holds", "fails", "inconclusive", "seed number wrong")
 N_GROUPS = 10  # claim groups S1 … S10 (attnscale.claims.GROUPS)
-WORDED = ("expected", "measured", "note")   # the computed texts a claim result holds in every language
+WORDED = ("expected", "measured", "note")  # the computed texts a claim result holds in every language
 
 
 def judge_at_least(lo: float, hi: float, threshold: float) -> str:
@@ -164,8 +195,11 @@ def per_n(texts: dict, sep: str = ";") -> str:
 
 
 # by_n_note's clause for the n that have one verdict
-BY_N = {"holds": N_("holds for n = {ns}"), "fails": N_("fails for n = {ns}"),
-        "inconclusive": N_("inconclusive for n = {ns}")}
+BY_N = {
+    "holds": N_("holds for n = {ns}"),
+    "fails": N_("fails for n = {ns}"),
+    "inconclusive": N_("inconclusive for n = {ns}"),
+}
 
 
 def by_n_note(parts: dict, why: str = "") -> str:
@@ -180,26 +214,26 @@ def by_n_note(parts: dict, why: str = "") -> str:
 
 @dataclass
 class ClaimResult:
-    id: str                       # "S<group>.<n>", e.g. "S1.3"
-    chapter: str                  # one of CHAPTERS
-    claim_en: str                 # the claim in one line, English
-    claim_zh: str                 # the same in Chinese, the seed's language
-    seed_value: str | None        # the seed's printed number, verbatim, if it prints one
-    method: str                   # one of METHODS
-    expected: str                 # what the claim says should come out
-    measured: str                 # what came out
-    estimate: float | None = None       # Monte Carlo: the point estimate (else None)
-    ci_low: float | None = None         # Monte Carlo: the interval the verdict judges (see ci_level)
+    id: str  # "S<group>.<n>", e.g. "S1.3"
+    chapter: str  # one of CHAPTERS
+    claim_en: str  # the claim in one line, English
+    claim_zh: str  # the same in Chinese, the seed's language
+    seed_value: str | None  # the seed's printed number, verbatim, if it prints one
+    method: str  # one of METHODS
+    expected: str  # what the claim says should come out
+    measured: str  # what came out
+    estimate: float | None = None  # Monte Carlo: the point estimate (else None)
+    ci_low: float | None = None  # Monte Carlo: the interval the verdict judges (see ci_level)
     ci_high: float | None = None
     n_samples: int | None = None
-    verdict: str = "holds"        # one of VERDICTS
-    correct_value: str | None = None    # the right value when verdict == "seed number wrong"
+    verdict: str = "holds"  # one of VERDICTS
+    correct_value: str | None = None  # the right value when verdict == "seed number wrong"
     note: str = ""
-    ci_level: float | None = None       # the level of [ci_low, ci_high], e.g. 0.99, or a Bonferroni level
-    margin: float | None = None         # equality claims: the relative equivalence margin "holds" requires
-    sources: list | None = None         # results read: [{"kind", "quick", "origin", "created", "path"}], else None
-    expected_zh: str | None = None      # expected, measured, note in Chinese (None: written before they were,
-    measured_zh: str | None = None      # or language-neutral: the English field reads the same)
+    ci_level: float | None = None  # the level of [ci_low, ci_high], e.g. 0.99, or a Bonferroni level
+    margin: float | None = None  # equality claims: the relative equivalence margin "holds" requires
+    sources: list | None = None  # results read: [{"kind", "quick", "origin", "created", "path"}], else None
+    expected_zh: str | None = None  # expected, measured, note in Chinese (None: written before they were,
+    measured_zh: str | None = None  # or language-neutral: the English field reads the same)
     note_zh: str | None = None
 
     def __post_init__(self):
@@ -234,15 +268,15 @@ def selects(prefix: str, claim_id: str) -> bool:
 
 @dataclass(frozen=True)
 class VerifyConfig:
-    seed: int = 0                  # every random draw derives from this seed
-    quick: bool = False            # smaller sample caps (seconds instead of a minute)
-    rel_ci_target: float = 0.01    # stop a Monte Carlo estimate when its 99% CI half-width / |estimate| ≤ this
-    confidence: float = 0.99       # level of every interval reported
-    max_draws: int | None = None   # sample budget per variance family, in random numbers (None: 2²⁷, quick 2²¹)
+    seed: int = 0  # every random draw derives from this seed
+    quick: bool = False  # smaller sample caps (seconds instead of a minute)
+    rel_ci_target: float = 0.01  # stop a Monte Carlo estimate when its 99% CI half-width / |estimate| ≤ this
+    confidence: float = 0.99  # level of every interval reported
+    max_draws: int | None = None  # sample budget per variance family, in random numbers (None: 2²⁷, quick 2²¹)
     groups: tuple[int, ...] | None = None  # run only these claim groups (1..10); None = all
-    margin: float = 0.05           # equality claims hold only inside value·(1 ± margin) (see judge_equal)
-    results_root: Path = DEFAULT_ROOT      # where the training and probe results are read from
-    only: tuple[str, ...] | None = None    # claim id prefixes ("S5", "S7.2"): compute only these
+    margin: float = 0.05  # equality claims hold only inside value·(1 ± margin) (see judge_equal)
+    results_root: Path = DEFAULT_ROOT  # where the training and probe results are read from
+    only: tuple[str, ...] | None = None  # claim id prefixes ("S5", "S7.2"): compute only these
 
     def __post_init__(self):
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
@@ -264,11 +298,18 @@ class VerifyConfig:
         if self.only is not None:
             only = (self.only,) if isinstance(self.only, str) else tuple(self.only)
             object.__setattr__(self, "only", only)
-            bad = [p for p in only if not isinstance(p, str) or not CLAIM_ID.fullmatch(p)
-                   or not 1 <= int(CLAIM_ID.fullmatch(p).group(1)) <= N_GROUPS]
+            bad = [
+                p
+                for p in only
+                if not isinstance(p, str)
+                or not CLAIM_ID.fullmatch(p)
+                or not 1 <= int(CLAIM_ID.fullmatch(p).group(1)) <= N_GROUPS
+            ]
             if not only or bad:
-                raise InputError(f"only: expected claim id prefixes like 'S5' or 'S7.2' (groups S1..S{N_GROUPS}), "
-                                 f"got {list(only) if only else 'nothing'}")
+                raise InputError(
+                    f"only: expected claim id prefixes like 'S5' or 'S7.2' (groups S1..S{N_GROUPS}), "
+                    f"got {list(only) if only else 'nothing'}"
+                )
 
     def recorded(self) -> dict:
         """The configuration a verification's result records: this one without its results folder (a
@@ -290,7 +331,7 @@ class VerifyConfig:
     def draw_cap(self) -> int:
         if self.max_draws is not None:
             return self.max_draws
-        return 2 ** 21 if self.quick else 2 ** 27
+        return 2**21 if self.quick else 2**27
 
 
 @dataclass
@@ -298,7 +339,7 @@ class VerifyReport:
     config: VerifyConfig
     environment: dict[str, Any]
     claims: list[ClaimResult]
-    data: dict[str, Any] = field(default_factory=dict)      # the series the report's figures draw
+    data: dict[str, Any] = field(default_factory=dict)  # the series the report's figures draw
     timings: dict[str, float] = field(default_factory=dict)  # seconds per group; not reproducible
 
     def counts(self) -> dict[str, int]:
@@ -307,9 +348,13 @@ class VerifyReport:
     def to_dict(self, timings: bool = True) -> dict[str, Any]:
         """JSON-able data. ``timings=False`` leaves out the only part that differs between two runs
         with the same seed on the same machine."""
-        out = {"config": to_jsonable(self.config), "environment": to_jsonable(self.environment),
-               "counts": self.counts(), "claims": [to_jsonable(c) for c in self.claims],
-               "data": to_jsonable(self.data)}
+        out = {
+            "config": to_jsonable(self.config),
+            "environment": to_jsonable(self.environment),
+            "counts": self.counts(),
+            "claims": [to_jsonable(c) for c in self.claims],
+            "data": to_jsonable(self.data),
+        }
         if timings:
             out["timings"] = to_jsonable(self.timings)
         return out
@@ -320,9 +365,13 @@ class VerifyReport:
         for key in ("groups", "only"):
             if config.get(key) is not None:
                 config[key] = tuple(config[key])
-        return cls(config=VerifyConfig(**config), environment=dict(d["environment"]),
-                   claims=[ClaimResult(**c) for c in d["claims"]], data=d.get("data", {}),
-                   timings=d.get("timings", {}))
+        return cls(
+            config=VerifyConfig(**config),
+            environment=dict(d["environment"]),
+            claims=[ClaimResult(**c) for c in d["claims"]],
+            data=d.get("data", {}),
+            timings=d.get("timings", {}),
+        )
 
 
 def printed_decimal(text: str) -> Decimal:
@@ -374,4 +423,3 @@ def format_like(text: str, exact: Decimal) -> str:
         q = value.quantize(Decimal(1).scaleb(-decimals))
     body = f"{q:,.{decimals}f}" if "," in text else f"{q:.{decimals}f}"
     return body + ("%" if percent else "")
-

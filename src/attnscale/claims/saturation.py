@@ -24,7 +24,14 @@ import numpy as np
 from attnscale.claims.context import Context
 from attnscale.claims.register import claim
 from attnscale.claims.result import (
-    by_n_note, clauses, judge_all, judge_at_least, judge_below, judge_falling, judge_rising, per_n,
+    by_n_note,
+    clauses,
+    judge_all,
+    judge_at_least,
+    judge_below,
+    judge_falling,
+    judge_rising,
+    per_n,
 )
 from attnscale.i18n import N_, _
 from attnscale.montecarlo import mean_ci, quantile_ci
@@ -34,14 +41,20 @@ NS = (16, 128, 1024)
 D_KS = (1, 4, 16, 32, 64, 128, 256, 1024, 4096)
 MODES = ("unscaled", "scaled")
 FIGURES = ("max_weight", "entropy", "normalized_entropy", "jacobian_frobenius")
-NEARLY_ALL = 0.9   # S5.2's reading of "nearly all the attention": median max weight ≥ 0.9
+NEARLY_ALL = 0.9  # S5.2's reading of "nearly all the attention": median max weight ≥ 0.9
 
 
 def _summary(x: np.ndarray, confidence: float) -> dict:
     med, med_lo, med_hi = quantile_ci(x, 0.5, confidence)
     mean = mean_ci(x, confidence)
-    return {"median": med, "median_ci": [med_lo, med_hi], "q10": float(np.quantile(x, 0.1)),
-            "q90": float(np.quantile(x, 0.9)), "mean": mean.value, "mean_ci": [mean.ci_low, mean.ci_high]}
+    return {
+        "median": med,
+        "median_ci": [med_lo, med_hi],
+        "q10": float(np.quantile(x, 0.1)),
+        "q90": float(np.quantile(x, 0.9)),
+        "mean": mean.value,
+        "mean_ci": [mean.ci_low, mean.ci_high],
+    }
 
 
 def stream(n: int, d_k: int, mode: str) -> str:
@@ -56,12 +69,17 @@ def draw_logits(rng: np.random.Generator, rows: int, n: int, d_k: int, mode: str
     return norm_q * factor * rng.standard_normal((rows, n))
 
 
-def summarise_rows(rng_for: Callable[[str], np.random.Generator], rows: int, ns=NS, d_ks=D_KS,
-                   confidence: float = 0.99, progress: Callable[[float], None] | None = None) -> dict:
+def summarise_rows(
+    rng_for: Callable[[str], np.random.Generator],
+    rows: int,
+    ns=NS,
+    d_ks=D_KS,
+    confidence: float = 0.99,
+    progress: Callable[[float], None] | None = None,
+) -> dict:
     """{"rows", "d_k", "n", "by_n": {n: {mode: {figure: [summary per d_k]}}}}, each (n, d_k, mode)
     drawn from its own stream ``rng_for(stream(n, d_k, mode))``."""
-    out = {"rows": rows, "d_k": list(d_ks), "n": list(ns), "by_n": {},
-           "streams": "independent, one per (n, d_k, mode)"}
+    out = {"rows": rows, "d_k": list(d_ks), "n": list(ns), "by_n": {}, "streams": "independent, one per (n, d_k, mode)"}
     steps, done = len(ns) * len(d_ks) * len(MODES), 0
     for n in ns:
         per = {mode: {f: [] for f in FIGURES} for mode in MODES}
@@ -80,9 +98,15 @@ def summarise_rows(rng_for: Callable[[str], np.random.Generator], rows: int, ns=
 def simulate_rows(ctx: Context) -> dict:
     """The rows of groups 5, 6 and 8, computed once per run."""
     rows = 300 if ctx.config.quick else 3000
-    return ctx.shared("softmax rows", lambda: summarise_rows(
-        ctx.rng, rows, confidence=ctx.config.confidence,
-        progress=lambda f: ctx.tick(N_("saturation: softmax rows"), f)))
+    return ctx.shared(
+        "softmax rows",
+        lambda: summarise_rows(
+            ctx.rng,
+            rows,
+            confidence=ctx.config.confidence,
+            progress=lambda f: ctx.tick(N_("saturation: softmax rows"), f),
+        ),
+    )
 
 
 def first_from(verdicts: list[str]) -> int | None:
@@ -101,8 +125,12 @@ def crossover(lower: list[dict], upper: list[dict], d_ks) -> dict:
     around it; None if it never is ≥ 0 before), "per_d_k": the judge_below verdict at each d_k}."""
     per = [judge_below(ci(a), ci(b)) for a, b in zip(lower, upper)]
     i = first_from(per)
-    out = {"d_k": None if i is None else d_ks[i], "above_at": None if not i else d_ks[i - 1],
-           "interpolated": None, "per_d_k": per}
+    out = {
+        "d_k": None if i is None else d_ks[i],
+        "above_at": None if not i else d_ks[i - 1],
+        "interpolated": None,
+        "per_d_k": per,
+    }
     diff = [a["median"] - b["median"] for a, b in zip(lower, upper)]
     end = len(d_ks) if i is None else i
     j = max((k for k in range(end) if diff[k] >= 0), default=None)
@@ -116,9 +144,16 @@ def _series(sim: dict, figures: tuple[str, ...]) -> dict:
     """The report's series: per n, per mode, per figure: median/q10/q90/mean lists over d_k."""
     out = {"d_k": sim["d_k"], "rows": sim["rows"], "streams": sim["streams"], "by_n": {}}
     for n, per in sim["by_n"].items():
-        out["by_n"][n] = {mode: {f: {key: [s[key] for s in per[mode][f]]
-                                     for key in ("median", "median_ci", "q10", "q90", "mean", "mean_ci")}
-                                 for f in figures} for mode in per}
+        out["by_n"][n] = {
+            mode: {
+                f: {
+                    key: [s[key] for s in per[mode][f]]
+                    for key in ("median", "median_ci", "q10", "q90", "mean", "mean_ci")
+                }
+                for f in figures
+            }
+            for mode in per
+        }
     return out
 
 
@@ -146,7 +181,7 @@ def median_fields(s: dict) -> dict:
     return {"estimate": s["median"], "ci_low": s["median_ci"][0], "ci_high": s["median_ci"][1]}
 
 
-STAYS_PUT = 0.1   # S5.4, S6.2: "barely move" = the scaled medians move ≤ 10% of what the unscaled ones move
+STAYS_PUT = 0.1  # S5.4, S6.2: "barely move" = the scaled medians move ≤ 10% of what the unscaled ones move
 
 
 def stays_put(ratio: float, undetectable: bool) -> str:
@@ -175,86 +210,175 @@ def judge_stays_put(figures_by_n: dict, start: int) -> tuple[dict, str]:
 def stays_put_words(per: dict, level: str, start: int) -> tuple[str, str]:
     """The criterion of :func:`judge_stays_put` as a claim's ``expected`` says it, and the opening of
     its note: whether, and for which n, a residual drift of the scaled medians is detectable."""
-    expected = _("over d_k = {first}…{last} the scaled medians move by ≤ {share:.0%} of what the unscaled medians move, each n (a larger move fails only when detectable: the {level} CIs share no common value)", first=D_KS[start], last=D_KS[-1], share=STAYS_PUT, level=level)
+    expected = _(
+        "over d_k = {first}…{last} the scaled medians move by ≤ {share:.0%} of what the unscaled medians move, each n (a larger move fails only when detectable: the {level} CIs share no common value)",
+        first=D_KS[start],
+        last=D_KS[-1],
+        share=STAYS_PUT,
+        level=level,
+    )
     detectable = [str(n) for n, (_drift, undetectable) in per.items() if not undetectable]
     if not detectable:
         return expected, _("a residual drift is not detectable")
-    return expected, _("a residual drift is detectable ({level} CIs of the medians share no common value) for n = {ns}", level=level, ns=", ".join(detectable))
+    return expected, _(
+        "a residual drift is detectable ({level} CIs of the medians share no common value) for n = {ns}",
+        level=level,
+        ns=", ".join(detectable),
+    )
 
 
 def median_text(s: dict, level: str) -> str:
     """A summary's median with the interval its verdicts rest on, labelled: "0.236 (99% CI 0.228–0.256)".
     (The rows' own spread, the 10%–90% quantiles, is in the report's figures.)"""
     lo, hi = s["median_ci"]
-    return _("{median} ({level} CI {low}–{high})", median=f"{s['median']:.3g}", level=level,
-             low=f"{lo:.3g}", high=f"{hi:.3g}")
+    return _(
+        "{median} ({level} CI {low}–{high})",
+        median=f"{s['median']:.3g}",
+        level=level,
+        low=f"{lo:.3g}",
+        high=f"{hi:.3g}",
+    )
 
 
 def run(ctx: Context) -> None:
     sim = simulate_rows(ctx)
-    med = partial(median_text, level=ctx.level)   # a median as every measured text shows it: med(s)
+    med = partial(median_text, level=ctx.level)  # a median as every measured text shows it: med(s)
     ctx.data["saturation"] = _series(sim, ("max_weight", "entropy", "normalized_entropy"))
     last, d64 = len(D_KS) - 1, D_KS.index(64)
     by_n = sim["by_n"]
     flat_from = D_KS.index(16)
     ns = ", ".join(map(str, NS))
-    steps = (0, d64, last)   # S5.1, S5.3: d_k = 1, 64, 4096
+    steps = (0, d64, last)  # S5.1, S5.3: d_k = 1, 64, 4096
     unscaled = {f: {n: by_n[str(n)]["unscaled"][f] for n in NS} for f in ("max_weight", "entropy")}
 
     # S5.1: median max weight rises toward 1 unscaled.
     # each step separated: lo(4096) > hi(64) and lo(64) > hi(1)
     rising = {n: judge_rising(ci(mw[i]) for i in steps) for n, mw in unscaled["max_weight"].items()}
-    ctx.add(claim(
-        "S5.1", N_("unscaled, one key takes more and more of the attention as d_k grows (median max weight → 1)"),
-        expected=lambda: _("median max weight at d_k = 4096 > at d_k = 64 > at d_k = 1 ({level} CIs of each step separated), for n = {ns}", level=ctx.level, ns=ns),
-        measured=lambda: per_n({n: _("d_k=1 {at_1}, 64 {at_64}, 4096 {at_4096}", at_1=med(mw[0]),
-                                          at_64=med(mw[d64]), at_4096=med(mw[last]))
-                                     for n, mw in unscaled["max_weight"].items()}),
-        **median_fields(unscaled["max_weight"][NS[-1]][last]), n_samples=sim["rows"],
-        verdict=judge_all(rising.values()),
-        note=lambda: _("{by_n}; medians over rows; Gaussian q, k", by_n=by_n_note(rising))))
+    ctx.add(
+        claim(
+            "S5.1",
+            N_("unscaled, one key takes more and more of the attention as d_k grows (median max weight → 1)"),
+            expected=lambda: _(
+                "median max weight at d_k = 4096 > at d_k = 64 > at d_k = 1 ({level} CIs of each step separated), for n = {ns}",
+                level=ctx.level,
+                ns=ns,
+            ),
+            measured=lambda: per_n(
+                {
+                    n: _(
+                        "d_k=1 {at_1}, 64 {at_64}, 4096 {at_4096}",
+                        at_1=med(mw[0]),
+                        at_64=med(mw[d64]),
+                        at_4096=med(mw[last]),
+                    )
+                    for n, mw in unscaled["max_weight"].items()
+                }
+            ),
+            **median_fields(unscaled["max_weight"][NS[-1]][last]),
+            n_samples=sim["rows"],
+            verdict=judge_all(rising.values()),
+            note=lambda: _("{by_n}; medians over rows; Gaussian q, k", by_n=by_n_note(rising)),
+        )
+    )
 
     # S5.2: the seed's "at d_k = 64 one word gets nearly all the attention (close to 1.0)".
     near_one = {n: judge_at_least(*ci(mw[d64]), NEARLY_ALL) for n, mw in unscaled["max_weight"].items()}
     # the d_k from which it would hold: the median's interval at or above the line there and beyond
-    from_dk = {n: first_from([judge_at_least(*ci(s), NEARLY_ALL) for s in mw]) for n, mw in unscaled["max_weight"].items()}
-    ctx.data["saturation"]["nearly_all"] = {"threshold": NEARLY_ALL, "at_d_k": 64,
-                                            "holds_from_d_k": {str(n): None if i is None else D_KS[i]
-                                                               for n, i in from_dk.items()}}
-    ctx.add(claim(
-        "S5.2", N_("at d_k = 64 unscaled, one word gets nearly all the attention (close to 1.0), the others close to 0"),
-        expected=lambda: _("'nearly all' read as: median max weight ≥ {line:g} ({level} CI at or above {line:g}), for n = {ns} keys", line=NEARLY_ALL, level=ctx.level, ns=ns),
-        measured=lambda: per_n({n: med(mw[d64]) for n, mw in unscaled["max_weight"].items()}),
-        **median_fields(unscaled["max_weight"][NS[-1]][d64]), n_samples=sim["rows"],
-        verdict=judge_all(near_one.values()),
-        note=lambda: _(
-            "{by_n}; on the grid d_k = {grid} it would hold from d_k = {from_d_k}; the more keys, the less extreme the top weight (see S8.3)", grid=", ".join(map(str, D_KS)),
-            by_n=by_n_note(near_one, _("its interval straddles {line:g}", line=NEARLY_ALL)),
-            from_d_k=clauses((_("{d_k} (n={n})", n=n, d_k=_("none", msgctxt="d_k") if i is None else D_KS[i])
-                              for n, i in from_dk.items()), ","))))
+    from_dk = {
+        n: first_from([judge_at_least(*ci(s), NEARLY_ALL) for s in mw]) for n, mw in unscaled["max_weight"].items()
+    }
+    ctx.data["saturation"]["nearly_all"] = {
+        "threshold": NEARLY_ALL,
+        "at_d_k": 64,
+        "holds_from_d_k": {str(n): None if i is None else D_KS[i] for n, i in from_dk.items()},
+    }
+    ctx.add(
+        claim(
+            "S5.2",
+            N_("at d_k = 64 unscaled, one word gets nearly all the attention (close to 1.0), the others close to 0"),
+            expected=lambda: _(
+                "'nearly all' read as: median max weight ≥ {line:g} ({level} CI at or above {line:g}), for n = {ns} keys",
+                line=NEARLY_ALL,
+                level=ctx.level,
+                ns=ns,
+            ),
+            measured=lambda: per_n({n: med(mw[d64]) for n, mw in unscaled["max_weight"].items()}),
+            **median_fields(unscaled["max_weight"][NS[-1]][d64]),
+            n_samples=sim["rows"],
+            verdict=judge_all(near_one.values()),
+            note=lambda: _(
+                "{by_n}; on the grid d_k = {grid} it would hold from d_k = {from_d_k}; the more keys, the less extreme the top weight (see S8.3)",
+                grid=", ".join(map(str, D_KS)),
+                by_n=by_n_note(near_one, _("its interval straddles {line:g}", line=NEARLY_ALL)),
+                from_d_k=clauses(
+                    (
+                        _("{d_k} (n={n})", n=n, d_k=_("none", msgctxt="d_k") if i is None else D_KS[i])
+                        for n, i in from_dk.items()
+                    ),
+                    ",",
+                ),
+            ),
+        )
+    )
 
     # S5.3: entropy → 0 unscaled.
     # each step separated: hi(4096) < lo(64) and hi(64) < lo(1)
     falling = {n: judge_falling(ci(h[i]) for i in steps) for n, h in unscaled["entropy"].items()}
-    ctx.add(claim(
-        "S5.3", N_("unscaled, the attention entropy collapses toward 0 as d_k grows (near one-hot rows)"),
-        expected=lambda: _("median entropy at d_k = 4096 < at 64 < at 1 ({level} CIs of each step separated), for n = {ns}", level=ctx.level, ns=ns),
-        measured=lambda: per_n({n: _("ln n={ln_n:.2f}, d_k=1 {at_1}, 4096 {at_4096} nats", ln_n=np.log(n),
-                                          at_1=med(h[0]), at_4096=med(h[last]))
-                                     for n, h in unscaled["entropy"].items()}),
-        verdict=judge_all(falling.values()), n_samples=sim["rows"], note=lambda: by_n_note(falling)))
+    ctx.add(
+        claim(
+            "S5.3",
+            N_("unscaled, the attention entropy collapses toward 0 as d_k grows (near one-hot rows)"),
+            expected=lambda: _(
+                "median entropy at d_k = 4096 < at 64 < at 1 ({level} CIs of each step separated), for n = {ns}",
+                level=ctx.level,
+                ns=ns,
+            ),
+            measured=lambda: per_n(
+                {
+                    n: _(
+                        "ln n={ln_n:.2f}, d_k=1 {at_1}, 4096 {at_4096} nats",
+                        ln_n=np.log(n),
+                        at_1=med(h[0]),
+                        at_4096=med(h[last]),
+                    )
+                    for n, h in unscaled["entropy"].items()
+                }
+            ),
+            verdict=judge_all(falling.values()),
+            n_samples=sim["rows"],
+            note=lambda: by_n_note(falling),
+        )
+    )
 
     # S5.4: scaled rows stay put — judged against how far the unscaled rows move over the same d_k.
-    flat, verdict = judge_stays_put({n: [(by_n[str(n)]["scaled"][f], by_n[str(n)]["unscaled"][f])
-                                         for f in ("max_weight", "entropy")] for n in NS}, flat_from)
+    flat, verdict = judge_stays_put(
+        {n: [(by_n[str(n)]["scaled"][f], by_n[str(n)]["unscaled"][f]) for f in ("max_weight", "entropy")] for n in NS},
+        flat_from,
+    )
     words = partial(stays_put_words, flat, ctx.level, flat_from)
-    ctx.add(claim(
-        "S5.4", N_("after ÷√d_k the rows stay put: max weight and entropy barely move with d_k"),
-        expected=lambda: words()[0],
-        measured=lambda: per_n({n: _("max weight {first} → {last}, drift ratio {ratio:.3f}",
-                                          first=med(mw[flat_from]), last=med(mw[last]),
-                                          ratio=flat[n][0])
-                                     for n in NS for mw in [by_n[str(n)]["scaled"]["max_weight"]]}),
-        verdict=verdict, n_samples=sim["rows"],
-        note=lambda: _("{drift}: the scaled logits are (‖q‖/√d_k)·z and ‖q‖/√d_k spreads by ≈ 1/√(2d_k) around 1, so rows at small d_k are a mixture of temperatures", drift=words()[1])))
+    ctx.add(
+        claim(
+            "S5.4",
+            N_("after ÷√d_k the rows stay put: max weight and entropy barely move with d_k"),
+            expected=lambda: words()[0],
+            measured=lambda: per_n(
+                {
+                    n: _(
+                        "max weight {first} → {last}, drift ratio {ratio:.3f}",
+                        first=med(mw[flat_from]),
+                        last=med(mw[last]),
+                        ratio=flat[n][0],
+                    )
+                    for n in NS
+                    for mw in [by_n[str(n)]["scaled"]["max_weight"]]
+                }
+            ),
+            verdict=verdict,
+            n_samples=sim["rows"],
+            note=lambda: _(
+                "{drift}: the scaled logits are (‖q‖/√d_k)·z and ‖q‖/√d_k spreads by ≈ 1/√(2d_k) around 1, so rows at small d_k are a mixture of temperatures",
+                drift=words()[1],
+            ),
+        )
+    )
     ctx.tick(N_("saturation"))

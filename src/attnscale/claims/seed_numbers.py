@@ -74,10 +74,17 @@ def _e50_note(text: str) -> str:
     exact = _exp("50")
     shown = printed_decimal(text)
     digits_exact, digits_shown = len(str(int(exact))), len(str(int(shown)))
-    common = next((i for i, (a, b) in enumerate(zip(str(int(exact)), str(int(shown)))) if a != b),
-                  min(digits_exact, digits_shown))
-    return _("e^50 = {exact:.6e} has {digits_exact} digits before the point; the seed prints {digits_shown} digits, about {ratio:.0f}× too small (its first {common} digits are right)", exact=exact,
-             digits_exact=digits_exact, digits_shown=digits_shown, ratio=float(exact / shown), common=common)
+    common = next(
+        (i for i, (a, b) in enumerate(zip(str(int(exact)), str(int(shown)))) if a != b), min(digits_exact, digits_shown)
+    )
+    return _(
+        "e^50 = {exact:.6e} has {digits_exact} digits before the point; the seed prints {digits_shown} digits, about {ratio:.0f}× too small (its first {common} digits are right)",
+        exact=exact,
+        digits_exact=digits_exact,
+        digits_shown=digits_shown,
+        ratio=float(exact / shown),
+        common=common,
+    )
 
 
 def judge_numbers(texts: list[str], exact: list[Decimal]) -> tuple[str, str | None]:
@@ -95,16 +102,23 @@ class Printed(list):
         return format(", ".join(self), spec)
 
 
-def printed(ctx: Context, cid: str, statement: str, texts: list[str], exact: list[Decimal], note="",
-            **slots) -> None:
+def printed(ctx: Context, cid: str, statement: str, texts: list[str], exact: list[Decimal], note="", **slots) -> None:
     """One claim row for one or more printed numbers (the statement's ``{seed}`` placeholder, see
     :class:`Printed`; ``slots`` fills any other); the worst verdict of its numbers wins."""
     verdict, correct = judge_numbers(texts, exact)
-    ctx.add(claim(
-        cid, statement, seed=Printed(texts), **slots,
-        expected=lambda: _("the exact value, rounded at the seed's shown precision"),
-        measured=", ".join(_more_digits(t, e) for t, e in zip(texts, exact)),
-        verdict=verdict, correct_value=correct, note=note))
+    ctx.add(
+        claim(
+            cid,
+            statement,
+            seed=Printed(texts),
+            **slots,
+            expected=lambda: _("the exact value, rounded at the seed's shown precision"),
+            measured=", ".join(_more_digits(t, e) for t, e in zip(texts, exact)),
+            verdict=verdict,
+            correct_value=correct,
+            note=note,
+        )
+    )
 
 
 def _exp_row(ctx, cid, statement: str, x: str, text: str, note=""):
@@ -120,58 +134,125 @@ def run(ctx: Context) -> None:
     for i, (x, text) in enumerate(table, start=2):
         _exp_row(ctx, f"S1.{i}", EXP_TABLE, x, text, partial(_e50_note, e50) if x == "50" else "")
     # softmax_large: the scores [50, 10, 5]
-    _exp_row(ctx, "S1.7", EXP_50_10_5, "50", e50,
-             lambda: _("{e50_note}; printed again as the numerator of the softmax line",
-                            e50_note=_e50_note(e50)))
+    _exp_row(
+        ctx,
+        "S1.7",
+        EXP_50_10_5,
+        "50",
+        e50,
+        lambda: _("{e50_note}; printed again as the numerator of the softmax line", e50_note=_e50_note(e50)),
+    )
     _exp_row(ctx, "S1.8", EXP_50_10_5, "10", "22,026")
-    _exp_row(ctx, "S1.9", EXP_50_10_5, "5", "148",
-             lambda: _("printed as 148 here and as 148.4 elsewhere: both are correctly rounded"))
+    _exp_row(
+        ctx,
+        "S1.9",
+        EXP_50_10_5,
+        "5",
+        "148",
+        lambda: _("printed as 148 here and as 148.4 elsewhere: both are correctly rounded"),
+    )
     w50 = _softmax_exact(["50", "10", "5"])
-    printed(ctx, "S1.10", N_("softmax([50, 10, 5]) ≈ [{seed}]"), ["1.0", "0.0", "0.0"], w50,
-            lambda: _("the exact weights are 1 − {first:.1e}, {second:.1e} and {third:.1e}",
-                           first=float(1 - w50[0]), second=float(w50[1]), third=float(w50[2])))
+    printed(
+        ctx,
+        "S1.10",
+        N_("softmax([50, 10, 5]) ≈ [{seed}]"),
+        ["1.0", "0.0", "0.0"],
+        w50,
+        lambda: _(
+            "the exact weights are 1 − {first:.1e}, {second:.1e} and {third:.1e}",
+            first=float(1 - w50[0]),
+            second=float(w50[1]),
+            third=float(w50[2]),
+        ),
+    )
     # softmax_large: the scores [5, 1, 0.5]
     for i, (x, text) in enumerate([("5", "148.4"), ("1", "2.718"), ("1/2", "1.649")], start=11):
         _exp_row(ctx, f"S1.{i}", EXP_5_1_HALF, x, text)
-    printed(ctx, "S1.14", N_("Sum = {seed} for scores [5, 1, 0.5]"), ["152.780"], [_sum_exp(["5", "1", "1/2"])],
-            lambda: _("the sum of the exact exponentials; the printed, rounded addends add up to {total}",
-                           total=_sum_of_printed(["148.400", "2.718", "1.649"])))
-    printed(ctx, "S1.15", N_("softmax([5, 1, 0.5]) = [{seed}]"), ["0.971", "0.018", "0.011"],
-            _softmax_exact(["5", "1", "1/2"]))
+    printed(
+        ctx,
+        "S1.14",
+        N_("Sum = {seed} for scores [5, 1, 0.5]"),
+        ["152.780"],
+        [_sum_exp(["5", "1", "1/2"])],
+        lambda: _(
+            "the sum of the exact exponentials; the printed, rounded addends add up to {total}",
+            total=_sum_of_printed(["148.400", "2.718", "1.649"]),
+        ),
+    )
+    printed(
+        ctx,
+        "S1.15",
+        N_("softmax([5, 1, 0.5]) = [{seed}]"),
+        ["0.971", "0.018", "0.011"],
+        _softmax_exact(["5", "1", "1/2"]),
+    )
     # real_numbers: the d_k = 4 example, exactly
     q, k = [1, 0, 1, 0], [0, 1, 1, 1]
     dot = sum(Fraction(a) * b for a, b in zip(q, k))
     root = Fraction(2)  # √4, checked below as an exact square
     ok = dot == 1 and root * root == 4 and dot / root == Fraction(1, 2)
-    ctx.add(claim(
-        "S1.16", N_("d_k = 4: q = [1,0,1,0], k = [0,1,1,1] give q·k = 1, √4 = 2, scaled score 0.5"),
-        expected="1, 2, 1/2",
-        measured=f"{dot}, {root}, {dot / root}", verdict="holds" if ok else "seed number wrong",
-        correct_value=None if ok else f"{dot}, {root}, {dot / root}"))
+    ctx.add(
+        claim(
+            "S1.16",
+            N_("d_k = 4: q = [1,0,1,0], k = [0,1,1,1] give q·k = 1, √4 = 2, scaled score 0.5"),
+            expected="1, 2, 1/2",
+            measured=f"{dot}, {root}, {dot / root}",
+            verdict="holds" if ok else "seed number wrong",
+            correct_value=None if ok else f"{dot}, {root}, {dot / root}",
+        )
+    )
     # real_numbers: [14, 10, 12] unscaled
     for i, (x, text) in enumerate([("14", "1,202,604"), ("10", "22,026"), ("12", "162,755")], start=17):
         _exp_row(ctx, f"S1.{i}", EXP_14_10_12, x, text)
-    printed(ctx, "S1.20", N_("Sum = {seed} for scores [14, 10, 12]"), ["1,387,386"], [_sum_exp(["14", "10", "12"])],
-            lambda: _("the exact sum {exact} rounds to {printed}; the printed, rounded addends add up to {total}", exact=format_like("1,000.00", _sum_exp(["14", "10", "12"])), printed="1,387,386",
-                           total=_sum_of_printed(["1,202,604", "22,026", "162,755"])))
+    printed(
+        ctx,
+        "S1.20",
+        N_("Sum = {seed} for scores [14, 10, 12]"),
+        ["1,387,386"],
+        [_sum_exp(["14", "10", "12"])],
+        lambda: _(
+            "the exact sum {exact} rounds to {printed}; the printed, rounded addends add up to {total}",
+            exact=format_like("1,000.00", _sum_exp(["14", "10", "12"])),
+            printed="1,387,386",
+            total=_sum_of_printed(["1,202,604", "22,026", "162,755"]),
+        ),
+    )
     w = _softmax_exact(["14", "10", "12"])
     printed(ctx, "S1.21", N_("softmax([14, 10, 12]) = [{seed}]"), ["0.867", "0.016", "0.117"], w)
     printed(ctx, "S1.22", N_("the first word gets {seed[0]}, the second {seed[1]}"), ["86.7%", "1.6%"], w[:2])
     # real_numbers: after ÷ √64 = 8
     scaled = [Fraction(x, 8) for x in (14, 10, 12)]
     ok = Fraction(8) ** 2 == 64 and scaled == [Fraction(7, 4), Fraction(5, 4), Fraction(3, 2)]
-    ctx.add(claim(
-        "S1.23", N_("√64 = 8; [14, 10, 12] / 8 = [1.75, 1.25, 1.5]"),
-        expected="8; 7/4, 5/4, 3/2",
-        measured="8; " + ", ".join(str(s) for s in scaled), verdict="holds" if ok else "seed number wrong"))
+    ctx.add(
+        claim(
+            "S1.23",
+            N_("√64 = 8; [14, 10, 12] / 8 = [1.75, 1.25, 1.5]"),
+            expected="8; 7/4, 5/4, 3/2",
+            measured="8; " + ", ".join(str(s) for s in scaled),
+            verdict="holds" if ok else "seed number wrong",
+        )
+    )
     for i, (x, text) in enumerate([("7/4", "5.755"), ("5/4", "3.490"), ("3/2", "4.482")], start=24):
         _exp_row(ctx, f"S1.{i}", EXP_SCALED, x, text)
-    printed(ctx, "S1.27", N_("Sum = {seed} for the scaled scores [1.75, 1.25, 1.5]"), ["13.727"],
-            [_sum_exp(["7/4", "5/4", "3/2"])])
+    printed(
+        ctx,
+        "S1.27",
+        N_("Sum = {seed} for the scaled scores [1.75, 1.25, 1.5]"),
+        ["13.727"],
+        [_sum_exp(["7/4", "5/4", "3/2"])],
+    )
     ws = _softmax_exact(["7/4", "5/4", "3/2"])
-    printed(ctx, "S1.28", N_("softmax([1.75, 1.25, 1.5]) = [{seed}]"), ["0.419", "0.254", "0.326"], ws,
-            lambda: _("the rounded weights add up to {total}: rounding, not an error",
-                           total=_sum_of_printed(["0.419", "0.254", "0.326"])))
+    printed(
+        ctx,
+        "S1.28",
+        N_("softmax([1.75, 1.25, 1.5]) = [{seed}]"),
+        ["0.419", "0.254", "0.326"],
+        ws,
+        lambda: _(
+            "the rounded weights add up to {total}: rounding, not an error",
+            total=_sum_of_printed(["0.419", "0.254", "0.326"]),
+        ),
+    )
     printed(ctx, "S1.29", N_("after scaling: {seed[0]}, {seed[1]} and {seed[2]}"), ["41.9%", "25.4%", "32.6%"], ws)
     _quotient_row(ctx, ["5.755", "3.490", "4.482"], "13.727", ["0.419", "0.254", "0.326"], ws)
     # why_sqrt: the variances of [2, 4, 6] and [1, 2, 3], exactly
@@ -183,8 +264,9 @@ def run(ctx: Context) -> None:
     ctx.tick(N_("the seed's printed numbers"))
 
 
-def _quotient_row(ctx: Context, numerators: list[str], denominator: str, texts: list[str],
-                  exact_weights: list[Decimal]) -> None:
+def _quotient_row(
+    ctx: Context, numerators: list[str], denominator: str, texts: list[str], exact_weights: list[Decimal]
+) -> None:
     """S1.36: the seed writes its weights as quotients of its own rounded numbers; each quotient is
     judged as written, and the exact softmax weight is shown beside it (S1.28 judges those)."""
     quotients = [printed_decimal(a) / printed_decimal(denominator) for a in numerators]
@@ -193,24 +275,54 @@ def _quotient_row(ctx: Context, numerators: list[str], denominator: str, texts: 
     differ = [t for t, q, w in zip(texts, quotients, exact_weights) if format_like(t, q) != format_like(t, w)]
 
     def measured() -> str:
-        return clauses((_("{quotient} = {value} → {rounded}; exact softmax {exact} → {exact_rounded}",
-                          quotient=f"{a}/{denominator}", value=_more_digits(t, q), rounded=format_like(t, q),
-                          exact=_more_digits(t, w), exact_rounded=format_like(t, w))
-                        for a, t, q, w in zip(numerators, texts, quotients, exact_weights)))
+        return clauses(
+            (
+                _(
+                    "{quotient} = {value} → {rounded}; exact softmax {exact} → {exact_rounded}",
+                    quotient=f"{a}/{denominator}",
+                    value=_more_digits(t, q),
+                    rounded=format_like(t, q),
+                    exact=_more_digits(t, w),
+                    exact_rounded=format_like(t, w),
+                )
+                for a, t, q, w in zip(numerators, texts, quotients, exact_weights)
+            )
+        )
 
     def note() -> str:
         rounded = ", ".join(format_like(t, q) for t, q in zip(texts, quotients))
-        text = (_("the quotients as written round to {quotients}; the printed weights are the exact softmax weights rounded (all right, S1.28)", quotients=rounded) if all(exact_ok) else
-                _("the quotients as written round to {quotients}; the printed weights are the exact softmax weights rounded (not all: see S1.28)", quotients=rounded))
+        text = (
+            _(
+                "the quotients as written round to {quotients}; the printed weights are the exact softmax weights rounded (all right, S1.28)",
+                quotients=rounded,
+            )
+            if all(exact_ok)
+            else _(
+                "the quotients as written round to {quotients}; the printed weights are the exact softmax weights rounded (not all: see S1.28)",
+                quotients=rounded,
+            )
+        )
         if not differ:
             return text
-        return _("{note}: {weights} is right as a weight but not as the quotient written beside it — rounding the numerator and the denominator first moves the last digit", note=text, weights=", ".join(differ))
+        return _(
+            "{note}: {weights} is right as a weight but not as the quotient written beside it — rounding the numerator and the denominator first moves the last digit",
+            note=text,
+            weights=", ".join(differ),
+        )
 
-    ctx.add(claim(
-        "S1.36", N_("softmax = [{quotients}] = [{seed}]"),
-        quotients=", ".join(f"{a}/{denominator}" for a in numerators), seed=Printed(texts),
-        expected=lambda: _("each quotient of the printed numbers, rounded at the seed's shown precision"),
-        measured=measured, verdict=verdict, correct_value=correct, note=note))
+    ctx.add(
+        claim(
+            "S1.36",
+            N_("softmax = [{quotients}] = [{seed}]"),
+            quotients=", ".join(f"{a}/{denominator}" for a in numerators),
+            seed=Printed(texts),
+            expected=lambda: _("each quotient of the printed numbers, rounded at the seed's shown precision"),
+            measured=measured,
+            verdict=verdict,
+            correct_value=correct,
+            note=note,
+        )
+    )
 
 
 def _population_variance(values) -> tuple[Fraction, list[Fraction], list[Fraction], Fraction]:
@@ -229,35 +341,57 @@ def _variance_rows(ctx: Context) -> None:
         ctx.add(_variance_row(cid, values, seed_mean, seed_diffs, seed_sq, seed_var))
     big = _population_variance((2, 4, 6))[3]
     small = _population_variance((1, 2, 3))[3]
-    rounded_ratio = Decimal("2.67") / 4   # the seed divides its rounded 2.67
+    rounded_ratio = Decimal("2.67") / 4  # the seed divides its rounded 2.67
     verdict, correct = judge_printed("0.67", rounded_ratio)
     exact_ratio_ok = big / 4 == small
-    ctx.add(claim(
-        "S1.32", N_("dividing by c = 2 divides the variance by c² = 4: 2.67 / 4 = 0.67"),
-        expected=lambda: _("(8/3) / 4 = Var([1, 2, 3]) exactly; 2.67 / 4 rounds to 0.67"),
-        measured=lambda: _("({big}) / 4 = {quarter}, Var([1,2,3]) = {small}; 2.67 / 4 = {ratio}",
-                                big=big, quarter=big / 4, small=small, ratio=rounded_ratio),
-        verdict=verdict if exact_ratio_ok else "fails", correct_value=correct))
+    ctx.add(
+        claim(
+            "S1.32",
+            N_("dividing by c = 2 divides the variance by c² = 4: 2.67 / 4 = 0.67"),
+            expected=lambda: _("(8/3) / 4 = Var([1, 2, 3]) exactly; 2.67 / 4 rounds to 0.67"),
+            measured=lambda: _(
+                "({big}) / 4 = {quarter}, Var([1,2,3]) = {small}; 2.67 / 4 = {ratio}",
+                big=big,
+                quarter=big / 4,
+                small=small,
+                ratio=rounded_ratio,
+            ),
+            verdict=verdict if exact_ratio_ok else "fails",
+            correct_value=correct,
+        )
+    )
 
 
-def _variance_row(cid: str, values: tuple[int, ...], seed_mean: int, seed_diffs: list[int], seed_sq: list[int],
-                  seed_var: str) -> ClaimResult:
+def _variance_row(
+    cid: str, values: tuple[int, ...], seed_mean: int, seed_diffs: list[int], seed_sq: list[int], seed_var: str
+) -> ClaimResult:
     mean, diffs, squares, var = _population_variance(values)
     ok_steps = mean == seed_mean and diffs == seed_diffs and squares == seed_sq
     verdict, correct = judge_printed(seed_var, Decimal(var.numerator) / Decimal(var.denominator))
     diffs_text, squares_text = ", ".join(map(str, diffs)), ", ".join(map(str, squares))
-    if not ok_steps:      # the right steps, written the way the seed_value writes the seed's
+    if not ok_steps:  # the right steps, written the way the seed_value writes the seed's
         verdict = "seed number wrong"
         correct = f"{mean}; [{diffs_text}]; [{squares_text}]; {format_like(seed_var, Decimal(var.numerator) / Decimal(var.denominator))}"
     return claim(
-        cid, N_("{values}: mean {mean}, squared differences {squares}, variance {variance}"),
-        values=str(list(values)), mean=str(seed_mean), diffs=str(seed_diffs), squares=str(seed_sq),
+        cid,
+        N_("{values}: mean {mean}, squared differences {squares}, variance {variance}"),
+        values=str(list(values)),
+        mean=str(seed_mean),
+        diffs=str(seed_diffs),
+        squares=str(seed_sq),
         variance=seed_var,
         expected=lambda: _("the population variance (divide by n = 3), rounded at 2 decimals"),
         measured=lambda: _(
-            "mean {mean}; [{diffs}]; [{squares}]; variance {variance} = {value:.5f}", mean=mean,
-            diffs=diffs_text, squares=squares_text, variance=var, value=float(var)),
-        verdict=verdict, correct_value=correct)
+            "mean {mean}; [{diffs}]; [{squares}]; variance {variance} = {value:.5f}",
+            mean=mean,
+            diffs=diffs_text,
+            squares=squares_text,
+            variance=var,
+            value=float(var),
+        ),
+        verdict=verdict,
+        correct_value=correct,
+    )
 
 
 def _count_rows(ctx: Context) -> None:
@@ -271,16 +405,27 @@ def _count_row(cid: str, d: int) -> ClaimResult:
     expected = {3: (9, 3, 6, 3), 64: (4096, 64, 4032, 64)}[d]
     ok = (n_terms, unit, zero, variance) == expected
     return claim(
-        cid, N_("d_k = {d_k}: (Σ qᵢkᵢ)² has {terms} terms, {ones} of mean 1 and {zeros} of mean 0"),
-        d_k=d, terms=expected[0], ones=expected[1], zeros=expected[2],
+        cid,
+        N_("d_k = {d_k}: (Σ qᵢkᵢ)² has {terms} terms, {ones} of mean 1 and {zeros} of mean 0"),
+        d_k=d,
+        terms=expected[0],
+        ones=expected[1],
+        zeros=expected[2],
         expected=lambda: _("d_k² terms = d_k diagonal + (d_k² − d_k) cross"),
         measured=lambda: _(
             "{terms} terms = {ones} of mean 1 + {zeros} of mean 0; variance {variance}",
-            terms=n_terms, ones=unit, zeros=zero, variance=variance),
+            terms=n_terms,
+            ones=unit,
+            zeros=zero,
+            variance=variance,
+        ),
         verdict="holds" if ok else "seed number wrong",
         # the right counts, written the way the seed_value writes the seed's
         correct_value=None if ok else f"{n_terms} = {unit} + {zero}; {variance}",
-        note=lambda: _("each product (qᵢkᵢ)(qⱼkⱼ) is classified by its expectation under E x = 0, E x² = 1 (attnscale.theory.dot_square_terms); sympy's expansion agrees for d_k ≤ 8 (S2.1)"))
+        note=lambda: _(
+            "each product (qᵢkᵢ)(qⱼkⱼ) is classified by its expectation under E x = 0, E x² = 1 (attnscale.theory.dot_square_terms); sympy's expansion agrees for d_k ≤ 8 (S2.1)"
+        ),
+    )
 
 
 def _formula_row(ctx: Context) -> None:
@@ -293,20 +438,34 @@ def _formula_row(ctx: Context) -> None:
     written_out = softmax(q @ k.T / np.sqrt(64)) @ v
     diff = float(np.max(np.abs(attention(q, k, v) - written_out)))
     tol = 1e-12
-    ctx.add(claim(
-        "S1.35", N_("Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k)·V (d_k = 64: divide by 8)"),
-        expected=lambda: _("attnscale.attention (default scale) = the formula written out, |diff| ≤ {tol:g}", tol=tol),
-        measured=lambda: _("max |diff| = {diff:.2e} (float64, L = 5, S = 7, d_k = 64)", diff=diff),
-        verdict="holds" if diff <= tol else "fails"))
+    ctx.add(
+        claim(
+            "S1.35",
+            N_("Attention(Q, K, V) = softmax(Q·Kᵀ / √d_k)·V (d_k = 64: divide by 8)"),
+            expected=lambda: _(
+                "attnscale.attention (default scale) = the formula written out, |diff| ≤ {tol:g}", tol=tol
+            ),
+            measured=lambda: _("max |diff| = {diff:.2e} (float64, L = 5, S = 7, d_k = 64)", diff=diff),
+            verdict="holds" if diff <= tol else "fails",
+        )
+    )
 
 
 def _softmax_examples() -> dict:
     from attnscale.softmax_rows import softmax
 
     out = {}
-    for name, logits in [("[50, 10, 5]", [50.0, 10.0, 5.0]), ("[5, 1, 0.5]", [5.0, 1.0, 0.5]),
-                         ("[14, 10, 12]", [14.0, 10.0, 12.0])]:
+    for name, logits in [
+        ("[50, 10, 5]", [50.0, 10.0, 5.0]),
+        ("[5, 1, 0.5]", [5.0, 1.0, 0.5]),
+        ("[14, 10, 12]", [14.0, 10.0, 12.0]),
+    ]:
         x = np.asarray(logits)
-        out[name] = {"logits": x, "weights": softmax(x), "logits_scaled": x / 8.0, "weights_scaled": softmax(x / 8.0),
-                     "scale": 1.0 / 8.0}
+        out[name] = {
+            "logits": x,
+            "weights": softmax(x),
+            "logits_scaled": x / 8.0,
+            "weights_scaled": softmax(x / 8.0),
+            "scale": 1.0 / 8.0,
+        }
     return out

@@ -56,7 +56,7 @@ def _first_interrupt_only(signum, frame):
 @contextlib.contextmanager
 def _interrupt_once():
     if threading.current_thread() is not threading.main_thread():
-        yield                                   # signals can only be handled in the main thread
+        yield  # signals can only be handled in the main thread
         return
     before = signal.signal(signal.SIGINT, _first_interrupt_only)
     try:
@@ -86,9 +86,9 @@ def _run(args) -> int:
     except AttnScaleError as err:
         print(f"attnscale {args.command}: error: {err}", file=sys.stderr)
         return 2
-    except BrokenPipeError:        # `attnscale rules | head`: the reader has gone, nothing to say
+    except BrokenPipeError:  # `attnscale rules | head`: the reader has gone, nothing to say
         _silence_stdout()
-        return 141                 # 128 + SIGPIPE, as a shell reports it
+        return 141  # 128 + SIGPIPE, as a shell reports it
     except OSError as err:  # a path the user named cannot be read or written: their input, not our bug
         print(f"attnscale {args.command}: error: {err}", file=sys.stderr)
         return 2

@@ -44,27 +44,42 @@ NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*([eE][-+]?\d+)?|\.\d+([eE][-+]?\d+)?|
 
 def register(sub) -> None:
     p = add_command(
-        sub, "softmax", help="softmax weights and health figures of one row of logits",
+        sub,
+        "softmax",
+        help="softmax weights and health figures of one row of logits",
         description="Softmax of the given logits (times --scale), with the row's health figures. "
-                    "Without logits (or with -), reads them from stdin: numbers separated by spaces, "
-                    "commas or new lines.",
-        examples=["attnscale softmax 14 10 12 --scale 0.125",
-                  "attnscale softmax -- 1 -inf -1e3    (after --, logits may start with '-')",
-                  "echo 14 10 12 | attnscale softmax --json -"])
+        "Without logits (or with -), reads them from stdin: numbers separated by spaces, "
+        "commas or new lines.",
+        examples=[
+            "attnscale softmax 14 10 12 --scale 0.125",
+            "attnscale softmax -- 1 -inf -1e3    (after --, logits may start with '-')",
+            "echo 14 10 12 | attnscale softmax --json -",
+        ],
+    )
     # Negative and infinite logits are arguments, not options: argparse, which takes "-1" and "-.5"
     # as numbers, would read "-inf" or "-1e3" as an unknown flag (the command has no option that
     # looks like a number, so none is shadowed).
     p._negative_number_matcher = NEGATIVE_NUMBER
-    p.add_argument("logits", nargs="*", metavar="LOGIT",
-                   help="the row's logits (-inf: a masked key); none or '-': read them from stdin")
+    p.add_argument(
+        "logits",
+        nargs="*",
+        metavar="LOGIT",
+        help="the row's logits (-inf: a masked key); none or '-': read them from stdin",
+    )
     p.add_argument("--scale", default="1", help="a finite number that multiplies the logits first (default 1)")
     add_json_option(p, "the logits, weights and health figures")
     add_lang_option(p, "the table")
     p.set_defaults(run=run_softmax)
 
-    r = add_command(sub, "rules", help="list the named scale rules with formula and citation",
-                    examples=["attnscale rules --lang zh       with what each rule is for, in Chinese",
-                              "attnscale rules --json -        the rules as strict JSON"])
+    r = add_command(
+        sub,
+        "rules",
+        help="list the named scale rules with formula and citation",
+        examples=[
+            "attnscale rules --lang zh       with what each rule is for, in Chinese",
+            "attnscale rules --json -        the rules as strict JSON",
+        ],
+    )
     add_json_option(r, "the rules")
     add_lang_option(r, "the table")
     r.set_defaults(run=run_rules)
@@ -87,8 +102,9 @@ def _read_logits(args, stdin) -> np.ndarray:
     tokens = args.logits
     if tokens in ([], ["-"]):
         if stdin is None or stdin.isatty():
-            raise InputError("logits: expected numbers as arguments or on stdin, got neither "
-                             "(example: attnscale softmax 14 10 12)")
+            raise InputError(
+                "logits: expected numbers as arguments or on stdin, got neither (example: attnscale softmax 14 10 12)"
+            )
         return parse_numbers([t for t in re.split(r"[\s,]+", stdin.read()) if t], "logits (stdin)")
     return parse_numbers(tokens)
 
@@ -121,16 +137,20 @@ def run_softmax(args, stdin=None) -> int:
     if overflow.any():
         i = int(np.argmax(overflow))
         raise InputError(f"--scale {args.scale}: times the logit {raw[i]:g} it overflows float64")
-    weights = softmax(logits)            # the library refuses NaN and +inf logits, naming them
-    health = {k: (int(v) if k == "n" else float(v) if np.isfinite(v) else None)
-              for k, v in row_health(logits).as_dict().items()}
+    weights = softmax(logits)  # the library refuses NaN and +inf logits, naming them
+    health = {
+        k: (int(v) if k == "n" else float(v) if np.isfinite(v) else None)
+        for k, v in row_health(logits).as_dict().items()
+    }
     masked = [i for i, z in enumerate(logits) if z == -np.inf]
-    data = {"scale": scale,
-            "logits": [None if z == -np.inf else float(z) for z in logits],
-            "masked": masked,    # the indices whose logit is -inf (null above): weight 0, not attended
-            "weights": weights.tolist(),
-            "health": health,    # null: a figure undefined for this row (e.g. entropy / ln n with one key)
-            "health_null": "undefined for this row" if None in health.values() else None}
+    data = {
+        "scale": scale,
+        "logits": [None if z == -np.inf else float(z) for z in logits],
+        "masked": masked,  # the indices whose logit is -inf (null above): weight 0, not attended
+        "weights": weights.tolist(),
+        "health": health,  # null: a figure undefined for this row (e.g. entropy / ln n with one key)
+        "health_null": "undefined for this row" if None in health.values() else None,
+    }
     emit_json(args, data)
     if json_to_stdout(args):
         return 0
@@ -157,8 +177,7 @@ def run_rules(args) -> int:
     emit_json(args, rows)
     if json_to_stdout(args):
         return 0
-    print(f"{pad(_('rule'), 16)} {pad(_('formula'), 40)} "
-          f"{_('citation')}")
+    print(f"{pad(_('rule'), 16)} {pad(_('formula'), 40)} {_('citation')}")
     for row in rows:
         print(f"{row['name']:<16} {row['formula']:<40} {_(row['citation'])}")
         if row.get("description_zh"):

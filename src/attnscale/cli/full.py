@@ -26,45 +26,65 @@ from attnscale.cli.options import add_command, add_page_dir_option, add_results_
 from attnscale.cli.progress import fmt_duration
 
 #: The kinds in the order they run: the verification last, as it judges claims from the others.
-ORDER = ("train/scale-vs-dk", "train/logit-growth", "train/lm", "probe/minilm", "probe/smollm2",
-         "rescale/smollm2", "rescale/minilm", "telemetry", "verify")
+ORDER = (
+    "train/scale-vs-dk",
+    "train/logit-growth",
+    "train/lm",
+    "probe/minilm",
+    "probe/smollm2",
+    "rescale/smollm2",
+    "rescale/minilm",
+    "telemetry",
+    "verify",
+)
 
 
 def register(sub) -> None:
     p = add_command(
-        sub, "full", help="rerun every full experiment here (hours on 2 cores), then the report from them",
+        sub,
+        "full",
+        help="rerun every full experiment here (hours on 2 cores), then the report from them",
         description="Run, one after the other, every command that made the reference results (the training "
-                    "sweeps, both probes, both rescales, the telemetry benchmark, the verification), each into "
-                    "the results folder, then build index.html and index.zh.html from the results made here. "
-                    "Resumable: a result already here and current is kept, an interrupted sweep resumes from "
-                    "its cells. Each command's output goes to DIR/full-logs/<kind>.log.",
-        examples=["attnscale full --dry-run   what it would run here, what it keeps, and the ETA",
-                  "attnscale full", "attnscale full --workers 2", "attnscale full --backend ray --address auto"])
+        "sweeps, both probes, both rescales, the telemetry benchmark, the verification), each into "
+        "the results folder, then build index.html and index.zh.html from the results made here. "
+        "Resumable: a result already here and current is kept, an interrupted sweep resumes from "
+        "its cells. Each command's output goes to DIR/full-logs/<kind>.log.",
+        examples=[
+            "attnscale full --dry-run   what it would run here, what it keeps, and the ETA",
+            "attnscale full",
+            "attnscale full --workers 2",
+            "attnscale full --backend ray --address auto",
+        ],
+    )
     add_results_option(p, "results folder: every result is written here, the report reads them from here")
     add_page_dir_option(p)
     p.add_argument("--workers", type=int, default=None, help="the sweeps' worker processes (default: theirs)")
     p.add_argument("--backend", choices=("local", "ray"), default="local", help="where the sweeps' cells run")
     p.add_argument("--address", default=None, metavar="auto|HOST:PORT", help="with --backend ray: the cluster")
     p.add_argument("--quiet", action="store_true", help="no progress line")
-    p.add_argument("--dry-run", action="store_true",
-                   help="list the steps (kept: current here, or to run, with the time each should take by the reference results: a sweep by its cells not cached here, --workers at a time), run none")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="list the steps (kept: current here, or to run, with the time each should take by the reference results: a sweep by its cells not cached here, --workers at a time), run none",
+    )
     p.set_defaults(run=run_full_command)
 
 
 @dataclass(frozen=True)
 class Step:
-    kind: str                   # the result it makes ("" for a report page)
-    argv: tuple[str, ...]       # attnscale's arguments
-    expected_s: float | None    # seconds it should take here by the reference's times (None: not recorded)
-    basis: str = ""             # what expected_s comes from, in words
+    kind: str  # the result it makes ("" for a report page)
+    argv: tuple[str, ...]  # attnscale's arguments
+    expected_s: float | None  # seconds it should take here by the reference's times (None: not recorded)
+    basis: str = ""  # what expected_s comes from, in words
 
     @property
     def command(self) -> str:
         return "attnscale " + " ".join(self.argv)
 
 
-def plan(root: Path, pages: Path, workers: int | None = None, backend: str = "local",
-         address: str | None = None) -> list[Step]:
+def plan(
+    root: Path, pages: Path, workers: int | None = None, backend: str = "local", address: str | None = None
+) -> list[Step]:
     """The steps, with the sweeps' options passed through, then the two report pages."""
     import shlex
 
@@ -73,8 +93,11 @@ def plan(root: Path, pages: Path, workers: int | None = None, backend: str = "lo
 
     from attnscale.experiments.sweeps.runner import default_workers
 
-    sweep = [*(("--workers", str(workers)) if workers is not None else ()),
-             *(("--backend", backend) if backend != "local" else ()), *(("--address", address) if address else ())]
+    sweep = [
+        *(("--workers", str(workers)) if workers is not None else ()),
+        *(("--backend", backend) if backend != "local" else ()),
+        *(("--address", address) if address else ()),
+    ]
     steps = []
     for kind in ORDER:
         argv = shlex.split(references.producer(kind).command)[1:]
@@ -107,7 +130,9 @@ def expected_seconds(reference, root: Path, workers: int) -> tuple[float | None,
     what = f"{len(left)} of its {timing.cells} cells to compute"
     if unknown:
         return None, f"{what}, {unknown} of them without a recorded time in the reference"
-    return sum(s for s in left if s is not None) / workers, f"{what}, by their times in the reference, {workers} at a time"
+    return sum(
+        s for s in left if s is not None
+    ) / workers, f"{what}, by their times in the reference, {workers} at a time"
 
 
 def is_current(kind: str, root: Path) -> bool:
@@ -130,8 +155,9 @@ def run_process(step: Step, log: Path, env: dict) -> int:
     """Run one step as its own process, its output into ``log``; its exit status."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w", encoding="utf-8") as f:
-        proc = subprocess.Popen([sys.executable, "-m", "attnscale", *step.argv], stdout=f, stderr=subprocess.STDOUT,
-                                env=env)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "attnscale", *step.argv], stdout=f, stderr=subprocess.STDOUT, env=env
+        )
         try:
             while proc.poll() is None:
                 time.sleep(1.0)
@@ -161,7 +187,7 @@ class Line:
     def left(self, index: int, in_step: float) -> float:
         """Seconds left by the reference times: what remains of step ``index``, then the steps after
         (a step without a recorded time counts nothing: :meth:`unknown` says how many there are)."""
-        rest = sum(s.expected_s or 0.0 for s in self.steps[index + 1:])
+        rest = sum(s.expected_s or 0.0 for s in self.steps[index + 1 :])
         return rest + max((self.steps[index].expected_s or 0.0) - in_step, 0.0)
 
     def unknown(self, index: int) -> int:
@@ -177,8 +203,10 @@ class Line:
         self.last = now
         unknown = self.unknown(index)
         plus = f" + {unknown} step{'s' * (unknown > 1)} of unrecorded time" if unknown else ""
-        text = (f"attnscale full: [{index + 1}/{len(self.steps)}] {fmt_duration(now - self.start)} elapsed · "
-                f"~{fmt_duration(self.left(index, in_step))}{plus} left · {self.steps[index].command}{note}")
+        text = (
+            f"attnscale full: [{index + 1}/{len(self.steps)}] {fmt_duration(now - self.start)} elapsed · "
+            f"~{fmt_duration(self.left(index, in_step))}{plus} left · {self.steps[index].command}{note}"
+        )
         self.stream.write(f"\r{text:<120}" if self.tty else text + "\n")
         self.stream.flush()
 
@@ -188,8 +216,14 @@ class Line:
             self.stream.flush()
 
 
-def run_full(steps: list[Step], root: Path, line: Line, runner=run_process, current=is_current,
-             clock: Callable[[], float] = time.monotonic) -> list[tuple[Step, str]]:
+def run_full(
+    steps: list[Step],
+    root: Path,
+    line: Line,
+    runner=run_process,
+    current=is_current,
+    clock: Callable[[], float] = time.monotonic,
+) -> list[tuple[Step, str]]:
     """Run the steps not yet current, in order; stop at the first that fails. Returns (step, "kept",
     "ran" or "failed (exit N)") for each step reached."""
     from attnscale import results
@@ -202,7 +236,7 @@ def run_full(steps: list[Step], root: Path, line: Line, runner=run_process, curr
             continue
         env = dict(os.environ)
         if not step.kind:
-            env[results.REFERENCE_ENV] = ""       # the pages from the results made here only
+            env[results.REFERENCE_ENV] = ""  # the pages from the results made here only
         log = root / "full-logs" / f"{(step.kind or 'report-' + step.argv[-1]).replace('/', '-')}.log"
         started = clock()
         line.show(i, 0.0, force=True)
@@ -225,15 +259,20 @@ def dry_run(steps: list[Step], root: Path, current=is_current) -> list[tuple[str
 def print_dry_run(planned: list[tuple[str, Step]]) -> None:
     """The dry run's plan: each step, what it would do and, for one to run, its time and what from; then the total."""
     for what, step in planned:
-        time = "" if what == "kept" or not step.kind else \
-            f"  ({'?' if step.expected_s is None else '~' + fmt_duration(step.expected_s)}: {step.basis})"
+        time = (
+            ""
+            if what == "kept" or not step.kind
+            else f"  ({'?' if step.expected_s is None else '~' + fmt_duration(step.expected_s)}: {step.basis})"
+        )
         print(f"{what:<16} {step.command}{time}")
     to_run = [step for what, step in planned if what != "kept"]
     left = sum(step.expected_s or 0.0 for step in to_run)
     unknown = [step.kind for step in to_run if step.expected_s is None]
     plus = f", plus {', '.join(unknown)}, of no recorded time" if unknown else ""
-    print(f"attnscale full: about {fmt_duration(left)}{plus}, by the times the reference results record (a sweep's: "
-          f"its cells' own, those not cached here only); nothing was run")
+    print(
+        f"attnscale full: about {fmt_duration(left)}{plus}, by the times the reference results record (a sweep's: "
+        f"its cells' own, those not cached here only); nothing was run"
+    )
 
 
 def run_full_command(args) -> int:
@@ -261,8 +300,11 @@ def run_full_command(args) -> int:
     if outcome and outcome[-1][1].startswith("failed"):
         step = outcome[-1][0]
         log = Path(root) / "full-logs"
-        print(f"attnscale full: {step.command} failed; its output is in {log}/ . Run attnscale full again to go "
-              f"on from there.", file=sys.stderr)
+        print(
+            f"attnscale full: {step.command} failed; its output is in {log}/ . Run attnscale full again to go "
+            f"on from there.",
+            file=sys.stderr,
+        )
         return 1
     print(Path(page_dir(args), "index.html").resolve())
     return 0

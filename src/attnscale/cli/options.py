@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from attnscale.i18n import LANGS
 
-DEFAULT_PAGE_DIR = "attnscale-report"      # where `report` and `full` write the pages by default
+DEFAULT_PAGE_DIR = "attnscale-report"  # where `report` and `full` write the pages by default
 
 # What the --model help says beyond the model's own name (attnscale.experiments.pretrained.loading.MODELS).
 MODEL_REMARKS = {"smollm2": "de-quantised from 4 bits"}
@@ -36,12 +36,18 @@ def examples_epilog(examples: Sequence[str], after: str | None = None) -> str:
     return f"{text}\n\n{after}" if after else text
 
 
-def add_command(sub, name: str, help: str, description: str | None = None, examples: Sequence[str] = (),
-                after: str | None = None) -> argparse.ArgumentParser:
+def add_command(
+    sub, name: str, help: str, description: str | None = None, examples: Sequence[str] = (), after: str | None = None
+) -> argparse.ArgumentParser:
     """Add subcommand ``name``: ``help`` in ``attnscale --help``; its own --help shows ``description``
     wrapped to the terminal, then the ``examples`` as written and ``after``."""
-    return sub.add_parser(name, help=help, description=description,
-                          epilog=examples_epilog(examples, after) if examples else None, formatter_class=HelpFormatter)
+    return sub.add_parser(
+        name,
+        help=help,
+        description=description,
+        epilog=examples_epilog(examples, after) if examples else None,
+        formatter_class=HelpFormatter,
+    )
 
 
 def non_negative_int(text: str) -> int:
@@ -73,8 +79,11 @@ class RemovedOut(argparse.Action):
         super().__init__(option_strings, dest, nargs="?", help=argparse.SUPPRESS)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        parser.exit(2, f"{parser.prog}: error: --out was removed: the results folder is --results DIR, the "
-                       "report's pages --page-dir DIR\n")
+        parser.exit(
+            2,
+            f"{parser.prog}: error: --out was removed: the results folder is --results DIR, the "
+            "report's pages --page-dir DIR\n",
+        )
 
 
 def add_removed_out_option(parser) -> None:
@@ -84,8 +93,12 @@ def add_removed_out_option(parser) -> None:
 
 def add_page_dir_option(parser) -> None:
     """``--page-dir DIR``, the report's pages, ``args.page_dir``: None means :data:`DEFAULT_PAGE_DIR`."""
-    parser.add_argument("--page-dir", default=None, metavar="DIR",
-                        help=f"folder for index.html / index.zh.html (default: ./{DEFAULT_PAGE_DIR})")
+    parser.add_argument(
+        "--page-dir",
+        default=None,
+        metavar="DIR",
+        help=f"folder for index.html / index.zh.html (default: ./{DEFAULT_PAGE_DIR})",
+    )
 
 
 def page_dir(args) -> str:
@@ -116,19 +129,29 @@ def add_model_option(parser, default: str) -> None:
     from attnscale.experiments.pretrained.loading import MODELS
 
     names = [default, *(m for m in MODELS if m != default)]
-    described = [f"{m}: {MODELS[m]}" + (f", {MODEL_REMARKS[m]}" if m in MODEL_REMARKS else "")
-                 + (" (default)" if m == default else "") for m in names]
-    described.append("or PATH: your own model, a folder with a transformers checkpoint (config.json, weights, "
-                     "tokenizer files) or a .gguf file, read offline")
+    described = [
+        f"{m}: {MODELS[m]}"
+        + (f", {MODEL_REMARKS[m]}" if m in MODEL_REMARKS else "")
+        + (" (default)" if m == default else "")
+        for m in names
+    ]
+    described.append(
+        "or PATH: your own model, a folder with a transformers checkpoint (config.json, weights, "
+        "tokenizer files) or a .gguf file, read offline"
+    )
     parser.add_argument("--model", default=default, metavar="|".join(names) + "|PATH", help="; ".join(described))
 
 
 def add_name_option(parser, family: str) -> None:
     """``--name NAME``: the results name of the user's own model (``DIR/<family>/user/NAME``)."""
-    parser.add_argument("--name", default=None, metavar="NAME",
-                        help=f"your own model only: keep its results as DIR/{family}/user/NAME (1 to 64 of a-z, 0-9, "
-                             "'.', '_', '-'; default: the folder's name and a short hash of its absolute path, "
-                             "so that two checkpoints with the same folder name never share one)")
+    parser.add_argument(
+        "--name",
+        default=None,
+        metavar="NAME",
+        help=f"your own model only: keep its results as DIR/{family}/user/NAME (1 to 64 of a-z, 0-9, "
+        "'.', '_', '-'; default: the folder's name and a short hash of its absolute path, "
+        "so that two checkpoints with the same folder name never share one)",
+    )
 
 
 def user_result_name(args, root) -> str | None:
@@ -144,27 +167,36 @@ def user_result_name(args, root) -> str | None:
 
     if args.model in MODELS:
         if args.name is not None:
-            raise InputError(f"--name: names the results of your own model (--model PATH), got --name {args.name!r} "
-                             f"with --model {args.model}, whose result is always {args.command}/{args.model}")
+            raise InputError(
+                f"--name: names the results of your own model (--model PATH), got --name {args.name!r} "
+                f"with --model {args.model}, whose result is always {args.command}/{args.model}"
+            )
         return None
     try:
         name = result_name(args.model, args.name)
     except InputError:
-        raise InputError(f"--name: expected 1 to 64 of a-z, 0-9, '.', '_', '-' (starting with a letter or digit), "
-                         f"got {args.name!r}") from None
+        raise InputError(
+            f"--name: expected 1 to 64 of a-z, 0-9, '.', '_', '-' (starting with a letter or digit), got {args.name!r}"
+        ) from None
     here = str(Path(args.model).resolve())
     for family in results.USER_FAMILIES:
         for quick in (False, True):
             try:
                 env = results.read(results.user_kind(family.split("/")[0], name), root, quick=quick)
-            except results.ResultError:      # none there yet, or unreadable: nothing of value to keep
+            except results.ResultError:  # none there yet, or unreadable: nothing of value to keep
                 continue
             owner = (env.config or {}).get("model_path")
             if owner != here:
-                held = f"the model at {owner!r}" if owner else f"{(env.config or {}).get('model')!r} (its path is not recorded)"
-                raise InputError(f"--name {name!r}: {env.path} already holds the result of another model, {held}; "
-                                 f"expected a name not taken by another model: choose another --name, or delete "
-                                 f"{env.path.parent} to replace it")
+                held = (
+                    f"the model at {owner!r}"
+                    if owner
+                    else f"{(env.config or {}).get('model')!r} (its path is not recorded)"
+                )
+                raise InputError(
+                    f"--name {name!r}: {env.path} already holds the result of another model, {held}; "
+                    f"expected a name not taken by another model: choose another --name, or delete "
+                    f"{env.path.parent} to replace it"
+                )
     return name
 
 
@@ -191,5 +223,13 @@ class options_named:
 
 
 #: The library's argument names as the probe's and rescale's options are typed.
-MODEL_OPTIONS = {"model": "--model", "texts": "--text", "text": "--text", "max_tokens": "--max-tokens",
-                 "window": "--window", "alpha": "--alphas", "batch_size": "--batch-size", "slug": "--name"}
+MODEL_OPTIONS = {
+    "model": "--model",
+    "texts": "--text",
+    "text": "--text",
+    "max_tokens": "--max-tokens",
+    "window": "--window",
+    "alpha": "--alphas",
+    "batch_size": "--batch-size",
+    "slug": "--name",
+}

@@ -16,8 +16,12 @@ from attnscale.store import write_bytes_atomic
 
 
 def add_json_option(parser, what: str = "the result") -> None:
-    parser.add_argument("--json", metavar="FILE", default=None,
-                        help=f"also write {what} as strict JSON to FILE; '-' prints it on stdout instead of the table")
+    parser.add_argument(
+        "--json",
+        metavar="FILE",
+        default=None,
+        help=f"also write {what} as strict JSON to FILE; '-' prints it on stdout instead of the table",
+    )
 
 
 def add_quiet_option(parser) -> None:

@@ -40,8 +40,16 @@ def fmt_duration(seconds: float) -> str:
 
 
 class Progress:
-    def __init__(self, stream=None, quiet: bool = False, tty: bool | None = None, every_s: float = 5.0,
-                 width: int = 28, clock: Callable[[], float] = time.monotonic, heartbeat: bool = True):
+    def __init__(
+        self,
+        stream=None,
+        quiet: bool = False,
+        tty: bool | None = None,
+        every_s: float = 5.0,
+        width: int = 28,
+        clock: Callable[[], float] = time.monotonic,
+        heartbeat: bool = True,
+    ):
         self.stream = stream or sys.stderr
         self.quiet = quiet
         self.tty = _isatty(self.stream) if tty is None else tty
@@ -50,8 +58,8 @@ class Progress:
         self.clock = clock
         self.start = clock()
         self._shown = False
-        self._last_line: float | None = None     # when the last plain line was written
-        self._first: tuple[int, float] | None = None   # (done, time) at the first call: cached cells are free
+        self._last_line: float | None = None  # when the last plain line was written
+        self._first: tuple[int, float] | None = None  # (done, time) at the first call: cached cells are free
         self._state: tuple[float, int, str, int] | None = None  # the last (done + running, total, label, done)
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -96,8 +104,9 @@ class Progress:
         if self._heartbeat and self._beat is None and done < total:
             # A thread starts in an empty context: it runs in a copy of this one, so that its lines
             # are in the language bound here.
-            self._beat = threading.Thread(target=contextvars.copy_context().run, args=(self._beating,),
-                                          name="progress-heartbeat", daemon=True)
+            self._beat = threading.Thread(
+                target=contextvars.copy_context().run, args=(self._beating,), name="progress-heartbeat", daemon=True
+            )
             self._beat.start()
 
     def _in_lang(self, label: str) -> str:
@@ -146,5 +155,5 @@ class Progress:
 def _isatty(stream) -> bool:
     try:
         return bool(stream.isatty())
-    except (AttributeError, ValueError):       # no isatty, or a closed stream
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
         return False

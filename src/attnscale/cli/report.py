@@ -10,26 +10,46 @@ from __future__ import annotations
 
 import sys
 
-from attnscale.cli.options import (add_command, add_lang_option, add_page_dir_option, add_results_option, add_seed_option,
-                                   options_named, page_dir, results_root)
-from attnscale.cli.output import (add_json_option, add_quiet_option, check_json_target, check_out_folder, emit_json,
-                                  json_to_stdout)
+from attnscale.cli.options import (
+    add_command,
+    add_lang_option,
+    add_page_dir_option,
+    add_results_option,
+    add_seed_option,
+    options_named,
+    page_dir,
+    results_root,
+)
+from attnscale.cli.output import (
+    add_json_option,
+    add_quiet_option,
+    check_json_target,
+    check_out_folder,
+    emit_json,
+    json_to_stdout,
+)
 from attnscale.i18n import N_, _
 
 
 def register(sub) -> None:
     p = add_command(
-        sub, "report", help="build the HTML report: the seed's story, every number measured here, as figures",
+        sub,
+        "report",
+        help="build the HTML report: the seed's story, every number measured here, as figures",
         description="Build DIR/index.html (or DIR/index.zh.html with --lang zh, beside the English page): one "
-                    "self-contained page (no network) with the seed's chapters, the verification's verdicts, "
-                    "figures, an interactive attention row, and the chapters of the experiments: each from your own "
-                    "full result, else the reference result shipped with attnscale (its package data), else "
-                    "your quick one, and says which. Runs the verification first when its result is missing or "
-                    "stale. Prints the page's path.",
-        examples=["attnscale report", "attnscale report --lang zh     (writes index.zh.html beside index.html)",
-                  "attnscale report --quick            (seconds; wider confidence intervals)",
-                  "attnscale report --open             (and open it in the browser)",
-                  "attnscale report --results runs --page-dir site   (results read from ./runs, the page written to ./site)"])
+        "self-contained page (no network) with the seed's chapters, the verification's verdicts, "
+        "figures, an interactive attention row, and the chapters of the experiments: each from your own "
+        "full result, else the reference result shipped with attnscale (its package data), else "
+        "your quick one, and says which. Runs the verification first when its result is missing or "
+        "stale. Prints the page's path.",
+        examples=[
+            "attnscale report",
+            "attnscale report --lang zh     (writes index.zh.html beside index.html)",
+            "attnscale report --quick            (seconds; wider confidence intervals)",
+            "attnscale report --open             (and open it in the browser)",
+            "attnscale report --results runs --page-dir site   (results read from ./runs, the page written to ./site)",
+        ],
+    )
     add_page_dir_option(p)
     add_lang_option(p, "the page")
     p.add_argument("--quick", action="store_true", help="show the quick verification: seconds, wider intervals")
@@ -53,8 +73,7 @@ def stale_reason(env, quick: bool, seed: int) -> str | None:
     if env.version != __version__:
         return _("it was written by attnscale {then}, this is {now}", then=env.version or "?", now=__version__)
     if env.quick != quick:
-        return _("it is a {then} run, a {now} one was asked", then=_(RUN_KIND[bool(env.quick)]),
-                 now=_(RUN_KIND[quick]))
+        return _("it is a {then} run, a {now} one was asked", then=_(RUN_KIND[bool(env.quick)]), now=_(RUN_KIND[quick]))
     if env.seed != seed:
         return _("its random seed is {then}, {now} was asked", then=env.seed, now=seed)
     return None
@@ -70,11 +89,19 @@ def changed_source(env, root) -> str | None:
             try:
                 now = results.read_preferred(src["kind"], root)
             except results.ResultError:
-                return _("claim {id} was judged from a {kind} result that is no longer there",
-                         id=claim.get("id"), kind=src["kind"])
+                return _(
+                    "claim {id} was judged from a {kind} result that is no longer there",
+                    id=claim.get("id"),
+                    kind=src["kind"],
+                )
             if (now.created, now.quick) != (src.get("created"), src.get("quick")):
-                return _("claim {id} was judged from the {kind} result of {then}, which has since been replaced "
-                         "(now {now})", id=claim.get("id"), kind=src["kind"], then=src.get("created"), now=now.created)
+                return _(
+                    "claim {id} was judged from the {kind} result of {then}, which has since been replaced (now {now})",
+                    id=claim.get("id"),
+                    kind=src["kind"],
+                    then=src.get("created"),
+                    now=now.created,
+                )
     return None
 
 
@@ -125,9 +152,20 @@ def run_report(args) -> int:
             progress.close()
             note(_("wrote {path}", path=env.path))
         result = build_report(config, progress)
-    emit_json(args, {"page": str(result.path.resolve()), "lang": config.lang, "chapters": result.experiment_status,
-                     "verify": {"path": str(result.verify.path), "quick": result.verify.quick,
-                                "created": result.verify.created, "version": result.verify.version}})
+    emit_json(
+        args,
+        {
+            "page": str(result.path.resolve()),
+            "lang": config.lang,
+            "chapters": result.experiment_status,
+            "verify": {
+                "path": str(result.verify.path),
+                "quick": result.verify.quick,
+                "created": result.verify.created,
+                "version": result.verify.version,
+            },
+        },
+    )
     if not json_to_stdout(args):
         print(result.path.resolve())
     if args.open and not open_in_browser(result.path):

@@ -8,8 +8,16 @@ from fractions import Fraction
 
 from attnscale import results
 from attnscale.cli import output
-from attnscale.cli.options import (MODEL_OPTIONS, add_command, add_model_option, add_name_option, add_results_option,
-                                   options_named, results_root, user_result_name)
+from attnscale.cli.options import (
+    MODEL_OPTIONS,
+    add_command,
+    add_model_option,
+    add_name_option,
+    add_results_option,
+    options_named,
+    results_root,
+    user_result_name,
+)
 from attnscale.errors import InputError
 
 EXAMPLES = [
@@ -44,30 +52,51 @@ def parse_alphas(text: str) -> tuple[float, ...]:
 
 def register(sub) -> None:
     p = add_command(
-        sub, "rescale", help="multiply a trained model's attention scale by α: perplexity, entropy, continuations",
+        sub,
+        "rescale",
+        help="multiply a trained model's attention scale by α: perplexity, entropy, continuations",
         description="Multiply every attention layer's scale by α (the model's own eager attention, nothing else "
-                    "changed) and measure next-token cross-entropy and perplexity (a decoder or "
-                    "encoder-decoder) or how far the sentence embeddings move (an encoder), the mean row entropy and max weight per layer, and a "
-                    "greedy continuation of a fixed prompt. It measures the sensitivity of a model trained "
-                    "with 1/√d_k, not training without it.",
-        examples=EXAMPLES, after=AFTER)
+        "changed) and measure next-token cross-entropy and perplexity (a decoder or "
+        "encoder-decoder) or how far the sentence embeddings move (an encoder), the mean row entropy and max weight per layer, and a "
+        "greedy continuation of a fixed prompt. It measures the sensitivity of a model trained "
+        "with 1/√d_k, not training without it.",
+        examples=EXAMPLES,
+        after=AFTER,
+    )
     add_model_option(p, default="smollm2")
-    p.add_argument("--alphas", default="1/8,1/4,1/2,1,2,4,8", metavar="A,B,...",
-                   help="the factors, 1 among them (default 1/8,1/4,1/2,1,2,4,8)")
-    p.add_argument("--text", metavar="FILE",
-                   help="UTF-8 text: a decoder or encoder-decoder reads it whole, an encoder one sentence per "
-                        "line. Default: a fixed slice of pydoc_data.topics (a decoder or encoder-decoder), the "
-                        "built-in sentences (an encoder)")
-    p.add_argument("--max-tokens", type=int, default=None, metavar="N",
-                   help=f"a decoder or encoder-decoder only: tokens read from the text's start (default "
-                        f"{DEFAULT_TOKENS})")
-    p.add_argument("--window", type=int, default=None, metavar="W",
-                   help=f"a decoder or encoder-decoder only: tokens per consecutive causal window, at most the "
-                        f"model's positions (default {DEFAULT_TOKENS}, or the model's positions when fewer)")
+    p.add_argument(
+        "--alphas",
+        default="1/8,1/4,1/2,1,2,4,8",
+        metavar="A,B,...",
+        help="the factors, 1 among them (default 1/8,1/4,1/2,1,2,4,8)",
+    )
+    p.add_argument(
+        "--text",
+        metavar="FILE",
+        help="UTF-8 text: a decoder or encoder-decoder reads it whole, an encoder one sentence per "
+        "line. Default: a fixed slice of pydoc_data.topics (a decoder or encoder-decoder), the "
+        "built-in sentences (an encoder)",
+    )
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"a decoder or encoder-decoder only: tokens read from the text's start (default {DEFAULT_TOKENS})",
+    )
+    p.add_argument(
+        "--window",
+        type=int,
+        default=None,
+        metavar="W",
+        help=f"a decoder or encoder-decoder only: tokens per consecutive causal window, at most the "
+        f"model's positions (default {DEFAULT_TOKENS}, or the model's positions when fewer)",
+    )
     output.add_json_option(p)
     output.add_quiet_option(p)
-    add_results_option(p, "results folder; writes DIR/rescale/MODEL/result.json (your own model: "
-                          "DIR/rescale/user/NAME/result.json)")
+    add_results_option(
+        p, "results folder; writes DIR/rescale/MODEL/result.json (your own model: DIR/rescale/user/NAME/result.json)"
+    )
     add_name_option(p, "rescale")
     p.set_defaults(run=run_rescale_command)
 
@@ -80,13 +109,18 @@ def _window_option(args, loaded, quiet: bool) -> int:
     positions = model_positions(loaded.model.config)
     if args.window is not None:
         if positions is not None and args.window > positions:
-            raise InputError(f"--window {args.window}: expected at most {positions}, the positions {loaded.name} has "
-                             "(a window past them is scored where the model never saw a position)")
+            raise InputError(
+                f"--window {args.window}: expected at most {positions}, the positions {loaded.name} has "
+                "(a window past them is scored where the model never saw a position)"
+            )
         return args.window
     if positions is not None and positions < DEFAULT_TOKENS:
         if not quiet:
-            print(f"attnscale rescale: note: --window {positions}, the positions {loaded.name} has (the default "
-                  f"{DEFAULT_TOKENS} would run past them)", file=sys.stderr)
+            print(
+                f"attnscale rescale: note: --window {positions}, the positions {loaded.name} has (the default "
+                f"{DEFAULT_TOKENS} would run past them)",
+                file=sys.stderr,
+            )
         return positions
     return DEFAULT_TOKENS
 
@@ -101,29 +135,34 @@ def run_rescale_command(args) -> int:
 
     for option, value in (("--max-tokens", args.max_tokens), ("--window", args.window)):
         if value is not None:
-            check_count(option, value, minimum=2)          # one token pair to predict, at least
+            check_count(option, value, minimum=2)  # one token pair to predict, at least
     alphas = parse_alphas(args.alphas)
     with options_named(MODEL_OPTIONS):
-        RescaleConfig(alphas=alphas)                       # --alphas checked before anything loads
+        RescaleConfig(alphas=alphas)  # --alphas checked before anything loads
     output.check_json_target(args)
     root = results.check_writable(results_root(args), "--results")
     name = user_result_name(args, root)
-    if args.text and not read_text(args.text).strip():    # refused before the model is loaded
+    if args.text and not read_text(args.text).strip():  # refused before the model is loaded
         raise InputError(f"--text: {args.text!r} holds no text, expected at least two tokens")
     with options_named(MODEL_OPTIONS):
         loaded = pretrained.load_model(args.model, name)
     if loaded.family == "encoder":
         typed = [f"{o} {v}" for o, v in (("--max-tokens", args.max_tokens), ("--window", args.window)) if v is not None]
-        if typed:                     # said even with --quiet: it is about what was typed
-            print(f"attnscale rescale: note: {', '.join(typed)} ignored: only a decoder or encoder-decoder reads "
-                  f"one text in causal windows; {loaded.name} is an encoder (it reads one sentence per line)",
-                  file=sys.stderr)
+        if typed:  # said even with --quiet: it is about what was typed
+            print(
+                f"attnscale rescale: note: {', '.join(typed)} ignored: only a decoder or encoder-decoder reads "
+                f"one text in causal windows; {loaded.name} is an encoder (it reads one sentence per line)",
+                file=sys.stderr,
+            )
         config = RescaleConfig(alphas=alphas)
     else:
-        config = RescaleConfig(alphas=alphas, window=_window_option(args, loaded, args.quiet),
-                               max_tokens=DEFAULT_TOKENS if args.max_tokens is None else args.max_tokens)
+        config = RescaleConfig(
+            alphas=alphas,
+            window=_window_option(args, loaded, args.quiet),
+            max_tokens=DEFAULT_TOKENS if args.max_tokens is None else args.max_tokens,
+        )
     text = texts = None
-    if loaded.family != "encoder":                  # a decoder or encoder-decoder reads one whole text
+    if loaded.family != "encoder":  # a decoder or encoder-decoder reads one whole text
         text, source = (read_text(args.text), args.text) if args.text else default_text()
     else:
         texts, source = (read_texts(args.text), args.text) if args.text else (builtin_sentences(), BUILTIN_SOURCE)
@@ -143,40 +182,56 @@ def _num(x, digits: int = 4) -> str:
 
 def summary_table(data: dict) -> str:
     model, check, text = data["model"], data["check"], data["text"]
-    decoder = model.get("family", "decoder" if model["causal"] else "encoder") != "encoder"   # reads one text
+    decoder = model.get("family", "decoder" if model["causal"] else "encoder") != "encoder"  # reads one text
     from attnscale.experiments.pretrained.rescale import NO_UNSCALED_ALPHA
 
-    removes = (NO_UNSCALED_ALPHA[data["unscaled_alpha_none"]] if data["unscaled_alpha"] is None else
-               f"α = {data['unscaled_alpha']:g} removes it")
-    lines = [f"{model['name']}: every attention scale × α (d_k = {model['d_k']}, own scale {model['scale']:.4g}; "
-             f"{removes})"]
+    removes = (
+        NO_UNSCALED_ALPHA[data["unscaled_alpha_none"]]
+        if data["unscaled_alpha"] is None
+        else f"α = {data['unscaled_alpha']:g} removes it"
+    )
+    lines = [
+        f"{model['name']}: every attention scale × α (d_k = {model['d_k']}, own scale {model['scale']:.4g}; {removes})"
+    ]
     if model.get("weights_note"):
         lines.append(f"note: {model['weights_note']}")
     lines.append(f"measures: {data['what']}")
     if decoder:
-        lines.append(f"text: {text['source']}: {text['n_tokens']} tokens in {text['windows']} window(s) of up to "
-                     f"{text['window']}, {text['tokens_predicted']} predicted")
-        lines.append(f"check: α = 1 cross-entropy {check['our_loss']:.6f} vs the model's own loss {check['own_loss']:.6f} "
-                     f"(relative {check['relative_difference']:.1e}, tolerance {check['tolerance']:g}) — "
-                     f"{'passed' if check['passed'] else 'FAILED'}")
+        lines.append(
+            f"text: {text['source']}: {text['n_tokens']} tokens in {text['windows']} window(s) of up to "
+            f"{text['window']}, {text['tokens_predicted']} predicted"
+        )
+        lines.append(
+            f"check: α = 1 cross-entropy {check['our_loss']:.6f} vs the model's own loss {check['own_loss']:.6f} "
+            f"(relative {check['relative_difference']:.1e}, tolerance {check['tolerance']:g}) — "
+            f"{'passed' if check['passed'] else 'FAILED'}"
+        )
         lines += ["", f"{'α':>7} {'CE':>8} {'ppl':>10} {'H/lnn':>6} {'maxw':>6}  continuation of {data['prompt']!r}"]
     else:
         lines.append(f"text: {text['source']}: {text['n_sequences']} sentences, {text['n_tokens']} tokens")
-        lines.append(f"check: α = 1 embeddings vs the model's own: max |difference| {check['max_abs_difference']:.1e} "
-                     f"(tolerance {check['tolerance']:g}) — {'passed' if check['passed'] else 'FAILED'}")
+        lines.append(
+            f"check: α = 1 embeddings vs the model's own: max |difference| {check['max_abs_difference']:.1e} "
+            f"(tolerance {check['tolerance']:g}) — {'passed' if check['passed'] else 'FAILED'}"
+        )
         lines += ["", f"{'α':>7} {'cos mean':>9} {'cos min':>9} {'H/lnn':>6} {'maxw':>6}"]
     analysis = data["analysis"]
     for row in data["alphas"]:
         key = f"{row['alpha']:g}"
         entropy, top = analysis["mean_normalized_entropy"][key], analysis["mean_max_weight"][key]
         if decoder:
-            lines.append(f"{key:>7} {row['cross_entropy']:>8.4f} {_num(row['perplexity'], 5):>10} "
-                         f"{_num(entropy, 3):>6} {_num(top, 3):>6}  {row['continuation']!r}")
+            lines.append(
+                f"{key:>7} {row['cross_entropy']:>8.4f} {_num(row['perplexity'], 5):>10} "
+                f"{_num(entropy, 3):>6} {_num(top, 3):>6}  {row['continuation']!r}"
+            )
         else:
-            lines.append(f"{key:>7} {row['cosine_mean']:>9.4f} {row['cosine_min']:>9.4f} {_num(entropy, 3):>6} "
-                         f"{_num(top, 3):>6}")
-    lines.append("CE: next-token cross-entropy (nats); ppl = exp(CE); H/lnn, maxw: mean over layers, heads and rows "
-                 "of entropy/ln n and max weight" if decoder else
-                 "cos: cosine of each sentence's embedding to its α = 1 embedding; H/lnn, maxw: means over layers, "
-                 "heads and rows")
+            lines.append(
+                f"{key:>7} {row['cosine_mean']:>9.4f} {row['cosine_min']:>9.4f} {_num(entropy, 3):>6} {_num(top, 3):>6}"
+            )
+    lines.append(
+        "CE: next-token cross-entropy (nats); ppl = exp(CE); H/lnn, maxw: mean over layers, heads and rows "
+        "of entropy/ln n and max weight"
+        if decoder
+        else "cos: cosine of each sentence's embedding to its α = 1 embedding; H/lnn, maxw: means over layers, "
+        "heads and rows"
+    )
     return "\n".join(lines)

@@ -15,26 +15,37 @@ EXAMPLES = [
     "attnscale telemetry-bench --markdown      print the last result as the README's table; runs nothing",
 ]
 
-LABELS = {"sdpa": "SDPA", "kernel": "fused kernel: out + lse + entropy", "kernel+range": "+ max/min logit",
-          "composed": "one fused PyTorch call on [V, K]", "naive": "materialise weights, then entropy"}
+LABELS = {
+    "sdpa": "SDPA",
+    "kernel": "fused kernel: out + lse + entropy",
+    "kernel+range": "+ max/min logit",
+    "composed": "one fused PyTorch call on [V, K]",
+    "naive": "materialise weights, then entropy",
+}
 
 
 def register(sub) -> None:
     p = add_command(
-        sub, "telemetry-bench", help="time and memory of attention with per-row figures vs plain SDPA",
+        sub,
+        "telemetry-bench",
+        help="time and memory of attention with per-row figures vs plain SDPA",
         description="Measure attnscale.torch.attention (output + log-sum-exp + entropy, exact, no L×S matrix) "
-                    "against plain torch SDPA and the naive materialise-then-entropy path, forward and "
-                    "forward + backward, in one run (medians, ratios); then run the monitor on all-MiniLM-L6-v2.",
-        examples=EXAMPLES)
+        "against plain torch SDPA and the naive materialise-then-entropy path, forward and "
+        "forward + backward, in one run (medians, ratios); then run the monitor on all-MiniLM-L6-v2.",
+        examples=EXAMPLES,
+    )
     p.add_argument("--repeats", type=int, default=5, help="timed repeats per variant (default 5)")
     p.add_argument("--quick", action="store_true", help="small shapes, a smoke run")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's own choice)")
     p.add_argument("--no-backward", action="store_true", help="forward only")
     p.add_argument("--no-model", action="store_true", help="skip the monitor on all-MiniLM-L6-v2")
-    p.add_argument("--markdown", action="store_true",
-                   help="print the result found under --results as Markdown tables (the README's; --json: that result); "
-                        "run nothing")
+    p.add_argument(
+        "--markdown",
+        action="store_true",
+        help="print the result found under --results as Markdown tables (the README's; --json: that result); "
+        "run nothing",
+    )
     add_results_option(p, "results folder; writes DIR/telemetry/result.json (quick.json with --quick)")
     add_json_option(p)
     add_quiet_option(p)
@@ -48,8 +59,7 @@ def run_telemetry_bench_command(args) -> int:
     from attnscale.cli.output import check_json_target, emit_json, json_to_stdout
     from attnscale.cli.kernel import prepare_kernel
     from attnscale.cli.progress import Progress
-    from attnscale.experiments.telemetry import (TelemetryBenchConfig, check_device, measure_monitor,
-                                                 run_telemetry_bench)
+    from attnscale.experiments.telemetry import TelemetryBenchConfig, check_device, measure_monitor, run_telemetry_bench
 
     root = results_root(args)
     if args.markdown:
@@ -61,7 +71,9 @@ def run_telemetry_bench_command(args) -> int:
         return 0
     check_device(args.device)
     check_json_target(args)
-    results.check_writable(results.result_path("telemetry", root, args.quick).parent, "--results")   # a rerun replaces the file
+    results.check_writable(
+        results.result_path("telemetry", root, args.quick).parent, "--results"
+    )  # a rerun replaces the file
     make = TelemetryBenchConfig.quick if args.quick else TelemetryBenchConfig
     config = make(repeats=args.repeats, device=args.device, threads=args.threads, backward=not args.no_backward)
     if args.device == "cpu":
@@ -104,27 +116,36 @@ def format_table(env) -> str:
     data = env.data
     lines = [f"time ÷ plain SDPA (median of {data['repeats']}, {data['threads']} threads, {data['device']})"]
     for pass_, variants in data["variants"].items():
-        lines.append(f"{pass_:<18}{'(B, H, L, d)':<19}{'causal':<8}{'sdpa s':>9}"
-                     + "".join(f"{v:>14}" for v in variants if v != "sdpa"))
+        lines.append(
+            f"{pass_:<18}{'(B, H, L, d)':<19}{'causal':<8}{'sdpa s':>9}"
+            + "".join(f"{v:>14}" for v in variants if v != "sdpa")
+        )
         for row in (r for r in data["rows"] if r["pass"] == pass_):
-            lines.append(f"{'':<18}{_shape(row):<19}{_causal(row):<8}{row['median_s']['sdpa']:>9.4f}"
-                         + "".join(f"{_ratio(row['ratio_to_sdpa'].get(v), '.3f'):>14}" for v in variants if v != "sdpa"))
-            lines.append(f"{'':<18}{'  CPU time ratio':<27}{row['cpu_median_s']['sdpa']:>9.4f}"
-                         + "".join(f"{_ratio(row['cpu_ratio_to_sdpa'].get(v), '.3f'):>14}" for v in variants if v != "sdpa"))
+            lines.append(
+                f"{'':<18}{_shape(row):<19}{_causal(row):<8}{row['median_s']['sdpa']:>9.4f}"
+                + "".join(f"{_ratio(row['ratio_to_sdpa'].get(v), '.3f'):>14}" for v in variants if v != "sdpa")
+            )
+            lines.append(
+                f"{'':<18}{'  CPU time ratio':<27}{row['cpu_median_s']['sdpa']:>9.4f}"
+                + "".join(f"{_ratio(row['cpu_ratio_to_sdpa'].get(v), '.3f'):>14}" for v in variants if v != "sdpa")
+            )
             lines += [f"{'':<18}  {name} skipped: {why}" for name, why in row.get("skipped", {}).items()]
     for row in data["memory"]:
         variants = list(row["peak_rise_bytes"])
-        lines.append(f"peak memory rise ÷ plain SDPA, {row['pass']} {_shape(row)} {_causal(row)}: "
-                     + ", ".join(f"{v} {_ratio(row['ratio_to_sdpa'][v])} ({_mib(row['peak_rise_bytes'][v])})"
-                                 for v in variants))
+        lines.append(
+            f"peak memory rise ÷ plain SDPA, {row['pass']} {_shape(row)} {_causal(row)}: "
+            + ", ".join(f"{v} {_ratio(row['ratio_to_sdpa'][v])} ({_mib(row['peak_rise_bytes'][v])})" for v in variants)
+        )
         for name, why in row.get("failures", {}).items():
             lines.append(f"  {name} failed: {why}")
     lines += [_verdict_line(v) for v in data["verdicts"]]
     if data.get("monitor"):
         m = data["monitor"]
-        lines.append(f"monitor on {m['model']} ({m['n_sequences']} sequences, padded to {m['padded_length']}): "
-                     f"forward ×{m['ratio']:.2f}, outputs bit-for-bit equal: {m['outputs_bitwise_equal']}, "
-                     f"float16 overflow in {m['float16_overflow_calls']} of {m['calls_per_forward']} calls")
+        lines.append(
+            f"monitor on {m['model']} ({m['n_sequences']} sequences, padded to {m['padded_length']}): "
+            f"forward ×{m['ratio']:.2f}, outputs bit-for-bit equal: {m['outputs_bitwise_equal']}, "
+            f"float16 overflow in {m['float16_overflow_calls']} of {m['calls_per_forward']} calls"
+        )
     if data.get("load_average"):
         lines.append("load average after the run: " + ", ".join(f"{x:.2f}" for x in data["load_average"]))
     return "\n".join(lines)
@@ -146,32 +167,58 @@ def format_markdown(env) -> str:
     """A ``telemetry`` result as the README's Markdown: its date, machine and load, then one table of
     time ratios per pass and one of peak memory, every cell from the result."""
     data, machine = env.data, env.data.get("machine", {})
-    where = ", ".join(str(x) for x in (machine.get("cpu"), f"{machine.get('cores')} cores",
-                                       f"{data['threads']} threads", f"torch {machine.get('torch')}") if x)
+    where = ", ".join(
+        str(x)
+        for x in (
+            machine.get("cpu"),
+            f"{machine.get('cores')} cores",
+            f"{data['threads']} threads",
+            f"torch {machine.get('torch')}",
+        )
+        if x
+    )
     load = ", ".join(f"{x:.1f}" for x in data["load_average"]) if data.get("load_average") else "unknown"
-    lines = [f"Measured {env.created[:10]} on {where} ({data['device']}; load average after the run {load}), "
-             f"medians of {data['repeats']}{', a quick run' if env.quick else ''}; each cell wall-clock time "
-             f"(CPU time in brackets) ÷ plain SDPA's in the same run. Generated from "
-             f"`{env.path}` by `attnscale telemetry-bench --markdown`.", ""]
+    lines = [
+        f"Measured {env.created[:10]} on {where} ({data['device']}; load average after the run {load}), "
+        f"medians of {data['repeats']}{', a quick run' if env.quick else ''}; each cell wall-clock time "
+        f"(CPU time in brackets) ÷ plain SDPA's in the same run. Generated from "
+        f"`{env.path}` by `attnscale telemetry-bench --markdown`.",
+        "",
+    ]
     for pass_, variants in data["variants"].items():
         others = [v for v in variants if v != "sdpa"]
-        lines += [f"| {pass_}: time ÷ SDPA | SDPA median | " + " | ".join(LABELS[v] for v in others) + " |",
-                  "|---|---|" + "---|" * len(others)]
+        lines += [
+            f"| {pass_}: time ÷ SDPA | SDPA median | " + " | ".join(LABELS[v] for v in others) + " |",
+            "|---|---|" + "---|" * len(others),
+        ]
         for row in (r for r in data["rows"] if r["pass"] == pass_):
-            lines.append(f"| {_shape(row)}{', causal' if row['causal'] else ''} | "
-                         f"{row['median_s']['sdpa'] * 1e3:.0f} ms | "
-                         + " | ".join(f"{_ratio(row['ratio_to_sdpa'][v])} ({_ratio(row['cpu_ratio_to_sdpa'][v])})"
-                                      if v in row["ratio_to_sdpa"] else "skipped" for v in others) + " |")
+            lines.append(
+                f"| {_shape(row)}{', causal' if row['causal'] else ''} | "
+                f"{row['median_s']['sdpa'] * 1e3:.0f} ms | "
+                + " | ".join(
+                    f"{_ratio(row['ratio_to_sdpa'][v])} ({_ratio(row['cpu_ratio_to_sdpa'][v])})"
+                    if v in row["ratio_to_sdpa"]
+                    else "skipped"
+                    for v in others
+                )
+                + " |"
+            )
         lines.append("")
     if data["memory"]:
         variants = list(dict.fromkeys(v for row in data["memory"] for v in row["peak_rise_bytes"] if v != "sdpa"))
-        lines += ["| peak memory rise ÷ SDPA | SDPA | " + " | ".join(LABELS[v] for v in variants) + " |",
-                  "|---|---|" + "---|" * len(variants)]
+        lines += [
+            "| peak memory rise ÷ SDPA | SDPA | " + " | ".join(LABELS[v] for v in variants) + " |",
+            "|---|---|" + "---|" * len(variants),
+        ]
         for row in data["memory"]:
-            lines.append(f"| {row['pass']}, {_shape(row)}{', causal' if row['causal'] else ''} | "
-                         f"{_mib(row['peak_rise_bytes']['sdpa'])} | "
-                         + " | ".join(_ratio(row["ratio_to_sdpa"].get(v)) if v in row["ratio_to_sdpa"] else "—"
-                                      for v in variants) + " |")
+            lines.append(
+                f"| {row['pass']}, {_shape(row)}{', causal' if row['causal'] else ''} | "
+                f"{_mib(row['peak_rise_bytes']['sdpa'])} | "
+                + " | ".join(
+                    _ratio(row["ratio_to_sdpa"].get(v)) if v in row["ratio_to_sdpa"] else "—" for v in variants
+                )
+                + " |"
+            )
         lines.append("")
     lines += [f"- {_verdict_line(v)}" for v in data["verdicts"]]
     return "\n".join(lines).rstrip()

@@ -32,8 +32,16 @@ from typing import Any
 from attnscale import results
 from attnscale.store import config_hash, to_jsonable
 
-__all__ = ["Producer", "PRODUCERS", "producer", "fingerprint", "current_fingerprint", "stale_reasons",
-           "regenerate_command"]
+__all__ = [
+    "Producer",
+    "PRODUCERS",
+    "producer",
+    "fingerprint",
+    "current_fingerprint",
+    "stale_reasons",
+    "regenerate_command",
+]
+
 
 @dataclass(frozen=True)
 class Producer:
@@ -41,6 +49,7 @@ class Producer:
     (as JSON data; for a probe or a rescale only the fields the code itself declares), and the
     producer's code version now (None where it declares none). Its command is the kind's
     ``reference_command`` (:data:`attnscale.results.KINDS`), plain data that the report reads."""
+
     kind: str
     defaults: Callable[[], dict]
     code_version: Callable[[], int | None] = lambda: None
@@ -83,6 +92,7 @@ def _telemetry_defaults(repeats: int) -> Callable[[], dict]:
         from attnscale.experiments.telemetry import TelemetryBenchConfig
 
         return to_jsonable(TelemetryBenchConfig(repeats=repeats))
+
     return defaults
 
 
@@ -98,11 +108,15 @@ def _probe(model: str) -> Producer:
         from attnscale.experiments.pretrained import loading as pretrained
         from attnscale.experiments.pretrained.probe.run import run_probe
 
-        declared = {name: p.default for name, p in inspect.signature(run_probe).parameters.items()
-                    if name in ("batch_size", "tolerance", "max_pairs", "source")}
+        declared = {
+            name: p.default
+            for name, p in inspect.signature(run_probe).parameters.items()
+            if name in ("batch_size", "tolerance", "max_pairs", "source")
+        }
         declared["text"] = declared.pop("source")
         sha = {"minilm": pretrained.MINILM_SHA256, "smollm2": pretrained.SMOLLM2_SHA256}[model]
         return {**declared, "weights_sha256": sha}
+
     return Producer(f"probe/{model}", defaults, recorded=_picked(PROBE_FIELDS))
 
 
@@ -116,8 +130,11 @@ def _rescale(model: str) -> Producer:
 
         config = to_jsonable(RescaleConfig())
         version = {"minilm": pretrained.MINILM_VERSION, "smollm2": pretrained.SMOLLM2_VERSION}[model]
-        return {**{k: config[k] for k in RESCALE_FIELDS if k in config}, "alphas": config["alphas"],
-                "model_version": version}
+        return {
+            **{k: config[k] for k in RESCALE_FIELDS if k in config},
+            "alphas": config["alphas"],
+            "model_version": version,
+        }
 
     def recorded(env: results.Envelope) -> dict:
         # The run adds α = √d_k (no scale) to the grid when it is not in it: not a default of its own.
@@ -125,19 +142,31 @@ def _rescale(model: str) -> Producer:
 
         out = _picked(RESCALE_FIELDS)(env)
         unscaled = env.data.get("unscaled_alpha")
-        out["alphas"] = [a for a in (env.config or {}).get("alphas", [])
-                         if a in ALPHAS or unscaled is None or not math.isclose(a, unscaled, rel_tol=1e-9)]
+        out["alphas"] = [
+            a
+            for a in (env.config or {}).get("alphas", [])
+            if a in ALPHAS or unscaled is None or not math.isclose(a, unscaled, rel_tol=1e-9)
+        ]
         return out
+
     return Producer(f"rescale/{model}", defaults, recorded=recorded)
 
 
 #: The producer of each kind of reference result (each kind's command: results.KINDS).
-PRODUCERS: dict[str, Producer] = {p.kind: p for p in (
-    Producer("verify", _verify_defaults),
-    _probe("minilm"), _probe("smollm2"), _rescale("smollm2"), _rescale("minilm"),
-    _sweep("scale-vs-dk"), _sweep("logit-growth"), _sweep("lm"),
-    Producer("telemetry", _telemetry_defaults(3)),
-)}
+PRODUCERS: dict[str, Producer] = {
+    p.kind: p
+    for p in (
+        Producer("verify", _verify_defaults),
+        _probe("minilm"),
+        _probe("smollm2"),
+        _rescale("smollm2"),
+        _rescale("minilm"),
+        _sweep("scale-vs-dk"),
+        _sweep("logit-growth"),
+        _sweep("lm"),
+        Producer("telemetry", _telemetry_defaults(3)),
+    )
+}
 
 
 def producer(kind: str) -> Producer:
@@ -153,8 +182,10 @@ def regenerate_command(kind: str) -> str:
     producer's command into a scratch folder, then its envelope compressed into src/attnscale/reference_results."""
     folder = "/tmp/attnscale-reference"
     file = results.result_path(kind, folder).as_posix()
-    return (f"{producer(kind).command} --results {folder} && "
-            f"gzip -9n < {file} > src/attnscale/reference_results/{kind}/result.json.gz")
+    return (
+        f"{producer(kind).command} --results {folder} && "
+        f"gzip -9n < {file} > src/attnscale/reference_results/{kind}/result.json.gz"
+    )
 
 
 def fingerprint(env: results.Envelope) -> dict:

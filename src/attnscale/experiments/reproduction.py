@@ -48,9 +48,26 @@ from typing import Any
 from attnscale import provenance, results
 from attnscale.store import to_jsonable, write_bytes_atomic
 
-__all__ = ["RTOL", "ATOL", "MARGIN", "SECOND_ARITHMETIC", "CHECKED", "Tolerance", "EXACT", "compare",
-           "instability", "logged_steps", "spread_picks", "recompute", "reproduce", "calibrate",
-           "calibration_path", "read_calibration", "tolerance_for", "backfill_cpu"]
+__all__ = [
+    "RTOL",
+    "ATOL",
+    "MARGIN",
+    "SECOND_ARITHMETIC",
+    "CHECKED",
+    "Tolerance",
+    "EXACT",
+    "compare",
+    "instability",
+    "logged_steps",
+    "spread_picks",
+    "recompute",
+    "reproduce",
+    "calibrate",
+    "calibration_path",
+    "read_calibration",
+    "tolerance_for",
+    "backfill_cpu",
+]
 
 #: Relative and absolute tolerance of a recomputed figure on another arithmetic, before the measured
 #: spread is added. 1 part in 10⁴: ten times under the smallest alteration the tests must catch.
@@ -65,9 +82,9 @@ MARGIN = 10.0
 SECOND_ARITHMETIC = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "COMPATIBLE"}
 #: The reference kinds a check recomputes, and the candidates calibration tries in each.
 CHECKED = ("train/scale-vs-dk", "train/logit-growth", "train/lm", "probe/minilm", "rescale/minilm")
-CANDIDATES = 8       # training cells tried per sweep (each costs its first logged steps, twice)
-KEEP = 3             # training cells kept per sweep, spread over the grid
-ENTRIES = 2          # logged steps recomputed per training cell: step 0 and one early one
+CANDIDATES = 8  # training cells tried per sweep (each costs its first logged steps, twice)
+KEEP = 3  # training cells kept per sweep, spread over the grid
+ENTRIES = 2  # logged steps recomputed per training cell: step 0 and one early one
 RESCALE_ALPHAS = (1.0, 8.0)
 CALIBRATION_FILE = "reproduction.json.gz"
 
@@ -76,6 +93,7 @@ CALIBRATION_FILE = "reproduction.json.gz"
 class Tolerance:
     """How a recomputed figure may differ from the shipped one: exactly (``exact``), or within
     ``rtol·|shipped| + atol + margin·spread[path]`` (an int within ``count_slack``)."""
+
     exact: bool = False
     rtol: float = RTOL
     atol: float = ATOL
@@ -84,7 +102,11 @@ class Tolerance:
     spread: Mapping[str, float] = field(default_factory=dict)
 
     def allows(self, here: Any, shipped: Any, path: str) -> bool:
-        if isinstance(here, bool) or isinstance(shipped, bool) or not all(isinstance(x, (int, float)) for x in (here, shipped)):
+        if (
+            isinstance(here, bool)
+            or isinstance(shipped, bool)
+            or not all(isinstance(x, (int, float)) for x in (here, shipped))
+        ):
             return here == shipped
         if self.exact:
             return here == shipped or (here != here and shipped != shipped)
@@ -99,8 +121,9 @@ class Tolerance:
 EXACT = Tolerance(exact=True)
 
 
-def compare(here: Any, shipped: Any, at: str = "", prefix_lists: bool = True,
-            tolerance: Tolerance = Tolerance()) -> list[str]:
+def compare(
+    here: Any, shipped: Any, at: str = "", prefix_lists: bool = True, tolerance: Tolerance = Tolerance()
+) -> list[str]:
     """Where the recomputed ``here`` differs from the ``shipped`` data beyond ``tolerance`` (each
     difference named by its path). With ``prefix_lists``, the lists of ``here`` are compared with the
     first entries of the shipped ones (a run stopped early logs a prefix of the full run's log) and
@@ -141,8 +164,12 @@ def _leaves(here: Any, shipped: Any, at: str = "", prefix_lists: bool = True):
 
 #: Keys of a cell result or its log whose true (non-zero) value marks a run no tolerance can follow
 #: across CPUs: it diverged, or clipping changed its course, anywhere in the run.
-RUN_MARKERS = {"diverged": "it diverged", "diverged_at": "it diverged", "clipped_heads": "QK-clip rescaled heads",
-               "grad_zero_ever": "a gradient vanished"}
+RUN_MARKERS = {
+    "diverged": "it diverged",
+    "diverged_at": "it diverged",
+    "clipped_heads": "QK-clip rescaled heads",
+    "grad_zero_ever": "a gradient vanished",
+}
 #: Keys whose non-zero value in the compared steps marks a saturated softmax (its gradient is a
 #: difference of nearly equal terms).
 STEP_MARKERS = {"saturated_frac": "saturated rows", "grad_zero": "a vanished gradient"}
@@ -207,6 +234,7 @@ def spread_picks(items: list, count: int) -> list:
 
 # --- recomputing ------------------------------------------------------------------------------------
 
+
 def _training_items(env: results.Envelope, items: list[int]) -> dict[int, dict]:
     from attnscale.experiments.sweeps.process_settings import process_settings, restore_process_settings
     from attnscale.experiments.training.registry import EXPERIMENTS, make_config
@@ -218,7 +246,9 @@ def _training_items(env: results.Envelope, items: list[int]) -> dict[int, dict]:
     out = {}
     for i in items:
         if to_jsonable(cells[i]) != shipped[i]["cell"]:
-            raise ValueError(f"{env.path}: cell {i} shipped is {shipped[i]['cell']}, here {to_jsonable(cells[i])}: stale")
+            raise ValueError(
+                f"{env.path}: cell {i} shipped is {shipped[i]['cell']}, here {to_jsonable(cells[i])}: stale"
+            )
         steps = logged_steps(shipped[i]["result"])
         before = process_settings()
         try:
@@ -245,9 +275,12 @@ def _rescale_items(env: results.Envelope, items: list[float]) -> dict[float, dic
     from attnscale.experiments.pretrained.probe.run import builtin_sentences
     from attnscale.experiments.pretrained.rescale import RescaleConfig, run_rescale
 
-    data = run_rescale(pretrained.load_model(env.kind.split("/", 1)[1]),
-                       RescaleConfig(alphas=tuple(items), include_unscaled=False),
-                       texts=builtin_sentences(), source="built-in sentences")
+    data = run_rescale(
+        pretrained.load_model(env.kind.split("/", 1)[1]),
+        RescaleConfig(alphas=tuple(items), include_unscaled=False),
+        texts=builtin_sentences(),
+        source="built-in sentences",
+    )
     return {row["alpha"]: row for row in data["alphas"]}
 
 
@@ -275,12 +308,19 @@ def recompute(env: results.Envelope, items: list) -> dict:
 
 def _recompute_in_second_arithmetic(env: results.Envelope, items: list) -> dict:
     """:func:`recompute` of the reference ``env`` in a fresh process under :data:`SECOND_ARITHMETIC`, and that process's CPU record."""
-    script = ("import json, sys; from attnscale import provenance, results;"
-              "from attnscale.experiments import reproduction as r;"
-              "out = r.recompute(results.read_reference(sys.argv[1]), json.loads(sys.argv[2]));"
-              "print(json.dumps({'cpu': provenance.cpu(), 'items': [[k, v] for k, v in out.items()]}))")
-    done = subprocess.run([sys.executable, "-c", script, env.kind, json.dumps(items)], capture_output=True,
-                          text=True, env={**os.environ, **SECOND_ARITHMETIC}, check=False)
+    script = (
+        "import json, sys; from attnscale import provenance, results;"
+        "from attnscale.experiments import reproduction as r;"
+        "out = r.recompute(results.read_reference(sys.argv[1]), json.loads(sys.argv[2]));"
+        "print(json.dumps({'cpu': provenance.cpu(), 'items': [[k, v] for k, v in out.items()]}))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, env.kind, json.dumps(items)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **SECOND_ARITHMETIC},
+        check=False,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"recomputing {env.kind} under {SECOND_ARITHMETIC} failed:\n{done.stderr[-2000:]}")
     raw = json.loads(done.stdout.strip().splitlines()[-1])
@@ -288,6 +328,7 @@ def _recompute_in_second_arithmetic(env: results.Envelope, items: list) -> dict:
 
 
 # --- calibration ------------------------------------------------------------------------------------
+
 
 def calibration_path() -> Path | None:
     """The calibration file beside the reference results (None when there are none)."""
@@ -328,8 +369,10 @@ def _spreads(env, item, *recomputed: dict) -> dict[str, float]:
 
 def _within_margin(env, item, here: dict, spread: dict[str, float]) -> bool:
     """Whether every compared figure of ``item`` moved by at most 1/MARGIN of the plain tolerance."""
-    return all(MARGIN * spread.get(path, 0.0) <= ATOL + RTOL * abs(there)
-               for path, _, there in _leaves(here, _shipped_item(env, item), prefix_lists=_prefix_lists(env.kind)))
+    return all(
+        MARGIN * spread.get(path, 0.0) <= ATOL + RTOL * abs(there)
+        for path, _, there in _leaves(here, _shipped_item(env, item), prefix_lists=_prefix_lists(env.kind))
+    )
 
 
 def calibrate(kinds=CHECKED, progress=None) -> dict:
@@ -337,8 +380,16 @@ def calibrate(kinds=CHECKED, progress=None) -> dict:
     items, and store the calibration beside the references (atomically). Returns what it stored.
     ``progress(kind)`` is called as each kind starts. The kinds not in ``kinds`` keep their stored
     entries (``made`` then describes this calibration's run)."""
-    stored = {**read_calibration(), "made": {"created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                       "second_arithmetic": SECOND_ARITHMETIC, "rtol": RTOL, "atol": ATOL, "margin": MARGIN}}
+    stored = {
+        **read_calibration(),
+        "made": {
+            "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "second_arithmetic": SECOND_ARITHMETIC,
+            "rtol": RTOL,
+            "atol": ATOL,
+            "margin": MARGIN,
+        },
+    }
     for kind in kinds:
         if progress:
             progress(kind)
@@ -351,20 +402,27 @@ def calibrate(kinds=CHECKED, progress=None) -> dict:
         within = [item for item in candidates if _within_margin(env, item, here[item], spread[item])]
         kept = spread_picks(within, KEEP) if env.kind.startswith("train/") else within
         left_out = {str(i): why for i, why in unstable.items()}
-        left_out.update({str(i): "its figures moved beyond 1/MARGIN of the tolerance under the second arithmetic"
-                         for i in candidates if i not in within})
+        left_out.update(
+            {
+                str(i): "its figures moved beyond 1/MARGIN of the tolerance under the second arithmetic"
+                for i in candidates
+                if i not in within
+            }
+        )
         stored[kind] = {
-            "reference_created": env.created,    # a regenerated reference needs a new calibration
+            "reference_created": env.created,  # a regenerated reference needs a new calibration
             "items": kept,
             "left_out": left_out,
             "spread": {str(item): {p: float(f"{s:.2e}") for p, s in spread[item].items() if s} for item in kept},
             "bit_exact_here": not any(s for item in candidates for s in _spreads(env, item, here[item]).values()),
         }
-    stored["made"]["cpu"] = provenance.cpu()        # now that the recomputation has loaded torch
+    stored["made"]["cpu"] = provenance.cpu()  # now that the recomputation has loaded torch
     path = calibration_path()
     if path is None:
         raise results.ResultMissing("no reference folder to store the calibration in (ATTNSCALE_REFERENCE is empty)")
-    write_bytes_atomic(path, gzip.compress(json.dumps(stored, indent=1, sort_keys=True).encode(), compresslevel=9, mtime=0))
+    write_bytes_atomic(
+        path, gzip.compress(json.dumps(stored, indent=1, sort_keys=True).encode(), compresslevel=9, mtime=0)
+    )
     return stored
 
 
@@ -374,7 +432,9 @@ def tolerance_for(env: results.Envelope, item, calibration: dict | None = None) 
     for bit reproducible there (the training sweeps are; the probe's float64 sums are not), else the
     calibrated tolerance of ``item``."""
     entry = (calibration if calibration is not None else read_calibration()).get(env.kind, {})
-    if entry.get("bit_exact_here") and provenance.same_arithmetic(results.computed_on(env).get("cpu"), provenance.cpu()):
+    if entry.get("bit_exact_here") and provenance.same_arithmetic(
+        results.computed_on(env).get("cpu"), provenance.cpu()
+    ):
         return EXACT
     return Tolerance(spread=entry.get("spread", {}).get(str(item), {}))
 
@@ -387,9 +447,15 @@ def reproduce(env: results.Envelope, items: list | None = None) -> dict:
     if items is None:
         items = calibration.get(env.kind, {}).get("items") or spread_picks(_candidates(env)[0], KEEP)
     here = recompute(env, items)
-    return {item: compare(here[item], _shipped_item(env, item), prefix_lists=_prefix_lists(env.kind),
-                          tolerance=tolerance_for(env, item, calibration))
-            for item in items}
+    return {
+        item: compare(
+            here[item],
+            _shipped_item(env, item),
+            prefix_lists=_prefix_lists(env.kind),
+            tolerance=tolerance_for(env, item, calibration),
+        )
+        for item in items
+    }
 
 
 def backfill_cpu(kind: str, record: dict, note: str) -> Path:
@@ -411,8 +477,10 @@ def main(argv: list[str] | None = None) -> int:
     stored = calibrate(kinds, progress=lambda kind: print(f"calibrating {kind} ...", flush=True))
     for kind in kinds:
         entry = stored[kind]
-        print(f"{kind}: items {entry['items']}, {len(entry['left_out'])} left out, "
-              f"bit-exact here: {entry['bit_exact_here']}")
+        print(
+            f"{kind}: items {entry['items']}, {len(entry['left_out'])} left out, "
+            f"bit-exact here: {entry['bit_exact_here']}"
+        )
     print(f"wrote {calibration_path()}")
     return 0
 

@@ -40,35 +40,45 @@ from dataclasses import dataclass
 
 from attnscale.errors import InputError, check_count, require
 
-__all__ = ["TelemetryBenchConfig", "run_telemetry_bench", "measure_monitor", "monitor_layers", "VARIANTS",
-           "PASSES", "TARGETS", "check_device"]
+__all__ = [
+    "TelemetryBenchConfig",
+    "run_telemetry_bench",
+    "measure_monitor",
+    "monitor_layers",
+    "VARIANTS",
+    "PASSES",
+    "TARGETS",
+    "check_device",
+]
 
 VARIANTS = ("sdpa", "kernel", "kernel+range", "composed", "naive")
 PASSES = ("forward", "forward+backward")
 # The fused kernel's cost targets, what "at SDPA's speed" means here: time ÷ SDPA per pass, and peak
 # memory of forward + backward.
-TARGETS = ({"measure": "time", "pass": "forward", "variant": "kernel", "target": 1.05},
-           {"measure": "time", "pass": "forward+backward", "variant": "kernel", "target": 1.15},
-           {"measure": "peak memory", "pass": "forward+backward", "variant": "kernel", "target": 1.1})
+TARGETS = (
+    {"measure": "time", "pass": "forward", "variant": "kernel", "target": 1.05},
+    {"measure": "time", "pass": "forward+backward", "variant": "kernel", "target": 1.15},
+    {"measure": "peak memory", "pass": "forward+backward", "variant": "kernel", "target": 1.1},
+)
 
 
 @dataclass(frozen=True)
 class TelemetryBenchConfig:
-    shapes: tuple = ((2, 8, 2048, 64), (1, 8, 8192, 64))   # (B, H, L, d), L = S
+    shapes: tuple = ((2, 8, 2048, 64), (1, 8, 8192, 64))  # (B, H, L, d), L = S
     causal: tuple = (False, True)
-    repeats: int = 5                                        # timed repeats per variant (medians)
+    repeats: int = 5  # timed repeats per variant (medians)
     forward_variants: tuple = VARIANTS
-    backward_variants: tuple = ("sdpa", "kernel")           # forward + backward (naive: an L×S graph)
-    memory_shapes: tuple = ((1, 8, 8192, 64),)              # where peak memory is measured
-    memory_variants: tuple = ("sdpa", "kernel", "kernel+range", "composed")   # naive: GiBs at 8192
+    backward_variants: tuple = ("sdpa", "kernel")  # forward + backward (naive: an L×S graph)
+    memory_shapes: tuple = ((1, 8, 8192, 64),)  # where peak memory is measured
+    memory_variants: tuple = ("sdpa", "kernel", "kernel+range", "composed")  # naive: GiBs at 8192
     memory_causal: tuple = (False,)
-    naive_max_weights: int = 1 << 26        # naive is skipped where B·H·L·S is larger (256 MiB of float32)
+    naive_max_weights: int = 1 << 26  # naive is skipped where B·H·L·S is larger (256 MiB of float32)
     backward: bool = True
     device: str = "cpu"
-    threads: int = 0                                        # torch intra-op threads; 0 = torch's default
+    threads: int = 0  # torch intra-op threads; 0 = torch's default
     seed: int = 0
 
-    QUICK_SHAPES = ((1, 4, 256, 64), (1, 4, 512, 64))       # a smoke run: seconds, not minutes
+    QUICK_SHAPES = ((1, 4, 256, 64), (1, 4, 512, 64))  # a smoke run: seconds, not minutes
 
     def __post_init__(self):
         for shape in (*self.shapes, *self.memory_shapes):
@@ -120,17 +130,19 @@ def _variant(torch, name: str, causal: bool) -> Callable:
         return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     if name in ("kernel", "kernel+range", "composed"):
         backend = "composed" if name == "composed" else "kernel"
-        return lambda q, k, v: attention(q, k, v, backend=backend, causal=alignment, return_stats=True,
-                                         logit_range=name == "kernel+range")[0]
+        return lambda q, k, v: attention(
+            q, k, v, backend=backend, causal=alignment, return_stats=True, logit_range=name == "kernel+range"
+        )[0]
 
     def naive(q, k, v):
-        s = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))      # (B, H, L, S)
+        s = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))  # (B, H, L, S)
         if causal:
             L, S = s.shape[-2:]
             s = s.masked_fill(torch.ones(L, S, dtype=torch.bool, device=s.device).triu(1), -math.inf)
         p = torch.softmax(s, dim=-1)
         torch.logsumexp(s, dim=-1), torch.special.entr(p).sum(-1)
         return p @ v
+
     return naive
 
 
@@ -174,7 +186,7 @@ def _time_row(torch, shape, causal: bool, pass_: str, variants, config: Telemetr
     fns = {name: _variant(torch, name, causal) for name in variants}
     times: dict[str, list[float]] = {name: [] for name in variants}
     cpu: dict[str, list[float]] = {name: [] for name in variants}
-    for name in variants:                           # warm-up: kernel build, allocator, caches
+    for name in variants:  # warm-up: kernel build, allocator, caches
         _call(torch, fns[name], q, k, v, dout)
     _sync(torch, config.device)
     label = f"{pass_} {tuple(shape)}{' causal' if causal else ''}"
@@ -189,11 +201,17 @@ def _time_row(torch, shape, causal: bool, pass_: str, variants, config: Telemetr
             progress(r + 1, config.repeats, label)
     medians = {name: statistics.median(ts) for name, ts in times.items()}
     cpu_medians = {name: statistics.median(ts) for name, ts in cpu.items()}
-    return {"pass": pass_, "shape": list(shape), "causal": causal, "median_s": medians, "times_s": times,
-            "ratio_to_sdpa": {name: medians[name] / medians["sdpa"] for name in variants},
-            "cpu_median_s": cpu_medians,
-            "cpu_ratio_to_sdpa": {name: cpu_medians[name] / cpu_medians["sdpa"] for name in variants},
-            "skipped": skipped}
+    return {
+        "pass": pass_,
+        "shape": list(shape),
+        "causal": causal,
+        "median_s": medians,
+        "times_s": times,
+        "ratio_to_sdpa": {name: medians[name] / medians["sdpa"] for name in variants},
+        "cpu_median_s": cpu_medians,
+        "cpu_ratio_to_sdpa": {name: cpu_medians[name] / cpu_medians["sdpa"] for name in variants},
+        "skipped": skipped,
+    }
 
 
 _CHILD = r"""
@@ -236,8 +254,9 @@ def _memory_row(shape, causal: bool, pass_: str, variants, config: TelemetryBenc
     rises, failures = {}, {}
     for i, name in enumerate(variants):
         arg = json.dumps([list(shape), name, causal, pass_, config.device, config.seed, config.threads])
-        done = subprocess.run([sys.executable, "-c", _CHILD, arg], capture_output=True, text=True, timeout=1800,
-                              env={**os.environ})
+        done = subprocess.run(
+            [sys.executable, "-c", _CHILD, arg], capture_output=True, text=True, timeout=1800, env={**os.environ}
+        )
         if done.returncode != 0:
             rises[name] = None
             failures[name] = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1][:300]
@@ -247,8 +266,14 @@ def _memory_row(shape, causal: bool, pass_: str, variants, config: TelemetryBenc
             progress(i + 1, len(variants), f"memory {pass_} {tuple(shape)}{' causal' if causal else ''}")
     base = rises.get("sdpa")
     ratios = {n: (r / base if r is not None and base else None) for n, r in rises.items()}
-    return {"pass": pass_, "shape": list(shape), "causal": causal, "peak_rise_bytes": rises,
-            "ratio_to_sdpa": ratios, "failures": failures}
+    return {
+        "pass": pass_,
+        "shape": list(shape),
+        "causal": causal,
+        "peak_rise_bytes": rises,
+        "ratio_to_sdpa": ratios,
+        "failures": failures,
+    }
 
 
 def _verdicts(timing: list[dict], memory: list[dict]) -> list[dict]:
@@ -261,8 +286,16 @@ def _verdicts(timing: list[dict], memory: list[dict]) -> list[dict]:
             if row["pass"] != target["pass"] or target["variant"] not in row["ratio_to_sdpa"]:
                 continue
             met = None if ratio is None else ratio <= target["target"]
-            out.append({**target, "shape": row["shape"], "causal": row["causal"], "ratio": ratio, "met": met,
-                        "excess": None if ratio is None else ratio / target["target"] - 1.0})
+            out.append(
+                {
+                    **target,
+                    "shape": row["shape"],
+                    "causal": row["causal"],
+                    "ratio": ratio,
+                    "met": met,
+                    "excess": None if ratio is None else ratio / target["target"] - 1.0,
+                }
+            )
     return out
 
 
@@ -274,8 +307,9 @@ def _cpu_model() -> str | None:
         return None
 
 
-def run_telemetry_bench(config: TelemetryBenchConfig = TelemetryBenchConfig(),
-                        progress: Callable[[int, int, str], None] | None = None) -> dict:
+def run_telemetry_bench(
+    config: TelemetryBenchConfig = TelemetryBenchConfig(), progress: Callable[[int, int, str], None] | None = None
+) -> dict:
     """Times and peak memory of every variant and pass, ratios to plain SDPA and verdicts against
     :data:`TARGETS`. Plain data: the ``data`` of a ``telemetry`` result."""
     torch = require("torch", "torch")
@@ -286,13 +320,29 @@ def run_telemetry_bench(config: TelemetryBenchConfig = TelemetryBenchConfig(),
     if config.threads:
         torch.set_num_threads(config.threads)
     passes = PASSES if config.backward else PASSES[:1]
-    variants = {"forward": _available(config.forward_variants, config.device),
-                "forward+backward": _available(config.backward_variants, config.device)}
-    timing = [_time_row(torch, shape, causal, pass_, variants[pass_], config, progress)
-              for pass_ in passes for shape in config.shapes for causal in config.causal]
-    memory = [_memory_row(shape, causal, pass_, [v for v in _available(config.memory_variants, config.device)
-                                                 if v in variants[pass_]], config, progress)
-              for pass_ in passes for shape in config.memory_shapes for causal in config.memory_causal]
+    variants = {
+        "forward": _available(config.forward_variants, config.device),
+        "forward+backward": _available(config.backward_variants, config.device),
+    }
+    timing = [
+        _time_row(torch, shape, causal, pass_, variants[pass_], config, progress)
+        for pass_ in passes
+        for shape in config.shapes
+        for causal in config.causal
+    ]
+    memory = [
+        _memory_row(
+            shape,
+            causal,
+            pass_,
+            [v for v in _available(config.memory_variants, config.device) if v in variants[pass_]],
+            config,
+            progress,
+        )
+        for pass_ in passes
+        for shape in config.memory_shapes
+        for causal in config.memory_causal
+    ]
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     return {
         "rows": timing,
@@ -333,14 +383,21 @@ def measure_monitor(model, inputs: dict, repeats: int = 5) -> dict:
                 watched_s.append(time.perf_counter() - t0)
             equal = equal and torch.equal(out, reference)
     summary = mon.as_dict()
-    heads = [{key: (finite_or_none(x) if isinstance(x, float) else x) for key, x in h.items()}
-             for h in summary["heads"]]
+    heads = [
+        {key: (finite_or_none(x) if isinstance(x, float) else x) for key, x in h.items()} for h in summary["heads"]
+    ]
     calls = summary["calls"]
-    return {"plain_median_s": statistics.median(plain_s), "monitored_median_s": statistics.median(watched_s),
-            "ratio": statistics.median(watched_s) / statistics.median(plain_s), "outputs_bitwise_equal": equal,
-            "repeats": repeats, "calls_per_forward": len(calls),
-            "float16_overflow_calls": sum(1 for c in calls if c["float16_overflow_rows"]),
-            "layers": monitor_layers(heads), "heads": heads}
+    return {
+        "plain_median_s": statistics.median(plain_s),
+        "monitored_median_s": statistics.median(watched_s),
+        "ratio": statistics.median(watched_s) / statistics.median(plain_s),
+        "outputs_bitwise_equal": equal,
+        "repeats": repeats,
+        "calls_per_forward": len(calls),
+        "float16_overflow_calls": sum(1 for c in calls if c["float16_overflow_rows"]),
+        "layers": monitor_layers(heads),
+        "heads": heads,
+    }
 
 
 def monitor_layers(heads: list[dict]) -> list[dict]:
@@ -360,10 +417,16 @@ def monitor_layers(heads: list[dict]) -> list[dict]:
         mins, logits = present(hs, "entropy_min"), present(hs, "max_logit")
         ranked = [h for h in hs if h.get("entropy_mean") is not None]
         lowest = min(ranked, key=lambda h: h["entropy_mean"]) if ranked else None
-        rows.append({"layer": name, "heads": len(hs),
-                     "entropy_mean": sum(means) / len(means) if means else None,
-                     "entropy_median_of_medians": statistics.median(medians) if medians else None,
-                     "entropy_min": min(mins) if mins else None, "max_logit": max(logits) if logits else None,
-                     "lowest_head": None if lowest is None else lowest["head"],
-                     "lowest_head_entropy_mean": None if lowest is None else lowest["entropy_mean"]})
+        rows.append(
+            {
+                "layer": name,
+                "heads": len(hs),
+                "entropy_mean": sum(means) / len(means) if means else None,
+                "entropy_median_of_medians": statistics.median(medians) if medians else None,
+                "entropy_min": min(mins) if mins else None,
+                "max_logit": max(logits) if logits else None,
+                "lowest_head": None if lowest is None else lowest["head"],
+                "lowest_head_entropy_mean": None if lowest is None else lowest["entropy_mean"],
+            }
+        )
     return rows

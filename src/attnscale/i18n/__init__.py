@@ -33,8 +33,18 @@ import functools
 from collections.abc import Iterator
 from importlib import resources
 
-__all__ = ["LANGS", "_", "N_", "Message", "MissingTranslation", "TextError", "catalog", "check_lang",
-           "current_lang", "language"]
+__all__ = [
+    "LANGS",
+    "_",
+    "N_",
+    "Message",
+    "MissingTranslation",
+    "TextError",
+    "catalog",
+    "check_lang",
+    "current_lang",
+    "language",
+]
 
 LANGS = ("en", "zh")
 SOURCE_LANG = "en"
@@ -43,7 +53,7 @@ SOURCE_LANG = "en"
 class TextError(LookupError):
     """A message cannot be shown: no translation, or a placeholder without a value."""
 
-    def __str__(self) -> str:          # LookupError would print the message in quotes
+    def __str__(self) -> str:  # LookupError would print the message in quotes
         return str(self.args[0])
 
 
@@ -83,8 +93,11 @@ def catalog(lang: str) -> dict[tuple[str | None, str], str]:
     if lang == SOURCE_LANG:
         return {}
     text = resources.files(__package__).joinpath(f"{lang}.po").read_text(encoding="utf-8")
-    return {(e.msgctxt or None, e.msgid): e.msgstr for e in polib.pofile(text)
-            if e.msgstr and not e.obsolete and "fuzzy" not in e.flags}
+    return {
+        (e.msgctxt or None, e.msgid): e.msgstr
+        for e in polib.pofile(text)
+        if e.msgstr and not e.obsolete and "fuzzy" not in e.flags
+    }
 
 
 # The language :func:`_` translates into. A context variable rather than a module global, so that two
@@ -120,5 +133,6 @@ def _(message: str, /, *, msgctxt: str | None = None, **values) -> str:
     try:
         return text.format(**values)
     except (KeyError, IndexError) as err:
-        raise TextError(f"the message {str(message)!r} has the placeholder {{{err.args[0]}}}, "
-                        f"which was not given") from None
+        raise TextError(
+            f"the message {str(message)!r} has the placeholder {{{err.args[0]}}}, which was not given"
+        ) from None

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import polib
 
-PACKAGE = Path(__file__).resolve().parents[1]          # src/attnscale
+PACKAGE = Path(__file__).resolve().parents[1]  # src/attnscale
 CALLS = ("_", "N_")
 BUILT = (ast.JoinedStr, ast.BinOp)
 
@@ -29,6 +29,7 @@ BUILT = (ast.JoinedStr, ast.BinOp)
 @dataclass(frozen=True)
 class Found:
     """One use of a message: (context, English) and where it is."""
+
     context: str | None
     msgid: str
     path: str
@@ -71,8 +72,10 @@ def _context(call: ast.Call, at: tuple[str, int], problems: list) -> str | None:
 
 
 def _imports_underscore(tree: ast.Module) -> bool:
-    return any(isinstance(node, ast.ImportFrom) and any(a.name == "_" and a.asname is None for a in node.names)
-               for node in ast.walk(tree))
+    return any(
+        isinstance(node, ast.ImportFrom) and any(a.name == "_" and a.asname is None for a in node.names)
+        for node in ast.walk(tree)
+    )
 
 
 def scan(path: Path, root: Path = PACKAGE) -> tuple[list[Found], list[Problem]]:
@@ -87,7 +90,7 @@ def scan(path: Path, root: Path = PACKAGE) -> tuple[list[Found], list[Problem]]:
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in CALLS):
             continue
         if node.func.id == "_" and not uses_underscore:
-            continue                                   # some other function called _
+            continue  # some other function called _
         at = (rel, node.lineno)
         if not node.args:
             problems.append(Problem(*at, f"{node.func.id}() without a message"))
@@ -102,10 +105,18 @@ def scan(path: Path, root: Path = PACKAGE) -> tuple[list[Found], list[Problem]]:
             except ValueError as err:
                 problems.append(Problem(*at, f"{first.value!r}: {err} (a literal brace is written {{{{ or }}}})"))
             found.append((node.lineno, node.col_offset, Found(context, first.value, *at)))
-        elif isinstance(first, BUILT) or (isinstance(first, ast.Call) and isinstance(first.func, ast.Attribute)
-                                          and first.func.attr in ("format", "join")):
-            problems.append(Problem(*at, f"{node.func.id}() of a message built at run time "
-                                         "(write the whole sentence, with named placeholders)"))
+        elif isinstance(first, BUILT) or (
+            isinstance(first, ast.Call)
+            and isinstance(first.func, ast.Attribute)
+            and first.func.attr in ("format", "join")
+        ):
+            problems.append(
+                Problem(
+                    *at,
+                    f"{node.func.id}() of a message built at run time "
+                    "(write the whole sentence, with named placeholders)",
+                )
+            )
         elif node.func.id == "N_":
             problems.append(Problem(*at, "N_() marks a literal message, got an expression"))
     return [f for *_at, f in sorted(found, key=lambda x: x[:2])], sorted(set(problems), key=lambda p: p.line)
@@ -134,7 +145,9 @@ def check(po: polib.POFile, found: list[Found]) -> list[str]:
     for key, f in used.items():
         e = entries.get(key)
         if e is None or not e.msgstr or "fuzzy" in e.flags:
-            out.append(f"{f.path}:{f.line}: no translation of {f.msgid!r}" + (f" (context {f.context!r})" if f.context else ""))
+            out.append(
+                f"{f.path}:{f.line}: no translation of {f.msgid!r}" + (f" (context {f.context!r})" if f.context else "")
+            )
     for key, e in entries.items():
         if key not in used:
             out.append(f"unused entry {e.msgid!r}" + (f" (context {e.msgctxt!r})" if e.msgctxt else ""))
@@ -145,8 +158,9 @@ def check(po: polib.POFile, found: list[Found]) -> list[str]:
                 out.append(f"{e.msgid!r}: its translation has {err}")
                 continue
             if theirs != placeholders(e.msgid):
-                out.append(f"{e.msgid!r}: placeholders {sorted(placeholders(e.msgid))}, "
-                           f"its translation has {sorted(theirs)}")
+                out.append(
+                    f"{e.msgid!r}: placeholders {sorted(placeholders(e.msgid))}, its translation has {sorted(theirs)}"
+                )
     return out
 
 
@@ -155,16 +169,25 @@ def updated(po: polib.POFile, found: list[Found]) -> polib.POFile:
     translation ``po`` has for it (new ones untranslated), with its source references."""
     old = {(e.msgctxt or None, e.msgid): e for e in po if not e.obsolete}
     out = polib.POFile(wrapwidth=0)
-    out.metadata = po.metadata or {"Project-Id-Version": "attnscale", "Language": "zh_CN", "MIME-Version": "1.0",
-                                   "Content-Type": "text/plain; charset=UTF-8", "Content-Transfer-Encoding": "8bit"}
+    out.metadata = po.metadata or {
+        "Project-Id-Version": "attnscale",
+        "Language": "zh_CN",
+        "MIME-Version": "1.0",
+        "Content-Type": "text/plain; charset=UTF-8",
+        "Content-Transfer-Encoding": "8bit",
+    }
     by_key: dict = {}
     for f in found:
         entry = by_key.get(f.key)
         if entry is None:
             before = old.get(f.key)
-            fuzzy = ["fuzzy"] if before is not None and "fuzzy" in before.flags else []   # still to be checked
-            entry = polib.POEntry(msgid=f.msgid, msgstr=before.msgstr if before else "", msgctxt=f.context,
-                                  flags=fuzzy + (["python-brace-format"] if placeholders(f.msgid) else []))
+            fuzzy = ["fuzzy"] if before is not None and "fuzzy" in before.flags else []  # still to be checked
+            entry = polib.POEntry(
+                msgid=f.msgid,
+                msgstr=before.msgstr if before else "",
+                msgctxt=f.context,
+                flags=fuzzy + (["python-brace-format"] if placeholders(f.msgid) else []),
+            )
             by_key[f.key] = entry
             out.append(entry)
         entry.occurrences.append((f.path, str(f.line)))

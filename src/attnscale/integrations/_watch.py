@@ -7,11 +7,13 @@ from __future__ import annotations
 import math
 
 from attnscale.errors import InputTypeError
+
 # The per-head figures logged, in the order of the key table: the ones TensorBoardSink charts.
 from attnscale.torch.monitor_records import pooled_figures
 from attnscale.torch.sinks import FIGURES
 
 __all__ = ["Watch", "log_keys", "FIGURES"]
+
 
 def log_keys(step, clips=None, per_head: bool = True) -> dict[str, float]:
     """A :class:`~attnscale.torch.monitor_records.Step` (and the step's QK-clip, a list of
@@ -38,12 +40,19 @@ class Watch:
     per_head: log each head's figures too. monitor_options: :class:`~attnscale.torch.Monitor`'s
     (``history`` defaults to False: bounded memory over any number of steps)."""
 
-    def __init__(self, tau=None, alpha: float = 0.5, log_only: bool = False, per_head: bool = True,
-                 process_group=None, **monitor_options):
+    def __init__(
+        self,
+        tau=None,
+        alpha: float = 0.5,
+        log_only: bool = False,
+        per_head: bool = True,
+        process_group=None,
+        **monitor_options,
+    ):
         from attnscale.errors import check_positive
         from attnscale.torch.guard import check_options
 
-        if tau is not None:                   # wrong options are refused here, not when training starts
+        if tau is not None:  # wrong options are refused here, not when training starts
             check_positive("tau", tau)
         alpha, log_only = check_options(alpha, log_only)
         if not isinstance(per_head, bool):
@@ -52,8 +61,8 @@ class Watch:
         self.process_group = process_group
         self.monitor_options = {"history": False, **monitor_options}
         self.monitor = self.guard = None
-        self.last = None                  # the last combined Step
-        self.clips: list = []             # the last step's clips
+        self.last = None  # the last combined Step
+        self.clips: list = []  # the last step's clips
 
     def start(self, model) -> None:
         """Begin watching ``model`` (the module whose attention runs: unwrapped, not its DDP wrapper)."""
@@ -62,8 +71,9 @@ class Watch:
 
         self.stop()
         # The guard first: a model it cannot rescale is refused before the monitor hooks anything.
-        self.guard = (LogitGuard(model, self.tau, alpha=self.alpha, log_only=self.log_only)
-                      if self.tau is not None else None)
+        self.guard = (
+            LogitGuard(model, self.tau, alpha=self.alpha, log_only=self.log_only) if self.tau is not None else None
+        )
         self.monitor = Monitor(model, **self.monitor_options)
         self.monitor.__enter__()
 

@@ -30,24 +30,31 @@ class AttentionHealthCallback(_lightning.Callback):
     Every optimiser step is combined over the ranks (one collective each): which steps the logger
     writes is Lightning's to decide after the callback has logged."""
 
-    def __init__(self, tau=None, alpha: float = 0.5, log_only: bool = False, per_head: bool = True,
-                 process_group=None, **monitor_options):
+    def __init__(
+        self,
+        tau=None,
+        alpha: float = 0.5,
+        log_only: bool = False,
+        per_head: bool = True,
+        process_group=None,
+        **monitor_options,
+    ):
         self.watch = Watch(tau, alpha, log_only, per_head, process_group, **monitor_options)
-        self._stepped = 0                 # optimiser steps closed so far
-        self._open = False                # a step's micro-batches are under way
+        self._stepped = 0  # optimiser steps closed so far
+        self._open = False  # a step's micro-batches are under way
 
     def on_train_start(self, trainer, pl_module):
         self.watch.start(pl_module)
         self._stepped, self._open = trainer.global_step, False
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        if not self._open:                # the first micro-batch of a step: drop what ran between steps
+        if not self._open:  # the first micro-batch of a step: drop what ran between steps
             self.watch.discard()
             self._open = True
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if trainer.global_step == self._stepped:
-            return                        # gradient accumulation: the optimiser has not stepped yet
+            return  # gradient accumulation: the optimiser has not stepped yet
         self._stepped, self._open = trainer.global_step, False
         self.watch.end_step(trainer.global_step)
         pl_module.log_dict(self.watch.log_keys(), on_step=True, on_epoch=False)

@@ -31,8 +31,16 @@ class AttentionHealthCallback(_transformers.TrainerCallback):
     layer's. process_group: the ranks to combine over (None: the default group). monitor_options:
     :class:`attnscale.torch.Monitor`'s (mode, backend, history, ...)."""
 
-    def __init__(self, trainer, tau=None, alpha: float = 0.5, log_only: bool = False, per_head: bool = True,
-                 process_group=None, **monitor_options):
+    def __init__(
+        self,
+        trainer,
+        tau=None,
+        alpha: float = 0.5,
+        log_only: bool = False,
+        per_head: bool = True,
+        process_group=None,
+        **monitor_options,
+    ):
         from attnscale.errors import InputTypeError
 
         if not callable(getattr(trainer, "log", None)):

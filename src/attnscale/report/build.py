@@ -43,11 +43,11 @@ PAGE_NAMES = {"en": "index.html", "zh": "index.zh.html"}
 
 @dataclass(frozen=True)
 class ReportConfig:
-    out: Path = Path("attnscale-report")        # the folder that receives index.html / index.zh.html
-    results: Path = results.DEFAULT_ROOT        # every result is read from here
-    lang: str = "en"                            # "en" or "zh"
-    quick: bool = False                         # show the quick verification result (verify/quick.json)
-    seed: int = 0                               # the widget's seed
+    out: Path = Path("attnscale-report")  # the folder that receives index.html / index.zh.html
+    results: Path = results.DEFAULT_ROOT  # every result is read from here
+    lang: str = "en"  # "en" or "zh"
+    quick: bool = False  # show the quick verification result (verify/quick.json)
+    seed: int = 0  # the widget's seed
 
     def __post_init__(self):
         if self.lang not in LANGS:
@@ -57,7 +57,9 @@ class ReportConfig:
         object.__setattr__(self, "out", Path(self.out))
         object.__setattr__(self, "results", Path(self.results))
         if self.out.exists() and not self.out.is_dir():
-            raise InputError(f"out: expected a folder for {PAGE_NAMES[self.lang]}, got the existing file {str(self.out)!r}")
+            raise InputError(
+                f"out: expected a folder for {PAGE_NAMES[self.lang]}, got the existing file {str(self.out)!r}"
+            )
 
     @property
     def page_name(self) -> str:
@@ -66,9 +68,9 @@ class ReportConfig:
 
 @dataclass
 class BuildResult:
-    path: Path                       # <out>/index.html or <out>/index.zh.html
-    seconds: float                   # this build's wall time (not on the page: it would differ per build)
-    verify: results.Envelope         # the verification result the page shows
+    path: Path  # <out>/index.html or <out>/index.zh.html
+    seconds: float  # this build's wall time (not on the page: it would differ per build)
+    verify: results.Envelope  # the verification result the page shows
     experiment_status: dict[str, str] = field(default_factory=dict)  # module → rendered/missing/error
 
 
@@ -126,8 +128,9 @@ def build_report(config: ReportConfig, progress: Progress | None = None) -> Buil
     return BuildResult(path=path, seconds=time.perf_counter() - start, verify=verify, experiment_status=statuses)
 
 
-def render_report(verify: results.Envelope, config: ReportConfig,
-                  tick: Callable[[str], None] = lambda label: None) -> tuple[str, dict[str, str]]:
+def render_report(
+    verify: results.Envelope, config: ReportConfig, tick: Callable[[str], None] = lambda label: None
+) -> tuple[str, dict[str, str]]:
     """The page's HTML from the verification result and the experiment results under
     ``config.results``, and each experiment chapter's status. Computes nothing a result holds. Every
     word is in ``config.lang``, bound here once for the whole page (``tick`` is called inside)."""
@@ -139,24 +142,38 @@ def render_report(verify: results.Envelope, config: ReportConfig,
             statuses[name] = ch.status
             if ch.envelope is not None:
                 shown.append((ch.kind, ch.envelope))
-            sections.append(Section(id=f"exp-{name.replace('_', '-')}", title=ch.title, html=ch.html,
-                                    part="experiments", seconds=ch.seconds))
+            sections.append(
+                Section(
+                    id=f"exp-{name.replace('_', '-')}",
+                    title=ch.title,
+                    html=ch.html,
+                    part="experiments",
+                    seconds=ch.seconds,
+                )
+            )
             tick(ch.title)
         own, compared = own_chapters(config.results)
-        for ch in own:                               # the user's own models, each titled with its name
+        for ch in own:  # the user's own models, each titled with its name
             statuses[ch.name] = ch.status
             if ch.envelope is not None:
                 shown.append((ch.kind, ch.envelope))
             sections.append(Section(id=ch.name, title=ch.title, html=ch.html, part="experiments", seconds=ch.seconds))
             tick(ch.title)
         if compared is not None:
-            sections.append(Section(id="own-models-compared", title=comparison_title(), html=compared,
-                                    part="experiments"))
+            sections.append(
+                Section(id="own-models-compared", title=comparison_title(), html=compared, part="experiments")
+            )
             tick(comparison_title())
         claims = verify.data["claims"]
         lead = _("Every claim the verification checked, in one table.")
-        sections.append(Section(id="all-verdicts", title=_("All verdicts"), part="appendix",
-                                html=f'<p>{esc(lead)}</p>{all_claims_table(claims)}'))
+        sections.append(
+            Section(
+                id="all-verdicts",
+                title=_("All verdicts"),
+                part="appendix",
+                html=f"<p>{esc(lead)}</p>{all_claims_table(claims)}",
+            )
+        )
         tick(sections[-1].title)
         timings = {name: sec for name, sec in verify.data["timings"].items() if name != "total"}
         provenance = {
@@ -172,10 +189,14 @@ def render_report(verify: results.Envelope, config: ReportConfig,
             "total_seconds": sum(timings.values()) + sum(s.seconds for s in sections),
         }
         answers = cards_html(headline_cards(config.results))
-        glance = (glance_html(verify.data["series"])
-                  + (f'<div class="glance headline">{answers}</div>' if answers else "") + lang_links(PAGE_NAMES))
+        glance = (
+            glance_html(verify.data["series"])
+            + (f'<div class="glance headline">{answers}</div>' if answers else "")
+            + lang_links(PAGE_NAMES)
+        )
         page = render_page(sections, verify.data["counts"], provenance, glance)
     return page, statuses
+
 
 def _built(envelopes) -> str:
     """The page's date: that of the newest result it shows (a rebuild from the same results, here or

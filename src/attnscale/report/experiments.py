@@ -27,21 +27,25 @@ from attnscale.report.text import pretty
 RUNS = {"reference": N_("reference full run shipped with attnscale"), "quick": N_("quick run"), "full": N_("full run")}
 SHOWN = {
     "full": N_("Shown: your own full run ({file}), computed {when} on {machine}. Rerun it with {command} ({took})."),
-    "reference": N_("Shown: the reference result shipped with attnscale, a full run computed {when} on {machine}. "
-                    "Reproduce it on your machine with {command} ({took}); your own full result then replaces it here."),
-    "quick": N_("Shown: your own quick run ({file}), computed {when} on {machine}; there is no full or reference result. "
-                "The full run: {command}."),
+    "reference": N_(
+        "Shown: the reference result shipped with attnscale, a full run computed {when} on {machine}. "
+        "Reproduce it on your machine with {command} ({took}); your own full result then replaces it here."
+    ),
+    "quick": N_(
+        "Shown: your own quick run ({file}), computed {when} on {machine}; there is no full or reference result. "
+        "The full run: {command}."
+    ),
 }
 
 
 @dataclass
 class RenderedChapter:
-    name: str          # the module name under attnscale.report.chapters
-    title: str         # with the quick-run label when the result is a quick one
-    html: str          # the chapter's body (without its <h2>)
-    status: str        # "rendered", "missing" (no result yet) or "error"
-    kind: str = ""     # the kind of result it shows
-    envelope: results.Envelope | None = None   # the result read (None when missing or unreadable)
+    name: str  # the module name under attnscale.report.chapters
+    title: str  # with the quick-run label when the result is a quick one
+    html: str  # the chapter's body (without its <h2>)
+    status: str  # "rendered", "missing" (no result yet) or "error"
+    kind: str = ""  # the kind of result it shows
+    envelope: results.Envelope | None = None  # the result read (None when missing or unreadable)
 
     @property
     def seconds(self) -> float:
@@ -71,8 +75,15 @@ def provenance_text(env: results.Envelope) -> str:
     """Where a result comes from: its file in the results folder, quick or full run, when (UTC), on what
     machine, which attnscale."""
     run = _(RUNS[env.origin])
-    file = results.result_path(env.kind, "", env.quick).as_posix()     # relative to the results folder
-    return _("From {file}: a {run} computed {when} on {machine} (attnscale {version}).", file=file, run=run, when=when_text(env.created), machine=machine_text(env.environment), version=env.version)
+    file = results.result_path(env.kind, "", env.quick).as_posix()  # relative to the results folder
+    return _(
+        "From {file}: a {run} computed {when} on {machine} (attnscale {version}).",
+        file=file,
+        run=run,
+        when=when_text(env.created),
+        machine=machine_text(env.environment),
+        version=env.version,
+    )
 
 
 def provenance_line(env: results.Envelope) -> str:
@@ -82,7 +93,7 @@ def provenance_line(env: results.Envelope) -> str:
 def duration_text(seconds: float) -> str:
     """A run time for reading: "42 s", "16 min 12 s", "1 h 05 min"."""
     s = int(round(max(seconds, 0.0)))
-    if s == 0 and seconds > 0:        # "0 s" would read as "not measured" or "free"
+    if s == 0 and seconds > 0:  # "0 s" would read as "not measured" or "free"
         return _("under 1 s")
     if s < 60:
         return _("{s} s", s=s)
@@ -115,16 +126,38 @@ def source_line(env: results.Envelope, command: str) -> str:
     elif cached and cached >= cells:
         # Every cell came from the cache: the recorded seconds are the re-analysis's (a fraction of a
         # second to a few), not the experiment's, so they are not given as its time.
-        took = (_("its run time is not recorded in the result: its last run read all {cells} cells from the cache of an earlier run; the README gives the whole run's time", cells=cells)
-                if env.origin == "reference" else
-                _("its run time is not recorded in the result: its last run read all {cells} cells from the cache of an earlier run", cells=cells))
-    elif cached:      # a resumed or re-analysed sweep: its last run's time is not what the cells cost
-        took = _("its last run took {time}, reading {cached} of its {cells} cells from the cache of an earlier run; the README gives the whole run's time", time=duration_text(seconds), cached=cached, cells=cells)
+        took = (
+            _(
+                "its run time is not recorded in the result: its last run read all {cells} cells from the cache of an earlier run; the README gives the whole run's time",
+                cells=cells,
+            )
+            if env.origin == "reference"
+            else _(
+                "its run time is not recorded in the result: its last run read all {cells} cells from the cache of an earlier run",
+                cells=cells,
+            )
+        )
+    elif cached:  # a resumed or re-analysed sweep: its last run's time is not what the cells cost
+        took = _(
+            "its last run took {time}, reading {cached} of its {cells} cells from the cache of an earlier run; the README gives the whole run's time",
+            time=duration_text(seconds),
+            cached=cached,
+            cells=cells,
+        )
     else:
-        took = (_("it took {time} there", time=duration_text(seconds)) if env.origin == "reference"
-                else _("it took {time}", time=duration_text(seconds)))
-    text = _(SHOWN[env.origin], file=results.result_path(env.kind, "", env.quick).as_posix(),
-             when=when_text(env.created), machine=machine_text(env.environment), took=took, command="\x00")
+        took = (
+            _("it took {time} there", time=duration_text(seconds))
+            if env.origin == "reference"
+            else _("it took {time}", time=duration_text(seconds))
+        )
+    text = _(
+        SHOWN[env.origin],
+        file=results.result_path(env.kind, "", env.quick).as_posix(),
+        when=when_text(env.created),
+        machine=machine_text(env.environment),
+        took=took,
+        command="\x00",
+    )
     before, after = esc(text).split("\x00")
     return f'<p class="note provenance-line source-{env.origin}">{before}<code>{esc(command)}</code>{after}</p>'
 
@@ -134,15 +167,28 @@ def cells_took(timing: results.CellSeconds, there: bool) -> str:
     an earlier result): their wall-clock seconds summed, and how many ran at once when known."""
     time, n, workers = duration_text(timing.wall_s), timing.cells, timing.workers
     if there:
-        return (_("its {cells} cells took {time} of computing there", cells=n, time=time) if workers is None else
-                _("its {cells} cells took {time} of computing there, {workers} at a time", cells=n, time=time, workers=workers))
-    return (_("its {cells} cells took {time} of computing", cells=n, time=time) if workers is None else
-            _("its {cells} cells took {time} of computing, {workers} at a time", cells=n, time=time, workers=workers))
+        return (
+            _("its {cells} cells took {time} of computing there", cells=n, time=time)
+            if workers is None
+            else _(
+                "its {cells} cells took {time} of computing there, {workers} at a time",
+                cells=n,
+                time=time,
+                workers=workers,
+            )
+        )
+    return (
+        _("its {cells} cells took {time} of computing", cells=n, time=time)
+        if workers is None
+        else _("its {cells} cells took {time} of computing, {workers} at a time", cells=n, time=time, workers=workers)
+    )
 
 
 def missing_note(how_to: str) -> str:
-    return (f'<div class="note"><p>{esc(_("This chapter has no result yet. Produce it with:"))}</p>'
-            f'<pre><code>{esc(how_to)}</code></pre><p>{esc(_("then build the report again."))}</p></div>')
+    return (
+        f'<div class="note"><p>{esc(_("This chapter has no result yet. Produce it with:"))}</p>'
+        f"<pre><code>{esc(how_to)}</code></pre><p>{esc(_('then build the report again.'))}</p></div>"
+    )
 
 
 def render_experiment(name: str, root) -> RenderedChapter:
@@ -155,10 +201,17 @@ def render_experiment(name: str, root) -> RenderedChapter:
         try:
             env = results.read_preferred(kind, root)
         except results.ResultMissing:
-            return RenderedChapter(name, title_of(module, name), missing_note(getattr(module, "HOW_TO", "")),
-                                   "missing", kind)
+            return RenderedChapter(
+                name, title_of(module, name), missing_note(getattr(module, "HOW_TO", "")), "missing", kind
+            )
         html = source_line(env, command_of(env, getattr(module, "HOW_TO", ""))) + module.render(env)
         return RenderedChapter(name, quick_title(title_of(module, name), env), html, "rendered", kind, env)
     except Exception as err:  # a malformed result (ResultError names file and field), a chapter's bug
-        return RenderedChapter(name, quick_title(title_of(module, name), env), error_box(_("This chapter could not be rendered; the rest of the report is unaffected."), err=err),
-                               "error", kind, env)
+        return RenderedChapter(
+            name,
+            quick_title(title_of(module, name), env),
+            error_box(_("This chapter could not be rendered; the rest of the report is unaffected."), err=err),
+            "error",
+            kind,
+            env,
+        )

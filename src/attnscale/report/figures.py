@@ -21,12 +21,20 @@ from attnscale.report.plotting import NEUTRAL, REFERENCE, SCALED, SERIES, UNSCAL
 MODE = {"unscaled": N_("unscaled"), "scaled": N_("÷ √dₖ")}
 MODE_N = {"unscaled": N_("unscaled, n = {n}"), "scaled": N_("÷ √dₖ, n = {n}")}
 # The component laws of the variance figure's legend, by their names in attnscale.theory.COMPONENTS.
-FAMILY = {"gaussian": N_("Gaussian"), "uniform": N_("uniform"), "rademacher": N_("Rademacher ±1"),
-          "student_t5": N_("Student-t(5)")}
+FAMILY = {
+    "gaussian": N_("Gaussian"),
+    "uniform": N_("uniform"),
+    "rademacher": N_("Rademacher ±1"),
+    "student_t5": N_("Student-t(5)"),
+}
 
 # The broken-assumption cases, by the English name the verification writes (:func:`case_label`).
-CASES = {"non-zero means": N_("non-zero means"), "variances ≠ 1": N_("variances ≠ 1"),
-         "correlated q and k": N_("correlated q and k"), "all three": N_("all three")}
+CASES = {
+    "non-zero means": N_("non-zero means"),
+    "variances ≠ 1": N_("variances ≠ 1"),
+    "correlated q and k": N_("correlated q and k"),
+    "all three": N_("all three"),
+}
 
 
 def _dk_axis(ax, values) -> None:
@@ -48,13 +56,25 @@ def _IntFormatter():
 
 def _errorbars(ax, x, est, lo, hi, color, name, marker="o"):
     yerr = [[e - low for e, low in zip(est, lo)], [h - e for e, h in zip(est, hi)]]
-    return ax.errorbar(x, est, yerr=yerr, fmt=marker, ms=4.5, color=color, ecolor=color, elinewidth=1.2,
-                       capsize=2.5, label=name, zorder=3)
+    return ax.errorbar(
+        x,
+        est,
+        yerr=yerr,
+        fmt=marker,
+        ms=4.5,
+        color=color,
+        ecolor=color,
+        elinewidth=1.2,
+        capsize=2.5,
+        label=name,
+        zorder=3,
+    )
 
 
 # --------------------------------------------------------------------------------------------------
 # 1. Var(q·k) against d_k, unscaled and scaled
 # --------------------------------------------------------------------------------------------------
+
 
 def variance_vs_dk(data: dict):
     """Two log–log panels: Var(q·k) with the line Var = d_k (slope 1), and Var(q·k/√d_k) with Var = 1.
@@ -75,9 +95,27 @@ def variance_vs_dk(data: dict):
         for i, (name, fam) in enumerate(families):
             color, marker = SERIES[i % len(SERIES)], "osD^v<"[i % 6]
             xs = [d * offsets[i] for d in fam["d_k"]]
-            _errorbars(axes[0], xs, fam["estimate"], fam["ci_low"], fam["ci_high"], color, _(FAMILY[name]) if name in FAMILY else name, marker)
+            _errorbars(
+                axes[0],
+                xs,
+                fam["estimate"],
+                fam["ci_low"],
+                fam["ci_high"],
+                color,
+                _(FAMILY[name]) if name in FAMILY else name,
+                marker,
+            )
             sc = fam["scaled"]
-            _errorbars(axes[1], xs, sc["estimate"], sc["ci_low"], sc["ci_high"], color, _(FAMILY[name]) if name in FAMILY else name, marker)
+            _errorbars(
+                axes[1],
+                xs,
+                sc["estimate"],
+                sc["ci_low"],
+                sc["ci_high"],
+                color,
+                _(FAMILY[name]) if name in FAMILY else name,
+                marker,
+            )
         for ax, which, ylabel in ((axes[0], "unscaled", N_("Var(q·k)")), (axes[1], "scaled", N_("Var(q·k / √dₖ)"))):
             ax.set_yscale("log")
             _dk_axis(ax, dks)
@@ -95,6 +133,7 @@ def variance_vs_dk(data: dict):
 # --------------------------------------------------------------------------------------------------
 # 2. Histograms of q·k at a few d_k, before and after scaling
 # --------------------------------------------------------------------------------------------------
+
 
 def _density(counts, edges, n_samples):
     """Counts per bin as a probability density (per unit of the axis), so that histograms with
@@ -116,8 +155,14 @@ def dot_histograms(data: dict):
         for i, h in enumerate(data.values()):
             for ax, which, colors, ls in ((axes[0], "unscaled", warm, "-"), (axes[1], "scaled", cool, "-")):
                 edges = h[f"edges_{which}"]
-                ax.stairs(_density(h["counts"], edges, h["n_samples"]), edges, color=colors[i % 4], lw=1.6,
-                          ls=ls, label=f"dₖ = {h['d_k']}")
+                ax.stairs(
+                    _density(h["counts"], edges, h["n_samples"]),
+                    edges,
+                    color=colors[i % 4],
+                    lw=1.6,
+                    ls=ls,
+                    label=f"dₖ = {h['d_k']}",
+                )
         for ax, which in ((axes[0], "unscaled"), (axes[1], "scaled")):
             ax.set_title(_(MODE[which]), color=UNSCALED if which == "unscaled" else SCALED)
             ax.set_xlabel("q·k" if which == "unscaled" else "q·k / √dₖ")
@@ -132,6 +177,7 @@ def dot_histograms(data: dict):
 # 3. The seed's softmax examples as bars
 # --------------------------------------------------------------------------------------------------
 
+
 def seed_softmax_examples(data: dict):
     """Grouped bars, one panel per example: the weights before and after multiplying the logits by
     ``scale`` (÷8 = ×1/8, the seed's √64).
@@ -141,15 +187,20 @@ def seed_softmax_examples(data: dict):
     """
     with style() as plt:
         n = len(data)
-        fig, axes = plt.subplots(1, n, figsize=(max(4.2, min(2.9 * n, 8.2)), 3.2), constrained_layout=True, squeeze=False,
-                                 sharey=True)
+        fig, axes = plt.subplots(
+            1, n, figsize=(max(4.2, min(2.9 * n, 8.2)), 3.2), constrained_layout=True, squeeze=False, sharey=True
+        )
         for ax, (title, ex) in zip(axes[0], data.items()):
             width = 0.38
             xs = list(range(len(ex["weights"])))
-            before = ax.bar([x - width / 2 for x in xs], ex["weights"], width, color=UNSCALED,
-                            label=_("before"))
-            after = ax.bar([x + width / 2 for x in xs], ex["weights_scaled"], width, color=SCALED,
-                           label=_("after ÷ {divisor:g}", divisor=1 / ex["scale"]))
+            before = ax.bar([x - width / 2 for x in xs], ex["weights"], width, color=UNSCALED, label=_("before"))
+            after = ax.bar(
+                [x + width / 2 for x in xs],
+                ex["weights_scaled"],
+                width,
+                color=SCALED,
+                label=_("after ÷ {divisor:g}", divisor=1 / ex["scale"]),
+            )
             _bar_labels(ax, before, ex["weights"])
             _bar_labels(ax, after, ex["weights_scaled"])
             ax.set_xticks(xs, [f"{z:g}" for z in ex["logits"]])
@@ -164,13 +215,22 @@ def seed_softmax_examples(data: dict):
 
 def _bar_labels(ax, bars, values) -> None:
     for bar, v in zip(bars, values):
-        ax.annotate(f"{v:.3f}", (bar.get_x() + bar.get_width() / 2, bar.get_height()), xytext=(0, 2),
-                    textcoords="offset points", ha="center", va="bottom", fontsize=7.5, color=NEUTRAL)
+        ax.annotate(
+            f"{v:.3f}",
+            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+            xytext=(0, 2),
+            textcoords="offset points",
+            ha="center",
+            va="bottom",
+            fontsize=7.5,
+            color=NEUTRAL,
+        )
 
 
 # --------------------------------------------------------------------------------------------------
 # 4. Saturation: max weight and entropy against d_k, with quantile bands
 # --------------------------------------------------------------------------------------------------
+
 
 def _band(ax, x, s, color, name, ls="-", marker="o"):
     """Median line and 10–90% quantile band of one summary {"median", "q10", "q90", ...}."""
@@ -184,7 +244,7 @@ def _shades(base: str, count: int) -> list[str]:
 
 
 def _mix(hex_color: str, t: float) -> str:
-    r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
+    r, g, b = (int(hex_color[i : i + 2], 16) for i in (1, 3, 5))
     f = 1.15 - 0.65 * t
     return "#{:02x}{:02x}{:02x}".format(*(min(255, int(c * f)) for c in (r, g, b)))
 
@@ -221,6 +281,7 @@ def saturation(data: dict):
 # 5. Jacobian norm quantiles against d_k
 # --------------------------------------------------------------------------------------------------
 
+
 def jacobian(data: dict):
     """Median and 10–90% band of ‖J‖_F, J = diag(p) − ppᵀ, per n; unscaled rows also show their mean
     (dotted): near-ties keep the average row's gradient up while the typical row's vanishes.
@@ -243,7 +304,7 @@ def jacobian(data: dict):
         ax.plot([], [], color=NEUTRAL, lw=1.1, ls=":", label=_("mean over rows (unscaled)"))
         ax.set_yscale("log")
         if lowest:
-            ax.set_ylim(bottom=max(min(lowest) / 3, 1e-18))   # a frozen row's exact 0 would sink the axis
+            ax.set_ylim(bottom=max(min(lowest) / 3, 1e-18))  # a frozen row's exact 0 would sink the axis
         _dk_axis(ax, data["d_k"])
         ax.set_ylabel(_("‖∂softmax/∂z‖ (Frobenius)"))
         fig.legend(loc="outside lower center", ncols=legend_columns(3), fontsize=8)
@@ -253,6 +314,7 @@ def jacobian(data: dict):
 # --------------------------------------------------------------------------------------------------
 # 6. The phase diagram: spread σ of the logits against the number of keys n
 # --------------------------------------------------------------------------------------------------
+
 
 def phase(data: dict):
     """Left: mean entropy / ln n over (σ, n) with the boundary σ = √(2 ln n); the top axis reads σ as
@@ -264,8 +326,9 @@ def phase(data: dict):
     (``VerifyReport.data["phase"]``).
     """
     with style() as plt:
-        fig, (ax, curves) = plt.subplots(1, 2, figsize=(7.8, 3.6), layout="constrained",
-                                         gridspec_kw={"width_ratios": [1.15, 1]})
+        fig, (ax, curves) = plt.subplots(
+            1, 2, figsize=(7.8, 3.6), layout="constrained", gridspec_kw={"width_ratios": [1.15, 1]}
+        )
         fig.get_layout_engine().set(wspace=0.12)
         ns = [int(n) for n in data["n"]]
         grid = [data["mc"][str(n)] for n in ns]
@@ -278,7 +341,7 @@ def phase(data: dict):
         ax.grid(False)
         ax.set_xlabel(_("spread σ of the logits"))
         ax.set_ylabel(_("number of keys n"))
-        top = ax.secondary_xaxis("top", functions=(lambda x: x ** 2, lambda d: d ** 0.5))
+        top = ax.secondary_xaxis("top", functions=(lambda x: x**2, lambda d: d**0.5))
         top.set_xlabel(_("unscaled: dₖ = σ²"), fontsize=9)
         top.set_xticks([1, 4, 9, 16, 25, 36])
         ax.legend(loc="lower left", fontsize=8, labelcolor="white", handlelength=1.6)
@@ -305,6 +368,7 @@ def phase(data: dict):
 # 7. Variance under broken assumptions vs the general formula
 # --------------------------------------------------------------------------------------------------
 
+
 def broken_assumptions(data: list):
     """Per case and d_k: the measured variance after ÷√d_k, Var(q·k)/d_k (dot, 99% CI) against the
     general formula's value (bar) and the seed's promise, 1 (dotted line).
@@ -315,13 +379,31 @@ def broken_assumptions(data: list):
     with style() as plt:
         fig, ax = plt.subplots(figsize=(6.8, 0.42 * len(data) + 1.8), layout="constrained")
         ys = list(range(len(data)))[::-1]
-        per_dk = [(r["estimate"] / r["d_k"], r["ci_low"] / r["d_k"], r["ci_high"] / r["d_k"], r["formula"] / r["d_k"])
-                  for r in data]
-        ax.scatter([f for *_rest, f in per_dk], ys, marker="|", s=280, color=REFERENCE, lw=2.2,
-                   label=_("general formula"), zorder=2)
-        ax.errorbar([e for e, *_rest in per_dk], ys,
-                    xerr=[[e - lo for e, lo, _hi, _f in per_dk], [hi - e for e, _lo, hi, _f in per_dk]],
-                    fmt="o", color=SCALED, ms=4.5, capsize=3, label=_("measured (99% CI)"), zorder=3)
+        per_dk = [
+            (r["estimate"] / r["d_k"], r["ci_low"] / r["d_k"], r["ci_high"] / r["d_k"], r["formula"] / r["d_k"])
+            for r in data
+        ]
+        ax.scatter(
+            [f for *_rest, f in per_dk],
+            ys,
+            marker="|",
+            s=280,
+            color=REFERENCE,
+            lw=2.2,
+            label=_("general formula"),
+            zorder=2,
+        )
+        ax.errorbar(
+            [e for e, *_rest in per_dk],
+            ys,
+            xerr=[[e - lo for e, lo, _hi, _f in per_dk], [hi - e for e, _lo, hi, _f in per_dk]],
+            fmt="o",
+            color=SCALED,
+            ms=4.5,
+            capsize=3,
+            label=_("measured (99% CI)"),
+            zorder=3,
+        )
         ax.axvline(1.0, color=UNSCALED, lw=1.2, ls=":", zorder=1, label=_("1: the seed's assumptions"))
         ax.set_yticks(ys, [_("{case}, dₖ = {d_k}", case=case_label(r["case"]), d_k=r["d_k"]) for r in data])
         ax.set_xlabel(_("Var(q·k / √dₖ)"))
@@ -340,6 +422,7 @@ def case_label(name: str) -> str:
 # 8. Scalable-Softmax: the fading maximum
 # --------------------------------------------------------------------------------------------------
 
+
 def ssmax(data: dict):
     """The largest weight against n for fixed logits (all −2, the last +3), softmax vs SSMax.
 
@@ -348,8 +431,15 @@ def ssmax(data: dict):
     with style() as plt:
         fig, ax = plt.subplots(figsize=(6.4, 3.2), constrained_layout=True)
         ax.plot(data["n"], data["softmax"], color=UNSCALED, lw=2, marker="o", ms=3.5, label="softmax")
-        ax.plot(data["n"], data["ssmax"], color=SCALED, lw=2, marker="s", ms=3.5,
-                label=_("Scalable-Softmax (s·ln n), s = {s:g}", s=data["s"]))
+        ax.plot(
+            data["n"],
+            data["ssmax"],
+            color=SCALED,
+            lw=2,
+            marker="s",
+            ms=3.5,
+            label=_("Scalable-Softmax (s·ln n), s = {s:g}", s=data["s"]),
+        )
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(_IntFormatter())
         ax.set_xlabel(_("number of keys n"))
@@ -363,6 +453,7 @@ def ssmax(data: dict):
 # 9. FAQ: the error of the variance estimate shrinks as 1/√N around the exact d_k
 # --------------------------------------------------------------------------------------------------
 
+
 def error_vs_samples(data: dict):
     """RMS error of the Monte Carlo variance estimate against the sample count N (log–log), with the
     predicted σ/√N line (slope −1/2).
@@ -374,10 +465,23 @@ def error_vs_samples(data: dict):
     with style() as plt:
         fig, ax = plt.subplots(figsize=(6.0, 3.2), constrained_layout=True)
         n = [p["n_samples"] for p in data["points"]]
-        ax.plot(n, [p["predicted"] for p in data["points"]], color=REFERENCE, lw=1.1, ls="--",
-                label=_("predicted σ/√N (slope −½)"))
-        ax.plot(n, [p["rms_error"] for p in data["points"]], color=SCALED, lw=0, marker="o", ms=6,
-                label=_("measured ({replicates} ×), slope {slope:.2f}", replicates=data["replicates"], slope=data["slope"]))
+        ax.plot(
+            n,
+            [p["predicted"] for p in data["points"]],
+            color=REFERENCE,
+            lw=1.1,
+            ls="--",
+            label=_("predicted σ/√N (slope −½)"),
+        )
+        ax.plot(
+            n,
+            [p["rms_error"] for p in data["points"]],
+            color=SCALED,
+            lw=0,
+            marker="o",
+            ms=6,
+            label=_("measured ({replicates} ×), slope {slope:.2f}", replicates=data["replicates"], slope=data["slope"]),
+        )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.xaxis.set_major_formatter(_IntFormatter())
@@ -394,6 +498,7 @@ def error_vs_samples(data: dict):
 # 10. Softmax must give all its weight away; softmax₁ need not
 # --------------------------------------------------------------------------------------------------
 
+
 def give_away(data: dict):
     """Total attention weight of n equal logits c against c: softmax (always 1) vs softmax₁.
 
@@ -402,10 +507,18 @@ def give_away(data: dict):
     """
     with style() as plt:
         fig, ax = plt.subplots(figsize=(6.0, 3.0), constrained_layout=True)
-        ax.plot(data["logit"], data["softmax_total_measured"], color=UNSCALED, lw=2, marker="o", ms=3.5,
-                label="softmax")
-        ax.plot(data["logit"], data["softmax1_total"], color=SCALED, lw=2, marker="s", ms=3.5,
-                label="softmax₁ (Miller 2023)")
+        ax.plot(
+            data["logit"], data["softmax_total_measured"], color=UNSCALED, lw=2, marker="o", ms=3.5, label="softmax"
+        )
+        ax.plot(
+            data["logit"],
+            data["softmax1_total"],
+            color=SCALED,
+            lw=2,
+            marker="s",
+            ms=3.5,
+            label="softmax₁ (Miller 2023)",
+        )
         ax.set_ylim(-0.03, 1.08)
         ax.set_xlabel(_("the common logit c"))
         ax.set_ylabel(_("total weight (n = {n})", n=data["n"]))

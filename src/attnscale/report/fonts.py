@@ -21,10 +21,18 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["FAMILY", "CjkFont", "find_cjk_font", "page_characters", "subset_woff2", "font_face_css",
-           "matplotlib_families", "missing_font_message"]
+__all__ = [
+    "FAMILY",
+    "CjkFont",
+    "find_cjk_font",
+    "page_characters",
+    "subset_woff2",
+    "font_face_css",
+    "matplotlib_families",
+    "missing_font_message",
+]
 
-FAMILY = "Noto Sans CJK SC"           # the face inside the collection, and the page's CSS family name
+FAMILY = "Noto Sans CJK SC"  # the face inside the collection, and the page's CSS family name
 ENV_VAR = "ATTNSCALE_CJK_FONT"
 # Where Debian's fonts-noto-cjk (and fonts-noto-cjk-extra, Fedora's google-noto-sans-cjk) put it.
 CANDIDATES = (
@@ -39,7 +47,7 @@ INSTALL = "apt-get install --no-install-recommends fonts-noto-cjk (or make setup
 @dataclass(frozen=True)
 class CjkFont:
     path: Path
-    index: int                        # the face within a .ttc collection (0 for a single font)
+    index: int  # the face within a .ttc collection (0 for a single font)
     family: str
 
 
@@ -60,7 +68,7 @@ def _find(override: str | None) -> CjkFont | None:
             continue
         try:
             names = _faces(path)
-        except Exception:              # not a font fontTools reads: look further
+        except Exception:  # not a font fontTools reads: look further
             continue
         # The Simplified Chinese face when there is one; a single-face font given by the user as is.
         for i, name in enumerate(names):
@@ -77,8 +85,10 @@ def find_cjk_font() -> CjkFont | None:
 
 
 def missing_font_message() -> str:
-    return (f"no CJK font found ({FAMILY}): Chinese text in the page relies on the reader's fonts; "
-            f"install one with: {INSTALL}, or name one in ${ENV_VAR}")
+    return (
+        f"no CJK font found ({FAMILY}): Chinese text in the page relies on the reader's fonts; "
+        f"install one with: {INSTALL}, or name one in ${ENV_VAR}"
+    )
 
 
 def page_characters(page: str) -> str:
@@ -127,9 +137,11 @@ def font_face_css(page: str, font: CjkFont | None = None) -> str:
     data = base64.b64encode(subset_woff2(chars, font)).decode("ascii")
     # The stylesheet names FAMILY; the figures name the font's own family (the same one unless
     # $ATTNSCALE_CJK_FONT chose another font). font-display: block: the glyphs are in the page.
-    return "".join(f'@font-face{{font-family:"{name}";font-style:normal;font-weight:400;font-display:block;'
-                   f'src:url(data:font/woff2;base64,{data}) format("woff2")}}'
-                   for name in dict.fromkeys((FAMILY, font.family)))
+    return "".join(
+        f'@font-face{{font-family:"{name}";font-style:normal;font-weight:400;font-display:block;'
+        f'src:url(data:font/woff2;base64,{data}) format("woff2")}}'
+        for name in dict.fromkeys((FAMILY, font.family))
+    )
 
 
 def _not_bold_warning(record) -> bool:
@@ -146,7 +158,7 @@ def _registered(font: CjkFont) -> str:
 
     from matplotlib import font_manager
 
-    font_manager.fontManager.addfont(str(font.path))   # every face of a .ttc, by its own family name
+    font_manager.fontManager.addfont(str(font.path))  # every face of a .ttc, by its own family name
     logging.getLogger("matplotlib.font_manager").addFilter(_not_bold_warning)
     return font.family
 

@@ -28,13 +28,22 @@ from attnscale.stored_words import OPTIMISER_NAMES, TRAINING_VERDICT_PHRASE, TRA
 
 #: A card's headline when every optimiser's verdict is the same one: TRAINING_VERDICT_PHRASE.
 #: A card's headline when the optimisers differ: the worst verdict, with the optimisers where it holds.
-WITH_VALUES = {"faster": N_("faster with {opts}"), "slower": N_("slower with {opts}"), "fails": N_("fails with {opts}"), "diverges": N_("diverges with {opts}")}
+WITH_VALUES = {
+    "faster": N_("faster with {opts}"),
+    "slower": N_("slower with {opts}"),
+    "fails": N_("fails with {opts}"),
+    "diverges": N_("diverges with {opts}"),
+}
 #: The real-model card's headline, by real_model_value.
-REAL_MODEL_VALUES = {"much_worse": N_("perplexity ×{r}: much worse"), "worse": N_("perplexity ×{r}: worse"),
-                     "same": N_("about the same (×{r})"), "better": N_("perplexity ×{r} (lower)"),
-                     "unknown": N_("no finite perplexity")}
-MUCH_WORSE_RATIO = 2.0      # perplexity without the scale ÷ with it, from which the card says "much worse"
-SAME_WITHIN = 1.05          # a ratio within [1/SAME_WITHIN, SAME_WITHIN] is "about the same"
+REAL_MODEL_VALUES = {
+    "much_worse": N_("perplexity ×{r}: much worse"),
+    "worse": N_("perplexity ×{r}: worse"),
+    "same": N_("about the same (×{r})"),
+    "better": N_("perplexity ×{r} (lower)"),
+    "unknown": N_("no finite perplexity"),
+}
+MUCH_WORSE_RATIO = 2.0  # perplexity without the scale ÷ with it, from which the card says "much worse"
+SAME_WITHIN = 1.05  # a ratio within [1/SAME_WITHIN, SAME_WITHIN] is "about the same"
 #: Which result a card shows (its envelope's origin).
 ORIGINS = {"reference": N_("reference run"), "full": N_("your full run"), "quick": N_("your quick run")}
 
@@ -44,7 +53,7 @@ class Card:
     label: str
     value: str
     sub: str
-    href: str = ""            # the chapter it links to
+    href: str = ""  # the chapter it links to
 
 
 def _row(table: list[dict], rule: str, d_k: int) -> dict | None:
@@ -83,14 +92,32 @@ def training_card(analysis: dict) -> Card | None:
     value = training_value({"adam": adam.get("verdict"), "sgd": sgd.get("verdict")})
     if not value:
         return None
-    sub = _("final accuracy, unscaled: Adam {adam}, SGD {sgd} (1/√d_k: {adam_ref}, {sgd_ref}).", adam=_acc(adam), sgd=_acc(sgd), adam_ref=_acc(ref.get("adam")), sgd_ref=_acc(ref.get("sgd_reference_lr")))
+    sub = _(
+        "final accuracy, unscaled: Adam {adam}, SGD {sgd} (1/√d_k: {adam_ref}, {sgd_ref}).",
+        adam=_acc(adam),
+        sgd=_acc(sgd),
+        adam_ref=_acc(ref.get("adam")),
+        sgd_ref=_acc(ref.get("sgd_reference_lr")),
+    )
     if best.get("lr") is not None and best.get("lr") != sgd.get("lr"):
-        sub = _("{first} {then}", msgctxt="sentences", first=sub, then=_("SGD at its own best rate {lr}: {acc}, {verdict}.", lr=number(best["lr"], digits=2), acc=_acc(best), verdict=_(TRAINING_VERDICT_PHRASE[best["verdict"]]) if best.get("verdict") else "—"))
+        sub = _(
+            "{first} {then}",
+            msgctxt="sentences",
+            first=sub,
+            then=_(
+                "SGD at its own best rate {lr}: {acc}, {verdict}.",
+                lr=number(best["lr"], digits=2),
+                acc=_acc(best),
+                verdict=_(TRAINING_VERDICT_PHRASE[best["verdict"]]) if best.get("verdict") else "—",
+            ),
+        )
     return Card(_("training without ÷√d_k at d_k = {d} (scale-vs-dk sweep)", d=d_k), value, sub, "#exp-training")
 
 
 def _lm_row(verdicts: list[dict], rule: str, d_k: int, optimiser: str) -> dict:
-    return next((v for v in verdicts if (v.get("rule"), v.get("d_k"), v.get("optimiser")) == (rule, d_k, optimiser)), {})
+    return next(
+        (v for v in verdicts if (v.get("rule"), v.get("d_k"), v.get("optimiser")) == (rule, d_k, optimiser)), {}
+    )
 
 
 def _bpb(row: dict) -> str:
@@ -110,12 +137,21 @@ def lm_card(analysis: dict) -> Card | None:
     value = training_value({opt: row.get("verdict") for opt, row in own.items()})
     if not value:
         return None
-    ref = {opt: _lm_row(verdicts, analysis.get("reference_rule", "inverse_sqrt_dk"), d_k, f"{opt}-own-best")
-           for opt in own}
-    trigram = next((r.get("bpb") for r in (analysis.get("baselines") or {}).get("rows") or []
-                    if r.get("name") == "trigram"), None)
-    sub = _("validation bits per byte, unscaled, each at its own best rate: "
-            "AdamW {adamw}, SGD {sgd} (1/√d_k: {adamw_ref}, {sgd_ref}; a trigram table: {trigram}).", adamw=_bpb(own["adamw"]), sgd=_bpb(own["sgd"]), adamw_ref=_bpb(ref["adamw"]), sgd_ref=_bpb(ref["sgd"]), trigram=number(trigram, digits=3))
+    ref = {
+        opt: _lm_row(verdicts, analysis.get("reference_rule", "inverse_sqrt_dk"), d_k, f"{opt}-own-best") for opt in own
+    }
+    trigram = next(
+        (r.get("bpb") for r in (analysis.get("baselines") or {}).get("rows") or [] if r.get("name") == "trigram"), None
+    )
+    sub = _(
+        "validation bits per byte, unscaled, each at its own best rate: "
+        "AdamW {adamw}, SGD {sgd} (1/√d_k: {adamw_ref}, {sgd_ref}; a trigram table: {trigram}).",
+        adamw=_bpb(own["adamw"]),
+        sgd=_bpb(own["sgd"]),
+        adamw_ref=_bpb(ref["adamw"]),
+        sgd_ref=_bpb(ref["sgd"]),
+        trigram=number(trigram, digits=3),
+    )
     return Card(_("a small GPT on real text without ÷√d_k at d_k = {d}", d=d_k), value, sub, "#exp-lm")
 
 
@@ -123,8 +159,15 @@ def real_model_value(ratio: float | None) -> str:
     """The key of :data:`REAL_MODEL_VALUES`, by the perplexity without the scale ÷ with it."""
     if ratio is None:
         return "unknown"
-    return "much_worse" if ratio >= MUCH_WORSE_RATIO else "worse" if ratio > SAME_WITHIN else \
-        "better" if ratio < 1 / SAME_WITHIN else "same"
+    return (
+        "much_worse"
+        if ratio >= MUCH_WORSE_RATIO
+        else "worse"
+        if ratio > SAME_WITHIN
+        else "better"
+        if ratio < 1 / SAME_WITHIN
+        else "same"
+    )
 
 
 def real_model_card(data: dict) -> Card | None:
@@ -136,13 +179,25 @@ def real_model_card(data: dict) -> Card | None:
         return None
     ratio = None if without is None or not with_scale else without / with_scale
     name = (data.get("model") or {}).get("name", "SmolLM2")
-    return Card(_("{model}: its trained scale removed", model=name), _(REAL_MODEL_VALUES[real_model_value(ratio)], r=number(ratio, digits=3)),
-                _("perplexity {with_scale} with 1/√d_k, {without} with none (α = {alpha}).", with_scale=number(with_scale, digits=3), without=number(without, digits=3), alpha=number(data.get("unscaled_alpha"), digits=3)), "#exp-rescale")
+    return Card(
+        _("{model}: its trained scale removed", model=name),
+        _(REAL_MODEL_VALUES[real_model_value(ratio)], r=number(ratio, digits=3)),
+        _(
+            "perplexity {with_scale} with 1/√d_k, {without} with none (α = {alpha}).",
+            with_scale=number(with_scale, digits=3),
+            without=number(without, digits=3),
+            alpha=number(data.get("unscaled_alpha"), digits=3),
+        ),
+        "#exp-rescale",
+    )
 
 
 # (kind, card function, what it reads from the data)
-CARDS = (("train/scale-vs-dk", training_card, "analysis"), ("train/lm", lm_card, "analysis"),
-         ("rescale/smollm2", real_model_card, None))
+CARDS = (
+    ("train/scale-vs-dk", training_card, "analysis"),
+    ("train/lm", lm_card, "analysis"),
+    ("rescale/smollm2", real_model_card, None),
+)
 
 
 def cards(root) -> list[Card]:
@@ -164,7 +219,10 @@ def cards(root) -> list[Card]:
 
 def cards_html(cards: list[Card]) -> str:
     """The cards as links, in the style of the page's glance cards, set as prose (d_k → dₖ)."""
-    return "".join(f'<a class="glance-card headline-card" href="{esc(c.href)}">'
-                   f'<span class="glance-label">{esc(pretty(c.label))}</span>'
-                   f'<span class="glance-value">{esc(pretty(c.value))}</span>'
-                   f'<span class="glance-sub">{esc(pretty(c.sub))}</span></a>' for c in cards)
+    return "".join(
+        f'<a class="glance-card headline-card" href="{esc(c.href)}">'
+        f'<span class="glance-label">{esc(pretty(c.label))}</span>'
+        f'<span class="glance-value">{esc(pretty(c.value))}</span>'
+        f'<span class="glance-sub">{esc(pretty(c.sub))}</span></a>'
+        for c in cards
+    )

@@ -58,7 +58,13 @@ def table(header: list[str], rows: list[list[object]], cls: str = "") -> str:
     return f'<div class="table-wrap"><table class="{esc(cls)}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
-def table_with_details(header: list[str], rows: list[list[object]], summary_rows: list[list[object]] | None = None, cls: str = "", limit: int = 8) -> str:
+def table_with_details(
+    header: list[str],
+    rows: list[list[object]],
+    summary_rows: list[list[object]] | None = None,
+    cls: str = "",
+    limit: int = 8,
+) -> str:
     """A big table as a short one with the full table behind a ``<details>`` ("All 30 rows").
 
     ``summary_rows``: what the reader needs at a glance, chosen by the chapter from its result
@@ -69,5 +75,7 @@ def table_with_details(header: list[str], rows: list[list[object]], summary_rows
             return table(header, rows, cls)
         summary_rows = rows[:limit]
     more = _("All {n} rows", n=len(rows))
-    return (f'{table(header, summary_rows, cls)}<details class="table-more"><summary>{esc(more)}</summary>'
-            f'{table(header, rows, cls)}</details>')
+    return (
+        f'{table(header, summary_rows, cls)}<details class="table-more"><summary>{esc(more)}</summary>'
+        f"{table(header, rows, cls)}</details>"
+    )

@@ -14,8 +14,8 @@ import contextvars
 
 import numpy as np
 
-NARROW_WIDTH_IN = 4.4        # ≈ the 388 px column of a 420 px phone at 1.2 px per pt: text at its size
-NARROW_BREAKPOINT_PX = 600   # the page switches to the narrow variant below this width (style.css)
+NARROW_WIDTH_IN = 4.4  # ≈ the 388 px column of a 420 px phone at 1.2 px per pt: text at its size
+NARROW_BREAKPOINT_PX = 600  # the page switches to the narrow variant below this width (style.css)
 
 # The variant being drawn: "wide" (the column of a desktop page) or "narrow" (a phone).
 _VARIANT: contextvars.ContextVar[str] = contextvars.ContextVar("figure_variant", default="wide")
@@ -57,10 +57,11 @@ class NarrowPyplot:
     def __getattr__(self, name):
         return getattr(self._plt, name)
 
-    def subplots(self, nrows=1, ncols=1, *, squeeze=True, sharex=False, sharey=False, gridspec_kw=None,
-                 figsize=None, **kw):
+    def subplots(
+        self, nrows=1, ncols=1, *, squeeze=True, sharex=False, sharey=False, gridspec_kw=None, figsize=None, **kw
+    ):
         w, h = figsize or self._plt.rcParams["figure.figsize"]
-        if nrows > 1:                                 # already a column, or a grid: one column
+        if nrows > 1:  # already a column, or a grid: one column
             fig, axes = self._stacked(nrows, ncols, sharex, sharey, h, gridspec_kw if ncols == 1 else None, **kw)
         else:
             fig, axes = self._flipped(nrows, ncols, sharex, sharey, gridspec_kw, w, h, **kw)
@@ -73,27 +74,47 @@ class NarrowPyplot:
         # "by row" and "by column" (which data axis is shared does not change).
         swap = {"row": "col", "col": "row"}
         grid = _transposed(gridspec_kw or {})
-        if nrows == 1 and ncols == 1:                 # one panel: keep its proportions, within reason
+        if nrows == 1 and ncols == 1:  # one panel: keep its proportions, within reason
             size = (NARROW_WIDTH_IN, min(max(h * NARROW_WIDTH_IN / w * 1.15, 2.6), max(h, 2.6)))
-        else:                                         # each of the ncols rows of the narrow figure
+        else:  # each of the ncols rows of the narrow figure
             size = (NARROW_WIDTH_IN, ncols * min(max(h / nrows, 2.4), 3.4))
-        fig, axes = self._plt.subplots(ncols, nrows, squeeze=False, sharex=swap.get(sharex, sharex),
-                                       sharey=swap.get(sharey, sharey), gridspec_kw=grid or None,
-                                       figsize=size, **_transposed(kw))
-        return fig, np.asarray(axes).T                # the caller's (nrows, ncols) order
+        fig, axes = self._plt.subplots(
+            ncols,
+            nrows,
+            squeeze=False,
+            sharex=swap.get(sharex, sharex),
+            sharey=swap.get(sharey, sharey),
+            gridspec_kw=grid or None,
+            figsize=size,
+            **_transposed(kw),
+        )
+        return fig, np.asarray(axes).T  # the caller's (nrows, ncols) order
 
     def _stacked(self, nrows, ncols, sharex, sharey, h, gridspec_kw, **kw):
         panel_h = min(max(h / nrows, 2.4), 3.4)
-        fig, column = self._plt.subplots(nrows * ncols, 1, squeeze=False, gridspec_kw=gridspec_kw,
-                                         figsize=(NARROW_WIDTH_IN, nrows * ncols * panel_h), **kw)
-        axes = column[:, 0].reshape(ncols, nrows).T   # panel (r, c) is number c·nrows + r from the top
+        fig, column = self._plt.subplots(
+            nrows * ncols,
+            1,
+            squeeze=False,
+            gridspec_kw=gridspec_kw,
+            figsize=(NARROW_WIDTH_IN, nrows * ncols * panel_h),
+            **kw,
+        )
+        axes = column[:, 0].reshape(ncols, nrows).T  # panel (r, c) is number c·nrows + r from the top
         for share, along in ((sharex, "sharex"), (sharey, "sharey")):
-            groups = ([axes.ravel()] if share in (True, "all") else list(axes) if share == "row"
-                      else list(axes.T) if share == "col" else [])
+            groups = (
+                [axes.ravel()]
+                if share in (True, "all")
+                else list(axes)
+                if share == "row"
+                else list(axes.T)
+                if share == "col"
+                else []
+            )
             for group in groups:
                 for ax in group[1:]:
                     getattr(ax, along)(group[0])
-        fig._attnscale_grid = axes                    # for label_stacked
+        fig._attnscale_grid = axes  # for label_stacked
         return fig, axes
 
 

@@ -28,7 +28,7 @@ def number(x, spec: str = ".3g", *, digits: int | None = None) -> str:
     if x != 0 and (abs(x) < 1e-3 or abs(x) >= 1e6):
         return f"{x:.{digits - 1}e}"
     if abs(x) >= 1000:
-        return f"{x:,.0f}"            # 4,050 rather than 4050 or 4.05e+03
+        return f"{x:,.0f}"  # 4,050 rather than 4050 or 4.05e+03
     return f"{x:.{digits}g}"
 
 

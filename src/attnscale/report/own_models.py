@@ -17,7 +17,10 @@ from attnscale.report.numbers import number
 
 #: Each family's chapter: the module that renders it and its title (the model's name and architecture).
 FAMILIES = {
-    "probe": (probe_chapter, N_("Your model {name} ({architecture}): do its queries and keys obey the seed's assumptions?")),
+    "probe": (
+        probe_chapter,
+        N_("Your model {name} ({architecture}): do its queries and keys obey the seed's assumptions?"),
+    ),
     "rescale": (rescale_chapter, N_("Your model {name} ({architecture}): its attention scale × α")),
 }
 #: The bundled models, in the comparison table's first rows: (probe kind, rescale kind).
@@ -51,11 +54,16 @@ def render_own(family: str, name: str, root) -> RenderedChapter | None:
         return RenderedChapter(f"own-{family}-{name}", heading, html, "rendered", kind, env)
     except results.ResultMissing:
         return None
-    except Exception as err:   # noqa: BLE001  (a malformed result or a renderer's bug: one box, not the page)
+    except Exception as err:  # noqa: BLE001  (a malformed result or a renderer's bug: one box, not the page)
         heading = _(title, name=name, architecture="?")
-        return RenderedChapter(f"own-{family}-{name}", heading, error_box(
-            _("This chapter could not be rendered; the rest of the report is unaffected."), err=err),
-            "error", kind, env)
+        return RenderedChapter(
+            f"own-{family}-{name}",
+            heading,
+            error_box(_("This chapter could not be rendered; the rest of the report is unaffected."), err=err),
+            "error",
+            kind,
+            env,
+        )
 
 
 def _read(kind: str, root) -> results.Envelope | None:
@@ -87,13 +95,17 @@ def comparison_row(probe: results.Envelope | None, rescale: results.Envelope | N
     a = probe.data.get("analysis") if probe is not None else None
     f16 = probe.data.get("float16") if probe is not None else None
     ratio = (rescale.data.get("analysis", {}).get("perplexity_ratio") or {}) if rescale is not None else {}
-    return [model["name"], _(WHOSE[bool(model.get("user"))]), model.get("architecture", "—"),
-            number(model.get("n_parameters"), digits=3) if model.get("n_parameters") is not None else "—",
-            _scale_cell(model),
-            number(a["ratio_pair"]["median"]) if a else "—",
-            f"{a['sink_first']['over_half']} / {a['n_heads']}" if a else "—",
-            f"{_margin(f16['margin'])}, {_margin(f16['margin_unscaled'])}" if f16 else "—",
-            number(ratio.get(f"{COMPARED_ALPHA:g}"), ".3g") if ratio.get(f"{COMPARED_ALPHA:g}") is not None else "—"]
+    return [
+        model["name"],
+        _(WHOSE[bool(model.get("user"))]),
+        model.get("architecture", "—"),
+        number(model.get("n_parameters"), digits=3) if model.get("n_parameters") is not None else "—",
+        _scale_cell(model),
+        number(a["ratio_pair"]["median"]) if a else "—",
+        f"{a['sink_first']['over_half']} / {a['n_heads']}" if a else "—",
+        f"{_margin(f16['margin'])}, {_margin(f16['margin_unscaled'])}" if f16 else "—",
+        number(ratio.get(f"{COMPARED_ALPHA:g}"), ".3g") if ratio.get(f"{COMPARED_ALPHA:g}") is not None else "—",
+    ]
 
 
 def comparison(names: list[str], root) -> str:
@@ -101,11 +113,21 @@ def comparison(names: list[str], root) -> str:
     pairs = [(_read(p, root), _read(r, root)) for p, r in BUNDLED]
     pairs += [(_read(results.user_kind("probe", n), root), _read(results.user_kind("rescale", n), root)) for n in names]
     rows = [comparison_row(p, r) for p, r in pairs if p is not None or r is not None]
-    header = [_("model"), _("whose"), _("architecture"), _("parameters"), _("scale"),
-              _("median Var(q·k) ratio (pairs)"), _("heads with > ½ weight on the first token"),
-              _("float16 headroom (model's scale, scale removed)"),
-              _("perplexity at α = {alpha} / at α = 1", alpha=COMPARED_ALPHA)]
-    lead = _("Every model with a probe or rescale result here, the bundled ones first, each read from its own result (its chapter says which run). A dash: the result does not hold that figure (no probe, no rescale with α = {alpha}, or an encoder, which has no perplexity).", alpha=COMPARED_ALPHA)
+    header = [
+        _("model"),
+        _("whose"),
+        _("architecture"),
+        _("parameters"),
+        _("scale"),
+        _("median Var(q·k) ratio (pairs)"),
+        _("heads with > ½ weight on the first token"),
+        _("float16 headroom (model's scale, scale removed)"),
+        _("perplexity at α = {alpha} / at α = 1", alpha=COMPARED_ALPHA),
+    ]
+    lead = _(
+        "Every model with a probe or rescale result here, the bundled ones first, each read from its own result (its chapter says which run). A dash: the result does not hold that figure (no probe, no rescale with α = {alpha}, or an encoder, which has no perplexity).",
+        alpha=COMPARED_ALPHA,
+    )
     return para(lead) + table(header, rows, cls="numeric")
 
 
@@ -113,8 +135,7 @@ def own_chapters(root) -> tuple[list[RenderedChapter], str | None]:
     """The chapters of the user's models under ``root`` (each model's probe, then its rescale) and
     the comparison table's HTML (None when the user has no model here)."""
     names = user_names(root)
-    chapters = [ch for name in names for family in FAMILIES
-                if (ch := render_own(family, name, root)) is not None]
+    chapters = [ch for name in names for family in FAMILIES if (ch := render_own(family, name, root)) is not None]
     return chapters, (comparison(names, root) if names else None)
 
 

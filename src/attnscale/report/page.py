@@ -18,17 +18,21 @@ from attnscale.report.verdicts import BADGE_CLASS, tally_badges
 
 @dataclass
 class Section:
-    id: str                        # the anchor, unique in the page
+    id: str  # the anchor, unique in the page
     title: str
-    html: str                      # the body, without its heading
-    part: str                      # "seed", "beyond", "experiments" or "appendix"
-    verdicts: list[str] = field(default_factory=list)   # the verdicts of the chapter's claims
-    seconds: float = 0.0           # how long rendering it took
+    html: str  # the body, without its heading
+    part: str  # "seed", "beyond", "experiments" or "appendix"
+    verdicts: list[str] = field(default_factory=list)  # the verdicts of the chapter's claims
+    seconds: float = 0.0  # how long rendering it took
 
 
 # The page's four parts, by Section.part, named in the contents and above their first section.
-PARTS = {"seed": N_("The blog post, checked"), "beyond": N_("Beyond the blog post"),
-         "experiments": N_("Experiments"), "appendix": N_("Appendix")}
+PARTS = {
+    "seed": N_("The blog post, checked"),
+    "beyond": N_("Beyond the blog post"),
+    "experiments": N_("Experiments"),
+    "appendix": N_("Appendix"),
+}
 
 
 def stylesheet() -> str:
@@ -42,8 +46,9 @@ def _toc(sections: list[Section]) -> str:
             part = s.part
             items.append(f'<li class="part" aria-hidden="true">{esc(_(PARTS[part]))}</li>')
         # A dot per claim that does not hold, so problems are visible from the contents.
-        dots = "".join(f'<span class="dot {BADGE_CLASS[v]}"></span>' for v in s.verdicts
-                       if v in BADGE_CLASS and v != "holds")
+        dots = "".join(
+            f'<span class="dot {BADGE_CLASS[v]}"></span>' for v in s.verdicts if v in BADGE_CLASS and v != "holds"
+        )
         dots_html = f'<span class="dots">{dots}</span>' if dots else ""
         items.append(f'<li><a href="#{esc(s.id)}">{esc(s.title)}{dots_html}</a></li>')
     return f'<nav class="toc" aria-label="{esc(_("Contents"))}"><h2>{esc(_("Contents"))}</h2><ol>{"".join(items)}</ol></nav>'
@@ -56,8 +61,10 @@ def _sections(sections: list[Section]) -> str:
             part = s.part
             out.append(f'<p class="part-title">{esc(_(PARTS[part]))}</p>')
         number += 1
-        out.append(f'<section class="chapter" id="{esc(s.id)}"><h2><span class="num">{number}</span>'
-                   f'{esc(s.title)}</h2>{s.html}</section>')
+        out.append(
+            f'<section class="chapter" id="{esc(s.id)}"><h2><span class="num">{number}</span>'
+            f"{esc(s.title)}</h2>{s.html}</section>"
+        )
     return "".join(out)
 
 
@@ -77,7 +84,10 @@ def footer(provenance: dict, sections: list[Section]) -> str:
     env = provenance.get("environment", {})
     verify = provenance.get("verify", {})
     if verify.get("cached"):
-        verify_text = _("read from its result file (the verification took {s} when it ran)", s=seconds(float(verify.get("seconds_then", 0.0))))
+        verify_text = _(
+            "read from its result file (the verification took {s} when it ran)",
+            s=seconds(float(verify.get("seconds_then", 0.0))),
+        )
     else:
         verify_text = _("computed now in {s}", s=seconds(float(verify.get("seconds", 0.0))))
     rows = [
@@ -93,37 +103,46 @@ def footer(provenance: dict, sections: list[Section]) -> str:
         (_("verification"), verify_text),
     ]
     dl = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in rows if v is not None)
-    if provenance.get("experiment_files"):      # a sentence per result file, a line each
+    if provenance.get("experiment_files"):  # a sentence per result file, a line each
         files = "<br>".join(esc(line) for line in provenance["experiment_files"])
         dl += f"<dt>{esc(_('result files'))}</dt><dd>{files}</dd>"
     # The verification's own groups first (as timed by its run, which may be a cached earlier one).
-    verify_rows = [(f'{_("verification")} · {group_name(name)}', sec)
-                   for name, sec in provenance.get("verify_timings", {}).items() if name != "total"]
+    verify_rows = [
+        (f"{_('verification')} · {group_name(name)}", sec)
+        for name, sec in provenance.get("verify_timings", {}).items()
+        if name != "total"
+    ]
     times = "".join(f"<tr><td>{esc(name)}</td><td>{esc(seconds(float(sec)))}</td></tr>" for name, sec in verify_rows)
     times += "".join(f"<tr><td>{esc(s.title)}</td><td>{esc(seconds(s.seconds))}</td></tr>" for s in sections)
     total = provenance.get("total_seconds")
     if total is not None:
-        times += f'<tr><td><b>{esc(_("total of the rows above"))}</b></td><td><b>{esc(seconds(total))}</b></td></tr>'
-    sections_heading = _("compute time, as recorded in the result files: the verification's groups, then each section's own result (the blog post's chapters have none of their own: they show the verification's); drawing this page is not counted")
-    return (f'<footer class="provenance" id="provenance"><div class="inner"><h2>{esc(_("How this page was made"))}</h2>'
-            f'<dl>{dl}</dl><h3 style="font-size:.9rem;margin:1rem 0 .3rem">{esc(sections_heading)}</h3>'
-            f'<div class="table-wrap"><table class="timings"><tbody>{times}</tbody></table></div>'
-            f'<p style="margin-top:1rem">{esc(_("中文版: index.zh.html beside this page (attnscale report --lang zh)"))}</p></div></footer>')
+        times += f"<tr><td><b>{esc(_('total of the rows above'))}</b></td><td><b>{esc(seconds(total))}</b></td></tr>"
+    sections_heading = _(
+        "compute time, as recorded in the result files: the verification's groups, then each section's own result (the blog post's chapters have none of their own: they show the verification's); drawing this page is not counted"
+    )
+    return (
+        f'<footer class="provenance" id="provenance"><div class="inner"><h2>{esc(_("How this page was made"))}</h2>'
+        f'<dl>{dl}</dl><h3 style="font-size:.9rem;margin:1rem 0 .3rem">{esc(sections_heading)}</h3>'
+        f'<div class="table-wrap"><table class="timings"><tbody>{times}</tbody></table></div>'
+        f'<p style="margin-top:1rem">{esc(_("中文版: index.zh.html beside this page (attnscale report --lang zh)"))}</p></div></footer>'
+    )
 
 
 def render_page(sections: list[Section], claims: list[dict], provenance: dict, glance: str = "") -> str:
     html_lang = "zh-CN" if current_lang() == "zh" else "en"
-    hero = (f'<header class="hero"><div class="hero-inner"><p class="kicker">{esc(_("attnscale report"))}</p>'
-            f'<h1>{esc(pretty(_("Why divide by √d_k? Every claim of a blog post, measured")))}</h1><p class="sub">{esc(pretty(_("A blog post on why dot-product attention is scaled by √d_k, retold with figures and every claim checked by attnscale: Monte Carlo estimates with confidence intervals, exact arithmetic where floats could hide a digit, and a verdict on each claim. No number is typed in; each part says which result file it comes from, when and on what machine that was computed, and whether it was a quick or a full run (see also “How this page was made” at the end).")))}</p>'
-            '<div class="formula">Attention(Q, K, V) = softmax( Q·Kᵀ <span class="hl">/ √d<sub>k</sub></span> ) · V</div>'
-            f'<div class="tally">{tally_badges(claims)}</div>{glance}</div></header>')
+    hero = (
+        f'<header class="hero"><div class="hero-inner"><p class="kicker">{esc(_("attnscale report"))}</p>'
+        f'<h1>{esc(pretty(_("Why divide by √d_k? Every claim of a blog post, measured")))}</h1><p class="sub">{esc(pretty(_("A blog post on why dot-product attention is scaled by √d_k, retold with figures and every claim checked by attnscale: Monte Carlo estimates with confidence intervals, exact arithmetic where floats could hide a digit, and a verdict on each claim. No number is typed in; each part says which result file it comes from, when and on what machine that was computed, and whether it was a quick or a full run (see also “How this page was made” at the end).")))}</p>'
+        '<div class="formula">Attention(Q, K, V) = softmax( Q·Kᵀ <span class="hl">/ √d<sub>k</sub></span> ) · V</div>'
+        f'<div class="tally">{tally_badges(claims)}</div>{glance}</div></header>'
+    )
     return embed_fonts(
         f'<!doctype html><html lang="{html_lang}"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f'<title>{esc(pretty(_("Why divide by √d_k? Every claim of a blog post, measured")))}</title>'
-        f'<style>{stylesheet()}</style></head><body>{hero}'
+        f"<title>{esc(pretty(_('Why divide by √d_k? Every claim of a blog post, measured')))}</title>"
+        f"<style>{stylesheet()}</style></head><body>{hero}"
         f'<div class="layout">{_toc(sections)}<main>{_sections(sections)}</main></div>'
-        f'{footer(provenance, sections)}</body></html>\n'
+        f"{footer(provenance, sections)}</body></html>\n"
     )
 
 

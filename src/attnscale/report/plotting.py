@@ -58,7 +58,7 @@ def style(rc: dict | None = None):
     Chinese labels are measured with real glyphs and the SVG text names the embedded family.
     Inside :func:`responsive_figure`'s narrow pass, ``plt.subplots`` lays the panels out for a
     phone (see :class:`attnscale.report.narrow.NarrowPyplot`)."""
-    import matplotlib          # matplotlib loads only when a figure is drawn
+    import matplotlib  # matplotlib loads only when a figure is drawn
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
@@ -67,8 +67,10 @@ def style(rc: dict | None = None):
     # figure saved later still names the embedded CJK family. The alias gets them too, for text made
     # with family "sans-serif" and saved here (svg_of saves inside this style).
     families = matplotlib_families()
-    fonts = {"font.family": [*families, "sans-serif"],
-             "font.sans-serif": [*families, *matplotlib.rcParamsDefault["font.sans-serif"]]}
+    fonts = {
+        "font.family": [*families, "sans-serif"],
+        "font.sans-serif": [*families, *matplotlib.rcParamsDefault["font.sans-serif"]],
+    }
     with plt.rc_context({**RC, **fonts, **(rc or {})}), warnings.catch_warnings():
         # Without a CJK font on this machine, Chinese glyphs are missing: the browser sets that text.
         warnings.filterwarnings("ignore", message="Glyph .* missing from font")
@@ -87,8 +89,8 @@ def svg_of(fig, alt: str) -> str:
         fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})  # byte-reproducible
     plt.close(fig)
     svg = buf.getvalue()
-    svg = svg[svg.index("<svg"):]                       # drop the XML prolog and DOCTYPE
-    svg = re.sub(r'<svg ([^>]*?)width="[^"]*" height="[^"]*"', r'<svg \1', svg, count=1)  # scale to the column
+    svg = svg[svg.index("<svg") :]  # drop the XML prolog and DOCTYPE
+    svg = re.sub(r'<svg ([^>]*?)width="[^"]*" height="[^"]*"', r"<svg \1", svg, count=1)  # scale to the column
     return svg.replace("<svg ", f'<svg role="img" aria-label="{esc(alt)}" ', 1)
 
 
@@ -116,5 +118,7 @@ def responsive_figure(draw, alt: str, caption: str = "", px_per_inch: float | No
         narrow = svg_of(narrow_fig, alt)
     cap = f"<figcaption>{esc(caption)}</figcaption>" if caption else ""
     fig_style = f' style="--fig-max:{max_px}px"' if max_px else ""
-    return (f'<figure class="fig fig-responsive"{fig_style}><div class="fig-wide">{wide}</div>'
-            f'<div class="fig-narrow">{narrow}</div>{cap}</figure>')
+    return (
+        f'<figure class="fig fig-responsive"{fig_style}><div class="fig-wide">{wide}</div>'
+        f'<div class="fig-narrow">{narrow}</div>{cap}</figure>'
+    )

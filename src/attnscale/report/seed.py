@@ -39,12 +39,15 @@ CHAPTER_FIGURES: dict[str, tuple[tuple[str, tuple[str, ...] | None], ...]] = {
     "beyond": (),
 }
 # The beyond chapter's subsections (seed_words.BEYOND), each with its figure.
-BEYOND_PARTS: tuple[tuple[str, str], ...] = (("broken", "broken_assumptions"), ("phase", "phase"),
-                                            ("ssmax", "ssmax"), ("give", "give_away"))
+BEYOND_PARTS: tuple[tuple[str, str], ...] = (
+    ("broken", "broken_assumptions"),
+    ("phase", "phase"),
+    ("ssmax", "ssmax"),
+    ("give", "give_away"),
+)
 
 
-def figure_html(block: str, data: dict, keys: tuple[str, ...] | None = None,
-                values: dict | None = None) -> str:
+def figure_html(block: str, data: dict, keys: tuple[str, ...] | None = None, values: dict | None = None) -> str:
     """The figure for ``data[block]`` (only its entries ``keys`` when given) as inline SVG, a note
     when the block is absent, or an error box when it cannot be drawn. ``values`` fill the
     caption's placeholders (default: :func:`attnscale.report.seed_words.facts` of ``data``)."""
@@ -59,7 +62,7 @@ def figure_html(block: str, data: dict, keys: tuple[str, ...] | None = None,
         # Drawn for the column and for a phone; a narrow figure is not blown up to the column's
         # width: at most 130 CSS px per inch drawn.
         return responsive_figure(lambda: draw(block_data), alt, cap, px_per_inch=130)
-    except Exception as err:   # a data block of an unexpected shape: say so, keep the page
+    except Exception as err:  # a data block of an unexpected shape: say so, keep the page
         return error_box(_("This figure could not be drawn:"), block, err)
 
 
@@ -70,11 +73,15 @@ def _paras(paras: list[str]) -> str:
 def seed_post_html() -> str:
     """The blog post this page checks: title, author, where it was published, linked."""
     post = SEED_POST
-    copy = _("This page checks the Chinese translation kept with attnscale; “the blog post” below always means it, and “random seed” the generator's seed.")
-    return (f'<p class="note seed-post">{esc(_("The blog post checked here:"))} '
-            f'<a href="{esc(post["url"])}">{esc(pretty(_(post["title"])))}</a>, '
-            f'{esc(post["author"])}, {esc(_(post["published"]))}. '
-            f'{esc(copy)}</p>')
+    copy = _(
+        "This page checks the Chinese translation kept with attnscale; “the blog post” below always means it, and “random seed” the generator's seed."
+    )
+    return (
+        f'<p class="note seed-post">{esc(_("The blog post checked here:"))} '
+        f'<a href="{esc(post["url"])}">{esc(pretty(_(post["title"])))}</a>, '
+        f"{esc(post['author'])}, {esc(_(post['published']))}. "
+        f"{esc(copy)}</p>"
+    )
 
 
 def chapter_body(chapter: str, claims: list[dict], data: dict, seed: int, values: dict | None = None) -> str:
@@ -90,13 +97,12 @@ def chapter_body(chapter: str, claims: list[dict], data: dict, seed: int, values
         for key, block in BEYOND_PARTS:
             heading, para = seed_words.subsection(key, values)
             body.append(f"<h3>{esc(heading)}</h3><p>{esc(para)}</p>{figure_html(block, data, None, values)}")
-        body.append(f'<h3>{esc(_("verdict").capitalize())}</h3>')
+        body.append(f"<h3>{esc(_('verdict').capitalize())}</h3>")
     body.append(claim_list(claims))
     return "".join(body)
 
 
-def seed_sections(verify, seed: int,
-                  tick: Callable[[str], None] = lambda label: None) -> list[Section]:
+def seed_sections(verify, seed: int, tick: Callable[[str], None] = lambda label: None) -> list[Section]:
     """One Section per chapter of the outline in the verification result ``verify`` (an
     :class:`attnscale.results.Envelope` of kind ``verify``), in its order; a quick result is labelled
     beside each title, and the first chapter of each part says where and when it was computed."""
@@ -108,13 +114,20 @@ def seed_sections(verify, seed: int,
         mine = [c for c in claims if c.get("chapter") == chapter]
         try:
             html = chapter_body(chapter, mine, data, seed, values)
-        except TextError as err:     # the result lacks a value the chapter's prose names
+        except TextError as err:  # the result lacks a value the chapter's prose names
             html = error_box(_("This chapter could not be rendered; the rest of the report is unaffected."), err=err)
         if entry["part"] != part:
             part = entry["part"]
             html = provenance_line(verify) + html
-        sections.append(Section(id=chapter.replace("_", "-"), title=quick_title(seed_words.title(chapter), verify),
-                                html=html, part=part, verdicts=[c.get("verdict", "") for c in mine]))
+        sections.append(
+            Section(
+                id=chapter.replace("_", "-"),
+                title=quick_title(seed_words.title(chapter), verify),
+                html=html,
+                part=part,
+                verdicts=[c.get("verdict", "") for c in mine],
+            )
+        )
         tick(sections[-1].title)
     return sections
 
@@ -131,8 +144,11 @@ GLANCE_CARDS = {
 
 def lang_links(pages: dict[str, str]) -> str:
     """Links to this page in the other languages (each page links to the others)."""
-    links = "".join(f'<a href="{esc(name)}" hreflang="{esc(other)}">{esc(_(LANG_NAMES[other]))}</a>'
-                    for other, name in pages.items() if other != current_lang())
+    links = "".join(
+        f'<a href="{esc(name)}" hreflang="{esc(other)}">{esc(_(LANG_NAMES[other]))}</a>'
+        for other, name in pages.items()
+        if other != current_lang()
+    )
     return f'<p class="lang-switch">{links}</p>' if links else ""
 
 
@@ -143,14 +159,21 @@ def glance_html(data: dict) -> str:
     try:
         g = next(iter(data["variance_vs_dk"].values()))
         i = len(g["d_k"]) - 1
-        d_k = int(g["d_k"][i])      # a dimension: "d_k = 4096", as every other d_k on the page (not 4,096)
+        d_k = int(g["d_k"][i])  # a dimension: "d_k = 4096", as every other d_k on the page (not 4,096)
         said = pretty(_("the blog post says d_k = {d}", d=d_k))
-        cards.append((pretty(_("Var(q·k) at d_k = {d}, measured", d=d_k)), number(g["estimate"][i], digits=4),
-                      f'{_("CI")} [{number(g["ci_low"][i], digits=4)}, {number(g["ci_high"][i], digits=4)}] · {said}'))
+        cards.append(
+            (
+                pretty(_("Var(q·k) at d_k = {d}, measured", d=d_k)),
+                number(g["estimate"][i], digits=4),
+                f"{_('CI')} [{number(g['ci_low'][i], digits=4)}, {number(g['ci_high'][i], digits=4)}] · {said}",
+            )
+        )
     except (KeyError, IndexError, StopIteration, TypeError):
         pass
-    for block, figure, card in (("saturation", "max_weight", GLANCE_CARDS["saturation"]),
-                                ("jacobian", "jacobian_frobenius", GLANCE_CARDS["jacobian"])):
+    for block, figure, card in (
+        ("saturation", "max_weight", GLANCE_CARDS["saturation"]),
+        ("jacobian", "jacobian_frobenius", GLANCE_CARDS["jacobian"]),
+    ):
         try:
             rows = data[block]
             n = next(iter(rows["by_n"]))
@@ -159,14 +182,16 @@ def glance_html(data: dict) -> str:
             per = rows["by_n"][n]
             sub = pretty(_("with ÷√d_k: {value}", value=number(per["scaled"][figure]["median"][i], digits=2)))
             cross = (rows.get("crossover") or {}).get(n) or {}
-            if cross.get("d_k") is not None:      # the curve is not monotone: say from where it is below
+            if cross.get("d_k") is not None:  # the curve is not monotone: say from where it is below
                 sub += " · " + pretty(_("unscaled is below it only from d_k = {d} on", d=cross["d_k"]))
             cards.append((pretty(_(card, d=d_ks[i], n=n)), number(per["unscaled"][figure]["median"][i], digits=2), sub))
         except (KeyError, IndexError, StopIteration, TypeError, ValueError):
             pass
     if not cards:
         return ""
-    html = "".join(f'<div class="glance-card"><span class="glance-label">{esc(label)}</span>'
-                   f'<span class="glance-value">{esc(value)}</span><span class="glance-sub">{esc(sub)}</span></div>'
-                   for label, value, sub in cards)
+    html = "".join(
+        f'<div class="glance-card"><span class="glance-label">{esc(label)}</span>'
+        f'<span class="glance-value">{esc(value)}</span><span class="glance-sub">{esc(sub)}</span></div>'
+        for label, value, sub in cards
+    )
     return f'<div class="glance">{html}</div>'

@@ -16,22 +16,36 @@ from attnscale.stored_words import METHOD_NAME
 # verdict → CSS class of its badge, its mark, its word, and the words after its count in the tally
 BADGE_CLASS = {"holds": "holds", "fails": "fails", "inconclusive": "inconclusive", "seed number wrong": "wrong"}
 BADGE_MARK = {"holds": "✓", "fails": "✗", "inconclusive": "?", "seed number wrong": "≠"}
-VERDICTS = {"holds": N_("holds"), "fails": N_("fails", msgctxt="verdict"),
-            "inconclusive": N_("inconclusive", msgctxt="verdict"), "seed number wrong": N_("blog post's number wrong")}
-TALLY = {"holds": N_("claims hold"), "fails": N_("fail"), "inconclusive": N_("inconclusive", msgctxt="tally"),
-         "seed number wrong": N_("of the blog post's numbers wrong")}
+VERDICTS = {
+    "holds": N_("holds"),
+    "fails": N_("fails", msgctxt="verdict"),
+    "inconclusive": N_("inconclusive", msgctxt="verdict"),
+    "seed number wrong": N_("blog post's number wrong"),
+}
+TALLY = {
+    "holds": N_("claims hold"),
+    "fails": N_("fail"),
+    "inconclusive": N_("inconclusive", msgctxt="tally"),
+    "seed number wrong": N_("of the blog post's numbers wrong"),
+}
 
 
 def badge(verdict: str) -> str:
     cls = BADGE_CLASS.get(verdict, "other")
     label = _(VERDICTS[verdict]) if verdict in VERDICTS else verdict
     # "inconclusive" is new to readers: the badge says what it means on hover
-    title = f' title="{esc(_("the interval does not decide the criterion at this sample size"))}"' if verdict == "inconclusive" else ""
+    title = (
+        f' title="{esc(_("the interval does not decide the criterion at this sample size"))}"'
+        if verdict == "inconclusive"
+        else ""
+    )
     return f'<span class="badge {cls}"{title}>{BADGE_MARK.get(verdict, "•")} {esc(label)}</span>'
 
 
 def claim_text(claim: dict) -> str:
-    return pretty((claim.get("claim_zh") if current_lang() == "zh" else None) or claim.get("claim_en") or claim.get("id", ""))
+    return pretty(
+        (claim.get("claim_zh") if current_lang() == "zh" else None) or claim.get("claim_en") or claim.get("id", "")
+    )
 
 
 def worded(claim: dict, field: str) -> str:
@@ -54,7 +68,7 @@ def _interval(claim: dict) -> str:
 
 
 def _ci_label(claim: dict) -> str:
-    """"99% CI", or the level the stored interval really has (e.g. a Bonferroni 99.98%)."""
+    """ "99% CI", or the level the stored interval really has (e.g. a Bonferroni 99.98%)."""
     level = claim.get("ci_level")
     if level is None:
         return _("CI")
@@ -79,11 +93,13 @@ def claim_card(claim: dict) -> str:
         extra += f'<p class="verdict-note correct">{esc(_("correct value"))}: {esc(claim["correct_value"])}</p>'
     if claim.get("note"):
         extra += f'<p class="verdict-note">{esc(worded(claim, "note"))}</p>'
-    return (f'<li class="{BADGE_CLASS.get(verdict, "other")}" data-claim="{esc(claim.get("id", ""))}">'
-            f'<div class="verdict-head">{badge(verdict)}'
-            f'<span class="verdict-claim">{esc(claim_text(claim))}</span>'
-            f'<span class="verdict-id mono">{esc(claim.get("id", ""))}</span></div>'
-            f'<div class="verdict-facts">{facts_html}</div>{extra}</li>')
+    return (
+        f'<li class="{BADGE_CLASS.get(verdict, "other")}" data-claim="{esc(claim.get("id", ""))}">'
+        f'<div class="verdict-head">{badge(verdict)}'
+        f'<span class="verdict-claim">{esc(claim_text(claim))}</span>'
+        f'<span class="verdict-id mono">{esc(claim.get("id", ""))}</span></div>'
+        f'<div class="verdict-facts">{facts_html}</div>{extra}</li>'
+    )
 
 
 def claim_list(claims: list[dict], visible: int = 8) -> str:
@@ -98,8 +114,9 @@ def claim_list(claims: list[dict], visible: int = 8) -> str:
     if len(ranked) > visible:
         rest = "".join(claim_card(c) for c in ranked[visible:])
         more = _("{n} more claims", n=len(ranked) - visible)
-        html += (f'<details class="verdicts-more"><summary>{esc(more)}</summary>'
-                 f'<ul class="verdicts">{rest}</ul></details>')
+        html += (
+            f'<details class="verdicts-more"><summary>{esc(more)}</summary><ul class="verdicts">{rest}</ul></details>'
+        )
     return html
 
 
@@ -107,22 +124,41 @@ def tally_badges(counts: dict[str, int]) -> str:
     """The page's summary line: how many claims have each verdict, as the result counted them."""
     n = {v: int(counts.get(v, 0)) for v in BADGE_CLASS}
     hint = _("the interval does not decide the criterion at this sample size")
-    return "".join(f'<span class="badge {BADGE_CLASS[v]}"'
-                   + (f' title="{esc(hint)}"' if v == "inconclusive" else "")
-                   + f'>{n[v]} {esc(_(TALLY[v]))}</span>' for v in BADGE_CLASS)
+    return "".join(
+        f'<span class="badge {BADGE_CLASS[v]}"'
+        + (f' title="{esc(hint)}"' if v == "inconclusive" else "")
+        + f">{n[v]} {esc(_(TALLY[v]))}</span>"
+        for v in BADGE_CLASS
+    )
 
 
 def all_claims_table(claims: list[dict]) -> str:
     """Every claim in one table (verdicts as badges); it scrolls inside its own box on a phone."""
-    header = ["id", _("claim"), _("verdict"), _("expected", msgctxt="ui"), _("measured", msgctxt="ui"),
-              _("interval judged (level)"), _("samples"), _("method")]
+    header = [
+        "id",
+        _("claim"),
+        _("verdict"),
+        _("expected", msgctxt="ui"),
+        _("measured", msgctxt="ui"),
+        _("interval judged (level)"),
+        _("samples"),
+        _("method"),
+    ]
     head = "".join(f"<th>{esc(h)}</th>" for h in header)
     rows = []
     for c in claims:
-        cells = [esc(c.get("id", "")), esc(claim_text(c)), badge(c.get("verdict", "")),
-                 esc(worded(c, "expected")), esc(worded(c, "measured")),
-                 esc(_interval(c) + (f" ({percent(c['ci_level'])})" if _interval(c) and c.get("ci_level") else "")),
-                 esc(number(int(c["n_samples"]), digits=4) if c.get("n_samples") else ""), esc(method_name(c))]
+        cells = [
+            esc(c.get("id", "")),
+            esc(claim_text(c)),
+            badge(c.get("verdict", "")),
+            esc(worded(c, "expected")),
+            esc(worded(c, "measured")),
+            esc(_interval(c) + (f" ({percent(c['ci_level'])})" if _interval(c) and c.get("ci_level") else "")),
+            esc(number(int(c["n_samples"]), digits=4) if c.get("n_samples") else ""),
+            esc(method_name(c)),
+        ]
         rows.append("<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
-    return (f'<div class="table-wrap"><table class="all-verdicts"><thead><tr>{head}</tr></thead>'
-            f'<tbody>{"".join(rows)}</tbody></table></div>')
+    return (
+        f'<div class="table-wrap"><table class="all-verdicts"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
+    )

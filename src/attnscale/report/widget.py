@@ -13,8 +13,12 @@ from attnscale.scales import RULES
 
 N_CHOICES = (8, 16, 32, 64, 128)
 # The figures read out under the bars: (label, id of the <output> the script fills).
-READOUTS = ((N_("entropy / ln n"), "w-entropy"), (N_("max weight"), "w-maxw"),
-            (N_("effective keys e^H"), "w-support"), (N_("logit std"), "w-spread"))
+READOUTS = (
+    (N_("entropy / ln n"), "w-entropy"),
+    (N_("max weight"), "w-maxw"),
+    (N_("effective keys e^H"), "w-support"),
+    (N_("logit std"), "w-spread"),
+)
 D_MAX = 4096
 
 
@@ -26,12 +30,28 @@ def rule_configs() -> list[dict]:
         {"id": "inverse_sqrt_dk", "kind": "inverse_sqrt_dk", "formula": RULES["inverse_sqrt_dk"].formula + " · q·k"},
         {"id": "unscaled", "kind": "unscaled", "formula": "q·k"},
         {"id": "inverse_dk", "kind": "inverse_dk", "formula": RULES["inverse_dk"].formula + " · q·k"},
-        {"id": "qknorm", "kind": "qknorm", "gain": qknorm.gain, "norm": qknorm.norm, "eps": qknorm.eps,
-         "formula": qknorm.formula},
-        {"id": "softcap", "kind": "softcap", "cap": softcap.cap_value, "base": softcap.base.name,
-         "formula": softcap.formula},
-        {"id": "softcap_unscaled", "kind": "softcap", "cap": softcap_unscaled.cap_value, "base": softcap_unscaled.base.name,
-         "formula": softcap_unscaled.formula},
+        {
+            "id": "qknorm",
+            "kind": "qknorm",
+            "gain": qknorm.gain,
+            "norm": qknorm.norm,
+            "eps": qknorm.eps,
+            "formula": qknorm.formula,
+        },
+        {
+            "id": "softcap",
+            "kind": "softcap",
+            "cap": softcap.cap_value,
+            "base": softcap.base.name,
+            "formula": softcap.formula,
+        },
+        {
+            "id": "softcap_unscaled",
+            "kind": "softcap",
+            "cap": softcap_unscaled.cap_value,
+            "base": softcap_unscaled.base.name,
+            "formula": softcap_unscaled.formula,
+        },
         {"id": "logn", "kind": "logn", "s": logn.s, "base": logn.base.name, "formula": logn.formula + " · q·k"},
     ]
 
@@ -42,10 +62,14 @@ def widget_config(seed: int) -> dict:
         r["label"] = rule_label(r["id"], r.get("cap"))
         r["formula"] = pretty(r["formula"])
     return {
-        "seed": int(seed) % 2 ** 32, "d_max": D_MAX, "d_k": 64, "n": 16, "n_choices": list(N_CHOICES),
-        "rule": "inverse_sqrt_dk", "rules": rules,
-        "labels": {"key": _("key"), "keys_axis": _("keys"), "uniform": _("uniform"),
-                   "formula": _("logits")},
+        "seed": int(seed) % 2**32,
+        "d_max": D_MAX,
+        "d_k": 64,
+        "n": 16,
+        "n_choices": list(N_CHOICES),
+        "rule": "inverse_sqrt_dk",
+        "rules": rules,
+        "labels": {"key": _("key"), "keys_axis": _("keys"), "uniform": _("uniform"), "formula": _("logits")},
     }
 
 
@@ -55,12 +79,17 @@ def _script() -> str:
 
 def widget_html(seed: int) -> str:
     cfg = widget_config(seed)
-    options = "".join(f'<option value="{esc(r["id"])}"{" selected" if r["id"] == cfg["rule"] else ""}>'
-                      f'{esc(r["label"])}</option>' for r in cfg["rules"])
-    n_options = "".join(f'<option value="{n}"{" selected" if n == cfg["n"] else ""}>{n}</option>'
-                        for n in cfg["n_choices"])
-    readouts = "".join(f'<div class="readout"><span>{esc(_(label))}</span><output id="{oid}">–</output></div>'
-                       for label, oid in READOUTS)
+    options = "".join(
+        f'<option value="{esc(r["id"])}"{" selected" if r["id"] == cfg["rule"] else ""}>{esc(r["label"])}</option>'
+        for r in cfg["rules"]
+    )
+    n_options = "".join(
+        f'<option value="{n}"{" selected" if n == cfg["n"] else ""}>{n}</option>' for n in cfg["n_choices"]
+    )
+    readouts = "".join(
+        f'<div class="readout"><span>{esc(_(label))}</span><output id="{oid}">–</output></div>'
+        for label, oid in READOUTS
+    )
     # JSON inside <script>: "</" must not appear, or the HTML parser would end the script early.
     config_json = json.dumps(cfg, ensure_ascii=False).replace("</", "<\\/")
     return (
@@ -73,9 +102,9 @@ def widget_html(seed: int) -> str:
         f'<select id="w-rule">{options}</select></div>'
         f'<div style="flex:0 0 5.5rem"><label for="w-n">{esc(_("keys n"))}</label><select id="w-n">{n_options}</select></div>'
         f'<button type="button" id="w-resample" title="{esc(_("new sample"))}">↻</button></div>'
-        '</div>'
+        "</div>"
         '<svg class="bars" role="img" aria-label="softmax weights" viewBox="0 0 640 240"></svg>'
         f'<div class="readouts" aria-live="polite">{readouts}</div><p class="formula-line" id="w-formula"></p></div>'
         f'<script type="application/json" id="widget-config">{config_json}</script>'
-        f'<script>{_script()}</script>'
+        f"<script>{_script()}</script>"
     )

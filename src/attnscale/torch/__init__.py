@@ -11,5 +11,4 @@ from attnscale.torch.capture import SDPACall, capture_sdpa
 from attnscale.torch.ext import kernel_status
 from attnscale.torch.monitor import Monitor
 
-__all__ = ["attention", "AttentionStats", "FLOAT16_MAX", "kernel_status", "Monitor",
-           "capture_sdpa", "SDPACall"]
+__all__ = ["attention", "AttentionStats", "FLOAT16_MAX", "kernel_status", "Monitor", "capture_sdpa", "SDPACall"]

@@ -100,18 +100,18 @@ class SDPACall:
 
     index: int
     name: str
-    q: Any                     # (..., H_q, L, d_k) as passed (see the module docstring)
-    k: Any                     # (..., H_k, S, d_k)
-    v: Any                     # (..., H_k, S, d_v)
-    attn_mask: Any             # None | bool (True = attend) | additive float, broadcastable to (..., H_q, L, S)
+    q: Any  # (..., H_q, L, d_k) as passed (see the module docstring)
+    k: Any  # (..., H_k, S, d_k)
+    v: Any  # (..., H_k, S, d_v)
+    attn_mask: Any  # None | bool (True = attend) | additive float, broadcastable to (..., H_q, L, S)
     is_causal: bool
-    scale: float               # resolved: multiplies q·kᵀ
+    scale: float  # resolved: multiplies q·kᵀ
     dropout_p: float
     enable_gqa: bool
-    output: Any                # (..., H_q, L, d_v); None for source "module"
-    source: str = "sdpa"       # "sdpa" | "interface" | "module"
-    weights: Any = None        # the model's own probabilities (B, H_q, L, S), when it computed them
-    softcap: float = 0.0       # c of c·tanh(scale·q·kᵀ / c) before the mask; 0.0 = none
+    output: Any  # (..., H_q, L, d_v); None for source "module"
+    source: str = "sdpa"  # "sdpa" | "interface" | "module"
+    weights: Any = None  # the model's own probabilities (B, H_q, L, S), when it computed them
+    softcap: float = 0.0  # c of c·tanh(scale·q·kᵀ / c) before the mask; 0.0 = none
 
     def keys_for_queries(self):
         """k as float64, with its heads repeated to match q's under grouped-query attention."""
@@ -150,17 +150,17 @@ class Capture:
 
     def __init__(self, store: bool, on_call: Callable[[SDPACall], None] | None, replace=None):
         self.calls: list[SDPACall] = []
-        self.skipped: Counter = Counter()            # (module name, reason) -> calls
+        self.skipped: Counter = Counter()  # (module name, reason) -> calls
         self._store = store
         self._on_call = on_call
         self._replace = replace
         self._count = 0
-        self._sdpa_seen = 0                          # SDPA calls intercepted, replaced ones included
-        self._stack: list[str] = []                  # class names of the modules running (no model)
-        self._names: dict[int, str] | None = None    # module id → path, when a model is given
-        self._paused = False                         # capture_sdpa.pause(): every call is the model's own
-        self._compiled = 0                           # calls from compiled graphs so far (their names)
-        self._on_figures: Callable | None = None     # (name, q, k, v, stats): a compiled graph's own figures
+        self._sdpa_seen = 0  # SDPA calls intercepted, replaced ones included
+        self._stack: list[str] = []  # class names of the modules running (no model)
+        self._names: dict[int, str] | None = None  # module id → path, when a model is given
+        self._paused = False  # capture_sdpa.pause(): every call is the model's own
+        self._compiled = 0  # calls from compiled graphs so far (their names)
+        self._on_figures: Callable | None = None  # (name, q, k, v, stats): a compiled graph's own figures
 
     def _emit(self, **fields) -> None:
         call = SDPACall(index=self._count, **fields)
@@ -216,11 +216,21 @@ def _resolved_scale(scale, q) -> float:
 def _emit_arguments(cap: Capture, name: str, a: dict, output, source: str, weights=None) -> None:
     """Record one call given as SDPA's arguments ``a`` (tensors detached here)."""
     detach = lambda x: None if x is None else x.detach()  # noqa: E731
-    cap._emit(name=name, q=a["query"].detach(), k=a["key"].detach(), v=a["value"].detach(),
-              attn_mask=detach(a["attn_mask"]), is_causal=bool(a["is_causal"]),
-              scale=_resolved_scale(a["scale"], a["query"]), dropout_p=float(a["dropout_p"]),
-              enable_gqa=bool(a["enable_gqa"]), output=detach(output), source=source,
-              weights=detach(weights), softcap=float(a.get("softcap", 0.0)))
+    cap._emit(
+        name=name,
+        q=a["query"].detach(),
+        k=a["key"].detach(),
+        v=a["value"].detach(),
+        attn_mask=detach(a["attn_mask"]),
+        is_causal=bool(a["is_causal"]),
+        scale=_resolved_scale(a["scale"], a["query"]),
+        dropout_p=float(a["dropout_p"]),
+        enable_gqa=bool(a["enable_gqa"]),
+        output=detach(output),
+        source=source,
+        weights=detach(weights),
+        softcap=float(a.get("softcap", 0.0)),
+    )
 
 
 def _module_call(cap: Capture, func, args, kwargs):
@@ -228,7 +238,7 @@ def _module_call(cap: Capture, func, args, kwargs):
     run as it is, and recorded as ``"module"``."""
     torch = require("torch", "torch")
     name = cap._innermost_name()
-    if name is None:                                      # another model's module
+    if name is None:  # another model's module
         return func(*args, **(kwargs or {}))
     replacing = cap._replace is not None
     # Observing needs no graph; replacing does, through the projections.
@@ -261,19 +271,31 @@ def _seen_op(torch):
     graph break, no recompilation: its arguments are tensors and numbers); it mutates a one-element
     token so that the compiler neither drops it (its result is unused) nor reorders it past the step."""
     if "seen" not in _OPS:
+
         def seen(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa, token):
             cap = _LIVE[-1] if _LIVE else None
             if cap is not None and not cap._paused:
-                a = {"query": q, "key": k, "value": v, "attn_mask": attn_mask, "dropout_p": dropout_p,
-                     "is_causal": is_causal, "scale": scale, "enable_gqa": enable_gqa}
+                a = {
+                    "query": q,
+                    "key": k,
+                    "value": v,
+                    "attn_mask": attn_mask,
+                    "dropout_p": dropout_p,
+                    "is_causal": is_causal,
+                    "scale": scale,
+                    "enable_gqa": enable_gqa,
+                }
                 cap._sdpa_seen += 1
                 _emit_arguments(cap, f"compiled[{cap._compiled}]", a, None, "sdpa")
                 cap._compiled += 1
 
         op = torch.library.custom_op(
-            "attnscale_capture::seen", seen, mutates_args=("token",),
+            "attnscale_capture::seen",
+            seen,
+            mutates_args=("token",),
             schema="(Tensor q, Tensor k, Tensor v, Tensor? attn_mask, float dropout_p, bool is_causal, "
-                   "float? scale, bool enable_gqa, Tensor(a!) token) -> ()")
+            "float? scale, bool enable_gqa, Tensor(a!) token) -> ()",
+        )
         op.register_fake(lambda *args: None)
         _OPS["seen"] = op
     return _OPS["seen"]
@@ -285,21 +307,36 @@ def _figures_op(torch):
     of the model's SDPA), handed to the innermost capture at run time, as :func:`_seen_op` hands
     inputs (an opaque op: no graph break; it mutates the token so that it is kept, in order)."""
     if "figures" not in _OPS:
+
         def figures(q, k, v, lse, entropy, max_logit, min_logit, first_key, backend, token):
             cap = _LIVE[-1] if _LIVE else None
             if cap is not None and not cap._paused and cap._on_figures is not None:
                 from attnscale.torch.functional import AttentionStats
 
                 cap._sdpa_seen += 1
-                cap._on_figures(f"compiled[{cap._compiled}]", q, k, v,
-                                AttentionStats(lse=lse, entropy=entropy, max_logit=max_logit, min_logit=min_logit,
-                                               backend=backend, first_key_weight=first_key))
+                cap._on_figures(
+                    f"compiled[{cap._compiled}]",
+                    q,
+                    k,
+                    v,
+                    AttentionStats(
+                        lse=lse,
+                        entropy=entropy,
+                        max_logit=max_logit,
+                        min_logit=min_logit,
+                        backend=backend,
+                        first_key_weight=first_key,
+                    ),
+                )
                 cap._compiled += 1
 
         op = torch.library.custom_op(
-            "attnscale_capture::figures", figures, mutates_args=("token",),
+            "attnscale_capture::figures",
+            figures,
+            mutates_args=("token",),
             schema="(Tensor q, Tensor k, Tensor v, Tensor lse, Tensor entropy, Tensor max_logit, Tensor min_logit, "
-                   "Tensor first_key, str backend, Tensor(a!) token) -> ()")
+            "Tensor first_key, str backend, Tensor(a!) token) -> ()",
+        )
         op.register_fake(lambda *args: None)
         _OPS["figures"] = op
     return _OPS["figures"]
@@ -316,14 +353,32 @@ def _compiled_call(torch, cap: Capture, func, args, kwargs, compiled_replace=Non
     done = None if compiled_replace is None else compiled_replace(a)
     if done is not None:
         out, stats = done
-        _figures_op(torch)(a["query"].detach(), a["key"].detach(), a["value"].detach(), stats.lse, stats.entropy,
-                           stats.max_logit, stats.min_logit, stats.first_key_weight, stats.backend, _TOKEN[0])
+        _figures_op(torch)(
+            a["query"].detach(),
+            a["key"].detach(),
+            a["value"].detach(),
+            stats.lse,
+            stats.entropy,
+            stats.max_logit,
+            stats.min_logit,
+            stats.first_key_weight,
+            stats.backend,
+            _TOKEN[0],
+        )
         return out
     out = func(*args, **(kwargs or {}))
     mask = a["attn_mask"]
-    _seen_op(torch)(a["query"].detach(), a["key"].detach(), a["value"].detach(),
-                    None if mask is None else mask.detach(), float(a["dropout_p"]), bool(a["is_causal"]),
-                    None if a["scale"] is None else float(a["scale"]), bool(a["enable_gqa"]), _TOKEN[0])
+    _seen_op(torch)(
+        a["query"].detach(),
+        a["key"].detach(),
+        a["value"].detach(),
+        None if mask is None else mask.detach(),
+        float(a["dropout_p"]),
+        bool(a["is_causal"]),
+        None if a["scale"] is None else float(a["scale"]),
+        bool(a["enable_gqa"]),
+        _TOKEN[0],
+    )
     return out
 
 
@@ -358,7 +413,7 @@ def _mode_class(compiled_replace=None):
             if torch.compiler.is_compiling():
                 return _compiled_call(torch, cap, func, args, kwargs, compiled_replace)
             name = cap._innermost_name()
-            if name is None:                              # another model's call: not ours to see
+            if name is None:  # another model's call: not ours to see
                 return func(*args, **(kwargs or {}))
             cap._sdpa_seen += 1
             a = _sdpa_arguments(args, kwargs)
@@ -385,10 +440,10 @@ def _make_interface_handler(cap: Capture):
     torch = require("torch", "torch")
 
     def handle(call: hf_interface.InterfaceCall):
-        if torch.compiler.is_compiling():                 # its SDPA call, if any, is seen by the mode
+        if torch.compiler.is_compiling():  # its SDPA call, if any, is seen by the mode
             return call.run()
         name = cap._module_name(call.module)
-        if name is None or cap._paused:                   # another model's module, or paused
+        if name is None or cap._paused:  # another model's module, or paused
             return call.run()
         why = call.unreadable()
         if cap._replace is not None and call.eager_like and why is None:
@@ -398,11 +453,13 @@ def _make_interface_handler(cap: Capture):
                 return out.transpose(1, 2).contiguous(), None
         seen = cap._sdpa_seen
         out, weights = call.run()
-        if cap._sdpa_seen != seen:                        # its SDPA call was seen, and counted, there
+        if cap._sdpa_seen != seen:  # its SDPA call was seen, and counted, there
             return out, weights
         if why is None and not (call.eager_like or isinstance(weights, torch.Tensor)):
-            why = (f"attention implementation {call.implementation!r} neither calls SDPA nor returns its "
-                   "probabilities (use attn_implementation='eager' or 'sdpa')")
+            why = (
+                f"attention implementation {call.implementation!r} neither calls SDPA nor returns its "
+                "probabilities (use attn_implementation='eager' or 'sdpa')"
+            )
         if why is not None:
             cap.skipped[(name, why)] += 1
         else:
@@ -445,10 +502,15 @@ class capture_sdpa:
     guards on the mode's class, made once per function, not on the function).
     """
 
-    def __init__(self, model=None, store: bool = True, on_call: Callable[[SDPACall], None] | None = None,
-                 replace: Callable[[str, dict], Any] | None = None,
-                 compiled_replace: Callable[[dict], Any] | None = None,
-                 on_figures: Callable[..., None] | None = None):
+    def __init__(
+        self,
+        model=None,
+        store: bool = True,
+        on_call: Callable[[SDPACall], None] | None = None,
+        replace: Callable[[str, dict], Any] | None = None,
+        compiled_replace: Callable[[dict], Any] | None = None,
+        on_figures: Callable[..., None] | None = None,
+    ):
         torch = require("torch", "torch")
         if model is not None and not isinstance(model, torch.nn.Module):
             raise InputTypeError(f"model: expected a torch.nn.Module or None, got {type(model).__name__}")
@@ -461,10 +523,10 @@ class capture_sdpa:
         self._capture._on_figures = on_figures
         self._compiled_replace = compiled_replace
         self._handles: list = []
-        self._model_hooks: list = []                 # the mode's hooks on the model (not while paused)
-        self._mode: Any                              # from __enter__ on: the _SDPAMode of _mode_class()
-        self._riding: hf_interface.riding            # from __enter__ on
-        self._on = False                             # the mode is on torch's stack
+        self._model_hooks: list = []  # the mode's hooks on the model (not while paused)
+        self._mode: Any  # from __enter__ on: the _SDPAMode of _mode_class()
+        self._riding: hf_interface.riding  # from __enter__ on
+        self._on = False  # the mode is on torch's stack
         self._compiling = torch.compiler.is_compiling
 
     def __enter__(self) -> Capture:
@@ -481,7 +543,7 @@ class capture_sdpa:
         self._riding = hf_interface.riding(_make_interface_handler(cap)).__enter__()
         if not _TOKEN:
             _TOKEN.append(torch.zeros(1))
-        _seen_op(torch)                              # defined here: Dynamo cannot trace their registration
+        _seen_op(torch)  # defined here: Dynamo cannot trace their registration
         _figures_op(torch)
         _LIVE.append(cap)
         self._mode = _mode_class(self._compiled_replace)(cap)
@@ -520,7 +582,7 @@ class capture_sdpa:
     def _lower_hook(self, module, args) -> None:
         # Under a compiled _call_impl (module.compile()) the hooks are traced: the mode, never
         # lifted by an eager exit, is still on the stack. torch.compile(model)'s wrapper runs them eagerly.
-        if self._compiling():                       # paused: no hooks at all (pause removes them)
+        if self._compiling():  # paused: no hooks at all (pause removes them)
             return
         if recomputing():
             self._lower_for_rerun()
@@ -539,7 +601,7 @@ class capture_sdpa:
             self._mode.__enter__()
 
     def _lift_hook(self, module, args, output) -> None:
-        if not (self._compiling() or recomputing()):   # a rerun's mode leaves with its backward node
+        if not (self._compiling() or recomputing()):  # a rerun's mode leaves with its backward node
             self._lift()
 
     def pause(self) -> None:
@@ -550,7 +612,7 @@ class capture_sdpa:
         if cap._paused:
             return
         cap._paused = True
-        self._riding._active = False                 # the interface hands back the model's function itself
+        self._riding._active = False  # the interface hands back the model's function itself
         self._lift()
         self._unhook()
 
@@ -563,7 +625,7 @@ class capture_sdpa:
         self._capture._paused = False
 
     def __exit__(self, *exc) -> None:
-        self._unhook()                               # first: no hook may lower the mode again
+        self._unhook()  # first: no hook may lower the mode again
         for h in self._handles:
             h.remove()
         self._handles.clear()

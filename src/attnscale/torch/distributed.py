@@ -55,16 +55,29 @@ from attnscale.torch.monitor_records import HeadFigures, Step
 __all__ = ["combine_step", "FALLBACK_REASONS"]
 
 # Fallback counts are packed in FALLBACK_REASONS' order, so that one collective carries them.
-_SUMS = ("calls", "rows", "rows_empty", "rows_broken", "rows_single", "saturated_rows", "float16_overflow_rows",
-         "rows_of", "keys")
+_SUMS = (
+    "calls",
+    "rows",
+    "rows_empty",
+    "rows_broken",
+    "rows_single",
+    "saturated_rows",
+    "float16_overflow_rows",
+    "rows_of",
+    "keys",
+)
 _FLOAT_SUMS = ("entropy_sum", "first_key_sum", "q_norm_sum", "k_norm_sum")
 # Each mean of HeadFigures: (its sum, the count it is over).
-_MEANS = {"entropy_mean": ("entropy_sum", "rows"), "first_key_weight": ("first_key_sum", "rows"),
-          "q_norm_mean": ("q_norm_sum", "rows"), "k_norm_mean": ("k_norm_sum", "keys")}
+_MEANS = {
+    "entropy_mean": ("entropy_sum", "rows"),
+    "first_key_weight": ("first_key_sum", "rows"),
+    "q_norm_mean": ("q_norm_sum", "rows"),
+    "k_norm_mean": ("k_norm_sum", "keys"),
+}
 _MAXES = ("max_logit", "max_abs_logit")
 _MINS = ("entropy_min", "min_logit")
 _PER_HEAD = len(_SUMS) + len(_FLOAT_SUMS) + len(_MAXES) + len(_MINS)
-_HEADER = 3 + len(FALLBACK_REASONS)                       # layout checksum, head count, step calls, fallbacks
+_HEADER = 3 + len(FALLBACK_REASONS)  # layout checksum, head count, step calls, fallbacks
 
 
 def _layout(step: Step) -> list[tuple[str, int]]:
@@ -81,17 +94,23 @@ def _pack(step: Step) -> np.ndarray:
     maxima and minima; a figure that does not exist (NaN) packs as the reduction's identity."""
     unknown = sorted(set(step.fallbacks) - set(FALLBACK_REASONS))
     if unknown:
-        raise InputError(f"step: fallback reasons {unknown} are not among the {list(FALLBACK_REASONS)} "
-                         "that combine_step packs")
+        raise InputError(
+            f"step: fallback reasons {unknown} are not among the {list(FALLBACK_REASONS)} that combine_step packs"
+        )
     out = np.empty(_HEADER + _PER_HEAD * len(step.heads))
-    out[:_HEADER] = [_checksum(_layout(step)), len(step.heads), step.calls,
-                     *(step.fallbacks.get(r, 0) for r in FALLBACK_REASONS)]
-    known = lambda v, identity: identity if math.isnan(v) else v   # noqa: E731
+    out[:_HEADER] = [
+        _checksum(_layout(step)),
+        len(step.heads),
+        step.calls,
+        *(step.fallbacks.get(r, 0) for r in FALLBACK_REASONS),
+    ]
+    known = lambda v, identity: identity if math.isnan(v) else v  # noqa: E731
     for i, h in enumerate(step.heads):
-        out[_HEADER + _PER_HEAD * i: _HEADER + _PER_HEAD * (i + 1)] = [
+        out[_HEADER + _PER_HEAD * i : _HEADER + _PER_HEAD * (i + 1)] = [
             *(getattr(h, f) for f in _SUMS + _FLOAT_SUMS),
             *(known(getattr(h, f), -math.inf) for f in _MAXES),
-            *(known(getattr(h, f), math.inf) for f in _MINS)]
+            *(known(getattr(h, f), math.inf) for f in _MINS),
+        ]
     return out
 
 
@@ -99,9 +118,9 @@ def _reduce(gathered: np.ndarray, template: Step) -> Step:
     """(world, n) packed steps → the combined :class:`Step` (layers and heads of ``template``)."""
     heads = gathered[:, _HEADER:].reshape(len(gathered), len(template.heads), _PER_HEAD)
     s, f = len(_SUMS), len(_SUMS) + len(_FLOAT_SUMS)
-    sums = heads[:, :, :f].sum(axis=0)                                      # (heads, counts + float sums)
-    maxes = heads[:, :, f:f + len(_MAXES)].max(axis=0)
-    mins = heads[:, :, f + len(_MAXES):].min(axis=0)
+    sums = heads[:, :, :f].sum(axis=0)  # (heads, counts + float sums)
+    maxes = heads[:, :, f : f + len(_MAXES)].max(axis=0)
+    mins = heads[:, :, f + len(_MAXES) :].min(axis=0)
     combined = []
     for i, h in enumerate(template.heads):
         counts = {name: int(sums[i, j]) for j, name in enumerate(_SUMS)}
@@ -110,7 +129,7 @@ def _reduce(gathered: np.ndarray, template: Step) -> Step:
         # ±inf left by the reduction is its identity (no rank saw the figure), but a +inf max logit is an overflow.
         logits = {name: float(v) if v > -math.inf else math.nan for name, v in zip(_MAXES, maxes[i])}
         logits.update({name: float(v) if v < math.inf else math.nan for name, v in zip(_MINS, mins[i])})
-        figures: dict[str, Any] = {**counts, **totals, **means, **logits}     # disjoint names, ints and floats
+        figures: dict[str, Any] = {**counts, **totals, **means, **logits}  # disjoint names, ints and floats
         combined.append(HeadFigures(layer=h.layer, head=h.head, entropy_median=math.nan, **figures))
     header = gathered[:, :_HEADER].sum(axis=0)
     fallbacks = {r: int(n) for r, n in zip(FALLBACK_REASONS, header[3:]) if n}
@@ -130,8 +149,11 @@ def combine_step(step: Step, process_group=None) -> Step:
     world = dist.get_world_size(process_group)
     packed = torch.from_numpy(_pack(step))
     # The collective runs on the backend's device: CPU for gloo, the rank's GPU for nccl.
-    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(process_group) == "nccl" \
+    device = (
+        torch.device("cuda", torch.cuda.current_device())
+        if dist.get_backend(process_group) == "nccl"
         else torch.device("cpu")
+    )
     mine = packed.to(device)
     gathered = torch.empty(world * mine.numel(), dtype=mine.dtype, device=device)
     # Ranks with different layouts fail the checksum below. Where they also differ in head count the
@@ -141,6 +163,8 @@ def combine_step(step: Step, process_group=None) -> Step:
     dist.all_gather_single(gathered, mine, group=process_group)
     gathered = gathered.view(world, -1).cpu().numpy()
     if len(set(gathered[:, 0].tolist())) > 1:
-        raise InputError(f"step: the ranks report different layers or heads (this rank: {_layout(step)}); "
-                         "every rank must run the same attention layers in each step")
+        raise InputError(
+            f"step: the ranks report different layers or heads (this rank: {_layout(step)}); "
+            "every rank must run the same attention layers in each step"
+        )
     return _reduce(gathered, step)

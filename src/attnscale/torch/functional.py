@@ -80,7 +80,7 @@ from attnscale.torch.backends.problem import Problem, allowed_keys, nothing_atte
 __all__ = ["attention", "AttentionStats", "BACKENDS", "FLOAT16_MAX", "qk_normalized"]
 
 BACKENDS = ("auto", "kernel", "composed", "chunked", "flex")
-FLOAT16_MAX = 65504.0          # the largest finite float16: a logit beyond it overflows to ±inf
+FLOAT16_MAX = 65504.0  # the largest finite float16: a logit beyond it overflows to ±inf
 
 
 @dataclass(frozen=True)
@@ -89,13 +89,13 @@ class AttentionStats:
     (float64 for float64 inputs), detached, shaped like the rows: (..., H_q, L). A row whose logit
     range leaves ±:data:`FLOAT16_MAX` overflows in float16 (the failure behind PyTorch issue #119131)."""
 
-    lse: Any                   # log Σ_j exp(logit_ij); −inf for a row with nothing attended
-    entropy: Any               # −Σ_j p_ij ln p_ij, nats; NaN for a row with nothing attended
-    max_logit: Any             # largest attended logit (None unless logit_range=True); NaN if none
-    min_logit: Any             # smallest attended logit (None unless logit_range=True); NaN if none
-    backend: str               # "kernel" | "composed" | "chunked" | "flex"
+    lse: Any  # log Σ_j exp(logit_ij); −inf for a row with nothing attended
+    entropy: Any  # −Σ_j p_ij ln p_ij, nats; NaN for a row with nothing attended
+    max_logit: Any  # largest attended logit (None unless logit_range=True); NaN if none
+    min_logit: Any  # smallest attended logit (None unless logit_range=True); NaN if none
+    backend: str  # "kernel" | "composed" | "chunked" | "flex"
     first_key_weight: Any = None  # p_i0, the weight on key 0 (None unless first_key=True); 0 where key 0
-                                  # is not attended, NaN for a row with nothing attended
+    # is not attended, NaN for a row with nothing attended
 
 
 def _check_tensor(torch, name: str, x):
@@ -115,15 +115,17 @@ def _apply_rule(torch, p: Problem, rule) -> Problem:
     softcap = 0.0
     if rule.caps:
         if getattr(rule, "base", None) is None or rule.base.caps or not hasattr(rule, "cap_value"):
-            raise InputError(f"scale: rule {rule.describe()['formula']!r} caps more than once; "
-                             "attnscale.torch.attention takes one soft-cap (use attnscale.attention, NumPy)")
+            raise InputError(
+                f"scale: rule {rule.describe()['formula']!r} caps more than once; "
+                "attnscale.torch.attention takes one soft-cap (use attnscale.attention, NumPy)"
+            )
         softcap = float(rule.cap_value)
     q, k = p.q, p.k
     if rule.normalizes:
         q, k = _normalized(torch, rule, q), _normalized(torch, rule, k)
     d_k = q.shape[-1]
     if rule.uses_n:
-        n = _attended_counts(torch, p).cpu().numpy()[..., None]                     # (B, H_q, L, 1)
+        n = _attended_counts(torch, p).cpu().numpy()[..., None]  # (B, H_q, L, 1)
         factor = torch.as_tensor(rule.factor(d_k, n), dtype=q.dtype, device=q.device)
         return replace(p, q=q * factor, k=k, scale=1.0, softcap=softcap)
     return replace(p, q=q, k=k, scale=float(rule.factor(d_k)), softcap=softcap)
@@ -183,7 +185,7 @@ def _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite, backend, s
     batch = math.prod(lead)
 
     def flat(x):
-        if x.dim() != 4 or x.shape[0] != batch:       # a (B, H, N, d) input is already flat: no view nodes
+        if x.dim() != 4 or x.shape[0] != batch:  # a (B, H, N, d) input is already flat: no view nodes
             x = x.expand(lead + tuple(x.shape[-3:])).reshape((batch,) + tuple(x.shape[-3:]))
         return x.to(compute)
 
@@ -198,12 +200,22 @@ def _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite, backend, s
         if not isinstance(bias, torch.Tensor) or not bias.is_floating_point():
             got = bias.dtype if isinstance(bias, torch.Tensor) else type(bias).__name__
             raise InputTypeError(f"bias: expected a floating-point torch.Tensor, got {got}")
-        if check_finite and bias.numel() and not bool(bias.max() < math.inf):   # max is NaN if any is
+        if check_finite and bias.numel() and not bool(bias.max() < math.inf):  # max is NaN if any is
             raise InputError("bias: contains NaN or +Inf; expected finite values or -inf (masked)")
         bias4 = _broadcast_rows(torch, "bias", bias.to(device=q.device, dtype=compute), target, batch)
-    p = Problem(q=flat(q4), k=flat(k4), v=flat(v4), mask=mask4, bias=bias4,
-                 alignment=causal_alignment(causal, L, S), scale=1.0, softcap=0.0,
-                 lead=lead, squeeze_heads=squeeze, out_dtype=q.dtype)
+    p = Problem(
+        q=flat(q4),
+        k=flat(k4),
+        v=flat(v4),
+        mask=mask4,
+        bias=bias4,
+        alignment=causal_alignment(causal, L, S),
+        scale=1.0,
+        softcap=0.0,
+        lead=lead,
+        squeeze_heads=squeeze,
+        out_dtype=q.dtype,
+    )
     return _apply_rule(torch, p, rule), chosen
 
 
@@ -221,7 +233,9 @@ def _check_finite(torch, given: dict, kernel: bool) -> None:
             lo, hi = torch.aminmax(x)
             finite = bool(torch.isfinite(lo) & torch.isfinite(hi))
         if not finite:
-            raise InputError(f"{name}: contains NaN or Inf; expected finite values (check_finite=True asked for this check)")
+            raise InputError(
+                f"{name}: contains NaN or Inf; expected finite values (check_finite=True asked for this check)"
+            )
 
 
 def _broadcast_rows(torch, name: str, x, target: tuple, batch: int):
@@ -232,8 +246,21 @@ def _broadcast_rows(torch, name: str, x, target: tuple, batch: int):
     return x.reshape((batch,) + target[-3:])
 
 
-def attention(q, k, v, *, scale=None, mask=None, bias=None, causal=False, return_stats: bool = False,
-              logit_range: bool = False, first_key: bool = False, backend: str = "auto", check_finite: bool = False):
+def attention(
+    q,
+    k,
+    v,
+    *,
+    scale=None,
+    mask=None,
+    bias=None,
+    causal=False,
+    return_stats: bool = False,
+    logit_range: bool = False,
+    first_key: bool = False,
+    backend: str = "auto",
+    check_finite: bool = False,
+):
     """Scaled dot-product attention, exact, in memory O(L·d), with its per-row figures on request.
 
     Args:
@@ -280,14 +307,14 @@ def attention(q, k, v, *, scale=None, mask=None, bias=None, causal=False, return
     if first_key and not return_stats:
         raise InputError("first_key: the weight on the first key is a figure; pass return_stats=True to get it")
     p, chosen = _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite, backend, return_stats)
-    if chosen is None:                  # PyTorch's SDPA cannot cap: a capped call has a backend
+    if chosen is None:  # PyTorch's SDPA cannot cap: a capped call has a backend
         if check_finite:
             _check_finite(torch, {"q": q, "k": k, "v": v}, kernel=False)
         return p.shaped(plain_sdpa(torch, p)).to(p.out_dtype)
     if check_finite:
         _check_finite(torch, {"q": q, "k": k, "v": v}, kernel=chosen == "kernel")
     if p.v.shape[-1] == 0:
-        chosen = "chunked"          # d_v = 0: nothing for a BLAS or a fused kernel to multiply
+        chosen = "chunked"  # d_v = 0: nothing for a BLAS or a fused kernel to multiply
     if p.q.shape[-2] == 0:
         out, lse, entropy, hi, lo = nothing_attended(torch, p, logit_range)
     elif chosen == "flex" and backend == "auto":
@@ -299,14 +326,18 @@ def attention(q, k, v, *, scale=None, mask=None, bias=None, causal=False, return
     if not return_stats:
         return out
     figure = lambda x: None if x is None else p.shaped(x).detach()  # noqa: E731
-    return out, AttentionStats(lse=figure(lse), entropy=figure(entropy),
-                               max_logit=figure(hi) if logit_range else None,
-                               min_logit=figure(lo) if logit_range else None, backend=chosen,
-                               first_key_weight=figure(_first_key_weight(torch, p, lse)) if first_key else None)
+    return out, AttentionStats(
+        lse=figure(lse),
+        entropy=figure(entropy),
+        max_logit=figure(hi) if logit_range else None,
+        min_logit=figure(lo) if logit_range else None,
+        backend=chosen,
+        first_key_weight=figure(_first_key_weight(torch, p, lse)) if first_key else None,
+    )
 
 
 def _flex_or_fall_back(torch, p: Problem, logit_range: bool):
-    """"auto"'s flex: where FlexAttention fails on the problem, composed (chunked with a bias or a
+    """ "auto"'s flex: where FlexAttention fails on the problem, composed (chunked with a bias or a
     soft-cap), half precision raised to float32 as those backends compute. Returns (figures, backend)."""
     try:
         return RUNNERS["flex"](torch, p, logit_range), "flex"
@@ -324,7 +355,7 @@ def _first_key_weight(torch, p: Problem, lse):
     backend needs a figure of its own. 0 where key 0 is not attended (mask, causal limit, bias −inf);
     NaN for a row with nothing attended (lse −inf − (−inf)), as its entropy. Detached."""
     B, H, L = p.q.shape[:3]
-    if p.k.shape[-2] == 0:                      # no key 0: every row attends nothing
+    if p.k.shape[-2] == 0:  # no key 0: every row attends nothing
         return torch.full((B, H, L), math.nan, dtype=lse.dtype, device=lse.device)
     with torch.no_grad():
         # q̂ · k̂_0 as a product and a sum over d_k, each query head against its KV head by
@@ -332,14 +363,14 @@ def _first_key_weight(torch, p: Problem, lse):
         # on every attention call).
         H_kv, d = p.k.shape[1], p.q.shape[-1]
         q = p.q if p.q.dtype == lse.dtype else p.q.to(lse.dtype)
-        k0 = p.k[:, :, 0].to(lse.dtype) * p.scale                                            # (B, H_kv, d_k), small
+        k0 = p.k[:, :, 0].to(lse.dtype) * p.scale  # (B, H_kv, d_k), small
         s = (q.reshape(B, H_kv, H // H_kv, L, d) * k0[:, :, None, None]).sum(-1).reshape(B, H, L)
         if p.softcap:
             s = p.softcap * torch.tanh(s / p.softcap)
         if p.bias is not None:
             s = s + p.bias[:, :, :, 0]
         attended = None if p.mask is None else p.mask[:, :, :, 0]
-        if p.alignment is not None and p.causal_offset < 0:   # row i attends key 0 when 0 ≤ i + offset
+        if p.alignment is not None and p.causal_offset < 0:  # row i attends key 0 when 0 ≤ i + offset
             reach = torch.arange(L, device=s.device) + p.causal_offset >= 0
             attended = reach if attended is None else attended & reach
         if attended is not None:
@@ -352,8 +383,10 @@ def _check_graph(torch, inputs, out, backend: str) -> None:
     recorded no backward (a kernel op without its autograd formula would otherwise return one quietly)."""
     wants = torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in inputs)
     if wants and not out.requires_grad:
-        raise InputError(f"backend: {backend!r} gave no gradient for inputs that require grad; "
-                         "use backend='chunked' or call under torch.no_grad()")
+        raise InputError(
+            f"backend: {backend!r} gave no gradient for inputs that require grad; "
+            "use backend='chunked' or call under torch.no_grad()"
+        )
 
 
 def _choose_backend(torch, device, dtype, has_bias: bool, caps: bool, backend: str) -> str:
@@ -362,25 +395,32 @@ def _choose_backend(torch, device, dtype, has_bias: bool, caps: bool, backend: s
 
     on_cpu = device.type == "cpu"
     if backend == "flex":
-        return "flex"               # what FlexAttention cannot do is refused by attnscale.torch.backends.flex
+        return "flex"  # what FlexAttention cannot do is refused by attnscale.torch.backends.flex
     if backend == "kernel":
         if not on_cpu:
             raise InputError(f"backend: 'kernel' runs on CPU tensors only, got device {device}; use 'composed'")
         if load_kernel() is None:
-            raise InputError(f"backend: the C++ kernel is not available ({kernel_status()['reason']}); "
-                             "use 'auto' to fall back to composed PyTorch calls")
+            raise InputError(
+                f"backend: the C++ kernel is not available ({kernel_status()['reason']}); "
+                "use 'auto' to fall back to composed PyTorch calls"
+            )
         return "kernel"
     if backend == "composed" and has_bias:
-        raise InputError("bias: the 'composed' backend cannot weight a bias by the probabilities; "
-                         "use backend='kernel' (CPU) or 'chunked'")
+        raise InputError(
+            "bias: the 'composed' backend cannot weight a bias by the probabilities; "
+            "use backend='kernel' (CPU) or 'chunked'"
+        )
     if backend == "composed" and caps:
-        raise InputError("scale: the 'composed' backend cannot soft-cap the logits (rule 'softcap': PyTorch's "
-                         "fused kernels take none); use backend='kernel' (CPU) or 'chunked'")
+        raise InputError(
+            "scale: the 'composed' backend cannot soft-cap the logits (rule 'softcap': PyTorch's "
+            "fused kernels take none); use backend='kernel' (CPU) or 'chunked'"
+        )
     # PyTorch's fused CUDA kernels have no float64.
     composable = not has_bias and not caps and (on_cpu or dtype != torch.float64)
     if backend == "composed" and not composable:
-        raise InputError(f"backend: 'composed' has no float64 on {device} (PyTorch's fused CUDA kernels); "
-                         "use 'chunked' or 'auto'")
+        raise InputError(
+            f"backend: 'composed' has no float64 on {device} (PyTorch's fused CUDA kernels); use 'chunked' or 'auto'"
+        )
     if backend != "auto":
         return backend
     if on_cpu and load_kernel() is not None:

@@ -71,7 +71,7 @@ class _Rows:
     """Output features offset … of one projection: rows of an nn.Linear's weight (out, in), or
     columns of GPT-2's Conv1D, whose weight is (in, out)."""
 
-    module: Any                # the nn.Linear or Conv1D (torch is optional: no annotation can name them)
+    module: Any  # the nn.Linear or Conv1D (torch is optional: no annotation can name them)
     offset: int
     transposed: bool
 
@@ -90,8 +90,10 @@ class _Rows:
         # The factors in the precision a Python float scalar would be applied in (float64 for float64).
         dtype = torch.float64 if weight.dtype == torch.float64 else torch.float32
         vector = torch.ones(out, dtype=dtype, device=weight.device)
-        vector[self.offset:self.offset + len(factors) * head_dim] = torch.tensor(factors, dtype=dtype).repeat_interleave(head_dim)
-        shaped = vector if self.transposed else vector[:, None]         # along the output features
+        vector[self.offset : self.offset + len(factors) * head_dim] = torch.tensor(
+            factors, dtype=dtype
+        ).repeat_interleave(head_dim)
+        shaped = vector if self.transposed else vector[:, None]  # along the output features
         weight.mul_(_like_parameter(shaped, weight))
         if self.module.bias is not None:
             self.module.bias.mul_(_like_parameter(vector, self.module.bias))
@@ -114,9 +116,9 @@ def _like_parameter(vector, parameter):
 class _Target:
     """One attention module's query and key rows."""
 
-    name: str                  # module path in the model: what the monitor calls the layer
-    w_q: _Rows                 # H_q · d output features
-    w_k: _Rows                 # H_kv · d output features
+    name: str  # module path in the model: what the monitor calls the layer
+    w_q: _Rows  # H_q · d output features
+    w_k: _Rows  # H_kv · d output features
     heads_q: int
     heads_kv: int
     head_dim: int
@@ -128,8 +130,8 @@ class Clip:
 
     layer: str
     head: int
-    max_logit: float           # what the step measured
-    factor: float              # γ = τ / max_logit: the head's logits were multiplied by it
+    max_logit: float  # what the step measured
+    factor: float  # γ = τ / max_logit: the head's logits were multiplied by it
 
 
 def _projection(torch, module, attr):
@@ -138,7 +140,7 @@ def _projection(torch, module, attr):
     if isinstance(x, torch.nn.Linear):
         return x, x.out_features, False
     nf = getattr(x, "nf", None)
-    if type(x).__name__ == "Conv1D" and isinstance(nf, int):   # transformers.pytorch_utils
+    if type(x).__name__ == "Conv1D" and isinstance(nf, int):  # transformers.pytorch_utils
         return x, nf, True
     return None
 
@@ -159,8 +161,10 @@ def _qk_norm(module) -> bool:
 
 def _whole_heads(name, q_out, k_out, d) -> str | None:
     if q_out % d or k_out % d or (q_out // d) % (k_out // d):
-        return (f"{name}: projection sizes {q_out}, {k_out} are not whole heads of size {d} with key heads "
-                "dividing query heads")
+        return (
+            f"{name}: projection sizes {q_out}, {k_out} are not whole heads of size {d} with key heads "
+            "dividing query heads"
+        )
     return None
 
 
@@ -170,10 +174,12 @@ def _separate(torch, name, module, q_attr, k_attr, dim_attr) -> _Target | str | 
         return None
     d = getattr(module, dim_attr, None)
     if not isinstance(d, int) or isinstance(d, bool) or d < 1:
-        return (f"{name}: has {q_attr} and {k_attr} but no head size in an int attribute {dim_attr} "
-                f"(got {dim_attr}={d!r})")
-    return _whole_heads(name, q[1], k[1], d) or _Target(name, _Rows(q[0], 0, q[2]), _Rows(k[0], 0, k[2]),
-                                                         q[1] // d, k[1] // d, d)
+        return (
+            f"{name}: has {q_attr} and {k_attr} but no head size in an int attribute {dim_attr} (got {dim_attr}={d!r})"
+        )
+    return _whole_heads(name, q[1], k[1], d) or _Target(
+        name, _Rows(q[0], 0, q[2]), _Rows(k[0], 0, k[2]), q[1] // d, k[1] // d, d
+    )
 
 
 def _fused(torch, name, module, attr) -> _Target | str | None:
@@ -187,22 +193,27 @@ def _fused(torch, name, module, attr) -> _Target | str | None:
     d, h_q, h_kv = (_count(module, ("head_dim",)), _count(module, _HEAD_COUNTS), _count(module, _KV_HEAD_COUNTS))
     if h_q is None:
         if d is None:
-            return (f"{name}: a fused QKV projection {attr} without its head count: expected an int attribute "
-                    f"{', '.join(_HEAD_COUNTS)} or head_dim")
+            return (
+                f"{name}: a fused QKV projection {attr} without its head count: expected an int attribute "
+                f"{', '.join(_HEAD_COUNTS)} or head_dim"
+            )
         h_q = out // d - 2 * h_kv if h_kv else out // (3 * d)
     h_kv = h_kv or h_q
     if d is None:
         d = out // (h_q + 2 * h_kv)
     if h_q < 1 or out != (h_q + 2 * h_kv) * d:
-        return (f"{name}: {attr} has {out} output features, not q, k, v of {h_q}, {h_kv}, {h_kv} heads of size {d}")
-    return (_whole_heads(name, h_q * d, h_kv * d, d)
-            or _Target(name, _Rows(layer, 0, transposed), _Rows(layer, h_q * d, transposed), h_q, h_kv, d))
+        return f"{name}: {attr} has {out} output features, not q, k, v of {h_q}, {h_kv}, {h_kv} heads of size {d}"
+    return _whole_heads(name, h_q * d, h_kv * d, d) or _Target(
+        name, _Rows(layer, 0, transposed), _Rows(layer, h_q * d, transposed), h_q, h_kv, d
+    )
 
 
 def _target(torch, name: str, module) -> _Target | str | None:
     """The module's projections, a reason it is refused, or None when it is no attention module."""
-    for found in [*(_separate(torch, name, module, *attrs) for attrs in _SEPARATE),
-                  *(_fused(torch, name, module, attr) for attr in _FUSED)]:
+    for found in [
+        *(_separate(torch, name, module, *attrs) for attrs in _SEPARATE),
+        *(_fused(torch, name, module, attr) for attr in _FUSED),
+    ]:
         if found is None:
             continue
         if isinstance(found, _Target) and _qk_norm(module):
@@ -251,11 +262,12 @@ class LogitGuard:
         self.alpha, self.log_only = check_options(alpha, log_only)
         self.targets, self.refused = find_heads(model)
         if not self.targets:
-            why = "; ".join(self.refused) or ("no module has w_q/w_k, q_proj/k_proj or query/key projections, "
-                                              "or a fused qkv_proj, c_attn or qkv")
+            why = "; ".join(self.refused) or (
+                "no module has w_q/w_k, q_proj/k_proj or query/key projections, or a fused qkv_proj, c_attn or qkv"
+            )
             raise InputError(f"model: no attention projections the logit guard can rescale ({why})")
-        self.clips = 0             # heads rescaled so far (log_only: that would have been), over all steps
-        self.overflowed = 0        # heads left alone because their max logit was +inf (no factor exists)
+        self.clips = 0  # heads rescaled so far (log_only: that would have been), over all steps
+        self.overflowed = 0  # heads left alone because their max logit was +inf (no factor exists)
 
     def apply(self, step) -> list[Clip]:
         """Rescale every head of ``step`` (a :class:`attnscale.torch.monitor.Step`) whose max logit
@@ -266,8 +278,10 @@ class LogitGuard:
         by_layer: dict[str, dict[int, float]] = {}
         for h in step.heads:
             if h.layer not in self.targets:
-                raise InputError(f"step: layer {h.layer!r} is not one the guard can rescale "
-                                 f"(it knows {sorted(self.targets)}); give monitor and guard the same model")
+                raise InputError(
+                    f"step: layer {h.layer!r} is not one the guard can rescale "
+                    f"(it knows {sorted(self.targets)}); give monitor and guard the same model"
+                )
             if math.isfinite(h.max_logit) and h.max_logit > self.tau:
                 by_layer.setdefault(h.layer, {})[h.head] = h.max_logit
             elif h.max_logit == math.inf:
@@ -285,7 +299,7 @@ class LogitGuard:
         if self.log_only:
             return clips
         group = t.heads_q // t.heads_kv
-        key_scales = [min(gamma[g * group:(g + 1) * group]) ** (1.0 - self.alpha) for g in range(t.heads_kv)]
+        key_scales = [min(gamma[g * group : (g + 1) * group]) ** (1.0 - self.alpha) for g in range(t.heads_kv)]
         t.w_k.scale_heads(key_scales, t.head_dim)
         t.w_q.scale_heads([gamma[h] / key_scales[h // group] for h in range(t.heads_q)], t.head_dim)
         return clips

@@ -68,8 +68,9 @@ class InterfaceCall:
 
     def run(self, fn: Callable | None = None):
         """Call ``fn`` (default: the chosen function) with the call's own arguments: (out, weights)."""
-        return (fn or self.chosen)(self.module, self.query, self.key, self.value, self.attention_mask,
-                                   *self.args, **self.kwargs)
+        return (fn or self.chosen)(
+            self.module, self.query, self.key, self.value, self.attention_mask, *self.args, **self.kwargs
+        )
 
     @property
     def eager_like(self) -> bool:
@@ -93,8 +94,10 @@ class InterfaceCall:
                 return f"its {name} is a {type(x).__name__}, not a tensor"
         extra = [k for k in _UNREADABLE_KWARGS if self.kwargs.get(k) is not None]
         if extra:
-            return (f"its eager function takes {', '.join(extra)} (a learned sink logit per head in the softmax), which "
-                    "q, k, scale and mask do not hold")
+            return (
+                f"its eager function takes {', '.join(extra)} (a learned sink logit per head in the softmax), which "
+                "q, k, scale and mask do not hold"
+            )
         return None
 
     def sdpa_arguments(self) -> dict:
@@ -113,11 +116,17 @@ class InterfaceCall:
                 mask = torch.zeros_like(bias).masked_fill(~mask, -float("inf"))
             mask = bias if mask is None else bias + mask
         scaling = self.kwargs.get("scaling")
-        return {"query": self.query, "key": self.key, "value": self.value, "attn_mask": mask,
-                "dropout_p": float(self.kwargs.get("dropout") or 0.0), "is_causal": False,
-                "scale": None if scaling is None else float(scaling),
-                "enable_gqa": self.key.shape[-3] != self.query.shape[-3],
-                "softcap": float(self.kwargs.get("softcap") or 0.0)}
+        return {
+            "query": self.query,
+            "key": self.key,
+            "value": self.value,
+            "attn_mask": mask,
+            "dropout_p": float(self.kwargs.get("dropout") or 0.0),
+            "is_causal": False,
+            "scale": None if scaling is None else float(scaling),
+            "enable_gqa": self.key.shape[-3] != self.query.shape[-3],
+            "softcap": float(self.kwargs.get("softcap") or 0.0),
+        }
 
 
 def available() -> bool:
@@ -126,7 +135,7 @@ def available() -> bool:
     if modeling is None and "transformers" in sys.modules:
         try:
             import transformers.modeling_utils as modeling
-        except ImportError:                       # a broken install: there is nothing to ride
+        except ImportError:  # a broken install: there is nothing to ride
             return False
     return modeling is not None and hasattr(getattr(modeling, "AttentionInterface", None), "get_interface")
 
@@ -156,17 +165,20 @@ class riding:
                 return fn
 
             def wrapped(module, query, key, value, attention_mask, *args, **kwargs):
-                if not this._active:                       # a closure kept past the context
+                if not this._active:  # a closure kept past the context
                     return fn(module, query, key, value, attention_mask, *args, **kwargs)
-                return this._handler(InterfaceCall(module, attn_implementation, fn, default, query, key, value,
-                                                   attention_mask, args, kwargs))
+                return this._handler(
+                    InterfaceCall(
+                        module, attn_implementation, fn, default, query, key, value, attention_mask, args, kwargs
+                    )
+                )
 
-            functools.update_wrapper(wrapped, fn, assigned=(), updated=())   # only __wrapped__ = fn
+            functools.update_wrapper(wrapped, fn, assigned=(), updated=())  # only __wrapped__ = fn
             return wrapped
 
         self._before, self._patch = before, get_interface
         self._active = True
-        AttentionInterface.get_interface = get_interface   # type: ignore[method-assign]  # the patch is the point
+        AttentionInterface.get_interface = get_interface  # type: ignore[method-assign]  # the patch is the point
         return self
 
     def __exit__(self, *exc) -> None:
@@ -178,5 +190,5 @@ class riding:
         # Restore only our own patch: a context entered after ours and still open keeps its own,
         # which passes through to ours, now inactive.
         if AttentionInterface.get_interface is self._patch:
-            AttentionInterface.get_interface = self._before   # type: ignore[method-assign]  # our patch undone
+            AttentionInterface.get_interface = self._before  # type: ignore[method-assign]  # our patch undone
         self._before = self._patch = None

@@ -144,14 +144,31 @@ from attnscale.torch.monitor_aggregates import Running, call_figures
 from attnscale.torch.monitor_records import CallRecord, HeadFigures, Step
 from attnscale.torch.sdpa_mask import split_attn_mask
 
-__all__ = ["Monitor", "CallRecord", "HeadFigures", "Step", "MODES", "TRAINING_BACKEND", "NoAttentionSeen",
-           "AGREEMENT", "HISTORY_CALLS", "ROW_SEED", "FALLBACK_REASONS"]
+__all__ = [
+    "Monitor",
+    "CallRecord",
+    "HeadFigures",
+    "Step",
+    "MODES",
+    "TRAINING_BACKEND",
+    "NoAttentionSeen",
+    "AGREEMENT",
+    "HISTORY_CALLS",
+    "ROW_SEED",
+    "FALLBACK_REASONS",
+]
 
 MODES = ("observe", "replace")
 # Every reason replace mode counts a fallback under (``mon.fallbacks``, ``Step.fallbacks``; the
 # module docstring says what each means), in a fixed order: what combine_step packs.
-FALLBACK_REASONS = ("dropout", "learned mask", "fully masked row", "attention weights asked", "unsupported",
-                    "other attention")
+FALLBACK_REASONS = (
+    "dropout",
+    "learned mask",
+    "fully masked row",
+    "attention weights asked",
+    "unsupported",
+    "other attention",
+)
 # The backend of replace mode when gradients are needed: "auto", the fused kernel with its own
 # flash-style backward (memory O(L·d)) on CPU where it builds, FlexAttention's own backward on CUDA
 # where it compiles, else the composed path.
@@ -180,14 +197,20 @@ def describe_model(model) -> str:
     if model is None:
         return "no model given: every module watched"
     torch = require("torch", "torch")
-    kinds = Counter(type(m).__name__ for m in model.modules()
-                    if isinstance(m, torch.nn.MultiheadAttention) or "attention" in type(m).__name__.lower())
+    kinds = Counter(
+        type(m).__name__
+        for m in model.modules()
+        if isinstance(m, torch.nn.MultiheadAttention) or "attention" in type(m).__name__.lower()
+    )
     impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
     parts = [f"model {type(model).__name__}"]
     if impl is not None:
         parts.append(f"attn_implementation={impl!r}")
-    parts.append("attention modules: " + ", ".join(f"{k} ×{n}" for k, n in kinds.items()) if kinds
-                 else "no module named like attention")
+    parts.append(
+        "attention modules: " + ", ".join(f"{k} ×{n}" for k, n in kinds.items())
+        if kinds
+        else "no module named like attention"
+    )
     return ", ".join(parts)
 
 
@@ -244,8 +267,17 @@ class Monitor:
     [('SelfAttention', 0, 4, 1), ('SelfAttention', 1, 4, 1)]
     """
 
-    def __init__(self, model=None, backend: str = "auto", mode: str = "observe", sinks=(), history: bool | int = True,
-                 every: int = 1, rows: int | None = None, reduce=None):
+    def __init__(
+        self,
+        model=None,
+        backend: str = "auto",
+        mode: str = "observe",
+        sinks=(),
+        history: bool | int = True,
+        every: int = 1,
+        rows: int | None = None,
+        reduce=None,
+    ):
         from attnscale.torch.functional import BACKENDS
 
         check_choice("backend", backend, BACKENDS)
@@ -266,37 +298,41 @@ class Monitor:
             raise InputTypeError(f"model: expected a torch.nn.Module or None, got {type(model).__name__}")
         self.calls: list[CallRecord] = []
         self.fallbacks: Counter = Counter()
-        self._watching = describe_model(model)        # for the no-calls warning
-        self._calls_seen = 0                          # over the whole context
-        self._counted = False                         # the call under way already counted a fallback
+        self._watching = describe_model(model)  # for the no-calls warning
+        self._calls_seen = 0  # over the whole context
+        self._counted = False  # the call under way already counted a fallback
         self._backend = backend
         self._mode = mode
         self._sinks = sinks
         self._reduce = reduce
-        self._history = HISTORY_CALLS if history is True else int(history)   # calls recorded, at most
-        self.history_full = False                     # some calls went unrecorded: no context median
+        self._history = HISTORY_CALLS if history is True else int(history)  # calls recorded, at most
+        self.history_full = False  # some calls went unrecorded: no context median
         self._every, self._rows = int(every), rows
-        self._steps_closed = 0                        # Monitor.step calls: which steps every=N measures
+        self._steps_closed = 0  # Monitor.step calls: which steps every=N measures
         self._row_choice: dict = {}
         self._total: dict[str, Running] = {}
         self._current: dict[str, Running] = {}
-        self._entropies: dict[tuple[str, int], list] = {}       # whole context, per (layer, head)
+        self._entropies: dict[tuple[str, int], list] = {}  # whole context, per (layer, head)
         self._step_entropies: dict[tuple[str, int], list] = {}  # the same arrays, this step's
         self._step_fallbacks: Counter = Counter()
         self._step_calls = 0
-        self._calls_at_step, self._full_at_step = 0, False      # what discard() goes back to
+        self._calls_at_step, self._full_at_step = 0, False  # what discard() goes back to
         self._skip_observe = False
-        self._rerun = False                           # the call under way is a checkpoint's recomputation
-        self._mask_cache: tuple[Any, int, tuple[Any, Any, bool]] | None = None   # see _split_mask
+        self._rerun = False  # the call under way is a checkpoint's recomputation
+        self._mask_cache: tuple[Any, int, tuple[Any, Any, bool]] | None = None  # see _split_mask
         self._model = model
-        self._query_valid = None                      # (B, L) bool: the forward's real tokens (attention_mask)
-        self._padding_modules: list = []              # the modules whose forward takes an attention_mask
+        self._query_valid = None  # (B, L) bool: the forward's real tokens (attention_mask)
+        self._padding_modules: list = []  # the modules whose forward takes an attention_mask
         self._padding_hooks: list = []
         replacing = mode == "replace"
-        self._capture = capture_sdpa(model, store=False, on_call=self.observe,
-                                     replace=self.replace if replacing else None,
-                                     compiled_replace=compiled_replacement if replacing else None,
-                                     on_figures=self._fold_compiled if replacing else None)
+        self._capture = capture_sdpa(
+            model,
+            store=False,
+            on_call=self.observe,
+            replace=self.replace if replacing else None,
+            compiled_replace=compiled_replacement if replacing else None,
+            on_figures=self._fold_compiled if replacing else None,
+        )
         # (layer, reason) -> calls seen without figures: the capture's own count, one for both
         self.skipped: Counter = self._capture._capture.skipped
 
@@ -317,7 +353,7 @@ class Monitor:
     def __exit__(self, *exc) -> None:
         self._remove_padding_hooks()
         self._capture.__exit__(*exc)
-        self.close(warn=exc[0] is None)               # no warning on top of an error
+        self.close(warn=exc[0] is None)  # no warning on top of an error
 
     def _pause(self) -> None:
         """The steps every=N leaves alone: no capture and no padding hook (nothing runs per call or forward)."""
@@ -330,8 +366,9 @@ class Monitor:
         self._capture.resume()
 
     def _hook_padding(self) -> None:
-        self._padding_hooks = [(m, m.register_forward_pre_hook(self._read_padding, with_kwargs=True))
-                               for m in self._padding_modules]
+        self._padding_hooks = [
+            (m, m.register_forward_pre_hook(self._read_padding, with_kwargs=True)) for m in self._padding_modules
+        ]
 
     def _remove_padding_hooks(self) -> None:
         for _, hook in self._padding_hooks:
@@ -343,9 +380,9 @@ class Monitor:
         that takes one was given, as the real tokens of this forward's query rows."""
         mask = kwargs.get("attention_mask")
         torch = require("torch", "torch")
-        if module is self._padding_hooks[0][0] or self._query_valid is None:      # the outermost one decides
+        if module is self._padding_hooks[0][0] or self._query_valid is None:  # the outermost one decides
             valid = (mask != 0) if isinstance(mask, torch.Tensor) and mask.dim() == 2 else None
-            self._query_valid = None if valid is None or bool(valid.all()) else valid    # one check per forward
+            self._query_valid = None if valid is None or bool(valid.all()) else valid  # one check per forward
 
     def _valid_rows(self, q, picked=None):
         """(N, L) bool (or (N, K) for the rows ``picked``): which query rows of a call on q are real
@@ -362,16 +399,18 @@ class Monitor:
     def summary(self) -> list[HeadFigures]:
         """One :class:`HeadFigures` per (layer, head) over the whole context, layers in the order first seen."""
         entropies = {} if self.history_full else self._entropies
-        return [figure for layer in self._layers()
-                for figure in _head_figures(layer, self._merged(layer), entropies)]
+        return [figure for layer in self._layers() for figure in _head_figures(layer, self._merged(layer), entropies)]
 
     def as_dict(self) -> dict:
         """Plain data for JSON: {"calls": [...], "heads": [...], "fallbacks": {...}, "skipped": [...]}."""
         from attnscale.store import to_jsonable
 
-        return {"calls": to_jsonable(self.calls), "heads": to_jsonable(self.summary()),
-                "fallbacks": dict(self.fallbacks),
-                "skipped": [{"layer": layer, "reason": why, "calls": n} for (layer, why), n in self.skipped.items()]}
+        return {
+            "calls": to_jsonable(self.calls),
+            "heads": to_jsonable(self.summary()),
+            "fallbacks": dict(self.fallbacks),
+            "skipped": [{"layer": layer, "reason": why, "calls": n} for (layer, why), n in self.skipped.items()],
+        }
 
     def step(self, global_step: int, log: bool = True) -> Step:
         """Close a step: the figures of every call since the previous :meth:`step` (or the start),
@@ -406,18 +445,18 @@ class Monitor:
         they are in no step and not in :meth:`summary` (nor ``calls``, nor ``fallbacks``), no
         warning is given, and no step is counted (``every=N`` measures the same steps)."""
         self.fallbacks.subtract(self._step_fallbacks)
-        self.fallbacks = +self.fallbacks              # drop the zeros
-        for record in self.calls[self._calls_at_step:]:        # the context's medians lose their rows
+        self.fallbacks = +self.fallbacks  # drop the zeros
+        for record in self.calls[self._calls_at_step :]:  # the context's medians lose their rows
             for h in range(self._current[record.layer].heads):
                 self._entropies[(record.layer, h)].pop()
-        del self.calls[self._calls_at_step:]
+        del self.calls[self._calls_at_step :]
         self.history_full = self._full_at_step
         self._new_step()
 
     def _new_step(self) -> None:
         """Forget the calls of the step under way (folded into the context's totals or discarded)."""
         self._current = {}
-        self._capture._capture._compiled = 0          # compiled graphs' calls are named by their order in a step
+        self._capture._capture._compiled = 0  # compiled graphs' calls are named by their order in a step
         self._step_entropies = {}
         self._mask_cache = None
         self._step_fallbacks = Counter()
@@ -442,11 +481,18 @@ class Monitor:
         for (_, why), n in self.skipped.items():
             skipped[why] += n
         unread = "; ".join(f"{n} call(s) seen but not read: {why}" for why, n in skipped.items())
-        warnings.warn(NoAttentionSeen(
-            f"monitor: no attention call seen {when} ({self._watching}); no figures"
-            + (f". {unread}" if unread else
-               ". Its attention may bypass SDPA, transformers' attention interface and nn.MultiheadAttention, "
-               "or the model was not run inside the context")), stacklevel=stacklevel)
+        warnings.warn(
+            NoAttentionSeen(
+                f"monitor: no attention call seen {when} ({self._watching}); no figures"
+                + (
+                    f". {unread}"
+                    if unread
+                    else ". Its attention may bypass SDPA, transformers' attention interface and nn.MultiheadAttention, "
+                    "or the model was not run inside the context"
+                )
+            ),
+            stacklevel=stacklevel,
+        )
 
     # -- figures in -------------------------------------------------------------------------------
 
@@ -486,8 +532,7 @@ class Monitor:
         keys = torch.rand((*lead, L), generator=g)
         return keys.topk(self._rows, dim=-1).indices.sort(dim=-1).values.to(q.device)
 
-    def _fold(self, name: str, q, k, v, stats, source: str, index: int, picked=None, read=None,
-              sampled=None) -> None:
+    def _fold(self, name: str, q, k, v, stats, source: str, index: int, picked=None, read=None, sampled=None) -> None:
         """Fold one call's figures in; ``picked``: :meth:`_rows_of`'s rows when ``stats`` holds every
         row (replace mode), to keep only theirs; ``read``: the query rows ``stats`` is of when they
         are not q's (observe mode's sampled rows, ``sampled`` their indices), for their norms. Query
@@ -524,18 +569,26 @@ class Monitor:
             return
         *lead, H_q, L, d_k = q.shape if q.dim() > 3 else (q.shape[0], 1, *q.shape[1:])
         p = run.plain()
-        reach = [r for r in p["max_abs_logit"] if r > -math.inf]       # −inf: the head saw no logit
-        self.calls.append(CallRecord(
-            index=index, layer=layer, shape=(math.prod(lead), H_q, L, k.shape[-2], d_k, v.shape[-1]),
-            dtype=str(q.dtype).replace("torch.", ""), source=source, backend=stats.backend,
-            max_abs_logit=max(reach) if reach else math.nan, float16_overflow_rows=sum(p["overflow"])))
+        reach = [r for r in p["max_abs_logit"] if r > -math.inf]  # −inf: the head saw no logit
+        self.calls.append(
+            CallRecord(
+                index=index,
+                layer=layer,
+                shape=(math.prod(lead), H_q, L, k.shape[-2], d_k, v.shape[-1]),
+                dtype=str(q.dtype).replace("torch.", ""),
+                source=source,
+                backend=stats.backend,
+                max_abs_logit=max(reach) if reach else math.nan,
+                float16_overflow_rows=sum(p["overflow"]),
+            )
+        )
 
     def _fold_compiled(self, name: str, q, k, v, stats) -> None:
         """A compiled graph's own figures of one call (:func:`compiled_replacement`), at run time."""
         self._fold(name, q, k, v, stats, "replaced", len(self.calls) if self._history else -1, picked=self._rows_of(q))
 
     def _fallback(self, reason: str) -> None:
-        if self._rerun:                               # counted when the forward ran
+        if self._rerun:  # counted when the forward ran
             return
         self.fallbacks[reason] += 1
         self._step_fallbacks[reason] += 1
@@ -545,10 +598,10 @@ class Monitor:
         """Compute and fold in the figures of one :class:`~attnscale.torch.capture.SDPACall`."""
         counted, self._counted = self._counted, False
         torch = require("torch", "torch")
-        if recomputing():                     # counted when the forward ran
+        if recomputing():  # counted when the forward ran
             self._skip_observe = False
             return
-        if self._skip_observe:                      # a replace-mode fallback with no figures
+        if self._skip_observe:  # a replace-mode fallback with no figures
             self._skip_observe = False
             self._step_calls += 1
             self._calls_seen += 1
@@ -559,12 +612,23 @@ class Monitor:
         with torch.no_grad():
             mask, bias = split_attn_mask(call.attn_mask)
             q, causal, picked = call.q, "top_left" if call.is_causal else False, self._rows_of(call.q)
-            if picked is not None:                    # only the sampled rows: causal becomes their mask
+            if picked is not None:  # only the sampled rows: causal becomes their mask
                 q, mask, bias = _sampled_problem(torch, call.q, call.k, mask, bias, call.is_causal, picked)
                 causal = False
-            out, stats = attention(q, call.k, call.v, scale=_scale_rule(call.scale, call.softcap), mask=mask,
-                                   bias=bias, causal=causal, return_stats=True, logit_range=True,
-                                   first_key=True, backend=self._backend, check_finite=False)
+            out, stats = attention(
+                q,
+                call.k,
+                call.v,
+                scale=_scale_rule(call.scale, call.softcap),
+                mask=mask,
+                bias=bias,
+                causal=causal,
+                return_stats=True,
+                logit_range=True,
+                first_key=True,
+                backend=self._backend,
+                check_finite=False,
+            )
             if call.source == "interface" and call.dropout_p == 0:
                 own = call.output if picked is None else _take_rows(call.output, picked, along=-2)
                 if not _agrees(torch, out, stats, own, call):
@@ -594,9 +658,9 @@ class Monitor:
         if not all(isinstance(t, torch.Tensor) for t in (q, k, v)) or q.dim() < 2:
             return None
         if m is not None and a["is_causal"]:
-            return None                               # SDPA refuses both: let it say so
-        if (not a["enable_gqa"] and q.dim() >= 3 and k.dim() >= 3 and k.shape[-3] not in (1, q.shape[-3])):
-            return None                               # SDPA would not broadcast these heads
+            return None  # SDPA refuses both: let it say so
+        if not a["enable_gqa"] and q.dim() >= 3 and k.dim() >= 3 and k.shape[-3] not in (1, q.shape[-3]):
+            return None  # SDPA would not broadcast these heads
         grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
         self._rerun = recomputing()
         if a.get("need_weights"):
@@ -613,17 +677,28 @@ class Monitor:
             if averaged:
                 self._fallback("fully masked row")
                 return None
-            out, stats = attention(q, k, v, scale=_scale_rule(a["scale"], a.get("softcap", 0.0)), mask=mask,
-                                   bias=bias, causal="top_left" if a["is_causal"] else False, return_stats=True,
-                                   logit_range=True, first_key=True,
-                                   backend=TRAINING_BACKEND if grad else self._backend, check_finite=False)
+            out, stats = attention(
+                q,
+                k,
+                v,
+                scale=_scale_rule(a["scale"], a.get("softcap", 0.0)),
+                mask=mask,
+                bias=bias,
+                causal="top_left" if a["is_causal"] else False,
+                return_stats=True,
+                logit_range=True,
+                first_key=True,
+                backend=TRAINING_BACKEND if grad else self._backend,
+                check_finite=False,
+            )
         except InputError:
             self._fallback("unsupported")
             self._skip_observe = True
             return None
         if not self._rerun:
-            self._fold(name, q, k, v, stats, "replaced", len(self.calls) if self._history else -1,
-                       picked=self._rows_of(q))
+            self._fold(
+                name, q, k, v, stats, "replaced", len(self.calls) if self._history else -1, picked=self._rows_of(q)
+            )
         return out
 
 
@@ -643,13 +718,25 @@ def compiled_replacement(a: dict):
         return None
     if not a["enable_gqa"] and q.dim() >= 3 and k.dim() >= 3 and k.shape[-3] not in (1, q.shape[-3]):
         return None
-    return attention(q, k, v, scale=a["scale"], mask=m, causal="top_left" if a["is_causal"] else False,
-                     return_stats=True, logit_range=True, first_key=True, backend=TRAINING_BACKEND,
-                     check_finite=False)
+    return attention(
+        q,
+        k,
+        v,
+        scale=a["scale"],
+        mask=m,
+        causal="top_left" if a["is_causal"] else False,
+        return_stats=True,
+        logit_range=True,
+        first_key=True,
+        backend=TRAINING_BACKEND,
+        check_finite=False,
+    )
 
 
-_DISAGREE = ("its eager output differs from the rebuilt attention beyond rounding (an eager function "
-             "that computes more than softmax(cap(scaling·q·kᵀ) + mask)·v)")
+_DISAGREE = (
+    "its eager output differs from the rebuilt attention beyond rounding (an eager function "
+    "that computes more than softmax(cap(scaling·q·kᵀ) + mask)·v)"
+)
 
 
 def _on_cpu(model) -> bool:
@@ -666,8 +753,11 @@ def _padding_modules(model) -> list:
     import inspect
 
     torch = require("torch", "torch")
-    if model is None or getattr(model, "_compiled_call_impl", None) is not None or \
-            isinstance(model, getattr(torch._dynamo.eval_frame, "OptimizedModule", ())):
+    if (
+        model is None
+        or getattr(model, "_compiled_call_impl", None) is not None
+        or isinstance(model, getattr(torch._dynamo.eval_frame, "OptimizedModule", ()))
+    ):
         return []
     found = []
     for module in model.modules():
@@ -690,11 +780,18 @@ def _take_rows(x, picked, along: int = -1):
     """The rows ``picked`` (..., K) of ``x``: an :class:`AttentionStats` (figures (..., [H,] L),
     ``along=-1``) or a tensor (..., [H,] L, d) (``along=-2``), the same rows in every head."""
     if not hasattr(x, "dim"):
-        return replace(x, **{f: _take_rows(getattr(x, f), picked)
-                             for f in ("lse", "entropy", "max_logit", "min_logit", "first_key_weight")})
-    heads = x.dim() - picked.dim() - (0 if along == -1 else 1)      # a head axis (1) or none (0)
+        return replace(
+            x,
+            **{
+                f: _take_rows(getattr(x, f), picked)
+                for f in ("lse", "entropy", "max_logit", "min_logit", "first_key_weight")
+            },
+        )
+    heads = x.dim() - picked.dim() - (0 if along == -1 else 1)  # a head axis (1) or none (0)
     index = picked.reshape(picked.shape[:-1] + (1,) * heads + picked.shape[-1:] + (1,) * (-1 - along))
-    return x.gather(along, index.expand(x.shape[:along % x.dim()] + (picked.shape[-1],) + x.shape[along % x.dim() + 1:]))
+    return x.gather(
+        along, index.expand(x.shape[: along % x.dim()] + (picked.shape[-1],) + x.shape[along % x.dim() + 1 :])
+    )
 
 
 def _norms(torch, x):
@@ -707,12 +804,14 @@ def _sampled_problem(torch, q, k, mask, bias, is_causal: bool, picked):
     """q's sampled rows (..., [H,] K, d), with the mask and bias rows they read; a top-left causal
     limit (row i attends keys j ≤ i) becomes part of the mask, since the rows are no longer 0..L−1."""
     S, L = k.shape[-2], q.shape[-2]
-    rows = q.shape[:-1] + (S,)                                        # (..., [H,] L, S)
+    rows = q.shape[:-1] + (S,)  # (..., [H,] L, S)
     take = lambda m: None if m is None else _take_rows(m.expand(rows) if m.dim() <= len(rows) else m, picked, along=-2)  # noqa: E731
     mask, bias = take(mask), take(bias)
     if is_causal:
-        limit = torch.arange(S, device=q.device) <= _take_rows(torch.arange(L, device=q.device).expand(
-            q.shape[:-1]), picked)[..., None]
+        limit = (
+            torch.arange(S, device=q.device)
+            <= _take_rows(torch.arange(L, device=q.device).expand(q.shape[:-1]), picked)[..., None]
+        )
         mask = limit if mask is None else mask & limit
     return _take_rows(q, picked, along=-2), mask, bias
 
@@ -744,20 +843,35 @@ def _head_figures(layer: str, run: Running, entropies: dict) -> list[HeadFigures
         spread = (p["entropy_squares"][h] - rows * mean * mean) / (rows - 1) if rows > 1 else nan
         unread = 1.0 - read / run.population if run.population else 0.0
         se = 0.0 if unread <= 0 else math.sqrt(max(spread, 0.0) / rows * unread) if rows > 1 else nan
-        out.append(HeadFigures(
-            layer=layer, head=h, calls=run.calls, rows=rows, rows_empty=p["rows_empty"][h],
-            rows_broken=p["rows_broken"][h], saturated_rows=p["saturated"][h],
-            float16_overflow_rows=p["overflow"][h], entropy_mean=mean,
-            entropy_median=median, entropy_min=p["entropy_min"][h] if rows else nan,
-            # The logits of single-key and broken rows count: −inf/+inf here are the reductions'
-            # identities, no logit seen (an overflowed +inf max is a logit, and stays).
-            max_logit=hi if (hi := p["max_logit"][h]) > -math.inf else nan,
-            min_logit=lo if (lo := p["min_logit"][h]) < math.inf else nan,
-            max_abs_logit=top if (top := p["max_abs_logit"][h]) > -math.inf else nan,
-            rows_of=run.population, entropy_mean_se=se, rows_single=p["rows_single"][h],
-            entropy_sum=p["entropy_sum"][h],
-            first_key_weight=p["first_key_sum"][h] / rows if rows else nan,
-            q_norm_mean=p["q_norm_sum"][h] / rows if rows else nan,
-            k_norm_mean=p["k_norm_sum"][h] / run.keys if run.keys else nan, keys=run.keys,
-            first_key_sum=p["first_key_sum"][h], q_norm_sum=p["q_norm_sum"][h], k_norm_sum=p["k_norm_sum"][h]))
+        out.append(
+            HeadFigures(
+                layer=layer,
+                head=h,
+                calls=run.calls,
+                rows=rows,
+                rows_empty=p["rows_empty"][h],
+                rows_broken=p["rows_broken"][h],
+                saturated_rows=p["saturated"][h],
+                float16_overflow_rows=p["overflow"][h],
+                entropy_mean=mean,
+                entropy_median=median,
+                entropy_min=p["entropy_min"][h] if rows else nan,
+                # The logits of single-key and broken rows count: −inf/+inf here are the reductions'
+                # identities, no logit seen (an overflowed +inf max is a logit, and stays).
+                max_logit=hi if (hi := p["max_logit"][h]) > -math.inf else nan,
+                min_logit=lo if (lo := p["min_logit"][h]) < math.inf else nan,
+                max_abs_logit=top if (top := p["max_abs_logit"][h]) > -math.inf else nan,
+                rows_of=run.population,
+                entropy_mean_se=se,
+                rows_single=p["rows_single"][h],
+                entropy_sum=p["entropy_sum"][h],
+                first_key_weight=p["first_key_sum"][h] / rows if rows else nan,
+                q_norm_mean=p["q_norm_sum"][h] / rows if rows else nan,
+                k_norm_mean=p["k_norm_sum"][h] / run.keys if run.keys else nan,
+                keys=run.keys,
+                first_key_sum=p["first_key_sum"][h],
+                q_norm_sum=p["q_norm_sum"][h],
+                k_norm_sum=p["k_norm_sum"][h],
+            )
+        )
     return out

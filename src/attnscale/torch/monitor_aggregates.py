@@ -27,8 +27,8 @@ from attnscale.torch.functional import FLOAT16_MAX
 
 __all__ = ["Running", "call_figures", "rows_by_head"]
 
-_LOG_SATURATED = math.log(SATURATED_WEIGHT)    # a row is saturated when its largest weight exceeds it
-_LOG_HALF = math.log(0.5)                      # equal logits above it: one key (see the module docstring)
+_LOG_SATURATED = math.log(SATURATED_WEIGHT)  # a row is saturated when its largest weight exceeds it
+_LOG_HALF = math.log(0.5)  # equal logits above it: one key (see the module docstring)
 
 
 class Running:
@@ -39,15 +39,15 @@ class Running:
 
     def __init__(self, heads: int):
         self.calls = self.total = 0
-        self.population = 0                                  # rows of the calls, sampled or not (rows=K)
-        self.counts = np.zeros((4, heads), np.int64)        # no entropy, empty, saturated, single key
+        self.population = 0  # rows of the calls, sampled or not (rows=K)
+        self.counts = np.zeros((4, heads), np.int64)  # no entropy, empty, saturated, single key
         self.overflow = np.zeros(heads, np.int64)
         self.max_logit = np.full(heads, -np.inf)
-        self.mins = np.full((2, heads), np.inf)              # entropy, logit
+        self.mins = np.full((2, heads), np.inf)  # entropy, logit
         self.entropy_sum = np.zeros(heads)
-        self.entropy_squares = np.zeros(heads)              # Σ entropy²: the sample's spread (rows=K)
-        self.sums = np.zeros((3, heads))                    # Σ weight on key 0, Σ ‖q‖, Σ ‖k‖
-        self.keys = 0                                       # key rows per head (Σ ‖k‖'s count)
+        self.entropy_squares = np.zeros(heads)  # Σ entropy²: the sample's spread (rows=K)
+        self.sums = np.zeros((3, heads))  # Σ weight on key 0, Σ ‖q‖, Σ ‖k‖
+        self.keys = 0  # key rows per head (Σ ‖k‖'s count)
 
     @property
     def heads(self) -> int:
@@ -70,15 +70,22 @@ class Running:
         """Python numbers per head: {name: list of H}."""
         no_entropy, empty, saturated, single = self.counts.tolist()
         hi, (ent_min, lo) = self.max_logit.tolist(), self.mins.tolist()
-        return {"rows": [self.total - n - s for n, s in zip(no_entropy, single)], "rows_empty": empty,
-                "rows_single": single,
-                "rows_broken": [n - e for n, e in zip(no_entropy, empty)], "saturated": saturated,
-                "overflow": self.overflow.tolist(), "entropy_sum": self.entropy_sum.tolist(),
-                "entropy_squares": self.entropy_squares.tolist(),
-                **dict(zip(("first_key_sum", "q_norm_sum", "k_norm_sum"), self.sums.tolist())),
-                "entropy_min": ent_min, "max_logit": hi, "min_logit": lo,
-                # lo ≤ hi in every row, so max |logit| = max(max hi, −min lo): no per-row |·| needed.
-                "max_abs_logit": [max(a, -b) for a, b in zip(hi, lo)]}
+        return {
+            "rows": [self.total - n - s for n, s in zip(no_entropy, single)],
+            "rows_empty": empty,
+            "rows_single": single,
+            "rows_broken": [n - e for n, e in zip(no_entropy, empty)],
+            "saturated": saturated,
+            "overflow": self.overflow.tolist(),
+            "entropy_sum": self.entropy_sum.tolist(),
+            "entropy_squares": self.entropy_squares.tolist(),
+            **dict(zip(("first_key_sum", "q_norm_sum", "k_norm_sum"), self.sums.tolist())),
+            "entropy_min": ent_min,
+            "max_logit": hi,
+            "min_logit": lo,
+            # lo ≤ hi in every row, so max |logit| = max(max hi, −min lo): no per-row |·| needed.
+            "max_abs_logit": [max(a, -b) for a, b in zip(hi, lo)],
+        }
 
 
 def rows_by_head(x) -> np.ndarray:
@@ -103,18 +110,21 @@ def call_figures(stats, q_norms, k_norms, population: int | None = None, valid=N
     +inf): NaN-skipping reductions (fmax, fmin) leave both out of the entropy figures, and an
     overflowed +inf logit stays visible in the head's max logit. A single-key row's entropy is made
     NaN in the returned entropies (no median takes it); its logits stay."""
-    ent, hi, lo, lse, first, q_norm = (rows_by_head(x) for x in (stats.entropy, stats.max_logit, stats.min_logit,
-                                                                 stats.lse, stats.first_key_weight, q_norms))
-    if valid is not None:                   # the real tokens' rows only: (N, H, L) → (kept, H, 1)
+    ent, hi, lo, lse, first, q_norm = (
+        rows_by_head(x)
+        for x in (stats.entropy, stats.max_logit, stats.min_logit, stats.lse, stats.first_key_weight, q_norms)
+    )
+    if valid is not None:  # the real tokens' rows only: (N, H, L) → (kept, H, 1)
         keep = valid.detach().cpu().numpy().reshape(ent.shape[0], ent.shape[2])
-        ent, hi, lo, lse, first, q_norm = (x.transpose(0, 2, 1)[keep][:, :, None]
-                                           for x in (ent, hi, lo, lse, first, q_norm))
+        ent, hi, lo, lse, first, q_norm = (
+            x.transpose(0, 2, 1)[keep][:, :, None] for x in (ent, hi, lo, lse, first, q_norm)
+        )
     rows = (0, 2)
     run = Running.__new__(Running)
     run.calls, run.total = 1, ent.shape[0] * ent.shape[2]
     run.population = run.total if population is None else population
     nan = np.isnan(ent)
-    with np.errstate(invalid="ignore"):                                 # inf − inf in a broken row: NaN, not saturated
+    with np.errstate(invalid="ignore"):  # inf − inf in a broken row: NaN, not saturated
         top = hi - lse
         single = (hi == lo) & (top > _LOG_HALF) & ~nan
         saturated = np.count_nonzero((top > _LOG_SATURATED) & ~single, axis=rows)
@@ -122,21 +132,30 @@ def call_figures(stats, q_norms, k_norms, population: int | None = None, valid=N
     if singles.any():
         ent = np.where(single, np.nan, ent)
         nan = nan | single
-    run.counts = np.stack([np.count_nonzero(nan, axis=rows) - singles, np.count_nonzero(lse == -np.inf, axis=rows),
-                           saturated, singles])
+    run.counts = np.stack(
+        [np.count_nonzero(nan, axis=rows) - singles, np.count_nonzero(lse == -np.inf, axis=rows), saturated, singles]
+    )
     run.max_logit = np.fmax.reduce(hi, axis=rows, initial=-np.inf).astype(np.float64)
-    run.mins = np.stack([np.fmin.reduce(ent, axis=rows, initial=np.inf),
-                         np.fmin.reduce(lo, axis=rows, initial=np.inf)]).astype(np.float64)
+    run.mins = np.stack(
+        [np.fmin.reduce(ent, axis=rows, initial=np.inf), np.fmin.reduce(lo, axis=rows, initial=np.inf)]
+    ).astype(np.float64)
     valid = np.where(nan, 0.0, ent).astype(np.float64)
     run.entropy_sum = valid.sum(axis=rows)
     run.entropy_squares = np.square(valid).sum(axis=rows)
     k_norm = k_norms.detach().cpu().numpy()
-    run.sums = np.stack([np.where(nan, 0.0, first).sum(axis=rows, dtype=np.float64),
-                         np.where(nan, 0.0, q_norm).sum(axis=rows, dtype=np.float64),
-                         np.repeat(k_norm.sum(axis=(0, 2), dtype=np.float64), ent.shape[1] // k_norm.shape[1])])
+    run.sums = np.stack(
+        [
+            np.where(nan, 0.0, first).sum(axis=rows, dtype=np.float64),
+            np.where(nan, 0.0, q_norm).sum(axis=rows, dtype=np.float64),
+            np.repeat(k_norm.sum(axis=(0, 2), dtype=np.float64), ent.shape[1] // k_norm.shape[1]),
+        ]
+    )
     run.keys = k_norm.shape[0] * k_norm.shape[2]
     # Counting float16 overflows takes four passes; most calls have none, which the extremes show.
     loud = max(run.max_logit.max(), -run.mins[1].min()) > FLOAT16_MAX
-    run.overflow = (np.count_nonzero((hi > FLOAT16_MAX) | (lo < -FLOAT16_MAX), axis=rows) if loud
-                    else np.zeros(ent.shape[1], np.int64))
+    run.overflow = (
+        np.count_nonzero((hi > FLOAT16_MAX) | (lo < -FLOAT16_MAX), axis=rows)
+        if loud
+        else np.zeros(ent.shape[1], np.int64)
+    )
     return run, ent

@@ -20,11 +20,11 @@ class CallRecord:
 
     index: int
     layer: str
-    shape: tuple               # (B, H_q, L, S, d_k, d_v); B = product of all leading dims (1 head if 3-D)
+    shape: tuple  # (B, H_q, L, S, d_k, d_v); B = product of all leading dims (1 head if 3-D)
     dtype: str
-    source: str                # "sdpa", "interface", "module" (see capture) or "replaced" (replace mode)
-    backend: str               # which attnscale.torch backend computed the figures
-    max_abs_logit: float       # NaN when no row attends anything
+    source: str  # "sdpa", "interface", "module" (see capture) or "replaced" (replace mode)
+    backend: str  # which attnscale.torch backend computed the figures
+    max_abs_logit: float  # NaN when no row attends anything
     float16_overflow_rows: int  # rows with |logit| > 65504, over all heads
 
 
@@ -40,28 +40,28 @@ class HeadFigures:
     layer: str
     head: int
     calls: int
-    rows: int                  # rows with at least two attended keys and finite logits
-    rows_empty: int            # fully masked rows (no figure)
-    rows_broken: int           # rows with a NaN or +inf logit (no entropy figure)
-    saturated_rows: int        # of ``rows``: largest weight > SATURATED_WEIGHT
+    rows: int  # rows with at least two attended keys and finite logits
+    rows_empty: int  # fully masked rows (no figure)
+    rows_broken: int  # rows with a NaN or +inf logit (no entropy figure)
+    saturated_rows: int  # of ``rows``: largest weight > SATURATED_WEIGHT
     float16_overflow_rows: int  # rows with |logit| > 65504 (broken rows included)
-    entropy_mean: float        # nats
-    entropy_median: float      # NaN with history=False
+    entropy_mean: float  # nats
+    entropy_median: float  # NaN with history=False
     entropy_min: float
-    max_logit: float           # largest attended logit, single-key and broken rows' too (what the logit guard clips)
-    min_logit: float           # smallest attended logit (same rows)
-    max_abs_logit: float       # max |logit| (same rows)
-    rows_of: int = 0           # query rows of the calls; more than rows + rows_empty + rows_broken with rows=K
+    max_logit: float  # largest attended logit, single-key and broken rows' too (what the logit guard clips)
+    min_logit: float  # smallest attended logit (same rows)
+    max_abs_logit: float  # max |logit| (same rows)
+    rows_of: int = 0  # query rows of the calls; more than rows + rows_empty + rows_broken with rows=K
     entropy_mean_se: float = 0.0  # standard error of entropy_mean as the mean of all rows_of (0: every row read)
-    rows_single: int = 0       # rows attending a single key (weight 1, entropy 0): in the logit figures only
-    entropy_sum: float = 0.0   # Σ entropy over ``rows`` (nats): what a combination over ranks adds up
+    rows_single: int = 0  # rows attending a single key (weight 1, entropy 0): in the logit figures only
+    entropy_sum: float = 0.0  # Σ entropy over ``rows`` (nats): what a combination over ranks adds up
     first_key_weight: float = math.nan  # mean weight on key 0 over ``rows`` (attention sinks)
-    q_norm_mean: float = math.nan       # mean ‖q_i‖ (L2, as given to attention, before any scale) over ``rows``
-    k_norm_mean: float = math.nan       # mean ‖k_j‖ over the ``keys`` of the calls (the KV head's, grouped-query)
-    keys: int = 0                       # key rows of the calls (per KV head, every leading index)
-    first_key_sum: float = 0.0          # Σ weight on key 0 over ``rows``; the sums combine over ranks
-    q_norm_sum: float = 0.0             # Σ ‖q_i‖ over ``rows``
-    k_norm_sum: float = 0.0             # Σ ‖k_j‖ over ``keys``
+    q_norm_mean: float = math.nan  # mean ‖q_i‖ (L2, as given to attention, before any scale) over ``rows``
+    k_norm_mean: float = math.nan  # mean ‖k_j‖ over the ``keys`` of the calls (the KV head's, grouped-query)
+    keys: int = 0  # key rows of the calls (per KV head, every leading index)
+    first_key_sum: float = 0.0  # Σ weight on key 0 over ``rows``; the sums combine over ranks
+    q_norm_sum: float = 0.0  # Σ ‖q_i‖ over ``rows``
+    k_norm_sum: float = 0.0  # Σ ‖k_j‖ over ``keys``
 
     @property
     def saturated_fraction(self) -> float:
@@ -74,8 +74,16 @@ class HeadFigures:
         return self.first_key_weight >= SINK_WEIGHT
 
 
-_STEP_FIGURES = ("entropy_mean", "entropy_min", "max_logit", "max_abs_logit", "saturated_fraction",
-                 "first_key_weight", "q_norm_mean", "k_norm_mean")
+_STEP_FIGURES = (
+    "entropy_mean",
+    "entropy_min",
+    "max_logit",
+    "max_abs_logit",
+    "saturated_fraction",
+    "first_key_weight",
+    "q_norm_mean",
+    "k_norm_mean",
+)
 
 
 @dataclass(frozen=True)
@@ -83,10 +91,10 @@ class Step:
     """What :meth:`Monitor.step` closes: the calls since the previous step."""
 
     step: int
-    calls: int                 # attention calls seen (replaced, observed and fallbacks)
-    fallbacks: dict            # reason -> calls that ran on SDPA instead (replace mode)
-    heads: list                # list[HeadFigures], layers in the order first seen
-    measured: bool = True      # False: a step that every=N left to the model (no calls, no heads)
+    calls: int  # attention calls seen (replaced, observed and fallbacks)
+    fallbacks: dict  # reason -> calls that ran on SDPA instead (replace mode)
+    heads: list  # list[HeadFigures], layers in the order first seen
+    measured: bool = True  # False: a step that every=N left to the model (no calls, no heads)
 
     def by_layer(self) -> dict[str, list]:
         """{layer: its HeadFigures}, layers in the order first seen."""
@@ -101,24 +109,36 @@ class Step:
         in the step for what is every head's (a median that ``history=False`` does not keep)."""
         heads, medians_unkept = [], False
         for h in self.heads:
-            entry = {k: (v if not isinstance(v, float) or math.isfinite(v) else None)
-                     for k, v in {**vars(h), "saturated_fraction": h.saturated_fraction}.items()}
+            entry = {
+                k: (v if not isinstance(v, float) or math.isfinite(v) else None)
+                for k, v in {**vars(h), "saturated_fraction": h.saturated_fraction}.items()
+            }
             if any(entry[k] is None for k in _STEP_FIGURES):
-                entry["why_null"] = ("no row attended any key" if h.rows + h.rows_broken + h.rows_single == 0 else
-                                     "every attended row attended a single key" if h.rows + h.rows_broken == 0 else
-                                     "every attended row had a NaN or +inf logit" if h.rows == 0 else
-                                     "a non-finite figure")
+                entry["why_null"] = (
+                    "no row attended any key"
+                    if h.rows + h.rows_broken + h.rows_single == 0
+                    else "every attended row attended a single key"
+                    if h.rows + h.rows_broken == 0
+                    else "every attended row had a NaN or +inf logit"
+                    if h.rows == 0
+                    else "a non-finite figure"
+                )
             elif entry["entropy_median"] is None:
                 medians_unkept = True
             heads.append(entry)
-        out = {"step": self.step, "measured": self.measured, "calls": self.calls, "fallbacks": dict(self.fallbacks),
-               "heads": heads}
+        out = {
+            "step": self.step,
+            "measured": self.measured,
+            "calls": self.calls,
+            "fallbacks": dict(self.fallbacks),
+            "heads": heads,
+        }
         if medians_unkept:
             out["why_null"] = {"entropy_median": "history=False keeps no per-row entropies to take a median of"}
         return out
 
 
-_MEANS = ("entropy_mean", "first_key_weight", "q_norm_mean", "k_norm_mean")     # row-weighted over heads
+_MEANS = ("entropy_mean", "first_key_weight", "q_norm_mean", "k_norm_mean")  # row-weighted over heads
 
 
 def pooled_figures(heads) -> dict:
@@ -129,10 +149,12 @@ def pooled_figures(heads) -> dict:
     seen = [h for h in heads if h.rows]
     if not rows:
         return {"float16_overflow_rows": sum(h.float16_overflow_rows for h in heads)}
-    return {**{f: sum(getattr(h, f) * h.rows for h in seen) / rows for f in _MEANS},
-            "entropy_min": min(h.entropy_min for h in seen),
-            "max_logit": max(h.max_logit for h in seen),
-            "max_abs_logit": max(h.max_abs_logit for h in seen),
-            "saturated_fraction": sum(h.saturated_rows for h in heads) / rows,
-            "float16_overflow_rows": sum(h.float16_overflow_rows for h in heads),
-            "sink_heads_share": sum(h.sink_head for h in seen) / len(seen)}
+    return {
+        **{f: sum(getattr(h, f) * h.rows for h in seen) / rows for f in _MEANS},
+        "entropy_min": min(h.entropy_min for h in seen),
+        "max_logit": max(h.max_logit for h in seen),
+        "max_abs_logit": max(h.max_abs_logit for h in seen),
+        "saturated_fraction": sum(h.saturated_rows for h in heads) / rows,
+        "float16_overflow_rows": sum(h.float16_overflow_rows for h in heads),
+        "sink_heads_share": sum(h.sink_head for h in seen) / len(seen),
+    }

@@ -54,20 +54,28 @@ __all__ = ["ModuleProblem", "rebuild"]
 class ModuleProblem:
     """One ``F.multi_head_attention_forward`` call in SDPA layout (see the module docstring)."""
 
-    q: Any                     # (B, H, L, d)
-    k: Any                     # (B, H, S, d)
-    v: Any                     # (B, H, S, d)
-    attn_mask: Any             # None | additive float, broadcastable to (B, H, L, S)
-    is_causal: bool            # top-left causal, only when the function itself passes it to SDPA
-    dropout_p: float           # 0 unless training
-    need_weights: bool         # the caller wants the head-averaged (or per-head) probabilities back
-    finish: Callable           # out (B, H, L, d) -> attn_output, as the function returns it
+    q: Any  # (B, H, L, d)
+    k: Any  # (B, H, S, d)
+    v: Any  # (B, H, S, d)
+    attn_mask: Any  # None | additive float, broadcastable to (B, H, L, S)
+    is_causal: bool  # top-left causal, only when the function itself passes it to SDPA
+    dropout_p: float  # 0 unless training
+    need_weights: bool  # the caller wants the head-averaged (or per-head) probabilities back
+    finish: Callable  # out (B, H, L, d) -> attn_output, as the function returns it
 
     def sdpa_arguments(self) -> dict:
         """The call as SDPA's arguments (the names capture's ``replace`` takes), plus ``need_weights``."""
-        return {"query": self.q, "key": self.k, "value": self.v, "attn_mask": self.attn_mask,
-                "dropout_p": self.dropout_p, "is_causal": self.is_causal, "scale": None,
-                "enable_gqa": False, "need_weights": self.need_weights}
+        return {
+            "query": self.q,
+            "key": self.k,
+            "value": self.v,
+            "attn_mask": self.attn_mask,
+            "dropout_p": self.dropout_p,
+            "is_causal": self.is_causal,
+            "scale": None,
+            "enable_gqa": False,
+            "need_weights": self.need_weights,
+        }
 
 
 _SIGNATURE: list = []
@@ -106,19 +114,28 @@ def rebuild(args, kwargs) -> ModuleProblem | str:
     S = key.shape[0]
     d = E // H
     # The masks as the function reads them: float, 0 = attend, −inf = masked.
-    key_padding_mask = F._canonical_mask(mask=key_padding_mask, mask_name="key_padding_mask",
-                                         other_type=F._none_or_dtype(attn_mask), other_name="attn_mask",
-                                         target_type=query.dtype)
+    key_padding_mask = F._canonical_mask(
+        mask=key_padding_mask,
+        mask_name="key_padding_mask",
+        other_type=F._none_or_dtype(attn_mask),
+        other_name="attn_mask",
+        target_type=query.dtype,
+    )
     if is_causal and key_padding_mask is None and not a["need_weights"]:
-        attn_mask = None                            # the function hands is_causal to SDPA
+        attn_mask = None  # the function hands is_causal to SDPA
     else:
-        attn_mask = F._canonical_mask(mask=attn_mask, mask_name="attn_mask", other_type=None, other_name="",
-                                      target_type=query.dtype, check_other=False)
-        is_causal = False                           # the mask it was given says it all
+        attn_mask = F._canonical_mask(
+            mask=attn_mask,
+            mask_name="attn_mask",
+            other_type=None,
+            other_name="",
+            target_type=query.dtype,
+            check_other=False,
+        )
+        is_causal = False  # the mask it was given says it all
     if a["use_separate_proj_weight"]:
         b = (None,) * 3 if a["in_proj_bias"] is None else a["in_proj_bias"].chunk(3)
-        q, k, v = F._in_projection(query, key, value, a["q_proj_weight"], a["k_proj_weight"],
-                                   a["v_proj_weight"], *b)
+        q, k, v = F._in_projection(query, key, value, a["q_proj_weight"], a["k_proj_weight"], a["v_proj_weight"], *b)
     else:
         q, k, v = F._in_projection_packed(query, key, value, a["in_proj_weight"], a["in_proj_bias"])
     heads = lambda x: x.reshape(x.shape[0], B, H, d).permute(1, 2, 0, 3)  # noqa: E731  (N, B, E) → (B, H, N, d)
@@ -133,6 +150,13 @@ def rebuild(args, kwargs) -> ModuleProblem | str:
         x = F.linear(out.permute(2, 0, 1, 3).reshape(L * B, E), out_w, out_b).view(L, B, -1)
         return x if batched else x.squeeze(1)
 
-    return ModuleProblem(q=heads(q), k=heads(k), v=heads(v), attn_mask=attn_mask, is_causal=bool(is_causal),
-                         dropout_p=float(a["dropout_p"]) if a["training"] else 0.0,
-                         need_weights=bool(a["need_weights"]), finish=finish)
+    return ModuleProblem(
+        q=heads(q),
+        k=heads(k),
+        v=heads(v),
+        attn_mask=attn_mask,
+        is_causal=bool(is_causal),
+        dropout_p=float(a["dropout_p"]) if a["training"] else 0.0,
+        need_weights=bool(a["need_weights"]),
+        finish=finish,
+    )

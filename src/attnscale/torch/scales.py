@@ -38,7 +38,7 @@ from attnscale.errors import InputError, require
 from attnscale.scales import QKNorm, ScaleRule, SoftCap
 from attnscale.torch.functional import attention, qk_normalized
 
-if TYPE_CHECKING:       # the types for mypy; at run time require's message when torch is missing
+if TYPE_CHECKING:  # the types for mypy; at run time require's message when torch is missing
     import torch
     from torch import nn
 else:
@@ -100,7 +100,7 @@ class ScaledLogits(nn.Module):
         if self.inner.uses_n:
             raise InputError(f"factor: rule {self.rule.name!r} has one factor per row, not one number")
         s = self._factor(None, None)
-        return float(s.detach()) if isinstance(s, torch.Tensor) else float(s)   # a reading, not a graph node
+        return float(s.detach()) if isinstance(s, torch.Tensor) else float(s)  # a reading, not a graph node
 
     def cap(self, z):
         """The soft-caps, innermost first: cap · tanh(z / cap)."""
@@ -124,7 +124,7 @@ class ScaledLogits(nn.Module):
         factor = self._factor(n, q)
         qn, kn = self._normalize(q), self._normalize(k)
         common = {"causal": causal, "logit_range": return_stats, "check_finite": False, "return_stats": return_stats}
-        backend = backend if return_stats else "auto"              # "auto" without figures: PyTorch's SDPA
+        backend = backend if return_stats else "auto"  # "auto" without figures: PyTorch's SDPA
         if self.caps:
             capped = self.cap(factor * (qn @ kn.transpose(-2, -1)))
             return attention(qn, kn, v, scale=0.0, bias=capped, backend="chunked" if return_stats else "auto", **common)

@@ -28,8 +28,17 @@ from attnscale.torch.monitor_records import pooled_figures
 __all__ = ["JSONLSink", "TensorBoardSink", "FIGURES"]
 
 # The per-head figures TensorBoardSink charts: fields (or properties) of HeadFigures.
-FIGURES = ("entropy_mean", "entropy_min", "max_logit", "max_abs_logit", "saturated_fraction", "float16_overflow_rows",
-           "first_key_weight", "q_norm_mean", "k_norm_mean")
+FIGURES = (
+    "entropy_mean",
+    "entropy_min",
+    "max_logit",
+    "max_abs_logit",
+    "saturated_fraction",
+    "float16_overflow_rows",
+    "first_key_weight",
+    "q_norm_mean",
+    "k_norm_mean",
+)
 
 
 class JSONLSink:

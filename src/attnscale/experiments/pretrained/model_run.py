@@ -25,7 +25,7 @@ def forward(loaded, enc: dict) -> dict:
     which reads the text shifted right by one: its start token, then every token but the last)."""
     model = loaded.model
     if loaded.family != "encoder-decoder":
-        model.base_model(**enc)                          # no language-model head: its logits are not needed
+        model.base_model(**enc)  # no language-model head: its logits are not needed
         return None
     decoder_ids = shifted_right(model.config, enc["input_ids"], enc["attention_mask"])
     model(**enc, decoder_input_ids=decoder_ids, decoder_attention_mask=enc["attention_mask"])
@@ -39,8 +39,10 @@ def shifted_right(config, ids, mask):
     start = getattr(config, "decoder_start_token_id", None)
     pad = getattr(config, "pad_token_id", None)
     if start is None or pad is None:
-        raise InputError(f"model: {config.model_type} has no decoder_start_token_id or pad_token_id in its config; "
-                         "expected both for an encoder-decoder")
+        raise InputError(
+            f"model: {config.model_type} has no decoder_start_token_id or pad_token_id in its config; "
+            "expected both for an encoder-decoder"
+        )
     shifted = torch.cat([torch.full_like(ids[:, :1], start), ids[:, :-1]], dim=1)
     return torch.where(mask.bool(), shifted, torch.full_like(shifted, pad))
 
@@ -56,8 +58,14 @@ def arrays_of(call) -> dict:
         bias = np.where(attended, call.mask.double().cpu().numpy(), 0.0)
     if call.bias is not None:
         bias = call.bias.double().cpu().numpy() + (0.0 if bias is None else bias)
-    return {"q": call.q.double().cpu().numpy(), "k": call.k.double().cpu().numpy(),
-            "scale": call.scale, "attended": attended, "bias": bias, "softcap": call.softcap}
+    return {
+        "q": call.q.double().cpu().numpy(),
+        "k": call.k.double().cpu().numpy(),
+        "scale": call.scale,
+        "attended": attended,
+        "bias": bias,
+        "softcap": call.softcap,
+    }
 
 
 def rebuilt_probabilities(q, k, scale: float, attended, bias=None, softcap=None) -> np.ndarray:

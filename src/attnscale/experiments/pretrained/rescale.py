@@ -37,30 +37,45 @@ import numpy as np
 
 from attnscale.errors import InputError, check_count, require
 
-__all__ = ["ALPHAS", "PROMPT", "RescaleConfig", "check_alphas", "default_text", "read_text", "model_positions",
-           "run_rescale", "rescale_model", "result_kind", "WHAT"]
+__all__ = [
+    "ALPHAS",
+    "PROMPT",
+    "RescaleConfig",
+    "check_alphas",
+    "default_text",
+    "read_text",
+    "model_positions",
+    "run_rescale",
+    "rescale_model",
+    "result_kind",
+    "WHAT",
+]
 
 ALPHAS = (1 / 8, 1 / 4, 1 / 2, 1.0, 2.0, 4.0, 8.0)
 PROMPT = "The capital of France is"
 # The default text: two topics of the Python documentation shipped with every Python (pydoc_data).
 DEFAULT_TOPICS = ("objects", "execmodel")
-LOSS_TOLERANCE = 1e-4      # relative: our α = 1 cross-entropy against the model's own loss
+LOSS_TOLERANCE = 1e-4  # relative: our α = 1 cross-entropy against the model's own loss
 EMBEDDING_TOLERANCE = 1e-5  # absolute: our α = 1 embeddings against the model's own
-WHAT = ("the sensitivity of a model trained with scale 1/√d_k to a changed scale at inference (every "
-        "layer's scale × α); not what training without the scale would give")
+WHAT = (
+    "the sensitivity of a model trained with scale 1/√d_k to a changed scale at inference (every "
+    "layer's scale × α); not what training without the scale would give"
+)
 # The same for a model whose layers do not all apply 1/√d_k (T5, Gemma 2, GPT-2 scaled by layer ...).
-WHAT_OWN_SCALE = ("the sensitivity of a trained model to a changed attention scale at inference (every layer's own "
-                  "scale × α, whatever it is); not what training with another scale would give")
+WHAT_OWN_SCALE = (
+    "the sensitivity of a trained model to a changed attention scale at inference (every layer's own "
+    "scale × α, whatever it is); not what training with another scale would give"
+)
 
 
 @dataclasses.dataclass(frozen=True)
 class RescaleConfig:
     alphas: tuple[float, ...] = ALPHAS
-    max_tokens: int = 512          # decoder: tokens read from the text's start
-    window: int = 512              # decoder: tokens per causal window
+    max_tokens: int = 512  # decoder: tokens read from the text's start
+    window: int = 512  # decoder: tokens per causal window
     prompt: str = PROMPT
-    new_tokens: int = 12           # decoder: greedy continuation length
-    batch_size: int = 32           # encoder: sentences per padded batch
+    new_tokens: int = 12  # decoder: greedy continuation length
+    batch_size: int = 32  # encoder: sentences per padded batch
     include_unscaled: bool = True  # add α = √d_k (no scale at all) when it is not among the alphas
 
     def __post_init__(self):
@@ -107,8 +122,8 @@ def _row_figures(call, query_valid=None) -> tuple[np.ndarray, int]:
     weight), and the row count. ``call.weights``: (B, H, L, S); query_valid: bool (B, L) or None."""
     torch = sys.modules["torch"]
     p = call.weights.double()
-    n = call.attended().sum(-1).expand(p.shape[:-1])          # keys per row, from the mask: a weight
-    keep = n >= 2                                              # that underflowed to 0 still counts
+    n = call.attended().sum(-1).expand(p.shape[:-1])  # keys per row, from the mask: a weight
+    keep = n >= 2  # that underflowed to 0 still counts
     if query_valid is not None:
         keep = keep & query_valid.bool()[:, None, :]
     entropy = torch.special.entr(p).sum(-1)
@@ -125,7 +140,7 @@ class _LayerStats:
         self.sums: dict[str, np.ndarray] = {}
         self.rows: dict[str, int] = {}
         self.order: list[str] = []
-        self.query_valid = None           # bool (B, L) of the batch running now; None: every query
+        self.query_valid = None  # bool (B, L) of the batch running now; None: every query
 
     def __call__(self, call) -> None:
         sums, rows = _row_figures(call, self.query_valid)
@@ -157,18 +172,31 @@ def _model_facts(loaded) -> dict:
     with torch.no_grad(), attention_calls(loaded.model, on_call=calls.append):
         forward(loaded, enc)
     if not calls:
-        raise UnsupportedAttention(f"model: {loaded.model.config.model_type} is not supported: no attention call "
-                                   "went through transformers' attention interface")
+        raise UnsupportedAttention(
+            f"model: {loaded.model.config.model_type} is not supported: no attention call "
+            "went through transformers' attention interface"
+        )
     first = calls[0]
     d_k = int(first.q.shape[-1])
     rules = [scale_rule(c.scale, int(c.q.shape[-1]), softcap=c.softcap, qk_norm=c.qk_norm) for c in calls]
-    return {"name": loaded.name, "architecture": type(loaded.model).__name__,
-            "model_type": getattr(loaded.model.config, "model_type", None), "family": loaded.family,
-            "user": loaded.user, "package_version": loaded.version,
-            "weights_sha256": loaded.sha256, "weights_note": loaded.weights_note or None,
-            "d_k": d_k, "n_layers": len(calls), "n_heads_q": int(first.q.shape[1]),
-            "n_heads_kv": int(first.k.shape[1]), "causal": loaded.causal,
-            "scale": first.scale, "scales": [c.scale for c in calls], "scale_rules": rules}
+    return {
+        "name": loaded.name,
+        "architecture": type(loaded.model).__name__,
+        "model_type": getattr(loaded.model.config, "model_type", None),
+        "family": loaded.family,
+        "user": loaded.user,
+        "package_version": loaded.version,
+        "weights_sha256": loaded.sha256,
+        "weights_note": loaded.weights_note or None,
+        "d_k": d_k,
+        "n_layers": len(calls),
+        "n_heads_q": int(first.q.shape[1]),
+        "n_heads_kv": int(first.k.shape[1]),
+        "causal": loaded.causal,
+        "scale": first.scale,
+        "scales": [c.scale for c in calls],
+        "scale_rules": rules,
+    }
 
 
 def result_kind(loaded) -> str:
@@ -181,8 +209,15 @@ def result_kind(loaded) -> str:
     return results.user_kind("rescale", loaded.key or model_slug(loaded.name))
 
 
-def rescale_model(model, tokenizer, config: RescaleConfig | None = None, *, text: str | None = None,
-                  texts: list[str] | None = None, name: str | None = None) -> dict:
+def rescale_model(
+    model,
+    tokenizer,
+    config: RescaleConfig | None = None,
+    *,
+    text: str | None = None,
+    texts: list[str] | None = None,
+    name: str | None = None,
+) -> dict:
     """The intervention on an already-loaded transformers model and its tokenizer (a notebook's): the
     same data as ``attnscale rescale --model PATH`` writes. A decoder or encoder-decoder reads
     ``text`` (default: :func:`default_text`), an encoder ``texts`` (default: the built-in sentences)."""
@@ -198,36 +233,60 @@ def rescale_model(model, tokenizer, config: RescaleConfig | None = None, *, text
     return run_rescale(loaded, config or RescaleConfig(), text=text, texts=texts, source=source)
 
 
-def run_rescale(loaded, config: RescaleConfig, *, text: str | None = None, texts: list[str] | None = None,
-                source: str = "", progress: Callable[[int, int, str], None] | None = None) -> dict:
+def run_rescale(
+    loaded,
+    config: RescaleConfig,
+    *,
+    text: str | None = None,
+    texts: list[str] | None = None,
+    source: str = "",
+    progress: Callable[[int, int, str], None] | None = None,
+) -> dict:
     """The intervention on ``loaded``: a decoder reads ``text`` (one string), an encoder ``texts``
     (one sentence each). Returns the result's data (strict-JSON-ready)."""
     require("torch", "probe")
     started = time.perf_counter()
     model = _model_facts(loaded)
     unscaled, why_not = _unscaled_alpha(model["scales"])
-    if (config.include_unscaled and unscaled is not None
-            and not any(math.isclose(a, unscaled, rel_tol=1e-9) for a in config.alphas)):
+    if (
+        config.include_unscaled
+        and unscaled is not None
+        and not any(math.isclose(a, unscaled, rel_tol=1e-9) for a in config.alphas)
+    ):
         config = dataclasses.replace(config, alphas=tuple(sorted(config.alphas + (unscaled,))))
     if loaded.family != "encoder":
         if text is None:
             raise InputError(f"text: a {loaded.family} reads one text, got none")
         positions = model_positions(loaded.model.config)
         if positions is not None and config.window > positions:
-            raise InputError(f"window: expected at most {positions}, the positions {loaded.name} has, got "
-                             f"{config.window}")
+            raise InputError(
+                f"window: expected at most {positions}, the positions {loaded.name} has, got {config.window}"
+            )
         data = _decoder(loaded, config, text, source, model["scale"], progress)
     else:
         if not texts:
             raise InputError("texts: an encoder reads one sentence per line, got none")
         data = _encoder(loaded, config, texts, source, model["scale"], progress)
     standard = all(rule["rule"] == "1/sqrt(d_k)" for rule in model["scale_rules"])
-    data.update(kind=result_kind(loaded), model=model, what=WHAT if standard else WHAT_OWN_SCALE,
-                unscaled_alpha=unscaled, unscaled_alpha_none=why_not,
-                config={"model": loaded.name, "model_version": loaded.version, "alphas": list(config.alphas),
-                        "max_tokens": config.max_tokens, "window": config.window, "prompt": config.prompt,
-                        "new_tokens": config.new_tokens, "batch_size": config.batch_size, "text": source,
-                        **({"model_path": loaded.path} if loaded.user else {})})
+    data.update(
+        kind=result_kind(loaded),
+        model=model,
+        what=WHAT if standard else WHAT_OWN_SCALE,
+        unscaled_alpha=unscaled,
+        unscaled_alpha_none=why_not,
+        config={
+            "model": loaded.name,
+            "model_version": loaded.version,
+            "alphas": list(config.alphas),
+            "max_tokens": config.max_tokens,
+            "window": config.window,
+            "prompt": config.prompt,
+            "new_tokens": config.new_tokens,
+            "batch_size": config.batch_size,
+            "text": source,
+            **({"model_path": loaded.path} if loaded.user else {}),
+        },
+    )
     data["analysis"] = _analysis(data)
     data["seconds"] = {"load": loaded.seconds, "rescale": time.perf_counter() - started}
     return data
@@ -265,8 +324,8 @@ def model_positions(config) -> int | None:
 
 def _windows(ids: list[int], max_tokens: int, window: int) -> list[list[int]]:
     ids = ids[:max_tokens]
-    chunks = [ids[i:i + window] for i in range(0, len(ids), window)]
-    return [c for c in chunks if len(c) >= 2]      # a lone last token predicts nothing
+    chunks = [ids[i : i + window] for i in range(0, len(ids), window)]
+    return [c for c in chunks if len(c) >= 2]  # a lone last token predicts nothing
 
 
 def _cross_entropy_sum(logits, ids, shift: bool = True) -> tuple[float, int]:
@@ -318,30 +377,56 @@ def _decoder(loaded, config: RescaleConfig, text: str, source: str, scale: float
             if progress is not None:
                 progress(done, steps, f"α = {alpha:g}")
         with torch.no_grad(), attention_calls(model, alpha=alpha):
-            out = model.generate(**prompt, max_new_tokens=config.new_tokens, do_sample=False,
-                                 pad_token_id=tokenizer.pad_token_id if tokenizer.eos_token_id is None
-                                 else tokenizer.eos_token_id)
+            out = model.generate(
+                **prompt,
+                max_new_tokens=config.new_tokens,
+                do_sample=False,
+                pad_token_id=tokenizer.pad_token_id if tokenizer.eos_token_id is None else tokenizer.eos_token_id,
+            )
         done += 1
         # A decoder's output repeats the prompt; an encoder-decoder's starts with the decoder's start token.
-        new = out[0, prompt["input_ids"].shape[1]:] if loaded.family == "decoder" else out[0]
+        new = out[0, prompt["input_ids"].shape[1] :] if loaded.family == "decoder" else out[0]
         continuation = tokenizer.decode(new, skip_special_tokens=True)
         ce = total / count
-        rows.append({"alpha": alpha, "scale": alpha * scale, "cross_entropy": ce, "perplexity": _finite(math.exp(ce) if ce < 700 else math.inf),
-                     "cross_entropy_first_window": first_window, "continuation": continuation, **stats.means()})
+        rows.append(
+            {
+                "alpha": alpha,
+                "scale": alpha * scale,
+                "cross_entropy": ce,
+                "perplexity": _finite(math.exp(ce) if ce < 700 else math.inf),
+                "cross_entropy_first_window": first_window,
+                "continuation": continuation,
+                **stats.means(),
+            }
+        )
         if alpha == 1.0:
             x = torch.tensor([windows[0]])
             with torch.no_grad():
                 own = float(model(input_ids=x, labels=x).loss)
             ours = first_window
-    check = {"what": "α = 1: our float64 cross-entropy of the first window against the model's own loss "
-                     "(labels=, its own attention implementation)",
-             "own_loss": own, "our_loss": ours, "relative_difference": abs(ours - own) / abs(own),
-             "tolerance": LOSS_TOLERANCE}
+    check = {
+        "what": "α = 1: our float64 cross-entropy of the first window against the model's own loss "
+        "(labels=, its own attention implementation)",
+        "own_loss": own,
+        "our_loss": ours,
+        "relative_difference": abs(ours - own) / abs(own),
+        "tolerance": LOSS_TOLERANCE,
+    }
     check["passed"] = check["relative_difference"] <= LOSS_TOLERANCE
-    return {"alphas": rows, "check": check, "prompt": config.prompt,
-            "text": {"source": source, "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
-                     "n_tokens": sum(len(w) for w in windows), "windows": len(windows), "window": config.window,
-                     "tokens_predicted": sum(len(w) - 1 for w in windows), "tokens_in_text": len(ids)}}
+    return {
+        "alphas": rows,
+        "check": check,
+        "prompt": config.prompt,
+        "text": {
+            "source": source,
+            "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+            "n_tokens": sum(len(w) for w in windows),
+            "windows": len(windows),
+            "window": config.window,
+            "tokens_predicted": sum(len(w) - 1 for w in windows),
+            "tokens_in_text": len(ids),
+        },
+    }
 
 
 def _finite(x: float) -> float | None:
@@ -362,9 +447,10 @@ def _encoder(loaded, config: RescaleConfig, texts: list[str], source: str, scale
     from attnscale.experiments.pretrained.model_run import model_inputs
 
     model, tokenizer = loaded.model, loaded.tokenizer
-    batches = [texts[i:i + config.batch_size] for i in range(0, len(texts), config.batch_size)]
-    encoded = [model_inputs(model.config, tokenizer(b, padding=True, truncation=True, return_tensors="pt"))
-               for b in batches]
+    batches = [texts[i : i + config.batch_size] for i in range(0, len(texts), config.batch_size)]
+    encoded = [
+        model_inputs(model.config, tokenizer(b, padding=True, truncation=True, return_tensors="pt")) for b in batches
+    ]
     steps, done = len(config.alphas) * len(encoded), 0
     embeddings, rows = {}, []
     for alpha in config.alphas:
@@ -385,11 +471,14 @@ def _encoder(loaded, config: RescaleConfig, texts: list[str], source: str, scale
         cos = torch.nn.functional.cosine_similarity(embeddings[row["alpha"]], reference, dim=-1)
         row.update(cosine_mean=float(cos.mean()), cosine_min=float(cos.min()))
     diff = float((reference - own).abs().max())
-    check = {"what": "α = 1: our sentence embeddings against the model's own (its own attention implementation)",
-             "max_abs_difference": diff, "tolerance": EMBEDDING_TOLERANCE, "passed": diff <= EMBEDDING_TOLERANCE}
+    check = {
+        "what": "α = 1: our sentence embeddings against the model's own (its own attention implementation)",
+        "max_abs_difference": diff,
+        "tolerance": EMBEDDING_TOLERANCE,
+        "passed": diff <= EMBEDDING_TOLERANCE,
+    }
     n_tokens = int(sum(int(enc["attention_mask"].sum()) for enc in encoded))
-    return {"alphas": rows, "check": check,
-            "text": {"source": source, "n_sequences": len(texts), "n_tokens": n_tokens}}
+    return {"alphas": rows, "check": check, "text": {"source": source, "n_sequences": len(texts), "n_tokens": n_tokens}}
 
 
 def _analysis(data: dict) -> dict:
@@ -397,23 +486,32 @@ def _analysis(data: dict) -> dict:
     rows = data["alphas"]
     base = next(r for r in rows if r["alpha"] == 1.0)
     removing = data["unscaled_alpha"]
-    unscaled = None if removing is None else next(
-        (r for r in rows if math.isclose(r["alpha"], removing, rel_tol=1e-9)), None)
+    unscaled = (
+        None if removing is None else next((r for r in rows if math.isclose(r["alpha"], removing, rel_tol=1e-9)), None)
+    )
     out = {"reference_alpha": 1.0, "has_unscaled": unscaled is not None}
     if "cross_entropy" in base:
         best = min(rows, key=lambda r: r["cross_entropy"])
         out.update(
-            best_alpha=best["alpha"], best_cross_entropy=best["cross_entropy"], best_perplexity=best["perplexity"],
-            cross_entropy_alpha1=base["cross_entropy"], perplexity_alpha1=base["perplexity"],
+            best_alpha=best["alpha"],
+            best_cross_entropy=best["cross_entropy"],
+            best_perplexity=best["perplexity"],
+            cross_entropy_alpha1=base["cross_entropy"],
+            perplexity_alpha1=base["perplexity"],
             perplexity_ratio={_key(r["alpha"]): _ratio(r["perplexity"], base["perplexity"]) for r in rows},
-            alphas_same_continuation=[r["alpha"] for r in rows
-                                      if r["alpha"] != 1.0 and r["continuation"] == base["continuation"]],
+            alphas_same_continuation=[
+                r["alpha"] for r in rows if r["alpha"] != 1.0 and r["continuation"] == base["continuation"]
+            ],
             alphas_changed_continuation=[r["alpha"] for r in rows if r["continuation"] != base["continuation"]],
-            perplexity_unscaled=None if unscaled is None else unscaled["perplexity"])
+            perplexity_unscaled=None if unscaled is None else unscaled["perplexity"],
+        )
     else:
         worst = min(rows, key=lambda r: r["cosine_min"])
-        out.update(worst_alpha=worst["alpha"], worst_cosine_min=worst["cosine_min"],
-                   cosine_min_unscaled=None if unscaled is None else unscaled["cosine_min"])
+        out.update(
+            worst_alpha=worst["alpha"],
+            worst_cosine_min=worst["cosine_min"],
+            cosine_min_unscaled=None if unscaled is None else unscaled["cosine_min"],
+        )
     out["mean_max_weight"] = {_key(r["alpha"]): _mean(r["max_weight_per_layer"]) for r in rows}
     out["mean_normalized_entropy"] = {_key(r["alpha"]): _mean(r["normalized_entropy_per_layer"]) for r in rows}
     return out

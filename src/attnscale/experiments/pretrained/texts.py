@@ -14,7 +14,6 @@ from attnscale.errors import InputError
 __all__ = ["builtin_sentences", "read_texts", "punctuation_ids", "key_kinds"]
 
 
-
 def builtin_sentences() -> list[str]:
     """The built-in varied English sentences, one per line of the package's sentences.txt."""
     text = resources.files("attnscale.experiments.pretrained").joinpath("sentences.txt").read_text(encoding="utf-8")
@@ -50,8 +49,11 @@ def key_kinds(tokenizer, vocab_punct: np.ndarray, input_ids: np.ndarray, valid: 
     first = np.zeros_like(valid)
     first[np.arange(len(valid)), valid.argmax(axis=1)] = True
     kinds = {"first": first}
-    for name, token_id in (("cls", tokenizer.cls_token_id), ("sep", tokenizer.sep_token_id),
-                           ("bos", tokenizer.bos_token_id)):
+    for name, token_id in (
+        ("cls", tokenizer.cls_token_id),
+        ("sep", tokenizer.sep_token_id),
+        ("bos", tokenizer.bos_token_id),
+    ):
         if token_id is not None:
             kinds[name] = (input_ids == token_id) & valid
     kinds["punct"] = vocab_punct[input_ids] & valid

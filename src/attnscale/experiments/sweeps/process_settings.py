@@ -20,8 +20,11 @@ def process_settings() -> tuple[bool, bool, int] | None:
     torch = sys.modules.get("torch")
     if torch is None:
         return None
-    return (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-            torch.get_num_threads())
+    return (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        torch.get_num_threads(),
+    )
 
 
 def restore_process_settings(settings: tuple[bool, bool, int] | None) -> None:

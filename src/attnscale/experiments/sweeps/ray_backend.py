@@ -54,7 +54,8 @@ def _run_cell(module: str, qualname: str, cell: Any, driver_version: str, thread
     if attnscale.__version__ != driver_version:
         raise VersionMismatch(
             f"this Ray worker has attnscale {attnscale.__version__}, the driver {driver_version}; "
-            f"install attnscale {driver_version} on every node of the cluster")
+            f"install attnscale {driver_version} on every node of the cluster"
+        )
     # As in LocalBackend's workers: one cell's threads match the CPUs it reserved, so cells sharing a
     # node do not oversubscribe it. Set before torch loads (it reads OMP_NUM_THREADS then).
     os.environ["OMP_NUM_THREADS"] = str(threads)
@@ -83,17 +84,18 @@ class RayBackend:
         :class:`InputError` saying what was tried.
     init_kwargs: passed on to ``ray.init`` (e.g. ``runtime_env``).
     """
+
     address: str | None = None
     num_cpus: int | None = None
     cpus_per_cell: int = 1
     max_retries: int = 3
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
     init_kwargs: dict = field(default_factory=dict)
-    _started: bool = field(default=False, init=False, repr=False)   # connect() started or joined Ray
+    _started: bool = field(default=False, init=False, repr=False)  # connect() started or joined Ray
 
     def __post_init__(self):
         if self.address is not None and self.address != "auto":
-            _host_port(self.address)            # refuses a malformed address before any work
+            _host_port(self.address)  # refuses a malformed address before any work
         for name in ("cpus_per_cell", "num_cpus"):
             if getattr(self, name) is not None:
                 check_count(name, getattr(self, name))
@@ -141,10 +143,13 @@ class RayBackend:
                 return
             raise InputError(f"fn: expected a module-level function importable by name, got {fn.__qualname__!r}")
         started = self._connect(ray) or started
-        task = ray.remote(_run_cell).options(num_cpus=self.cpus_per_cell, max_retries=self.max_retries,
-                                             retry_exceptions=False)
-        pending = {task.remote(fn.__module__, fn.__qualname__, cell, __version__, self.cpus_per_cell): i
-                   for i, cell in enumerate(cells)}
+        task = ray.remote(_run_cell).options(
+            num_cpus=self.cpus_per_cell, max_retries=self.max_retries, retry_exceptions=False
+        )
+        pending = {
+            task.remote(fn.__module__, fn.__qualname__, cell, __version__, self.cpus_per_cell): i
+            for i, cell in enumerate(cells)
+        }
         try:
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1)
@@ -197,10 +202,14 @@ def _reachable(address: str, timeout_s: float) -> str:
     except socket.gaierror as err:
         raise InputError(f"{_failed(address)}: the host name {host!r} does not resolve ({err.strerror})") from None
     except ConnectionRefusedError:
-        raise InputError(f"{_failed(address)}: {tried} was refused, nothing listens there "
-                         f"(a head is started with 'ray start --head --port={port}')") from None
+        raise InputError(
+            f"{_failed(address)}: {tried} was refused, nothing listens there "
+            f"(a head is started with 'ray start --head --port={port}')"
+        ) from None
     except TimeoutError:
-        raise InputError(f"{_failed(address)}: {tried} got no answer within the {timeout_s:g} s connect timeout") from None
+        raise InputError(
+            f"{_failed(address)}: {tried} got no answer within the {timeout_s:g} s connect timeout"
+        ) from None
     except OSError as err:
         raise InputError(f"{_failed(address)}: {tried} failed ({err.strerror or err})") from None
     return f"{host} port {port} accepts TCP connections, but Ray's handshake there"
@@ -221,7 +230,7 @@ def _join(ray, address: str, timeout_s: float, kwargs: dict) -> None:
     def handshake():
         try:
             ray.init(address=address, **kwargs)
-        except BaseException as err:            # handed to the waiting thread below
+        except BaseException as err:  # handed to the waiting thread below
             outcome["error"] = err
 
     thread = threading.Thread(target=handshake, name="ray-connect", daemon=True)
@@ -230,7 +239,7 @@ def _join(ray, address: str, timeout_s: float, kwargs: dict) -> None:
     if thread.is_alive():
         raise InputError(f"{failed}: {tried} did not complete within {limit}")
     err = outcome.get("error")
-    if isinstance(err, (ConnectionError, RuntimeError)):   # Ray's words for "no cluster answered there"
+    if isinstance(err, (ConnectionError, RuntimeError)):  # Ray's words for "no cluster answered there"
         raise InputError(f"{failed}: {tried} failed ({str(err).strip().splitlines()[0]})") from None
     if err is not None:
         raise err

@@ -38,10 +38,19 @@ from attnscale.errors import check_count
 from attnscale.experiments.sweeps.process_settings import process_settings, restore_process_settings
 from attnscale.store import ResultCache, to_jsonable
 
-__all__ = ["Backend", "SerialBackend", "LocalBackend", "Done", "run_sweep", "read_cached", "default_workers",
-           "report_steps", "timed_call"]
+__all__ = [
+    "Backend",
+    "SerialBackend",
+    "LocalBackend",
+    "Done",
+    "run_sweep",
+    "read_cached",
+    "default_workers",
+    "report_steps",
+    "timed_call",
+]
 
-Progress = Callable[..., None]      # progress(done, total, label) and, with step reports, running=fraction
+Progress = Callable[..., None]  # progress(done, total, label) and, with step reports, running=fraction
 
 # Where report_steps sends (steps done, steps in all) of the cell running in this process: set by the
 # backend around each cell; None when nobody listens.
@@ -107,7 +116,7 @@ class SerialBackend:
             yield i, result, seconds
 
 
-_worker_steps = None      # in a worker: the queue its cells' step reports go to
+_worker_steps = None  # in a worker: the queue its cells' step reports go to
 
 
 def _init_worker(steps_queue=None) -> None:
@@ -181,7 +190,7 @@ def _terminate(pool: ProcessPoolExecutor, grace_s: float = 3.0) -> None:
     Without this the interpreter's exit waits for every running cell (``concurrent.futures`` joins
     its workers at exit), which made Ctrl-C hang for as long as the slowest cell."""
     workers = list((getattr(pool, "_processes", None) or {}).values())  # no public handle before 3.14
-    manager = getattr(pool, "_executor_manager_thread", None)         # nor for this; shutdown drops it
+    manager = getattr(pool, "_executor_manager_thread", None)  # nor for this; shutdown drops it
     pool.shutdown(wait=False, cancel_futures=True)
     for w in workers:
         if w.is_alive():
@@ -209,6 +218,7 @@ class Done:
     it took, ``seconds`` = ``{"wall": s, "cpu": s, "workers": n}`` (:func:`timed_call`'s figures and
     how many cells its backend ran at once then, None when it could not say); ``seconds`` is None
     for a cell whose computation recorded no time (cached by older code)."""
+
     result: Any
     seconds: dict | None = None
 
@@ -219,9 +229,15 @@ def read_cached(kind: str, cells: Sequence[Any], cache: ResultCache) -> list[Don
     return [None if r is None else Done(r["result"], r.get("seconds")) for r in records]
 
 
-def run_sweep(kind: str, cells: Sequence[Any], fn: Callable[[Any], Any], cache: ResultCache,
-              backend: Backend | None = None, progress: Progress | None = None,
-              cached: list[Done | None] | None = None) -> list[Done]:
+def run_sweep(
+    kind: str,
+    cells: Sequence[Any],
+    fn: Callable[[Any], Any],
+    cache: ResultCache,
+    backend: Backend | None = None,
+    progress: Progress | None = None,
+    cached: list[Done | None] | None = None,
+) -> list[Done]:
     """Every cell of ``cells`` done, in their order: cached ones are read, the others computed
     through ``backend`` (default: :class:`SerialBackend`) and cached, with their time, as each
     finishes.
@@ -240,11 +256,11 @@ def run_sweep(kind: str, cells: Sequence[Any], fn: Callable[[Any], Any], cache: 
     if progress:
         progress(done, total, f"{done} cached")
     todo = [cells[i] for i in missing]
-    running: dict[int, tuple[int, int]] = {}    # index into todo -> (steps done, steps in all)
+    running: dict[int, tuple[int, int]] = {}  # index into todo -> (steps done, steps in all)
     finished: set[int] = set()
 
     def on_steps(j: int, steps_done: int, steps_total: int) -> None:
-        if j not in finished:                      # a report can arrive after its cell's result
+        if j not in finished:  # a report can arrive after its cell's result
             running[j] = (steps_done, steps_total)
             label = "steps " + ", ".join(f"{d}/{n}" for d, n in running.values()) + " in the running cells"
             progress(done, total, label, running=sum(d / max(n, 1) for d, n in running.values()))
@@ -260,8 +276,9 @@ def run_sweep(kind: str, cells: Sequence[Any], fn: Callable[[Any], Any], cache: 
             finished.add(j)
             cell = todo[j]
             # Round-trip through the cache so that a fresh result and a cached one are the same data.
-            cache.put(kind, to_jsonable(cell), result,
-                      seconds=None if seconds is None else {**seconds, "workers": workers})
+            cache.put(
+                kind, to_jsonable(cell), result, seconds=None if seconds is None else {**seconds, "workers": workers}
+            )
             done_cells[missing[j]] = read_cached(kind, [cell], cache)[0]
             done += 1
             if progress:
@@ -271,6 +288,6 @@ def run_sweep(kind: str, cells: Sequence[Any], fn: Callable[[Any], Any], cache: 
         # garbage collector gets to the generator (a traceback keeps it alive).
         getattr(stream, "close", lambda: None)()
     lost = [cells[i] for i, d in enumerate(done_cells) if d is None]
-    if lost:        # a backend that did not yield every cell it was given
+    if lost:  # a backend that did not yield every cell it was given
         raise RuntimeError(f"backend: {len(lost)} cell(s) never came back, the first {lost[0]}")
     return cast(list[Done], done_cells)

@@ -56,6 +56,10 @@ def rule_grid(cell: type, rules, d_ks, seeds: int, adaptive: tuple[str, float], 
     adaptive optimiser ``adaptive`` = (name, rate) at its one rate, then plain SGD at every rate of
     ``sgd_lrs``; ``common`` (the shared settings) goes to every cell."""
     name, lr = adaptive
-    return [cell(rule, d_k, optimizer, rate, seed, **common)
-            for seed in range(seeds) for d_k in d_ks for rule in rules
-            for optimizer, rate in [(name, lr), *(("sgd", r) for r in sgd_lrs)]]
+    return [
+        cell(rule, d_k, optimizer, rate, seed, **common)
+        for seed in range(seeds)
+        for d_k in d_ks
+        for rule in rules
+        for optimizer, rate in [(name, lr), *(("sgd", r) for r in sgd_lrs)]
+    ]

@@ -17,8 +17,18 @@ from attnscale.results import finite_or_none
 from attnscale.softmax_rows import SATURATED_WEIGHT
 from attnscale.stored_words import TRAINING_VERDICTS
 
-__all__ = ["seed_everything", "make_optimizer", "finite", "spread", "mean_or_none", "seeds_verdict", "attention_metrics", "grad_norm",
-           "capped_loss", "lr_sensitivity"]
+__all__ = [
+    "seed_everything",
+    "make_optimizer",
+    "finite",
+    "spread",
+    "mean_or_none",
+    "seeds_verdict",
+    "attention_metrics",
+    "grad_norm",
+    "capped_loss",
+    "lr_sensitivity",
+]
 
 
 def seed_everything(seed: int):
@@ -72,11 +82,11 @@ def attention_metrics(logits, weights) -> dict[str, object]:
     p = weights.double()
     # 0 · ln 0 = 0: log of a zero weight is replaced by 0 (its weight is 0 anyway).
     logp = torch.where(p > 0, p.clamp_min(np.finfo(np.float64).tiny).log(), torch.zeros_like(p))
-    entropy = -(p * logp).sum(-1)                                        # (B, H, R)
-    per_head = entropy.transpose(0, 1).reshape(entropy.shape[1], -1)     # (H, B·R)
+    entropy = -(p * logp).sum(-1)  # (B, H, R)
+    per_head = entropy.transpose(0, 1).reshape(entropy.shape[1], -1)  # (H, B·R)
     z = logits.double()
-    present = z > -math.inf                                               # masked keys are -inf
-    count = present.sum(-1)                                               # (B, H, R)
+    present = z > -math.inf  # masked keys are -inf
+    count = present.sum(-1)  # (B, H, R)
     zf = torch.where(present, z, torch.zeros_like(z))
     mean = zf.sum(-1) / count.clamp_min(1)
     var = (torch.where(present, z - mean[..., None], torch.zeros_like(z)) ** 2).sum(-1) / count.clamp_min(1)
@@ -102,6 +112,7 @@ def lr_sensitivity(scores: Sequence[float]) -> float:
 
 
 # --- figures over seeds: only the finite values count (a diverged run records None) ------------------
+
 
 def finite(values) -> list[float]:
     """The finite values, as floats (None and NaN/±inf left out)."""

@@ -46,7 +46,7 @@ F = torch.nn.functional
 
 __all__ = ["GPTConfig", "GPT", "greedy", "INITS"]
 
-INITS = ("gpt2", "fan_in")      # the initialisation schemes (module docstring)
+INITS = ("gpt2", "fan_in")  # the initialisation schemes (module docstring)
 
 
 @dataclass(frozen=True)
@@ -57,10 +57,10 @@ class GPTConfig:
     context: int = 128
     d_model: int = 256
     n_layers: int = 2
-    d_k: int = 64                # head size; heads = d_model / d_k
-    init: str = "gpt2"           # or "fan_in"
-    tied_head: bool = True       # False: the head is a linear layer of its own
-    qk_layernorm: bool = False   # True: LayerNorm on each head's q and k before the rule
+    d_k: int = 64  # head size; heads = d_model / d_k
+    init: str = "gpt2"  # or "fan_in"
+    tied_head: bool = True  # False: the head is a linear layer of its own
+    qk_layernorm: bool = False  # True: LayerNorm on each head's q and k before the rule
 
     def __post_init__(self):
         for name in ("vocab", "context", "d_model", "n_layers", "d_k"):
@@ -94,17 +94,18 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x):
         B, L, D = x.shape
-        heads = lambda t: t.view(B, L, self.n_heads, self.d_k).transpose(1, 2)   # noqa: E731  (B, H, L, d_k)
+        heads = lambda t: t.view(B, L, self.n_heads, self.d_k).transpose(1, 2)  # noqa: E731  (B, H, L, d_k)
         q, k, v = heads(self.w_q(x)), heads(self.w_k(x)), heads(self.w_v(x))
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if self.with_figures:
             out, stats = self.rule.attend(q, k, v, causal=True, backend=self.backend, return_stats=True)
-            self.figures = {name: getattr(stats, name).detach()
-                            for name in ("lse", "entropy", "max_logit", "min_logit")}   # each (B, H, L)
-            self.backend_used = stats.backend          # what "auto" chose: a training cell records it
+            self.figures = {
+                name: getattr(stats, name).detach() for name in ("lse", "entropy", "max_logit", "min_logit")
+            }  # each (B, H, L)
+            self.backend_used = stats.backend  # what "auto" chose: a training cell records it
         else:
-            out = self.rule.attend(q, k, v, causal=True, backend=self.backend)    # without stats: PyTorch's SDPA
+            out = self.rule.attend(q, k, v, causal=True, backend=self.backend)  # without stats: PyTorch's SDPA
             self.backend_used = "sdpa"
         return self.w_o(out.transpose(1, 2).reshape(B, L, D))
 
@@ -145,7 +146,7 @@ class GPT(nn.Module):
             if isinstance(m, nn.Linear):
                 std = 1.0 / math.sqrt(m.in_features)
                 nn.init.normal_(m.weight, std=std * residual if name.endswith(("w_o", "proj")) else std)
-            elif isinstance(m, nn.Embedding) and gpt2:      # "fan_in" keeps nn.Embedding's own N(0, 1)
+            elif isinstance(m, nn.Embedding) and gpt2:  # "fan_in" keeps nn.Embedding's own N(0, 1)
                 nn.init.normal_(m.weight, std=0.02)
 
     def attention_layers(self) -> list[CausalSelfAttention]:
@@ -169,7 +170,7 @@ def greedy(model: GPT, prompt: bytes, new: int) -> bytes:
     tokens = list(prompt)
     with torch.no_grad():
         for _ in range(new):
-            window = torch.tensor([tokens[-model.config.context:]])
+            window = torch.tensor([tokens[-model.config.context :]])
             tokens.append(int(model(window)[0, -1].argmax()))
     model.train()
-    return bytes(tokens[len(prompt):])
+    return bytes(tokens[len(prompt) :])

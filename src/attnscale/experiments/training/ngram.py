@@ -58,8 +58,10 @@ class NGramModel:
         """Mean −log₂ p(data[i] | the order − 1 bytes before i) over ``positions`` (each ≥ order − 1)."""
         positions = np.asarray(positions, dtype=np.int64)
         if len(positions) == 0 or positions.min() < self.order - 1 or positions.max() >= len(data):
-            raise InputError(f"positions: expected indices in [{self.order - 1}, {len(data)}), got "
-                             f"{len(positions)} of them in [{positions.min(initial=0)}, {positions.max(initial=0)}]")
+            raise InputError(
+                f"positions: expected indices in [{self.order - 1}, {len(data)}), got "
+                f"{len(positions)} of them in [{positions.min(initial=0)}, {positions.max(initial=0)}]"
+            )
         joint = _codes(data, self.order, positions)
         num = self._lookup(self.joint, self.joint_n, joint) + self.k
         den = self._lookup(self.context, self.context_n, joint // VOCAB) + VOCAB * self.k
@@ -87,4 +89,3 @@ def baselines(train: np.ndarray, valid: np.ndarray, orders=(1, 2, 3, 4), positio
         model, choice = fit(train, order)
         rows.append({"order": order, "bpb": model.bits(text, where + len(train)), **choice})
     return rows
-

@@ -31,12 +31,12 @@ __all__ = ["ScaledLogits", "Attention", "ReadoutTransformer", "AttentionRecord"]
 class AttentionRecord:
     """What one attention call saw, kept only when asked (for metrics)."""
 
-    logits: torch.Tensor    # (B, H, L, S)
-    weights: torch.Tensor   # (B, H, L, S)
-    q: torch.Tensor         # (B, H, L, d_k), before the rule's normalisation
-    k: torch.Tensor         # (B, H, S, d_k), before the rule's normalisation
-    v: torch.Tensor         # (B, H, S, d_v)
-    context: torch.Tensor   # (B, S, D), the input the keys are computed from
+    logits: torch.Tensor  # (B, H, L, S)
+    weights: torch.Tensor  # (B, H, L, S)
+    q: torch.Tensor  # (B, H, L, d_k), before the rule's normalisation
+    k: torch.Tensor  # (B, H, S, d_k), before the rule's normalisation
+    v: torch.Tensor  # (B, H, S, d_v)
+    context: torch.Tensor  # (B, S, D), the input the keys are computed from
 
 
 class Attention(nn.Module):
@@ -57,18 +57,17 @@ class Attention(nn.Module):
 
     def _heads(self, x, size):
         b, n, _ = x.shape
-        return x.view(b, n, self.n_heads, size).transpose(1, 2)   # (B, H, L, size)
+        return x.view(b, n, self.n_heads, size).transpose(1, 2)  # (B, H, L, size)
 
     def forward(self, x, context=None):
         context = x if context is None else context
         q = self._heads(self.w_q(x), self.d_k)
         k = self._heads(self.w_k(context), self.d_k)
         v = self._heads(self.w_v(context), self.d_v)
-        z = self.logits(q, k)                                        # (B, H, L, S)
+        z = self.logits(q, k)  # (B, H, L, S)
         p = torch.softmax(z, dim=-1)
         if self.keep_record:
-            self.record = AttentionRecord(z.detach(), p.detach(), q.detach(), k.detach(), v.detach(),
-                                          context.detach())
+            self.record = AttentionRecord(z.detach(), p.detach(), q.detach(), k.detach(), v.detach(), context.detach())
         out = (p @ v).transpose(1, 2).reshape(x.shape[0], x.shape[1], self.n_heads * self.d_v)
         return self.w_o(out)
 
@@ -85,21 +84,31 @@ class ReadoutTransformer(nn.Module):
     S positions (itself included). Only its row is computed: no other row reaches the loss.
     """
 
-    def __init__(self, vocab: int, seq_len: int, n_classes: int, rule: ScaleRule, d_k: int,
-                 d_model: int = 32, n_heads: int = 2, d_hidden: int = 64):
+    def __init__(
+        self,
+        vocab: int,
+        seq_len: int,
+        n_classes: int,
+        rule: ScaleRule,
+        d_k: int,
+        d_model: int = 32,
+        n_heads: int = 2,
+        d_hidden: int = 64,
+    ):
         super().__init__()
         self.tok = nn.Embedding(vocab, d_model)
         self.pos = nn.Embedding(seq_len, d_model)
         self.ln = nn.LayerNorm(d_model)
         self.attn = Attention(d_model, n_heads, d_k, d_model // n_heads, rule)
-        self.head = nn.Sequential(nn.LayerNorm(d_model), nn.Linear(d_model, d_hidden), nn.GELU(),
-                                  nn.Linear(d_hidden, n_classes))
+        self.head = nn.Sequential(
+            nn.LayerNorm(d_model), nn.Linear(d_model, d_hidden), nn.GELU(), nn.Linear(d_hidden, n_classes)
+        )
         for m in (self.attn.w_q, self.attn.w_k, self.attn.w_v, self.attn.w_o):
             _init_linear(m)
 
     def forward(self, tokens):
         pos = torch.arange(tokens.shape[1], device=tokens.device)
-        x = self.tok(tokens) + self.pos(pos)                           # (B, S, D)
+        x = self.tok(tokens) + self.pos(pos)  # (B, S, D)
         normed = self.ln(x)
-        h = x[:, -1:] + self.attn(normed[:, -1:], normed)              # (B, 1, D)
-        return self.head(h[:, 0])                                      # (B, n_classes)
+        h = x[:, -1:] + self.attn(normed[:, -1:], normed)  # (B, 1, D)
+        return self.head(h[:, 0])  # (B, n_classes)

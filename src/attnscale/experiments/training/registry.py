@@ -42,24 +42,36 @@ __all__ = ["Experiment", "EXPERIMENTS", "make_config", "run_experiment", "kind_o
 @dataclass(frozen=True)
 class Experiment:
     name: str
-    config_type: type                        # dataclass with .cells(), a .quick(seeds) classmethod, .seeds
-    train_cell: Callable[[Any], dict]        # module-level: pickled by name into worker processes
+    config_type: type  # dataclass with .cells(), a .quick(seeds) classmethod, .seeds
+    train_cell: Callable[[Any], dict]  # module-level: pickled by name into worker processes
     analyse: Callable[[Any, list, list], dict]
     description: str
-    fused_kernel: bool = True                # its cells run attnscale.torch.attention on CPU (backend "auto")
+    fused_kernel: bool = True  # its cells run attnscale.torch.attention on CPU (backend "auto")
 
 
 EXPERIMENTS: dict[str, Experiment] = {
     scale_vs_dk.KIND: Experiment(
-        scale_vs_dk.KIND, scale_vs_dk.ScaleVsDkConfig, scale_vs_dk.train_cell, scale_vs_dk.analyse,
+        scale_vs_dk.KIND,
+        scale_vs_dk.ScaleVsDkConfig,
+        scale_vs_dk.train_cell,
+        scale_vs_dk.analyse,
         "does unscaled attention stop learning? rules x d_k x optimiser on a spread-attention task",
-        fused_kernel=False),                 # its one-row attention is plain softmax over ScaledLogits
+        fused_kernel=False,
+    ),  # its one-row attention is plain softmax over ScaledLogits
     logit_growth.KIND: Experiment(
-        logit_growth.KIND, logit_growth.LogitGrowthConfig, logit_growth.train_cell, logit_growth.analyse,
-        "attention-logit growth vs learning rate, with and without QK-layernorm (Wortsman et al. 2023)"),
+        logit_growth.KIND,
+        logit_growth.LogitGrowthConfig,
+        logit_growth.train_cell,
+        logit_growth.analyse,
+        "attention-logit growth vs learning rate, with and without QK-layernorm (Wortsman et al. 2023)",
+    ),
     lm.KIND: Experiment(
-        lm.KIND, lm.LMConfig, lm.train_cell, lm.analyse,
-        "a small GPT on real English text with each scale rule: does unscaled attention stop learning?"),
+        lm.KIND,
+        lm.LMConfig,
+        lm.train_cell,
+        lm.analyse,
+        "a small GPT on real English text with each scale rule: does unscaled attention stop learning?",
+    ),
 }
 
 
@@ -89,9 +101,15 @@ def cached(name: str, cells: list, root: str | Path = results.DEFAULT_ROOT) -> l
     return [cache.path(name, to_jsonable(cell)).exists() for cell in cells]
 
 
-def run_experiment(name: str, config, root: str | Path = results.DEFAULT_ROOT, backend: Backend | None = None,
-                   progress: Callable[[int, int, str], None] | None = None,
-                   quick: bool | None = None, cells_from: results.Envelope | None = None) -> results.Envelope:
+def run_experiment(
+    name: str,
+    config,
+    root: str | Path = results.DEFAULT_ROOT,
+    backend: Backend | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
+    quick: bool | None = None,
+    cells_from: results.Envelope | None = None,
+) -> results.Envelope:
     """Run (or resume) every cell of ``config``, analyse, write the ``train/<name>`` result under
     ``root`` atomically and return its envelope. ``quick`` (default: whether ``config`` is the
     experiment's quick configuration) says which of quick.json / result.json it is. ``cells_from``:
@@ -108,34 +126,41 @@ def run_experiment(name: str, config, root: str | Path = results.DEFAULT_ROOT, b
     taken = 0 if cells_from is None else _take_cells(name, cells, known, cells_from, cache)
     cached = sum(d is not None for d in known)
     done = run_sweep(name, cells, experiment.train_cell, cache, backend, progress, cached=known)
-    data, nonfinite = results.nulled_nonfinite({
-        "description": experiment.description,
-        "cells": [{"cell": to_jsonable(c), "result": d.result, "seconds": d.seconds} for c, d in zip(cells, done)],
-        "analysis": experiment.analyse(config, cells, [d.result for d in done]),
-    })
+    data, nonfinite = results.nulled_nonfinite(
+        {
+            "description": experiment.description,
+            "cells": [{"cell": to_jsonable(c), "result": d.result, "seconds": d.seconds} for c, d in zip(cells, done)],
+            "analysis": experiment.analyse(config, cells, [d.result for d in done]),
+        }
+    )
     data["cell_seconds"] = results.cell_seconds(data).summary()
-    data["wall_s"] = time.monotonic() - start      # of this invocation: cached cells cost nothing,
-    data["cells_cached"] = cached                  # so faces say how many were read from the cache
+    data["wall_s"] = time.monotonic() - start  # of this invocation: cached cells cost nothing,
+    data["cells_cached"] = cached  # so faces say how many were read from the cache
     if cells_from is not None:
-        data["cells_from"] = {"cells": taken, "created": cells_from.created, "version": cells_from.version,
-                              "environment": cells_from.environment}
+        data["cells_from"] = {
+            "cells": taken,
+            "created": cells_from.created,
+            "version": cells_from.version,
+            "environment": cells_from.environment,
+        }
     if nonfinite:
         data["nonfinite"] = nonfinite
     return results.write(kind, data, config=to_jsonable(config), seed=0, quick=quick, root=root)
 
 
-def _take_cells(name: str, cells: list, known: list[Done | None], source: results.Envelope,
-                cache: ResultCache) -> int:
+def _take_cells(name: str, cells: list, known: list[Done | None], source: results.Envelope, cache: ResultCache) -> int:
     """Put each cell of the earlier result ``source`` whose cell equals a planned cell missing from
     ``known`` into the cache, with its time, and into ``known`` as the cache returns it; how many."""
     data = results.restored_nonfinite(source.data, source.data.get("nonfinite") or {})
-    recorded = {config_hash(e["cell"]): e for e in data["cells"] if isinstance(e, dict) and "cell" in e and "result" in e}
+    recorded = {
+        config_hash(e["cell"]): e for e in data["cells"] if isinstance(e, dict) and "cell" in e and "result" in e
+    }
     taken = 0
     for i, cell in enumerate(cells):
         planned = to_jsonable(cell)
         entry = recorded.get(config_hash(planned))
         if known[i] is not None or entry is None or entry["cell"] != planned:
-            continue        # computed here already, or not in the file: never a cell whose config differs
+            continue  # computed here already, or not in the file: never a cell whose config differs
         moved = _moved_older_times(Done(entry["result"], entry.get("seconds")))
         cache.put(name, planned, moved.result, seconds=moved.seconds)
         known[i] = read_cached(name, [cell], cache)[0]

@@ -34,14 +34,15 @@ class MarkedCount:
     to within about 1/k (the classes are 1/k apart in the mean).
     """
 
-    n_keys: int = 16      # bit positions the query attends over (plus itself)
-    n_marked: int = 4     # marked positions
-    p_one: float = 0.5    # probability of a 1 at every position
+    n_keys: int = 16  # bit positions the query attends over (plus itself)
+    n_marked: int = 4  # marked positions
+    p_one: float = 0.5  # probability of a 1 at every position
 
     def __post_init__(self):
         if not 1 <= self.n_marked <= self.n_keys:
-            raise InputError(f"MarkedCount: expected 1 <= n_marked <= n_keys, got n_marked={self.n_marked}, "
-                             f"n_keys={self.n_keys}")
+            raise InputError(
+                f"MarkedCount: expected 1 <= n_marked <= n_keys, got n_marked={self.n_marked}, n_keys={self.n_keys}"
+            )
         if not 0.0 < self.p_one < 1.0:
             raise InputError(f"MarkedCount p_one: expected a probability in (0, 1), got {self.p_one!r}")
 
@@ -62,7 +63,7 @@ class MarkedCount:
 
         bits = (torch.rand(batch, self.n_keys, generator=generator) < self.p_one).long()
         order = torch.rand(batch, self.n_keys, generator=generator).argsort(dim=1)
-        marked = order < self.n_marked                       # n_marked random positions per row
+        marked = order < self.n_marked  # n_marked random positions per row
         tokens = bits + 2 * marked.long()
         query = torch.full((batch, 1), self.query_token, dtype=torch.long)
         labels = (bits * marked.long()).sum(dim=1)
@@ -70,7 +71,7 @@ class MarkedCount:
 
     def _prior(self) -> list[float]:
         k, p = self.n_marked, self.p_one
-        return [math.comb(k, c) * p ** c * (1 - p) ** (k - c) for c in range(k + 1)]
+        return [math.comb(k, c) * p**c * (1 - p) ** (k - c) for c in range(k + 1)]
 
     def prior_ceiling(self) -> float:
         """Best accuracy without looking at the input: the probability of the most likely count."""
@@ -88,13 +89,19 @@ class MarkedCount:
 
 _WORDS = {
     "Det": "the a every one this that some no each my your our their".split(),
-    "Adj": ("old young small large quiet loud bright dark green red blue golden silver wooden stone "
-            "careful hungry tired clever slow quick gentle strange distant narrow heavy empty").split(),
-    "Noun": ("cat dog bird fox horse farmer sailor child teacher baker river mountain village garden "
-             "window door lantern letter boat bridge forest road market tower song story clock king "
-             "queen painter miller student stranger island kettle candle wheel").split(),
-    "Verb": ("saw found followed carried watched painted built crossed remembered opened closed "
-             "visited answered heard forgot mended lifted guarded counted named").split(),
+    "Adj": (
+        "old young small large quiet loud bright dark green red blue golden silver wooden stone "
+        "careful hungry tired clever slow quick gentle strange distant narrow heavy empty"
+    ).split(),
+    "Noun": (
+        "cat dog bird fox horse farmer sailor child teacher baker river mountain village garden "
+        "window door lantern letter boat bridge forest road market tower song story clock king "
+        "queen painter miller student stranger island kettle candle wheel"
+    ).split(),
+    "Verb": (
+        "saw found followed carried watched painted built crossed remembered opened closed "
+        "visited answered heard forgot mended lifted guarded counted named"
+    ).split(),
     "IVerb": "slept waited laughed sang wandered rested listened vanished arrived returned".split(),
     "Prep": "near under behind beside across over through past beyond inside".split(),
     "Adv": "slowly quietly suddenly often never always gladly softly early late".split(),
@@ -179,7 +186,7 @@ class CharCorpus:
         import torch
 
         offsets = torch.arange(context + 1)
-        chunk = ids[starts[:, None] + offsets]                # (B, context + 1)
+        chunk = ids[starts[:, None] + offsets]  # (B, context + 1)
         return chunk[:, :-1], chunk[:, 1:]
 
     def batch(self, split: str, batch: int, context: int, generator):

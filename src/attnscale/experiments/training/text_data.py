@@ -23,7 +23,7 @@ from attnscale.errors import InputError
 
 __all__ = ["VOCAB", "DEFAULT_TEXT", "ByteText", "load_text", "check_text_file"]
 
-VOCAB = 256               # byte tokens
+VOCAB = 256  # byte tokens
 DEFAULT_TEXT = "pydoc_data.topics"
 
 
@@ -73,9 +73,11 @@ class ByteText:
         shortest = min(len(text.train), len(text.valid))
         if shortest < context + 1:
             need = math.ceil((context + 1) / min(valid_fraction, 1 - valid_fraction))
-            raise InputError(f"--context: {context} needs {context + 1} bytes in both the training and the validation "
-                             f"part, but --text {source!r} has {len(data)} bytes ({len(text.train)} training, "
-                             f"{len(text.valid)} validation); expected at least {need} bytes or a shorter context")
+            raise InputError(
+                f"--context: {context} needs {context + 1} bytes in both the training and the validation "
+                f"part, but --text {source!r} has {len(data)} bytes ({len(text.train)} training, "
+                f"{len(text.valid)} validation); expected at least {need} bytes or a shorter context"
+            )
         return text
 
     def batch(self, batch: int, context: int, generator):
@@ -91,7 +93,7 @@ class ByteText:
         validation bytes (all of them, without overlap, when they fit), as (x, y) batches of up to
         ``batch`` windows."""
         starts = self.validation_starts(context, windows)
-        return [self._windows(self.valid, starts[i:i + batch], context) for i in range(0, len(starts), batch)]
+        return [self._windows(self.valid, starts[i : i + batch], context) for i in range(0, len(starts), batch)]
 
     def validation_starts(self, context: int, windows: int) -> list[int]:
         """Where the fixed validation windows start in the validation bytes (see :meth:`validation`);
@@ -104,7 +106,7 @@ class ByteText:
     def _windows(data: np.ndarray, starts: list[int], context: int):
         import torch
 
-        rows = np.stack([data[s:s + context + 1] for s in starts]).astype(np.int64)
+        rows = np.stack([data[s : s + context + 1] for s in starts]).astype(np.int64)
         block = torch.from_numpy(rows)
         return block[:, :-1], block[:, 1:]
 

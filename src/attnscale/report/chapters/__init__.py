@@ -21,5 +21,13 @@ Sub-headings inside a chapter are <h3>; tables via report.html.table scroll insi
 a phone; paragraphs, notes, lists and error boxes come from report.html too.
 """
 
-EXPERIMENT_CHAPTERS: tuple[str, ...] = ("probe", "probe_smollm2", "rescale", "rescale_minilm", "training", "training_logits",
-                                       "lm", "telemetry")
+EXPERIMENT_CHAPTERS: tuple[str, ...] = (
+    "probe",
+    "probe_smollm2",
+    "rescale",
+    "rescale_minilm",
+    "training",
+    "training_logits",
+    "lm",
+    "telemetry",
+)

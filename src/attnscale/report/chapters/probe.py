@@ -25,21 +25,36 @@ HOW_TO = "attnscale probe --model minilm"
 
 #: Per-layer table: the figures, in order, each with its column's heading; figures the result lacks
 #: are left out.
-COLUMNS = {"ratio_pair": N_("ratio (pairs)"), "ratio_token": N_("ratio (tokens)"),
-           "part_uneven_variances": N_("uneven var."), "part_means": N_("means"),
-           "part_cross_dimension": N_("cross-dim."), "part_correlation": N_("q–k corr."),
-           "within_row_share": N_("within rows"), "normalized_entropy": N_("H/ln n"),
-           "normalized_entropy_unscaled": N_("H/ln n, unscaled"), "max_weight": N_("max w"),
-           "max_weight_unscaled": N_("max w, unscaled"), "sink_first": N_("first token"),
-           "previous_token": N_("prev."), "next_token": N_("next")}
+COLUMNS = {
+    "ratio_pair": N_("ratio (pairs)"),
+    "ratio_token": N_("ratio (tokens)"),
+    "part_uneven_variances": N_("uneven var."),
+    "part_means": N_("means"),
+    "part_cross_dimension": N_("cross-dim."),
+    "part_correlation": N_("q–k corr."),
+    "within_row_share": N_("within rows"),
+    "normalized_entropy": N_("H/ln n"),
+    "normalized_entropy_unscaled": N_("H/ln n, unscaled"),
+    "max_weight": N_("max w"),
+    "max_weight_unscaled": N_("max w, unscaled"),
+    "sink_first": N_("first token"),
+    "previous_token": N_("prev."),
+    "next_token": N_("next"),
+}
 
 # --- the sentences the data chooses among, each beside the small pure function that chooses ---------
 
 #: How the heads' Var(q·k) stands against the iid prediction: see ratio_key.
 RATIO_SENTENCES = {
-    "all_above": N_("All {n} heads have a larger Var(q·k) than the iid prediction (pair-weighted ratio {lo} to {hi}, median {med})."),
-    "all_below": N_("All {n} heads have a smaller Var(q·k) than the iid prediction (pair-weighted ratio {lo} to {hi}, median {med})."),
-    "mixed": N_("{above} of {n} heads have a larger Var(q·k) than the iid prediction and {below} a smaller one (pair-weighted ratio {lo} to {hi}, median {med})."),
+    "all_above": N_(
+        "All {n} heads have a larger Var(q·k) than the iid prediction (pair-weighted ratio {lo} to {hi}, median {med})."
+    ),
+    "all_below": N_(
+        "All {n} heads have a smaller Var(q·k) than the iid prediction (pair-weighted ratio {lo} to {hi}, median {med})."
+    ),
+    "mixed": N_(
+        "{above} of {n} heads have a larger Var(q·k) than the iid prediction and {below} a smaller one (pair-weighted ratio {lo} to {hi}, median {med})."
+    ),
 }
 
 
@@ -51,8 +66,12 @@ def ratio_key(ratio: dict) -> str:
 
 #: Token-weighted ratios, by whether both weightings find the same largest head.
 TOKEN_SENTENCES = {
-    True: N_("Token-weighted, the ratio runs from {lo} to {hi} (heads differ by up to {diff}); the largest head is the same, {top}."),
-    False: N_("Token-weighted, the ratio runs from {lo} to {hi} (heads differ by up to {diff}), and the two weightings rank heads differently: the largest is {top} by pairs, {top_t} by tokens."),
+    True: N_(
+        "Token-weighted, the ratio runs from {lo} to {hi} (heads differ by up to {diff}); the largest head is the same, {top}."
+    ),
+    False: N_(
+        "Token-weighted, the ratio runs from {lo} to {hi} (heads differ by up to {diff}), and the two weightings rank heads differently: the largest is {top} by pairs, {top_t} by tokens."
+    ),
 }
 #: First-token sinks, by whether any head puts more than half its weight there (``over_half`` > 0).
 SINK_SENTENCES = {
@@ -61,17 +80,24 @@ SINK_SENTENCES = {
 }
 #: The float16 margin, by whether the largest unscaled |logit| stays below float16's limit.
 FLOAT16_SENTENCES = {
-    True: N_("Float16 margin: the largest |logit| is {s} at the model's scale and {u} with the scale removed; float16 holds up to {limit}, so both fit ({m} and {m_u} to spare)."),
-    False: N_("Float16 margin: the largest |logit| is {s} at the model's scale but {u} with the scale removed, beyond float16's {limit}."),
+    True: N_(
+        "Float16 margin: the largest |logit| is {s} at the model's scale and {u} with the scale removed; float16 holds up to {limit}, so both fit ({m} and {m_u} to spare)."
+    ),
+    False: N_(
+        "Float16 margin: the largest |logit| is {s} at the model's scale but {u} with the scale removed, beyond float16's {limit}."
+    ),
 }
 #: What the mask lets a query attend (see attention_kind).
-KINDS = {"encoder": N_("bidirectional"), "decoder": N_("causal: only the pairs a query may attend count"),
-         "encoder_decoder": N_("an encoder-decoder: the decoder's self-attention is causal")}
+KINDS = {
+    "encoder": N_("bidirectional"),
+    "decoder": N_("causal: only the pairs a query may attend count"),
+    "encoder_decoder": N_("an encoder-decoder: the decoder's self-attention is causal"),
+}
 
 
 def _cell_text(value: float, digits: int) -> str:
     text = f"{value:.{digits}f}"
-    return text[1:] if text.startswith("0.") else text       # ".81": narrow enough for a phone
+    return text[1:] if text.startswith("0.") else text  # ".81": narrow enough for a phone
 
 
 def heatmap(grid, title: str, cmap: str, limits, digits: int, labels: list[str] | None = None):
@@ -89,8 +115,15 @@ def heatmap(grid, title: str, cmap: str, limits, digits: int, labels: list[str] 
             if math.isfinite(value):
                 shade = (value - limits[0]) / (limits[1] - limits[0]) if limits[1] > limits[0] else 0.5
                 dark = shade > 0.55 if cmap.endswith("_r") else shade < 0.55
-                ax.text(j, i, _cell_text(value, digits), ha="center", va="center", fontsize=6.5,
-                        color="white" if dark else "#1d2330")
+                ax.text(
+                    j,
+                    i,
+                    _cell_text(value, digits),
+                    ha="center",
+                    va="center",
+                    fontsize=6.5,
+                    color="white" if dark else "#1d2330",
+                )
         ax.set_title(title)
         ax.set_xlabel(_("head"))
         ax.set_ylabel(_("layer"))
@@ -119,21 +152,58 @@ def heatmaps(data: dict) -> list[tuple[object, str, str]]:
     # The ratio's colour scale includes 1 (the seed's prediction).
     ratio_limits = (min(1.0, a["ratio_pair"]["min"]), max(1.0, a["ratio_pair"]["max"]))
     return [
-        (heatmap(head_grid(data, "ratio_pair"), _("Var(q·k) / iid prediction (pairs)"), "magma_r", ratio_limits, 1, labels),
-         _("Heat map per layer and head of the variance ratio"), _("Var(q·k) / (d_k σ_q² σ_k²), pair-weighted, per layer (rows) and head (columns); 1 = the seed's variance formula holds.")),
-        (heatmap(head_grid(data, "sink_first"), _("weight on the first token"), "cividis", (0.0, 1.0), 2, labels),
-         _("Heat map per layer and head of the weight on the first token"), _("The mean weight a row puts on the sequence's first token (the attention sink), per layer and head.")),
-        (heatmap(head_grid(data, "normalized_entropy"), _("entropy / ln n, model's scale"), "viridis", (0.0, 1.0), 2, labels),
-         _("Heat map per layer and head of the normalized entropy with the model's scale"), entropy_caption(data["model"])),
-        (heatmap(head_grid(data, "normalized_entropy_unscaled"), _("entropy / ln n, scale removed"), "viridis",
-                 (0.0, 1.0), 2, labels), _("Heat map per layer and head of the normalized entropy with the scale removed"), _("The same rows' entropy / ln n with the scale removed (logits q·k).")),
+        (
+            heatmap(
+                head_grid(data, "ratio_pair"),
+                _("Var(q·k) / iid prediction (pairs)"),
+                "magma_r",
+                ratio_limits,
+                1,
+                labels,
+            ),
+            _("Heat map per layer and head of the variance ratio"),
+            _(
+                "Var(q·k) / (d_k σ_q² σ_k²), pair-weighted, per layer (rows) and head (columns); 1 = the seed's variance formula holds."
+            ),
+        ),
+        (
+            heatmap(head_grid(data, "sink_first"), _("weight on the first token"), "cividis", (0.0, 1.0), 2, labels),
+            _("Heat map per layer and head of the weight on the first token"),
+            _("The mean weight a row puts on the sequence's first token (the attention sink), per layer and head."),
+        ),
+        (
+            heatmap(
+                head_grid(data, "normalized_entropy"),
+                _("entropy / ln n, model's scale"),
+                "viridis",
+                (0.0, 1.0),
+                2,
+                labels,
+            ),
+            _("Heat map per layer and head of the normalized entropy with the model's scale"),
+            entropy_caption(data["model"]),
+        ),
+        (
+            heatmap(
+                head_grid(data, "normalized_entropy_unscaled"),
+                _("entropy / ln n, scale removed"),
+                "viridis",
+                (0.0, 1.0),
+                2,
+                labels,
+            ),
+            _("Heat map per layer and head of the normalized entropy with the scale removed"),
+            _("The same rows' entropy / ln n with the scale removed (logits q·k)."),
+        ),
     ]
 
 
 def entropy_caption(model: dict) -> str:
     """The caption of the entropy heat map at the model's scale, which it names."""
-    return _("Entropy / ln n of the rows (0 = one-hot, 1 = uniform) with the model's scale, {scale}.",
-             scale=model_scale_text(model))
+    return _(
+        "Entropy / ln n of the rows (0 = one-hot, 1 = uniform) with the model's scale, {scale}.",
+        scale=model_scale_text(model),
+    )
 
 
 def _scale_text(scale: float, d_k: int) -> str:
@@ -148,10 +218,14 @@ def scale_text(rule: dict) -> str:
     """One layer's recorded scale in words (``rule``: pretrained.probe.run.scale_rule's dict): its value, what it
     is in terms of d_k, and a QK-norm or a soft-cap when the layer has one."""
     value = f"{rule['value']:.4g}"
-    words = {"1/sqrt(d_k)": lambda: _("{value} = 1/√{d_k}", value=value, d_k=rule["d_k"]),
-             "1": lambda: _("1 (no scale: the logits are q·k itself)"),
-             "1/sqrt(c)": lambda: _("{value} = 1/√{c}, not 1/√d_k = 1/√{d_k}", value=value, c=rule["c"], d_k=rule["d_k"]),
-             "constant": lambda: _("{value} = {times} × 1/√{d_k}", value=value, times=number(rule["times_sqrt_d_k"]), d_k=rule["d_k"])}[rule["rule"]]()
+    words = {
+        "1/sqrt(d_k)": lambda: _("{value} = 1/√{d_k}", value=value, d_k=rule["d_k"]),
+        "1": lambda: _("1 (no scale: the logits are q·k itself)"),
+        "1/sqrt(c)": lambda: _("{value} = 1/√{c}, not 1/√d_k = 1/√{d_k}", value=value, c=rule["c"], d_k=rule["d_k"]),
+        "constant": lambda: _(
+            "{value} = {times} × 1/√{d_k}", value=value, times=number(rule["times_sqrt_d_k"]), d_k=rule["d_k"]
+        ),
+    }[rule["rule"]]()
     if rule.get("qk_norm"):
         words = _("{scale}, after q and k are normalised (QK-norm)", scale=words)
     if rule.get("softcap") is not None:
@@ -166,8 +240,11 @@ def model_scale_text(model: dict) -> str:
 
 
 #: An encoder-decoder's layer, by its side (see layer_sides): each side numbered from 0.
-LAYER_LABELS = {"encoder": N_("encoder layer {i}"), "decoder": N_("decoder layer {i}"),
-                "cross": N_("cross-attention layer {i}")}
+LAYER_LABELS = {
+    "encoder": N_("encoder layer {i}"),
+    "decoder": N_("decoder layer {i}"),
+    "cross": N_("cross-attention layer {i}"),
+}
 
 
 def layer_sides(model: dict) -> list[str] | None:
@@ -209,12 +286,19 @@ def scales_sentence(model: dict) -> str | None:
         return None
     texts = [scale_text(rule) for rule in rules]
     if len(set(texts)) == 1:
-        return _("All {n} attention layers multiply q·k by the same scale, {scale} (as recorded from each call).", n=len(texts), scale=texts[0])
-    sided = layer_sides(model) is not None          # "encoder layer 0: …", else "layer 0: …"
+        return _(
+            "All {n} attention layers multiply q·k by the same scale, {scale} (as recorded from each call).",
+            n=len(texts),
+            scale=texts[0],
+        )
+    sided = layer_sides(model) is not None  # "encoder layer 0: …", else "layer 0: …"
     listed = _("; ", msgctxt="clauses").join(
         _("{layer}: {scale}", layer=label, scale=s) if sided else _("layer {layer}: {scale}", layer=label, scale=s)
-        for label, s in zip(layer_labels(model), texts))
-    return _("The attention layers multiply q·k by different scales (as recorded from each call): {scales}.", scales=listed)
+        for label, s in zip(layer_labels(model), texts)
+    )
+    return _(
+        "The attention layers multiply q·k by different scales (as recorded from each call): {scales}.", scales=listed
+    )
 
 
 def _head(where: dict) -> str:
@@ -225,21 +309,52 @@ def findings(data: dict) -> list[str]:
     """The sentences about the figures, each chosen by the analysis."""
     a, f16, n = data["analysis"], data["float16"], data["analysis"]["n_heads"]
     r, tok = a["ratio_pair"], a["ratio_token"]
-    out = [_(RATIO_SENTENCES[ratio_key(r)], n=n, above=r["above_1"], below=r["below_1"], lo=number(r["min"]), hi=number(r["max"]),
-              med=number(r["median"]))]
+    out = [
+        _(
+            RATIO_SENTENCES[ratio_key(r)],
+            n=n,
+            above=r["above_1"],
+            below=r["below_1"],
+            lo=number(r["min"]),
+            hi=number(r["max"]),
+            med=number(r["median"]),
+        )
+    ]
     same = (a["top_pair"]["layer"], a["top_pair"]["head"]) == (a["top_token"]["layer"], a["top_token"]["head"])
-    out.append(_(TOKEN_SENTENCES[same], lo=number(tok["min"]), hi=number(tok["max"]),
-                  diff=number(a["max_abs_pair_minus_token"]), top=_head(a["top_pair"]), top_t=_head(a["top_token"])))
+    out.append(
+        _(
+            TOKEN_SENTENCES[same],
+            lo=number(tok["min"]),
+            hi=number(tok["max"]),
+            diff=number(a["max_abs_pair_minus_token"]),
+            top=_head(a["top_pair"]),
+            top_t=_head(a["top_token"]),
+        )
+    )
     sink = a["sink_first"]
-    out.append(_(SINK_SENTENCES[sink["over_half"] > 0], k=sink["over_half"], n=n,
-                  hi=number(sink["max"])))
+    out.append(_(SINK_SENTENCES[sink["over_half"] > 0], k=sink["over_half"], n=n, hi=number(sink["max"])))
     if "sink_bos" in data.get("absent", {}):
         out.append(_("The text holds no BOS token (the tokenizer adds none), so there is no BOS sink to show."))
-    out.append(_("{k} of {n} heads would be frozen (saturation index ≥ 1) with the scale removed, though not with it; the median head's entropy / ln n falls from {h} to {h_u} without the scale.", k=a["frozen_only_unscaled"], n=n, h=number(a["normalized_entropy"]["median"]), h_u=number(a["normalized_entropy_unscaled"]["median"])))
+    out.append(
+        _(
+            "{k} of {n} heads would be frozen (saturation index ≥ 1) with the scale removed, though not with it; the median head's entropy / ln n falls from {h} to {h_u} without the scale.",
+            k=a["frozen_only_unscaled"],
+            n=n,
+            h=number(a["normalized_entropy"]["median"]),
+            h_u=number(a["normalized_entropy_unscaled"]["median"]),
+        )
+    )
     fits = f16["max_abs_logit_unscaled"] < f16["limit"]
-    out.append(_(FLOAT16_SENTENCES[fits], limit=f"{f16['limit']:g}", s=number(f16["max_abs_logit"]),
-                  u=number(f16["max_abs_logit_unscaled"]), m=f"×{number(f16['margin'])}",
-                  m_u=f"×{number(f16['margin_unscaled'])}"))
+    out.append(
+        _(
+            FLOAT16_SENTENCES[fits],
+            limit=f"{f16['limit']:g}",
+            s=number(f16["max_abs_logit"]),
+            u=number(f16["max_abs_logit_unscaled"]),
+            m=f"×{number(f16['margin'])}",
+            m_u=f"×{number(f16['margin_unscaled'])}",
+        )
+    )
     return out
 
 
@@ -252,10 +367,14 @@ def attention_kind(model: dict) -> str:
 
 # The chapter's opening, by whether the model rotates q and k (RoPE) before the softmax sees them.
 INTRO = {
-    False: N_("The seed assumes the d_k components of q and k are independent with mean 0 and variance 1, so that Var(q·k) = d_k. "
-              "We captured every attention call of {model} ({layers} layers × {heads}, d_k = {d_k}, scale = {scale}, {kind}) on {n} sequences ({tokens} tokens), padding left out, taking q and k as the softmax sees them, and measured how far that holds."),
-    True: N_("The seed assumes the d_k components of q and k are independent with mean 0 and variance 1, so that Var(q·k) = d_k. "
-             "We captured every attention call of {model} ({layers} layers × {heads}, d_k = {d_k}, scale = {scale}, {kind}) on {n} sequences ({tokens} tokens), padding left out, taking q and k as the softmax sees them (after the rotary embedding), and measured how far that holds."),
+    False: N_(
+        "The seed assumes the d_k components of q and k are independent with mean 0 and variance 1, so that Var(q·k) = d_k. "
+        "We captured every attention call of {model} ({layers} layers × {heads}, d_k = {d_k}, scale = {scale}, {kind}) on {n} sequences ({tokens} tokens), padding left out, taking q and k as the softmax sees them, and measured how far that holds."
+    ),
+    True: N_(
+        "The seed assumes the d_k components of q and k are independent with mean 0 and variance 1, so that Var(q·k) = d_k. "
+        "We captured every attention call of {model} ({layers} layers × {heads}, d_k = {d_k}, scale = {scale}, {kind}) on {n} sequences ({tokens} tokens), padding left out, taking q and k as the softmax sees them (after the rotary embedding), and measured how far that holds."
+    ),
 }
 
 
@@ -263,11 +382,22 @@ def render(env) -> str:
     data = env.data
     cfg, check, model = data["config"], data["check"], data["model"]
     worst = check["max_abs_diff"]
-    heads = (_("{n} heads", n=model["n_heads_q"]) if model["n_heads_q"] == model["n_heads_kv"] else
-             _("{n} query heads sharing {kv} key/value heads", n=model["n_heads_q"], kv=model["n_heads_kv"]))
-    intro = _(INTRO[bool(model.get("rope_theta"))], model=model["name"], layers=model["n_layers"], heads=heads,
-              d_k=model["d_k"], scale=model_scale_text(model), kind=_(KINDS[attention_kind(model)]),
-              n=cfg["n_sequences"], tokens=cfg["n_tokens"])
+    heads = (
+        _("{n} heads", n=model["n_heads_q"])
+        if model["n_heads_q"] == model["n_heads_kv"]
+        else _("{n} query heads sharing {kv} key/value heads", n=model["n_heads_q"], kv=model["n_heads_kv"])
+    )
+    intro = _(
+        INTRO[bool(model.get("rope_theta"))],
+        model=model["name"],
+        layers=model["n_layers"],
+        heads=heads,
+        d_k=model["d_k"],
+        scale=model_scale_text(model),
+        kind=_(KINDS[attention_kind(model)]),
+        n=cfg["n_sequences"],
+        tokens=cfg["n_tokens"],
+    )
     parts = [para(intro)]
     scales = scales_sentence(model)
     if scales:
@@ -275,22 +405,45 @@ def render(env) -> str:
     if model.get("weights_note"):
         parts.append(weights_note(model))
     if not check["passed"]:
-        failed = _("Check FAILED: the captured attention does not reproduce the model's own probabilities (largest difference {diff}, tolerance {tol}); no statistics are shown.", diff=number(worst), tol=f"{check['tolerance']:g}")
+        failed = _(
+            "Check FAILED: the captured attention does not reproduce the model's own probabilities (largest difference {diff}, tolerance {tol}); no statistics are shown.",
+            diff=number(worst),
+            tol=f"{check['tolerance']:g}",
+        )
         parts.append(error_box(failed))
         return "\n".join(parts)
-    ok = _("Check: the probabilities rebuilt from the captured q, k, scale and mask equal the model's own to {diff} on every one of {rows} rows (tolerance {tol}); every figure below rests on it.", diff=f"{worst:.1e}", rows=check["rows_checked"], tol=f"{check['tolerance']:g}")
+    ok = _(
+        "Check: the probabilities rebuilt from the captured q, k, scale and mask equal the model's own to {diff} on every one of {rows} rows (tolerance {tol}); every figure below rests on it.",
+        diff=f"{worst:.1e}",
+        rows=check["rows_checked"],
+        tol=f"{check['tolerance']:g}",
+    )
     parts.append(para(ok))
-    parts.append(para(_("Two weightings. "
-                        "Pair-weighted moments count a token once per attended pair it is in (the split below is exact only for them); token-weighted ones count each token once. "
-                        "Both ratios divide the same Var(q·k) over attended pairs by d_k σ_q² σ_k².")))
+    parts.append(
+        para(
+            _(
+                "Two weightings. "
+                "Pair-weighted moments count a token once per attended pair it is in (the split below is exact only for them); token-weighted ones count each token once. "
+                "Both ratios divide the same Var(q·k) over attended pairs by d_k σ_q² σ_k²."
+            )
+        )
+    )
     parts.append(bullets(findings(data)))
     # Side by side on a wide screen, one under the other on a phone: each map stays legible at both.
-    cells = "".join(f'<div style="flex:1 1 340px;min-width:0">{figure_svg(fig, alt, caption)}</div>'
-                    for fig, alt, caption in heatmaps(data))
+    cells = "".join(
+        f'<div style="flex:1 1 340px;min-width:0">{figure_svg(fig, alt, caption)}</div>'
+        for fig, alt, caption in heatmaps(data)
+    )
     parts.append(f'<div style="display:flex;flex-wrap:wrap;gap:0 1.5em">{cells}</div>')
-    parts.append(para(_("The pair-weighted ratio splits exactly: ratio − 1 = uneven per-dimension variances + non-zero means + covariance across dimensions + q–k correlation (a ladder of ever fuller predictions). "
-                        "'Within rows' is the share of Var(q·k) inside rows, the only part softmax feels. "
-                        "Row figures are over rows with two or more keys.")))
+    parts.append(
+        para(
+            _(
+                "The pair-weighted ratio splits exactly: ratio − 1 = uneven per-dimension variances + non-zero means + covariance across dimensions + q–k correlation (a ladder of ever fuller predictions). "
+                "'Within rows' is the share of Var(q·k) inside rows, the only part softmax feels. "
+                "Row figures are over rows with two or more keys."
+            )
+        )
+    )
     per_layer = data["per_layer"]
     columns = [f for f in COLUMNS if f in per_layer]
     header = [_("layer")] + [_(COLUMNS[f]) for f in columns]
@@ -305,7 +458,7 @@ def render(env) -> str:
         found = ", ".join(f"{e['layer']}.{e['head']} ({number(e['value'])})" for e in entries)
         counted = entries[0].get("of") or 0
         more = f" — {_('{n} heads in all', n=counted)}" if counted > len(entries) else ""
-        kind = _(what) if what in STRIKING_KINDS else what      # a result of an older attnscale: as stored
+        kind = _(what) if what in STRIKING_KINDS else what  # a result of an older attnscale: as stored
         items.append(f"<li>{esc(_('{kind}: {heads}', msgctxt='striking', kind=kind, heads=found + more))}</li>")
     if items:
         parts.append(f"<p>{esc(_('Striking heads (layer.head, value)'))}</p><ul>{''.join(items)}</ul>")

@@ -19,14 +19,18 @@ TITLE = N_("Turning a trained LLM's attention scale: SmolLM2-135M with 1/√d_k 
 HOW_TO = "attnscale rescale --model smollm2"
 
 #: Why no α removes the model's scale, by the result's ``unscaled_alpha_none``.
-NO_REMOVAL = {"layers_differ": N_("no one α removes every layer's scale, since they differ"),
-              "no_scale": N_("it applies no scale (1), so there is none to remove"),
-              "not_positive": N_("its scale is not positive, so no α > 0 removes it")}
+NO_REMOVAL = {
+    "layers_differ": N_("no one α removes every layer's scale, since they differ"),
+    "no_scale": N_("it applies no scale (1), so there is none to remove"),
+    "not_positive": N_("its scale is not positive, so no α > 0 removes it"),
+}
 #: The greedy continuation against α: see continuation_key.
 CONTINUATION_SENTENCES = {
     "all_same": N_("The greedy continuation of “{prompt}” is the same at every α tried."),
     "all_changed": N_("The greedy continuation of “{prompt}” changes at every α other than 1."),
-    "some": N_("The greedy continuation of “{prompt}” stays the same as at α = 1 for α = {same} and changes for α = {changed}."),
+    "some": N_(
+        "The greedy continuation of “{prompt}” stays the same as at α = 1 for α = {same} and changes for α = {changed}."
+    ),
 }
 
 
@@ -51,14 +55,32 @@ def plot(data: dict):
             left.set_yscale("log")
             left.set_ylabel(_("perplexity"))
         else:
-            left.plot(alphas, [r["cosine_mean"] for r in rows], "o-", color=plotting.SCALED, label=_("mean over sentences"))
-            left.plot(alphas, [r["cosine_min"] for r in rows], "s--", color=plotting.UNSCALED, label=_("least similar sentence"))
+            left.plot(
+                alphas, [r["cosine_mean"] for r in rows], "o-", color=plotting.SCALED, label=_("mean over sentences")
+            )
+            left.plot(
+                alphas,
+                [r["cosine_min"] for r in rows],
+                "s--",
+                color=plotting.UNSCALED,
+                label=_("least similar sentence"),
+            )
             left.set_ylabel(_("cosine to α = 1"))
             left.legend()
-        right.plot(alphas, [a["mean_normalized_entropy"][f"{x:g}"] for x in alphas], "o-", color=plotting.SERIES[2],
-                   label=_("entropy / ln n"))
-        right.plot(alphas, [a["mean_max_weight"][f"{x:g}"] for x in alphas], "s--", color=plotting.SERIES[3],
-                   label=_("max weight"))
+        right.plot(
+            alphas,
+            [a["mean_normalized_entropy"][f"{x:g}"] for x in alphas],
+            "o-",
+            color=plotting.SERIES[2],
+            label=_("entropy / ln n"),
+        )
+        right.plot(
+            alphas,
+            [a["mean_max_weight"][f"{x:g}"] for x in alphas],
+            "s--",
+            color=plotting.SERIES[3],
+            label=_("max weight"),
+        )
         right.set_ylim(0, 1)
         right.legend()
         for ax in (left, right):
@@ -69,11 +91,27 @@ def plot(data: dict):
             ax.axvline(1.0, color=plotting.NEUTRAL, lw=0.9, ls=":")
             if data["unscaled_alpha"] is not None:
                 ax.axvline(data["unscaled_alpha"], color=plotting.UNSCALED, lw=0.9, ls=":")
-        left.annotate(_("model's own scale"), (1.0, 0.98), xycoords=("data", "axes fraction"), ha="right", va="top",
-                      fontsize=8.5, color=plotting.NEUTRAL, rotation=90)
+        left.annotate(
+            _("model's own scale"),
+            (1.0, 0.98),
+            xycoords=("data", "axes fraction"),
+            ha="right",
+            va="top",
+            fontsize=8.5,
+            color=plotting.NEUTRAL,
+            rotation=90,
+        )
         if data["unscaled_alpha"] is not None:
-            left.annotate(_("no scale"), (data["unscaled_alpha"], 0.98), xycoords=("data", "axes fraction"),
-                          ha="right", va="top", fontsize=8.5, color=plotting.UNSCALED, rotation=90)
+            left.annotate(
+                _("no scale"),
+                (data["unscaled_alpha"], 0.98),
+                xycoords=("data", "axes fraction"),
+                ha="right",
+                va="top",
+                fontsize=8.5,
+                color=plotting.UNSCALED,
+                rotation=90,
+            )
     return fig
 
 
@@ -83,28 +121,82 @@ def findings(data: dict) -> list[str]:
     out = []
     if _is_lm(data):
         if a["best_alpha"] == 1.0:
-            out.append(_("The model's own scale is the best of those tried: perplexity {ppl} at α = 1.", ppl=number(a["perplexity_alpha1"])))
+            out.append(
+                _(
+                    "The model's own scale is the best of those tried: perplexity {ppl} at α = 1.",
+                    ppl=number(a["perplexity_alpha1"]),
+                )
+            )
         else:
-            out.append(_("The lowest perplexity is at α = {best} ({best_ppl}), not at the model's own scale ({ppl} at α = 1).", best=f"{a['best_alpha']:g}", best_ppl=number(a["best_perplexity"]), ppl=number(a["perplexity_alpha1"])))
+            out.append(
+                _(
+                    "The lowest perplexity is at α = {best} ({best_ppl}), not at the model's own scale ({ppl} at α = 1).",
+                    best=f"{a['best_alpha']:g}",
+                    best_ppl=number(a["best_perplexity"]),
+                    ppl=number(a["perplexity_alpha1"]),
+                )
+            )
         if a["has_unscaled"]:
-            out.append(_("Without the scale (α = {a}) the perplexity is {ppl}, {ratio} times that at α = 1.", a=f"{data['unscaled_alpha']:g}", ppl=number(a["perplexity_unscaled"]), ratio=number(a["perplexity_ratio"][f"{data['unscaled_alpha']:g}"])))
+            out.append(
+                _(
+                    "Without the scale (α = {a}) the perplexity is {ppl}, {ratio} times that at α = 1.",
+                    a=f"{data['unscaled_alpha']:g}",
+                    ppl=number(a["perplexity_unscaled"]),
+                    ratio=number(a["perplexity_ratio"][f"{data['unscaled_alpha']:g}"]),
+                )
+            )
         changed, same = a["alphas_changed_continuation"], a["alphas_same_continuation"]
-        out.append(_(CONTINUATION_SENTENCES[continuation_key(changed, same)], prompt=data["prompt"], same=_alphas(same), changed=_alphas(changed)))
+        out.append(
+            _(
+                CONTINUATION_SENTENCES[continuation_key(changed, same)],
+                prompt=data["prompt"],
+                same=_alphas(same),
+                changed=_alphas(changed),
+            )
+        )
     else:
-        out.append(_("The embeddings move most at α = {a}: the least similar sentence keeps a cosine of {cos} to its α = 1 embedding.", a=f"{a['worst_alpha']:g}", cos=number(a["worst_cosine_min"])))
+        out.append(
+            _(
+                "The embeddings move most at α = {a}: the least similar sentence keeps a cosine of {cos} to its α = 1 embedding.",
+                a=f"{a['worst_alpha']:g}",
+                cos=number(a["worst_cosine_min"]),
+            )
+        )
         if a["has_unscaled"]:
-            out.append(_("Without the scale (α = {a}) the least similar sentence keeps a cosine of {cos}.", a=f"{data['unscaled_alpha']:g}", cos=number(a["cosine_min_unscaled"])))
+            out.append(
+                _(
+                    "Without the scale (α = {a}) the least similar sentence keeps a cosine of {cos}.",
+                    a=f"{data['unscaled_alpha']:g}",
+                    cos=number(a["cosine_min_unscaled"]),
+                )
+            )
     lo, hi = f"{rows[0]['alpha']:g}", f"{rows[-1]['alpha']:g}"
     ent, top = a["mean_normalized_entropy"], a["mean_max_weight"]
-    out.append(_("Mean entropy / ln n over layers, heads and rows: {lo} at α = {a_lo}, {one} at α = 1, {hi} at α = {a_hi}; mean max weight {w_lo}, {w_one}, {w_hi}.", a_lo=lo, a_hi=hi, lo=number(ent[lo]), one=number(ent["1"]), hi=number(ent[hi]), w_lo=number(top[lo]), w_one=number(top["1"]), w_hi=number(top[hi])))
+    out.append(
+        _(
+            "Mean entropy / ln n over layers, heads and rows: {lo} at α = {a_lo}, {one} at α = 1, {hi} at α = {a_hi}; mean max weight {w_lo}, {w_one}, {w_hi}.",
+            a_lo=lo,
+            a_hi=hi,
+            lo=number(ent[lo]),
+            one=number(ent["1"]),
+            hi=number(ent[hi]),
+            w_lo=number(top[lo]),
+            w_one=number(top["1"]),
+            w_hi=number(top[hi]),
+        )
+    )
     return out
 
 
 # The check at α = 1, by (a language model?, passed?): what was compared and, only when it passed, that
 # the two agree.
 CHECK = {
-    (True, True): N_("Check: at α = 1 our cross-entropy {ours} equals the model's own loss {own} (relative difference {rel}, tolerance {tol})."),
-    (True, False): N_("our cross-entropy {ours} against the model's own loss {own}: relative difference {rel}, tolerance {tol}"),
+    (True, True): N_(
+        "Check: at α = 1 our cross-entropy {ours} equals the model's own loss {own} (relative difference {rel}, tolerance {tol})."
+    ),
+    (True, False): N_(
+        "our cross-entropy {ours} against the model's own loss {own}: relative difference {rel}, tolerance {tol}"
+    ),
     (False, True): N_("Check: at α = 1 our sentence embeddings equal the model's own to {diff} (tolerance {tol})."),
     (False, False): N_("our sentence embeddings differ from the model's own by {diff}, tolerance {tol}"),
 }
@@ -113,14 +205,23 @@ CHECK = {
 def _check(data: dict) -> str:
     check, lm = data["check"], _is_lm(data)
     if lm:
-        detail = dict(ours=number(check["our_loss"], ".6f"), own=number(check["own_loss"], ".6f"),
-                      rel=number(check["relative_difference"], ".1e"), tol=f"{check['tolerance']:g}")
+        detail = dict(
+            ours=number(check["our_loss"], ".6f"),
+            own=number(check["own_loss"], ".6f"),
+            rel=number(check["relative_difference"], ".1e"),
+            tol=f"{check['tolerance']:g}",
+        )
     else:
         detail = dict(diff=number(check["max_abs_difference"], ".1e"), tol=f"{check['tolerance']:g}")
     said = _(CHECK[(lm, bool(check["passed"]))], **detail)
     if check["passed"]:
         return para(said)
-    return error_box(_("Check FAILED: at α = 1 the intervention does not reproduce the model ({detail}); the figures below are not to be trusted.", detail=said))
+    return error_box(
+        _(
+            "Check FAILED: at α = 1 the intervention does not reproduce the model ({detail}); the figures below are not to be trusted.",
+            detail=said,
+        )
+    )
 
 
 def _is_lm(data: dict) -> bool:
@@ -136,12 +237,25 @@ def _what(data: dict) -> str:
     model = data["model"]
     rules = model.get("scale_rules") or []
     if all(rule["rule"] == "1/sqrt(d_k)" for rule in rules) and data["unscaled_alpha"] is not None:
-        return _("What this measures: {model} was trained with the scale 1/√d_k = {scale}; here every attention layer's scale is multiplied by α at inference, nothing else changed, and α = {unscaled} removes the scale altogether. "
-                 "It shows how sensitive a model trained with 1/√d_k is to its scale — not what training without the scale would give (the training chapters answer that).", model=model["name"], scale=number(model["scale"], ".4g"), unscaled=f"{data['unscaled_alpha']:g}")
-    removal = (_("α = {a} removes the scale altogether", a=f"{data['unscaled_alpha']:g}") if data["unscaled_alpha"] is not None else
-               _(NO_REMOVAL[data["unscaled_alpha_none"]]))
-    return _("What this measures: {scales} Here every attention layer's own scale is multiplied by α at inference (inside a soft-cap, where there is one), nothing else changed (a position bias stays as it is); {removal}. "
-             "It shows how sensitive {model}, as trained, is to its scale — not what training with another scale would give (the training chapters answer that).", model=model["name"], scales=scales_sentence(model), removal=removal)
+        return _(
+            "What this measures: {model} was trained with the scale 1/√d_k = {scale}; here every attention layer's scale is multiplied by α at inference, nothing else changed, and α = {unscaled} removes the scale altogether. "
+            "It shows how sensitive a model trained with 1/√d_k is to its scale — not what training without the scale would give (the training chapters answer that).",
+            model=model["name"],
+            scale=number(model["scale"], ".4g"),
+            unscaled=f"{data['unscaled_alpha']:g}",
+        )
+    removal = (
+        _("α = {a} removes the scale altogether", a=f"{data['unscaled_alpha']:g}")
+        if data["unscaled_alpha"] is not None
+        else _(NO_REMOVAL[data["unscaled_alpha_none"]])
+    )
+    return _(
+        "What this measures: {scales} Here every attention layer's own scale is multiplied by α at inference (inside a soft-cap, where there is one), nothing else changed (a position bias stays as it is); {removal}. "
+        "It shows how sensitive {model}, as trained, is to its scale — not what training with another scale would give (the training chapters answer that).",
+        model=model["name"],
+        scales=scales_sentence(model),
+        removal=removal,
+    )
 
 
 def _source(source: str) -> str:
@@ -157,27 +271,64 @@ def render(env) -> str:
         parts.append(weights_note(model))
     lm = _is_lm(data)
     if lm:
-        about = _("Text: {source}, {tokens} tokens in {windows} causal window(s) of up to {window} tokens, {predicted} of them predicted.", source=_source(text["source"]), tokens=text["n_tokens"], windows=text["windows"], window=text["window"], predicted=text["tokens_predicted"])
+        about = _(
+            "Text: {source}, {tokens} tokens in {windows} causal window(s) of up to {window} tokens, {predicted} of them predicted.",
+            source=_source(text["source"]),
+            tokens=text["n_tokens"],
+            windows=text["windows"],
+            window=text["window"],
+            predicted=text["tokens_predicted"],
+        )
     else:
-        about = _("Text: {source}, {n} sentences, {tokens} tokens.", source=_source(text["source"]), n=text["n_sequences"], tokens=text["n_tokens"])
+        about = _(
+            "Text: {source}, {n} sentences, {tokens} tokens.",
+            source=_source(text["source"]),
+            n=text["n_sequences"],
+            tokens=text["n_tokens"],
+        )
     parts.append(para(about))
     parts.append(_check(data))
     parts.append(bullets(findings(data)))
-    parts.append(plotting.responsive_figure(lambda: plot(data), _("The measure against α on a logarithmic axis, and the mean entropy and max weight"),
-                                           _("Left: next-token perplexity against α (both axes logarithmic). "
-                                             "Right: mean entropy / ln n and max weight of the attention rows.") if lm else
-                                           _("Left: cosine of each sentence embedding to its α = 1 embedding (mean and least similar), α on a logarithmic axis. "
-                                             "Right: mean entropy / ln n and max weight of the attention rows.")))
+    parts.append(
+        plotting.responsive_figure(
+            lambda: plot(data),
+            _("The measure against α on a logarithmic axis, and the mean entropy and max weight"),
+            _(
+                "Left: next-token perplexity against α (both axes logarithmic). "
+                "Right: mean entropy / ln n and max weight of the attention rows."
+            )
+            if lm
+            else _(
+                "Left: cosine of each sentence embedding to its α = 1 embedding (mean and least similar), α on a logarithmic axis. "
+                "Right: mean entropy / ln n and max weight of the attention rows."
+            ),
+        )
+    )
     a = data["analysis"]
     if lm:
         header = ["α", "CE", _("perplexity"), "H/ln n", _("max weight"), _("continuation")]
-        rows = [[f"{r['alpha']:g}", number(r["cross_entropy"], ".4f"), number(r["perplexity"], ".4g"),
-                 number(a["mean_normalized_entropy"][f"{r['alpha']:g}"]), number(a["mean_max_weight"][f"{r['alpha']:g}"]),
-                 Verbatim(data["prompt"] + r["continuation"])] for r in data["alphas"]]
+        rows = [
+            [
+                f"{r['alpha']:g}",
+                number(r["cross_entropy"], ".4f"),
+                number(r["perplexity"], ".4g"),
+                number(a["mean_normalized_entropy"][f"{r['alpha']:g}"]),
+                number(a["mean_max_weight"][f"{r['alpha']:g}"]),
+                Verbatim(data["prompt"] + r["continuation"]),
+            ]
+            for r in data["alphas"]
+        ]
     else:
         header = ["α", _("mean over sentences"), _("least similar sentence"), "H/ln n", _("max weight")]
-        rows = [[f"{r['alpha']:g}", number(r["cosine_mean"], ".4f"), number(r["cosine_min"], ".4f"),
-                 number(a["mean_normalized_entropy"][f"{r['alpha']:g}"]), number(a["mean_max_weight"][f"{r['alpha']:g}"])]
-                for r in data["alphas"]]
+        rows = [
+            [
+                f"{r['alpha']:g}",
+                number(r["cosine_mean"], ".4f"),
+                number(r["cosine_min"], ".4f"),
+                number(a["mean_normalized_entropy"][f"{r['alpha']:g}"]),
+                number(a["mean_max_weight"][f"{r['alpha']:g}"]),
+            ]
+            for r in data["alphas"]
+        ]
     parts.append(table(header, rows))
     return "\n".join(parts)

@@ -15,9 +15,24 @@ import math
 
 from attnscale.i18n import N_
 
-__all__ = ["SINGLE_KEY", "single_key_versus", "REFERENCE", "reference_reach", "GRADIENT", "gradient_direction",
-           "PATHS", "dominant_path", "TRENDS", "logit_trend", "growth_saturates", "SOFTCAP", "softcap_outcomes",
-           "softcap_lower_logits", "GRADIENT_FLOOR", "gradient_floor"]
+__all__ = [
+    "SINGLE_KEY",
+    "single_key_versus",
+    "REFERENCE",
+    "reference_reach",
+    "GRADIENT",
+    "gradient_direction",
+    "PATHS",
+    "dominant_path",
+    "TRENDS",
+    "logit_trend",
+    "growth_saturates",
+    "SOFTCAP",
+    "softcap_outcomes",
+    "softcap_lower_logits",
+    "GRADIENT_FLOOR",
+    "gradient_floor",
+]
 
 #: One attended key against guessing the most likely count, in the introduction.
 SINGLE_KEY = {
@@ -27,7 +42,7 @@ SINGLE_KEY = {
 
 
 def single_key_versus(analysis: dict) -> str:
-    """"same" when the one-key ceiling equals the prior's mode (up to rounding: both are computed
+    """ "same" when the one-key ceiling equals the prior's mode (up to rounding: both are computed
     probabilities), else "above"."""
     same = math.isclose(analysis["single_key_ceiling"], analysis["prior_ceiling"], rel_tol=1e-9, abs_tol=1e-12)
     return "same" if same else "above"
@@ -35,8 +50,12 @@ def single_key_versus(analysis: dict) -> str:
 
 #: Where 1/√dₖ itself does not reach the target (nothing is said where it does everywhere).
 REFERENCE = {
-    "nowhere": N_("Within {steps} steps not even 1/√dₖ reaches {target:g} accuracy, with either optimiser: this sweep cannot tell a rule that learns from one that does not."),
-    "partly": N_("1/√dₖ itself reaches {target:g} accuracy on only part of the sweep ({where}; seeds reaching / seeds): where it does not, no rule can be judged slower than it."),
+    "nowhere": N_(
+        "Within {steps} steps not even 1/√dₖ reaches {target:g} accuracy, with either optimiser: this sweep cannot tell a rule that learns from one that does not."
+    ),
+    "partly": N_(
+        "1/√dₖ itself reaches {target:g} accuracy on only part of the sweep ({where}; seeds reaching / seeds): where it does not, no rule can be judged slower than it."
+    ),
 }
 
 
@@ -50,9 +69,15 @@ def reference_reach(rows: list[dict]) -> str | None:
 
 #: The gradient reaching W_Q (or W_K) at step 0, unscaled against 1/√dₖ.
 GRADIENT = {
-    "larger": N_("At step 0 the gradient reaching {w} is larger without the scale, not smaller: unscaled ÷ 1/√dₖ = {ratios} (the scale alone would make it {alone})."),
-    "smaller": N_("At step 0 the gradient reaching {w} is smaller without the scale: unscaled ÷ 1/√dₖ = {ratios}, although the scale alone would make it {alone}: saturation at initialisation shrinks it by more than the missing 1/√dₖ enlarges it."),
-    "mixed": N_("At step 0 the gradient reaching {w} is larger without the scale at dₖ = {up} and smaller at dₖ = {down}: unscaled ÷ 1/√dₖ = {ratios} (the scale alone: {alone})."),
+    "larger": N_(
+        "At step 0 the gradient reaching {w} is larger without the scale, not smaller: unscaled ÷ 1/√dₖ = {ratios} (the scale alone would make it {alone})."
+    ),
+    "smaller": N_(
+        "At step 0 the gradient reaching {w} is smaller without the scale: unscaled ÷ 1/√dₖ = {ratios}, although the scale alone would make it {alone}: saturation at initialisation shrinks it by more than the missing 1/√dₖ enlarges it."
+    ),
+    "mixed": N_(
+        "At step 0 the gradient reaching {w} is larger without the scale at dₖ = {up} and smaller at dₖ = {down}: unscaled ÷ 1/√dₖ = {ratios} (the scale alone: {alone})."
+    ),
 }
 
 
@@ -70,7 +95,9 @@ PATHS = {
     "stayed": N_("Most of them start saturated and stay so."),
     "became": N_("Most of them are not saturated at step 0 but become so as training goes on."),
     "left": N_("Most of them start saturated and leave saturation."),
-    "never": N_("Most of them are never saturated at a logged step: saturation, counted this way, does not explain those failures."),
+    "never": N_(
+        "Most of them are never saturated at a logged step: saturation, counted this way, does not explain those failures."
+    ),
 }
 
 
@@ -79,8 +106,12 @@ def dominant_path(outcome: dict) -> str | None:
     ``never_saturated``). The path most of them take; a tie goes to the first in that order."""
     if not outcome["runs"]:
         return None
-    counts = {"stayed": outcome["stayed_saturated"], "became": outcome["became_saturated"],
-              "left": outcome["left_saturation"], "never": outcome["never_saturated"]}
+    counts = {
+        "stayed": outcome["stayed_saturated"],
+        "became": outcome["became_saturated"],
+        "left": outcome["left_saturation"],
+        "never": outcome["never_saturated"],
+    }
     return max(counts, key=counts.get)
 
 
@@ -108,8 +139,12 @@ def growth_saturates(trend: str | None, path: str | None) -> bool:
 
 #: Soft-cap on unscaled logits at a d_k where it starts saturated ({cap}: its cap).
 SOFTCAP = {
-    "learns": N_("At dₖ = {d_k} soft-cap {cap:g} starts with {cap0} of its query rows saturated (unscaled: {un0}) and still reaches the target on {r}/{n} seeds with Adam (unscaled: {ru}/{n}): starting saturated does not by itself stop learning here."),
-    "fails": N_("At dₖ = {d_k} soft-cap {cap:g} starts with {cap0} of its query rows saturated (unscaled: {un0}) and reaches the target on {r}/{n} seeds with Adam (unscaled: {ru}/{n})."),
+    "learns": N_(
+        "At dₖ = {d_k} soft-cap {cap:g} starts with {cap0} of its query rows saturated (unscaled: {un0}) and still reaches the target on {r}/{n} seeds with Adam (unscaled: {ru}/{n}): starting saturated does not by itself stop learning here."
+    ),
+    "fails": N_(
+        "At dₖ = {d_k} soft-cap {cap:g} starts with {cap0} of its query rows saturated (unscaled: {un0}) and reaches the target on {r}/{n} seeds with Adam (unscaled: {ru}/{n})."
+    ),
 }
 
 
@@ -126,15 +161,25 @@ def softcap_lower_logits(rows: list[dict], saturated_run: float) -> list[int]:
     """The d_k at which soft-cap starts saturated, learns, and ends with a smaller logit standard deviation
     than unscaled: where the chapter offers (as a hypothesis) that the cap is what lets it learn."""
     learns = [r for key, r in softcap_outcomes(rows, saturated_run) if key == "learns"]
-    return [r["d_k"] for r in learns if None not in (r["softcap_logit_std_end"], r["unscaled_logit_std_end"])
-            and r["softcap_logit_std_end"] < r["unscaled_logit_std_end"]]
+    return [
+        r["d_k"]
+        for r in learns
+        if None not in (r["softcap_logit_std_end"], r["unscaled_logit_std_end"])
+        and r["softcap_logit_std_end"] < r["unscaled_logit_std_end"]
+    ]
 
 
 #: The gradient of unscaled attention with Adam at the largest d_k: exactly zero, or how low it falls.
 GRADIENT_FLOOR = {
-    "zero": N_("Unscaled attention with Adam at dₖ = {d_k}: the gradient is exactly zero at a logged step in {z}/{seeds} seeds."),
-    "falls": N_("The smallest logged ‖∇W_Q‖ of unscaled attention with Adam at dₖ = {d_k} is {smallest}, against {first} at step 0 (seed mean): the gradient becomes smaller, not zero."),
-    "stays": N_("The logged ‖∇W_Q‖ of unscaled attention with Adam at dₖ = {d_k} never falls below its step-0 value ({first}, seed mean; smallest {smallest})."),
+    "zero": N_(
+        "Unscaled attention with Adam at dₖ = {d_k}: the gradient is exactly zero at a logged step in {z}/{seeds} seeds."
+    ),
+    "falls": N_(
+        "The smallest logged ‖∇W_Q‖ of unscaled attention with Adam at dₖ = {d_k} is {smallest}, against {first} at step 0 (seed mean): the gradient becomes smaller, not zero."
+    ),
+    "stays": N_(
+        "The logged ‖∇W_Q‖ of unscaled attention with Adam at dₖ = {d_k} never falls below its step-0 value ({first}, seed mean; smallest {smallest})."
+    ),
 }
 
 

@@ -17,7 +17,7 @@ def run_chunked(torch, p: Problem, logit_range: bool):
         s, attended = chunk_logits(torch, p, k, i0, i1)
         top = s.amax(-1, keepdim=True)
         z = s - torch.where(torch.isfinite(top), top, torch.zeros_like(top))
-        e = torch.exp(z)                                                       # 0 where not attended
+        e = torch.exp(z)  # 0 where not attended
         total = e.sum(-1)
         empty = total == 0
         safe = torch.where(empty, torch.ones_like(total), total)
@@ -31,5 +31,10 @@ def run_chunked(torch, p: Problem, logit_range: bool):
             his.append(hi)
             los.append(lo)
     cat = lambda xs: torch.cat(xs, dim=-1)  # noqa: E731
-    return (torch.cat(outs, dim=-2), cat(lses), cat(ents),
-            cat(his) if logit_range else None, cat(los) if logit_range else None)
+    return (
+        torch.cat(outs, dim=-2),
+        cat(lses),
+        cat(ents),
+        cat(his) if logit_range else None,
+        cat(los) if logit_range else None,
+    )

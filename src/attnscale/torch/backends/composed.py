@@ -15,7 +15,7 @@ def run_composed(torch, p: Problem, logit_range: bool):
     q = p.q
     k, v = keys_per_query_head(p)
     L, d_k, d_v = q.shape[-2], q.shape[-1], v.shape[-1]
-    values = torch.cat([v, k], dim=-1)                                         # (B, H_q, S, d_v + d_k)
+    values = torch.cat([v, k], dim=-1)  # (B, H_q, S, d_v + d_k)
     is_causal = p.alignment == "top_left" and p.mask is None
     allowed = None if (p.alignment is None or is_causal) and p.mask is None else allowed_keys(torch, p, 0, L)
     additive = None
@@ -28,13 +28,20 @@ def run_composed(torch, p: Problem, logit_range: bool):
         width = d_v + d_k  # the fused CPU kernel wants one head size; zero columns add nothing to q·k
         F = torch.nn.functional
         both, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            F.pad(q, (0, width - d_k)), F.pad(k, (0, width - d_k)), values, 0.0, is_causal,
-            attn_mask=additive, scale=p.scale)
+            F.pad(q, (0, width - d_k)),
+            F.pad(k, (0, width - d_k)),
+            values,
+            0.0,
+            is_causal,
+            attn_mask=additive,
+            scale=p.scale,
+        )
     else:
         both, lse, _, _ = torch.ops.aten._scaled_dot_product_efficient_attention(
-            q, k, values, additive, True, 0.0, is_causal, scale=p.scale)
+            q, k, values, additive, True, 0.0, is_causal, scale=p.scale
+        )
         lse = lse[..., :L]
-    out, pk = both[..., :d_v], both[..., d_v:]                                  # P V and P K
+    out, pk = both[..., :d_v], both[..., d_v:]  # P V and P K
     # A difference of two numbers of size |lse|: rounding can push a near-0 entropy below 0.
     entropy = (lse - p.scale * (q * pk).sum(-1)).clamp_min(0.0)
     # PyTorch's fused kernels give a row with nothing attended lse 0 (CPU) or a huge number: ask the mask.

@@ -78,8 +78,8 @@ from attnscale.torch.backends.problem import Problem, chunked_logit_range
 
 __all__ = ["run_flex", "refusal", "cuda_status", "eager", "ENTROPY_ERROR_BOUND", "FlexFailure"]
 
-ENTROPY_ERROR_BOUND = {"float32": 32 * 2.0 ** -23, "float16": 1e-3, "bfloat16": 8e-3}   # c of the Precision bound
-_PROBE_SHAPE = (1, 1, 128, 64)     # the compiled call tried once per CUDA device before "auto" picks flex
+ENTROPY_ERROR_BOUND = {"float32": 32 * 2.0**-23, "float16": 1e-3, "bfloat16": 8e-3}  # c of the Precision bound
+_PROBE_SHAPE = (1, 1, 128, 64)  # the compiled call tried once per CUDA device before "auto" picks flex
 _eager = contextvars.ContextVar("attnscale_flex_eager", default=False)
 
 
@@ -105,16 +105,21 @@ def _flex_module(torch):
 def refusal(torch, p: Problem) -> str | None:
     """Why the flex backend cannot compute ``p`` here, or None."""
     if _flex_module(torch) is None:
-        return (f"backend: 'flex' needs torch.nn.attention.flex_attention with AuxRequest, which torch "
-                f"{torch.__version__} lacks; use 'auto'")
+        return (
+            f"backend: 'flex' needs torch.nn.attention.flex_attention with AuxRequest, which torch "
+            f"{torch.__version__} lacks; use 'auto'"
+        )
     device = p.q.device.type
     if device not in ("cpu", "cuda"):
         return f"backend: 'flex' runs on CPU (eager) or CUDA (compiled), got device {p.q.device}; use 'chunked'"
     wants_grad = torch.is_grad_enabled() and any(
-        isinstance(x, torch.Tensor) and x.requires_grad for x in (p.q, p.k, p.v, p.bias))
+        isinstance(x, torch.Tensor) and x.requires_grad for x in (p.q, p.k, p.v, p.bias)
+    )
     if device == "cpu" and wants_grad:
-        return ("backend: 'flex' has no backward on CPU (FlexAttention, PyTorch 2.13); call under "
-                "torch.no_grad() or use backend='kernel' or 'chunked'")
+        return (
+            "backend: 'flex' has no backward on CPU (FlexAttention, PyTorch 2.13); call under "
+            "torch.no_grad() or use backend='kernel' or 'chunked'"
+        )
     return None
 
 
@@ -142,8 +147,10 @@ def _call(torch, device):
             return fn(*args, **kwargs)
         except Exception as err:  # noqa: BLE001 - whatever FlexAttention raises, said in one line
             first = (str(err).strip().splitlines() or [""])[0][:300]
-            raise FlexFailure(f"backend: 'flex': FlexAttention failed on this problem ({type(err).__name__}: {first}); "
-                              "use 'composed' or 'chunked'") from err
+            raise FlexFailure(
+                f"backend: 'flex': FlexAttention failed on this problem ({type(err).__name__}: {first}); "
+                "use 'composed' or 'chunked'"
+            ) from err
 
     return call
 
@@ -152,8 +159,7 @@ def _call(torch, device):
 def _causal_block_mask(L: int, S: int, offset: int, device: str):
     """The causal limit j ≤ i + offset as a block mask, shared by every batch and head."""
     torch = require("torch", "torch")
-    return _flex_module(torch).create_block_mask(
-        lambda b, h, i, j: j <= i + offset, None, None, L, S, device=device)
+    return _flex_module(torch).create_block_mask(lambda b, h, i, j: j <= i + offset, None, None, L, S, device=device)
 
 
 def _block_mask(torch, p: Problem):
@@ -162,7 +168,7 @@ def _block_mask(torch, p: Problem):
     causal = p.alignment is not None
     if p.mask is None:
         return _causal_block_mask(L, S, p.causal_offset, str(p.q.device)) if causal else None
-    mask, offset = p.mask, p.causal_offset        # (B, H_q, L, S), a view that may broadcast
+    mask, offset = p.mask, p.causal_offset  # (B, H_q, L, S), a view that may broadcast
     # A block mask broadcast over batch or heads (stride 0) is built once for them all.
     sizes = [None if mask.stride(d) == 0 or mask.shape[d] == 1 else mask.shape[d] for d in (0, 1)]
 
@@ -177,7 +183,7 @@ def _score_mod(torch, p: Problem):
     """cap(s) + bias, for the problems whose scores are not linear in q·k; None for the others."""
     if not p.softcap and p.bias is None:
         return None
-    cap, bias = p.softcap, p.bias                   # bias: (B, H_q, L, S), a view that may broadcast
+    cap, bias = p.softcap, p.bias  # bias: (B, H_q, L, S), a view that may broadcast
 
     def score_mod(score, b, h, i, j):
         if cap:
@@ -191,6 +197,7 @@ def _score_mod(torch, p: Problem):
 
 def _in_float32(torch, p: Problem) -> Problem:
     """``p`` detached, half precision raised to float32: the chunked figures passes compute in it."""
+
     def up(x):
         return None if x is None else x.detach().to(torch.float32) if x.element_size() < 4 else x.detach()
 
@@ -202,7 +209,7 @@ def run_flex(torch, p: Problem, logit_range: bool):
     reason = refusal(torch, p)
     if reason:
         raise InputError(reason)
-    if not torch.is_grad_enabled():     # FlexAttention refuses CPU tensors that require grad, even then
+    if not torch.is_grad_enabled():  # FlexAttention refuses CPU tensors that require grad, even then
         p = replace(p, q=p.q.detach(), k=p.k.detach(), v=p.v.detach())
     module = _flex_module(torch)
     call = _call(torch, p.q.device)
@@ -218,10 +225,10 @@ def run_flex(torch, p: Problem, logit_range: bool):
         return out, lse, entropy, hi, lo
 
     d_v = p.v.shape[-1]
-    values = torch.cat([p.v, p.k.detach()], dim=-1)                              # (B, H_kv, S, d_v + d_k)
+    values = torch.cat([p.v, p.k.detach()], dim=-1)  # (B, H_kv, S, d_v + d_k)
     # The max score is free on CUDA (FlexAttention's running max), so it is always asked for there.
     both, aux = call(p.q, p.k, values, return_aux=module.AuxRequest(lse=True, max_scores=on_cuda), **common)
-    out, pk = both[..., :d_v], both[..., d_v:]                                   # P V and P K
+    out, pk = both[..., :d_v], both[..., d_v:]  # P V and P K
     lse = aux.lse
     figures = lse.dtype
     with torch.no_grad():
@@ -234,8 +241,9 @@ def run_flex(torch, p: Problem, logit_range: bool):
         elif logit_range:
             hi, lo = chunked_logit_range(torch, _in_float32(torch, p))
         if logit_range and on_cuda:
-            _, neg = call(-p.q.detach(), p.k.detach(), p.v.detach(),
-                          return_aux=module.AuxRequest(max_scores=True), **common)
+            _, neg = call(
+                -p.q.detach(), p.k.detach(), p.v.detach(), return_aux=module.AuxRequest(max_scores=True), **common
+            )
             lo = (-neg.max_scores.to(figures)).masked_fill(empty, math.nan)
         entropy = entropy.clamp_min(0.0) if hi is None else _bracketed(torch, entropy, lse, hi, p.k.shape[-2])
         entropy = entropy.masked_fill(empty, math.nan)

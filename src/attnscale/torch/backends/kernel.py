@@ -19,6 +19,17 @@ def run_kernel(torch, p: Problem, logit_range: bool):
         return x if x.stride(-1) == 1 and x.stride(-2) >= max(1, x.shape[-1]) else x.contiguous()
 
     out, lse, entropy, hi, lo = load_kernel()(
-        blas_ready(p.q), blas_ready(p.k), blas_ready(p.v), p.mask, p.bias,
-        p.alignment is not None, p.causal_offset, p.scale, p.softcap, logit_range, Q_BLOCK, KV_BLOCK)
+        blas_ready(p.q),
+        blas_ready(p.k),
+        blas_ready(p.v),
+        p.mask,
+        p.bias,
+        p.alignment is not None,
+        p.causal_offset,
+        p.scale,
+        p.softcap,
+        logit_range,
+        Q_BLOCK,
+        KV_BLOCK,
+    )
     return out, lse, entropy, hi, lo

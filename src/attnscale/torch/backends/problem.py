@@ -10,26 +10,36 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Problem", "CHUNK_ELEMENTS", "allowed_keys", "keys_per_query_head", "row_chunks", "chunk_logits", "range_of",
-           "chunked_logit_range", "plain_sdpa", "nothing_attended"]
+__all__ = [
+    "Problem",
+    "CHUNK_ELEMENTS",
+    "allowed_keys",
+    "keys_per_query_head",
+    "row_chunks",
+    "chunk_logits",
+    "range_of",
+    "chunked_logit_range",
+    "plain_sdpa",
+    "nothing_attended",
+]
 
-CHUNK_ELEMENTS = 1 << 22       # logits per block of the chunked paths (16 MiB in float32)
+CHUNK_ELEMENTS = 1 << 22  # logits per block of the chunked paths (16 MiB in float32)
 
 
 @dataclass(frozen=True)
 class Problem:
     """Validated inputs, flattened to one batch axis: what every backend reads."""
 
-    q: Any                     # (B, H_q, L, d_k), compute dtype
-    k: Any                     # (B, H_kv, S, d_k)
-    v: Any                     # (B, H_kv, S, d_v)
-    mask: Any                  # (B, H_q, L, S) bool view, or None
-    bias: Any                  # (B, H_q, L, S) view in the compute dtype, or None
-    alignment: str | None      # None, "top_left" or "bottom_right"
+    q: Any  # (B, H_q, L, d_k), compute dtype
+    k: Any  # (B, H_kv, S, d_k)
+    v: Any  # (B, H_kv, S, d_v)
+    mask: Any  # (B, H_q, L, S) bool view, or None
+    bias: Any  # (B, H_q, L, S) view in the compute dtype, or None
+    alignment: str | None  # None, "top_left" or "bottom_right"
     scale: float
-    softcap: float             # c of cap(z) = c·tanh(z/c); 0 = no cap
-    lead: tuple                # the broadcast leading shape (...,)
-    squeeze_heads: bool        # every input was rank 2 (L, d): drop the head axis
+    softcap: float  # c of cap(z) = c·tanh(z/c); 0 = no cap
+    lead: tuple  # the broadcast leading shape (...,)
+    squeeze_heads: bool  # every input was rank 2 (L, d): drop the head axis
     out_dtype: Any
 
     @property
@@ -40,7 +50,7 @@ class Problem:
 
     def shaped(self, x):
         """(B, H_q, L, ...) → (..., H_q, L, ...), as the inputs were given."""
-        if len(self.lead) != 1:                     # (B, ...) stays itself: no view (and no autograd node)
+        if len(self.lead) != 1:  # (B, ...) stays itself: no view (and no autograd node)
             x = x.reshape(self.lead + tuple(x.shape[1:]))
         return x[0] if self.squeeze_heads else x
 
@@ -100,13 +110,16 @@ def chunked_logit_range(torch, p: Problem):
 def plain_sdpa(torch, p: Problem):
     """PyTorch's own SDPA on the same problem: the output only."""
     F = torch.nn.functional
-    allowed = allowed_keys(torch, p, 0, p.q.shape[-2]) if (p.mask is not None or p.alignment == "bottom_right") else None
+    allowed = (
+        allowed_keys(torch, p, 0, p.q.shape[-2]) if (p.mask is not None or p.alignment == "bottom_right") else None
+    )
     attn_mask = allowed
     if p.bias is not None:
         attn_mask = p.bias if allowed is None else p.bias.masked_fill(~allowed, -math.inf)
     is_causal = p.alignment == "top_left" and allowed is None
-    return F.scaled_dot_product_attention(p.q, p.k, p.v, attn_mask=attn_mask, is_causal=is_causal, scale=p.scale,
-                                          enable_gqa=p.k.shape[1] != p.q.shape[1])
+    return F.scaled_dot_product_attention(
+        p.q, p.k, p.v, attn_mask=attn_mask, is_causal=is_causal, scale=p.scale, enable_gqa=p.k.shape[1] != p.q.shape[1]
+    )
 
 
 def nothing_attended(torch, p: Problem, logit_range: bool):
@@ -115,5 +128,10 @@ def nothing_attended(torch, p: Problem, logit_range: bool):
     rows = torch.full((B, H, L), math.nan, dtype=p.q.dtype, device=p.q.device)
     # Zero, but from q, k and v, so that a backward gives them zero gradients (as SDPA does).
     out = (p.q.sum(-1, keepdim=True) + p.k.sum() + p.v.sum()).expand(B, H, L, p.v.shape[-1]) * 0
-    return (out, torch.full_like(rows, -math.inf), rows,
-            rows.clone() if logit_range else None, rows.clone() if logit_range else None)
+    return (
+        out,
+        torch.full_like(rows, -math.inf),
+        rows,
+        rows.clone() if logit_range else None,
+        rows.clone() if logit_range else None,
+    )

@@ -41,8 +41,15 @@ from pathlib import Path
 
 from attnscale.provenance import cpu_flags
 
-__all__ = ["load_kernel", "kernel_status", "build_needed", "SOURCE", "STALE_LOCK_SECONDS", "BACKWARD_Q_BLOCK",
-           "BACKWARD_KV_BLOCK"]
+__all__ = [
+    "load_kernel",
+    "kernel_status",
+    "build_needed",
+    "SOURCE",
+    "STALE_LOCK_SECONDS",
+    "BACKWARD_Q_BLOCK",
+    "BACKWARD_KV_BLOCK",
+]
 
 SOURCE = Path(__file__).with_name("health_attention.cpp")
 
@@ -51,7 +58,7 @@ SOURCE = Path(__file__).with_name("health_attention.cpp")
 _CFLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math")
 _LDFLAGS = ("-fopenmp",)
 
-STALE_LOCK_SECONDS = 600.0   # a build takes seconds; a lock this old was left by a killed build
+STALE_LOCK_SECONDS = 600.0  # a build takes seconds; a lock this old was left by a killed build
 _lock = threading.Lock()
 _state: dict[str, object] = {}
 
@@ -60,8 +67,15 @@ def _build_name(torch) -> str:
     # The CPU's flags too: a -march=native build is never reused on another CPU sharing the cache.
     digest = hashlib.sha256()
     digest.update(SOURCE.read_bytes())
-    for part in (str(SOURCE.resolve()), *_CFLAGS, *_LDFLAGS, torch.__version__, platform.machine(),
-                 torch.backends.cpu.get_cpu_capability(), cpu_flags()):
+    for part in (
+        str(SOURCE.resolve()),
+        *_CFLAGS,
+        *_LDFLAGS,
+        torch.__version__,
+        platform.machine(),
+        torch.backends.cpu.get_cpu_capability(),
+        cpu_flags(),
+    ):
         digest.update(part.encode())
     return f"attnscale_health_{digest.hexdigest()[:12]}"
 
@@ -71,7 +85,7 @@ def load_kernel():
 
     Thread-safe; builds at most once per process (torch's file lock serialises concurrent processes).
     """
-    if "op" in _state:      # outside the lock: a dict lookup, which torch.compile traces
+    if "op" in _state:  # outside the lock: a dict lookup, which torch.compile traces
         return _state["op"]
     with _lock:
         if "op" in _state:
@@ -87,8 +101,14 @@ def load_kernel():
                     raise FileNotFoundError(f"no C++ compiler: {cpp_extension.get_cxx_compiler()!r} is not on PATH")
                 _find_ninja_next_to_python()
                 _clear_stale_lock(Path(cpp_extension._get_build_directory(name, False)) / "lock")
-                cpp_extension.load(name=name, sources=[str(SOURCE)], extra_cflags=list(_CFLAGS),
-                                   extra_ldflags=list(_LDFLAGS), is_python_module=False, verbose=False)
+                cpp_extension.load(
+                    name=name,
+                    sources=[str(SOURCE)],
+                    extra_cflags=list(_CFLAGS),
+                    extra_ldflags=list(_LDFLAGS),
+                    is_python_module=False,
+                    verbose=False,
+                )
                 op = torch.ops.attnscale_health.attention
                 _register_autograd(torch)
                 _register_fake(torch)
@@ -122,10 +142,24 @@ def _backward(ctx, dout, *_figures):
     causal, offset, scale, softcap = ctx.settings
     bias_grad = bias is not None and ctx.needs_input_grad[4]
     if dout.stride(-1) != 1 or dout.stride(-2) < max(1, dout.shape[-1]):
-        dout = dout.contiguous()        # e.g. the all-stride-0 gradient of out.sum()
+        dout = dout.contiguous()  # e.g. the all-stride-0 gradient of out.sum()
     dq, dk, dv, dbias = torch.ops.attnscale_health.attention_backward(
-        q, k, v, out, dout, lse, mask, bias, causal, offset, scale, softcap, bias_grad,
-        BACKWARD_Q_BLOCK, BACKWARD_KV_BLOCK)
+        q,
+        k,
+        v,
+        out,
+        dout,
+        lse,
+        mask,
+        bias,
+        causal,
+        offset,
+        scale,
+        softcap,
+        bias_grad,
+        BACKWARD_Q_BLOCK,
+        BACKWARD_KV_BLOCK,
+    )
     return (dq, dk, dv, None, dbias if bias_grad else None) + (None,) * 7
 
 
@@ -139,13 +173,19 @@ def _register_fake(torch) -> None:
 
     def attention(q, k, v, mask, bias, causal, offset, scale, softcap, logit_range, q_block, kv_block):
         rows = q.shape[:3]
-        return (q.new_empty((*rows, v.shape[3])), q.new_empty(rows), q.new_empty(rows), q.new_empty(rows),
-                q.new_empty(rows if logit_range else (0,)))
+        return (
+            q.new_empty((*rows, v.shape[3])),
+            q.new_empty(rows),
+            q.new_empty(rows),
+            q.new_empty(rows),
+            q.new_empty(rows if logit_range else (0,)),
+        )
 
-    def attention_backward(q, k, v, out, dout, lse, mask, bias, causal, offset, scale, softcap, bias_grad,
-                           q_block, kv_block):
+    def attention_backward(
+        q, k, v, out, dout, lse, mask, bias, causal, offset, scale, softcap, bias_grad, q_block, kv_block
+    ):
         dbias = q.new_empty((*q.shape[:3], k.shape[2]) if bias_grad else (0,))
-        return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dbias   # contiguous, as at::zeros
+        return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dbias  # contiguous, as at::zeros
 
     torch.library.register_fake("attnscale_health::attention", attention)
     torch.library.register_fake("attnscale_health::attention_backward", attention_backward)

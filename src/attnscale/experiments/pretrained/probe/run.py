@@ -41,14 +41,33 @@ import numpy as np
 from attnscale.errors import InputError, check_count, require
 from attnscale.experiments.pretrained.probe.stats import add_sums, call_sums, check_probabilities, head_figures
 from attnscale.experiments.pretrained.model_run import arrays_of, forward, model_inputs, rebuilt_probabilities
-from attnscale.experiments.pretrained.probe.summary import FIGURES, FLOAT16_MAX, WEIGHTING, analysis, striking_heads, summarise
+from attnscale.experiments.pretrained.probe.summary import (
+    FIGURES,
+    FLOAT16_MAX,
+    WEIGHTING,
+    analysis,
+    striking_heads,
+    summarise,
+)
 from attnscale.experiments.pretrained.texts import builtin_sentences, key_kinds, punctuation_ids, read_texts
 
 # How close a scale must be to a closed form to be named by it (relative).
 SCALE_RTOL = 1e-6
 
-__all__ = ["builtin_sentences", "read_texts", "run_probe", "probe_model", "result_kind", "scale_rule",
-           "model_inputs", "striking_heads", "analysis", "FIGURES", "FLOAT16_MAX", "WEIGHTING"]
+__all__ = [
+    "builtin_sentences",
+    "read_texts",
+    "run_probe",
+    "probe_model",
+    "result_kind",
+    "scale_rule",
+    "model_inputs",
+    "striking_heads",
+    "analysis",
+    "FIGURES",
+    "FLOAT16_MAX",
+    "WEIGHTING",
+]
 
 
 def scale_rule(scale: float, d_k: int, *, softcap: float | None = None, qk_norm: bool = False) -> dict:
@@ -61,8 +80,8 @@ def scale_rule(scale: float, d_k: int, *, softcap: float | None = None, qk_norm:
     >>> scale_rule(0.125, 64)["rule"], scale_rule(1.0, 64)["rule"], scale_rule(256 ** -0.5, 32)["c"]
     ('1/sqrt(d_k)', '1', 256)
     """
-    c = 1.0 / scale ** 2 if scale > 0 else None
-    if math.isclose(scale, d_k ** -0.5, rel_tol=SCALE_RTOL):
+    c = 1.0 / scale**2 if scale > 0 else None
+    if math.isclose(scale, d_k**-0.5, rel_tol=SCALE_RTOL):
         rule, c = "1/sqrt(d_k)", d_k
     elif math.isclose(scale, 1.0, rel_tol=SCALE_RTOL):
         rule, c = "1", None
@@ -70,8 +89,15 @@ def scale_rule(scale: float, d_k: int, *, softcap: float | None = None, qk_norm:
         rule, c = "1/sqrt(c)", int(round(c))
     else:
         rule, c = "constant", None
-    return {"value": scale, "d_k": d_k, "rule": rule, "c": c, "times_sqrt_d_k": scale * math.sqrt(d_k),
-            "softcap": softcap, "qk_norm": bool(qk_norm)}
+    return {
+        "value": scale,
+        "d_k": d_k,
+        "rule": rule,
+        "c": c,
+        "times_sqrt_d_k": scale * math.sqrt(d_k),
+        "softcap": softcap,
+        "qk_norm": bool(qk_norm),
+    }
 
 
 def _is_causal(attended) -> bool:
@@ -88,7 +114,7 @@ def _batches(lengths: list[int], batch_size: int, max_pairs: int) -> list[list[i
     longest = 0
     for i, n in enumerate(lengths):
         grown = max(longest, n)
-        if current and (len(current) == batch_size or (len(current) + 1) * grown ** 2 > max_pairs):
+        if current and (len(current) == batch_size or (len(current) + 1) * grown**2 > max_pairs):
             batches.append(current)
             current, grown = [], n
         current.append(i)
@@ -102,26 +128,43 @@ def _model_facts(loaded, layers: list[dict], biased: bool) -> dict:
     n_heads_q, n_heads_kv, causal; ``scale_rules``: :func:`scale_rule` per layer)."""
     config = loaded.model.config
     rope = getattr(config, "rope_parameters", None) or {}
-    positions = ("rotary (RoPE)" if rope else "relative position bias" if biased else "learned absolute")
-    return {"name": loaded.name, "architecture": type(loaded.model).__name__,
-            "model_type": getattr(config, "model_type", None), "family": loaded.family, "user": loaded.user,
-            "n_parameters": sum(p.numel() for p in loaded.model.parameters()),
-            "package_version": loaded.version, "weights_sha256": loaded.sha256,
-            "weights_note": loaded.weights_note or None,
-            "d_k": layers[0]["d_k"], "n_layers": len(layers), "n_heads_q": layers[0]["n_heads_q"],
-            "n_heads_kv": layers[0]["n_heads_kv"], "causal": loaded.causal,
-            "positions": positions, "rope_theta": rope.get("rope_theta"),
-            "scale": layers[0]["scale"], "scales": [layer["scale"] for layer in layers],
-            "scale_rules": [layer["rule"] for layer in layers],
-            "causal_layers": [layer["causal"] for layer in layers],
-            "cross_layers": [layer["cross"] for layer in layers]}
+    positions = "rotary (RoPE)" if rope else "relative position bias" if biased else "learned absolute"
+    return {
+        "name": loaded.name,
+        "architecture": type(loaded.model).__name__,
+        "model_type": getattr(config, "model_type", None),
+        "family": loaded.family,
+        "user": loaded.user,
+        "n_parameters": sum(p.numel() for p in loaded.model.parameters()),
+        "package_version": loaded.version,
+        "weights_sha256": loaded.sha256,
+        "weights_note": loaded.weights_note or None,
+        "d_k": layers[0]["d_k"],
+        "n_layers": len(layers),
+        "n_heads_q": layers[0]["n_heads_q"],
+        "n_heads_kv": layers[0]["n_heads_kv"],
+        "causal": loaded.causal,
+        "positions": positions,
+        "rope_theta": rope.get("rope_theta"),
+        "scale": layers[0]["scale"],
+        "scales": [layer["scale"] for layer in layers],
+        "scale_rules": [layer["rule"] for layer in layers],
+        "causal_layers": [layer["causal"] for layer in layers],
+        "cross_layers": [layer["cross"] for layer in layers],
+    }
 
 
 def _layer_of(call) -> dict:
-    return {"name": call.name, "n_heads_q": int(call.q.shape[1]), "n_heads_kv": int(call.k.shape[1]),
-            "d_k": int(call.q.shape[-1]), "scale": call.scale, "cross": call.cross,
-            "causal": _is_causal(call.attended().cpu().numpy()),
-            "rule": scale_rule(call.scale, int(call.q.shape[-1]), softcap=call.softcap, qk_norm=call.qk_norm)}
+    return {
+        "name": call.name,
+        "n_heads_q": int(call.q.shape[1]),
+        "n_heads_kv": int(call.k.shape[1]),
+        "d_k": int(call.q.shape[-1]),
+        "scale": call.scale,
+        "cross": call.cross,
+        "causal": _is_causal(call.attended().cpu().numpy()),
+        "rule": scale_rule(call.scale, int(call.q.shape[-1]), softcap=call.softcap, qk_norm=call.qk_norm),
+    }
 
 
 def result_kind(loaded) -> str:
@@ -135,8 +178,7 @@ def result_kind(loaded) -> str:
     return results.user_kind("probe", loaded.key or model_slug(loaded.name))
 
 
-def probe_model(model, tokenizer, texts: list[str] | None = None, *, name: str | None = None,
-                **options) -> dict:
+def probe_model(model, tokenizer, texts: list[str] | None = None, *, name: str | None = None, **options) -> dict:
     """Probe an already-loaded transformers model (encoder, decoder or encoder-decoder) with its
     tokenizer, e.g. in a notebook: the same data as ``attnscale probe --model PATH`` writes (the
     envelope's ``data``). ``texts``: one sequence each (default: the built-in sentences); ``name``:
@@ -172,8 +214,10 @@ def _token_lengths(tokenizer, model, texts: list[str]) -> list[int]:
     lengths = [len(ids) for ids in tokenizer(texts, truncation=False)["input_ids"]]
     for line, n in enumerate(lengths, start=1):
         if n > limit:
-            raise InputError(f"texts: line {line} has {n} tokens, expected at most {limit} "
-                             "(the model's limit; lines are never split)")
+            raise InputError(
+                f"texts: line {line} has {n} tokens, expected at most {limit} "
+                "(the model's limit; lines are never split)"
+            )
     return lengths
 
 
@@ -183,12 +227,16 @@ def _first_batch_layers(probed: _Probed, calls: list, model_type: str, model) ->
     from attnscale.experiments.pretrained.hf_attention import UnsupportedAttention
 
     if not calls:
-        raise UnsupportedAttention(f"model: {model_type} is not supported: no attention call of "
-                                   f"{type(model).__name__} went through transformers' attention interface")
+        raise UnsupportedAttention(
+            f"model: {model_type} is not supported: no attention call of "
+            f"{type(model).__name__} went through transformers' attention interface"
+        )
     probed.layers = [_layer_of(c) for c in calls]
     if len({(layer["n_heads_q"], layer["n_heads_kv"]) for layer in probed.layers}) > 1:
-        raise UnsupportedAttention(f"model: {model_type} is not supported: its layers have different "
-                                   "numbers of heads (the per-head tables need the same in every layer)")
+        raise UnsupportedAttention(
+            f"model: {model_type} is not supported: its layers have different "
+            "numbers of heads (the per-head tables need the same in every layer)"
+        )
     probed.check["max_abs_diff_per_layer"] = [0.0] * len(probed.layers)
     probed.sums = [None] * len(probed.layers)
 
@@ -204,15 +252,28 @@ def _add_calls(probed: _Probed, calls: list, query_valid: np.ndarray, kinds: dic
         check["rows_checked"] += int(query_valid.sum()) * probed.layers[i]["n_heads_q"]
         # A decoder's self-attention reads the decoder's (shifted) tokens as keys.
         own_side = decoder_kinds is not None and not call.cross and "decoder" in call.name.lower()
-        probed.sums[i] = add_sums(probed.sums[i], call_sums(
-            **arrays, query_valid=query_valid, key_kinds=decoder_kinds if own_side else kinds,
-            key_offset=None if call.cross else 0))
+        probed.sums[i] = add_sums(
+            probed.sums[i],
+            call_sums(
+                **arrays,
+                query_valid=query_valid,
+                key_kinds=decoder_kinds if own_side else kinds,
+                key_offset=None if call.cross else 0,
+            ),
+        )
     check["max_abs_diff"] = max(check["max_abs_diff_per_layer"])
 
 
-def run_probe(loaded, texts: list[str], *, batch_size: int = 32, tolerance: float = 1e-5,
-              max_pairs: int = 1 << 18, source: str = "built-in sentences",
-              progress: Callable[[int, int, str], None] | None = None) -> dict:
+def run_probe(
+    loaded,
+    texts: list[str],
+    *,
+    batch_size: int = 32,
+    tolerance: float = 1e-5,
+    max_pairs: int = 1 << 18,
+    source: str = "built-in sentences",
+    progress: Callable[[int, int, str], None] | None = None,
+) -> dict:
     """Probe ``loaded`` (a :class:`attnscale.experiments.pretrained.loading.LoadedModel`) on ``texts``.
 
     Each text is one sequence. Batches hold at most ``batch_size`` sequences and ``max_pairs``
@@ -235,16 +296,22 @@ def run_probe(loaded, texts: list[str], *, batch_size: int = 32, tolerance: floa
     started = time.perf_counter()
     model, tokenizer = loaded.model, loaded.tokenizer
     model_type = getattr(model.config, "model_type", None) or type(model).__name__
-    if tokenizer.pad_token is None:                       # padding is masked: any token will do
+    if tokenizer.pad_token is None:  # padding is masked: any token will do
         tokenizer.pad_token = tokenizer.eos_token
     lengths = _token_lengths(tokenizer, model, texts)
     batches = _batches(lengths, batch_size, max_pairs)
     vocab_punct = punctuation_ids(tokenizer)
-    probed = _Probed(check={
-        "tolerance": tolerance, "max_abs_diff_per_layer": [], "passed": True, "rows_checked": 0,
-        "what": "max |p rebuilt in float64 from the captured q, k, scale, mask (and soft-cap, position bias) − "
-                "the model's own eager probabilities| over every real query row"})
-    padding_side, tokenizer.padding_side = tokenizer.padding_side, "right"   # positions count from 0
+    probed = _Probed(
+        check={
+            "tolerance": tolerance,
+            "max_abs_diff_per_layer": [],
+            "passed": True,
+            "rows_checked": 0,
+            "what": "max |p rebuilt in float64 from the captured q, k, scale, mask (and soft-cap, position bias) − "
+            "the model's own eager probabilities| over every real query row",
+        }
+    )
+    padding_side, tokenizer.padding_side = tokenizer.padding_side, "right"  # positions count from 0
     try:
         for b, indices in enumerate(batches):
             enc = tokenizer([texts[i] for i in indices], padding=True, truncation=False, return_tensors="pt")
@@ -256,8 +323,9 @@ def run_probe(loaded, texts: list[str], *, batch_size: int = 32, tolerance: floa
             if not probed.layers:
                 _first_batch_layers(probed, calls, model_type, model)
             kinds = key_kinds(tokenizer, vocab_punct, enc["input_ids"].numpy(), query_valid)
-            decoder_kinds = (None if decoder_ids is None else
-                             key_kinds(tokenizer, vocab_punct, decoder_ids.numpy(), query_valid))
+            decoder_kinds = (
+                None if decoder_ids is None else key_kinds(tokenizer, vocab_punct, decoder_ids.numpy(), query_valid)
+            )
             probed.present |= {name for name, mask in kinds.items() if mask.any()}
             # Small matrices: one BLAS thread is many times faster than several fighting torch's threads.
             with threadpool_limits(limits=1, user_api="blas"):
@@ -274,18 +342,34 @@ def run_probe(loaded, texts: list[str], *, batch_size: int = 32, tolerance: floa
     return data
 
 
-def _probe_data(loaded, probed: _Probed, source: str, n_sequences: int, n_tokens: int, batch_size: int,
-                max_pairs: int, tolerance: float) -> dict:
+def _probe_data(
+    loaded,
+    probed: _Probed,
+    source: str,
+    n_sequences: int,
+    n_tokens: int,
+    batch_size: int,
+    max_pairs: int,
+    tolerance: float,
+) -> dict:
     """The result's data from what the batches added up to (its figures only when the check passed)."""
     data = {
         "kind": result_kind(loaded),
-        "config": {"model": loaded.name, "model_version": loaded.version, "weights_sha256": loaded.sha256,
-                   "text": source, "n_sequences": n_sequences, "n_tokens": n_tokens,
-                   "batch_size": batch_size, "max_pairs": max_pairs, "tolerance": tolerance,
-                   "transformers": metadata.version("transformers"),
-                   # the user's model: where it was loaded from, so another model given the same
-                   # --name is refused rather than replacing this result (None for a notebook's)
-                   **({"model_path": loaded.path} if loaded.user else {})},
+        "config": {
+            "model": loaded.name,
+            "model_version": loaded.version,
+            "weights_sha256": loaded.sha256,
+            "text": source,
+            "n_sequences": n_sequences,
+            "n_tokens": n_tokens,
+            "batch_size": batch_size,
+            "max_pairs": max_pairs,
+            "tolerance": tolerance,
+            "transformers": metadata.version("transformers"),
+            # the user's model: where it was loaded from, so another model given the same
+            # --name is refused rather than replacing this result (None for a notebook's)
+            **({"model_path": loaded.path} if loaded.user else {}),
+        },
         "model": _model_facts(loaded, probed.layers, probed.biased),
         "check": probed.check,
         "layers": [layer["name"] for layer in probed.layers],

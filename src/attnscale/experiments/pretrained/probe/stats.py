@@ -108,8 +108,18 @@ def _weighted_gram(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return np.swapaxes(xh * wh, 1, 2) @ xh
 
 
-def call_sums(q, k, *, scale: float, attended=None, bias=None, softcap: float | None = None, query_valid=None,
-              key_kinds: dict | None = None, key_offset: int | None | str = "auto") -> dict[str, np.ndarray]:
+def call_sums(
+    q,
+    k,
+    *,
+    scale: float,
+    attended=None,
+    bias=None,
+    softcap: float | None = None,
+    query_valid=None,
+    key_kinds: dict | None = None,
+    key_offset: int | None | str = "auto",
+) -> dict[str, np.ndarray]:
     """Additive per-head sums of one attention call; finish with :func:`head_figures`.
 
     q: (B, H, L, d_k); k: (B, H_k, S, d_k), H a multiple of H_k (grouped-query heads are repeated).
@@ -132,25 +142,25 @@ def call_sums(q, k, *, scale: float, attended=None, bias=None, softcap: float | 
         raise InputError(f"scale: expected a finite number, got {scale!r}")
     att = np.ones((B, H, L, S), bool) if attended is None else _bool(attended, "attended", (B, H, L, S))
     qv = np.ones((B, L), bool) if query_valid is None else _bool(query_valid, "query_valid", (B, L))
-    pairs = att & qv[:, None, :, None]                                   # (B, H, L, S)
-    n_row = pairs.sum(axis=-1)                                            # (B, H, L) keys per query
-    n_col = pairs.sum(axis=-2)                                            # (B, H, S) queries per key
-    rows = n_row >= 2                                                     # rows with a choice
+    pairs = att & qv[:, None, :, None]  # (B, H, L, S)
+    n_row = pairs.sum(axis=-1)  # (B, H, L) keys per query
+    n_col = pairs.sum(axis=-2)  # (B, H, S) queries per key
+    rows = n_row >= 2  # rows with a choice
     q_tok, k_tok = (n_row > 0).astype(np.float64), (n_col > 0).astype(np.float64)
 
-    x = q @ np.swapaxes(k, -1, -2)                                        # (B, H, L, S) raw q·k
+    x = q @ np.swapaxes(k, -1, -2)  # (B, H, L, S) raw q·k
     xs = np.where(pairs, x, 0.0)
     row_mean = xs.sum(axis=-1) / np.maximum(n_row, 1)
     sums = {
-        "pairs": n_row.sum(axis=(0, 2)).astype(np.float64),               # (H,)
-        "q1": np.einsum("bhl,bhld->hd", n_row, q),                        # (H, d)
-        "q2": _weighted_gram(q, n_row),                                   # (H, d, d)
+        "pairs": n_row.sum(axis=(0, 2)).astype(np.float64),  # (H,)
+        "q1": np.einsum("bhl,bhld->hd", n_row, q),  # (H, d)
+        "q2": _weighted_gram(q, n_row),  # (H, d, d)
         "k1": np.einsum("bhs,bhsd->hd", n_col, k),
         "k2": _weighted_gram(k, n_col),
         "x1": xs.sum(axis=(0, 2, 3)),
         "x2": (xs * xs).sum(axis=(0, 2, 3)),
         "within": (np.where(pairs, x - row_mean[..., None], 0.0) ** 2).sum(axis=(0, 2, 3)),
-        "q_tokens": q_tok.sum(axis=(0, 2)),                               # (H,) token-weighted moments
+        "q_tokens": q_tok.sum(axis=(0, 2)),  # (H,) token-weighted moments
         "q1_token": np.einsum("bhl,bhld->hd", q_tok, q),
         "q2_token": np.einsum("bhl,bhld->h", q_tok, q * q),
         "k_tokens": k_tok.sum(axis=(0, 2)),
@@ -167,7 +177,7 @@ def call_sums(q, k, *, scale: float, attended=None, bias=None, softcap: float | 
         for name in ROW_FIGURES:
             sums[f"{name}{suffix}"], sums[f"{name}{suffix}_n"] = _row_sums(getattr(health, name), rows)
 
-    p = softmax(scaled, pairs)                                            # (B, H, L, S)
+    p = softmax(scaled, pairs)  # (B, H, L, S)
     kinds = {} if key_kinds is None else {n: _bool(m, f"key_kinds[{n!r}]", (B, S)) for n, m in key_kinds.items()}
     if kinds:
         kinds["any"] = np.logical_or.reduce(list(kinds.values()))
@@ -180,7 +190,7 @@ def call_sums(q, k, *, scale: float, attended=None, bias=None, softcap: float | 
         if offset is None:
             sums[name], sums[f"{name}_n"] = np.zeros(H), np.zeros(H, dtype=np.int64)
             continue
-        j = np.arange(L) + offset + step                                  # the neighbour's key index
+        j = np.arange(L) + offset + step  # the neighbour's key index
         inside = (j >= 0) & (j < S)
         jj = np.clip(j, 0, S - 1)
         weight = np.take_along_axis(p, np.broadcast_to(jj[None, None, :, None], (B, H, L, 1)), axis=-1)[..., 0]
@@ -195,8 +205,9 @@ def add_sums(total: dict | None, new: dict) -> dict:
         return {key: np.array(value, copy=True) for key, value in new.items()}
     if total.keys() != new.keys():
         raise InputError(f"new: expected the same figures as total, got {sorted(set(total) ^ set(new))} differing")
-    return {key: np.maximum(total[key], new[key]) if key.startswith("peak_") else total[key] + new[key]
-            for key in total}
+    return {
+        key: np.maximum(total[key], new[key]) if key.startswith("peak_") else total[key] + new[key] for key in total
+    }
 
 
 def head_figures(sums: dict) -> dict[str, np.ndarray]:
@@ -210,8 +221,8 @@ def head_figures(sums: dict) -> dict[str, np.ndarray]:
         d = mu_q.shape[-1]
         m_q, m_k = mu_q.mean(axis=-1), mu_k.mean(axis=-1)
         diag_q, diag_k = np.einsum("hii->hi", C_q), np.einsum("hii->hi", C_k)
-        var_q = (diag_q + mu_q ** 2).mean(axis=-1) - m_q ** 2
-        var_k = (diag_k + mu_k ** 2).mean(axis=-1) - m_k ** 2
+        var_q = (diag_q + mu_q**2).mean(axis=-1) - m_q**2
+        var_k = (diag_k + mu_k**2).mean(axis=-1) - m_k**2
 
         mean_x = sums["x1"] / N
         total_ss = sums["x2"] - sums["x1"] ** 2 / N
@@ -219,27 +230,40 @@ def head_figures(sums: dict) -> dict[str, np.ndarray]:
         v_iid = d * var_q * var_k
         mt_q, mt_k = sums["q1_token"] / sums["q_tokens"][:, None], sums["k1_token"] / sums["k_tokens"][:, None]
         m_q_tok, m_k_tok = mt_q.mean(axis=-1), mt_k.mean(axis=-1)
-        var_q_tok = sums["q2_token"] / (d * sums["q_tokens"]) - m_q_tok ** 2
-        var_k_tok = sums["k2_token"] / (d * sums["k_tokens"]) - m_k_tok ** 2
+        var_q_tok = sums["q2_token"] / (d * sums["q_tokens"]) - m_q_tok**2
+        var_k_tok = sums["k2_token"] / (d * sums["k_tokens"]) - m_k_tok**2
         v_var = np.sum(diag_q * diag_k, axis=-1)
-        v_diag = v_var + np.sum(mu_q ** 2 * diag_k + mu_k ** 2 * diag_q, axis=-1)
-        v_ind = (np.einsum("hij,hij->h", C_q, C_k)
-                 + np.einsum("hi,hij,hj->h", mu_k, C_q, mu_k) + np.einsum("hi,hij,hj->h", mu_q, C_k, mu_q))
+        v_diag = v_var + np.sum(mu_q**2 * diag_k + mu_k**2 * diag_q, axis=-1)
+        v_ind = (
+            np.einsum("hij,hij->h", C_q, C_k)
+            + np.einsum("hi,hij,hj->h", mu_k, C_q, mu_k)
+            + np.einsum("hi,hij,hj->h", mu_q, C_k, mu_q)
+        )
         out = {
             "pairs": N,
-            "q_mean": m_q, "q_var": var_q, "k_mean": m_k, "k_var": var_k,
-            "q_mean_token": m_q_tok, "q_var_token": var_q_tok, "k_mean_token": m_k_tok, "k_var_token": var_k_tok,
-            "qk_mean": mean_x, "qk_var": var_x, "qk_var_iid": v_iid, "ratio_pair": var_x / v_iid,
+            "q_mean": m_q,
+            "q_var": var_q,
+            "k_mean": m_k,
+            "k_var": var_k,
+            "q_mean_token": m_q_tok,
+            "q_var_token": var_q_tok,
+            "k_mean_token": m_k_tok,
+            "k_var_token": var_k_tok,
+            "qk_mean": mean_x,
+            "qk_var": var_x,
+            "qk_var_iid": v_iid,
+            "ratio_pair": var_x / v_iid,
             "ratio_token": var_x / (d * var_q_tok * var_k_tok),
             "part_uneven_variances": (v_var - v_iid) / v_iid,
             "part_means": (v_diag - v_var) / v_iid,
             "part_cross_dimension": (v_ind - v_diag) / v_iid,
             "part_correlation": (var_x - v_ind) / v_iid,
             "within_row_share": sums["within"] / total_ss,
-            "max_abs_logit": sums["peak_abs_logit"], "max_abs_logit_unscaled": sums["peak_abs_logit_unscaled"],
+            "max_abs_logit": sums["peak_abs_logit"],
+            "max_abs_logit_unscaled": sums["peak_abs_logit_unscaled"],
         }
         for key in sums:
-            if f"{key}_n" in sums:                                        # a per-row figure: its mean
+            if f"{key}_n" in sums:  # a per-row figure: its mean
                 out[key] = sums[key] / sums[f"{key}_n"]
     return out
 

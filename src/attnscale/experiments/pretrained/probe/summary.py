@@ -12,9 +12,11 @@ __all__ = ["summarise", "striking_heads", "analysis", "FIGURES", "FLOAT16_MAX", 
 
 FLOAT16_MAX = 65504.0
 
-WEIGHTING = ("q_mean, q_var, k_mean, k_var, ratio_pair and its split are pair-weighted (each token counts once "
-             "per attended pair it is in); the *_token moments and ratio_token count each token once. Both "
-             "ratios divide the same Var(q·k) over attended pairs.")
+WEIGHTING = (
+    "q_mean, q_var, k_mean, k_var, ratio_pair and its split are pair-weighted (each token counts once "
+    "per attended pair it is in); the *_token moments and ratio_token count each token once. Both "
+    "ratios divide the same Var(q·k) over attended pairs."
+)
 
 # What each per-head figure means; the report and the JSON carry these descriptions.
 FIGURES = {
@@ -63,17 +65,27 @@ def summarise(per_head: list[dict], layers: list[dict], present: set[str]) -> di
     have), ``per_layer``, ``float16``, ``striking_heads`` and ``analysis``. ``per_head``: per layer,
     :func:`~attnscale.experiments.pretrained.probe.stats.head_figures`; ``layers``: per layer its facts (``causal``,
     ``n_heads_q``, ``n_heads_kv``); ``present``: the sink-candidate kinds the text holds."""
-    absent = {f"sink_{name}": f"no {name} token in the text" for name in ("bos", "cls", "sep")
-              if f"sink_{name}" in per_head[0] and name not in present}
+    absent = {
+        f"sink_{name}": f"no {name} token in the text"
+        for name in ("bos", "cls", "sep")
+        if f"sink_{name}" in per_head[0] and name not in present
+    }
     if all(layer["causal"] for layer in layers):
         absent["next_token"] = "causal: no query attends the next token"
     names = [f for f in FIGURES if f in per_head[0] and f not in absent]
     groups = layers[0]["n_heads_q"] // layers[0]["n_heads_kv"]
     heads, nulls = _heads(per_head, names, groups)
     grids = {f: np.array([layer[f] for layer in per_head]) for f in names}
-    return {"heads": heads, "nulls": nulls, "figures": {f: FIGURES[f] for f in names}, "absent": absent,
-            "per_layer": {f: [_mean_of_finite(layer[f]) for layer in per_head] for f in names},
-            "float16": _float16(grids), "striking_heads": striking_heads(grids), "analysis": analysis(grids)}
+    return {
+        "heads": heads,
+        "nulls": nulls,
+        "figures": {f: FIGURES[f] for f in names},
+        "absent": absent,
+        "per_layer": {f: [_mean_of_finite(layer[f]) for layer in per_head] for f in names},
+        "float16": _float16(grids),
+        "striking_heads": striking_heads(grids),
+        "analysis": analysis(grids),
+    }
 
 
 def _heads(per_head: list[dict], names: list[str], groups: int) -> tuple[list[dict], dict]:
@@ -102,9 +114,13 @@ def _mean_of_finite(values) -> float | None:
 def _float16(grids: dict) -> dict:
     """The model's largest |logit| with and without its scale, against float16's largest number."""
     scaled, unscaled = float(np.max(grids["max_abs_logit"])), float(np.max(grids["max_abs_logit_unscaled"]))
-    return {"limit": FLOAT16_MAX, "max_abs_logit": scaled, "max_abs_logit_unscaled": unscaled,
-            "margin": FLOAT16_MAX / scaled if scaled > 0 else None,
-            "margin_unscaled": FLOAT16_MAX / unscaled if unscaled > 0 else None}
+    return {
+        "limit": FLOAT16_MAX,
+        "max_abs_logit": scaled,
+        "max_abs_logit_unscaled": unscaled,
+        "margin": FLOAT16_MAX / scaled if scaled > 0 else None,
+        "margin_unscaled": FLOAT16_MAX / unscaled if unscaled > 0 else None,
+    }
 
 
 def _spread(values: np.ndarray) -> dict:
@@ -127,7 +143,8 @@ def analysis(grids: dict[str, np.ndarray]) -> dict:
         "n_heads": int(pair.size),
         "ratio_pair": {**_spread(pair), "above_1": int((pair > 1).sum()), "below_1": int((pair < 1).sum())},
         "ratio_token": {**_spread(token), "above_1": int((token > 1).sum()), "below_1": int((token < 1).sum())},
-        "top_pair": _where(pair, int(np.nanargmax(pair))), "top_token": _where(token, int(np.nanargmax(token))),
+        "top_pair": _where(pair, int(np.nanargmax(pair))),
+        "top_token": _where(token, int(np.nanargmax(token))),
         "max_abs_pair_minus_token": float(np.nanmax(np.abs(pair - token))),
         "sink_first": {**_spread(sink), "over_half": int((sink > 0.5).sum())},
         "normalized_entropy": _spread(grids["normalized_entropy"]),
@@ -155,7 +172,14 @@ def striking_heads(figure: dict[str, np.ndarray], limit: int = 3) -> list[dict]:
         chosen = [i for i in np.argsort(np.where(meets, key, np.inf), axis=None, kind="stable") if meets.flat[i]]
         for flat in chosen[:limit]:
             layer, head = np.unravel_index(flat, ratio.shape)
-            found.append({"layer": int(layer), "head": int(head), "what": what, "figure": name,
-                          "value": float(figure[name][layer, head]),
-                          "of": None if meets is everyone else len(chosen)})
+            found.append(
+                {
+                    "layer": int(layer),
+                    "head": int(head),
+                    "what": what,
+                    "figure": name,
+                    "value": float(figure[name][layer, head]),
+                    "of": None if meets is everyone else len(chosen),
+                }
+            )
     return found

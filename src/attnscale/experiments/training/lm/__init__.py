@@ -37,12 +37,44 @@ The package, by job: :mod:`.config` (the constants, one run and the sweep's conf
 
 from attnscale.experiments.training.lm.analysis import analyse, lr_score
 from attnscale.experiments.training.lm.ngram_baselines import baselines, beaten
-from attnscale.experiments.training.lm.config import (BACKEND, DEFAULT_RULES, KIND, LIKE_RATIO, OPTIMIZERS, PROGRESS_EVERY, PROMPT,
-                                             REFERENCE_RULE, RULE_CHOICES, TARGET_FACTOR, VERDICTS, LMCell, LMConfig,
-                                             LMRun)
+from attnscale.experiments.training.lm.config import (
+    BACKEND,
+    DEFAULT_RULES,
+    KIND,
+    LIKE_RATIO,
+    OPTIMIZERS,
+    PROGRESS_EVERY,
+    PROMPT,
+    REFERENCE_RULE,
+    RULE_CHOICES,
+    TARGET_FACTOR,
+    VERDICTS,
+    LMCell,
+    LMConfig,
+    LMRun,
+)
 from attnscale.experiments.training.lm.judging import judge
 from attnscale.experiments.training.lm.train import train_cell
 
-__all__ = ["KIND", "RULE_CHOICES", "REFERENCE_RULE", "LMRun", "LMCell", "LMConfig", "train_cell", "analyse",
-           "TARGET_FACTOR", "LIKE_RATIO", "VERDICTS", "DEFAULT_RULES", "OPTIMIZERS", "PROMPT", "PROGRESS_EVERY",
-           "BACKEND", "baselines", "beaten", "lr_score", "judge"]
+__all__ = [
+    "KIND",
+    "RULE_CHOICES",
+    "REFERENCE_RULE",
+    "LMRun",
+    "LMCell",
+    "LMConfig",
+    "train_cell",
+    "analyse",
+    "TARGET_FACTOR",
+    "LIKE_RATIO",
+    "VERDICTS",
+    "DEFAULT_RULES",
+    "OPTIMIZERS",
+    "PROMPT",
+    "PROGRESS_EVERY",
+    "BACKEND",
+    "baselines",
+    "beaten",
+    "lr_score",
+    "judge",
+]

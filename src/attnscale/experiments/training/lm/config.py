@@ -14,8 +14,23 @@ from attnscale.experiments.training.text_data import DEFAULT_TEXT, ByteText
 from attnscale.scales import RULES, ScaleRule
 from attnscale.torch.functional import BACKENDS
 
-__all__ = ["KIND", "RULE_CHOICES", "REFERENCE_RULE", "DEFAULT_RULES", "OPTIMIZERS", "TARGET_FACTOR", "LIKE_RATIO",
-           "VERDICTS", "PROMPT", "PROGRESS_EVERY", "BACKEND", "text_digest", "LMRun", "LMCell", "LMConfig"]
+__all__ = [
+    "KIND",
+    "RULE_CHOICES",
+    "REFERENCE_RULE",
+    "DEFAULT_RULES",
+    "OPTIMIZERS",
+    "TARGET_FACTOR",
+    "LIKE_RATIO",
+    "VERDICTS",
+    "PROMPT",
+    "PROGRESS_EVERY",
+    "BACKEND",
+    "text_digest",
+    "LMRun",
+    "LMCell",
+    "LMConfig",
+]
 
 KIND = "lm"
 
@@ -25,11 +40,11 @@ REFERENCE_RULE = "inverse_sqrt_dk"
 #: The rules of the default sweep (soft-cap and log-n by --rules: the budget of 2 cores).
 DEFAULT_RULES = ("inverse_sqrt_dk", "unscaled", "inverse_dk", "qknorm")
 OPTIMIZERS = ("adamw", "sgd")
-TARGET_FACTOR = 1.1      # a run "gets there" at TARGET_FACTOR × the reference run's final validation loss
-LIKE_RATIO = 1.25        # steps to get there ≤ LIKE_RATIO × the reference's: "learns" like 1/√d_k
-VERDICTS = ("faster", "learns", "slower", "fails", "diverges")   # best to worst; "faster": ≤ 1/LIKE_RATIO the steps
+TARGET_FACTOR = 1.1  # a run "gets there" at TARGET_FACTOR × the reference run's final validation loss
+LIKE_RATIO = 1.25  # steps to get there ≤ LIKE_RATIO × the reference's: "learns" like 1/√d_k
+VERDICTS = ("faster", "learns", "slower", "fails", "diverges")  # best to worst; "faster": ≤ 1/LIKE_RATIO the steps
 PROMPT = "The return statement"
-PROGRESS_EVERY = 10      # steps between a cell's progress reports
+PROGRESS_EVERY = 10  # steps between a cell's progress reports
 #: attnscale.torch.attention's backend for every rule but soft-cap (always "chunked"): "auto", the
 #: fused CPU kernel (forward and backward) where it builds, else the composed path.
 BACKEND = "auto"
@@ -60,7 +75,7 @@ class LMRun:
     d_model: int = 128
     n_layers: int = 2
     log_every: int = 50
-    eval_windows: int = 128     # fixed validation windows of `context` tokens
+    eval_windows: int = 128  # fixed validation windows of `context` tokens
     text: str = DEFAULT_TEXT
     backend: str = BACKEND
 
@@ -82,7 +97,7 @@ class LMCell(RuleRun, LMRun):
     valid_fraction: float = 0.1
     prompt: str = PROMPT
     sample_bytes: int = 100
-    code_version: int = 2       # bump when training code changes: old cached results then miss
+    code_version: int = 2  # bump when training code changes: old cached results then miss
 
     def __post_init__(self):
         super().__post_init__()
@@ -138,8 +153,9 @@ class LMConfig(LMRun):
         if unknown:
             raise InputError(f"rules: unknown rule(s) {unknown}; expected names among {sorted(RULE_CHOICES)}")
         if REFERENCE_RULE not in self.rules:
-            raise InputError(f"rules: expected {REFERENCE_RULE!r} among them (every verdict is against it), "
-                             f"got {list(self.rules)}")
+            raise InputError(
+                f"rules: expected {REFERENCE_RULE!r} among them (every verdict is against it), got {list(self.rules)}"
+            )
         check_count("seeds", self.seeds)
         for name in ("adamw_lrs", "sgd_lrs"):
             grid = getattr(self, name)
@@ -153,7 +169,7 @@ class LMConfig(LMRun):
             raise InputError("d_ks: expected at least one d_k, got none")
         for d_k in self.d_ks:
             _check_d_k(d_k, self.d_model)
-        ByteText.from_source(self.text, context=self.context)   # the text exists and holds one window each side
+        ByteText.from_source(self.text, context=self.context)  # the text exists and holds one window each side
 
     @classmethod
     def quick(cls, seeds: int = 1) -> LMConfig:
@@ -165,5 +181,10 @@ class LMConfig(LMRun):
         """Seed by seed, d_k by d_k, rule by rule: AdamW at every rate, then SGD at every rate."""
         common = dict(shared_settings(self, LMRun), text_sha256=text_digest(self.text))
         rates = [*(("adamw", lr) for lr in self.adamw_lrs), *(("sgd", lr) for lr in self.sgd_lrs)]
-        return [LMCell(rule, d_k, optimizer, lr, seed, **common)
-                for seed in range(self.seeds) for d_k in self.d_ks for rule in self.rules for optimizer, lr in rates]
+        return [
+            LMCell(rule, d_k, optimizer, lr, seed, **common)
+            for seed in range(self.seeds)
+            for d_k in self.d_ks
+            for rule in self.rules
+            for optimizer, lr in rates
+        ]

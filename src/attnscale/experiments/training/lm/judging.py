@@ -16,8 +16,17 @@ from attnscale.experiments.training.common import seeds_verdict
 from attnscale.experiments.training.lm.config import LIKE_RATIO, TARGET_FACTOR
 from attnscale.results import finite_or_none
 
-__all__ = ["UNIFORM_BPB", "COLLAPSE_TOL", "TARGET_BAND", "collapsed_at", "as_judged", "judge", "seeds_verdict_at",
-           "target_holds", "steps_beyond"]
+__all__ = [
+    "UNIFORM_BPB",
+    "COLLAPSE_TOL",
+    "TARGET_BAND",
+    "collapsed_at",
+    "as_judged",
+    "judge",
+    "seeds_verdict_at",
+    "target_holds",
+    "steps_beyond",
+]
 
 #: The loss of the uniform prediction over the 256 byte values: log2(256) bits per byte.
 UNIFORM_BPB = 8.0
@@ -48,10 +57,16 @@ def as_judged(result: dict) -> dict:
     step = None if result["diverged"] is not None else collapsed_at(result["log"])
     if step is None:
         return result
-    reason = (f"validation loss is {UNIFORM_BPB:g} bits per byte (the uniform prediction over 256 bytes) "
-              f"from step {step} on")
-    return {**result, "log": [e for e in result["log"] if e["step"] < step], "final_bpb": None,
-            "final_bpb_reason": "diverged", "diverged": {"step": step, "reason": reason, "collapsed": True}}
+    reason = (
+        f"validation loss is {UNIFORM_BPB:g} bits per byte (the uniform prediction over 256 bytes) from step {step} on"
+    )
+    return {
+        **result,
+        "log": [e for e in result["log"] if e["step"] < step],
+        "final_bpb": None,
+        "final_bpb_reason": "diverged",
+        "diverged": {"step": step, "reason": reason, "collapsed": True},
+    }
 
 
 def _steps_to(log: list[dict], target: float) -> int | None:
@@ -68,8 +83,9 @@ def _until(result: dict, step: int | None) -> tuple[list[dict], float | None]:
     return log, None if gone or not log else log[-1]["valid_bpb"]
 
 
-def judge(run: dict, reference: dict, until: int | None = None,
-          factor: float = TARGET_FACTOR) -> tuple[str | None, float | None]:
+def judge(
+    run: dict, reference: dict, until: int | None = None, factor: float = TARGET_FACTOR
+) -> tuple[str | None, float | None]:
     """(verdict, steps ratio) of one run against the 1/√d_k run of the same seed and optimiser, on
     the logs up to step ``until`` (default: all), the target being ``factor`` × the reference's last
     validation loss; the verdict is None when the reference itself diverged (nothing to compare with)."""
@@ -103,7 +119,9 @@ def _breakpoints(runs: dict, refs: dict) -> list[float]:
     for s, run in runs.items():
         final = refs[s]["final_bpb"] if s in refs else None
         if final:
-            points.update(e["valid_bpb"] / final for r in (run, refs[s]) for e in r["log"] if e["valid_bpb"] is not None)
+            points.update(
+                e["valid_bpb"] / final for r in (run, refs[s]) for e in r["log"] if e["valid_bpb"] is not None
+            )
     return sorted(points)
 
 
@@ -115,7 +133,7 @@ def target_holds(runs: dict, refs: dict, factor: float = TARGET_FACTOR) -> dict:
     rounding of factor × loss decides, so it is never judged there)."""
     verdict = seeds_verdict_at(runs, refs, factor=factor)
     points = _breakpoints(runs, refs)
-    at = lambda f: seeds_verdict_at(runs, refs, factor=f)   # noqa: E731
+    at = lambda f: seeds_verdict_at(runs, refs, factor=f)  # noqa: E731
     stretches = list(zip(points, [*points[1:], 2 * points[-1]])) if points else []
     to = next((lo for lo, hi in stretches if lo > factor and at((lo + hi) / 2) != verdict), None)
     below = [(lo, hi) for lo, hi in zip([points[0] / 2, *points[:-1]], points) if hi < factor] if points else []

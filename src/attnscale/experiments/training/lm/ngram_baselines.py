@@ -22,10 +22,22 @@ def baselines(config: LMRun) -> dict:
     scored = sorted({s + 1 + i for s in starts for i in range(config.context)})
     on_scored = ngram.baselines(text.train, text.valid, tuple(BASELINE_NAMES), scored)
     whole = ngram.baselines(text.train, text.valid, tuple(BASELINE_NAMES))
-    rows = [{"order": a["order"], "name": BASELINE_NAMES[a["order"]], "bpb": a["bpb"], "bpb_whole": b["bpb"],
-             "k": a["k"], "k_at_edge": a["k_at_edge"]} for a, b in zip(on_scored, whole)]
-    return {"smoothing": "add-k, k chosen on the last tenth of the training part", "scored_bytes": len(scored),
-            "rows": rows}
+    rows = [
+        {
+            "order": a["order"],
+            "name": BASELINE_NAMES[a["order"]],
+            "bpb": a["bpb"],
+            "bpb_whole": b["bpb"],
+            "k": a["k"],
+            "k_at_edge": a["k_at_edge"],
+        }
+        for a, b in zip(on_scored, whole)
+    ]
+    return {
+        "smoothing": "add-k, k chosen on the last tenth of the training part",
+        "scored_bytes": len(scored),
+        "rows": rows,
+    }
 
 
 def beaten(bpb: float | None, rows: list[dict]) -> str | None:

@@ -23,6 +23,7 @@ def _schedule(steps: int):
             return (step + 1) / warmup
         progress = (step - warmup) / max(1, steps - warmup)
         return 0.1 + 0.45 * (1.0 + math.cos(math.pi * progress))
+
     return factor
 
 
@@ -30,9 +31,12 @@ def _optimizer(torch, model, cell: LMCell):
     if cell.optimizer == "sgd":
         return torch.optim.SGD(model.parameters(), lr=cell.lr)
     matrices = [p for p in model.parameters() if p.dim() >= 2]
-    others = [p for p in model.parameters() if p.dim() < 2]      # LayerNorm gains, QK-norm's gain
-    return torch.optim.AdamW([{"params": matrices, "weight_decay": 0.1}, {"params": others, "weight_decay": 0.0}],
-                             lr=cell.lr, betas=(0.9, 0.95))
+    others = [p for p in model.parameters() if p.dim() < 2]  # LayerNorm gains, QK-norm's gain
+    return torch.optim.AdamW(
+        [{"params": matrices, "weight_decay": 0.1}, {"params": others, "weight_decay": 0.0}],
+        lr=cell.lr,
+        betas=(0.9, 0.95),
+    )
 
 
 def head_figures(figures: dict) -> dict[str, list]:
@@ -45,16 +49,17 @@ def head_figures(figures: dict) -> dict[str, list]:
     from attnscale.softmax_rows import SATURATED_WEIGHT
 
     H = figures["entropy"].shape[1]
-    per_head = lambda t: t[:, :, 1:].double().transpose(0, 1).reshape(H, -1)   # noqa: E731  (H, rows)
+    per_head = lambda t: t[:, :, 1:].double().transpose(0, 1).reshape(H, -1)  # noqa: E731  (H, rows)
     entropy, hi, lo, lse = (per_head(figures[k]) for k in ("entropy", "max_logit", "min_logit", "lse"))
     top_weight = torch.exp(hi - lse)
-    as_list = lambda t: [finite_or_none(v) for v in t.tolist()]   # noqa: E731
+    as_list = lambda t: [finite_or_none(v) for v in t.tolist()]  # noqa: E731
     return {
         "entropy_mean": as_list(entropy.mean(1)),
         "entropy_min": as_list(entropy.amin(1)),
         "max_abs_logit": as_list(torch.maximum(hi.abs(), lo.abs()).amax(1)),
-        "saturated_frac": as_list(torch.where(torch.isnan(top_weight), math.nan,
-                                              (top_weight > SATURATED_WEIGHT).double()).mean(1)),
+        "saturated_frac": as_list(
+            torch.where(torch.isnan(top_weight), math.nan, (top_weight > SATURATED_WEIGHT).double()).mean(1)
+        ),
     }
 
 
@@ -78,8 +83,11 @@ def train_cell(cell: LMCell, stop_after: int | None = None) -> dict:
 
     data = seed_everything(cell.seed)
     text = ByteText.from_source(cell.text, cell.valid_fraction, cell.context)
-    model = GPT(GPTConfig(VOCAB, cell.context, cell.d_model, cell.n_layers, cell.d_k), RULE_CHOICES[cell.rule],
-                backend=cell.backend)
+    model = GPT(
+        GPTConfig(VOCAB, cell.context, cell.d_model, cell.n_layers, cell.d_k),
+        RULE_CHOICES[cell.rule],
+        backend=cell.backend,
+    )
     opt = _optimizer(torch, model, cell)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _schedule(cell.steps))
     valid = text.validation(cell.context, cell.eval_windows, cell.batch)
@@ -87,7 +95,7 @@ def train_cell(cell: LMCell, stop_after: int | None = None) -> dict:
     loss_fn = torch.nn.functional.cross_entropy
 
     log, window, diverged = [], [], None
-    for step in range(cell.steps + 1):          # `step` updates done; its batch is the next update's
+    for step in range(cell.steps + 1):  # `step` updates done; its batch is the next update's
         x, y = text.batch(cell.batch, cell.context, data)
         loss = loss_fn(model(x).flatten(0, 1), y.flatten())
         if not torch.isfinite(loss):
@@ -131,8 +139,10 @@ def _valid_bpb(model, valid) -> float:
     import torch
 
     with torch.no_grad():
-        total = sum(float(torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten(), reduction="sum"))
-                    for x, y in valid)
+        total = sum(
+            float(torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten(), reduction="sum"))
+            for x, y in valid
+        )
     return total / sum(y.numel() for _, y in valid) / math.log(2)
 
 
@@ -141,10 +151,14 @@ def _log_entry(cell: LMCell, step: int, window: list[float], layers) -> dict:
     last entry, the gradient norms reaching W_Q and W_K, and each layer's per-head figures."""
     from attnscale.experiments.training.common import grad_norm
 
-    return {"step": step, "lr": cell.lr * _schedule(cell.steps)(step), "train_loss": statistics.fmean(window),
-            "grad_wq": [finite_or_none(grad_norm(a.w_q.weight)[0]) for a in layers],
-            "grad_wk": [finite_or_none(grad_norm(a.w_k.weight)[0]) for a in layers],
-            "heads": [head_figures(a.figures) for a in layers]}
+    return {
+        "step": step,
+        "lr": cell.lr * _schedule(cell.steps)(step),
+        "train_loss": statistics.fmean(window),
+        "grad_wq": [finite_or_none(grad_norm(a.w_q.weight)[0]) for a in layers],
+        "grad_wk": [finite_or_none(grad_norm(a.w_k.weight)[0]) for a in layers],
+        "heads": [head_figures(a.figures) for a in layers],
+    }
 
 
 def _run_facts(cell: LMCell, model, layers, text) -> dict:

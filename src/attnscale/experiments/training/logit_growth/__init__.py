@@ -35,9 +35,24 @@ sensitivity and the guard's figures).
 """
 
 from attnscale.experiments.training.logit_growth.analysis import analyse
-from attnscale.experiments.training.logit_growth.config import (KIND, MONITOR_MODE, VARIANTS, LogitCell,
-                                                                LogitGrowthConfig, LogitRun)
+from attnscale.experiments.training.logit_growth.config import (
+    KIND,
+    MONITOR_MODE,
+    VARIANTS,
+    LogitCell,
+    LogitGrowthConfig,
+    LogitRun,
+)
 from attnscale.experiments.training.logit_growth.train import gpt_config, train_cell
 
-__all__ = ["LogitRun", "LogitCell", "LogitGrowthConfig", "gpt_config", "train_cell", "analyse", "KIND",
-           "VARIANTS", "MONITOR_MODE"]
+__all__ = [
+    "LogitRun",
+    "LogitCell",
+    "LogitGrowthConfig",
+    "gpt_config",
+    "train_cell",
+    "analyse",
+    "KIND",
+    "VARIANTS",
+    "MONITOR_MODE",
+]

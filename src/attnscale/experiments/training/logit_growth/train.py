@@ -17,8 +17,16 @@ def gpt_config(cell: LogitCell, vocab: int):
     (``init="fan_in"``, an untied head, QK-layernorm in that arm); d_k = d_model / n_heads."""
     from attnscale.experiments.training.gpt import GPTConfig
 
-    return GPTConfig(vocab, cell.context, cell.d_model, cell.n_layers, cell.d_model // cell.n_heads,
-                     init="fan_in", tied_head=False, qk_layernorm=cell.qk_layernorm)
+    return GPTConfig(
+        vocab,
+        cell.context,
+        cell.d_model,
+        cell.n_layers,
+        cell.d_model // cell.n_heads,
+        init="fan_in",
+        tied_head=False,
+        qk_layernorm=cell.qk_layernorm,
+    )
 
 
 def _schedule(cell: LogitCell):
@@ -27,6 +35,7 @@ def _schedule(cell: LogitCell):
             return (step + 1) / cell.warmup
         progress = (step - cell.warmup) / max(1, cell.steps - cell.warmup)
         return 0.5 * (1.0 + math.cos(math.pi * progress))
+
     return factor
 
 
@@ -44,7 +53,7 @@ def _qk_gain(attn) -> float | None:
     """RMS(q gain) · RMS(k gain) of a layer's QK-layernorm: the only way its logits can grow."""
     if attn.q_norm is None:
         return None
-    rms = lambda w: float(w.detach().pow(2).mean().sqrt())   # noqa: E731
+    rms = lambda w: float(w.detach().pow(2).mean().sqrt())  # noqa: E731
     return rms(attn.q_norm.weight) * rms(attn.k_norm.weight)
 
 
@@ -60,12 +69,13 @@ def _setup_run(cell: LogitCell):
 
     data = seed_everything(cell.seed)
     corpus = CharCorpus(grammar_corpus(cell.corpus_chars, cell.corpus_seed))
-    model = GPT(gpt_config(cell, corpus.vocab), InverseSqrtDk(), figures=False)   # SDPA, which the monitor rides
-    opt = torch.optim.AdamW(model.parameters(), lr=cell.lr, betas=(0.9, 0.95), eps=1e-8,
-                            weight_decay=cell.weight_decay / cell.lr)
+    model = GPT(gpt_config(cell, corpus.vocab), InverseSqrtDk(), figures=False)  # SDPA, which the monitor rides
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=cell.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=cell.weight_decay / cell.lr
+    )
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _schedule(cell))
     guard = LogitGuard(model, cell.qk_clip) if cell.qk_clip is not None else None
-    valid_gen = torch.Generator().manual_seed(30_000 + cell.corpus_seed)   # same validation set for all
+    valid_gen = torch.Generator().manual_seed(30_000 + cell.corpus_seed)  # same validation set for all
     valid = [corpus.batch("valid", cell.batch, cell.context, valid_gen) for _ in range(cell.eval_batches)]
     return data, corpus, model, opt, sched, guard, valid
 
@@ -103,13 +113,22 @@ def train_cell(cell: LogitCell, stop_after: int | None = None) -> dict:
     train_peak, clipped = None, 0
     with Monitor(model, mode=MONITOR_MODE, history=False) as mon:
         init_loss, init_logit = _evaluate(model, valid, mon, 0)
-        log.append({"step": 0, "train_loss": None, "valid_loss": _finite(init_loss), "max_logit_layer0": init_logit,
-                    "max_logit_train": None, "clipped_heads": 0, "qk_gain_layer0": _qk_gain(attn0),
-                    "lr": cell.lr * _schedule(cell)(0)})
+        log.append(
+            {
+                "step": 0,
+                "train_loss": None,
+                "valid_loss": _finite(init_loss),
+                "max_logit_layer0": init_logit,
+                "max_logit_train": None,
+                "clipped_heads": 0,
+                "qk_gain_layer0": _qk_gain(attn0),
+                "lr": cell.lr * _schedule(cell)(0),
+            }
+        )
         for step in range(1, cell.steps + 1):
             x, y = corpus.batch("train", cell.batch, cell.context, data)
             loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
-            figures = mon.step(step, log=False)            # this step's forward: every layer and head
+            figures = mon.step(step, log=False)  # this step's forward: every layer and head
             if not torch.isfinite(loss):
                 diverged_at = step
                 break
@@ -125,9 +144,18 @@ def train_cell(cell: LogitCell, stop_after: int | None = None) -> dict:
             window.append(float(loss.detach()))
             if step % cell.log_every == 0 or step == cell.steps:
                 valid_loss, peak0 = _evaluate(model, valid, mon, step)
-                log.append({"step": step, "train_loss": statistics.fmean(window), "valid_loss": _finite(valid_loss),
-                            "max_logit_layer0": peak0, "max_logit_train": train_peak, "clipped_heads": clipped,
-                            "qk_gain_layer0": _qk_gain(attn0), "lr": cell.lr * _schedule(cell)(step - 1)})
+                log.append(
+                    {
+                        "step": step,
+                        "train_loss": statistics.fmean(window),
+                        "valid_loss": _finite(valid_loss),
+                        "max_logit_layer0": peak0,
+                        "max_logit_train": train_peak,
+                        "clipped_heads": clipped,
+                        "qk_gain_layer0": _qk_gain(attn0),
+                        "lr": cell.lr * _schedule(cell)(step - 1),
+                    }
+                )
                 window, train_peak, clipped = [], None, 0
                 if not math.isfinite(valid_loss):
                     diverged_at = step
@@ -135,12 +163,28 @@ def train_cell(cell: LogitCell, stop_after: int | None = None) -> dict:
             if stop_after is not None and step >= stop_after:
                 break
     stopped = stop_after is not None and stop_after < cell.steps and diverged_at is None
-    return _result(cell, log, init_loss, diverged_at, stop_after if stopped else None, dict(mon.fallbacks),
-                   corpus.vocab, sum(p.numel() for p in model.parameters()))
+    return _result(
+        cell,
+        log,
+        init_loss,
+        diverged_at,
+        stop_after if stopped else None,
+        dict(mon.fallbacks),
+        corpus.vocab,
+        sum(p.numel() for p in model.parameters()),
+    )
 
 
-def _result(cell: LogitCell, log: list[dict], init_loss: float, diverged_at: int | None, stopped_after: int | None,
-            fallbacks: dict, vocab: int, parameters: int) -> dict:
+def _result(
+    cell: LogitCell,
+    log: list[dict],
+    init_loss: float,
+    diverged_at: int | None,
+    stopped_after: int | None,
+    fallbacks: dict,
+    vocab: int,
+    parameters: int,
+) -> dict:
     """The run's result from its log: the final figures (None, with the reason, for a run that
     diverged or was stopped after ``stopped_after`` updates) and the peaks over the log."""
     peaks = [e["max_logit_layer0"] for e in log if e["max_logit_layer0"] is not None]
@@ -149,8 +193,13 @@ def _result(cell: LogitCell, log: list[dict], init_loss: float, diverged_at: int
         "variant": cell.variant,
         "init_loss": init_loss,
         "final_loss": log[-1]["valid_loss"] if diverged_at is None and stopped_after is None else None,
-        "final_loss_reason": (f"diverged at step {diverged_at}" if diverged_at is not None else
-                              f"stopped after {stopped_after} updates" if stopped_after is not None else None),
+        "final_loss_reason": (
+            f"diverged at step {diverged_at}"
+            if diverged_at is not None
+            else f"stopped after {stopped_after} updates"
+            if stopped_after is not None
+            else None
+        ),
         "diverged_at": diverged_at,
         "max_logit_layer0_final": log[-1]["max_logit_layer0"],
         "max_logit_layer0_peak": max(peaks) if peaks else None,

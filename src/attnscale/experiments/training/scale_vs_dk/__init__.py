@@ -29,11 +29,37 @@ the SGD tuning, the summaries, curves and findings the report shows).
 
 from attnscale.experiments.training.scale_vs_dk.analysis import analyse, steps_to_target, tune_sgd
 from attnscale.experiments.training.scale_vs_dk.chain_rule import chain_rule_check, logit_jacobian
-from attnscale.experiments.training.scale_vs_dk.config import (KIND, LIKE_REFERENCE_STEPS, LOGIT_GROWTH, OPTIMIZERS,
-                                                      REFERENCE_RULE, RULE_CHOICES, SATURATED_RUN, VERDICTS,
-                                                      ScaleCell, ScaleRun, ScaleVsDkConfig)
+from attnscale.experiments.training.scale_vs_dk.config import (
+    KIND,
+    LIKE_REFERENCE_STEPS,
+    LOGIT_GROWTH,
+    OPTIMIZERS,
+    REFERENCE_RULE,
+    RULE_CHOICES,
+    SATURATED_RUN,
+    VERDICTS,
+    ScaleCell,
+    ScaleRun,
+    ScaleVsDkConfig,
+)
 from attnscale.experiments.training.scale_vs_dk.train import train_cell
 
-__all__ = ["RULE_CHOICES", "REFERENCE_RULE", "OPTIMIZERS", "ScaleRun", "ScaleCell", "ScaleVsDkConfig", "train_cell",
-           "analyse", "tune_sgd", "steps_to_target", "chain_rule_check", "logit_jacobian", "KIND",
-           "VERDICTS", "LIKE_REFERENCE_STEPS", "SATURATED_RUN", "LOGIT_GROWTH"]
+__all__ = [
+    "RULE_CHOICES",
+    "REFERENCE_RULE",
+    "OPTIMIZERS",
+    "ScaleRun",
+    "ScaleCell",
+    "ScaleVsDkConfig",
+    "train_cell",
+    "analyse",
+    "tune_sgd",
+    "steps_to_target",
+    "chain_rule_check",
+    "logit_jacobian",
+    "KIND",
+    "VERDICTS",
+    "LIKE_REFERENCE_STEPS",
+    "SATURATED_RUN",
+    "LOGIT_GROWTH",
+]

@@ -43,21 +43,21 @@ def init_chain_rule(record, rule: ScaleRule, factor: float) -> dict[str, float]:
     """
     from attnscale.softmax_rows import row_health
 
-    z = record.logits.double().numpy()[:, :, -1, :]                   # (B, H, S): the query rows
-    keys = record.k.double().numpy()                                   # (B, H, S, d_k)
-    values = record.v.double().numpy()                                 # (B, H, S, d_v)
-    q = record.q.double().numpy()[:, :, -1, :]                         # (B, H, d_k)
-    x = record.context.double().numpy()                                # (B, S, D)
-    q_hat, k_hat = rule.normalize(q), rule.normalize(keys)             # the core's normalisation
-    r_q = np.linalg.norm(q, axis=-1) / np.linalg.norm(q_hat, axis=-1)            # (B, H)
-    r_k = np.linalg.norm(keys, axis=-1) / np.linalg.norm(k_hat, axis=-1)         # (B, H, S)
+    z = record.logits.double().numpy()[:, :, -1, :]  # (B, H, S): the query rows
+    keys = record.k.double().numpy()  # (B, H, S, d_k)
+    values = record.v.double().numpy()  # (B, H, S, d_v)
+    q = record.q.double().numpy()[:, :, -1, :]  # (B, H, d_k)
+    x = record.context.double().numpy()  # (B, S, D)
+    q_hat, k_hat = rule.normalize(q), rule.normalize(keys)  # the core's normalisation
+    r_q = np.linalg.norm(q, axis=-1) / np.linalg.norm(q_hat, axis=-1)  # (B, H)
+    r_k = np.linalg.norm(keys, axis=-1) / np.linalg.norm(k_hat, axis=-1)  # (B, H, S)
     health = row_health(z, spectral=False)
-    jac = logit_jacobian(z, rule)                                       # (B, H, S, S)
-    jv = np.einsum("bhst,bhtv->bhsv", jac, values)                      # J V: (B, H, S, d_v)
-    k_jv = np.einsum("bhsd,bhsv->bhdv", k_hat, jv)                      # K̂ᵀ J V
+    jac = logit_jacobian(z, rule)  # (B, H, S, S)
+    jv = np.einsum("bhst,bhtv->bhsv", jac, values)  # J V: (B, H, S, d_v)
+    k_jv = np.einsum("bhsd,bhsv->bhdv", k_hat, jv)  # K̂ᵀ J V
     x_jv = np.einsum("bhsd,bhsv->bhdv", x[:, None] / r_k[..., None], jv)  # (X/r_k)ᵀ J V
-    frobenius = lambda a: np.sqrt((a ** 2).sum(axis=(-2, -1)))          # noqa: E731
-    rms = lambda a: float(np.sqrt(np.mean(np.square(a))))               # noqa: E731
+    frobenius = lambda a: np.sqrt((a**2).sum(axis=(-2, -1)))  # noqa: E731
+    rms = lambda a: float(np.sqrt(np.mean(np.square(a))))  # noqa: E731
     return {
         "factor": factor,
         "jacobian_frobenius_rms": rms(health.jacobian_frobenius),
@@ -100,28 +100,38 @@ def chain_rule_check(config: ScaleVsDkConfig, rows) -> dict:
         constant = ratio(mean(which, init[anchor]), mean(factor, init[anchor])) if anchor in init else None
         for rule, d_k in order:
             items = init[(rule, d_k)]
-            predicted = constant * mean(factor, items) if constant is not None and mean(factor, items) is not None \
-                else None
+            predicted = (
+                constant * mean(factor, items) if constant is not None and mean(factor, items) is not None else None
+            )
             measured = mean(which, items)
             # The scale alone: the reference rule's measured gradient at this d_k, times s / s_ref.
             ref = init.get((REFERENCE_RULE, d_k))
             scale_only = (mean(which, ref) * mean("factor", items) / mean("factor", ref)) if ref else None
-            out.append({
-                "gradient": which, "rule": rule, "d_k": d_k,
-                "factor": mean("factor", items), "logit_std": mean("logit_std", items),
-                "max_weight_mean": mean("max_weight_mean", items),
-                "jacobian_frobenius_rms": mean("jacobian_frobenius_rms", items),
-                "effective_jacobian_rms": mean("effective_jacobian_rms", items),
-                "predicted": predicted, "measured": measured, "scale_only": scale_only,
-                "ratio": ratio(measured, predicted),
-            })
+            out.append(
+                {
+                    "gradient": which,
+                    "rule": rule,
+                    "d_k": d_k,
+                    "factor": mean("factor", items),
+                    "logit_std": mean("logit_std", items),
+                    "max_weight_mean": mean("max_weight_mean", items),
+                    "jacobian_frobenius_rms": mean("jacobian_frobenius_rms", items),
+                    "effective_jacobian_rms": mean("effective_jacobian_rms", items),
+                    "predicted": predicted,
+                    "measured": measured,
+                    "scale_only": scale_only,
+                    "ratio": ratio(measured, predicted),
+                }
+            )
     predicted_rows = [r for r in out if (r["rule"], r["d_k"]) != anchor and r["ratio"] is not None]
     factors = finite(r["factor"] for r in out)
     big = max(r["d_k"] for r in out)
     quoted = next((r for r in out if r["rule"] == "unscaled" and r["d_k"] == big and r["gradient"] == "grad_wq"), None)
-    summary = {"ratio_min": min((r["ratio"] for r in predicted_rows), default=None),
-               "ratio_max": max((r["ratio"] for r in predicted_rows), default=None),
-               "pairs": len({(r["rule"], r["d_k"]) for r in predicted_rows}),
-               "factor_span": max(factors) / min(factors) if factors and min(factors) > 0 else None,
-               "quoted": quoted and {k: quoted[k] for k in ("rule", "d_k", "scale_only", "predicted", "measured")}}
+    summary = {
+        "ratio_min": min((r["ratio"] for r in predicted_rows), default=None),
+        "ratio_max": max((r["ratio"] for r in predicted_rows), default=None),
+        "pairs": len({(r["rule"], r["d_k"]) for r in predicted_rows}),
+        "factor_span": max(factors) / min(factors) if factors and min(factors) > 0 else None,
+        "quoted": quoted and {k: quoted[k] for k in ("rule", "d_k", "scale_only", "predicted", "measured")},
+    }
     return {"anchor": {"rule": anchor[0], "d_k": anchor[1]}, "rows": out, "summary": summary}

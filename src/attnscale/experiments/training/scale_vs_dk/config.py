@@ -11,8 +11,19 @@ from attnscale.experiments.training.cells import RuleRun, rule_grid, shared_sett
 from attnscale.experiments.training.tasks import MarkedCount
 from attnscale.scales import RULES, ScaleRule
 
-__all__ = ["KIND", "VERDICTS", "LIKE_REFERENCE_STEPS", "SATURATED_RUN", "LOGIT_GROWTH", "RULE_CHOICES", "REFERENCE_RULE",
-           "OPTIMIZERS", "ScaleRun", "ScaleCell", "ScaleVsDkConfig"]
+__all__ = [
+    "KIND",
+    "VERDICTS",
+    "LIKE_REFERENCE_STEPS",
+    "SATURATED_RUN",
+    "LOGIT_GROWTH",
+    "RULE_CHOICES",
+    "REFERENCE_RULE",
+    "OPTIMIZERS",
+    "ScaleRun",
+    "ScaleCell",
+    "ScaleVsDkConfig",
+]
 
 KIND = "scale-vs-dk"
 
@@ -47,8 +58,8 @@ class ScaleRun:
 
     steps: int = 500
     batch: int = 64
-    log_every: int = 10       # steps between logged metrics (and the window of the running accuracy)
-    final_eval: int = 2048    # fresh samples for the final accuracy
+    log_every: int = 10  # steps between logged metrics (and the window of the running accuracy)
+    final_eval: int = 2048  # fresh samples for the final accuracy
     task: MarkedCount = field(default_factory=MarkedCount)
 
     def __post_init__(self):
@@ -66,7 +77,7 @@ class ScaleCell(RuleRun, ScaleRun):
 
     d_model: int = 32
     n_heads: int = 2
-    code_version: int = 4     # bump when training code changes: old cached results then miss
+    code_version: int = 4  # bump when training code changes: old cached results then miss
 
     def __post_init__(self):
         super().__post_init__()
@@ -94,8 +105,10 @@ class ScaleVsDkConfig(ScaleRun):
         super().__post_init__()
         unknown = [r for r in self.rules if r not in RULE_CHOICES]
         if unknown or REFERENCE_RULE not in self.rules:
-            raise InputError(f"rules: expected names among {sorted(RULE_CHOICES)} including {REFERENCE_RULE!r}, "
-                             f"got {list(self.rules)}")
+            raise InputError(
+                f"rules: expected names among {sorted(RULE_CHOICES)} including {REFERENCE_RULE!r}, "
+                f"got {list(self.rules)}"
+            )
         check_count("seeds", self.seeds)
         check_positive("adam_lr", self.adam_lr)
         if not 0 < self.target_accuracy <= 1:
@@ -109,6 +122,12 @@ class ScaleVsDkConfig(ScaleRun):
         return cls(d_ks=(16, 64), seeds=seeds, sgd_lrs=(0.03, 0.1, 0.3), steps=40, log_every=10, final_eval=256)
 
     def cells(self) -> list[ScaleCell]:
-        return rule_grid(ScaleCell, self.rules, self.d_ks, self.seeds, ("adam", self.adam_lr), self.sgd_lrs,
-                         **shared_settings(self, ScaleRun))
-
+        return rule_grid(
+            ScaleCell,
+            self.rules,
+            self.d_ks,
+            self.seeds,
+            ("adam", self.adam_lr),
+            self.sgd_lrs,
+            **shared_settings(self, ScaleRun),
+        )

@@ -30,8 +30,15 @@ def train_cell(cell: ScaleCell, stop_after: int | None = None) -> dict:
     rule = RULE_CHOICES[cell.rule]
     # Same weights for every rule at a given (d_k, seed): the rule adds at most a scalar gain, which
     # draws no random numbers.
-    model = ReadoutTransformer(cell.task.vocab, cell.task.seq_len, cell.task.n_classes, rule, cell.d_k,
-                               d_model=cell.d_model, n_heads=cell.n_heads)
+    model = ReadoutTransformer(
+        cell.task.vocab,
+        cell.task.seq_len,
+        cell.task.n_classes,
+        rule,
+        cell.d_k,
+        d_model=cell.d_model,
+        n_heads=cell.n_heads,
+    )
     attn = model.attn
     opt = make_optimizer(cell.optimizer, model.parameters(), cell.lr)
     losses, correct, log = [], [], []
@@ -45,19 +52,25 @@ def train_cell(cell: ScaleCell, stop_after: int | None = None) -> dict:
         if not torch.isfinite(loss):
             diverged_at = step
             break
-        losses.append(float(f"{float(loss.detach()):.6g}"))   # 6 digits: the summary stays small
+        losses.append(float(f"{float(loss.detach()):.6g}"))  # 6 digits: the summary stays small
         correct.append(float((logits.argmax(-1) == labels).double().mean()))
         if step == cell.steps:
-            break                                   # the last batch is measured, not trained on
+            break  # the last batch is measured, not trained on
         opt.zero_grad(set_to_none=False)
         loss.backward()
         if attn.keep_record:
-            rows_z, rows_p = attn.record.logits, attn.record.weights   # (B, H, 1, S): the query's row
+            rows_z, rows_p = attn.record.logits, attn.record.weights  # (B, H, 1, S): the query's row
             gq, zero_q = grad_norm(attn.w_q.weight)
             gk, zero_k = grad_norm(attn.w_k.weight)
             window = slice(max(0, step - cell.log_every + 1), step + 1)
-            entry = {"step": step, "loss": _mean(losses[window]), "accuracy": _mean(correct[window]),
-                     "grad_wq": finite_or_none(gq), "grad_wk": finite_or_none(gk), "grad_zero": zero_q and zero_k}
+            entry = {
+                "step": step,
+                "loss": _mean(losses[window]),
+                "accuracy": _mean(correct[window]),
+                "grad_wq": finite_or_none(gq),
+                "grad_wk": finite_or_none(gk),
+                "grad_zero": zero_q and zero_k,
+            }
             entry.update(attention_metrics(rows_z, rows_p))
             log.append(entry)
             if step == 0:
@@ -68,7 +81,7 @@ def train_cell(cell: ScaleCell, stop_after: int | None = None) -> dict:
             break
     stopped = stop_after is not None and stop_after < cell.steps
     final = _final_eval(model, cell) if diverged_at is None and not stopped else {"accuracy": None, "loss": None}
-    if diverged_at is None and not stopped and final["loss"] is None:   # finite while training, not held out
+    if diverged_at is None and not stopped and final["loss"] is None:  # finite while training, not held out
         diverged_at = cell.steps
     return {
         "final_accuracy": final["accuracy"],
@@ -86,7 +99,7 @@ def train_cell(cell: ScaleCell, stop_after: int | None = None) -> dict:
 def _final_eval(model, cell: ScaleCell) -> dict[str, float]:
     import torch
 
-    gen = torch.Generator().manual_seed(20_000 + cell.seed)   # a held-out stream, same for every rule
+    gen = torch.Generator().manual_seed(20_000 + cell.seed)  # a held-out stream, same for every rule
     tokens, labels = cell.task.sample(cell.final_eval, gen)
     with torch.no_grad():
         logits = model(tokens)
