@@ -301,11 +301,7 @@ def attention(
     [0.5, 0.9741, 0.6628]
     """
     torch = require("torch", "torch")
-    check_choice("backend", backend, BACKENDS)
-    if logit_range and not return_stats:
-        raise InputError("logit_range: the logit range is a figure; pass return_stats=True to get it")
-    if first_key and not return_stats:
-        raise InputError("first_key: the weight on the first key is a figure; pass return_stats=True to get it")
+    _check_options(backend, return_stats, logit_range, first_key)
     p, chosen = _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite, backend, return_stats)
     if chosen is None:  # PyTorch's SDPA cannot cap: a capped call has a backend
         if check_finite:
@@ -313,19 +309,15 @@ def attention(
         return p.shaped(plain_sdpa(torch, p)).to(p.out_dtype)
     if check_finite:
         _check_finite(torch, {"q": q, "k": k, "v": v}, kernel=chosen == "kernel")
-    if p.v.shape[-1] == 0:
-        chosen = "chunked"  # d_v = 0: nothing for a BLAS or a fused kernel to multiply
-    if p.q.shape[-2] == 0:
-        out, lse, entropy, hi, lo = nothing_attended(torch, p, logit_range)
-    elif chosen == "flex" and backend == "auto":
-        (out, lse, entropy, hi, lo), chosen = _flex_or_fall_back(torch, p, logit_range)
-    else:
-        out, lse, entropy, hi, lo = RUNNERS[chosen](torch, p, logit_range)
+    (out, lse, entropy, hi, lo), chosen = _run_backend(torch, p, chosen, backend, logit_range)
     _check_graph(torch, (q, k, v, bias), out, chosen)
     out = p.shaped(out).to(p.out_dtype)
     if not return_stats:
         return out
-    figure = lambda x: None if x is None else p.shaped(x).detach()  # noqa: E731
+
+    def figure(x):
+        return None if x is None else p.shaped(x).detach()
+
     return out, AttentionStats(
         lse=figure(lse),
         entropy=figure(entropy),
@@ -334,6 +326,28 @@ def attention(
         backend=chosen,
         first_key_weight=figure(_first_key_weight(torch, p, lse)) if first_key else None,
     )
+
+
+def _check_options(backend: str, return_stats: bool, logit_range: bool, first_key: bool) -> None:
+    """The backend is one of :data:`BACKENDS`, and the figures asked for come with ``return_stats``."""
+    check_choice("backend", backend, BACKENDS)
+    if logit_range and not return_stats:
+        raise InputError("logit_range: the logit range is a figure; pass return_stats=True to get it")
+    if first_key and not return_stats:
+        raise InputError("first_key: the weight on the first key is a figure; pass return_stats=True to get it")
+
+
+def _run_backend(torch, p: Problem, chosen: str, backend: str, logit_range: bool):
+    """(out, lse, entropy, max logit, min logit) of the prepared problem on the chosen backend, and
+    the backend that ran it: chunked for d_v = 0 (nothing for a BLAS or a fused kernel to multiply),
+    no backend at all for no query rows, "auto"'s flex falling back where FlexAttention fails."""
+    if p.v.shape[-1] == 0:
+        chosen = "chunked"
+    if p.q.shape[-2] == 0:
+        return nothing_attended(torch, p, logit_range), chosen
+    if chosen == "flex" and backend == "auto":
+        return _flex_or_fall_back(torch, p, logit_range)
+    return RUNNERS[chosen](torch, p, logit_range), chosen
 
 
 def _flex_or_fall_back(torch, p: Problem, logit_range: bool):
