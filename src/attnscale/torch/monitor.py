@@ -706,14 +706,16 @@ def compiled_replacement(a: dict):
     """Replace mode inside a graph Dynamo compiles (traced, with an SDPA call's arguments ``a``):
     ``(output, AttentionStats)`` of :func:`attnscale.torch.attention` for the calls it can judge
     from their shapes and flags alone — no dropout, no attn_mask or a bool one, heads SDPA would
-    broadcast — on :data:`TRAINING_BACKEND` (the fused kernel, one op in the graph, on CPU); None
-    for the others, whose own SDPA then stays in the graph (observed). A float mask is left alone:
-    whether it masks a whole row with finite numbers (a fallback in eager replace) depends on its
-    values, which a graph cannot branch on."""
+    broadcast — on :data:`TRAINING_BACKEND` (the fused kernel, one op in the graph), on the CPU (the
+    only device this path is tested on); None for the others, whose own SDPA then stays in the graph
+    (observed). A float mask is left alone: whether it masks a whole row with finite numbers (a
+    fallback in eager replace) depends on its values, which a graph cannot branch on."""
     torch = require("torch", "torch")
     q, k, v, m = a["query"], a["key"], a["value"], a["attn_mask"]
     if not all(isinstance(t, torch.Tensor) for t in (q, k, v)) or q.dim() < 2 or a["dropout_p"] > 0:
         return None
+    if q.device.type != "cpu":
+        return None  # traced and tested on CPU only; on CUDA the compiled model's SDPA stays, observed
     if m is not None and (a["is_causal"] or m.dtype != torch.bool):
         return None
     if not a["enable_gqa"] and q.dim() >= 3 and k.dim() >= 3 and k.shape[-3] not in (1, q.shape[-3]):
