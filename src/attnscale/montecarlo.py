@@ -139,19 +139,7 @@ def adaptive_means(
         numbers, counted at the largest cost among the active estimands.
     max_samples: a cap per estimand (or one for all), rounded up to whole batches.
     """
-    cost = np.asarray(cost, dtype=np.int64)
-    caps = np.broadcast_to(np.asarray(max_samples, dtype=np.int64), (n_estimands,)).copy()
-    if cost.shape != (n_estimands,) or np.any(cost < 1):
-        raise InputError(f"cost: expected {n_estimands} positive integers, got {cost.tolist()}")
-    if batch_size < 1 or batch_size * int(cost.max()) > chunk_elements:
-        raise InputError(
-            f"batch_size: expected 1 ≤ batch_size ≤ chunk_elements / max(cost) = "
-            f"{chunk_elements // int(cost.max())}, got {batch_size}"
-        )
-    if np.any(caps < batch_size):
-        raise InputError(f"max_samples: expected at least one batch ({batch_size}) each, got {caps.tolist()}")
-    if not 0 < rel_ci_target < 1:
-        raise InputError(f"rel_ci_target: expected a number in (0, 1), got {rel_ci_target!r}")
+    cost, caps = _checked_plan(n_estimands, cost, max_samples, batch_size, chunk_elements, rel_ci_target)
     count = np.zeros(n_estimands, dtype=np.int64)  # batches so far
     mean = np.zeros(n_estimands)
     m2 = np.zeros(n_estimands)  # Σ (stat − mean)², merged per block (Chan et al.)
@@ -169,15 +157,7 @@ def adaptive_means(
             raise InputError(f"draw_batches: expected shape {(n_batches, n_estimands)}, got {stats.shape}")
         # Estimands whose cap falls inside this block keep only the batches up to the cap.
         take = np.where(active, np.minimum(n_batches, cap_batches - count), 0)
-        for j in np.flatnonzero(active):
-            block = stats[: take[j], j]
-            b_mean = float(block.mean())
-            b_m2 = float(np.sum((block - b_mean) ** 2))
-            n_a, n_b = count[j], take[j]
-            delta = b_mean - mean[j]
-            mean[j] += delta * n_b / (n_a + n_b)
-            m2[j] += b_m2 + delta * delta * n_a * n_b / (n_a + n_b)
-            count[j] = n_a + n_b
+        _merge_blocks(stats, take, active, count, mean, m2)
         done_work += int(np.sum(take * cost))
         half = _half_widths(count, m2, confidence)
         reached = (count >= min_batches) & (half <= rel_ci_target * np.abs(mean))
@@ -197,6 +177,43 @@ def adaptive_means(
         )
         for j in range(n_estimands)
     ]
+
+
+def _checked_plan(
+    n_estimands: int, cost, max_samples, batch_size: int, chunk_elements: int, rel_ci_target: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`adaptive_means`' cost per sample and cap per estimand as arrays of shape (n_estimands,),
+    or :class:`InputError` naming the argument that cannot make a plan."""
+    cost = np.asarray(cost, dtype=np.int64)
+    caps = np.broadcast_to(np.asarray(max_samples, dtype=np.int64), (n_estimands,)).copy()
+    if cost.shape != (n_estimands,) or np.any(cost < 1):
+        raise InputError(f"cost: expected {n_estimands} positive integers, got {cost.tolist()}")
+    if batch_size < 1 or batch_size * int(cost.max()) > chunk_elements:
+        raise InputError(
+            f"batch_size: expected 1 ≤ batch_size ≤ chunk_elements / max(cost) = "
+            f"{chunk_elements // int(cost.max())}, got {batch_size}"
+        )
+    if np.any(caps < batch_size):
+        raise InputError(f"max_samples: expected at least one batch ({batch_size}) each, got {caps.tolist()}")
+    if not 0 < rel_ci_target < 1:
+        raise InputError(f"rel_ci_target: expected a number in (0, 1), got {rel_ci_target!r}")
+    return cost, caps
+
+
+def _merge_blocks(
+    stats: np.ndarray, take: np.ndarray, active: np.ndarray, count: np.ndarray, mean: np.ndarray, m2: np.ndarray
+) -> None:
+    """Merge the first ``take[j]`` rows of ``stats`` (n_batches, n_estimands) into each active
+    estimand's running ``count``, ``mean`` and ``m2``, in place (Chan et al.'s pairwise update)."""
+    for j in np.flatnonzero(active):
+        block = stats[: take[j], j]
+        b_mean = float(block.mean())
+        b_m2 = float(np.sum((block - b_mean) ** 2))
+        n_a, n_b = count[j], take[j]
+        delta = b_mean - mean[j]
+        mean[j] += delta * n_b / (n_a + n_b)
+        m2[j] += b_m2 + delta * delta * n_a * n_b / (n_a + n_b)
+        count[j] = n_a + n_b
 
 
 def _half_widths(count: np.ndarray, m2: np.ndarray, confidence: float) -> np.ndarray:

@@ -33,14 +33,19 @@ SSMAX_S = SSMAX_DEFAULT_S  # Nakanishi's Figure 1 value of SSMax's s, defined wi
 
 
 def run(ctx: Context) -> None:
-    _phase(ctx)
+    grid = _phase_grid(ctx)
+    at = _at_boundary_multiples(ctx, grid)
+    _asymptote_improves(ctx, at, grid["rows"])
+    _frozen_beyond_boundary(ctx, at, grid["rows"])
     ctx.tick(N_("phase diagram"))
     _keys_not_dk(ctx)
     _ssmax(ctx)
     ctx.tick(N_("Scalable-Softmax"))
 
 
-def _phase(ctx: Context) -> None:
+def _phase_grid(ctx: Context) -> dict:
+    """The phase diagram (``ctx.data["phase"]``): H/ln n by Monte Carlo and its asymptote on the σ grid,
+    the boundary σ_c and the rows drawn, for each n."""
     budget = 2**15 if ctx.config.quick else 2**17
     conf = ctx.config.confidence
     grid = {
@@ -65,9 +70,14 @@ def _phase(ctx: Context) -> None:
         grid["boundary"][str(n)] = phase_boundary(n)
         grid["rows"][str(n)] = rows
     ctx.data["phase"] = grid
+    return grid
 
-    # The claims are judged at σ = σ_c/2, σ_c and 2σ_c exactly (not at the nearest grid point).
-    at = {n: {} for n in PHASE_NS}
+
+def _at_boundary_multiples(ctx: Context, grid: dict) -> dict:
+    """{n: {σ/σ_c: (H/ln n, its gap to the asymptote, the asymptote)}} at σ = σ_c/2, σ_c and 2σ_c
+    exactly (not at the nearest grid point): where the claims are judged; also put in ``grid``."""
+    conf = ctx.config.confidence
+    at: dict[int, dict] = {n: {} for n in PHASE_NS}
     for n in PHASE_NS:
         z = ctx.rng(f"phase n={n}").standard_normal((grid["rows"][str(n)], n))
         for ratio in (0.5, 1.0, 2.0):
@@ -81,8 +91,12 @@ def _phase(ctx: Context) -> None:
         }
         for n in PHASE_NS
     }
+    return at
 
-    # S8.1: the asymptote gets better with n at σ = σ_c/2, and is far off at the boundary.
+
+def _asymptote_improves(ctx: Context, at: dict, rows: dict) -> None:
+    """S8.1: the gap to the asymptote ln n − σ²/2 shrinks with n at σ = σ_c/2 (and is large at σ_c);
+    at: :func:`_at_boundary_multiples`, rows: the rows drawn by str(n)."""
     small, large = at[PHASE_NS[0]][0.5][1], at[PHASE_NS[-1]][0.5][1]
     ctx.add(
         claim(
@@ -110,7 +124,7 @@ def _phase(ctx: Context) -> None:
             estimate=large.value,
             ci_low=large.ci_low,
             ci_high=large.ci_high,
-            n_samples=grid["rows"][str(PHASE_NS[-1])],
+            n_samples=rows[str(PHASE_NS[-1])],
             verdict=judge_below(_abs_interval(large.ci_low, large.ci_high), _abs_interval(small.ci_low, small.ci_high)),
             note=lambda: _(
                 "H/ln n, mean over rows; near the boundary the asymptote (0 at σ_c) is far off at practical n: its O(1) corrections are not small against ln n"
@@ -118,7 +132,10 @@ def _phase(ctx: Context) -> None:
         )
     )
 
-    # S8.2: frozen beyond the boundary: H/ln n at σ = 2σ_c falls toward 0 as n grows.
+
+def _frozen_beyond_boundary(ctx: Context, at: dict, rows: dict) -> None:
+    """S8.2: beyond the boundary the softmax is frozen, H/ln n at σ = 2σ_c falling toward 0 as n
+    grows; at: :func:`_at_boundary_multiples`, rows: the rows drawn by str(n)."""
     frozen = [at[n][2.0][0] for n in PHASE_NS]
     falls = judge_below((frozen[-1].ci_low, frozen[-1].ci_high), (frozen[0].ci_low, frozen[0].ci_high))
     d_frozen = {n: math.floor(2 * math.log(n)) + 1 for n in ROW_NS}
@@ -147,7 +164,7 @@ def _phase(ctx: Context) -> None:
             estimate=frozen[-1].value,
             ci_low=frozen[-1].ci_low,
             ci_high=frozen[-1].ci_high,
-            n_samples=grid["rows"][str(PHASE_NS[-1])],
+            n_samples=rows[str(PHASE_NS[-1])],
             verdict=falls,
             note=lambda: _(
                 "σ ≈ √d_k for unscaled logits of Gaussian q, k: every practical d_k (64, 128) is deep in the frozen phase"

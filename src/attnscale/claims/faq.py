@@ -36,6 +36,7 @@ from attnscale.softmax_rows import row_health, softmax
 from attnscale.theory import COMPONENTS, dot_square_variance
 
 NS = (3, 16, 128)
+NS_TEXT = ", ".join(map(str, NS))  # the n of every claim, as its expected text lists them
 SMALL_D_K = 4
 BARELY = 0.1  # "barely changes": at most 10% of the attention moves, entropy moves by ≤ 0.1·ln n (median row)
 MODE_NAME = {"unscaled": N_("unscaled", "mode"), "scaled": N_("scaled", "mode")}  # saturation.MODES, as said
@@ -56,10 +57,20 @@ def _paired_change(ctx: Context, d_k: int, n: int, rows: int) -> tuple[np.ndarra
 def run(ctx: Context) -> None:
     rows = 2000 if ctx.config.quick else 20000
     conf = ctx.config.confidence
-    ns = ", ".join(map(str, NS))
     change = {(d, n): _paired_change(ctx, d, n, rows) for d in (SMALL_D_K, 64) for n in NS}
     tv = {key: quantile_ci(v[0], 0.5, conf) for key, v in change.items()}
     dh = {key: quantile_ci(v[1], 0.5, conf) for key, v in change.items()}
+    _matters_less_at_small_d_k(ctx, tv, rows)
+    _behaves_well(ctx, rows)
+    _about_the_same(ctx, tv, dh, rows)
+    ctx.tick(N_("small d_k"))
+    _error_shrinks(ctx)
+    ctx.tick(N_("1/√samples"))
+
+
+def _matters_less_at_small_d_k(ctx: Context, tv: dict, rows: int) -> None:
+    """S7.1: scaling moves less attention at d_k = 4 than at 64; tv: {(d_k, n): median TV distance
+    between the rows with and without ÷√d_k, as (value, low, high)}."""
     less = {n: judge_below(tv[(SMALL_D_K, n)][1:], tv[(64, n)][1:]) for n in NS}
     ctx.add(
         claim(
@@ -68,7 +79,7 @@ def run(ctx: Context) -> None:
             expected=lambda: _(
                 "median TV(softmax(s), softmax(s/√d_k)) at d_k = 4 below that at d_k = 64 ({level} CIs separated), n = {ns}",
                 level=ctx.level,
-                ns=ns,
+                ns=NS_TEXT,
             ),
             measured=lambda: per_n(
                 {n: _("{small:.3f} vs {large:.3f}", small=tv[(SMALL_D_K, n)][0], large=tv[(64, n)][0]) for n in NS}
@@ -81,7 +92,11 @@ def run(ctx: Context) -> None:
         )
     )
 
-    # S7.2: the seed's words — no saturation at d_k = 4, unscaled or scaled.
+
+def _behaves_well(ctx: Context, rows: int) -> None:
+    """S7.2, the seed's words: at d_k = 4 neither the unscaled nor the scaled rows saturate (each mode
+    from its own random stream)."""
+    conf = ctx.config.confidence
     health = {
         (n, mode): row_health(
             draw_logits(ctx.rng(f"faq behaves well n={n} {mode}"), rows, n, SMALL_D_K, mode), spectral=False
@@ -104,7 +119,7 @@ def run(ctx: Context) -> None:
                 line=NEARLY_ALL,
                 level=ctx.level,
                 d_k=SMALL_D_K,
-                ns=ns,
+                ns=NS_TEXT,
             ),
             measured=lambda: bracketed(
                 per_n(
@@ -135,7 +150,10 @@ def run(ctx: Context) -> None:
         )
     )
 
-    # S7.4: the stronger reading — the rows barely change.
+
+def _about_the_same(ctx: Context, tv: dict, dh: dict, rows: int) -> None:
+    """S7.4, the stronger reading: at d_k = 4 the rows barely change with ÷√d_k; tv, dh: {(d_k, n):
+    median TV distance and |ΔH| / ln n between the same rows with and without it, (value, low, high)}."""
     barely = {
         n: judge_all([judge_at_most(*tv[(SMALL_D_K, n)][1:], BARELY), judge_at_most(*dh[(SMALL_D_K, n)][1:], BARELY)])
         for n in NS
@@ -151,7 +169,7 @@ def run(ctx: Context) -> None:
                 d_k=SMALL_D_K,
                 line=BARELY,
                 level=ctx.level,
-                ns=ns,
+                ns=NS_TEXT,
             ),
             measured=lambda: bracketed(
                 per_n(
@@ -179,9 +197,6 @@ def run(ctx: Context) -> None:
             ),
         )
     )
-    ctx.tick(N_("small d_k"))
-    _error_shrinks(ctx)
-    ctx.tick(N_("1/√samples"))
 
 
 def _chi2_quantile(p: float, df: int) -> float:

@@ -19,18 +19,22 @@ from attnscale.claims.result import by_n_note, judge_all, judge_below, per_n
 from attnscale.i18n import N_, _
 from attnscale.claims.saturation import (
     D_KS,
+    FLAT_FROM,
+    LAST,
     NS,
+    NS_TEXT,
     _series,
     ci,
     crossover,
     judge_stays_put,
     median_fields,
-    median_text,
+    shown_median,
     simulate_rows,
     stays_put_words,
 )
 
 SEED_D_K = 64  # "in real Transformers d_k is 64, 128 or more": the seed's example
+AT_SEED_D_K = D_KS.index(SEED_D_K)
 
 
 def _crossing_text(c: dict) -> str:
@@ -54,9 +58,7 @@ def _crossing_text(c: dict) -> str:
 
 def run(ctx: Context) -> None:
     sim = simulate_rows(ctx)
-    med = partial(median_text, level=ctx.level)  # a median as every measured text shows it: med(s)
     by_n = sim["by_n"]
-    last, d64, flat_from = len(D_KS) - 1, D_KS.index(SEED_D_K), D_KS.index(16)
     jac = {n: by_n[str(n)] for n in map(str, NS)}
     fro = {n: j["unscaled"]["jacobian_frobenius"] for n, j in jac.items()}
     cross = {n: crossover(f, jac[n]["scaled"]["jacobian_frobenius"], D_KS) for n, f in fro.items()}
@@ -64,18 +66,28 @@ def run(ctx: Context) -> None:
     ctx.data["jacobian"] = _series(sim, ("jacobian_frobenius",))
     ctx.data["jacobian"]["crossover"] = cross
     ctx.data["jacobian"]["peak_d_k"] = peaks
+    _gradient_vanishes(ctx, fro, cross, peaks, sim["rows"])
+    _smaller_at_seed_d_k(ctx, jac, fro, sim["rows"])
+    _scaled_gradient_flat(ctx, jac, sim["rows"])
+    _mean_keeps_more(ctx, jac, sim["rows"])
+    ctx.tick(N_("gradients"))
 
-    # S6.1 on the curve: per n, past a crossover the unscaled median lies below the scaled one at every
-    # larger d_k, and it keeps falling from there to d_k = 4096 (intervals separated).
-    def verdict(n: str) -> str:
-        c = cross[n]
-        if c["d_k"] is None:
-            return "fails" if c["per_d_k"][-1] == "fails" else "inconclusive"
-        i = D_KS.index(c["d_k"])
-        return "holds" if i == last or judge_below(ci(fro[n][last]), ci(fro[n][i])) == "holds" else "inconclusive"
 
-    falls = {n: verdict(n) for n in fro}
-    ns = ", ".join(map(str, NS))
+def _falls_past_crossover(c: dict, fro: list[dict]) -> str:
+    """S6.1's verdict for one n: past the crossover ``c`` the unscaled median lies below the scaled one
+    at every larger d_k, and keeps falling from there to d_k = 4096 (intervals separated); fro: the
+    unscaled ‖J‖_F summaries by d_k."""
+    if c["d_k"] is None:
+        return "fails" if c["per_d_k"][-1] == "fails" else "inconclusive"
+    i = D_KS.index(c["d_k"])
+    return "holds" if i == LAST or judge_below(ci(fro[LAST]), ci(fro[i])) == "holds" else "inconclusive"
+
+
+def _gradient_vanishes(ctx: Context, fro: dict, cross: dict, peaks: dict, rows: int) -> None:
+    """S6.1, on the whole curve: unscaled, the gradient through softmax vanishes past a crossover d_k;
+    fro: {n: unscaled ‖J‖_F summaries by d_k}, cross and peaks: its crossover and peak d_k by n."""
+    med = shown_median(ctx)
+    falls = {n: _falls_past_crossover(cross[n], f) for n, f in fro.items()}
     ctx.add(
         claim(
             "S6.1",
@@ -84,7 +96,7 @@ def run(ctx: Context) -> None:
                 "on the curve d_k = {grid}: past some d_k the unscaled median ‖diag(p) − ppᵀ‖_F lies below the scaled one at every larger d_k and falls on to d_k = 4096 ({level} CIs separated), n = {ns}",
                 grid=", ".join(map(str, D_KS)),
                 level=ctx.level,
-                ns=ns,
+                ns=NS_TEXT,
             ),
             measured=lambda: per_n(
                 {
@@ -92,13 +104,13 @@ def run(ctx: Context) -> None:
                         "unscaled {crossing}; peak at d_k = {peak}; 4096 {at_4096}",
                         crossing=_crossing_text(cross[n]),
                         peak=peaks[n],
-                        at_4096=med(f[last]),
+                        at_4096=med(f[LAST]),
                     )
                     for n, f in fro.items()
                 }
             ),
-            **median_fields(fro[str(NS[-1])][last]),
-            n_samples=sim["rows"],
+            **median_fields(fro[str(NS[-1])][LAST]),
+            n_samples=rows,
             verdict=judge_all(falls.values()),
             note=lambda: _(
                 "{by_n}; medians over rows. "
@@ -108,8 +120,15 @@ def run(ctx: Context) -> None:
         )
     )
 
-    # S6.4: the seed's own d_k.
-    at64 = {n: judge_below(ci(f[d64]), ci(jac[n]["scaled"]["jacobian_frobenius"][d64])) for n, f in fro.items()}
+
+def _smaller_at_seed_d_k(ctx: Context, jac: dict, fro: dict, rows: int) -> None:
+    """S6.4: at the seed's own d_k = 64 unscaled attention already has the smaller gradient; jac: the
+    rows' summaries by n, fro: {n: unscaled ‖J‖_F summaries by d_k}."""
+    med = shown_median(ctx)
+    at64 = {
+        n: judge_below(ci(f[AT_SEED_D_K]), ci(jac[n]["scaled"]["jacobian_frobenius"][AT_SEED_D_K]))
+        for n, f in fro.items()
+    }
     ctx.add(
         claim(
             "S6.4",
@@ -118,20 +137,20 @@ def run(ctx: Context) -> None:
                 "at d_k = {d_k}: unscaled median ‖J‖_F below the scaled one ({level} CIs separated), n = {ns}",
                 d_k=SEED_D_K,
                 level=ctx.level,
-                ns=ns,
+                ns=NS_TEXT,
             ),
             measured=lambda: per_n(
                 {
                     n: _(
                         "unscaled {unscaled} vs scaled {scaled}",
-                        unscaled=med(f[d64]),
-                        scaled=med(jac[n]["scaled"]["jacobian_frobenius"][d64]),
+                        unscaled=med(f[AT_SEED_D_K]),
+                        scaled=med(jac[n]["scaled"]["jacobian_frobenius"][AT_SEED_D_K]),
                     )
                     for n, f in fro.items()
                 }
             ),
             verdict=judge_all(at64.values()),
-            n_samples=sim["rows"],
+            n_samples=rows,
             note=lambda: _(
                 "{by_n}; the seed's 'd_k is large → gradients vanish' at its own example d_k, Gaussian q, k; 'fails' for an n means the unscaled gradient is the larger one there",
                 by_n=by_n_note(at64, _("the intervals overlap")),
@@ -139,11 +158,16 @@ def run(ctx: Context) -> None:
         )
     )
 
+
+def _scaled_gradient_flat(ctx: Context, jac: dict, rows: int) -> None:
+    """S6.2: after ÷√d_k the softmax Jacobian norm stays flat in d_k, judged against how far the
+    unscaled one moves; jac: the rows' summaries by n."""
+    med = shown_median(ctx)
     flat, verdict = judge_stays_put(
         {n: [(j["scaled"]["jacobian_frobenius"], j["unscaled"]["jacobian_frobenius"])] for n, j in jac.items()},
-        flat_from,
+        FLAT_FROM,
     )
-    words = partial(stays_put_words, flat, ctx.level, flat_from)
+    words = partial(stays_put_words, flat, ctx.level, FLAT_FROM)
     ctx.add(
         claim(
             "S6.2",
@@ -153,9 +177,9 @@ def run(ctx: Context) -> None:
                 {
                     n: _(
                         "d_k={d_k} {first}, 4096 {last}, drift ratio {ratio:.3f}",
-                        d_k=D_KS[flat_from],
-                        first=med(f[flat_from]),
-                        last=med(f[last]),
+                        d_k=D_KS[FLAT_FROM],
+                        first=med(f[FLAT_FROM]),
+                        last=med(f[LAST]),
                         ratio=flat[n][0],
                     )
                     for n, j in jac.items()
@@ -163,15 +187,19 @@ def run(ctx: Context) -> None:
                 }
             ),
             verdict=verdict,
-            n_samples=sim["rows"],
+            n_samples=rows,
             note=lambda: _("{drift} (the spread of ‖q‖/√d_k at small d_k)", drift=words()[1]),
         )
     )
 
+
+def _mean_keeps_more(ctx: Context, jac: dict, rows: int) -> None:
+    """S6.3: unscaled at d_k = 4096, the average row keeps more gradient than the typical row (the
+    mean's interval above the median's); jac: the rows' summaries by n."""
     apart = {
         n: judge_below(ci(s), ci(s, "mean_ci"))
         for n, j in jac.items()
-        for s in [j["unscaled"]["jacobian_frobenius"][last]]
+        for s in [j["unscaled"]["jacobian_frobenius"][LAST]]
     }
     ctx.add(
         claim(
@@ -186,14 +214,13 @@ def run(ctx: Context) -> None:
                 {
                     n: _("mean {mean:.3g} vs median {median:.3g}", mean=s["mean"], median=s["median"])
                     for n, j in jac.items()
-                    for s in [j["unscaled"]["jacobian_frobenius"][last]]
+                    for s in [j["unscaled"]["jacobian_frobenius"][LAST]]
                 }
             ),
             verdict=judge_all(apart.values()),
-            n_samples=sim["rows"],
+            n_samples=rows,
             note=lambda: _(
                 "{by_n}; so a mean over rows understates how many rows have lost their gradient", by_n=by_n_note(apart)
             ),
         )
     )
-    ctx.tick(N_("gradients"))

@@ -42,6 +42,10 @@ D_KS = (1, 4, 16, 32, 64, 128, 256, 1024, 4096)
 MODES = ("unscaled", "scaled")
 FIGURES = ("max_weight", "entropy", "normalized_entropy", "jacobian_frobenius")
 NEARLY_ALL = 0.9  # S5.2's reading of "nearly all the attention": median max weight ≥ 0.9
+NS_TEXT = ", ".join(map(str, NS))  # the n of every claim, as its expected text lists them
+LAST, D64 = len(D_KS) - 1, D_KS.index(64)  # the indices of d_k = 4096 and of the seed's d_k = 64
+STEPS = (0, D64, LAST)  # S5.1, S5.3 judge the steps d_k = 1 → 64 → 4096
+FLAT_FROM = D_KS.index(16)  # "stays put" (S5.4, S6.2) is judged from d_k = 16 on
 
 
 def _summary(x: np.ndarray, confidence: float) -> dict:
@@ -242,18 +246,26 @@ def median_text(s: dict, level: str) -> str:
 
 def run(ctx: Context) -> None:
     sim = simulate_rows(ctx)
-    med = partial(median_text, level=ctx.level)  # a median as every measured text shows it: med(s)
     ctx.data["saturation"] = _series(sim, ("max_weight", "entropy", "normalized_entropy"))
-    last, d64 = len(D_KS) - 1, D_KS.index(64)
     by_n = sim["by_n"]
-    flat_from = D_KS.index(16)
-    ns = ", ".join(map(str, NS))
-    steps = (0, d64, last)  # S5.1, S5.3: d_k = 1, 64, 4096
     unscaled = {f: {n: by_n[str(n)]["unscaled"][f] for n in NS} for f in ("max_weight", "entropy")}
+    _max_weight_rises(ctx, unscaled["max_weight"], sim["rows"])
+    _nearly_all_at_64(ctx, unscaled["max_weight"], sim["rows"])
+    _entropy_collapses(ctx, unscaled["entropy"], sim["rows"])
+    _scaled_rows_stay_put(ctx, by_n, sim["rows"])
+    ctx.tick(N_("saturation"))
 
-    # S5.1: median max weight rises toward 1 unscaled.
+
+def shown_median(ctx: Context) -> Callable[[dict], str]:
+    """How every measured text shows a median, at the configured level: shown_median(ctx)(s)."""
+    return partial(median_text, level=ctx.level)
+
+
+def _max_weight_rises(ctx: Context, max_weight: dict, rows: int) -> None:
+    """S5.1: unscaled, the median max weight rises toward 1; max_weight: {n: summaries by d_k}."""
+    med = shown_median(ctx)
     # each step separated: lo(4096) > hi(64) and lo(64) > hi(1)
-    rising = {n: judge_rising(ci(mw[i]) for i in steps) for n, mw in unscaled["max_weight"].items()}
+    rising = {n: judge_rising(ci(mw[i]) for i in STEPS) for n, mw in max_weight.items()}
     ctx.add(
         claim(
             "S5.1",
@@ -261,32 +273,34 @@ def run(ctx: Context) -> None:
             expected=lambda: _(
                 "median max weight at d_k = 4096 > at d_k = 64 > at d_k = 1 ({level} CIs of each step separated), for n = {ns}",
                 level=ctx.level,
-                ns=ns,
+                ns=NS_TEXT,
             ),
             measured=lambda: per_n(
                 {
                     n: _(
                         "d_k=1 {at_1}, 64 {at_64}, 4096 {at_4096}",
                         at_1=med(mw[0]),
-                        at_64=med(mw[d64]),
-                        at_4096=med(mw[last]),
+                        at_64=med(mw[D64]),
+                        at_4096=med(mw[LAST]),
                     )
-                    for n, mw in unscaled["max_weight"].items()
+                    for n, mw in max_weight.items()
                 }
             ),
-            **median_fields(unscaled["max_weight"][NS[-1]][last]),
-            n_samples=sim["rows"],
+            **median_fields(max_weight[NS[-1]][LAST]),
+            n_samples=rows,
             verdict=judge_all(rising.values()),
             note=lambda: _("{by_n}; medians over rows; Gaussian q, k", by_n=by_n_note(rising)),
         )
     )
 
-    # S5.2: the seed's "at d_k = 64 one word gets nearly all the attention (close to 1.0)".
-    near_one = {n: judge_at_least(*ci(mw[d64]), NEARLY_ALL) for n, mw in unscaled["max_weight"].items()}
+
+def _nearly_all_at_64(ctx: Context, max_weight: dict, rows: int) -> None:
+    """S5.2: the seed's "at d_k = 64 one word gets nearly all the attention (close to 1.0)", and the d_k
+    from which it would hold; max_weight: {n: unscaled summaries by d_k}."""
+    med = shown_median(ctx)
+    near_one = {n: judge_at_least(*ci(mw[D64]), NEARLY_ALL) for n, mw in max_weight.items()}
     # the d_k from which it would hold: the median's interval at or above the line there and beyond
-    from_dk = {
-        n: first_from([judge_at_least(*ci(s), NEARLY_ALL) for s in mw]) for n, mw in unscaled["max_weight"].items()
-    }
+    from_dk = {n: first_from([judge_at_least(*ci(s), NEARLY_ALL) for s in mw]) for n, mw in max_weight.items()}
     ctx.data["saturation"]["nearly_all"] = {
         "threshold": NEARLY_ALL,
         "at_d_k": 64,
@@ -300,11 +314,11 @@ def run(ctx: Context) -> None:
                 "'nearly all' read as: median max weight ≥ {line:g} ({level} CI at or above {line:g}), for n = {ns} keys",
                 line=NEARLY_ALL,
                 level=ctx.level,
-                ns=ns,
+                ns=NS_TEXT,
             ),
-            measured=lambda: per_n({n: med(mw[d64]) for n, mw in unscaled["max_weight"].items()}),
-            **median_fields(unscaled["max_weight"][NS[-1]][d64]),
-            n_samples=sim["rows"],
+            measured=lambda: per_n({n: med(mw[D64]) for n, mw in max_weight.items()}),
+            **median_fields(max_weight[NS[-1]][D64]),
+            n_samples=rows,
             verdict=judge_all(near_one.values()),
             note=lambda: _(
                 "{by_n}; on the grid d_k = {grid} it would hold from d_k = {from_d_k}; the more keys, the less extreme the top weight (see S8.3)",
@@ -321,9 +335,12 @@ def run(ctx: Context) -> None:
         )
     )
 
-    # S5.3: entropy → 0 unscaled.
+
+def _entropy_collapses(ctx: Context, entropy: dict, rows: int) -> None:
+    """S5.3: unscaled, the median row entropy falls toward 0; entropy: {n: summaries by d_k}."""
+    med = shown_median(ctx)
     # each step separated: hi(4096) < lo(64) and hi(64) < lo(1)
-    falling = {n: judge_falling(ci(h[i]) for i in steps) for n, h in unscaled["entropy"].items()}
+    falling = {n: judge_falling(ci(h[i]) for i in STEPS) for n, h in entropy.items()}
     ctx.add(
         claim(
             "S5.3",
@@ -331,7 +348,7 @@ def run(ctx: Context) -> None:
             expected=lambda: _(
                 "median entropy at d_k = 4096 < at 64 < at 1 ({level} CIs of each step separated), for n = {ns}",
                 level=ctx.level,
-                ns=ns,
+                ns=NS_TEXT,
             ),
             measured=lambda: per_n(
                 {
@@ -339,23 +356,27 @@ def run(ctx: Context) -> None:
                         "ln n={ln_n:.2f}, d_k=1 {at_1}, 4096 {at_4096} nats",
                         ln_n=np.log(n),
                         at_1=med(h[0]),
-                        at_4096=med(h[last]),
+                        at_4096=med(h[LAST]),
                     )
-                    for n, h in unscaled["entropy"].items()
+                    for n, h in entropy.items()
                 }
             ),
             verdict=judge_all(falling.values()),
-            n_samples=sim["rows"],
+            n_samples=rows,
             note=lambda: by_n_note(falling),
         )
     )
 
-    # S5.4: scaled rows stay put — judged against how far the unscaled rows move over the same d_k.
+
+def _scaled_rows_stay_put(ctx: Context, by_n: dict, rows: int) -> None:
+    """S5.4: scaled rows stay put, judged against how far the unscaled rows move over the same d_k;
+    by_n: simulate_rows' summaries {str(n): {mode: {figure: by d_k}}}."""
+    med = shown_median(ctx)
     flat, verdict = judge_stays_put(
         {n: [(by_n[str(n)]["scaled"][f], by_n[str(n)]["unscaled"][f]) for f in ("max_weight", "entropy")] for n in NS},
-        flat_from,
+        FLAT_FROM,
     )
-    words = partial(stays_put_words, flat, ctx.level, flat_from)
+    words = partial(stays_put_words, flat, ctx.level, FLAT_FROM)
     ctx.add(
         claim(
             "S5.4",
@@ -365,8 +386,8 @@ def run(ctx: Context) -> None:
                 {
                     n: _(
                         "max weight {first} → {last}, drift ratio {ratio:.3f}",
-                        first=med(mw[flat_from]),
-                        last=med(mw[last]),
+                        first=med(mw[FLAT_FROM]),
+                        last=med(mw[LAST]),
                         ratio=flat[n][0],
                     )
                     for n in NS
@@ -374,11 +395,10 @@ def run(ctx: Context) -> None:
                 }
             ),
             verdict=verdict,
-            n_samples=sim["rows"],
+            n_samples=rows,
             note=lambda: _(
                 "{drift}: the scaled logits are (‖q‖/√d_k)·z and ‖q‖/√d_k spreads by ≈ 1/√(2d_k) around 1, so rows at small d_k are a mixture of temperatures",
                 drift=words()[1],
             ),
         )
     )
-    ctx.tick(N_("saturation"))

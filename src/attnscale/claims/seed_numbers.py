@@ -26,6 +26,7 @@ EXP_50_10_5 = N_("e^{x} = {seed} (scores [50, 10, 5])")
 EXP_5_1_HALF = N_("e^{x} = {seed} (scores [5, 1, 0.5])")
 EXP_14_10_12 = N_("e^{x} = {seed} (scores [14, 10, 12])")
 EXP_SCALED = N_("e^{x} = {seed} (scaled scores)")
+E50 = "5,184,705,528,587,072,045"  # e^50 as the seed prints it (S1.6, S1.7)
 
 
 def _exact(expr) -> Decimal:
@@ -127,20 +128,38 @@ def _exp_row(ctx, cid, statement: str, x: str, text: str, note=""):
 
 
 def run(ctx: Context) -> None:
-    e50 = "5,184,705,528,587,072,045"
-    # softmax_large: the eˣ table
+    _exp_table(ctx)
+    _scores_50_10_5(ctx)
+    _scores_5_1_half(ctx)
+    _dot_example(ctx)
+    _scores_14_10_12(ctx)
+    _scaled_scores(ctx)
+    # why_sqrt: the variances of [2, 4, 6] and [1, 2, 3], exactly
+    _variance_rows(ctx)
+    # proof: the term counts
+    _count_rows(ctx)
+    _formula_row(ctx)
+    ctx.data["seed_softmax_examples"] = _softmax_examples()
+    ctx.tick(N_("the seed's printed numbers"))
+
+
+def _exp_table(ctx: Context) -> None:
+    """S1.1–S1.6, softmax_large: the eˣ table."""
     printed(ctx, "S1.1", N_("e is about {seed}"), ["2.718"], [_exp("1")])
-    table = [("1", "2.718"), ("5", "148.4"), ("10", "22,026"), ("20", "485,165,195"), ("50", e50)]
+    table = [("1", "2.718"), ("5", "148.4"), ("10", "22,026"), ("20", "485,165,195"), ("50", E50)]
     for i, (x, text) in enumerate(table, start=2):
-        _exp_row(ctx, f"S1.{i}", EXP_TABLE, x, text, partial(_e50_note, e50) if x == "50" else "")
-    # softmax_large: the scores [50, 10, 5]
+        _exp_row(ctx, f"S1.{i}", EXP_TABLE, x, text, partial(_e50_note, E50) if x == "50" else "")
+
+
+def _scores_50_10_5(ctx: Context) -> None:
+    """S1.7–S1.10, softmax_large: the scores [50, 10, 5], their exponentials and softmax."""
     _exp_row(
         ctx,
         "S1.7",
         EXP_50_10_5,
         "50",
-        e50,
-        lambda: _("{e50_note}; printed again as the numerator of the softmax line", e50_note=_e50_note(e50)),
+        E50,
+        lambda: _("{e50_note}; printed again as the numerator of the softmax line", e50_note=_e50_note(E50)),
     )
     _exp_row(ctx, "S1.8", EXP_50_10_5, "10", "22,026")
     _exp_row(
@@ -165,7 +184,10 @@ def run(ctx: Context) -> None:
             third=float(w50[2]),
         ),
     )
-    # softmax_large: the scores [5, 1, 0.5]
+
+
+def _scores_5_1_half(ctx: Context) -> None:
+    """S1.11–S1.15, softmax_large: the scores [5, 1, 0.5], their exponentials, sum and softmax."""
     for i, (x, text) in enumerate([("5", "148.4"), ("1", "2.718"), ("1/2", "1.649")], start=11):
         _exp_row(ctx, f"S1.{i}", EXP_5_1_HALF, x, text)
     printed(
@@ -186,7 +208,10 @@ def run(ctx: Context) -> None:
         ["0.971", "0.018", "0.011"],
         _softmax_exact(["5", "1", "1/2"]),
     )
-    # real_numbers: the d_k = 4 example, exactly
+
+
+def _dot_example(ctx: Context) -> None:
+    """S1.16, real_numbers: the d_k = 4 example's q·k, √d_k and scaled score, exactly."""
     q, k = [1, 0, 1, 0], [0, 1, 1, 1]
     dot = sum(Fraction(a) * b for a, b in zip(q, k))
     root = Fraction(2)  # √4, checked below as an exact square
@@ -201,7 +226,10 @@ def run(ctx: Context) -> None:
             correct_value=None if ok else f"{dot}, {root}, {dot / root}",
         )
     )
-    # real_numbers: [14, 10, 12] unscaled
+
+
+def _scores_14_10_12(ctx: Context) -> None:
+    """S1.17–S1.22, real_numbers: the unscaled scores [14, 10, 12], their exponentials, sum and softmax."""
     for i, (x, text) in enumerate([("14", "1,202,604"), ("10", "22,026"), ("12", "162,755")], start=17):
         _exp_row(ctx, f"S1.{i}", EXP_14_10_12, x, text)
     printed(
@@ -220,7 +248,11 @@ def run(ctx: Context) -> None:
     w = _softmax_exact(["14", "10", "12"])
     printed(ctx, "S1.21", N_("softmax([14, 10, 12]) = [{seed}]"), ["0.867", "0.016", "0.117"], w)
     printed(ctx, "S1.22", N_("the first word gets {seed[0]}, the second {seed[1]}"), ["86.7%", "1.6%"], w[:2])
-    # real_numbers: after ÷ √64 = 8
+
+
+def _scaled_scores(ctx: Context) -> None:
+    """S1.23–S1.29 and S1.36, real_numbers: [14, 10, 12] after ÷ √64 = 8, their exponentials, sum,
+    softmax, and the softmax as the seed writes it, quotients of its rounded numbers."""
     scaled = [Fraction(x, 8) for x in (14, 10, 12)]
     ok = Fraction(8) ** 2 == 64 and scaled == [Fraction(7, 4), Fraction(5, 4), Fraction(3, 2)]
     ctx.add(
@@ -255,13 +287,6 @@ def run(ctx: Context) -> None:
     )
     printed(ctx, "S1.29", N_("after scaling: {seed[0]}, {seed[1]} and {seed[2]}"), ["41.9%", "25.4%", "32.6%"], ws)
     _quotient_row(ctx, ["5.755", "3.490", "4.482"], "13.727", ["0.419", "0.254", "0.326"], ws)
-    # why_sqrt: the variances of [2, 4, 6] and [1, 2, 3], exactly
-    _variance_rows(ctx)
-    # proof: the term counts
-    _count_rows(ctx)
-    _formula_row(ctx)
-    ctx.data["seed_softmax_examples"] = _softmax_examples()
-    ctx.tick(N_("the seed's printed numbers"))
 
 
 def _quotient_row(

@@ -562,19 +562,34 @@ def glance_table(a: dict, d_ks: list, rules: list) -> str:
     return table(head, rows, cls="numeric verdicts")
 
 
+def _p(text: str) -> str:
+    """A paragraph of prose with its maths typeset (:func:`pretty`)."""
+    return para(pretty(text))
+
+
 def render(env) -> str:
     a = env.data["analysis"]
-    cfg, m = env.config, a["model"]
+    cfg = env.config
     d_ks, rules = cfg["d_ks"], cfg["rules"]
+    parts = _at_a_glance(a, d_ks, rules)
+    parts += _set_up(a, cfg)
+    parts += _learning_rates(a, cfg)
+    parts += _logits(a, d_ks, rules)
+    parts += _verdicts_in_detail(a, d_ks, rules)
+    parts += _samples(a["samples"])
+    return "\n".join(parts)
+
+
+def _at_a_glance(a: dict, d_ks: list, rules: list) -> list[str]:
+    """What the verdicts say, against which reference, the verdict table, whether the verdicts hold,
+    and validation bits per byte against the step."""
     base = a["baselines"]
-    p = lambda text: para(pretty(text))  # noqa: E731
     names = _(", ", msgctxt="list").join(_baseline_name(r) for r in base["rows"] if r["order"] >= 2)
-    # At a glance: what the verdicts say, against which reference, the table, then the curves.
-    glance = [p(glance_sentence(a["verdicts"], a["reference_rule"]))]
-    glance += [p(reference_sentence(a, o)) for o in OPTIMISERS]
+    glance = [_p(glance_sentence(a["verdicts"], a["reference_rule"]))]
+    glance += [_p(reference_sentence(a, o)) for o in OPTIMISERS]
     glance.append(glance_table(a, d_ks, rules))
     if "target_band" in a:
-        glance.append(p(robustness_sentence(a["verdicts"], a["target_band"], a["reference_rule"])))
+        glance.append(_p(robustness_sentence(a["verdicts"], a["target_band"], a["reference_rule"])))
     glance.append(
         responsive_figure(
             lambda: _panels(
@@ -588,8 +603,15 @@ def render(env) -> str:
             ),
         )
     )
-    parts = glance + [
-        p(
+    return glance
+
+
+def _set_up(a: dict, cfg: dict) -> list[str]:
+    """The model, the text, the run and the rules; the rules left out; the n-gram baselines; the runs
+    that collapsed, if any."""
+    m, base, d_ks, rules = a["model"], a["baselines"], cfg["d_ks"], cfg["rules"]
+    parts = [
+        _p(
             _(
                 "A decoder-only GPT in nanoGPT's shape (width {d_model}, {layers} layers, context {context} bytes, {params:,} parameters at d_k = {dk0}; heads = width ÷ d_k) on {train:,} bytes of {source}, validated on {scored:,} bytes of the {valid:,} after them. {steps} steps of {batch} sequences, {seeds} seed(s); for a given d_k and seed every rule starts from the same weights and sees the same batches. "
                 "Rules: {rules}. "
@@ -618,7 +640,7 @@ def render(env) -> str:
     absent = [r for r in a.get("rule_choices", []) if r not in rules]
     if absent:
         parts.append(
-            p(
+            _p(
                 _(
                     "Not in this run (available with --rules): {rules}.",
                     rules=_("; ", msgctxt="clauses").join(_rule(r) for r in absent),
@@ -626,7 +648,7 @@ def render(env) -> str:
             )
         )
     parts.append(
-        p(
+        _p(
             _(
                 "Baselines computed from the same split, on the same validation bytes, by counting the training bytes ({smoothing}): {rows} bits per byte.",
                 smoothing=_("add-k smoothing, k chosen on the last tenth of the training part"),
@@ -638,19 +660,26 @@ def render(env) -> str:
     )
     collapsed = collapse_sentence(a)
     if collapsed:
-        parts.append(p(collapsed))
-    parts += [para(pretty(best_rate_sentence(a, o))) for o in OPTIMISERS]
-    parts.append(para(pretty(seeds_sentence(a["verdicts"], cfg["seeds"], a["reference_rule"]))))
-    parts.append(para(pretty(halfway_sentence(a["verdicts"], a["halfway_step"], a["reference_rule"]))))
-    parts.append(para(pretty(sensitivity_sentence(a, rules, d_ks[-1]))))
-    parts += [para(pretty(s)) for s in flat_sensitivity_sentences(a, rules, d_ks[-1])]
+        parts.append(_p(collapsed))
+    return parts
+
+
+def _learning_rates(a: dict, cfg: dict) -> list[str]:
+    """Where the reference's best rates lie, whether the seeds agree and the verdicts halfway are the
+    same, the learning-rate sensitivity, what each optimiser shows, and final loss against the rate."""
+    d_ks, rules = cfg["d_ks"], cfg["rules"]
+    parts = [_p(best_rate_sentence(a, o)) for o in OPTIMISERS]
+    parts.append(_p(seeds_sentence(a["verdicts"], cfg["seeds"], a["reference_rule"])))
+    parts.append(_p(halfway_sentence(a["verdicts"], a["halfway_step"], a["reference_rule"])))
+    parts.append(_p(sensitivity_sentence(a, rules, d_ks[-1])))
+    parts += [_p(s) for s in flat_sensitivity_sentences(a, rules, d_ks[-1])]
     if "unscaled" in rules:
         said = optimisers_sentence(a["verdicts"], d_ks[-1])
         if said:
-            parts.append(para(pretty(said)))
+            parts.append(_p(said))
     parts.append(
         responsive_figure(
-            lambda: _lr_panels(a["grid"], a["own_best_lr"], d_ks, rules, base["rows"]),
+            lambda: _lr_panels(a["grid"], a["own_best_lr"], d_ks, rules, a["baselines"]["rows"]),
             _("Final validation bits per byte against the learning rate, per optimiser and d_k, a line per rule"),
             _(
                 "Mean over seeds of min(final, initial) loss (a diverged run at its initial loss, the LR sensitivity's count); circles: each rule's own best rate; dotted: the n-gram baselines. "
@@ -658,11 +687,17 @@ def render(env) -> str:
             ),
         )
     )
+    return parts
+
+
+def _logits(a: dict, d_ks: list, rules: list) -> list[str]:
+    """The largest |logit| and the mean row entropy at the largest d_k, and against the step."""
+    parts = []
     if "unscaled" in rules:
         last = {c["rule"]: c for c in a["curves"] if c["d_k"] == d_ks[-1] and c["optimiser"] == "adamw"}
         u, r = last["unscaled"], last[a["reference_rule"]]
         parts.append(
-            p(
+            _p(
                 _(
                     "At d_k = {dk} with AdamW the largest |logit| ends at {unscaled} unscaled against {ref} with 1/√d_k, and the mean row entropy at {ent_u} against {ent_r} nats.",
                     dk=d_ks[-1],
@@ -690,41 +725,45 @@ def render(env) -> str:
             ),
         )
     )
-    parts.append(
-        p(
+    return parts
+
+
+def _verdicts_in_detail(a: dict, d_ks: list, rules: list) -> list[str]:
+    """How a verdict is reached, and the detailed table."""
+    return [
+        _p(
             _(
                 "Verdict against the 1/√d_k run of the same seed: steps to reach {factor:g}× its final validation loss, “faster” within {fast:.2g}× its steps, “learns” up to {like:g}×; the verdict of most seeds (a tie goes to the worse), how many agree, the median ratio and the seeds' final loss (mean, min–max) with the highest baseline it beats.",
                 factor=a["target_factor"],
                 like=a["like_ratio"],
                 fast=1 / a["like_ratio"],
             )
-        )
-    )
-    parts.append(_table(a, d_ks, rules))
-    s = a["samples"]
-    parts.append(
-        p(
-            _(
-                "Greedy continuations of “{prompt}” (AdamW at the reference's best rate, seed {seed}; in brackets the run's final validation bits per byte):",
-                prompt=s["prompt"],
-                seed=s["seed"],
-            )
+        ),
+        _table(a, d_ks, rules),
+    ]
+
+
+def _samples(s: dict) -> list[str]:
+    """The greedy continuations of the prompt, a row per rule, a column per d_k."""
+    prompt = _p(
+        _(
+            "Greedy continuations of “{prompt}” (AdamW at the reference's best rate, seed {seed}; in brackets the run's final validation bits per byte):",
+            prompt=s["prompt"],
+            seed=s["seed"],
         )
     )
 
     def sample(text, bpb):
         return Verbatim(s["prompt"] + text + f" ({number(bpb, '.2f')})") if text is not None else _("(diverged)")
 
-    parts.append(
-        table(
-            [_("rule")] + [pretty(f"d_k = {d}") for d in s["d_ks"]],
-            [
-                [pretty(_rule(row["rule"]))] + [sample(*tb) for tb in zip(row["texts"], row["final_bpb"])]
-                for row in s["rows"]
-            ],
-        )
+    continuations = table(
+        [_("rule")] + [pretty(f"d_k = {d}") for d in s["d_ks"]],
+        [
+            [pretty(_rule(row["rule"]))] + [sample(*tb) for tb in zip(row["texts"], row["final_bpb"])]
+            for row in s["rows"]
+        ],
     )
-    return "\n".join(parts)
+    return [prompt, continuations]
 
 
 def _table(a: dict, d_ks: list, rules: list) -> str:

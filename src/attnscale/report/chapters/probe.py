@@ -380,8 +380,40 @@ INTRO = {
 
 def render(env) -> str:
     data = env.data
-    cfg, check, model = data["config"], data["check"], data["model"]
-    worst = check["max_abs_diff"]
+    parts = _introduction(data)
+    if not data["check"]["passed"]:
+        parts.append(error_box(check_failed_sentence(data["check"])))
+        return "\n".join(parts)
+    parts.append(para(check_sentence(data["check"])))
+    parts.append(
+        para(
+            _(
+                "Two weightings. "
+                "Pair-weighted moments count a token once per attended pair it is in (the split below is exact only for them); token-weighted ones count each token once. "
+                "Both ratios divide the same Var(q·k) over attended pairs by d_k σ_q² σ_k²."
+            )
+        )
+    )
+    parts.append(bullets(findings(data)))
+    parts.append(_heatmap_row(data))
+    parts.append(
+        para(
+            _(
+                "The pair-weighted ratio splits exactly: ratio − 1 = uneven per-dimension variances + non-zero means + covariance across dimensions + q–k correlation (a ladder of ever fuller predictions). "
+                "'Within rows' is the share of Var(q·k) inside rows, the only part softmax feels. "
+                "Row figures are over rows with two or more keys."
+            )
+        )
+    )
+    parts.append(_per_layer_table(data))
+    parts += _striking_heads(data)
+    return "\n".join(parts)
+
+
+def _introduction(data: dict) -> list[str]:
+    """The model, its attention and scale, what was probed; the scales of its layers and a note on its
+    weights where it has them."""
+    cfg, model = data["config"], data["model"]
     heads = (
         _("{n} heads", n=model["n_heads_q"])
         if model["n_heads_q"] == model["n_heads_kv"]
@@ -404,52 +436,52 @@ def render(env) -> str:
         parts.append(para(scales))
     if model.get("weights_note"):
         parts.append(weights_note(model))
-    if not check["passed"]:
-        failed = _(
-            "Check FAILED: the captured attention does not reproduce the model's own probabilities (largest difference {diff}, tolerance {tol}); no statistics are shown.",
-            diff=number(worst),
-            tol=f"{check['tolerance']:g}",
-        )
-        parts.append(error_box(failed))
-        return "\n".join(parts)
-    ok = _(
+    return parts
+
+
+def check_failed_sentence(check: dict) -> str:
+    """That the captured attention does not reproduce the model's probabilities: no statistics follow."""
+    return _(
+        "Check FAILED: the captured attention does not reproduce the model's own probabilities (largest difference {diff}, tolerance {tol}); no statistics are shown.",
+        diff=number(check["max_abs_diff"]),
+        tol=f"{check['tolerance']:g}",
+    )
+
+
+def check_sentence(check: dict) -> str:
+    """That the probabilities rebuilt from the capture equal the model's own, to how much."""
+    return _(
         "Check: the probabilities rebuilt from the captured q, k, scale and mask equal the model's own to {diff} on every one of {rows} rows (tolerance {tol}); every figure below rests on it.",
-        diff=f"{worst:.1e}",
+        diff=f"{check['max_abs_diff']:.1e}",
         rows=check["rows_checked"],
         tol=f"{check['tolerance']:g}",
     )
-    parts.append(para(ok))
-    parts.append(
-        para(
-            _(
-                "Two weightings. "
-                "Pair-weighted moments count a token once per attended pair it is in (the split below is exact only for them); token-weighted ones count each token once. "
-                "Both ratios divide the same Var(q·k) over attended pairs by d_k σ_q² σ_k²."
-            )
-        )
-    )
-    parts.append(bullets(findings(data)))
-    # Side by side on a wide screen, one under the other on a phone: each map stays legible at both.
+
+
+def _heatmap_row(data: dict) -> str:
+    """The per-head heatmaps side by side on a wide screen, one under the other on a phone: each map
+    stays legible at both."""
     cells = "".join(
         f'<div style="flex:1 1 340px;min-width:0">{figure_svg(fig, alt, caption)}</div>'
         for fig, alt, caption in heatmaps(data)
     )
-    parts.append(f'<div style="display:flex;flex-wrap:wrap;gap:0 1.5em">{cells}</div>')
-    parts.append(
-        para(
-            _(
-                "The pair-weighted ratio splits exactly: ratio − 1 = uneven per-dimension variances + non-zero means + covariance across dimensions + q–k correlation (a ladder of ever fuller predictions). "
-                "'Within rows' is the share of Var(q·k) inside rows, the only part softmax feels. "
-                "Row figures are over rows with two or more keys."
-            )
-        )
-    )
+    return f'<div style="display:flex;flex-wrap:wrap;gap:0 1.5em">{cells}</div>'
+
+
+def _per_layer_table(data: dict) -> str:
+    """A row per layer, a column per figure of :data:`COLUMNS` the result has."""
+    model = data["model"]
     per_layer = data["per_layer"]
     columns = [f for f in COLUMNS if f in per_layer]
     header = [_("layer")] + [_(COLUMNS[f]) for f in columns]
     labels = layer_labels(model)
     rows = [[labels[i]] + [number(per_layer[f][i]) for f in columns] for i in range(model["n_layers"])]
-    parts.append(table(header, rows, cls="numeric"))
+    return table(header, rows, cls="numeric")
+
+
+def _striking_heads(data: dict) -> list[str]:
+    """The striking heads by kind (layer.head and value), with how many heads are of that kind in all;
+    none when the result names none."""
     by_kind: dict[str, list[dict]] = {}
     for entry in data.get("striking_heads", []):
         by_kind.setdefault(entry["what"], []).append(entry)
@@ -460,6 +492,6 @@ def render(env) -> str:
         more = f" — {_('{n} heads in all', n=counted)}" if counted > len(entries) else ""
         kind = _(what) if what in STRIKING_KINDS else what  # a result of an older attnscale: as stored
         items.append(f"<li>{esc(_('{kind}: {heads}', msgctxt='striking', kind=kind, heads=found + more))}</li>")
-    if items:
-        parts.append(f"<p>{esc(_('Striking heads (layer.head, value)'))}</p><ul>{''.join(items)}</ul>")
-    return "\n".join(parts)
+    if not items:
+        return []
+    return [f"<p>{esc(_('Striking heads (layer.head, value)'))}</p><ul>{''.join(items)}</ul>"]

@@ -50,8 +50,21 @@ OPTIMISERS = {"adam": N_("Adam"), "sgd_reference_lr": N_("SGD at the rate tuned 
 
 def render(env) -> str:
     a = env.data["analysis"]
-    s, f = a["setup"], a["findings"]
-    names = _labels(s)
+    names = _labels(a["setup"])
+    out = _task(a, env.quick)
+    out += _reference(a["findings"]["reference"], a["setup"]) + _tuning(a["sgd_tuning"])
+    out += _curves(a, names)
+    out += _results(a, names)
+    out += _verdicts(a, names)
+    out += _what_the_numbers_say(a, names)
+    out += _chain(a["chain_rule"], names)
+    out.append(_timing(results.cell_seconds(env), env.data.get("wall_s")))
+    return "\n".join(out)
+
+
+def _task(a: dict, quick: bool) -> list[str]:
+    """The task, why one attended key is not enough, and the run; in a quick sweep, that it is one."""
+    s = a["setup"]
     versus = _(SINGLE_KEY[single_key_versus(a)], prior=a["prior_ceiling"])
     out = [
         para(
@@ -76,7 +89,7 @@ def render(env) -> str:
             )
         )
     ]
-    if env.quick:
+    if quick:
         out.append(
             para(
                 _(
@@ -86,7 +99,13 @@ def render(env) -> str:
                 )
             )
         )
-    out += _reference(f["reference"], s) + _tuning(a["sgd_tuning"])
+    return out
+
+
+def _curves(a: dict, names: dict) -> list[str]:
+    """Accuracy, logit standard deviation and saturated rows over training, a figure per optimiser."""
+    s = a["setup"]
+    out = []
     for opt in ("adam", "sgd_reference_lr"):
         label = _(OPTIMISERS[opt])
         out.append(
@@ -107,7 +126,13 @@ def render(env) -> str:
                 ),
             )
         )
-    out.append(_results_table(a["table"], names))
+    return out
+
+
+def _results(a: dict, names: dict) -> list[str]:
+    """The results table and how to read it."""
+    s = a["setup"]
+    out = [_results_table(a["table"], names)]
     out.append(
         _note(
             _(
@@ -120,7 +145,13 @@ def render(env) -> str:
             )
         )
     )
-    out.append(f"<h3>{esc(_('Verdicts'))}</h3>")
+    return out
+
+
+def _verdicts(a: dict, names: dict) -> list[str]:
+    """How a verdict is reached, and each (rule, dₖ)'s verdict."""
+    s = a["setup"]
+    out = [f"<h3>{esc(_('Verdicts'))}</h3>"]
     out.append(
         para(
             _(
@@ -133,7 +164,14 @@ def render(env) -> str:
         )
     )
     out += _verdict_lines(a["table"], names)
-    out.append(f"<h3>{esc(_('What the numbers say'))}</h3>")
+    return out
+
+
+def _what_the_numbers_say(a: dict, names: dict) -> list[str]:
+    """Adam's logits at step 0 and at the end, and what the findings say: the gradient at step 0, the
+    path to saturation, the soft-cap, the optimiser, zero gradients."""
+    s, f = a["setup"], a["findings"]
+    out = [f"<h3>{esc(_('What the numbers say'))}</h3>"]
     out.append(
         para(
             _(
@@ -155,9 +193,7 @@ def render(env) -> str:
         )
     out += _gradient(f["gradient_step0"]) + _saturation(f["saturation_path"], s)
     out += _softcap(f["softcap"], s) + _optimiser(f["optimiser"], s, names) + _zero(f["zero_gradient"])
-    out += _chain(a["chain_rule"], names)
-    out.append(_timing(results.cell_seconds(env), env.data.get("wall_s")))
-    return "\n".join(out)
+    return out
 
 
 # --- small formatting helpers ----------------------------------------------------------------------

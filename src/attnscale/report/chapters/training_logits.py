@@ -51,110 +51,137 @@ def _lr(x) -> str:
 
 def render(env) -> str:
     a = env.data["analysis"]
-    setup, row = a["setup"], {(r["variant"], r["lr"]): r for r in a["table"]}
-    hi, lo = a["lr_high"], a["lr_low"]
-    peak = lambda v, lr: number(row[v, lr]["max_logit_peak_mean"], ".4g")  # noqa: E731
-    parts = [
-        para(
-            _(
-                "After Wortsman et al. 2023 (Small-scale proxies for large-scale Transformer training instabilities): a decoder-only character LM, {n_layers} layers, width {d_model}, {n_heads} heads, context {context}, pre-LN, no biases, {parameters:,} parameters, on {corpus_chars:,} characters of text from a seeded grammar (vocabulary {vocab}). "
-                "AdamW (β₁ 0.9, β₂ 0.95, ε 1e-8, weight decay 1e-4 independent of the LR, clipping at norm 1), {warmup} warm-up steps then cosine decay, {steps} steps of {batch} × {context} tokens, {seeds} seed(s), in three variants: plain attention, per-head QK-layernorm, and QK-clip at τ = {tau:g} (the logit guard of MuonClip, Kimi K2: after each optimiser step, a head whose largest logit exceeded τ has its W_Q and W_K rows scaled by √(τ / max logit)). "
-                "The logits are read from the model's own attention by attnscale's monitor.",
-                **setup,
-            )
-        ),
-        para(
-            _(
-                "Layer-0 maximum attention logit at the highest learning rate ({hi:g}), peak over training: {base} plain, {qk} with QK-layernorm, {clip} with QK-clip (plain at initialisation: {init}). "
-                "At the lowest ({lo:g}): {base_lo}, {qk_lo} and {clip_lo}.",
-                hi=hi,
-                lo=lo,
-                init=number(row["baseline", hi]["max_logit_init_mean"], ".3g"),
-                **{k + sfx: peak(v, lr) for lr, sfx in ((hi, ""), (lo, "_lo")) for v, k in zip(VARIANTS, _SHORT)},
-            )
-        ),
-    ]
-    g = a["guard"]
-    parts.append(
-        para(
-            _(
-                GUARD[guard_state(g)],
-                tau=g["tau"],
-                peak=number(g["train_peak"], ".4g"),
-                base=number(g["baseline_train_peak"], ".4g"),
-                ratio=number(g["train_peak_over_tau"], ".3g"),
-                clips=g["clipped_heads"],
-                runs=g["runs"],
-            )
-        )
+    setup = a["setup"]
+    parts = [para(setup_sentence(setup)), para(growth_sentence(a)), para(guard_sentence(a["guard"]))]
+    parts += _figures(env.data["cells"], a)
+    parts.append(para(sensitivity_sentence(a)))
+    parts += [para(said) for said in (low_rate_sentence(a), collapse_sentence(a)) if said]
+    parts.append(_runs_table(a["table"]))
+    parts.append(para(paper_sentence(setup)))
+    return "\n".join(parts)
+
+
+def _runs(a: dict) -> dict[tuple[str, float], dict]:
+    """The analysis' table rows by (variant, learning rate)."""
+    return {(r["variant"], r["lr"]): r for r in a["table"]}
+
+
+def setup_sentence(setup: dict) -> str:
+    """The model, the data, the optimiser and the three variants."""
+    return _(
+        "After Wortsman et al. 2023 (Small-scale proxies for large-scale Transformer training instabilities): a decoder-only character LM, {n_layers} layers, width {d_model}, {n_heads} heads, context {context}, pre-LN, no biases, {parameters:,} parameters, on {corpus_chars:,} characters of text from a seeded grammar (vocabulary {vocab}). "
+        "AdamW (β₁ 0.9, β₂ 0.95, ε 1e-8, weight decay 1e-4 independent of the LR, clipping at norm 1), {warmup} warm-up steps then cosine decay, {steps} steps of {batch} × {context} tokens, {seeds} seed(s), in three variants: plain attention, per-head QK-layernorm, and QK-clip at τ = {tau:g} (the logit guard of MuonClip, Kimi K2: after each optimiser step, a head whose largest logit exceeded τ has its W_Q and W_K rows scaled by √(τ / max logit)). "
+        "The logits are read from the model's own attention by attnscale's monitor.",
+        **setup,
     )
-    parts.append(
+
+
+def growth_sentence(a: dict) -> str:
+    """The layer-0 maximum logit's peak of each variant at the highest and the lowest learning rate."""
+    row, hi, lo = _runs(a), a["lr_high"], a["lr_low"]
+
+    def peak(v, lr):
+        return number(row[v, lr]["max_logit_peak_mean"], ".4g")
+
+    return _(
+        "Layer-0 maximum attention logit at the highest learning rate ({hi:g}), peak over training: {base} plain, {qk} with QK-layernorm, {clip} with QK-clip (plain at initialisation: {init}). "
+        "At the lowest ({lo:g}): {base_lo}, {qk_lo} and {clip_lo}.",
+        hi=hi,
+        lo=lo,
+        init=number(row["baseline", hi]["max_logit_init_mean"], ".3g"),
+        **{k + sfx: peak(v, lr) for lr, sfx in ((hi, ""), (lo, "_lo")) for v, k in zip(VARIANTS, _SHORT)},
+    )
+
+
+def guard_sentence(g: dict) -> str:
+    """What QK-clip did over the runs (:data:`GUARD`, by :func:`guard_state`)."""
+    return _(
+        GUARD[guard_state(g)],
+        tau=g["tau"],
+        peak=number(g["train_peak"], ".4g"),
+        base=number(g["baseline_train_peak"], ".4g"),
+        ratio=number(g["train_peak_over_tau"], ".3g"),
+        clips=g["clipped_heads"],
+        runs=g["runs"],
+    )
+
+
+def _figures(cells: list[dict], a: dict) -> list[str]:
+    """The max logit over training per learning rate, and the final loss against the learning rate."""
+    setup = a["setup"]
+    return [
         responsive_figure(
-            lambda: logits_figure(env.data["cells"], setup),
+            lambda: logits_figure(cells, setup),
             _("Layer-0 max attention logit over training per learning rate, for each variant"),
             _(
                 "Maximum over heads and validation positions, logged every {every} steps (log scale); dashed: τ. "
                 "Seed 0.",
                 every=setup["log_every"],
             ),
-        )
-    )
-    parts.append(
+        ),
         responsive_figure(
             lambda: loss_figure(a["table"], setup["lrs"]),
             _("Final validation loss against the learning rate"),
             _("Dotted: the loss at initialisation. A cross marks a diverged run."),
-        )
-    )
-    sens, best = a["lr_sensitivity"], a["best"]
-    parts.append(
-        para(
-            _(
-                "LR sensitivity, E over the {n} learning rates of [min(ℓ, ℓ₀) − min ℓ] (ℓ₀: the loss at initialisation; a diverged run counts as ℓ₀): {s_base} plain, {s_qk} with QK-layernorm, {s_clip} with QK-clip. "
-                "Best final loss: {b_base} at lr {l_base}, {b_qk} at lr {l_qk}, {b_clip} at lr {l_clip}.",
-                n=len(setup["lrs"]),
-                **{
-                    f"{x}_{k}": f
-                    for v, k in zip(VARIANTS, _SHORT)
-                    for x, f in (
-                        ("s", number(sens[v]["mean"], ".3f")),
-                        ("b", number(best[v]["final_loss"], ".3f")),
-                        ("l", _lr(best[v]["lr"])),
-                    )
-                },
+        ),
+    ]
+
+
+def sensitivity_sentence(a: dict) -> str:
+    """Each variant's LR sensitivity and its best final loss, with the rate it was reached at."""
+    setup, sens, best = a["setup"], a["lr_sensitivity"], a["best"]
+    return _(
+        "LR sensitivity, E over the {n} learning rates of [min(ℓ, ℓ₀) − min ℓ] (ℓ₀: the loss at initialisation; a diverged run counts as ℓ₀): {s_base} plain, {s_qk} with QK-layernorm, {s_clip} with QK-clip. "
+        "Best final loss: {b_base} at lr {l_base}, {b_qk} at lr {l_qk}, {b_clip} at lr {l_clip}.",
+        n=len(setup["lrs"]),
+        **{
+            f"{x}_{k}": f
+            for v, k in zip(VARIANTS, _SHORT)
+            for x, f in (
+                ("s", number(sens[v]["mean"], ".3f")),
+                ("b", number(best[v]["final_loss"], ".3f")),
+                ("l", _lr(best[v]["lr"])),
             )
-        )
+        },
     )
+
+
+def low_rate_sentence(a: dict) -> str | None:
+    """What every variant loses at the lowest learning rate against its best; None when nothing."""
     gap = a["low_lr_gap"]["gap"]
-    if gap is not None and gap > 0:
-        parts.append(
-            para(
-                _(
-                    "Every variant loses {gap:.2f} nats or more at the lowest learning rate ({lr:g}) against its best. "
-                    "A likely cause, not measured here, is that {steps} steps are too few at that rate; the shortfall counts in every LR sensitivity.",
-                    gap=gap,
-                    lr=lo,
-                    steps=setup["steps"],
-                )
-            )
-        )
+    if gap is None or gap <= 0:
+        return None
+    lo, setup = a["lr_low"], a["setup"]
+    return _(
+        "Every variant loses {gap:.2f} nats or more at the lowest learning rate ({lr:g}) against its best. "
+        "A likely cause, not measured here, is that {steps} steps are too few at that rate; the shortfall counts in every LR sensitivity.",
+        gap=gap,
+        lr=lo,
+        steps=setup["steps"],
+    )
+
+
+def collapse_sentence(a: dict) -> str | None:
+    """Where QK-layernorm's maximum logit ended below its value at initialisation, with the gains that
+    bound it; None when it did not."""
     lr_c = a["collapsed"]["highest"]
-    if lr_c is not None:
-        r = row["qk_layernorm", lr_c]
-        parts.append(
-            para(
-                _(
-                    "With QK-layernorm at lr {lr:g} the layer-0 maximum logit ended at {end}, below its value at initialisation ({init}); both are means over {seeds} seed(s). "
-                    "The normalised q and k can only reach large logits through the LayerNorm gains; the product of their RMS values in layer 0 went from {g0} to {g1} over training (same mean).",
-                    lr=lr_c,
-                    end=number(r["max_logit_final_mean"]),
-                    init=number(r["max_logit_init_mean"]),
-                    seeds=r["seeds"],
-                    g0=number(r["qk_gain_init_mean"]),
-                    g1=number(r["qk_gain_final_mean"]),
-                )
-            )
-        )
+    if lr_c is None:
+        return None
+    r = _runs(a)["qk_layernorm", lr_c]
+    return _(
+        "With QK-layernorm at lr {lr:g} the layer-0 maximum logit ended at {end}, below its value at initialisation ({init}); both are means over {seeds} seed(s). "
+        "The normalised q and k can only reach large logits through the LayerNorm gains; the product of their RMS values in layer 0 went from {g0} to {g1} over training (same mean).",
+        lr=lr_c,
+        end=number(r["max_logit_final_mean"]),
+        init=number(r["max_logit_init_mean"]),
+        seeds=r["seeds"],
+        g0=number(r["qk_gain_init_mean"]),
+        g1=number(r["qk_gain_final_mean"]),
+    )
+
+
+def _runs_table(runs: list[dict]) -> str:
+    """A row per (variant, learning rate): its final loss, divergences, max logits and head clips."""
     header = [
         _("variant"),
         _("learning rate"),
@@ -176,22 +203,21 @@ def render(env) -> str:
             number(r["max_logit_train_peak_mean"], ".4g"),
             number(r["clipped_heads_mean"], ".0f"),
         ]
-        for r in a["table"]
+        for r in runs
     ]
-    parts.append(table(header, body, cls="numeric"))
-    parts.append(
-        para(
-            _(
-                "How this differs from the paper. "
-                "Wortsman et al. train on C4 for 1e5 steps, with models from millions to over a billion parameters, and see the attention logits of the models without QK-layernorm grow by orders of magnitude at high learning rates — at lower learning rates the larger the model — while QK-layernorm keeps the loss low across the learning-rate range (their Figures 1–2). "
-                "Here the model has {parameters:,} parameters and trains for {steps} steps, so the learning rate at which the logits run away is not comparable. "
-                "Compare shapes, not thresholds.",
-                steps=setup["steps"],
-                parameters=setup["parameters"],
-            )
-        )
+    return table(header, body, cls="numeric")
+
+
+def paper_sentence(setup: dict) -> str:
+    """How this setting differs from Wortsman et al. 2023's."""
+    return _(
+        "How this differs from the paper. "
+        "Wortsman et al. train on C4 for 1e5 steps, with models from millions to over a billion parameters, and see the attention logits of the models without QK-layernorm grow by orders of magnitude at high learning rates — at lower learning rates the larger the model — while QK-layernorm keeps the loss low across the learning-rate range (their Figures 1–2). "
+        "Here the model has {parameters:,} parameters and trains for {steps} steps, so the learning rate at which the logits run away is not comparable. "
+        "Compare shapes, not thresholds.",
+        steps=setup["steps"],
+        parameters=setup["parameters"],
     )
-    return "\n".join(parts)
 
 
 def logits_figure(cells: list[dict], setup: dict):

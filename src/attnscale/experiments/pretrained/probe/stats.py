@@ -130,6 +130,31 @@ def call_sums(
     key_kinds: {name: bool (B, S)} for the attention-sink figures. key_offset: query l sits at key
     position l + key_offset (for previous/next-token weights); "auto" = 0 when L == S, else none.
     """
+    q, k = _checked_heads(q, k)
+    B, H, L, _d = q.shape
+    S = k.shape[2]
+    if not isinstance(scale, (int, float)) or not np.isfinite(scale):
+        raise InputError(f"scale: expected a finite number, got {scale!r}")
+    att = np.ones((B, H, L, S), bool) if attended is None else _bool(attended, "attended", (B, H, L, S))
+    qv = np.ones((B, L), bool) if query_valid is None else _bool(query_valid, "query_valid", (B, L))
+    pairs = att & qv[:, None, :, None]  # (B, H, L, S)
+    rows = pairs.sum(axis=-1) >= 2  # (B, H, L): rows with a choice
+
+    x = q @ np.swapaxes(k, -1, -2)  # (B, H, L, S) raw q·k
+    sums = _moment_sums(q, k, x, pairs)
+    extra = 0.0 if bias is None else np.where(pairs, np.broadcast_to(_array(bias, "bias"), x.shape), 0.0)
+    scaled = (scale * x if softcap is None else softcap * np.tanh(scale * x / softcap)) + extra
+    sums.update(_logit_sums(x, scaled, extra, pairs, rows))
+    p = softmax(scaled, pairs)  # (B, H, L, S)
+    sums.update(_sink_sums(p, rows, key_kinds))
+    offset = (0 if L == S else None) if key_offset == "auto" else key_offset
+    sums.update(_neighbour_sums(p, pairs, rows, offset))
+    return sums
+
+
+def _checked_heads(q, k) -> tuple[np.ndarray, np.ndarray]:
+    """q (B, H, L, d_k) and k (B, H, S, d_k) as float arrays, grouped-query key heads repeated to H;
+    :class:`InputError` when their shapes do not fit."""
     q = _array(q, "q", 4)
     k = _array(k, "k", 4)
     B, H, L, d = q.shape
@@ -137,21 +162,18 @@ def call_sums(
         raise InputError(f"k: expected (B={B}, H_k dividing {H}, S, d_k={d}), got shape {k.shape}")
     if k.shape[1] != H:
         k = np.repeat(k, H // k.shape[1], axis=1)
-    S = k.shape[2]
-    if not isinstance(scale, (int, float)) or not np.isfinite(scale):
-        raise InputError(f"scale: expected a finite number, got {scale!r}")
-    att = np.ones((B, H, L, S), bool) if attended is None else _bool(attended, "attended", (B, H, L, S))
-    qv = np.ones((B, L), bool) if query_valid is None else _bool(query_valid, "query_valid", (B, L))
-    pairs = att & qv[:, None, :, None]  # (B, H, L, S)
+    return q, k
+
+
+def _moment_sums(q: np.ndarray, k: np.ndarray, x: np.ndarray, pairs: np.ndarray) -> dict[str, np.ndarray]:
+    """The sums of the moments of q, k (pair- and token-weighted) and of q·k over the attended
+    ``pairs`` (B, H, L, S); x: the raw q·k (B, H, L, S)."""
     n_row = pairs.sum(axis=-1)  # (B, H, L) keys per query
     n_col = pairs.sum(axis=-2)  # (B, H, S) queries per key
-    rows = n_row >= 2  # rows with a choice
     q_tok, k_tok = (n_row > 0).astype(np.float64), (n_col > 0).astype(np.float64)
-
-    x = q @ np.swapaxes(k, -1, -2)  # (B, H, L, S) raw q·k
     xs = np.where(pairs, x, 0.0)
     row_mean = xs.sum(axis=-1) / np.maximum(n_row, 1)
-    sums = {
+    return {
         "pairs": n_row.sum(axis=(0, 2)).astype(np.float64),  # (H,)
         "q1": np.einsum("bhl,bhld->hd", n_row, q),  # (H, d)
         "q2": _weighted_gram(q, n_row),  # (H, d, d)
@@ -168,24 +190,41 @@ def call_sums(
         "k2_token": np.einsum("bhs,bhsd->h", k_tok, k * k),
     }
 
-    extra = 0.0 if bias is None else np.where(pairs, np.broadcast_to(_array(bias, "bias"), x.shape), 0.0)
-    scaled = (scale * x if softcap is None else softcap * np.tanh(scale * x / softcap)) + extra
-    sums["peak_abs_logit"] = np.where(pairs, np.abs(scaled), 0.0).max(axis=(0, 2, 3), initial=0.0)
-    sums["peak_abs_logit_unscaled"] = np.where(pairs, np.abs(x), 0.0).max(axis=(0, 2, 3), initial=0.0)
+
+def _logit_sums(x: np.ndarray, scaled: np.ndarray, extra, pairs: np.ndarray, rows: np.ndarray) -> dict[str, np.ndarray]:
+    """The largest |logit| per head and the sums of the row figures (:data:`ROW_FIGURES`), with the
+    model's logits ``scaled`` and with the scale removed (x + extra); all (B, H, L, S) but extra, the
+    additive bias (0.0 or broadcastable)."""
+    sums = {
+        "peak_abs_logit": np.where(pairs, np.abs(scaled), 0.0).max(axis=(0, 2, 3), initial=0.0),
+        "peak_abs_logit_unscaled": np.where(pairs, np.abs(x), 0.0).max(axis=(0, 2, 3), initial=0.0),
+    }
     for suffix, logits in (("", scaled), ("_unscaled", x + extra)):
         health = row_health(logits, pairs, spectral=False)
         for name in ROW_FIGURES:
             sums[f"{name}{suffix}"], sums[f"{name}{suffix}_n"] = _row_sums(getattr(health, name), rows)
+    return sums
 
-    p = softmax(scaled, pairs)  # (B, H, L, S)
+
+def _sink_sums(p: np.ndarray, rows: np.ndarray, key_kinds: dict | None) -> dict[str, np.ndarray]:
+    """The sums of the attention share each kind of key (e.g. the first token) takes per row, and of
+    any of them ("any"); p: the weights (B, H, L, S); key_kinds: {name: bool (B, S)} or None."""
+    B, _h, _l, S = p.shape
     kinds = {} if key_kinds is None else {n: _bool(m, f"key_kinds[{n!r}]", (B, S)) for n, m in key_kinds.items()}
     if kinds:
         kinds["any"] = np.logical_or.reduce(list(kinds.values()))
+    sums = {}
     for name, is_kind in kinds.items():
         share = np.einsum("bhls,bs->bhl", p, is_kind.astype(np.float64))
         sums[f"sink_{name}"], sums[f"sink_{name}_n"] = _row_sums(share, rows)
+    return sums
 
-    offset = (0 if L == S else None) if key_offset == "auto" else key_offset
+
+def _neighbour_sums(p: np.ndarray, pairs: np.ndarray, rows: np.ndarray, offset: int | None) -> dict[str, np.ndarray]:
+    """The sums of the weight on the previous and the next token's key (query l sits at key position
+    l + offset; None: no position is known, the sums are 0); p, pairs: (B, H, L, S)."""
+    B, H, L, S = p.shape
+    sums = {}
     for name, step in (("previous_token", -1), ("next_token", +1)):
         if offset is None:
             sums[name], sums[f"{name}_n"] = np.zeros(H), np.zeros(H, dtype=np.int64)

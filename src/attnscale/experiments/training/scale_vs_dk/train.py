@@ -23,22 +23,11 @@ def train_cell(cell: ScaleCell, stop_after: int | None = None) -> dict:
     recomputes of a shipped result in seconds)."""
     import torch
 
-    from attnscale.experiments.training.readout import ReadoutTransformer
-    from attnscale.experiments.training.common import attention_metrics, grad_norm, make_optimizer, seed_everything
+    from attnscale.experiments.training.common import make_optimizer, seed_everything
 
     data = seed_everything(cell.seed)
     rule = RULE_CHOICES[cell.rule]
-    # Same weights for every rule at a given (d_k, seed): the rule adds at most a scalar gain, which
-    # draws no random numbers.
-    model = ReadoutTransformer(
-        cell.task.vocab,
-        cell.task.seq_len,
-        cell.task.n_classes,
-        rule,
-        cell.d_k,
-        d_model=cell.d_model,
-        n_heads=cell.n_heads,
-    )
+    model = _model(cell, rule)
     attn = model.attn
     opt = make_optimizer(cell.optimizer, model.parameters(), cell.lr)
     losses, correct, log = [], [], []
@@ -59,23 +48,9 @@ def train_cell(cell: ScaleCell, stop_after: int | None = None) -> dict:
         opt.zero_grad(set_to_none=False)
         loss.backward()
         if attn.keep_record:
-            rows_z, rows_p = attn.record.logits, attn.record.weights  # (B, H, 1, S): the query's row
-            gq, zero_q = grad_norm(attn.w_q.weight)
-            gk, zero_k = grad_norm(attn.w_k.weight)
-            window = slice(max(0, step - cell.log_every + 1), step + 1)
-            entry = {
-                "step": step,
-                "loss": _mean(losses[window]),
-                "accuracy": _mean(correct[window]),
-                "grad_wq": finite_or_none(gq),
-                "grad_wk": finite_or_none(gk),
-                "grad_zero": zero_q and zero_k,
-            }
-            entry.update(attention_metrics(rows_z, rows_p))
-            log.append(entry)
+            log.append(_log_entry(step, cell, attn, losses, correct))
             if step == 0:
-                init = {"grad_wq": gq, "grad_wk": gk, **init_chain_rule(attn.record, rule, attn.logits.factor())}
-                init = {k: finite_or_none(v) for k, v in init.items()}
+                init = _at_init(attn, rule, log[-1])
         opt.step()
         if stop_after is not None and step + 1 >= stop_after:
             break
@@ -94,6 +69,55 @@ def train_cell(cell: ScaleCell, stop_after: int | None = None) -> dict:
         "accuracy": correct,
         "log": log,
     }
+
+
+def _model(cell: ScaleCell, rule):
+    """The cell's readout transformer, its weights drawn from the generator :func:`seed_everything` seeded."""
+    from attnscale.experiments.training.readout import ReadoutTransformer
+
+    # Same weights for every rule at a given (d_k, seed): the rule adds at most a scalar gain, which
+    # draws no random numbers.
+    return ReadoutTransformer(
+        cell.task.vocab,
+        cell.task.seq_len,
+        cell.task.n_classes,
+        rule,
+        cell.d_k,
+        d_model=cell.d_model,
+        n_heads=cell.n_heads,
+    )
+
+
+def _log_entry(step: int, cell: ScaleCell, attn, losses: list[float], correct: list[float]) -> dict:
+    """A logged step, after its backward pass: loss and accuracy over the last ``log_every`` batches,
+    the gradient norms of W_Q and W_K, and the health of the attention rows the layer recorded."""
+    from attnscale.experiments.training.common import attention_metrics, grad_norm
+
+    rows_z, rows_p = attn.record.logits, attn.record.weights  # (B, H, 1, S): the query's row
+    gq, zero_q = grad_norm(attn.w_q.weight)
+    gk, zero_k = grad_norm(attn.w_k.weight)
+    window = slice(max(0, step - cell.log_every + 1), step + 1)
+    entry = {
+        "step": step,
+        "loss": _mean(losses[window]),
+        "accuracy": _mean(correct[window]),
+        "grad_wq": finite_or_none(gq),
+        "grad_wk": finite_or_none(gk),
+        "grad_zero": zero_q and zero_k,
+    }
+    entry.update(attention_metrics(rows_z, rows_p))
+    return entry
+
+
+def _at_init(attn, rule, entry: dict) -> dict:
+    """Step 0's gradient norms of W_Q and W_K (from its log ``entry``) and its chain-rule factors (a
+    non-finite one None)."""
+    init = {
+        "grad_wq": entry["grad_wq"],
+        "grad_wk": entry["grad_wk"],
+        **init_chain_rule(attn.record, rule, attn.logits.factor()),
+    }
+    return {k: finite_or_none(v) for k, v in init.items()}
 
 
 def _final_eval(model, cell: ScaleCell) -> dict[str, float]:
