@@ -336,8 +336,8 @@ def test_a_backend_without_a_backward_refuses_inputs_that_require_grad(monkeypat
     returning something whose .backward() leaves q.grad None; under no_grad it runs."""
     real = backends.RUNNERS["chunked"]
 
-    def cut(torch, p, logit_range):
-        out, *figures = real(torch, p, logit_range)
+    def cut(torch, p, logit_range, first_key=False):
+        out, *figures = real(torch, p, logit_range, first_key)
         return (out.detach(), *figures)
 
     monkeypatch.setitem(backends.RUNNERS, "chunked", cut)
@@ -374,7 +374,7 @@ def test_the_kernel_ops_fake_implementations_match_them(setting):
     bias = torch.randn(B, H, L, L, generator=g, dtype=torch.float64) if setting == "bias" else None
     settings = (setting == "causal", 0, 0.35, 0.0)
     q, k, v = (x.requires_grad_() for x in (q.detach(), k, v))
-    forward = (q, k, v, mask, bias, *settings, True, 3, 3)
+    forward = (q, k, v, mask, bias, *settings, True, setting != "plain", 3, 3)  # logit range; first key
     torch.library.opcheck(torch.ops.attnscale_health.attention, forward)
     out, lse, *_ = torch.ops.attnscale_health.attention(*forward)
     backward = (

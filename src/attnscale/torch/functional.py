@@ -279,9 +279,9 @@ def attention(
         logit_range: the figures include each row's largest and smallest attended logit (see the
             module docstring for what it costs on each backend); needs ``return_stats=True``.
         first_key: the figures include each row's weight on key 0 (``first_key_weight``: a head
-            that puts most of every row's weight there is an attention sink), from the prepared
-            problem whatever the backend: one product of q̂ with k̂_0 per head, O(L·d_k); needs
-            ``return_stats=True``.
+            that puts most of every row's weight there is an attention sink): the kernel makes it
+            in its own pass, from the logit it forms; on the other backends, from the prepared
+            problem: one product of q̂ with k̂_0 per head, O(L·d_k). Needs ``return_stats=True``.
         backend: "auto", "kernel", "composed", "chunked" or "flex" (module docstring).
         check_finite: refuse NaN/Inf in q, k, v and NaN/+Inf in bias. Off by default, as in
             PyTorch, which checks no values: the scan reads every input once more (on CUDA its
@@ -309,7 +309,7 @@ def attention(
         return p.shaped(plain_sdpa(torch, p)).to(p.out_dtype)
     if check_finite:
         _check_finite(torch, {"q": q, "k": k, "v": v}, kernel=chosen == "kernel")
-    (out, lse, entropy, hi, lo), chosen = _run_backend(torch, p, chosen, backend, logit_range)
+    (out, lse, entropy, hi, lo, first), chosen = _run_backend(torch, p, chosen, backend, logit_range, first_key)
     _check_graph(torch, (q, k, v, bias), out, chosen)
     out = p.shaped(out).to(p.out_dtype)
     if not return_stats:
@@ -324,7 +324,7 @@ def attention(
         max_logit=figure(hi) if logit_range else None,
         min_logit=figure(lo) if logit_range else None,
         backend=chosen,
-        first_key_weight=figure(_first_key_weight(torch, p, lse)) if first_key else None,
+        first_key_weight=figure(_first_key_weight(torch, p, lse) if first is None else first) if first_key else None,
     )
 
 
@@ -337,17 +337,18 @@ def _check_options(backend: str, return_stats: bool, logit_range: bool, first_ke
         raise InputError("first_key: the weight on the first key is a figure; pass return_stats=True to get it")
 
 
-def _run_backend(torch, p: Problem, chosen: str, backend: str, logit_range: bool):
-    """(out, lse, entropy, max logit, min logit) of the prepared problem on the chosen backend, and
-    the backend that ran it: chunked for d_v = 0 (nothing for a BLAS or a fused kernel to multiply),
-    no backend at all for no query rows, "auto"'s flex falling back where FlexAttention fails."""
+def _run_backend(torch, p: Problem, chosen: str, backend: str, logit_range: bool, first_key: bool):
+    """(out, lse, entropy, max logit, min logit, weight on key 0 or None) of the prepared problem on
+    the chosen backend, and the backend that ran it: chunked for d_v = 0 (nothing for a BLAS or a
+    fused kernel to multiply), no backend at all for no query rows, "auto"'s flex falling back where
+    FlexAttention fails."""
     if p.v.shape[-1] == 0:
         chosen = "chunked"
     if p.q.shape[-2] == 0:
         return nothing_attended(torch, p, logit_range), chosen
     if chosen == "flex" and backend == "auto":
         return _flex_or_fall_back(torch, p, logit_range)
-    return RUNNERS[chosen](torch, p, logit_range), chosen
+    return RUNNERS[chosen](torch, p, logit_range, first_key), chosen
 
 
 def _flex_or_fall_back(torch, p: Problem, logit_range: bool):

@@ -10,7 +10,7 @@ from attnscale.torch.backends.problem import Problem, chunk_logits, keys_per_que
 __all__ = ["run_chunked"]
 
 
-def run_chunked(torch, p: Problem, logit_range: bool):
+def run_chunked(torch, p: Problem, logit_range: bool, first_key: bool = False):
     k, v = keys_per_query_head(p)
     outs, lses, ents, his, los = [], [], [], [], []
     for i0, i1 in row_chunks(p):
@@ -37,4 +37,5 @@ def run_chunked(torch, p: Problem, logit_range: bool):
         cat(ents),
         cat(his) if logit_range else None,
         cat(los) if logit_range else None,
+        None,
     )

@@ -11,7 +11,7 @@ from attnscale.torch.backends.problem import Problem, allowed_keys, keys_per_que
 __all__ = ["run_composed"]
 
 
-def run_composed(torch, p: Problem, logit_range: bool):
+def run_composed(torch, p: Problem, logit_range: bool, first_key: bool = False):
     q = p.q
     k, v = keys_per_query_head(p)
     L, d_k, d_v = q.shape[-2], q.shape[-1], v.shape[-1]
@@ -53,4 +53,4 @@ def run_composed(torch, p: Problem, logit_range: bool):
     hi = lo = None
     if logit_range:
         hi, lo = chunked_logit_range(torch, p)
-    return out, lse, entropy, hi, lo
+    return out, lse, entropy, hi, lo, None

@@ -204,8 +204,8 @@ def _in_float32(torch, p: Problem) -> Problem:
     return replace(p, q=up(p.q), k=up(p.k), v=up(p.v), bias=up(p.bias))
 
 
-def run_flex(torch, p: Problem, logit_range: bool):
-    """(out, lse, entropy, max_logit, min_logit) of ``p`` on FlexAttention (module docstring)."""
+def run_flex(torch, p: Problem, logit_range: bool, first_key: bool = False):
+    """(out, lse, entropy, max_logit, min_logit, None) of ``p`` on FlexAttention (module docstring)."""
     reason = refusal(torch, p)
     if reason:
         raise InputError(reason)
@@ -221,8 +221,8 @@ def run_flex(torch, p: Problem, logit_range: bool):
     if score_mod is not None:
         out = call(p.q, p.k, p.v, score_mod=score_mod, **common)
         with torch.no_grad():
-            _, lse, entropy, hi, lo = run_chunked(torch, _in_float32(torch, p), logit_range)
-        return out, lse, entropy, hi, lo
+            _, lse, entropy, hi, lo, _ = run_chunked(torch, _in_float32(torch, p), logit_range)
+        return out, lse, entropy, hi, lo, None
 
     d_v = p.v.shape[-1]
     values = torch.cat([p.v, p.k.detach()], dim=-1)  # (B, H_kv, S, d_v + d_k)
@@ -247,7 +247,7 @@ def run_flex(torch, p: Problem, logit_range: bool):
             lo = (-neg.max_scores.to(figures)).masked_fill(empty, math.nan)
         entropy = entropy.clamp_min(0.0) if hi is None else _bracketed(torch, entropy, lse, hi, p.k.shape[-2])
         entropy = entropy.masked_fill(empty, math.nan)
-    return out, lse, entropy, hi if logit_range else None, lo
+    return out, lse, entropy, hi if logit_range else None, lo, None
 
 
 def _bracketed(torch, entropy, lse, top, S: int):

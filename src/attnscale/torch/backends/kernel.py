@@ -10,7 +10,9 @@ __all__ = ["run_kernel", "Q_BLOCK", "KV_BLOCK"]
 Q_BLOCK, KV_BLOCK = 256, 512  # the kernel's tile: as PyTorch's fused CPU kernel for long sequences
 
 
-def run_kernel(torch, p: Problem, logit_range: bool):
+def run_kernel(torch, p: Problem, logit_range: bool, first_key: bool = False):
+    """The six figures of ``p`` (see :mod:`attnscale.torch.backends`), the weight on key 0 from the
+    kernel itself on request (the logit it already made, no pass of its own)."""
     from attnscale.torch.ext import load_kernel
 
     def blas_ready(x):
@@ -18,7 +20,7 @@ def run_kernel(torch, p: Problem, logit_range: bool):
         a broadcast row, stride 0, is not a valid BLAS leading dimension)."""
         return x if x.stride(-1) == 1 and x.stride(-2) >= max(1, x.shape[-1]) else x.contiguous()
 
-    out, lse, entropy, hi, lo = load_kernel()(
+    out, lse, entropy, hi, lo, first = load_kernel()(
         blas_ready(p.q),
         blas_ready(p.k),
         blas_ready(p.v),
@@ -29,7 +31,8 @@ def run_kernel(torch, p: Problem, logit_range: bool):
         p.scale,
         p.softcap,
         logit_range,
+        first_key,
         Q_BLOCK,
         KV_BLOCK,
     )
-    return out, lse, entropy, hi, lo
+    return out, lse, entropy, hi, lo, first if first_key else None

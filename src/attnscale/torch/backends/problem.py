@@ -134,4 +134,5 @@ def nothing_attended(torch, p: Problem, logit_range: bool):
         rows,
         rows.clone() if logit_range else None,
         rows.clone() if logit_range else None,
+        None,
     )

@@ -9,7 +9,8 @@ beside a working tree) each keep their own build instead of rebuilding over each
 build file records the source path). A cached load takes well under a
 second; a fresh build about 7 s on two cores.
 
-Two ops: ``torch.ops.attnscale_health.attention`` (forward: output and the per-row figures) and
+Two ops: ``torch.ops.attnscale_health.attention`` (forward: output and the per-row figures, the
+weight on the first key among them on request) and
 ``attention_backward`` (dq, dk, dv and, on request, dbias), tied together for autograd with
 ``torch.library.register_autograd``, so a call on tensors that require grad records a backward like
 any PyTorch op; the four figures are marked non-differentiable (diagnostics, detached).
@@ -120,7 +121,7 @@ def load_kernel():
 
 
 # The op's arguments after (q, k, v): mask, bias, causal, causal_offset, scale, softcap, logit_range,
-# q_block, kv_block. The backward's tile: two (rows × keys) blocks per thread, P and dP, 64 KiB each
+# first_key, q_block, kv_block. The backward's tile: two (rows × keys) blocks per thread, P and dP, 64 KiB each
 # in float32. Measured on the project's machine, backward of (1, 8, 2048, 64), one thread, CPU time:
 # 64×64, 128×128, 256×256, 128×256 and 256×512 all within 7% of each other (305-325 ms).
 BACKWARD_Q_BLOCK, BACKWARD_KV_BLOCK = 128, 128
@@ -128,8 +129,8 @@ BACKWARD_Q_BLOCK, BACKWARD_KV_BLOCK = 128, 128
 
 def _setup_context(ctx, inputs, output) -> None:
     q, k, v, mask, bias, causal, offset, scale, softcap = inputs[:9]
-    out, lse, entropy, max_logit, min_logit = output
-    ctx.mark_non_differentiable(lse, entropy, max_logit, min_logit)
+    out, lse, entropy, max_logit, min_logit, first_key = output
+    ctx.mark_non_differentiable(lse, entropy, max_logit, min_logit, first_key)
     ctx.save_for_backward(q, k, v, out, lse, mask, bias)
     ctx.settings = (causal, offset, scale, softcap)
 
@@ -160,7 +161,7 @@ def _backward(ctx, dout, *_figures):
         BACKWARD_Q_BLOCK,
         BACKWARD_KV_BLOCK,
     )
-    return (dq, dk, dv, None, dbias if bias_grad else None) + (None,) * 7
+    return (dq, dk, dv, None, dbias if bias_grad else None) + (None,) * 8
 
 
 def _register_autograd(torch) -> None:
@@ -171,7 +172,7 @@ def _register_fake(torch) -> None:
     """The ops' shapes and dtypes without computing them (as the C++ allocates its outputs), so that
     Dynamo and Inductor keep each as one opaque op in a compiled graph."""
 
-    def attention(q, k, v, mask, bias, causal, offset, scale, softcap, logit_range, q_block, kv_block):
+    def attention(q, k, v, mask, bias, causal, offset, scale, softcap, logit_range, first_key, q_block, kv_block):
         rows = q.shape[:3]
         return (
             q.new_empty((*rows, v.shape[3])),
@@ -179,6 +180,7 @@ def _register_fake(torch) -> None:
             q.new_empty(rows),
             q.new_empty(rows),
             q.new_empty(rows if logit_range else (0,)),
+            q.new_empty(rows if first_key else (0,)),
         )
 
     def attention_backward(

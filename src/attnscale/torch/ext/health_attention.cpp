@@ -10,7 +10,9 @@
 // Both terms of the entropy are ≥ 0, so it is never a difference of two large numbers (as
 // lse − Σ p·s would be for huge logits). When the max moves from m to m' = m + δ, every term is
 // rescaled by α = e^{−δ}:  l ← α·l,  u ← α·(u − δ·l) (α = 0 exactly once e^{−δ} underflows).  The max logit is the final m (free); the min
-// logit, computed only on request, costs a compare and a select per score inside the max pass.
+// logit, computed only on request, costs a compare and a select per score inside the max pass; the
+// weight on key 0 (an attention sink's figure), on request too, is e^{s_i0 − lse} from the logit of
+// the first key block, kept as it is made.
 //
 // Backward (Dao 2023, "FlashAttention-2", algorithm 2): the probabilities are recomputed block by
 // block from the saved lse, p_ij = e^{s_ij − lse_i}, never stored whole. With D_i = Σ_c dO_ic·O_ic
@@ -195,7 +197,8 @@ struct Logits {
 
 template <typename T>
 void run(const Logits<T>& in, bool logit_range, int64_t q_block, int64_t kv_block, at::Tensor& out,
-         at::Tensor& lse, at::Tensor& entropy, at::Tensor& max_logit, at::Tensor& min_logit) {
+         at::Tensor& lse, at::Tensor& entropy, at::Tensor& max_logit, at::Tensor& min_logit,
+         at::Tensor* first_key) {
   const int64_t B = in.B, H_q = in.H_q, L = in.L, d_v = in.d_v;
   const int64_t qb = std::max<int64_t>(1, std::min(q_block, L));
   const int64_t kb = std::max<int64_t>(1, std::min(kv_block, in.S));
@@ -212,11 +215,12 @@ void run(const Logits<T>& in, bool logit_range, int64_t q_block, int64_t kv_bloc
   T* ent_p = entropy.data_ptr<T>();
   T* max_p = max_logit.data_ptr<T>();
   T* min_p = logit_range ? min_logit.data_ptr<T>() : nullptr;
+  T* first_p = first_key ? first_key->data_ptr<T>() : nullptr;
 
   at::parallel_for(0, B * H_q * n_qblocks, 1, [&](int64_t begin, int64_t end) {
     Scratch<T> scores_buffer(static_cast<size_t>(qb * ld));
     T* const scores = scores_buffer.get();
-    std::vector<T> m(qb), l(qb), u(qb), lo(qb);
+    std::vector<T> m(qb), l(qb), u(qb), lo(qb), s0(qb);  // s0: each row's logit on key 0 (lowest: not attended)
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / (H_q * n_qblocks);
       const int64_t h = (task / n_qblocks) % H_q;
@@ -229,6 +233,7 @@ void run(const Logits<T>& in, bool logit_range, int64_t q_block, int64_t kv_bloc
       std::fill(l.begin(), l.end(), T(0));
       std::fill(u.begin(), u.end(), T(0));
       std::fill(lo.begin(), lo.end(), inf);
+      std::fill(s0.begin(), s0.end(), lowest);
       const int64_t j_end = in.key_end(i0, rows);
       for (int64_t j0 = 0; j0 < j_end; j0 += kb) {
         const int64_t cols = std::min(kb, j_end - j0);
@@ -236,6 +241,7 @@ void run(const Logits<T>& in, bool logit_range, int64_t q_block, int64_t kv_bloc
         for (int64_t r = 0; r < rows; ++r) {
           T* s = scores + r * ld;
           in.finish_row(b, h, i0 + r, j0, cols, s, nullptr);
+          if (j0 == 0) s0[r] = s[0];
           // Plain selects, not std::max/min: their reference returns made gcc vectorise these reductions
           // with gathers, and this pass then cost a fifth of the whole kernel (measured).
           T mx = lowest;
@@ -323,6 +329,9 @@ void run(const Logits<T>& in, bool logit_range, int64_t q_block, int64_t kv_bloc
           max_p[row0 + r] = nan;
           if (min_p) min_p[row0 + r] = nan;
         }
+        // The weight on key 0, e^{s_i0 − lse_i}, from the logit the sums used: 0 where key 0 is not
+        // attended (−inf), NaN where the row has no distribution (lse −inf, NaN).
+        if (first_p) first_p[row0 + r] = std::exp((s0[r] == lowest ? -inf : s0[r]) - lse_p[row0 + r]);
       }
     }
   });
@@ -493,12 +502,13 @@ void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     TORCH_CHECK(bias->scalar_type() == q.scalar_type() && bias->dim() == 4, "bias must be 4-D, q's dtype");
 }
 
-// Returns (out (B, H_q, L, d_v), lse, entropy, max_logit, min_logit (each (B, H_q, L); min_logit empty
-// unless logit_range)), in the inputs' dtype (float32 or float64).
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> health_attention(
+// Returns (out (B, H_q, L, d_v), lse, entropy, max_logit, min_logit, first_key (each (B, H_q, L); min_logit
+// empty unless logit_range, first_key (each row's weight on key 0) empty unless first_key)), in the
+// inputs' dtype (float32 or float64).
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> health_attention(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::optional<at::Tensor>& mask,
     const std::optional<at::Tensor>& bias, bool causal, int64_t causal_offset, double scale, double softcap,
-    bool logit_range, int64_t q_block, int64_t kv_block) {
+    bool logit_range, bool first_key, int64_t q_block, int64_t kv_block) {
   check_inputs(q, k, v, mask, bias);
   const auto B = q.size(0), H_q = q.size(1), L = q.size(2);
   auto opts = q.options();
@@ -507,16 +517,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> health_at
   at::Tensor entropy = at::empty({B, H_q, L}, opts);
   at::Tensor max_logit = at::empty({B, H_q, L}, opts);
   at::Tensor min_logit = logit_range ? at::empty({B, H_q, L}, opts) : at::empty({0}, opts);
+  at::Tensor first = first_key ? at::empty({B, H_q, L}, opts) : at::empty({0}, opts);
+  at::Tensor* fp = first_key ? &first : nullptr;
   const at::Tensor* mp = mask.has_value() ? &mask.value() : nullptr;
   const at::Tensor* bp = bias.has_value() ? &bias.value() : nullptr;
   if (q.scalar_type() == at::kFloat) {
     run<float>(Logits<float>(q, k, v, mp, bp, causal, causal_offset, scale, softcap), logit_range, q_block,
-               kv_block, out, lse, entropy, max_logit, min_logit);
+               kv_block, out, lse, entropy, max_logit, min_logit, fp);
   } else {
     run<double>(Logits<double>(q, k, v, mp, bp, causal, causal_offset, scale, softcap), logit_range, q_block,
-                kv_block, out, lse, entropy, max_logit, min_logit);
+                kv_block, out, lse, entropy, max_logit, min_logit, fp);
   }
-  return {out, lse, entropy, max_logit, min_logit};
+  return {out, lse, entropy, max_logit, min_logit, first};
 }
 
 // Returns (dq, dk, dv, dbias): dq like q (B, H_q, L, d_k), dk and dv like k and v (B, H_kv, S, ·),
@@ -556,8 +568,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> health_attention_back
 
 TORCH_LIBRARY(attnscale_health, m) {
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor? mask, Tensor? bias, bool causal, int causal_offset, "
-        "float scale, float softcap, bool logit_range, int q_block, int kv_block) "
-        "-> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+        "float scale, float softcap, bool logit_range, bool first_key, int q_block, int kv_block) "
+        "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def("attention_backward(Tensor q, Tensor k, Tensor v, Tensor out, Tensor dout, Tensor lse, Tensor? mask, "
         "Tensor? bias, bool causal, int causal_offset, float scale, float softcap, bool bias_grad, int q_block, "
         "int kv_block) -> (Tensor, Tensor, Tensor, Tensor)");
