@@ -22,6 +22,7 @@ import math
 
 import numpy as np
 
+from attnscale.errors import require
 from attnscale.softmax_rows import SATURATED_WEIGHT
 from attnscale.torch.functional import FLOAT16_MAX
 
@@ -88,11 +89,12 @@ class Running:
         }
 
 
-def rows_by_head(x) -> np.ndarray:
-    """(..., H, L) figures → NumPy (N, H, L) on the host, rows of one head along axes 0 and 2; (N, L),
-    from 3-D inputs without a head axis (and rank 1), → (1, 1, N·L): one head."""
-    x = x.detach()
-    x = x.reshape(1, 1, -1) if x.dim() <= 2 else x.reshape(-1, *x.shape[-2:])
+def rows_by_head(figures) -> np.ndarray:
+    """A tensor (F, ..., H, L) of F figures → NumPy (F, N, H, L) on the host, in one copy: per figure,
+    rows of one head along axes 1 and 3; (F, N, L), from 3-D inputs without a head axis (and rank 1),
+    → (F, 1, 1, N·L): one head."""
+    x = figures.detach()
+    x = x.reshape(x.shape[0], 1, 1, -1) if x.dim() <= 3 else x.reshape(x.shape[0], -1, *x.shape[-2:])
     return x.cpu().numpy()
 
 
@@ -110,10 +112,11 @@ def call_figures(stats, q_norms, k_norms, population: int | None = None, valid=N
     +inf): NaN-skipping reductions (fmax, fmin) leave both out of the entropy figures, and an
     overflowed +inf logit stays visible in the head's max logit. A single-key row's entropy is made
     NaN in the returned entropies (no median takes it); its logits stay."""
-    ent, hi, lo, lse, first, q_norm = (
-        rows_by_head(x)
-        for x in (stats.entropy, stats.max_logit, stats.min_logit, stats.lse, stats.first_key_weight, q_norms)
-    )
+    # One stack and one copy to the host for the six figures (a torch call each costs more than the
+    # NumPy reductions below): q_norms has the figures' dtype (float32, float64 for float64 inputs).
+    torch = require("torch", "torch")
+    figures = (stats.entropy, stats.max_logit, stats.min_logit, stats.lse, stats.first_key_weight, q_norms)
+    ent, hi, lo, lse, first, q_norm = rows_by_head(torch.stack([x.to(stats.entropy.dtype) for x in figures]))
     if valid is not None:  # the real tokens' rows only: (N, H, L) → (kept, H, 1)
         keep = valid.detach().cpu().numpy().reshape(ent.shape[0], ent.shape[2])
         ent, hi, lo, lse, first, q_norm = (
