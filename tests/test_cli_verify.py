@@ -189,3 +189,18 @@ def test_only_runs_a_subset_and_keeps_it_out_of_the_results_folder(cached, tmp_p
     assert code == 0 and "partial" in err
     with pytest.raises(results.ResultMissing):
         results.read("verify", root)
+
+
+def test_the_terminal_and_the_page_label_expected_and_measured_with_the_same_words():
+    """One table (stored_words.CLAIM_FIELDS) for both: the Chinese page and the CLI once read 期望/测得
+    and 预期/实测."""
+    from attnscale.cli import verify as cli_verify
+    from attnscale.i18n import _, language
+    from attnscale.report import verdicts
+
+    claim = {"id": "S0", "claim": "c", "verdict": "holds", "expected": "e", "measured": "m", "method": "closed form"}
+    for lang in ("en", "zh"):
+        with language(lang):
+            labels = [_(label) for key, label in cli_verify.DETAILS if key in ("expected", "measured")]
+            card, table = verdicts.claim_card(claim), verdicts.all_claims_table([claim])
+        assert len(labels) == 2 and all(f"<b>{label}</b>" in card and label in table for label in labels)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from attnscale.i18n import N_
 
+# A claim's expected and measured values, as the verify table and the page label them.
+CLAIM_FIELDS = {"expected": N_("expected", "claim field"), "measured": N_("measured", "claim field")}
 # A claim's method (attnscale.claims.METHODS), as the verify table and the page name it.
 METHOD_NAME = {
     "exact arithmetic": N_("exact arithmetic", "method"),

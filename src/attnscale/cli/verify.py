@@ -21,7 +21,7 @@ from attnscale.cli.output import (
     json_to_stdout,
     pad,
 )
-from attnscale.stored_words import METHOD_NAME
+from attnscale.stored_words import CLAIM_FIELDS, METHOD_NAME
 from attnscale.i18n import N_, _
 
 # A verdict (attnscale.claims.VERDICTS) as the table marks it: the ones to look at in capitals.
@@ -34,8 +34,8 @@ VERDICT_MARK = {
 # The details of a claim, in the order shown, each with its label.
 DETAILS = (
     ("seed_value", N_("the blog post prints", "verify")),
-    ("expected", N_("expected", "verify")),
-    ("measured", N_("measured", "verify")),
+    ("expected", CLAIM_FIELDS["expected"]),
+    ("measured", CLAIM_FIELDS["measured"]),
     ("correct_value", N_("correct value", "verify")),
     ("note", N_("note", "verify")),
 )

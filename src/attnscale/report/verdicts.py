@@ -11,7 +11,7 @@ from attnscale.i18n import N_, _, current_lang
 from attnscale.report.html import esc, note
 from attnscale.report.numbers import number, percent
 from attnscale.report.text import pretty
-from attnscale.stored_words import METHOD_NAME
+from attnscale.stored_words import CLAIM_FIELDS, METHOD_NAME
 
 # verdict → CSS class of its badge, its mark, its word, and the words after its count in the tally
 BADGE_CLASS = {"holds": "holds", "fails": "fails", "inconclusive": "inconclusive", "seed number wrong": "wrong"}
@@ -80,8 +80,8 @@ def claim_card(claim: dict) -> str:
     facts = []
     if claim.get("seed_value"):
         facts.append((_("the blog post says"), claim["seed_value"]))
-    facts.append((_("expected", msgctxt="ui"), worded(claim, "expected")))
-    facts.append((_("measured", msgctxt="ui"), worded(claim, "measured")))
+    facts.append((_(CLAIM_FIELDS["expected"]), worded(claim, "expected")))
+    facts.append((_(CLAIM_FIELDS["measured"]), worded(claim, "measured")))
     if _interval(claim):
         facts.append((_ci_label(claim), _interval(claim)))
     if claim.get("n_samples"):
@@ -138,8 +138,8 @@ def all_claims_table(claims: list[dict]) -> str:
         "id",
         _("claim"),
         _("verdict"),
-        _("expected", msgctxt="ui"),
-        _("measured", msgctxt="ui"),
+        _(CLAIM_FIELDS["expected"]),
+        _(CLAIM_FIELDS["measured"]),
         _("interval judged (level)"),
         _("samples"),
         _("method"),
