@@ -574,11 +574,11 @@ def test_the_jacobian_caption_reads_the_curve_from_the_data():
     from attnscale.report.seed_words import caption, facts
 
     data = {"jacobian": {"crossover": {"16": {"d_k": 64}, "1024": {"d_k": None}}, "peak_d_k": {"16": 16, "1024": 256}}}
-    _, cap = caption("jacobian", facts(data))
-    assert "n = 16: below the scaled one from dₖ = 64 on, peaks at dₖ = 16" in cap
-    assert "n = 1024: never below the scaled one on this grid, peaks at dₖ = 256" in cap
+    _, cap = caption("jacobian", facts(data))  # the words; the page typesets d_k (html.esc)
+    assert "n = 16: below the scaled one from d_k = 64 on, peaks at d_k = 16" in cap
+    assert "n = 1024: never below the scaled one on this grid, peaks at d_k = 256" in cap
     data["jacobian"]["crossover"]["16"]["d_k"] = 256
-    assert "from dₖ = 256 on" in caption("jacobian", facts(data))[1]
+    assert "from d_k = 256 on" in caption("jacobian", facts(data))[1]
     assert "collapses" not in cap
     with language("zh"):
         assert "dₖ = 64 起低于" in caption("jacobian", facts({"jacobian": {"crossover": {"16": {"d_k": 64}}}}))[1]
@@ -605,3 +605,12 @@ def test_the_chinese_page_shows_a_rows_chinese_words_and_an_older_rows_english()
     older = {k: v for k, v in row.items() if k != "expected_zh"}  # written before rows had Chinese
     with language("zh"):
         assert "the exact value" in all_claims_table([older])
+
+
+def test_the_page_typesets_d_k_everywhere_it_shows_text(built_en):
+    """One wrapper (html.esc) applies the typography: no text of the page, a claim's worded values,
+    captions and alt texts included, shows the ASCII d_k (scripts and the widget's data aside)."""
+    page = built_en[1].path.read_text(encoding="utf-8")
+    shown = re.sub(r"<script.*?</script>|<style.*?</style>", " ", page, flags=re.S)
+    assert "dₖ" in shown
+    assert [m.group(0) for m in re.finditer(r".{0,40}d_k.{0,40}", shown)] == []

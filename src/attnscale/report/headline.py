@@ -23,7 +23,6 @@ from attnscale import results
 from attnscale.i18n import N_, _
 from attnscale.report.html import esc
 from attnscale.report.numbers import number
-from attnscale.report.text import pretty
 from attnscale.stored_words import OPTIMISER_NAMES, TRAINING_VERDICT_PHRASE, TRAINING_VERDICTS
 
 #: A card's headline when every optimiser's verdict is the same one: TRAINING_VERDICT_PHRASE.
@@ -221,8 +220,8 @@ def cards_html(cards: list[Card]) -> str:
     """The cards as links, in the style of the page's glance cards, set as prose (d_k → dₖ)."""
     return "".join(
         f'<a class="glance-card headline-card" href="{esc(c.href)}">'
-        f'<span class="glance-label">{esc(pretty(c.label))}</span>'
-        f'<span class="glance-value">{esc(pretty(c.value))}</span>'
-        f'<span class="glance-sub">{esc(pretty(c.sub))}</span></a>'
+        f'<span class="glance-label">{esc(c.label)}</span>'
+        f'<span class="glance-value">{esc(c.value)}</span>'
+        f'<span class="glance-sub">{esc(c.sub)}</span></a>'
         for c in cards
     )

@@ -7,10 +7,13 @@ import html
 import traceback
 
 from attnscale.i18n import _
+from attnscale.report.text import pretty
 
 
 def esc(text: object) -> str:
-    return html.escape(str(text), quote=True)
+    """``text`` escaped for HTML, with the page's typography (:func:`~attnscale.report.text.pretty`:
+    d_k → dₖ), the one place the page applies it."""
+    return html.escape(pretty(str(text)), quote=True)
 
 
 def para(text: str) -> str:

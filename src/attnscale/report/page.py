@@ -12,7 +12,6 @@ from attnscale.provenance import machine_text
 from attnscale.report import fonts
 from attnscale.report.html import esc
 from attnscale.report.numbers import seconds
-from attnscale.report.text import pretty
 from attnscale.report.verdicts import BADGE_CLASS, tally_badges
 
 
@@ -132,14 +131,14 @@ def render_page(sections: list[Section], claims: list[dict], provenance: dict, g
     html_lang = "zh-CN" if current_lang() == "zh" else "en"
     hero = (
         f'<header class="hero"><div class="hero-inner"><p class="kicker">{esc(_("attnscale report"))}</p>'
-        f'<h1>{esc(pretty(_("Why divide by √d_k? Every claim of a blog post, measured")))}</h1><p class="sub">{esc(pretty(_("A blog post on why dot-product attention is scaled by √d_k, retold with figures and every claim checked by attnscale: Monte Carlo estimates with confidence intervals, exact arithmetic where floats could hide a digit, and a verdict on each claim. No number is typed in; each part says which result file it comes from, when and on what machine that was computed, and whether it was a quick or a full run (see also “How this page was made” at the end).")))}</p>'
+        f'<h1>{esc(_("Why divide by √d_k? Every claim of a blog post, measured"))}</h1><p class="sub">{esc(_("A blog post on why dot-product attention is scaled by √d_k, retold with figures and every claim checked by attnscale: Monte Carlo estimates with confidence intervals, exact arithmetic where floats could hide a digit, and a verdict on each claim. No number is typed in; each part says which result file it comes from, when and on what machine that was computed, and whether it was a quick or a full run (see also “How this page was made” at the end)."))}</p>'
         '<div class="formula">Attention(Q, K, V) = softmax( Q·Kᵀ <span class="hl">/ √d<sub>k</sub></span> ) · V</div>'
         f'<div class="tally">{tally_badges(claims)}</div>{glance}</div></header>'
     )
     return embed_fonts(
         f'<!doctype html><html lang="{html_lang}"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{esc(pretty(_('Why divide by √d_k? Every claim of a blog post, measured')))}</title>"
+        f"<title>{esc(_('Why divide by √d_k? Every claim of a blog post, measured'))}</title>"
         f"<style>{stylesheet()}</style></head><body>{hero}"
         f'<div class="layout">{_toc(sections)}<main>{_sections(sections)}</main></div>'
         f"{footer(provenance, sections)}</body></html>\n"

@@ -20,7 +20,6 @@ from attnscale.report.numbers import number
 from attnscale.report.page import Section
 from attnscale.report.plotting import responsive_figure
 from attnscale.report.seed_words import SEED_POST, caption, facts
-from attnscale.report.text import pretty
 from attnscale.report.verdicts import claim_list
 from attnscale.report.widget import widget_html
 
@@ -78,7 +77,7 @@ def seed_post_html() -> str:
     )
     return (
         f'<p class="note seed-post">{esc(_("The blog post checked here:"))} '
-        f'<a href="{esc(post["url"])}">{esc(pretty(_(post["title"])))}</a>, '
+        f'<a href="{esc(post["url"])}">{esc(_(post["title"]))}</a>, '
         f"{esc(post['author'])}, {esc(_(post['published']))}. "
         f"{esc(copy)}</p>"
     )
@@ -160,10 +159,10 @@ def glance_html(data: dict) -> str:
         g = next(iter(data["variance_vs_dk"].values()))
         i = len(g["d_k"]) - 1
         d_k = int(g["d_k"][i])  # a dimension: "d_k = 4096", as every other d_k on the page (not 4,096)
-        said = pretty(_("the blog post says d_k = {d}", d=d_k))
+        said = _("the blog post says d_k = {d}", d=d_k)
         cards.append(
             (
-                pretty(_("Var(q·k) at d_k = {d}, measured", d=d_k)),
+                _("Var(q·k) at d_k = {d}, measured", d=d_k),
                 number(g["estimate"][i], digits=4),
                 f"{_('CI')} [{number(g['ci_low'][i], digits=4)}, {number(g['ci_high'][i], digits=4)}] · {said}",
             )
@@ -180,11 +179,11 @@ def glance_html(data: dict) -> str:
             d_ks = rows["d_k"]
             i = d_ks.index(64) if block == "saturation" and 64 in d_ks else len(d_ks) - 1
             per = rows["by_n"][n]
-            sub = pretty(_("with ÷√d_k: {value}", value=number(per["scaled"][figure]["median"][i], digits=2)))
+            sub = _("with ÷√d_k: {value}", value=number(per["scaled"][figure]["median"][i], digits=2))
             cross = (rows.get("crossover") or {}).get(n) or {}
             if cross.get("d_k") is not None:  # the curve is not monotone: say from where it is below
-                sub += " · " + pretty(_("unscaled is below it only from d_k = {d} on", d=cross["d_k"]))
-            cards.append((pretty(_(card, d=d_ks[i], n=n)), number(per["unscaled"][figure]["median"][i], digits=2), sub))
+                sub += " · " + _("unscaled is below it only from d_k = {d} on", d=cross["d_k"])
+            cards.append((_(card, d=d_ks[i], n=n), number(per["unscaled"][figure]["median"][i], digits=2), sub))
         except (KeyError, IndexError, StopIteration, TypeError, ValueError):
             pass
     if not cards:

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 from attnscale.i18n import N_, _
 from attnscale.report.numbers import percent
-from attnscale.report.text import listed, pretty
+from attnscale.report.text import listed
 
 
 class Chapter(NamedTuple):
@@ -308,21 +308,21 @@ def jacobian_story(jac: dict) -> str:
 
 def title(chapter: str) -> str:
     """The title of the blog post's chapter ``chapter`` (an id of the verification's outline)."""
-    return pretty(_(CHAPTERS[chapter].title))
+    return _(CHAPTERS[chapter].title)
 
 
 def paragraphs(chapter: str, values: dict) -> list[str]:
     """The paragraphs of ``chapter``, placeholders filled from ``values`` (:func:`facts`)."""
-    return [pretty(_(p, **values)) for p in CHAPTERS[chapter].paras]
+    return [_(p, **values) for p in CHAPTERS[chapter].paras]
 
 
 def subsection(key: str, values: dict) -> tuple[str, str]:
     """(heading, paragraph) of the beyond chapter's subsection ``key``."""
     heading, para = BEYOND[key]
-    return pretty(_(heading)), pretty(_(para, **values))
+    return _(heading), _(para, **values)
 
 
 def caption(block: str, values: dict) -> tuple[str, str]:
     """(alt text, caption) of the figure drawn from data block ``block``, filled from ``values``."""
     alt, cap = CAPTIONS[block]
-    return pretty(_(alt, **values)), pretty(_(cap, **values))
+    return _(alt, **values), _(cap, **values)

@@ -21,7 +21,9 @@ RULE_LABELS = {
 
 
 def pretty(text: str) -> str:
-    """Prose typography: d_k → dₖ (the source strings stay greppable ASCII)."""
+    """Prose typography: d_k → dₖ (the source strings stay greppable ASCII). The page's every text
+    gets it from :func:`attnscale.report.html.esc`; called directly only for text that is not HTML
+    (a figure's labels, the widget's data, a title the terminal shows too)."""
     return text.replace("d_{k}", "dₖ").replace("d_k", "dₖ")
 
 

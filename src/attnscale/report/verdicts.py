@@ -10,7 +10,6 @@ from __future__ import annotations
 from attnscale.i18n import N_, _, current_lang
 from attnscale.report.html import esc, note
 from attnscale.report.numbers import number, percent
-from attnscale.report.text import pretty
 from attnscale.stored_words import CLAIM_FIELDS, METHOD_NAME
 
 # verdict → CSS class of its badge, its mark, its word, and the words after its count in the tally
@@ -43,15 +42,13 @@ def badge(verdict: str) -> str:
 
 
 def claim_text(claim: dict) -> str:
-    return pretty(
-        (claim.get("claim_zh") if current_lang() == "zh" else None) or claim.get("claim_en") or claim.get("id", "")
-    )
+    return (claim.get("claim_zh") if current_lang() == "zh" else None) or claim.get("claim_en") or claim.get("id", "")
 
 
 def worded(claim: dict, field: str) -> str:
     """A row's ``expected``, ``measured`` or ``note`` in the bound language: the verification writes each in both
     languages (``expected_zh``, …); a result written before it did holds the English alone."""
-    return pretty((claim.get(f"{field}_zh") if current_lang() == "zh" else None) or claim.get(field) or "")
+    return (claim.get(f"{field}_zh") if current_lang() == "zh" else None) or claim.get(field) or ""
 
 
 def method_name(claim: dict) -> str:

@@ -94,7 +94,7 @@ def widget_html(seed: int) -> str:
     config_json = json.dumps(cfg, ensure_ascii=False).replace("</", "<\\/")
     return (
         f'<div class="widget" id="widget"><h3 style="margin-top:0">{esc(_("Try it: one attention row"))}</h3>'
-        f'<p class="formula-line">{esc(pretty(_("A query q and n keys k with iid N(0, 1) components, drawn once from a seeded generator. Drag d_k and switch the scale rule: the bars are the softmax weights of this row.")))}</p>'
+        f'<p class="formula-line">{esc(_("A query q and n keys k with iid N(0, 1) components, drawn once from a seeded generator. Drag d_k and switch the scale rule: the bars are the softmax weights of this row."))}</p>'
         '<div class="controls">'
         f'<div><label class="plain" for="w-dk">{esc(_("dₖ"))} <output id="w-dk-out">64</output></label>'
         '<input type="range" id="w-dk" min="0" max="48" step="1" value="24"></div>'

@@ -548,9 +548,9 @@ def glance_table(a: dict, d_ks: list, rules: list) -> str:
     columns = ("adamw", "adamw-own-best", "sgd", "sgd-own-best")
     find = {(v["rule"], v["d_k"], v["optimiser"]): v for v in a["verdicts"]}
     edge = {(b["optimiser"], b["rule"], b["d_k"]): b["edge"] for b in a["own_best_lr"]}
-    head = [_("rule"), pretty("d_k")] + [pretty(_(SETTINGS[o])) for o in columns]
+    head = [_("rule"), "d_k"] + [_(SETTINGS[o]) for o in columns]
     rows = [
-        [pretty(_rule(r)), d]
+        [_rule(r), d]
         + [
             _verdict_cell(find[r, d, o], o.endswith("own-best") and bool(edge.get((o.split("-")[0], r, d))))
             for o in columns
@@ -560,11 +560,6 @@ def glance_table(a: dict, d_ks: list, rules: list) -> str:
         for d in d_ks
     ]
     return table(head, rows, cls="numeric verdicts")
-
-
-def _p(text: str) -> str:
-    """A paragraph of prose with its maths typeset (:func:`pretty`)."""
-    return para(pretty(text))
 
 
 def render(env) -> str:
@@ -585,11 +580,11 @@ def _at_a_glance(a: dict, d_ks: list, rules: list) -> list[str]:
     and validation bits per byte against the step."""
     base = a["baselines"]
     names = _(", ", msgctxt="list").join(_baseline_name(r) for r in base["rows"] if r["order"] >= 2)
-    glance = [_p(glance_sentence(a["verdicts"], a["reference_rule"]))]
-    glance += [_p(reference_sentence(a, o)) for o in OPTIMISERS]
+    glance = [para(glance_sentence(a["verdicts"], a["reference_rule"]))]
+    glance += [para(reference_sentence(a, o)) for o in OPTIMISERS]
     glance.append(glance_table(a, d_ks, rules))
     if "target_band" in a:
-        glance.append(_p(robustness_sentence(a["verdicts"], a["target_band"], a["reference_rule"])))
+        glance.append(para(robustness_sentence(a["verdicts"], a["target_band"], a["reference_rule"])))
     glance.append(
         responsive_figure(
             lambda: _panels(
@@ -611,7 +606,7 @@ def _set_up(a: dict, cfg: dict) -> list[str]:
     that collapsed, if any."""
     m, base, d_ks, rules = a["model"], a["baselines"], cfg["d_ks"], cfg["rules"]
     parts = [
-        _p(
+        para(
             _(
                 "A decoder-only GPT in nanoGPT's shape (width {d_model}, {layers} layers, context {context} bytes, {params:,} parameters at d_k = {dk0}; heads = width ÷ d_k) on {train:,} bytes of {source}, validated on {scored:,} bytes of the {valid:,} after them. {steps} steps of {batch} sequences, {seeds} seed(s); for a given d_k and seed every rule starts from the same weights and sees the same batches. "
                 "Rules: {rules}. "
@@ -640,7 +635,7 @@ def _set_up(a: dict, cfg: dict) -> list[str]:
     absent = [r for r in a.get("rule_choices", []) if r not in rules]
     if absent:
         parts.append(
-            _p(
+            para(
                 _(
                     "Not in this run (available with --rules): {rules}.",
                     rules=_("; ", msgctxt="clauses").join(_rule(r) for r in absent),
@@ -648,7 +643,7 @@ def _set_up(a: dict, cfg: dict) -> list[str]:
             )
         )
     parts.append(
-        _p(
+        para(
             _(
                 "Baselines computed from the same split, on the same validation bytes, by counting the training bytes ({smoothing}): {rows} bits per byte.",
                 smoothing=_("add-k smoothing, k chosen on the last tenth of the training part"),
@@ -660,7 +655,7 @@ def _set_up(a: dict, cfg: dict) -> list[str]:
     )
     collapsed = collapse_sentence(a)
     if collapsed:
-        parts.append(_p(collapsed))
+        parts.append(para(collapsed))
     return parts
 
 
@@ -668,15 +663,15 @@ def _learning_rates(a: dict, cfg: dict) -> list[str]:
     """Where the reference's best rates lie, whether the seeds agree and the verdicts halfway are the
     same, the learning-rate sensitivity, what each optimiser shows, and final loss against the rate."""
     d_ks, rules = cfg["d_ks"], cfg["rules"]
-    parts = [_p(best_rate_sentence(a, o)) for o in OPTIMISERS]
-    parts.append(_p(seeds_sentence(a["verdicts"], cfg["seeds"], a["reference_rule"])))
-    parts.append(_p(halfway_sentence(a["verdicts"], a["halfway_step"], a["reference_rule"])))
-    parts.append(_p(sensitivity_sentence(a, rules, d_ks[-1])))
-    parts += [_p(s) for s in flat_sensitivity_sentences(a, rules, d_ks[-1])]
+    parts = [para(best_rate_sentence(a, o)) for o in OPTIMISERS]
+    parts.append(para(seeds_sentence(a["verdicts"], cfg["seeds"], a["reference_rule"])))
+    parts.append(para(halfway_sentence(a["verdicts"], a["halfway_step"], a["reference_rule"])))
+    parts.append(para(sensitivity_sentence(a, rules, d_ks[-1])))
+    parts += [para(s) for s in flat_sensitivity_sentences(a, rules, d_ks[-1])]
     if "unscaled" in rules:
         said = optimisers_sentence(a["verdicts"], d_ks[-1])
         if said:
-            parts.append(_p(said))
+            parts.append(para(said))
     parts.append(
         responsive_figure(
             lambda: _lr_panels(a["grid"], a["own_best_lr"], d_ks, rules, a["baselines"]["rows"]),
@@ -697,7 +692,7 @@ def _logits(a: dict, d_ks: list, rules: list) -> list[str]:
         last = {c["rule"]: c for c in a["curves"] if c["d_k"] == d_ks[-1] and c["optimiser"] == "adamw"}
         u, r = last["unscaled"], last[a["reference_rule"]]
         parts.append(
-            _p(
+            para(
                 _(
                     "At d_k = {dk} with AdamW the largest |logit| ends at {unscaled} unscaled against {ref} with 1/√d_k, and the mean row entropy at {ent_u} against {ent_r} nats.",
                     dk=d_ks[-1],
@@ -731,7 +726,7 @@ def _logits(a: dict, d_ks: list, rules: list) -> list[str]:
 def _verdicts_in_detail(a: dict, d_ks: list, rules: list) -> list[str]:
     """How a verdict is reached, and the detailed table."""
     return [
-        _p(
+        para(
             _(
                 "Verdict against the 1/√d_k run of the same seed: steps to reach {factor:g}× its final validation loss, “faster” within {fast:.2g}× its steps, “learns” up to {like:g}×; the verdict of most seeds (a tie goes to the worse), how many agree, the median ratio and the seeds' final loss (mean, min–max) with the highest baseline it beats.",
                 factor=a["target_factor"],
@@ -745,7 +740,7 @@ def _verdicts_in_detail(a: dict, d_ks: list, rules: list) -> list[str]:
 
 def _samples(s: dict) -> list[str]:
     """The greedy continuations of the prompt, a row per rule, a column per d_k."""
-    prompt = _p(
+    prompt = para(
         _(
             "Greedy continuations of “{prompt}” (AdamW at the reference's best rate, seed {seed}; in brackets the run's final validation bits per byte):",
             prompt=s["prompt"],
@@ -757,11 +752,8 @@ def _samples(s: dict) -> list[str]:
         return Verbatim(s["prompt"] + text + f" ({number(bpb, '.2f')})") if text is not None else _("(diverged)")
 
     continuations = table(
-        [_("rule")] + [pretty(f"d_k = {d}") for d in s["d_ks"]],
-        [
-            [pretty(_rule(row["rule"]))] + [sample(*tb) for tb in zip(row["texts"], row["final_bpb"])]
-            for row in s["rows"]
-        ],
+        [_("rule")] + [f"d_k = {d}" for d in s["d_ks"]],
+        [[_rule(row["rule"])] + [sample(*tb) for tb in zip(row["texts"], row["final_bpb"])] for row in s["rows"]],
     )
     return [prompt, continuations]
 
@@ -804,12 +796,12 @@ def _table(a: dict, d_ks: list, rules: list) -> str:
         )
 
     head = (
-        [_("rule"), pretty("d_k")]
-        + [pretty(_(SETTINGS[o])) for o in columns]
+        [_("rule"), "d_k"]
+        + [_(SETTINGS[o]) for o in columns]
         + [_("final bpb (AdamW, own best)"), _("own best rate (AdamW · SGD)"), _("LR sensitivity (AdamW · SGD)")]
     )
     rows = [
-        [pretty(_rule(r)), d]
+        [_rule(r), d]
         + [cell(find(r, d, o)) for o in columns]
         + [final(find(r, d, "adamw-own-best")), best(r, d), sens(r, d)]
         for d in d_ks
