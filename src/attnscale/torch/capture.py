@@ -289,15 +289,12 @@ def _seen_op(torch):
                 _emit_arguments(cap, f"compiled[{cap._compiled}]", a, None, "sdpa")
                 cap._compiled += 1
 
-        op = torch.library.custom_op(
-            "attnscale_capture::seen",
+        _register_op(
+            torch,
             seen,
-            mutates_args=("token",),
-            schema="(Tensor q, Tensor k, Tensor v, Tensor? attn_mask, float dropout_p, bool is_causal, "
-            "float? scale, bool enable_gqa, Tensor(a!) token) -> ()",
+            "(Tensor q, Tensor k, Tensor v, Tensor? attn_mask, float dropout_p, bool is_causal, float? scale, "
+            "bool enable_gqa, Tensor(a!) token) -> ()",
         )
-        op.register_fake(lambda *args: None)
-        _OPS["seen"] = op
     return _OPS["seen"]
 
 
@@ -330,16 +327,21 @@ def _figures_op(torch):
                 )
                 cap._compiled += 1
 
-        op = torch.library.custom_op(
-            "attnscale_capture::figures",
+        _register_op(
+            torch,
             figures,
-            mutates_args=("token",),
-            schema="(Tensor q, Tensor k, Tensor v, Tensor lse, Tensor entropy, Tensor max_logit, Tensor min_logit, "
+            "(Tensor q, Tensor k, Tensor v, Tensor lse, Tensor entropy, Tensor max_logit, Tensor min_logit, "
             "Tensor first_key, str backend, Tensor(a!) token) -> ()",
         )
-        op.register_fake(lambda *args: None)
-        _OPS["figures"] = op
     return _OPS["figures"]
+
+
+def _register_op(torch, fn, schema: str) -> None:
+    """``fn`` as the custom op ``attnscale_capture::<its name>``, kept in :data:`_OPS`: it returns
+    nothing and mutates the token (its fake does nothing), so a compiled graph keeps it, in order."""
+    op = torch.library.custom_op(f"attnscale_capture::{fn.__name__}", fn, mutates_args=("token",), schema=schema)
+    op.register_fake(lambda *args: None)
+    _OPS[fn.__name__] = op
 
 
 def _compiled_call(torch, cap: Capture, func, args, kwargs, compiled_replace=None):
