@@ -118,8 +118,9 @@ from :func:`attnscale.torch.attention`'s ``first_key=True``: a head at
 :data:`~attnscale.torch.monitor_records.SINK_WEIGHT` or above is an attention sink), the mean ‖q‖
 of the rows read and the mean ‖k‖ of the call's keys (L2, as the model handed them to attention,
 before any scale or QK-norm; grouped-query: a query head's keys are its KV head's), each kept as a
-sum and a count so that steps, calls and ranks combine exactly. Their cost: one product of q̂ with
-k̂_0 and two norm passes per call, O(L·d) each.
+sum and a count so that steps, calls and ranks combine exactly. Their cost: two norm passes per
+call, O(L·d) each, and the weight on key 0, which the fused kernel makes in its own pass (other
+backends: one product of q̂ with k̂_0, O(L·d)).
 
 float16 safety: a row whose logits leave ±65504 overflows in float16 before the softmax (PyTorch
 issue #119131). It is counted per head whatever the dtype the model ran in (a float32 model that
