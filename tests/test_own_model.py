@@ -483,7 +483,7 @@ def test_user_results_render_in_the_report_chapters(runs):
         runs.probe(name), runs.rescale(name)
     assert {"probe/user/gemma2", "probe/user/t5"} <= set(results.user_kinds("probe", runs.out))
     gemma = probe_chapter.render(results.read("probe/user/gemma2", runs.out))
-    assert "0.25 = 1/√16, not 1/√d_k = 1/√8, soft-capped: 2·tanh(logit/2)" in gemma
+    assert "0.25 = 1/√16, not 1/√dₖ = 1/√8, soft-capped: 2·tanh(logit/2)" in gemma  # the page typesets d_k
     with language("zh"):
         t5 = probe_chapter.render(results.read("probe/user/t5", runs.out))
     assert "1（不缩放" in t5
