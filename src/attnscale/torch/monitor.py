@@ -655,13 +655,9 @@ class Monitor:
         """Compute one intercepted call (SDPA's arguments, as capture passes them) with its figures;
         None leaves it to the model's own attention (a fallback, or a call SDPA itself refuses)."""
         torch = require("torch", "torch")
-        q, k, v, m = a["query"], a["key"], a["value"], a["attn_mask"]
-        if not all(isinstance(t, torch.Tensor) for t in (q, k, v)) or q.dim() < 2:
+        if _left_to_sdpa(torch, a):
             return None
-        if m is not None and a["is_causal"]:
-            return None  # SDPA refuses both: let it say so
-        if not a["enable_gqa"] and q.dim() >= 3 and k.dim() >= 3 and k.shape[-3] not in (1, q.shape[-3]):
-            return None  # SDPA would not broadcast these heads
+        q, k, v, m = a["query"], a["key"], a["value"], a["attn_mask"]
         grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
         self._rerun = recomputing()
         if a.get("need_weights"):
@@ -703,6 +699,18 @@ class Monitor:
         return out
 
 
+def _left_to_sdpa(torch, a: dict) -> bool:
+    """Whether an intercepted call (SDPA's arguments ``a``) is SDPA's own to take or refuse, in both
+    of replace mode's paths: not tensors, rank below 2, an attn_mask with is_causal (SDPA refuses
+    both: let it say so), heads it would not broadcast without enable_gqa."""
+    q, k, m = a["query"], a["key"], a["attn_mask"]
+    if not all(isinstance(t, torch.Tensor) for t in (q, k, a["value"])) or q.dim() < 2:
+        return True
+    if m is not None and a["is_causal"]:
+        return True
+    return not a["enable_gqa"] and q.dim() >= 3 and k.dim() >= 3 and k.shape[-3] not in (1, q.shape[-3])
+
+
 def compiled_replacement(a: dict):
     """Replace mode inside a graph Dynamo compiles (traced, with an SDPA call's arguments ``a``):
     ``(output, AttentionStats)`` of :func:`attnscale.torch.attention` for the calls it can judge
@@ -712,14 +720,12 @@ def compiled_replacement(a: dict):
     (observed). A float mask is left alone: whether it masks a whole row with finite numbers (a
     fallback in eager replace) depends on its values, which a graph cannot branch on."""
     torch = require("torch", "torch")
-    q, k, v, m = a["query"], a["key"], a["value"], a["attn_mask"]
-    if not all(isinstance(t, torch.Tensor) for t in (q, k, v)) or q.dim() < 2 or a["dropout_p"] > 0:
+    if _left_to_sdpa(torch, a) or a["dropout_p"] > 0:
         return None
+    q, k, v, m = a["query"], a["key"], a["value"], a["attn_mask"]
     if q.device.type != "cpu":
         return None  # traced and tested on CPU only; on CUDA the compiled model's SDPA stays, observed
-    if m is not None and (a["is_causal"] or m.dtype != torch.bool):
-        return None
-    if not a["enable_gqa"] and q.dim() >= 3 and k.dim() >= 3 and k.shape[-3] not in (1, q.shape[-3]):
+    if m is not None and m.dtype != torch.bool:
         return None
     return attention(
         q,
