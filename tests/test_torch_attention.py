@@ -574,9 +574,10 @@ def test_each_checkout_builds_its_kernel_in_its_own_folder(tmp_path, monkeypatch
     from attnscale.torch import ext
 
     here = ext._build_name(torch)
-    copy = tmp_path / "health_attention.cpp"
-    copy.write_bytes(ext.SOURCE.read_bytes())
-    monkeypatch.setattr(ext, "SOURCE", copy)
+    copies = tuple(tmp_path / source.name for source in ext.SOURCES)
+    for source, copy in zip(ext.SOURCES, copies):
+        copy.write_bytes(source.read_bytes())
+    monkeypatch.setattr(ext, "SOURCES", copies)
     assert ext._build_name(torch) != here and ext._build_name(torch) == ext._build_name(torch)
 
 

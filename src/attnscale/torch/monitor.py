@@ -118,9 +118,11 @@ from :func:`attnscale.torch.attention`'s ``first_key=True``: a head at
 :data:`~attnscale.torch.monitor_records.SINK_WEIGHT` or above is an attention sink), the mean ‖q‖
 of the rows read and the mean ‖k‖ of the call's keys (L2, as the model handed them to attention,
 before any scale or QK-norm; grouped-query: a query head's keys are its KV head's), each kept as a
-sum and a count so that steps, calls and ranks combine exactly. Their cost: two norm passes per
-call, O(L·d) each, and the weight on key 0, which the fused kernel makes in its own pass (other
-backends: one product of q̂ with k̂_0, O(L·d)).
+sum and a count so that steps, calls and ranks combine exactly. Their cost: the norms, O(L·d),
+read in the one C++ pass that sums a call's figures per head (the kernel library's ``head_sums``;
+NumPy reductions where it is not built, or for CUDA and half-precision figures), and the weight on
+key 0, which the fused kernel makes in its own pass (other backends: one product of q̂ with k̂_0,
+O(L·d)).
 
 float16 safety: a row whose logits leave ±65504 overflows in float16 before the softmax (PyTorch
 issue #119131). It is counted per head whatever the dtype the model ran in (a float32 model that
@@ -538,21 +540,18 @@ class Monitor:
         row (replace mode), to keep only theirs; ``read``: the query rows ``stats`` is of when they
         are not q's (observe mode's sampled rows, ``sampled`` their indices), for their norms. Query
         rows that are padding (:meth:`_valid_rows`) are no figure and no row."""
-        torch = require("torch", "torch")
         heads = q.shape[-3] if q.dim() > 3 else 1
         population = q.numel() // max(1, q.shape[-1]) // heads
         valid = self._valid_rows(q)
         if valid is not None:
             population = int(valid.sum())
             valid = self._valid_rows(q, picked if picked is not None else sampled)
-        # ‖q‖ and ‖k‖ as given, before any scale or QK-norm: two O(L·d) passes, detached.
-        q_norms, k_norms = _norms(torch, q if read is None else read), _norms(torch, k)
+        # ‖q‖ and ‖k‖ as given, before any scale or QK-norm, of the rows read (call_figures).
+        rows = q if read is None else read
         if picked is not None:
-            stats, q_norms = _take_rows(stats, picked), _take_rows(q_norms, picked)
-        # The key rows per KV head: k's head axis where q has one (q 3-D or 2-D: one head, all keys).
-        kv_heads = k.shape[-3] if q.dim() > 3 and k.dim() > 2 else 1
-        run, ent = call_figures(stats, q_norms, k_norms.reshape(-1, kv_heads, k.shape[-2]), population, valid)
-        layer = self._layer_key(name, ent.shape[1])
+            stats, rows = _take_rows(stats, picked), _take_rows(q, picked, along=-2)
+        run, ent = call_figures(stats, rows, k, population, valid, entropies=bool(self._history))
+        layer = self._layer_key(name, run.heads)
         self._add(self._current, layer, run)
         self._step_calls += 1
         self._calls_seen += 1
@@ -560,7 +559,7 @@ class Monitor:
             return
         keep = len(self.calls) < self._history
         self.history_full |= not keep
-        for h in range(ent.shape[1]):
+        for h in range(run.heads):
             e = ent[:, h].reshape(-1)
             e = e[~np.isnan(e)]
             if keep:
@@ -801,12 +800,6 @@ def _take_rows(x, picked, along: int = -1):
     return x.gather(
         along, index.expand(x.shape[: along % x.dim()] + (picked.shape[-1],) + x.shape[along % x.dim() + 1 :])
     )
-
-
-def _norms(torch, x):
-    """‖x_i‖ (L2) of each row of x (..., N, d) → (..., N), in float32 (float64 for float64 x), detached."""
-    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-    return torch.linalg.vector_norm(x.detach(), dim=-1, dtype=dtype)
 
 
 def _sampled_problem(torch, q, k, mask, bias, is_causal: bool, picked):

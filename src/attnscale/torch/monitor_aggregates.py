@@ -26,7 +26,7 @@ from attnscale.errors import require
 from attnscale.softmax_rows import SATURATED_WEIGHT
 from attnscale.torch.functional import FLOAT16_MAX
 
-__all__ = ["Running", "call_figures", "rows_by_head"]
+__all__ = ["Running", "call_figures", "numpy_call_figures", "rows_by_head"]
 
 _LOG_SATURATED = math.log(SATURATED_WEIGHT)  # a row is saturated when its largest weight exceeds it
 _LOG_HALF = math.log(0.5)  # equal logits above it: one key (see the module docstring)
@@ -98,27 +98,105 @@ def rows_by_head(figures) -> np.ndarray:
     return x.cpu().numpy()
 
 
-def call_figures(stats, q_norms, k_norms, population: int | None = None, valid=None) -> tuple[Running, np.ndarray]:
-    """One call's figures as a :class:`Running` of its own — NumPy reductions over all heads at
-    once (a few µs each, where a torch call costs tens) — and its per-row entropies (N, H, L).
-    ``stats``: an AttentionStats with the logit range and the first-key weights; ``q_norms``: ‖q_i‖
-    of its rows, (..., H, L) as its figures; ``k_norms``: ‖k_j‖ of the call's keys, (N, H_kv, S), H a
-    multiple of H_kv (query head h reads KV head h // (H / H_kv), as grouped-query attention).
-    ``population``: the rows per head of the whole call when ``stats`` holds a sample of them.
-    ``valid``: (N, L) bool, the rows that are real tokens (the others, padding, are left out of every
-    figure and count; the returned entropies are then (rows kept, H, 1)); None: every row.
+def _by_head(q, k):
+    """q (..., H, L, d) and k (..., H_kv, S, d) as 4-D (N, H, L, d) and (N_k, H_kv, S, d), as
+    :func:`rows_by_head` lays the figures out: inputs without a head axis (q 3-D or 2-D) are one head
+    of every row, and so are their keys."""
+    if q.dim() > 3:
+        q4 = q.reshape(-1, *q.shape[-3:])
+        return q4, k.reshape(-1, *k.shape[-3:]) if k.dim() > 2 else k.reshape(1, 1, *k.shape[-2:])
+    return q.reshape(1, 1, -1, q.shape[-1]), k.reshape(1, 1, -1, k.shape[-1])
+
+
+def call_figures(stats, q, k, population: int | None = None, valid=None, entropies: bool = True):
+    """One call's figures as a :class:`Running` of its own, and its per-row entropies (N, H, L) —
+    None unless ``entropies`` — with NaN where a row counts in no entropy figure (padding, a
+    single-key row: no median takes them).
+    ``stats``: an AttentionStats with the logit range and the first-key weights; ``q``: the query
+    rows it is of, (..., H, L, d) as its figures (‖q_i‖ is read from them); ``k``: the call's keys,
+    (..., H_kv, S, d), H a multiple of H_kv (query head h reads KV head h // (H / H_kv), as
+    grouped-query attention). ``population``: the rows per head of the whole call when ``stats``
+    holds a sample of them. ``valid``: (N, L) bool, the rows that are real tokens (the others,
+    padding, are left out of every figure and count); None: every row.
+
+    Computed by the kernel library's ``head_sums`` (one pass, ‖q‖ and ‖k‖ included) for float32 and
+    float64 CPU tensors when it is built; else by NumPy reductions over all heads at once
+    (:func:`numpy_call_figures`, the reference the tests hold the C++ to).
+    """
+    torch = require("torch", "torch")
+    q4, k4 = _by_head(q.detach(), k.detach())
+    if valid is not None:
+        valid = valid.detach().reshape(q4.shape[0], q4.shape[2])
+    if _summed_in_cpp(torch, stats.entropy, q4, k4):
+        from attnscale.torch.ext import load_kernel
+
+        load_kernel()
+        lay = (q4.shape[0], q4.shape[1], q4.shape[2])
+        sums, ent = torch.ops.attnscale_health.head_sums(
+            *(x.reshape(lay) for x in (stats.entropy, stats.max_logit, stats.min_logit, stats.lse)),
+            stats.first_key_weight.reshape(lay),
+            q4,
+            k4,
+            valid,
+            _LOG_SATURATED,
+            _LOG_HALF,
+            FLOAT16_MAX,
+            entropies,
+        )
+        return _running(sums.numpy(), population, k4), ent.numpy() if entropies else None
+    return numpy_call_figures(stats, q4, k4, population, valid, entropies)
+
+
+def _summed_in_cpp(torch, figure, q4, k4) -> bool:
+    """Whether ``head_sums`` can take the call: CPU tensors of one dtype, float32 or float64, and the library built."""
+    from attnscale.torch.ext import load_kernel
+
+    dtype = figure.dtype
+    return (
+        figure.device.type == "cpu"
+        and dtype in (torch.float32, torch.float64)
+        and q4.dtype == k4.dtype == dtype
+        and q4.device.type == k4.device.type == "cpu"
+        and load_kernel() is not None
+    )
+
+
+def _running(sums: np.ndarray, population: int | None, k4) -> Running:
+    """A :class:`Running` of one call from ``head_sums``' rows (float64 (14, H), in its order)."""
+    run = Running.__new__(Running)
+    run.calls, run.total = 1, int(sums[13, 0])
+    run.population = run.total if population is None else population
+    run.counts = sums[0:4].astype(np.int64)
+    run.overflow = sums[4].astype(np.int64)
+    run.max_logit = sums[5].copy()
+    run.mins = sums[6:8].copy()
+    run.entropy_sum, run.entropy_squares = sums[8].copy(), sums[9].copy()
+    run.sums = sums[10:13].copy()
+    run.keys = k4.shape[0] * k4.shape[2]
+    return run
+
+
+def numpy_call_figures(stats, q4, k4, population: int | None = None, valid=None, entropies: bool = True):
+    """:func:`call_figures` by NumPy reductions over all heads at once (a few µs each, where a torch
+    call costs tens), from q4 (N, H, L, d) and k4 (N_k, H_kv, S, d) (:func:`_by_head`): the path of
+    tensors ``head_sums`` does not take (CUDA, half precision), and the reference for it.
 
     An empty row has NaN entropy and logits and lse −inf; a broken one NaN entropy (its logits may be
     +inf): NaN-skipping reductions (fmax, fmin) leave both out of the entropy figures, and an
-    overflowed +inf logit stays visible in the head's max logit. A single-key row's entropy is made
-    NaN in the returned entropies (no median takes it); its logits stay."""
+    overflowed +inf logit stays visible in the head's max logit."""
     # One stack and one copy to the host for the six figures (a torch call each costs more than the
-    # NumPy reductions below): q_norms has the figures' dtype (float32, float64 for float64 inputs).
+    # NumPy reductions below): the norms in the figures' dtype (float32, float64 for float64 inputs).
     torch = require("torch", "torch")
-    figures = (stats.entropy, stats.max_logit, stats.min_logit, stats.lse, stats.first_key_weight, q_norms)
-    ent, hi, lo, lse, first, q_norm = rows_by_head(torch.stack([x.to(stats.entropy.dtype) for x in figures]))
+    dtype = stats.entropy.dtype
+    q_norms = torch.linalg.vector_norm(q4, dim=-1, dtype=dtype)
+    k_norm = torch.linalg.vector_norm(k4, dim=-1, dtype=dtype).cpu().numpy()
+    figures = (stats.entropy, stats.max_logit, stats.min_logit, stats.lse, stats.first_key_weight)
+    ent, hi, lo, lse, first, q_norm = rows_by_head(
+        torch.stack([x.to(dtype).reshape(q_norms.shape) for x in figures] + [q_norms])
+    )
+    shape = ent.shape
     if valid is not None:  # the real tokens' rows only: (N, H, L) → (kept, H, 1)
-        keep = valid.detach().cpu().numpy().reshape(ent.shape[0], ent.shape[2])
+        keep = valid.cpu().numpy()
         ent, hi, lo, lse, first, q_norm = (
             x.transpose(0, 2, 1)[keep][:, :, None] for x in (ent, hi, lo, lse, first, q_norm)
         )
@@ -142,10 +220,9 @@ def call_figures(stats, q_norms, k_norms, population: int | None = None, valid=N
     run.mins = np.stack(
         [np.fmin.reduce(ent, axis=rows, initial=np.inf), np.fmin.reduce(lo, axis=rows, initial=np.inf)]
     ).astype(np.float64)
-    valid = np.where(nan, 0.0, ent).astype(np.float64)
-    run.entropy_sum = valid.sum(axis=rows)
-    run.entropy_squares = np.square(valid).sum(axis=rows)
-    k_norm = k_norms.detach().cpu().numpy()
+    counted = np.where(nan, 0.0, ent).astype(np.float64)
+    run.entropy_sum = counted.sum(axis=rows)
+    run.entropy_squares = np.square(counted).sum(axis=rows)
     run.sums = np.stack(
         [
             np.where(nan, 0.0, first).sum(axis=rows, dtype=np.float64),
@@ -161,4 +238,10 @@ def call_figures(stats, q_norms, k_norms, population: int | None = None, valid=N
         if loud
         else np.zeros(ent.shape[1], np.int64)
     )
+    if not entropies:
+        return run, None
+    if valid is not None:  # back to (N, H, L), padding rows NaN
+        full = np.full((shape[0], shape[2], shape[1]), np.nan, ent.dtype)
+        full[keep] = ent[:, :, 0]
+        ent = full.transpose(0, 2, 1)
     return run, ent

@@ -1,4 +1,5 @@
-"""Build and load the fused CPU kernel of :mod:`attnscale.torch.functional` (``health_attention.cpp``).
+"""Build and load the fused CPU kernel of :mod:`attnscale.torch.functional` (``health_attention.cpp``)
+and the monitor's per-head sums (``head_sums.cpp``), one library.
 
 The kernel is compiled on first use with ``torch.utils.cpp_extension.load`` (g++ and ninja; never at
 ``pip install`` time, where build isolation would pull a CUDA torch) and cached under torch's
@@ -9,11 +10,13 @@ beside a working tree) each keep their own build instead of rebuilding over each
 build file records the source path). A cached load takes well under a
 second; a fresh build about 7 s on two cores.
 
-Two ops: ``torch.ops.attnscale_health.attention`` (forward: output and the per-row figures, the
+Its ops: ``torch.ops.attnscale_health.attention`` (forward: output and the per-row figures, the
 weight on the first key among them on request) and
 ``attention_backward`` (dq, dk, dv and, on request, dbias), tied together for autograd with
 ``torch.library.register_autograd``, so a call on tensors that require grad records a backward like
-any PyTorch op; the four figures are marked non-differentiable (diagnostics, detached).
+any PyTorch op; the figures are marked non-differentiable (diagnostics, detached). ``all_finite``
+(check_finite's scan) and ``head_sums`` (one call's figures summed per head, for the monitor's
+aggregates: :func:`attnscale.torch.monitor_aggregates.call_figures`).
 
 When it cannot be built (no compiler, an unusual torch build), :func:`load_kernel` returns None and
 :func:`kernel_status` says why; attention then runs on composed PyTorch calls. A missing compiler is
@@ -47,12 +50,14 @@ __all__ = [
     "kernel_status",
     "build_needed",
     "SOURCE",
+    "SOURCES",
     "STALE_LOCK_SECONDS",
     "BACKWARD_Q_BLOCK",
     "BACKWARD_KV_BLOCK",
 ]
 
 SOURCE = Path(__file__).with_name("health_attention.cpp")
+SOURCES = (SOURCE, SOURCE.with_name("head_sums.cpp"))  # one library: the attention ops, the monitor's sums
 
 # -fopenmp: at::parallel_for is an inline OpenMP region, compiled into this library; without the flag
 # it silently runs on one thread. -march=native: the build is cached per CPU (see _build_name).
@@ -67,9 +72,10 @@ _state: dict[str, object] = {}
 def _build_name(torch) -> str:
     # The CPU's flags too: a -march=native build is never reused on another CPU sharing the cache.
     digest = hashlib.sha256()
-    digest.update(SOURCE.read_bytes())
+    for source in SOURCES:
+        digest.update(source.read_bytes())
     for part in (
-        str(SOURCE.resolve()),
+        *(str(source.resolve()) for source in SOURCES),
         *_CFLAGS,
         *_LDFLAGS,
         torch.__version__,
@@ -104,7 +110,7 @@ def load_kernel():
                 _clear_stale_lock(Path(cpp_extension._get_build_directory(name, False)) / "lock")
                 cpp_extension.load(
                     name=name,
-                    sources=[str(SOURCE)],
+                    sources=[str(source) for source in SOURCES],
                     extra_cflags=list(_CFLAGS),
                     extra_ldflags=list(_LDFLAGS),
                     is_python_module=False,

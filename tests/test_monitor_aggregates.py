@@ -1,0 +1,120 @@
+"""One call's figures summed per head: the kernel library's ``head_sums`` (C++) against the NumPy
+reductions it replaces, row rule for row rule, on rows of every kind (empty, broken, single-key,
+saturated, float16 overflow, padding), grouped-query and broadcast keys, strided q, both dtypes."""
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from attnscale.torch import monitor_aggregates as agg  # noqa: E402
+from attnscale.torch.ext import load_kernel  # noqa: E402
+from attnscale.torch.functional import FLOAT16_MAX, AttentionStats  # noqa: E402
+
+pytestmark = pytest.mark.skipif(load_kernel() is None, reason="the kernel library is not built here")
+
+
+def figures(N, H, L, dtype, seed=0):
+    """AttentionStats (N, H, L) with a row of each kind at fixed places, the rest random."""
+    g = torch.Generator().manual_seed(seed)
+    hi = torch.randn(N, H, L, generator=g, dtype=dtype) * 3
+    lo = hi - torch.rand(N, H, L, generator=g, dtype=dtype) * 4
+    lse = hi + torch.rand(N, H, L, generator=g, dtype=dtype) * 2
+    ent = torch.rand(N, H, L, generator=g, dtype=dtype) * 2
+    first = torch.rand(N, H, L, generator=g, dtype=dtype)
+    nan, inf = math.nan, math.inf
+    ent[0, 0, 0], hi[0, 0, 0], lo[0, 0, 0], lse[0, 0, 0], first[0, 0, 0] = nan, nan, nan, -inf, nan  # empty
+    ent[0, 0, 1], hi[0, 0, 1], lse[0, 0, 1] = nan, inf, inf  # broken: an overflowed logit
+    ent[0, -1, 2], lo[0, -1, 2], lse[0, -1, 2] = 0.0, hi[0, -1, 2], hi[0, -1, 2]  # single key
+    lse[-1, 0, 3] = hi[-1, 0, 3] + 1e-4  # saturated: its largest weight is ~1
+    hi[-1, -1, 4], lo[-1, 0, 5] = 7e4, -7e4  # beyond float16 both ways
+    return AttentionStats(lse=lse, entropy=ent, max_logit=hi, min_logit=lo, backend="kernel", first_key_weight=first)
+
+
+def both(stats, q, k, valid=None, population=None):
+    cpp = agg.call_figures(stats, q, k, population, valid)
+    q4, k4 = agg._by_head(q, k)
+    if valid is not None:
+        valid = valid.reshape(q4.shape[0], q4.shape[2])
+    return cpp, agg.numpy_call_figures(stats, q4, k4, population, valid)
+
+
+def assert_same(cpp, ref):
+    (a, ea), (b, eb) = cpp, ref
+    assert (a.calls, a.total, a.population, a.keys) == (b.calls, b.total, b.population, b.keys)
+    for name in ("counts", "overflow", "max_logit", "mins"):  # counts and extremes: exact
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+    np.testing.assert_allclose(a.entropy_sum, b.entropy_sum, rtol=1e-12)
+    np.testing.assert_allclose(a.entropy_squares, b.entropy_squares, rtol=1e-12)
+    np.testing.assert_allclose(a.sums[0], b.sums[0], rtol=1e-12)  # Σ weight on key 0
+    # ‖q‖, ‖k‖: the C++ rounds each norm from float64, torch's float32 norm from float32 sums.
+    np.testing.assert_allclose(a.sums[1:], b.sums[1:], rtol=1e-6)
+    np.testing.assert_array_equal(np.isnan(ea), np.isnan(eb))
+    np.testing.assert_array_equal(ea[~np.isnan(ea)], eb[~np.isnan(eb)])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("H_kv", [4, 2, 1])
+def test_head_sums_match_the_numpy_reductions_on_every_kind_of_row(dtype, H_kv):
+    N, H, L, S, d = 3, 4, 9, 7, 5
+    stats = figures(N, H, L, dtype)
+    q = torch.randn(N, L, H, d, dtype=dtype).transpose(1, 2)  # strided, as a model hands it
+    k = torch.randn(N, H_kv, S, d, dtype=dtype)
+    cpp, ref = both(stats, q, k)
+    assert_same(cpp, ref)
+    run = cpp[0]
+    # The rows placed in figures(), by kind: each lands where it should.
+    assert run.counts[3].tolist() == [0, 0, 0, 1] and run.counts[1][0] == 1  # single key; empty
+    assert run.counts[0][0] == 2 and math.isinf(run.max_logit[0])  # empty and broken; the +inf stays
+    assert run.overflow.tolist() == [2, 0, 0, 1] and run.counts[2][0] >= 1  # the +inf logit overflows too
+    counted = ~np.isnan(cpp[1])
+    norms = torch.linalg.vector_norm(q.double(), dim=-1).numpy()
+    np.testing.assert_allclose(run.sums[1], (norms * counted).sum(axis=(0, 2)), rtol=1e-6)
+    keys = torch.linalg.vector_norm(k.double(), dim=-1).sum(dim=(0, 2)).numpy()
+    np.testing.assert_allclose(run.sums[2], np.repeat(keys, H // H_kv), rtol=1e-6)
+    assert (run.total, run.keys) == (N * L, N * S)
+
+
+def test_head_sums_leave_padding_rows_out_as_numpy_does():
+    N, H, L, S, d = 3, 2, 8, 8, 4
+    stats = figures(N, H, L, torch.float32, seed=1)
+    q, k = torch.randn(N, H, L, d), torch.randn(N, H, S, d)
+    valid = torch.ones(N, L, dtype=torch.bool)
+    valid[0, 5:], valid[2, :2] = False, False
+    cpp, ref = both(stats, q, k, valid=valid, population=int(valid.sum()))
+    assert_same(cpp, ref)
+    assert cpp[0].total == int(valid.sum()) and np.isnan(cpp[1][0, :, 5:]).all()
+
+
+def test_head_sums_take_inputs_without_a_head_axis_and_keys_broadcast_over_the_batch():
+    stats = figures(1, 1, 12, torch.float32, seed=2)
+    flat = AttentionStats(
+        **{f: getattr(stats, f).reshape(3, 4) for f in ("lse", "entropy", "max_logit", "min_logit")},
+        backend="kernel",
+        first_key_weight=stats.first_key_weight.reshape(3, 4),
+    )
+    q, k = torch.randn(3, 4, 6), torch.randn(3, 5, 6)  # 3-D: one head of every row
+    assert_same(*both(flat, q, k))
+    stats = figures(2, 4, 6, torch.float32, seed=3)
+    q, k = torch.randn(2, 4, 6, 3), torch.randn(4, 5, 3)  # k broadcast over the batch: its keys read once
+    cpp, ref = both(stats, q, k)
+    assert_same(cpp, ref)
+    assert cpp[0].keys == 5
+
+
+def test_figures_the_library_cannot_take_go_to_numpy(monkeypatch):
+    """Half-precision q (figures float32) is NumPy's: the C++ is never asked."""
+    stats = figures(2, 2, 6, torch.float32)
+    q, k = torch.randn(2, 2, 6, 4).bfloat16(), torch.randn(2, 2, 6, 4).bfloat16()
+    monkeypatch.setattr(agg, "numpy_call_figures", lambda *a, **kw: ("numpy", None))
+    assert agg.call_figures(stats, q, k)[0] == "numpy"
+    assert agg.call_figures(stats, q.float(), k.float())[0] != "numpy"
+
+
+def test_no_entropies_unless_asked():
+    stats = figures(2, 2, 6, torch.float32)
+    run, ent = agg.call_figures(stats, torch.randn(2, 2, 6, 4), torch.randn(2, 2, 6, 4), entropies=False)
+    assert ent is None and run.total == 12
+    assert FLOAT16_MAX == 65504.0
