@@ -1,6 +1,7 @@
 """attnscale.torch.monitor: outputs untouched, figures equal to independent computations, no tensors kept."""
 
 import math
+import types
 
 import numpy as np
 import pytest
@@ -36,9 +37,10 @@ def two_layer_problem(seed=0, dtype=torch.float64):
 
 def walk_for_tensors(obj, seen=None):
     """Every torch.Tensor reachable from obj's attributes and containers, but for the model's own
-    (the monitor holds the model it watches, whose parameters and buffers are not its figures)."""
+    (the monitor holds the model it watches, whose parameters and buffers are not its figures) and
+    Python modules' globals (the capture holds the modules whose names it rebinds)."""
     seen = set() if seen is None else seen
-    if id(obj) in seen or isinstance(obj, torch.nn.Module):
+    if id(obj) in seen or isinstance(obj, (torch.nn.Module, types.ModuleType)):
         return []
     seen.add(id(obj))
     if isinstance(obj, torch.Tensor):

@@ -40,8 +40,9 @@ def test_every_leaves_unmeasured_steps_to_the_model_and_measures_the_others_as_w
         with Monitor(model, mode=mode, rows=rows, every=3) as sparse:
             sparse_steps = []
             for s in range(7):
-                # Unmeasured: no torch-function mode on the stack, so no call of the model is intercepted.
-                intercepting = torch._C._len_torch_function_stack() > 0
+                # Unmeasured: no torch-function mode on the stack and SDPA's names SDPA's own, so no
+                # call of the model is intercepted.
+                intercepting = torch._C._len_torch_function_stack() > 0 or rebound()
                 sparse_steps.append((model(tokens), sparse.step(s), intercepting))
     for s, ((out, full), (out_sparse, step, intercepting)) in enumerate(zip(steps, sparse_steps)):
         assert step.measured == (s % 3 == 0) and intercepting == step.measured
@@ -202,19 +203,26 @@ def test_only_the_model_runs_under_the_capture_mode(gpt, mode):
     assert step.calls == 3 and {h.layer for h in step.heads} == {"blocks.0.attn", "blocks.1.attn"}
 
 
+def rebound() -> bool:
+    """Whether SDPA's name in torch.nn.functional is bound to the capture's function."""
+    return torch.nn.functional.scaled_dot_product_attention is not torch._C._nn.scaled_dot_product_attention
+
+
 def test_steps_every_leaves_alone_have_no_hook_and_no_mode(gpt):
-    """A paused step costs nothing per module call either: the capture's hooks leave with the mode."""
+    """A paused step costs nothing per module call either: the capture's hooks leave with the mode,
+    and SDPA's names are SDPA's own. The first forward is watched both ways (hooks and mode, and the
+    names); once every call came through the names, they alone watch: no hook, no mode."""
     model, tokens = gpt
     hooks = lambda: sum(len(m._forward_pre_hooks) + len(m._forward_hooks) for m in model.modules())  # noqa: E731
     seen = []
     with torch.no_grad(), Monitor(model, every=2) as mon:
         for s in range(4):
-            seen.append((hooks(), torch._C._len_torch_function_stack()))
+            seen.append((hooks(), torch._C._len_torch_function_stack(), rebound()))
             model(tokens)
             mon.step(s)
-    assert hooks() == 0
-    measured = (len(list(model.modules())) + 1, 1)
-    assert seen == [measured, (0, 0), measured, (0, 0)]
+    assert hooks() == 0 and not rebound()
+    checking = (len(list(model.modules())) + 1, 1, True)
+    assert seen == [checking, (0, 0, False), (0, 0, True), (0, 0, False)]
 
 
 def test_the_padding_hook_leaves_with_the_paused_steps_too(gpt):

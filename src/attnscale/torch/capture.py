@@ -37,20 +37,30 @@ where masked), ``call.attended()`` (bool, True = attend, broadcast to ``(B, H_q,
 
 How calls are found (each once):
 
-- ``"sdpa"``: ``torch.nn.functional.scaled_dot_product_attention`` is intercepted with a
-  :class:`torch.overrides.TorchFunctionMode`, so it is seen however the model imported it (``from
-  torch.nn.functional import scaled_dot_product_attention`` included). A mode sees every torch
-  call while it is on torch's stack, and costs each about 2 µs (measured: 3.4 → 5.3 µs for a small
-  in-place op), the attention entry points found by two identity tests; so with ``model`` given it
-  is on the stack only while the model or one of its modules runs (forward pre-hooks put it on,
-  the model's own exit takes it off): a training step's loss, backward and optimiser, most of its
-  torch calls, are not intercepted. A call of ``model.forward`` itself (not through the module)
-  after the model's first call is not seen. Inside a graph Dynamo compiles, the call stays SDPA's and the
+- ``"sdpa"``: ``torch.nn.functional.scaled_dot_product_attention`` is intercepted however the
+  model reaches it, two ways. The names it is bound to where a model finds it
+  (:mod:`attnscale.torch.sdpa_names`: ``torch.nn.functional``'s attribute, the globals of the
+  modules defining the model's classes, the model's modules' attributes) are rebound, while the
+  capture is active, to a function that sees the call and hands it on: nothing runs for the model's
+  other torch calls. And a :class:`torch.overrides.TorchFunctionMode` sees every torch call while it
+  is on torch's stack (SDPA found by an identity test), at about 2 µs each (measured: 3.4 → 5.3 µs
+  for a small in-place op); with ``model`` given it is on the stack only while the model or one
+  of its modules runs (forward pre-hooks on every module put it on, the model's own exit takes it
+  off), so a training step's loss, backward and optimiser are not intercepted. The first forward
+  of the model is watched both ways; at its end, if every SDPA call of the model came through a
+  name, the names alone watch from then on (the mode and its hooks leave); if the mode saw one that
+  no name held (SDPA reached through a closure, say), the mode alone does, and the names are
+  SDPA's own again. The mode alone watches from the start without a model, for a compiled model
+  (whose graph Dynamo traces with the mode), for a model with an ``nn.MultiheadAttention`` (only a
+  mode keeps it off its fused fast path, below) and while another capture watches by the names.
+  Inside a graph Dynamo compiles, the call stays SDPA's and the
   custom op ``attnscale_capture::seen`` beside it hands its detached inputs to the innermost
   capture at run time (no graph break), named ``compiled[i]`` by its order since the last
   reset (``output`` None); with ``compiled_replace`` the graph computes the call itself and the op
-  ``attnscale_capture::figures`` hands over its figures instead. ``capture_sdpa.pause()`` / ``resume()`` take the mode off torch's
-  stack, and its hooks off the model, and back (what ``Monitor(every=N)`` does between measured steps).
+  ``attnscale_capture::figures`` hands over its figures instead (a model compiled after the names
+  took over is traced through the names' function, to the same ops). ``capture_sdpa.pause()`` /
+  ``resume()`` take the mode off torch's stack, its hooks off the model and the names back to
+  SDPA, and back (what ``Monitor(every=N)`` does between measured steps).
 - ``"interface"``: a Hugging Face model computes attention through transformers' attention
   interface (:mod:`attnscale.torch.hf_interface`), which the capture rides while active. A call whose
   function called SDPA was already seen as ``"sdpa"`` (``attn_implementation="sdpa"``); one that
@@ -81,6 +91,7 @@ import contextlib
 import functools
 import math
 import sys
+import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -88,7 +99,7 @@ from types import FrameType
 from typing import Any
 
 from attnscale.errors import InputTypeError, require
-from attnscale.torch import hf_interface, nn_modules
+from attnscale.torch import hf_interface, nn_modules, sdpa_names
 from attnscale.torch.sdpa_mask import MASKED_BELOW, attended, split_attn_mask
 
 __all__ = ["SDPACall", "Capture", "capture_sdpa", "recomputing", "MASKED_BELOW"]
@@ -161,6 +172,10 @@ class Capture:
         self._paused = False  # capture_sdpa.pause(): every call is the model's own
         self._compiled = 0  # calls from compiled graphs so far (their names)
         self._on_figures: Callable | None = None  # (name, q, k, v, stats): a compiled graph's own figures
+        # How SDPA calls are found (see capture_sdpa): "mode", "checking" (mode and names) or "names".
+        self._watch = "mode"
+        self._through_names = 0  # the model's SDPA calls seen at the names (checking)
+        self._missed = 0  # the model's SDPA calls the mode saw that no name had (checking)
 
     def _emit(self, **fields) -> None:
         call = SDPACall(index=self._count, **fields)
@@ -344,7 +359,7 @@ def _register_op(torch, fn, schema: str) -> None:
     _OPS[fn.__name__] = op
 
 
-def _compiled_call(torch, cap: Capture, func, args, kwargs, compiled_replace=None):
+def _compiled_call(torch, func, args, kwargs, compiled_replace=None):
     """An SDPA call met while Dynamo traces. With ``compiled_replace`` (replace mode) the graph
     computes the call itself where that function can (it returns the output and figures of
     :func:`attnscale.torch.attention`, traced: the fused kernel is one op there), and
@@ -395,7 +410,7 @@ def _mode_class(compiled_replace=None):
     torch = require("torch", "torch")
     from torch.overrides import TorchFunctionMode
 
-    sdpa = torch.nn.functional.scaled_dot_product_attention
+    sdpa = torch._C._nn.scaled_dot_product_attention  # the builtin, whatever the names hold
     module_attention = torch.nn.functional.multi_head_attention_forward
 
     class _SDPAMode(TorchFunctionMode):
@@ -413,21 +428,73 @@ def _mode_class(compiled_replace=None):
                     return _module_call(cap, func, args, kwargs)
                 return func(*args, **(kwargs or {}))
             if torch.compiler.is_compiling():
-                return _compiled_call(torch, cap, func, args, kwargs, compiled_replace)
+                return _compiled_call(torch, func, args, kwargs, compiled_replace)
+            if getattr(_AT_NAME, "inside", None) is cap:  # called from the name's own handling: seen there
+                return func(*args, **(kwargs or {}))
             name = cap._innermost_name()
             if name is None:  # another model's call: not ours to see
                 return func(*args, **(kwargs or {}))
-            cap._sdpa_seen += 1
-            a = _sdpa_arguments(args, kwargs)
-            if cap._replace is not None:
-                out = cap._replace(name, a)
-                if out is not None:
-                    return out
-            out = func(*args, **(kwargs or {}))
-            _emit_arguments(cap, name, a, out, "sdpa")
-            return out
+            cap._missed += cap._watch == "checking"
+            return _eager_sdpa(cap, name, func, args, kwargs)
 
     return _SDPAMode
+
+
+def _eager_sdpa(cap: Capture, name: str, func, args, kwargs):
+    """One SDPA call of the model's module ``name``, outside a compiled graph: replaced, or run by
+    ``func`` (SDPA) and recorded."""
+    cap._sdpa_seen += 1
+    a = _sdpa_arguments(args, kwargs)
+    if cap._replace is not None:
+        out = cap._replace(name, a)
+        if out is not None:
+            return out
+    out = func(*args, **(kwargs or {}))
+    _emit_arguments(cap, name, a, out, "sdpa")
+    return out
+
+
+# The capture that watches SDPA at its names (at most one at a time: a capture entered while it
+# watches finds calls with its mode), and whether it does so alone (no mode: "names"), as a plain
+# dict, which a compiled graph guards on by value. _AT_NAME.inside: the capture handling an SDPA
+# call at a name on this thread, so that the calls its handling makes (the model's SDPA run for
+# observe mode, a backend's own) pass straight on, past its own mode too (another capture's mode
+# sees them, as it would see the model's call).
+_BY_NAMES: list[Capture] = []
+_ROUTE = {"names": False}
+_AT_NAME = threading.local()
+
+
+@functools.cache
+def _name_function(compiled_replace=None):
+    """What the names bound to SDPA are rebound to while a capture watches them (one function for
+    every capture with the same ``compiled_replace``, as :func:`_mode_class`: a compiled graph
+    guards on the function a name holds, and a function per capture would recompile it for every
+    monitor). Inside a graph Dynamo compiles, the call goes to the mode when one is on torch's stack
+    ("checking"), else it is put in the graph as the mode would (:func:`_compiled_call`)."""
+    torch = require("torch", "torch")
+    sdpa = torch._C._nn.scaled_dot_product_attention
+
+    def scaled_dot_product_attention(*args, **kwargs):
+        if torch.compiler.is_compiling():
+            if not _ROUTE["names"]:
+                return sdpa(*args, **kwargs)
+            return _compiled_call(torch, sdpa, args, kwargs, compiled_replace)
+        cap = _BY_NAMES[0] if _BY_NAMES else None
+        if cap is None or cap._paused or getattr(_AT_NAME, "inside", None) is not None:
+            return sdpa(*args, **kwargs)
+        name = cap._innermost_name()
+        if name is None:  # another model's call: not ours to see
+            return sdpa(*args, **kwargs)
+        _AT_NAME.inside = cap
+        try:
+            cap._through_names += 1
+            return _eager_sdpa(cap, name, sdpa, args, kwargs)
+        finally:
+            _AT_NAME.inside = None
+
+    scaled_dot_product_attention.__doc__ = sdpa.__doc__
+    return scaled_dot_product_attention
 
 
 def recomputing() -> bool:
@@ -530,6 +597,7 @@ class capture_sdpa:
         self._riding: hf_interface.riding  # from __enter__ on
         self._on = False  # the mode is on torch's stack
         self._compiling = torch.compiler.is_compiling
+        self._bound: list[sdpa_names.BoundName] = []  # the names rebound (watching by names)
 
     def __enter__(self) -> Capture:
         torch = require("torch", "torch")
@@ -537,6 +605,12 @@ class capture_sdpa:
         if self._model is not None:
             cap._names = {id(m): (n or type(m).__name__) for n, m in self._model.named_modules()}
             self._hook(self._model)
+            if _by_names_possible(torch, self._model):
+                cap._watch = "checking"
+                self._bound = sdpa_names.bound_names(self._model, torch._C._nn.scaled_dot_product_attention)
+                _BY_NAMES.append(cap)
+                _read_by_name_first(torch)
+                self._rebind()
         else:
             pre, post = _make_hooks(cap)
             mod = torch.nn.modules.module
@@ -605,6 +679,36 @@ class capture_sdpa:
     def _lift_hook(self, module, args, output) -> None:
         if not (self._compiling() or recomputing()):  # a rerun's mode leaves with its backward node
             self._lift()
+            if self._capture._watch == "checking":
+                self._settle()
+
+    def _settle(self) -> None:
+        """After a forward of the model watched both ways ("checking"): by the names alone from now
+        on if every SDPA call of the model came through them (no mode, no hooks: nothing runs for
+        the model's other torch calls), by the mode alone if one did not; undecided while no call
+        was seen."""
+        cap = self._capture
+        if cap._missed:
+            cap._watch = "mode"
+            self._unbind()
+        elif cap._through_names:
+            cap._watch = "names"
+            _ROUTE["names"] = True
+            self._unhook()
+            self._lift()
+
+    def _rebind(self) -> None:
+        sdpa_names.rebind(self._bound, _name_function(self._compiled_replace))
+
+    def _unbind(self) -> None:
+        """The names bound to SDPA again (no more watching by names)."""
+        torch = require("torch", "torch")
+        sdpa_names.restore(
+            self._bound, torch._C._nn.scaled_dot_product_attention, _name_function(self._compiled_replace)
+        )
+        _ROUTE["names"] = False
+        if self._capture in _BY_NAMES:
+            _BY_NAMES.remove(self._capture)
 
     def pause(self) -> None:
         """Until :meth:`resume`, every attention call is the model's own, unseen, and the other torch
@@ -617,17 +721,33 @@ class capture_sdpa:
         self._riding._active = False  # the interface hands back the model's function itself
         self._lift()
         self._unhook()
+        if cap._watch != "mode":  # the names back to SDPA's own (a compiled graph: the model's own)
+            torch = require("torch", "torch")
+            sdpa_names.restore(
+                self._bound, torch._C._nn.scaled_dot_product_attention, _name_function(self._compiled_replace)
+            )
+            _ROUTE["names"] = False
 
     def resume(self) -> None:
         """Watch again after :meth:`pause`."""
-        if self._capture._paused and self._model is not None:
-            self._hook(self._model)
-        self._lower()
+        cap = self._capture
+        if not cap._paused:
+            return
+        if cap._watch != "mode":
+            self._rebind()
+            _ROUTE["names"] = cap._watch == "names"
+        if cap._watch != "names":
+            if self._model is not None:
+                self._hook(self._model)
+            self._lower()
         self._riding._active = self._riding._before is not None
-        self._capture._paused = False
+        cap._paused = False
 
     def __exit__(self, *exc) -> None:
         self._unhook()  # first: no hook may lower the mode again
+        if self._capture._watch != "mode":
+            self._unbind()
+            self._capture._watch = "mode"
         for h in self._handles:
             h.remove()
         self._handles.clear()
@@ -639,3 +759,27 @@ class capture_sdpa:
         if self._capture in _LIVE:
             _LIVE.remove(self._capture)
         self._capture._stack.clear()
+
+
+def _by_names_possible(torch, model) -> bool:
+    """Whether ``model``'s SDPA calls may be watched at the names bound to SDPA (capture_sdpa):
+    not while another capture does; not for a compiled model (its graph is traced with the mode);
+    not with an ``nn.MultiheadAttention`` (only a torch-function mode keeps it off its fused fast
+    path, where its attention is no SDPA call)."""
+    compiled = getattr(torch._dynamo.eval_frame, "OptimizedModule", ())
+    return not _BY_NAMES and not any(
+        isinstance(m, (compiled, torch.nn.MultiheadAttention)) or getattr(m, "_compiled_call_impl", None) is not None
+        for m in model.modules()
+    )
+
+
+def _read_by_name_first(torch) -> None:
+    """Have torch read its functions by name before SDPA's name is rebound. Dynamo and
+    torch.overrides each build a table of torch's functions from their names once per process, the
+    first time they need it: built while the name holds the capture's function, the table would
+    hold that function for SDPA's, and SDPA itself would never again be traced as SDPA (seen: a
+    model compiled later, under a monitor's mode, showed no attention call at all)."""
+    from torch._dynamo import trace_rules
+
+    for table in (trace_rules.get_torch_obj_rule_map, torch.overrides._get_overridable_functions):
+        table()

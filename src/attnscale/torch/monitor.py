@@ -240,7 +240,7 @@ class Monitor:
     every: figures on one step in N — the first, then every N-th :meth:`step` closes (steps are
     counted by the monitor, not by ``global_step``). Between them the model runs untouched: its
     own attention, bit-for-bit, and no interception at all (the capture is paused: a counter and
-    a flag per step; the capture's mode and its hooks on the model are removed); their :meth:`step` returns a :class:`Step` with ``measured=False`` and no
+    a flag per step; the capture's mode and its hooks on the model are removed, SDPA's names are SDPA's own); their :meth:`step` returns a :class:`Step` with ``measured=False`` and no
     heads, and is not handed to the sinks. A measured step's figures are those it would have
     without ``every``.
 
