@@ -374,7 +374,7 @@ def test_the_kernel_ops_fake_implementations_match_them(setting):
     bias = torch.randn(B, H, L, L, generator=g, dtype=torch.float64) if setting == "bias" else None
     settings = (setting == "causal", 0, 0.35, 0.0)
     q, k, v = (x.requires_grad_() for x in (q.detach(), k, v))
-    forward = (q, k, v, mask, bias, *settings, True, setting != "plain", 3, 3)  # logit range; first key
+    forward = (q, k, v, mask, bias, *settings, True, setting != "plain", 3, 3, 4, 4)  # logit range; first key; tiles
     torch.library.opcheck(torch.ops.attnscale_health.attention, forward)
     out, lse, *_ = torch.ops.attnscale_health.attention(*forward)
     backward = (

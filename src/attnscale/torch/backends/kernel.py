@@ -13,7 +13,7 @@ Q_BLOCK, KV_BLOCK = 256, 512  # the kernel's tile: as PyTorch's fused CPU kernel
 def run_kernel(torch, p: Problem, logit_range: bool, first_key: bool = False):
     """The six figures of ``p`` (see :mod:`attnscale.torch.backends`), the weight on key 0 from the
     kernel itself on request (the logit it already made, no pass of its own)."""
-    from attnscale.torch.ext import load_kernel
+    from attnscale.torch.ext import BACKWARD_KV_BLOCK, BACKWARD_Q_BLOCK, load_kernel
 
     def blas_ready(x):
         """Rows of unit-stride numbers, one after another (a transposed (B, L, H, d) view is fine;
@@ -34,5 +34,7 @@ def run_kernel(torch, p: Problem, logit_range: bool, first_key: bool = False):
         first_key,
         Q_BLOCK,
         KV_BLOCK,
+        BACKWARD_Q_BLOCK,
+        BACKWARD_KV_BLOCK,
     )
     return out, lse, entropy, hi, lo, first if first_key else None

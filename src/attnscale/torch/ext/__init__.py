@@ -12,9 +12,10 @@ second; a fresh build about 7 s on two cores.
 
 Its ops: ``torch.ops.attnscale_health.attention`` (forward: output and the per-row figures, the
 weight on the first key among them on request) and
-``attention_backward`` (dq, dk, dv and, on request, dbias), tied together for autograd with
-``torch.library.register_autograd``, so a call on tensors that require grad records a backward like
-any PyTorch op; the figures are marked non-differentiable (diagnostics, detached). ``all_finite``
+``attention_backward`` (dq, dk, dv and, on request, dbias), tied together for autograd in C++ (a
+``torch::autograd::Function`` registered for the op's Autograd key), so a call on tensors that
+require grad records a backward like any PyTorch op; the figures are marked non-differentiable
+(diagnostics, detached). ``all_finite``
 (check_finite's scan) and ``head_sums`` (one call's figures summed per head, for the monitor's
 aggregates: :func:`attnscale.torch.monitor_aggregates.call_figures`).
 
@@ -117,7 +118,6 @@ def load_kernel():
                     verbose=False,
                 )
                 op = torch.ops.attnscale_health.attention
-                _register_autograd(torch)
                 _register_fake(torch)
                 reason = "built"
             except Exception as err:  # noqa: BLE001 - any build or load failure means: use the fallback
@@ -127,58 +127,18 @@ def load_kernel():
 
 
 # The op's arguments after (q, k, v): mask, bias, causal, causal_offset, scale, softcap, logit_range,
-# first_key, q_block, kv_block. The backward's tile: two (rows × keys) blocks per thread, P and dP, 64 KiB each
-# in float32. Measured on the project's machine, backward of (1, 8, 2048, 64), one thread, CPU time:
-# 64×64, 128×128, 256×256, 128×256 and 256×512 all within 7% of each other (305-325 ms).
+# first_key, q_block, kv_block, backward_q_block, backward_kv_block. The backward's tile: two (rows ×
+# keys) blocks per thread, P and dP, 64 KiB each in float32. Measured on the project's machine,
+# backward of (1, 8, 2048, 64), one thread, CPU time: 64×64, 128×128, 256×256, 128×256 and 256×512
+# all within 7% of each other (305-325 ms).
 BACKWARD_Q_BLOCK, BACKWARD_KV_BLOCK = 128, 128
-
-
-def _setup_context(ctx, inputs, output) -> None:
-    q, k, v, mask, bias, causal, offset, scale, softcap = inputs[:9]
-    out, lse, entropy, max_logit, min_logit, first_key = output
-    ctx.mark_non_differentiable(lse, entropy, max_logit, min_logit, first_key)
-    ctx.save_for_backward(q, k, v, out, lse, mask, bias)
-    ctx.settings = (causal, offset, scale, softcap)
-
-
-def _backward(ctx, dout, *_figures):
-    """dq, dk, dv (and dbias when the bias requires grad) from the saved inputs, output and lse."""
-    import torch
-
-    q, k, v, out, lse, mask, bias = ctx.saved_tensors
-    causal, offset, scale, softcap = ctx.settings
-    bias_grad = bias is not None and ctx.needs_input_grad[4]
-    if dout.stride(-1) != 1 or dout.stride(-2) < max(1, dout.shape[-1]):
-        dout = dout.contiguous()  # e.g. the all-stride-0 gradient of out.sum()
-    dq, dk, dv, dbias = torch.ops.attnscale_health.attention_backward(
-        q,
-        k,
-        v,
-        out,
-        dout,
-        lse,
-        mask,
-        bias,
-        causal,
-        offset,
-        scale,
-        softcap,
-        bias_grad,
-        BACKWARD_Q_BLOCK,
-        BACKWARD_KV_BLOCK,
-    )
-    return (dq, dk, dv, None, dbias if bias_grad else None) + (None,) * 8
-
-
-def _register_autograd(torch) -> None:
-    torch.library.register_autograd("attnscale_health::attention", _backward, setup_context=_setup_context)
 
 
 def _register_fake(torch) -> None:
     """The ops' shapes and dtypes without computing them (as the C++ allocates its outputs), so that
     Dynamo and Inductor keep each as one opaque op in a compiled graph."""
 
-    def attention(q, k, v, mask, bias, causal, offset, scale, softcap, logit_range, first_key, q_block, kv_block):
+    def attention(q, k, v, mask, bias, causal, offset, scale, softcap, logit_range, first_key, *blocks):
         rows = q.shape[:3]
         return (
             q.new_empty((*rows, v.shape[3])),
