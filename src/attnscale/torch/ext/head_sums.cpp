@@ -15,8 +15,8 @@
 // NaN where a row is not counted (a single-key row, a padding row), else an empty tensor.
 //
 // Arithmetic as NumPy's: comparisons in T against constants rounded to T, sums in double of
-// T values, norms rounded to T before they are summed. Sums run in row order, NumPy's pairwise,
-// so the two agree to rounding (a few ulp of a sum), not bit for bit.
+// T values, each norm in T (as torch's). Sums run in row order, NumPy's pairwise, so the two agree
+// to rounding (a few ulp of a sum; a norm's own summation order, a few ulp of it), not bit for bit.
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -50,16 +50,17 @@ enum Row : int64_t {
   kCount
 };
 
+// ‖x‖ of d numbers at the given stride, summed in T as torch's norm of a T tensor is.
 template <typename T>
 T row_norm(const T* x, int64_t d, int64_t stride) {
-  double s = 0;
+  T s = 0;
   if (stride == 1) {
 #pragma omp simd reduction(+ : s)
-    for (int64_t c = 0; c < d; ++c) s += static_cast<double>(x[c]) * static_cast<double>(x[c]);
+    for (int64_t c = 0; c < d; ++c) s += x[c] * x[c];
   } else {
-    for (int64_t c = 0; c < d; ++c) s += static_cast<double>(x[c * stride]) * static_cast<double>(x[c * stride]);
+    for (int64_t c = 0; c < d; ++c) s += x[c * stride] * x[c * stride];
   }
-  return static_cast<T>(std::sqrt(s));
+  return std::sqrt(s);
 }
 
 template <typename T>
@@ -67,7 +68,9 @@ void sums_of(const at::Tensor& ent, const at::Tensor& hi, const at::Tensor& lo, 
              const at::Tensor& first, const at::Tensor& q, const at::Tensor& k, const at::Tensor* valid,
              double log_saturated, double log_half, double float16_max, double* out, T* ent_out) {
   const int64_t N = ent.size(0), H = ent.size(1), L = ent.size(2), d = q.size(3);
-  const int64_t H_kv = k.size(1), S = k.size(2);
+  const int64_t H_kv = k.size(1), S = k.size(2), N_k = k.size(0);
+  const int64_t q0 = q.stride(0), q1 = q.stride(1), q2 = q.stride(2), q3 = q.stride(3);
+  const int64_t k0 = k.stride(0), k1 = k.stride(1), k2 = k.stride(2), k3 = k.stride(3);
   const T *E = ent.const_data_ptr<T>(), *A = hi.const_data_ptr<T>(), *B = lo.const_data_ptr<T>();
   const T *Z = lse.const_data_ptr<T>(), *F = first.const_data_ptr<T>(), *Q = q.const_data_ptr<T>();
   const bool* V = valid ? valid->const_data_ptr<bool>() : nullptr;
@@ -76,11 +79,14 @@ void sums_of(const at::Tensor& ent, const at::Tensor& hi, const at::Tensor& lo, 
   constexpr T nan = std::numeric_limits<T>::quiet_NaN();
   constexpr T inf = std::numeric_limits<T>::infinity();
   for (int64_t h = 0; h < H; ++h) {
-    double c[kCount] = {0};
+    int64_t rows = 0, no_entropy = 0, empty = 0, saturated = 0, singles = 0, overflow = 0;
+    double entropy_sum = 0, entropy_squares = 0, first_sum = 0, q_norm_sum = 0;
     T top_logit = -inf, least_entropy = inf, least_logit = inf;
     for (int64_t n = 0; n < N; ++n) {
+      const int64_t base = (n * H + h) * L;
+      const T* plane = Q + n * q0 + h * q1;
       for (int64_t i = 0; i < L; ++i) {
-        const int64_t r = (n * H + h) * L + i;
+        const int64_t r = base + i;
         if (V && !V[n * v0 + i * v1]) {  // padding: no row at all
           if (ent_out) ent_out[r] = nan;
           continue;
@@ -88,36 +94,35 @@ void sums_of(const at::Tensor& ent, const at::Tensor& hi, const at::Tensor& lo, 
         const T e = E[r], a = A[r], b = B[r], top = a - Z[r];
         const bool broken = e != e;
         const bool single = a == b && top > half && !broken;
-        c[kRows] += 1;
-        c[kNoEntropy] += broken;
-        c[kEmpty] += Z[r] == -inf;
-        c[kSaturated] += top > sat && !single;
-        c[kSingle] += single;
-        c[kOverflow] += a > big || b < -big;
+        ++rows;
+        no_entropy += broken;
+        empty += Z[r] == -inf;
+        saturated += top > sat && !single;
+        singles += single;
+        overflow += a > big || b < -big;
         top_logit = a > top_logit ? a : top_logit;  // NaN compares false: skipped
         least_logit = b < least_logit ? b : least_logit;
         if (ent_out) ent_out[r] = single ? nan : e;
         if (broken || single) continue;
         least_entropy = e < least_entropy ? e : least_entropy;
-        c[kEntropySum] += static_cast<double>(e);
-        c[kEntropySquares] += static_cast<double>(e) * static_cast<double>(e);
-        c[kFirstKeySum] += static_cast<double>(F[r]);
-        c[kQNormSum] += static_cast<double>(row_norm(Q + n * q.stride(0) + h * q.stride(1) + i * q.stride(2), d,
-                                                     q.stride(3)));
+        entropy_sum += static_cast<double>(e);
+        entropy_squares += static_cast<double>(e) * static_cast<double>(e);
+        first_sum += static_cast<double>(F[r]);
+        q_norm_sum += static_cast<double>(row_norm(plane + i * q2, d, q3));
       }
     }
-    c[kMaxLogit] = top_logit;
-    c[kMinEntropy] = least_entropy;
-    c[kMinLogit] = least_logit;
-    for (int64_t row = 0; row < kCount; ++row) out[row * H + h] = c[row];
+    const double row[kCount] = {double(no_entropy), double(empty), double(saturated), double(singles),
+                                double(overflow), double(top_logit), double(least_entropy), double(least_logit),
+                                entropy_sum, entropy_squares, first_sum, q_norm_sum, 0.0, double(rows)};
+    for (int64_t c = 0; c < kCount; ++c) out[c * H + h] = row[c];
   }
-  std::vector<double> key_sums(H_kv, 0.0);  // Σ ‖k_j‖ per KV head, then each query head its group's
   const T* K = k.const_data_ptr<T>();
+  std::vector<double> key_sums(H_kv, 0.0);  // Σ ‖k_j‖ per KV head, then each query head its group's
   for (int64_t hk = 0; hk < H_kv; ++hk)
-    for (int64_t n = 0; n < k.size(0); ++n)
-      for (int64_t j = 0; j < S; ++j)
-        key_sums[hk] += static_cast<double>(
-            row_norm(K + n * k.stride(0) + hk * k.stride(1) + j * k.stride(2), d, k.stride(3)));
+    for (int64_t n = 0; n < N_k; ++n) {
+      const T* plane = K + n * k0 + hk * k1;
+      for (int64_t j = 0; j < S; ++j) key_sums[hk] += static_cast<double>(row_norm(plane + j * k2, d, k3));
+    }
   for (int64_t h = 0; h < H; ++h) out[kKNormSum * H + h] = key_sums[h / (H / H_kv)];
 }
 
