@@ -84,7 +84,7 @@ def test_every_name_the_capture_finds_is_watched_without_the_mode(mode):
             out = model(X)
             step = mon.step(s)
             assert step.calls == 3 and [h.layer for h in step.heads[::3]] == ["layers.0", "layers.1", "layers.2"]
-            assert rebound() and hooks(model) == 0 and not mode_on()  # then the names alone
+            assert rebound() and hooks(model) == 2 and not mode_on()  # then the names alone (two hooks on the model)
         assert model.layers[2].attend is not builtin() and imported_sdpa is not builtin()
     assert not rebound() and not mode_on() and model.layers[2].attend is builtin() and imported_sdpa is builtin()
     assert torch.allclose(out, own, atol=1e-6)
@@ -143,3 +143,16 @@ def test_torch_reads_sdpa_by_name_before_the_name_is_rebound():
         assert rebound()
         assert builtin() in trace_rules.get_torch_obj_rule_map()
         assert builtin() in torch.overrides._get_overridable_functions()[0][F]
+
+
+def test_a_function_compiled_outside_the_model_is_not_watched():
+    """Traced while the names are rebound but the model is not running: its SDPA stays its own, unseen."""
+    model = Stack(ByAttribute())
+    other = torch.compile(lambda x: F.scaled_dot_product_attention(x, x, x))
+    with torch.no_grad(), Monitor(model) as mon:
+        model(X)
+        mon.step(0)
+        assert rebound() and hooks(model) == 2  # the names alone, and the two hooks that say the model runs
+        other(X)
+        model(X)
+        assert mon.step(1).calls == 1

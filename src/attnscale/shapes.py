@@ -7,6 +7,7 @@ so this module needs neither NumPy arrays nor torch.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +28,9 @@ class QKVShapes:
     lead: tuple[int, ...]  # the broadcast leading dimensions
 
 
+# Kept per set of shapes: a model's attention calls repeat a few shapes, and the monitor checks them
+# on every call (a torch.Size is a tuple, so they hash; a failed check is not kept).
+@functools.lru_cache(maxsize=256)
 def check_qkv_shapes(q4: tuple, k4: tuple, v4: tuple, q: tuple, k: tuple, v: tuple) -> QKVShapes:
     """Check the heads views ``q4, k4, v4`` (each at least 3-D: (..., H, N, d)); ``q, k, v`` are the
     shapes the caller passed, named in the messages. Raises :class:`InputError` naming the argument."""

@@ -48,7 +48,9 @@ How calls are found (each once):
   of its modules runs (forward pre-hooks on every module put it on, the model's own exit takes it
   off), so a training step's loss, backward and optimiser are not intercepted. The first forward
   of the model is watched both ways; at its end, if every SDPA call of the model came through a
-  name, the names alone watch from then on (the mode and its hooks leave); if the mode saw one that
+  name, the names alone watch from then on (the mode and its hooks leave; two hooks on the model
+  itself say when it runs, so that a graph compiled meanwhile is watched only if it is the
+  model's); if the mode saw one that
   no name held (SDPA reached through a closure, say), the mode alone does, and the names are
   SDPA's own again. The mode alone watches from the start without a model, for a compiled model
   (whose graph Dynamo traces with the mode), for a model with an ``nn.MultiheadAttention`` (only a
@@ -455,8 +457,10 @@ def _eager_sdpa(cap: Capture, name: str, func, args, kwargs):
 
 
 # The capture that watches SDPA at its names (at most one at a time: a capture entered while it
-# watches finds calls with its mode), and whether it does so alone (no mode: "names"), as a plain
-# dict, which a compiled graph guards on by value. _AT_NAME.inside: the capture handling an SDPA
+# watches finds calls with its mode), and whether its model is running while it watches by them
+# alone ("names"), as a plain dict, which a compiled graph guards on by value: a graph traced while
+# the model runs (the model compiled after the capture was entered) computes the figures, one
+# traced elsewhere (another compiled function calling SDPA) does not. _AT_NAME.inside: the capture handling an SDPA
 # call at a name on this thread, so that the calls its handling makes (the model's SDPA run for
 # observe mode, a backend's own) pass straight on, past its own mode too (another capture's mode
 # sees them, as it would see the model's call).
@@ -598,6 +602,7 @@ class capture_sdpa:
         self._on = False  # the mode is on torch's stack
         self._compiling = torch.compiler.is_compiling
         self._bound: list[sdpa_names.BoundName] = []  # the names rebound (watching by names)
+        self._running = 0  # forwards of the model under way, watching by the names alone
 
     def __enter__(self) -> Capture:
         torch = require("torch", "torch")
@@ -693,9 +698,25 @@ class capture_sdpa:
             self._unbind()
         elif cap._through_names:
             cap._watch = "names"
-            _ROUTE["names"] = True
             self._unhook()
             self._lift()
+            self._hook_route()
+
+    def _hook_route(self) -> None:
+        """Watching by the names alone: two hooks on the model keep :data:`_ROUTE` true while it runs."""
+        self._running = 0
+        self._model_hooks = [
+            self._model.register_forward_pre_hook(self._route_on),
+            self._model.register_forward_hook(self._route_off, always_call=True),
+        ]
+
+    def _route_on(self, module, args) -> None:
+        self._running += 1
+        _ROUTE["names"] = True
+
+    def _route_off(self, module, args, output) -> None:
+        self._running = max(0, self._running - 1)
+        _ROUTE["names"] = self._running > 0
 
     def _rebind(self) -> None:
         sdpa_names.rebind(self._bound, _name_function(self._compiled_replace))
@@ -735,8 +756,9 @@ class capture_sdpa:
             return
         if cap._watch != "mode":
             self._rebind()
-            _ROUTE["names"] = cap._watch == "names"
-        if cap._watch != "names":
+        if cap._watch == "names":
+            self._hook_route()
+        else:
             if self._model is not None:
                 self._hook(self._model)
             self._lower()
