@@ -704,10 +704,12 @@ class capture_sdpa:
 
     def _hook_route(self) -> None:
         """Watching by the names alone: two hooks on the model keep :data:`_ROUTE` true while it runs."""
+        model = self._model
+        assert model is not None  # watching by names needs a model
         self._running = 0
         self._model_hooks = [
-            self._model.register_forward_pre_hook(self._route_on),
-            self._model.register_forward_hook(self._route_off, always_call=True),
+            model.register_forward_pre_hook(self._route_on),
+            model.register_forward_hook(self._route_off, always_call=True),
         ]
 
     def _route_on(self, module, args) -> None:
