@@ -456,14 +456,14 @@ def _eager_sdpa(cap: Capture, name: str, func, args, kwargs):
     return out
 
 
-# The capture that watches SDPA at its names (at most one at a time: a capture entered while it
-# watches finds calls with its mode), and whether its model is running while it watches by them
-# alone ("names"), as a plain dict, which a compiled graph guards on by value: a graph traced while
-# the model runs (the model compiled after the capture was entered) computes the figures, one
-# traced elsewhere (another compiled function calling SDPA) does not. _AT_NAME.inside: the capture handling an SDPA
-# call at a name on this thread, so that the calls its handling makes (the model's SDPA run for
-# observe mode, a backend's own) pass straight on, past its own mode too (another capture's mode
-# sees them, as it would see the model's call).
+# _BY_NAMES: the capture that watches SDPA at its names (at most one at a time: a capture entered
+# while it watches finds calls with its mode). _ROUTE: whether its model is running while it
+# watches by them alone ("names"), as a plain dict, which a compiled graph guards on by value: a
+# graph traced while the model runs (the model compiled after the capture was entered) computes the
+# figures, one traced elsewhere (another compiled function calling SDPA) does not. _AT_NAME.inside:
+# the capture handling an SDPA call at a name on this thread, so that the calls its handling makes
+# (the model's SDPA run for observe mode, a backend's own) pass straight on, past its own mode too
+# (another capture's mode sees them, as it would see the model's call).
 _BY_NAMES: list[Capture] = []
 _ROUTE = {"names": False}
 _AT_NAME = threading.local()
@@ -689,9 +689,9 @@ class capture_sdpa:
 
     def _settle(self) -> None:
         """After a forward of the model watched both ways ("checking"): by the names alone from now
-        on if every SDPA call of the model came through them (no mode, no hooks: nothing runs for
-        the model's other torch calls), by the mode alone if one did not; undecided while no call
-        was seen."""
+        on if every SDPA call of the model came through them (no mode, and no hooks on its modules:
+        nothing runs for the model's other torch calls), by the mode alone if one did not;
+        undecided while no call was seen."""
         cap = self._capture
         if cap._missed:
             cap._watch = "mode"
@@ -723,13 +723,17 @@ class capture_sdpa:
     def _rebind(self) -> None:
         sdpa_names.rebind(self._bound, _name_function(self._compiled_replace))
 
-    def _unbind(self) -> None:
-        """The names bound to SDPA again (no more watching by names)."""
+    def _restore_names(self) -> None:
+        """The names bound to SDPA again (paused, or no more watching by names)."""
         torch = require("torch", "torch")
         sdpa_names.restore(
             self._bound, torch._C._nn.scaled_dot_product_attention, _name_function(self._compiled_replace)
         )
         _ROUTE["names"] = False
+
+    def _unbind(self) -> None:
+        """No more watching by names: the names SDPA's own, and another capture free to."""
+        self._restore_names()
         if self._capture in _BY_NAMES:
             _BY_NAMES.remove(self._capture)
 
@@ -744,12 +748,8 @@ class capture_sdpa:
         self._riding._active = False  # the interface hands back the model's function itself
         self._lift()
         self._unhook()
-        if cap._watch != "mode":  # the names back to SDPA's own (a compiled graph: the model's own)
-            torch = require("torch", "torch")
-            sdpa_names.restore(
-                self._bound, torch._C._nn.scaled_dot_product_attention, _name_function(self._compiled_replace)
-            )
-            _ROUTE["names"] = False
+        if cap._watch != "mode":  # a compiled graph then guards its way to the model's own
+            self._restore_names()
 
     def resume(self) -> None:
         """Watch again after :meth:`pause`."""
