@@ -15,9 +15,9 @@ weight on the first key among them on request) and
 ``attention_backward`` (dq, dk, dv and, on request, dbias), tied together for autograd in C++ (a
 ``torch::autograd::Function`` registered for the op's Autograd key), so a call on tensors that
 require grad records a backward like any PyTorch op; the figures are marked non-differentiable
-(diagnostics, detached). ``all_finite``
-(check_finite's scan) and ``head_sums`` (one call's figures summed per head, for the monitor's
-aggregates: :func:`attnscale.torch.monitor_aggregates.call_figures`).
+(diagnostics, detached). Two more: ``all_finite`` (check_finite's scan) and ``head_sums`` (one
+call's figures summed per head, for the monitor's aggregates:
+:func:`attnscale.torch.monitor_aggregates.call_figures`).
 
 When it cannot be built (no compiler, an unusual torch build), :func:`load_kernel` returns None and
 :func:`kernel_status` says why; attention then runs on composed PyTorch calls. A missing compiler is
