@@ -104,7 +104,7 @@ from attnscale.errors import InputTypeError, require
 from attnscale.torch import hf_interface, nn_modules, sdpa_names
 from attnscale.torch.sdpa_mask import MASKED_BELOW, attended, split_attn_mask
 
-__all__ = ["SDPACall", "Capture", "capture_sdpa", "recomputing", "MASKED_BELOW"]
+__all__ = ["SDPACall", "Capture", "capture_sdpa", "compiled", "recomputing", "MASKED_BELOW"]
 
 
 @dataclass
@@ -785,15 +785,19 @@ class capture_sdpa:
         self._capture._stack.clear()
 
 
+def compiled(torch, module) -> bool:
+    """Whether ``module`` runs compiled: ``torch.compile(module)``'s wrapper, or ``module.compile()``."""
+    wrapper = getattr(torch._dynamo.eval_frame, "OptimizedModule", ())
+    return isinstance(module, wrapper) or getattr(module, "_compiled_call_impl", None) is not None
+
+
 def _by_names_possible(torch, model) -> bool:
     """Whether ``model``'s SDPA calls may be watched at the names bound to SDPA (capture_sdpa):
-    not while another capture does; not for a compiled model (its graph is traced with the mode);
-    not with an ``nn.MultiheadAttention`` (only a torch-function mode keeps it off its fused fast
-    path, where its attention is no SDPA call)."""
-    compiled = getattr(torch._dynamo.eval_frame, "OptimizedModule", ())
+    not while another capture does; not for a compiled model or one with a compiled module (its
+    graph is traced with the mode); not with an ``nn.MultiheadAttention`` (only a torch-function
+    mode keeps it off its fused fast path, where its attention is no SDPA call)."""
     return not _BY_NAMES and not any(
-        isinstance(m, (compiled, torch.nn.MultiheadAttention)) or getattr(m, "_compiled_call_impl", None) is not None
-        for m in model.modules()
+        compiled(torch, m) or isinstance(m, torch.nn.MultiheadAttention) for m in model.modules()
     )
 
 

@@ -142,7 +142,7 @@ import numpy as np
 from attnscale.errors import InputError, InputTypeError, check_choice, check_count, require
 from attnscale.scales import Constant, SoftCap
 from attnscale.torch.functional import attention
-from attnscale.torch.capture import capture_sdpa, recomputing
+from attnscale.torch.capture import capture_sdpa, compiled, recomputing
 from attnscale.torch.monitor_aggregates import Running, call_figures
 from attnscale.torch.monitor_records import CallRecord, HeadFigures, Step
 from attnscale.torch.sdpa_mask import split_attn_mask
@@ -760,12 +760,7 @@ def _padding_modules(model) -> list:
     graph) or without a model."""
     import inspect
 
-    torch = require("torch", "torch")
-    if (
-        model is None
-        or getattr(model, "_compiled_call_impl", None) is not None
-        or isinstance(model, getattr(torch._dynamo.eval_frame, "OptimizedModule", ()))
-    ):
+    if model is None or compiled(require("torch", "torch"), model):
         return []
     found = []
     for module in model.modules():

@@ -128,13 +128,10 @@ def call_figures(stats, q, k, population: int | None = None, valid=None, entropi
     if valid is not None:
         valid = valid.detach().reshape(q4.shape[0], q4.shape[2])
     if _summed_in_cpp(torch, stats.entropy, q4, k4):
-        from attnscale.torch.ext import load_kernel
-
-        load_kernel()
         lay = (q4.shape[0], q4.shape[1], q4.shape[2])
+        figures = (stats.entropy, stats.max_logit, stats.min_logit, stats.lse, stats.first_key_weight)
         sums, ent = torch.ops.attnscale_health.head_sums(
-            *(x.reshape(lay) for x in (stats.entropy, stats.max_logit, stats.min_logit, stats.lse)),
-            stats.first_key_weight.reshape(lay),
+            *(x.reshape(lay) for x in figures),
             q4,
             k4,
             valid,
@@ -148,7 +145,8 @@ def call_figures(stats, q, k, population: int | None = None, valid=None, entropi
 
 
 def _summed_in_cpp(torch, figure, q4, k4) -> bool:
-    """Whether ``head_sums`` can take the call: CPU tensors of one dtype, float32 or float64, and the library built."""
+    """Whether ``head_sums`` can take the call: CPU tensors of one dtype, float32 or float64, and the
+    library built (loaded here: its ops are registered from then on)."""
     from attnscale.torch.ext import load_kernel
 
     dtype = figure.dtype
@@ -162,16 +160,17 @@ def _summed_in_cpp(torch, figure, q4, k4) -> bool:
 
 
 def _running(sums: np.ndarray, population: int | None, k4) -> Running:
-    """A :class:`Running` of one call from ``head_sums``' rows (float64 (14, H), in its order)."""
+    """A :class:`Running` of one call from ``head_sums``' rows (float64 (14, H), in the order of
+    head_sums.cpp's enum Row), as views: the array is this call's own, and an aggregate adds it into
+    arrays of its own (Running.add), never writing into it."""
     run = Running.__new__(Running)
     run.calls, run.total = 1, int(sums[13, 0])
     run.population = run.total if population is None else population
     run.counts = sums[0:4].astype(np.int64)
     run.overflow = sums[4].astype(np.int64)
-    run.max_logit = sums[5].copy()
-    run.mins = sums[6:8].copy()
-    run.entropy_sum, run.entropy_squares = sums[8].copy(), sums[9].copy()
-    run.sums = sums[10:13].copy()
+    run.max_logit, run.mins = sums[5], sums[6:8]
+    run.entropy_sum, run.entropy_squares = sums[8], sums[9]
+    run.sums = sums[10:13]
     run.keys = k4.shape[0] * k4.shape[2]
     return run
 

@@ -50,15 +50,14 @@ __all__ = [
     "load_kernel",
     "kernel_status",
     "build_needed",
-    "SOURCE",
     "SOURCES",
     "STALE_LOCK_SECONDS",
     "BACKWARD_Q_BLOCK",
     "BACKWARD_KV_BLOCK",
 ]
 
-SOURCE = Path(__file__).with_name("health_attention.cpp")
-SOURCES = (SOURCE, SOURCE.with_name("head_sums.cpp"))  # one library: the attention ops, the monitor's sums
+# One library: the attention ops, and the monitor's sums.
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("health_attention.cpp", "head_sums.cpp"))
 
 # -fopenmp: at::parallel_for is an inline OpenMP region, compiled into this library; without the flag
 # it silently runs on one thread. -march=native: the build is cached per CPU (see _build_name).
