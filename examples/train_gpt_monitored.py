@@ -97,6 +97,10 @@ def main() -> None:
         print(f"{a.steps} steps in {time.perf_counter() - start:.1f} s; TensorBoard: {a.logdir}")
     if distributed:
         dist.destroy_process_group()
+        # Gloo's worker thread frees a finished collective's tensors after the collective returns,
+        # and that takes the GIL: one still doing so as Python exits aborts the process, after all
+        # the work is done (pytorch/pytorch#179291). Sleeping gives it the GIL to finish.
+        time.sleep(0.1)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -122,6 +123,7 @@ def worker(rank: int, port: int, tau: float, out: str, wrap: str) -> None:
         )
     )
     dist.destroy_process_group()
+    time.sleep(0.1)  # gloo's workers done freeing before Python exits: see examples/train_gpt_monitored.py
 
 
 def single_process(tau: float):
