@@ -137,10 +137,16 @@ def _register_fake(torch) -> None:
     """The ops' shapes and dtypes without computing them (as the C++ allocates its outputs), so that
     Dynamo and Inductor keep each as one opaque op in a compiled graph."""
 
+    def like_layout(x, sizes):
+        """A new tensor of ``sizes`` laid out as x: the C++ ``new_like_layout`` (x's first three
+        dimensions in the order of its strides, largest first, ties in order; the last innermost)."""
+        order = sorted(range(3), key=lambda d: -x.stride(d))
+        return x.new_empty([sizes[d] for d in order] + [sizes[3]]).permute(*(order.index(d) for d in range(3)), 3)
+
     def attention(q, k, v, mask, bias, causal, offset, scale, softcap, logit_range, first_key, *blocks):
         rows = q.shape[:3]
         return (
-            q.new_empty((*rows, v.shape[3])),
+            like_layout(q, (*rows, v.shape[3])),
             q.new_empty(rows),
             q.new_empty(rows),
             q.new_empty(rows),
@@ -152,7 +158,7 @@ def _register_fake(torch) -> None:
         q, k, v, out, dout, lse, mask, bias, causal, offset, scale, softcap, bias_grad, q_block, kv_block
     ):
         dbias = q.new_empty((*q.shape[:3], k.shape[2]) if bias_grad else (0,))
-        return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dbias  # contiguous, as at::zeros
+        return like_layout(q, q.shape), like_layout(k, k.shape), like_layout(v, v.shape), dbias
 
     torch.library.register_fake("attnscale_health::attention", attention)
     torch.library.register_fake("attnscale_health::attention_backward", attention_backward)

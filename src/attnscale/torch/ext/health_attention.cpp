@@ -44,6 +44,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -127,6 +128,22 @@ struct Strides {
 
 inline Strides strides_of(const at::Tensor& t) {
   return {t.stride(0), t.stride(1), t.stride(2), t.stride(3)};
+}
+
+// A new 4-D tensor of `sizes` laid out as x (empty_like's rule, another last dimension allowed): its
+// first three dimensions in the order of x's strides, largest first (ties: in order), the last
+// innermost. A model's q is usually its (B, L, H, d) projection viewed as (B, H, L, d): the output
+// and the gradients in that order are what its reshapes back read as views; contiguous ones cost a
+// copy each (four per call in training, measured, where SDPA makes none). ext/__init__.py's fake
+// implementations follow the same rule.
+at::Tensor new_like_layout(const at::Tensor& x, at::IntArrayRef sizes, bool zero) {
+  std::array<int64_t, 3> order{0, 1, 2};
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return x.stride(a) > x.stride(b); });
+  const std::vector<int64_t> laid{sizes[order[0]], sizes[order[1]], sizes[order[2]], sizes[3]};
+  at::Tensor t = zero ? at::zeros(laid, x.options()) : at::empty(laid, x.options());
+  std::vector<int64_t> back(4, 3);
+  for (int64_t i = 0; i < 3; ++i) back[order[i]] = i;
+  return t.permute(back);
 }
 
 // What forward and backward share: the inputs, and how a block of logits is made from them.
@@ -214,6 +231,7 @@ void run(const Logits<T>& in, bool logit_range, int64_t q_block, int64_t kv_bloc
   constexpr T under = kUnderflow<T>;
 
   T* op = out.data_ptr<T>();
+  const Strides os = strides_of(out);
   T* lse_p = lse.data_ptr<T>();
   T* ent_p = entropy.data_ptr<T>();
   T* max_p = max_logit.data_ptr<T>();
@@ -230,8 +248,8 @@ void run(const Logits<T>& in, bool logit_range, int64_t q_block, int64_t kv_bloc
       const int64_t i0 = (task % n_qblocks) * qb;
       const int64_t rows = std::min(qb, L - i0);
       const T* V = in.V(b, h / in.group, 0);
-      T* O = op + ((b * H_q + h) * L + i0) * d_v;
-      std::fill(O, O + rows * d_v, T(0));
+      T* O = op + b * os.b + h * os.h + i0 * os.row;
+      for (int64_t r = 0; r < rows; ++r) std::fill(O + r * os.row, O + r * os.row + d_v, T(0));
       std::fill(m.begin(), m.end(), lowest);
       std::fill(l.begin(), l.end(), T(0));
       std::fill(u.begin(), u.end(), T(0));
@@ -292,7 +310,7 @@ void run(const Logits<T>& in, bool logit_range, int64_t q_block, int64_t kv_bloc
             u[r] = alpha * (u[r] - delta * l[r]) + sum_d;
             l[r] = alpha * l[r] + sum;
             if (alpha != T(1)) {
-              T* orow = O + r * d_v;
+              T* orow = O + r * os.row;
 #pragma omp simd
               for (int64_t c = 0; c < d_v; ++c) orow[c] *= alpha;
             }
@@ -304,13 +322,13 @@ void run(const Logits<T>& in, bool logit_range, int64_t q_block, int64_t kv_bloc
         }
         gemm<T>(static_cast<int>(rows), static_cast<int>(d_v), static_cast<int>(cols), T(1), scores,
                 static_cast<int>(ld), false, V + j0 * in.vs.row, static_cast<int>(in.vs.row), false, T(1), O,
-                static_cast<int>(d_v));
+                static_cast<int>(os.row));
       }
       const int64_t row0 = (b * H_q + h) * L + i0;
       for (int64_t r = 0; r < rows; ++r) {
         if (l[r] > T(0)) {
           const T inv = T(1) / l[r];
-          T* orow = O + r * d_v;
+          T* orow = O + r * os.row;
 #pragma omp simd
           for (int64_t c = 0; c < d_v; ++c) orow[c] *= inv;
           const T log_l = std::log(l[r]);
@@ -319,7 +337,7 @@ void run(const Logits<T>& in, bool logit_range, int64_t q_block, int64_t kv_bloc
           max_p[row0 + r] = m[r];
           if (min_p) min_p[row0 + r] = lo[r];
         } else if (l[r] != l[r]) {  // a NaN or +inf logit (q·k overflowed): no distribution, and say so
-          T* orow = O + r * d_v;
+          T* orow = O + r * os.row;
           std::fill(orow, orow + d_v, nan);
           const bool overflowed = m[r] == inf;  // as the chunked backend: lse +inf, the range as seen
           lse_p[row0 + r] = overflowed ? inf : nan;
@@ -341,7 +359,7 @@ void run(const Logits<T>& in, bool logit_range, int64_t q_block, int64_t kv_bloc
 }
 
 // The backward. dq (B, H_q, L, d_k), dk (B, H_kv, S, d_k), dv (B, H_kv, S, d_v) zero on entry,
-// contiguous; dbias (B, H_q, L, S) contiguous (written in full) or null. out, dout: (B, H_q, L, d_v),
+// last dimension contiguous; dbias (B, H_q, L, S) contiguous (written in full) or null. out, dout: (B, H_q, L, d_v),
 // last dimension contiguous; lse (B, H_q, L) contiguous.
 template <typename T>
 void run_backward(const Logits<T>& in, const at::Tensor& out, const at::Tensor& dout, const at::Tensor& lse,
@@ -365,6 +383,7 @@ void run_backward(const Logits<T>& in, const at::Tensor& out, const at::Tensor& 
   T* dq_p = dq.data_ptr<T>();
   T* dk_p = dk.data_ptr<T>();
   T* dv_p = dv.data_ptr<T>();
+  const Strides dqs = strides_of(dq), dks = strides_of(dk), dvs = strides_of(dv);
   T* db_p = dbias ? dbias->data_ptr<T>() : nullptr;
 
   at::parallel_for(0, B * in.H_kv, 1, [&](int64_t begin, int64_t end) {
@@ -378,8 +397,8 @@ void run_backward(const Logits<T>& in, const at::Tensor& out, const at::Tensor& 
       const int64_t b = task / in.H_kv, hk = task % in.H_kv;
       const T* K = in.K(b, hk, 0);
       const T* V = in.V(b, hk, 0);
-      T* dK = dk_p + (b * in.H_kv + hk) * S * d_k;
-      T* dV = dv_p + (b * in.H_kv + hk) * S * d_v;
+      T* dK = dk_p + b * dks.b + hk * dks.h;
+      T* dV = dv_p + b * dvs.b + hk * dvs.h;
       for (int64_t h = hk * in.group; h < (hk + 1) * in.group; ++h) {
         for (int64_t i0 = 0; i0 < L; i0 += qb) {
           const int64_t rows = std::min(qb, L - i0);
@@ -387,7 +406,7 @@ void run_backward(const Logits<T>& in, const at::Tensor& out, const at::Tensor& 
           const T* O = op + b * os.b + h * os.h + i0 * os.row;
           const T* dO = gp + b * gs.b + h * gs.h + i0 * gs.row;
           const T* lse_rows = lse_p + (b * H_q + h) * L + i0;
-          T* dQ = dq_p + ((b * H_q + h) * L + i0) * d_k;
+          T* dQ = dq_p + b * dqs.b + h * dqs.h + i0 * dqs.row;
           for (int64_t r = 0; r < rows; ++r) {
             T acc = 0;
             const T* o = O + r * os.row;
@@ -423,8 +442,8 @@ void run_backward(const Logits<T>& in, const at::Tensor& out, const at::Tensor& 
             }
             // dV[j0..] += Pᵀ dO
             gemm<T>(static_cast<int>(cols), static_cast<int>(d_v), static_cast<int>(rows), T(1), P,
-                    static_cast<int>(ld), true, dO, static_cast<int>(gs.row), false, T(1), dV + j0 * d_v,
-                    static_cast<int>(d_v));
+                    static_cast<int>(ld), true, dO, static_cast<int>(gs.row), false, T(1), dV + j0 * dvs.row,
+                    static_cast<int>(dvs.row));
             // dP = dO V[j0..]ᵀ
             gemm<T>(static_cast<int>(rows), static_cast<int>(cols), static_cast<int>(d_v), T(1), dO,
                     static_cast<int>(gs.row), false, V + j0 * in.vs.row, static_cast<int>(in.vs.row), true, T(0),
@@ -445,10 +464,10 @@ void run_backward(const Logits<T>& in, const at::Tensor& out, const at::Tensor& 
             // dQ += scale · dZ K[j0..];  dK[j0..] += scale · dZᵀ Q
             gemm<T>(static_cast<int>(rows), static_cast<int>(d_k), static_cast<int>(cols), in.scale, dP,
                     static_cast<int>(ld), false, K + j0 * in.ks.row, static_cast<int>(in.ks.row), false, T(1), dQ,
-                    static_cast<int>(d_k));
+                    static_cast<int>(dqs.row));
             gemm<T>(static_cast<int>(cols), static_cast<int>(d_k), static_cast<int>(rows), in.scale, dP,
-                    static_cast<int>(ld), true, Q, static_cast<int>(in.qs.row), false, T(1), dK + j0 * d_k,
-                    static_cast<int>(d_k));
+                    static_cast<int>(ld), true, Q, static_cast<int>(in.qs.row), false, T(1), dK + j0 * dks.row,
+                    static_cast<int>(dks.row));
           }
         }
       }
@@ -505,7 +524,7 @@ void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     TORCH_CHECK(bias->scalar_type() == q.scalar_type() && bias->dim() == 4, "bias must be 4-D, q's dtype");
 }
 
-// Returns (out (B, H_q, L, d_v), lse, entropy, max_logit, min_logit, first_key (each (B, H_q, L); min_logit
+// Returns (out (B, H_q, L, d_v), laid out as q (new_like_layout), lse, entropy, max_logit, min_logit, first_key (each (B, H_q, L); min_logit
 // empty unless logit_range, first_key (each row's weight on key 0) empty unless first_key)), in the
 // inputs' dtype (float32 or float64).
 // backward_q_block, backward_kv_block: the backward's tile (read by the autograd below, not here).
@@ -517,7 +536,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   check_inputs(q, k, v, mask, bias);
   const auto B = q.size(0), H_q = q.size(1), L = q.size(2);
   auto opts = q.options();
-  at::Tensor out = at::empty({B, H_q, L, v.size(3)}, opts);
+  at::Tensor out = new_like_layout(q, {B, H_q, L, v.size(3)}, false);
   at::Tensor lse = at::empty({B, H_q, L}, opts);
   at::Tensor entropy = at::empty({B, H_q, L}, opts);
   at::Tensor max_logit = at::empty({B, H_q, L}, opts);
@@ -536,8 +555,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   return {out, lse, entropy, max_logit, min_logit, first};
 }
 
-// Returns (dq, dk, dv, dbias): dq like q (B, H_q, L, d_k), dk and dv like k and v (B, H_kv, S, ·),
-// dbias (B, H_q, L, S) when bias_grad, else empty.
+// Returns (dq, dk, dv, dbias): dq like q (B, H_q, L, d_k), dk and dv like k and v (B, H_kv, S, ·), in
+// their layouts (new_like_layout); dbias (B, H_q, L, S) when bias_grad, else empty.
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> health_attention_backward(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out, const at::Tensor& dout,
     const at::Tensor& lse, const std::optional<at::Tensor>& mask, const std::optional<at::Tensor>& bias,
@@ -552,9 +571,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> health_attention_back
   TORCH_CHECK(out.stride(3) == 1 && dout.stride(3) == 1, "out, dout: last dimension must be contiguous");
   TORCH_CHECK(lse.is_contiguous() && lse.dim() == 3, "lse must be contiguous (B, H_q, L)");
   auto opts = q.options();
-  at::Tensor dq = at::zeros(q.sizes(), opts);
-  at::Tensor dk = at::zeros(k.sizes(), opts);
-  at::Tensor dv = at::zeros(v.sizes(), opts);
+  at::Tensor dq = new_like_layout(q, q.sizes(), true);
+  at::Tensor dk = new_like_layout(k, k.sizes(), true);
+  at::Tensor dv = new_like_layout(v, v.sizes(), true);
   at::Tensor dbias = bias_grad ? at::empty({q.size(0), q.size(1), q.size(2), k.size(2)}, opts) : at::empty({0}, opts);
   const at::Tensor* mp = mask.has_value() ? &mask.value() : nullptr;
   const at::Tensor* bp = bias.has_value() ? &bias.value() : nullptr;
