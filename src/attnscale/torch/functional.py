@@ -340,9 +340,10 @@ def _check_options(backend: str, return_stats: bool, logit_range: bool, first_ke
 def _run_backend(torch, p: Problem, chosen: str, backend: str, logit_range: bool, first_key: bool):
     """(out, lse, entropy, max logit, min logit, weight on key 0 or None) of the prepared problem on
     the chosen backend, and the backend that ran it: chunked for d_v = 0 (nothing for a BLAS or a
-    fused kernel to multiply), no backend at all for no query rows, "auto"'s flex falling back where
-    FlexAttention fails."""
-    if p.v.shape[-1] == 0:
+    fused kernel to multiply) but in the kernel's forward, which then skips its P·V products (the
+    figures without an output, as the monitor's observe mode asks for them: see monitor.observe);
+    no backend at all for no query rows, "auto"'s flex falling back where FlexAttention fails."""
+    if p.v.shape[-1] == 0 and (chosen != "kernel" or _wants_grad(torch, (p.q, p.k, p.v, p.bias))):
         chosen = "chunked"
     if p.q.shape[-2] == 0:
         return nothing_attended(torch, p, logit_range), chosen
@@ -393,11 +394,15 @@ def _first_key_weight(torch, p: Problem, lse):
         return (s - lse).exp_()
 
 
+def _wants_grad(torch, inputs) -> bool:
+    """Whether autograd is on and one of ``inputs`` (tensors or None) requires grad."""
+    return torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in inputs)
+
+
 def _check_graph(torch, inputs, out, backend: str) -> None:
     """Refuse an output that lost its gradient: inputs require grad, autograd is on, yet the backend
     recorded no backward (a kernel op without its autograd formula would otherwise return one quietly)."""
-    wants = torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in inputs)
-    if wants and not out.requires_grad:
+    if _wants_grad(torch, inputs) and not out.requires_grad:
         raise InputError(
             f"backend: {backend!r} gave no gradient for inputs that require grad; "
             "use backend='chunked' or call under torch.no_grad()"
