@@ -8,27 +8,15 @@ import tempfile
 
 import pytest
 
-
 # torch 2.13's Inductor reuses a kernel compiled under another ATEN_CPU_CAPABILITY from its cache
 # (seen here: a compiled GPT then returns NaN, or glibc aborts on a corrupted heap). The suite is run
 # under a second arithmetic too (attnscale.experiments.reproduction.SECOND_ARITHMETIC), so each
-# capability compiles into a cache of its own, unless the user chose one. Its caches do not key on
-# a C++ custom op's build either: a graph compiled against the kernel's previous fake implementation
-# fails its stride asserts (seen here when the output's layout changed), so each build of the kernel
-# (whose name hashes its sources and the capability) has its own cache too.
-def _inductor_cache_name() -> str:
-    try:
-        import torch
-
-        from attnscale.torch.ext import _build_name
-
-        return _build_name(torch)
-    except ImportError:
-        return f"attnscale_{os.environ.get('ATEN_CPU_CAPABILITY') or 'default'}"
-
-
+# capability compiles into a cache of its own, unless the user chose one.
 os.environ.setdefault(
-    "TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"torchinductor_{_inductor_cache_name()}")
+    "TORCHINDUCTOR_CACHE_DIR",
+    os.path.join(
+        tempfile.gettempdir(), f"torchinductor_attnscale_{os.environ.get('ATEN_CPU_CAPABILITY') or 'default'}"
+    ),
 )
 
 

@@ -18,6 +18,7 @@ from attnscale.errors import InputError  # noqa: E402
 from attnscale.torch import attention, kernel_status  # noqa: E402
 from attnscale.torch import backends, ext  # noqa: E402
 from attnscale.torch.backends import kernel  # noqa: E402
+from attnscale.torch.ext import kernel_build  # noqa: E402
 
 REL = 1e-10
 
@@ -362,6 +363,23 @@ def test_cuda_gradients_equal_the_cpu_kernel():
         assert_close_rel(cuda, cpu, rel=1e-4, what="dq dk dv")
 
 
+def test_a_compiled_graph_names_the_kernels_build():
+    """The build's digest is an argument of the op in the graph Dynamo captures, the graph that
+    torch.compile's caches key on: a graph cached against another build of the kernel (its outputs
+    perhaps laid out otherwise) is not reused."""
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm.code)
+        return gm.forward
+
+    q, k, v = (torch.randn(1, 2, 5, 4) for _ in range(3))
+    torch._dynamo.reset()
+    torch.compile(lambda q, k, v: attention(q, k, v, backend="kernel", return_stats=True)[0], backend=capture)(q, k, v)
+    assert len(graphs) == 1 and "attnscale_health.attention" in graphs[0]
+    assert str(kernel_build()) in graphs[0]
+
+
 @pytest.mark.parametrize("setting", ["plain", "causal", "mask", "bias"])
 def test_the_kernel_ops_fake_implementations_match_them(setting):
     """torch.library.opcheck: the fake (meta) implementations that torch.compile traces give the
@@ -374,7 +392,7 @@ def test_the_kernel_ops_fake_implementations_match_them(setting):
     bias = torch.randn(B, H, L, L, generator=g, dtype=torch.float64) if setting == "bias" else None
     settings = (setting == "causal", 0, 0.35, 0.0)
     q, k, v = (x.requires_grad_() for x in (q.detach(), k, v))
-    forward = (q, k, v, mask, bias, *settings, True, setting != "plain", 3, 3, 4, 4)  # logit range; first key; tiles
+    forward = (q, k, v, mask, bias, *settings, True, setting != "plain", 3, 3, 4, 4, kernel_build())  # tiles, build
     torch.library.opcheck(torch.ops.attnscale_health.attention, forward)
     out, lse, *_ = torch.ops.attnscale_health.attention(*forward)
     backward = (

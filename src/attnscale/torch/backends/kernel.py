@@ -22,7 +22,7 @@ def query_block(L: int) -> int:
 def run_kernel(torch, p: Problem, logit_range: bool, first_key: bool = False):
     """The six figures of ``p`` (see :mod:`attnscale.torch.backends`), the weight on key 0 from the
     kernel itself on request (the logit it already made, no pass of its own)."""
-    from attnscale.torch.ext import BACKWARD_KV_BLOCK, BACKWARD_Q_BLOCK, load_kernel
+    from attnscale.torch.ext import BACKWARD_KV_BLOCK, BACKWARD_Q_BLOCK, kernel_build, load_kernel
 
     def blas_ready(x):
         """Rows of unit-stride numbers, one after another (a transposed (B, L, H, d) view is fine;
@@ -45,5 +45,6 @@ def run_kernel(torch, p: Problem, logit_range: bool, first_key: bool = False):
         KV_BLOCK,
         BACKWARD_Q_BLOCK,
         BACKWARD_KV_BLOCK,
+        kernel_build(),
     )
     return out, lse, entropy, hi, lo, first if first_key else None

@@ -54,6 +54,7 @@ __all__ = [
     "STALE_LOCK_SECONDS",
     "BACKWARD_Q_BLOCK",
     "BACKWARD_KV_BLOCK",
+    "kernel_build",
 ]
 
 # One library: the attention ops, and the monitor's sums.
@@ -117,6 +118,7 @@ def load_kernel():
                     verbose=False,
                 )
                 op = torch.ops.attnscale_health.attention
+                _state["build"] = int(name.rsplit("_", 1)[1], 16)
                 _register_fake(torch)
                 reason = "built"
             except Exception as err:  # noqa: BLE001 - any build or load failure means: use the fallback
@@ -126,11 +128,22 @@ def load_kernel():
 
 
 # The op's arguments after (q, k, v): mask, bias, causal, causal_offset, scale, softcap, logit_range,
-# first_key, q_block, kv_block, backward_q_block, backward_kv_block. The backward's tile: two (rows ×
+# first_key, q_block, kv_block, backward_q_block, backward_kv_block, build (kernel_build()). The backward's tile: two (rows ×
 # keys) blocks per thread, P and dP, 64 KiB each in float32. Measured on the project's machine,
 # backward of (1, 8, 2048, 64), one thread, CPU time: 64×64, 128×128, 256×256, 128×256 and 256×512
 # all within 7% of each other (305-325 ms).
 BACKWARD_Q_BLOCK, BACKWARD_KV_BLOCK = 128, 128
+
+
+def kernel_build() -> int:
+    """The loaded kernel's build, as a number (its build name's digest: the sources, flags, torch and
+    CPU), passed to the op as its last argument, which the C++ reads not: torch.compile's caches
+    key a graph on its ops' arguments, not on a C++ op's code, so a graph compiled against another
+    build (seen: another layout of its outputs, which Inductor asserts) is never reused. Call after
+    :func:`load_kernel` returned the op."""
+    build = _state["build"]  # a dict lookup, which torch.compile traces to a constant
+    assert isinstance(build, int)
+    return build
 
 
 def _register_fake(torch) -> None:

@@ -528,11 +528,14 @@ void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 // empty unless logit_range, first_key (each row's weight on key 0) empty unless first_key)), in the
 // inputs' dtype (float32 or float64).
 // backward_q_block, backward_kv_block: the backward's tile (read by the autograd below, not here).
+// build: this build's digest (ext/__init__.py), read by nothing: torch.compile's caches key a graph
+// on its ops' arguments, never on a C++ op's code, so a graph compiled against another build (whose
+// outputs may be laid out otherwise: Inductor asserts each output's strides) is never reused.
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> health_attention(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::optional<at::Tensor>& mask,
     const std::optional<at::Tensor>& bias, bool causal, int64_t causal_offset, double scale, double softcap,
     bool logit_range, bool first_key, int64_t q_block, int64_t kv_block, int64_t /*backward_q_block*/,
-    int64_t /*backward_kv_block*/) {
+    int64_t /*backward_kv_block*/, int64_t /*build*/) {
   check_inputs(q, k, v, mask, bias);
   const auto B = q.size(0), H_q = q.size(1), L = q.size(2);
   auto opts = q.options();
@@ -603,16 +606,17 @@ class Attention : public torch::autograd::Function<Attention> {
                                                 const std::optional<at::Tensor>& bias, bool causal, int64_t offset,
                                                 double scale, double softcap, bool logit_range, bool first_key,
                                                 int64_t q_block, int64_t kv_block, int64_t backward_q_block,
-                                                int64_t backward_kv_block) {
+                                                int64_t backward_kv_block, int64_t build) {
     static auto op = c10::Dispatcher::singleton()
                          .findSchemaOrThrow("attnscale_health::attention", "")
                          .typed<Figures(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                         const std::optional<at::Tensor>&, const std::optional<at::Tensor>&, bool,
-                                        int64_t, double, double, bool, bool, int64_t, int64_t, int64_t, int64_t)>();
+                                        int64_t, double, double, bool, bool, int64_t, int64_t, int64_t, int64_t,
+                                        int64_t)>();
     at::AutoDispatchBelowADInplaceOrView guard;
     auto [out, lse, entropy, hi, lo, first] = op.call(q, k, v, mask, bias, causal, offset, scale, softcap,
                                                       logit_range, first_key, q_block, kv_block, backward_q_block,
-                                                      backward_kv_block);
+                                                      backward_kv_block, build);
     ctx->save_for_backward({q, k, v, out, lse, mask.value_or(at::Tensor()), bias.value_or(at::Tensor())});
     ctx->saved_data["causal"] = causal;
     ctx->saved_data["offset"] = offset;
@@ -646,7 +650,7 @@ class Attention : public torch::autograd::Function<Attention> {
                 ctx->saved_data["offset"].toInt(), ctx->saved_data["scale"].toDouble(),
                 ctx->saved_data["softcap"].toDouble(), bias_grad, ctx->saved_data["q_block"].toInt(),
                 ctx->saved_data["kv_block"].toInt());
-    torch::autograd::variable_list grad_inputs(15);  // one per forward input: q, k, v, mask, bias, settings
+    torch::autograd::variable_list grad_inputs(16);  // one per forward input: q, k, v, mask, bias, settings
     grad_inputs[0] = dq;
     grad_inputs[1] = dk;
     grad_inputs[2] = dv;
@@ -659,9 +663,9 @@ Figures health_attention_autograd(const at::Tensor& q, const at::Tensor& k, cons
                                   const std::optional<at::Tensor>& mask, const std::optional<at::Tensor>& bias,
                                   bool causal, int64_t offset, double scale, double softcap, bool logit_range,
                                   bool first_key, int64_t q_block, int64_t kv_block, int64_t backward_q_block,
-                                  int64_t backward_kv_block) {
+                                  int64_t backward_kv_block, int64_t build) {
   auto r = Attention::apply(q, k, v, mask, bias, causal, offset, scale, softcap, logit_range, first_key, q_block,
-                            kv_block, backward_q_block, backward_kv_block);
+                            kv_block, backward_q_block, backward_kv_block, build);
   return {r[0], r[1], r[2], r[3], r[4], r[5]};
 }
 
@@ -670,7 +674,7 @@ Figures health_attention_autograd(const at::Tensor& q, const at::Tensor& k, cons
 TORCH_LIBRARY(attnscale_health, m) {
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor? mask, Tensor? bias, bool causal, int causal_offset, "
         "float scale, float softcap, bool logit_range, bool first_key, int q_block, int kv_block, "
-        "int backward_q_block, int backward_kv_block) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
+        "int backward_q_block, int backward_kv_block, int build) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def("attention_backward(Tensor q, Tensor k, Tensor v, Tensor out, Tensor dout, Tensor lse, Tensor? mask, "
         "Tensor? bias, bool causal, int causal_offset, float scale, float softcap, bool bias_grad, int q_block, "
         "int kv_block) -> (Tensor, Tensor, Tensor, Tensor)");
