@@ -128,8 +128,8 @@ def load_kernel():
 
 
 # The op's arguments after (q, k, v): mask, bias, causal, causal_offset, scale, softcap, logit_range,
-# first_key, q_block, kv_block, backward_q_block, backward_kv_block, build (kernel_build()). The backward's tile: two (rows ×
-# keys) blocks per thread, P and dP, 64 KiB each in float32. Measured on the project's machine,
+# first_key, q_block, kv_block, backward_q_block, backward_kv_block, build (kernel_build()). The
+# backward's tile: two (rows × keys) blocks per thread, P and dP, 64 KiB each in float32. Measured on the project's machine,
 # backward of (1, 8, 2048, 64), one thread, CPU time: 64×64, 128×128, 256×256, 128×256 and 256×512
 # all within 7% of each other (305-325 ms).
 BACKWARD_Q_BLOCK, BACKWARD_KV_BLOCK = 128, 128
