@@ -62,7 +62,11 @@ SOURCES = tuple(Path(__file__).with_name(name) for name in ("health_attention.cp
 
 # -fopenmp: at::parallel_for is an inline OpenMP region, compiled into this library; without the flag
 # it silently runs on one thread. -march=native: the build is cached per CPU (see _build_name).
-_CFLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math")
+# -mprefer-vector-width=512: gcc's tuning for Intel's AVX-512 CPUs vectorises with 256-bit registers,
+# where ATen's kernels (SDPA's among them) use 512: on an Intel Xeon (Sapphire Rapids class), 2
+# threads, the forward ÷ SDPA went 1.15× → 1.04× at (2, 8, 2048, 64) and 1.13× → 1.06× at
+# (1, 8, 8192, 64). Without AVX-512 it changes nothing.
+_CFLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp", "-fno-math-errno", "-fno-trapping-math")
 _LDFLAGS = ("-fopenmp",)
 
 STALE_LOCK_SECONDS = 600.0  # a build takes seconds; a lock this old was left by a killed build

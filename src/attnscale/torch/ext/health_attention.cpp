@@ -82,7 +82,9 @@ void gemm(int m, int n, int k, T alpha, const T* a, int lda, bool a_transposed, 
 // e^x for x ≤ 0, vectorisable: x = n·ln2 + r with |r| ≤ ln2/2, degree-7 Taylor polynomial for e^r
 // (truncation < 2e-8 relative, about 1 float32 ulp), 2^n from the exponent bits.
 inline float exp_nonpositive(float x) {
-  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  // NaN x gives NaN; the clamp keeps its int conversion below defined (NaN > −127 is false).
+  float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  n = n > -127.0f ? n : -127.0f;
   float r = x - n * 0.693145751953125f;
   r = r - n * 1.42860682030941723212e-6f;
   float p = 1.0f / 5040.0f;
@@ -293,11 +295,12 @@ void run(const Logits<T>& in, bool logit_range, int64_t q_block, int64_t kv_bloc
 #pragma omp simd reduction(+ : sum, sum_d)
           for (int64_t c = 0; c < cols; ++c) {
             const T d = s[c] - m_new;
-            const bool keep = d >= under;  // masked entries (lowest) and underflow weigh exactly 0
-            const T dk = keep ? d : T(0);
-            // d is NaN for a NaN logit, or for a +inf one (inf − inf: q·k overflowed): the weight is
-            // NaN, so the row reads as broken downstream instead of as "nothing attended" (l = 0).
-            const T e = keep ? exp_nonpositive(dk) : (d == d ? T(0) : nan);
+            // Masked entries (lowest) and underflow weigh exactly 0. d is NaN for a NaN logit, or for a
+            // +inf one (inf − inf: q·k overflowed): d < under is false, so the weight is NaN and the row
+            // reads as broken downstream instead of as "nothing attended" (l = 0).
+            const bool drop = d < under;
+            const T dk = drop ? T(0) : d;
+            const T e = drop ? T(0) : exp_nonpositive(d);
             s[c] = e;
             sum += e;
             sum_d += e * dk;
@@ -371,7 +374,6 @@ void run_backward(const Logits<T>& in, const at::Tensor& out, const at::Tensor& 
   constexpr int64_t per_line = 64 / sizeof(T);
   const int64_t ld = (kb + per_line - 1) / per_line * per_line;
   constexpr T inf = std::numeric_limits<T>::infinity();
-  constexpr T nan = std::numeric_limits<T>::quiet_NaN();
   constexpr T under = kUnderflow<T>;
   const bool capped = in.softcap > T(0);
 
@@ -436,8 +438,7 @@ void run_backward(const Logits<T>& in, const at::Tensor& out, const at::Tensor& 
 #pragma omp simd
               for (int64_t c = 0; c < cols; ++c) {
                 const T d = s[c] - m;  // ≤ 0 up to rounding: lse is at least the row's max
-                const bool keep = d >= under;
-                s[c] = keep ? exp_nonpositive(keep ? d : T(0)) : (d == d ? T(0) : nan);
+                s[c] = d < under ? T(0) : exp_nonpositive(d);  // NaN stays NaN, as in the forward
               }
             }
             // dV[j0..] += Pᵀ dO
