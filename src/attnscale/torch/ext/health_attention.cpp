@@ -102,6 +102,15 @@ inline float exp_nonpositive(float x) {
 }
 inline double exp_nonpositive(double x) { return std::exp(x); }
 
+// Σ x by halves (x[i] + x[i + n/2], …): log2(n) vector adds, the same order on every thread.
+template <typename T, size_t n>
+T tree_sum(std::array<T, n>& x) {
+  static_assert((n & (n - 1)) == 0, "tree_sum: n a power of 2");
+  for (size_t half = n / 2; half > 0; half /= 2)
+    for (size_t i = 0; i < half; ++i) x[i] += x[i + half];
+  return x[0];
+}
+
 // Below this shifted logit a weight underflows (float32: e^-87 ≈ 1.6e-38): it counts as exactly 0.
 template <typename T> constexpr T kUnderflow = std::is_same_v<T, float> ? T(-87) : T(-708);
 
@@ -260,6 +269,7 @@ void run(const Logits<T>& in, bool logit_range, int64_t q_block, int64_t kv_bloc
       const int64_t j_end = in.key_end(i0, rows);
       for (int64_t j0 = 0; j0 < j_end; j0 += kb) {
         const int64_t cols = std::min(kb, j_end - j0);
+        const int64_t padded = (cols + per_line - 1) / per_line * per_line;  // ≤ ld
         in.products(b, h, i0, rows, j0, cols, scores, ld);
         for (int64_t r = 0; r < rows; ++r) {
           T* s = scores + r * ld;
@@ -291,20 +301,27 @@ void run(const Logits<T>& in, bool logit_range, int64_t q_block, int64_t kv_bloc
             if (poisoned) l[r] = nan;
             continue;
           }
-          T sum = 0, sum_d = 0;
-#pragma omp simd reduction(+ : sum, sum_d)
-          for (int64_t c = 0; c < cols; ++c) {
-            const T d = s[c] - m_new;
-            // Masked entries (lowest) and underflow weigh exactly 0. d is NaN for a NaN logit, or for a
-            // +inf one (inf − inf: q·k overflowed): d < under is false, so the weight is NaN and the row
-            // reads as broken downstream instead of as "nothing attended" (l = 0).
-            const bool drop = d < under;
-            const T dk = drop ? T(0) : d;
-            const T e = drop ? T(0) : exp_nonpositive(d);
-            s[c] = e;
-            sum += e;
-            sum_d += e * dk;
+          // The sums in per_line lanes, whole lines of the row (its padding to them holds `lowest`,
+          // weight 0), then a pairwise tree: gcc ends an omp simd sum with one serial add per lane
+          // (measured: a fifth of a 64-key row's time on an Intel Xeon).
+          std::fill(s + cols, s + padded, lowest);
+          alignas(64) std::array<T, per_line> lane_l{}, lane_u{};
+          for (int64_t c0 = 0; c0 < padded; c0 += per_line) {
+#pragma omp simd
+            for (int64_t w = 0; w < per_line; ++w) {
+              const T d = s[c0 + w] - m_new;
+              // Masked entries (lowest) and underflow weigh exactly 0. d is NaN for a NaN logit, or for
+              // a +inf one (inf − inf: q·k overflowed): d < under is false, so the weight is NaN and the
+              // row reads as broken downstream instead of as "nothing attended" (l = 0).
+              const bool drop = d < under;
+              const T dk = drop ? T(0) : d;
+              const T e = drop ? T(0) : exp_nonpositive(d);
+              s[c0 + w] = e;
+              lane_l[w] += e;
+              lane_u[w] += e * dk;
+            }
           }
+          const T sum = tree_sum(lane_l), sum_d = tree_sum(lane_u);
           if (l[r] != T(0)) {  // > 0, or NaN (a broken row stays NaN)
             const T delta = m_new - m[r];
             // exp_nonpositive is valid only down to `under`: a jump of the max beyond it (a later key
