@@ -5,7 +5,7 @@ Variants, all on the same q, k, v (B, H, L, d), float32 unless configured, one d
 
 - ``sdpa``: ``torch.nn.functional.scaled_dot_product_attention`` (the peer every ratio divides by);
 - ``kernel``: :func:`attnscale.torch.attention`, fused C++ kernel, output + lse + entropy (CPU only;
-  with its defaults, so the finiteness scan of q, k, v is included);
+  with its defaults, so without the finiteness scan of q, k, v: ``check_finite`` is off by default);
 - ``kernel+range``: the same with ``logit_range=True`` (max and min logit);
 - ``composed``: the composed-PyTorch backend (one fused SDPA call on [V, K]), output + lse + entropy;
 - ``naive``: materialise the L×S weights, then the entropy (what diagnostic tools do today).
