@@ -159,3 +159,9 @@ def test_the_monitor_sentence_says_yes_or_no_in_each_language():
     assert "unmonitored model: no;" in chapter._monitor(m)[0]
     with language("zh"):
         assert "False" not in chapter._monitor(m)[0]
+
+
+def test_quick_fields_can_be_given():
+    """benchmarks/telemetry.py --quick --no-memory gives memory_shapes=() to quick (it was a TypeError)."""
+    assert TelemetryBenchConfig.quick(memory_shapes=()).memory_shapes == ()
+    assert TelemetryBenchConfig.quick().shapes == TelemetryBenchConfig.QUICK_SHAPES

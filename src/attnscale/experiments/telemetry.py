@@ -98,8 +98,9 @@ class TelemetryBenchConfig:
 
     @classmethod
     def quick(cls, **kw) -> TelemetryBenchConfig:
-        """Small shapes (:attr:`QUICK_SHAPES`; memory on the larger), other fields as given."""
-        return cls(shapes=cls.QUICK_SHAPES, memory_shapes=cls.QUICK_SHAPES[-1:], **kw)
+        """Small shapes (:attr:`QUICK_SHAPES`; memory on the larger) unless given, other fields as given."""
+        # kw may name the quick fields too (benchmarks/telemetry.py --quick --no-memory: memory_shapes=()).
+        return cls(**{"shapes": cls.QUICK_SHAPES, "memory_shapes": cls.QUICK_SHAPES[-1:], **kw})
 
 
 def check_device(device: str) -> None:
