@@ -7,6 +7,8 @@ import json
 import math
 from pathlib import Path
 
+import statistics
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -14,9 +16,12 @@ torch = pytest.importorskip("torch")
 from attnscale import results  # noqa: E402
 from attnscale.cli import main  # noqa: E402
 from attnscale.cli.telemetry import format_markdown, format_table  # noqa: E402
+from attnscale.errors import InputError  # noqa: E402
 from attnscale.experiments.telemetry import (  # noqa: E402
     TARGETS,
     TelemetryBenchConfig,
+    attended_pairs,
+    attention_flops,
     monitor_layers,
     run_telemetry_bench,
 )
@@ -24,10 +29,13 @@ from attnscale.i18n import language  # noqa: E402
 from attnscale.report.chapters import telemetry as chapter  # noqa: E402
 
 
+PEAK_N = 128  # a small GEMM: the tests check the figures' arithmetic, not the machine's speed
+
+
 @pytest.fixture(scope="module")
 def envelope(tmp_path_factory):
     root = tmp_path_factory.mktemp("results")
-    config = TelemetryBenchConfig(shapes=((1, 2, 64, 16),), memory_shapes=(), repeats=1)
+    config = TelemetryBenchConfig(shapes=((1, 2, 64, 16),), memory_shapes=(), repeats=1, peak_gemm_n=PEAK_N)
     data = run_telemetry_bench(config)
     return results.write("telemetry", data, config={"repeats": 1}, seed=0, quick=True, root=root)
 
@@ -79,7 +87,12 @@ def test_tables_and_chapter_show_the_figures_and_change_with_them(envelope):
 
 def test_peak_memory_in_fresh_processes():
     config = TelemetryBenchConfig(
-        shapes=(), memory_shapes=((1, 2, 128, 16),), memory_variants=("sdpa", "kernel"), causal=(False,), backward=False
+        shapes=(),
+        memory_shapes=((1, 2, 128, 16),),
+        memory_variants=("sdpa", "kernel"),
+        causal=(False,),
+        backward=False,
+        peak_gemm_n=PEAK_N,
     )
     row = run_telemetry_bench(config)["memory"][0]
     assert set(row["peak_rise_bytes"]) == {"sdpa", "kernel"} and not row["failures"], row
@@ -165,3 +178,49 @@ def test_quick_fields_can_be_given():
     """benchmarks/telemetry.py --quick --no-memory gives memory_shapes=() to quick (it was a TypeError)."""
     assert TelemetryBenchConfig.quick(memory_shapes=()).memory_shapes == ()
     assert TelemetryBenchConfig.quick().shapes == TelemetryBenchConfig.QUICK_SHAPES
+
+
+def test_attention_flops_are_the_closed_forms():
+    # (B, H, L, d) = (2, 3, 5, 4): one product over P pairs is 2·2·3·P·4 = 48·P flops.
+    assert attention_flops((2, 3, 5, 4), False, "forward") == 2 * 48 * 25
+    assert attention_flops((2, 3, 5, 4), False, "forward+backward") == 7 * 48 * 25
+    assert attention_flops((2, 3, 5, 4), True, "forward") == 2 * 48 * 15  # L(L+1)/2 = 15 pairs
+    assert attention_flops((2, 3, 5, 4), True, "forward+backward") == 7 * 48 * 15
+    assert attention_flops((2, 3, 5, 4), False, "forward", kv_length=3) == 2 * 48 * 15
+    # causal, top-left: query i attends min(i+1, S) keys
+    assert attention_flops((2, 3, 5, 4), True, "forward", kv_length=3) == 2 * 48 * (1 + 2 + 3 + 3 + 3)
+    assert attention_flops((2, 3, 3, 4), True, "forward", kv_length=5) == 2 * 48 * (1 + 2 + 3)
+    assert attended_pairs(8192, 8192, True) == 8192 * 8193 // 2
+
+
+@pytest.mark.parametrize("L,S", [(1, 1), (4, 4), (7, 3), (3, 7), (16, 1), (1, 16)])
+def test_causal_pairs_are_the_top_left_mask(L, S):
+    """The count against the mask the benchmark's causal variants apply (key j > query i masked)."""
+    mask = torch.ones(L, S, dtype=torch.bool).triu(1)
+    assert attended_pairs(L, S, True) == int((~mask).sum())
+    assert attended_pairs(L, S, False) == L * S
+
+
+def test_an_unknown_pass_has_no_flop_count():
+    with pytest.raises(InputError, match="pass_"):
+        attention_flops((1, 1, 4, 4), False, "backward")
+
+
+def test_each_row_s_share_of_the_peak_is_its_gflops_over_the_gemm_s(envelope):
+    data = envelope.data
+    peak = data["peak"]
+    assert (peak["measure"], peak["n"], len(peak["times_s"])) == ("float32 GEMM", PEAK_N, data["repeats"])
+    assert peak["gflops"] == pytest.approx(2 * PEAK_N**3 / statistics.median(peak["times_s"]) / 1e9, rel=1e-12)
+    for row in data["rows"]:
+        assert row["flops"] == attention_flops(row["shape"], row["causal"], row["pass"])
+        assert set(row["gflops"]) == set(row["ratio_to_peak"]) == set(row["median_s"])
+        for name, share in row["ratio_to_peak"].items():
+            assert row["gflops"][name] == pytest.approx(row["flops"] / row["median_s"][name] / 1e9, rel=1e-12)
+            assert share == pytest.approx(row["gflops"][name] / peak["gflops"], rel=1e-12)
+            assert math.isfinite(share) and share > 0
+
+
+@pytest.mark.parametrize("n", [0, -1, 2.5, True])
+def test_a_bad_peak_gemm_size_is_refused_by_name(n):
+    with pytest.raises(InputError, match="peak_gemm_n"):
+        TelemetryBenchConfig(peak_gemm_n=n)

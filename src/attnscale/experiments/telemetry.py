@@ -24,6 +24,13 @@ before the call, inputs (and the output gradient) already allocated; on CUDA, to
 statistics instead. The result (kind ``telemetry``) holds every median, every ratio and its verdict
 against the kernel's cost targets (:data:`TARGETS`: forward ≤ 1.05× SDPA, forward + backward ≤ 1.15×,
 peak memory of forward + backward ≤ 1.1×), so that faces only format it.
+
+Share of the machine's peak: a VM reports neither the clock nor the FMA units reliably, so the fp32
+peak is measured in the same run, by the same BLAS and threads: the throughput of one n×n float32
+``torch.mm`` (``peak_gemm_n``; 2·n³ flops, median of ``repeats``). Each timing row holds the attention's
+flops as FlashAttention's papers count them (:func:`attention_flops`, the same number for every
+variant of the row) and each variant's GFLOP/s and its ratio to that peak: a ratio of two measured
+rates, not a bound (a load that slows the GEMM more than the attention can put it above 1).
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from attnscale.errors import InputError, check_count, require
+from attnscale.errors import InputError, check_choice, check_count, require
 
 __all__ = [
     "TelemetryBenchConfig",
@@ -49,6 +56,9 @@ __all__ = [
     "PASSES",
     "TARGETS",
     "check_device",
+    "attended_pairs",
+    "attention_flops",
+    "MATMULS",
 ]
 
 VARIANTS = ("sdpa", "kernel", "kernel+range", "composed", "naive")
@@ -60,6 +70,9 @@ TARGETS = (
     {"measure": "time", "pass": "forward+backward", "variant": "kernel", "target": 1.15},
     {"measure": "peak memory", "pass": "forward+backward", "variant": "kernel", "target": 1.1},
 )
+#: The attention's matrix products per pass, as FlashAttention's papers count them: forward QKᵀ and
+#: PV; the backward recomputes QKᵀ (its probabilities are not stored), then dV, dP, dQ and dK.
+MATMULS = {"forward": 2, "forward+backward": 2 + 5}
 
 
 @dataclass(frozen=True)
@@ -77,8 +90,10 @@ class TelemetryBenchConfig:
     device: str = "cpu"
     threads: int = 0  # torch intra-op threads; 0 = torch's default
     seed: int = 0
+    peak_gemm_n: int = 2048  # the fp32 peak: throughput of an n×n by n×n float32 torch.mm
 
     QUICK_SHAPES = ((1, 4, 256, 64), (1, 4, 512, 64))  # a smoke run: seconds, not minutes
+    QUICK_PEAK_GEMM_N = 512
 
     def __post_init__(self):
         for shape in (*self.shapes, *self.memory_shapes):
@@ -87,6 +102,7 @@ class TelemetryBenchConfig:
         if self.threads < 0:
             raise InputError(f"threads: expected 0 (torch's default) or a positive count, got {self.threads}")
         check_count("repeats", self.repeats)
+        check_count("peak_gemm_n", self.peak_gemm_n)
         for name in ("forward_variants", "backward_variants", "memory_variants"):
             chosen = getattr(self, name)
             if set(chosen) - set(VARIANTS) or "sdpa" not in chosen:
@@ -98,9 +114,35 @@ class TelemetryBenchConfig:
 
     @classmethod
     def quick(cls, **kw) -> TelemetryBenchConfig:
-        """Small shapes (:attr:`QUICK_SHAPES`; memory on the larger) unless given, other fields as given."""
+        """Small shapes (:attr:`QUICK_SHAPES`; memory on the larger) and a small peak GEMM
+        (:attr:`QUICK_PEAK_GEMM_N`) unless given, other fields as given."""
         # kw may name the quick fields too (benchmarks/telemetry.py --quick --no-memory: memory_shapes=()).
-        return cls(**{"shapes": cls.QUICK_SHAPES, "memory_shapes": cls.QUICK_SHAPES[-1:], **kw})
+        quick = {
+            "shapes": cls.QUICK_SHAPES,
+            "memory_shapes": cls.QUICK_SHAPES[-1:],
+            "peak_gemm_n": cls.QUICK_PEAK_GEMM_N,
+        }
+        return cls(**{**quick, **kw})
+
+
+def attended_pairs(L: int, S: int, causal: bool) -> int:
+    """The (query, key) pairs attention computes for L queries and S keys: L·S; causal with top-left
+    alignment (query i attends keys j ≤ i), Σ_{i<L} min(i+1, S), which is L(L+1)/2 when S = L."""
+    if not causal:
+        return L * S
+    ramp = min(L, S)  # queries i < S attend i + 1 keys
+    return ramp * (ramp + 1) // 2 + (L - ramp) * S  # the queries after them attend all S
+
+
+def attention_flops(shape, causal: bool, pass_: str, kv_length: int | None = None) -> int:
+    """A model count of one attention call's floating-point operations, as FlashAttention's papers
+    count them: :data:`MATMULS` ``[pass_]`` matrix products, each 2·B·H·P·d flops over the P
+    :func:`attended_pairs` (softmax and scaling not counted). ``shape``: (B, H, L, d) of q;
+    ``kv_length``: S, the keys' length (default L, as the benchmark's shapes). The work attention
+    needs, not what a variant does: the naive one computes all L·S pairs even when causal."""
+    check_choice("pass_", pass_, MATMULS)
+    B, H, L, d = (int(n) for n in shape)
+    return MATMULS[pass_] * 2 * B * H * attended_pairs(L, L if kv_length is None else kv_length, causal) * d
 
 
 def check_device(device: str) -> None:
@@ -177,7 +219,29 @@ def _pass_inputs(torch, shape, config: TelemetryBenchConfig, pass_: str):
     return q.requires_grad_(), k.requires_grad_(), v.requires_grad_(), dout
 
 
-def _time_row(torch, shape, causal: bool, pass_: str, variants, config: TelemetryBenchConfig, progress) -> dict:
+def _peak_gemm(torch, config: TelemetryBenchConfig, progress) -> dict:
+    """The fp32 peak this run reaches: GFLOP/s of one n×n by n×n float32 ``torch.mm`` (n =
+    ``config.peak_gemm_n``, 2·n³ flops) on the run's device and threads, warmed up once, median of
+    ``config.repeats`` calls."""
+    n = config.peak_gemm_n
+    g = torch.Generator().manual_seed(config.seed)
+    a, b = (torch.randn(n, n, generator=g, dtype=torch.float32).to(config.device) for _ in range(2))
+    torch.mm(a, b)  # warm-up: BLAS threads and buffers
+    _sync(torch, config.device)
+    times = []
+    for r in range(config.repeats):
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        _sync(torch, config.device)
+        times.append(time.perf_counter() - t0)
+        if progress:
+            progress(r + 1, config.repeats, f"float32 GEMM peak ({n}×{n})")
+    return {"measure": "float32 GEMM", "n": n, "gflops": 2 * n**3 / statistics.median(times) / 1e9, "times_s": times}
+
+
+def _time_row(
+    torch, shape, causal: bool, pass_: str, variants, config: TelemetryBenchConfig, peak_gflops: float, progress
+) -> dict:
     B, H, L, _ = shape
     skipped = {}
     if "naive" in variants and B * H * L * L > config.naive_max_weights:
@@ -202,6 +266,8 @@ def _time_row(torch, shape, causal: bool, pass_: str, variants, config: Telemetr
             progress(r + 1, config.repeats, label)
     medians = {name: statistics.median(ts) for name, ts in times.items()}
     cpu_medians = {name: statistics.median(ts) for name, ts in cpu.items()}
+    flops = attention_flops(shape, causal, pass_)
+    gflops = {name: flops / medians[name] / 1e9 for name in variants}
     return {
         "pass": pass_,
         "shape": list(shape),
@@ -211,6 +277,9 @@ def _time_row(torch, shape, causal: bool, pass_: str, variants, config: Telemetr
         "ratio_to_sdpa": {name: medians[name] / medians["sdpa"] for name in variants},
         "cpu_median_s": cpu_medians,
         "cpu_ratio_to_sdpa": {name: cpu_medians[name] / cpu_medians["sdpa"] for name in variants},
+        "flops": flops,
+        "gflops": gflops,
+        "ratio_to_peak": {name: gflops[name] / peak_gflops for name in variants},
         "skipped": skipped,
     }
 
@@ -312,7 +381,8 @@ def run_telemetry_bench(
     config: TelemetryBenchConfig = TelemetryBenchConfig(), progress: Callable[[int, int, str], None] | None = None
 ) -> dict:
     """Times and peak memory of every variant and pass, ratios to plain SDPA and verdicts against
-    :data:`TARGETS`. Plain data: the ``data`` of a ``telemetry`` result."""
+    :data:`TARGETS`, and each time's share of the fp32 GEMM peak measured first. Plain data: the
+    ``data`` of a ``telemetry`` result."""
     torch = require("torch", "torch")
     from attnscale.torch.ext import kernel_status
 
@@ -325,8 +395,9 @@ def run_telemetry_bench(
         "forward": _available(config.forward_variants, config.device),
         "forward+backward": _available(config.backward_variants, config.device),
     }
+    peak = _peak_gemm(torch, config, progress)
     timing = [
-        _time_row(torch, shape, causal, pass_, variants[pass_], config, progress)
+        _time_row(torch, shape, causal, pass_, variants[pass_], config, peak["gflops"], progress)
         for pass_ in passes
         for shape in config.shapes
         for causal in config.causal
@@ -347,6 +418,7 @@ def run_telemetry_bench(
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     return {
         "rows": timing,
+        "peak": peak,
         "memory": memory,
         "verdicts": _verdicts(timing, memory),
         "variants": {p: list(variants[p]) for p in passes},
