@@ -220,6 +220,39 @@ def test_each_row_s_share_of_the_peak_is_its_gflops_over_the_gemm_s(envelope):
             assert math.isfinite(share) and share > 0
 
 
+def test_tables_and_chapter_show_the_peak_and_each_share(envelope):
+    changed = copy.deepcopy(envelope)
+    changed.data["peak"]["gflops"] = 123.45
+    row = next(r for r in changed.data["rows"] if r["pass"] == "forward" and not r["causal"])
+    row["ratio_to_peak"].update(sdpa=0.25, kernel=0.125)
+    text, markdown = format_table(changed), format_markdown(changed)
+    assert f"float32 GEMM peak ({PEAK_N}×{PEAK_N} torch.mm): 123.5 GFLOP/s" in text
+    share_line = next(line for line in text.splitlines() if "% of GEMM peak" in line)
+    assert "25.0%" in share_line and "12.5%" in share_line
+    assert "123.5 GFLOP/s" in markdown.splitlines()[0]
+    assert "| SDPA % of GEMM peak | kernel % of GEMM peak |" in markdown
+    assert "| 25.0% | 12.5% |" in markdown
+    html = chapter.render(changed)
+    assert "123.5 GFLOP/s" in html and "kernel: % of GEMM peak" in html and "12.5%" in html
+    with language("zh"):
+        html = chapter.render(changed)
+    assert "123.5 GFLOP/s" in html and "kernel：占 GEMM 峰值的百分比" in html
+
+
+def test_a_result_from_before_the_peak_reads_as_before(envelope):
+    old = copy.deepcopy(envelope)
+    del old.data["peak"]
+    for row in old.data["rows"]:
+        del row["flops"], row["gflops"], row["ratio_to_peak"]
+    text, markdown = format_table(old), format_markdown(old)
+    assert "time ÷ plain SDPA" in text and "| forward: time ÷ SDPA |" in markdown
+    for lang in ("en", "zh"):
+        with language(lang):
+            html = chapter.render(old)
+        assert "<table" in html and "GFLOP/s" not in html and "GEMM" not in html
+    assert "GEMM" not in text and "GEMM" not in markdown
+
+
 @pytest.mark.parametrize("n", [0, -1, 2.5, True])
 def test_a_bad_peak_gemm_size_is_refused_by_name(n):
     with pytest.raises(InputError, match="peak_gemm_n"):

@@ -22,6 +22,8 @@ LABELS = {
     "composed": "one fused PyTorch call on [V, K]",
     "naive": "materialise weights, then entropy",
 }
+#: The variants whose share of the float32 GEMM peak the Markdown tables show, and their columns.
+SHARE_LABELS = {"sdpa": "SDPA % of GEMM peak", "kernel": "kernel % of GEMM peak"}
 
 
 def register(sub) -> None:
@@ -111,10 +113,21 @@ def _ratio(x, spec=".2f") -> str:
     return "—" if x is None else f"{x:{spec}}×"
 
 
+def _share(x) -> str:
+    """A ratio to the GEMM peak as a percentage; "—" where the row has none for the variant."""
+    return "—" if x is None else f"{100 * x:.1f}%"
+
+
+def _peak_line(peak: dict) -> str:
+    return f"float32 GEMM peak ({peak['n']}×{peak['n']} torch.mm): {peak['gflops']:.1f} GFLOP/s"
+
+
 def format_table(env) -> str:
     """A ``telemetry`` result as plain-text tables (for the terminal)."""
     data = env.data
     lines = [f"time ÷ plain SDPA (median of {data['repeats']}, {data['threads']} threads, {data['device']})"]
+    if data.get("peak"):  # results made before the peak was measured have none
+        lines.append(_peak_line(data["peak"]))
     for pass_, variants in data["variants"].items():
         lines.append(
             f"{pass_:<18}{'(B, H, L, d)':<19}{'causal':<8}{'sdpa s':>9}"
@@ -129,6 +142,12 @@ def format_table(env) -> str:
                 f"{'':<18}{'  CPU time ratio':<27}{row['cpu_median_s']['sdpa']:>9.4f}"
                 + "".join(f"{_ratio(row['cpu_ratio_to_sdpa'].get(v), '.3f'):>14}" for v in variants if v != "sdpa")
             )
+            if "ratio_to_peak" in row:
+                share = row["ratio_to_peak"]
+                lines.append(
+                    f"{'':<18}{'  % of GEMM peak':<27}{_share(share.get('sdpa')):>9}"
+                    + "".join(f"{_share(share.get(v)):>14}" for v in variants if v != "sdpa")
+                )
             lines += [f"{'':<18}  {name} skipped: {why}" for name, why in row.get("skipped", {}).items()]
     for row in data["memory"]:
         variants = list(row["peak_rise_bytes"])
@@ -164,8 +183,9 @@ def _verdict_line(v: dict) -> str:
 
 
 def format_markdown(env) -> str:
-    """A ``telemetry`` result as the README's Markdown: its date, machine and load, then one table of
-    time ratios per pass and one of peak memory, every cell from the result."""
+    """A ``telemetry`` result as the README's Markdown: its date, machine, load and float32 GEMM peak,
+    then one table of time ratios (and SDPA's and the kernel's share of that peak) per pass and one of
+    peak memory, every cell from the result. A result without a measured peak reads as before it."""
     data, machine = env.data, env.data.get("machine", {})
     where = ", ".join(
         str(x)
@@ -178,28 +198,42 @@ def format_markdown(env) -> str:
         if x
     )
     load = ", ".join(f"{x:.1f}" for x in data["load_average"]) if data.get("load_average") else "unknown"
+    peak = data.get("peak")
+    of_peak = (
+        f"; each % of GEMM peak: the attention's flops per second (as FlashAttention's papers count them) "
+        f"÷ the float32 GEMM peak measured in the same run, {peak['gflops']:.1f} GFLOP/s "
+        f"({peak['n']}×{peak['n']} torch.mm)"
+        if peak
+        else ""
+    )
     lines = [
         f"Measured {env.created[:10]} on {where} ({data['device']}; load average after the run {load}), "
         f"medians of {data['repeats']}{', a quick run' if env.quick else ''}; each cell wall-clock time "
-        f"(CPU time in brackets) ÷ plain SDPA's in the same run. Generated from "
+        f"(CPU time in brackets) ÷ plain SDPA's in the same run{of_peak}. Generated from "
         f"`{env.path}` by `attnscale telemetry-bench --markdown`.",
         "",
     ]
     for pass_, variants in data["variants"].items():
         others = [v for v in variants if v != "sdpa"]
+        shared = [v for v in SHARE_LABELS if v in variants] if peak else []
         lines += [
-            f"| {pass_}: time ÷ SDPA | SDPA median | " + " | ".join(LABELS[v] for v in others) + " |",
-            "|---|---|" + "---|" * len(others),
+            f"| {pass_}: time ÷ SDPA | SDPA median | "
+            + " | ".join([LABELS[v] for v in others] + [SHARE_LABELS[v] for v in shared])
+            + " |",
+            "|---|---|" + "---|" * (len(others) + len(shared)),
         ]
         for row in (r for r in data["rows"] if r["pass"] == pass_):
             lines.append(
                 f"| {_shape(row)}{', causal' if row['causal'] else ''} | "
                 f"{row['median_s']['sdpa'] * 1e3:.0f} ms | "
                 + " | ".join(
-                    f"{_ratio(row['ratio_to_sdpa'][v])} ({_ratio(row['cpu_ratio_to_sdpa'][v])})"
-                    if v in row["ratio_to_sdpa"]
-                    else "skipped"
-                    for v in others
+                    [
+                        f"{_ratio(row['ratio_to_sdpa'][v])} ({_ratio(row['cpu_ratio_to_sdpa'][v])})"
+                        if v in row["ratio_to_sdpa"]
+                        else "skipped"
+                        for v in others
+                    ]
+                    + [_share(row.get("ratio_to_peak", {}).get(v)) for v in shared]
                 )
                 + " |"
             )

@@ -29,6 +29,8 @@ PASS_NAME = {"forward": N_("forward", "pass"), "forward+backward": N_("forward +
 MEASURE_NAME = {"time": N_("time", "measure"), "peak memory": N_("peak memory", "measure")}
 #: The monitor's outputs against the unmonitored model's: bit-for-bit equal or not.
 YES_NO = {True: N_("yes"), False: N_("no")}
+#: The variants whose share of the float32 GEMM peak the time tables show (where the result has it).
+SHARED = ("sdpa", "kernel")
 
 
 def verdict_key(verdict: dict) -> str:
@@ -48,6 +50,21 @@ def _case(row: dict) -> str:
 def _cell(row: dict, variant: str) -> str:
     return (
         f"{number(row['ratio_to_sdpa'].get(variant), '.2f')} ({number(row['cpu_ratio_to_sdpa'].get(variant), '.2f')})"
+    )
+
+
+def _share(row: dict, variant: str) -> str:
+    """The variant's ratio to the GEMM peak in ``row`` as a percentage; "—" where there is none."""
+    x = row.get("ratio_to_peak", {}).get(variant)
+    return "—" if x is None else f"{number(100 * x, '.1f')}%"
+
+
+def _peak(peak: dict) -> str:
+    """The result's fp32 GEMM peak, and what each share of it in the time tables divides."""
+    return _(
+        "% of GEMM peak: the attention's flops per second, as FlashAttention's papers count them (each matrix product 2·B·H·P·d flops, P the query–key pairs attended), ÷ this machine's float32 peak, measured in the same run by the same BLAS and threads: {gflops} GFLOP/s from one {n}×{n} torch.mm.",
+        gflops=number(peak["gflops"], ".1f"),
+        n=peak["n"],
     )
 
 
@@ -113,18 +130,26 @@ def render(env) -> str:
             )
         )
     ]
+    if d.get("peak"):  # results made before the peak was measured have none
+        parts.append(para(_peak(d["peak"])))
     if not d["kernel"]["available"]:
         parts.append(para(_("The C++ kernel was not available in this run: {reason}.", reason=d["kernel"]["reason"])))
     for pass_, variants in d["variants"].items():
         others = [v for v in variants if v != "sdpa"]
+        shared = [v for v in SHARED if v in variants] if d.get("peak") else []
         rows = [
-            [_case(r), f"{number(r['median_s']['sdpa'] * 1e3, '.0f')} ms"] + [_cell(r, v) for v in others]
+            [_case(r), f"{number(r['median_s']['sdpa'] * 1e3, '.0f')} ms"]
+            + [_cell(r, v) for v in others]
+            + [_share(r, v) for v in shared]
             for r in d["rows"]
             if r["pass"] == pass_
         ]
         parts += [
             para(_("{pass_}: time ÷ plain SDPA (lower is better; 1 = free).", pass_=_named(PASS_NAME, pass_))),
-            table([_("case"), _("SDPA median")] + others, rows),
+            table(
+                [_("case"), _("SDPA median")] + others + [_("{variant}: % of GEMM peak", variant=v) for v in shared],
+                rows,
+            ),
         ]
     if d["memory"]:
         variants = list(dict.fromkeys(v for r in d["memory"] for v in r["peak_rise_bytes"]))
