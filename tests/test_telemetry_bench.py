@@ -257,3 +257,22 @@ def test_a_result_from_before_the_peak_reads_as_before(envelope):
 def test_a_bad_peak_gemm_size_is_refused_by_name(n):
     with pytest.raises(InputError, match="peak_gemm_n"):
         TelemetryBenchConfig(peak_gemm_n=n)
+
+
+def test_the_command_records_its_run_time(envelope, monkeypatch, tmp_path, capsys):
+    """The result says how long its command ran (the README's table of reference results reads it):
+    the benchmark's seconds, as the clock saw them around the run."""
+    import attnscale.experiments.telemetry as telemetry
+
+    def slow_run(config, progress=None):
+        clock[0] += 2.5  # the run "takes" 2.5 s of the clock below
+        return copy.deepcopy(envelope.data)
+
+    clock = [100.0]
+    monkeypatch.setattr(telemetry, "run_telemetry_bench", slow_run)
+    monkeypatch.setattr("attnscale.cli.telemetry.time.perf_counter", lambda: clock[0])
+    assert main(["telemetry-bench", "--quick", "--no-model", "--quiet", "--results", str(tmp_path)]) == 0
+    capsys.readouterr()
+    env = results.read("telemetry", tmp_path, quick=True)
+    assert env.data["seconds"] == {"benchmark": 2.5}
+    assert results.recorded_seconds(env) == 2.5
