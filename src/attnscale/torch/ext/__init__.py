@@ -51,14 +51,17 @@ __all__ = [
     "kernel_status",
     "build_needed",
     "SOURCES",
+    "HEADERS",
     "STALE_LOCK_SECONDS",
     "BACKWARD_Q_BLOCK",
     "BACKWARD_KV_BLOCK",
     "kernel_build",
 ]
 
-# One library: the attention ops, and the monitor's sums.
+# One library: the attention ops, and the monitor's sums; HEADERS, what they include (in the build's
+# name, so that a change to them rebuilds as a change to a source does).
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("health_attention.cpp", "head_sums.cpp"))
+HEADERS = (Path(__file__).with_name("lanes.h"),)
 
 # -fopenmp: at::parallel_for is an inline OpenMP region, compiled into this library; without the flag
 # it silently runs on one thread. -march=native: the build is cached per CPU (see _build_name).
@@ -77,7 +80,7 @@ _state: dict[str, object] = {}
 def _build_name(torch) -> str:
     # The CPU's flags too: a -march=native build is never reused on another CPU sharing the cache.
     digest = hashlib.sha256()
-    for source in SOURCES:
+    for source in (*SOURCES, *HEADERS):
         digest.update(source.read_bytes())
     for part in (
         *(str(source.resolve()) for source in SOURCES),

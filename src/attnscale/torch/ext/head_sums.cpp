@@ -29,6 +29,8 @@
 #include <tuple>
 #include <vector>
 
+#include "lanes.h"
+
 namespace {
 
 // The rows of the output, in Running's terms (monitor_aggregates.Running).
@@ -50,16 +52,12 @@ enum Row : int64_t {
   kCount
 };
 
-// ‖x‖ of d numbers at the given stride, summed in T as torch's norm of a T tensor is.
+// ‖x‖ of d numbers at the given stride, summed in T as torch's norm of a T tensor is (in lanes, lanes.h).
 template <typename T>
 T row_norm(const T* x, int64_t d, int64_t stride) {
+  if (stride == 1) return std::sqrt(attnscale::sum_of_squares(x, d));
   T s = 0;
-  if (stride == 1) {
-#pragma omp simd reduction(+ : s)
-    for (int64_t c = 0; c < d; ++c) s += x[c] * x[c];
-  } else {
-    for (int64_t c = 0; c < d; ++c) s += x[c * stride] * x[c * stride];
-  }
+  for (int64_t c = 0; c < d; ++c) s += x[c * stride] * x[c * stride];
   return std::sqrt(s);
 }
 

@@ -54,6 +54,8 @@
 #include <tuple>
 #include <vector>
 
+#include "lanes.h"
+
 extern "C" {
 void sgemm_(const char*, const char*, const int*, const int*, const int*, const float*, const float*,
             const int*, const float*, const int*, const float*, float*, const int*);
@@ -101,15 +103,6 @@ inline float exp_nonpositive(float x) {
   return p * two_n;
 }
 inline double exp_nonpositive(double x) { return std::exp(x); }
-
-// Σ x by halves (x[i] + x[i + n/2], …): log2(n) vector adds, the same order on every thread.
-template <typename T, size_t n>
-T tree_sum(std::array<T, n>& x) {
-  static_assert((n & (n - 1)) == 0, "tree_sum: n a power of 2");
-  for (size_t half = n / 2; half > 0; half /= 2)
-    for (size_t i = 0; i < half; ++i) x[i] += x[i + half];
-  return x[0];
-}
 
 // Below this shifted logit a weight underflows (float32: e^-87 ≈ 1.6e-38): it counts as exactly 0.
 template <typename T> constexpr T kUnderflow = std::is_same_v<T, float> ? T(-87) : T(-708);
@@ -234,7 +227,7 @@ void run(const Logits<T>& in, bool logit_range, int64_t q_block, int64_t kv_bloc
   const int64_t qb = std::max<int64_t>(1, std::min(q_block, L));
   const int64_t kb = std::max<int64_t>(1, std::min(kv_block, in.S));
   const int64_t n_qblocks = (L + qb - 1) / qb;
-  constexpr int64_t per_line = 64 / sizeof(T);
+  constexpr int64_t per_line = attnscale::kLanes<T>;  // numbers per cache line
   const int64_t ld = (kb + per_line - 1) / per_line * per_line;  // scores row stride: whole cache lines
   constexpr T lowest = Logits<T>::lowest;
   constexpr T nan = std::numeric_limits<T>::quiet_NaN();
@@ -301,11 +294,9 @@ void run(const Logits<T>& in, bool logit_range, int64_t q_block, int64_t kv_bloc
             if (poisoned) l[r] = nan;
             continue;
           }
-          // The sums in per_line lanes, whole lines of the row (its padding to them holds `lowest`,
-          // weight 0), then a pairwise tree: gcc ends an omp simd sum with one serial add per lane
-          // (measured: a fifth of a 64-key row's time on an Intel Xeon).
+          // The sums in lanes (lanes.h), over whole lines of the row: its padding holds `lowest`, weight 0.
           std::fill(s + cols, s + padded, lowest);
-          alignas(64) std::array<T, per_line> lane_l{}, lane_u{};
+          alignas(64) attnscale::Lanes<T> lane_l{}, lane_u{};
           for (int64_t c0 = 0; c0 < padded; c0 += per_line) {
 #pragma omp simd
             for (int64_t w = 0; w < per_line; ++w) {
@@ -321,7 +312,7 @@ void run(const Logits<T>& in, bool logit_range, int64_t q_block, int64_t kv_bloc
               lane_u[w] += e * dk;
             }
           }
-          const T sum = tree_sum(lane_l), sum_d = tree_sum(lane_u);
+          const T sum = attnscale::tree_sum(lane_l), sum_d = attnscale::tree_sum(lane_u);
           if (l[r] != T(0)) {  // > 0, or NaN (a broken row stays NaN)
             const T delta = m_new - m[r];
             // exp_nonpositive is valid only down to `under`: a jump of the max beyond it (a later key
@@ -388,7 +379,7 @@ void run_backward(const Logits<T>& in, const at::Tensor& out, const at::Tensor& 
   const int64_t B = in.B, H_q = in.H_q, L = in.L, S = in.S, d_k = in.d_k, d_v = in.d_v;
   const int64_t qb = std::max<int64_t>(1, std::min(q_block, L));
   const int64_t kb = std::max<int64_t>(1, std::min(kv_block, S));
-  constexpr int64_t per_line = 64 / sizeof(T);
+  constexpr int64_t per_line = attnscale::kLanes<T>;  // numbers per cache line
   const int64_t ld = (kb + per_line - 1) / per_line * per_line;
   constexpr T inf = std::numeric_limits<T>::infinity();
   constexpr T under = kUnderflow<T>;
