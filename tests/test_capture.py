@@ -212,3 +212,54 @@ def test_numpy_view_of_a_capture_matches_the_float64_oracle():
     p = cap.calls[1].probabilities().numpy()
     np.testing.assert_allclose(p.sum(-1), 1.0, atol=1e-12)
     assert np.all(p[1, :, :, 6:] == 0.0)
+
+
+class _Helper(torch.nn.Module):
+    """Attention in a helper's method, not its forward (as a scale rule's ``attend``)."""
+
+    def attend(self, q, k, v):
+        return scaled_dot_product_attention(q, k, v)
+
+    def forward(self, q, k, v):
+        return self.attend(q, k, v)
+
+
+class _Layer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.helper = _Helper()
+
+    def forward(self, x, how):
+        if how == "method":  # the helper's method, called from the layer's forward: the layer
+            return self.helper.attend(x, x, x)
+        if how == "call":  # the helper called as a module: the helper, the innermost running
+            return self.helper(x, x, x)
+        return self.helper.forward(x, x, x)  # its forward called directly: no module call of its own
+
+
+class _Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = _Layer()
+
+    def forward(self, x, how="method"):
+        return self.layer(x, how)
+
+
+@pytest.mark.parametrize(
+    "call,name",
+    [
+        (lambda m, x: m(x, "method"), "layer"),
+        (lambda m, x: m(x, "call"), "layer.helper"),
+        (lambda m, x: m(x, "forward"), "layer"),
+        # no module called at all: the nearest frame whose self is the model's, the helper's method
+        (lambda m, x: m.layer.forward(x, "method"), "layer.helper"),
+        (lambda m, x: scaled_dot_product_attention(x, x, x), None),  # outside the model: not its call
+    ],
+    ids=["method", "module-call", "forward-direct", "layer-forward-direct", "outside"],
+)
+def test_a_call_is_named_by_the_innermost_module_running(call, name):
+    model, x = _Model(), torch.randn(1, 2, 4, 8)
+    with capture_sdpa(model) as cap:
+        call(model, x)
+    assert [c.name for c in cap.calls] == ([] if name is None else [name])

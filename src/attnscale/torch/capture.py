@@ -196,17 +196,19 @@ class Capture:
         # being called (nn.Module.__call__, as module hooks see it), so that a method of a helper
         # module called from a layer's forward (a scale rule's attend) names the layer; failing
         # that (a forward called directly), the nearest frame whose ``self`` is one of them.
+        # Two walks, the first reading f_locals only of __call__'s frames: f_locals builds a dict per
+        # frame read (Python 3.11), and a call is some 25 frames deep.
         call = require("torch", "torch").nn.Module.__call__.__code__
-        frame: FrameType | None = sys._getframe(1)
-        nearest = ""
-        while frame is not None:
-            owner = frame.f_locals.get("self")
-            if owner is not None and id(owner) in self._names:
-                if frame.f_code is call:
-                    return self._names[id(owner)]
-                nearest = nearest or self._names[id(owner)]
-            frame = frame.f_back
-        return nearest or None
+        for only_calls in (True, False):
+            frame: FrameType | None = sys._getframe(1)
+            while frame is not None:
+                if frame.f_code is call or not only_calls:
+                    owner = frame.f_locals.get("self")
+                    name = None if owner is None else self._names.get(id(owner))
+                    if name is not None and (only_calls or name):  # a root ("") named by its call only
+                        return name
+                frame = frame.f_back
+        return None
 
     def _module_name(self, module) -> str | None:
         """The name of an attention module handed over by the interface; None when it is not the model's."""
