@@ -12,7 +12,9 @@ Variants, interleaved in one run (medians, so a load change hits them alike):
   attention and its figures in one pass (target ≤ 1.05× plain);
 - ``every10``: replace mode with ``every=10`` (one step of the 10 measured).
 
-Each variant is timed over 10 calls per round, the time per call.
+Each variant is timed over 10 calls per round, the time per call, after one untimed call: the
+first step under a monitor just entered finds the model's attention calls, a cost a training loop
+pays once; its excess over plain's first call is the last column (replace mode, ms).
 
 The compiled row is the same training step through ``torch.compile(model)`` (default backend),
 each variant ÷ the compiled step without a monitor; compiled, observe keeps the compiled model's own
@@ -38,31 +40,45 @@ def interleaved(work, repeats: int) -> dict:
     """Median seconds of ``work()`` per variant (plain, observe, replace, every10); each round runs
     every variant once, in turn, each over :data:`STEPS` calls (the time per call). The monitor is
     entered before the clock starts and left after it stops, as a training loop enters it once:
-    what is timed is the model's work under it, and each step's ``mon.step``."""
+    what is timed is the model's work under it, and each step's ``mon.step``. The first step after
+    entering finds the model's attention calls (a first forward that watches every torch call): a
+    cost a training loop pays once, so it runs before the clock, timed on its own (``first``)."""
     from attnscale.torch.monitor import Monitor
 
     def timed(mode):
+        """(seconds of the first step, seconds per step of the STEPS after it)."""
         if mode is None:
             t0 = time.perf_counter()
+            work()
+            t1 = time.perf_counter()
             for _ in range(STEPS):
                 work()
-            return (time.perf_counter() - t0) / STEPS
+            return t1 - t0, (time.perf_counter() - t1) / STEPS
         every = 10 if mode == "every10" else 1
         with Monitor(work.model, mode="replace" if every > 1 else mode, history=False, every=every) as mon:
             t0 = time.perf_counter()
-            for s in range(STEPS):
+            work()
+            mon.step(0, log=False)
+            t1 = time.perf_counter()
+            for s in range(1, STEPS + 1):  # with every=10, step 10 is the one measured
                 work()
                 mon.step(s, log=False)
-            return (time.perf_counter() - t0) / STEPS
+            return t1 - t0, (time.perf_counter() - t1) / STEPS
 
     modes = {"plain": None, "observe": "observe", "replace": "replace", "every10": "every10"}
     for mode in modes.values():  # warm-up: caches, kernel build, allocator
         timed(mode)
     times = {name: [] for name in modes}
+    firsts = {name: [] for name in modes}
     for _ in range(repeats):
         for name, mode in modes.items():
-            times[name].append(timed(mode))
-    return {name: statistics.median(ts) for name, ts in times.items()}
+            first, per_step = timed(mode)
+            times[name].append(per_step)
+            firsts[name].append(first)
+    return {
+        "medians": {name: statistics.median(ts) for name, ts in times.items()},
+        "first": {name: statistics.median(ts) for name, ts in firsts.items()},
+    }
 
 
 def minilm(repeats: int, batch: int) -> dict:
@@ -86,7 +102,7 @@ def minilm(repeats: int, batch: int) -> dict:
         replaced = forward()
     return {
         "shape": tuple(inputs["input_ids"].shape),
-        "medians": interleaved(forward, repeats),
+        **interleaved(forward, repeats),
         "max_abs_diff": float((replaced - plain).abs().max()),
         "fallbacks": dict(mon.fallbacks),
         "backends": sorted({c.backend for c in mon.calls}),
@@ -115,7 +131,7 @@ def training_step(repeats: int, compiled: bool = False) -> dict:
     step.model = model
     if compiled:
         step.model = model = torch.compile(model)
-    return {"shape": (16, 4, 64, 16), "medians": interleaved(step, repeats)}
+    return {"shape": (16, 4, 64, 16), **interleaved(step, repeats)}
 
 
 def cpu_name() -> str:
@@ -152,12 +168,16 @@ def main(argv=None) -> int:
         rows.append(("MiniLM forward", minilm(args.repeats, args.batch)))
     rows.append((f"GPT train step (replace: {TRAINING_BACKEND})", training_step(args.repeats)))
     rows.append(("GPT train step, torch.compile", training_step(args.repeats, compiled=True)))
-    print(f"{'':<38}{'shape':<20}{'plain ms':>10}{'observe ×':>11}{'replace ×':>11}{'every=10 ×':>12}")
+    print(
+        f"{'':<38}{'shape':<20}{'plain ms':>10}{'observe ×':>11}{'replace ×':>11}{'every=10 ×':>12}"
+        f"{'first step +ms':>16}"
+    )
     for name, r in rows:
-        m = r["medians"]
+        m, first = r["medians"], r["first"]
         print(
             f"{name:<38}{str(r['shape']):<20}{m['plain'] * 1e3:>10.2f}{m['observe'] / m['plain']:>11.3f}"
             f"{m['replace'] / m['plain']:>11.3f}{m['every10'] / m['plain']:>12.3f}"
+            f"{(first['replace'] - first['plain']) * 1e3:>16.2f}"
         )
         if "max_abs_diff" in r:
             print(
