@@ -618,3 +618,23 @@ def test_check_finite_is_opt_in():
     assert torch.isnan(out[0, 0]).all() and torch.isnan(stats.entropy[0, 0])
     with pytest.raises(InputError, match="q: contains NaN or Inf"):
         attention(q, k, v, check_finite=True)
+
+
+def test_a_traced_call_warns_nothing_of_the_shape_cache(monkeypatch):
+    """Dynamo traces through the shapes' lru_cache and warns that it does (once per process, seen
+    in every compiled monitor run): a traced call skips the cache."""
+    import warnings
+
+    from torch._dynamo import utils as dynamo_utils
+
+    monkeypatch.setattr(dynamo_utils, "warn_once_cache", set())  # the warning may have been given already
+    torch._dynamo.reset()
+    q, k, v, _ = problem(seed=5, B=1, H_q=2, H_kv=2)
+    f = torch.compile(
+        lambda q, k, v: attention(q, k, v, return_stats=True, backend="chunked")[1].entropy, backend="eager"
+    )
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        got = f(q, k, v)
+    assert not [w for w in seen if "lru_cache" in str(w.message)], [str(w.message) for w in seen]
+    assert torch.allclose(got, attention(q, k, v, return_stats=True, backend="chunked")[1].entropy)

@@ -169,7 +169,9 @@ def _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite, backend, s
         raise InputTypeError(f"q, k, v: expected one dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}")
     if not (q.device == k.device == v.device):
         raise InputError(f"q, k, v: expected one device, got q {q.device}, k {k.device}, v {v.device}")
-    sh = check_qkv_shapes(q4.shape, k4.shape, v4.shape, q.shape, k.shape, v.shape)
+    # Traced by Dynamo, the cache is no cache (it traces the function inside, and warns that it does).
+    check = check_qkv_shapes.__wrapped__ if torch.compiler.is_compiling() else check_qkv_shapes
+    sh = check(q4.shape, k4.shape, v4.shape, q.shape, k.shape, v.shape)
     H_q, L, S, lead = sh.H_q, sh.L, sh.S, sh.lead
     rule = resolve_scale(scale)
     chosen = None
