@@ -140,6 +140,19 @@ def test_the_tolerance_is_exact_on_the_references_arithmetic_and_calibrated_else
     assert not reproduction.tolerance_for(probe, 0, {"probe/minilm": {"bit_exact_here": False}}).exact
 
 
+def test_a_reference_made_with_another_kernel_arithmetic_is_compared_within_its_tolerance(shipped, monkeypatch):
+    """The fused kernel's rounding is part of the arithmetic: on the reference's own CPU, a kernel whose
+    sums run otherwise (provenance.KERNEL_ARITHMETIC) is held to the calibrated tolerance, not to its bits."""
+    env = results.read_reference("train/lm")
+    made = results.computed_on(env)["cpu"]
+    assert "kernel" not in made  # made before the field: kernel arithmetic 1
+    monkeypatch.setattr(provenance, "cpu", lambda: {**made, "kernel": 1})
+    assert reproduction.tolerance_for(env, 0) is reproduction.EXACT
+    monkeypatch.setattr(provenance, "cpu", lambda: {**made, "kernel": provenance.KERNEL_ARITHMETIC})
+    assert provenance.KERNEL_ARITHMETIC != 1 and not reproduction.tolerance_for(env, 0).exact
+    assert provenance.same_arithmetic({**made, "kernel": 2}, {**made, "kernel": 2})
+
+
 def _alter(kind: str, item, path: str):
     """An edit of a raw envelope multiplying the shipped figure at ``path`` of ``item`` by 1.001."""
 

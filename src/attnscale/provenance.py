@@ -15,6 +15,11 @@ __all__ = ["environment", "cpu", "cpu_flags", "same_arithmetic", "cpu_text", "ma
 #: the same instructions and BLAS kernels (MKL picks its kernels by CPU and by thread count), so a
 #: rerun may be compared bit for bit.
 ARITHMETIC_FIELDS = ("model", "flags", "capability", "blas", "threads")
+#: The rounding of the fused CPU kernel (attnscale/torch/ext): raised whenever a change to its sources
+#: changes the bits it computes, so that a result made with another kernel is not held to bit-for-bit
+#: reproduction on its own machine. 1: until 2026-12-03; 2: its vectors 512 bits wide where the CPU has
+#: them, and its row sums in lanes (2026-12-04). A :func:`cpu` record without the field is of 1.
+KERNEL_ARITHMETIC = 2
 
 
 def _version(package: str) -> str | None:
@@ -60,8 +65,8 @@ def cpu() -> dict[str, object]:
     its instruction-set flags), ``capability`` (the
     instruction set torch's kernels dispatch to, ``torch.backends.cpu.get_cpu_capability()``; it
     follows ``ATEN_CPU_CAPABILITY``), ``blas`` (the BLAS torch was built with, and its version where
-    torch says), ``threads`` (torch's intra-op threads now). torch's fields are None when torch is not
-    imported: then nothing here used it."""
+    torch says), ``threads`` (torch's intra-op threads now), ``kernel`` (:data:`KERNEL_ARITHMETIC`).
+    torch's fields are None when torch is not imported: then nothing here used it."""
     torch = sys.modules.get("torch")
     capability = blas = threads = None
     if torch is not None:
@@ -77,15 +82,25 @@ def cpu() -> dict[str, object]:
         chosen = [f"{v}={os.environ[v]}" for v in ("MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS") if os.environ.get(v)]
         if chosen and blas and blas.startswith("mkl"):
             blas = f"{blas} ({', '.join(chosen)})"
-    return {"model": _cpu_model(), "flags": _flags_digest(), "capability": capability, "blas": blas, "threads": threads}
+    return {
+        "model": _cpu_model(),
+        "flags": _flags_digest(),
+        "capability": capability,
+        "blas": blas,
+        "threads": threads,
+        "kernel": KERNEL_ARITHMETIC,
+    }
 
 
 def same_arithmetic(a: dict | None, b: dict | None) -> bool:
-    """Whether two :func:`cpu` records describe the same arithmetic (model, instruction set, BLAS),
-    so that a deterministic computation gives the same bits on both. Unknown fields never match."""
+    """Whether two :func:`cpu` records describe the same arithmetic (model, instruction set, BLAS,
+    threads, the fused kernel's rounding), so that a deterministic computation gives the same bits on
+    both. Unknown fields never match; a record without ``kernel`` is of kernel arithmetic 1."""
     if not a or not b:
         return False
-    return all(a.get(f) is not None and a.get(f) == b.get(f) for f in ARITHMETIC_FIELDS)
+    return all(a.get(f) is not None and a.get(f) == b.get(f) for f in ARITHMETIC_FIELDS) and a.get(
+        "kernel", 1
+    ) == b.get("kernel", 1)
 
 
 def cpu_text(record: dict | None) -> str | None:

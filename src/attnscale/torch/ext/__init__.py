@@ -59,14 +59,15 @@ __all__ = [
 ]
 
 # One library: the attention ops, and the monitor's sums; HEADERS, what they include (in the build's
-# name, so that a change to them rebuilds as a change to a source does).
+# name, so that a change to them rebuilds as a change to a source does). A change that alters the bits
+# the kernel computes raises attnscale.provenance.KERNEL_ARITHMETIC.
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("health_attention.cpp", "head_sums.cpp"))
 HEADERS = (Path(__file__).with_name("lanes.h"),)
 
 # -fopenmp: at::parallel_for is an inline OpenMP region, compiled into this library; without the flag
 # it silently runs on one thread. -march=native: the build is cached per CPU (see _build_name).
 # -mprefer-vector-width=512: gcc's tuning for Intel's AVX-512 CPUs vectorises with 256-bit registers,
-# where ATen's kernels (SDPA's among them) use 512: on an Intel Xeon (Sapphire Rapids class), 2
+# where ATen's kernels (SDPA's among them) use 512: on the project's Intel Xeon (AVX-512), 2
 # threads, the forward ÷ SDPA went 1.15× → 1.04× at (2, 8, 2048, 64) and 1.13× → 1.06× at
 # (1, 8, 8192, 64). Without AVX-512 it changes nothing.
 _CFLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp", "-fno-math-errno", "-fno-trapping-math")
