@@ -98,9 +98,8 @@ def same_arithmetic(a: dict | None, b: dict | None) -> bool:
     both. Unknown fields never match; a record without ``kernel`` is of kernel arithmetic 1."""
     if not a or not b:
         return False
-    return all(a.get(f) is not None and a.get(f) == b.get(f) for f in ARITHMETIC_FIELDS) and a.get(
-        "kernel", 1
-    ) == b.get("kernel", 1)
+    same_cpu = all(a.get(f) is not None and a.get(f) == b.get(f) for f in ARITHMETIC_FIELDS)
+    return same_cpu and a.get("kernel", 1) == b.get("kernel", 1)
 
 
 def cpu_text(record: dict | None) -> str | None:
