@@ -276,7 +276,7 @@ def test_memory_is_bounded_whatever_the_number_of_calls():
             layer(x)
         after_many = kept_numbers(mon)
         assert mon.step(0).heads[0].calls == 51
-    assert after_one == after_many <= 13 * 4  # per head: 10 of the entropy and logits, 3 sums (first key, ‖q‖, ‖k‖)
+    assert after_one == after_many <= 14 * 4  # per head: Running's 14 (counts, sums, extremes; ROWS)
 
 
 def test_bad_arguments():

@@ -315,8 +315,10 @@ class Monitor:
         self._row_choice: dict = {}
         self._total: dict[str, Running] = {}
         self._current: dict[str, Running] = {}
-        self._entropies: dict[tuple[str, int], list] = {}  # whole context, per (layer, head)
-        self._step_entropies: dict[tuple[str, int], list] = {}  # the same arrays, this step's
+        # Per layer, each recorded call's row entropies (N, H, L), NaN where a row counts in no
+        # entropy figure: the whole context's, and the same arrays of this step.
+        self._entropies: dict[str, list] = {}
+        self._step_entropies: dict[str, list] = {}
         self._step_fallbacks: Counter = Counter()
         self._step_calls = 0
         self._calls_at_step, self._full_at_step = 0, False  # what discard() goes back to
@@ -324,7 +326,7 @@ class Monitor:
         self._rerun = False  # the call under way is a checkpoint's recomputation
         self._mask_cache: tuple[Any, int, tuple[Any, Any, bool]] | None = None  # see _split_mask
         self._model = model
-        self._query_valid = None  # (B, L) bool: the forward's real tokens (attention_mask)
+        self._query_valid: tuple[Any, int] | None = None  # (B, L) bool: the forward's real tokens, and their count
         self._padding_modules: list = []  # the modules whose forward takes an attention_mask
         self._padding_hooks: list = []
         replacing = mode == "replace"
@@ -384,18 +386,21 @@ class Monitor:
         mask = kwargs.get("attention_mask")
         torch = require("torch", "torch")
         if module is self._padding_hooks[0][0] or self._query_valid is None:  # the outermost one decides
-            valid = (mask != 0) if isinstance(mask, torch.Tensor) and mask.dim() == 2 else None
-            self._query_valid = None if valid is None or bool(valid.all()) else valid  # one check per forward
+            if not (isinstance(mask, torch.Tensor) and mask.dim() == 2):
+                self._query_valid = None
+                return
+            valid = mask != 0
+            real = int(valid.sum())  # one count per forward, not per call
+            self._query_valid = None if real == valid.numel() else (valid, real)
 
-    def _valid_rows(self, q, picked=None):
-        """(N, L) bool (or (N, K) for the rows ``picked``): which query rows of a call on q are real
-        tokens, from the forward's attention_mask; None when every row counts (no mask, or one whose
-        batch and length are not the call's: a KV-cache step, a cross-attention, another shape)."""
+    def _valid_rows(self, q):
+        """(N, L) bool, which query rows of a call on q are real tokens (from the forward's
+        attention_mask), and their number; None when every row counts (no mask, or one whose batch
+        and length are not the call's: a KV-cache step, a cross-attention, another shape)."""
         m = self._query_valid
-        if m is None or q.dim() != 4 or tuple(m.shape) != (q.shape[0], q.shape[-2]):
+        if m is None or q.dim() != 4 or tuple(m[0].shape) != (q.shape[0], q.shape[-2]):
             return None
-        m = m.to(q.device)
-        return m if picked is None else m.gather(-1, picked)
+        return m
 
     # -- figures out ------------------------------------------------------------------------------
 
@@ -450,8 +455,7 @@ class Monitor:
         self.fallbacks.subtract(self._step_fallbacks)
         self.fallbacks = +self.fallbacks  # drop the zeros
         for record in self.calls[self._calls_at_step :]:  # the context's medians lose their rows
-            for h in range(self._current[record.layer].heads):
-                self._entropies[(record.layer, h)].pop()
+            self._entropies[record.layer].pop()
         del self.calls[self._calls_at_step :]
         self.history_full = self._full_at_step
         self._new_step()
@@ -511,9 +515,12 @@ class Monitor:
 
     @staticmethod
     def _add(table: dict, layer: str, run: Running) -> None:
-        if layer not in table:
-            table[layer] = Running(run.heads)
-        table[layer].add(run)
+        """Add ``run`` into ``table``'s layer; a layer's first takes ``run`` itself (its owner then:
+        a call's, or a closed step's)."""
+        if layer in table:
+            table[layer].add(run)
+        else:
+            table[layer] = run
 
     def _layer_key(self, name: str, heads: int) -> str:
         """The layer's name; a module whose calls change head count gets one entry per count."""
@@ -544,8 +551,10 @@ class Monitor:
         population = q.numel() // max(1, q.shape[-1]) // heads
         valid = self._valid_rows(q)
         if valid is not None:
-            population = int(valid.sum())
-            valid = self._valid_rows(q, picked if picked is not None else sampled)
+            valid, population = valid
+            valid = valid.to(q.device)
+            if picked is not None or sampled is not None:
+                valid = valid.gather(-1, picked if picked is not None else sampled)
         # ‖q‖ and ‖k‖ as given, before any scale or QK-norm, of the rows read (call_figures).
         rows = q if read is None else read
         if picked is not None:
@@ -559,12 +568,9 @@ class Monitor:
             return
         keep = len(self.calls) < self._history
         self.history_full |= not keep
-        for h in range(run.heads):
-            e = ent[:, h].reshape(-1)
-            e = e[~np.isnan(e)]
-            if keep:
-                self._entropies.setdefault((layer, h), []).append(e)
-            self._step_entropies.setdefault((layer, h), []).append(e)
+        if keep:
+            self._entropies.setdefault(layer, []).append(ent)
+        self._step_entropies.setdefault(layer, []).append(ent)
         if not keep:
             return
         *lead, H_q, L, d_k = q.shape if q.dim() > 3 else (q.shape[0], 1, *q.shape[1:])
@@ -831,15 +837,24 @@ def _agrees(torch, out, stats, own, call) -> bool:
     return float(gap) <= AGREEMENT.get(dtype, max(AGREEMENT.values())) * max(reach, 1e-30)
 
 
+def _medians(calls: list | None, heads: int, counted: list) -> list:
+    """Each head's median row entropy over ``calls`` (row entropies (N, H, L), NaN where a row is
+    not counted); NaN for a head with no rows ``counted`` or no calls (history=False)."""
+    if not calls:
+        return [math.nan] * heads
+    rows = np.concatenate([e.transpose(1, 0, 2).reshape(heads, -1) for e in calls], axis=1).astype(np.float64)
+    return [float(np.median(r[~np.isnan(r)])) if n else math.nan for r, n in zip(rows, counted)]
+
+
 def _head_figures(layer: str, run: Running, entropies: dict) -> list[HeadFigures]:
-    """One :class:`HeadFigures` per head of ``run``; ``entropies``: {(layer, head): [row entropies, ...]}
+    """One :class:`HeadFigures` per head of ``run``; ``entropies``: {layer: [row entropies (N, H, L), ...]}
     over the same calls (empty with history=False: no median)."""
     p = run.plain()
     out = []
     nan = math.nan
+    medians = _medians(entropies.get(layer), run.heads, p["rows"])
     for h, rows in enumerate(p["rows"]):
-        e = entropies.get((layer, h))
-        median = float(np.median(np.concatenate(e).astype(np.float64))) if rows and e else nan
+        median = medians[h]
         read = rows + p["rows_empty"][h] + p["rows_broken"][h] + p["rows_single"][h]
         mean = p["entropy_sum"][h] / rows if rows else nan
         spread = (p["entropy_squares"][h] - rows * mean * mean) / (rows - 1) if rows > 1 else nan

@@ -32,55 +32,104 @@ _LOG_SATURATED = math.log(SATURATED_WEIGHT)  # a row is saturated when its large
 _LOG_HALF = math.log(0.5)  # equal logits above it: one key (see the module docstring)
 
 
-class Running:
-    """Running aggregates of one layer's H heads, NumPy arrays of H numbers: counts of rows with no
-    entropy (empty or broken), empty, saturated and single-key rows, float16 overflows; the largest
-    logit; the smallest entropy and logit; Σ entropy, Σ weight on key 0, Σ ‖q‖ (over the rows with
-    an entropy), Σ ‖k‖ (over the keys). Plus the rows and the keys seen per head (ints)."""
+# The rows of a Running's table, as head_sums.cpp's enum Row (the kernel library writes them in
+# this order): the additive ones first, then the largest logit, then the two smallest figures.
+ROWS = (
+    "no_entropy",  # rows with no entropy: empty or broken (NaN entropy), single-key rows not among them
+    "empty",  # lse = −inf: nothing attended
+    "saturated",  # largest weight above SATURATED_WEIGHT, single-key rows excepted
+    "single",  # one key attended
+    "overflow",  # a logit beyond ±float16's largest number
+    "entropy_sum",  # over the rows with an entropy (single-key rows out)
+    "entropy_squares",  # Σ entropy²: the sample's spread (rows=K)
+    "first_key_sum",  # Σ weight on key 0, over the same rows
+    "q_norm_sum",  # Σ ‖q_i‖, over the same rows
+    "k_norm_sum",  # Σ ‖k_j‖ over every key of the query head's KV head
+    "rows",  # rows read (real tokens)
+    "max_logit",  # NaN-skipping max of the rows' max logits (−inf: none)
+    "entropy_min",  # NaN-skipping min of the counted rows' entropies (inf: none)
+    "min_logit",  # NaN-skipping min of the rows' min logits (inf: none)
+)
+_ADDED, _MAX, _MINS = slice(0, 11), 11, slice(12, 14)
+_START = np.array([0.0] * 11 + [-np.inf, np.inf, np.inf])[:, None]  # each row's identity
 
-    def __init__(self, heads: int):
-        self.calls = self.total = 0
-        self.population = 0  # rows of the calls, sampled or not (rows=K)
-        self.counts = np.zeros((4, heads), np.int64)  # no entropy, empty, saturated, single key
-        self.overflow = np.zeros(heads, np.int64)
-        self.max_logit = np.full(heads, -np.inf)
-        self.mins = np.full((2, heads), np.inf)  # entropy, logit
-        self.entropy_sum = np.zeros(heads)
-        self.entropy_squares = np.zeros(heads)  # Σ entropy²: the sample's spread (rows=K)
-        self.sums = np.zeros((3, heads))  # Σ weight on key 0, Σ ‖q‖, Σ ‖k‖
-        self.keys = 0  # key rows per head (Σ ‖k‖'s count)
+
+class Running:
+    """Running aggregates of one layer's H heads: one float64 table (len(ROWS), H), a row per
+    figure of :data:`ROWS` — counts, sums and extremes — so that adding a call or a step is three
+    array operations (a count is exact in float64 up to 2^53). Plus ints: the calls, the rows of
+    the calls (``population``, sampled or not: rows=K) and the keys seen per head (Σ ‖k‖'s count).
+    ``table``: None starts empty; else an array the Running owns from then on (adds write into it)."""
+
+    def __init__(self, heads: int, table: np.ndarray | None = None, calls: int = 0, population: int = 0, keys: int = 0):
+        self.table = np.repeat(_START, heads, axis=1) if table is None else table
+        self.calls, self.population, self.keys = calls, population, keys
 
     @property
     def heads(self) -> int:
-        return self.counts.shape[1]
+        return self.table.shape[1]
 
-    def add(self, other) -> None:
+    @property
+    def total(self) -> int:
+        """Rows read per head (every head reads the same rows)."""
+        return int(self.table[10, 0]) if self.heads else 0
+
+    @property
+    def counts(self) -> np.ndarray:
+        """(4, H): rows with no entropy, empty, saturated, single-key."""
+        return self.table[0:4]
+
+    @property
+    def sums(self) -> np.ndarray:
+        """(3, H): Σ weight on key 0, Σ ‖q‖, Σ ‖k‖."""
+        return self.table[7:10]
+
+    @property
+    def mins(self) -> np.ndarray:
+        """(2, H): the smallest entropy and logit."""
+        return self.table[_MINS]
+
+    @property
+    def overflow(self) -> np.ndarray:
+        return self.table[4]
+
+    @property
+    def entropy_sum(self) -> np.ndarray:
+        return self.table[5]
+
+    @property
+    def entropy_squares(self) -> np.ndarray:
+        return self.table[6]
+
+    @property
+    def max_logit(self) -> np.ndarray:
+        return self.table[_MAX]
+
+    def add(self, other: Running) -> None:
+        a, b = self.table, other.table
+        a[_ADDED] += b[_ADDED]
+        np.maximum(a[_MAX], b[_MAX], out=a[_MAX])
+        np.minimum(a[_MINS], b[_MINS], out=a[_MINS])
         self.calls += other.calls
-        self.total += other.total
         self.population += other.population
-        self.entropy_squares += other.entropy_squares
-        self.counts += other.counts
-        self.overflow += other.overflow
-        self.entropy_sum += other.entropy_sum
-        self.sums += other.sums
         self.keys += other.keys
-        np.maximum(self.max_logit, other.max_logit, out=self.max_logit)
-        np.minimum(self.mins, other.mins, out=self.mins)
 
     def plain(self) -> dict:
         """Python numbers per head: {name: list of H}."""
-        no_entropy, empty, saturated, single = self.counts.tolist()
-        hi, (ent_min, lo) = self.max_logit.tolist(), self.mins.tolist()
+        t = self.table.tolist()
+        no_entropy, empty, saturated, single, overflow = ([int(x) for x in row] for row in t[0:5])
+        hi, ent_min, lo = t[11], t[12], t[13]
+        total = self.total
         return {
-            "rows": [self.total - n - s for n, s in zip(no_entropy, single)],
+            "rows": [total - n - s for n, s in zip(no_entropy, single)],
             "rows_empty": empty,
             "rows_single": single,
             "rows_broken": [n - e for n, e in zip(no_entropy, empty)],
             "saturated": saturated,
-            "overflow": self.overflow.tolist(),
-            "entropy_sum": self.entropy_sum.tolist(),
-            "entropy_squares": self.entropy_squares.tolist(),
-            **dict(zip(("first_key_sum", "q_norm_sum", "k_norm_sum"), self.sums.tolist())),
+            "overflow": overflow,
+            "entropy_sum": t[5],
+            "entropy_squares": t[6],
+            **dict(zip(("first_key_sum", "q_norm_sum", "k_norm_sum"), t[7:10])),
             "entropy_min": ent_min,
             "max_logit": hi,
             "min_logit": lo,
@@ -160,18 +209,9 @@ def _summed_in_cpp(torch, figure, q4, k4) -> bool:
 
 
 def _running(sums: np.ndarray, population: int | None, k4) -> Running:
-    """A :class:`Running` of one call from ``head_sums``' rows (float64 (14, H), in the order of
-    head_sums.cpp's enum Row), as views: the array is this call's own, and an aggregate adds it into
-    arrays of its own (Running.add), never writing into it."""
-    run = Running.__new__(Running)
-    run.calls, run.total = 1, int(sums[13, 0])
+    """A :class:`Running` of one call from ``head_sums``' table (float64 (len(ROWS), H)), which it owns."""
+    run = Running(sums.shape[1], sums, calls=1, keys=k4.shape[0] * k4.shape[2])
     run.population = run.total if population is None else population
-    run.counts = sums[0:4].astype(np.int64)
-    run.overflow = sums[4].astype(np.int64)
-    run.max_logit, run.mins = sums[5], sums[6:8]
-    run.entropy_sum, run.entropy_squares = sums[8], sums[9]
-    run.sums = sums[10:13]
-    run.keys = k4.shape[0] * k4.shape[2]
     return run
 
 
@@ -200,9 +240,6 @@ def numpy_call_figures(stats, q4, k4, population: int | None = None, valid=None,
             x.transpose(0, 2, 1)[keep][:, :, None] for x in (ent, hi, lo, lse, first, q_norm)
         )
     rows = (0, 2)
-    run = Running.__new__(Running)
-    run.calls, run.total = 1, ent.shape[0] * ent.shape[2]
-    run.population = run.total if population is None else population
     nan = np.isnan(ent)
     with np.errstate(invalid="ignore"):  # inf − inf in a broken row: NaN, not saturated
         top = hi - lse
@@ -212,31 +249,32 @@ def numpy_call_figures(stats, q4, k4, population: int | None = None, valid=None,
     if singles.any():
         ent = np.where(single, np.nan, ent)
         nan = nan | single
-    run.counts = np.stack(
-        [np.count_nonzero(nan, axis=rows) - singles, np.count_nonzero(lse == -np.inf, axis=rows), saturated, singles]
-    )
-    run.max_logit = np.fmax.reduce(hi, axis=rows, initial=-np.inf).astype(np.float64)
-    run.mins = np.stack(
-        [np.fmin.reduce(ent, axis=rows, initial=np.inf), np.fmin.reduce(lo, axis=rows, initial=np.inf)]
-    ).astype(np.float64)
     counted = np.where(nan, 0.0, ent).astype(np.float64)
-    run.entropy_sum = counted.sum(axis=rows)
-    run.entropy_squares = np.square(counted).sum(axis=rows)
-    run.sums = np.stack(
+    max_logit = np.fmax.reduce(hi, axis=rows, initial=-np.inf)
+    min_logit = np.fmin.reduce(lo, axis=rows, initial=np.inf)
+    # Counting float16 overflows takes four passes; most calls have none, which the extremes show.
+    loud = max(max_logit.max(), -min_logit.min()) > FLOAT16_MAX
+    H = ent.shape[1]
+    table = np.stack(  # in the order of ROWS
         [
+            np.count_nonzero(nan, axis=rows) - singles,
+            np.count_nonzero(lse == -np.inf, axis=rows),
+            saturated,
+            singles,
+            np.count_nonzero((hi > FLOAT16_MAX) | (lo < -FLOAT16_MAX), axis=rows) if loud else np.zeros(H),
+            counted.sum(axis=rows),
+            np.square(counted).sum(axis=rows),
             np.where(nan, 0.0, first).sum(axis=rows, dtype=np.float64),
             np.where(nan, 0.0, q_norm).sum(axis=rows, dtype=np.float64),
-            np.repeat(k_norm.sum(axis=(0, 2), dtype=np.float64), ent.shape[1] // k_norm.shape[1]),
+            np.repeat(k_norm.sum(axis=(0, 2), dtype=np.float64), H // k_norm.shape[1]),
+            np.full(H, ent.shape[0] * ent.shape[2]),
+            max_logit,
+            np.fmin.reduce(ent, axis=rows, initial=np.inf),
+            min_logit,
         ]
-    )
-    run.keys = k_norm.shape[0] * k_norm.shape[2]
-    # Counting float16 overflows takes four passes; most calls have none, which the extremes show.
-    loud = max(run.max_logit.max(), -run.mins[1].min()) > FLOAT16_MAX
-    run.overflow = (
-        np.count_nonzero((hi > FLOAT16_MAX) | (lo < -FLOAT16_MAX), axis=rows)
-        if loud
-        else np.zeros(ent.shape[1], np.int64)
-    )
+    ).astype(np.float64)
+    run = Running(H, table, calls=1, keys=k_norm.shape[0] * k_norm.shape[2])
+    run.population = run.total if population is None else population
     if not entropies:
         return run, None
     if valid is not None:  # back to (N, H, L), padding rows NaN

@@ -33,22 +33,23 @@
 
 namespace {
 
-// The rows of the output, in Running's terms (monitor_aggregates.Running).
+// The rows of the output, in Running's terms (monitor_aggregates.ROWS, this order): the additive
+// rows first, then the extremes, so that adding two tables is three array operations.
 enum Row : int64_t {
   kNoEntropy,  // rows with no entropy: empty or broken (NaN entropy), single-key rows not among them
   kEmpty,      // lse = −inf: nothing attended
   kSaturated,  // largest weight e^{max − lse} above the saturation threshold, single-key rows excepted
   kSingle,     // one key attended: max = min and largest weight above 1/2
   kOverflow,   // a logit beyond ±float16's largest number
-  kMaxLogit,   // NaN-skipping max of the rows' max logits (−inf: none)
-  kMinEntropy, // NaN-skipping min of the counted rows' entropies (inf: none)
-  kMinLogit,   // NaN-skipping min of the rows' min logits (inf: none)
   kEntropySum, // Σ entropy over the rows with one (and not single-key)
   kEntropySquares,
   kFirstKeySum,  // Σ weight on key 0, over the same rows
   kQNormSum,     // Σ ‖q_i‖, over the same rows
   kKNormSum,     // Σ ‖k_j‖ over every key of the query head's KV head
   kRows,         // rows read (valid ones)
+  kMaxLogit,   // NaN-skipping max of the rows' max logits (−inf: none)
+  kMinEntropy, // NaN-skipping min of the counted rows' entropies (inf: none)
+  kMinLogit,   // NaN-skipping min of the rows' min logits (inf: none)
   kCount
 };
 
@@ -109,9 +110,12 @@ void sums_of(const at::Tensor& ent, const at::Tensor& hi, const at::Tensor& lo, 
         q_norm_sum += static_cast<double>(row_norm(plane + i * q2, d, q3));
       }
     }
-    const double row[kCount] = {double(no_entropy), double(empty), double(saturated), double(singles),
-                                double(overflow), double(top_logit), double(least_entropy), double(least_logit),
-                                entropy_sum, entropy_squares, first_sum, q_norm_sum, 0.0, double(rows)};
+    double row[kCount];
+    row[kNoEntropy] = double(no_entropy), row[kEmpty] = double(empty), row[kSaturated] = double(saturated);
+    row[kSingle] = double(singles), row[kOverflow] = double(overflow), row[kEntropySum] = entropy_sum;
+    row[kEntropySquares] = entropy_squares, row[kFirstKeySum] = first_sum, row[kQNormSum] = q_norm_sum;
+    row[kKNormSum] = 0.0, row[kRows] = double(rows), row[kMaxLogit] = double(top_logit);
+    row[kMinEntropy] = double(least_entropy), row[kMinLogit] = double(least_logit);
     for (int64_t c = 0; c < kCount; ++c) out[c * H + h] = row[c];
   }
   const T* K = k.const_data_ptr<T>();
