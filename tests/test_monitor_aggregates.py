@@ -118,3 +118,67 @@ def test_no_entropies_unless_asked():
     run, ent = agg.call_figures(stats, torch.randn(2, 2, 6, 4), torch.randn(2, 2, 6, 4), entropies=False)
     assert ent is None and run.total == 12
     assert FLOAT16_MAX == 65504.0
+
+
+def kernel_and_head_sums(q, k, v, causal=False, mask=None, counted=None):
+    """The kernel's own head table of a call, and head_sums' (hence NumPy's, above) on the figures
+    the same kernel returned: (Running, entropies) each."""
+    from attnscale.torch.functional import attention
+
+    out, stats = attention(
+        q, k, v, mask=mask, causal=causal, return_stats=True, logit_range=True, first_key=True,
+        backend="kernel", head_table=True, counted=counted,
+    )  # fmt: skip
+    assert stats.head_table is not None and stats.head_table.dtype == torch.float64
+    plain = AttentionStats(**{**vars(stats), "head_table": None, "counted_entropy": None})
+    population = None if counted is None else int(counted.sum())
+    return agg.call_figures(stats, q, k, population, counted), agg.call_figures(plain, q, k, population, counted)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("H_kv", [4, 1])
+def test_the_kernels_head_table_is_head_sums_of_its_own_figures(dtype, H_kv):
+    """Made as the rows are, in blocks of query rows merged per head (L = 70: three blocks of 32),
+    with causal single-key rows, masked (empty) rows, padding rows left out, grouped-query heads and
+    strided q: the counts, extremes and entropies exactly, the sums to rounding."""
+    g = torch.Generator().manual_seed(5)
+    B, H, L, d = 3, 4, 70, 8
+    q = (torch.randn(B, L, H, d, generator=g, dtype=dtype) * 4).transpose(1, 2)  # a model's layout, large logits
+    k = torch.randn(B, H_kv, L, d, generator=g, dtype=dtype)
+    v = torch.randn(B, H_kv, L, d, generator=g, dtype=dtype)
+    mask = torch.rand(B, 1, L, L, generator=g) > 0.2
+    mask[1, :, 7] = False  # an empty row in every head
+    counted = torch.ones(B, L, dtype=torch.bool)
+    counted[0, 60:], counted[2, :3] = False, False  # right and left padding
+    for causal, m, c in (("top_left", None, None), (False, mask, counted), ("top_left", mask, counted)):
+        (kernel, ent), (ref, ref_ent) = kernel_and_head_sums(q, k, v, causal, m, c)
+        assert_same((kernel, ent), (ref, ref_ent))
+        assert kernel.total == (B * L if c is None else int(c.sum()))
+    assert kernel.counts[1].min() >= 1 and kernel.counts[3].min() >= 1  # empty rows, single-key rows: seen
+    assert np.isnan(ent[0, :, 60:]).all()
+
+
+def test_the_kernels_head_table_reads_keys_broadcast_over_the_batch_once():
+    g = torch.Generator().manual_seed(6)
+    q = torch.randn(2, 4, 6, 3, generator=g)
+    k, v = torch.randn(4, 5, 3, generator=g), torch.randn(4, 5, 3, generator=g)  # no batch axis
+    (kernel, ent), (ref, ref_ent) = kernel_and_head_sums(q, k, v)
+    assert_same((kernel, ent), (ref, ref_ent))
+    assert kernel.keys == 5
+
+
+def test_a_head_table_needs_the_figures_it_sums_and_counted_rows_of_q():
+    from attnscale.errors import InputError, InputTypeError
+    from attnscale.torch.functional import attention
+
+    q = torch.randn(2, 3, 4, 5)
+    with pytest.raises(InputError, match="head_table: .* logit_range=True and first_key=True"):
+        attention(q, q, q, return_stats=True, logit_range=True, head_table=True)
+    with pytest.raises(InputTypeError, match=r"counted: expected a bool tensor of shape \(2, 4\)"):
+        attention(
+            q, q, q, return_stats=True, logit_range=True, first_key=True, head_table=True, counted=torch.ones(2, 3) > 0
+        )
+    _, stats = attention(
+        q, q, q, return_stats=True, logit_range=True, first_key=True, head_table=True, backend="chunked"
+    )
+    assert stats.head_table is None and stats.counted_entropy is None  # the kernel's alone: the caller sums

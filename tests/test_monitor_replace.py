@@ -72,6 +72,39 @@ def test_replace_outputs_equal_sdpa_within_the_stated_tolerance_and_figures_equa
         )
 
 
+@pytest.mark.parametrize("mode", ["observe", "replace"])
+def test_figures_the_kernel_tallies_as_it_runs_equal_those_summed_after(mode, monkeypatch):
+    """The monitor takes each call's per-head table from the kernel, made with the rows; summed from
+    the figures afterwards instead (head_sums), every head's figures are the same: counts, extremes
+    and medians exactly, means to rounding."""
+    from attnscale.torch import monitor_aggregates
+
+    model = TwoCalls()
+    x, memory, bias = problem(torch.float32)
+    tabled = []
+    figures = monitor_aggregates.call_figures
+    monkeypatch.setattr(
+        "attnscale.torch.monitor.call_figures",
+        lambda stats, *a, **kw: tabled.append(stats.head_table is not None) or figures(stats, *a, **kw),
+    )
+
+    def summary():
+        with torch.no_grad(), Monitor(model, mode=mode) as mon:
+            model(x, memory, bias)
+        return mon.summary()
+
+    made = summary()
+    monkeypatch.setattr(Monitor, "_table_rows", lambda self, q, picked=None: (False, None))
+    summed = summary()
+    assert tabled == [True, True, False, False]
+    for a, b in zip(made, summed, strict=True):
+        for name, value in vars(a).items():
+            if isinstance(value, float) and name.endswith(("_mean", "_sum", "_weight", "_se")):
+                np.testing.assert_allclose(value, vars(b)[name], rtol=1e-12, err_msg=name)
+            else:
+                assert value == vars(b)[name] or (value != value and vars(b)[name] != vars(b)[name]), name
+
+
 def test_a_row_masked_by_finite_numbers_falls_back_to_sdpa():
     """SDPA gives a row whose every key is masked by finfo.min the mean of v, not 0: left to SDPA, counted."""
     model = TwoCalls()

@@ -74,6 +74,7 @@ from attnscale.masks import causal_alignment
 from attnscale.scales import QKNorm, resolve_scale
 from attnscale.shapes import check_qkv_shapes
 from attnscale.torch.backends import RUNNERS
+from attnscale.torch.backends.kernel import run_kernel
 from attnscale.torch.backends.flex import FlexFailure
 from attnscale.torch.backends.problem import Problem, allowed_keys, nothing_attended, plain_sdpa, row_chunks
 
@@ -96,6 +97,11 @@ class AttentionStats:
     backend: str  # "kernel" | "composed" | "chunked" | "flex"
     first_key_weight: Any = None  # p_i0, the weight on key 0 (None unless first_key=True); 0 where key 0
     # is not attended, NaN for a row with nothing attended
+    # With head_table=True on the kernel (else None): the monitor's per-head table of these figures,
+    # float64 (len(monitor_aggregates.ROWS), H_q) over the rows ``counted``, and each row's entropy
+    # as it counts there, (..., H_q, L), NaN for a row in no entropy figure or not counted.
+    head_table: Any = None
+    counted_entropy: Any = None
 
 
 def _check_tensor(torch, name: str, x):
@@ -262,6 +268,8 @@ def attention(
     first_key: bool = False,
     backend: str = "auto",
     check_finite: bool = False,
+    head_table: bool = False,
+    counted=None,
 ):
     """Scaled dot-product attention, exact, in memory O(L·d), with its per-row figures on request.
 
@@ -289,6 +297,13 @@ def attention(
             PyTorch, which checks no values: the scan reads every input once more (on CUDA its
             answer is a host sync per call), and a non-finite input still shows, as NaN output and
             figures (module docstring). True turns it on, to name the first bad input.
+        head_table: the figures also summed per head as the monitor keeps them
+            (:mod:`attnscale.torch.monitor_aggregates`: counts, sums, extremes), made by the kernel as
+            it makes the rows, in ``stats.head_table`` and ``stats.counted_entropy``; needs
+            ``logit_range`` and ``first_key``. Other backends leave both None (the caller sums the
+            figures: :func:`~attnscale.torch.monitor_aggregates.call_figures`).
+        counted: with ``head_table``, bool (..., L) (q's dimensions before the head axis, then L):
+            the rows the table counts (a padding row is none); None: every row.
 
     Returns:
         The output tensor (..., H_q, L, d_v), or ``(out, stats)`` with ``return_stats=True``, stats an
@@ -304,6 +319,10 @@ def attention(
     """
     torch = require("torch", "torch")
     _check_options(backend, return_stats, logit_range, first_key)
+    if head_table and not (logit_range and first_key):
+        raise InputError(
+            "head_table: the head table sums the logit range and the weight on key 0; pass logit_range=True and first_key=True"
+        )
     p, chosen = _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite, backend, return_stats)
     if chosen is None:  # PyTorch's SDPA cannot cap: a capped call has a backend
         if check_finite:
@@ -311,7 +330,10 @@ def attention(
         return p.shaped(plain_sdpa(torch, p)).to(p.out_dtype)
     if check_finite:
         _check_finite(torch, {"q": q, "k": k, "v": v}, kernel=chosen == "kernel")
-    (out, lse, entropy, hi, lo, first), chosen = _run_backend(torch, p, chosen, backend, logit_range, first_key)
+    rows = _counted_rows(torch, p, q, counted) if head_table else None
+    (out, lse, entropy, hi, lo, first, *table), chosen = _run_backend(
+        torch, p, chosen, backend, logit_range, first_key, head_table, rows
+    )
     _check_graph(torch, (q, k, v, bias), out, chosen)
     out = p.shaped(out).to(p.out_dtype)
     if not return_stats:
@@ -327,7 +349,21 @@ def attention(
         min_logit=figure(lo) if logit_range else None,
         backend=chosen,
         first_key_weight=figure(_first_key_weight(torch, p, lse) if first is None else first) if first_key else None,
+        head_table=table[0] if table else None,
+        counted_entropy=figure(table[1]) if table else None,
     )
+
+
+def _counted_rows(torch, p: Problem, q, counted):
+    """head_table's rows counted as bool (B, L) of the flat problem, or None for all (``counted``:
+    None, or bool (..., L) with q's dimensions before the head axis)."""
+    if counted is None:
+        return None
+    expected = (*q.shape[:-3], q.shape[-2]) if q.dim() > 3 else (q.shape[-2],)
+    if not isinstance(counted, torch.Tensor) or counted.dtype != torch.bool or tuple(counted.shape) != expected:
+        got = f"{counted.dtype} {tuple(counted.shape)}" if isinstance(counted, torch.Tensor) else type(counted).__name__
+        raise InputTypeError(f"counted: expected a bool tensor of shape {expected} (q's rows), got {got}")
+    return counted.to(p.q.device).reshape(p.q.shape[0], p.q.shape[2])
 
 
 def _check_options(backend: str, return_stats: bool, logit_range: bool, first_key: bool) -> None:
@@ -339,9 +375,12 @@ def _check_options(backend: str, return_stats: bool, logit_range: bool, first_ke
         raise InputError("first_key: the weight on the first key is a figure; pass return_stats=True to get it")
 
 
-def _run_backend(torch, p: Problem, chosen: str, backend: str, logit_range: bool, first_key: bool):
+def _run_backend(
+    torch, p: Problem, chosen: str, backend: str, logit_range: bool, first_key: bool, head_table=False, counted=None
+):
     """(out, lse, entropy, max logit, min logit, weight on key 0 or None) of the prepared problem on
-    the chosen backend, and the backend that ran it: chunked for d_v = 0 (nothing for a BLAS or a
+    the chosen backend, and the backend that ran it; with ``head_table`` on the kernel, the head
+    table of the rows ``counted`` and the counted entropies after them. Chunked for d_v = 0 (nothing for a BLAS or a
     fused kernel to multiply) but in the kernel's forward, which then skips its P·V products (the
     figures without an output, as the monitor's observe mode asks for them: see monitor.observe);
     no backend at all for no query rows, "auto"'s flex falling back where FlexAttention fails."""
@@ -351,6 +390,8 @@ def _run_backend(torch, p: Problem, chosen: str, backend: str, logit_range: bool
         return nothing_attended(torch, p, logit_range), chosen
     if chosen == "flex" and backend == "auto":
         return _flex_or_fall_back(torch, p, logit_range)
+    if chosen == "kernel" and head_table:
+        return run_kernel(torch, p, logit_range, first_key, head_table, counted), chosen
     return RUNNERS[chosen](torch, p, logit_range, first_key), chosen
 
 

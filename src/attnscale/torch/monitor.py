@@ -402,6 +402,18 @@ class Monitor:
             return None
         return m
 
+    def _table_rows(self, q, picked=None):
+        """Whether the kernel may make a call's head table as it makes its figures (q 4-D: the
+        table's rows are q's), and the rows the table counts: the real tokens (:meth:`_valid_rows`),
+        among them ``picked``'s (observe mode's sampled rows, its problem's); None: every row."""
+        if q.dim() != 4:
+            return False, None
+        valid = self._valid_rows(q)
+        if valid is None:
+            return True, None
+        rows = valid[0].to(q.device)
+        return True, rows if picked is None else rows.gather(-1, picked)
+
     # -- figures out ------------------------------------------------------------------------------
 
     def summary(self) -> list[HeadFigures]:
@@ -574,8 +586,7 @@ class Monitor:
         if not keep:
             return
         *lead, H_q, L, d_k = q.shape if q.dim() > 3 else (q.shape[0], 1, *q.shape[1:])
-        p = run.plain()
-        reach = [r for r in p["max_abs_logit"] if r > -math.inf]  # −inf: the head saw no logit
+        reach = float(np.maximum(run.max_logit, -run.mins[1]).max()) if run.heads else -math.inf  # as plain()'s
         self.calls.append(
             CallRecord(
                 index=index,
@@ -584,8 +595,8 @@ class Monitor:
                 dtype=str(q.dtype).replace("torch.", ""),
                 source=source,
                 backend=stats.backend,
-                max_abs_logit=max(reach) if reach else math.nan,
-                float16_overflow_rows=sum(p["overflow"]),
+                max_abs_logit=reach if reach > -math.inf else math.nan,  # −inf: no head saw a logit
+                float16_overflow_rows=int(run.overflow.sum()),
             )
         )
 
@@ -626,6 +637,7 @@ class Monitor:
             if picked is not None:  # only the sampled rows: causal becomes their mask
                 q, mask, bias = _sampled_problem(torch, call.q, call.k, mask, bias, call.is_causal, picked)
                 causal = False
+            tabled, counted = self._table_rows(call.q, picked)
             out, stats = attention(
                 q,
                 call.k,
@@ -639,6 +651,8 @@ class Monitor:
                 first_key=True,
                 backend=self._backend,
                 check_finite=False,
+                head_table=tabled,
+                counted=counted,
             )
             if compared:
                 own = call.output if picked is None else _take_rows(call.output, picked, along=-2)
@@ -679,6 +693,8 @@ class Monitor:
         if m is not None and m.requires_grad and torch.is_grad_enabled():
             self._fallback("learned mask")
             return None
+        picked = self._rows_of(q)
+        tabled, counted = self._table_rows(q) if picked is None else (False, None)  # sampled: taken after
         try:
             mask, bias, averaged = self._mask_parts(torch, m)
             if averaged:
@@ -697,15 +713,15 @@ class Monitor:
                 first_key=True,
                 backend=TRAINING_BACKEND if grad else self._backend,
                 check_finite=False,
+                head_table=tabled,
+                counted=counted,
             )
         except InputError:
             self._fallback("unsupported")
             self._skip_observe = True
             return None
         if not self._rerun:
-            self._fold(
-                name, q, k, v, stats, "replaced", len(self.calls) if self._history else -1, picked=self._rows_of(q)
-            )
+            self._fold(name, q, k, v, stats, "replaced", len(self.calls) if self._history else -1, picked=picked)
         return out
 
 
@@ -793,9 +809,11 @@ def _scale_rule(scale, softcap: float):
 def _take_rows(x, picked, along: int = -1):
     """The rows ``picked`` (..., K) of ``x``: an :class:`AttentionStats` (figures (..., [H,] L),
     ``along=-1``) or a tensor (..., [H,] L, d) (``along=-2``), the same rows in every head."""
-    if not hasattr(x, "dim"):
+    if not hasattr(x, "dim"):  # a head table is of every row: the rows taken are summed anew
         return replace(
             x,
+            head_table=None,
+            counted_entropy=None,
             **{
                 f: _take_rows(getattr(x, f), picked)
                 for f in ("lse", "entropy", "max_logit", "min_logit", "first_key_weight")
@@ -837,28 +855,52 @@ def _agrees(torch, out, stats, own, call) -> bool:
     return float(gap) <= AGREEMENT.get(dtype, max(AGREEMENT.values())) * max(reach, 1e-30)
 
 
-def _medians(calls: list | None, heads: int, counted: list) -> list:
+def _medians(calls: list | None, heads: int) -> list:
     """Each head's median row entropy over ``calls`` (row entropies (N, H, L), NaN where a row is
-    not counted); NaN for a head with no rows ``counted`` or no calls (history=False)."""
+    not counted), NaN for a head without one (or no calls: history=False). All heads in one sort
+    (NaN sorts last): the median of n numbers is the middle one, or the mean of the middle two, as
+    NumPy's median takes it."""
     if not calls:
         return [math.nan] * heads
     rows = np.concatenate([e.transpose(1, 0, 2).reshape(heads, -1) for e in calls], axis=1).astype(np.float64)
-    return [float(np.median(r[~np.isnan(r)])) if n else math.nan for r, n in zip(rows, counted)]
+    n = np.count_nonzero(~np.isnan(rows), axis=1)
+    if not rows.shape[1]:
+        return [math.nan] * heads
+    rows.sort(axis=1)
+    every = np.arange(heads)
+    middle = (rows[every, np.maximum(n - 1, 0) // 2] + rows[every, n // 2]) / 2
+    return [m if c else math.nan for m, c in zip(middle.tolist(), n.tolist())]
 
 
 def _head_figures(layer: str, run: Running, entropies: dict) -> list[HeadFigures]:
     """One :class:`HeadFigures` per head of ``run``; ``entropies``: {layer: [row entropies (N, H, L), ...]}
     over the same calls (empty with history=False: no median)."""
     p = run.plain()
+    nan, inf, population, keys = math.nan, math.inf, run.population, run.keys
+    columns = zip(
+        p["rows"],
+        p["rows_empty"],
+        p["rows_broken"],
+        p["rows_single"],
+        p["saturated"],
+        p["overflow"],
+        p["entropy_sum"],
+        p["entropy_squares"],
+        p["entropy_min"],
+        p["max_logit"],
+        p["min_logit"],
+        p["max_abs_logit"],
+        p["first_key_sum"],
+        p["q_norm_sum"],
+        p["k_norm_sum"],
+        _medians(entropies.get(layer), run.heads),
+    )
     out = []
-    nan = math.nan
-    medians = _medians(entropies.get(layer), run.heads, p["rows"])
-    for h, rows in enumerate(p["rows"]):
-        median = medians[h]
-        read = rows + p["rows_empty"][h] + p["rows_broken"][h] + p["rows_single"][h]
-        mean = p["entropy_sum"][h] / rows if rows else nan
-        spread = (p["entropy_squares"][h] - rows * mean * mean) / (rows - 1) if rows > 1 else nan
-        unread = 1.0 - read / run.population if run.population else 0.0
+    for h, (rows, empty, broken, single, saturated, overflow, ent_sum, squares, ent_min, hi, lo, top, first, q_norm, k_norm, median) in enumerate(columns):  # fmt: skip
+        read = rows + empty + broken + single
+        mean = ent_sum / rows if rows else nan
+        spread = (squares - rows * mean * mean) / (rows - 1) if rows > 1 else nan
+        unread = 1.0 - read / population if population else 0.0
         se = 0.0 if unread <= 0 else math.sqrt(max(spread, 0.0) / rows * unread) if rows > 1 else nan
         out.append(
             HeadFigures(
@@ -866,29 +908,29 @@ def _head_figures(layer: str, run: Running, entropies: dict) -> list[HeadFigures
                 head=h,
                 calls=run.calls,
                 rows=rows,
-                rows_empty=p["rows_empty"][h],
-                rows_broken=p["rows_broken"][h],
-                saturated_rows=p["saturated"][h],
-                float16_overflow_rows=p["overflow"][h],
+                rows_empty=empty,
+                rows_broken=broken,
+                saturated_rows=saturated,
+                float16_overflow_rows=overflow,
                 entropy_mean=mean,
                 entropy_median=median,
-                entropy_min=p["entropy_min"][h] if rows else nan,
+                entropy_min=ent_min if rows else nan,
                 # The logits of single-key and broken rows count: −inf/+inf here are the reductions'
                 # identities, no logit seen (an overflowed +inf max is a logit, and stays).
-                max_logit=hi if (hi := p["max_logit"][h]) > -math.inf else nan,
-                min_logit=lo if (lo := p["min_logit"][h]) < math.inf else nan,
-                max_abs_logit=top if (top := p["max_abs_logit"][h]) > -math.inf else nan,
-                rows_of=run.population,
+                max_logit=hi if hi > -inf else nan,
+                min_logit=lo if lo < inf else nan,
+                max_abs_logit=top if top > -inf else nan,
+                rows_of=population,
                 entropy_mean_se=se,
-                rows_single=p["rows_single"][h],
-                entropy_sum=p["entropy_sum"][h],
-                first_key_weight=p["first_key_sum"][h] / rows if rows else nan,
-                q_norm_mean=p["q_norm_sum"][h] / rows if rows else nan,
-                k_norm_mean=p["k_norm_sum"][h] / run.keys if run.keys else nan,
-                keys=run.keys,
-                first_key_sum=p["first_key_sum"][h],
-                q_norm_sum=p["q_norm_sum"][h],
-                k_norm_sum=p["k_norm_sum"][h],
+                rows_single=single,
+                entropy_sum=ent_sum,
+                first_key_weight=first / rows if rows else nan,
+                q_norm_mean=q_norm / rows if rows else nan,
+                k_norm_mean=k_norm / keys if keys else nan,
+                keys=keys,
+                first_key_sum=first,
+                q_norm_sum=q_norm,
+                k_norm_sum=k_norm,
             )
         )
     return out

@@ -26,10 +26,11 @@ from attnscale.errors import require
 from attnscale.softmax_rows import SATURATED_WEIGHT
 from attnscale.torch.functional import FLOAT16_MAX
 
-__all__ = ["Running", "call_figures", "numpy_call_figures", "rows_by_head"]
+__all__ = ["Running", "ROWS", "THRESHOLDS", "call_figures", "numpy_call_figures", "rows_by_head"]
 
 _LOG_SATURATED = math.log(SATURATED_WEIGHT)  # a row is saturated when its largest weight exceeds it
 _LOG_HALF = math.log(0.5)  # equal logits above it: one key (see the module docstring)
+THRESHOLDS = (_LOG_SATURATED, _LOG_HALF, FLOAT16_MAX)  # the C++ rules' constants (head_tally.h's Thresholds)
 
 
 # The rows of a Running's table, as head_sums.cpp's enum Row (the kernel library writes them in
@@ -117,7 +118,7 @@ class Running:
     def plain(self) -> dict:
         """Python numbers per head: {name: list of H}."""
         t = self.table.tolist()
-        no_entropy, empty, saturated, single, overflow = ([int(x) for x in row] for row in t[0:5])
+        no_entropy, empty, saturated, single, overflow = self.table[0:5].astype(np.int64).tolist()
         hi, ent_min, lo = t[11], t[12], t[13]
         total = self.total
         return {
@@ -150,10 +151,12 @@ def rows_by_head(figures) -> np.ndarray:
 def _by_head(q, k):
     """q (..., H, L, d) and k (..., H_kv, S, d) as 4-D (N, H, L, d) and (N_k, H_kv, S, d), as
     :func:`rows_by_head` lays the figures out: inputs without a head axis (q 3-D or 2-D) are one head
-    of every row, and so are their keys."""
+    of every row, and so are their keys. Keys broadcast over the batch (fewer leading dimensions, or
+    expanded: stride 0) are N_k = 1, read once."""
     if q.dim() > 3:
         q4 = q.reshape(-1, *q.shape[-3:])
-        return q4, k.reshape(-1, *k.shape[-3:]) if k.dim() > 2 else k.reshape(1, 1, *k.shape[-2:])
+        k4 = k.reshape(-1, *k.shape[-3:]) if k.dim() > 2 else k.reshape(1, 1, *k.shape[-2:])
+        return q4, k4[:1] if k4.shape[0] > 1 and k4.stride(0) == 0 else k4  # keys broadcast over the batch: once
     return q.reshape(1, 1, -1, q.shape[-1]), k.reshape(1, 1, -1, k.shape[-1])
 
 
@@ -168,10 +171,17 @@ def call_figures(stats, q, k, population: int | None = None, valid=None, entropi
     holds a sample of them. ``valid``: (N, L) bool, the rows that are real tokens (the others,
     padding, are left out of every figure and count); None: every row.
 
-    Computed by the kernel library's ``head_sums`` (one pass, ‖q‖ and ‖k‖ included) for float32 and
-    float64 CPU tensors when it is built; else by NumPy reductions over all heads at once
-    (:func:`numpy_call_figures`, the reference the tests hold the C++ to).
+    Figures the kernel summed itself as it made them (``stats.head_table``: attention's
+    ``head_table=True``, asked with ``counted`` = ``valid``, q (B, H, L, d)) are taken as they are:
+    no pass at all. Else computed by the kernel library's ``head_sums`` (one pass, ‖q‖ and ‖k‖
+    included) for float32 and float64 CPU tensors when it is built; else by NumPy reductions over
+    all heads at once (:func:`numpy_call_figures`, the reference the tests hold the C++ to).
     """
+    if stats.head_table is not None:
+        table = stats.head_table.numpy()
+        run = Running(table.shape[1], table, calls=1, keys=_key_rows(k))
+        run.population = run.total if population is None else population
+        return run, stats.counted_entropy.numpy() if entropies else None
     torch = require("torch", "torch")
     q4, k4 = _by_head(q.detach(), k.detach())
     if valid is not None:
@@ -184,13 +194,18 @@ def call_figures(stats, q, k, population: int | None = None, valid=None, entropi
             q4,
             k4,
             valid,
-            _LOG_SATURATED,
-            _LOG_HALF,
-            FLOAT16_MAX,
+            *THRESHOLDS,
             entropies,
         )
         return _running(sums.numpy(), population, k4), ent.numpy() if entropies else None
     return numpy_call_figures(stats, q4, k4, population, valid, entropies)
+
+
+def _key_rows(k) -> int:
+    """The key rows per head a call's Σ ‖k‖ reads, k (..., H_kv, S, d) of a 4-D q: its batch's, or
+    S once when the keys are broadcast over the batch (as :func:`_by_head` and the C++ read them)."""
+    once = k.dim() < 4 or k.shape[0] == 1 or k.stride(0) == 0
+    return k.shape[-2] * (1 if once else k.shape[0])
 
 
 def _summed_in_cpp(torch, figure, q4, k4) -> bool:

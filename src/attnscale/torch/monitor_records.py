@@ -28,7 +28,9 @@ class CallRecord:
     float16_overflow_rows: int  # rows with |logit| > 65504, over all heads
 
 
-@dataclass(frozen=True)
+# Not frozen: a step makes one per head, and a frozen dataclass's __init__ took 2.4 µs where this
+# one takes 0.4 (measured, 25 fields): MiniLM's 72 heads, twice that in a model's step.
+@dataclass
 class HeadFigures:
     """Figures of one head of one layer: over every row of every call seen in the monitor's context
     (:meth:`Monitor.summary`), or over one step's calls (:meth:`Monitor.step`). NaN where no row counted.

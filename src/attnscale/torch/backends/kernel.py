@@ -19,17 +19,21 @@ def query_block(L: int) -> int:
     return Q_BLOCK if L >= 768 else min(Q_BLOCK, 64 if L >= 192 else 32)
 
 
-def run_kernel(torch, p: Problem, logit_range: bool, first_key: bool = False):
+def run_kernel(torch, p: Problem, logit_range: bool, first_key: bool = False, head_table: bool = False, counted=None):
     """The six figures of ``p`` (see :mod:`attnscale.torch.backends`), the weight on key 0 from the
-    kernel itself on request (the logit it already made, no pass of its own)."""
+    kernel itself on request (the logit it already made, no pass of its own). ``head_table``: two
+    more results, the monitor's head table of the rows ``counted`` (bool (B, L); None: all), made
+    with the figures (``head_tally.h``; needs ``logit_range`` and ``first_key``), float64
+    (len(ROWS), H_q), and each row's entropy as it counts (B, H_q, L), NaN where not."""
     from attnscale.torch.ext import BACKWARD_KV_BLOCK, BACKWARD_Q_BLOCK, kernel_build, load_kernel
+    from attnscale.torch.monitor_aggregates import THRESHOLDS
 
     def blas_ready(x):
         """Rows of unit-stride numbers, one after another (a transposed (B, L, H, d) view is fine;
         a broadcast row, stride 0, is not a valid BLAS leading dimension)."""
         return x if x.stride(-1) == 1 and x.stride(-2) >= max(1, x.shape[-1]) else x.contiguous()
 
-    out, lse, entropy, hi, lo, first = load_kernel()(
+    out, lse, entropy, hi, lo, first, *tally = load_kernel()(
         blas_ready(p.q),
         blas_ready(p.k),
         blas_ready(p.v),
@@ -41,10 +45,13 @@ def run_kernel(torch, p: Problem, logit_range: bool, first_key: bool = False):
         p.softcap,
         logit_range,
         first_key,
+        head_table,
+        counted,
+        *THRESHOLDS,
         query_block(p.q.shape[-2]),
         KV_BLOCK,
         BACKWARD_Q_BLOCK,
         BACKWARD_KV_BLOCK,
         kernel_build(),
     )
-    return out, lse, entropy, hi, lo, first if first_key else None
+    return (out, lse, entropy, hi, lo, first if first_key else None, *(tally if head_table else ()))

@@ -11,7 +11,8 @@ build file records the source path). A cached load takes well under a
 second; a fresh build about 7 s on two cores.
 
 Its ops: ``torch.ops.attnscale_health.attention`` (forward: output and the per-row figures, the
-weight on the first key among them on request) and
+weight on the first key among them on request, and on request the monitor's per-head table of
+them, made as the rows are: ``head_tally.h``) and
 ``attention_backward`` (dq, dk, dv and, on request, dbias), tied together for autograd in C++ (a
 ``torch::autograd::Function`` registered for the op's Autograd key), so a call on tensors that
 require grad records a backward like any PyTorch op; the figures are marked non-differentiable
@@ -62,7 +63,7 @@ __all__ = [
 # name, so that a change to them rebuilds as a change to a source does). A change that alters the bits
 # the kernel computes raises attnscale.provenance.KERNEL_ARITHMETIC.
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("health_attention.cpp", "head_sums.cpp"))
-HEADERS = (Path(__file__).with_name("lanes.h"),)
+HEADERS = tuple(Path(__file__).with_name(name) for name in ("lanes.h", "head_tally.h"))
 
 # -fopenmp: at::parallel_for is an inline OpenMP region, compiled into this library; without the flag
 # it silently runs on one thread. -march=native: the build is cached per CPU (see _build_name).
@@ -164,7 +165,9 @@ def _register_fake(torch) -> None:
         order = sorted(range(3), key=lambda d: -x.stride(d))
         return x.new_empty([sizes[d] for d in order] + [sizes[3]]).permute(*(order.index(d) for d in range(3)), 3)
 
-    def attention(q, k, v, mask, bias, causal, offset, scale, softcap, logit_range, first_key, *blocks):
+    def attention(q, k, v, mask, bias, causal, offset, scale, softcap, logit_range, first_key, head_table, *rest):
+        from attnscale.torch.monitor_aggregates import ROWS  # the head table's rows (head_tally.h)
+
         rows = q.shape[:3]
         return (
             like_layout(q, (*rows, v.shape[3])),
@@ -173,6 +176,8 @@ def _register_fake(torch) -> None:
             q.new_empty(rows),
             q.new_empty(rows if logit_range else (0,)),
             q.new_empty(rows if first_key else (0,)),
+            q.new_empty((len(ROWS), rows[1]), dtype=torch.float64) if head_table else q.new_empty((0,)),
+            q.new_empty(rows if head_table else (0,)),
         )
 
     def attention_backward(

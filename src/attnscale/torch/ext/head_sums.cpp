@@ -9,14 +9,13 @@
 //
 // Inputs: the five figures (N, H, L) of dtype T (float32 or float64): entropy, max and min logit,
 // lse, weight on key 0; q (N, H, L, d) the rows they are of and k (N_k, H_kv, S, d) the call's keys
-// (N_k may be 1: keys broadcast over the batch are read once), any strides, dtype T; valid None or
-// bool (N, L), the rows that are real tokens.
-// Output: float64 (kCount, H), the rows of enum Row; and, on request, the entropies (N, H, L) with
-// NaN where a row is not counted (a single-key row, a padding row), else an empty tensor.
-//
-// Arithmetic as NumPy's: comparisons in T against constants rounded to T, sums in double of
-// T values, each norm in T (as torch's). Sums run in row order, NumPy's pairwise, so the two agree
-// to rounding (a few ulp of a sum; a norm's own summation order, a few ulp of it), not bit for bit.
+// (N_k may be 1, or its stride 0: keys broadcast over the batch are read once), any strides, dtype
+// T; valid None or bool (N, L), the rows that are real tokens.
+// Output: float64 (kRowCount, H), the rows of head_tally.h's enum Row; and, on request, the
+// entropies (N, H, L) with NaN where a row is not counted (a single-key row, a padding row), else an
+// empty tensor. The row rules and their arithmetic: head_tally.h. Sums run in row order, NumPy's
+// pairwise, so the two agree to rounding (a few ulp of a sum; a norm's own summation order, a few
+// ulp of it), not bit for bit.
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -29,103 +28,47 @@
 #include <tuple>
 #include <vector>
 
-#include "lanes.h"
+#include "head_tally.h"
 
 namespace {
 
-// The rows of the output, in Running's terms (monitor_aggregates.ROWS, this order): the additive
-// rows first, then the extremes, so that adding two tables is three array operations.
-enum Row : int64_t {
-  kNoEntropy,  // rows with no entropy: empty or broken (NaN entropy), single-key rows not among them
-  kEmpty,      // lse = −inf: nothing attended
-  kSaturated,  // largest weight e^{max − lse} above the saturation threshold, single-key rows excepted
-  kSingle,     // one key attended: max = min and largest weight above 1/2
-  kOverflow,   // a logit beyond ±float16's largest number
-  kEntropySum, // Σ entropy over the rows with one (and not single-key)
-  kEntropySquares,
-  kFirstKeySum,  // Σ weight on key 0, over the same rows
-  kQNormSum,     // Σ ‖q_i‖, over the same rows
-  kKNormSum,     // Σ ‖k_j‖ over every key of the query head's KV head
-  kRows,         // rows read (valid ones)
-  kMaxLogit,   // NaN-skipping max of the rows' max logits (−inf: none)
-  kMinEntropy, // NaN-skipping min of the counted rows' entropies (inf: none)
-  kMinLogit,   // NaN-skipping min of the rows' min logits (inf: none)
-  kCount
-};
-
-// ‖x‖ of d numbers at the given stride, summed in T as torch's norm of a T tensor is (in lanes, lanes.h).
-template <typename T>
-T row_norm(const T* x, int64_t d, int64_t stride) {
-  if (stride == 1) return std::sqrt(attnscale::sum_of_squares(x, d));
-  T s = 0;
-  for (int64_t c = 0; c < d; ++c) s += x[c * stride] * x[c * stride];
-  return std::sqrt(s);
-}
+using attnscale::HeadTally;
+using attnscale::kRowCount;
 
 template <typename T>
 void sums_of(const at::Tensor& ent, const at::Tensor& hi, const at::Tensor& lo, const at::Tensor& lse,
              const at::Tensor& first, const at::Tensor& q, const at::Tensor& k, const at::Tensor* valid,
-             double log_saturated, double log_half, double float16_max, double* out, T* ent_out) {
+             const attnscale::Thresholds<T>& thresholds, double* out, T* ent_out) {
   const int64_t N = ent.size(0), H = ent.size(1), L = ent.size(2), d = q.size(3);
-  const int64_t H_kv = k.size(1), S = k.size(2), N_k = k.size(0);
+  const int64_t H_kv = k.size(1), S = k.size(2);
+  const int64_t N_k = k.stride(0) == 0 ? 1 : k.size(0);  // keys broadcast over the batch: read once
   const int64_t q0 = q.stride(0), q1 = q.stride(1), q2 = q.stride(2), q3 = q.stride(3);
-  const int64_t k0 = k.stride(0), k1 = k.stride(1), k2 = k.stride(2), k3 = k.stride(3);
   const T *E = ent.const_data_ptr<T>(), *A = hi.const_data_ptr<T>(), *B = lo.const_data_ptr<T>();
   const T *Z = lse.const_data_ptr<T>(), *F = first.const_data_ptr<T>(), *Q = q.const_data_ptr<T>();
   const bool* V = valid ? valid->const_data_ptr<bool>() : nullptr;
   const int64_t v0 = valid ? valid->stride(0) : 0, v1 = valid ? valid->stride(1) : 0;
-  const T sat = static_cast<T>(log_saturated), half = static_cast<T>(log_half), big = static_cast<T>(float16_max);
-  constexpr T nan = std::numeric_limits<T>::quiet_NaN();
-  constexpr T inf = std::numeric_limits<T>::infinity();
+  std::vector<double> key_sums(H_kv, 0.0);  // Σ ‖k_j‖ per KV head, then each query head its group's
+  const T* K = k.const_data_ptr<T>();
+  for (int64_t hk = 0; hk < H_kv; ++hk)
+    for (int64_t n = 0; n < N_k; ++n)
+      key_sums[hk] += attnscale::key_norm_sum(K + n * k.stride(0) + hk * k.stride(1), S, k.stride(2), d, k.stride(3));
   for (int64_t h = 0; h < H; ++h) {
-    int64_t rows = 0, no_entropy = 0, empty = 0, saturated = 0, singles = 0, overflow = 0;
-    double entropy_sum = 0, entropy_squares = 0, first_sum = 0, q_norm_sum = 0;
-    T top_logit = -inf, least_entropy = inf, least_logit = inf;
+    HeadTally<T> tally;
     for (int64_t n = 0; n < N; ++n) {
       const int64_t base = (n * H + h) * L;
       const T* plane = Q + n * q0 + h * q1;
       for (int64_t i = 0; i < L; ++i) {
         const int64_t r = base + i;
         if (V && !V[n * v0 + i * v1]) {  // padding: no row at all
-          if (ent_out) ent_out[r] = nan;
+          if (ent_out) ent_out[r] = std::numeric_limits<T>::quiet_NaN();
           continue;
         }
-        const T e = E[r], a = A[r], b = B[r], top = a - Z[r];
-        const bool broken = e != e;
-        const bool single = a == b && top > half && !broken;
-        ++rows;
-        no_entropy += broken;
-        empty += Z[r] == -inf;
-        saturated += top > sat && !single;
-        singles += single;
-        overflow += a > big || b < -big;
-        top_logit = a > top_logit ? a : top_logit;  // NaN compares false: skipped
-        least_logit = b < least_logit ? b : least_logit;
-        if (ent_out) ent_out[r] = single ? nan : e;
-        if (broken || single) continue;
-        least_entropy = e < least_entropy ? e : least_entropy;
-        entropy_sum += static_cast<double>(e);
-        entropy_squares += static_cast<double>(e) * static_cast<double>(e);
-        first_sum += static_cast<double>(F[r]);
-        q_norm_sum += static_cast<double>(row_norm(plane + i * q2, d, q3));
+        const T counted = tally.add(E[r], A[r], B[r], Z[r], F[r], plane + i * q2, d, q3, thresholds);
+        if (ent_out) ent_out[r] = counted;
       }
     }
-    double row[kCount];
-    row[kNoEntropy] = double(no_entropy), row[kEmpty] = double(empty), row[kSaturated] = double(saturated);
-    row[kSingle] = double(singles), row[kOverflow] = double(overflow), row[kEntropySum] = entropy_sum;
-    row[kEntropySquares] = entropy_squares, row[kFirstKeySum] = first_sum, row[kQNormSum] = q_norm_sum;
-    row[kKNormSum] = 0.0, row[kRows] = double(rows), row[kMaxLogit] = double(top_logit);
-    row[kMinEntropy] = double(least_entropy), row[kMinLogit] = double(least_logit);
-    for (int64_t c = 0; c < kCount; ++c) out[c * H + h] = row[c];
+    tally.write(out, h, H, key_sums[h / (H / H_kv)]);
   }
-  const T* K = k.const_data_ptr<T>();
-  std::vector<double> key_sums(H_kv, 0.0);  // Σ ‖k_j‖ per KV head, then each query head its group's
-  for (int64_t hk = 0; hk < H_kv; ++hk)
-    for (int64_t n = 0; n < N_k; ++n) {
-      const T* plane = K + n * k0 + hk * k1;
-      for (int64_t j = 0; j < S; ++j) key_sums[hk] += static_cast<double>(row_norm(plane + j * k2, d, k3));
-    }
-  for (int64_t h = 0; h < H; ++h) out[kKNormSum * H + h] = key_sums[h / (H / H_kv)];
 }
 
 std::tuple<at::Tensor, at::Tensor> head_sums(const at::Tensor& entropy, const at::Tensor& max_logit,
@@ -150,17 +93,17 @@ std::tuple<at::Tensor, at::Tensor> head_sums(const at::Tensor& entropy, const at
                     valid->size(1) == q.size(2),
                 "head_sums: valid must be bool (N, L)");
   const int64_t H = entropy.size(1);
-  at::Tensor out = at::empty({kCount, H}, entropy.options().dtype(at::kDouble));
+  at::Tensor out = at::empty({kRowCount, H}, entropy.options().dtype(at::kDouble));
   at::Tensor ent_out = entropies ? at::empty(entropy.sizes(), entropy.options()) : at::empty({0}, entropy.options());
   const at::Tensor* vp = valid.has_value() ? &valid.value() : nullptr;
   const at::Tensor e = entropy.contiguous(), hi = max_logit.contiguous(), lo = min_logit.contiguous(),
                    z = lse.contiguous(), f = first_key.contiguous();
   if (dtype == at::kFloat) {
-    sums_of<float>(e, hi, lo, z, f, q, k, vp, log_saturated, log_half, float16_max,
-                   out.data_ptr<double>(), entropies ? ent_out.data_ptr<float>() : nullptr);
+    sums_of<float>(e, hi, lo, z, f, q, k, vp, {log_saturated, log_half, float16_max}, out.data_ptr<double>(),
+                   entropies ? ent_out.data_ptr<float>() : nullptr);
   } else {
-    sums_of<double>(e, hi, lo, z, f, q, k, vp, log_saturated, log_half, float16_max,
-                    out.data_ptr<double>(), entropies ? ent_out.data_ptr<double>() : nullptr);
+    sums_of<double>(e, hi, lo, z, f, q, k, vp, {log_saturated, log_half, float16_max}, out.data_ptr<double>(),
+                    entropies ? ent_out.data_ptr<double>() : nullptr);
   }
   return {out, ent_out};
 }

@@ -54,6 +54,7 @@
 #include <tuple>
 #include <vector>
 
+#include "head_tally.h"
 #include "lanes.h"
 
 extern "C" {
@@ -219,10 +220,21 @@ struct Logits {
   }
 };
 
+// The monitor's head table, made with the figures (head_tally.h): each task tallies its rows as it
+// writes their figures (the q row still in cache), the tallies merged per head in task order.
+template <typename T>
+struct TableRequest {
+  const bool* counted;  // (B, L) rows the table counts (null: all), at strides c0, c1
+  int64_t c0, c1;
+  attnscale::Thresholds<T> thresholds;
+  double* table;    // (kRowCount, H_q)
+  T* counted_entropy;  // (B, H_q, L): each row's entropy as counted, NaN where not
+};
+
 template <typename T>
 void run(const Logits<T>& in, bool logit_range, int64_t q_block, int64_t kv_block, at::Tensor& out,
          at::Tensor& lse, at::Tensor& entropy, at::Tensor& max_logit, at::Tensor& min_logit,
-         at::Tensor* first_key) {
+         at::Tensor* first_key, const TableRequest<T>* request) {
   const int64_t B = in.B, H_q = in.H_q, L = in.L, d_v = in.d_v;
   const int64_t qb = std::max<int64_t>(1, std::min(q_block, L));
   const int64_t kb = std::max<int64_t>(1, std::min(kv_block, in.S));
@@ -241,8 +253,11 @@ void run(const Logits<T>& in, bool logit_range, int64_t q_block, int64_t kv_bloc
   T* max_p = max_logit.data_ptr<T>();
   T* min_p = logit_range ? min_logit.data_ptr<T>() : nullptr;
   T* first_p = first_key ? first_key->data_ptr<T>() : nullptr;
+  const int64_t tasks = B * H_q * n_qblocks;
+  std::vector<attnscale::HeadTally<T>> tallies(request ? tasks : 0);
+  std::vector<double> key_sums(request ? B * in.H_kv : 0, 0.0);  // Σ ‖k_j‖ per (batch, KV head)
 
-  at::parallel_for(0, B * H_q * n_qblocks, 1, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, tasks, 1, [&](int64_t begin, int64_t end) {
     Scratch<T> scores_buffer(static_cast<size_t>(qb * ld));
     T* const scores = scores_buffer.get();
     std::vector<T> m(qb), l(qb), u(qb), lo(qb), s0(qb);  // s0: each row's logit on key 0 (lowest: not attended)
@@ -365,8 +380,32 @@ void run(const Logits<T>& in, bool logit_range, int64_t q_block, int64_t kv_bloc
         // attended (−inf), NaN where the row has no distribution (lse −inf, NaN).
         if (first_p) first_p[row0 + r] = std::exp((s0[r] == lowest ? -inf : s0[r]) - lse_p[row0 + r]);
       }
+      if (request) {  // the block's rows tallied from their figures, just written (a loop of its own: faster, measured)
+        attnscale::HeadTally<T> tally;
+        const bool* counted = request->counted ? request->counted + b * request->c0 : nullptr;
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t i = row0 + r;
+          request->counted_entropy[i] =
+              !counted || counted[(i0 + r) * request->c1]
+                  ? tally.add(ent_p[i], max_p[i], min_p[i], lse_p[i], first_p[i], in.Q(b, h, i0 + r), in.d_k, 1,
+                              request->thresholds)
+                  : nan;
+        }
+        tallies[task] = tally;
+      }
+      // A KV head's keys, once per batch (once in all when broadcast over it): by its first query head's first task.
+      if (request && h % in.group == 0 && i0 == 0 && (in.ks.b != 0 || b == 0))
+        key_sums[b * in.H_kv + h / in.group] = attnscale::key_norm_sum(in.K(b, h / in.group, 0), in.S, in.ks.row, in.d_k, 1);
     }
   });
+  if (!request) return;
+  std::vector<attnscale::HeadTally<T>> heads(H_q);
+  for (int64_t task = 0; task < tasks; ++task) heads[(task / n_qblocks) % H_q].merge(tallies[task]);
+  for (int64_t h = 0; h < H_q; ++h) {
+    double keys = 0;
+    for (int64_t b = 0; b < B; ++b) keys += key_sums[b * in.H_kv + h / in.group];
+    heads[h].write(request->table, h, H_q, keys);
+  }
 }
 
 // The backward. dq (B, H_q, L, d_k), dk (B, H_kv, S, d_k), dv (B, H_kv, S, d_v) zero on entry,
@@ -535,17 +574,29 @@ void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 
 // Returns (out (B, H_q, L, d_v), laid out as q (new_like_layout), lse, entropy, max_logit, min_logit, first_key (each (B, H_q, L); min_logit
 // empty unless logit_range, first_key (each row's weight on key 0) empty unless first_key)), in the
-// inputs' dtype (float32 or float64).
+// inputs' dtype (float32 or float64); then, with head_table (which needs logit_range and first_key),
+// the monitor's head table float64 (kRowCount, H_q) of the rows `counted` (bool (B, L), None: all)
+// and each row's entropy as it counts (B, H_q, L), NaN where not (head_tally.h), else two empty
+// tensors. log_saturated, log_half, float16_max: the table's thresholds (head_tally.h's Thresholds).
 // backward_q_block, backward_kv_block: the backward's tile (read by the autograd below, not here).
 // build: this build's digest (ext/__init__.py), read by nothing: torch.compile's caches key a graph
 // on its ops' arguments, never on a C++ op's code, so a graph compiled against another build (whose
 // outputs may be laid out otherwise: Inductor asserts each output's strides) is never reused.
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> health_attention(
-    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::optional<at::Tensor>& mask,
-    const std::optional<at::Tensor>& bias, bool causal, int64_t causal_offset, double scale, double softcap,
-    bool logit_range, bool first_key, int64_t q_block, int64_t kv_block, int64_t /*backward_q_block*/,
-    int64_t /*backward_kv_block*/, int64_t /*build*/) {
+using Figures = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
+                           at::Tensor>;
+
+Figures health_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                         const std::optional<at::Tensor>& mask, const std::optional<at::Tensor>& bias, bool causal,
+                         int64_t causal_offset, double scale, double softcap, bool logit_range, bool first_key,
+                         bool head_table, const std::optional<at::Tensor>& counted, double log_saturated,
+                         double log_half, double float16_max, int64_t q_block, int64_t kv_block,
+                         int64_t /*backward_q_block*/, int64_t /*backward_kv_block*/, int64_t /*build*/) {
   check_inputs(q, k, v, mask, bias);
+  TORCH_CHECK(!head_table || (logit_range && first_key), "head_table needs logit_range and first_key");
+  if (counted.has_value())
+    TORCH_CHECK(counted->scalar_type() == at::kBool && counted->dim() == 2 && counted->size(0) == q.size(0) &&
+                    counted->size(1) == q.size(2),
+                "counted must be bool (B, L)");
   const auto B = q.size(0), H_q = q.size(1), L = q.size(2);
   auto opts = q.options();
   at::Tensor out = new_like_layout(q, {B, H_q, L, v.size(3)}, false);
@@ -554,17 +605,27 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   at::Tensor max_logit = at::empty({B, H_q, L}, opts);
   at::Tensor min_logit = logit_range ? at::empty({B, H_q, L}, opts) : at::empty({0}, opts);
   at::Tensor first = first_key ? at::empty({B, H_q, L}, opts) : at::empty({0}, opts);
+  at::Tensor table = head_table ? at::empty({attnscale::kRowCount, H_q}, opts.dtype(at::kDouble)) : at::empty({0}, opts);
+  at::Tensor counted_entropy = head_table ? at::empty({B, H_q, L}, opts) : at::empty({0}, opts);
   at::Tensor* fp = first_key ? &first : nullptr;
   const at::Tensor* mp = mask.has_value() ? &mask.value() : nullptr;
   const at::Tensor* bp = bias.has_value() ? &bias.value() : nullptr;
+  const bool* cp = counted.has_value() ? counted->const_data_ptr<bool>() : nullptr;
+  const int64_t c0 = cp ? counted->stride(0) : 0, c1 = cp ? counted->stride(1) : 0;
+  const auto go = [&](auto zero) {
+    using T = decltype(zero);
+    const TableRequest<T> request{cp, c0, c1, {log_saturated, log_half, float16_max},
+                                  head_table ? table.data_ptr<double>() : nullptr,
+                                  head_table ? counted_entropy.data_ptr<T>() : nullptr};
+    run<T>(Logits<T>(q, k, v, mp, bp, causal, causal_offset, scale, softcap), logit_range, q_block, kv_block, out,
+           lse, entropy, max_logit, min_logit, fp, head_table ? &request : nullptr);
+  };
   if (q.scalar_type() == at::kFloat) {
-    run<float>(Logits<float>(q, k, v, mp, bp, causal, causal_offset, scale, softcap), logit_range, q_block,
-               kv_block, out, lse, entropy, max_logit, min_logit, fp);
+    go(0.0f);
   } else {
-    run<double>(Logits<double>(q, k, v, mp, bp, causal, causal_offset, scale, softcap), logit_range, q_block,
-                kv_block, out, lse, entropy, max_logit, min_logit, fp);
+    go(0.0);
   }
-  return {out, lse, entropy, max_logit, min_logit, first};
+  return {out, lse, entropy, max_logit, min_logit, first, table, counted_entropy};
 }
 
 // Returns (dq, dk, dv, dbias): dq like q (B, H_q, L, d_k), dk and dv like k and v (B, H_kv, S, ·), in
@@ -600,8 +661,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> health_attention_back
   return {dq, dk, dv, dbias};
 }
 
-using Figures = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
-
 // The forward's autograd, in C++: registered from Python (torch.library.register_autograd) it cost
 // ~90 µs of Python per call (measured, (16, 4, 64, 16)), a tenth of the call. Forward and backward
 // reach the kernels through the dispatcher, so that a compiled graph's fake tensors find the ops'
@@ -614,18 +673,20 @@ class Attention : public torch::autograd::Function<Attention> {
                                                 const std::optional<at::Tensor>& mask,
                                                 const std::optional<at::Tensor>& bias, bool causal, int64_t offset,
                                                 double scale, double softcap, bool logit_range, bool first_key,
+                                                bool head_table, const std::optional<at::Tensor>& counted,
+                                                double log_saturated, double log_half, double float16_max,
                                                 int64_t q_block, int64_t kv_block, int64_t backward_q_block,
                                                 int64_t backward_kv_block, int64_t build) {
     static auto op = c10::Dispatcher::singleton()
                          .findSchemaOrThrow("attnscale_health::attention", "")
                          .typed<Figures(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                         const std::optional<at::Tensor>&, const std::optional<at::Tensor>&, bool,
-                                        int64_t, double, double, bool, bool, int64_t, int64_t, int64_t, int64_t,
-                                        int64_t)>();
+                                        int64_t, double, double, bool, bool, bool, const std::optional<at::Tensor>&,
+                                        double, double, double, int64_t, int64_t, int64_t, int64_t, int64_t)>();
     at::AutoDispatchBelowADInplaceOrView guard;
-    auto [out, lse, entropy, hi, lo, first] = op.call(q, k, v, mask, bias, causal, offset, scale, softcap,
-                                                      logit_range, first_key, q_block, kv_block, backward_q_block,
-                                                      backward_kv_block, build);
+    auto [out, lse, entropy, hi, lo, first, table, counted_entropy] =
+        op.call(q, k, v, mask, bias, causal, offset, scale, softcap, logit_range, first_key, head_table, counted,
+                log_saturated, log_half, float16_max, q_block, kv_block, backward_q_block, backward_kv_block, build);
     ctx->save_for_backward({q, k, v, out, lse, mask.value_or(at::Tensor()), bias.value_or(at::Tensor())});
     ctx->saved_data["causal"] = causal;
     ctx->saved_data["offset"] = offset;
@@ -634,8 +695,8 @@ class Attention : public torch::autograd::Function<Attention> {
     ctx->saved_data["bias_grad"] = bias.has_value() && bias->requires_grad();
     ctx->saved_data["q_block"] = backward_q_block;
     ctx->saved_data["kv_block"] = backward_kv_block;
-    ctx->mark_non_differentiable({lse, entropy, hi, lo, first});
-    return {out, lse, entropy, hi, lo, first};
+    ctx->mark_non_differentiable({lse, entropy, hi, lo, first, table, counted_entropy});
+    return {out, lse, entropy, hi, lo, first, table, counted_entropy};
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -659,7 +720,7 @@ class Attention : public torch::autograd::Function<Attention> {
                 ctx->saved_data["offset"].toInt(), ctx->saved_data["scale"].toDouble(),
                 ctx->saved_data["softcap"].toDouble(), bias_grad, ctx->saved_data["q_block"].toInt(),
                 ctx->saved_data["kv_block"].toInt());
-    torch::autograd::variable_list grad_inputs(16);  // one per forward input: q, k, v, mask, bias, settings
+    torch::autograd::variable_list grad_inputs(21);  // one per forward input: q, k, v, mask, bias, settings
     grad_inputs[0] = dq;
     grad_inputs[1] = dk;
     grad_inputs[2] = dv;
@@ -671,19 +732,24 @@ class Attention : public torch::autograd::Function<Attention> {
 Figures health_attention_autograd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   const std::optional<at::Tensor>& mask, const std::optional<at::Tensor>& bias,
                                   bool causal, int64_t offset, double scale, double softcap, bool logit_range,
-                                  bool first_key, int64_t q_block, int64_t kv_block, int64_t backward_q_block,
-                                  int64_t backward_kv_block, int64_t build) {
-  auto r = Attention::apply(q, k, v, mask, bias, causal, offset, scale, softcap, logit_range, first_key, q_block,
-                            kv_block, backward_q_block, backward_kv_block, build);
-  return {r[0], r[1], r[2], r[3], r[4], r[5]};
+                                  bool first_key, bool head_table, const std::optional<at::Tensor>& counted,
+                                  double log_saturated, double log_half, double float16_max, int64_t q_block,
+                                  int64_t kv_block, int64_t backward_q_block, int64_t backward_kv_block,
+                                  int64_t build) {
+  auto r = Attention::apply(q, k, v, mask, bias, causal, offset, scale, softcap, logit_range, first_key, head_table,
+                            counted, log_saturated, log_half, float16_max, q_block, kv_block, backward_q_block,
+                            backward_kv_block, build);
+  return {r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]};
 }
 
 }  // namespace
 
 TORCH_LIBRARY(attnscale_health, m) {
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor? mask, Tensor? bias, bool causal, int causal_offset, "
-        "float scale, float softcap, bool logit_range, bool first_key, int q_block, int kv_block, "
-        "int backward_q_block, int backward_kv_block, int build) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
+        "float scale, float softcap, bool logit_range, bool first_key, bool head_table, Tensor? counted, "
+        "float log_saturated, float log_half, float float16_max, int q_block, int kv_block, "
+        "int backward_q_block, int backward_kv_block, int build) "
+        "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def("attention_backward(Tensor q, Tensor k, Tensor v, Tensor out, Tensor dout, Tensor lse, Tensor? mask, "
         "Tensor? bias, bool causal, int causal_offset, float scale, float softcap, bool bias_grad, int q_block, "
         "int kv_block) -> (Tensor, Tensor, Tensor, Tensor)");
