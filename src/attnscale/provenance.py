@@ -18,8 +18,10 @@ ARITHMETIC_FIELDS = ("model", "flags", "capability", "blas", "threads")
 #: The rounding of the fused CPU kernel (attnscale/torch/ext): raised whenever a change to its sources
 #: changes the bits it computes, so that a result made with another kernel is not held to bit-for-bit
 #: reproduction on its own machine. 1: until 2026-12-03; 2: its vectors 512 bits wide where the CPU has
-#: them, and its row sums in lanes (2026-12-04). A :func:`cpu` record without the field is of 1.
-KERNEL_ARITHMETIC = 2
+#: them, and its row sums in lanes (2026-12-04); 3: the monitor's per-head sums made by the kernel,
+#: block by block (2026-12-04: the same figures, summed in another order). A :func:`cpu` record
+#: without the field is of 1.
+KERNEL_ARITHMETIC = 3
 
 
 def _version(package: str) -> str | None:
