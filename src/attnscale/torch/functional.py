@@ -195,7 +195,7 @@ def _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite, backend, s
     def flat(x):
         if x.dim() != 4 or x.shape[0] != batch:  # a (B, H, N, d) input is already flat: no view nodes
             x = x.expand(lead + tuple(x.shape[-3:])).reshape((batch,) + tuple(x.shape[-3:]))
-        return x.to(compute)
+        return x if x.dtype == compute else x.to(compute)  # a no-op .to costs a call too: per call, measured
 
     mask4 = None
     if mask is not None:
@@ -211,6 +211,8 @@ def _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite, backend, s
         if check_finite and bias.numel() and not bool(bias.max() < math.inf):  # max is NaN if any is
             raise InputError("bias: contains NaN or +Inf; expected finite values or -inf (masked)")
         bias4 = _broadcast_rows(torch, "bias", bias.to(device=q.device, dtype=compute), target, batch)
+    # A constant scale (SDPA's, every model's) is the problem's own: no second Problem from _apply_rule.
+    constant = not (rule.caps or rule.normalizes or rule.uses_n)
     p = Problem(
         q=flat(q4),
         k=flat(k4),
@@ -218,13 +220,13 @@ def _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite, backend, s
         mask=mask4,
         bias=bias4,
         alignment=causal_alignment(causal, L, S),
-        scale=1.0,
+        scale=float(rule.factor(sh.d_k)) if constant else 1.0,
         softcap=0.0,
         lead=lead,
         squeeze_heads=squeeze,
         out_dtype=q.dtype,
     )
-    return _apply_rule(torch, p, rule), chosen
+    return (p if constant else _apply_rule(torch, p, rule)), chosen
 
 
 def _check_finite(torch, given: dict, kernel: bool) -> None:
@@ -335,12 +337,14 @@ def attention(
         torch, p, chosen, backend, logit_range, first_key, head_table, rows
     )
     _check_graph(torch, (q, k, v, bias), out, chosen)
-    out = p.shaped(out).to(p.out_dtype)
+    out = p.shaped(out)
+    if out.dtype != p.out_dtype:
+        out = out.to(p.out_dtype)
     if not return_stats:
         return out
 
-    def figure(x):
-        return None if x is None else p.shaped(x).detach()
+    def figure(x):  # detached: the kernel's figures are already (non-differentiable outputs)
+        return None if x is None else p.shaped(x if not x.requires_grad else x.detach())
 
     return out, AttentionStats(
         lse=figure(lse),
