@@ -324,7 +324,7 @@ def _figures_op(torch):
     inputs (an opaque op: no graph break; it mutates the token so that it is kept, in order)."""
     if "figures" not in _OPS:
 
-        def figures(q, k, v, lse, entropy, max_logit, min_logit, first_key, backend, token):
+        def figures(q, k, v, lse, entropy, max_logit, min_logit, first_key, head_table, counted_entropy, backend, token):
             cap = _LIVE[-1] if _LIVE else None
             if cap is not None and not cap._paused and cap._on_figures is not None:
                 from attnscale.torch.functional import AttentionStats
@@ -342,6 +342,8 @@ def _figures_op(torch):
                         min_logit=min_logit,
                         backend=backend,
                         first_key_weight=first_key,
+                        head_table=head_table,
+                        counted_entropy=counted_entropy,
                     ),
                 )
                 cap._compiled += 1
@@ -350,7 +352,7 @@ def _figures_op(torch):
             torch,
             figures,
             "(Tensor q, Tensor k, Tensor v, Tensor lse, Tensor entropy, Tensor max_logit, Tensor min_logit, "
-            "Tensor first_key, str backend, Tensor(a!) token) -> ()",
+            "Tensor first_key, Tensor? head_table, Tensor? counted_entropy, str backend, Tensor(a!) token) -> ()",
         )
     return _OPS["figures"]
 
@@ -383,6 +385,8 @@ def _compiled_call(torch, func, args, kwargs, compiled_replace=None):
             stats.max_logit,
             stats.min_logit,
             stats.first_key_weight,
+            stats.head_table,
+            stats.counted_entropy,
             stats.backend,
             _TOKEN[0],
         )

@@ -357,6 +357,7 @@ class Monitor:
 
     def __exit__(self, *exc) -> None:
         self._remove_padding_hooks()
+        self._mask_cache = None  # the model's last mask: the monitor keeps figures, no tensors
         self._capture.__exit__(*exc)
         self.close(warn=exc[0] is None)  # no warning on top of an error
 
@@ -627,7 +628,7 @@ class Monitor:
             self._fallback("other attention")
             self._counted = False
         with torch.no_grad():
-            mask, bias = split_attn_mask(call.attn_mask)
+            mask, bias, _ = self._mask_parts(torch, call.attn_mask)
             q, causal, picked = call.q, "top_left" if call.is_causal else False, self._rows_of(call.q)
             compared = call.source == "interface" and call.dropout_p == 0
             # The figures do not depend on v: where the output is not compared (the model's own is
@@ -765,6 +766,7 @@ def compiled_replacement(a: dict):
         first_key=True,
         backend=TRAINING_BACKEND,
         check_finite=False,
+        head_table=q.dim() == 4,  # every row: a compiled model's padding is not read (module docstring)
     )
 
 
