@@ -324,7 +324,9 @@ def _figures_op(torch):
     inputs (an opaque op: no graph break; it mutates the token so that it is kept, in order)."""
     if "figures" not in _OPS:
 
-        def figures(q, k, v, lse, entropy, max_logit, min_logit, first_key, head_table, counted_entropy, backend, token):
+        def figures(
+            q, k, v, lse, entropy, max_logit, min_logit, first_key, head_table, counted_entropy, backend, token
+        ):
             cap = _LIVE[-1] if _LIVE else None
             if cap is not None and not cap._paused and cap._on_figures is not None:
                 from attnscale.torch.functional import AttentionStats

@@ -876,9 +876,10 @@ def _medians(calls: list | None, heads: int) -> list:
 
 def _head_figures(layer: str, run: Running, entropies: dict) -> list[HeadFigures]:
     """One :class:`HeadFigures` per head of ``run``; ``entropies``: {layer: [row entropies (N, H, L), ...]}
-    over the same calls (empty with history=False: no median)."""
+    over the same calls (empty with history=False: no median). In plain Python over the table's
+    rows as lists (per head, an array operation costs more than the arithmetic: measured)."""
     p = run.plain()
-    nan, inf, population, keys = math.nan, math.inf, run.population, run.keys
+    nan, inf, population, keys, calls = math.nan, math.inf, run.population, run.keys, run.calls
     columns = zip(
         p["rows"],
         p["rows_empty"],
@@ -899,40 +900,40 @@ def _head_figures(layer: str, run: Running, entropies: dict) -> list[HeadFigures
     )
     out = []
     for h, (rows, empty, broken, single, saturated, overflow, ent_sum, squares, ent_min, hi, lo, top, first, q_norm, k_norm, median) in enumerate(columns):  # fmt: skip
-        read = rows + empty + broken + single
         mean = ent_sum / rows if rows else nan
         spread = (squares - rows * mean * mean) / (rows - 1) if rows > 1 else nan
-        unread = 1.0 - read / population if population else 0.0
+        unread = 1.0 - (rows + empty + broken + single) / population if population else 0.0
         se = 0.0 if unread <= 0 else math.sqrt(max(spread, 0.0) / rows * unread) if rows > 1 else nan
+        # Positional, in HeadFigures' order of fields (a step makes one per head). The logits of
+        # single-key and broken rows count: −inf/+inf here are the reductions' identities, no logit
+        # seen (an overflowed +inf max is a logit, and stays).
         out.append(
             HeadFigures(
-                layer=layer,
-                head=h,
-                calls=run.calls,
-                rows=rows,
-                rows_empty=empty,
-                rows_broken=broken,
-                saturated_rows=saturated,
-                float16_overflow_rows=overflow,
-                entropy_mean=mean,
-                entropy_median=median,
-                entropy_min=ent_min if rows else nan,
-                # The logits of single-key and broken rows count: −inf/+inf here are the reductions'
-                # identities, no logit seen (an overflowed +inf max is a logit, and stays).
-                max_logit=hi if hi > -inf else nan,
-                min_logit=lo if lo < inf else nan,
-                max_abs_logit=top if top > -inf else nan,
-                rows_of=population,
-                entropy_mean_se=se,
-                rows_single=single,
-                entropy_sum=ent_sum,
-                first_key_weight=first / rows if rows else nan,
-                q_norm_mean=q_norm / rows if rows else nan,
-                k_norm_mean=k_norm / keys if keys else nan,
-                keys=keys,
-                first_key_sum=first,
-                q_norm_sum=q_norm,
-                k_norm_sum=k_norm,
+                layer,
+                h,
+                calls,
+                rows,
+                empty,
+                broken,
+                saturated,
+                overflow,
+                mean,
+                median,
+                ent_min if rows else nan,
+                hi if hi > -inf else nan,
+                lo if lo < inf else nan,
+                top if top > -inf else nan,
+                population,
+                se,
+                single,
+                ent_sum,
+                first / rows if rows else nan,
+                q_norm / rows if rows else nan,
+                k_norm / keys if keys else nan,
+                keys,
+                first,
+                q_norm,
+                k_norm,
             )
         )
     return out
