@@ -19,8 +19,8 @@ ARITHMETIC_FIELDS = ("model", "flags", "capability", "blas", "threads")
 #: changes the bits it computes, so that a result made with another kernel is not held to bit-for-bit
 #: reproduction on its own machine. 1: until 2026-12-03; 2: its vectors 512 bits wide where the CPU has
 #: them, and its row sums in lanes (2026-12-04); 3: the monitor's per-head sums made by the kernel,
-#: block by block (2026-12-04: the same figures, summed in another order). A :func:`cpu` record
-#: without the field is of 1.
+#: block by block (the same figures, summed in another order), and the weight on key 0 by the
+#: kernel's own exp (2026-12-04). A :func:`cpu` record without the field is of 1.
 KERNEL_ARITHMETIC = 3
 
 

@@ -376,9 +376,19 @@ void run(const Logits<T>& in, bool logit_range, int64_t q_block, int64_t kv_bloc
           max_p[row0 + r] = nan;
           if (min_p) min_p[row0 + r] = nan;
         }
+      }
+      if (first_p) {
         // The weight on key 0, e^{s_i0 − lse_i}, from the logit the sums used: 0 where key 0 is not
-        // attended (−inf), NaN where the row has no distribution (lse −inf, NaN).
-        if (first_p) first_p[row0 + r] = std::exp((s0[r] == lowest ? -inf : s0[r]) - lse_p[row0 + r]);
+        // attended (−inf, or underflow), NaN where the row has no distribution (lse −inf, NaN). In
+        // one vectorised loop with the kernel's own exp: std::exp, a call per row, took 3% of the
+        // kernel at (8, 12, 20, 32) (perf, Intel Xeon, 2026-12-04). s_i0 ≤ lse_i but for rounding:
+        // the weight at most 1.
+#pragma omp simd
+        for (int64_t r = 0; r < rows; ++r) {
+          const T x = (s0[r] == lowest ? -inf : s0[r]) - lse_p[row0 + r];
+          const T w = exp_nonpositive(x < T(0) ? x : T(0));
+          first_p[row0 + r] = x != x ? nan : x < under ? T(0) : w;
+        }
       }
       if (request) {  // the block's rows tallied from their figures, just written (a loop of its own: faster, measured)
         attnscale::HeadTally<T> tally;
