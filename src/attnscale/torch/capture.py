@@ -526,8 +526,8 @@ def _make_interface_handler(cap: Capture):
         name = cap._module_name(call.module)
         if name is None or cap._paused:  # another model's module, or paused
             return call.run()
-        why = call.unreadable()
-        if cap._replace is not None and call.eager_like and why is None:
+        eager_like = call.eager_like
+        if cap._replace is not None and eager_like and call.unreadable() is None:
             out = cap._replace(name, call.sdpa_arguments())
             if out is not None:
                 # Eager's layout (B, L, H, d); no probabilities, as under "sdpa".
@@ -536,7 +536,8 @@ def _make_interface_handler(cap: Capture):
         out, weights = call.run()
         if cap._sdpa_seen != seen:  # its SDPA call was seen, and counted, there
             return out, weights
-        if why is None and not (call.eager_like or isinstance(weights, torch.Tensor)):
+        why = call.unreadable()
+        if why is None and not (eager_like or isinstance(weights, torch.Tensor)):
             why = (
                 f"attention implementation {call.implementation!r} neither calls SDPA nor returns its "
                 "probabilities (use attn_implementation='eager' or 'sdpa')"

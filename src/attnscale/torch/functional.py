@@ -299,11 +299,10 @@ def attention(
             PyTorch, which checks no values: the scan reads every input once more (on CUDA its
             answer is a host sync per call), and a non-finite input still shows, as NaN output and
             figures (module docstring). True turns it on, to name the first bad input.
-        head_table: the figures also summed per head as the monitor keeps them
-            (:mod:`attnscale.torch.monitor_aggregates`: counts, sums, extremes), made by the kernel as
-            it makes the rows, in ``stats.head_table`` and ``stats.counted_entropy``; needs
-            ``logit_range`` and ``first_key``. Other backends leave both None (the caller sums the
-            figures: :func:`~attnscale.torch.monitor_aggregates.call_figures`).
+        head_table: the figures also summed per head as the monitor keeps them (counts, sums,
+            extremes: :mod:`attnscale.torch.monitor_aggregates`), made by the kernel with the rows, in
+            ``stats.head_table`` and ``stats.counted_entropy``; needs ``logit_range`` and ``first_key``.
+            Other backends leave both None (the caller sums the figures: its ``call_figures``).
         counted: with ``head_table``, bool (..., L) (q's dimensions before the head axis, then L):
             the rows the table counts (a padding row is none); None: every row.
 
@@ -320,11 +319,7 @@ def attention(
     [0.5, 0.9741, 0.6628]
     """
     torch = require("torch", "torch")
-    _check_options(backend, return_stats, logit_range, first_key)
-    if head_table and not (logit_range and first_key):
-        raise InputError(
-            "head_table: the head table sums the logit range and the weight on key 0; pass logit_range=True and first_key=True"
-        )
+    _check_options(backend, return_stats, logit_range, first_key, head_table)
     p, chosen = _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite, backend, return_stats)
     if chosen is None:  # PyTorch's SDPA cannot cap: a capped call has a backend
         if check_finite:
@@ -333,25 +328,29 @@ def attention(
     if check_finite:
         _check_finite(torch, {"q": q, "k": k, "v": v}, kernel=chosen == "kernel")
     rows = _counted_rows(torch, p, q, counted) if head_table else None
-    (out, lse, entropy, hi, lo, first, *table), chosen = _run_backend(
-        torch, p, chosen, backend, logit_range, first_key, head_table, rows
-    )
-    _check_graph(torch, (q, k, v, bias), out, chosen)
-    out = p.shaped(out)
+    figures, chosen = _run_backend(torch, p, chosen, backend, logit_range, first_key, head_table, rows)
+    _check_graph(torch, (q, k, v, bias), figures[0], chosen)
+    out = p.shaped(figures[0])
     if out.dtype != p.out_dtype:
         out = out.to(p.out_dtype)
     if not return_stats:
         return out
+    return out, _stats(torch, p, figures, chosen, logit_range, first_key)
+
+
+def _stats(torch, p: Problem, figures: tuple, backend: str, logit_range: bool, first_key: bool) -> AttentionStats:
+    """The :class:`AttentionStats` of a backend's figures (:func:`_run_backend`), shaped as the rows."""
+    _, lse, entropy, hi, lo, first, *table = figures
 
     def figure(x):  # detached: the kernel's figures are already (non-differentiable outputs)
         return None if x is None else p.shaped(x if not x.requires_grad else x.detach())
 
-    return out, AttentionStats(
+    return AttentionStats(
         lse=figure(lse),
         entropy=figure(entropy),
         max_logit=figure(hi) if logit_range else None,
         min_logit=figure(lo) if logit_range else None,
-        backend=chosen,
+        backend=backend,
         first_key_weight=figure(_first_key_weight(torch, p, lse) if first is None else first) if first_key else None,
         head_table=table[0] if table else None,
         counted_entropy=figure(table[1]) if table else None,
@@ -370,13 +369,19 @@ def _counted_rows(torch, p: Problem, q, counted):
     return counted.to(p.q.device).reshape(p.q.shape[0], p.q.shape[2])
 
 
-def _check_options(backend: str, return_stats: bool, logit_range: bool, first_key: bool) -> None:
-    """The backend is one of :data:`BACKENDS`, and the figures asked for come with ``return_stats``."""
+def _check_options(backend: str, return_stats: bool, logit_range: bool, first_key: bool, head_table: bool) -> None:
+    """The backend is one of :data:`BACKENDS`, the figures asked for come with ``return_stats``, and
+    the head table with the figures it sums."""
     check_choice("backend", backend, BACKENDS)
     if logit_range and not return_stats:
         raise InputError("logit_range: the logit range is a figure; pass return_stats=True to get it")
     if first_key and not return_stats:
         raise InputError("first_key: the weight on the first key is a figure; pass return_stats=True to get it")
+    if head_table and not (logit_range and first_key):
+        raise InputError(
+            "head_table: the head table sums the logit range and the weight on key 0; "
+            "pass logit_range=True and first_key=True"
+        )
 
 
 def _run_backend(

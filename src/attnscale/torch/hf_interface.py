@@ -31,7 +31,6 @@ cannot (``sinks``: gpt-oss's learned extra logit; extra positional arguments).
 
 from __future__ import annotations
 
-import functools
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -173,7 +172,7 @@ class riding:
                     )
                 )
 
-            functools.update_wrapper(wrapped, fn, assigned=(), updated=())  # only __wrapped__ = fn
+            wrapped.__wrapped__ = fn  # type: ignore[attr-defined]  # what eager_like unwraps (made per call: no update_wrapper)
             return wrapped
 
         self._before, self._patch = before, get_interface
