@@ -20,11 +20,23 @@ import numpy as np
 
 from attnscale.errors import InputError, InputTypeError
 
-__all__ = ["softmax", "logsumexp", "RowHealth", "row_health", "softmax_jacobian", "jacobian_norms", "SATURATED_WEIGHT"]
+__all__ = [
+    "softmax",
+    "logsumexp",
+    "RowHealth",
+    "row_health",
+    "softmax_jacobian",
+    "jacobian_norms",
+    "SATURATED_WEIGHT",
+    "FLOAT16_MAX",
+]
 
 #: A row whose largest weight exceeds this is counted as saturated (nearly one-hot), by the training
 #: experiments and the monitor alike.
 SATURATED_WEIGHT = 0.99
+#: The largest finite float16: a logit beyond ±it overflows to ±inf before a float16 softmax
+#: (PyTorch issue #119131); the monitor, the probe and the telemetry count such rows.
+FLOAT16_MAX = float(np.finfo(np.float16).max)  # 65504.0
 
 
 def _attended(logits: np.ndarray, mask: np.ndarray | None) -> np.ndarray:

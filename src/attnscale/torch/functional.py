@@ -73,6 +73,7 @@ from attnscale.errors import InputError, InputTypeError, check_choice, require
 from attnscale.masks import causal_alignment
 from attnscale.scales import QKNorm, resolve_scale
 from attnscale.shapes import check_qkv_shapes
+from attnscale.softmax_rows import FLOAT16_MAX
 from attnscale.torch.backends import RUNNERS
 from attnscale.torch.backends.kernel import run_kernel
 from attnscale.torch.backends.flex import FlexFailure
@@ -81,7 +82,6 @@ from attnscale.torch.backends.problem import Problem, allowed_keys, nothing_atte
 __all__ = ["attention", "AttentionStats", "BACKENDS", "FLOAT16_MAX", "qk_normalized"]
 
 BACKENDS = ("auto", "kernel", "composed", "chunked", "flex")
-FLOAT16_MAX = 65504.0  # the largest finite float16: a logit beyond it overflows to ±inf
 
 
 @dataclass(frozen=True)

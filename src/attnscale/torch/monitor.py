@@ -695,7 +695,9 @@ class Monitor:
             self._fallback("learned mask")
             return None
         picked = self._rows_of(q)
-        tabled, counted = self._table_rows(q) if picked is None else (False, None)  # sampled: taken after
+        # A table of every row (of the real tokens); none for a sample (summed after, from its rows)
+        # nor for a checkpoint's recomputation (not folded in).
+        tabled, counted = self._table_rows(q) if picked is None and not self._rerun else (False, None)
         try:
             mask, bias, averaged = self._mask_parts(torch, m)
             if averaged:

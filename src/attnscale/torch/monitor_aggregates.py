@@ -18,41 +18,20 @@ every key row of the calls.
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
 from attnscale.errors import require
-from attnscale.softmax_rows import SATURATED_WEIGHT
-from attnscale.torch.functional import FLOAT16_MAX
+from attnscale.softmax_rows import FLOAT16_MAX
+from attnscale.torch.head_table import ROWS, THRESHOLDS
 
-__all__ = ["Running", "ROWS", "THRESHOLDS", "call_figures", "numpy_call_figures", "rows_by_head"]
+__all__ = ["Running", "call_figures", "numpy_call_figures", "rows_by_head"]
 
-_LOG_SATURATED = math.log(SATURATED_WEIGHT)  # a row is saturated when its largest weight exceeds it
-_LOG_HALF = math.log(0.5)  # equal logits above it: one key (see the module docstring)
-THRESHOLDS = (_LOG_SATURATED, _LOG_HALF, FLOAT16_MAX)  # the C++ rules' constants (head_tally.h's Thresholds)
-
-
-# The rows of a Running's table, as head_sums.cpp's enum Row (the kernel library writes them in
-# this order): the additive ones first, then the largest logit, then the two smallest figures.
-ROWS = (
-    "no_entropy",  # rows with no entropy: empty or broken (NaN entropy), single-key rows not among them
-    "empty",  # lse = −inf: nothing attended
-    "saturated",  # largest weight above SATURATED_WEIGHT, single-key rows excepted
-    "single",  # one key attended
-    "overflow",  # a logit beyond ±float16's largest number
-    "entropy_sum",  # over the rows with an entropy (single-key rows out)
-    "entropy_squares",  # Σ entropy²: the sample's spread (rows=K)
-    "first_key_sum",  # Σ weight on key 0, over the same rows
-    "q_norm_sum",  # Σ ‖q_i‖, over the same rows
-    "k_norm_sum",  # Σ ‖k_j‖ over every key of the query head's KV head
-    "rows",  # rows read (real tokens)
-    "max_logit",  # NaN-skipping max of the rows' max logits (−inf: none)
-    "entropy_min",  # NaN-skipping min of the counted rows' entropies (inf: none)
-    "min_logit",  # NaN-skipping min of the rows' min logits (inf: none)
-)
-_ADDED, _MAX, _MINS = slice(0, 11), 11, slice(12, 14)
-_START = np.array([0.0] * 11 + [-np.inf, np.inf, np.inf])[:, None]  # each row's identity
+_LOG_SATURATED, _LOG_HALF, _ = THRESHOLDS
+# The table's rows (head_table.ROWS): the additive ones, the largest logit, the two smallest figures.
+_MAX = ROWS.index("max_logit")
+_ADDED, _MINS = slice(0, _MAX), slice(_MAX + 1, len(ROWS))
+_START = np.array([0.0] * _MAX + [-np.inf, np.inf, np.inf])[:, None]  # each row's identity
 
 
 class Running:

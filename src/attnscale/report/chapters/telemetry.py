@@ -7,16 +7,15 @@ ratio, verdict and per-layer aggregate comes from ``env.data``.
 
 from __future__ import annotations
 
-import numpy as np
 
 from attnscale.i18n import N_, _
 from attnscale.report.html import bullets, para, table
 from attnscale.report.numbers import number
+from attnscale.softmax_rows import FLOAT16_MAX
 
 KIND = "telemetry"
 TITLE = N_("Watching attention health without the L×S matrix")
 HOW_TO = "attnscale telemetry-bench"
-FLOAT16_MAX = float(np.finfo(np.float16).max)  # 65504: a |logit| beyond it overflows in float16
 
 #: A target of the benchmark against what was measured: see verdict_key.
 VERDICT_SENTENCES = {

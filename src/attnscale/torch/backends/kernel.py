@@ -26,7 +26,7 @@ def run_kernel(torch, p: Problem, logit_range: bool, first_key: bool = False, he
     with the figures (``head_tally.h``; needs ``logit_range`` and ``first_key``), float64
     (len(ROWS), H_q), and each row's entropy as it counts (B, H_q, L), NaN where not."""
     from attnscale.torch.ext import BACKWARD_KV_BLOCK, BACKWARD_Q_BLOCK, kernel_build, load_kernel
-    from attnscale.torch.monitor_aggregates import THRESHOLDS
+    from attnscale.torch.head_table import THRESHOLDS
 
     def blas_ready(x):
         """Rows of unit-stride numbers, one after another (a transposed (B, L, H, d) view is fine;

@@ -166,7 +166,7 @@ def _register_fake(torch) -> None:
         return x.new_empty([sizes[d] for d in order] + [sizes[3]]).permute(*(order.index(d) for d in range(3)), 3)
 
     def attention(q, k, v, mask, bias, causal, offset, scale, softcap, logit_range, first_key, head_table, *rest):
-        from attnscale.torch.monitor_aggregates import ROWS  # the head table's rows (head_tally.h)
+        from attnscale.torch.head_table import ROWS  # the head table's rows (head_tally.h)
 
         rows = q.shape[:3]
         return (

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from attnscale.softmax_rows import FLOAT16_MAX
 from attnscale.stored_words import STRIKING_FROZEN, STRIKING_RANKINGS, STRIKING_RULES
 
 __all__ = ["summarise", "striking_heads", "analysis", "FIGURES", "FLOAT16_MAX", "WEIGHTING"]
 
-FLOAT16_MAX = 65504.0
 
 WEIGHTING = (
     "q_mean, q_var, k_mean, k_var, ratio_pair and its split are pair-weighted (each token counts once "
