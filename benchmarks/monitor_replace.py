@@ -4,7 +4,8 @@
     python benchmarks/monitor_replace.py --repeats 9 --batch 16
     python benchmarks/monitor_replace.py --no-minilm    # only the small training step below
 
-Variants, interleaved in one run (medians, so a load change hits them alike):
+Variants, interleaved in one run (so a load change hits them alike); each ratio is the median of the
+rounds' own ratios to that round's plain:
 
 - ``plain``: the model's SDPA implementation, no monitor;
 - ``observe``: ``Monitor(model)`` — SDPA runs, the figures are recomputed (two passes);
@@ -77,6 +78,9 @@ def interleaved(work, repeats: int) -> dict:
             firsts[name].append(first)
     return {
         "medians": {name: statistics.median(ts) for name, ts in times.items()},
+        # Each round's variant ÷ that round's plain, then the median: a slow drift of the machine's
+        # speed (seen here: ±3% between runs a minute apart) moves both sides of a ratio alike.
+        "ratios": {name: statistics.median(t / p for t, p in zip(ts, times["plain"])) for name, ts in times.items()},
         "first": {name: statistics.median(ts) for name, ts in firsts.items()},
     }
 
@@ -173,10 +177,10 @@ def main(argv=None) -> int:
         f"{'first step +ms':>16}"
     )
     for name, r in rows:
-        m, first = r["medians"], r["first"]
+        m, ratio, first = r["medians"], r["ratios"], r["first"]
         print(
-            f"{name:<38}{str(r['shape']):<20}{m['plain'] * 1e3:>10.2f}{m['observe'] / m['plain']:>11.3f}"
-            f"{m['replace'] / m['plain']:>11.3f}{m['every10'] / m['plain']:>12.3f}"
+            f"{name:<38}{str(r['shape']):<20}{m['plain'] * 1e3:>10.2f}{ratio['observe']:>11.3f}"
+            f"{ratio['replace']:>11.3f}{ratio['every10']:>12.3f}"
             f"{(first['replace'] - first['plain']) * 1e3:>16.2f}"
         )
         if "max_abs_diff" in r:
@@ -186,7 +190,9 @@ def main(argv=None) -> int:
             )
     print(f"CPU: {cpu_name()}; torch {__import__('torch').__version__}")
     print(
-        f"medians of {args.repeats} interleaved rounds of {STEPS} calls, {args.threads or 'default'} torch thread(s); load average {', '.join(f'{x:.2f}' for x in os.getloadavg())}"
+        f"plain: median of {args.repeats} interleaved rounds of {STEPS} calls; ratios: median of the rounds' own "
+        f"ratios to plain; {args.threads or 'default'} torch thread(s); load average "
+        f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}"
     )
     return 0
 

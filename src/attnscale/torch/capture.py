@@ -360,11 +360,17 @@ def _figures_op(torch):
 
 
 def _register_op(torch, fn, schema: str) -> None:
-    """``fn`` as the custom op ``attnscale_capture::<its name>``, kept in :data:`_OPS`: it returns
-    nothing and mutates the token (its fake does nothing), so a compiled graph keeps it, in order."""
-    op = torch.library.custom_op(f"attnscale_capture::{fn.__name__}", fn, mutates_args=("token",), schema=schema)
-    op.register_fake(lambda *args: None)
-    _OPS[fn.__name__] = op
+    """``fn`` as the op ``attnscale_capture::<its name>``, kept in :data:`_OPS`: it returns nothing
+    and mutates the token (its fake does nothing), so a compiled graph keeps it, in order. Defined
+    through a ``torch.library.Library``, not ``torch.library.custom_op``, whose Python wrapper cost
+    46 µs a call against 2.5 (measured, 12 arguments): the graph calls it once per attention call."""
+    if "library" not in _OPS:
+        _OPS["library"] = torch.library.Library("attnscale_capture", "FRAGMENT")
+    name = fn.__name__
+    _OPS["library"].define(name + schema)
+    _OPS["library"].impl(name, fn, "CompositeExplicitAutograd")
+    torch.library.register_fake(f"attnscale_capture::{name}", lambda *args: None, lib=_OPS["library"])
+    _OPS[name] = getattr(torch.ops.attnscale_capture, name)
 
 
 def _compiled_call(torch, func, args, kwargs, compiled_replace=None):
