@@ -119,10 +119,11 @@ from :func:`attnscale.torch.attention`'s ``first_key=True``: a head at
 of the rows read and the mean ‖k‖ of the call's keys (L2, as the model handed them to attention,
 before any scale or QK-norm; grouped-query: a query head's keys are its KV head's), each kept as a
 sum and a count so that steps, calls and ranks combine exactly. Their cost: the norms, O(L·d),
-read in the one C++ pass that sums a call's figures per head (the kernel library's ``head_sums``;
-NumPy reductions where it is not built, or for CUDA and half-precision figures), and the weight on
-key 0, which the fused kernel makes in its own pass (other backends: one product of q̂ with k̂_0,
-O(L·d)).
+read where the fused kernel sums a call's figures per head as it makes its rows (its head table,
+:mod:`attnscale.torch.head_table`; for a call it did not compute, or whose rows were sampled, one
+C++ pass over the figures, the kernel library's ``head_sums``; NumPy reductions where it is not
+built, or for CUDA and half-precision figures), and the weight on key 0, which the fused kernel
+makes in its own pass (other backends: one product of q̂ with k̂_0, O(L·d)).
 
 float16 safety: a row whose logits leave ±65504 overflows in float16 before the softmax (PyTorch
 issue #119131). It is counted per head whatever the dtype the model ran in (a float32 model that
