@@ -98,7 +98,7 @@ class AttentionStats:
     first_key_weight: Any = None  # p_i0, the weight on key 0 (None unless first_key=True); 0 where key 0
     # is not attended, NaN for a row with nothing attended
     # With head_table=True on the kernel (else None): the monitor's per-head table of these figures,
-    # float64 (len(monitor_aggregates.ROWS), H_q) over the rows ``counted``, and each row's entropy
+    # float64 (len(head_table.ROWS), H_q) over the rows ``counted``, and each row's entropy
     # as it counts there, (..., H_q, L), NaN for a row in no entropy figure or not counted.
     head_table: Any = None
     counted_entropy: Any = None

@@ -390,7 +390,7 @@ void run(const Logits<T>& in, bool logit_range, int64_t q_block, int64_t kv_bloc
           first_p[row0 + r] = x != x ? nan : x < under ? T(0) : w;
         }
       }
-      if (request) {  // the block's rows tallied from their figures, just written (a loop of its own: faster, measured)
+      if (request) {  // the block's rows tallied from their figures, just written, in a loop of their own
         attnscale::HeadTally<T> tally;
         const bool* counted = request->counted ? request->counted + b * request->c0 : nullptr;
         for (int64_t r = 0; r < rows; ++r) {
