@@ -281,6 +281,7 @@ def _module_call(cap: Capture, func, args, kwargs):
 # (Dynamo 2.13 cannot guard on what it reaches through the mode stack).
 _LIVE: list[Capture] = []
 _OPS: dict = {}
+_LIBRARY: list = []  # the one torch.library.Library defining them (kept: it unregisters when freed)
 _TOKEN: list = []
 
 
@@ -364,12 +365,12 @@ def _register_op(torch, fn, schema: str) -> None:
     and mutates the token (its fake does nothing), so a compiled graph keeps it, in order. Defined
     through a ``torch.library.Library``, not ``torch.library.custom_op``, whose Python wrapper cost
     46 µs a call against 2.5 (measured, 12 arguments): the graph calls it once per attention call."""
-    if "library" not in _OPS:
-        _OPS["library"] = torch.library.Library("attnscale_capture", "FRAGMENT")
-    name = fn.__name__
-    _OPS["library"].define(name + schema)
-    _OPS["library"].impl(name, fn, "CompositeExplicitAutograd")
-    torch.library.register_fake(f"attnscale_capture::{name}", lambda *args: None, lib=_OPS["library"])
+    if not _LIBRARY:
+        _LIBRARY.append(torch.library.Library("attnscale_capture", "FRAGMENT"))
+    lib, name = _LIBRARY[0], fn.__name__
+    lib.define(name + schema)
+    lib.impl(name, fn, "CompositeExplicitAutograd")
+    torch.library.register_fake(f"attnscale_capture::{name}", lambda *args: None, lib=lib)
     _OPS[name] = getattr(torch.ops.attnscale_capture, name)
 
 

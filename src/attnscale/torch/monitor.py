@@ -566,9 +566,10 @@ class Monitor:
         valid = self._valid_rows(q)
         if valid is not None:
             valid, population = valid
-            valid = valid.to(q.device)
-            if picked is not None or sampled is not None:
-                valid = valid.gather(-1, picked if picked is not None else sampled)
+            if stats.head_table is None:  # a table was made of the real tokens' rows already
+                valid = valid.to(q.device)
+                if picked is not None or sampled is not None:
+                    valid = valid.gather(-1, picked if picked is not None else sampled)
         # ‖q‖ and ‖k‖ as given, before any scale or QK-norm, of the rows read (call_figures).
         rows = q if read is None else read
         if picked is not None:

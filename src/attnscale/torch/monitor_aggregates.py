@@ -157,9 +157,7 @@ def call_figures(stats, q, k, population: int | None = None, valid=None, entropi
     all heads at once (:func:`numpy_call_figures`, the reference the tests hold the C++ to).
     """
     if stats.head_table is not None:
-        table = stats.head_table.numpy()
-        run = Running(table.shape[1], table, calls=1, keys=_key_rows(k))
-        run.population = run.total if population is None else population
+        run = _running(stats.head_table.numpy(), population, _key_rows(k))
         return run, stats.counted_entropy.numpy() if entropies else None
     torch = require("torch", "torch")
     q4, k4 = _by_head(q.detach(), k.detach())
@@ -176,7 +174,7 @@ def call_figures(stats, q, k, population: int | None = None, valid=None, entropi
             *THRESHOLDS,
             entropies,
         )
-        return _running(sums.numpy(), population, k4), ent.numpy() if entropies else None
+        return _running(sums.numpy(), population, k4.shape[0] * k4.shape[2]), ent.numpy() if entropies else None
     return numpy_call_figures(stats, q4, k4, population, valid, entropies)
 
 
@@ -202,9 +200,10 @@ def _summed_in_cpp(torch, figure, q4, k4) -> bool:
     )
 
 
-def _running(sums: np.ndarray, population: int | None, k4) -> Running:
-    """A :class:`Running` of one call from ``head_sums``' table (float64 (len(ROWS), H)), which it owns."""
-    run = Running(sums.shape[1], sums, calls=1, keys=k4.shape[0] * k4.shape[2])
+def _running(table: np.ndarray, population: int | None, keys: int) -> Running:
+    """A :class:`Running` of one call from its table (float64 (len(ROWS), H)), which it owns;
+    ``population`` None: the rows it read."""
+    run = Running(table.shape[1], table, calls=1, keys=keys)
     run.population = run.total if population is None else population
     return run
 
@@ -267,8 +266,7 @@ def numpy_call_figures(stats, q4, k4, population: int | None = None, valid=None,
             min_logit,
         ]
     ).astype(np.float64)
-    run = Running(H, table, calls=1, keys=k_norm.shape[0] * k_norm.shape[2])
-    run.population = run.total if population is None else population
+    run = _running(table, population, k_norm.shape[0] * k_norm.shape[2])
     if not entropies:
         return run, None
     if valid is not None:  # back to (N, H, L), padding rows NaN
