@@ -193,3 +193,7 @@ def test_the_transformers_callback_combines_both_ddp_ranks_before_it_logs_and_cl
 
 if __name__ == "__main__":
     (train_transformers if sys.argv[3:] == ["transformers"] else train)(Path(sys.argv[1]), float(sys.argv[2]))
+    # Neither trainer destroys its process group; left to the interpreter's exit, gloo's worker
+    # threads can outlive it and abort the process (pytorch/pytorch#179291).
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
