@@ -20,8 +20,11 @@ ARITHMETIC_FIELDS = ("model", "flags", "capability", "blas", "threads")
 #: reproduction on its own machine. 1: until 2026-12-03; 2: its vectors 512 bits wide where the CPU has
 #: them, and its row sums in lanes (2026-12-04); 3: the monitor's per-head sums made by the kernel,
 #: block by block (the same figures, summed in another order), and the weight on key 0 by the
-#: kernel's own exp (2026-12-04). A :func:`cpu` record without the field is of 1.
-KERNEL_ARITHMETIC = 3
+#: kernel's own exp (2026-12-04); 4: the head table's norms made several rows at a time (the same
+#: bits) and, with that change to the loop around it, float64's Σ entropy² contracted otherwise by the
+#: compiler (last-bit differences, measured; float32 the same bits) (2026-12-04). A :func:`cpu`
+#: record without the field is of 1.
+KERNEL_ARITHMETIC = 4
 
 
 def _version(package: str) -> str | None:

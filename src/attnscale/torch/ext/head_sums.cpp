@@ -63,7 +63,7 @@ void sums_of(const at::Tensor& ent, const at::Tensor& hi, const at::Tensor& lo, 
           if (ent_out) ent_out[r] = std::numeric_limits<T>::quiet_NaN();
           continue;
         }
-        const T counted = tally.add(E[r], A[r], B[r], Z[r], F[r], plane + i * q2, d, q3, thresholds);
+        const T counted = tally.add(E[r], A[r], B[r], Z[r], F[r], attnscale::row_norm(plane + i * q2, d, q3), thresholds);
         if (ent_out) ent_out[r] = counted;
       }
     }

@@ -8,6 +8,7 @@
 // order they are given, so a result does not depend on which thread made which.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -60,10 +61,10 @@ struct HeadTally {
   T top_logit = -std::numeric_limits<T>::infinity();
   T least_entropy = std::numeric_limits<T>::infinity(), least_logit = std::numeric_limits<T>::infinity();
 
-  // One row read: entropy e, largest and smallest logit a, b, lse z, weight on key 0 f, its q row
-  // (d numbers at `stride`). Returns its entropy as the figures count it: NaN for a row in no
-  // entropy figure (broken, empty, single-key).
-  T add(T e, T a, T b, T z, T f, const T* q, int64_t d, int64_t stride, const Thresholds<T>& t) {
+  // One row read: entropy e, largest and smallest logit a, b, lse z, weight on key 0 f, ‖q‖ of its q
+  // row (row_norm). Returns its entropy as the figures count it: NaN for a row in no entropy figure
+  // (broken, empty, single-key).
+  T add(T e, T a, T b, T z, T f, T q_norm, const Thresholds<T>& t) {
     const T top = a - z;
     const bool broken = e != e;
     const bool single = a == b && top > t.log_half && !broken;
@@ -80,7 +81,7 @@ struct HeadTally {
     entropy_sum += static_cast<double>(e);
     entropy_squares += static_cast<double>(e) * static_cast<double>(e);
     first_sum += static_cast<double>(f);
-    q_norm_sum += static_cast<double>(row_norm(q, d, stride));
+    q_norm_sum += static_cast<double>(q_norm);
     return e;
   }
 
@@ -107,11 +108,31 @@ struct HeadTally {
   }
 };
 
-// Σ ‖k_j‖ over `keys` rows of d numbers (row stride `row`, column stride `col`), in double of T norms.
+// ‖x_r‖ of `rows` rows of d unit-stride numbers, rows `ld` apart, into out: row_norm's bits, the
+// sums of squares made kLanes rows at a time (lanes.h).
+template <typename T>
+void row_norms(const T* x, int64_t rows, int64_t d, int64_t ld, T* out) {
+  sums_of_squares(x, rows, d, ld, out);
+#pragma omp simd
+  for (int64_t r = 0; r < rows; ++r) out[r] = std::sqrt(out[r]);
+}
+
+// Σ ‖k_j‖ over `keys` rows of d numbers (row stride `row`, column stride `col`), in double of T
+// norms, in row order.
 template <typename T>
 double key_norm_sum(const T* k, int64_t keys, int64_t row, int64_t d, int64_t col) {
   double s = 0;
-  for (int64_t j = 0; j < keys; ++j) s += static_cast<double>(row_norm(k + j * row, d, col));
+  if (col != 1) {
+    for (int64_t j = 0; j < keys; ++j) s += static_cast<double>(row_norm(k + j * row, d, col));
+    return s;
+  }
+  constexpr int64_t kChunk = 4 * kLanes<T>;
+  T norms[kChunk];
+  for (int64_t j0 = 0; j0 < keys; j0 += kChunk) {
+    const int64_t n = std::min(kChunk, keys - j0);
+    row_norms(k + j0 * row, n, d, row, norms);
+    for (int64_t j = 0; j < n; ++j) s += static_cast<double>(norms[j]);
+  }
   return s;
 }
 

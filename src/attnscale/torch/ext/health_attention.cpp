@@ -261,6 +261,7 @@ void run(const Logits<T>& in, bool logit_range, int64_t q_block, int64_t kv_bloc
     Scratch<T> scores_buffer(static_cast<size_t>(qb * ld));
     T* const scores = scores_buffer.get();
     std::vector<T> m(qb), l(qb), u(qb), lo(qb), s0(qb);  // s0: each row's logit on key 0 (lowest: not attended)
+    std::vector<T> q_norm(request ? qb : 0);  // the block's ‖q_i‖, for its head table
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / (H_q * n_qblocks);
       const int64_t h = (task / n_qblocks) % H_q;
@@ -393,12 +394,12 @@ void run(const Logits<T>& in, bool logit_range, int64_t q_block, int64_t kv_bloc
       if (request) {  // the block's rows tallied from their figures, just written, in a loop of their own
         attnscale::HeadTally<T> tally;
         const bool* counted = request->counted ? request->counted + b * request->c0 : nullptr;
+        attnscale::row_norms(in.Q(b, h, i0), rows, in.d_k, in.qs.row, q_norm.data());
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t i = row0 + r;
           request->counted_entropy[i] =
               !counted || counted[(i0 + r) * request->c1]
-                  ? tally.add(ent_p[i], max_p[i], min_p[i], lse_p[i], first_p[i], in.Q(b, h, i0 + r), in.d_k, 1,
-                              request->thresholds)
+                  ? tally.add(ent_p[i], max_p[i], min_p[i], lse_p[i], first_p[i], q_norm[r], request->thresholds)
                   : nan;
         }
         tallies[task] = tally;
