@@ -182,3 +182,19 @@ def test_a_head_table_needs_the_figures_it_sums_and_counted_rows_of_q():
         q, q, q, return_stats=True, logit_range=True, first_key=True, head_table=True, backend="chunked"
     )
     assert stats.head_table is None and stats.counted_entropy is None  # the kernel's alone: the caller sums
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_kernels_norms_are_head_sums_norms_bit_for_bit(dtype):
+    """The kernel makes ‖q_i‖ and ‖k_j‖ several rows at a time, head_sums one row at a time: the
+    same additions either way (lanes.h), so each norm has the same bits. One query row per sequence
+    (L = 1), so a head's Σ ‖q‖ adds the same norms in the same order in both; d on whole 64-byte
+    lines of lanes and off them, rows more and fewer than a register's lanes."""
+    q_row, k_row = agg.ROWS.index("q_norm_sum"), agg.ROWS.index("k_norm_sum")
+    for d in (1, 7, 8, 16, 24, 32, 40, 64, 128):
+        for S in (1, 5, 17, 40):
+            g = torch.Generator().manual_seed(100 * d + S)
+            q = (torch.randn(5, 1, 3, d, generator=g, dtype=dtype) * 3).transpose(1, 2)  # (5, 3, 1, d), strided
+            k = torch.randn(5, 3, S, d, generator=g, dtype=dtype)
+            (kernel, _), (ref, _) = kernel_and_head_sums(q, k, k)
+            assert np.array_equal(kernel.table[[q_row, k_row]], ref.table[[q_row, k_row]]), (d, S)
