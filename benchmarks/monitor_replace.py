@@ -4,8 +4,9 @@
     python benchmarks/monitor_replace.py --repeats 9 --batch 16
     python benchmarks/monitor_replace.py --no-minilm    # only the small training step below
 
-Variants, interleaved in one run (so a load change hits them alike); each ratio is the median of the
-rounds' own ratios to that round's plain:
+Variants, interleaved in one run (so a load change hits them alike), their order turned by one each
+round (so no variant always follows the same one); each ratio is the median of the rounds' own
+ratios to that round's plain:
 
 - ``plain``: the model's SDPA implementation, no monitor;
 - ``observe``: ``Monitor(model)`` — SDPA runs, the figures are recomputed (two passes);
@@ -39,7 +40,8 @@ STEPS = 10  # calls of work() per variant and round: every=10's cycle, and a sam
 
 def interleaved(work, repeats: int) -> dict:
     """Median seconds of ``work()`` per variant (plain, observe, replace, every10); each round runs
-    every variant once, in turn, each over :data:`STEPS` calls (the time per call). The monitor is
+    every variant once, in turn (the order turned by one each round), each over :data:`STEPS` calls
+    (the time per call). The monitor is
     entered before the clock starts and left after it stops, as a training loop enters it once:
     what is timed is the model's work under it, and each step's ``mon.step``. The first step after
     entering finds the model's attention calls (a first forward that watches every torch call): a
@@ -71,9 +73,13 @@ def interleaved(work, repeats: int) -> dict:
         timed(mode)
     times = {name: [] for name in modes}
     firsts = {name: [] for name in modes}
-    for _ in range(repeats):
-        for name, mode in modes.items():
-            first, per_step = timed(mode)
+    names = list(modes)
+    for r in range(repeats):
+        # The order turns by one each round, so each variant runs in each place alike: a variant's
+        # place in a round moved its time by ~2% (measured, AMD EPYC, 2026-12-04: the same plain
+        # step 0.982× when run after every=10 rather than after observe).
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            first, per_step = timed(modes[name])
             times[name].append(per_step)
             firsts[name].append(first)
     return {

@@ -192,6 +192,9 @@ class Capture:
         call of another model, run while the mode is on torch's stack: its calls are not seen)."""
         if self._names is None:
             return self._stack[-1] if self._stack else ""
+        named = getattr(_AT_NAME, "named", None)
+        if named is not None and named[0] is self:  # inside an interface call: its module's (no frames walked)
+            return named[1]
         # The innermost of the model's modules running is the nearest caller frame that is one of them
         # being called (nn.Module.__call__, as module hooks see it), so that a method of a helper
         # module called from a layer's forward (a scale rule's attend) names the layer; failing
@@ -478,7 +481,9 @@ def _eager_sdpa(cap: Capture, name: str, func, args, kwargs):
 # figures, one traced elsewhere (another compiled function calling SDPA) does not. _AT_NAME.inside:
 # the capture handling an SDPA call at a name on this thread, so that the calls its handling makes
 # (the model's SDPA run for observe mode, a backend's own) pass straight on, past its own mode too
-# (another capture's mode sees them, as it would see the model's call).
+# (another capture's mode sees them, as it would see the model's call). _AT_NAME.named: (capture,
+# module name) while that capture's interface handler runs a module's attention function on this
+# thread: the name of the SDPA call it makes (Capture._innermost_name).
 _BY_NAMES: list[Capture] = []
 _ROUTE = {"names": False}
 _AT_NAME = threading.local()
@@ -540,7 +545,12 @@ def _make_interface_handler(cap: Capture):
                 # Eager's layout (B, L, H, d); no probabilities, as under "sdpa".
                 return out.transpose(1, 2).contiguous(), None
         seen = cap._sdpa_seen
-        out, weights = call.run()
+        # Its SDPA call, if any, is the module's: named from here, not by a walk of ~25 frames.
+        outer, _AT_NAME.named = getattr(_AT_NAME, "named", None), (cap, name)
+        try:
+            out, weights = call.run()
+        finally:
+            _AT_NAME.named = outer
         if cap._sdpa_seen != seen:  # its SDPA call was seen, and counted, there
             return out, weights
         why = call.unreadable()

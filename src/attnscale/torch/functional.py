@@ -65,6 +65,7 @@ themselves are in :mod:`attnscale.torch.backends`, one module each.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 from typing import Any
@@ -74,6 +75,7 @@ from attnscale.masks import causal_alignment
 from attnscale.scales import QKNorm, resolve_scale
 from attnscale.shapes import check_qkv_shapes
 from attnscale.softmax_rows import FLOAT16_MAX
+from attnscale.torch import ext
 from attnscale.torch.backends import RUNNERS
 from attnscale.torch.backends.kernel import run_kernel
 from attnscale.torch.backends.flex import FlexFailure
@@ -175,11 +177,12 @@ def _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite, backend, s
         raise InputTypeError(f"q, k, v: expected one dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}")
     if not (q.device == k.device == v.device):
         raise InputError(f"q, k, v: expected one device, got q {q.device}, k {k.device}, v {v.device}")
-    # Traced by Dynamo, the cache is no cache (it traces the function inside, and warns that it does).
-    check = check_qkv_shapes.__wrapped__ if torch.compiler.is_compiling() else check_qkv_shapes
+    # Traced by Dynamo, a cache is no cache (it traces the function inside, and warns that it does).
+    compiling = torch.compiler.is_compiling()
+    check = check_qkv_shapes.__wrapped__ if compiling else check_qkv_shapes
     sh = check(q4.shape, k4.shape, v4.shape, q.shape, k.shape, v.shape)
     H_q, L, S, lead = sh.H_q, sh.L, sh.S, sh.lead
-    rule = resolve_scale(scale)
+    rule = _number_rule(scale) if type(scale) is float and not compiling else resolve_scale(scale)
     chosen = None
     if stats or rule.caps or backend != "auto":
         chosen = _choose_backend(torch, q.device, q.dtype, bias is not None, rule.caps, backend)
@@ -202,7 +205,7 @@ def _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite, backend, s
         if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
             got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
             raise InputTypeError(f"mask: expected a bool torch.Tensor (True = attend), got {got}")
-        mask4 = _broadcast_rows(torch, "mask", mask.to(q.device), target, batch)
+        mask4 = _broadcast_rows(torch, "mask", mask if mask.device == q.device else mask.to(q.device), target, batch)
     bias4 = None
     if bias is not None:
         if not isinstance(bias, torch.Tensor) or not bias.is_floating_point():
@@ -229,6 +232,12 @@ def _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite, backend, s
     return (p if constant else _apply_rule(torch, p, rule)), chosen
 
 
+# A number's rule (a frozen Constant), made once: a model hands attention the same scale at every
+# call, and a rule made anew (a dataclass with a validating __post_init__) cost more than the call's
+# other checks (measured, in a model). An invalid number raises each time (no exception is cached).
+_number_rule = functools.lru_cache(maxsize=64)(resolve_scale)
+
+
 def _check_finite(torch, given: dict, kernel: bool) -> None:
     """Refuse NaN or ±Inf in q, k, v as given, naming the first. With the kernel built, its own
     vectorised scan (float32/float64 CPU); else two reductions (min and max propagate NaN). No
@@ -249,11 +258,12 @@ def _check_finite(torch, given: dict, kernel: bool) -> None:
 
 
 def _broadcast_rows(torch, name: str, x, target: tuple, batch: int):
+    """``x`` broadcast to ``target`` (..., H_q, L, S), flattened to (batch, H_q, L, S) (a view)."""
     try:
         x = x.expand(target)
     except RuntimeError:
         raise InputError(f"{name}: shape {tuple(x.shape)} cannot broadcast to (..., H_q, L, S) = {target}") from None
-    return x.reshape((batch,) + target[-3:])
+    return x if len(target) == 4 else x.reshape((batch,) + target[-3:])  # (B, H, L, S) is flat already
 
 
 def attention(
@@ -366,7 +376,8 @@ def _counted_rows(torch, p: Problem, q, counted):
     if not isinstance(counted, torch.Tensor) or counted.dtype != torch.bool or tuple(counted.shape) != expected:
         got = f"{counted.dtype} {tuple(counted.shape)}" if isinstance(counted, torch.Tensor) else type(counted).__name__
         raise InputTypeError(f"counted: expected a bool tensor of shape {expected} (q's rows), got {got}")
-    return counted.to(p.q.device).reshape(p.q.shape[0], p.q.shape[2])
+    counted = counted if counted.device == p.q.device else counted.to(p.q.device)
+    return counted if counted.dim() == 2 else counted.reshape(p.q.shape[0], p.q.shape[2])  # (B, L) as given: no view
 
 
 def _check_options(backend: str, return_stats: bool, logit_range: bool, first_key: bool, head_table: bool) -> None:
@@ -463,17 +474,15 @@ def _check_graph(torch, inputs, out, backend: str) -> None:
 
 def _choose_backend(torch, device, dtype, has_bias: bool, caps: bool, backend: str) -> str:
     """The backend for inputs on ``device`` of ``dtype``, with or without a bias and a soft-cap."""
-    from attnscale.torch.ext import kernel_status, load_kernel
-
     on_cpu = device.type == "cpu"
     if backend == "flex":
         return "flex"  # what FlexAttention cannot do is refused by attnscale.torch.backends.flex
     if backend == "kernel":
         if not on_cpu:
             raise InputError(f"backend: 'kernel' runs on CPU tensors only, got device {device}; use 'composed'")
-        if load_kernel() is None:
+        if ext.load_kernel() is None:
             raise InputError(
-                f"backend: the C++ kernel is not available ({kernel_status()['reason']}); "
+                f"backend: the C++ kernel is not available ({ext.kernel_status()['reason']}); "
                 "use 'auto' to fall back to composed PyTorch calls"
             )
         return "kernel"
@@ -495,7 +504,7 @@ def _choose_backend(torch, device, dtype, has_bias: bool, caps: bool, backend: s
         )
     if backend != "auto":
         return backend
-    if on_cpu and load_kernel() is not None:
+    if on_cpu and ext.load_kernel() is not None:
         return "kernel"
     if device.type == "cuda" and dtype != torch.float64:
         from attnscale.torch.backends.flex import cuda_status

@@ -413,7 +413,7 @@ class Monitor:
         valid = self._valid_rows(q)
         if valid is None:
             return True, None
-        rows = valid[0].to(q.device)
+        rows = valid[0] if valid[0].device == q.device else valid[0].to(q.device)
         return True, rows if picked is None else rows.gather(-1, picked)
 
     # -- figures out ------------------------------------------------------------------------------

@@ -3,7 +3,9 @@ forward and its flash-style backward, in tiles of :func:`query_block` query rows
 
 from __future__ import annotations
 
+from attnscale.torch import ext
 from attnscale.torch.backends.problem import Problem
+from attnscale.torch.head_table import THRESHOLDS
 
 __all__ = ["run_kernel", "query_block", "Q_BLOCK", "KV_BLOCK"]
 
@@ -25,15 +27,13 @@ def run_kernel(torch, p: Problem, logit_range: bool, first_key: bool = False, he
     more results, the monitor's head table of the rows ``counted`` (bool (B, L); None: all), made
     with the figures (``head_tally.h``; needs ``logit_range`` and ``first_key``), float64
     (len(ROWS), H_q), and each row's entropy as it counts (B, H_q, L), NaN where not."""
-    from attnscale.torch.ext import BACKWARD_KV_BLOCK, BACKWARD_Q_BLOCK, kernel_build, load_kernel
-    from attnscale.torch.head_table import THRESHOLDS
 
     def blas_ready(x):
         """Rows of unit-stride numbers, one after another (a transposed (B, L, H, d) view is fine;
         a broadcast row, stride 0, is not a valid BLAS leading dimension)."""
         return x if x.stride(-1) == 1 and x.stride(-2) >= max(1, x.shape[-1]) else x.contiguous()
 
-    out, lse, entropy, hi, lo, first, *tally = load_kernel()(
+    out, lse, entropy, hi, lo, first, *tally = ext.load_kernel()(
         blas_ready(p.q),
         blas_ready(p.k),
         blas_ready(p.v),
@@ -50,8 +50,8 @@ def run_kernel(torch, p: Problem, logit_range: bool, first_key: bool = False, he
         *THRESHOLDS,
         query_block(p.q.shape[-2]),
         KV_BLOCK,
-        BACKWARD_Q_BLOCK,
-        BACKWARD_KV_BLOCK,
-        kernel_build(),
+        ext.BACKWARD_Q_BLOCK,
+        ext.BACKWARD_KV_BLOCK,
+        ext.kernel_build(),
     )
     return (out, lse, entropy, hi, lo, first if first_key else None, *(tally if head_table else ()))
