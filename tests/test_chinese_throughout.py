@@ -5,6 +5,8 @@ sentence. Allowed: names, units, code, formulas (:data:`ALLOWED`, written once h
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import re
 import subprocess
@@ -36,9 +38,15 @@ WORD = r"[A-Za-z][A-Za-z0-9_'’-]*"
 
 
 def _cpu_model_words() -> frozenset[str]:
-    """The words of this machine's CPU model ("Intel(R) Xeon(R) Processor"): a vendor's name, shown
-    verbatim in the provenance of every result computed here, whichever CPU the tests run on."""
-    return frozenset(re.findall(WORD, cpu().get("model") or ""))
+    """The words of the CPU models a page may name ("Intel(R) Xeon(R) Processor"): a vendor's name,
+    shown verbatim in the provenance of every result: this machine's, for what is computed here,
+    and those of the shipped reference results' machines, whichever CPU the tests run on (an Intel
+    Xeon's reference read on an AMD EPYC names the Xeon)."""
+    models = [cpu().get("model") or ""]
+    for envelope in results.shipped_reference().rglob("result.json.gz"):
+        with gzip.open(envelope, "rt", encoding="utf-8") as f:
+            models.append((json.load(f).get("environment", {}).get("cpu") or {}).get("model") or "")
+    return frozenset(w for model in models for w in re.findall(WORD, model))
 
 
 ALLOWED = ALLOWED | _cpu_model_words()

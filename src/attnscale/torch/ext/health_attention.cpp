@@ -211,7 +211,13 @@ struct Logits {
     }
     if (mask) {
       const bool* mrow = mask + b * ms.b + h * ms.h + i * ms.row + j0 * ms.col;
-      for (int64_t c = 0; c < cols; ++c) s[c] = mrow[c * ms.col] ? s[c] : lowest;
+      if (ms.col == 1) {  // a mask row in one piece (a model's): its bytes compared as a vector, no branch
+        const uint8_t* bytes = reinterpret_cast<const uint8_t*>(mrow);
+#pragma omp simd
+        for (int64_t c = 0; c < cols; ++c) s[c] = bytes[c] != 0 ? s[c] : lowest;
+      } else {
+        for (int64_t c = 0; c < cols; ++c) s[c] = mrow[c * ms.col] ? s[c] : lowest;
+      }
     }
     if (causal) {
       const int64_t allowed = std::clamp<int64_t>(i + causal_offset + 1 - j0, 0, cols);
@@ -284,13 +290,18 @@ void run(const Logits<T>& in, bool logit_range, int64_t q_block, int64_t kv_bloc
           T* s = scores + r * ld;
           in.finish_row(b, h, i0 + r, j0, cols, s, nullptr);
           if (j0 == 0) s0[r] = s[0];
+          // The row's padding to whole lines holds `lowest` (weight 0, in no max or min), so that every
+          // pass below runs over whole vectors: a scalar tail after the vector loop made gcc keep the
+          // reductions on the stack, a narrow store then a wide load (at (8, 12, 20, 32), 20 keys, that
+          // load alone took 6% of the kernel: perf, AMD EPYC, 2026-12-04). The same results.
+          std::fill(s + cols, s + padded, lowest);
           // Plain selects, not std::max/min: their reference returns made gcc vectorise these reductions
           // with gathers, and this pass then cost a fifth of the whole kernel (measured).
           T mx = lowest;
           if (logit_range) {  // the min in the same pass as the max: one more compare and select per score
             T mn = lo[r];
 #pragma omp simd reduction(max : mx) reduction(min : mn)
-            for (int64_t c = 0; c < cols; ++c) {
+            for (int64_t c = 0; c < padded; ++c) {
               const T x = s[c];
               mx = x > mx ? x : mx;
               mn = (x != lowest && x < mn) ? x : mn;
@@ -298,7 +309,7 @@ void run(const Logits<T>& in, bool logit_range, int64_t q_block, int64_t kv_bloc
             lo[r] = mn;
           } else {
 #pragma omp simd reduction(max : mx)
-            for (int64_t c = 0; c < cols; ++c) mx = s[c] > mx ? s[c] : mx;
+            for (int64_t c = 0; c < padded; ++c) mx = s[c] > mx ? s[c] : mx;
           }
           const T m_new = std::max(m[r], mx);
           if (m_new == lowest) {  // nothing attended yet in this row: no weight reaches the values...
@@ -310,8 +321,7 @@ void run(const Logits<T>& in, bool logit_range, int64_t q_block, int64_t kv_bloc
             if (poisoned) l[r] = nan;
             continue;
           }
-          // The sums in lanes (lanes.h), over whole lines of the row: its padding holds `lowest`, weight 0.
-          std::fill(s + cols, s + padded, lowest);
+          // The sums in lanes (lanes.h), over whole lines of the row (its padding: weight 0).
           alignas(64) attnscale::Lanes<T> lane_l{}, lane_u{};
           for (int64_t c0 = 0; c0 < padded; c0 += per_line) {
 #pragma omp simd
