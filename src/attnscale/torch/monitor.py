@@ -547,10 +547,10 @@ class Monitor:
         """rows=K's sampled query rows of a call on q (..., [H,] L, d): int64 (..., K), the same for
         every head (lead: q's dimensions before the head axis; (N,) for 3-D q, () for 2-D), sorted;
         None when every row is read."""
+        if self._rows is None or self._rows >= q.shape[-2]:
+            return None
         torch = require("torch", "torch")
         L = q.shape[-2]
-        if self._rows is None or self._rows >= L:
-            return None
         lead = q.shape[:-3] if q.dim() > 3 else q.shape[:-2]
         g = torch.Generator().manual_seed(ROW_SEED + 1_000_003 * self._steps_closed + self._step_calls)
         keys = torch.rand((*lead, L), generator=g)
