@@ -148,10 +148,13 @@ def test_markdown_renders_a_written_result(envelope, capsys):
     assert capsys.readouterr().out.strip() == format_markdown(envelope)
 
 
-def test_the_readme_shows_what_the_committed_result_renders():
-    """README "Measured here" is generated: `attnscale telemetry-bench --markdown --results docs/results`."""
+@pytest.mark.parametrize("folder", ["docs/results", "docs/results/amd-epyc"])
+def test_the_readme_shows_what_the_committed_result_renders(folder):
+    """README "Measured here" is generated: `attnscale telemetry-bench --markdown --results FOLDER`, for
+    the run on each of the project's two CPU types (the Intel Xeon's in docs/results, the AMD EPYC's
+    in docs/results/amd-epyc)."""
     repo = Path(__file__).parents[1]
-    env = results.read("telemetry", path=repo / "docs" / "results" / "telemetry" / "result.json")
+    env = results.read("telemetry", path=repo / folder / "telemetry" / "result.json")
     relative = dataclasses.replace(env, path=env.path.relative_to(repo))  # as the command run there names it
     assert format_markdown(relative) in (repo / "README.md").read_text()
 
