@@ -198,3 +198,17 @@ def test_the_kernels_norms_are_head_sums_norms_bit_for_bit(dtype):
             k = torch.randn(5, 3, S, d, generator=g, dtype=dtype)
             (kernel, _), (ref, _) = kernel_and_head_sums(q, k, k)
             assert np.array_equal(kernel.table[[q_row, k_row]], ref.table[[q_row, k_row]]), (d, S)
+
+
+def test_counted_rows_broadcast_with_q_over_the_keys_batch():
+    """q (1, H, L, d) against keys of batch 3: q's counted rows (1, L) are every batch's, as q is."""
+    from attnscale.torch.functional import attention
+
+    g = torch.Generator().manual_seed(7)
+    q, k = torch.randn(1, 2, 5, 4, generator=g), torch.randn(3, 2, 5, 4, generator=g)
+    counted = torch.tensor([[True, True, False, True, False]])
+    figures = dict(return_stats=True, logit_range=True, first_key=True, backend="kernel", head_table=True)
+    _, broadcast = attention(q, k, k, counted=counted, **figures)
+    _, explicit = attention(q.expand(3, -1, -1, -1), k, k, counted=counted.expand(3, -1), **figures)
+    assert torch.equal(broadcast.head_table, explicit.head_table)
+    assert broadcast.head_table[agg.ROWS.index("rows")].tolist() == [9.0, 9.0]  # 3 rows counted × 3 batches

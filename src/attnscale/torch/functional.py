@@ -377,7 +377,9 @@ def _counted_rows(torch, p: Problem, q, counted):
         got = f"{counted.dtype} {tuple(counted.shape)}" if isinstance(counted, torch.Tensor) else type(counted).__name__
         raise InputTypeError(f"counted: expected a bool tensor of shape {expected} (q's rows), got {got}")
     counted = counted if counted.device == p.q.device else counted.to(p.q.device)
-    return counted if counted.dim() == 2 else counted.reshape(p.q.shape[0], p.q.shape[2])  # (B, L) as given: no view
+    rows = (p.q.shape[0], p.q.shape[2])
+    # (B, L) as given: no view; else q's rows broadcast as q is (over k's batch), then flattened.
+    return counted if counted.shape == rows else counted.expand(*p.lead, rows[1]).reshape(rows)
 
 
 def _check_options(backend: str, return_stats: bool, logit_range: bool, first_key: bool, head_table: bool) -> None:
