@@ -73,7 +73,7 @@ from typing import Any
 from attnscale.errors import InputError, InputTypeError, check_choice, require
 from attnscale.masks import causal_alignment
 from attnscale.scales import QKNorm, resolve_scale
-from attnscale.shapes import check_qkv_shapes
+from attnscale.shapes import QKVShapes, check_qkv_shapes
 from attnscale.softmax_rows import FLOAT16_MAX
 from attnscale.torch import ext
 from attnscale.torch.backends import RUNNERS
@@ -106,14 +106,57 @@ class AttentionStats:
     counted_entropy: Any = None
 
 
-def _check_tensor(torch, name: str, x):
+def _check_tensor(torch, name: str, x) -> None:
     if not isinstance(x, torch.Tensor):
         raise InputTypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise InputTypeError(f"{name}: expected a floating-point tensor, got dtype {x.dtype}")
-    if x.dim() < 2:
-        raise InputError(f"{name}: expected at least 2 dimensions (..., H, N, d) or (N, d), got shape {tuple(x.shape)}")
-    return x[None] if x.dim() == 2 else x
+
+
+@dataclass(frozen=True)
+class _Signature:
+    """What a call's signature alone decides (q, k and v's shapes, dtypes and devices, the scale,
+    causal), checked once and kept per signature (:func:`_signature`): a model calls attention with
+    the same few signatures, layer after layer and step after step."""
+
+    shapes: QKVShapes
+    rule: Any  # the scale's rule (attnscale.scales)
+    target: tuple  # (..., H_q, L, S): what a mask or a bias broadcasts to
+    batch: int  # the leading dimensions' product: the problem's flat batch
+    alignment: str | None
+    squeeze: bool  # every input was rank 2 (N, d): the head axis is dropped again
+
+
+def _signature(q_shape, k_shape, v_shape, dtypes, devices, scale, causal) -> _Signature:
+    """The checked :class:`_Signature` of tensors of these shapes, ``dtypes`` and ``devices`` (each
+    q's, k's, v's), or the error naming what is wrong. Rank 2 (N, d) is one head."""
+    shapes = []
+    for name, shape, dtype in zip("qkv", (q_shape, k_shape, v_shape), dtypes):
+        if not dtype.is_floating_point:
+            raise InputTypeError(f"{name}: expected a floating-point tensor, got dtype {dtype}")
+        if len(shape) < 2:
+            raise InputError(
+                f"{name}: expected at least 2 dimensions (..., H, N, d) or (N, d), got shape {tuple(shape)}"
+            )
+        shapes.append(shape if len(shape) > 2 else (1, *shape))
+    if not (dtypes[0] == dtypes[1] == dtypes[2]):
+        raise InputTypeError(f"q, k, v: expected one dtype, got q {dtypes[0]}, k {dtypes[1]}, v {dtypes[2]}")
+    if not (devices[0] == devices[1] == devices[2]):
+        raise InputError(f"q, k, v: expected one device, got q {devices[0]}, k {devices[1]}, v {devices[2]}")
+    sh = check_qkv_shapes.__wrapped__(*shapes, q_shape, k_shape, v_shape)  # kept here, with the rest
+    return _Signature(
+        shapes=sh,
+        rule=resolve_scale(scale),
+        target=sh.lead + (sh.H_q, sh.L, sh.S),
+        batch=math.prod(sh.lead),
+        alignment=causal_alignment(causal, sh.L, sh.S),
+        squeeze=len(q_shape) == len(k_shape) == len(v_shape) == 2,
+    )
+
+
+# Kept where the scale and causal are plain values (a rule made anew, a dataclass with a validating
+# __post_init__, cost more than the call's other checks: measured, in a model); typed, so that True
+# is not taken for 1. A failed check is not kept: it raises each time.
+_kept_signature = functools.lru_cache(maxsize=256, typed=True)(_signature)
+_HASHED = (bool, float, int, str, type(None))
 
 
 def _apply_rule(torch, p: Problem, rule) -> Problem:
@@ -171,18 +214,14 @@ def _attended_counts(torch, p: Problem):
 def _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite, backend, stats) -> tuple[Problem, str | None]:
     """The validated problem and the backend that computes it (None: plain SDPA, for an output
     without figures on backend "auto")."""
-    squeeze = all(isinstance(x, torch.Tensor) and x.dim() == 2 for x in (q, k, v))
-    q4, k4, v4 = _check_tensor(torch, "q", q), _check_tensor(torch, "k", k), _check_tensor(torch, "v", v)
-    if not (q.dtype == k.dtype == v.dtype):
-        raise InputTypeError(f"q, k, v: expected one dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}")
-    if not (q.device == k.device == v.device):
-        raise InputError(f"q, k, v: expected one device, got q {q.device}, k {k.device}, v {v.device}")
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        _check_tensor(torch, name, x)
     # Traced by Dynamo, a cache is no cache (it traces the function inside, and warns that it does).
-    compiling = torch.compiler.is_compiling()
-    check = check_qkv_shapes.__wrapped__ if compiling else check_qkv_shapes
-    sh = check(q4.shape, k4.shape, v4.shape, q.shape, k.shape, v.shape)
-    H_q, L, S, lead = sh.H_q, sh.L, sh.S, sh.lead
-    rule = _number_rule(scale) if type(scale) is float and not compiling else resolve_scale(scale)
+    kept = type(scale) in _HASHED and type(causal) in _HASHED and not torch.compiler.is_compiling()
+    sig = (_kept_signature if kept else _signature)(
+        q.shape, k.shape, v.shape, (q.dtype, k.dtype, v.dtype), (q.device, k.device, v.device), scale, causal
+    )
+    rule, lead, batch, target = sig.rule, sig.shapes.lead, sig.batch, sig.target
     chosen = None
     if stats or rule.caps or backend != "auto":
         chosen = _choose_backend(torch, q.device, q.dtype, bias is not None, rule.caps, backend)
@@ -191,11 +230,10 @@ def _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite, backend, s
     # (chosen None), which has half kernels of its own: a copy to float32 would be a hidden cost.
     own = chosen in (None, "flex")
     compute = q.dtype if own else torch.float64 if q.dtype == torch.float64 else torch.float32
-    target = lead + (H_q, L, S)
-
-    batch = math.prod(lead)
 
     def flat(x):
+        if x.dim() == 2:  # (N, d): one head
+            x = x[None]
         if x.dim() != 4 or x.shape[0] != batch:  # a (B, H, N, d) input is already flat: no view nodes
             x = x.expand(lead + tuple(x.shape[-3:])).reshape((batch,) + tuple(x.shape[-3:]))
         return x if x.dtype == compute else x.to(compute)  # a no-op .to costs a call too: per call, measured
@@ -217,25 +255,19 @@ def _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite, backend, s
     # A constant scale (SDPA's, every model's) is the problem's own: no second Problem from _apply_rule.
     constant = not (rule.caps or rule.normalizes or rule.uses_n)
     p = Problem(
-        q=flat(q4),
-        k=flat(k4),
-        v=flat(v4),
+        q=flat(q),
+        k=flat(k),
+        v=flat(v),
         mask=mask4,
         bias=bias4,
-        alignment=causal_alignment(causal, L, S),
-        scale=float(rule.factor(sh.d_k)) if constant else 1.0,
+        alignment=sig.alignment,
+        scale=float(rule.factor(sig.shapes.d_k)) if constant else 1.0,
         softcap=0.0,
         lead=lead,
-        squeeze_heads=squeeze,
+        squeeze_heads=sig.squeeze,
         out_dtype=q.dtype,
     )
     return (p if constant else _apply_rule(torch, p, rule)), chosen
-
-
-# A number's rule (a frozen Constant), made once: a model hands attention the same scale at every
-# call, and a rule made anew (a dataclass with a validating __post_init__) cost more than the call's
-# other checks (measured, in a model). An invalid number raises each time (no exception is cached).
-_number_rule = functools.lru_cache(maxsize=64)(resolve_scale)
 
 
 def _check_finite(torch, given: dict, kernel: bool) -> None:

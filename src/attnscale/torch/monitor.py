@@ -561,8 +561,9 @@ class Monitor:
         row (replace mode), to keep only theirs; ``read``: the query rows ``stats`` is of when they
         are not q's (observe mode's sampled rows, ``sampled`` their indices), for their norms. Query
         rows that are padding (:meth:`_valid_rows`) are no figure and no row."""
-        heads = q.shape[-3] if q.dim() > 3 else 1
-        population = q.numel() // max(1, q.shape[-1]) // heads
+        shape = q.shape
+        heads = shape[-3] if len(shape) > 3 else 1
+        population = math.prod(shape[:-1]) // heads if shape[-1] else 0  # rows per head
         valid = self._valid_rows(q)
         if valid is not None:
             valid, population = valid
@@ -589,7 +590,8 @@ class Monitor:
         if not keep:
             return
         *lead, H_q, L, d_k = q.shape if q.dim() > 3 else (q.shape[0], 1, *q.shape[1:])
-        reach = float(np.maximum(run.max_logit, -run.mins[1]).max()) if run.heads else -math.inf  # as plain()'s
+        # The largest |logit| of the call, as _head_figures takes a head's.
+        reach = float(np.maximum(run.max_logit, -run.mins[1]).max()) if run.heads else -math.inf
         self.calls.append(
             CallRecord(
                 index=index,
@@ -685,7 +687,7 @@ class Monitor:
         if _left_to_sdpa(torch, a):
             return None
         q, k, v, m = a["query"], a["key"], a["value"], a["attn_mask"]
-        grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+        grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
         self._rerun = recomputing()
         if a.get("need_weights"):
             self._fallback("attention weights asked")
@@ -735,7 +737,8 @@ def _left_to_sdpa(torch, a: dict) -> bool:
     of replace mode's paths: not tensors, rank below 2, an attn_mask with is_causal (SDPA refuses
     both: let it say so), heads it would not broadcast without enable_gqa."""
     q, k, m = a["query"], a["key"], a["attn_mask"]
-    if not all(isinstance(t, torch.Tensor) for t in (q, k, a["value"])) or q.dim() < 2:
+    tensor = torch.Tensor
+    if not (isinstance(q, tensor) and isinstance(k, tensor) and isinstance(a["value"], tensor)) or q.dim() < 2:
         return True
     if m is not None and a["is_causal"]:
         return True
@@ -881,33 +884,21 @@ def _medians(calls: list | None, heads: int) -> list:
 def _head_figures(layer: str, run: Running, entropies: dict) -> list[HeadFigures]:
     """One :class:`HeadFigures` per head of ``run``; ``entropies``: {layer: [row entropies (N, H, L), ...]}
     over the same calls (empty with history=False: no median). In plain Python over the table's
-    rows as lists (per head, an array operation costs more than the arithmetic: measured)."""
-    p = run.plain()
-    nan, inf, population, keys, calls = math.nan, math.inf, run.population, run.keys, run.calls
-    columns = zip(
-        p["rows"],
-        p["rows_empty"],
-        p["rows_broken"],
-        p["rows_single"],
-        p["saturated"],
-        p["overflow"],
-        p["entropy_sum"],
-        p["entropy_squares"],
-        p["entropy_min"],
-        p["max_logit"],
-        p["min_logit"],
-        p["max_abs_logit"],
-        p["first_key_sum"],
-        p["q_norm_sum"],
-        p["k_norm_sum"],
-        _medians(entropies.get(layer), run.heads),
-    )
+    columns, one list of numbers per head (per head, an array operation costs more than the
+    arithmetic, and after a forward's GEMMs a list per figure cost more than the figures: measured)."""
+    nan, inf, population, keys, calls, total = math.nan, math.inf, run.population, run.keys, run.calls, run.total
+    medians = _medians(entropies.get(layer), run.heads)
     out = []
-    for h, (rows, empty, broken, single, saturated, overflow, ent_sum, squares, ent_min, hi, lo, top, first, q_norm, k_norm, median) in enumerate(columns):  # fmt: skip
+    # Counts are exact integers in float64 (ROWS' order); they become ints for the record.
+    for h, (no_entropy, empty, saturated, single, overflow, ent_sum, squares, first, q_norm, k_norm, _, hi, ent_min, lo) in enumerate(run.table.T.tolist()):  # fmt: skip
+        rows = total - no_entropy - single  # rows with an entropy figure
+        broken = no_entropy - empty
         mean = ent_sum / rows if rows else nan
         spread = (squares - rows * mean * mean) / (rows - 1) if rows > 1 else nan
         unread = 1.0 - (rows + empty + broken + single) / population if population else 0.0
         se = 0.0 if unread <= 0 else math.sqrt(max(spread, 0.0) / rows * unread) if rows > 1 else nan
+        # lo ≤ hi in every row, so max |logit| = max(max hi, −min lo): no per-row |·| needed.
+        top = max(hi, -lo)
         # Positional, in HeadFigures' order of fields (a step makes one per head). The logits of
         # single-key and broken rows count: −inf/+inf here are the reductions' identities, no logit
         # seen (an overflowed +inf max is a logit, and stays).
@@ -916,20 +907,20 @@ def _head_figures(layer: str, run: Running, entropies: dict) -> list[HeadFigures
                 layer,
                 h,
                 calls,
-                rows,
-                empty,
-                broken,
-                saturated,
-                overflow,
+                int(rows),
+                int(empty),
+                int(broken),
+                int(saturated),
+                int(overflow),
                 mean,
-                median,
+                medians[h],
                 ent_min if rows else nan,
                 hi if hi > -inf else nan,
                 lo if lo < inf else nan,
                 top if top > -inf else nan,
                 population,
                 se,
-                single,
+                int(single),
                 ent_sum,
                 first / rows if rows else nan,
                 q_norm / rows if rows else nan,

@@ -94,29 +94,6 @@ class Running:
         self.population += other.population
         self.keys += other.keys
 
-    def plain(self) -> dict:
-        """Python numbers per head: {name: list of H}."""
-        t = self.table.tolist()
-        no_entropy, empty, saturated, single, overflow = self.table[0:5].astype(np.int64).tolist()
-        hi, ent_min, lo = t[11], t[12], t[13]
-        total = self.total
-        return {
-            "rows": [total - n - s for n, s in zip(no_entropy, single)],
-            "rows_empty": empty,
-            "rows_single": single,
-            "rows_broken": [n - e for n, e in zip(no_entropy, empty)],
-            "saturated": saturated,
-            "overflow": overflow,
-            "entropy_sum": t[5],
-            "entropy_squares": t[6],
-            **dict(zip(("first_key_sum", "q_norm_sum", "k_norm_sum"), t[7:10])),
-            "entropy_min": ent_min,
-            "max_logit": hi,
-            "min_logit": lo,
-            # lo ≤ hi in every row, so max |logit| = max(max hi, −min lo): no per-row |·| needed.
-            "max_abs_logit": [max(a, -b) for a, b in zip(hi, lo)],
-        }
-
 
 def rows_by_head(figures) -> np.ndarray:
     """A tensor (F, ..., H, L) of F figures → NumPy (F, N, H, L) on the host, in one copy: per figure,
