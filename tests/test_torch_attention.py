@@ -408,6 +408,21 @@ def test_bad_inputs_name_the_argument(change, error, message):
         attention(q, k, v, **args, return_stats=True)
 
 
+def test_a_kept_signature_hides_no_error_and_mixes_no_calls():
+    """A call's signature is checked once and kept (functional._kept_signature): a bad one still
+    raises every time, True and 1 are not one key, and another dtype of the same shapes is its own."""
+    q, k, v = torch.ones(2, 6, 4), torch.ones(2, 6, 4), torch.ones(2, 6, 3)
+    for _ in range(2):
+        with pytest.raises(InputError, match="scale: expected a finite number"):
+            attention(q, k, v, scale=math.nan)
+    attention(q, k, v, causal=True, scale=1.0)
+    with pytest.raises(InputError, match="causal: expected False, True"):
+        attention(q, k, v, causal=1, scale=1.0)  # == True, but not the same key
+    with pytest.raises(InputTypeError, match="scale: expected a number"):
+        attention(q, k, v, scale=True)  # after scale=1.0
+    assert attention(q.double(), k.double(), v.double(), scale=1.0).dtype == torch.float64
+
+
 def test_without_torch_the_error_names_the_install_command(monkeypatch):
     from attnscale.errors import MissingDependency
     from attnscale.torch import Monitor
