@@ -6,7 +6,8 @@
 
 Variants, interleaved in one run (so a load change hits them alike), their order turned by one each
 round (so no variant always follows the same one); each ratio is the median of the rounds' own
-ratios to that round's plain:
+ratios to that round's plain, printed with a 95% interval for that median (distribution-free, from
+the rounds' order statistics: how far this run can tell a ratio from a target):
 
 - ``plain``: the model's SDPA implementation, no monitor;
 - ``observe``: ``Monitor(model)`` — SDPA runs, the figures are recomputed (two passes);
@@ -82,13 +83,27 @@ def interleaved(work, repeats: int) -> dict:
             first, per_step = timed(modes[name])
             times[name].append(per_step)
             firsts[name].append(first)
+    # Each round's variant ÷ that round's plain, then the median: a slow drift of the machine's
+    # speed (seen here: ±3% between runs a minute apart) moves both sides of a ratio alike.
+    per_round = {name: [t / p for t, p in zip(ts, times["plain"])] for name, ts in times.items()}
     return {
         "medians": {name: statistics.median(ts) for name, ts in times.items()},
-        # Each round's variant ÷ that round's plain, then the median: a slow drift of the machine's
-        # speed (seen here: ±3% between runs a minute apart) moves both sides of a ratio alike.
-        "ratios": {name: statistics.median(t / p for t, p in zip(ts, times["plain"])) for name, ts in times.items()},
+        "ratios": {name: statistics.median(rs) for name, rs in per_round.items()},
+        # How far the median can be trusted: a distribution-free 95% interval from the rounds' order
+        # statistics (the full range of the rounds when there are too few for one: below 6).
+        "intervals": {name: median_interval(rs) for name, rs in per_round.items()},
         "first": {name: statistics.median(ts) for name, ts in firsts.items()},
     }
+
+
+def median_interval(values: list) -> tuple:
+    """(low, high): a 95% interval for the median of ``values`` (attnscale.montecarlo.quantile_ci)."""
+    from attnscale.montecarlo import quantile_ci
+
+    if len(values) < 2:
+        return (values[0], values[0]) if values else (float("nan"), float("nan"))
+    _, low, high = quantile_ci(values, 0.5, confidence=0.95)
+    return low, high
 
 
 def minilm(repeats: int, batch: int) -> dict:
@@ -156,7 +171,10 @@ def cpu_name() -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=7)
+    # 41 rounds: at 11, the same code read MiniLM replace 1.041–1.078× in five runs and every=10
+    # (no work on nine steps of ten) 0.96–1.06×; at 41, 1.046–1.047× and 1.002–1.008× (measured, AMD
+    # EPYC, 2026-12-04). About 3 minutes a run at one thread.
+    parser.add_argument("--repeats", type=int, default=41, help="interleaved rounds (default 41)")
     parser.add_argument("--batch", type=int, default=8, help="MiniLM sentences per forward")
     parser.add_argument("--no-minilm", action="store_true")
     parser.add_argument(
@@ -179,15 +197,21 @@ def main(argv=None) -> int:
     rows.append((f"GPT train step (replace: {TRAINING_BACKEND})", training_step(args.repeats)))
     rows.append(("GPT train step, torch.compile", training_step(args.repeats, compiled=True)))
     print(
-        f"{'':<38}{'shape':<20}{'plain ms':>10}{'observe ×':>11}{'replace ×':>11}{'every=10 ×':>12}"
+        f"{'':<38}{'shape':<20}{'plain ms':>10}{'observe ×':>13}{'replace ×':>13}{'every=10 ×':>13}"
         f"{'first step +ms':>16}"
     )
+    # Below 6 rounds even the full range of the rounds holds the median with less than 95% chance.
+    spread_label = "its 95% interval" if args.repeats >= 6 else "range of the rounds"
     for name, r in rows:
-        m, ratio, first = r["medians"], r["ratios"], r["first"]
+        m, ratio, first, ci = r["medians"], r["ratios"], r["first"], r["intervals"]
         print(
-            f"{name:<38}{str(r['shape']):<20}{m['plain'] * 1e3:>10.2f}{ratio['observe']:>11.3f}"
-            f"{ratio['replace']:>11.3f}{ratio['every10']:>12.3f}"
+            f"{name:<38}{str(r['shape']):<20}{m['plain'] * 1e3:>10.2f}{ratio['observe']:>13.3f}"
+            f"{ratio['replace']:>13.3f}{ratio['every10']:>13.3f}"
             f"{(first['replace'] - first['plain']) * 1e3:>16.2f}"
+        )
+        print(
+            f"{'':<38}{spread_label:<30}"
+            + "".join(f"{f'{ci[v][0]:.3f}–{ci[v][1]:.3f}':>13}" for v in ("observe", "replace", "every10"))
         )
         if "max_abs_diff" in r:
             print(
