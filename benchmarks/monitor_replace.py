@@ -100,8 +100,8 @@ def median_interval(values: list) -> tuple:
     """(low, high): a 95% interval for the median of ``values`` (attnscale.montecarlo.quantile_ci)."""
     from attnscale.montecarlo import quantile_ci
 
-    if len(values) < 2:
-        return (values[0], values[0]) if values else (float("nan"), float("nan"))
+    if len(values) < 2:  # one round: its own ratio
+        return values[0], values[0]
     _, low, high = quantile_ci(values, 0.5, confidence=0.95)
     return low, high
 
@@ -185,6 +185,8 @@ def main(argv=None) -> int:
         "0 = torch's own choice)",
     )
     args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error(f"--repeats: expected at least 1 round, got {args.repeats}")
     if args.threads:
         import torch
 
