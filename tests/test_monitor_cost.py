@@ -248,3 +248,41 @@ def test_the_padding_hook_leaves_with_the_paused_steps_too(gpt):
             wrapped(tokens, attention_mask=torch.ones_like(tokens))
             mon.step(s)
     assert seen == [1, 0, 1, 0] and pre() == 0
+
+
+class _Attending(torch.nn.Module):
+    """Self-attention over x (B, L, 8) as 2 heads; its forward takes an attention_mask it does not use."""
+
+    def forward(self, x, attention_mask=None):
+        q = x.unflatten(-1, (2, 4)).transpose(1, 2)  # (B, 2, L, 4)
+        return torch.nn.functional.scaled_dot_product_attention(q, q, q)
+
+
+class _Padded(torch.nn.Module):
+    """An outer module taking the attention_mask, around an inner one that takes one too."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = _Attending()
+
+    def forward(self, x, attention_mask=None):
+        return self.inner(x, attention_mask=attention_mask)
+
+
+@pytest.mark.parametrize("mode", ["observe", "replace"])
+def test_the_outermost_module_alone_reads_the_padding_and_only_for_its_own_forward(mode):
+    """Only the outermost module taking an attention_mask gets the padding hook (a hook on each
+    inner one would slow each of its calls); its rows are the real tokens during its forward, and
+    a module inside it called on its own afterwards has every row counted, not the last forward's."""
+    model = _Padded()
+    x = torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(0))
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    with torch.no_grad(), Monitor(model, mode=mode) as mon:
+        hooked = [m for m in model.modules() if any(h == mon._read_padding for h in m._forward_pre_hooks.values())]
+        assert hooked == [model]
+        model(x, attention_mask=mask)
+        through = mon.step(0)
+        model.inner(x)
+        alone = mon.step(1)
+    assert {h.rows + h.rows_single for h in through.heads} == {8}  # 3 + 5 real tokens
+    assert {h.rows + h.rows_single for h in alone.heads} == {10}  # 2 × 5: no padding read
