@@ -114,8 +114,9 @@ def _check_tensor(torch, name: str, x) -> None:
 @dataclass(frozen=True)
 class _Signature:
     """What a call's signature alone decides (q, k and v's shapes, dtypes and devices, the scale,
-    causal), checked once and kept per signature (:func:`_signature`): a model calls attention with
-    the same few signatures, layer after layer and step after step."""
+    causal, whether a bias is given, the backend asked for and whether figures are), checked once
+    and kept per signature (:func:`_signature`): a model calls attention with the same few
+    signatures, layer after layer and step after step."""
 
     shapes: QKVShapes
     rule: Any  # the scale's rule (attnscale.scales)
@@ -123,9 +124,12 @@ class _Signature:
     batch: int  # the leading dimensions' product: the problem's flat batch
     alignment: str | None
     squeeze: bool  # every input was rank 2 (N, d): the head axis is dropped again
+    chosen: str | None  # the backend that computes the call; None: plain SDPA (no figures, "auto")
+    compute: Any  # the dtype it computes in
+    factor: float | None  # the rule's constant scale; None when _apply_rule applies it per call
 
 
-def _signature(q_shape, k_shape, v_shape, dtypes, devices, scale, causal) -> _Signature:
+def _signature(q_shape, k_shape, v_shape, dtypes, devices, scale, causal, has_bias, backend, stats) -> _Signature:
     """The checked :class:`_Signature` of tensors of these shapes, ``dtypes`` and ``devices`` (each
     q's, k's, v's), or the error naming what is wrong. Rank 2 (N, d) is one head."""
     shapes = []
@@ -142,13 +146,29 @@ def _signature(q_shape, k_shape, v_shape, dtypes, devices, scale, causal) -> _Si
     if not (devices[0] == devices[1] == devices[2]):
         raise InputError(f"q, k, v: expected one device, got q {devices[0]}, k {devices[1]}, v {devices[2]}")
     sh = check_qkv_shapes.__wrapped__(*shapes, q_shape, k_shape, v_shape)  # kept here, with the rest
+    torch = require("torch", "torch")
+    rule = resolve_scale(scale)
+    alignment = causal_alignment(causal, sh.L, sh.S)
+    chosen = None
+    if stats or rule.caps or backend != "auto":
+        chosen = _choose_backend(torch, devices[0], dtypes[0], has_bias, rule.caps, backend)
+    # Half precision is computed in float32, as the NumPy core does for float16; FlexAttention
+    # computes in the inputs' own dtype (the model's, as its own SDPA would), and so does plain SDPA
+    # (chosen None), which has half kernels of its own: a copy to float32 would be a hidden cost.
+    own = chosen in (None, "flex") or dtypes[0] == torch.float64
+    compute = dtypes[0] if own else torch.float32
+    # A constant scale (SDPA's, every model's) is the problem's own: no second Problem from _apply_rule.
+    constant = not (rule.caps or rule.normalizes or rule.uses_n)
     return _Signature(
         shapes=sh,
-        rule=resolve_scale(scale),
+        rule=rule,
         target=sh.lead + (sh.H_q, sh.L, sh.S),
         batch=math.prod(sh.lead),
-        alignment=causal_alignment(causal, sh.L, sh.S),
+        alignment=alignment,
         squeeze=len(q_shape) == len(k_shape) == len(v_shape) == 2,
+        chosen=chosen,
+        compute=compute,
+        factor=float(rule.factor(sh.d_k)) if constant else None,
     )
 
 
@@ -219,17 +239,18 @@ def _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite, backend, s
     # Traced by Dynamo, a cache is no cache (it traces the function inside, and warns that it does).
     kept = type(scale) in _HASHED and type(causal) in _HASHED and not torch.compiler.is_compiling()
     sig = (_kept_signature if kept else _signature)(
-        q.shape, k.shape, v.shape, (q.dtype, k.dtype, v.dtype), (q.device, k.device, v.device), scale, causal
+        q.shape,
+        k.shape,
+        v.shape,
+        (q.dtype, k.dtype, v.dtype),
+        (q.device, k.device, v.device),
+        scale,
+        causal,
+        bias is not None,
+        backend,
+        bool(stats),
     )
-    rule, lead, batch, target = sig.rule, sig.shapes.lead, sig.batch, sig.target
-    chosen = None
-    if stats or rule.caps or backend != "auto":
-        chosen = _choose_backend(torch, q.device, q.dtype, bias is not None, rule.caps, backend)
-    # Half precision is computed in float32, as the NumPy core does for float16; FlexAttention
-    # computes in the inputs' own dtype (the model's, as its own SDPA would), and so does plain SDPA
-    # (chosen None), which has half kernels of its own: a copy to float32 would be a hidden cost.
-    own = chosen in (None, "flex")
-    compute = q.dtype if own else torch.float64 if q.dtype == torch.float64 else torch.float32
+    lead, batch, target, compute = sig.shapes.lead, sig.batch, sig.target, sig.compute
 
     def flat(x):
         if x.dim() == 2:  # (N, d): one head
@@ -252,8 +273,6 @@ def _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite, backend, s
         if check_finite and bias.numel() and not bool(bias.max() < math.inf):  # max is NaN if any is
             raise InputError("bias: contains NaN or +Inf; expected finite values or -inf (masked)")
         bias4 = _broadcast_rows(torch, "bias", bias.to(device=q.device, dtype=compute), target, batch)
-    # A constant scale (SDPA's, every model's) is the problem's own: no second Problem from _apply_rule.
-    constant = not (rule.caps or rule.normalizes or rule.uses_n)
     p = Problem(
         q=flat(q),
         k=flat(k),
@@ -261,13 +280,13 @@ def _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite, backend, s
         mask=mask4,
         bias=bias4,
         alignment=sig.alignment,
-        scale=float(rule.factor(sig.shapes.d_k)) if constant else 1.0,
+        scale=1.0 if sig.factor is None else sig.factor,
         softcap=0.0,
         lead=lead,
         squeeze_heads=sig.squeeze,
         out_dtype=q.dtype,
     )
-    return (p if constant else _apply_rule(torch, p, rule)), chosen
+    return (p if sig.factor is not None else _apply_rule(torch, p, sig.rule)), sig.chosen
 
 
 def _check_finite(torch, given: dict, kernel: bool) -> None:
