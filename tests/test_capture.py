@@ -263,3 +263,37 @@ def test_a_call_is_named_by_the_innermost_module_running(call, name):
     with capture_sdpa(model) as cap:
         call(model, x)
     assert [c.name for c in cap.calls] == ([] if name is None else [name])
+
+
+
+class _FailsOnce(PlainAttention):
+    """Calls SDPA, then raises on its first forward; takes an attention_mask (so the monitor's
+    padding hooks are on it too, after the capture's)."""
+
+    failed = False
+
+    def forward(self, q, k, v, attention_mask=None):
+        out = scaled_dot_product_attention(q, k, v)
+        if not self.failed:
+            self.failed = True
+            raise ValueError("the model's own error")
+        return out
+
+
+@pytest.mark.parametrize("mode", ["observe", "replace"])
+def test_an_error_in_the_first_forward_reaches_the_caller_as_itself(mode):
+    """The first forward under a capture watches SDPA two ways and settles on one when the model
+    returns; a forward that raises leaves it unsettled (settling changes the model's hooks while
+    PyTorch's error handler loops over them: its RuntimeError hid the model's error), and the next
+    forward settles it."""
+    from attnscale.torch import Monitor
+
+    model = _FailsOnce()
+    q = torch.randn(1, 2, 4, 8)
+    with torch.no_grad(), Monitor(model, mode=mode) as mon:
+        with pytest.raises(ValueError, match="the model's own error"):
+            model(q, q, q)
+        mon.discard()
+        model(q, q, q)
+        step = mon.step(0)
+    assert len(step.heads) == 2 and step.calls == 1

@@ -421,6 +421,15 @@ def test_a_kept_signature_hides_no_error_and_mixes_no_calls():
     with pytest.raises(InputTypeError, match="scale: expected a number"):
         attention(q, k, v, scale=True)  # after scale=1.0
     assert attention(q.double(), k.double(), v.double(), scale=1.0).dtype == torch.float64
+    # The backend is kept with the signature too: chosen anew for another backend asked for, with
+    # or without a bias, with or without figures.
+    auto = "kernel" if kernel_status()["available"] else "composed"
+    for backend, expected in (("chunked", "chunked"), ("composed", "composed"), ("auto", auto)):
+        assert attention(q, k, v, return_stats=True, backend=backend)[1].backend == expected
+    with pytest.raises(InputError, match="bias: the 'composed' backend cannot weight a bias"):
+        attention(q, k, v, bias=torch.zeros(6, 6), return_stats=True, backend="composed")
+    assert attention(q, k, v, bias=torch.zeros(6, 6), return_stats=True)[1].backend != "composed"
+    assert attention(q, k, v, scale=1.0).dtype == torch.float32  # plain SDPA: no figures, no backend
 
 
 def test_without_torch_the_error_names_the_install_command(monkeypatch):

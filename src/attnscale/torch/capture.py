@@ -710,7 +710,10 @@ class capture_sdpa:
     def _lift_hook(self, module, args, output) -> None:
         if not (self._compiling() or recomputing()):  # a rerun's mode leaves with its backward node
             self._lift()
-            if self._capture._watch == "checking":
+            # Not while the forward's error propagates: PyTorch runs this hook from its handler, in
+            # a loop over the model's hooks that settling would change (its RuntimeError would hide
+            # the model's own error). It settles after a forward that returns.
+            if self._capture._watch == "checking" and sys.exc_info()[0] is None:
                 self._settle()
 
     def _settle(self) -> None:
