@@ -320,3 +320,64 @@ def test_bad_arguments():
     with pytest.warns(NoAttentionSeen, match="while the monitor was active"):  # it saw no call
         with Monitor(None, mode="replace") as mon, pytest.raises(InputTypeError, match="global_step: expected an int"):
             mon.step("3")
+
+
+class _Layer(torch.nn.Module):
+    def forward(self, x, mask, causal):
+        return F.scaled_dot_product_attention(x, x, x, attn_mask=mask, is_causal=causal)
+
+
+class _TwoLayers(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.first, self.second = _Layer(), _Layer()
+
+    def forward(self, x, mask=None, causal=False):
+        return self.second(self.first(x, mask, causal), mask, causal)
+
+
+def test_a_layers_kept_call_gives_what_a_fresh_monitor_gives_and_changes_with_its_call(monkeypatch):
+    """Replace mode keeps each layer's last call (Monitor._kept) and runs the kernel straight for
+    the layer's next call of the same key: every step equals, bit for bit (outputs and every head
+    figure), the step a fresh monitor gives the same forward, whatever changed between forwards —
+    the batch, the mask's presence, shape and values, causal, the dtype, gradients on. And it is
+    taken: attention() itself runs only for a layer's first call of each key."""
+    import attnscale.torch.monitor as monitor_module
+
+    calls = []
+    real = monitor_module.attention
+    monkeypatch.setattr(monitor_module, "attention", lambda *a, **k: calls.append(1) or real(*a, **k))
+    g = torch.Generator().manual_seed(5)
+    x, wide = torch.randn(2, 3, 7, 8, generator=g), torch.randn(4, 3, 7, 8, generator=g)
+    mask = torch.rand(2, 1, 7, 7, generator=g) > 0.4
+    # Each forward changes one thing from the one before it (or nothing: kept).
+    forwards = [
+        dict(x=x),
+        dict(x=x * 2),  # kept: other values, the same key
+        dict(x=wide),  # another batch
+        dict(x=x),
+        dict(x=x, causal=True),
+        dict(x=x, mask=mask),
+        dict(x=x, mask=~mask),  # kept: the mask's values are not the key
+        dict(x=x, mask=mask[:, :, :1]),  # a mask of another shape
+        dict(x=x),
+        dict(x=x.clone().requires_grad_()),  # gradients on: the training backend's key
+        dict(x=x),
+        dict(x=x),  # kept
+        dict(x=x.double()),
+    ]
+    model = _TwoLayers()
+
+    def step_of(mon, s, f):
+        out = model(f["x"], f.get("mask"), f.get("causal", False))
+        return out.detach(), repr(mon.step(s).heads), len(calls)
+
+    with Monitor(model, mode="replace") as kept:
+        steps = [step_of(kept, s, f) for s, f in enumerate(forwards)]
+    # attention() ran for both layers on each forward but the three kept.
+    made = [b - a for a, b in zip([0] + [n for *_, n in steps], [n for *_, n in steps])]
+    assert made == [2, 0, 2, 2, 2, 2, 0, 2, 2, 2, 2, 0, 2]
+    for s, f in enumerate(forwards):
+        with Monitor(model, mode="replace") as fresh:
+            out, heads, _ = step_of(fresh, s, f)
+        assert torch.equal(out, steps[s][0]) and heads == steps[s][1], f"forward {s}"

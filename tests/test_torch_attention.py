@@ -432,6 +432,74 @@ def test_a_kept_signature_hides_no_error_and_mixes_no_calls():
     assert attention(q, k, v, scale=1.0).dtype == torch.float32  # plain SDPA: no figures, no backend
 
 
+
+KEPT = dict(return_stats=True, logit_range=True, first_key=True, head_table=True)
+
+
+@pytest.mark.skipif(not kernel_status()["available"], reason="the C++ kernel is not built here")
+@pytest.mark.parametrize(
+    "case",
+    [
+        dict(),  # grouped-query heads (4 query, 2 key/value), no mask
+        dict(masked=True),  # a bool mask broadcast over the heads, one fully masked row
+        dict(causal="top_left", L=53),
+        dict(causal="bottom_right", L=9),  # decoding: L < S
+        dict(counted=True, scale=0.3),
+        dict(dtype=torch.float32, masked=True, counted=True),
+        dict(grad=True, masked=True),
+    ],
+)
+def test_a_kept_call_gives_attentions_results_bit_for_bit(case):
+    """functional.KeptAttention, the kernel call a signature keeps (the monitor's replace mode
+    calls it for a layer's calls after the first), against attention() itself: every result and
+    gradient the same bits."""
+    from attnscale.torch.functional import kept_attention
+
+    dtype, L = case.get("dtype", torch.float64), case.get("L", 37)
+    q, k, v, mask = problem(seed=11, L=L, dtype=dtype)
+    mask = mask[:, :, :L] if case.get("masked") else None
+    counted = (torch.arange(L) < L - 4).expand(2, L).clone() if case.get("counted") else None
+    scale, causal = case.get("scale"), case.get("causal", False)
+    runs = []
+    for kept in (None, kept_attention(q, k, v, scale=scale, causal=causal, mask=mask)):
+        qq, kk, vv = (x.detach().requires_grad_(case.get("grad", False)) for x in (q, k, v))
+        if kept is None:
+            out, stats = attention(qq, kk, vv, scale=scale, causal=causal, mask=mask, counted=counted, **KEPT)
+        else:
+            out, stats = kept(qq, kk, vv, mask, counted)
+        grads = torch.autograd.grad(out.square().sum(), (qq, kk, vv)) if case.get("grad") else ()
+        runs.append((out, stats, grads))
+    (out, stats, grads), (kept_out, kept_stats, kept_grads) = runs
+    assert torch.equal(out, kept_out) and kept_stats.backend == stats.backend == "kernel"
+    for field in ("lse", "entropy", "max_logit", "min_logit", "first_key_weight", "head_table", "counted_entropy"):
+        a, b = getattr(stats, field), getattr(kept_stats, field)
+        assert a.shape == b.shape and a.dtype == b.dtype and not b.requires_grad, field
+        assert torch.equal(a.nan_to_num(), b.nan_to_num()) and torch.equal(a.isnan(), b.isnan()), field
+    assert all(torch.equal(a, b) for a, b in zip(grads, kept_grads))
+
+
+@pytest.mark.skipif(not kernel_status()["available"], reason="the C++ kernel is not built here")
+def test_a_call_the_kernel_does_not_take_as_given_is_not_kept():
+    """kept_attention keeps only what the kernel computes from the tensors as given and returns as
+    they are; anything else goes through attention() each time."""
+    from attnscale.torch.functional import kept_attention
+
+    q, k, v, mask = problem(seed=1, dtype=torch.float32)
+    assert kept_attention(q, k, v, scale=None, causal=False, mask=mask) is not None
+    refused = {
+        "3-D": (q[0], k[0], v[0], {}),
+        "float16": (q.half(), k.half(), v.half(), {}),
+        "QK-norm": (q, k, v, {"scale": "qknorm"}),
+        "chunked": (q, k, v, {"backend": "chunked"}),
+        "no queries": (q[:, :, :0], k, v, {}),
+        "no values": (q, k, v[..., :0], {}),
+        "float mask": (q, k, v, {"mask": mask.float()}),
+        "keys broadcast over the batch": (q, k[:1], v[:1], {}),
+    }
+    for why, (qq, kk, vv, change) in refused.items():
+        args = {"scale": None, "causal": False, "mask": None, **change}
+        assert kept_attention(qq, kk, vv, **args) is None, why
+
 def test_without_torch_the_error_names_the_install_command(monkeypatch):
     from attnscale.errors import MissingDependency
     from attnscale.torch import Monitor

@@ -77,11 +77,11 @@ from attnscale.shapes import QKVShapes, check_qkv_shapes
 from attnscale.softmax_rows import FLOAT16_MAX
 from attnscale.torch import ext
 from attnscale.torch.backends import RUNNERS
-from attnscale.torch.backends.kernel import run_kernel
+from attnscale.torch.backends.kernel import call_kernel, kernel_arguments, run_kernel
 from attnscale.torch.backends.flex import FlexFailure
 from attnscale.torch.backends.problem import Problem, allowed_keys, nothing_attended, plain_sdpa, row_chunks
 
-__all__ = ["attention", "AttentionStats", "BACKENDS", "FLOAT16_MAX", "qk_normalized"]
+__all__ = ["attention", "AttentionStats", "BACKENDS", "FLOAT16_MAX", "KeptAttention", "kept_attention", "qk_normalized"]
 
 BACKENDS = ("auto", "kernel", "composed", "chunked", "flex")
 
@@ -397,6 +397,48 @@ def attention(
     if not return_stats:
         return out
     return out, _stats(torch, p, figures, chosen, logit_range, first_key)
+
+
+@dataclass(frozen=True)
+class KeptAttention:
+    """:func:`attention` with every figure and the head table (``return_stats``, ``logit_range``,
+    ``first_key``, ``head_table``) on the fused kernel, for one signature whose checks were made
+    (:func:`kept_attention`): called again with tensors of that signature (the monitor's replace
+    mode, layer after layer, step after step), it runs the op and nothing else. Its results are
+    attention()'s, bit for bit (tested)."""
+
+    target: tuple  # (B, H_q, L, S): what the mask broadcasts to
+    arguments: tuple  # the op's others (backends.kernel.kernel_arguments)
+
+    def __call__(self, q, k, v, mask, counted):
+        """q, k, v (B, H, L, d) of the signature; mask None or bool broadcastable to (B, H_q, L, S);
+        counted None or bool (B, L) (:func:`attention`'s): ``(out, stats)`` as attention() returns them."""
+        out, lse, entropy, hi, lo, first, table, counted_entropy = call_kernel(
+            q, k, v, None if mask is None else mask.expand(self.target), None, counted, self.arguments
+        )
+        return out, AttentionStats(lse, entropy, hi, lo, "kernel", first, table, counted_entropy)
+
+
+def kept_attention(q, k, v, *, scale, causal, mask, backend: str = "auto") -> KeptAttention | None:
+    """The :class:`KeptAttention` of ``attention(q, k, v, scale=scale, mask=mask, causal=causal,
+    backend=backend, return_stats=True, logit_range=True, first_key=True, head_table=True)``, for
+    its signature (call it after that call succeeded: its arguments are checked there), when the
+    fused kernel computes it on the tensors as given and returns its results as they are: q, k and
+    v 4-D of one batch, in the dtype it computes in, a query and a value column at least, a constant
+    scale (not QK-norm, log-n or a soft-cap), no mask or a bool one; else None."""
+    torch = require("torch", "torch")
+    if not all(type(x) in _HASHED for x in (scale, causal, backend)) or torch.compiler.is_compiling():
+        return None
+    sig = _kept_signature(
+        q.shape, k.shape, v.shape, (q.dtype, k.dtype, v.dtype), (q.device, k.device, v.device), scale, causal, False, backend, True
+    )
+    as_given = q.dim() == k.dim() == v.dim() == 4 and q.shape[0] == k.shape[0] == v.shape[0] == sig.batch
+    if not (sig.chosen == "kernel" and sig.factor is not None and as_given and q.dtype == sig.compute):
+        return None
+    if q.shape[-2] == 0 or v.shape[-1] == 0 or not (mask is None or mask.dtype == torch.bool):
+        return None  # no queries, or no values: attention() takes another path (_run_backend)
+    p = Problem(q, k, v, None, None, sig.alignment, sig.factor, 0.0, sig.shapes.lead, False, q.dtype)
+    return KeptAttention(sig.target, kernel_arguments(p, True, True, True))
 
 
 def _stats(torch, p: Problem, figures: tuple, backend: str, logit_range: bool, first_key: bool) -> AttentionStats:
