@@ -265,7 +265,6 @@ def test_a_call_is_named_by_the_innermost_module_running(call, name):
     assert [c.name for c in cap.calls] == ([] if name is None else [name])
 
 
-
 class _FailsOnce(PlainAttention):
     """Calls SDPA, then raises on its first forward; takes an attention_mask (so the monitor's
     padding hooks are on it too, after the capture's)."""

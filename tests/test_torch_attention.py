@@ -432,7 +432,6 @@ def test_a_kept_signature_hides_no_error_and_mixes_no_calls():
     assert attention(q, k, v, scale=1.0).dtype == torch.float32  # plain SDPA: no figures, no backend
 
 
-
 KEPT = dict(return_stats=True, logit_range=True, first_key=True, head_table=True)
 
 
@@ -499,6 +498,7 @@ def test_a_call_the_kernel_does_not_take_as_given_is_not_kept():
     for why, (qq, kk, vv, change) in refused.items():
         args = {"scale": None, "causal": False, "mask": None, **change}
         assert kept_attention(qq, kk, vv, **args) is None, why
+
 
 def test_without_torch_the_error_names_the_install_command(monkeypatch):
     from attnscale.errors import MissingDependency

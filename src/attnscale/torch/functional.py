@@ -430,7 +430,16 @@ def kept_attention(q, k, v, *, scale, causal, mask, backend: str = "auto") -> Ke
     if not all(type(x) in _HASHED for x in (scale, causal, backend)) or torch.compiler.is_compiling():
         return None
     sig = _kept_signature(
-        q.shape, k.shape, v.shape, (q.dtype, k.dtype, v.dtype), (q.device, k.device, v.device), scale, causal, False, backend, True
+        q.shape,
+        k.shape,
+        v.shape,
+        (q.dtype, k.dtype, v.dtype),
+        (q.device, k.device, v.device),
+        scale,
+        causal,
+        False,
+        backend,
+        True,
     )
     as_given = q.dim() == k.dim() == v.dim() == 4 and q.shape[0] == k.shape[0] == v.shape[0] == sig.batch
     if not (sig.chosen == "kernel" and sig.factor is not None and as_given and q.dtype == sig.compute):

@@ -750,10 +750,10 @@ class Monitor:
         if not self._rerun:
             self._fold(name, q, k, v, stats, "replaced", index, picked=picked)
             # Kept for the layer's next call of the same key: every row's table, no bias, no learned mask.
-            keep = tabled and picked is None and bias is None and (m is None or not m.requires_grad)
-            kept = keep and kept_attention(q, k, v, scale=scale, causal=causal, mask=mask, backend=backend)
-            if kept:
-                self._kept[name] = (key, kept)
+            if tabled and picked is None and bias is None and (m is None or not m.requires_grad):
+                made = kept_attention(q, k, v, scale=scale, causal=causal, mask=mask, backend=backend)
+                if made is not None:
+                    self._kept[name] = (key, made)
         return out
 
 
