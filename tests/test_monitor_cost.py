@@ -284,5 +284,8 @@ def test_the_outermost_module_alone_reads_the_padding_and_only_for_its_own_forwa
         through = mon.step(0)
         model.inner(x)
         alone = mon.step(1)
+        model(x, mask)  # the mask in its place, not by name
+        in_place = mon.step(2)
     assert {h.rows + h.rows_single for h in through.heads} == {8}  # 3 + 5 real tokens
     assert {h.rows + h.rows_single for h in alone.heads} == {10}  # 2 × 5: no padding read
+    assert repr(in_place.heads) == repr(through.heads)

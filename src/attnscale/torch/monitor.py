@@ -104,7 +104,7 @@ apart in ``rows_single``, out of the entropy and saturation figures).
 
 Padding: query rows that are padding are no rows at all (in no count and no figure). The monitor
 reads which they are from the ``attention_mask`` (B, L) of 1 and 0 that the outermost module of
-``model`` taking one was called with (a forward pre-hook on the outermost modules whose forward has
+``model`` taking one was called with, by name or in its place (a forward pre-hook on the outermost modules whose forward has
 an ``attention_mask`` parameter: a Hugging Face model, or a LightningModule passing its batch on),
 and applies it, during that module's forward, to every call whose q is (B, H, L, d_k) with that B
 and L — self-attention over the batch, not a KV-cache step or another shape. The modules inside it
@@ -334,7 +334,7 @@ class Monitor:
         self._kept: dict[str, tuple] = {}  # layer name -> (its last call's _call_key, KeptAttention)
         self._model = model
         self._query_valid: tuple[Any, int] | None = None  # (B, L) bool: the forward's real tokens, and their count
-        self._padding_modules: list = []  # the outermost modules whose forward takes an attention_mask
+        self._padding_modules: dict = {}  # the outermost modules whose forward takes an attention_mask -> its position
         self._padding_hooks: list = []
         replacing = mode == "replace"
         self._capture = capture_sdpa(
@@ -391,8 +391,11 @@ class Monitor:
 
     def _read_padding(self, module, args, kwargs) -> None:
         """A forward pre-hook of an outermost module that takes an ``attention_mask``: the one it
-        was given, (B, L) of 0/1 (or bool), as the real tokens of this forward's query rows."""
-        mask = kwargs.get("attention_mask")
+        was given (by name or in its place), (B, L) of 0/1 (or bool), as the real tokens of this
+        forward's query rows."""
+        mask, at = kwargs.get("attention_mask"), self._padding_modules.get(module)
+        if mask is None and at is not None and at < len(args):
+            mask = args[at]
         torch = require("torch", "torch")
         if not (isinstance(mask, torch.Tensor) and mask.dim() == 2):
             self._query_valid = None
@@ -826,26 +829,37 @@ def _on_cpu(model) -> bool:
     return not params or params[0].device.type == "cpu"
 
 
-def _padding_modules(model) -> list:
+def _padding_modules(model) -> dict:
     """The outermost modules of ``model`` whose forward takes an ``attention_mask`` (a Hugging Face
-    model, a LightningModule wrapping one ...; none inside another such): where the monitor reads
-    which query rows are padding. None on a compiled model (a hook added to it would recompile its
-    graph) or without a model."""
+    model, a LightningModule wrapping one ...; none inside another such), each with the mask's place
+    among its forward's positional arguments (None: by name only): where the monitor reads which
+    query rows are padding. None on a compiled model (a hook added to it would recompile its graph)
+    or without a model."""
     import inspect
 
     if model is None or compiled(require("torch", "torch"), model):
-        return []
+        return {}
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
-    def takes_mask(module) -> bool:
+    def mask_place(module) -> tuple[bool, int | None]:
+        """Whether the forward takes an attention_mask, and its place (None: by name only)."""
         try:
-            return "attention_mask" in inspect.signature(module.forward).parameters
+            parameters = list(inspect.signature(module.forward).parameters.values())
         except (TypeError, ValueError):
-            return False
+            return False, None
+        names = [p.name for p in parameters]
+        if "attention_mask" not in names:
+            return False, None
+        before = parameters[: names.index("attention_mask") + 1]
+        return True, (len(before) - 1 if all(p.kind in positional for p in before) else None)
 
-    def outermost(module) -> list:
-        return [module] if takes_mask(module) else [m for child in module.children() for m in outermost(child)]
+    def outermost(module) -> dict:
+        takes, place = mask_place(module)
+        if takes:
+            return {module: place}
+        return {m: at for child in module.children() for m, at in outermost(child).items()}
 
-    return list(dict.fromkeys(outermost(model)))  # a module shared by two parents, once
+    return outermost(model)  # a module shared by two parents, once
 
 
 def _scale_rule(scale, softcap: float):
