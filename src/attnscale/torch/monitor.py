@@ -104,16 +104,16 @@ apart in ``rows_single``, out of the entropy and saturation figures).
 
 Padding: query rows that are padding are no rows at all (in no count and no figure). The monitor
 reads which they are from the ``attention_mask`` (B, L) of 1 and 0 that the outermost module of
-``model`` taking one was called with, by name or in its place (a forward pre-hook on the outermost modules whose forward has
-an ``attention_mask`` parameter: a Hugging Face model, or a LightningModule passing its batch on),
-and applies it, during that module's forward, to every call whose q is (B, H, L, d_k) with that B
-and L — self-attention over the batch, not a KV-cache step or another shape. The modules inside it
-get no hook: a hook makes each call of its module take PyTorch's slow path (MiniLM's 19 inner ones
-cost 2% of a forward, measured), and they see what it sees. A module inside it called on its own
-(not through it) has every row counted. So right and left padding, or
-the sequences run one at a time, give the same figures (a tiny Llama's test holds it). Keys that are
-padding are the mask's own business (they are not attended). Not on a compiled model (a hook added to
-it would recompile its graph): there padded rows count as the model attends them.
+``model`` taking one was called with, by name or in its place (a forward pre-hook on the outermost
+modules whose forward has an ``attention_mask`` parameter: a Hugging Face model, or a
+LightningModule passing its batch on), and applies it, during that module's forward, to every call
+whose q is (B, H, L, d_k) with that B and L — self-attention over the batch, not a KV-cache step or
+another shape. The modules inside it get no hook: a hook makes each call of its module take
+PyTorch's slow path (MiniLM's 19 inner ones cost 2% of a forward, measured), and they see what it
+sees. A module inside it called on its own (not through it) has every row counted. So right and left
+padding, or the sequences run one at a time, give the same figures (a tiny Llama's test holds it).
+Keys that are padding are the mask's own business (they are not attended). Not on a compiled model
+(a hook added to it would recompile its graph): there padded rows count as the model attends them.
 
 Any SDPA layout is taken: q (..., H_q, L, d_k) with any number of leading dimensions (all folded
 into the batch), or 3-D (N, L, d_k), which has no head axis and is counted as one head.
