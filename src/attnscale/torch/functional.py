@@ -179,6 +179,28 @@ _kept_signature = functools.lru_cache(maxsize=256, typed=True)(_signature)
 _HASHED = (bool, float, int, str, type(None))
 
 
+def _keepable(torch, scale, causal) -> bool:
+    """Whether a call's signature may be kept: plain values for the scale and causal, and not while
+    Dynamo traces (traced, a cache is no cache: it traces the function inside, and warns that it does)."""
+    return type(scale) in _HASHED and type(causal) in _HASHED and not torch.compiler.is_compiling()
+
+
+def _signature_of(torch, q, k, v, scale, causal, has_bias: bool, backend: str, stats) -> _Signature:
+    """The checked :class:`_Signature` of a call on tensors q, k, v; kept where :func:`_keepable`."""
+    return (_kept_signature if _keepable(torch, scale, causal) else _signature)(
+        q.shape,
+        k.shape,
+        v.shape,
+        (q.dtype, k.dtype, v.dtype),
+        (q.device, k.device, v.device),
+        scale,
+        causal,
+        has_bias,
+        backend,
+        bool(stats),
+    )
+
+
 def _apply_rule(torch, p: Problem, rule) -> Problem:
     """The rule folded into what every backend takes: q̂, k̂ (QK-norm, in torch, so differentiable),
     a per-row factor multiplied into q̂ when it depends on the attended count (log-n; then scale 1),
@@ -236,20 +258,7 @@ def _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite, backend, s
     without figures on backend "auto")."""
     for name, x in (("q", q), ("k", k), ("v", v)):
         _check_tensor(torch, name, x)
-    # Traced by Dynamo, a cache is no cache (it traces the function inside, and warns that it does).
-    kept = type(scale) in _HASHED and type(causal) in _HASHED and not torch.compiler.is_compiling()
-    sig = (_kept_signature if kept else _signature)(
-        q.shape,
-        k.shape,
-        v.shape,
-        (q.dtype, k.dtype, v.dtype),
-        (q.device, k.device, v.device),
-        scale,
-        causal,
-        bias is not None,
-        backend,
-        bool(stats),
-    )
+    sig = _signature_of(torch, q, k, v, scale, causal, bias is not None, backend, stats)
     lead, batch, target, compute = sig.shapes.lead, sig.batch, sig.target, sig.compute
 
     def flat(x):
@@ -427,20 +436,9 @@ def kept_attention(q, k, v, *, scale, causal, mask, backend: str = "auto") -> Ke
     v 4-D of one batch, in the dtype it computes in, a query and a value column at least, a constant
     scale (not QK-norm, log-n or a soft-cap), no mask or a bool one; else None."""
     torch = require("torch", "torch")
-    if not all(type(x) in _HASHED for x in (scale, causal, backend)) or torch.compiler.is_compiling():
+    if type(backend) is not str or not _keepable(torch, scale, causal):
         return None
-    sig = _kept_signature(
-        q.shape,
-        k.shape,
-        v.shape,
-        (q.dtype, k.dtype, v.dtype),
-        (q.device, k.device, v.device),
-        scale,
-        causal,
-        False,
-        backend,
-        True,
-    )
+    sig = _signature_of(torch, q, k, v, scale, causal, False, backend, True)
     as_given = q.dim() == k.dim() == v.dim() == 4 and q.shape[0] == k.shape[0] == v.shape[0] == sig.batch
     if not (sig.chosen == "kernel" and sig.factor is not None and as_given and q.dtype == sig.compute):
         return None
