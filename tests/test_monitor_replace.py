@@ -337,11 +337,11 @@ class _TwoLayers(torch.nn.Module):
 
 
 def test_a_layers_kept_call_gives_what_a_fresh_monitor_gives_and_changes_with_its_call(monkeypatch):
-    """Replace mode keeps each layer's last call (Monitor._kept) and runs the kernel straight for
-    the layer's next call of the same key: every step equals, bit for bit (outputs and every head
-    figure), the step a fresh monitor gives the same forward, whatever changed between forwards —
-    the batch, the mask's presence, shape and values, causal, the dtype, gradients on. And it is
-    taken: attention() itself runs only for a layer's first call of each key."""
+    """Replace mode keeps the calls it checked by key (Monitor._kept) and runs the kernel straight for
+    a later call of the same key: every step equals, bit for bit (outputs and every head figure),
+    the step a fresh monitor gives the same forward, whatever changed between forwards — the batch,
+    the mask's presence, shape and values, causal, the dtype, gradients on. And it is taken:
+    attention() itself runs only for the first call of each key (the two layers share theirs)."""
     import attnscale.torch.monitor as monitor_module
 
     calls = []
@@ -374,10 +374,55 @@ def test_a_layers_kept_call_gives_what_a_fresh_monitor_gives_and_changes_with_it
 
     with Monitor(model, mode="replace") as kept:
         steps = [step_of(kept, s, f) for s, f in enumerate(forwards)]
-    # attention() ran for both layers on each forward but the three kept.
+    # attention() ran for the first layer on a forward of a key not seen before, the second layer's
+    # call of that key kept (and x's key from the first forward still kept on the fourth and later).
     made = [b - a for a, b in zip([0] + [n for *_, n in steps], [n for *_, n in steps])]
-    assert made == [2, 0, 2, 2, 2, 2, 0, 2, 2, 2, 2, 0, 2]
+    assert made == [1, 0, 1, 0, 1, 1, 0, 1, 0, 1, 0, 0, 1]
     for s, f in enumerate(forwards):
         with Monitor(model, mode="replace") as fresh:
             out, heads, _ = step_of(fresh, s, f)
         assert torch.equal(out, steps[s][0]) and heads == steps[s][1], f"forward {s}"
+
+
+class _SelfThenCross(torch.nn.Module):
+    """One module making two kinds of call in turn: self-attention on x, then cross-attention to memory."""
+
+    def forward(self, x, memory):
+        x = F.scaled_dot_product_attention(x, x, x)
+        return F.scaled_dot_product_attention(x, memory, memory)
+
+
+def test_kept_calls_serve_every_module_whatever_it_called_before_and_are_bounded(monkeypatch):
+    """A kept key serves any call of it: a module making two kinds of call in turn runs both kept
+    from its second forward on (its steps still a fresh monitor's), and batches of another length
+    are one attention() a forward, not one a layer. At most KEPT_KEYS keys are kept, the oldest
+    going first."""
+    import attnscale.torch.monitor as monitor_module
+
+    calls = []
+    real = monitor_module.attention
+    monkeypatch.setattr(monitor_module, "attention", lambda *a, **k: calls.append(1) or real(*a, **k))
+    g = torch.Generator().manual_seed(6)
+    x, memory = torch.randn(2, 3, 5, 8, generator=g), torch.randn(2, 3, 9, 8, generator=g)
+    both = _SelfThenCross()
+
+    def made_by(mon, forward, s):
+        before = len(calls)
+        out = forward()
+        return len(calls) - before, out, repr(mon.step(s).heads)
+
+    with Monitor(both, mode="replace") as mon:
+        steps = [made_by(mon, lambda: both(x * (s + 1), memory), s) for s in range(3)]
+    assert [made for made, *_ in steps] == [2, 0, 0]
+    with Monitor(both, mode="replace") as fresh:
+        _, out, heads = made_by(fresh, lambda: both(x * 3, memory), 2)
+    assert torch.equal(out, steps[2][1]) and heads == steps[2][2]
+
+    monkeypatch.setattr(monitor_module, "KEPT_KEYS", 2)
+    model = _TwoLayers()
+    lengths = [5, 7, 5, 7, 9, 5]  # the third key pushes out the first: 5 is made again
+    xs = [torch.randn(2, 3, n, 8, generator=g) for n in lengths]
+    with Monitor(model, mode="replace") as mon:
+        made = [made_by(mon, lambda: model(xs[s]), s)[0] for s in range(len(xs))]
+        assert len(mon._kept) == 2
+    assert made == [1, 1, 0, 0, 1, 1]

@@ -192,6 +192,9 @@ AGREEMENT = {"float64": 1e-4, "float32": 1e-4, "float16": 5e-2, "bfloat16": 1e-1
 # history=True: per-call records and per-row entropies kept for the context's first this-many calls
 # (a 12-layer model's 830 steps), then no more: memory a training loop can leave on.
 HISTORY_CALLS = 10_000
+# Replace mode's kept calls (Monitor.replace): this many keys at most, each a few shapes and numbers;
+# a training set's batches of many lengths make a new one per length, the oldest then goes.
+KEPT_KEYS = 64
 # The seed of rows=K's choice of query rows, with the step's ordinal and the call's number in it.
 ROW_SEED = 20_240_917
 
@@ -331,7 +334,9 @@ class Monitor:
         self._skip_observe = False
         self._rerun = False  # the call under way is a checkpoint's recomputation
         self._mask_cache: tuple[Any, int, tuple[Any, Any, bool]] | None = None  # see _split_mask
-        self._kept: dict[str, tuple] = {}  # layer name -> (its last call's _call_key, KeptAttention)
+        # _call_key -> KeptAttention, of any layer: a model's layers share a few keys, and a batch of
+        # another length is a new key for every layer at once (KEPT_KEYS at most, oldest out first).
+        self._kept: dict[tuple, Any] = {}
         self._model = model
         self._query_valid: tuple[Any, int] | None = None  # (B, L) bool: the forward's real tokens, and their count
         self._padding_modules: dict = {}  # the outermost modules whose forward takes an attention_mask -> its position
@@ -703,13 +708,14 @@ class Monitor:
         grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
         self._rerun = recomputing()
         index = len(self.calls) if self._history else -1
-        key, kept = _call_key(torch, a, grad), self._kept.get(name)
-        if kept is not None and kept[0] == key and not self._rerun:
-            # The layer's call again, as its last (which passed the checks below, and was kept):
-            # the kernel, with the checks that call made. What the key cannot say is checked here.
+        key = _call_key(torch, a, grad)
+        kept = self._kept.get(key)
+        if kept is not None and not self._rerun:
+            # A call of a key seen before (whose call passed the checks below, and was kept): the
+            # kernel, with the checks that call made. What the key cannot say is checked here.
             mask, bias, averaged = self._mask_parts(torch, m)
             if bias is None and not averaged:
-                out, stats = kept[1](q, k, v, mask, self._table_rows(q)[1])
+                out, stats = kept(q, k, v, mask, self._table_rows(q)[1])
                 self._fold(name, q, k, v, stats, "replaced", index)
                 return out
         if a.get("need_weights"):
@@ -754,11 +760,13 @@ class Monitor:
             return None
         if not self._rerun:
             self._fold(name, q, k, v, stats, "replaced", index, picked=picked)
-            # Kept for the layer's next call of the same key: every row's table, no bias, no learned mask.
+            # Kept for the next call of the same key: every row's table, no bias, no learned mask.
             if tabled and picked is None and bias is None and (m is None or not m.requires_grad):
                 made = kept_attention(q, k, v, scale=scale, causal=causal, mask=mask, backend=backend)
                 if made is not None:
-                    self._kept[name] = (key, made)
+                    if len(self._kept) >= KEPT_KEYS:
+                        del self._kept[next(iter(self._kept))]
+                    self._kept[key] = made
         return out
 
 
