@@ -406,16 +406,17 @@ def test_kept_calls_serve_every_module_whatever_it_called_before_and_are_bounded
     x, memory = torch.randn(2, 3, 5, 8, generator=g), torch.randn(2, 3, 9, 8, generator=g)
     both = _SelfThenCross()
 
-    def made_by(mon, forward, s):
+    def made_by(mon, s, module, *inputs):
+        """attention()'s runs in step s, its output and its heads."""
         before = len(calls)
-        out = forward()
+        out = module(*inputs)
         return len(calls) - before, out, repr(mon.step(s).heads)
 
     with Monitor(both, mode="replace") as mon:
-        steps = [made_by(mon, lambda: both(x * (s + 1), memory), s) for s in range(3)]
+        steps = [made_by(mon, s, both, x * (s + 1), memory) for s in range(3)]
     assert [made for made, *_ in steps] == [2, 0, 0]
     with Monitor(both, mode="replace") as fresh:
-        _, out, heads = made_by(fresh, lambda: both(x * 3, memory), 2)
+        _, out, heads = made_by(fresh, 2, both, x * 3, memory)
     assert torch.equal(out, steps[2][1]) and heads == steps[2][2]
 
     monkeypatch.setattr(monitor_module, "KEPT_KEYS", 2)
@@ -423,6 +424,6 @@ def test_kept_calls_serve_every_module_whatever_it_called_before_and_are_bounded
     lengths = [5, 7, 5, 7, 9, 5]  # the third key pushes out the first: 5 is made again
     xs = [torch.randn(2, 3, n, 8, generator=g) for n in lengths]
     with Monitor(model, mode="replace") as mon:
-        made = [made_by(mon, lambda: model(xs[s]), s)[0] for s in range(len(xs))]
+        made = [made_by(mon, s, model, xs[s])[0] for s in range(len(xs))]
         assert len(mon._kept) == 2
     assert made == [1, 1, 0, 0, 1, 1]
