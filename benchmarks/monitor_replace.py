@@ -15,6 +15,10 @@ the rounds' order statistics: how far this run can tell a ratio from a target):
   attention and its figures in one pass (target ≤ 1.05× plain);
 - ``every10``: replace mode with ``every=10`` (one step of the 10 measured).
 
+MiniLM's second row runs the same sentences as ten batches of ten lengths (13 to 22 tokens), one
+forward on each in turn: dynamic padding, where a batch's length is a new call signature (in a
+round's ten forwards, nine lengths the monitor, entered for the round, has not met).
+
 Each variant is timed over 10 calls per round, the time per call, after one untimed call: the
 first step under a monitor just entered finds the model's attention calls, a cost a training loop
 pays once; its excess over plain's first call is the last column (replace mode, ms).
@@ -37,6 +41,8 @@ import time
 
 
 STEPS = 10  # calls of work() per variant and round: every=10's cycle, and a sample long enough to steady
+# MiniLM's second row: the sentences padded or cut to each of these, a forward on each in turn.
+TEN_LENGTHS = (20, 14, 22, 16, 19, 13, 21, 15, 18, 17)
 
 
 def interleaved(work, repeats: int) -> dict:
@@ -50,7 +56,9 @@ def interleaved(work, repeats: int) -> dict:
     from attnscale.torch.monitor import Monitor
 
     def timed(mode):
-        """(seconds of the first step, seconds per step of the STEPS after it)."""
+        """(seconds of the first step, seconds per step of the STEPS after it); ``work.rewind()``,
+        where work has one, first: every variant's calls on the same inputs in the same order."""
+        getattr(work, "rewind", lambda: None)()
         if mode is None:
             t0 = time.perf_counter()
             work()
@@ -106,7 +114,12 @@ def median_interval(values: list) -> tuple:
     return low, high
 
 
-def minilm(repeats: int, batch: int) -> dict:
+def minilm(repeats: int, batch: int, lengths: tuple = ()) -> dict:
+    """The MiniLM forward of ``batch`` sentences padded to the longest; with ``lengths``, one batch
+    per length (padded or cut to it), a forward on each in turn: a training set's batches under
+    dynamic padding (the STEPS calls a variant's round times take each of ten lengths once)."""
+    import itertools
+
     import torch
 
     from attnscale.experiments.pretrained.loading import load_encoder
@@ -115,20 +128,29 @@ def minilm(repeats: int, batch: int) -> dict:
 
     loaded = load_encoder(attn_implementation="sdpa")
     model = loaded.model
-    inputs = loaded.tokenizer(builtin_sentences()[:batch], padding=True, return_tensors="pt")
+    sentences = builtin_sentences()[:batch]
+    batches = [
+        loaded.tokenizer(sentences, padding="max_length", truncation=True, max_length=n, return_tensors="pt")
+        for n in lengths
+    ] or [loaded.tokenizer(sentences, padding=True, return_tensors="pt")]
+    turn = [itertools.cycle(batches)]
 
-    def forward():
+    def forward(inputs=None):
         with torch.no_grad():
-            return model(**inputs).last_hidden_state
+            return model(**(inputs or next(turn[0]))).last_hidden_state
 
-    forward.model = model
-    plain = forward()
+    def rewind():
+        turn[0] = itertools.cycle(batches)
+
+    forward.model, forward.rewind = model, rewind
+    plain = [forward(b) for b in batches]
     with Monitor(model, mode="replace") as mon:
-        replaced = forward()
+        replaced = [forward(b) for b in batches]
+    rows, widths = batches[0]["input_ids"].shape[0], sorted({b["input_ids"].shape[1] for b in batches})
     return {
-        "shape": tuple(inputs["input_ids"].shape),
+        "shape": (rows, widths[0]) if len(widths) == 1 else f"({rows}, {widths[0]}–{widths[-1]})",
         **interleaved(forward, repeats),
-        "max_abs_diff": float((replaced - plain).abs().max()),
+        "max_abs_diff": max(float((r - p).abs().max()) for r, p in zip(replaced, plain)),
         "fallbacks": dict(mon.fallbacks),
         "backends": sorted({c.backend for c in mon.calls}),
     }
@@ -196,6 +218,7 @@ def main(argv=None) -> int:
     rows = []
     if not args.no_minilm:
         rows.append(("MiniLM forward", minilm(args.repeats, args.batch)))
+        rows.append(("MiniLM forward, ten lengths in turn", minilm(args.repeats, args.batch, TEN_LENGTHS)))
     rows.append((f"GPT train step (replace: {TRAINING_BACKEND})", training_step(args.repeats)))
     rows.append(("GPT train step, torch.compile", training_step(args.repeats, compiled=True)))
     print(
