@@ -336,7 +336,7 @@ class _TwoLayers(torch.nn.Module):
         return self.second(self.first(x, mask, causal), mask, causal)
 
 
-def test_a_layers_kept_call_gives_what_a_fresh_monitor_gives_and_changes_with_its_call(monkeypatch):
+def test_a_kept_call_gives_what_a_fresh_monitor_gives_and_changes_with_its_call(monkeypatch):
     """Replace mode keeps the calls it checked by key (Monitor._kept) and runs the kernel straight for
     a later call of the same key: every step equals, bit for bit (outputs and every head figure),
     the step a fresh monitor gives the same forward, whatever changed between forwards — the batch,
