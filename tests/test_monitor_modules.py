@@ -137,6 +137,31 @@ def test_hf_decoders_every_layer_and_head_in_eager_and_sdpa(kind, impl):
         assert a.max_logit == pytest.approx(b.max_logit, rel=1e-5, abs=1e-5)
 
 
+def test_generation_with_a_kv_cache_in_replace_mode(monkeypatch):
+    """Greedy generation through a KV cache, every token a call of a new length (1 query row, one
+    more key each step) in every layer: replace mode gives the model's own tokens, its logits within
+    the tolerance, every call seen; and a new length is checked once a forward, in the first layer,
+    the second layer's call of it then kept (Monitor._kept: by key, not by layer)."""
+    import attnscale.torch.monitor as monitor_module
+
+    full = []
+    real = monitor_module.attention
+    monkeypatch.setattr(monitor_module, "attention", lambda *a, **k: full.append(1) or real(*a, **k))
+    model = tiny_decoder("llama", "sdpa")
+    ids = torch.tensor([[5, 9, 3, 17, 22, 8]])
+    settings = dict(max_new_tokens=8, do_sample=False, output_logits=True, return_dict_in_generate=True)
+    with torch.no_grad():
+        plain = model.generate(ids, **settings)
+        with Monitor(model, mode="replace", history=False) as mon:
+            replaced = model.generate(ids, **settings)
+            step = mon.step(0)
+    assert torch.equal(replaced.sequences, plain.sequences)
+    for a, b in zip(replaced.logits, plain.logits):
+        assert float((a - b).abs().max() / b.abs().max()) <= MODEL_TOLERANCE
+    assert step.calls == 2 * 8 and not mon.fallbacks and not mon.skipped  # 8 forwards × 2 layers
+    assert len(full) == 8  # one a forward: the prompt's, then each new token's
+
+
 def test_gemma2_soft_cap_and_sliding_window_are_honoured():
     """Gemma 2's eager attention caps its logits (c·tanh(z/c), here c = 3, small enough to bite) and
     scales by query_pre_attn_scalar^-½; the capture's probabilities and the monitor's figures follow."""
