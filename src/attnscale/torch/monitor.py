@@ -786,7 +786,7 @@ def _left_to_sdpa(torch, a: dict) -> bool:
 def _call_key(torch, a: dict, grad: bool) -> tuple:
     """What replace mode's handling of an intercepted call (SDPA's arguments ``a``, q, k and v
     tensors) decides from, but the mask's values and the forward's padding: two calls of one key
-    take the same path to the same computation (Monitor.replace keeps a layer's last)."""
+    take the same path to the same computation, in any layer (Monitor.replace keeps them, by key)."""
     q, k, v, m = a["query"], a["key"], a["value"], a["attn_mask"]
     mask = (m.shape, m.dtype, m.device, m.requires_grad) if isinstance(m, torch.Tensor) else m
     flags = (a["dropout_p"], a["is_causal"], a["scale"], a["enable_gqa"], a.get("need_weights"), a.get("softcap", 0.0))
