@@ -58,9 +58,10 @@ Two modes.
   reported wrong. (With dropout the model's output cannot be compared; the figures then describe
   the softmax before the dropout.)
 - ``"replace"``: the model's attention is computed by :func:`attnscale.torch.attention` itself,
-  which returns the output and the figures in one pass (a layer's call with the same shapes, dtypes,
-  mask layout and flags as its last runs the fused kernel straight, with the checks that call made:
-  :class:`~attnscale.torch.functional.KeptAttention`, the same bits). The outputs equal the model's own to
+  which returns the output and the figures in one pass (a call with the same shapes, dtypes, mask
+  layout and flags as one checked before, in any layer, runs the fused kernel straight, with the
+  checks that call made: :class:`~attnscale.torch.functional.KeptAttention`, the same bits; the last
+  :data:`KEPT_KEYS` of them are kept). The outputs equal the model's own to
   rounding, NOT bit-for-bit (another summation order): in float32, max |Δout| ≤ 1e-5·max|v| per
   call (the tests hold it to that; measured 6e-7 there, and 1.6e-6 on MiniLM's last hidden state
   after 6 layers); a whole model's output moves by rounding carried through its layers: the tests
