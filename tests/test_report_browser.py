@@ -3,8 +3,9 @@ downloaded browser). One real ``attnscale report --quick`` build is shared by ev
 
 Checked: the page opens from file:// without console errors; it requests nothing but itself; every
 figure has a size; the slider and the rule selector change the plotted weights and the readouts; the
-widget's JavaScript computes exactly what attnscale's Python computes for the same q and k; the layout
-holds at 1280 px and 390 px (no page-wide horizontal scroll)."""
+widget's JavaScript computes exactly what attnscale's Python computes for the same q and k; the reading
+path (the answer first, chapters closed until a link or the reader opens them); the layout holds at
+1280 px and on a 400 px phone (nothing wider than the screen, nothing clipped)."""
 
 from __future__ import annotations
 
@@ -95,20 +96,23 @@ def browser(playwright):
 def open_page(browser, report):
     """open_page(width) → (page, problems, requests): console errors and page errors go to
     ``problems``; every request the page makes goes to ``requests`` (any other than the page itself
-    is aborted)."""
+    is aborted). Every chapter is opened with the contents' button unless ``open_all`` is false;
+    ``path`` (default: the English page) and ``fragment`` pick what is opened."""
     pages = []
 
-    def _open(width: int):
+    def _open(width: int, open_all: bool = True, path: Path | None = None, fragment: str = ""):
         page = browser.new_page(viewport={"width": width, "height": 900})
         pages.append(page)
         problems, requests = [], []
-        url = report.as_uri()
+        url = (path or report).as_uri()
         page.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
         page.on("pageerror", lambda e: problems.append(str(e)))
         page.on("request", lambda r: requests.append(r.url))
         page.route("**/*", lambda route: route.continue_() if route.request.url == url else route.abort())
-        page.goto(url)
+        page.goto(url + fragment)
         page.wait_for_load_state("load")
+        if open_all:
+            page.click("#open-all")
         return page, problems, requests
 
     yield _open
@@ -233,18 +237,60 @@ def test_widget_matches_the_library(open_page, d_k):
         np.testing.assert_allclose(got["weights"], res.weights[0], rtol=1e-10, atol=1e-15, err_msg=name)
 
 
-@pytest.mark.parametrize("width", [1280, 390])
-def test_layout_holds(open_page, width):
-    page, problems, _ = open_page(width)
-    inner = page.evaluate("window.innerWidth")
-    assert page.evaluate("document.documentElement.scrollWidth") <= inner
-    assert page.evaluate("document.body.scrollWidth") <= inner
-    # figures scale to the column; wide tables scroll inside their own box
-    widths = page.eval_on_selector_all("figure.fig svg", "els => els.map(e => e.getBoundingClientRect().right)")
-    assert max(widths) <= inner
-    boxes = page.eval_on_selector_all(".table-wrap", "els => els.map(e => e.getBoundingClientRect().right)")
-    assert boxes and max(boxes) <= inner
-    if width == 390:
+def test_the_answer_comes_first_and_chapters_open_where_a_reader_goes(open_page, report):
+    page, problems, _ = open_page(1280, open_all=False)
+    # the answer, then the cards, all in the first screen; every chapter closed below
+    top = page.evaluate(
+        """() => ['.hero .answer', '.glance'].map(s => document.querySelector(s).getBoundingClientRect().top)"""
+    )
+    assert top[0] < top[1] < 900 and "has variance dₖ" in page.inner_text(".hero .answer")
+    opened = (
+        "() => [...document.querySelectorAll('details.chapter-body')].filter(d => d.open).map(d => d.parentElement.id)"
+    )
+    assert page.evaluate(opened) == [] and page.locator("figure.fig svg").first.is_visible() is False
+    page.click('nav.toc a[href="#variance"]')  # the contents open the chapter they lead to
+    assert page.evaluate(opened) == ["variance"]
+    assert page.locator("#variance figure.fig").first.is_visible()
+    page.click("#variance summary")  # and a reader closes it again
+    assert page.evaluate(opened) == []
+    button = page.locator("#open-all")
+    assert button.inner_text() == "Open every chapter"
+    button.click()
+    assert len(page.evaluate(opened)) == page.locator("details.chapter-body").count() > 10
+    assert button.inner_text() == "Close every chapter"
+    # a link from outside, with a fragment, opens its chapter too
+    linked, more, _ = open_page(1280, open_all=False, fragment="#exp-training")
+    assert linked.evaluate(opened) == ["exp-training"]
+    assert problems == [] and more == []
+
+
+# Wide tables scroll inside their own box (.table-wrap: a visible scrollbar and a shadow on the side
+# that has more columns): the one deliberate scroll container, so the elements inside it may end past
+# the screen's edge. Nothing else may, and no other box may hide part of what it holds.
+OVERFLOW = """() => {
+    const W = document.documentElement.clientWidth;
+    const shown = e => e.getClientRects().length > 0;
+    const wide = [...document.querySelectorAll('body *')]
+        .filter(e => shown(e) && !e.closest('.table-wrap') && e.getBoundingClientRect().right > W + 0.5)
+        .map(e => e.tagName + '.' + e.className + ': ' + (e.textContent || '').slice(0, 60));
+    const clipped = [...document.querySelectorAll('body *')]
+        .filter(e => shown(e) && !e.matches('.table-wrap') && getComputedStyle(e).overflowX !== 'visible'
+                     && e.scrollWidth > e.clientWidth + 1)
+        .map(e => e.tagName + '.' + e.className + ': ' + (e.textContent || '').slice(0, 60));
+    return {wide, clipped, scroll: document.documentElement.scrollWidth, body: document.body.scrollWidth, W};
+}"""
+
+
+@pytest.mark.parametrize("width, lang", [(1280, "en"), (400, "en"), (400, "zh")])
+def test_layout_holds_nothing_wider_than_the_screen_or_clipped(open_page, report_zh, width, lang):
+    page, problems, _ = open_page(width, path=report_zh if lang == "zh" else None)
+    seen = page.evaluate(OVERFLOW)
+    assert seen["W"] == width and seen["scroll"] <= width and seen["body"] <= width, seen
+    assert seen["wide"] == [] and seen["clipped"] == [], seen
+    # the hero formula shows all of itself, "· V" included
+    formula = page.locator(".hero .formula")
+    assert formula.evaluate("f => f.scrollWidth <= f.clientWidth") and "· V" in formula.inner_text()
+    if width == 400:
         # the all-verdicts table is wider than a phone: it scrolls inside its box
         assert page.eval_on_selector(
             "table.all-verdicts", "t => t.parentElement.scrollWidth > t.parentElement.clientWidth"

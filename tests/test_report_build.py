@@ -120,7 +120,7 @@ def test_build_reads_the_verification_result_and_writes_one_page(built_en):
     for text in (
         env.environment["numpy"],
         env.environment["python"],
-        "quick=True",
+        "a quick verification (--quick)",
         env.created.replace("T", " ").replace("Z", " UTC"),
     ):
         assert text in footer
@@ -285,6 +285,9 @@ def test_a_malformed_result_is_named_in_its_chapter_and_a_quick_one_labelled(
     assert result.experiment_status == {"fake": "error"} and len(rendered) == 1  # render never ran
     box = re.search(r'id="exp-fake">(.*?)</section>', result.path.read_text(encoding="utf-8"), re.S).group(1)
     assert 'class="error-box"' in box and "data.answer" in box and "quick.json" in box
+    # and the build says why, for the command to name on the terminal
+    assert list(result.experiment_errors) == ["fake"]
+    assert "data.answer" in result.experiment_errors["fake"] and "quick.json" in result.experiment_errors["fake"]
 
 
 def test_chinese_page_beside_the_english_one_each_linking_the_other(tmp_path, no_engine, fast_figures):

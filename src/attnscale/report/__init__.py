@@ -9,8 +9,11 @@
     narrow.py       a phone's figure layout (the pyplot that stacks panels)
     verdicts.py     claim results → badges, cards, the table of all verdicts
     widget.py/.js   the interactive attention row (plain JavaScript, inline)
-    page.py         head, hero, contents, footer; style.css inlined
-    headline.py     the answers at the top of the page
+    page.py         head, hero, contents, chapters a reader opens, footer; style.css and reading.js inlined
+    reading.js      the reading path: a link opens the chapter it leads to; open or close them all
+    answer.py       the page's answer, its first sentences, chosen from the results
+    headline.py     the answer cards at the top of the page
+    config_words.py the configuration in words, for "How this page was made"
     html.py         shared building blocks: esc, para, note, table
     numbers.py      numbers from results as text
     text.py         prose helpers: pretty, rule_label, listed

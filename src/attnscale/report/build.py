@@ -4,9 +4,14 @@ atomically. The report runs nothing: when the verification's result is missing t
 :class:`attnscale.results.ResultMissing`, and the ``attnscale report`` command (attnscale.cli.report)
 runs ``attnscale verify`` first and says so.
 
-Reproducible: the page is a function of the result files and the configuration only. Its date is the
-newest ``created`` of the results it shows, its timings are the ones recorded in them, and no path of
-this machine is printed, so a results folder copied elsewhere builds the same bytes.
+Reproducible: the page is a function of the result files, the configuration and which other
+language's page its folder holds (linked when there, else named with the command that writes it)
+only. Its date is the newest ``created`` of the results it shows, its timings are the ones recorded
+in them, and no path of this machine is printed, so a results folder copied elsewhere builds the
+same bytes.
+
+Both languages linked, whatever order they are built in: writing a page also links it from the other
+language's page already in the folder (that page's language switch rewritten, nothing else).
 
 Atomic: the page is written into a temporary folder beside ``out`` and renamed into place
 (``os.rename``/``os.replace``, atomic on POSIX), so an interrupted build leaves the previous report
@@ -16,6 +21,7 @@ as it was.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -25,14 +31,16 @@ from pathlib import Path
 
 from attnscale import results
 from attnscale.errors import InputError
-from attnscale.i18n import LANGS, _, language
+from attnscale.i18n import LANGS, _, current_lang, language
+from attnscale.report.answer import answer_html
+from attnscale.report.config_words import config_sentences
 from attnscale.report import chapters
 from attnscale.report.experiments import provenance_text, render_experiment, when_text
 from attnscale.report.headline import cards as headline_cards, cards_html
 from attnscale.report.html import esc
 from attnscale.report.own_models import comparison_title, own_chapters
 from attnscale.report.page import Section, render_page
-from attnscale.report.seed import glance_html, lang_links, seed_sections
+from attnscale.report.seed import LANG_NAMES, glance_html, lang_links, seed_sections
 from attnscale.report.verdicts import all_claims_table
 
 Progress = Callable[[int, int, str], None]
@@ -72,6 +80,8 @@ class BuildResult:
     seconds: float  # this build's wall time (not on the page: it would differ per build)
     verify: results.Envelope  # the verification result the page shows
     experiment_status: dict[str, str] = field(default_factory=dict)  # module → rendered/missing/error
+    # module → why its chapter is an error box (the error's one line, naming the result file and field)
+    experiment_errors: dict[str, str] = field(default_factory=dict)
 
 
 def read_verify(config: ReportConfig) -> results.Envelope:
@@ -123,23 +133,66 @@ def build_report(config: ReportConfig, progress: Progress | None = None) -> Buil
         if progress:
             progress(done[0], total, _("chapter: {title}", title=label))
 
-    page, statuses = render_report(verify, config, tick)
-    path = write_site_atomic(config.out, {config.page_name: page.encode("utf-8")}) / config.page_name
-    return BuildResult(path=path, seconds=time.perf_counter() - start, verify=verify, experiment_status=statuses)
+    errors: dict[str, str] = {}
+    page, statuses = render_report(verify, config, tick, errors)
+    files = {config.page_name: page.encode("utf-8"), **linked_siblings(config)}
+    path = write_site_atomic(config.out, files) / config.page_name
+    return BuildResult(
+        path=path,
+        seconds=time.perf_counter() - start,
+        verify=verify,
+        experiment_status=statuses,
+        experiment_errors=errors,
+    )
+
+
+def pages_present(config: ReportConfig) -> set[str]:
+    """The page names in ``config.out`` once this build has written its page."""
+    return {config.page_name} | {name for name in PAGE_NAMES.values() if (config.out / name).is_file()}
+
+
+# A page's language switch (seed.lang_links), the one part a later build of another language rewrites.
+LANG_SWITCH = re.compile(r'<p class="lang-switch">.*?</p>', re.S)
+
+
+def linked_siblings(config: ReportConfig) -> dict[str, bytes]:
+    """The other languages' pages in ``config.out`` that do not link this build's page yet, their
+    language switch rewritten (in their language) to link it; name → bytes, to be written with it."""
+    out = {}
+    for lang, name in PAGE_NAMES.items():
+        path = config.out / name
+        if lang == config.lang or not path.is_file():
+            continue
+        page = path.read_text(encoding="utf-8")
+        if f'data-page="{config.page_name}"' not in page:
+            continue
+        with language(lang):
+            switch = lang_links(PAGE_NAMES, pages_present(config))
+        found = LANG_SWITCH.search(page)
+        if found:
+            out[name] = (page[: found.start()] + switch + page[found.end() :]).encode("utf-8")
+    return out
 
 
 def render_report(
-    verify: results.Envelope, config: ReportConfig, tick: Callable[[str], None] = lambda label: None
+    verify: results.Envelope,
+    config: ReportConfig,
+    tick: Callable[[str], None] = lambda label: None,
+    errors: dict[str, str] | None = None,
 ) -> tuple[str, dict[str, str]]:
     """The page's HTML from the verification result and the experiment results under
-    ``config.results``, and each experiment chapter's status. Computes nothing a result holds. Every
-    word is in ``config.lang``, bound here once for the whole page (``tick`` is called inside)."""
+    ``config.results``, and each experiment chapter's status (``errors`` receives why each chapter
+    in error is). Computes nothing a result holds. Every word is in ``config.lang``, bound here once
+    for the whole page (``tick`` is called inside)."""
+    errors = {} if errors is None else errors
     with language(config.lang):
         sections = seed_sections(verify, config.seed, tick)
         statuses, shown = {}, [("verify", verify)]
         for name in chapters.EXPERIMENT_CHAPTERS:
             ch = render_experiment(name, config.results)
             statuses[name] = ch.status
+            if ch.error:
+                errors[name] = ch.error
             if ch.envelope is not None:
                 shown.append((ch.kind, ch.envelope))
             sections.append(
@@ -155,6 +208,8 @@ def render_report(
         own, compared = own_chapters(config.results)
         for ch in own:  # the user's own models, each titled with its name
             statuses[ch.name] = ch.status
+            if ch.error:
+                errors[ch.name] = ch.error
             if ch.envelope is not None:
                 shown.append((ch.kind, ch.envelope))
             sections.append(Section(id=ch.name, title=ch.title, html=ch.html, part="experiments", seconds=ch.seconds))
@@ -179,7 +234,8 @@ def render_report(
         provenance = {
             "environment": verify.environment,
             "seed": verify.seed,
-            "config_text": _config_text(config, verify),
+            "config": [_("this page in {lang}", lang=_(LANG_NAMES[current_lang()]))]
+            + config_sentences(verify.config or {"quick": verify.quick}, config.seed),
             "built": _built(env for _kind, env in shown),
             "verify": {"cached": True, "seconds_then": verify.data["timings"].get("total", 0.0)},
             "verify_timings": timings,
@@ -192,9 +248,10 @@ def render_report(
         glance = (
             glance_html(verify.data["series"])
             + (f'<div class="glance headline">{answers}</div>' if answers else "")
-            + lang_links(PAGE_NAMES)
+            + lang_links(PAGE_NAMES, pages_present(config))
         )
-        page = render_page(sections, verify.data["counts"], provenance, glance)
+        answer = answer_html(verify.data["series"], config.results)
+        page = render_page(sections, verify.data["counts"], provenance, glance, answer)
     return page, statuses
 
 
@@ -202,9 +259,3 @@ def _built(envelopes) -> str:
     """The page's date: that of the newest result it shows (a rebuild from the same results, here or
     on another machine, gives the same page)."""
     return when_text(max((env.created for env in envelopes if env.created), default=""))
-
-
-def _config_text(config: ReportConfig, verify: results.Envelope) -> str:
-    parts = [f"lang={config.lang}", f"quick={verify.quick}", f"widget seed={config.seed}"]
-    parts += [f"verify.{k}={v}" for k, v in (verify.config or {}).items() if k not in ("seed", "quick")]
-    return ", ".join(parts)

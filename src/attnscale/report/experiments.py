@@ -14,6 +14,7 @@ import or render becomes an error box too: one broken chapter never costs the re
 from __future__ import annotations
 
 import importlib
+import traceback
 from dataclasses import dataclass
 
 from attnscale import results
@@ -46,6 +47,7 @@ class RenderedChapter:
     status: str  # "rendered", "missing" (no result yet) or "error"
     kind: str = ""  # the kind of result it shows
     envelope: results.Envelope | None = None  # the result read (None when missing or unreadable)
+    error: str = ""  # why it is an error box (status "error"): the error's one line, naming the file
 
     @property
     def seconds(self) -> float:
@@ -214,4 +216,5 @@ def render_experiment(name: str, root) -> RenderedChapter:
             "error",
             kind,
             env,
+            traceback.format_exception_only(type(err), err)[-1].strip(),
         )

@@ -78,17 +78,30 @@ def training_value(verdicts: dict[str, str | None]) -> str:
     return _(WITH_VALUES[shown], opts=_(" and ", msgctxt="headline").join(_(OPTIMISER_NAMES[o]) for o in where))
 
 
-def training_card(analysis: dict) -> Card | None:
-    """The scale-vs-dk card: what the unscaled rule did at the sweep's largest d_k, with Adam and with
-    SGD (at the rate tuned for 1/√d_k, and at its own best rate), against 1/√d_k's final accuracy."""
+def sweep_verdicts(analysis: dict) -> tuple[int, dict[str, str | None]] | None:
+    """The scale-vs-dk sweep's largest d_k and the unscaled rule's verdict there per optimiser
+    (Adam; SGD at the rate tuned for 1/√d_k), or None without an unscaled row."""
     table = analysis.get("table") or []
     d_ks = [r["d_k"] for r in table if r.get("rule") == "unscaled" and isinstance(r.get("d_k"), int)]
     if not d_ks:
         return None
-    d_k = max(d_ks)
+    row = _row(table, "unscaled", max(d_ks)) or {}
+    return max(d_ks), {
+        opt: (row.get(key) or {}).get("verdict") for opt, key in (("adam", "adam"), ("sgd", "sgd_reference_lr"))
+    }
+
+
+def training_card(analysis: dict) -> Card | None:
+    """The scale-vs-dk card: what the unscaled rule did at the sweep's largest d_k, with Adam and with
+    SGD (at the rate tuned for 1/√d_k, and at its own best rate), against 1/√d_k's final accuracy."""
+    found = sweep_verdicts(analysis)
+    if found is None:
+        return None
+    d_k, verdicts = found
+    table = analysis["table"]
     row, ref = _row(table, "unscaled", d_k), _row(table, "inverse_sqrt_dk", d_k) or {}
     adam, sgd, best = row.get("adam") or {}, row.get("sgd_reference_lr") or {}, row.get("sgd_best_lr") or {}
-    value = training_value({"adam": adam.get("verdict"), "sgd": sgd.get("verdict")})
+    value = training_value(verdicts)
     if not value:
         return None
     sub = _(
@@ -123,19 +136,30 @@ def _bpb(row: dict) -> str:
     return number(((row or {}).get("final_bpb") or {}).get("mean"), digits=3)
 
 
-def lm_card(analysis: dict) -> Card | None:
-    """The language-model card: what the unscaled rule did at the sweep's largest d_k with AdamW and
-    with SGD, each at its own best rate of the grid (the fair test: "stops learning", not "needs
-    another rate"), against 1/√d_k's final validation bits per byte and the trigram baseline."""
+def lm_verdicts(analysis: dict) -> tuple[int, dict[str, str | None]] | None:
+    """The language-model sweep's largest d_k and the unscaled rule's verdict there with AdamW and
+    with SGD, each at its own best rate, or None without an unscaled row."""
     verdicts = [v for v in analysis.get("verdicts") or [] if isinstance(v, dict)]
     d_ks = [v["d_k"] for v in verdicts if v.get("rule") == "unscaled" and isinstance(v.get("d_k"), int)]
     if not d_ks:
         return None
     d_k = max(d_ks)
-    own = {opt: _lm_row(verdicts, "unscaled", d_k, f"{opt}-own-best") for opt in ("adamw", "sgd")}
-    value = training_value({opt: row.get("verdict") for opt, row in own.items()})
+    return d_k, {opt: _lm_row(verdicts, "unscaled", d_k, f"{opt}-own-best").get("verdict") for opt in ("adamw", "sgd")}
+
+
+def lm_card(analysis: dict) -> Card | None:
+    """The language-model card: what the unscaled rule did at the sweep's largest d_k with AdamW and
+    with SGD, each at its own best rate of the grid (the fair test: "stops learning", not "needs
+    another rate"), against 1/√d_k's final validation bits per byte and the trigram baseline."""
+    found = lm_verdicts(analysis)
+    if found is None:
+        return None
+    d_k, found_verdicts = found
+    value = training_value(found_verdicts)
     if not value:
         return None
+    verdicts = [v for v in analysis["verdicts"] if isinstance(v, dict)]
+    own = {opt: _lm_row(verdicts, "unscaled", d_k, f"{opt}-own-best") for opt in ("adamw", "sgd")}
     ref = {
         opt: _lm_row(verdicts, analysis.get("reference_rule", "inverse_sqrt_dk"), d_k, f"{opt}-own-best") for opt in own
     }

@@ -7,6 +7,8 @@ compares them all. Everything shown is read from the results; nothing is compute
 
 from __future__ import annotations
 
+import traceback
+
 from attnscale import results
 from attnscale.i18n import N_, _
 from attnscale.report.chapters import probe as probe_chapter
@@ -63,6 +65,7 @@ def render_own(family: str, name: str, root) -> RenderedChapter | None:
             "error",
             kind,
             env,
+            traceback.format_exception_only(type(err), err)[-1].strip(),
         )
 
 

@@ -1,5 +1,11 @@
-"""The page around the chapters: head with the inlined stylesheet, hero, contents, sections and the
-provenance footer. One self-contained HTML document: no external URL is ever loaded."""
+"""The page around the chapters: head with the inlined stylesheet, hero (the answer first, then the
+cards), contents, sections and the provenance footer. One self-contained HTML document: no external
+URL is ever loaded.
+
+The reading path: each chapter's body is a ``<details>`` that starts closed, under its numbered
+title; the contents (a sticky sidebar on a wide screen) link to the chapters, and ``reading.js``
+opens a chapter when a link leads into it, opens or closes them all from the contents' button, and
+opens them all for printing."""
 
 from __future__ import annotations
 
@@ -38,19 +44,32 @@ def stylesheet() -> str:
     return resources.files("attnscale.report").joinpath("style.css").read_text(encoding="utf-8")
 
 
+def reading_script() -> str:
+    return resources.files("attnscale.report").joinpath("reading.js").read_text(encoding="utf-8")
+
+
+def _dots(verdicts: list[str]) -> str:
+    """A dot per claim that does not hold, so problems are visible from the contents and the titles."""
+    dots = "".join(f'<span class="dot {BADGE_CLASS[v]}"></span>' for v in verdicts if v in BADGE_CLASS and v != "holds")
+    return f'<span class="dots">{dots}</span>' if dots else ""
+
+
 def _toc(sections: list[Section]) -> str:
     items, part = [], None
     for s in sections:
         if s.part != part:
             part = s.part
             items.append(f'<li class="part" aria-hidden="true">{esc(_(PARTS[part]))}</li>')
-        # A dot per claim that does not hold, so problems are visible from the contents.
-        dots = "".join(
-            f'<span class="dot {BADGE_CLASS[v]}"></span>' for v in s.verdicts if v in BADGE_CLASS and v != "holds"
-        )
-        dots_html = f'<span class="dots">{dots}</span>' if dots else ""
-        items.append(f'<li><a href="#{esc(s.id)}">{esc(s.title)}{dots_html}</a></li>')
-    return f'<nav class="toc" aria-label="{esc(_("Contents"))}"><h2>{esc(_("Contents"))}</h2><ol>{"".join(items)}</ol></nav>'
+        items.append(f'<li><a href="#{esc(s.id)}">{esc(s.title)}{_dots(s.verdicts)}</a></li>')
+    # hidden until reading.js runs: without the script it could not open anything
+    button = (
+        f'<button type="button" id="open-all" class="open-all" hidden data-open="{esc(_("Open every chapter"))}" '
+        f'data-close="{esc(_("Close every chapter"))}">{esc(_("Open every chapter"))}</button>'
+    )
+    return (
+        f'<nav class="toc" aria-label="{esc(_("Contents"))}"><h2>{esc(_("Contents"))}</h2>{button}'
+        f"<ol>{''.join(items)}</ol></nav>"
+    )
 
 
 def _sections(sections: list[Section]) -> str:
@@ -61,8 +80,9 @@ def _sections(sections: list[Section]) -> str:
             out.append(f'<p class="part-title">{esc(_(PARTS[part]))}</p>')
         number += 1
         out.append(
-            f'<section class="chapter" id="{esc(s.id)}"><h2><span class="num">{number}</span>'
-            f"{esc(s.title)}</h2>{s.html}</section>"
+            f'<section class="chapter" id="{esc(s.id)}"><details class="chapter-body"><summary>'
+            f'<h2><span class="num">{number}</span>{esc(s.title)}</h2>{_dots(s.verdicts)}</summary>'
+            f"{s.html}</details></section>"
         )
     return "".join(out)
 
@@ -92,7 +112,6 @@ def footer(provenance: dict, sections: list[Section]) -> str:
     rows = [
         (_("attnscale", msgctxt="provenance"), env.get("attnscale")),
         (_("random seed"), provenance.get("seed")),
-        (_("configuration"), provenance.get("config_text")),
         ("Python", env.get("python")),
         ("NumPy", env.get("numpy")),
         ("torch", env.get("torch") or _("not installed")),
@@ -102,9 +121,12 @@ def footer(provenance: dict, sections: list[Section]) -> str:
         (_("verification"), verify_text),
     ]
     dl = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in rows if v is not None)
+    if provenance.get("config"):  # sentences, set as prose
+        words = "<br>".join(esc(line) for line in provenance["config"])
+        dl += f'<dt>{esc(_("configuration"))}</dt><dd class="words">{words}</dd>'
     if provenance.get("experiment_files"):  # a sentence per result file, a line each
         files = "<br>".join(esc(line) for line in provenance["experiment_files"])
-        dl += f"<dt>{esc(_('result files'))}</dt><dd>{files}</dd>"
+        dl += f'<dt>{esc(_("result files"))}</dt><dd class="words">{files}</dd>'
     # The verification's own groups first (as timed by its run, which may be a cached earlier one).
     verify_rows = [
         (f"{_('verification')} · {group_name(name)}", sec)
@@ -122,18 +144,28 @@ def footer(provenance: dict, sections: list[Section]) -> str:
     return (
         f'<footer class="provenance" id="provenance"><div class="inner"><h2>{esc(_("How this page was made"))}</h2>'
         f'<dl>{dl}</dl><h3 style="font-size:.9rem;margin:1rem 0 .3rem">{esc(sections_heading)}</h3>'
-        f'<div class="table-wrap"><table class="timings"><tbody>{times}</tbody></table></div>'
-        f'<p style="margin-top:1rem">{esc(_("中文版: index.zh.html beside this page (attnscale report --lang zh)"))}</p></div></footer>'
+        f'<div class="table-wrap"><table class="timings"><tbody>{times}</tbody></table></div></div></footer>'
     )
 
 
-def render_page(sections: list[Section], claims: list[dict], provenance: dict, glance: str = "") -> str:
+# The formula in pieces that do not break inside: on a phone it wraps between them instead of
+# scrolling "· V" out of sight.
+FORMULA = (
+    '<div class="formula"><span>Attention(Q, K, V) =</span> <span>softmax( Q·Kᵀ <span class="hl">/ √d<sub>k</sub>'
+    "</span> )</span> <span>· V</span></div>"
+)
+
+
+def render_page(
+    sections: list[Section], claims: list[dict], provenance: dict, glance: str = "", answer: str = ""
+) -> str:
+    """The page: the hero (title, ``answer``, formula, the tally of ``claims``' verdicts, ``glance``,
+    what the page is), the contents and ``sections``, the footer of ``provenance``."""
     html_lang = "zh-CN" if current_lang() == "zh" else "en"
     hero = (
         f'<header class="hero"><div class="hero-inner"><p class="kicker">{esc(_("attnscale report"))}</p>'
-        f'<h1>{esc(_("Why divide by √d_k? Every claim of a blog post, measured"))}</h1><p class="sub">{esc(_("A blog post on why dot-product attention is scaled by √d_k, retold with figures and every claim checked by attnscale: Monte Carlo estimates with confidence intervals, exact arithmetic where floats could hide a digit, and a verdict on each claim. No number is typed in; each part says which result file it comes from, when and on what machine that was computed, and whether it was a quick or a full run (see also “How this page was made” at the end)."))}</p>'
-        '<div class="formula">Attention(Q, K, V) = softmax( Q·Kᵀ <span class="hl">/ √d<sub>k</sub></span> ) · V</div>'
-        f'<div class="tally">{tally_badges(claims)}</div>{glance}</div></header>'
+        f"<h1>{esc(_('Why divide by √d_k? Every claim of a blog post, measured'))}</h1>{answer}{FORMULA}"
+        f'<div class="tally">{tally_badges(claims)}</div>{glance}<p class="sub">{esc(_("A blog post on why dot-product attention is scaled by √d_k, retold with figures and every claim checked by attnscale: Monte Carlo estimates with confidence intervals, exact arithmetic where floats could hide a digit, and a verdict on each claim. No number is typed in; each part says which result file it comes from, when and on what machine that was computed, and whether it was a quick or a full run (see also “How this page was made” at the end)."))}</p></div></header>'
     )
     return embed_fonts(
         f'<!doctype html><html lang="{html_lang}"><head><meta charset="utf-8">'
@@ -141,7 +173,7 @@ def render_page(sections: list[Section], claims: list[dict], provenance: dict, g
         f"<title>{esc(_('Why divide by √d_k? Every claim of a blog post, measured'))}</title>"
         f"<style>{stylesheet()}</style></head><body>{hero}"
         f'<div class="layout">{_toc(sections)}<main>{_sections(sections)}</main></div>'
-        f"{footer(provenance, sections)}</body></html>\n"
+        f"{footer(provenance, sections)}<script>{reading_script()}</script></body></html>\n"
     )
 
 

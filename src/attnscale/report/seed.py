@@ -141,14 +141,26 @@ GLANCE_CARDS = {
 }
 
 
-def lang_links(pages: dict[str, str]) -> str:
-    """Links to this page in the other languages (each page links to the others)."""
-    links = "".join(
-        f'<a href="{esc(name)}" hreflang="{esc(other)}">{esc(_(LANG_NAMES[other]))}</a>'
-        for other, name in pages.items()
-        if other != current_lang()
-    )
-    return f'<p class="lang-switch">{links}</p>' if links else ""
+def lang_links(pages: dict[str, str], present: set[str]) -> str:
+    """Links to this page in the other languages: ``pages`` (language → page name) whose page is
+    in ``present`` (the page names in its folder once this one is written). Another language's page
+    not built yet is named with the command that writes it beside this one, never linked dead;
+    :func:`attnscale.report.build.build_report` links it when it writes that page."""
+    parts = []
+    for other, name in pages.items():
+        if other == current_lang():
+            continue
+        label = _(LANG_NAMES[other])
+        if name in present:
+            parts.append(f'<a href="{esc(name)}" hreflang="{esc(other)}">{esc(label)}</a>')
+        else:
+            how = _(
+                "{page}: not built yet (attnscale report --lang {lang}, with this page's --page-dir, writes it beside this one)",
+                page=label,
+                lang=other,
+            )
+            parts.append(f'<span class="lang-later" data-page="{esc(name)}">{esc(how)}</span>')
+    return f'<p class="lang-switch">{"".join(parts)}</p>' if parts else ""
 
 
 def glance_html(data: dict) -> str:
