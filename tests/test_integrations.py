@@ -1,6 +1,7 @@
 """attnscale.integrations: the callbacks in a real Hugging Face Trainer and a real Lightning Trainer,
-a few steps on CPU on tiny models; the documented keys land in the run's logged metrics on the
-trainer's logging steps, with the monitor's own figures; without the library, one line says what
+a few steps on CPU on tiny models; the documented keys land in the trainer's own log entries on its
+logging steps, with the monitor's own figures, and every key the trainer logs without the callback is
+still there, equal (observe mode: the same run bit for bit); without the library, one line says what
 to install."""
 
 import csv
@@ -69,11 +70,17 @@ def test_log_keys_pool_heads_by_rows_and_leave_out_what_does_not_exist():
     assert not any(k.startswith("attn/L/head") for k in log_keys(step, per_head=False))
 
 
-@pytest.mark.slow
-def test_the_transformers_callback_logs_the_documented_keys_on_the_logging_steps(tmp_path):
-    transformers = pytest.importorskip("transformers")
-    from attnscale.integrations.transformers import AttentionHealthCallback
+# What a run's log entries may differ in besides the figures: the wall clock.
+TIMINGS = {"train_runtime", "train_samples_per_second", "train_steps_per_second"}
+LLAMA_LAYERS = [f"model.layers.{i}.self_attn" for i in range(2)]
 
+
+def without(entry: dict, keys) -> dict:
+    return {k: v for k, v in entry.items() if k not in keys and not k.startswith("attn/")}
+
+
+def hf_trainer(transformers, out, accumulate: int, callbacks=None, **options):
+    """A real Trainer on a tiny Llama (2 layers, 4 query heads over 2 KV heads), 16 sequences of 10."""
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
         vocab_size=50,
@@ -86,48 +93,145 @@ def test_the_transformers_callback_logs_the_documented_keys_on_the_logging_steps
     )
     model = transformers.LlamaForCausalLM(config)
     ids = torch.randint(0, 50, (16, 10), generator=torch.Generator().manual_seed(1))
-    data = [{"input_ids": row, "labels": row} for row in ids]
     args = transformers.TrainingArguments(
-        output_dir=str(tmp_path),
-        max_steps=4,
-        logging_steps=2,
+        **{"max_steps": 4, "logging_steps": 2, "report_to": "none", **options},
+        output_dir=str(out),
         per_device_train_batch_size=2,
-        gradient_accumulation_steps=2,
-        report_to="none",
+        gradient_accumulation_steps=accumulate,
         use_cpu=True,
         save_strategy="no",
         disable_tqdm=True,
     )
-    trainer = transformers.Trainer(model=model, args=args, train_dataset=data)
+    data = [{"input_ids": row, "labels": row} for row in ids]
+    return transformers.Trainer(model=model, args=args, train_dataset=data, callbacks=callbacks)
+
+
+def recording_reporter(transformers):
+    """Stands for report_to's integrations: what each on_log call hands them."""
 
     class Reporter(transformers.TrainerCallback):
-        """Stands for report_to's integrations: what on_log hands them."""
-
-        seen = []
+        def __init__(self):
+            self.seen = []
 
         def on_log(self, args, state, control, logs=None, **kwargs):
-            self.seen.append((state.global_step, dict(logs)))
+            self.seen.append(dict(logs))
 
-    trainer.callback_handler.callbacks.insert(1, Reporter())  # where report_to's callbacks sit
-    callback = AttentionHealthCallback(trainer, tau=1e3, mode="replace")
-    trainer.add_callback(callback)
+    return Reporter()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "accumulate, style, logging, logged_steps",
+    [
+        (1, "callbacks", {}, [2, 4]),
+        (2, "callbacks", {}, [2, 4]),
+        (1, "add_callback", {"logging_first_step": True}, [1, 2, 4]),
+        (2, "add_callback", {}, [2, 4]),
+        (2, "callbacks", {"logging_strategy": "epoch", "max_steps": 8}, [4, 8]),  # 4 steps an epoch
+    ],
+)
+def test_the_transformers_callback_adds_its_figures_to_the_trainers_own_log_entries(
+    tmp_path, accumulate, style, logging, logged_steps
+):
+    transformers = pytest.importorskip("transformers")
+    from attnscale.integrations.transformers import AttentionHealthCallback
+
+    plain = hf_trainer(transformers, tmp_path / "plain", accumulate, **logging)
+    plain.train()
+    callback = AttentionHealthCallback(tau=1e3)  # observe mode: the run is bit for bit the plain one
+    trainer = hf_trainer(
+        transformers, tmp_path / "watched", accumulate, [callback] if style == "callbacks" else None, **logging
+    )
+    if style == "add_callback":
+        trainer.add_callback(callback)
+    reporter = recording_reporter(transformers)
+    trainer.callback_handler.callbacks.insert(1, reporter)  # where report_to's integrations sit
     trainer.train()
 
-    layers = [f"model.layers.{i}.self_attn" for i in range(2)]
-    logged = {(e["step"], k) for e in trainer.state.log_history for k in e if k.startswith("attn/")}
-    for step in (2, 4):
-        assert {k for s, k in logged if s == step} == expected_keys(layers, 4, clip=True)
-    assert {s for s, _ in logged} == {2, 4}
-    reported = {s: logs for s, logs in Reporter.seen if "attn/calls" in logs}
-    assert sorted(reported) == [2, 4]
-    # A step is one optimiser step: two micro-batches of 2 sequences, one call per layer each.
-    assert reported[4]["attn/calls"] == 2 * 2
-    last = callback.watch.last  # the monitor's own figures of step 4
+    history = trainer.state.log_history
+    # Every entry the Trainer logged without the callback, at the same steps, with the same values.
+    assert [without(e, TIMINGS) for e in history] == [without(e, TIMINGS) for e in plain.state.log_history]
+    assert [e.keys() - {*TIMINGS} for e in plain.state.log_history] == [
+        {k for k in e if not k.startswith("attn/")} - TIMINGS for e in history
+    ]
+    assert [e["step"] for e in history if "loss" in e] == logged_steps
+    for e in history:  # the figures in each step's entry, in no other (the run's summary)
+        assert {k for k in e if k.startswith("attn/")} == (
+            expected_keys(LLAMA_LAYERS, 4, clip=True) if "loss" in e else set()
+        )
+    # The reporters got the Trainer's keys and the figures in one on_log call: the entry itself.
+    assert reporter.seen == [{k: v for k, v in e.items() if k != "step"} for e in history]
+
+    last = callback.watch.last  # the monitor's own figures of the last step
+    entry = history[-2]  # the last step's (the summary follows)
+    # A step is one optimiser step: `accumulate` micro-batches of 2 sequences, one call per layer each.
+    assert last.step == logged_steps[-1] and entry["attn/calls"] == accumulate * 2
     # Each sequence's first query attends one key: counted apart from the rows.
-    assert last.step == 4 and {(h.rows, h.rows_single) for h in last.heads} == {(2 * 2 * 9, 2 * 2)}
+    assert {(h.rows, h.rows_single) for h in last.heads} == {(accumulate * 2 * 9, accumulate * 2)}
     h = last.heads[5]
-    assert reported[4][f"attn/{h.layer}/head{h.head}/entropy_mean"] == h.entropy_mean
-    assert reported[4]["attn/clipped_heads"] == 0.0  # τ = 1000: nothing to clip
+    assert entry[f"attn/{h.layer}/head{h.head}/entropy_mean"] == h.entropy_mean
+    assert entry["attn/clipped_heads"] == 0.0  # τ = 1000: nothing to clip
+
+
+@pytest.mark.slow
+def test_tensorboard_through_report_to_gets_the_trainers_scalars_and_the_figures_at_each_logging_step(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    from attnscale.integrations.transformers import AttentionHealthCallback
+
+    trainer = hf_trainer(transformers, tmp_path, 2, report_to="tensorboard")
+    trainer.add_callback(AttentionHealthCallback())  # added last, after the TensorBoard callback
+    trainer.train()
+
+    (events,) = tmp_path.glob("runs/*/events.out.tfevents.*")
+    board = accumulator.EventAccumulator(str(events.parent), size_guidance={"scalars": 0})
+    board.Reload()
+    entries = [e for e in trainer.state.log_history if "loss" in e]
+    figure = "attn/model.layers.1.self_attn/head2/max_logit"
+    for key in ("loss", "grad_norm", "learning_rate", "attn/calls", figure):
+        scalars = board.Scalars(f"train/{key}")  # the TensorBoard callback's prefix
+        assert [(s.step, s.value) for s in scalars] == [(e["step"], pytest.approx(e[key], rel=1e-6)) for e in entries]
+
+
+@pytest.mark.slow
+def test_the_transformers_callback_refuses_a_trainer_and_says_how_to_add_it(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from attnscale.errors import InputTypeError
+    from attnscale.integrations.transformers import AttentionHealthCallback
+
+    fix = r"the Trainer hands it the model\): pass AttentionHealthCallback\(tau=\.\.\.\) in Trainer\(callbacks="
+    with pytest.raises(InputTypeError, match=r"takes options by name and no trainer \(got a Trainer; " + fix):
+        AttentionHealthCallback(hf_trainer(transformers, tmp_path, 1), tau=100.0)  # the first version's call
+    with pytest.raises(InputTypeError, match=r"\(got a float; "):
+        AttentionHealthCallback(100.0)
+
+
+def test_without_the_trainers_handler_the_figures_still_reach_the_entry_and_a_warning_says_who_misses_them():
+    """Hooks called by hand (no CallbackHandler above them): the callback cannot move ahead of the
+    reporters, says so, and still adds the figures to the logged dict and its log_history entry."""
+    transformers = pytest.importorskip("transformers")
+    from attnscale.integrations.transformers import AttentionHealthCallback
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=20, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16
+    )
+    model = transformers.LlamaForCausalLM(config)
+    state, control = transformers.TrainerState(), transformers.TrainerControl()
+    callback = AttentionHealthCallback(per_head=False)
+    with pytest.warns(UserWarning, match="reporting callbacks listed before this one will not send the attn/ figures"):
+        callback.on_train_begin(None, state, control, model=model)
+    callback.on_step_begin(None, state, control)
+    model(torch.randint(0, 20, (1, 6)))
+    state.global_step, control.should_log = 1, True
+    callback.on_step_end(None, state, control)
+    logs = {"loss": math.nan}  # a NaN loss: the entry is still found (by identity, not equality)
+    state.log_history.append({**logs, "step": 1})  # what Trainer.log does before on_log
+    callback.on_log(None, state, control, logs=logs)
+    callback.on_log(None, state, control, logs=(later := {"eval_loss": 1.0}))  # the step's figures go once
+    callback.on_train_end(None, state, control)
+    assert logs["attn/calls"] == 1.0 and "attn/model.layers.0.self_attn/max_logit" in logs
+    assert state.log_history[-1] == {**logs, "step": 1} and later == {"eval_loss": 1.0}
 
 
 class TinyGPTModule:
@@ -151,6 +255,7 @@ class TinyGPTModule:
             def training_step(self, x, batch_idx):
                 loss = torch.nn.functional.cross_entropy(self.gpt(x)[:, :-1].flatten(0, 1), x[:, 1:].flatten())
                 self.log("loss", loss)
+                self.log("epoch_loss", loss, on_step=False, on_epoch=True)  # a row of the epoch's own
                 return loss
 
             def configure_optimizers(self):
@@ -159,41 +264,81 @@ class TinyGPTModule:
         return Module()
 
 
-@pytest.mark.slow
-def test_the_lightning_callback_logs_the_documented_keys_on_the_loggers_steps(tmp_path):
-    lightning = pytest.importorskip("lightning.pytorch")
-    from attnscale.integrations.lightning import AttentionHealthCallback
-
+def lightning_run(lightning, out, accumulate: int, callbacks=()):
+    """A real Lightning Trainer with a CSV logger, one epoch of 4 optimiser steps, written every 2nd;
+    returns the trainer and the CSV's rows."""
     data = torch.utils.data.DataLoader(
-        torch.randint(0, 13, (24, 8), generator=torch.Generator().manual_seed(1)), batch_size=3
+        torch.randint(0, 13, (3 * 4 * accumulate, 8), generator=torch.Generator().manual_seed(1)), batch_size=3
     )
-    callback = AttentionHealthCallback(tau=1e3, mode="replace")
     trainer = lightning.Trainer(
-        max_steps=4,
+        max_epochs=1,
         log_every_n_steps=2,
-        accumulate_grad_batches=2,
+        accumulate_grad_batches=accumulate,
         accelerator="cpu",
         devices=1,
-        logger=lightning.loggers.CSVLogger(str(tmp_path)),
-        callbacks=[callback],
+        logger=lightning.loggers.CSVLogger(str(out)),
+        callbacks=list(callbacks),
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
     )
     trainer.fit(TinyGPTModule.make(lightning), data)
-
     with open(trainer.logger.experiment.metrics_file_path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    loss_steps = [r["step"] for r in rows if r.get("loss")]
-    attn_steps = [r["step"] for r in rows if r.get("attn/calls")]
-    assert attn_steps == loss_steps and len(attn_steps) == 2
+        return trainer, list(csv.DictReader(f))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_the_lightning_callback_adds_its_figures_to_the_rows_the_logger_writes_and_keeps_the_modules_own(
+    tmp_path, monkeypatch, accumulate
+):
+    lightning = pytest.importorskip("lightning.pytorch")
+    from attnscale.integrations.lightning import AttentionHealthCallback
+
+    plain, plain_rows = lightning_run(lightning, tmp_path / "plain", accumulate)
+    callback = AttentionHealthCallback(tau=1e3)  # observe mode: the run is bit for bit the plain one
+    logged_at = []  # the steps whose figures went through LightningModule.log (a millisecond a key)
+    log_dict = lightning.LightningModule.log_dict
+
+    def counted(module, metrics, *args, **kwargs):
+        logged_at.extend([module.trainer.global_step] if "attn/calls" in metrics else [])
+        return log_dict(module, metrics, *args, **kwargs)
+
+    monkeypatch.setattr(lightning.LightningModule, "log_dict", counted)
+    trainer, rows = lightning_run(lightning, tmp_path / "watched", accumulate, [callback])
+    assert logged_at == [2, 4]  # the steps written, no other
+
+    # The module's own metrics: the same rows (steps 1 and 3, the epoch's), columns and values.
+    own = [{k: v for k, v in r.items() if v and not k.startswith("attn/")} for r in rows]
+    assert own == [{k: v for k, v in r.items() if v} for r in plain_rows] and len(own) == 3
+    for metrics in ("logged_metrics", "callback_metrics"):
+        watched = {k: v for k, v in getattr(trainer, metrics).items() if not k.startswith("attn/")}
+        assert watched.keys() == getattr(plain, metrics).keys() == {"loss", "epoch_loss"}
+        assert all(torch.equal(v, getattr(plain, metrics)[k]) for k, v in watched.items())
+    # The figures in each row of a written step, with every documented key.
     layers = [f"gpt.blocks.{i}.attn" for i in range(2)]
-    assert expected_keys(layers, 2, clip=True) <= {k for r in rows for k, v in r.items() if v}
-    last = [r for r in rows if r.get("attn/calls")][-1]
-    assert float(last["attn/calls"]) == 2 * 2  # two micro-batches × two layers
-    h = callback.watch.last.heads[3]
-    assert callback.watch.last.step == 4 and (h.rows, h.rows_single) == (2 * 3 * 7, 2 * 3)
+    for r in rows:
+        assert {k for k, v in r.items() if v and k.startswith("attn/")} == (
+            expected_keys(layers, 2, clip=True) if r["loss"] else set()
+        )
+    last = [r for r in rows if r["attn/calls"]][-1]
+    assert float(last["attn/calls"]) == accumulate * 2  # micro-batches × layers
+    assert float(trainer.callback_metrics["attn/calls"]) == accumulate * 2
+    h = callback.watch.last.heads[3]  # the monitor's own figures of the last step, the one written
+    assert callback.watch.last.step == 4 and (h.rows, h.rows_single) == (accumulate * 3 * 7, accumulate * 3)
     assert float(last[f"attn/{h.layer}/head{h.head}/max_logit"]) == pytest.approx(h.max_logit, rel=1e-6)
+
+
+def test_the_docs_page_lists_the_keys_the_module_documents():
+    """docs/trainers.md's key table and attnscale.integrations' (the API's) name the same keys."""
+    import re
+    from pathlib import Path
+
+    import attnscale.integrations
+
+    page = (Path(__file__).parents[1] / "docs" / "trainers.md").read_text(encoding="utf-8")
+    documented = set(re.findall(r"``(attn/[^`]+)``", attnscale.integrations.__doc__))
+    assert len(documented) == 14 and set(re.findall(r"^\| `(attn/[^`]+)`", page, re.M)) == documented
 
 
 @pytest.mark.parametrize(
@@ -217,6 +362,10 @@ def test_without_the_library_the_import_says_what_to_install_in_one_line(module,
         ({"tau": 1.0, "alpha": 2}, r"alpha: expected a number in \[0, 1\]"),
         ({"log_only": "yes"}, "log_only: expected True or False, got 'yes'"),
         ({"per_head": 1}, "per_head: expected True or False, got 1"),
+        (
+            {"every": 2},
+            r"every: not taken by the trainer callbacks \(got 2\): they log the figures of the trainer's logging",
+        ),
     ],
 )
 def test_bad_options_are_refused_when_the_callback_is_made(options, message):

@@ -94,13 +94,13 @@ def train_transformers(out: Path, tau: float) -> None:
         save_strategy="no",
         disable_tqdm=True,
     )
-    trainer = transformers.Trainer(model=model, args=args, train_dataset=[{"input_ids": r, "labels": r} for r in ids])
-    callback = AttentionHealthCallback(trainer, tau=tau, mode="replace")
-    trainer.add_callback(callback)
+    callback = AttentionHealthCallback(tau=tau, mode="replace")
+    data = [{"input_ids": r, "labels": r} for r in ids]
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=data, callbacks=[callback])
     trainer.train()
     last = callback.watch.last
     rank = torch.distributed.get_rank()
-    logged = sorted({k for e in trainer.state.log_history for k in e if k.startswith("attn/")})
+    logged = sorted({k for e in trainer.state.log_history if "loss" in e for k in e})  # the Trainer's and the figures
     (out / f"hf{rank}.json").write_text(
         json.dumps(
             {
@@ -186,7 +186,7 @@ def test_the_transformers_callback_combines_both_ddp_ranks_before_it_logs_and_cl
     sequences = WORLD * ACCUMULATE * BATCH
     assert {(rows, single) for _, _, rows, single, _, _ in ranks[0]["heads"]} == {(sequences * (SEQ - 1), sequences)}
     layers = [f"model.layers.{i}.self_attn" for i in range(LAYERS)]
-    assert {"attn/calls", "attn/clipped_heads"} | {
+    assert {"loss", "grad_norm", "learning_rate", "attn/calls", "attn/clipped_heads"} | {
         f"attn/{layer}/head{h}/max_logit" for layer in layers for h in range(4)
     } <= set(ranks[0]["logged"])
 

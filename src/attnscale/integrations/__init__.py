@@ -1,6 +1,8 @@
-"""The attention monitor inside the trainers people use: callbacks that log its figures through the
-trainer's own channel, so that the logger the user chose (``report_to`` in Hugging Face's Trainer,
-the ``logger`` of Lightning's Trainer: TensorBoard, W&B, MLflow, CSV ...) receives them.
+"""The attention monitor inside the trainers people use: callbacks that add its figures to the
+trainer's own log entries (every key the trainer logs without them stays, at the same steps), so that
+the logger the user chose (``report_to`` in Hugging Face's Trainer, the ``logger`` of Lightning's
+Trainer: TensorBoard, W&B, MLflow, CSV ...) receives them beside the loss. Neither takes the trainer:
+``Trainer(callbacks=[AttentionHealthCallback(tau=...)])``.
 
 - :class:`attnscale.integrations.transformers.AttentionHealthCallback` (``pip install 'attnscale[transformers]'``)
 - :class:`attnscale.integrations.lightning.AttentionHealthCallback` (``pip install 'attnscale[lightning]'``)
@@ -9,9 +11,11 @@ Both run one :class:`attnscale.torch.Monitor` over the training (its options pas
 ``backend``, ``history`` — False by default, as a training loop needs), close one monitor step per
 optimiser step (the micro-batches of gradient accumulation are one step; forward passes between
 steps, such as evaluation, are left out), combine the step over the ranks of a ``torch.distributed``
-job (:func:`attnscale.torch.distributed.combine_step`, one collective, so every rank logs and clips
-from the same figures), optionally apply QK-clip (:class:`attnscale.torch.guard.LogitGuard`, ``tau``,
-``alpha``, ``log_only``), and log the step's figures on the trainer's logging steps.
+job on the steps they log, and on every step with ``tau``
+(:func:`attnscale.torch.distributed.combine_step`, one collective, so every rank logs and clips from
+the same figures), optionally apply QK-clip (:class:`attnscale.torch.guard.LogitGuard`, ``tau``,
+``alpha``, ``log_only``), and log the step's figures on the trainer's logging steps (the Monitor's
+``every`` is refused: it would measure other steps than those).
 
 The keys logged (each a number; a figure that does not exist in a step — no row counted — is left
 out rather than logged as NaN). ``<layer>`` is the attention module's path in the model

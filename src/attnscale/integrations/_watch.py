@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from attnscale.errors import InputTypeError
+from attnscale.errors import InputError, InputTypeError
 
 # The per-head figures logged, in the order of the key table: the ones TensorBoardSink charts.
 from attnscale.torch.monitor_records import pooled_figures
@@ -57,11 +57,18 @@ class Watch:
         alpha, log_only = check_options(alpha, log_only)
         if not isinstance(per_head, bool):
             raise InputTypeError(f"per_head: expected True or False, got {per_head!r}")
+        if "every" in monitor_options:  # the Monitor's every=N measures steps 1, N+1, ...: never N, 2N
+            raise InputError(
+                f"every: not taken by the trainer callbacks (got {monitor_options['every']!r}): they log the "
+                "figures of the trainer's logging steps, which every=N leaves unmeasured; "
+                "set how often the trainer logs"
+            )
         self.tau, self.alpha, self.log_only, self.per_head = tau, alpha, log_only, per_head
         self.process_group = process_group
         self.monitor_options = {"history": False, **monitor_options}
         self.monitor = self.guard = None
-        self.last = None  # the last combined Step
+        self.last = None  # the last Step closed
+        self.combined = False  # whether ``last`` is combined over the ranks yet
         self.clips: list = []  # the last step's clips
 
     def start(self, model) -> None:
@@ -82,16 +89,22 @@ class Watch:
         self.monitor.discard()
 
     def end_step(self, global_step: int, combine: bool = True):
-        """Close the optimiser step ``global_step``: its figures combined over the ranks (a collective:
-        every rank calls it at the same steps), QK-clip applied from them. Returns the Step."""
+        """Close the optimiser step ``global_step``: its figures combined over the ranks when ``combine``
+        or a guard needs them (see :meth:`combine`), QK-clip applied from them. Returns the Step."""
+        self.last, self.combined = self.monitor.step(int(global_step), log=False), False
+        if combine or self.guard is not None:
+            self.combine()
+        self.clips = self.guard.apply(self.last) if self.guard is not None else None
+        return self.last
+
+    def combine(self):
+        """The last step combined over the ranks, combining it now if it is not yet: a collective, so
+        every rank calls it at the same steps. Returns the Step."""
         from attnscale.torch.distributed import combine_step
 
-        step = self.monitor.step(int(global_step), log=False)
-        if combine or self.guard is not None:
-            step = combine_step(step, self.process_group)
-        self.clips = self.guard.apply(step) if self.guard is not None else None
-        self.last = step
-        return step
+        if not self.combined:
+            self.last, self.combined = combine_step(self.last, self.process_group), True
+        return self.last
 
     def log_keys(self) -> dict[str, float]:
         """The last step's figures as log keys (:func:`log_keys`)."""

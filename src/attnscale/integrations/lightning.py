@@ -1,6 +1,7 @@
-"""Attention health in Lightning's ``Trainer``: each optimiser step's figures through the module's
-``log_dict``, so the Trainer's logger writes them on its own logging steps (``log_every_n_steps``),
-to whichever logger the user set (keys: :mod:`attnscale.integrations`)::
+"""Attention health in Lightning's ``Trainer``: the figures of each step the Trainer's logger writes
+(``log_every_n_steps``) through the module's ``log_dict``, so they are in that step's row of the logged
+metrics, beside the module's own (which stay as they are), in ``trainer.logged_metrics`` and
+``trainer.callback_metrics``, and go to whichever logger the user set (keys: :mod:`attnscale.integrations`)::
 
     trainer = lightning.pytorch.Trainer(max_steps=1000, log_every_n_steps=10,
                                         callbacks=[AttentionHealthCallback(tau=100.0, mode="replace")])
@@ -27,8 +28,8 @@ class AttentionHealthCallback(_lightning.Callback):
     layer's. process_group: the ranks to combine over (None: the default group). monitor_options:
     :class:`attnscale.torch.Monitor`'s (mode, backend, history, ...).
 
-    Every optimiser step is combined over the ranks (one collective each): which steps the logger
-    writes is Lightning's to decide after the callback has logged."""
+    The figures are logged, and combined over the ranks (one collective), on the optimiser steps
+    the logger writes (and every step is combined with ``tau``, to clip)."""
 
     def __init__(
         self,
@@ -56,8 +57,14 @@ class AttentionHealthCallback(_lightning.Callback):
         if trainer.global_step == self._stepped:
             return  # gradient accumulation: the optimiser has not stepped yet
         self._stepped, self._open = trainer.global_step, False
-        self.watch.end_step(trainer.global_step)
-        pl_module.log_dict(self.watch.log_keys(), on_step=True, on_epoch=False)
+        # Only the steps the logger writes log: LightningModule.log costs about a millisecond a key, too
+        # much on every step for a model's hundreds of keys. The connector decides it just after this
+        # hook from the same state (Lightning's LearningRateMonitor asks it so); it must agree, as a key
+        # once logged is written again in every later row: a written step without figures would show stale ones.
+        writes = getattr(trainer._logger_connector, "should_update_logs", True) or bool(trainer.fast_dev_run)
+        self.watch.end_step(trainer.global_step, combine=writes)
+        if writes:
+            pl_module.log_dict(self.watch.log_keys(), on_step=True, on_epoch=False)
 
     def on_train_end(self, trainer, pl_module):
         self.watch.stop()
