@@ -41,6 +41,19 @@ from attnscale.cli import build_parser
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
+# The user pages of the documentation site whose command lines are run too (the README's commands
+# table and prose moved there); the development notes are dated working notes, not run.
+DOC_PAGES = tuple(
+    REPO / "docs" / p
+    for p in (
+        "report.md",
+        "experiments.md",
+        "real-models.md",
+        "cluster.md",
+        "reference-results.md",
+        "benchmarks/index.md",
+    )
+)
 SOURCE = Path(attnscale.__file__).resolve().parents[1]  # the attnscale under test (src/)
 SENTENCES = Path(attnscale.__file__).resolve().parent / "experiments" / "pretrained" / "sentences.txt"
 
@@ -146,10 +159,14 @@ def readme_lines(text: str) -> list[tuple[str, str, bool]]:
     return found
 
 
-def readme_python(text: str) -> str:
-    """The ```python block under the README's "## In Python"."""
-    section = text.split("\n## In Python\n", 1)[1].split("\n## ", 1)[0]
-    return section.split("```python\n", 1)[1].split("\n```", 1)[0]
+def readme_python(text: str) -> str | None:
+    """The ```python block of the README's "## Quickstart" that trains with the monitor (it writes
+    ``attn.jsonl``), or None if there is none."""
+    if "\n## Quickstart\n" not in text:
+        return None
+    section = text.split("\n## Quickstart\n", 1)[1].split("\n## ", 1)[0]
+    blocks = [b.split("\n```", 1)[0] for b in section.split("```python\n")[1:]]
+    return next((b for b in blocks if 'JSONLSink("attn.jsonl")' in b), None)
 
 
 def subparsers(parser) -> dict:
@@ -290,8 +307,9 @@ def documented_cases(parser, readme_text: str) -> list[Case]:
             cases[key] = Case(tuple(argv), stdin, expect, why)
         cases[key].where.append(f"{where}: {line}")
     out = list(cases.values())
-    if "\n## In Python\n" in readme_text:
-        out.append(Case((), None, "run", where=["README § In Python"], python=readme_python(readme_text)))
+    snippet = readme_python(readme_text)
+    if snippet is not None:
+        out.append(Case((), None, "run", where=["README § Quickstart"], python=snippet))
     return out
 
 
@@ -478,7 +496,14 @@ def describe(case: Case, out: Outcome) -> str:
 # --- the tests ----------------------------------------------------------------------------------------
 
 PARSER = build_parser()
-CASES = documented_cases(PARSER, README.read_text(encoding="utf-8"))
+
+
+def documented_text() -> str:
+    """The README, then each of :data:`DOC_PAGES` that exists, as one text for :func:`documented_cases`."""
+    return "\n".join(p.read_text(encoding="utf-8") for p in (README, *DOC_PAGES) if p.exists())
+
+
+CASES = documented_cases(PARSER, documented_text())
 
 
 def _selected(items) -> list[Case]:
@@ -561,12 +586,12 @@ def test_a_new_command_is_run_or_named_missing():
     parser = build_parser()
     sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
     add_command(sub, "frobnicate", help="new").set_defaults(run=lambda args: 0)
-    cases = documented_cases(parser, README.read_text(encoding="utf-8"))
+    cases = documented_cases(parser, documented_text())
     assert uncovered(parser, cases) == ["frobnicate"]
     add_command(sub, "frobnicate2", help="new", examples=["attnscale frobnicate2   does it"]).set_defaults(
         run=lambda a: 0
     )
-    cases = documented_cases(parser, README.read_text(encoding="utf-8"))
+    cases = documented_cases(parser, documented_text())
     assert [c.argv for c in cases if c.argv[:1] == ("frobnicate2",)] == [("frobnicate2",)]
     assert uncovered(parser, cases) == ["frobnicate"]
 
