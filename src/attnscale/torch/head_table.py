@@ -22,7 +22,7 @@ ROWS = (
     "entropy_squares",  # Σ entropy²: the sample's spread (rows=K)
     "first_key_sum",  # Σ weight on key 0, over the same rows
     "q_norm_sum",  # Σ ‖q_i‖, over the same rows
-    "k_norm_sum",  # Σ ‖k_j‖ over every key of the query head's KV head
+    "k_norm_sum",  # Σ ‖k_j‖ over every key of the query head's KV head (the monitor: the counted ones)
     "rows",  # rows read (real tokens)
     "max_logit",  # NaN-skipping max of the rows' max logits (−inf: none)
     "entropy_min",  # NaN-skipping min of the counted rows' entropies (inf: none)

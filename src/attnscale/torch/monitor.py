@@ -39,9 +39,14 @@ keep the model's SDPA and are observed. No recompilation per step nor per monito
 mode the first time a monitor of that mode is entered on a compiled model (torch's mode stack
 changed), reused by later ones, and the steps ``every=N`` leaves alone reuse the model's own.
 ``torch._dynamo.explain`` counts 0 graph breaks on the project's GPT in both modes (the tests hold it
-there). Such calls are named by their order in the step, ``compiled[0]``, ``compiled[1]``, ... (a
-compiled graph has no module frames to name them from); attention that is not an SDPA call (eager
-interface functions, MultiheadAttention's fused path) is not seen there.
+there). Such calls carry the names the eager model gives them (``blocks.0.attn``, whether the
+monitor is given the compiled model or the plain one, the whole model compiled or its blocks):
+the graph records each call's module below the compiled one while Dynamo traces, the frames say
+which module runs it (:mod:`attnscale.torch.compiled_names`); where that cannot be told (a compiled
+function that takes the module as an argument) a call is named by its order in the step,
+``compiled[0]``, ``compiled[1]``, ..., with one :class:`~attnscale.torch.capture.UnnamedCompiledCall`
+warning saying why. Attention that is not an SDPA call (eager interface functions,
+MultiheadAttention's fused path) is not seen there.
 
 A monitor that saw no attention call in a step (:meth:`Monitor.step`) or in its whole context says
 so, with a :class:`NoAttentionSeen` warning naming the model, its ``attn_implementation`` and the
@@ -103,28 +108,68 @@ no figure, fallback or call is counted for them. Rows: see :mod:`attnscale.torch
 saturated and single-key rows: a causal model's first query attends one key, and is counted
 apart in ``rows_single``, out of the entropy and saturation figures).
 
-Padding: query rows that are padding are no rows at all (in no count and no figure). The monitor
-reads which they are from the ``attention_mask`` (B, L) of 1 and 0 that the outermost module of
-``model`` taking one was called with, by name or in its place (a forward pre-hook on the outermost
-modules whose forward has an ``attention_mask`` parameter: a Hugging Face model, or a
-LightningModule passing its batch on), and applies it, during that module's forward, to every call
-whose q is (B, H, L, d_k) with that B and L — self-attention over the batch, not a KV-cache step or
-another shape. The modules inside it get no hook: a hook makes each call of its module take
-PyTorch's slow path (MiniLM's 19 inner ones cost 2% of a forward, measured), and they see what it
-sees. A module inside it called on its own (not through it) has every row counted. So right and left
-padding, or the sequences run one at a time, give the same figures (a tiny Llama's test holds it).
-Keys that are padding are the mask's own business (they are not attended). Not on a compiled model
-(a hook added to it would recompile its graph): there padded rows count as the model attends them.
+Padding, KV caches and grouped-query heads: the figures are of the real tokens, each once, per
+the model's own heads (docs/monitor-padding.md, with the tests' numbers).
+
+- Query rows that are padding are no rows at all (in no count and no figure). The monitor reads
+  which they are from the ``attention_mask`` (B, T) of 1 and 0 that the outermost module of
+  ``model`` taking one was called with, by name or in its place (a forward pre-hook on the
+  outermost modules whose forward has an ``attention_mask`` parameter: a Hugging Face model, or a
+  LightningModule passing its batch on; of a Hugging Face encoder-decoder, whose mask is its
+  encoder's, the encoder, which its ``generate`` runs on its own), and applies it, during that
+  module's forward, to every call whose q is (B, H, L, d_k) with that B and L (self-attention over
+  the batch; in a forward that continues a KV cache of P tokens the mask covers them too, T = P +
+  L, and its last L columns are the rows'). The modules inside it get no hook: a hook makes each
+  call of its module take PyTorch's slow path (MiniLM's 19 inner ones cost 2% of a forward,
+  measured), and they see what it sees. A module inside it called on its own (not through it) has
+  every row counted.
+- Keys: a key that no real query row of the call may attend (its ``attn_mask`` and causal flag
+  say so: padding, a static cache's empty slots) is in no figure — not in ``k_norm_mean`` nor its
+  count ``keys`` (it carries no weight in any other). ``first_key_weight`` is each row's weight on
+  its sequence's first real key (the first key of its batch row that a real row may attend): key 0
+  without left padding, the first real token with it, as the sequence alone has it. Found once per
+  mask (the model hands every layer the same); a row's weight on a key other than 0 is one product
+  q̂_i·k̂_p per row, O(L·d), and the call's figures are then summed from its rows (one C++ pass), not
+  taken from the kernel's head table.
+- KV caches: the row figures (entropy, logits, saturation, ``first_key_weight``, ‖q‖) are of the
+  query rows a call computes, which a cache does not repeat. The key figures (``k_norm_mean``,
+  ``keys``) count each key once per sequence: in a forward handed a KV cache (``cache`` or
+  ``past_key_values``, a transformers Cache) that held P tokens, a call counts only its new keys —
+  positions P .. P+L−1 when its S keys span the sequence (S ≥ P + L: a dynamic cache, a static
+  one's slots), else its last L (a sliding window's) — and a call whose keys are the very tensor the
+  layer's previous call read, not written since (same storage, place, layout and version: a
+  cross-attention reading its encoder's keys from the cache) counts none. A sliding window's keys
+  are the sequence's last S, so its rows weigh the sequence's first real key (the forward's mask's
+  first 1) where the window still holds it, and 0 once dropped, as one forward's rows past the
+  window do. So prefill then decoding
+  give the figures of one forward over the whole sequence (the prompt and the tokens fed back),
+  within rounding, cross-attention's keys counted once per sequence as that forward counts them.
+  A cache the outermost module's forward is not handed (a model's own, inside) is not read: every
+  call then counts all its keys; cross-attention keys recomputed at each step, not read from the
+  cache, are counted by position as a self-attention's.
+- Grouped-query heads packed by the caller: transformers' SDPA path packs one-token decoding with a
+  mask, q (B, H, 1, d) as (B, H/g, g, d) (a KV head's g query heads as rows). A call of a module
+  whose ``num_key_value_groups`` g > 1 and whose config has H heads (``num_attention_heads``), with
+  q of H/g heads and g rows, is unpacked to (B, H, 1, d) (its mask, if per head, with it) before
+  anything is computed, and replace mode packs its output back: the figures are the model's H
+  heads, under the layer's own name.
+
+So right and left padding, the prompts one at a time, generation with a cache, batched decoding of
+a grouped-query model, a sliding window with a soft-cap and an encoder-decoder's generation give
+the figures of the same prompts run alone (tests/test_monitor_real_tokens.py). Not on a compiled model (a hook added to it would
+recompile its graph): there padded rows count as the model attends them, and every key of a call.
 
 Any SDPA layout is taken: q (..., H_q, L, d_k) with any number of leading dimensions (all folded
 into the batch), or 3-D (N, L, d_k), which has no head axis and is counted as one head.
 
-Beside the entropy and the logits, per head: the mean weight on the first key (``first_key_weight``,
-from :func:`attnscale.torch.attention`'s ``first_key=True``: a head at
+Beside the entropy and the logits, per head: the mean weight on the first (real) key
+(``first_key_weight``, from :func:`attnscale.torch.attention`'s ``first_key=True``: a head at
 :data:`~attnscale.torch.monitor_records.SINK_WEIGHT` or above is an attention sink), the mean ‖q‖
-of the rows read and the mean ‖k‖ of the call's keys (L2, as the model handed them to attention,
-before any scale or QK-norm; grouped-query: a query head's keys are its KV head's), each kept as a
-sum and a count so that steps, calls and ranks combine exactly. Their cost: the norms, O(L·d),
+of the rows read and the mean ‖k‖ of the call's keys (its real keys, each once: above; L2, as the
+model handed them to attention, before any scale or QK-norm; grouped-query: a query head's keys are
+its KV head's), each kept as a sum and a count so that steps, calls and ranks combine exactly.
+Their cost: the norms, O(L·d) (with padding or a cache, ‖k‖ over the counted keys: one more pass
+over k, O(S·d)),
 read where the fused kernel sums a call's figures per head as it makes its rows (its head table,
 :mod:`attnscale.torch.head_table`; for a call it did not compute, or whose rows were sampled, one
 C++ pass over the figures, the kernel library's ``head_sums``; NumPy reductions where it is not
@@ -152,6 +197,17 @@ from attnscale.torch.functional import attention, kept_attention
 from attnscale.torch.capture import capture_sdpa, compiled, recomputing
 from attnscale.torch.monitor_aggregates import Running, call_figures
 from attnscale.torch.monitor_records import CallRecord, HeadFigures, Step
+from attnscale.torch.monitor_tokens import (
+    CallKeys,
+    call_keys,
+    count_keys,
+    first_real_weight,
+    grouping,
+    keys_of,
+    packed_groups,
+    real_keys,
+    unpack,
+)
 from attnscale.torch.sdpa_mask import split_attn_mask
 
 __all__ = [
@@ -340,8 +396,14 @@ class Monitor:
         self._kept: dict[tuple, Any] = {}
         self._model = model
         self._query_valid: tuple[Any, int] | None = None  # (B, L) bool: the forward's real tokens, and their count
-        self._padding_modules: dict = {}  # the outermost modules whose forward takes an attention_mask -> its position
+        self._padding_modules: dict = {}  # the modules whose attention_mask is read -> (position, of queries)
         self._padding_hooks: list = []
+        self._past: int | None = None  # tokens the forward's KV cache held before it (None: no cache given)
+        self._starts: Any = None  # with a cache: (B,) each sequence's first real token (None: 0), from its mask
+        self._padding_stack: list = []  # (query rows, past, starts) of the forwards an inner hooked one ran in
+        self._keys_cache: tuple | None = None  # (mask, rows, shape, (real, first, CallKeys)): see _call_keys
+        self._last_keys: dict[str, tuple] = {}  # layer -> (weakref to its last call's key storage, layout)
+        self._packing: dict[str, Any] = {}  # layer -> its module's (groups, heads) (grouping), None: not grouped
         replacing = mode == "replace"
         self._capture = capture_sdpa(
             model,
@@ -370,7 +432,8 @@ class Monitor:
 
     def __exit__(self, *exc) -> None:
         self._remove_padding_hooks()
-        self._mask_cache = None  # the model's last mask: the monitor keeps figures, no tensors
+        self._mask_cache = self._keys_cache = None  # the model's last mask: the monitor keeps figures, no tensors
+        self._last_keys = {}
         self._capture.__exit__(*exc)
         self.close(warn=exc[0] is None)  # no warning on top of an error
 
@@ -393,31 +456,41 @@ class Monitor:
     def _remove_padding_hooks(self) -> None:
         for hook in self._padding_hooks:
             hook.remove()
-        self._padding_hooks, self._query_valid = [], None
+        self._padding_hooks, self._padding_stack = [], []
+        self._query_valid = self._past = self._starts = None
 
     def _read_padding(self, module, args, kwargs) -> None:
         """A forward pre-hook of an outermost module that takes an ``attention_mask``: the one it
-        was given (by name or in its place), (B, L) of 0/1 (or bool), as the real tokens of this
-        forward's query rows."""
-        mask, at = kwargs.get("attention_mask"), self._padding_modules.get(module)
+        was given (by name or in its place), (B, T) of 0/1 (or bool), as the real tokens of this
+        forward's query rows (its last L columns where the forward continues a KV cache: T = past
+        + L, the cache's tokens then its own); and the tokens its KV cache (``cache`` or
+        ``past_key_values``) held before it."""
+        self._padding_stack.append((self._query_valid, self._past, self._starts))  # an encoder's inside its model's
+        (at, queries), torch = self._padding_modules[module], require("torch", "torch")
+        mask = kwargs.get("attention_mask")
         if mask is None and at is not None and at < len(args):
             mask = args[at]
-        torch = require("torch", "torch")
-        if not (isinstance(mask, torch.Tensor) and mask.dim() == 2):
+        self._past, self._starts = _cache_length(kwargs.get("cache", kwargs.get("past_key_values"))), None
+        if not (queries and isinstance(mask, torch.Tensor) and mask.dim() == 2):
             self._query_valid = None
             return
         valid = mask != 0
+        if self._past and valid.shape[-1] == self._past + _input_length(torch, args, kwargs):
+            self._starts = valid.to(torch.int8).argmax(dim=-1)  # where a sliding window's keys start
+            valid = valid[:, self._past :]  # the cache's tokens are no query row of this forward
         real = int(valid.sum())  # one count per forward, not per call
         self._query_valid = None if real == valid.numel() else (valid, real)
 
     def _forget_padding(self, module, args, output) -> None:
-        """Its forward hook: the padding read is that forward's, of no call after it."""
-        self._query_valid = None
+        """Its forward hook: the padding read is that forward's, of no call after it (those of the
+        forward it ran in, if any, read that one's again)."""
+        self._query_valid, self._past, self._starts = self._padding_stack.pop() if self._padding_stack else (None,) * 3
 
     def _valid_rows(self, q):
         """(N, L) bool, which query rows of a call on q are real tokens (from the forward's
-        attention_mask), and their number; None when every row counts (no mask, or one whose batch
-        and length are not the call's: a KV-cache step, a cross-attention, another shape)."""
+        attention_mask: its last L columns in a forward continuing a KV cache), and their number;
+        None when every row counts (no mask, or one whose batch and length are not the call's:
+        another shape)."""
         m = self._query_valid
         if m is None or q.dim() != 4 or tuple(m[0].shape) != (q.shape[0], q.shape[-2]):
             return None
@@ -434,6 +507,78 @@ class Monitor:
             return True, None
         rows = valid[0] if valid[0].device == q.device else valid[0].to(q.device)
         return True, rows if picked is None else rows.gather(-1, picked)
+
+    def _call_keys(self, name: str, q, k, mask, causal: bool) -> CallKeys | None:
+        """The keys of a call on q (B, H, L, d), k (B, H_kv, S, d) its figures are of (module
+        docstring; :mod:`attnscale.torch.monitor_tokens`): the real ones (``mask``: bool, True =
+        attend, or None; top-left ``causal``), of them the ones new to the forward's KV cache, and
+        each batch row's first real key. None: every key, key 0 first (no padding, no cache; not
+        4-D). The real keys are found once per mask (a model hands every layer the same)."""
+        if mask is None and self._past is None and not causal:
+            return None  # no padding, no cache: every key, once (the common call, first)
+        if q.dim() != 4 or k.dim() != 4 or k.shape[0] != q.shape[0] or (q.shape[0] > 1 and k.stride(0) == 0):
+            return None  # keys broadcast over the batch are summed once (call_figures): left so
+        B, L, S = q.shape[0], q.shape[-2], k.shape[-2]
+        if mask is None and not (causal and S > L):
+            real, first, keys = None, None, None  # every key real, key 0 first: nothing to find
+        else:
+            valid = self._valid_rows(q)
+            rows = None if valid is None else valid[0]
+            shape = (None if mask is None else mask._version, B, L, S, causal)
+            c = self._keys_cache
+            if c is None or c[0] is not mask or c[1] is not rows or c[2] != shape:
+                real, first = real_keys(require("torch", "torch"), mask, causal, rows, L, S, B)
+                c = (mask, rows, shape, (real, first, None if real is None else keys_of(real, first)))
+                self._keys_cache = c
+            real, first, keys = c[3]
+        if self._past is None:  # no KV cache: every real key is the call's
+            return keys
+        repeat = self._same_keys(name, k)
+        if not self._past:  # a cache's first forward: every real key is new
+            return keys
+        torch = require("torch", "torch")
+        return call_keys(torch, real, first, self._past, L, S, B, repeat, k.device, self._starts)
+
+    def _same_keys(self, name: str, k) -> bool:
+        """Whether k is the very keys the layer's previous call read (the same storage, place and
+        layout, not written since: a cross-attention's keys, read again from the cache); records k's."""
+        import weakref
+
+        storage = k.untyped_storage()
+        layout = (k.storage_offset(), tuple(k.shape), k.stride(), k._version)
+        before = self._last_keys.get(name)
+        self._last_keys[name] = (weakref.ref(storage), layout)
+        return before is not None and before[0]() is storage and before[1] == layout
+
+    def _groups(self, name: str, q, k, m, causal: bool) -> int:
+        """g when a call of layer ``name`` packs its module's grouped-query heads, g single query
+        rows to a KV head (:func:`~attnscale.torch.monitor_tokens.packed_groups`), with a mask (``m``)
+        shared by heads and rows or packed as q; else 0. The module is looked up once per layer."""
+        if name not in self._packing:
+            try:
+                self._packing[name] = None if self._model is None else grouping(self._model.get_submodule(name))
+            except AttributeError:  # a name that is no module path (no model: a class name)
+                self._packing[name] = None
+        grouped = self._packing[name]
+        if grouped is None or causal:
+            return 0
+        groups = packed_groups(grouped, q, k)
+        shared = m is None or (m.dim() == 4 and tuple(m.shape[1:3]) in ((1, 1), tuple(q.shape[1:3])))
+        return groups if shared else 0
+
+    def _unpacked_call(self, call):
+        """An :class:`~attnscale.torch.capture.SDPACall` with its grouped-query heads unpacked
+        (:meth:`_groups`): q (B, H, 1, d), its mask and output as q; else the call as it is."""
+        groups = self._groups(call.name, call.q, call.k, call.attn_mask, call.is_causal)
+        if not groups:
+            return call
+        return replace(
+            call,
+            q=unpack(call.q, groups),
+            attn_mask=unpack(call.attn_mask, groups),
+            output=unpack(call.output, groups),
+            enable_gqa=True,
+        )
 
     # -- figures out ------------------------------------------------------------------------------
 
@@ -498,7 +643,7 @@ class Monitor:
         self._current = {}
         self._capture._capture._compiled = 0  # compiled graphs' calls are named by their order in a step
         self._step_entropies = {}
-        self._mask_cache = None
+        self._mask_cache = self._keys_cache = None
         self._step_fallbacks = Counter()
         self._step_calls = 0
         self._calls_at_step, self._full_at_step = len(self.calls), self.history_full
@@ -575,11 +720,14 @@ class Monitor:
         keys = torch.rand((*lead, L), generator=g)
         return keys.topk(self._rows, dim=-1).indices.sort(dim=-1).values.to(q.device)
 
-    def _fold(self, name: str, q, k, v, stats, source: str, index: int, picked=None, read=None, sampled=None) -> None:
+    def _fold(
+        self, name: str, q, k, v, stats, source: str, index: int, picked=None, read=None, sampled=None, keys=None
+    ) -> None:
         """Fold one call's figures in; ``picked``: :meth:`_rows_of`'s rows when ``stats`` holds every
         row (replace mode), to keep only theirs; ``read``: the query rows ``stats`` is of when they
         are not q's (observe mode's sampled rows, ``sampled`` their indices), for their norms. Query
-        rows that are padding (:meth:`_valid_rows`) are no figure and no row."""
+        rows that are padding (:meth:`_valid_rows`) are no figure and no row; ``keys``
+        (:meth:`_call_keys`): the keys Σ ‖k‖ counts, None: every key."""
         shape = q.shape
         heads = shape[-3] if len(shape) > 3 else 1
         population = math.prod(shape[:-1]) // heads if shape[-1] else 0  # rows per head
@@ -595,6 +743,8 @@ class Monitor:
         if picked is not None:
             stats, rows = _take_rows(stats, picked), _take_rows(q, picked, along=-2)
         run, ent = call_figures(stats, rows, k, population, valid, entropies=bool(self._history))
+        if keys is not None and keys.index is not None:
+            count_keys(run, k, keys)
         layer = self._layer_key(name, run.heads)
         self._add(self._current, layer, run)
         self._step_calls += 1
@@ -651,7 +801,9 @@ class Monitor:
             self._fallback("other attention")
             self._counted = False
         with torch.no_grad():
+            call = self._unpacked_call(call)
             mask, bias, _ = self._mask_parts(torch, call.attn_mask)
+            keys = self._call_keys(call.name, call.q, call.k, mask, call.is_causal)
             q, causal, picked = call.q, "top_left" if call.is_causal else False, self._rows_of(call.q)
             compared = call.source == "interface" and call.dropout_p == 0
             # The figures do not depend on v: where the output is not compared (the model's own is
@@ -683,7 +835,9 @@ class Monitor:
                 if not _agrees(torch, out, stats, own, call):
                     self.skipped[(call.name, _DISAGREE)] += 1
                     return
-        self._fold(call.name, call.q, call.k, call.v, stats, call.source, call.index, read=q, sampled=picked)
+            if keys is not None and keys.first is not None:
+                stats = _first_real(torch, stats, q, call.k, keys.first, call.scale, call.softcap, mask, bias, causal)
+        self._fold(call.name, call.q, call.k, call.v, stats, call.source, call.index, read=q, sampled=picked, keys=keys)
 
     def _mask_parts(self, torch, m):
         """(mask, bias, averaged) of SDPA's attn_mask ``m``: :func:`split_attn_mask`, and whether a
@@ -701,10 +855,21 @@ class Monitor:
 
     def replace(self, name: str, a: dict):
         """Compute one intercepted call (SDPA's arguments, as capture passes them) with its figures;
-        None leaves it to the model's own attention (a fallback, or a call SDPA itself refuses)."""
+        None leaves it to the model's own attention (a fallback, or a call SDPA itself refuses). A
+        call that packs its module's grouped-query heads is computed unpacked, its output packed back."""
         torch = require("torch", "torch")
         if _left_to_sdpa(torch, a):
             return None
+        q = a["query"]
+        groups = self._groups(name, q, a["key"], a["attn_mask"], a["is_causal"])
+        if not groups:
+            return self._replace(torch, name, a)
+        unpacked = {**a, "query": unpack(q, groups), "attn_mask": unpack(a["attn_mask"], groups), "enable_gqa": True}
+        out = self._replace(torch, name, unpacked)
+        return None if out is None else out.reshape(*q.shape[:-1], out.shape[-1])
+
+    def _replace(self, torch, name: str, a: dict):
+        """What :meth:`replace` does with a call SDPA would take (``a``: its arguments)."""
         q, k, v, m = a["query"], a["key"], a["value"], a["attn_mask"]
         grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
         self._rerun = recomputing()
@@ -716,8 +881,11 @@ class Monitor:
             # kernel, with the checks that call made. What the key cannot say is checked here.
             mask, bias, averaged = self._mask_parts(torch, m)
             if bias is None and not averaged:
+                keys = self._call_keys(name, q, k, mask, a["is_causal"])
                 out, stats = kept(q, k, v, mask, self._table_rows(q)[1])
-                self._fold(name, q, k, v, stats, "replaced", index)
+                if keys is not None and keys.first is not None:
+                    stats = _first_real(torch, stats, q, k, keys.first, a["scale"], 0.0, mask, None, a["is_causal"])
+                self._fold(name, q, k, v, stats, "replaced", index, keys=keys)
                 return out
         if a.get("need_weights"):
             self._fallback("attention weights asked")
@@ -760,7 +928,11 @@ class Monitor:
             self._skip_observe = True
             return None
         if not self._rerun:
-            self._fold(name, q, k, v, stats, "replaced", index, picked=picked)
+            keys = self._call_keys(name, q, k, mask, a["is_causal"])
+            if keys is not None and keys.first is not None:
+                softcap = a.get("softcap", 0.0)
+                stats = _first_real(torch, stats, q, k, keys.first, a["scale"], softcap, mask, bias, a["is_causal"])
+            self._fold(name, q, k, v, stats, "replaced", index, picked=picked, keys=keys)
             # Kept for the next call of the same key: every row's table, no bias, no learned mask.
             if tabled and picked is None and bias is None and (m is None or not m.requires_grad):
                 made = kept_attention(q, k, v, scale=scale, causal=causal, mask=mask, backend=backend)
@@ -840,10 +1012,12 @@ def _on_cpu(model) -> bool:
 
 def _padding_modules(model) -> dict:
     """The outermost modules of ``model`` whose forward takes an ``attention_mask`` (a Hugging Face
-    model, a LightningModule wrapping one ...; none inside another such), each with the mask's place
-    among its forward's positional arguments (None: by name only): where the monitor reads which
-    query rows are padding. None on a compiled model (a hook added to it would recompile its graph)
-    or without a model."""
+    model, a LightningModule wrapping one ...; none inside another such), each with ``(place,
+    queries)``: the mask's place among its forward's positional arguments (None: by name only), and
+    whether the mask is of the forward's query rows: where the monitor reads which query rows are
+    padding, and the forward's KV cache. A Hugging Face encoder-decoder's mask is its encoder's:
+    the encoder is hooked too (its ``generate`` runs it on its own) and reads it, the model only its
+    cache. None on a compiled model (a hook added to it would recompile its graph) or without a model."""
     import inspect
 
     if model is None or compiled(require("torch", "torch"), model):
@@ -865,10 +1039,47 @@ def _padding_modules(model) -> dict:
     def outermost(module) -> dict:
         takes, place = mask_place(module)
         if takes:
-            return {module: place}
+            encoder = _encoder(module)
+            reads, at = (False, None) if encoder is None else mask_place(encoder)
+            return {module: (place, False), encoder: (at, True)} if reads else {module: (place, True)}
         return {m: at for child in module.children() for m, at in outermost(child).items()}
 
     return outermost(model)  # a module shared by two parents, once
+
+
+def _encoder(module):
+    """A Hugging Face encoder-decoder's encoder (its ``get_encoder()``, not itself); else None."""
+    get = getattr(module, "get_encoder", None)
+    if not (callable(get) and getattr(getattr(module, "config", None), "is_encoder_decoder", False)):
+        return None
+    encoder = get()
+    return encoder if isinstance(encoder, require("torch", "torch").nn.Module) and encoder is not module else None
+
+
+def _cache_length(cache) -> int | None:
+    """The tokens a forward's KV cache (``cache`` / ``past_key_values``: a transformers Cache) held
+    before the forward; None without a cache (0 for one that cannot say)."""
+    if cache is None:
+        return None
+    length = getattr(cache, "get_seq_length", None)
+    return int(length()) if callable(length) else 0
+
+
+def _input_length(torch, args, kwargs) -> int:
+    """The tokens a forward is given (``input_ids`` or ``inputs_embeds``, by name or first; their
+    dimension 1), −1 when none is."""
+    given = (kwargs.get("input_ids"), kwargs.get("inputs_embeds"), args[0] if args else None)
+    x = next((x for x in given if isinstance(x, torch.Tensor) and x.dim() >= 2), None)
+    return -1 if x is None else x.shape[1]
+
+
+def _first_real(torch, stats, q, k, first, scale, softcap: float, mask, bias, causal):
+    """``stats`` with each row's weight on its batch row's first real key (``first`` (B,), not key 0:
+    :func:`~attnscale.torch.monitor_tokens.first_real_weight`, with the call's ``scale``, ``softcap``,
+    ``mask``, ``bias`` and ``causal`` as its figures were made) and no head table: the call's
+    figures are then summed from its rows (:func:`call_figures`)."""
+    weight = first_real_weight(torch, q, k, stats.lse, first, scale, softcap, mask, bias, bool(causal))
+    return replace(stats, first_key_weight=weight, head_table=None, counted_entropy=None)
 
 
 def _scale_rule(scale, softcap: float):

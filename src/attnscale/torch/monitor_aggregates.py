@@ -13,11 +13,13 @@ A row attends a single key when its largest and smallest attended logits are equ
 largest weight is above 1/2: equal logits over n keys weigh 1/n each, so only n = 1 passes.
 The weight on the first key and ‖q‖ are summed over the rows the entropy is (single-key rows out:
 all their weight is on their one key, a causal model's key 0, whatever the model learnt); ‖k‖ over
-every key row of the calls.
+every key row of the calls here — the monitor then keeps the real ones, each once, where padding or
+a KV cache makes them fewer (:mod:`attnscale.torch.monitor_tokens`).
 """
 
 from __future__ import annotations
 
+import math
 
 import numpy as np
 
@@ -119,9 +121,9 @@ def _by_head(q, k):
     :func:`rows_by_head` lays the figures out: inputs without a head axis (q 3-D or 2-D) are one head
     of every row, and so are their keys. Keys broadcast over the batch (fewer leading dimensions, or
     expanded: stride 0) are N_k = 1, read once."""
-    if q.dim() > 3:
-        q4 = q.reshape(-1, *q.shape[-3:])
-        k4 = k.reshape(-1, *k.shape[-3:]) if k.dim() > 2 else k.reshape(1, 1, *k.shape[-2:])
+    if q.dim() > 3:  # the batch's size spelt out: −1 is ambiguous for a tensor of no elements (S = 0)
+        q4 = q.reshape(math.prod(q.shape[:-3]), *q.shape[-3:])
+        k4 = k.reshape(math.prod(k.shape[:-3]), *k.shape[-3:]) if k.dim() > 2 else k.reshape(1, 1, *k.shape[-2:])
         return q4, k4[:1] if k4.shape[0] > 1 and k4.stride(0) == 0 else k4  # keys broadcast over the batch: once
     return q.reshape(1, 1, -1, q.shape[-1]), k.reshape(1, 1, -1, k.shape[-1])
 

@@ -57,11 +57,11 @@ class HeadFigures:
     entropy_mean_se: float = 0.0  # standard error of entropy_mean as the mean of all rows_of (0: every row read)
     rows_single: int = 0  # rows attending a single key (weight 1, entropy 0): in the logit figures only
     entropy_sum: float = 0.0  # Σ entropy over ``rows`` (nats): what a combination over ranks adds up
-    first_key_weight: float = math.nan  # mean weight on key 0 over ``rows`` (attention sinks)
+    first_key_weight: float = math.nan  # mean weight on the first real key (key 0 unpadded) over ``rows`` (sinks)
     q_norm_mean: float = math.nan  # mean ‖q_i‖ (L2, as given to attention, before any scale) over ``rows``
     k_norm_mean: float = math.nan  # mean ‖k_j‖ over the ``keys`` of the calls (the KV head's, grouped-query)
-    keys: int = 0  # key rows of the calls (per KV head, every leading index)
-    first_key_sum: float = 0.0  # Σ weight on key 0 over ``rows``; the sums combine over ranks
+    keys: int = 0  # real key rows of the calls, each once (per KV head, every leading index)
+    first_key_sum: float = 0.0  # Σ weight on the first real key over ``rows``; the sums combine over ranks
     q_norm_sum: float = 0.0  # Σ ‖q_i‖ over ``rows``
     k_norm_sum: float = 0.0  # Σ ‖k_j‖ over ``keys``
 
