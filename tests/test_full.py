@@ -55,7 +55,9 @@ class FakeRunner:
 
 
 def test_current_results_are_kept_and_a_failure_stops_the_run_until_it_is_rerun(tmp_path, monkeypatch):
-    monkeypatch.setenv("ATTNSCALE_REFERENCE", "/shipped")
+    shipped = tmp_path / "shipped"  # a folder: the variable is checked where it is read
+    shipped.mkdir()
+    monkeypatch.setenv("ATTNSCALE_REFERENCE", str(shipped))
     steps = _steps(tmp_path)
     done = {"train/scale-vs-dk"}
     current = lambda kind, root: kind in done  # noqa: E731
@@ -70,7 +72,7 @@ def test_current_results_are_kept_and_a_failure_stops_the_run_until_it_is_rerun(
     assert runner.ran == ["probe/smollm2", "rescale/smollm2", "rescale/minilm", "telemetry", "verify", "en", "zh"]
     assert all(what in ("kept", "ran") for _, what in outcome) and len(outcome) == len(steps)
     # the pages are built from the results made here, not from the shipped references
-    assert runner.envs[-1]["ATTNSCALE_REFERENCE"] == "" and runner.envs[0]["ATTNSCALE_REFERENCE"] == "/shipped"
+    assert runner.envs[-1]["ATTNSCALE_REFERENCE"] == "" and runner.envs[0]["ATTNSCALE_REFERENCE"] == str(shipped)
     assert "attnscale full: [1/11]" in stream.getvalue() and "(kept: current)" in stream.getvalue()
 
 

@@ -30,6 +30,7 @@ def chapter(monkeypatch):
 
 def test_a_chapter_shows_own_full_else_reference_else_own_quick_and_says_which(tmp_path, monkeypatch, chapter):
     own, ref = tmp_path / "own", tmp_path / "ref"
+    ref.mkdir()  # an empty folder of references (a set folder that is not there is an error)
     monkeypatch.setenv(results.REFERENCE_ENV, str(ref))
     results.write("demo", {"answer": 1, "wall_s": 5.0}, seed=0, quick=True, root=own)
     quick = render_experiment(chapter, own)

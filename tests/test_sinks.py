@@ -41,7 +41,7 @@ def strict_loads(line: str):
 
 
 def test_jsonl_sink_writes_one_strict_json_line_per_step(tmp_path):
-    path = tmp_path / "deep" / "attn.jsonl"
+    path = tmp_path / "attn.jsonl"  # in an existing folder: the sink makes no folders (tests/test_bad_state.py)
     steps = run_steps([JSONLSink(path)])
     lines = path.read_text(encoding="utf-8").splitlines()
     assert len(lines) == 3

@@ -481,10 +481,20 @@ def shipped_reference() -> Path | None:
 
 def reference_root() -> Path | None:
     """The folder of reference results: ``$ATTNSCALE_REFERENCE`` when set (empty: none), else the
-    ones shipped with attnscale (:func:`shipped_reference`)."""
+    ones shipped with attnscale (:func:`shipped_reference`). A set value that is not a folder is an
+    :class:`~attnscale.errors.InputError` naming the variable: a typo must not silently show no
+    reference results."""
     chosen = os.environ.get(REFERENCE_ENV)
     if chosen is not None:
-        return Path(chosen) if chosen.strip() else None
+        if not chosen.strip():
+            return None
+        folder = Path(chosen)
+        if not folder.is_dir():
+            what = "a file" if folder.exists() else "nothing there"
+            raise InputError(
+                f"{REFERENCE_ENV}: expected a folder of reference results (or empty for none), got {chosen!r} ({what})"
+            )
+        return folder
     return shipped_reference()
 
 

@@ -62,6 +62,8 @@ def _as_logits(logits) -> np.ndarray:
             raise InputTypeError(f"logits: expected real numbers, got dtype {x.dtype}")
     if x.ndim < 1:
         raise InputError(f"logits: expected at least 1 dimension (..., n), got shape {x.shape}")
+    if x.shape[-1] == 0:  # a row of no keys has no softmax: n >= 1 (n = 0 would reach max() of nothing)
+        raise InputError(f"logits: expected at least one key (n >= 1) in the last axis (..., n), got shape {x.shape}")
     if np.isnan(x).any() or (x == np.inf).any():
         raise InputError(
             f"logits: expected finite numbers or -inf, got {np.isnan(x).sum()} NaN and "

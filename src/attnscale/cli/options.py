@@ -107,9 +107,12 @@ def page_dir(args) -> str:
 
 
 def results_root(args):
-    """The results folder the command was given, or the default one."""
-    from attnscale.results import DEFAULT_ROOT
+    """The results folder the command was given, or the default one. Every command that reads or
+    writes results asks here first, so ``$ATTNSCALE_REFERENCE`` (where the reference results are read
+    from) is checked here too, before any work (:func:`attnscale.results.reference_root`)."""
+    from attnscale.results import DEFAULT_ROOT, reference_root
 
+    reference_root()
     return DEFAULT_ROOT if args.results is None else args.results
 
 

@@ -22,7 +22,7 @@ import json
 import math
 from pathlib import Path
 
-from attnscale.errors import InputTypeError, require
+from attnscale.errors import InputError, InputTypeError, require
 from attnscale.torch.monitor_records import pooled_figures
 
 __all__ = ["JSONLSink", "TensorBoardSink", "FIGURES"]
@@ -42,22 +42,33 @@ FIGURES = (
 
 
 class JSONLSink:
-    """Append one JSON line per step to ``path`` (created with its folders; ``append=False``
-    truncates an existing file first)."""
+    """Append one JSON line per step to ``path`` (``append=False`` truncates an existing file first).
+
+    ``path``'s folder must exist: like ``--json FILE``, the sink creates the file only, never a
+    folder the user did not ask for (a typo in a path is an :class:`~attnscale.errors.InputError`
+    naming it, not a new folder tree). Writing to a closed sink is an ``InputError`` too."""
 
     def __init__(self, path, append: bool = False):
-        from attnscale.errors import InputError
         from attnscale.results import check_writable
 
         self.path = Path(path)
         if self.path.is_dir():
             raise InputError(f"path: {str(self.path)!r} is a folder, expected a file to write JSON lines to")
+        if not self.path.parent.exists():
+            raise InputError(
+                f"path: the folder {str(self.path.parent)!r} (where {self.path.name!r} would be written) "
+                "does not exist; expected a file in an existing folder"
+            )
         check_writable(self.path.parent, "path")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "a" if append else "w", encoding="utf-8")
 
     def write(self, step) -> None:
         """step: a :class:`~attnscale.torch.monitor_records.Step`."""
+        if self._file.closed:
+            raise InputError(
+                f"JSONLSink: the sink of {str(self.path)!r} is closed; expected write() before close() "
+                "(or inside its with block)"
+            )
         # allow_nan=False: a NaN that slipped through is a bug to see, not a file jq cannot read.
         self._file.write(json.dumps(step.to_json(), allow_nan=False, ensure_ascii=False) + "\n")
         self._file.flush()

@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -388,14 +389,22 @@ def _config_of(transformers, folder: Path, gguf: str | None, shown: str):
             return transformers.AutoConfig.from_pretrained(str(folder), gguf_file=gguf, local_files_only=True)
     except Exception as err:  # noqa: BLE001  (transformers and huggingface_hub raise many kinds)
         if (
-            not isinstance(err, (OSError, ValueError, KeyError, TypeError, RuntimeError))
+            not isinstance(err, (OSError, ValueError, KeyError, TypeError, RuntimeError, *_GGUF_PARSE_ERRORS))
             and type(err).__module__.split(".")[0] != "huggingface_hub"
         ):
             raise
         what = "a GGUF file transformers can read" if gguf else "a transformers config.json"
-        # huggingface_hub's validation error says which validator failed; its cause names the field.
-        said = _first_line(err.__cause__) if err.__cause__ is not None else _first_line(err)
+        if isinstance(err, _GGUF_PARSE_ERRORS):  # the reader ran past the end of a truncated or junk file
+            size = (folder / gguf).stat().st_size if gguf else 0
+            said = f"its header cannot be parsed: cut short, or not GGUF after its first bytes ({size} bytes; {_first_line(err)})"
+        else:  # huggingface_hub's validation error says which validator failed; its cause names the field.
+            said = _first_line(err.__cause__) if err.__cause__ is not None else _first_line(err)
         raise InputError(f"model: expected {what}, got {shown!r}: {said}") from None
+
+
+# What transformers' GGUF reader raises on a file that starts with the magic bytes but is cut short or
+# junk after them: struct's unpacking past the end, an index or a length out of range.
+_GGUF_PARSE_ERRORS = (struct.error, EOFError, IndexError, OverflowError, MemoryError)
 
 
 def _first_line(err: Exception) -> str:
