@@ -148,3 +148,115 @@ def test_the_chinese_cli_has_no_english_sentence(chinese, command):
         line.strip() for line in chinese[command].splitlines() if not re.search(r"(/|\.json|\.html)\S*$", line.strip())
     ]  # a path printed alone is a path
     assert english_phrases("\n".join(lines)) == []  # whole: a quotation may wrap over lines
+
+
+# The CLI's own technical names, allowed in its Chinese output beside ALLOWED: the scale rules and the
+# optimisers as the results name them, and the tables' column symbols, each defined in its table's legend.
+def _cli_names() -> frozenset[str]:
+    from attnscale.cli.probe import COLUMNS
+    from attnscale.scales import RULES
+
+    symbols = {h for _figure, h, _width in COLUMNS} | {"cos", "mean", "ppl", "maxw", "lnn", "H", "CE", "bpb"}
+    optimisers = {"adam", "Adam", "adamw", "sgd", "adamw-own-best", "sgd-own-best", "grad_wq", "grad_wk"}
+    formula = {"T", "J", "V", "p", "diag", "cap", "B", "H", "L", "d", "GEMM", "float32", "float16", "mm", "GFLOP"}
+    words = {w for name in (*RULES, *symbols, *optimisers, *formula) for w in re.findall(WORD, name)}
+    return frozenset(words) | frozenset(RULES)
+
+
+CLI_NAMES = _cli_names()
+REPR = re.compile(r"'(?:[^'\\]|\\.)*'")  # a quoted repr: a model's own continuation, or its prompt (data)
+OPTION = re.compile(r"--[a-z][a-z-]*(?: [^\s-]\S*)?")  # an option and its value, in a command shown: code
+# What the library says in English inside a line, shown as it is (data, not the CLI's words): why the
+# benchmark skipped a variant.
+LIBRARY_WORDS = re.compile(r"已跳过：.*$", re.MULTILINE)
+
+
+def cli_phrases(text: str) -> list[str]:
+    """The runs of English words in a command's output that are neither names nor data: a line that is
+    a path alone, and quoted reprs, are left out."""
+    lines = [line for line in text.splitlines() if not re.search(r"(/|\.json|\.html)\S*$", line.strip())]
+    found = english_phrases(LIBRARY_WORDS.sub(" ", OPTION.sub(" ", REPR.sub(" ", "\n".join(lines)))))
+    return [p for p in found if not all(w in CLI_NAMES or w in ALLOWED for w in re.findall(WORD, p))]
+
+
+def test_every_command_takes_lang():
+    from attnscale.cli import build_parser
+    from attnscale.i18n import LANGS
+
+    commands = next(a for a in build_parser()._actions if a.dest == "command").choices
+    for name, parser in commands.items():
+        lang = [a for a in parser._actions if a.dest == "lang"]
+        assert lang and lang[0].choices == LANGS, f"attnscale {name} has no --lang"
+
+
+def test_every_table_and_line_renders_in_chinese(capsys, monkeypatch):
+    """Every command's tables and lines, from the shipped reference results, with no English sentence."""
+    from attnscale.cli import full, probe, report, rescale, telemetry, train
+    from attnscale.i18n import language
+
+    monkeypatch.setenv(results.REFERENCE_ENV, str(results.shipped_reference()))
+
+    with language("zh"):
+        said = [
+            probe.summary_table(results.read_reference("probe/minilm").data),
+            probe.summary_table(results.read_reference("probe/smollm2").data),
+            rescale.summary_table(results.read_reference("rescale/minilm").data),
+            rescale.summary_table(results.read_reference("rescale/smollm2").data),
+            telemetry.format_table(results.read_reference("telemetry")),
+            train.short_run_caveat("lm", {"steps": 10, "seeds": 1}, {"steps": 100, "seeds": 3}, quick=True),
+            train.short_run_caveat("lm", {"steps": 10, "seeds": 1}, {"steps": 100, "seeds": 3}, quick=False),
+            report.unrendered_lines({"lm": "error"}, "nowhere"),
+        ]
+        for name, printer in train.PRINTERS.items():
+            env = results.read_reference(f"train/{name}")
+            printer(env.data["analysis"])
+            print(train._cells_time_line(env))
+        full.print_dry_run(full.dry_run(full.plan(results.DEFAULT_ROOT, "pages"), results.DEFAULT_ROOT))
+    text = "\n".join(map(str, said)) + capsys.readouterr().out
+    assert cli_phrases(text) == []
+
+
+@pytest.fixture(scope="module")
+def chinese_runs(tmp_path_factory) -> dict[str, str]:
+    """The Chinese output of the commands that compute, each run small (quick modes, tiny inputs)."""
+    tmp = tmp_path_factory.mktemp("zh-runs")
+    env = {**os.environ, results.REFERENCE_ENV: str(results.shipped_reference()), "OMP_NUM_THREADS": "1"}
+    said = {}
+    for argv in (
+        ("probe", "--lang", "zh"),
+        # a tiny sweep (tests/test_lm.py's): every line a quick lm run prints, in seconds
+        ("train", "lm", "--quick", "--rules", "inverse_sqrt_dk,unscaled", "--d-ks", "8", "--d-model", "16")
+        + (
+            "--context",
+            "16",
+            "--steps",
+            "2",
+            "--adamw-lrs",
+            "3e-3",
+            "--sgd-lrs",
+            "0.3",
+            "--workers",
+            "1",
+            "--lang",
+            "zh",
+        ),
+        # --quiet: the benchmark's progress labels are the library's English names of its sub-steps
+        ("telemetry-bench", "--quick", "--no-model", "--repeats", "1", "--quiet", "--lang", "zh"),
+        ("full", "--dry-run", "--lang", "zh"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "attnscale", *argv], capture_output=True, text=True, timeout=900, env=env, cwd=tmp
+        )
+        assert done.returncode == 0, done.stderr
+        said[argv[0]] = done.stdout + done.stderr
+    return said
+
+
+@pytest.mark.parametrize("command", ["probe", "train", "telemetry-bench", "full"])
+def test_the_commands_that_compute_speak_chinese(chinese_runs, command):
+    assert cli_phrases(chinese_runs[command]) == []
+
+
+def test_a_quick_runs_verdicts_carry_its_own_size(chinese_runs):
+    # the page's caveat, in Chinese, with this run's own steps (2, from --steps) and seeds
+    assert "快速扫描（2 步，1 个种子）：下面每句话只描述这次短运行，而非完整扫描。" in chinese_runs["train"]

@@ -133,3 +133,19 @@ def test_the_old_out_option_is_refused_in_one_line_naming_its_replacements(argv,
         "pages --page-dir DIR\n"
     )
     assert "--out" not in _subparsers(build_parser())[argv[0]].format_help()
+
+
+def test_a_short_runs_caveat_is_made_from_its_own_size():
+    from attnscale.cli.train import short_run_caveat
+
+    full = {"steps": 500, "seeds": 3}
+    quick = short_run_caveat("scale-vs-dk", {"steps": 40, "seeds": 1}, full, quick=True)
+    assert quick == (
+        "Quick sweep (40 steps, 1 seed(s)): every sentence below describes this short run only, not the full "
+        "sweep. The full sweep: 500 steps, 3 seed(s), with attnscale train scale-vs-dk."
+    )
+    longer = short_run_caveat("scale-vs-dk", {"steps": 80, "seeds": 2}, full, quick=True)
+    assert "(80 steps, 2 seed(s))" in longer and "40 steps" not in longer
+    assert short_run_caveat("lm", {"steps": 100, "seeds": 3}, full, quick=False).startswith("Short sweep (100 steps")
+    assert short_run_caveat("lm", {"steps": 500, "seeds": 1}, full, quick=False).startswith("Short sweep (500 steps, 1")
+    assert short_run_caveat("lm", {"steps": 500, "seeds": 3}, full, quick=False) is None  # a full run: no caveat

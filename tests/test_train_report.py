@@ -142,7 +142,7 @@ def test_cli_help_lists_experiments(capsys):
 
 
 def test_cli_table_prints_the_analysis(scale_env, capsys):
-    from attnscale.cli.train import _print_scale_vs_dk
+    from attnscale.cli.train_tables import _print_scale_vs_dk
 
     a = scale_env.data["analysis"]
     _print_scale_vs_dk(a)

@@ -22,8 +22,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from attnscale.cli.options import add_command, add_page_dir_option, add_results_option, page_dir, results_root
+from attnscale.cli.options import (
+    add_command,
+    add_lang_option,
+    add_page_dir_option,
+    add_results_option,
+    page_dir,
+    results_root,
+)
+from attnscale.cli.output import pad
 from attnscale.cli.progress import fmt_duration
+from attnscale.i18n import N_, _
 
 #: The kinds in the order they run: the verification last, as it judges claims from the others.
 ORDER = (
@@ -62,6 +71,7 @@ def register(sub) -> None:
     p.add_argument("--backend", choices=("local", "ray"), default="local", help="where the sweeps' cells run")
     p.add_argument("--address", default=None, metavar="auto|HOST:PORT", help="with --backend ray: the cluster")
     p.add_argument("--quiet", action="store_true", help="no progress line")
+    add_lang_option(p, "its own lines (the pages are built in both languages)")
     p.add_argument(
         "--dry-run",
         action="store_true",
@@ -105,7 +115,7 @@ def plan(
         try:
             reference = results.read_reference(kind)
         except results.ResultError:
-            steps.append(Step(kind, tuple(argv), None, "no reference result"))
+            steps.append(Step(kind, tuple(argv), None, _("no reference result")))
             continue
         steps.append(Step(kind, tuple(argv), *expected_seconds(reference, root, workers or default_workers())))
     for lang in ("en", "zh"):
@@ -123,16 +133,22 @@ def expected_seconds(reference, root: Path, workers: int) -> tuple[float | None,
     timing = results.cell_seconds(reference)
     if timing is None:
         seconds = results.recorded_seconds(reference)
-        return seconds, "the reference run's time" if seconds is not None else "the reference records no time"
+        return seconds, _("the reference run's time") if seconds is not None else _("the reference records no time")
     here = cached(reference.kind.split("/", 1)[1], [c.get("cell") for c in reference.data["cells"]], root)
     left = [s for s, hit in zip(timing.each, here) if not hit]
     unknown = sum(s is None for s in left)
-    what = f"{len(left)} of its {timing.cells} cells to compute"
+    counts = dict(left=len(left), cells=timing.cells)
     if unknown:
-        return None, f"{what}, {unknown} of them without a recorded time in the reference"
-    return sum(
-        s for s in left if s is not None
-    ) / workers, f"{what}, by their times in the reference, {workers} at a time"
+        return None, _(
+            "{left} of its {cells} cells to compute, {unknown} of them without a recorded time in the reference",
+            unknown=unknown,
+            **counts,
+        )
+    return sum(s for s in left if s is not None) / workers, _(
+        "{left} of its {cells} cells to compute, by their times in the reference, {workers} at a time",
+        workers=workers,
+        **counts,
+    )
 
 
 def is_current(kind: str, root: Path) -> bool:
@@ -202,11 +218,17 @@ class Line:
             return
         self.last = now
         unknown = self.unknown(index)
-        plus = f" + {unknown} step{'s' * (unknown > 1)} of unrecorded time" if unknown else ""
-        text = (
-            f"attnscale full: [{index + 1}/{len(self.steps)}] {fmt_duration(now - self.start)} elapsed · "
-            f"~{fmt_duration(self.left(index, in_step))}{plus} left · {self.steps[index].command}{note}"
+        left = fmt_duration(self.left(index, in_step))
+        text = "attnscale full: " + _(
+            LINE[min(unknown, 2)],
+            step=index + 1,
+            steps=len(self.steps),
+            elapsed=fmt_duration(now - self.start),
+            left=left,
+            unknown=unknown,
+            command=self.steps[index].command,
         )
+        text += note
         self.stream.write(f"\r{text:<120}" if self.tty else text + "\n")
         self.stream.flush()
 
@@ -232,7 +254,7 @@ def run_full(
     for i, step in enumerate(steps):
         if step.kind and current(step.kind, root):
             done.append((step, "kept"))
-            line.show(i, step.expected_s or 0.0, " (kept: current)", force=True)
+            line.show(i, step.expected_s or 0.0, " " + _("(kept: current)"), force=True)
             continue
         env = dict(os.environ)
         if not step.kind:
@@ -264,15 +286,30 @@ def print_dry_run(planned: list[tuple[str, Step]]) -> None:
             if what == "kept" or not step.kind
             else f"  ({'?' if step.expected_s is None else '~' + fmt_duration(step.expected_s)}: {step.basis})"
         )
-        print(f"{what:<16} {step.command}{time}")
+        print(f"{pad(_(OUTCOME[what]), 16)} {step.command}{time}")
     to_run = [step for what, step in planned if what != "kept"]
-    left = sum(step.expected_s or 0.0 for step in to_run)
-    unknown = [step.kind for step in to_run if step.expected_s is None]
-    plus = f", plus {', '.join(unknown)}, of no recorded time" if unknown else ""
-    print(
-        f"attnscale full: about {fmt_duration(left)}{plus}, by the times the reference results record (a sweep's: "
-        f"its cells' own, those not cached here only); nothing was run"
-    )
+    left = fmt_duration(sum(step.expected_s or 0.0 for step in to_run))
+    unknown = ", ".join(step.kind for step in to_run if step.expected_s is None)
+    print("attnscale full: " + _(DRY_RUN_TOTAL[bool(unknown)], left=left, unknown=unknown))
+
+
+# The progress line, by how many steps ahead have no recorded time (0, 1, 2 or more).
+LINE = {
+    0: N_("[{step}/{steps}] {elapsed} elapsed · ~{left} left · {command}"),
+    1: N_("[{step}/{steps}] {elapsed} elapsed · ~{left} + {unknown} step of unrecorded time left · {command}"),
+    2: N_("[{step}/{steps}] {elapsed} elapsed · ~{left} + {unknown} steps of unrecorded time left · {command}"),
+}
+# What became of a step (run_full's and dry_run's words), as the lists say it.
+OUTCOME = {"kept": N_("kept"), "ran": N_("ran"), "to run": N_("to run")}
+# The dry run's last line, by whether some steps to run have no recorded time.
+DRY_RUN_TOTAL = {
+    False: N_(
+        "about {left}, by the times the reference results record (a sweep's: its cells' own, those not cached here only); nothing was run"
+    ),
+    True: N_(
+        "about {left}, plus {unknown}, of no recorded time, by the times the reference results record (a sweep's: its cells' own, those not cached here only); nothing was run"
+    ),
+}
 
 
 def run_full_command(args) -> int:
@@ -296,15 +333,17 @@ def run_full_command(args) -> int:
     finally:
         line.close()
     for step, what in outcome:
-        print(f"{what:<16} {step.command}")
+        shown = _(OUTCOME[what]) if what in OUTCOME else _("failed (exit {code})", code=what.rpartition(" ")[2][:-1])
+        print(f"{pad(shown, 16)} {step.command}")
     if outcome and outcome[-1][1].startswith("failed"):
         step = outcome[-1][0]
         log = Path(root) / "full-logs"
-        print(
-            f"attnscale full: {step.command} failed; its output is in {log}/ . Run attnscale full again to go "
-            f"on from there.",
-            file=sys.stderr,
+        said = _(
+            "{command} failed; its output is in {log}/ . Run attnscale full again to go on from there.",
+            command=step.command,
+            log=log,
         )
+        print(f"attnscale full: {said}", file=sys.stderr)
         return 1
     print(Path(page_dir(args), "index.html").resolve())
     return 0

@@ -84,3 +84,34 @@ def pad(text: str, width: int, right: bool = False) -> str:
     """``text`` padded with spaces to ``width`` terminal columns (on the left when ``right``)."""
     fill = " " * max(0, width - columns(text))
     return fill + text if right else text + fill
+
+
+def hold_results(kind: str, root):
+    """The lock of the results folder ``<root>/<kind>/`` (:func:`attnscale.results_lock.locked`), held
+    within the ``with`` block; while another run holds it, one line on stderr names that run (said even
+    with ``--quiet``: a run that sits still must say why)."""
+    from attnscale.i18n import _
+    from attnscale.results_lock import locked
+
+    def waiting(holder) -> None:
+        folder = results.result_path(kind, root).parent
+        line = (
+            _(
+                "waiting for {folder}: another attnscale run is writing it; this one goes on when it is done "
+                "(Ctrl-C stops waiting)",
+                folder=folder,
+            )
+            if holder is None
+            else _(
+                "waiting for {folder}: process {pid} on {host} is writing it ({command}, since {since}); this "
+                "run goes on when it is done (Ctrl-C stops waiting)",
+                folder=folder,
+                pid=holder.pid,
+                host=holder.host,
+                command=holder.command,
+                since=holder.since,
+            )
+        )
+        print(f"attnscale: {line}", file=sys.stderr, flush=True)
+
+    return locked(kind, root, waiting)

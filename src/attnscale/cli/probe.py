@@ -6,9 +6,13 @@ import sys
 
 from attnscale import results
 from attnscale.cli import output
+from attnscale.cli.output import hold_results
+from attnscale.i18n import N_, _
+from attnscale.stored_words import SMOLLM2_WEIGHTS_NOTE, STRIKING_KINDS
 from attnscale.cli.options import (
     MODEL_OPTIONS,
     add_command,
+    add_lang_option,
     add_model_option,
     add_name_option,
     add_results_option,
@@ -45,13 +49,13 @@ COLUMNS = (
     ("previous_token", "prev", 5),
     ("next_token", "next", 5),
 )
-LEGEND = """ratio: Var(q·k)/(d_k σ_q² σ_k²) with PAIR-weighted σ² (each token counted once per attended pair it
+LEGEND = N_("""ratio: Var(q·k)/(d_k σ_q² σ_k²) with PAIR-weighted σ² (each token counted once per attended pair it
   is in), 1 if q, k had iid components; r_tok: the same Var(q·k) over TOKEN-weighted σ² (each token once).
   ratio − 1 = unevn + means + xdim + corr (exact for the pair-weighted ratio): uneven per-dimension
   variances, non-zero means, covariance across dimensions, q–k correlation. within: share of Var(q·k)
   inside rows (what softmax feels). H/lnn: normalized entropy; maxw: max weight; sat: saturation index
   (≥ 1 frozen), over rows with two or more keys; * = scale removed. first: weight on the first token;
-  prev/next: weight on the previous/next token."""
+  prev/next: weight on the previous/next token.""")
 
 
 def register(sub) -> None:
@@ -76,6 +80,7 @@ def register(sub) -> None:
         p, "results folder; writes DIR/probe/MODEL/result.json (your own model: DIR/probe/user/NAME/result.json)"
     )
     add_name_option(p, "probe")
+    add_lang_option(p, "the table")
     p.add_argument("--batch-size", type=int, default=32, help="sequences per padded batch (default 32)")
     p.set_defaults(run=run_probe_command)
 
@@ -84,7 +89,7 @@ def run_probe_command(args) -> int:
     from attnscale.cli.progress import Progress
     from attnscale.errors import check_count
     from attnscale.experiments.pretrained import loading as pretrained
-    from attnscale.experiments.pretrained.probe.run import builtin_sentences, read_texts, run_probe
+    from attnscale.experiments.pretrained.probe.run import builtin_sentences, read_texts, result_kind, run_probe
 
     check_count("--batch-size", args.batch_size)
     output.check_json_target(args)
@@ -93,25 +98,27 @@ def run_probe_command(args) -> int:
     texts = read_texts(args.text) if args.text else builtin_sentences()
     with options_named(MODEL_OPTIONS):
         loaded = pretrained.load_model(args.model, name)
-    with Progress(quiet=args.quiet) as progress, options_named(MODEL_OPTIONS):
+    with hold_results(result_kind(loaded), root), Progress(quiet=args.quiet) as progress, options_named(MODEL_OPTIONS):
         data = run_probe(
             loaded, texts, batch_size=args.batch_size, progress=progress, source=args.text or "built-in sentences"
         )
-    env = results.write(data["kind"], data, config=data["config"], seed=None, root=root)
+        env = results.write(data["kind"], data, config=data["config"], seed=None, root=root)
     output.emit_json(args, env)
     check = data["check"]
     if not check["passed"]:
         diffs = ", ".join(f"{d:.2g}" for d in check["max_abs_diff_per_layer"])
-        print(
-            f"attnscale probe: check FAILED for {data['model']['model_type']}: the captured q, k, scale and mask "
-            f"do not reproduce the model's own attention probabilities to {check['tolerance']:g} (largest "
-            f"difference per layer: {diffs}); no statistics computed. Result: {env.path}",
-            file=sys.stderr,
+        said = _(
+            "check FAILED for {model_type}: the captured q, k, scale and mask do not reproduce the model's own attention probabilities to {tolerance:g} (largest difference per layer: {diffs}); no statistics computed. Result: {path}",
+            model_type=data["model"]["model_type"],
+            tolerance=check["tolerance"],
+            diffs=diffs,
+            path=env.path,
         )
+        print(f"attnscale probe: {said}", file=sys.stderr)
         return 1
     if not output.json_to_stdout(args):
         print(summary_table(data))
-        print(f"result: {env.path}")
+        print(_("result: {path}", path=env.path))
     return 0
 
 
@@ -122,52 +129,93 @@ def _cell(value, width: int) -> str:
 
 
 def summary_table(data: dict) -> str:
-    """One screen per model: layers × figures (heads averaged), the float16 margin, the striking heads."""
+    """One screen per model: layers × figures (heads averaged), the float16 margin, the striking heads;
+    in the bound language (the page's words where the page says the same)."""
+    from attnscale.experiments.pretrained.probe.design import design_text
+    from attnscale.report.chapters.probe import layer_labels, scales_sentence  # the page's words
+
     cfg, check, model, f16 = data["config"], data["check"], data["model"], data["float16"]
     per_layer = data["per_layer"]
     columns = [c for c in COLUMNS if c[0] in per_layer]
     heads = (
-        f"{model['n_heads_q']} heads"
+        _("{n} heads", n=model["n_heads_q"])
         if model["n_heads_q"] == model["n_heads_kv"]
-        else f"{model['n_heads_q']} query heads on {model['n_heads_kv']} key/value heads"
+        else _("{q} query heads on {kv} key/value heads", q=model["n_heads_q"], kv=model["n_heads_kv"])
     )
     lines = [
-        f"{model['name']} ({model['n_layers']} layers × {heads}, d_k = {model['d_k']}, scale = {model['scale']:.4g}, "
-        f"{'causal, ' if model['causal'] else ''}{model['positions']} positions) on {cfg['n_sequences']} "
-        f"sequences, {cfg['n_tokens']} tokens",
+        _(
+            HEADLINE[bool(model["causal"])],
+            name=model["name"],
+            layers=model["n_layers"],
+            heads=heads,
+            d_k=model["d_k"],
+            scale=f"{model['scale']:.4g}",
+            positions=_(POSITIONS[model["positions"]]) if model["positions"] in POSITIONS else model["positions"],
+            sequences=cfg["n_sequences"],
+            tokens=cfg["n_tokens"],
+        )
     ]
     if model.get("weights_note"):
-        lines.append(f"note: {model['weights_note']}")
-    from attnscale.report.chapters.probe import layer_labels, scales_sentence  # the page's words
-
+        said = model["weights_note"]
+        lines.append(_("Note: {note}.", note=_(said) if said == SMOLLM2_WEIGHTS_NOTE else said))
     labels = layer_labels(model)
-    width = max(5, *(len(label) for label in labels))
+    width = max(5, *(output.columns(label) for label in labels))
     lines += [
-        f"scale: {scales_sentence(model)}",
-        f"check: rebuilt probabilities match the model's own to {check['max_abs_diff']:.1e} "
-        f"(tolerance {check['tolerance']:g}, {check['rows_checked']} rows) — passed",
+        _("scale: {sentence}", sentence=scales_sentence(model)),
+        _(
+            "check: rebuilt probabilities match the model's own to {diff:.1e} (tolerance {tolerance:g}, {rows} rows) — passed",
+            diff=check["max_abs_diff"],
+            tolerance=check["tolerance"],
+            rows=check["rows_checked"],
+        ),
         "",
-        f"{'layer':<{width}} " + " ".join(f"{h:>{w}}" for _, h, w in columns),
+        output.pad(_("layer"), width) + " " + " ".join(f"{h:>{w}}" for _f, h, w in columns),
     ]
     for i in range(model["n_layers"]):
-        lines.append(f"{labels[i]:>{width}} " + " ".join(_cell(per_layer[f][i], w) for f, _, w in columns))
+        lines.append(
+            output.pad(labels[i], width, True) + " " + " ".join(_cell(per_layer[f][i], w) for f, _h, w in columns)
+        )
+    lines += design_text(data, labels)  # QK-norm layers: the prediction from the checkpoint and its verdict
     lines += [
-        LEGEND,
-        f"float16: largest |logit| {f16['max_abs_logit']:.4g} at the model's scale, "
-        f"{f16['max_abs_logit_unscaled']:.4g} unscaled, against {f16['limit']:g} "
-        f"({_margin(f16['margin'])} and {_margin(f16['margin_unscaled'])} of headroom)",
+        _(LEGEND),
+        _(
+            "float16: largest |logit| {scaled:.4g} at the model's scale, {unscaled:.4g} unscaled, against {limit:g} ({margin} and {margin_unscaled} of headroom)",
+            scaled=f16["max_abs_logit"],
+            unscaled=f16["max_abs_logit_unscaled"],
+            limit=f16["limit"],
+            margin=_margin(f16["margin"]),
+            margin_unscaled=_margin(f16["margin_unscaled"]),
+        ),
         "",
-        "striking heads (layer.head):",
+        _("striking heads (layer.head):"),
     ]
     by_kind: dict[str, list[dict]] = {}
     for entry in data["striking_heads"]:
         by_kind.setdefault(entry["what"], []).append(entry)
     for what, entries in by_kind.items():
         found = ", ".join(f"{e['layer']}.{e['head']} ({e['value']:.2f})" for e in entries)
-        more = f" — {entries[0]['of']} heads in all" if (entries[0]["of"] or 0) > len(entries) else ""
-        lines.append(f"  {what}: {found}{more}")
+        if (entries[0]["of"] or 0) > len(entries):
+            found = _("{found} — {n} heads in all", found=found, n=entries[0]["of"])
+        lines.append(f"  {_(what) if what in STRIKING_KINDS else what}: {found}")
     return "\n".join(lines)
 
 
+# How a model places its tokens, as a probe's result stores it (pretrained.probe.run), in words.
+POSITIONS = {
+    "rotary (RoPE)": N_("rotary (RoPE)"),
+    "relative position bias": N_("relative position bias"),
+    "learned absolute": N_("learned absolute"),
+}
+# The table's first line, by whether the model's attention is causal.
+HEADLINE = {
+    True: N_(
+        "{name} ({layers} layers × {heads}, d_k = {d_k}, scale = {scale}, causal, {positions} positions) on {sequences} sequences, {tokens} tokens"
+    ),
+    False: N_(
+        "{name} ({layers} layers × {heads}, d_k = {d_k}, scale = {scale}, {positions} positions) on {sequences} sequences, {tokens} tokens"
+    ),
+}
+
+
 def _margin(factor) -> str:
-    return "no" if factor is None else f"×{factor:.3g}"
+    return _("no") if factor is None else f"×{factor:.3g}"

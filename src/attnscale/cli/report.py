@@ -121,6 +121,55 @@ def current_verify(root, quick: bool, seed: int, fresh: bool) -> str | None:
     return stale_reason(env, quick, seed) or changed_source(env, root)
 
 
+def chapter_kind(chapter: str) -> str | None:
+    """The kind of result the page's chapter ``chapter`` (a name of the build's ``experiment_status``)
+    shows: an experiment chapter's module's ``KIND``, or ``<family>/user/<name>`` for the chapter
+    ``own-<family>-<name>`` of a model of the user's; None when it cannot be told."""
+    import importlib
+
+    from attnscale import results
+    from attnscale.errors import InputError
+
+    if chapter.startswith("own-"):
+        family, _sep, name = chapter.removeprefix("own-").partition("-")
+        try:
+            return results.user_kind(family, name)
+        except InputError:
+            return None
+    try:
+        return importlib.import_module(f"attnscale.report.chapters.{chapter}").KIND
+    except (ImportError, AttributeError):
+        return None
+
+
+def unrendered_lines(statuses: dict[str, str], root) -> list[str]:
+    """One line per chapter the page could not render (status "error"): the result file and what is
+    wrong with it when it cannot be read (:class:`attnscale.results.ResultError` names both), else
+    that the chapter failed on a result that reads well (the page's box says how)."""
+    from attnscale import results
+
+    lines = []
+    for chapter, status in statuses.items():
+        if status != "error":
+            continue
+        kind = chapter_kind(chapter)
+        try:
+            env = None if kind is None else results.read_preferred(kind, root)
+        except results.ResultError as err:
+            lines.append(_("the chapter {chapter} is not on the page: {err}", chapter=chapter, err=err))
+            continue
+        lines.append(
+            _("the chapter {chapter} is not on the page; the page's box says why", chapter=chapter)
+            if env is None
+            else _(
+                "the chapter {chapter} is not on the page: it failed on {path}, which reads well; the page's box says why",
+                chapter=chapter,
+                path=env.path,
+            )
+        )
+    return lines
+
+
 def open_in_browser(path) -> bool:
     """Open the page in the default browser; False (and no error) where there is none."""
     import webbrowser
@@ -168,6 +217,8 @@ def run_report(args) -> int:
     )
     if not json_to_stdout(args):
         print(result.path.resolve())
+    for line in unrendered_lines(result.experiment_status, root):  # said even with --quiet: the page is not whole
+        print(f"attnscale report: {line}", file=sys.stderr)
     if args.open and not open_in_browser(result.path):
         note(_("no web browser to open it with here; open the path above"))
     return 0

@@ -8,9 +8,11 @@ from fractions import Fraction
 
 from attnscale import results
 from attnscale.cli import output
+from attnscale.cli.output import hold_results
 from attnscale.cli.options import (
     MODEL_OPTIONS,
     add_command,
+    add_lang_option,
     add_model_option,
     add_name_option,
     add_results_option,
@@ -19,6 +21,8 @@ from attnscale.cli.options import (
     user_result_name,
 )
 from attnscale.errors import InputError
+from attnscale.i18n import N_, _
+from attnscale.stored_words import SMOLLM2_WEIGHTS_NOTE
 
 EXAMPLES = [
     "attnscale rescale                          SmolLM2-135M: perplexity for α = 1/8 ... 8 on Python's own docs",
@@ -98,6 +102,7 @@ def register(sub) -> None:
         p, "results folder; writes DIR/rescale/MODEL/result.json (your own model: DIR/rescale/user/NAME/result.json)"
     )
     add_name_option(p, "rescale")
+    add_lang_option(p, "the table")
     p.set_defaults(run=run_rescale_command)
 
 
@@ -131,7 +136,13 @@ def run_rescale_command(args) -> int:
     from attnscale.experiments.pretrained import loading as pretrained
     from attnscale.experiments.pretrained.probe.run import builtin_sentences, read_texts
     from attnscale.stored_words import BUILTIN_SOURCE
-    from attnscale.experiments.pretrained.rescale import RescaleConfig, default_text, read_text, run_rescale
+    from attnscale.experiments.pretrained.rescale import (
+        RescaleConfig,
+        default_text,
+        read_text,
+        result_kind,
+        run_rescale,
+    )
 
     for option, value in (("--max-tokens", args.max_tokens), ("--window", args.window)):
         if value is not None:
@@ -166,13 +177,13 @@ def run_rescale_command(args) -> int:
         text, source = (read_text(args.text), args.text) if args.text else default_text()
     else:
         texts, source = (read_texts(args.text), args.text) if args.text else (builtin_sentences(), BUILTIN_SOURCE)
-    with Progress(quiet=args.quiet) as progress, options_named(MODEL_OPTIONS):
+    with hold_results(result_kind(loaded), root), Progress(quiet=args.quiet) as progress, options_named(MODEL_OPTIONS):
         data = run_rescale(loaded, config, text=text, texts=texts, source=source, progress=progress)
-    env = results.write(data["kind"], data, config=data["config"], seed=None, root=root)
+        env = results.write(data["kind"], data, config=data["config"], seed=None, root=root)
     output.emit_json(args, env)
     if not output.json_to_stdout(args):
         print(summary_table(data))
-        print(f"result: {env.path}")
+        print(_("result: {path}", path=env.path))
     return 0 if data["check"]["passed"] else 1
 
 
@@ -181,39 +192,31 @@ def _num(x, digits: int = 4) -> str:
 
 
 def summary_table(data: dict) -> str:
-    model, check, text = data["model"], data["check"], data["text"]
-    decoder = model.get("family", "decoder" if model["causal"] else "encoder") != "encoder"  # reads one text
-    from attnscale.experiments.pretrained.rescale import NO_UNSCALED_ALPHA
+    """Per α: cross-entropy and perplexity (a language model) or the embeddings' cosines (an encoder), the
+    mean entropy and max weight; in the bound language (the page's words where the page says the same)."""
+    from attnscale.report.chapters.rescale import NO_REMOVAL, _is_lm, _what  # the page's words
 
+    model = data["model"]
+    decoder = _is_lm(data)  # reads one text
     removes = (
-        NO_UNSCALED_ALPHA[data["unscaled_alpha_none"]]
+        _(NO_REMOVAL[data["unscaled_alpha_none"]])
         if data["unscaled_alpha"] is None
-        else f"α = {data['unscaled_alpha']:g} removes it"
+        else _("α = {a} removes it", a=f"{data['unscaled_alpha']:g}")
     )
     lines = [
-        f"{model['name']}: every attention scale × α (d_k = {model['d_k']}, own scale {model['scale']:.4g}; {removes})"
+        _(
+            "{name}: every attention scale × α (d_k = {d_k}, own scale {scale}; {removes})",
+            name=model["name"],
+            d_k=model["d_k"],
+            scale=f"{model['scale']:.4g}",
+            removes=removes,
+        )
     ]
     if model.get("weights_note"):
-        lines.append(f"note: {model['weights_note']}")
-    lines.append(f"measures: {data['what']}")
-    if decoder:
-        lines.append(
-            f"text: {text['source']}: {text['n_tokens']} tokens in {text['windows']} window(s) of up to "
-            f"{text['window']}, {text['tokens_predicted']} predicted"
-        )
-        lines.append(
-            f"check: α = 1 cross-entropy {check['our_loss']:.6f} vs the model's own loss {check['own_loss']:.6f} "
-            f"(relative {check['relative_difference']:.1e}, tolerance {check['tolerance']:g}) — "
-            f"{'passed' if check['passed'] else 'FAILED'}"
-        )
-        lines += ["", f"{'α':>7} {'CE':>8} {'ppl':>10} {'H/lnn':>6} {'maxw':>6}  continuation of {data['prompt']!r}"]
-    else:
-        lines.append(f"text: {text['source']}: {text['n_sequences']} sentences, {text['n_tokens']} tokens")
-        lines.append(
-            f"check: α = 1 embeddings vs the model's own: max |difference| {check['max_abs_difference']:.1e} "
-            f"(tolerance {check['tolerance']:g}) — {'passed' if check['passed'] else 'FAILED'}"
-        )
-        lines += ["", f"{'α':>7} {'cos mean':>9} {'cos min':>9} {'H/lnn':>6} {'maxw':>6}"]
+        said = model["weights_note"]
+        lines.append(_("Note: {note}.", note=_(said) if said == SMOLLM2_WEIGHTS_NOTE else said))
+    lines.append(_what(data))
+    lines += _lm_lines(data) if decoder else _encoder_lines(data)
     analysis = data["analysis"]
     for row in data["alphas"]:
         key = f"{row['alpha']:g}"
@@ -228,10 +231,67 @@ def summary_table(data: dict) -> str:
                 f"{key:>7} {row['cosine_mean']:>9.4f} {row['cosine_min']:>9.4f} {_num(entropy, 3):>6} {_num(top, 3):>6}"
             )
     lines.append(
-        "CE: next-token cross-entropy (nats); ppl = exp(CE); H/lnn, maxw: mean over layers, heads and rows "
-        "of entropy/ln n and max weight"
+        _(
+            "CE: next-token cross-entropy (nats); ppl = exp(CE); H/lnn, maxw: mean over layers, heads and rows of entropy/ln n and max weight"
+        )
         if decoder
-        else "cos: cosine of each sentence's embedding to its α = 1 embedding; H/lnn, maxw: means over layers, "
-        "heads and rows"
+        else _(
+            "cos: cosine of each sentence's embedding to its α = 1 embedding; H/lnn, maxw: means over layers, heads and rows"
+        )
     )
     return "\n".join(lines)
+
+
+# Whether the check passed, as its line ends.
+PASSED = {True: N_("passed"), False: N_("FAILED")}
+
+
+def _lm_lines(data: dict) -> list[str]:
+    """A language model's text, check and table header."""
+    from attnscale.report.chapters.rescale import _source
+
+    text, check = data["text"], data["check"]
+    return [
+        _(
+            "text: {source}: {tokens} tokens in {windows} window(s) of up to {window}, {predicted} predicted",
+            source=_source(text["source"]),
+            tokens=text["n_tokens"],
+            windows=text["windows"],
+            window=text["window"],
+            predicted=text["tokens_predicted"],
+        ),
+        _(
+            "check: α = 1 cross-entropy {ours:.6f} vs the model's own loss {own:.6f} (relative {rel:.1e}, tolerance {tolerance:g}) — {passed}",
+            ours=check["our_loss"],
+            own=check["own_loss"],
+            rel=check["relative_difference"],
+            tolerance=check["tolerance"],
+            passed=_(PASSED[bool(check["passed"])]),
+        ),
+        "",
+        f"{'α':>7} {'CE':>8} {'ppl':>10} {'H/lnn':>6} {'maxw':>6}  "
+        + _("continuation of {prompt}", prompt=repr(data["prompt"])),
+    ]
+
+
+def _encoder_lines(data: dict) -> list[str]:
+    """An encoder's sentences, check and table header."""
+    from attnscale.report.chapters.rescale import _source
+
+    text, check = data["text"], data["check"]
+    return [
+        _(
+            "text: {source}: {n} sentences, {tokens} tokens",
+            source=_source(text["source"]),
+            n=text["n_sequences"],
+            tokens=text["n_tokens"],
+        ),
+        _(
+            "check: α = 1 embeddings vs the model's own: max |difference| {diff:.1e} (tolerance {tolerance:g}) — {passed}",
+            diff=check["max_abs_difference"],
+            tolerance=check["tolerance"],
+            passed=_(PASSED[bool(check["passed"])]),
+        ),
+        "",
+        f"{'α':>7} {'cos mean':>9} {'cos min':>9} {'H/lnn':>6} {'maxw':>6}",
+    ]

@@ -6,8 +6,17 @@ from __future__ import annotations
 import sys
 import time
 
-from attnscale.cli.options import add_command, add_results_option, results_root
-from attnscale.cli.output import add_json_option, add_quiet_option
+from attnscale.cli.options import add_command, add_lang_option, add_results_option, options_named, results_root
+from attnscale.cli.output import (
+    add_json_option,
+    add_quiet_option,
+    check_json_target,
+    emit_json,
+    hold_results,
+    json_to_stdout,
+    pad,
+)
+from attnscale.i18n import N_, _
 
 EXAMPLES = [
     "attnscale telemetry-bench                 the issue's shapes, float32, CPU, forward and forward+backward",
@@ -40,7 +49,9 @@ def register(sub) -> None:
     p.add_argument("--repeats", type=int, default=5, help="timed repeats per variant (default 5)")
     p.add_argument("--quick", action="store_true", help="small shapes, a smoke run")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
-    p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's own choice)")
+    p.add_argument(
+        "--threads", type=int, default=None, metavar="N", help="torch threads, N >= 1 (default: torch's own choice)"
+    )
     p.add_argument("--no-backward", action="store_true", help="forward only")
     p.add_argument("--no-model", action="store_true", help="skip the monitor on all-MiniLM-L6-v2")
     p.add_argument(
@@ -52,17 +63,15 @@ def register(sub) -> None:
     add_results_option(p, "results folder; writes DIR/telemetry/result.json (quick.json with --quick)")
     add_json_option(p)
     add_quiet_option(p)
+    add_lang_option(p, "the tables")
     p.set_defaults(run=run_telemetry_bench_command)
 
 
 def run_telemetry_bench_command(args) -> int:
-    from dataclasses import asdict
-
     from attnscale import results
-    from attnscale.cli.output import check_json_target, emit_json, json_to_stdout
     from attnscale.cli.kernel import prepare_kernel
-    from attnscale.cli.progress import Progress
-    from attnscale.experiments.telemetry import TelemetryBenchConfig, check_device, measure_monitor, run_telemetry_bench
+    from attnscale.errors import check_count
+    from attnscale.experiments.telemetry import TelemetryBenchConfig, check_device
 
     root = results_root(args)
     if args.markdown:
@@ -78,9 +87,32 @@ def run_telemetry_bench_command(args) -> int:
         results.result_path("telemetry", root, args.quick).parent, "--results"
     )  # a rerun replaces the file
     make = TelemetryBenchConfig.quick if args.quick else TelemetryBenchConfig
-    config = make(repeats=args.repeats, device=args.device, threads=args.threads, backward=not args.no_backward)
+    if args.threads is not None:  # 0 is the library's "torch's own choice": typed, it is a mistake
+        check_count("--threads", args.threads)
+    with options_named({"repeats": "--repeats", "threads": "--threads"}):
+        config = make(
+            repeats=args.repeats, device=args.device, threads=args.threads or 0, backward=not args.no_backward
+        )
     if args.device == "cpu":
         prepare_kernel(quiet=args.quiet)
+    with hold_results("telemetry", root):  # one benchmark per results folder: two would slow each other
+        env = _bench(args, config)
+    if not json_to_stdout(args):
+        print(format_table(env))
+    emit_json(args, env)
+    if not args.quiet:
+        print(_("wrote {path}", path=env.path), file=sys.stderr)
+    return 0
+
+
+def _bench(args, config):
+    """Run the benchmark of ``config`` (and the monitor on MiniLM unless ``--no-model``) and write its result."""
+    from dataclasses import asdict
+
+    from attnscale import results
+    from attnscale.cli.progress import Progress
+    from attnscale.experiments.telemetry import measure_monitor, run_telemetry_bench
+
     started = time.perf_counter()
     with Progress(quiet=args.quiet) as progress:
         data = run_telemetry_bench(config, progress=progress)
@@ -97,13 +129,9 @@ def run_telemetry_bench_command(args) -> int:
         data["monitor"] = found
         seconds["monitor"] = time.perf_counter() - started - seconds["benchmark"]
     data["seconds"] = seconds
-    env = results.write("telemetry", data, config=asdict(config), seed=config.seed, quick=args.quick, root=root)
-    if not json_to_stdout(args):
-        print(format_table(env))
-    emit_json(args, env)
-    if not args.quiet:
-        print(f"wrote {env.path}", file=sys.stderr)
-    return 0
+    return results.write(
+        "telemetry", data, config=asdict(config), seed=config.seed, quick=args.quick, root=results_root(args)
+    )
 
 
 def _shape(row) -> str:
@@ -111,7 +139,7 @@ def _shape(row) -> str:
 
 
 def _causal(row) -> str:
-    return "causal" if row["causal"] else "—"
+    return _("causal") if row["causal"] else "—"
 
 
 def _ratio(x, spec=".2f") -> str:
@@ -124,55 +152,98 @@ def _share(x) -> str:
 
 
 def _peak_line(peak: dict) -> str:
-    return f"float32 GEMM peak ({peak['n']}×{peak['n']} torch.mm): {peak['gflops']:.1f} GFLOP/s"
+    return _("float32 GEMM peak ({n}×{n} torch.mm): {gflops:.1f} GFLOP/s", n=peak["n"], gflops=peak["gflops"])
+
+
+# A pass and a measure of the benchmark (the result's "pass", a verdict's "measure"), as the tables say them.
+PASSES = {"forward": N_("forward"), "forward+backward": N_("forward+backward")}
+MEASURES = {"time": N_("time"), "peak memory": N_("peak memory")}
+
+
+def _words(table: dict, key: str) -> str:
+    """``key`` in the bound language when ``table`` names it, else as the result stores it."""
+    return _(table[key]) if key in table else key
 
 
 def format_table(env) -> str:
-    """A ``telemetry`` result as plain-text tables (for the terminal)."""
+    """A ``telemetry`` result as plain-text tables (for the terminal), in the bound language."""
     data = env.data
-    lines = [f"time ÷ plain SDPA (median of {data['repeats']}, {data['threads']} threads, {data['device']})"]
+    lines = [
+        _(
+            "time ÷ plain SDPA (median of {repeats}, {threads} threads, {device})",
+            repeats=data["repeats"],
+            threads=data["threads"],
+            device=data["device"],
+        )
+    ]
     if data.get("peak"):  # results made before the peak was measured have none
         lines.append(_peak_line(data["peak"]))
     for pass_, variants in data["variants"].items():
+        others = [v for v in variants if v != "sdpa"]
+        head = [(_words(PASSES, pass_), 18), ("(B, H, L, d)", 19), (_("causal"), 8)]
         lines.append(
-            f"{pass_:<18}{'(B, H, L, d)':<19}{'causal':<8}{'sdpa s':>9}"
-            + "".join(f"{v:>14}" for v in variants if v != "sdpa")
+            "".join(pad(t, w) for t, w in head) + pad(_("sdpa s"), 9, True) + "".join(f"{v:>14}" for v in others)
         )
         for row in (r for r in data["rows"] if r["pass"] == pass_):
-            lines.append(
-                f"{'':<18}{_shape(row):<19}{_causal(row):<8}{row['median_s']['sdpa']:>9.4f}"
-                + "".join(f"{_ratio(row['ratio_to_sdpa'].get(v), '.3f'):>14}" for v in variants if v != "sdpa")
-            )
-            lines.append(
-                f"{'':<18}{'  CPU time ratio':<27}{row['cpu_median_s']['sdpa']:>9.4f}"
-                + "".join(f"{_ratio(row['cpu_ratio_to_sdpa'].get(v), '.3f'):>14}" for v in variants if v != "sdpa")
-            )
-            if "ratio_to_peak" in row:
-                share = row["ratio_to_peak"]
-                lines.append(
-                    f"{'':<18}{'  % of GEMM peak':<27}{_share(share.get('sdpa')):>9}"
-                    + "".join(f"{_share(share.get(v)):>14}" for v in variants if v != "sdpa")
-                )
-            lines += [f"{'':<18}  {name} skipped: {why}" for name, why in row.get("skipped", {}).items()]
+            lines += _time_rows(row, others)
     for row in data["memory"]:
-        variants = list(row["peak_rise_bytes"])
-        lines.append(
-            f"peak memory rise ÷ plain SDPA, {row['pass']} {_shape(row)} {_causal(row)}: "
-            + ", ".join(f"{v} {_ratio(row['ratio_to_sdpa'][v])} ({_mib(row['peak_rise_bytes'][v])})" for v in variants)
+        shown = ", ".join(
+            f"{v} {_ratio(row['ratio_to_sdpa'][v])} ({_mib(row['peak_rise_bytes'][v])})" for v in row["peak_rise_bytes"]
         )
-        for name, why in row.get("failures", {}).items():
-            lines.append(f"  {name} failed: {why}")
+        lines.append(
+            _(
+                "peak memory rise ÷ plain SDPA, {pass_} {shape} {causal}: {shown}",
+                pass_=_words(PASSES, row["pass"]),
+                shape=_shape(row),
+                causal=_causal(row),
+                shown=shown,
+            )
+        )
+        lines += ["  " + _("{name} failed: {why}", name=n, why=why) for n, why in row.get("failures", {}).items()]
     lines += [_verdict_line(v) for v in data["verdicts"]]
     if data.get("monitor"):
         m = data["monitor"]
         lines.append(
-            f"monitor on {m['model']} ({m['n_sequences']} sequences, padded to {m['padded_length']}): "
-            f"forward ×{m['ratio']:.2f}, outputs bit-for-bit equal: {m['outputs_bitwise_equal']}, "
-            f"float16 overflow in {m['float16_overflow_calls']} of {m['calls_per_forward']} calls"
+            _(
+                "monitor on {model} ({n} sequences, padded to {length}): forward ×{ratio:.2f}, outputs bit-for-bit equal: {equal}, float16 overflow in {overflow} of {calls} calls",
+                model=m["model"],
+                n=m["n_sequences"],
+                length=m["padded_length"],
+                ratio=m["ratio"],
+                equal=m["outputs_bitwise_equal"],
+                overflow=m["float16_overflow_calls"],
+                calls=m["calls_per_forward"],
+            )
         )
     if data.get("load_average"):
-        lines.append("load average after the run: " + ", ".join(f"{x:.2f}" for x in data["load_average"]))
+        load = ", ".join(f"{x:.2f}" for x in data["load_average"])
+        lines.append(_("load average after the run: {load}", load=load))
     return "\n".join(lines)
+
+
+def _time_rows(row: dict, others: list[str]) -> list[str]:
+    """One shape's lines of the time table: wall-time ratios, CPU-time ratios, shares of the GEMM peak, skips."""
+    lines = [
+        pad("", 18)
+        + pad(_shape(row), 19)
+        + pad(_causal(row), 8)
+        + f"{row['median_s']['sdpa']:>9.4f}"
+        + "".join(f"{_ratio(row['ratio_to_sdpa'].get(v), '.3f'):>14}" for v in others),
+        pad("", 18)
+        + pad("  " + _("CPU time ratio"), 27)
+        + f"{row['cpu_median_s']['sdpa']:>9.4f}"
+        + "".join(f"{_ratio(row['cpu_ratio_to_sdpa'].get(v), '.3f'):>14}" for v in others),
+    ]
+    if "ratio_to_peak" in row:
+        share = row["ratio_to_peak"]
+        lines.append(
+            pad("", 18)
+            + pad("  " + _("% of GEMM peak"), 27)
+            + f"{_share(share.get('sdpa')):>9}"
+            + "".join(f"{_share(share.get(v)):>14}" for v in others)
+        )
+    lines += [pad("", 20) + _("{name} skipped: {why}", name=n, why=why) for n, why in row.get("skipped", {}).items()]
+    return lines
 
 
 def _mib(n) -> str:
@@ -180,11 +251,26 @@ def _mib(n) -> str:
 
 
 def _verdict_line(v: dict) -> str:
-    where = f"{tuple(v['shape'])}{' causal' if v['causal'] else ''}"
-    head = f"target: {v['variant']} {v['measure']} {v['pass']} ≤ {v['target']:g}× at {where}: "
+    where = f"{tuple(v['shape'])}{' ' + _('causal') if v['causal'] else ''}"
+    values = dict(
+        variant=v["variant"],
+        measure=_words(MEASURES, v["measure"]),
+        pass_=_words(PASSES, v["pass"]),
+        target=v["target"],
+        where=where,
+    )
     if v["ratio"] is None:
-        return head + "not measured"
-    return head + f"{v['ratio']:.3f}× " + ("met" if v["met"] else f"missed by {100 * v['excess']:.0f}%")
+        return _("target: {variant} {measure} {pass_} ≤ {target:g}× at {where}: not measured", **values)
+    if v["met"]:
+        return _(
+            "target: {variant} {measure} {pass_} ≤ {target:g}× at {where}: {ratio:.3f}× met", ratio=v["ratio"], **values
+        )
+    return _(
+        "target: {variant} {measure} {pass_} ≤ {target:g}× at {where}: {ratio:.3f}× missed by {excess:.0f}%",
+        ratio=v["ratio"],
+        excess=100 * v["excess"],
+        **values,
+    )
 
 
 def format_markdown(env) -> str:

@@ -3,17 +3,43 @@
 
 from __future__ import annotations
 
-import math
-
-from attnscale.cli.options import add_command, add_results_option, results_root
+from attnscale.cli.options import add_command, add_lang_option, add_results_option, options_named, results_root
 from attnscale.cli.output import (
     add_json_option,
     add_quiet_option,
     check_json_target,
     check_out_folder,
     emit_json,
+    hold_results,
     json_to_stdout,
 )
+from attnscale.cli.train_tables import PRINTERS
+from attnscale.i18n import N_, _
+
+#: The experiments' configuration fields as their options are typed (errors name the option).
+TRAIN_OPTIONS = {
+    "steps": "--steps",
+    "seeds": "--seeds",
+    "d_model": "--d-model",
+    "context": "--context",
+    "d_k": "--d-ks",
+    "d_ks": "--d-ks",
+    "adamw_lrs": "--adamw-lrs",
+    "sgd_lrs": "--sgd-lrs",
+    "rules": "--rules",
+}
+#: What a run smaller than the experiment's full configuration says before its verdicts: the quick
+#: run's words are the page's (report/chapters/training.py), a run made short by --steps or --seeds
+#: says the same of itself; then the full run's size and command.
+SHORT_RUN = {
+    True: N_(
+        "Quick sweep ({steps} steps, {seeds} seed(s)): every sentence below describes this short run only, not the full sweep."
+    ),
+    False: N_(
+        "Short sweep ({steps} steps, {seeds} seed(s)): every verdict below describes this short run only, not the full sweep."
+    ),
+}
+FULL_RUN = N_("The full sweep: {steps} steps, {seeds} seed(s), with {command}.")
 
 
 def register(sub) -> None:
@@ -48,6 +74,7 @@ def register(sub) -> None:
     )
     add_json_option(p, "the experiment's result")
     add_quiet_option(p)
+    add_lang_option(p, "the tables and lines")
     p.add_argument(
         "--workers", type=int, default=None, help="worker processes (default: min(2, CPUs)); 1 runs in this process"
     )
@@ -132,34 +159,70 @@ def run_train(args) -> int:
     from attnscale.cli.progress import Progress
     from attnscale.errors import check_count
     from attnscale.experiments.sweeps.runner import default_workers
-    from attnscale.experiments.training.registry import EXPERIMENTS, make_config, run_experiment
+    from attnscale.experiments.training.registry import EXPERIMENTS, kind_of, make_config, run_experiment
 
     if args.seeds is not None:
         check_count("--seeds", args.seeds)
     workers = check_count("--workers", default_workers() if args.workers is None else args.workers)
     check_json_target(args)
     root = check_out_folder(results_root(args), "--results", named=args.results is not None)
-    config = make_config(args.experiment, quick=args.quick, seeds=args.seeds)
-    overrides = _lm_overrides(args)
-    if overrides:
-        config = dataclasses.replace(config, **overrides)
+    with options_named(TRAIN_OPTIONS):
+        config = make_config(args.experiment, quick=args.quick, seeds=args.seeds)
+        overrides = _lm_overrides(args)
+        if overrides:
+            config = dataclasses.replace(config, **overrides)
     cells_from = _cells_from(args)
     backend = _backend(args, workers)
     if EXPERIMENTS[args.experiment].fused_kernel:
         prepare_kernel(quiet=args.quiet)  # here, once: the cells' worker processes then load the cached build
-    with Progress(quiet=args.quiet) as progress:
+    # One run per results folder and experiment: a second waits, then reads the first's cells from the cache.
+    with hold_results(kind_of(args.experiment), root), Progress(quiet=args.quiet) as progress:
         env = run_experiment(args.experiment, config, root, backend, progress, quick=args.quick, cells_from=cells_from)
     emit_json(args, env)
     if not json_to_stdout(args):
+        caveat = short_run_caveat(args.experiment, env.config, _full_size(args.experiment), env.quick)
+        if caveat:
+            print(caveat + "\n")
         PRINTERS[args.experiment](env.data["analysis"])
         print("\n" + _cells_time_line(env))
-        d = env.data
-        taken = f", {d['cells_from']['cells']} of them from --cells-from" if "cells_from" in d else ""
-        print(
-            f"wrote {env.path} ({len(d['cells'])} cells: {len(d['cells']) - d['cells_cached']} computed, "
-            f"{d['cells_cached']} read from the cache{taken}; {d['wall_s']:.1f} s)"
-        )
+        print(_wrote_line(env))
     return 0
+
+
+def _full_size(experiment: str) -> dict:
+    """Steps and seeds of ``experiment``'s full configuration."""
+    from attnscale.experiments.training.registry import make_config
+
+    full = make_config(experiment)
+    return {"steps": full.steps, "seeds": full.seeds}
+
+
+def short_run_caveat(experiment: str, run: dict, full: dict, quick: bool) -> str | None:
+    """What a run smaller than the full one says around its verdicts, from its own size (``run``: its
+    configuration, with ``steps`` and ``seeds``) and the full one's (``full``); None for a run of at
+    least the full steps and seeds that is not a quick one."""
+    steps, seeds = run["steps"], run["seeds"]
+    if not quick and steps >= full["steps"] and seeds >= full["seeds"]:
+        return None
+    return " ".join(
+        (
+            _(SHORT_RUN[bool(quick)], steps=steps, seeds=seeds),
+            _(FULL_RUN, steps=full["steps"], seeds=full["seeds"], command=f"attnscale train {experiment}"),
+        )
+    )
+
+
+def _wrote_line(env) -> str:
+    d = env.data
+    computed, cached = len(d["cells"]) - d["cells_cached"], d["cells_cached"]
+    values = dict(path=env.path, cells=len(d["cells"]), computed=computed, cached=cached, s=f"{d['wall_s']:.1f}")
+    if "cells_from" in d:
+        return _(
+            "wrote {path} ({cells} cells: {computed} computed, {cached} read from the cache, {taken} of them from --cells-from; {s} s)",
+            taken=d["cells_from"]["cells"],
+            **values,
+        )
+    return _("wrote {path} ({cells} cells: {computed} computed, {cached} read from the cache; {s} s)", **values)
 
 
 def _cells_from(args):
@@ -181,13 +244,35 @@ def _cells_time_line(env) -> str:
 
     t = cell_seconds(env)
     if t is None or not t.timed:
-        return "cells' own run time: not recorded (computed by an attnscale that did not time them)"
-    cpu = "" if t.cpu_s is None else f"{t.cpu_s:.0f} CPU-s, "
-    at_once = "" if t.workers is None else f", {t.workers} at a time"
-    return (
-        f"cells' own run time: {cpu}{t.wall_s:.0f} s wall in all, {t.wall_s / t.timed:.2g} s per cell on average "
-        f"(at most {t.wall_s_max:.2g} s; {t.timed} of {t.cells} cells timed{at_once})"
+        return _("cells' own run time: not recorded (computed by an attnscale that did not time them)")
+    values = dict(
+        wall=f"{t.wall_s:.0f}",
+        each=f"{t.wall_s / t.timed:.2g}",
+        most=f"{t.wall_s_max:.2g}",
+        timed=t.timed,
+        cells=t.cells,
+        cpu=None if t.cpu_s is None else f"{t.cpu_s:.0f}",
+        workers=t.workers,
     )
+    key = (t.cpu_s is not None, t.workers is not None)
+    return _(CELLS_TIME[key], **values)
+
+
+# The cells' time, by what the cells record: (CPU seconds recorded, how many ran at once recorded).
+CELLS_TIME = {
+    (True, True): N_(
+        "cells' own run time: {cpu} CPU-s, {wall} s wall in all, {each} s per cell on average (at most {most} s; {timed} of {cells} cells timed, {workers} at a time)"
+    ),
+    (True, False): N_(
+        "cells' own run time: {cpu} CPU-s, {wall} s wall in all, {each} s per cell on average (at most {most} s; {timed} of {cells} cells timed)"
+    ),
+    (False, True): N_(
+        "cells' own run time: {wall} s wall in all, {each} s per cell on average (at most {most} s; {timed} of {cells} cells timed, {workers} at a time)"
+    ),
+    (False, False): N_(
+        "cells' own run time: {wall} s wall in all, {each} s per cell on average (at most {most} s; {timed} of {cells} cells timed)"
+    ),
+}
 
 
 def _backend(args, workers: int):
@@ -219,156 +304,3 @@ def _backend(args, workers: int):
     if args.connect_timeout is not None:
         raise InputError("--connect-timeout: only with --backend ray --address")
     return SerialBackend() if workers == 1 else LocalBackend(workers)
-
-
-def _fmt(x, spec=".3f") -> str:
-    return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
-
-
-def _acc(s) -> str:
-    a = s["final_accuracy"]
-    div = f" div{s['diverged']}" if s["diverged"] else ""
-    return f"{_fmt(a['mean'], '.2f')} [{_fmt(a['min'], '.2f')},{_fmt(a['max'], '.2f')}]{div}"
-
-
-def _reach(s) -> str:
-    if not s["reached"]:
-        return f"never 0/{s['seeds']}"
-    return f"{_fmt(s['steps_to_target']['mean'], '.0f')} {s['reached']}/{s['seeds']}"
-
-
-def _verdict(s) -> str:
-    ratio = f" x{s['steps_ratio']:.2g}" if s["verdict"] == "slower" and s["steps_ratio"] is not None else ""
-    return f"{s['verdict']}{ratio} {s['seeds_agreeing']}/{s['seeds']}" if s["verdict"] else "-"
-
-
-def _print_scale_vs_dk(a: dict) -> None:
-    print(
-        f"target accuracy {a['target_accuracy']:g}; chance-level ceilings: prior {a['prior_ceiling']:.3f}, "
-        f"one attended key {a['single_key_ceiling']:.3f}"
-    )
-    grid = ", ".join(f"{lr:g}" for lr in a["setup"]["sgd_lrs"])
-    print(
-        f"SGD learning rate tuned for 1/sqrt(d_k) on the grid {grid}: "
-        + ", ".join(
-            f"d_k={t['d_k']}: {t['lr']:g}" + (f" (at the grid's {t['edge']} edge)" if t["edge"] else "")
-            for t in a["sgd_tuning"]
-        )
-    )
-    print("final accuracy mean [min,max] over seeds; steps to target: mean over seeds that reached it, reached/seeds;")
-    print(
-        f"verdict against 1/sqrt(d_k) on the same seeds: learns (within {a['setup']['like_reference_steps']:g}x its "
-        f"steps), slower, fails, diverges; seeds agreeing"
-    )
-    print(
-        f"{'rule':<17}{'d_k':>4}  {'Adam acc':<17}{'steps':<11}{'verdict':<18}{'SGD@tuned acc':<17}{'steps':<11}"
-        f"{'verdict':<18}{'own lr':>7} {'acc':<17}{'steps':<11}"
-    )
-    for row in a["table"]:
-        adam, ref, best = row["adam"], row["sgd_reference_lr"], row["sgd_best_lr"]
-        edge = {"low": "<", "high": ">"}.get(best.get("edge"), "")
-        print(
-            f"{row['rule']:<17}{row['d_k']:>4}  {_acc(adam):<17}{_reach(adam):<11}{_verdict(adam):<18}"
-            f"{_acc(ref):<17}{_reach(ref):<11}{_verdict(ref):<18}{edge + format(best['lr'], 'g'):>7} "
-            f"{_acc(best):<17}{_reach(best):<11}"
-        )
-    rows = a["chain_rule"]["rows"]
-    if rows:
-        anchor = a["chain_rule"]["anchor"]
-        print(
-            "\ngradient at initialisation, seed mean: predicted = C*s*RMS||K^T J V|| (W_Q), "
-            "C'*s*RMS(||q||*||X^T J V||) (W_K),"
-        )
-        print(f"C and C' fitted once on {anchor['rule']} d_k={anchor['d_k']}; J rms = RMS ||J diag(cap')||_F")
-        print("'s only' = the 1/sqrt(d_k) rule's measured gradient at the same d_k times s/s_ref (blind to saturation)")
-        print(
-            f"{'grad':<8}{'rule':<17}{'d_k':>4}{'s':>9}{'logit sd':>9}{'max p':>7}{'J rms':>7}"
-            f"{'s only':>10}{'predicted':>11}{'measured':>11}{'ratio':>7}"
-        )
-        for r in rows:
-            print(
-                f"{r['gradient']:<8}{r['rule']:<17}{r['d_k']:>4}{_fmt(r['factor'], '.4g'):>9}"
-                f"{_fmt(r['logit_std'], '.3g'):>9}{_fmt(r['max_weight_mean']):>7}{_fmt(r['effective_jacobian_rms']):>7}"
-                f"{_fmt(r['scale_only'], '.4g'):>10}{_fmt(r['predicted'], '.4g'):>11}{_fmt(r['measured'], '.4g'):>11}"
-                f"{_fmt(r['ratio'], '.2f'):>7}"
-            )
-
-
-def _print_logit_growth(a: dict) -> None:
-    print(
-        f"{'variant':<14}{'lr':>8}{'final loss':>12}{'diverged':>9}{'init loss':>10}"
-        f"{'peak max logit':>15}{'final max logit':>16}{'train peak':>12}{'clips':>7}"
-    )
-    for r in a["table"]:
-        print(
-            f"{r['variant']:<14}{r['lr']:>8g}{_fmt(r['final_loss_mean']):>12}{r['diverged']:>9}"
-            f"{_fmt(r['init_loss']):>10}{_fmt(r['max_logit_peak_mean'], '.4g'):>15}"
-            f"{_fmt(r['max_logit_final_mean'], '.4g'):>16}{_fmt(r['max_logit_train_peak_mean'], '.4g'):>12}"
-            f"{_fmt(r['clipped_heads_mean'], '.0f'):>7}"
-        )
-    for name, s in a["lr_sensitivity"].items():
-        print(f"LR sensitivity {name}: {s['mean']:.4f} (per seed: {', '.join(f'{v:.4f}' for v in s['per_seed'])})")
-    g = a.get("guard")
-    if g:
-        print(
-            f"QK-clip at tau {g['tau']:g}: largest training-batch max logit {_fmt(g['train_peak'], '.4g')} "
-            f"({_fmt(g['train_peak_over_tau'], '.3g')} x tau; measured before that step's clip), "
-            f"without the guard {_fmt(g['baseline_train_peak'], '.4g')}"
-        )
-
-
-def _print_lm(a: dict) -> None:
-    m = a["model"]
-    print(f"GPT: width {m['d_model']}, {m['n_layers']} layers, context {m['context']}, {m['parameters']:,} parameters")
-    print(
-        "baselines on the validation bytes scored ("
-        + a["baselines"]["smoothing"]
-        + "): "
-        + ", ".join(f"{r['name']} {r['bpb']:.3f}" for r in a["baselines"]["rows"])
-        + " bits/byte"
-    )
-    print(
-        "1/sqrt(d_k) at its best AdamW rate ends at "
-        + ", ".join(
-            f"d_k={d}: {_fmt(v)} (below {a['reference_final']['beats'][d] or 'no baseline'})"
-            for d, v in a["reference_final"]["bpb"].items()
-        )
-    )
-    for o in ("adamw", "sgd"):
-        interior = a["reference_best_interior"][o]
-        print(
-            f"{o} rate best for 1/sqrt(d_k): "
-            + ", ".join(
-                f"d_k={k}: {v:g}{'' if interior[k] else ' (at the edge of the grid)'}"
-                for k, v in a["reference_best_lr"][o].items()
-            )
-        )
-    print(
-        f"verdict vs 1/sqrt(d_k) at its best rate, same seed: steps to {a['target_factor']:g}x its final loss, ratio "
-        f"<= {1 / a['like_ratio']:.2g} faster, <= {a['like_ratio']:g} learns; median ratio [min,max] over seeds; "
-        f"halfway: the verdict on the logs up to step {a['halfway_step']}"
-    )
-    print(
-        f"{'rule':<17}{'d_k':>4}  {'optimiser':<15}{'lr':>7}  {'final bpb':<10}{'below':<9}{'verdict':<10}{'seeds':<7}"
-        f"{'ratio':<18}{'halfway':<9}"
-    )
-    for v in a["verdicts"]:
-        s = v["steps_ratio_spread"]
-        ratio = "-" if v["steps_ratio"] is None else f"{v['steps_ratio']:.2f} [{s['min']:.2f},{s['max']:.2f}]"
-        print(
-            f"{v['rule']:<17}{v['d_k']:>4}  {v['optimiser']:<15}{v['lr']:>7g}  {_fmt(v['final_bpb']['mean']):<10}"
-            f"{v['beats'] or '-':<9}{v['verdict'] or '-':<10}{str(v['seeds_agreeing']) + '/' + str(v['seeds']):<7}"
-            f"{ratio:<18}{v['verdict_halfway'] or '-':<9}"
-        )
-    print(
-        "LR sensitivity (Wortsman et al. 2023), bits/byte: "
-        + "; ".join(
-            f"{s['optimiser']} {s['rule']} d_k={s['d_k']}: {_fmt(s['lr_sensitivity'])}" for s in a["lr_sensitivity"]
-        )
-    )
-
-
-# The experiments this command runs, each with its table printer: those of
-# attnscale.experiments.training.registry.EXPERIMENTS (a test holds the two equal; not imported here, so that the
-# CLI starts without loading the experiments).
-PRINTERS = {"scale-vs-dk": _print_scale_vs_dk, "logit-growth": _print_logit_growth, "lm": _print_lm}

@@ -10,7 +10,14 @@ from __future__ import annotations
 import sys
 import textwrap
 
-from attnscale.cli.options import add_command, add_lang_option, add_results_option, add_seed_option, results_root
+from attnscale.cli.options import (
+    add_command,
+    add_lang_option,
+    add_results_option,
+    add_seed_option,
+    options_named,
+    results_root,
+)
 from attnscale.cli.output import (
     add_json_option,
     add_quiet_option,
@@ -18,6 +25,7 @@ from attnscale.cli.output import (
     check_out_folder,
     columns,
     emit_json,
+    hold_results,
     json_to_stdout,
     pad,
 )
@@ -127,11 +135,13 @@ def run_and_save(config, root, progress=None, save: bool = True):
     from attnscale import results
     from attnscale.claims import run_claims
 
-    report = run_claims(config, progress=progress)
     cfg = config.recorded()
     if not save:
+        report = run_claims(config, progress=progress)
         return report, results.envelope("verify", verify_data(report), config=cfg, seed=config.seed, quick=config.quick)
-    env = results.write("verify", verify_data(report), config=cfg, seed=config.seed, quick=config.quick, root=root)
+    with hold_results("verify", root):  # one writer of DIR/verify at a time
+        report = run_claims(config, progress=progress)
+        env = results.write("verify", verify_data(report), config=cfg, seed=config.seed, quick=config.quick, root=root)
     return report, env
 
 
@@ -140,7 +150,8 @@ def run_verify(args) -> int:
 
     check_json_target(args)
     root = check_out_folder(results_root(args), "--results", named=args.results is not None)
-    config = verify_config(args.quick, args.seed, args.rel_ci_target, root, args.only)
+    with options_named({"rel_ci_target": "--rel-ci-target", "only": "--only", "seed": "--seed"}):
+        config = verify_config(args.quick, args.seed, args.rel_ci_target, root, args.only)
     partial = args.only is not None
     with Progress(quiet=args.quiet) as progress:
         report, env = run_and_save(config, root, progress, save=not partial)
