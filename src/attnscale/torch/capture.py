@@ -57,8 +57,11 @@ How calls are found (each once):
   mode keeps it off its fused fast path, below) and while another capture watches by the names.
   Inside a graph Dynamo compiles, the call stays SDPA's and the
   custom op ``attnscale_capture::seen`` beside it hands its detached inputs to the innermost
-  capture at run time (no graph break), named ``compiled[i]`` by its order since the last
-  reset (``output`` None); with ``compiled_replace`` the graph computes the call itself and the op
+  capture at run time (no graph break; ``output`` None), named as the eager model's call would be
+  (:mod:`attnscale.torch.compiled_names`: the module below the compiled one is recorded while
+  Dynamo traces, the one running the graph read from the frames when it runs; where that cannot be
+  told, ``compiled[i]`` by its order since the last reset, with one :class:`UnnamedCompiledCall`
+  warning saying why); with ``compiled_replace`` the graph computes the call itself and the op
   ``attnscale_capture::figures`` hands over its figures instead (a model compiled after the names
   took over is traced through the names' function, to the same ops). ``capture_sdpa.pause()`` /
   ``resume()`` take the mode off torch's stack, its hooks off the model and the names back to
@@ -77,7 +80,9 @@ How calls are found (each once):
   modules then take their standard path, never their fused fast path).
 - Only ``model``'s calls, when given: a call while none of its modules runs (another model run
   inside the context) is left to that model, unseen and uncounted.
-- Module names: with ``model`` given, the innermost of its modules running at the call — the
+- Module names: paths in the uncompiled model (``torch.compile``'s ``_orig_mod`` parts left out, so
+  the compiled model and the plain one name alike). With ``model`` given, the innermost of its
+  modules running at the call — the
   attention module an interface call names, else the nearest caller frame that calls one of them
   (``nn.Module.__call__``: a helper module's method called from a layer's forward names the layer, as
   hooks would), else the nearest frame whose ``self`` is one (no hooks: hooks on every module would
@@ -94,6 +99,7 @@ import functools
 import math
 import sys
 import threading
+import warnings
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -102,9 +108,10 @@ from typing import Any
 
 from attnscale.errors import InputTypeError, require
 from attnscale.torch import hf_interface, nn_modules, sdpa_names
+from attnscale.torch.compiled_names import SITES, UnnamedCompiledCall, joined, module_paths, root_class, trace_site
 from attnscale.torch.sdpa_mask import MASKED_BELOW, attended, split_attn_mask
 
-__all__ = ["SDPACall", "Capture", "capture_sdpa", "compiled", "recomputing", "MASKED_BELOW"]
+__all__ = ["SDPACall", "Capture", "capture_sdpa", "compiled", "recomputing", "MASKED_BELOW", "UnnamedCompiledCall"]
 
 
 @dataclass
@@ -170,7 +177,10 @@ class Capture:
         self._count = 0
         self._sdpa_seen = 0  # SDPA calls intercepted, replaced ones included
         self._stack: list[str] = []  # class names of the modules running (no model)
-        self._names: dict[int, str] | None = None  # module id → path, when a model is given
+        self._names: dict[int, str] | None = None  # module id → name (its path; the root's class), model given
+        self._paths: dict[int, str] = {}  # module id → its path, as the uncompiled model names it
+        self._by_path: dict[str, tuple[str, type]] = {}  # path → (name, class of the module there)
+        self._unnamed: set[str] = set()  # why compiled calls went unnamed (each warned once)
         self._paused = False  # capture_sdpa.pause(): every call is the model's own
         self._compiled = 0  # calls from compiled graphs so far (their names)
         self._on_figures: Callable | None = None  # (name, q, k, v, stats): a compiled graph's own figures
@@ -201,17 +211,45 @@ class Capture:
         # that (a forward called directly), the nearest frame whose ``self`` is one of them.
         # Two walks, the first reading f_locals only of __call__'s frames: f_locals builds a dict per
         # frame read (Python 3.11), and a call is some 25 frames deep.
+        return self._names.get(id(self._running_module()))
+
+    def _running_module(self):
+        """The innermost of the model's modules running, found by the frames (None: none of them)."""
+        assert self._names is not None  # a model is given
         call = require("torch", "torch").nn.Module.__call__.__code__
         for only_calls in (True, False):
-            frame: FrameType | None = sys._getframe(1)
+            frame: FrameType | None = sys._getframe(2)
             while frame is not None:
                 if frame.f_code is call or not only_calls:
                     owner = frame.f_locals.get("self")
                     name = None if owner is None else self._names.get(id(owner))
-                    if name is not None and (only_calls or name):  # a root ("") named by its call only
-                        return name
+                    if name is not None and (only_calls or name):
+                        return owner
                 frame = frame.f_back
         return None
+
+    def _compiled_name(self, site: int) -> str:
+        """The name of a compiled graph's attention call made at trace site ``site``
+        (:func:`attnscale.torch.compiled_names.trace_site`): the module path the eager model gives it, or
+        ``compiled[i]`` by its order (warned once, with why)."""
+        path, cls, why = SITES[site]
+        if not why and self._names is None:  # no model: named by class, as the eager calls are
+            return cls.__name__
+        if not why:
+            root = self._paths.get(id(self._running_module()))
+            target = joined(root, path) if root is not None else None
+            found = self._by_path.get(target) if target is not None else None
+            if found is not None and found[1] is cls:
+                return found[0]
+            running = "none of the model's" if root is None else repr(root or "the model")
+            why = f"the module running the graph ({running}) has no {cls.__name__} at {path or 'itself'!r}"
+        if why not in self._unnamed:
+            self._unnamed.add(why)
+            warnings.warn(
+                UnnamedCompiledCall(f"attention in a compiled graph named compiled[i] by its order: {why}"),
+                stacklevel=2,
+            )
+        return f"compiled[{self._compiled}]"
 
     def _module_name(self, module) -> str | None:
         """The name of an attention module handed over by the interface; None when it is not the model's."""
@@ -295,7 +333,7 @@ def _seen_op(torch):
     token so that the compiler neither drops it (its result is unused) nor reorders it past the step."""
     if "seen" not in _OPS:
 
-        def seen(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa, token):
+        def seen(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa, site, token):
             cap = _LIVE[-1] if _LIVE else None
             if cap is not None and not cap._paused:
                 a = {
@@ -309,14 +347,14 @@ def _seen_op(torch):
                     "enable_gqa": enable_gqa,
                 }
                 cap._sdpa_seen += 1
-                _emit_arguments(cap, f"compiled[{cap._compiled}]", a, None, "sdpa")
+                _emit_arguments(cap, cap._compiled_name(site), a, None, "sdpa")
                 cap._compiled += 1
 
         _register_op(
             torch,
             seen,
             "(Tensor q, Tensor k, Tensor v, Tensor? attn_mask, float dropout_p, bool is_causal, float? scale, "
-            "bool enable_gqa, Tensor(a!) token) -> ()",
+            "bool enable_gqa, int site, Tensor(a!) token) -> ()",
         )
     return _OPS["seen"]
 
@@ -329,7 +367,7 @@ def _figures_op(torch):
     if "figures" not in _OPS:
 
         def figures(
-            q, k, v, lse, entropy, max_logit, min_logit, first_key, head_table, counted_entropy, backend, token
+            q, k, v, lse, entropy, max_logit, min_logit, first_key, head_table, counted_entropy, backend, site, token
         ):
             cap = _LIVE[-1] if _LIVE else None
             if cap is not None and not cap._paused and cap._on_figures is not None:
@@ -337,7 +375,7 @@ def _figures_op(torch):
 
                 cap._sdpa_seen += 1
                 cap._on_figures(
-                    f"compiled[{cap._compiled}]",
+                    cap._compiled_name(site),
                     q,
                     k,
                     v,
@@ -358,7 +396,7 @@ def _figures_op(torch):
             torch,
             figures,
             "(Tensor q, Tensor k, Tensor v, Tensor lse, Tensor entropy, Tensor max_logit, Tensor min_logit, "
-            "Tensor first_key, Tensor? head_table, Tensor? counted_entropy, str backend, Tensor(a!) token) -> ()",
+            "Tensor first_key, Tensor? head_table, Tensor? counted_entropy, str backend, int site, Tensor(a!) token) -> ()",
         )
     return _OPS["figures"]
 
@@ -385,6 +423,7 @@ def _compiled_call(torch, func, args, kwargs, compiled_replace=None):
     own SDPA stays in the graph (its output the compiled model's own) and :func:`_seen_op` hands the
     call's detached inputs to the capture, which computes the figures as observe mode does."""
     a = _sdpa_arguments(args, kwargs)
+    site = trace_site()  # a constant of the graph: the call's module below the compiled one
     done = None if compiled_replace is None else compiled_replace(a)
     if done is not None:
         out, stats = done
@@ -400,6 +439,7 @@ def _compiled_call(torch, func, args, kwargs, compiled_replace=None):
             stats.head_table,
             stats.counted_entropy,
             stats.backend,
+            site,
             _TOKEN[0],
         )
         return out
@@ -414,6 +454,7 @@ def _compiled_call(torch, func, args, kwargs, compiled_replace=None):
         bool(a["is_causal"]),
         None if a["scale"] is None else float(a["scale"]),
         bool(a["enable_gqa"]),
+        site,
         _TOKEN[0],
     )
     return out
@@ -634,7 +675,11 @@ class capture_sdpa:
         torch = require("torch", "torch")
         cap = self._capture
         if self._model is not None:
-            cap._names = {id(m): (n or type(m).__name__) for n, m in self._model.named_modules()}
+            cap._paths = module_paths(self._model)
+            modules = dict(self._model.named_modules())
+            cap._names = {i: p or root_class(self._model).__name__ for i, p in cap._paths.items()}
+            # The module a wrapper holds comes after the wrapper, and is the one with that path's class.
+            cap._by_path = {cap._paths[id(m)]: (cap._names[id(m)], type(m)) for m in modules.values()}
             self._hook(self._model)
             if _by_names_possible(torch, self._model):
                 cap._watch = "checking"
