@@ -7,9 +7,18 @@ has its query and key projection rows rescaled so that its logits shrink by γ_h
     W_Q[h] ← γ_h^α · W_Q[h],   W_K[h] ← γ_h^(1−α) · W_K[h]      (biases of those rows too)
 
 with the split exponent α (``alpha``, 0.5 by default, as Kimi K2 and Megatron-Core's
-``--qk-clip-alpha``). Logits are bilinear in q and k, so on the step's own batch the head's largest
-logit becomes exactly τ whatever α; the next step's update can grow it again, so the guarantee is
-max logit ≤ τ × (one step's growth). Heads at or below τ are untouched. With grouped-query
+``--qk-clip-alpha``). Heads at or below τ are untouched. What holds exactly: logits are bilinear in
+q and k, so the head's logits are multiplied by γ_h exactly (to rounding), whatever α. What that
+makes of the max logit depends on when the figures were taken. m_h is the forward's, before the
+optimiser step; in the loop below the clip comes after ``opt.step()``, so on that step's batch a
+clipped head of the first attention layer ends at τ · m'_h / m_h, where m'_h is its max logit after
+the update, before the clip (τ times what the update did to it; the tests hold it to 1e-5), not at
+τ; a deeper layer's inputs also move with the clips of the layers before it. Measured in the tests
+(a 3-layer GPT, Adam at lr 0.01, τ = 4, a fresh batch a step): 0.50–1.07 × τ in the first layer,
+0.57–1.30 × τ deeper, recomputed on the batch right after the clip. Exactly τ holds only where the
+weights have not moved since the figures' forward: :meth:`LogitGuard.apply` on a step's figures
+before ``opt.step()`` leaves a head of the first layer at τ on that batch (and the update then moves
+it). docs/qk-clip.md says more. With grouped-query
 attention one key head serves several query heads: it is scaled by (min γ over its group)^(1−α)
 and each query head by γ_h / that, so every head still shrinks by exactly its own γ_h. Rotary
 embeddings rotate q and k linearly, so they commute with the rescaling. An additive attention bias
@@ -31,8 +40,9 @@ In a ``torch.distributed`` job, give it the step combined over the ranks
 (:func:`attnscale.torch.distributed.combine_step`): every rank then holds the same figures, bit for
 bit, and clips the same heads by the same factors, so replicated weights stay identical.
 
-Supported attention modules (found by their children; a head's rows are rows h·d … (h+1)·d − 1 of
-the query or key part):
+Supported attention modules (found by the attributes below, on the module or its ``config``; a
+head's rows are rows h·d … (h+1)·d − 1 of the query or key part; projections are ``nn.Linear`` or
+GPT-2's ``Conv1D``):
 
 - attnscale's own GPT layer :class:`attnscale.experiments.training.gpt.CausalSelfAttention` (``w_q``, ``w_k``,
   ``d_k``), without QK-layernorm, on its SDPA path (``GPT(..., figures=False)``, which the monitor sees);
@@ -41,20 +51,39 @@ the query or key part):
 - Hugging Face BERT-style self-attention (``query``, ``key`` and ``attention_head_size``);
 - a fused QKV projection whose output is [q | k | v]: ``qkv_proj`` (Phi-3, with ``head_dim`` and
   ``num_key_value_heads``), ``c_attn`` (GPT-2's Conv1D, nanoGPT's nn.Linear) or ``qkv`` (nanoGPT-
-  and timm-style), with the head count in ``num_heads``, ``n_head`` or ``n_heads`` (or ``head_dim``).
+  and timm-style), with the head count in ``num_heads``, ``n_head``, ``n_heads`` or
+  ``num_attention_heads`` (or the size in ``head_dim``), key heads in ``num_key_value_heads``,
+  ``n_kv_head``, ``n_kv_heads`` or ``num_kv_heads`` (else as many as query heads).
+
+A module without the head size (``head_dim``, ``d_k``, ``attention_head_size``) or count is sized by
+the number of query heads the monitor reports for it (the shapes of its calls) at the first step
+:meth:`LogitGuard.apply` gets: d = query features / query heads, key heads = key features / d (a
+fused projection without a key-head count: as many as query heads). A step whose head count does
+not fit the projections raises, naming both.
+
+Names: module paths in ``model``, as :class:`attnscale.torch.Monitor` names its layers, the same
+whether or not the model is compiled (``torch.compile``'s ``_orig_mod`` left out:
+:mod:`attnscale.torch.compiled_names`), so monitor and guard may each be given the compiled model or
+the plain one. The guard changes the parameters in place, which a compiled graph reads as inputs:
+no recompilation (the tests hold it on a compiled nanoGPT-style model).
 
 Refused, with the reason: a LayerNorm or RMSNorm on q or k (QK-norm: rescaling W_Q does nothing
-after it), projections without the head size or count they need (the attribute is named),
-GPT-2's cross-attention (q in ``q_attn``), or nothing found at all.
+after it), projections whose sizes are not whole heads, GPT-2's cross-attention (q in ``q_attn``),
+or nothing found at all; :meth:`LogitGuard.apply` refuses, naming what is missing, a step that is no
+:class:`~attnscale.torch.monitor_records.Step` and a layer the guard does not know (a refused
+module's, with its reason; a compiled call the monitor could not name; another model's).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from attnscale.errors import InputError, InputTypeError, check_positive, require
+from attnscale.torch.compiled_names import module_paths, root_class
+from attnscale.torch.monitor_records import Step
 
 __all__ = ["LogitGuard", "Clip", "find_heads", "check_options"]
 
@@ -125,6 +154,16 @@ class _Target:
 
 
 @dataclass(frozen=True)
+class _Pending:
+    """An attention module whose head size or count is in no attribute: found from the number of
+    query heads the monitor reports for it (the shapes of its calls), at its first step."""
+
+    name: str
+    missing: str  # what the module lacks, for an error when no step can tell
+    sized: Callable[[int], _Target | str]  # query heads → the target, or why those do not fit
+
+
+@dataclass(frozen=True)
 class Clip:
     """One head the guard rescaled (or, log-only, would have)."""
 
@@ -168,35 +207,49 @@ def _whole_heads(name, q_out, k_out, d) -> str | None:
     return None
 
 
-def _separate(torch, name, module, q_attr, k_attr, dim_attr) -> _Target | str | None:
+def _separate(torch, name, module, q_attr, k_attr, dim_attr) -> _Target | _Pending | str | None:
     q, k = _projection(torch, module, q_attr), _projection(torch, module, k_attr)
     if q is None or k is None:
         return None
-    d = getattr(module, dim_attr, None)
-    if not isinstance(d, int) or isinstance(d, bool) or d < 1:
-        return (
-            f"{name}: has {q_attr} and {k_attr} but no head size in an int attribute {dim_attr} (got {dim_attr}={d!r})"
+    d = _count(module, (dim_attr,))
+    if d is None:  # the head size from the step's head count: d = q features / query heads
+        got = getattr(module, dim_attr, None)
+        missing = f"{name}: has {q_attr} and {k_attr} but no int attribute {dim_attr} (got {got!r})"
+        return _Pending(
+            name, missing, lambda heads: _separate_sized(name, q, k, q[1] // heads if q[1] % heads == 0 else 0)
         )
+    return _separate_sized(name, q, k, d)
+
+
+def _separate_sized(name, q, k, d: int) -> _Target | str:
+    if d < 1:
+        return f"{name}: {q[1]} query features are not whole heads"
     return _whole_heads(name, q[1], k[1], d) or _Target(
         name, _Rows(q[0], 0, q[2]), _Rows(k[0], 0, k[2]), q[1] // d, k[1] // d, d
     )
 
 
-def _fused(torch, name, module, attr) -> _Target | str | None:
-    """A [q | k | v] projection: its sizes from the head size and counts the module holds."""
+def _fused(torch, name, module, attr) -> _Target | _Pending | str | None:
+    """A [q | k | v] projection: its sizes from the head size and counts the module holds (or the
+    query head count of the step, then with as many key heads unless the module says how many)."""
     found = _projection(torch, module, attr)
     if found is None:
         return None
-    layer, out, transposed = found
     if getattr(module, "is_cross_attention", False):
         return f"{name}: cross-attention (q in q_attn, k and v in {attr}) is not supported"
     d, h_q, h_kv = (_count(module, ("head_dim",)), _count(module, _HEAD_COUNTS), _count(module, _KV_HEAD_COUNTS))
+    if h_q is None and d is None:
+        missing = (
+            f"{name}: a fused QKV projection {attr} without its head count in an int attribute "
+            f"{', '.join(_HEAD_COUNTS)} or head_dim"
+        )
+        return _Pending(name, missing, lambda heads: _fused_sized(name, attr, found, None, heads, h_kv))
+    return _fused_sized(name, attr, found, d, h_q, h_kv)
+
+
+def _fused_sized(name, attr, found, d, h_q, h_kv) -> _Target | str:
+    layer, out, transposed = found
     if h_q is None:
-        if d is None:
-            return (
-                f"{name}: a fused QKV projection {attr} without its head count: expected an int attribute "
-                f"{', '.join(_HEAD_COUNTS)} or head_dim"
-            )
         h_q = out // d - 2 * h_kv if h_kv else out // (3 * d)
     h_kv = h_kv or h_q
     if d is None:
@@ -208,7 +261,7 @@ def _fused(torch, name, module, attr) -> _Target | str | None:
     )
 
 
-def _target(torch, name: str, module) -> _Target | str | None:
+def _target(torch, name: str, module) -> _Target | _Pending | str | None:
     """The module's projections, a reason it is refused, or None when it is no attention module."""
     for found in [
         *(_separate(torch, name, module, *attrs) for attrs in _SEPARATE),
@@ -216,22 +269,26 @@ def _target(torch, name: str, module) -> _Target | str | None:
     ]:
         if found is None:
             continue
-        if isinstance(found, _Target) and _qk_norm(module):
+        if not isinstance(found, str) and _qk_norm(module):
             return f"{name}: q and k are normalised after the projections (QK-norm); rescaling W_Q, W_K does nothing"
         return found
     return None
 
 
-def find_heads(model) -> tuple[dict, list[str]]:
-    """({module path: _Target}, [reasons for refused attention modules]) for every module of ``model``."""
+def find_heads(model) -> tuple[dict, dict[str, str]]:
+    """({layer: _Target, or _Pending until a step gives its head count}, {layer: why refused}) over
+    the modules of ``model``, named by their paths in the uncompiled model, as the monitor names
+    them (:func:`attnscale.torch.compiled_names.module_paths`; the model itself by its class)."""
     torch = require("torch", "torch")
-    found, refused = {}, []
-    for name, module in model.named_modules():
-        t = _target(torch, name or type(module).__name__, module)
-        if isinstance(t, _Target):
-            found[t.name] = t
-        elif isinstance(t, str):
-            refused.append(t)
+    found, refused = {}, {}
+    paths = module_paths(model)
+    for module in dict(model.named_modules()).values():
+        name = paths[id(module)] or root_class(model).__name__
+        t = _target(torch, name, module)
+        if isinstance(t, str):
+            refused[name] = t
+        elif t is not None:
+            found[name] = t
     return found, refused
 
 
@@ -250,8 +307,9 @@ class LogitGuard:
     """QK-clip at threshold ``tau`` on every supported attention module of ``model``; q takes γ^α of
     each head's factor, k γ^(1−α) (``alpha`` in [0, 1]); ``log_only``: report, change nothing.
 
-    Layer names are module paths in ``model``, as :class:`attnscale.torch.Monitor` names them when
-    given the same model. Raises :class:`InputError` when no module can be guarded, naming why.
+    Layer names are module paths in ``model``, as :class:`attnscale.torch.Monitor` names them, compiled
+    or not (the module docstring lists the attributes read). Raises :class:`InputError` when no module
+    can be guarded, naming why. ``targets``: {layer: its projections}; ``refused``: {layer: why}.
     """
 
     def __init__(self, model, tau: float, alpha: float = 0.5, log_only: bool = False):
@@ -262,26 +320,27 @@ class LogitGuard:
         self.alpha, self.log_only = check_options(alpha, log_only)
         self.targets, self.refused = find_heads(model)
         if not self.targets:
-            why = "; ".join(self.refused) or (
+            why = "; ".join(self.refused.values()) or (
                 "no module has w_q/w_k, q_proj/k_proj or query/key projections, or a fused qkv_proj, c_attn or qkv"
             )
             raise InputError(f"model: no attention projections the logit guard can rescale ({why})")
         self.clips = 0  # heads rescaled so far (log_only: that would have been), over all steps
         self.overflowed = 0  # heads left alone because their max logit was +inf (no factor exists)
 
-    def apply(self, step) -> list[Clip]:
+    def apply(self, step: Step) -> list[Clip]:
         """Rescale every head of ``step`` (a :class:`attnscale.torch.monitor.Step`) whose max logit
         exceeded τ (``log_only``: none); returns the heads clipped (or that would be). Layers the guard
-        does not know (another model's, or a refused module's) raise, so a mis-wired monitor is not
-        mistaken for a calm one."""
+        does not know (another model's, a refused module's, a compiled call the monitor could not
+        name) raise, naming what is missing, so a mis-wired monitor is not mistaken for a calm one."""
         torch = require("torch", "torch")
+        if not isinstance(step, Step):
+            raise InputTypeError(
+                f"step: expected a Step (what Monitor.step returns, or combine_step), got {type(step).__name__}"
+            )
         by_layer: dict[str, dict[int, float]] = {}
+        for layer, heads in step.by_layer().items():
+            self._check_layer(layer, heads)
         for h in step.heads:
-            if h.layer not in self.targets:
-                raise InputError(
-                    f"step: layer {h.layer!r} is not one the guard can rescale "
-                    f"(it knows {sorted(self.targets)}); give monitor and guard the same model"
-                )
             if math.isfinite(h.max_logit) and h.max_logit > self.tau:
                 by_layer.setdefault(h.layer, {})[h.head] = h.max_logit
             elif h.max_logit == math.inf:
@@ -289,9 +348,39 @@ class LogitGuard:
         done = []
         with torch.no_grad():
             for layer, peaks in by_layer.items():
-                done += self._clip(self.targets[layer], peaks)
+                t = self.targets[layer]
+                assert isinstance(t, _Target)  # sized by _check_layer
+                done += self._clip(t, peaks)
         self.clips += len(done)
         return done
+
+    def _check_layer(self, layer: str, heads: list) -> None:
+        """The step's ``heads`` of ``layer`` fit a module the guard rescales (a pending one is sized
+        by their count here), else an :class:`InputError` naming what is missing."""
+        t = self.targets.get(layer)
+        count = max(h.head for h in heads) + 1
+        if t is None:
+            if layer in self.refused:
+                why = f"the guard refused that module: {self.refused[layer]}"
+            elif layer.startswith("compiled["):
+                why = (
+                    "it is an attention call in a compiled graph that the monitor could not name after its "
+                    "module (its UnnamedCompiledCall warning says why)"
+                )
+            else:
+                why = f"the guard knows {sorted(self.targets)}; give monitor and guard the same model"
+            raise InputError(f"step: layer {layer!r} is not one the guard can rescale: {why}")
+        if isinstance(t, _Pending):
+            sized = t.sized(count)
+            if isinstance(sized, str):
+                raise InputError(
+                    f"step: layer {layer!r} has {count} query heads, which do not fit: {sized} ({t.missing})"
+                )
+            self.targets[layer] = t = sized
+        if count > t.heads_q:
+            raise InputError(
+                f"step: layer {layer!r} has {count} query heads, its projections {t.heads_q} of size {t.head_dim}"
+            )
 
     def _clip(self, t: _Target, peaks: dict[int, float]) -> list[Clip]:
         gamma = [min(1.0, self.tau / peaks[h]) if h in peaks else 1.0 for h in range(t.heads_q)]
