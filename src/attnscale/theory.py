@@ -36,6 +36,8 @@ __all__ = [
     "rem_normalized_entropy",
     "one_high_max_weight",
     "ssmax_one_high_max_weight",
+    "qk_norm_logit_std",
+    "attention_output_std_asymptote",
     "dot_square_terms",
     "symbolic_dot_square",
     "symbolic_dot_mean",
@@ -180,6 +182,52 @@ def one_high_max_weight(n: int, high: float = 3.0, low: float = -2.0, factor: fl
 def ssmax_one_high_max_weight(n: int, s: float = SSMAX_DEFAULT_S, high: float = 3.0, low: float = -2.0) -> float:
     """The same with Scalable-Softmax, which multiplies the logits by s·ln n (Nakanishi 2025, Fig. 1)."""
     return one_high_max_weight(n, high, low, factor=s * math.log(n))
+
+
+def qk_norm_logit_std(scaling: float, g_q=None, g_k=None, d: int | None = None) -> float:
+    """Standard deviation of the logit scaling·q·k when q = g_q ⊙ RMSNorm(x), k = g_k ⊙ RMSNorm(y) with
+    x, y independent and isotropic (e.g. Gaussian): scaling·√(Σᵢ g_q,i² g_k,i²), exactly (no large-d
+    limit). g_q, g_k: (d,) per-channel gains, None = all 1 (then give ``d``: the result is scaling·√d).
+
+    RMSNorm puts u = x/‖x‖·√d on the sphere of radius √d, so E[uᵢuⱼ] = δᵢⱼ and, q and k being
+    independent, Var(q·k) = Σᵢ g_q,i² g_k,i² E[uᵢ²]E[vᵢ²]. RMSNorm's ε and a rotary rotation between
+    channels of unequal gains are left out.
+
+    >>> qk_norm_logit_std(1.0, d=256)
+    16.0
+    """
+    import numpy as np
+
+    gains = [g for g in (g_q, g_k) if g is not None]
+    sizes = {np.asarray(g).shape for g in gains}
+    if d is None and not gains:
+        raise InputError("d: expected the head dimension when no gains are given, got None")
+    if len(sizes) > 1 or any(len(s) != 1 for s in sizes):
+        raise InputError(f"g_q, g_k: expected two (d,) vectors of one length, got shapes {sorted(sizes)}")
+    size = d if d is not None else next(iter(sizes))[0]
+    if not isinstance(size, (int, np.integer)) or size < 1 or (sizes and size != next(iter(sizes))[0]):
+        raise InputError(f"d: expected a positive integer matching the gains' length, got {d!r}")
+    gq = np.ones(size) if g_q is None else np.asarray(g_q, dtype=float)
+    gk = np.ones(size) if g_k is None else np.asarray(g_k, dtype=float)
+    return abs(float(scaling)) * math.sqrt(float(np.sum(gq**2 * gk**2)))
+
+
+def attention_output_std_asymptote(n: int, d_k: int) -> float:
+    """Large-n standard deviation of each component of softmax(QKᵀ/√d_k)·V for Q, K, V with iid N(0, 1)
+    entries (n keys): √(E[e^{‖q‖²/d_k}]/n) = √((1 − 2/d_k)^{−d_k/2}/n), → √(e/n) as d_k grows.
+
+    Given the weights p (independent of V), an output component is N(0, Σⱼ pⱼ²); given q, the logits are
+    iid N(0, ‖q‖²/d_k) and Σⱼ pⱼ² → e^{σ²}/n; ‖q‖² is χ²(d_k), whose generating function gives the mean.
+    An asymptote in n: at n = 256, d_k = 64 the Monte Carlo value is a little lower.
+
+    >>> round(attention_output_std_asymptote(256, 64), 4)
+    0.1039
+    """
+    if n < 1:
+        raise InputError(f"n: expected at least 1 key, got {n!r}")
+    if d_k < 3:
+        raise InputError(f"d_k: expected d_k ≥ 3 (E[e^(χ²/d_k)] is finite only there), got {d_k!r}")
+    return math.sqrt((1.0 - 2.0 / d_k) ** (-d_k / 2.0) / n)
 
 
 # ---- symbolic derivations (sympy) -------------------------------------------------------------

@@ -54,7 +54,7 @@ GROUPS: dict[int, tuple[str, int, str]] = {
     5: ("saturation", 1, GROUP_TITLE["saturation"]),
     6: ("gradients", 1, GROUP_TITLE["gradients"]),
     7: ("faq", 2, GROUP_TITLE["faq"]),
-    8: ("beyond", 2, GROUP_TITLE["beyond"]),
+    8: ("beyond", 3, GROUP_TITLE["beyond"]),
     9: ("give_away", 1, GROUP_TITLE["give_away"]),
     10: ("from_results", 1, GROUP_TITLE["from_results"]),
 }

@@ -16,6 +16,7 @@ from decimal import Decimal
 
 import numpy as np
 
+from attnscale.claims import qk_norm
 from attnscale.claims.context import Context
 from attnscale.claims.register import claim
 from attnscale.claims.result import bracketed, clauses, interval_text, judge_below, judge_falling, judge_printed, per_n
@@ -41,6 +42,7 @@ def run(ctx: Context) -> None:
     _keys_not_dk(ctx)
     _ssmax(ctx)
     ctx.tick(N_("Scalable-Softmax"))
+    qk_norm.run(ctx)
 
 
 def _phase_grid(ctx: Context) -> dict:

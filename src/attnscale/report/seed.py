@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from attnscale.i18n import N_, TextError, _, current_lang
-from attnscale.report import figures, seed_words
+from attnscale.report import figures, figures_qk, seed_words
 from attnscale.report.experiments import provenance_line, quick_title
 from attnscale.report.html import error_box, esc
 from attnscale.report.numbers import number
@@ -44,6 +44,12 @@ BEYOND_PARTS: tuple[tuple[str, str], ...] = (
     ("ssmax", "ssmax"),
     ("give", "give_away"),
 )
+# The subsections on QK-norm and the output's scale (seed_words.BEYOND_QK): (key, figure or None, the
+# data block they need), drawn only when the verification holds it (a result from before them has not).
+BEYOND_QK: tuple[tuple[str, str | None, str], ...] = (
+    ("qk_norm", "qk_norm", "qk_norm"),
+    ("output", None, "output_std"),
+)
 
 
 def figure_html(block: str, data: dict, keys: tuple[str, ...] | None = None, values: dict | None = None) -> str:
@@ -56,7 +62,7 @@ def figure_html(block: str, data: dict, keys: tuple[str, ...] | None = None, val
         block_data = {k: block_data[k] for k in keys if k in block_data} or None
     if block_data is None:
         return f'<p class="note">{esc(_("The verification produced no data for this figure."))} <code>{esc(block)}</code></p>'
-    draw: Callable = getattr(figures, block)
+    draw: Callable = getattr(figures, block, None) or getattr(figures_qk, block)
     try:
         # Drawn for the column and for a phone; a narrow figure is not blown up to the column's
         # width: at most 130 CSS px per inch drawn.
@@ -93,9 +99,11 @@ def chapter_body(chapter: str, claims: list[dict], data: dict, seed: int, values
     for block, keys in CHAPTER_FIGURES.get(chapter, ()):
         body.append(figure_html(block, data, keys, values))
     if chapter == "beyond":
-        for key, block in BEYOND_PARTS:
+        parts = [*BEYOND_PARTS, *((key, block) for key, block, needs in BEYOND_QK if needs in data)]
+        for key, block in parts:
             heading, para = seed_words.subsection(key, values)
-            body.append(f"<h3>{esc(heading)}</h3><p>{esc(para)}</p>{figure_html(block, data, None, values)}")
+            drawn = figure_html(block, data, None, values) if block else ""
+            body.append(f"<h3>{esc(heading)}</h3><p>{esc(para)}</p>{drawn}")
         body.append(f"<h3>{esc(_('verdict').capitalize())}</h3>")
     body.append(claim_list(claims))
     return "".join(body)

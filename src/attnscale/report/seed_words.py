@@ -182,6 +182,28 @@ BEYOND: dict[str, tuple[str, str]] = {
     ),
 }
 
+# The beyond chapter's subsections on QK-norm and the output's scale (seed.BEYOND_QK), drawn only when
+# the verification holds their data.
+BEYOND_QK: dict[str, tuple[str, str]] = {
+    "qk_norm": (
+        N_("QK-norm: a design that sets the logits' spread"),
+        N_(
+            "RMSNorm on q and k (QK-norm: Gemma 3 and 4, Qwen3) puts both on the sphere of radius √d, so the logits' standard deviation is scaling·√d, whatever the inputs (with per-channel gains g: scaling·√(Σ g_q² g_k²)): "
+            "{qk_std} at d = {qk_d} with scaling 1, Gemma 4's choice, where the blog post's ÷√d_k would give 1. "
+            "At T = {qk_t} keys the mean entropy is then {qk_h1} bits against {qk_hs} with 1/√d, and the largest weight {qk_m1} against {qk_ms}. "
+            "A checkpoint's learned gains change the spread: attnscale probe predicts it per layer from the gains and measures it on text."
+        ),
+    ),
+    "output": (
+        N_("÷√d_k fixes the logits, not the output"),
+        N_(
+            "With Q, K, V ~ N(0, 1), an output component of softmax(QKᵀ/√d_k)·V has variance Σⱼ pⱼ², not 1: "
+            "at n = {out_n} keys and d_k = {out_d} its standard deviation is {out_std} (Monte Carlo), near the large-n closed form {out_asymptote}; Graphcore's unit-scaling repository prints {out_published}. "
+            "By the closed form it shrinks like 1/√n as keys are added."
+        ),
+    ),
+}
+
 # Each figure's (alt text, caption), by the data block it draws (its figure function in report.figures).
 CAPTIONS: dict[str, tuple[str, str]] = {
     "variance_vs_dk": (
@@ -254,6 +276,17 @@ CAPTIONS: dict[str, tuple[str, str]] = {
     ),
 }
 
+# The QK-norm subsection's figure (figures_qk), apart from CAPTIONS: drawn only with its data.
+QK_CAPTIONS: dict[str, tuple[str, str]] = {
+    "qk_norm": (
+        N_("Entropy and largest weight of QK-normed attention against d, scaling 1 and 1/√d"),
+        N_(
+            "Softmax rows of T = {qk_t} RMS-normalised Gaussian keys: mean entropy in bits (left; dashed, the uniform row's log₂ T) and mean largest weight (right), with {level} confidence intervals. "
+            "Red: scaling 1 (logit std √d); blue: 1/√d (std 1)."
+        ),
+    ),
+}
+
 # The Jacobian caption's reading of its curve, one clause per number of keys n: whether the unscaled
 # median drops below the scaled one for good on the grid, and whether the verification found its peak.
 JACOBIAN_CLAUSES = {
@@ -289,6 +322,37 @@ def facts(data: dict, config: dict | None = None, outline: list | None = None) -
     out["jac_story"] = jacobian_story(data.get("jacobian") or {})
     if (data.get("ssmax") or {}).get("s") is not None:
         out["ssmax_s"] = f"{data['ssmax']['s']:g}"
+    out.update(qk_facts(data))
+    return out
+
+
+def qk_facts(data: dict) -> dict[str, str]:
+    """The QK-norm and output subsections' values, from the verification's ``qk_norm`` and ``output_std``
+    blocks (absent keys when the result has no such block)."""
+    out = {}
+    qk = data.get("qk_norm") or {}
+    std = qk.get("logit_std")
+    if std:
+        d = str(std["d"])
+        one, sqrt = qk["scaling_1"][d], qk["scaling_sqrt"][d]
+        out.update(
+            qk_std=f"{std['mc'][0]:.2f}",
+            qk_d=d,
+            qk_t=str(qk["T"]),
+            qk_h1=f"{one['entropy_bits'][0]:.2f}",
+            qk_hs=f"{sqrt['entropy_bits'][0]:.2f}",
+            qk_m1=f"{one['max_weight'][0]:.3f}",
+            qk_ms=f"{sqrt['max_weight'][0]:.3f}",
+        )
+    output = data.get("output_std")
+    if output:
+        out.update(
+            out_n=str(output["n"]),
+            out_d=str(output["d_k"]),
+            out_std=f"{output['mc'][0]:.4f}",
+            out_asymptote=f"{output['asymptote']:.4f}",
+            out_published=output["published"],
+        )
     return out
 
 
@@ -318,11 +382,11 @@ def paragraphs(chapter: str, values: dict) -> list[str]:
 
 def subsection(key: str, values: dict) -> tuple[str, str]:
     """(heading, paragraph) of the beyond chapter's subsection ``key``."""
-    heading, para = BEYOND[key]
+    heading, para = BEYOND[key] if key in BEYOND else BEYOND_QK[key]
     return _(heading), _(para, **values)
 
 
 def caption(block: str, values: dict) -> tuple[str, str]:
     """(alt text, caption) of the figure drawn from data block ``block``, filled from ``values``."""
-    alt, cap = CAPTIONS[block]
+    alt, cap = CAPTIONS[block] if block in CAPTIONS else QK_CAPTIONS[block]
     return _(alt, **values), _(cap, **values)

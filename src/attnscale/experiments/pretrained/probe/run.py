@@ -39,6 +39,7 @@ from importlib import metadata
 import numpy as np
 
 from attnscale.errors import InputError, check_count, require
+from attnscale.experiments.pretrained.probe.design import design, norm_gains
 from attnscale.experiments.pretrained.probe.stats import add_sums, call_sums, check_probabilities, head_figures
 from attnscale.experiments.pretrained.model_run import arrays_of, forward, model_inputs, rebuilt_probabilities
 from attnscale.experiments.pretrained.probe.summary import (
@@ -206,6 +207,7 @@ class _Probed:
     sums: list = field(default_factory=list)
     present: set = field(default_factory=set)
     biased: bool = False
+    gains: list = field(default_factory=list)  # per layer: its q/k-norm gains (design.norm_gains) or None
 
 
 def _token_lengths(tokenizer, model, texts: list[str]) -> list[int]:
@@ -232,6 +234,7 @@ def _first_batch_layers(probed: _Probed, calls: list, model_type: str, model) ->
             f"{type(model).__name__} went through transformers' attention interface"
         )
     probed.layers = [_layer_of(c) for c in calls]
+    probed.gains = [norm_gains(model, c) for c in calls]
     if len({(layer["n_heads_q"], layer["n_heads_kv"]) for layer in probed.layers}) > 1:
         raise UnsupportedAttention(
             f"model: {model_type} is not supported: its layers have different "
@@ -281,7 +284,9 @@ def run_probe(
     (where the CLI writes it, :func:`result_kind`), ``config``, ``model`` (with each layer's
     :func:`scale_rule`), ``check`` and, when the check passed, ``heads`` (one dict per layer × head,
     see FIGURES; a figure no row had is None, its reason in ``nulls``), ``per_layer``, ``float16``
-    and ``striking_heads``. When the check failed ``heads`` is empty. Raises
+    and ``striking_heads``; for a model with per-head QK-norm, ``qk_design``: per such layer the logit std
+    predicted from its q/k-norm gains beside the text's, and a verdict
+    (:func:`attnscale.experiments.pretrained.probe.design.design`; None without). When the check failed ``heads`` is empty. Raises
     :class:`~attnscale.experiments.pretrained.hf_attention.UnsupportedAttention` for a model whose attention
     cannot be captured and rebuilt.
     """
@@ -379,4 +384,5 @@ def _probe_data(
     }
     if probed.check["passed"]:
         data.update(summarise([head_figures(s) for s in probed.sums], probed.layers, probed.present))
+        data["qk_design"] = design(probed.layers, probed.gains, probed.sums, data["per_layer"])
     return data
