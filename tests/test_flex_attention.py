@@ -313,3 +313,71 @@ def test_the_monitor_takes_its_figures_from_the_flex_backend():
         # flex's entropy is a difference of figures of size |lse| ≤ max logit + ln S: its stated bound
         bound = flex.ENTROPY_ERROR_BOUND["float32"] * (1 + abs(b.max_logit) + math.log(x.shape[-2]))
         np.testing.assert_allclose([a.entropy_mean, a.entropy_min], [b.entropy_mean, b.entropy_min], rtol=0, atol=bound)
+
+
+# Issue 51 (each failed before its fix: checked).
+
+
+def _overflow_problems():
+    """FlashAttention's test_flash_attn_bwd_overflow inputs: batch 2, 5 heads, q ~ N(0, 5²), k and v
+    ~ N(0, 3²), seqlen in {1, 2, 5, 17, 128}, d in {16, 32, 64}, causal or not (its grid, 30 a dtype)."""
+    for seqlen in (1, 2, 5, 17, 128):
+        for d in (16, 32, 64):
+            for causal in (False, "top_left"):
+                g = torch.Generator().manual_seed(1000 * seqlen + d)
+                q = torch.randn(2, 5, seqlen, d, generator=g) * 5
+                k, v = (torch.randn(2, 5, seqlen, d, generator=g) * 3 for _ in range(2))
+                yield q, k, v, causal
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_precision_entropy_holds_its_bound_on_flash_attentions_overflow_inputs(dtype):
+    """Measured as flex_precision measures it (against float64 chunked of the same rounded inputs):
+    |Δentropy| ≤ ENTROPY_ERROR_BOUND·(1 + |lse|). P·K rounded to bfloat16 read up to 0.028·(1 + |lse|)."""
+    worst = 0.0
+    for q, k, v, causal in _overflow_problems():
+        q, k, v = (x.to(getattr(torch, dtype)) for x in (q, k, v))
+        with torch.no_grad():
+            _, ours = attention(q, k, v, causal=causal, backend="flex", return_stats=True)
+            _, exact = attention(
+                q.double(), k.double(), v.double(), causal=causal, backend="chunked", return_stats=True
+            )
+        worst = max(worst, ((ours.entropy.double() - exact.entropy).abs() / (1 + exact.lse.abs())).max().item())
+    print(f"{dtype}: worst |Δentropy|/(1+|lse|) {worst:.2e}")
+    assert worst <= flex.ENTROPY_ERROR_BOUND[dtype]
+
+
+def test_a_float32_bias_is_not_rounded_to_bfloat16():
+    """Causal ALiBi (slope 0.3, 512 keys), bfloat16 q, k, v, float32 bias: the output within 2×
+    SDPA's own error against float64 (FlashAttention's rule), the lse within the docstring's
+    5e-7·(1 + |lse|). Rounded to bfloat16, the bias moved the output by ~1 and the lse by 0.1·(1 + |lse|)."""
+    L = 512
+    g = torch.Generator().manual_seed(51)
+    q, k, v = (torch.randn(1, 2, L, 32, generator=g).to(torch.bfloat16) for _ in range(3))
+    i = torch.arange(L)
+    # FlashAttention's causal ALiBi: slope·(j − S + 1), a function of the key alone.
+    bias = (torch.arange(-L + 1, 1).float() * 0.3).expand(L, L).masked_fill(i[None, :] > i[:, None], -math.inf)
+    F = torch.nn.functional
+    exact = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=bias.double())
+    sdpa_error = (F.scaled_dot_product_attention(q, k, v, attn_mask=bias).double() - exact).abs().max()
+    with torch.no_grad():
+        out, stats = attention(q, k, v, bias=bias, backend="flex", return_stats=True)
+        _, ref = attention(q.double(), k.double(), v.double(), bias=bias.double(), backend="chunked", return_stats=True)
+    assert (out.double() - exact).abs().max() <= 2 * sdpa_error
+    assert ((stats.lse.double() - ref.lse).abs() <= 5e-7 * (1 + ref.lse.abs())).all()
+
+
+def test_zero_sizes_and_nan_padding_keys_under_no_grad():
+    """Batch 0 and S = 0 as SDPA answers them; NaN in padding keys leaves the output as without them."""
+    with torch.no_grad():
+        out = attention(torch.randn(0, 2, 5, 8), torch.randn(0, 2, 4, 8), torch.randn(0, 2, 4, 8), backend="flex")
+        assert out.shape == (0, 2, 5, 8)
+        out, stats = attention(
+            torch.randn(1, 2, 5, 8), torch.randn(1, 2, 0, 8), torch.randn(1, 2, 0, 3), backend="flex", return_stats=True
+        )
+        assert torch.equal(out, torch.zeros(1, 2, 5, 3)) and (stats.lse == -math.inf).all()
+        q, k, v = torch.randn(1, 2, 5, 8), torch.randn(1, 2, 6, 8), torch.randn(1, 2, 6, 4)
+        keep = torch.tensor([True] * 4 + [False] * 2)
+        clean = attention(q, k, v, mask=keep, backend="flex")
+        k[..., 4:, :], v[..., 4:, :] = math.nan, math.nan
+        torch.testing.assert_close(attention(q, k, v, mask=keep, backend="flex"), clean)

@@ -383,8 +383,6 @@ BAD = [
     (dict(q=torch.ones(3, dtype=torch.int64)), InputTypeError, "q: expected a floating-point tensor"),
     (dict(q=torch.ones(4)), InputError, r"q: expected at least 2 dimensions .* got shape \(4,\)"),
     (dict(k=torch.ones(2, 5, 3)), InputError, "k: expected last dimension d_k = 4"),
-    (dict(q=torch.ones(2, 7, 0), k=torch.ones(2, 5, 0)), InputError, "q, k: expected d_k >= 1 and S >= 1 keys"),
-    (dict(k=torch.ones(2, 0, 4), v=torch.ones(2, 0, 3)), InputError, "q, k: expected d_k >= 1 and S >= 1 keys"),
     (dict(v=torch.ones(2, 6, 3)), InputError, "v: expected S = 5 keys"),
     (dict(q=torch.ones(3, 7, 4)), InputError, "k: number of heads H_kv = 2 must divide"),
     (dict(v=torch.ones(2, 5, 3, dtype=torch.float64)), InputTypeError, "q, k, v: expected one dtype"),
@@ -730,3 +728,257 @@ def test_a_traced_call_warns_nothing_of_the_shape_cache(monkeypatch):
         got = f(q, k, v)
     assert not [w for w in seen if "lru_cache" in str(w.message)], [str(w.message) for w in seen]
     assert torch.allclose(got, attention(q, k, v, return_stats=True, backend="chunked")[1].entropy)
+
+
+# Issue 51: the peers' suites' failures (batch 0, a float32 bias, a NaN query row), zero sizes,
+# NaN in masked keys and dropout. Each fix's test failed on the code before it (checked).
+
+ALL_BACKENDS = ("kernel", "composed", "chunked", "auto")
+
+
+def _figures(backend):
+    """attention's keyword arguments for ``backend``: "auto" with and without figures are two paths."""
+    return {"backend": backend, "return_stats": backend != "auto"}
+
+
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
+@pytest.mark.parametrize("stats", [False, True])
+def test_a_batch_of_zero_runs_forward_and_backward(backend, stats):
+    """q (0, 4, 10, 64): SDPA returns an empty output and zero-size gradients; the kernel's backward
+    refused the expanded gradient of .sum() ("out, dout: last dimension must be contiguous")."""
+    q, k, v = (torch.randn(0, 4, n, 64, requires_grad=True) for n in (10, 7, 7))
+    got = attention(q, k, v, backend=backend, return_stats=stats)
+    out = got[0] if stats else got
+    out.sum().backward()
+    assert out.shape == (0, 4, 10, 64)
+    assert q.grad.shape == q.shape and k.grad.shape == k.shape and v.grad.shape == v.shape
+    if stats:
+        assert got[1].entropy.shape == (0, 4, 10)
+
+
+def _alibi_problem(L=1024, d=64, slope=0.3):
+    g = torch.Generator().manual_seed(51)
+    q, k, v = (torch.randn(1, 2, L, d, generator=g).to(torch.bfloat16) for _ in range(3))
+    i = torch.arange(L)
+    # FlashAttention's causal ALiBi: slope·(j − S + 1), a function of the key alone (softmax is
+    # shift-invariant per row); early rows see only biases near −slope·S, where bfloat16's spacing is 1 or 2.
+    bias = (torch.arange(-L + 1, 1).float() * slope).expand(L, L).masked_fill(i[None, :] > i[:, None], -math.inf)
+    return q, k, v, bias
+
+
+@pytest.mark.parametrize("backend,stats", [("auto", False), ("auto", True), ("chunked", True), ("kernel", True)])
+def test_a_float32_bias_keeps_its_precision_beside_bfloat16_inputs(backend, stats):
+    """Causal ALiBi (FlashAttention's, slope 0.3, 1,024 keys) with bfloat16 q, k, v: SDPA given the float32 bias errs
+    by ~0.008 against float64; rounding the bias to bfloat16 moved the output by up to 1.0.
+    FlashAttention's rule: within 2× SDPA's own error."""
+    q, k, v, bias = _alibi_problem()
+    F = torch.nn.functional
+    exact = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=bias.double())
+    sdpa_error = (F.scaled_dot_product_attention(q, k, v, attn_mask=bias).double() - exact).abs().max()
+    got = attention(q, k, v, bias=bias, backend=backend, return_stats=stats)
+    out = got[0] if stats else got
+    assert out.dtype == torch.bfloat16
+    assert (out.double() - exact).abs().max() <= 2 * sdpa_error
+
+
+@pytest.mark.parametrize("S", [1, 2, 3, 5, 8, 16, 40])
+@pytest.mark.parametrize("backend", ("kernel", "composed", "chunked"))
+def test_a_nan_query_row_is_nan_on_every_backend(S, backend):
+    """The docstring's rule: a row with a NaN logit has NaN output and entropy, lse NaN. PyTorch's
+    CPU flash kernel turns such a row of 8 keys or fewer into a finite one (lse 0): composed did too."""
+    g = torch.Generator().manual_seed(S)
+    q, k, v = torch.randn(1, 2, 3, 16, generator=g), torch.randn(1, 2, S, 16, generator=g), torch.randn(1, 2, S, 8)
+    q[0, 1, 1, 3] = math.nan
+    out, stats = attention(q, k, v, backend=backend, return_stats=True)
+    assert torch.isnan(out[0, 1, 1]).all() and torch.isnan(stats.entropy[0, 1, 1]) and torch.isnan(stats.lse[0, 1, 1])
+    rest = torch.ones(2, 3, dtype=torch.bool)
+    rest[1, 1] = False
+    assert torch.isfinite(out[0][rest]).all() and torch.isfinite(stats.lse[0][rest]).all()
+
+
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
+def test_zero_keys_give_what_sdpa_gives(backend):
+    """S = 0: SDPA returns zeros (and zero-size dk, dv); every row attends nothing: lse −inf, NaN figures."""
+    q = torch.randn(2, 3, 5, 8, requires_grad=True)
+    k, v = torch.randn(2, 3, 0, 8, requires_grad=True), torch.randn(2, 3, 0, 4, requires_grad=True)
+    got = attention(q, k, v, **_figures(backend))
+    out = got[0] if isinstance(got, tuple) else got
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    assert torch.equal(out, expected) and out.shape == (2, 3, 5, 4)
+    out.sum().backward()
+    assert torch.equal(q.grad, torch.zeros_like(q)) and k.grad.shape == k.shape and v.grad.shape == v.shape
+    if isinstance(got, tuple):
+        assert (got[1].lse == -math.inf).all() and torch.isnan(got[1].entropy).all()
+
+
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
+def test_zero_head_size_and_zero_heads_follow_sdpa(backend):
+    """d_k = 0: every logit is 0, so the weights are uniform and the output the mean of v (SDPA's
+    answer, default scale included); H = 0: empty results."""
+    F = torch.nn.functional
+    q, k, v = torch.randn(2, 3, 5, 0), torch.randn(2, 3, 6, 0), torch.randn(2, 3, 6, 4)
+    mask = torch.rand(2, 1, 5, 6) > 0.3
+    for m in (None, mask):
+        got = attention(q, k, v, mask=m, **_figures(backend))
+        out = got[0] if isinstance(got, tuple) else got
+        torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=m), rtol=1e-6, atol=1e-6)
+        if isinstance(got, tuple):
+            n = torch.full((2, 3, 5), 6.0) if m is None else m.expand(2, 3, 5, 6).sum(-1).float()
+            attended = n > 0
+            torch.testing.assert_close(got[1].entropy[attended], n.log()[attended])
+    q, k, v = torch.randn(2, 0, 5, 8), torch.randn(2, 0, 6, 8), torch.randn(2, 0, 6, 4)
+    got = attention(q, k, v, **_figures(backend))
+    assert (got[0] if isinstance(got, tuple) else got).shape == (2, 0, 5, 4)
+
+
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
+def test_nan_in_masked_keys_reaches_neither_the_output_nor_a_gradient(backend):
+    """Padding keys (a key-padding mask, and keys past a top-left causal reach) full of NaN: the
+    output and every gradient are those without them (SDPA's math path gives NaN rows, and 0 × NaN
+    put NaN in dq on kernel, chunked and flex)."""
+    g = torch.Generator().manual_seed(3)
+    q, k, v = torch.randn(2, 4, 6, 8, generator=g), torch.randn(2, 2, 9, 8, generator=g), torch.randn(2, 2, 9, 5)
+    keep = torch.ones(2, 1, 1, 9, dtype=torch.bool)
+    keep[0, ..., 6:] = False
+    keep[1, ..., 7:] = False
+    k_bad, v_bad = k.clone(), v.clone()
+    k_bad[0, :, 6:], v_bad[0, :, 6:], k_bad[1, :, 7:], v_bad[1, :, 7:] = math.nan, math.nan, math.inf, math.nan
+    for causal in (False, "top_left"):
+        grads = []
+        for kk, vv in ((k, v), (k_bad, v_bad)):
+            leaves = [x.clone().requires_grad_() for x in (q, kk, vv)]
+            got = attention(*leaves, mask=keep, causal=causal, **_figures(backend))
+            out = got[0] if isinstance(got, tuple) else got
+            (out * torch.linspace(-1, 1, out.numel()).reshape(out.shape)).sum().backward()
+            grads.append([out.detach()] + [x.grad for x in leaves])
+        for clean, dirty in zip(*grads):
+            assert torch.isfinite(dirty).all()
+            torch.testing.assert_close(dirty, clean, rtol=1e-5, atol=1e-6)
+
+
+def _keep_pattern(backend, p, generator=None, seed=None):
+    """Dropout's keep pattern read off the output: q = 0 gives uniform weights 1/S over S keys and
+    v the identity, so out_ij·S·(1 − p) is 1 where weight j was kept, 0 where dropped."""
+    S = 32
+    q, k = torch.zeros(2, 3, 64, 8), torch.randn(2, 3, S, 8)
+    v = torch.eye(S).expand(2, 3, S, S)
+    if seed is not None:
+        torch.manual_seed(seed)
+    got = attention(q, k, v, dropout_p=p, generator=generator, **_figures(backend))
+    out = got[0] if isinstance(got, tuple) else got
+    kept = out * S * (1 - p)
+    assert torch.all((kept - kept.round()).abs() < 1e-4) and set(kept.round().unique().tolist()) <= {0.0, 1.0}
+    return kept.round().bool(), got
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.83])
+@pytest.mark.parametrize("who", ["chunked", "auto-figures", "auto-sdpa", "sdpa"])
+def test_dropout_keeps_each_weight_with_probability_one_minus_p(p, who):
+    """The keep rate over 12,288 weights within 4.5 standard deviations of its binomial (1 − p),
+    scaled by 1/(1 − p) (the pattern reads 0 or 1 exactly); SDPA's own passes the same test."""
+    if who == "sdpa":
+        torch.manual_seed(7)
+        q, k, v = torch.zeros(2, 3, 64, 8), torch.randn(2, 3, 32, 8), torch.eye(32).expand(2, 3, 32, 32)
+        kept = torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=p) * 32 * (1 - p)
+        kept = kept.round().bool()
+    else:
+        backend = "chunked" if who == "chunked" else "auto"
+        generator = torch.Generator().manual_seed(7) if who != "auto-sdpa" else None
+        if who == "auto-figures":
+            torch.manual_seed(0)
+            out, stats = attention(
+                torch.zeros(2, 3, 64, 8),
+                torch.randn(2, 3, 32, 8),
+                torch.eye(32).expand(2, 3, 32, 32),
+                dropout_p=p,
+                generator=generator,
+                return_stats=True,
+            )
+            assert stats.backend == "chunked"
+            torch.testing.assert_close(stats.entropy, torch.full_like(stats.entropy, math.log(32)))  # before dropout
+            kept = (out * 32 * (1 - p)).round().bool()
+        else:
+            kept, _ = _keep_pattern(backend, p, generator=generator, seed=7)
+    n = kept.numel()
+    rate = kept.float().mean().item()
+    assert abs(rate - (1 - p)) <= 4.5 * math.sqrt(p * (1 - p) / n), (rate, 1 - p)
+
+
+@pytest.mark.parametrize("who", ["chunked", "sdpa-through-auto", "sdpa"])
+def test_dropout_leaves_the_mean_output_unbiased(who):
+    """Over 400 seeds the mean output of every element lies within 5 standard errors of the
+    no-dropout output (the per-element spread measured from the same draws); SDPA's distribution
+    passes the same test, not its bits."""
+    g = torch.Generator().manual_seed(11)
+    q, k, v = torch.randn(1, 2, 6, 8, generator=g), torch.randn(1, 2, 10, 8, generator=g), torch.randn(1, 2, 10, 4)
+    p, draws = 0.3, 400
+    plain = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    gen = torch.Generator().manual_seed(5)
+    samples = []
+    for seed in range(draws):
+        torch.manual_seed(seed)
+        if who == "chunked":
+            samples.append(attention(q, k, v, dropout_p=p, generator=gen, backend="chunked"))
+        elif who == "sdpa-through-auto":
+            samples.append(attention(q, k, v, dropout_p=p))
+        else:
+            samples.append(torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=p))
+    x = torch.stack(samples).double()
+    z = (x.mean(0) - plain.double()) / (x.std(0) / math.sqrt(draws))
+    assert z.abs().max() < 5.0, z.abs().max()
+    assert x.std(0).min() > 0  # the dropout did drop
+
+
+def test_dropout_is_sdpas_formula_on_the_drawn_pattern_gradients_included():
+    """The chunked backend's output and gradients equal softmax·keep/(1 − p) @ v written out in
+    float64 with the same generator's draw (keep: the uniform draw ≥ p)."""
+    g = torch.Generator().manual_seed(2)
+    q = torch.randn(1, 2, 5, 4, generator=g, dtype=torch.float64)
+    k, v = torch.randn(1, 2, 7, 4, generator=g, dtype=torch.float64), torch.randn(1, 2, 7, 3, dtype=torch.float64)
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    seeded = torch.Generator().manual_seed(9)
+    out = attention(*leaves, dropout_p=0.4, generator=seeded, backend="chunked", causal="top_left")
+    ref_leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    rq, rk, rv = ref_leaves
+    draw = torch.rand(1, 2, 5, 7, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    s = (rq @ rk.transpose(-1, -2) / 2.0).masked_fill(torch.ones(5, 7, dtype=torch.bool).triu(1), -math.inf)
+    ref = (s.softmax(-1) * (draw >= 0.4) / 0.6) @ rv
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    w = torch.randn(out.shape, dtype=torch.float64)
+    (out * w).sum().backward()
+    (ref * w).sum().backward()
+    for a, b in zip(leaves, ref_leaves):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-10, atol=1e-12)
+
+
+def test_dropout_with_a_seeded_generator_repeats_and_its_refusals():
+    q, k, v, _ = problem(seed=4, dtype=torch.float32)
+    a = attention(q, k, v, dropout_p=0.2, generator=torch.Generator().manual_seed(1))
+    b = attention(q, k, v, dropout_p=0.2, generator=torch.Generator().manual_seed(1))
+    c = attention(q, k, v, dropout_p=0.2, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    assert torch.equal(attention(q, k, v, dropout_p=1.0), torch.zeros_like(a))
+    for backend in ("kernel", "composed", "flex"):
+        with pytest.raises(InputError, match=f"dropout_p: the '{backend}' backend has no dropout"):
+            attention(q, k, v, dropout_p=0.1, backend=backend)
+    for bad in (-0.1, 1.5, True, "0.1", math.nan):
+        with pytest.raises(InputError, match="dropout_p: expected a probability"):
+            attention(q, k, v, dropout_p=bad)
+    with pytest.raises(InputTypeError, match="generator: expected a torch.Generator"):
+        attention(q, k, v, dropout_p=0.1, generator=3)
+
+
+@pytest.mark.skipif(not kernel_status()["available"], reason="the C++ kernel is not built here")
+def test_a_kept_call_isolates_nan_padding_keys_as_attention_does():
+    """The monitor's replace mode (functional.KeptAttention) zeroes the keys no row attends, as
+    attention() does: NaN padding leaves the same finite output and figures."""
+    from attnscale.torch.functional import kept_attention
+
+    q, k, v, _ = problem(seed=12, dtype=torch.float32)
+    mask = torch.ones(2, 1, 1, 53, dtype=torch.bool)
+    mask[..., 40:] = False
+    k[:, :, 40:], v[:, :, 40:] = math.nan, math.nan
+    kept = kept_attention(q, k, v, scale=None, causal=False, mask=mask)
+    out, stats = kept(q, k, v, mask, None)
+    ref, ref_stats = attention(q, k, v, mask=mask, **KEPT)
+    assert torch.isfinite(out).all() and torch.equal(out, ref) and torch.equal(stats.entropy, ref_stats.entropy)

@@ -31,9 +31,13 @@ class QKVShapes:
 # Kept per set of shapes: a model's attention calls repeat a few shapes, and the monitor checks them
 # on every call (a torch.Size is a tuple, so they hash; a failed check is not kept).
 @functools.lru_cache(maxsize=256)
-def check_qkv_shapes(q4: tuple, k4: tuple, v4: tuple, q: tuple, k: tuple, v: tuple) -> QKVShapes:
+def check_qkv_shapes(
+    q4: tuple, k4: tuple, v4: tuple, q: tuple, k: tuple, v: tuple, allow_empty: bool = False
+) -> QKVShapes:
     """Check the heads views ``q4, k4, v4`` (each at least 3-D: (..., H, N, d)); ``q, k, v`` are the
-    shapes the caller passed, named in the messages. Raises :class:`InputError` naming the argument."""
+    shapes the caller passed, named in the messages. Raises :class:`InputError` naming the argument.
+    ``allow_empty``: S = 0 keys, d_k = 0 and H_q = H_kv = 0 heads pass (as PyTorch's SDPA takes them:
+    :func:`attnscale.torch.attention`); else refused (the NumPy core's rule)."""
     q4, k4, v4, q, k, v = (tuple(int(n) for n in s) for s in (q4, k4, v4, q, k, v))
     H_q, L, d_k = q4[-3:]
     H_kv, S, _ = k4[-3:]
@@ -43,9 +47,9 @@ def check_qkv_shapes(q4: tuple, k4: tuple, v4: tuple, q: tuple, k: tuple, v: tup
         raise InputError(f"v: expected S = {S} keys to match k {k}, got v shape {v}")
     if v4[-3] != H_kv:
         raise InputError(f"v: expected H_kv = {H_kv} heads to match k {k}, got v shape {v}")
-    if d_k == 0 or S == 0:  # no default scale for d_k = 0, no distribution over 0 keys
+    if (d_k == 0 or S == 0) and not allow_empty:  # no default scale for d_k = 0, no distribution over 0 keys
         raise InputError(f"q, k: expected d_k >= 1 and S >= 1 keys, got q shape {q}, k shape {k}")
-    if H_kv == 0 or H_q % H_kv:
+    if (H_kv == 0 and not (allow_empty and H_q == 0)) or (H_kv and H_q % H_kv):
         raise InputError(
             f"k: number of heads H_kv = {H_kv} must divide the number of query heads H_q = {H_q} (q {q}, k {k})"
         )

@@ -18,7 +18,29 @@ Per query row i, with logits s_ij = cap(scale·q̂_i·k̂_j) (+ bias) over the a
 A row with nothing attended gets output 0, lse −inf, and NaN figures (as :func:`attnscale.row_health`).
 A row with a NaN logit, or a +inf one (q·k overflowed: huge finite inputs, or an inf one, which
 is let through unless ``check_finite=True``) is not disguised as one with nothing attended: its
-output and entropy are NaN, its lse +inf (overflow) or NaN (kernel and chunked backends).
+output and entropy are NaN, its lse +inf (overflow) or NaN (kernel, composed and chunked backends).
+(PyTorch's CPU flash kernel turns such a row of at most 8 keys into a finite one, lse 0: the
+composed backend sets it back to NaN.) docs/attention.md says when to choose which backend and
+states the numerical limits this module shares with SDPA's CPU flash kernel.
+
+Masked keys: a key that no query row of its KV head attends (a padding mask's, or past a top-left
+causal reach) is zeroed in k and v before any backend sees it, so NaN or ±inf there reaches neither
+the output nor a gradient (SDPA's math path gives such rows NaN; 0 × NaN in a backward's products
+would put NaN in dq), and its dk, dv are 0, as SDPA's. A key attended by some rows and masked for
+others is not zeroed: NaN in it makes the attending rows NaN, and the gradient of the rows that mask
+it too. A bias isolates nothing: a NaN logit plus −inf stays NaN, as in SDPA.
+
+Zero sizes, as SDPA answers them: a batch, heads (H_q = H_kv = 0) or rows of size 0 give empty
+results and gradients; S = 0 keys leave each row nothing to attend (output 0, as SDPA's zeros; lse
+−inf, NaN figures); d_k = 0 makes every logit 0, so the weights are uniform over the attended keys
+and the output their mean of v (SDPA's answer with its default scale too). The NumPy core refuses
+S = 0 and d_k = 0.
+
+Dropout (``dropout_p``, SDPA's): each attention weight kept with probability 1 − p and scaled by
+1/(1 − p), all dropped at p = 1, whenever p > 0 (training or not, as SDPA's argument); the figures
+describe the softmax before it. "auto" without figures hands it to SDPA (PyTorch's default
+generator); with figures or a ``generator``, the chunked backend computes it, the one of ours that
+can ("kernel", "composed" and "flex" refuse it: their fused passes have no dropout).
 
 Gradients: ``out`` is differentiable on every backend (with respect to q, k, v and a float bias);
 the kernel has its own flash-style backward (probabilities recomputed block by block from the saved
@@ -44,11 +66,12 @@ rounding (the entropy a sum of non-negative terms), the composed and flex ones s
   fused CPU kernel wants one head size for q, k and v, so q and k are zero-padded to d_v + d_k; a
   mask is handed to it as an additive float (B, H_q, L, S) tensor, the only form it takes; the
   logit range needs its own pass (the chunked logits below).
-- ``"chunked"`` (anywhere, bias included): logits for a block of query rows at a time,
-  O(rows·S) memory with rows chosen to keep a block near 16 MiB.
+- ``"chunked"`` (anywhere, bias included, dropout): logits for a block of query rows at a time,
+  O(rows·S) memory with rows chosen to keep a block near 16 MiB; its backward is autograd's through
+  the blocks (O(L·S) kept for it), exact where the flash-style backward is not (docs/attention.md).
 - ``"flex"`` (CUDA compiled, CPU eager; every rule, bias included): PyTorch's FlexAttention, the
   same [V, K] construction in one call with block masks, computing in the inputs' own dtype
-  (bfloat16 and float16 too, unlike the others), its fused backward on CUDA, none on CPU; soft-cap
+  (bfloat16 and float16 too, unlike the others; their figures from a float32 pass), its fused backward on CUDA, none on CPU; soft-cap
   and bias through a score_mod plus a chunked pass for the figures (:mod:`attnscale.torch.backends.flex`,
   which states its costs and its measured precision).
 
@@ -145,7 +168,8 @@ def _signature(q_shape, k_shape, v_shape, dtypes, devices, scale, causal, has_bi
         raise InputTypeError(f"q, k, v: expected one dtype, got q {dtypes[0]}, k {dtypes[1]}, v {dtypes[2]}")
     if not (devices[0] == devices[1] == devices[2]):
         raise InputError(f"q, k, v: expected one device, got q {devices[0]}, k {devices[1]}, v {devices[2]}")
-    sh = check_qkv_shapes.__wrapped__(*shapes, q_shape, k_shape, v_shape)  # kept here, with the rest
+    # Zero sizes (B, H, L, S, d_k or d_v = 0) are allowed here, as SDPA allows them (attention()'s docstring).
+    sh = check_qkv_shapes.__wrapped__(*shapes, q_shape, k_shape, v_shape, allow_empty=True)  # kept here
     torch = require("torch", "torch")
     rule = resolve_scale(scale)
     alignment = causal_alignment(causal, sh.L, sh.S)
@@ -168,7 +192,7 @@ def _signature(q_shape, k_shape, v_shape, dtypes, devices, scale, causal, has_bi
         squeeze=len(q_shape) == len(k_shape) == len(v_shape) == 2,
         chosen=chosen,
         compute=compute,
-        factor=float(rule.factor(sh.d_k)) if constant else None,
+        factor=(float(rule.factor(sh.d_k)) if sh.d_k else 1.0) if constant else None,  # d_k 0: logits all 0
     )
 
 
@@ -214,6 +238,10 @@ def _apply_rule(torch, p: Problem, rule) -> Problem:
             )
         softcap = float(rule.cap_value)
     q, k = p.q, p.k
+    if q.shape[-1] == 0:  # no dimensions: every logit is 0 (capped 0), whatever the rule
+        return replace(p, scale=1.0, softcap=softcap)
+    if q.element_size() < 4:  # half precision (flex, SDPA): q̂, k̂ made in float32, rounded once for the call
+        q, k = q.float(), k.float()
     if rule.normalizes:
         q, k = _normalized(torch, rule, q), _normalized(torch, rule, k)
     d_k = q.shape[-1]
@@ -281,7 +309,9 @@ def _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite, backend, s
             raise InputTypeError(f"bias: expected a floating-point torch.Tensor, got {got}")
         if check_finite and bias.numel() and not bool(bias.max() < math.inf):  # max is NaN if any is
             raise InputError("bias: contains NaN or +Inf; expected finite values or -inf (masked)")
-        bias4 = _broadcast_rows(torch, "bias", bias.to(device=q.device, dtype=compute), target, batch)
+        bias4 = _broadcast_rows(
+            torch, "bias", bias.to(device=q.device, dtype=_bias_dtype(torch, compute, bias)), target, batch
+        )
     p = Problem(
         q=flat(q),
         k=flat(k),
@@ -295,7 +325,47 @@ def _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite, backend, s
         squeeze_heads=sig.squeeze,
         out_dtype=q.dtype,
     )
+    p = _isolate_unattended_keys(torch, p)
     return (p if sig.factor is not None else _apply_rule(torch, p, sig.rule)), sig.chosen
+
+
+def _bias_dtype(torch, compute, bias):
+    """The dtype a bias is computed in: the problem's, except that a float32 (or float64) bias beside
+    half-precision inputs stays float32, as PyTorch's SDPA keeps it (a causal ALiBi bias of slope 0.3
+    over 1,024 keys rounded to bfloat16 moves logits by up to 1: issue 51)."""
+    return compute if compute.itemsize >= 4 or bias.dtype.itemsize < 4 else torch.float32
+
+
+def _isolate_unattended_keys(torch, p: Problem) -> Problem:
+    """``p`` with the non-finite values (NaN, ±inf) of the keys that no query row of their KV head
+    attends (a padding mask's, or those past the causal reach) zeroed in k and v: they then reach
+    neither the output nor a gradient (0 × NaN in a backward's products would). Finite values are
+    kept as they are, so that a head table's Σ ‖k‖ still reads the keys given: 0 × a finite value is
+    0, and such keys get zero gradients either way, as SDPA gives masked keys. Finite k and v (the
+    usual case) cost one finiteness scan and no copy; a copy only when there are such values."""
+    L, S = p.q.shape[-2], p.k.shape[-2]
+    if S == 0 or L == 0 or (p.mask is None and not (p.alignment == "top_left" and S > L)):
+        return p
+    if bool(torch.isfinite(p.k).all()) and bool(torch.isfinite(p.v).all()):
+        return p
+    if p.mask is None:  # top_left with S > L: keys j > L - 1 lie past every row's reach
+        unused = (torch.arange(S, device=p.q.device) > L - 1)[None, None, :]
+    else:
+        B, H_q = p.q.shape[:2]
+        H_kv = p.k.shape[1]
+        if p.alignment is None and p.mask.stride(2) == 0:  # one row for all (a padding mask): read it once
+            used = p.mask[:, :, 0]
+        else:  # a block of rows at a time: no (B, H_q, L, S) temporary
+            parts = (allowed_keys(torch, p, i0, i1).any(-2) for i0, i1 in row_chunks(p))
+            used = functools.reduce(torch.logical_or, parts)
+        used = used.reshape(B, H_kv, H_q // H_kv, S).any(-2)
+        unused = ~used
+        if not bool(unused.any()):
+            return p
+    fill = unused[..., None]
+    return replace(
+        p, k=p.k.masked_fill(fill & ~torch.isfinite(p.k), 0.0), v=p.v.masked_fill(fill & ~torch.isfinite(p.v), 0.0)
+    )
 
 
 def _check_finite(torch, given: dict, kernel: bool) -> None:
@@ -335,6 +405,8 @@ def attention(
     mask=None,
     bias=None,
     causal=False,
+    dropout_p: float = 0.0,
+    generator=None,
     return_stats: bool = False,
     logit_range: bool = False,
     first_key: bool = False,
@@ -352,29 +424,28 @@ def attention(
         scale: multiplies q·k. None = 1/√d_k; a number (0.0 is legal); a rule or its name
             (:mod:`attnscale.scales`: inverse_sqrt_dk, inverse_dk, unscaled, logn, qknorm, softcap;
             the composed backend cannot soft-cap and says so).
-        mask: bool tensor, True = attend, broadcastable to (..., H_q, L, S).
-        bias: additive float tensor, broadcastable to (..., H_q, L, S); -inf entries are not attended.
+        mask: bool tensor, True = attend, broadcastable to (..., H_q, L, S) (masked keys: module docstring).
+        bias: additive float tensor, broadcastable to (..., H_q, L, S); -inf entries are not attended;
+            float32 beside half-precision inputs stays float32, as in SDPA.
         causal: False, "top_left" (PyTorch is_causal), "bottom_right" (KV-cache decoding), or True (L == S).
-        return_stats: also return each row's figures, as ``(out, stats)`` (as FlashAttention's
-            ``return_attn_probs``). Without it, backend "auto" hands the call to PyTorch's own
-            ``torch.nn.functional.scaled_dot_product_attention`` (a soft-cap excepted, which it cannot do).
-        logit_range: the figures include each row's largest and smallest attended logit (see the
-            module docstring for what it costs on each backend); needs ``return_stats=True``.
+        dropout_p, generator: SDPA's dropout, drawn from ``generator`` (None: PyTorch's default
+            one); the figures describe the softmax before it (module docstring).
+        return_stats: also return each row's figures, as ``(out, stats)``. Without it, backend "auto"
+            hands the call to ``torch.nn.functional.scaled_dot_product_attention`` (but a soft-cap).
+        logit_range: the figures include each row's largest and smallest attended logit (its cost:
+            module docstring); needs ``return_stats=True``.
         first_key: the figures include each row's weight on key 0 (``first_key_weight``: a head
-            that puts most of every row's weight there is an attention sink): the kernel makes it
-            in its own pass, from the logit it forms; on the other backends, from the prepared
-            problem: one product of q̂ with k̂_0 per head, O(L·d_k). Needs ``return_stats=True``.
+            that puts most of every row's weight there is an attention sink): the kernel's own
+            pass, else one product of q̂ with k̂_0 per head, O(L·d_k). Needs ``return_stats=True``.
         backend: "auto", "kernel", "composed", "chunked" or "flex" (module docstring).
-        check_finite: refuse NaN/Inf in q, k, v and NaN/+Inf in bias. Off by default, as in
-            PyTorch, which checks no values: the scan reads every input once more (on CUDA its
-            answer is a host sync per call), and a non-finite input still shows, as NaN output and
-            figures (module docstring). True turns it on, to name the first bad input.
+        check_finite: refuse NaN/Inf in q, k, v and NaN/+Inf in bias, naming the first. Off by
+            default, as in PyTorch: the scan reads every input once more (on CUDA a host sync per
+            call), and a non-finite input still shows, as NaN output and figures.
         head_table: the figures also summed per head as the monitor keeps them (counts, sums,
             extremes: :mod:`attnscale.torch.monitor_aggregates`), made by the kernel with the rows, in
             ``stats.head_table`` and ``stats.counted_entropy``; needs ``logit_range`` and ``first_key``.
             Other backends leave both None (the caller sums the figures: its ``call_figures``).
-        counted: with ``head_table``, bool (..., L) (q's dimensions before the head axis, then L):
-            the rows the table counts (a padding row is none); None: every row.
+        counted: with ``head_table``, bool (..., L) (q's leading dimensions, L): the rows it counts; None: all.
 
     Returns:
         The output tensor (..., H_q, L, d_v), or ``(out, stats)`` with ``return_stats=True``, stats an
@@ -390,7 +461,9 @@ def attention(
     """
     torch = require("torch", "torch")
     _check_options(backend, return_stats, logit_range, first_key, head_table)
+    dropout = _check_dropout(torch, dropout_p, generator, q)
     p, chosen = _prepare(torch, q, k, v, scale, mask, bias, causal, check_finite, backend, return_stats)
+    p, chosen = _with_dropout(torch, p, chosen, backend, dropout, generator) if dropout else (p, chosen)
     if chosen is None:  # PyTorch's SDPA cannot cap: a capped call has a backend
         if check_finite:
             _check_finite(torch, {"q": q, "k": k, "v": v}, kernel=False)
@@ -401,11 +474,8 @@ def attention(
     figures, chosen = _run_backend(torch, p, chosen, backend, logit_range, first_key, head_table, rows)
     _check_graph(torch, (q, k, v, bias), figures[0], chosen)
     out = p.shaped(figures[0])
-    if out.dtype != p.out_dtype:
-        out = out.to(p.out_dtype)
-    if not return_stats:
-        return out
-    return out, _stats(torch, p, figures, chosen, logit_range, first_key)
+    out = out if out.dtype == p.out_dtype else out.to(p.out_dtype)
+    return out if not return_stats else (out, _stats(torch, p, figures, chosen, logit_range, first_key))
 
 
 @dataclass(frozen=True)
@@ -418,12 +488,20 @@ class KeptAttention:
 
     target: tuple  # (B, H_q, L, S): what the mask broadcasts to
     arguments: tuple  # the op's others (backends.kernel.kernel_arguments)
+    alignment: str | None = None  # the causal alignment, for the keys no row attends
 
     def __call__(self, q, k, v, mask, counted):
         """q, k, v (B, H, L, d) of the signature; mask None or bool broadcastable to (B, H_q, L, S);
         counted None or bool (B, L) (:func:`attention`'s): ``(out, stats)`` as attention() returns them."""
+        mask = None if mask is None else mask.expand(self.target)
+        if mask is not None or (self.alignment == "top_left" and self.target[3] > self.target[2]):
+            # as attention() does: the non-finite values of keys no row attends zeroed (_isolate_unattended_keys)
+            iso = _isolate_unattended_keys(
+                require("torch", "torch"), Problem(q, k, v, mask, None, self.alignment, 1.0, 0.0, (), False, q.dtype)
+            )
+            k, v = iso.k, iso.v
         out, lse, entropy, hi, lo, first, table, counted_entropy = call_kernel(
-            q, k, v, None if mask is None else mask.expand(self.target), None, counted, self.arguments
+            q, k, v, mask, None, counted, self.arguments
         )
         return out, AttentionStats(lse, entropy, hi, lo, "kernel", first, table, counted_entropy)
 
@@ -442,10 +520,10 @@ def kept_attention(q, k, v, *, scale, causal, mask, backend: str = "auto") -> Ke
     as_given = q.dim() == k.dim() == v.dim() == 4 and q.shape[0] == k.shape[0] == v.shape[0] == sig.batch
     if not (sig.chosen == "kernel" and sig.factor is not None and as_given and q.dtype == sig.compute):
         return None
-    if q.shape[-2] == 0 or v.shape[-1] == 0 or not (mask is None or mask.dtype == torch.bool):
-        return None  # no queries, or no values: attention() takes another path (_run_backend)
+    if 0 in (*q.shape, k.shape[-2], v.shape[-1]) or not (mask is None or mask.dtype == torch.bool):
+        return None  # a zero size: attention() takes another path (_run_backend)
     p = Problem(q, k, v, None, None, sig.alignment, sig.factor, 0.0, sig.shapes.lead, False, q.dtype)
-    return KeptAttention(sig.target, kernel_arguments(p, True, True, True))
+    return KeptAttention(sig.target, kernel_arguments(p, True, True, True), sig.alignment)
 
 
 def _stats(torch, p: Problem, figures: tuple, backend: str, logit_range: bool, first_key: bool) -> AttentionStats:
@@ -482,6 +560,39 @@ def _counted_rows(torch, p: Problem, q, counted):
     return counted if counted.shape == rows else counted.expand(*p.lead, rows[1]).reshape(rows)
 
 
+def _check_dropout(torch, dropout_p, generator, q) -> float:
+    """``dropout_p`` as a float in [0, 1] and ``generator`` None or a torch.Generator of q's device
+    type, or the error naming the argument."""
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0.0 <= dropout_p <= 1.0:
+        raise InputError(f"dropout_p: expected a probability in [0, 1], got {dropout_p!r}")
+    if generator is not None:
+        if not isinstance(generator, torch.Generator):
+            raise InputTypeError(f"generator: expected a torch.Generator or None, got {type(generator).__name__}")
+        if isinstance(q, torch.Tensor) and generator.device.type != q.device.type:
+            raise InputError(f"generator: expected one on q's device type {q.device.type}, got {generator.device}")
+    return float(dropout_p)
+
+
+def _with_dropout(torch, p: Problem, chosen, backend: str, dropout: float, generator):
+    """The problem with its dropout and the backend that honours it: PyTorch's SDPA for an output
+    without figures on "auto" (its own generator, so only without ``generator``), else chunked, the
+    one backend of ours with dropout (half precision raised to float32, as it computes)."""
+    if backend in ("kernel", "composed", "flex"):
+        raise InputError(
+            f"dropout_p: the {backend!r} backend has no dropout ({dropout} asked for); use 'chunked' or 'auto'"
+        )
+    p = replace(p, dropout_p=dropout, generator=generator)
+    if chosen is None and generator is None:
+        return p, None
+    return _in_float32(torch, p), "chunked"
+
+
+def _in_float32(torch, p: Problem) -> Problem:
+    """``p`` with half-precision q, k, v and bias raised to float32 (what every backend but flex computes in)."""
+    up = lambda x: x.to(torch.float32) if x is not None and x.element_size() < 4 else x  # noqa: E731
+    return replace(p, q=up(p.q), k=up(p.k), v=up(p.v), bias=up(p.bias))
+
+
 def _check_options(backend: str, return_stats: bool, logit_range: bool, first_key: bool, head_table: bool) -> None:
     """The backend is one of :data:`BACKENDS`, the figures asked for come with ``return_stats``, and
     the head table with the figures it sums."""
@@ -502,13 +613,16 @@ def _run_backend(
 ):
     """(out, lse, entropy, max logit, min logit, weight on key 0 or None) of the prepared problem on
     the chosen backend, and the backend that ran it; with ``head_table`` on the kernel, the head
-    table of the rows ``counted`` and the counted entropies after them. Chunked for d_v = 0 (nothing for a BLAS or a
-    fused kernel to multiply) but in the kernel's forward, which then skips its P·V products (the
-    figures without an output, as the monitor's observe mode asks for them: see monitor.observe);
-    no backend at all for no query rows, "auto"'s flex falling back where FlexAttention fails."""
-    if p.v.shape[-1] == 0 and (chosen != "kernel" or _wants_grad(torch, (p.q, p.k, p.v, p.bias))):
-        chosen = "chunked"
-    if p.q.shape[-2] == 0:
+    table of the rows ``counted`` and the counted entropies after them. Chunked for d_k = 0, and for
+    d_v = 0 (nothing for a BLAS or a fused kernel to multiply) but in the kernel's forward, which then
+    skips its P·V products (the figures without an output, as the monitor's observe mode asks for
+    them: see monitor.observe); no backend at all for no rows (B, H or L = 0) or no keys (S = 0),
+    "auto"'s flex falling back where FlexAttention fails."""
+    if p.q.shape[-1] == 0 or (
+        p.v.shape[-1] == 0 and (chosen != "kernel" or _wants_grad(torch, (p.q, p.k, p.v, p.bias)))
+    ):
+        chosen = "chunked"  # d_k = 0: every logit 0 (SDPA's uniform weights), as plain torch computes it
+    if 0 in (p.q.shape[0], p.q.shape[1], p.q.shape[2], p.k.shape[2]):  # no rows, or no keys to attend
         return nothing_attended(torch, p, logit_range), chosen
     if chosen == "flex" and backend == "auto":
         return _flex_or_fall_back(torch, p, logit_range)
@@ -523,8 +637,7 @@ def _flex_or_fall_back(torch, p: Problem, logit_range: bool):
     try:
         return RUNNERS["flex"](torch, p, logit_range), "flex"
     except FlexFailure:
-        up = lambda x: x.to(torch.float32) if x is not None and x.element_size() < 4 else x  # noqa: E731
-        p = replace(p, q=up(p.q), k=up(p.k), v=up(p.v), bias=up(p.bias))
+        p = _in_float32(torch, p)
         fallback = "chunked" if p.bias is not None or p.softcap else "composed"
         return RUNNERS[fallback](torch, p, logit_range), fallback
 

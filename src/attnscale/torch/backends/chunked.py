@@ -1,11 +1,12 @@
 """The ``"chunked"`` backend: plain tensor operations on blocks of query rows (O(rows·S) memory), any
-rule and bias, exact to rounding (the entropy a sum of non-negative terms)."""
+rule and bias, exact to rounding (the entropy a sum of non-negative terms); the one backend with
+dropout (:func:`.problem.dropped` on each block's weights; the figures are the softmax's before it)."""
 
 from __future__ import annotations
 
 import math
 
-from attnscale.torch.backends.problem import Problem, chunk_logits, keys_per_query_head, range_of, row_chunks
+from attnscale.torch.backends.problem import Problem, chunk_logits, dropped, keys_per_query_head, range_of, row_chunks
 
 __all__ = ["run_chunked"]
 
@@ -22,7 +23,7 @@ def run_chunked(torch, p: Problem, logit_range: bool, first_key: bool = False):
         empty = total == 0
         safe = torch.where(empty, torch.ones_like(total), total)
         log_total = torch.log(safe)
-        outs.append((e @ v) / safe[..., None])
+        outs.append((dropped(torch, e, p) @ v) / safe[..., None])
         lses.append((top[..., 0] + log_total).masked_fill(empty, -math.inf))
         # −ln p = ln Σe − z: the entropy is a sum of non-negative terms, as in the kernel.
         ents.append((log_total - (e * z.masked_fill(~attended, 0.0)).sum(-1) / safe).masked_fill(empty, math.nan))

@@ -44,6 +44,13 @@ def run_composed(torch, p: Problem, logit_range: bool, first_key: bool = False):
     out, pk = both[..., :d_v], both[..., d_v:]  # P V and P K
     # A difference of two numbers of size |lse|: rounding can push a near-0 entropy below 0.
     entropy = (lse - p.scale * (q * pk).sum(-1)).clamp_min(0.0)
+    # A NaN logit (in q or an attended k) makes the entropy NaN, but PyTorch's CPU kernel turns a
+    # short row of them (8 keys or fewer) into a finite output with lse 0: the row is NaN, as on
+    # every backend.
+    nan = entropy.isnan()
+    if bool(nan.any()):
+        lse = lse.masked_fill(nan, math.nan)
+        out = out.masked_fill(nan[..., None], math.nan)
     # PyTorch's fused kernels give a row with nothing attended lse 0 (CPU) or a huge number: ask the mask.
     empty = None if allowed is None else ~allowed.any(-1)
     if empty is not None and bool(empty.any()):

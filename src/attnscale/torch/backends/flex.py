@@ -24,13 +24,18 @@ max is free (FlexAttention's running max); the min is one more forward call on (
 gradient (about 2/3 of the first call again). On CPU FlexAttention returns no max_scores (PyTorch
 2.13), so the range comes from the chunked logits pass of the composed backend.
 
-Soft-cap and an additive bias (scores not linear in q·k) take a second pass: the output, with its
-gradient through FlexAttention's fused backward, from one call whose ``score_mod`` caps the score
-and adds the bias (cap first, as every backend here); the figures (lse, entropy, logit range) from
-the chunked backend under ``torch.no_grad``, a block of rows at a time (O(rows·S) memory, freed as it
-goes, nothing kept for the backward). That pass costs about one unfused attention forward, several
-times the fused call; what it saves against the chunked backend alone is the backward's memory
-(the chunked backend keeps every block's logits for autograd, O(L·S)).
+Soft-cap, an additive bias (scores not linear in q·k) and half-precision inputs take a second pass:
+the output, with its gradient through FlexAttention's fused backward, from one call (whose
+``score_mod`` caps the score and adds the bias, cap first, as every backend here; a float32 bias
+beside half-precision inputs stays float32, as SDPA keeps it); the figures (lse, entropy, logit
+range) from the chunked backend in float32 under ``torch.no_grad``, a block of rows at a time
+(O(rows·S) memory, freed as it goes, nothing kept for the backward). That pass costs about one
+unfused attention forward, several times the fused call; what it saves against the chunked backend
+alone is the backward's memory (the chunked backend keeps every block's logits for autograd, O(L·S)).
+In half precision the one-call construction below would return P·K rounded to the inputs' dtype
+(8 bits of mantissa in bfloat16), and the entropy, a difference of two numbers of size |lse|, with
+it: on FlashAttention's ``bwd_overflow`` inputs (q × 5, k × 3, d 16) that read up to
+0.028·(1 + |lse|) in bfloat16 (issue 51), so half precision takes the float32 pass instead.
 
 If FlexAttention itself fails on a problem (a shape its compiled kernel does not take, say),
 :class:`FlexFailure` (an InputError) says so; "auto" then runs the problem on the composed backend
@@ -46,22 +51,21 @@ its absolute error grows with |lse|. :func:`attnscale.torch.flex_precision.entro
 direction per row scaled by 0 to 10³: entropy ln 256 down to ~10⁻¹⁰⁷, |lse| up to ~3·10³), and the
 bound :data:`ENTROPY_ERROR_BOUND` is what tests/test_flex_attention.py holds it to:
 
-    |Δentropy| ≤ c · (1 + |lse|),   c = 32 eps = 3.8·10⁻⁶ (float32), 1·10⁻³ (float16), 8·10⁻³ (bfloat16)
+    |Δentropy| ≤ c · (1 + |lse|),   c = 32 float32 eps = 3.8·10⁻⁶ in every dtype
 
-Measured on CPU (eager, torch 2.13, 2026-12-01), the largest |Δentropy| / (1 + |lse|) over the
-sweep: float32 3.8·10⁻⁷, float16 3.6·10⁻⁴, bfloat16 3.0·10⁻³. float32's c is set in units of its
-eps, not from one CPU's reading: with the logit range the bracket subtracts two float32 figures of
-size |lse| made by different GEMMs (FlexAttention's lse, the max logit), and the same sweep read
-1.2·10⁻⁶ (10 eps) with MKL's CPU-independent GEMMs (``MKL_CBWR=COMPATIBLE``, as on another CPU
-type) against 4.0·10⁻⁷ with the default ones, on one AMD EPYC (2026-12-02). In half precision the P·K columns
-come back in the inputs' dtype (8 bits of mantissa in bfloat16): a saturated bfloat16 row with
-lse 29 and entropy 0.66 read 0.07 nats off, and without the logit range a frozen row (entropy 0,
-lse up to 2.9·10³) read up to 2.4 nats. With the logit range (always on CUDA, where the max is free;
-on CPU with ``logit_range=True``) the entropy is also held between −ln p_max and Fano's bound
-(:func:`_bracketed`), so a frozen row reads ≤ 2·10⁻⁴ nats in every dtype (measured; the rounding of
-lse − max in float32), and the largest error over the bfloat16 sweep is 0.43 nats (entropy 0.27,
-lse 1.2·10³). The lse itself stays within 5·10⁻⁷·(1 + |lse|) in every dtype (FlexAttention keeps it
-in float32). benchmarks/gpu.py measures the same sweep on a GPU.
+float32 inputs take the one-call construction; half precision the float32 figures pass (above).
+Measured on CPU (eager, torch 2.13, 2026-12-05), the largest |Δentropy| / (1 + |lse|) over the
+sweep: float32 4.3·10⁻⁷, float16 1.5·10⁻⁷, bfloat16 1.0·10⁻⁷ (2026-12-01, before half precision
+took the float32 pass: 3.6·10⁻⁴ and 3.0·10⁻³). c is set in units of float32's eps, not from one
+CPU's reading: with the logit range the bracket subtracts two float32 figures of size |lse| made
+by different GEMMs (FlexAttention's lse, the max logit), and the same sweep read 1.2·10⁻⁶ (10 eps)
+with MKL's CPU-independent GEMMs (``MKL_CBWR=COMPATIBLE``, as on another CPU type) against
+4.0·10⁻⁷ with the default ones, on one AMD EPYC (2026-12-02). With the logit range (always on CUDA,
+where the max is free; on CPU with ``logit_range=True``) the float32 entropy is also held between
+−ln p_max and Fano's bound (:func:`_bracketed`), so a frozen row reads ≤ 2·10⁻⁴ nats (measured; the
+rounding of lse − max in float32). The lse itself stays within 5·10⁻⁷·(1 + |lse|) in every dtype
+(FlexAttention keeps it in float32; the chunked pass computes it in float32). benchmarks/gpu.py
+measures the same sweep on a GPU.
 """
 
 from __future__ import annotations
@@ -78,7 +82,8 @@ from attnscale.torch.backends.problem import Problem, chunked_logit_range
 
 __all__ = ["run_flex", "refusal", "cuda_status", "eager", "ENTROPY_ERROR_BOUND", "FlexFailure"]
 
-ENTROPY_ERROR_BOUND = {"float32": 32 * 2.0**-23, "float16": 1e-3, "bfloat16": 8e-3}  # c of the Precision bound
+# c of the Precision bound: float32 figures in every dtype (half precision through the float32 pass)
+ENTROPY_ERROR_BOUND = {"float32": 32 * 2.0**-23, "float16": 32 * 2.0**-23, "bfloat16": 32 * 2.0**-23}
 _PROBE_SHAPE = (1, 1, 128, 64)  # the compiled call tried once per CUDA device before "auto" picks flex
 _eager = contextvars.ContextVar("attnscale_flex_eager", default=False)
 
@@ -218,8 +223,12 @@ def run_flex(torch, p: Problem, logit_range: bool, first_key: bool = False):
     on_cuda = p.q.device.type == "cuda"
     score_mod = _score_mod(torch, p)
     common = dict(block_mask=block_mask, scale=p.scale, enable_gqa=gqa)
-    if score_mod is not None:
-        out = call(p.q, p.k, p.v, score_mod=score_mod, **common)
+    # A rule's q̂, k̂ (QK-norm, log-n) come in float32 beside half-precision v: rounded once for the call.
+    call_q, call_k = (x if x.dtype == p.v.dtype else x.to(p.v.dtype) for x in (p.q, p.k))
+    # Half precision: P·K would come back rounded to the inputs' dtype, and the entropy, a
+    # difference of two numbers of size |lse|, with it (Precision); the figures come from float32.
+    if score_mod is not None or p.v.element_size() < 4:
+        out = call(call_q, call_k, p.v, score_mod=score_mod, **common)
         with torch.no_grad():
             _, lse, entropy, hi, lo, _ = run_chunked(torch, _in_float32(torch, p), logit_range)
         return out, lse, entropy, hi, lo, None

@@ -21,6 +21,7 @@ __all__ = [
     "chunked_logit_range",
     "plain_sdpa",
     "nothing_attended",
+    "dropped",
 ]
 
 CHUNK_ELEMENTS = 1 << 22  # logits per block of the chunked paths (16 MiB in float32)
@@ -41,6 +42,8 @@ class Problem:
     lead: tuple  # the broadcast leading shape (...,)
     squeeze_heads: bool  # every input was rank 2 (L, d): drop the head axis
     out_dtype: Any
+    dropout_p: float = 0.0  # each weight kept with probability 1 - p, scaled by 1/(1 - p) (SDPA's)
+    generator: Any = None  # the torch.Generator the dropout draws from; None: PyTorch's default one
 
     @property
     def causal_offset(self) -> int:
@@ -117,9 +120,29 @@ def plain_sdpa(torch, p: Problem):
     if p.bias is not None:
         attn_mask = p.bias if allowed is None else p.bias.masked_fill(~allowed, -math.inf)
     is_causal = p.alignment == "top_left" and allowed is None
+    q, k = (x if x.dtype == p.v.dtype else x.to(p.v.dtype) for x in (p.q, p.k))  # a rule's float32 q̂, k̂
     return F.scaled_dot_product_attention(
-        p.q, p.k, p.v, attn_mask=attn_mask, is_causal=is_causal, scale=p.scale, enable_gqa=p.k.shape[1] != p.q.shape[1]
+        q,
+        k,
+        p.v,
+        attn_mask=attn_mask,
+        dropout_p=p.dropout_p,
+        is_causal=is_causal,
+        scale=p.scale,
+        enable_gqa=p.k.shape[1] != p.q.shape[1],
     )
+
+
+def dropped(torch, w, p: Problem):
+    """Weights ``w`` (B, H_q, rows, S; normalised or not) under ``p``'s dropout, as SDPA's: each kept
+    with probability 1 − p (a uniform draw from ``p.generator`` at least p) and scaled by 1/(1 − p);
+    all dropped at p = 1. ``w`` itself when p = 0."""
+    if not p.dropout_p:
+        return w
+    draw = torch.rand(w.shape, generator=p.generator, dtype=w.dtype, device=w.device)
+    if p.dropout_p >= 1.0:
+        return w * 0.0
+    return w.masked_fill(draw < p.dropout_p, 0.0) * (1.0 / (1.0 - p.dropout_p))
 
 
 def nothing_attended(torch, p: Problem, logit_range: bool):
