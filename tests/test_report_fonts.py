@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+from attnscale.errors import InputError
 from attnscale.report import fonts
 from attnscale.report.page import embed_fonts, stylesheet
 
@@ -51,8 +52,26 @@ def test_embed_fonts_puts_the_rule_in_the_head_and_skips_pages_without_such_text
     assert embed_fonts("<html><head></head><body>ASCII</body></html>") == "<html><head></head><body>ASCII</body></html>"
 
 
-def test_without_a_font_the_page_is_unchanged(monkeypatch, tmp_path):
-    monkeypatch.setenv(fonts.ENV_VAR, str(tmp_path / "missing.ttc"))
+def test_a_font_variable_that_names_no_font_is_refused_naming_it(monkeypatch, tmp_path):
+    junk = tmp_path / "junk.ttc"
+    junk.write_bytes(b"not a font")
+    for given in (tmp_path / "missing.ttc", junk):
+        monkeypatch.setenv(fonts.ENV_VAR, str(given))
+        with pytest.raises(InputError, match=f"{fonts.ENV_VAR}: expected a font file .*{given.name}"):
+            fonts.find_cjk_font()
+
+
+@pytest.fixture
+def no_font(monkeypatch):
+    """A machine without a CJK font: no candidate path, no variable (the lookup's cache cleared around)."""
+    monkeypatch.delenv(fonts.ENV_VAR, raising=False)
+    monkeypatch.setattr(fonts, "CANDIDATES", ())
+    fonts._find.cache_clear()
+    yield
+    fonts._find.cache_clear()
+
+
+def test_without_a_font_the_page_is_unchanged(no_font):
     assert fonts.find_cjk_font() is None
     page = "<html><head></head><body>键</body></html>"
     assert fonts.font_face_css(page) == "" and embed_fonts(page) == page

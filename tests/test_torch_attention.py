@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 import attnscale  # noqa: E402
 from attnscale.errors import InputError, InputTypeError  # noqa: E402
 from attnscale.torch import AttentionStats, attention, kernel_status  # noqa: E402
+from attnscale.torch import ext  # noqa: E402
 from attnscale.torch.backends import kernel  # noqa: E402
 from attnscale.torch.backends import problem as backend_problem  # noqa: E402
 
@@ -982,3 +983,17 @@ def test_a_kept_call_isolates_nan_padding_keys_as_attention_does():
     out, stats = kept(q, k, v, mask, None)
     ref, ref_stats = attention(q, k, v, mask=mask, **KEPT)
     assert torch.isfinite(out).all() and torch.equal(out, ref) and torch.equal(stats.entropy, ref_stats.entropy)
+
+
+@pytest.mark.parametrize(
+    ("value", "disabled"), [("", False), ("0", False), ("off", False), ("1", True), ("TRUE", True)]
+)
+def test_the_no_kernel_switch_reads_its_values(monkeypatch, value, disabled):
+    monkeypatch.setenv("ATTNSCALE_NO_KERNEL", value)
+    assert ext.kernel_disabled() is disabled
+
+
+def test_a_no_kernel_switch_that_says_neither_is_refused_naming_it(monkeypatch):
+    monkeypatch.setenv("ATTNSCALE_NO_KERNEL", "maybe")
+    with pytest.raises(InputError, match="ATTNSCALE_NO_KERNEL: expected .* got 'maybe'"):
+        ext.kernel_disabled()

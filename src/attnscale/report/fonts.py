@@ -80,8 +80,15 @@ def _find(override: str | None) -> CjkFont | None:
 
 
 def find_cjk_font() -> CjkFont | None:
-    """The CJK font this machine has for the report (``$ATTNSCALE_CJK_FONT`` first), or None."""
-    return _find(os.environ.get(ENV_VAR) or None)
+    """The CJK font this machine has for the report (``$ATTNSCALE_CJK_FONT`` first), or None. A
+    ``$ATTNSCALE_CJK_FONT`` that names no font file is refused, naming it, rather than passed over."""
+    override = os.environ.get(ENV_VAR) or None
+    found = _find(override)
+    if override and found is None:
+        from attnscale.errors import InputError
+
+        raise InputError(f"{ENV_VAR}: expected a font file (TTF, OTF or TTC) fontTools can read, got {override!r}")
+    return found
 
 
 def missing_font_message() -> str:

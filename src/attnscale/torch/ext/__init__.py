@@ -97,6 +97,32 @@ def _build_name(torch) -> str:
     return f"attnscale_health_{digest.hexdigest()[:12]}"
 
 
+_SWITCH = {
+    "": False,
+    "0": False,
+    "false": False,
+    "no": False,
+    "off": False,
+    "1": True,
+    "true": True,
+    "yes": True,
+    "on": True,
+}
+
+
+def kernel_disabled() -> bool:
+    """Whether ``$ATTNSCALE_NO_KERNEL`` asks for no fused kernel: 1/true/yes/on (any case) yes,
+    unset, empty or 0/false/no/off no; any other value is refused, naming it (``=0`` once disabled it)."""
+    from attnscale.errors import InputError
+
+    value = os.environ.get("ATTNSCALE_NO_KERNEL", "")
+    if value.strip().lower() not in _SWITCH:
+        raise InputError(
+            f"ATTNSCALE_NO_KERNEL: expected 1, true, yes or on (no kernel), or 0, false, no, off or empty, got {value!r}"
+        )
+    return _SWITCH[value.strip().lower()]
+
+
 def load_kernel():
     """The op ``torch.ops.attnscale_health.attention``, building it if needed; None if it cannot be built.
 
@@ -107,7 +133,7 @@ def load_kernel():
     with _lock:
         if "op" in _state:
             return _state["op"]
-        op, reason = None, "disabled by ATTNSCALE_NO_KERNEL" if os.environ.get("ATTNSCALE_NO_KERNEL") else ""
+        op, reason = None, "disabled by ATTNSCALE_NO_KERNEL" if kernel_disabled() else ""
         if not reason:
             try:
                 import torch
@@ -200,7 +226,7 @@ def _compiler() -> str | None:
 def build_needed() -> bool:
     """Whether the next :func:`load_kernel` compiles (seconds): not tried yet in this process, not
     disabled, a compiler there, and no finished build of this source in the cache."""
-    if "op" in _state or os.environ.get("ATTNSCALE_NO_KERNEL"):
+    if "op" in _state or kernel_disabled():
         return False
     try:
         import torch
