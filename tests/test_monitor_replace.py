@@ -247,9 +247,21 @@ def test_fallbacks_are_counted_and_still_observed_where_they_can_be():
             return F.scaled_dot_product_attention(q, k, k)
 
     no_keys = NoKeys()
-    with Monitor(no_keys, mode="replace") as mon:  # SDPA takes S = 0 keys; we refuse
+    with Monitor(no_keys, mode="replace") as mon:  # S = 0 keys: computed as SDPA computes it (zeros)
         out = no_keys(x, x[:, :, :0])
-    assert out.shape == x.shape
+    assert torch.equal(out, F.scaled_dot_product_attention(x, x[:, :, :0], x[:, :, :0]))
+    heads = mon.summary()
+    assert not mon.fallbacks and len(heads) == 2  # its rows attend no key: counted apart, no figure
+    assert all(h.rows == 0 and h.rows_empty == 6 and h.keys == 0 and math.isnan(h.entropy_mean) for h in heads)
+
+    class InfiniteScale(torch.nn.Module):
+        def forward(self, q):
+            return F.scaled_dot_product_attention(q, q, q, scale=math.inf)
+
+    infinite = InfiniteScale()
+    with Monitor(infinite, mode="replace") as mon:  # SDPA takes it; attention() refuses: SDPA runs it
+        out = infinite(x)
+    assert torch.equal(out.isnan(), F.scaled_dot_product_attention(x, x, x, scale=math.inf).isnan())
     assert mon.fallbacks == {"unsupported": 1} and mon.summary() == []
 
 

@@ -228,6 +228,7 @@ def test_the_reproduction_and_thread_count_checks_hold_under_a_second_arithmetic
 
 def test_reading_prefers_own_full_then_reference_then_own_quick(tmp_path, monkeypatch):
     ref, own = tmp_path / "ref", tmp_path / "own"
+    ref.mkdir()  # a reference folder named by the variable must exist (tests/test_bad_state.py)
     monkeypatch.setenv(results.REFERENCE_ENV, str(ref))
     results.write("demo", {"answer": 1}, seed=0, quick=True, root=own)
     assert results.read_preferred("demo", own).origin == "quick"
