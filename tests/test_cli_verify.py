@@ -50,7 +50,7 @@ def test_end_to_end_quick_run_writes_json_and_exits_0(tmp_path):
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "S1.6" in proc.stdout and "SEED WRONG" in proc.stdout
+    assert "S1.6" in proc.stdout and "POST WRONG" in proc.stdout
     assert "5,184,705,528,587,072,464,087" in proc.stdout
     data = json.loads(out.read_text(), parse_constant=_refuse)  # strict JSON
     assert data["kind"] == "verify" and data["quick"] is True and data["config"]["quick"] is True
@@ -154,7 +154,7 @@ def test_inconclusive_is_shown_counted_and_strict(monkeypatch, report, capsys):
     table = render_table(mixed)
     assert f"{mixed.claims[0].id:<6} UNDECIDED" in table
     assert (
-        f"{len(mixed.claims)} claims: {len(mixed.claims) - 1} hold, 0 fail, 1 inconclusive, 0 seed numbers wrong"
+        f"{len(mixed.claims)} claims: {len(mixed.claims) - 1} hold, 0 fail, 1 inconclusive, 0 of the blog post's numbers wrong"
         in table
     )
     with language("zh"):

@@ -37,7 +37,9 @@ def test_the_tables_cover_every_rule_health_figure_verdict_and_method():
 
 
 def test_words_fill_their_placeholders_in_both_languages():
-    summary = "{n} claims: {holds} hold, {fails} fail, {inconclusive} inconclusive, {wrong} seed numbers wrong"
+    summary = (
+        "{n} claims: {holds} hold, {fails} fail, {inconclusive} inconclusive, {wrong} of the blog post's numbers wrong"
+    )
     counts = dict(n=3, holds=1, fails=1, inconclusive=1, wrong=0)
     assert _(summary, **counts).startswith("3 claims: 1 hold")
     with language("zh"):

@@ -342,7 +342,7 @@ def attention_backward(
     """Vector–Jacobian product of :func:`attention`: gradients of Σ(out ⊙ dout).
 
     Takes the same arguments as :func:`attention` plus dout: (..., H_q, L, d_v), and recomputes the
-    forward head by head. The step that matters for the seed's argument is the softmax's::
+    forward head by head. The step that matters for the blog post's argument is the softmax's::
 
         dS = P ⊙ (dP − rowsum(dP ⊙ P))
 

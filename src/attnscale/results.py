@@ -117,7 +117,10 @@ KINDS: dict[str, Kind] = {
     for k in (
         Kind("demo", ("answer",), "a doctest's"),
         Kind(
-            "verify", ("claims", "counts"), "attnscale verify: the seed's claims and their verdicts", "attnscale verify"
+            "verify",
+            ("claims", "counts"),
+            "attnscale verify: the blog post's claims and their verdicts",
+            "attnscale verify",
         ),
         Kind(
             "probe/minilm",

@@ -130,7 +130,9 @@ class InverseDk(ScaleRule):
 class Unscaled(ScaleRule):
     name: str = field(init=False, default="unscaled")
     formula: str = field(init=False, default="1")
-    citation: str = field(init=False, default=N_("no scaling: the case the seed and Vaswani et al. 2017 argue against"))
+    citation: str = field(
+        init=False, default=N_("no scaling: the case the blog post and Vaswani et al. 2017 argue against")
+    )
 
     def factor(self, d_k, n=None):
         return 1.0

@@ -212,7 +212,7 @@ def _ssmax(ctx: Context) -> None:
             expected=lambda: _("e³/(e³ + (n − 1)e⁻²) rounds to the printed values"),
             measured=lambda: _("{values} (attnscale.softmax agrees to 1e-12)", values=per_n(measured)),
             verdict="holds" if all(verdicts) else "fails",
-            note=lambda: _("numbers from Nakanishi 2025, not from the seed"),
+            note=lambda: _("numbers from Nakanishi 2025, not from the blog post"),
         )
     )
     ss = {n: ssmax_one_high_max_weight(n, SSMAX_S) for n in SSMAX_FIGURE}

@@ -142,7 +142,7 @@ def _behaves_well(ctx: Context, rows: int) -> None:
             n_samples=rows,
             verdict=judge_all(well.values()),
             note=lambda: _(
-                "{by_n}; the interval shown is the largest median (n = {n}, {mode}); each mode its own rows; the seed's example (one score, 1 → 0.5) has no softmax to compare; how much scaling changes the rows is S7.4",
+                "{by_n}; the interval shown is the largest median (n = {n}, {mode}); each mode its own rows; the blog post's example (one score, 1 → 0.5) has no softmax to compare; how much scaling changes the rows is S7.4",
                 n=worst[0],
                 mode=_(MODE_NAME[worst[1]]),
                 by_n=by_n_note(well, _("an interval straddles {line:g}", line=NEARLY_ALL)),
@@ -191,7 +191,7 @@ def _about_the_same(ctx: Context, tv: dict, dh: dict, rows: int) -> None:
             verdict=judge_all(barely.values()),
             note=lambda: _(
                 "{by_n}; the interval shown is the TV distance at n = {n}; at d_k = 4 scaling halves the logits' spread. "
-                "Not the seed's words (表现良好, 'behaves well', is S7.2): the English 'about the same' says more",
+                "Not the blog post's words (表现良好, 'behaves well', is S7.2): the English 'about the same' says more",
                 n=NS[1],
                 by_n=by_n_note(barely, _("an interval straddles {line:g}", line=BARELY)),
             ),

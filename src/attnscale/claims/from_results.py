@@ -279,7 +279,7 @@ def _normalised_claim(ctx: Context, envs, missing) -> None:
         if missing and envs:
             parts += _texts(missing)
         parts.append(
-            _("the seed's statement is about inputs; q and k are projections of them, where the proof needs it")
+            _("the blog post's statement is about inputs; q and k are projections of them, where the proof needs it")
         )
         return clauses(parts)
 

@@ -152,7 +152,7 @@ def _smaller_at_seed_d_k(ctx: Context, jac: dict, fro: dict, rows: int) -> None:
             verdict=judge_all(at64.values()),
             n_samples=rows,
             note=lambda: _(
-                "{by_n}; the seed's 'd_k is large → gradients vanish' at its own example d_k, Gaussian q, k; 'fails' for an n means the unscaled gradient is the larger one there",
+                "{by_n}; the blog post's 'd_k is large → gradients vanish' at its own example d_k, Gaussian q, k; 'fails' for an n means the unscaled gradient is the larger one there",
                 by_n=by_n_note(at64, _("the intervals overlap")),
             ),
         )

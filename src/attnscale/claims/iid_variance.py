@@ -94,7 +94,7 @@ def _symbolic(ctx: Context) -> None:
                 "E[qᵢkᵢ] = μ_qμ_k → 0 and Var(qᵢkᵢ) = σ_q²σ_k² + μ_q²σ_k² + μ_k²σ_q² → 1 at μ = 0, σ² = 1"
             ),
             measured=lambda: _(
-                "E[qᵢkᵢ] = {mean}, Var(qᵢkᵢ) = {variance}; at the seed's assumptions: mean {seed_mean}, variance {seed_variance}",
+                "E[qᵢkᵢ] = {mean}, Var(qᵢkᵢ) = {variance}; at the blog post's assumptions: mean {seed_mean}, variance {seed_variance}",
                 mean=mean,
                 variance=variance,
                 seed_mean=seed_mean,

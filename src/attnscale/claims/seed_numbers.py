@@ -1,4 +1,4 @@
-"""Group 1: every number the seed prints, checked at the precision it prints.
+"""Group 1: every number the blog post prints, checked at the precision it prints.
 
 Exact values come from sympy's arbitrary-precision evaluation (60 significant digits, with error
 bounds), so no float rounding can hide or invent a wrong digit. A printed number holds when the
@@ -79,7 +79,7 @@ def _e50_note(text: str) -> str:
         (i for i, (a, b) in enumerate(zip(str(int(exact)), str(int(shown)))) if a != b), min(digits_exact, digits_shown)
     )
     return _(
-        "e^50 = {exact:.6e} has {digits_exact} digits before the point; the seed prints {digits_shown} digits, about {ratio:.0f}× too small (its first {common} digits are right)",
+        "e^50 = {exact:.6e} has {digits_exact} digits before the point; the blog post prints {digits_shown} digits, about {ratio:.0f}× too small (its first {common} digits are right)",
         exact=exact,
         digits_exact=digits_exact,
         digits_shown=digits_shown,
@@ -113,7 +113,7 @@ def printed(ctx: Context, cid: str, statement: str, texts: list[str], exact: lis
             statement,
             seed=Printed(texts),
             **slots,
-            expected=lambda: _("the exact value, rounded at the seed's shown precision"),
+            expected=lambda: _("the exact value, rounded at the blog post's shown precision"),
             measured=", ".join(_more_digits(t, e) for t, e in zip(texts, exact)),
             verdict=verdict,
             correct_value=correct,
@@ -140,7 +140,7 @@ def run(ctx: Context) -> None:
     _count_rows(ctx)
     _formula_row(ctx)
     ctx.data["seed_softmax_examples"] = _softmax_examples()
-    ctx.tick(N_("the seed's printed numbers"))
+    ctx.tick(N_("the blog post's printed numbers"))
 
 
 def _exp_table(ctx: Context) -> None:
@@ -341,7 +341,7 @@ def _quotient_row(
             N_("softmax = [{quotients}] = [{seed}]"),
             quotients=", ".join(f"{a}/{denominator}" for a in numerators),
             seed=Printed(texts),
-            expected=lambda: _("each quotient of the printed numbers, rounded at the seed's shown precision"),
+            expected=lambda: _("each quotient of the printed numbers, rounded at the blog post's shown precision"),
             measured=measured,
             verdict=verdict,
             correct_value=correct,

@@ -19,14 +19,14 @@ from attnscale.i18n import SOURCE_LANG, language
 COMMAND_MODULES = ("core", "probe", "rescale", "report", "train", "verify", "telemetry", "full")
 
 EXAMPLES = [
-    "attnscale report                           the HTML report: every claim of the seed, measured here",
-    "attnscale verify --strict                  the seed's claims as a table of verdicts (exit 1 if any fails)",
-    "attnscale probe                            do a real model's queries and keys obey the seed's assumptions?",
+    "attnscale report                           the HTML report: every claim of the blog post, measured here",
+    "attnscale verify --strict                  the post's claims as a table of verdicts (exit 1 if any fails)",
+    "attnscale probe                            do a real model's queries and keys obey the post's assumptions?",
     "attnscale rescale                          a real LLM's perplexity with its attention scale × 1/8 ... 8",
     "attnscale train scale-vs-dk                does unscaled attention stop learning? (CPU, a few minutes)",
     "attnscale telemetry-bench                  attention with per-row entropy vs plain SDPA: time, memory",
     "attnscale full                             every full experiment here, in sequence (hours), then the report",
-    "attnscale softmax 14 10 12 --scale 0.125   one row: the seed's example after dividing by sqrt(64) = 8",
+    "attnscale softmax 14 10 12 --scale 0.125   one row: the post's example after dividing by sqrt(64) = 8",
     "attnscale rules                            the scale rules, their formulas and citations",
 ]
 

@@ -29,9 +29,9 @@ HEALTH = {
 # the English reader reads the same in the formula column and the rule's citation (a reference, kept
 # as published), so the English table stays as it is; the Chinese reader gets it in words.
 RULE_PURPOSE = {
-    "inverse_sqrt_dk": N_("divide by √d_k (the seed's and Vaswani et al.'s way)"),
+    "inverse_sqrt_dk": N_("divide by √d_k (the blog post's and Vaswani et al.'s way)"),
     "inverse_dk": N_("divide by d_k (µP)"),
-    "unscaled": N_("no scaling (the case the seed argues against)"),
+    "unscaled": N_("no scaling (the case the blog post argues against)"),
     "logn": N_("multiply by s·ln(n), n the number of keys attended to"),
     "qknorm": N_("RMS-normalise q and k first, then divide by √d_k"),
     "softcap": N_("divide by √d_k, then soft-cap with tanh"),

@@ -1,4 +1,4 @@
-"""``attnscale probe``: do a pretrained model's queries and keys obey the seed's assumptions?"""
+"""``attnscale probe``: do a pretrained model's queries and keys obey the blog post's assumptions?"""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def register(sub) -> None:
     p = add_command(
         sub,
         "probe",
-        help="probe a pretrained model's queries and keys against the seed's assumptions",
+        help="probe a pretrained model's queries and keys against the blog post's assumptions",
         description="Capture the attention of a pretrained model (offline; q and k as the softmax sees them, "
         "after any rotary embedding), check that the capture reproduces the model's own attention "
         "probabilities, and measure per layer and head how far q and k are from iid components "

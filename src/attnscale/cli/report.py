@@ -35,9 +35,9 @@ def register(sub) -> None:
     p = add_command(
         sub,
         "report",
-        help="build the HTML report: the seed's story, every number measured here, as figures",
+        help="build the HTML report: the blog post's story, every number measured here, as figures",
         description="Build DIR/index.html (or DIR/index.zh.html with --lang zh, beside the English page): one "
-        "self-contained page (no network) with the seed's chapters, the verification's verdicts, "
+        "self-contained page (no network) with the post's chapters, the verification's verdicts, "
         "figures, an interactive attention row, and the chapters of the experiments: each from your own "
         "full result, else the reference result shipped with attnscale (its package data), else "
         "your quick one, and says which. Runs the verification first when its result is missing or "

@@ -1,4 +1,4 @@
-"""``attnscale verify``: every claim of the seed checked on this machine, one row per claim.
+"""``attnscale verify``: every claim of the blog post checked on this machine, one row per claim.
 
 The verification's result is written into the results folder (kind ``verify``, quick apart from full)
 like every experiment's, and where ``--json FILE|-`` says; the report reads it from there. The table
@@ -37,7 +37,7 @@ VERDICT_MARK = {
     "holds": N_("holds", "verify"),
     "fails": N_("FAILS", "verify"),
     "inconclusive": N_("UNDECIDED", "verify"),
-    "seed number wrong": N_("SEED WRONG", "verify"),
+    "seed number wrong": N_("POST WRONG", "verify"),
 }
 # The details of a claim, in the order shown, each with its label.
 DETAILS = (
@@ -61,11 +61,11 @@ def register(sub) -> None:
     p = add_command(
         sub,
         "verify",
-        help="check every claim and number of the seed (exact arithmetic, symbolic, Monte Carlo)",
-        description="Check every claim and every printed number of the seed post on this machine: one row per "
+        help="check every claim and number of the blog post (exact arithmetic, symbolic, Monte Carlo)",
+        description="Check every claim and every printed number of the blog post on this machine: one row per "
         "claim with the method, what is expected, what was measured (Monte Carlo: estimate, 99% "
         "confidence interval, sample count) and a verdict: holds, FAILS (shown false), UNDECIDED "
-        "(inconclusive: the interval does not decide at this sample size) or SEED WRONG.",
+        "(inconclusive: the interval does not decide at this sample size) or POST WRONG (a number the blog post prints is wrong).",
         examples=[
             "attnscale verify --quick",
             "attnscale verify --json verify.json --lang zh",
@@ -203,7 +203,7 @@ def render_table(report, width: int = 110) -> str:
     out.append("-" * width)
     out.append(
         _(
-            "{n} claims: {holds} hold, {fails} fail, {inconclusive} inconclusive, {wrong} seed numbers wrong",
+            "{n} claims: {holds} hold, {fails} fail, {inconclusive} inconclusive, {wrong} of the blog post's numbers wrong",
             n=len(report.claims),
             holds=counts["holds"],
             fails=counts["fails"],

@@ -1,10 +1,10 @@
 """The report: one self-contained HTML page, built from result data (never recomputing it).
 
     build.py        orchestration: cached verification, chapters, timings, atomic write
-    seed.py         the seed's chapters (and beyond): prose + figures + verdicts
+    seed.py         the blog post's chapters (and beyond): prose + figures + verdicts
     seed_words.py   their words: titles, paragraphs, captions (N_ messages) and the values that fill them
     experiments.py  chapters from experiment result files (see chapters/__init__.py)
-    figures.py      the seed's figures: data → matplotlib figures (they draw, never estimate)
+    figures.py      the blog post's figures: data → matplotlib figures (they draw, never estimate)
     plotting.py     the one figure style, figures as inline SVG (for the column and a phone)
     narrow.py       a phone's figure layout (the pyplot that stacks panels)
     verdicts.py     claim results → badges, cards, the table of all verdicts

@@ -1,4 +1,4 @@
-"""The seed chapters' figures: measured data in, a matplotlib Figure out.
+"""The blog post's chapters' figures: measured data in, a matplotlib Figure out.
 
 Every function here only *draws*: it takes a block of ``VerifyReport.data`` (plain lists and dicts,
 already holding estimates, intervals and quantiles) and returns a figure, drawn inside the report's
@@ -174,13 +174,13 @@ def dot_histograms(data: dict):
 
 
 # --------------------------------------------------------------------------------------------------
-# 3. The seed's softmax examples as bars
+# 3. The blog post's softmax examples as bars
 # --------------------------------------------------------------------------------------------------
 
 
 def seed_softmax_examples(data: dict):
     """Grouped bars, one panel per example: the weights before and after multiplying the logits by
-    ``scale`` (÷8 = ×1/8, the seed's √64).
+    ``scale`` (÷8 = ×1/8, the blog post's √64).
 
     data: {"[14, 10, 12]": {"logits": [...], "weights": [...], "logits_scaled": [...],
                             "weights_scaled": [...], "scale": 0.125}, ...}
@@ -371,7 +371,7 @@ def phase(data: dict):
 
 def broken_assumptions(data: list):
     """Per case and d_k: the measured variance after ÷√d_k, Var(q·k)/d_k (dot, 99% CI) against the
-    general formula's value (bar) and the seed's promise, 1 (dotted line).
+    general formula's value (bar) and the blog post's promise, 1 (dotted line).
 
     data: [{"case": str, "d_k": int, "estimate", "ci_low", "ci_high", "formula", ...}, ...]
     (``VerifyReport.data["broken_assumptions"]``; dividing by d_k only changes the unit.)
@@ -404,7 +404,7 @@ def broken_assumptions(data: list):
             label=_("measured (99% CI)"),
             zorder=3,
         )
-        ax.axvline(1.0, color=UNSCALED, lw=1.2, ls=":", zorder=1, label=_("1: the seed's assumptions"))
+        ax.axvline(1.0, color=UNSCALED, lw=1.2, ls=":", zorder=1, label=_("1: the blog post's assumptions"))
         ax.set_yticks(ys, [_("{case}, dₖ = {d_k}", case=case_label(r["case"]), d_k=r["d_k"]) for r in data])
         ax.set_xlabel(_("Var(q·k / √dₖ)"))
         ax.grid(axis="y", visible=False)

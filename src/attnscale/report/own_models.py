@@ -21,7 +21,7 @@ from attnscale.report.numbers import number
 FAMILIES = {
     "probe": (
         probe_chapter,
-        N_("Your model {name} ({architecture}): do its queries and keys obey the seed's assumptions?"),
+        N_("Your model {name} ({architecture}): do its queries and keys obey the blog post's assumptions?"),
     ),
     "rescale": (rescale_chapter, N_("Your model {name} ({architecture}): its attention scale × α")),
 }

@@ -1,6 +1,6 @@
-"""The chapters that retell the seed (and go beyond it), from the verification's result.
+"""The chapters that retell the blog post (and go beyond it), from the verification's result.
 
-The seed is the blog post the verification checks (see :data:`attnscale.report.seed_words.SEED_POST`);
+In identifiers, "seed" names the blog post the verification checks (:data:`attnscale.report.seed_words.SEED_POST`);
 the chapters follow the outline the result lists (``data["chapters"]``: id and part, in order). Each
 chapter = its prose (report.seed_words) + its figures (report.figures, drawn from the ``series`` blocks
 the verification already computed) + the verdict cards of its claims. A figure that cannot be drawn,

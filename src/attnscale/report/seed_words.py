@@ -1,4 +1,4 @@
-"""The words of the blog post's chapters (the seed's, and the beyond chapter): each chapter's title and
+"""The words of the blog post's chapters (its own, and the beyond chapter): each chapter's title and
 paragraphs, the beyond chapter's subsections, each figure's alt text and caption, and the values that
 fill their ``{named}`` placeholders, taken from the verification's result (:func:`facts`).
 
@@ -22,7 +22,8 @@ class Chapter(NamedTuple):
     paras: tuple[str, ...]  # N_ messages, one per paragraph
 
 
-# The blog post the verification checks (the project calls it "the seed"): named and linked on the page.
+# The blog post the verification checks (the code's "seed", as in seed.py: never a random seed on the page):
+# named and linked on the page.
 SEED_POST = {
     "title": N_("Why we scale the dot-product attention by √d_k"),
     "author": "Amit Shekhar",

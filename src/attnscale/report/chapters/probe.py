@@ -1,4 +1,4 @@
-"""Report chapter: a real pretrained model's queries and keys against the seed's assumptions.
+"""Report chapter: a real pretrained model's queries and keys against the blog post's assumptions.
 
 Renders a probe result (``attnscale probe``; kind ``probe/minilm`` here, ``probe/smollm2`` in
 :mod:`attnscale.report.chapters.probe_smollm2`, and any ``probe/user/<name>`` of the user's own
@@ -19,7 +19,7 @@ from attnscale.report.plotting import figure_svg
 from attnscale.stored_words import SMOLLM2_WEIGHTS_NOTE, STRIKING_KINDS
 
 KIND = "probe/minilm"
-TITLE = N_("A real encoder: do its queries and keys obey the seed's assumptions?")
+TITLE = N_("A real encoder: do its queries and keys obey the blog post's assumptions?")
 HOW_TO = "attnscale probe --model minilm"
 
 
@@ -149,7 +149,7 @@ def heatmaps(data: dict) -> list[tuple[object, str, str]]:
     the scale, each per layer × head."""
     a = data["analysis"]
     labels = layer_labels(data["model"])
-    # The ratio's colour scale includes 1 (the seed's prediction).
+    # The ratio's colour scale includes 1 (the blog post's prediction).
     ratio_limits = (min(1.0, a["ratio_pair"]["min"]), max(1.0, a["ratio_pair"]["max"]))
     return [
         (
@@ -163,7 +163,7 @@ def heatmaps(data: dict) -> list[tuple[object, str, str]]:
             ),
             _("Heat map per layer and head of the variance ratio"),
             _(
-                "Var(q·k) / (d_k σ_q² σ_k²), pair-weighted, per layer (rows) and head (columns); 1 = the seed's variance formula holds."
+                "Var(q·k) / (d_k σ_q² σ_k²), pair-weighted, per layer (rows) and head (columns); 1 = the blog post's variance formula holds."
             ),
         ),
         (
@@ -368,11 +368,11 @@ def attention_kind(model: dict) -> str:
 # The chapter's opening, by whether the model rotates q and k (RoPE) before the softmax sees them.
 INTRO = {
     False: N_(
-        "The seed assumes the d_k components of q and k are independent with mean 0 and variance 1, so that Var(q·k) = d_k. "
+        "The blog post assumes the d_k components of q and k are independent with mean 0 and variance 1, so that Var(q·k) = d_k. "
         "We captured every attention call of {model} ({layers} layers × {heads}, d_k = {d_k}, scale = {scale}, {kind}) on {n} sequences ({tokens} tokens), padding left out, taking q and k as the softmax sees them, and measured how far that holds."
     ),
     True: N_(
-        "The seed assumes the d_k components of q and k are independent with mean 0 and variance 1, so that Var(q·k) = d_k. "
+        "The blog post assumes the d_k components of q and k are independent with mean 0 and variance 1, so that Var(q·k) = d_k. "
         "We captured every attention call of {model} ({layers} layers × {heads}, d_k = {d_k}, scale = {scale}, {kind}) on {n} sequences ({tokens} tokens), padding left out, taking q and k as the softmax sees them (after the rotary embedding), and measured how far that holds."
     ),
 }

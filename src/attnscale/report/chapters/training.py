@@ -71,7 +71,7 @@ def _task(a: dict, quick: bool) -> list[str]:
             _(
                 "A one-layer transformer (width {d_model}, {heads} heads) learns to count the ones among {k} marked positions out of {n}: the query must spread its attention evenly over the {k} marked keys. "
                 "One attended key is not enough: from one marked bit the best possible accuracy is {single:.3f}, {versus}. "
-                "W_Q and W_K start with Var(q_i) ≈ 1, so Var(q·k) ≈ dₖ, the seed's assumption. "
+                "W_Q and W_K start with Var(q_i) ≈ 1, so Var(q·k) ≈ dₖ, the blog post's assumption. "
                 "Every rule starts from the same weights for a given dₖ and seed; {steps} steps of batch {batch}, {seeds} seed(s), {cells} cells. "
                 "Adam runs at lr {adam_lr:g}; plain SGD runs on the grid {sgd_lrs}.",
                 d_model=s["d_model"],
@@ -185,7 +185,7 @@ def _what_the_numbers_say(a: dict, names: dict) -> list[str]:
         out.append(
             para(
                 _(
-                    "Without the scale the seed predicts logits of standard deviation √dₖ (here: {pred}); measured at step 0 on the query rows of unscaled attention: {meas}.",
+                    "Without the scale the blog post predicts logits of standard deviation √dₖ (here: {pred}); measured at step 0 on the query rows of unscaled attention: {meas}.",
                     pred=_join(f"{_n(r['predicted'])} (dₖ = {r['d_k']})" for r in f["logit_sd_at_init"]),
                     meas=_join(_n(r["measured"]) for r in f["logit_sd_at_init"]),
                 )
