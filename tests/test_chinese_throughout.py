@@ -216,6 +216,33 @@ def test_every_table_and_line_renders_in_chinese(capsys, monkeypatch):
     assert cli_phrases(text) == []
 
 
+def test_the_librarys_progress_labels_are_said_in_the_clis_language(tmp_path):
+    """The labels the library hands the CLI's progress with data in them (a sweep's running steps, the
+    benchmark's steps, the probe's batch) are said in the bound language, not passed on in English."""
+    import io
+
+    from attnscale.cli.progress import Progress
+    from attnscale.experiments import telemetry
+    from attnscale.experiments.sweeps.runner import SerialBackend, report_steps, run_sweep
+    from attnscale.i18n import N_, filled, language
+    from attnscale.store import ResultCache
+
+    def cell(x):
+        for step in (1, 2):
+            report_steps(step, 2)
+        return {"x": x}
+
+    stream = io.StringIO()
+    with language("zh"), Progress(stream=stream, tty=False, every_s=0.0, heartbeat=False) as progress:
+        run_sweep("labels", [1, 2], cell, ResultCache(tmp_path), SerialBackend(), progress)
+        progress(1, 3, telemetry._step_label("peak memory", "forward+backward", (1, 2, 8, 4), True))
+        progress(2, 3, filled(telemetry.PEAK_LABEL, n=64))
+        progress(3, 3, filled(N_("batch {b}/{n}"), b=3, n=3))
+    said = stream.getvalue()
+    assert "运行中的格子已走步数 1/2" in said and "峰值内存：前向+反向，形状 (1, 2, 8, 4)，因果" in said
+    assert "第 3/3 批" in said and cli_phrases(said) == []
+
+
 @pytest.fixture(scope="module")
 def chinese_runs(tmp_path_factory) -> dict[str, str]:
     """The Chinese output of the commands that compute, each run small (quick modes, tiny inputs)."""
@@ -240,8 +267,8 @@ def chinese_runs(tmp_path_factory) -> dict[str, str]:
             "--lang",
             "zh",
         ),
-        # --quiet: the benchmark's progress labels are the library's English names of its sub-steps
-        ("telemetry-bench", "--quick", "--no-model", "--repeats", "1", "--quiet", "--lang", "zh"),
+        # with its progress lines: their labels are the library's, said in Chinese by the CLI
+        ("telemetry-bench", "--quick", "--no-model", "--repeats", "1", "--lang", "zh"),
         ("full", "--dry-run", "--lang", "zh"),
     ):
         done = subprocess.run(

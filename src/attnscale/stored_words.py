@@ -23,14 +23,14 @@ METHOD_NAME = {
 
 # Each verification group's title, by its module (attnscale.claims.GROUPS; its timings name the module).
 GROUP_TITLE = {
-    "seed_numbers": N_("every number the seed prints"),
-    "iid_variance": N_("mean and variance of q·k under the seed's assumptions"),
+    "seed_numbers": N_("every number the blog post prints"),
+    "iid_variance": N_("mean and variance of q·k under the blog post's assumptions"),
     "broken_assumptions": N_("when the assumptions break"),
     "rescaling": N_("Var(X/c) = Var(X)/c²; variance 1 after ÷√d_k"),
     "saturation": N_("saturation without scaling"),
     "gradients": N_("vanishing gradients"),
     "faq": N_("the FAQ: small d_k; exact, not approximate"),
-    "beyond": N_("beyond the seed: the number of keys, Scalable-Softmax"),
+    "beyond": N_("beyond the blog post: the number of keys, Scalable-Softmax"),
     "give_away": N_("softmax must give its weight away"),
     "from_results": N_("judged from the training and probe results, and the paper"),
 }
@@ -81,3 +81,5 @@ TRAINING_VERDICT_PHRASE = {
 }
 # An optimiser, by its name in a training cell.
 OPTIMISER_NAMES = {"adam": N_("Adam"), "adamw": N_("AdamW"), "sgd": N_("SGD")}
+# A pass of the telemetry benchmark (a row's "pass"), as its tables and its progress say it.
+PASS_NAMES = {"forward": N_("forward"), "forward+backward": N_("forward+backward")}

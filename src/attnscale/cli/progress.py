@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from attnscale.i18n import N_, _, catalog, current_lang
+from attnscale.i18n import N_, Filled, _, catalog, current_lang
 
 ELAPSED, LEFT = N_("{t} elapsed"), N_("~{t} left")
 
@@ -110,9 +110,11 @@ class Progress:
             self._beat.start()
 
     def _in_lang(self, label: str) -> str:
-        """A label in the bound language: the library's labels are English (its sub-steps' names,
-        N_-marked where they are sentences); one with data in it (``Var(q·k), uniform``) has no
-        catalog entry and stays as given, names and formulas."""
+        """A label in the bound language: the library's labels are English, N_-marked where they are
+        sentences, and :class:`~attnscale.i18n.Filled` where they carry data (``batch 1/2``: said
+        here, through the catalog); any other (``Var(q·k), uniform``: names and formulas) stays as given."""
+        if isinstance(label, Filled):
+            return label.said()
         return _(label) if (None, label) in catalog(current_lang()) else label
 
     def _line(self, now: float) -> None:

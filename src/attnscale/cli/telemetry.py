@@ -17,6 +17,7 @@ from attnscale.cli.output import (
     pad,
 )
 from attnscale.i18n import N_, _
+from attnscale.stored_words import PASS_NAMES
 
 EXAMPLES = [
     "attnscale telemetry-bench                 the issue's shapes, float32, CPU, forward and forward+backward",
@@ -155,8 +156,7 @@ def _peak_line(peak: dict) -> str:
     return _("float32 GEMM peak ({n}×{n} torch.mm): {gflops:.1f} GFLOP/s", n=peak["n"], gflops=peak["gflops"])
 
 
-# A pass and a measure of the benchmark (the result's "pass", a verdict's "measure"), as the tables say them.
-PASSES = {"forward": N_("forward"), "forward+backward": N_("forward+backward")}
+# A measure of the benchmark (a verdict's "measure"), as the tables say it; its passes: stored_words.PASS_NAMES.
 MEASURES = {"time": N_("time"), "peak memory": N_("peak memory")}
 
 
@@ -180,7 +180,7 @@ def format_table(env) -> str:
         lines.append(_peak_line(data["peak"]))
     for pass_, variants in data["variants"].items():
         others = [v for v in variants if v != "sdpa"]
-        head = [(_words(PASSES, pass_), 18), ("(B, H, L, d)", 19), (_("causal"), 8)]
+        head = [(_words(PASS_NAMES, pass_), 18), ("(B, H, L, d)", 19), (_("causal"), 8)]
         lines.append(
             "".join(pad(t, w) for t, w in head) + pad(_("sdpa s"), 9, True) + "".join(f"{v:>14}" for v in others)
         )
@@ -193,7 +193,7 @@ def format_table(env) -> str:
         lines.append(
             _(
                 "peak memory rise ÷ plain SDPA, {pass_} {shape} {causal}: {shown}",
-                pass_=_words(PASSES, row["pass"]),
+                pass_=_words(PASS_NAMES, row["pass"]),
                 shape=_shape(row),
                 causal=_causal(row),
                 shown=shown,
@@ -255,7 +255,7 @@ def _verdict_line(v: dict) -> str:
     values = dict(
         variant=v["variant"],
         measure=_words(MEASURES, v["measure"]),
-        pass_=_words(PASSES, v["pass"]),
+        pass_=_words(PASS_NAMES, v["pass"]),
         target=v["target"],
         where=where,
     )

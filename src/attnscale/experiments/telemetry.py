@@ -46,6 +46,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from attnscale.errors import InputError, check_choice, check_count, require
+from attnscale.i18n import N_, filled
+from attnscale.stored_words import PASS_NAMES
 
 __all__ = [
     "TelemetryBenchConfig",
@@ -73,6 +75,15 @@ TARGETS = (
 #: The attention's matrix products per pass, as FlashAttention's papers count them: forward QKᵀ and
 #: PV; the backward recomputes QKᵀ (its probabilities are not stored), then dV, dP, dQ and dK.
 MATMULS = {"forward": 2, "forward+backward": 2 + 5}
+# The progress labels (filled: the CLI says them in its --lang): the GEMM peak, and a row's step by
+# (measure, causal).
+PEAK_LABEL = N_("float32 GEMM peak ({n}×{n})")
+STEP_LABELS = {
+    ("time", False): N_("time of {pass_} at {shape}"),
+    ("time", True): N_("time of {pass_} at {shape}, causal"),
+    ("peak memory", False): N_("peak memory of {pass_} at {shape}"),
+    ("peak memory", True): N_("peak memory of {pass_} at {shape}, causal"),
+}
 
 
 @dataclass(frozen=True)
@@ -219,6 +230,12 @@ def _pass_inputs(torch, shape, config: TelemetryBenchConfig, pass_: str):
     return q.requires_grad_(), k.requires_grad_(), v.requires_grad_(), dout
 
 
+def _step_label(measure: str, pass_: str, shape, causal: bool) -> str:
+    """The progress label of one row's step: ``measure`` ("time" or "peak memory") of ``pass_`` at
+    ``shape`` (B, H, L, d), filled (:func:`attnscale.i18n.filled`)."""
+    return filled(STEP_LABELS[measure, causal], pass_=filled(PASS_NAMES[pass_]), shape=tuple(shape))
+
+
 def _peak_gemm(torch, config: TelemetryBenchConfig, progress) -> dict:
     """The fp32 peak this run reaches: GFLOP/s of one n×n by n×n float32 ``torch.mm`` (n =
     ``config.peak_gemm_n``, 2·n³ flops) on the run's device and threads, warmed up once, median of
@@ -235,7 +252,7 @@ def _peak_gemm(torch, config: TelemetryBenchConfig, progress) -> dict:
         _sync(torch, config.device)
         times.append(time.perf_counter() - t0)
         if progress:
-            progress(r + 1, config.repeats, f"float32 GEMM peak ({n}×{n})")
+            progress(r + 1, config.repeats, filled(PEAK_LABEL, n=n))
     return {"measure": "float32 GEMM", "n": n, "gflops": 2 * n**3 / statistics.median(times) / 1e9, "times_s": times}
 
 
@@ -254,7 +271,7 @@ def _time_row(
     for name in variants:  # warm-up: kernel build, allocator, caches
         _call(torch, fns[name], q, k, v, dout)
     _sync(torch, config.device)
-    label = f"{pass_} {tuple(shape)}{' causal' if causal else ''}"
+    label = _step_label("time", pass_, shape, causal)
     for r in range(config.repeats):
         for name in variants:
             t0, c0 = time.perf_counter(), time.process_time()
@@ -333,7 +350,7 @@ def _memory_row(shape, causal: bool, pass_: str, variants, config: TelemetryBenc
         else:
             rises[name] = json.loads(done.stdout.strip().splitlines()[-1])["peak_rise_bytes"]
         if progress:
-            progress(i + 1, len(variants), f"memory {pass_} {tuple(shape)}{' causal' if causal else ''}")
+            progress(i + 1, len(variants), _step_label("peak memory", pass_, shape, causal))
     base = rises.get("sdpa")
     ratios = {n: (r / base if r is not None and base else None) for n, r in rises.items()}
     return {

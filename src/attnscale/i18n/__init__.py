@@ -37,12 +37,14 @@ __all__ = [
     "LANGS",
     "_",
     "N_",
+    "Filled",
     "Message",
     "MissingTranslation",
     "TextError",
     "catalog",
     "check_lang",
     "current_lang",
+    "filled",
     "language",
 ]
 
@@ -74,6 +76,39 @@ def N_(message: str, msgctxt: str | None = None) -> str:
     marked = Message(message)
     marked.context = msgctxt
     return marked
+
+
+class Filled(str):
+    """A message with its placeholders filled, in English (a ``str``: shown as it is, it reads as the
+    source says), that keeps the message and its values so that whoever shows it says it in the
+    language bound there (:meth:`said`). For words the library hands over without showing them, such as
+    a progress label: the CLI, which binds ``--lang``, shows them."""
+
+    message: str = ""
+    values: dict = {}
+
+    def said(self) -> str:
+        """The message in the bound language, its values filled (a value that is itself Filled, said too);
+        a Filled made other than by :func:`filled` has no message and reads as it is."""
+        if not self.message:
+            return str(self)
+        return _(self.message, **{k: v.said() if isinstance(v, Filled) else v for k, v in self.values.items()})
+
+
+def filled(message: str, /, **values) -> Filled:
+    """``message`` (marked with :func:`N_`, so that the catalog has it) filled with ``values`` in English,
+    to be said in another language later (:meth:`Filled.said`).
+
+    >>> label = filled(N_("batch {b}/{n}"), b=1, n=2)
+    >>> label
+    'batch 1/2'
+    >>> with language("zh"):
+    ...     label.said()
+    '第 1/2 批'
+    """
+    out = Filled(str(message).format(**values))
+    out.message, out.values = message, values
+    return out
 
 
 def check_lang(lang: str) -> str:

@@ -36,6 +36,7 @@ from typing import Any, Protocol, cast
 
 from attnscale.errors import check_count
 from attnscale.experiments.sweeps.process_settings import process_settings, restore_process_settings
+from attnscale.i18n import N_, filled
 from attnscale.store import ResultCache, to_jsonable
 
 __all__ = [
@@ -254,7 +255,7 @@ def run_sweep(
     missing = [i for i, hit in enumerate(done_cells) if hit is None]
     done = total - len(missing)
     if progress:
-        progress(done, total, f"{done} cached")
+        progress(done, total, filled(N_("{done} cached"), done=done))
     todo = [cells[i] for i in missing]
     running: dict[int, tuple[int, int]] = {}  # index into todo -> (steps done, steps in all)
     finished: set[int] = set()
@@ -262,7 +263,8 @@ def run_sweep(
     def on_steps(j: int, steps_done: int, steps_total: int) -> None:
         if j not in finished:  # a report can arrive after its cell's result
             running[j] = (steps_done, steps_total)
-            label = "steps " + ", ".join(f"{d}/{n}" for d, n in running.values()) + " in the running cells"
+            steps = ", ".join(f"{d}/{n}" for d, n in running.values())
+            label = filled(N_("steps {steps} in the running cells"), steps=steps)
             progress(done, total, label, running=sum(d / max(n, 1) for d, n in running.values()))
 
     if progress and getattr(backend, "reports_steps", False):

@@ -51,6 +51,7 @@ from attnscale.experiments.pretrained.probe.summary import (
     summarise,
 )
 from attnscale.experiments.pretrained.texts import builtin_sentences, key_kinds, punctuation_ids, read_texts
+from attnscale.i18n import N_, filled
 
 # How close a scale must be to a closed form to be named by it (relative).
 SCALE_RTOL = 1e-6
@@ -339,7 +340,7 @@ def run_probe(
                 probed.check["passed"] = False
                 break
             if progress is not None:
-                progress(b + 1, len(batches), f"batch {b + 1}/{len(batches)}")
+                progress(b + 1, len(batches), filled(N_("batch {b}/{n}"), b=b + 1, n=len(batches)))
     finally:
         tokenizer.padding_side = padding_side
     data = _probe_data(loaded, probed, source, len(texts), sum(lengths), batch_size, max_pairs, tolerance)
