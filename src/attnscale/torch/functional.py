@@ -346,7 +346,7 @@ def _isolate_unattended_keys(torch, p: Problem) -> Problem:
     L, S = p.q.shape[-2], p.k.shape[-2]
     if S == 0 or L == 0 or (p.mask is None and not (p.alignment == "top_left" and S > L)):
         return p
-    if bool(torch.isfinite(p.k).all()) and bool(torch.isfinite(p.v).all()):
+    if _all_finite(torch, p.k) and _all_finite(torch, p.v):
         return p
     if p.mask is None:  # top_left with S > L: keys j > L - 1 lie past every row's reach
         unused = (torch.arange(S, device=p.q.device) > L - 1)[None, None, :]
@@ -368,19 +368,25 @@ def _isolate_unattended_keys(torch, p: Problem) -> Problem:
     )
 
 
+def _all_finite(torch, x, kernel: bool | None = None) -> bool:
+    """Whether ``x`` holds no NaN or ±Inf: with the kernel built (``kernel`` None: whether it is
+    loaded), its own vectorised scan (float32/float64 CPU); else two reductions (min and max
+    propagate NaN). No full-size temporary either way (isfinite().all() made one: 0.3 ms a MiniLM call)."""
+    if x.numel() == 0:
+        return True
+    if kernel is None:
+        kernel = ext.load_kernel() is not None
+    if kernel and x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
+        four = x[(None,) * (4 - x.dim())] if x.dim() <= 4 else x.flatten(0, -4)
+        return bool(torch.ops.attnscale_health.all_finite(four))
+    lo, hi = torch.aminmax(x)
+    return bool(torch.isfinite(lo) & torch.isfinite(hi))
+
+
 def _check_finite(torch, given: dict, kernel: bool) -> None:
-    """Refuse NaN or ±Inf in q, k, v as given, naming the first. With the kernel built, its own
-    vectorised scan (float32/float64 CPU); else two reductions (min and max propagate NaN). No
-    full-size temporary either way."""
+    """Refuse NaN or ±Inf in q, k, v as given, naming the first (:func:`_all_finite`)."""
     for name, x in given.items():
-        if x.numel() == 0:
-            continue
-        if kernel and x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
-            four = x[(None,) * (4 - x.dim())] if x.dim() <= 4 else x.flatten(0, -4)
-            finite = torch.ops.attnscale_health.all_finite(four)
-        else:
-            lo, hi = torch.aminmax(x)
-            finite = bool(torch.isfinite(lo) & torch.isfinite(hi))
+        finite = _all_finite(torch, x, kernel)
         if not finite:
             raise InputError(
                 f"{name}: contains NaN or Inf; expected finite values (check_finite=True asked for this check)"
