@@ -68,8 +68,10 @@ lint: $(VENV)/.installed
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict  # the variable silences Material's end-of-life banner
 
+# One pytest worker per core (pytest-xdist), each test file on one worker (its module fixtures built
+# once): the suite is single-threaded Python for the most part, so 2 cores halve its time.
 test: setup browser lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist loadfile
 
 bench: setup
 	$(PY) benchmarks/attention.py
