@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup fonts browser report full lint docs test bench
+.PHONY: setup fonts browser report full lint docs test test-fast bench
 
 setup: $(VENV)/.installed fonts
 
@@ -64,14 +64,22 @@ lint: $(VENV)/.installed
 	$(PY) -m mypy
 
 # The documentation site (mkdocs.yml) into build/site; `make test` builds it too, with --strict, in
-# tests/test_docs_site.py.
+# tests/meta/test_docs_site.py.
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict  # the variable silences Material's end-of-life banner
 
 # One pytest worker per core (pytest-xdist), each test file on one worker (its module fixtures built
-# once): the suite is single-threaded Python for the most part, so 2 cores halve its time.
+# once): the suite is single-threaded Python for the most part, so 2 cores halve its time. The files
+# with the most slow tests go first (tests/conftest.py; --no-loadscope-reorder keeps that order), so
+# that no long file starts last.
 test: setup browser lint
-	$(PY) -m pytest -q -n auto --dist loadfile
+	$(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder
+
+# The loop while editing (a few minutes on 2 cores): every test but the slow ones (over ~5 s each:
+# @pytest.mark.slow), those that load a real model and those that drive a browser; no lint. `make test`
+# (and CI) runs every test.
+test-fast: setup
+	$(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder -m "not slow and not model and not browser"
 
 bench: setup
 	$(PY) benchmarks/attention.py

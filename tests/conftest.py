@@ -80,3 +80,27 @@ def lang(request):
 
     with language(request.param):
         yield request.param
+
+
+HEAVY_MARKS = ("slow", "model", "browser")
+
+
+def _file_weight(items) -> tuple[int, int]:
+    """(tests marked slow, model or browser; tests) of one file: how long it runs, roughly."""
+    heavy = sum(any(item.get_closest_marker(m) for m in HEAVY_MARKS) for item in items)
+    return heavy, len(items)
+
+
+@pytest.hookimpl(trylast=True)  # after -m and -k have deselected
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist, the files with the most heavy tests first. `make test` gives each file to one
+    worker (--dist loadfile) in collection order (--no-loadscope-reorder; xdist's own order is by number
+    of tests, which puts a file of a few minute-long tests last), so a long file that started last would
+    leave the other worker idle while it ran."""
+    if not hasattr(config, "workerinput"):  # not an xdist worker: the order pytest collected
+        return
+    files: dict[str, list] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    order = sorted(files, key=lambda f: tuple(-n for n in _file_weight(files[f])))  # stable: ties as collected
+    items[:] = [item for f in order for item in files[f]]
