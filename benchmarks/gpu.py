@@ -41,6 +41,9 @@ import sys
 import time
 import warnings
 
+from attnscale import AuxRequest
+
+WITH_RANGE = AuxRequest(lse=True, entropy=True, logit_range=True)  # what the correctness section compares
 TARGETS = {"forward": 1.2, "forward+backward": 1.3, "memory": 1.1}
 SHAPES = ((2, 8, 2048, 64), (1, 8, 8192, 64))
 DRY_SHAPES = ((1, 2, 64, 16),)  # the dry run times float32 only
@@ -99,10 +102,8 @@ def check(torch, flex, attention, device, dtype_name, grads: bool, dry: bool) ->
     for label, causal, masked, rule in CASES:
         kw = dict(scale=rule, causal=causal, mask=mask if masked else None)
         with torch.no_grad():
-            ours_out, ours = attention(q, k, v, backend="flex", return_stats=True, logit_range=True, **kw)
-            exact_out, exact = attention(
-                q.double(), k.double(), v.double(), backend="chunked", return_stats=True, logit_range=True, **kw
-            )
+            ours_out, ours = attention(q, k, v, backend="flex", aux=WITH_RANGE, **kw)
+            exact_out, exact = attention(q.double(), k.double(), v.double(), backend="chunked", aux=WITH_RANGE, **kw)
         empty = torch.isnan(exact.entropy)
         full = ~empty
         err = {
@@ -164,7 +165,7 @@ def sweep(torch, flex, device, rows: int) -> list[dict]:
     found = []
     for name in ("float32", "float16", "bfloat16"):
         for with_range in (False, True):
-            r = entropy_errors(torch, getattr(torch, name), device, logit_range=with_range, rows=rows)
+            r = entropy_errors(getattr(torch, name), device, logit_range=with_range, rows=rows)
             frozen = max(e for h, e in zip(r["entropy"], r["entropy_error"]) if h < 1e-6)
             ok = r["worst"] <= flex.ENTROPY_ERROR_BOUND[name] and (not with_range or frozen <= 2e-4)
             found.append(
@@ -214,8 +215,7 @@ def variants(torch, attention, q, k, v, causal: bool, context, backward: bool):
                 k,
                 v,
                 causal="top_left" if causal else False,
-                return_stats=True,
-                logit_range=logit_range,
+                aux=AuxRequest(lse=True, entropy=True, logit_range=logit_range),
                 backend="flex",
                 check_finite=False,
             )
@@ -382,7 +382,7 @@ def main(argv=None) -> int:
         what = torch.cuda.get_device_name(device)
     else:
         what = "CPU (dry run: eager FlexAttention, tiny shapes; its times say nothing about a GPU)"
-    say(f"torch {torch.__version__} on {what}; auto on CUDA: {flex.cuda_status(torch)}")
+    say(f"torch {torch.__version__} on {what}; auto on CUDA: {flex.cuda_status()}")
     say(f"flex mode: {'eager' if args.eager else 'compiled'}; repeats {repeats}")
     result = {"torch": torch.__version__, "device": what, "eager": args.eager, "dry_run": dry, "repeats": repeats}
     started = time.perf_counter()

@@ -6,7 +6,8 @@ their dependencies when used: ``attnscale.torch`` (PyTorch), the experiments and
 
 __version__ = "0.1.0"
 
-from attnscale.functional import AttentionGrads, AttentionResult, attention, attention_backward
+from attnscale.attention_aux import AuxOutput, AuxRequest
+from attnscale.functional import AttentionGrads, attention, attention_backward
 from attnscale.errors import AttnScaleError, InputError, InputTypeError, MissingDependency
 from attnscale.masks import causal_mask
 from attnscale.scales import (
@@ -27,7 +28,8 @@ __all__ = [
     "__version__",
     "attention",
     "attention_backward",
-    "AttentionResult",
+    "AuxRequest",
+    "AuxOutput",
     "AttentionGrads",
     "causal_mask",
     "ScaleRule",

@@ -28,22 +28,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from attnscale.attention_aux import AuxOutput, AuxRequest, check_aux
 from attnscale.errors import InputError, InputTypeError
 from attnscale.masks import causal_alignment, causal_mask
 from attnscale.scales import ScaleLike, ScaleRule, resolve_scale
 from attnscale.shapes import check_qkv_shapes
 
-__all__ = ["attention", "attention_backward", "AttentionResult", "AttentionGrads"]
-
-
-@dataclass(frozen=True)
-class AttentionResult:
-    """What :func:`attention` returns with ``return_details=True``."""
-
-    out: np.ndarray  # (..., H_q, L, d_v)
-    logits: np.ndarray  # (..., H_q, L, S): after scale, cap and bias; -inf where not attended
-    weights: np.ndarray  # (..., H_q, L, S): softmax before dropout; 0 where not attended
-    lse: np.ndarray  # (..., H_q, L): log Σ_j exp(logits); -inf for a fully masked row
+__all__ = ["attention", "attention_backward", "AttentionGrads"]
 
 
 @dataclass(frozen=True)
@@ -257,7 +248,7 @@ def attention(
     dropout_p: float = 0.0,
     seed: int | None = None,
     check_finite: bool = True,
-    return_details: bool = False,
+    aux: AuxRequest | None = None,
 ):
     """Scaled dot-product attention, exactly.
 
@@ -275,23 +266,27 @@ def attention(
         dropout_p: probability of dropping a weight, in [0, 1); survivors are scaled by 1/(1 − p).
         seed: seeds the dropout mask (required when dropout_p > 0).
         check_finite: refuse NaN/Inf in q, k, v and NaN/+Inf in bias; False skips the scan.
-        return_details: also return logits, weights and log-sum-exp.
+        aux: an :class:`~attnscale.AuxRequest` of what to return beside the output: per row
+            ``lse``, ``entropy``, ``logit_range`` (max_logit, min_logit), ``first_key_weight``; the
+            (..., H_q, L, S) ``logits`` and ``weights`` (the softmax before dropout). The same request
+            and figures as :func:`attnscale.torch.attention`'s (:mod:`attnscale.attention_aux`).
 
     Returns:
-        out (..., H_q, L, d_v) in the inputs' dtype, or an :class:`AttentionResult`.
+        out (..., H_q, L, d_v) in the inputs' dtype; with ``aux``, ``(out, figures)``, figures an
+        :class:`~attnscale.AuxOutput` in the inputs' dtype whose fields not asked for are None
+        (``backend`` "numpy").
 
     >>> q = np.array([[1.0, 0.0, 1.0, 0.0]]); k = np.array([[0.0, 1.0, 1.0, 1.0]])
-    >>> float(attention(q, k, np.ones((1, 1)), return_details=True).logits[0, 0])  # 1 / √4
+    >>> _, figures = attention(q, k, np.ones((1, 1)), aux=AuxRequest(logits=True))
+    >>> float(figures.logits[0, 0])  # 1 / √4
     0.5
     """
+    request = check_aux(aux)
     prob = _prepare(q, k, v, scale, mask, bias, causal, dropout_p, seed, check_finite)
     *lead, H_q, L, _ = prob.q.shape
     S, d_v = prob.v.shape[-2:]
     out = np.empty(tuple(lead) + (H_q, L, d_v), dtype=prob.compute)
-    if return_details:
-        logits_all = np.empty(tuple(lead) + (H_q, L, S), dtype=prob.compute)
-        weights_all = np.empty_like(logits_all)
-        lse_all = np.empty(tuple(lead) + (H_q, L), dtype=prob.compute)
+    kept = None if request is None else _Kept.empty(request, tuple(lead) + (H_q, L), S, prob.compute)
     rng = np.random.default_rng(prob.seed) if prob.dropout_p > 0 else None
     scores = np.empty((L, S), dtype=prob.compute)  # the one L×S float array, reused by every head
     for idx in np.ndindex(*lead, H_q):
@@ -299,14 +294,10 @@ def attention(
         s, _, _ = _head_logits(
             prob, idx, _normalized(prob, prob.q[idx]), _normalized(prob, prob.k[kv]), prob.blocked(idx), out=scores
         )
-        if return_details:
-            logits_all[idx] = s
-        total, m = _exp_rows(s, prob.check_finite)  # s now holds exp(logits − max)
-        if return_details:
-            with np.errstate(divide="ignore"):
-                lse_all[idx] = (m + np.log(total))[:, 0]
-            np.divide(s, total, out=weights_all[idx], where=total != 0)
-            weights_all[idx][(total == 0)[:, 0]] = 0.0
+        logits = s if kept is None else s.copy()  # s becomes exp(logits − max) below
+        total, m = _exp_rows(s, prob.check_finite)
+        if kept is not None:
+            kept.add(idx, logits, s, total, m)
         if rng is not None:
             np.multiply(s, _dropout_keep(rng, s.shape, prob.dropout_p), out=s)
             total = total * (1.0 - prob.dropout_p)  # survivors scaled by 1/(1 − p)
@@ -314,15 +305,59 @@ def attention(
         out[idx][(total == 0)[:, 0]] = 0.0
     result_dtype = np.result_type(*(np.asarray(x).dtype for x in (q, k, v)))
     finish = lambda a: (a[..., 0, :, :] if a.ndim >= 3 and prob.squeeze_heads else a).astype(result_dtype, copy=False)  # noqa: E731
-    if not return_details:
+    if kept is None:
         return finish(out)
-    lse_out = lse_all[..., 0, :] if prob.squeeze_heads else lse_all
-    return AttentionResult(
-        out=finish(out),
-        logits=finish(logits_all),
-        weights=finish(weights_all),
-        lse=lse_out.astype(result_dtype, copy=False),
-    )
+    return finish(out), kept.output(prob.squeeze_heads, result_dtype)
+
+
+class _Kept:
+    """The figures an :class:`AuxRequest` asks of :func:`attention`, filled head by head."""
+
+    def __init__(self, arrays: dict[str, np.ndarray]):
+        self.arrays = arrays  # name -> (..., H_q, L) or (..., H_q, L, S), filled head by head
+
+    @classmethod
+    def empty(cls, request: AuxRequest, rows: tuple, S: int, dtype) -> _Kept:
+        """Arrays for what ``request`` asks: (*rows) per row figure, (*rows, S) for logits and weights."""
+        names = [n for n in _ROW_FIGURES if getattr(request, _ASKED_BY.get(n, n))]
+        arrays = {n: np.empty(rows, dtype=dtype) for n in names}
+        arrays |= {n: np.empty(rows + (S,), dtype=dtype) for n in ("logits", "weights") if getattr(request, n)}
+        return cls(arrays)
+
+    def add(self, idx, logits: np.ndarray, e: np.ndarray, total: np.ndarray, m: np.ndarray) -> None:
+        """Head ``idx``'s figures from its logits (L, S) and exp(logits − m) with row sums ``total`` (L, 1)."""
+        weights = np.divide(e, total, out=np.zeros_like(e), where=total != 0)  # 0 in a row with nothing attended
+        with np.errstate(divide="ignore"):
+            lse = (m + np.log(total))[:, 0]  # −inf for a row with nothing attended
+        with np.errstate(invalid="ignore"):  # 0 · inf where not attended (not summed); NaN rows stay NaN
+            for name, array in self.arrays.items():
+                array[idx] = _head_figure(name, logits, weights, lse)
+
+    def output(self, squeeze_heads: bool, dtype) -> AuxOutput:
+        """The :class:`AuxOutput`, in ``dtype``; the head axis dropped when every input was rank 2."""
+        shaped = {n: (a[0] if squeeze_heads else a).astype(dtype, copy=False) for n, a in self.arrays.items()}
+        return AuxOutput(**shaped, backend="numpy")
+
+
+def _head_figure(name: str, logits: np.ndarray, weights: np.ndarray, lse: np.ndarray) -> np.ndarray:
+    """The figure ``name`` of one head, from its logits and weights (L, S) and its lse (L,); a row
+    figure is NaN in a row with nothing attended (lse −inf)."""
+    if name in ("logits", "weights", "lse"):
+        return {"logits": logits, "weights": weights, "lse": lse}[name]
+    if name == "entropy":  # −Σ p ln p as Σ p (lse − s) over the weights not 0: a sum of terms ≥ 0
+        x = np.where(weights > 0, weights * (lse[:, None] - logits), 0.0).sum(-1)
+    elif name == "max_logit":
+        x = logits.max(-1)
+    elif name == "min_logit":
+        x = np.where(logits > -np.inf, logits, np.inf).min(-1)
+    else:  # first_key_weight
+        x = weights[:, 0]
+    return np.where(lse == -np.inf, np.nan, x)
+
+
+# The per-row figures, and the request field that asks for each where its name differs.
+_ROW_FIGURES = ("lse", "entropy", "max_logit", "min_logit", "first_key_weight")
+_ASKED_BY = {"max_logit": "logit_range", "min_logit": "logit_range"}
 
 
 def attention_backward(

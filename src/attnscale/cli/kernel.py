@@ -11,7 +11,7 @@ from attnscale.i18n import N_, _
 
 # The build measured about 7 s on the project's two cores; the line rounds up, as a promise.
 BUILDING = N_("building the fused kernel, once: ~10 s")
-# What backend="auto" runs on CPU without the kernel (attnscale.torch.functional._choose_backend).
+# What backend="auto" runs on CPU without the kernel (attnscale.torch.choice.choose_backend).
 FALLBACK = N_("no fused kernel ({reason}): attention runs on composed PyTorch calls (backend 'composed')")
 
 

@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import math
 
+import torch
+
+from attnscale.attention_aux import AuxRequest
+from attnscale.torch.functional import attention
+
 __all__ = ["entropy_errors"]
 
 
 def entropy_errors(
-    torch,
     dtype,
     device="cpu",
     *,
@@ -29,8 +33,6 @@ def entropy_errors(
     Returns {"alpha", "entropy", "lse" (float64 references), "entropy_error", "lse_error"} as lists of
     ``rows`` floats, and "worst": the largest |Δentropy| / (1 + |lse|), the c of the Precision bound.
     """
-    from attnscale.torch.functional import attention
-
     g = torch.Generator().manual_seed(seed)
     u = torch.randn(rows, d_k, generator=g, dtype=torch.float64)
     u = u / u.norm(dim=-1, keepdim=True) * math.sqrt(d_k)
@@ -39,10 +41,9 @@ def entropy_errors(
     k, v = (torch.randn(1, 1, keys, d_k, generator=g, dtype=torch.float64) for _ in range(2))
     q, k, v = (x.to(device=device, dtype=dtype) for x in (q, k, v))
     with torch.no_grad():
-        _, ours = attention(q, k, v, backend="flex", return_stats=True, logit_range=logit_range, check_finite=False)
-        _, exact = attention(
-            q.double(), k.double(), v.double(), backend="chunked", return_stats=True, check_finite=False
-        )
+        asked = AuxRequest(lse=True, entropy=True, logit_range=logit_range)
+        _, ours = attention(q, k, v, backend="flex", aux=asked, check_finite=False)
+        _, exact = attention(q.double(), k.double(), v.double(), backend="chunked", aux=asked, check_finite=False)
     ref_h, ref_lse = exact.entropy.reshape(-1).cpu(), exact.lse.reshape(-1).cpu()
     dh = (ours.entropy.reshape(-1).cpu().double() - ref_h).abs()
     dlse = (ours.lse.reshape(-1).cpu().double() - ref_lse).abs()

@@ -12,8 +12,8 @@ gain, as Henry et al. 2020 learn it; no other rule has a parameter) with two use
 
 * ``forward(q, k, n)``: the (B, H, L, S) logits themselves, for small models that keep them.
 * :meth:`ScaledLogits.attend`: attention through :func:`attnscale.torch.attention`. It returns the
-  output (PyTorch's SDPA on the folded inputs), or with ``return_stats=True`` the output and each
-  row's log-sum-exp, entropy and logit range from ``backend``, so that a model's figures come from its
+  output (PyTorch's SDPA on the folded inputs), or with ``aux=AuxRequest(...)`` the output and each
+  row's figures asked for (log-sum-exp, entropy, logit range...) from ``backend``, so that a model's figures come from its
   own attention and no L×S matrix is kept for them. Each rule takes one path:
 
   - constant rules (1/√d_k, 1/d_k, unscaled, a constant): the factor is the ``scale`` argument;
@@ -30,20 +30,15 @@ gain, as Henry et al. 2020 learn it; no other rule has a parameter) with two use
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
-
 import numpy as np
+import torch
+from torch import nn
 
-from attnscale.errors import InputError, require
+from attnscale.errors import InputError
 from attnscale.scales import QKNorm, ScaleRule, SoftCap
-from attnscale.torch.functional import attention, qk_normalized
-
-if TYPE_CHECKING:  # the types for mypy; at run time require's message when torch is missing
-    import torch
-    from torch import nn
-else:
-    torch = require("torch", "torch")
-    nn = torch.nn
+from attnscale.attention_aux import AuxRequest
+from attnscale.torch.functional import attention
+from attnscale.torch.prepare import qk_normalized
 
 __all__ = ["ScaledLogits", "attended_keys"]
 
@@ -112,22 +107,24 @@ class ScaledLogits(nn.Module):
         z = self._factor(n, q) * (self._normalize(q) @ self._normalize(k).transpose(-2, -1))
         return self.cap(z)
 
-    def attend(self, q, k, v, *, causal: bool = True, backend: str = "chunked", return_stats: bool = False):
+    def attend(self, q, k, v, *, causal: bool = True, backend: str = "chunked", aux: AuxRequest | None = None):
         """Attention with this rule through :func:`attnscale.torch.attention` (the path each rule
         takes is in the module docstring). q: (B, H, L, d_k), k: (B, H, S, d_k), v: (B, H, S, d_v);
         ``causal`` needs L == S. Returns the output (B, H, L, d_v), from plain
         ``scaled_dot_product_attention`` on the same folded inputs (the peer a benchmark compares
-        with); ``return_stats=True``: ``(out, stats)`` on ``backend``, stats its :class:`AttentionStats`
-        (lse, entropy, max_logit and min_logit per row, (B, H, L)); the figures are diagnostics, not
-        to be differentiated. NaN or inf inputs are not refused: they come out as NaN (a diverged run)."""
+        with); with ``aux``, an :class:`~attnscale.AuxRequest`: ``(out, figures)`` on ``backend``,
+        figures the :class:`~attnscale.AuxOutput` it asks for (per row, (B, H, L)); the figures are
+        diagnostics, not to be differentiated. NaN or inf inputs are not refused: they come out as NaN (a diverged run)."""
         n = attended_keys(q.shape[-2], k.shape[-2], causal) if self.inner.uses_n else None
         factor = self._factor(n, q)
         qn, kn = self._normalize(q), self._normalize(k)
-        common = {"causal": causal, "logit_range": return_stats, "check_finite": False, "return_stats": return_stats}
-        backend = backend if return_stats else "auto"  # "auto" without figures: PyTorch's SDPA
-        if self.caps:
-            capped = self.cap(factor * (qn @ kn.transpose(-2, -1)))
-            return attention(qn, kn, v, scale=0.0, bias=capped, backend="chunked" if return_stats else "auto", **common)
-        if isinstance(factor, float):
-            return attention(qn, kn, v, scale=factor, backend=backend, **common)
-        return attention(factor * qn, kn, v, scale=1.0, backend=backend, **common)
+        backend = backend if aux is not None else "auto"  # "auto" without figures: PyTorch's SDPA
+        bias = None
+        if self.caps:  # the capped logits as the chunked backend's bias, scale 0
+            bias, factor = self.cap(factor * (qn @ kn.transpose(-2, -1))), 0.0
+            backend = "chunked" if aux is not None else "auto"
+        elif not isinstance(factor, float):  # log-n: each row's factor folded into its query
+            qn, factor = factor * qn, 1.0
+        return attention(
+            qn, kn, v, scale=factor, bias=bias, causal=causal, backend=backend, aux=aux, check_finite=False
+        )

@@ -24,7 +24,7 @@ so such an entry carries no weight whether it is kept as a bias or dropped as a 
 
 from __future__ import annotations
 
-from attnscale.errors import require
+import torch
 
 __all__ = ["MASKED_BELOW", "split_attn_mask", "attended"]
 
@@ -39,7 +39,6 @@ def split_attn_mask(attn_mask):
     it; bias: the additive part on the attended entries (0 elsewhere), in attn_mask's dtype, or
     None when it is all zero. Differentiable in the bias (a learned mask keeps its gradient).
     """
-    torch = require("torch", "torch")
     if attn_mask is None or attn_mask.dtype == torch.bool:
         return attn_mask, None
     mask = attn_mask > MASKED_BELOW
@@ -51,7 +50,6 @@ def attended(attn_mask, is_causal: bool, q, k):
     """Bool (..., H_q, L, S): True where a query of ``q`` (..., H_q, L, d_k) attends a key of ``k``
     (..., H_kv, S, d_k), with ``attn_mask`` read as :func:`split_attn_mask` does and ``is_causal``
     as SDPA's (top-left aligned: row i attends keys j ≤ i)."""
-    torch = require("torch", "torch")
     L, S = q.shape[-2], k.shape[-2]
     out = torch.ones((*q.shape[:-2], L, S), dtype=torch.bool, device=q.device)
     mask, _ = split_attn_mask(attn_mask)

@@ -10,7 +10,7 @@ Attention goes through :meth:`attnscale.torch.scales.ScaledLogits.attend` (every
 :func:`attnscale.torch.attention`), so each layer's per-row entropy, log-sum-exp and logit range are
 those of the attention the model trains with; each layer keeps the last call's figures, detached,
 in ``block.attn.figures``. ``figures=False`` calls plain ``torch.nn.functional.scaled_dot_product_attention``
-instead (``attnscale.torch.attention`` without ``return_stats``): the peer of the benchmark, and the
+instead (``attnscale.torch.attention`` without ``aux``): the peer of the benchmark, and the
 call that :class:`attnscale.torch.Monitor` sees (and in ``mode="replace"`` computes), named by the layer
 (``blocks.0.attn``), which :class:`attnscale.torch.guard.LogitGuard` rescales.
 
@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from attnscale.attention_aux import AuxRequest
 from attnscale.errors import InputError, check_choice, check_count, require
 from attnscale.scales import ScaleRule
 
@@ -74,8 +75,11 @@ class GPTConfig:
         return self.d_model // self.d_k
 
 
+_FIGURES = AuxRequest(lse=True, entropy=True, logit_range=True)  # what each layer keeps of its last call
+
+
 class CausalSelfAttention(nn.Module):
-    """x: (B, L, D) -> (B, L, D). ``figures``: the last call's AttentionStats fields, detached."""
+    """x: (B, L, D) -> (B, L, D). ``figures``: the last call's AuxOutput fields, detached."""
 
     def __init__(self, config: GPTConfig, rule: ScaleRule, backend: str, figures: bool):
         from attnscale.torch.scales import ScaledLogits
@@ -99,7 +103,7 @@ class CausalSelfAttention(nn.Module):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if self.with_figures:
-            out, stats = self.rule.attend(q, k, v, causal=True, backend=self.backend, return_stats=True)
+            out, stats = self.rule.attend(q, k, v, causal=True, backend=self.backend, aux=_FIGURES)
             self.figures = {
                 name: getattr(stats, name).detach() for name in ("lse", "entropy", "max_logit", "min_logit")
             }  # each (B, H, L)

@@ -1,10 +1,10 @@
 """The backends of :func:`attnscale.torch.attention`, one module each (:mod:`attnscale.torch.functional`
-says what each costs and how exact it is, and chooses): ``"kernel"``, ``"composed"``, ``"chunked"``,
+says what each costs and how exact it is): ``"kernel"``, ``"composed"``, ``"chunked"``,
 ``"flex"``; and the problem every one reads (:mod:`.problem`). Each runner is a function
-``(torch, p: Problem, logit_range, first_key=False) -> (out, lse, entropy, max_logit, min_logit,
+``(p: Problem, logit_range, first_key=False) -> (out, lse, entropy, max_logit, min_logit,
 first_key_weight)``, (B, H_q, L[, d_v]); ``first_key_weight`` is None unless the backend makes it
-itself (the kernel, on request): :func:`attnscale.torch.functional.attention` then forms it from the
-prepared problem.
+itself (the kernel, on request): :func:`attnscale.torch.stats.first_key_weight` then forms it from
+the prepared problem. The chooser is :mod:`attnscale.torch.choice`.
 """
 
 from attnscale.torch.backends.chunked import run_chunked

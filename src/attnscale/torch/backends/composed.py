@@ -6,18 +6,20 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 from attnscale.torch.backends.problem import Problem, allowed_keys, keys_per_query_head, chunked_logit_range
 
 __all__ = ["run_composed"]
 
 
-def run_composed(torch, p: Problem, logit_range: bool, first_key: bool = False):
+def run_composed(p: Problem, logit_range: bool, first_key: bool = False):
     q = p.q
     k, v = keys_per_query_head(p)
     L, d_k, d_v = q.shape[-2], q.shape[-1], v.shape[-1]
     values = torch.cat([v, k], dim=-1)  # (B, H_q, S, d_v + d_k)
     is_causal = p.alignment == "top_left" and p.mask is None
-    allowed = None if (p.alignment is None or is_causal) and p.mask is None else allowed_keys(torch, p, 0, L)
+    allowed = None if (p.alignment is None or is_causal) and p.mask is None else allowed_keys(p, 0, L)
     additive = None
     if allowed is not None:
         # Rows padded to a multiple of 16 numbers: PyTorch's CUDA kernel wants its bias aligned so.
@@ -59,5 +61,5 @@ def run_composed(torch, p: Problem, logit_range: bool, first_key: bool = False):
         out = out.masked_fill(empty[..., None], 0.0)
     hi = lo = None
     if logit_range:
-        hi, lo = chunked_logit_range(torch, p)
+        hi, lo = chunked_logit_range(p)
     return out, lse, entropy, hi, lo, None

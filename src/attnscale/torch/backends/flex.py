@@ -49,7 +49,7 @@ Precision: lse and the output are as good as FlexAttention's own; the entropy is
 its absolute error grows with |lse|. :func:`attnscale.torch.flex_precision.entropy_errors` measures it against float64 of the same
 (rounded) inputs over rows from uniform weights to frozen ones (d_k 64, 256 keys, one query
 direction per row scaled by 0 to 10³: entropy ln 256 down to ~10⁻¹⁰⁷, |lse| up to ~3·10³), and the
-bound :data:`ENTROPY_ERROR_BOUND` is what tests/test_flex_attention.py holds it to:
+bound :data:`ENTROPY_ERROR_BOUND` is what tests/torch/test_flex_attention.py holds it to:
 
     |Δentropy| ≤ c · (1 + |lse|),   c = 32 float32 eps = 3.8·10⁻⁶ in every dtype
 
@@ -76,7 +76,9 @@ import functools
 import math
 from dataclasses import replace
 
-from attnscale.errors import InputError, require
+import torch
+
+from attnscale.errors import InputError
 from attnscale.torch.backends.chunked import run_chunked
 from attnscale.torch.backends.problem import Problem, chunked_logit_range
 
@@ -99,7 +101,7 @@ def eager():
         _eager.reset(token)
 
 
-def _flex_module(torch):
+def _flex_module():
     try:
         from torch.nn.attention import flex_attention as module
     except ImportError:
@@ -107,9 +109,9 @@ def _flex_module(torch):
     return module if hasattr(module, "AuxRequest") else None
 
 
-def refusal(torch, p: Problem) -> str | None:
+def refusal(p: Problem) -> str | None:
     """Why the flex backend cannot compute ``p`` here, or None."""
-    if _flex_module(torch) is None:
+    if _flex_module() is None:
         return (
             f"backend: 'flex' needs torch.nn.attention.flex_attention with AuxRequest, which torch "
             f"{torch.__version__} lacks; use 'auto'"
@@ -131,10 +133,10 @@ def refusal(torch, p: Problem) -> str | None:
 _COMPILED: dict = {}
 
 
-def _compiled(torch):
+def _compiled():
     """FlexAttention compiled once per process (torch.compile caches a kernel per shape and mask)."""
     if "fn" not in _COMPILED:
-        _COMPILED["fn"] = torch.compile(_flex_module(torch).flex_attention)
+        _COMPILED["fn"] = torch.compile(_flex_module().flex_attention)
     return _COMPILED["fn"]
 
 
@@ -143,9 +145,9 @@ class FlexFailure(InputError):
     "auto" then computes it on the composed (or chunked) backend instead."""
 
 
-def _call(torch, device):
+def _call(device):
     """FlexAttention, compiled or eager, its failures raised as :class:`FlexFailure`."""
-    fn = _flex_module(torch).flex_attention if device.type == "cpu" or _eager.get() else _compiled(torch)
+    fn = _flex_module().flex_attention if device.type == "cpu" or _eager.get() else _compiled()
 
     def call(*args, **kwargs):
         try:
@@ -163,11 +165,10 @@ def _call(torch, device):
 @functools.lru_cache(maxsize=16)
 def _causal_block_mask(L: int, S: int, offset: int, device: str):
     """The causal limit j ≤ i + offset as a block mask, shared by every batch and head."""
-    torch = require("torch", "torch")
-    return _flex_module(torch).create_block_mask(lambda b, h, i, j: j <= i + offset, None, None, L, S, device=device)
+    return _flex_module().create_block_mask(lambda b, h, i, j: j <= i + offset, None, None, L, S, device=device)
 
 
-def _block_mask(torch, p: Problem):
+def _block_mask(p: Problem):
     """The block mask of ``p`` (boolean mask and causal limit), or None when every key is attended."""
     L, S = p.q.shape[-2], p.k.shape[-2]
     causal = p.alignment is not None
@@ -181,10 +182,10 @@ def _block_mask(torch, p: Problem):
         keep = mask[b, h, i, j]
         return keep & (j <= i + offset) if causal else keep
 
-    return _flex_module(torch).create_block_mask(mask_mod, sizes[0], sizes[1], L, S, device=p.q.device)
+    return _flex_module().create_block_mask(mask_mod, sizes[0], sizes[1], L, S, device=p.q.device)
 
 
-def _score_mod(torch, p: Problem):
+def _score_mod(p: Problem):
     """cap(s) + bias, for the problems whose scores are not linear in q·k; None for the others."""
     if not p.softcap and p.bias is None:
         return None
@@ -200,7 +201,7 @@ def _score_mod(torch, p: Problem):
     return score_mod
 
 
-def _in_float32(torch, p: Problem) -> Problem:
+def _in_float32(p: Problem) -> Problem:
     """``p`` detached, half precision raised to float32: the chunked figures passes compute in it."""
 
     def up(x):
@@ -209,19 +210,19 @@ def _in_float32(torch, p: Problem) -> Problem:
     return replace(p, q=up(p.q), k=up(p.k), v=up(p.v), bias=up(p.bias))
 
 
-def run_flex(torch, p: Problem, logit_range: bool, first_key: bool = False):
+def run_flex(p: Problem, logit_range: bool, first_key: bool = False):
     """(out, lse, entropy, max_logit, min_logit, None) of ``p`` on FlexAttention (module docstring)."""
-    reason = refusal(torch, p)
+    reason = refusal(p)
     if reason:
         raise InputError(reason)
     if not torch.is_grad_enabled():  # FlexAttention refuses CPU tensors that require grad, even then
         p = replace(p, q=p.q.detach(), k=p.k.detach(), v=p.v.detach())
-    module = _flex_module(torch)
-    call = _call(torch, p.q.device)
-    block_mask = _block_mask(torch, p)
+    module = _flex_module()
+    call = _call(p.q.device)
+    block_mask = _block_mask(p)
     gqa = p.q.shape[1] != p.k.shape[1]
     on_cuda = p.q.device.type == "cuda"
-    score_mod = _score_mod(torch, p)
+    score_mod = _score_mod(p)
     common = dict(block_mask=block_mask, scale=p.scale, enable_gqa=gqa)
     # A rule's q̂, k̂ (QK-norm, log-n) come in float32 beside half-precision v: rounded once for the call.
     call_q, call_k = (x if x.dtype == p.v.dtype else x.to(p.v.dtype) for x in (p.q, p.k))
@@ -230,7 +231,7 @@ def run_flex(torch, p: Problem, logit_range: bool, first_key: bool = False):
     if score_mod is not None or p.v.element_size() < 4:
         out = call(call_q, call_k, p.v, score_mod=score_mod, **common)
         with torch.no_grad():
-            _, lse, entropy, hi, lo, _ = run_chunked(torch, _in_float32(torch, p), logit_range)
+            _, lse, entropy, hi, lo, _ = run_chunked(_in_float32(p), logit_range)
         return out, lse, entropy, hi, lo, None
 
     d_v = p.v.shape[-1]
@@ -248,18 +249,18 @@ def run_flex(torch, p: Problem, logit_range: bool, first_key: bool = False):
         if on_cuda:
             hi = aux.max_scores.to(figures).masked_fill(empty, math.nan)
         elif logit_range:
-            hi, lo = chunked_logit_range(torch, _in_float32(torch, p))
+            hi, lo = chunked_logit_range(_in_float32(p))
         if logit_range and on_cuda:
             _, neg = call(
                 -p.q.detach(), p.k.detach(), p.v.detach(), return_aux=module.AuxRequest(max_scores=True), **common
             )
             lo = (-neg.max_scores.to(figures)).masked_fill(empty, math.nan)
-        entropy = entropy.clamp_min(0.0) if hi is None else _bracketed(torch, entropy, lse, hi, p.k.shape[-2])
+        entropy = entropy.clamp_min(0.0) if hi is None else _bracketed(entropy, lse, hi, p.k.shape[-2])
         entropy = entropy.masked_fill(empty, math.nan)
     return out, lse, entropy, hi if logit_range else None, lo, None
 
 
-def _bracketed(torch, entropy, lse, top, S: int):
+def _bracketed(entropy, lse, top, S: int):
     """The entropy held inside two bounds made of exact-to-rounding figures, with p_max = e^{top − lse}:
     H ≥ −ln p_max = lse − top, and Fano's H ≤ h(p_max) + (1 − p_max)·ln(S − 1) (h the binary
     entropy; S ≥ the attended count). A frozen row (p_max = 1) comes out 0, whatever P·K's rounding."""
@@ -270,7 +271,7 @@ def _bracketed(torch, entropy, lse, top, S: int):
     return torch.maximum(torch.minimum(entropy, upper), lower)
 
 
-def cuda_status(torch) -> dict:
+def cuda_status() -> dict:
     """{"backend": what "auto" uses on CUDA ("flex" or "composed"; None without CUDA), "reason": why}.
     The first call on a CUDA machine compiles and runs one small FlexAttention call (seconds)."""
     if not torch.cuda.is_available():
@@ -280,13 +281,12 @@ def cuda_status(torch) -> dict:
 
 @functools.cache
 def _cuda_probe(device_index: int) -> tuple[str, str]:
-    torch = require("torch", "torch")
-    module = _flex_module(torch)
+    module = _flex_module()
     if module is None:
         return "composed", f"torch {torch.__version__} has no FlexAttention with AuxRequest"
     try:
         q = torch.randn(_PROBE_SHAPE, device=f"cuda:{device_index}")
-        out, aux = _compiled(torch)(q, q, q, return_aux=module.AuxRequest(lse=True, max_scores=True))
+        out, aux = _compiled()(q, q, q, return_aux=module.AuxRequest(lse=True, max_scores=True))
         ok = bool(torch.isfinite(out).all() and torch.isfinite(aux.lse).all())
     except Exception as err:  # noqa: BLE001 - any failure to compile or run means: use composed
         return "composed", f"compiled FlexAttention failed: {type(err).__name__}: {str(err).splitlines()[0][:200]}"

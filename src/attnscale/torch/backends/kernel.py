@@ -3,6 +3,7 @@ forward and its flash-style backward, in tiles of :func:`query_block` query rows
 
 from __future__ import annotations
 
+
 from attnscale.torch import ext
 from attnscale.torch.backends.problem import Problem
 from attnscale.torch.head_table import THRESHOLDS
@@ -51,7 +52,7 @@ def _blas_ready(x):
     return x if x.stride(-1) == 1 and x.stride(-2) >= max(1, x.shape[-1]) else x.contiguous()
 
 
-def run_kernel(torch, p: Problem, logit_range: bool, first_key: bool = False, head_table: bool = False, counted=None):
+def run_kernel(p: Problem, logit_range: bool, first_key: bool = False, head_table: bool = False, counted=None):
     """The six figures of ``p`` (see :mod:`attnscale.torch.backends`), the weight on key 0 from the
     kernel itself on request (the logit it already made, no pass of its own). ``head_table``: two
     more results, the monitor's head table of the rows ``counted`` (bool (B, L); None: all), made

@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 __all__ = [
     "Problem",
     "CHUNK_ELEMENTS",
@@ -58,7 +60,7 @@ class Problem:
         return x[0] if self.squeeze_heads else x
 
 
-def allowed_keys(torch, p: Problem, i0: int, i1: int):
+def allowed_keys(p: Problem, i0: int, i1: int):
     """Bool (B, H_q, i1 − i0, S) for query rows i0..i1 (mask and causal combined), or None if all attend."""
     S = p.k.shape[-2]
     allowed = None if p.mask is None else p.mask[:, :, i0:i1]
@@ -83,39 +85,37 @@ def row_chunks(p: Problem):
     return ((i0, min(L, i0 + rows)) for i0 in range(0, L, rows))
 
 
-def chunk_logits(torch, p: Problem, k, i0: int, i1: int):
+def chunk_logits(p: Problem, k, i0: int, i1: int):
     """(logits with −inf where not attended, attended) for query rows i0..i1: (B, H_q, rows, S)."""
     s = p.scale * (p.q[:, :, i0:i1] @ k.transpose(-2, -1))
     if p.softcap:
         s = p.softcap * torch.tanh(s / p.softcap)
     if p.bias is not None:
         s = s + p.bias[:, :, i0:i1]
-    allowed = allowed_keys(torch, p, i0, i1)
+    allowed = allowed_keys(p, i0, i1)
     # != −inf, not > −inf: a NaN logit stays attended, so its row comes out NaN, not "nothing attended".
     attended = s != -math.inf if allowed is None else allowed & (s != -math.inf)
     return s.masked_fill(~attended, -math.inf), attended
 
 
-def range_of(torch, s, attended):
+def range_of(s, attended):
     hi = s.amax(-1)
     lo = s.masked_fill(~attended, math.inf).amin(-1)
     none = ~attended.any(-1)
     return hi.masked_fill(none, math.nan), lo.masked_fill(none, math.nan)
 
 
-def chunked_logit_range(torch, p: Problem):
+def chunked_logit_range(p: Problem):
     """The composed backend's extra pass: each row's largest and smallest attended logit."""
     k, _ = keys_per_query_head(p)
-    parts = [range_of(torch, *chunk_logits(torch, p, k, i0, i1)) for i0, i1 in row_chunks(p)]
+    parts = [range_of(*chunk_logits(p, k, i0, i1)) for i0, i1 in row_chunks(p)]
     return torch.cat([a for a, _ in parts], dim=-1), torch.cat([b for _, b in parts], dim=-1)
 
 
-def plain_sdpa(torch, p: Problem):
+def plain_sdpa(p: Problem):
     """PyTorch's own SDPA on the same problem: the output only."""
     F = torch.nn.functional
-    allowed = (
-        allowed_keys(torch, p, 0, p.q.shape[-2]) if (p.mask is not None or p.alignment == "bottom_right") else None
-    )
+    allowed = allowed_keys(p, 0, p.q.shape[-2]) if (p.mask is not None or p.alignment == "bottom_right") else None
     attn_mask = allowed
     if p.bias is not None:
         attn_mask = p.bias if allowed is None else p.bias.masked_fill(~allowed, -math.inf)
@@ -133,7 +133,7 @@ def plain_sdpa(torch, p: Problem):
     )
 
 
-def dropped(torch, w, p: Problem):
+def dropped(w, p: Problem):
     """Weights ``w`` (B, H_q, rows, S; normalised or not) under ``p``'s dropout, as SDPA's: each kept
     with probability 1 − p (a uniform draw from ``p.generator`` at least p) and scaled by 1/(1 − p);
     all dropped at p = 1. ``w`` itself when p = 0."""
@@ -145,7 +145,7 @@ def dropped(torch, w, p: Problem):
     return w.masked_fill(draw < p.dropout_p, 0.0) * (1.0 / (1.0 - p.dropout_p))
 
 
-def nothing_attended(torch, p: Problem, logit_range: bool):
+def nothing_attended(p: Problem, logit_range: bool):
     """No queries (L = 0): empty results of the right shapes."""
     B, H, L = p.q.shape[:3]
     rows = torch.full((B, H, L), math.nan, dtype=p.q.dtype, device=p.q.device)

@@ -45,6 +45,9 @@ import threading
 import time
 from pathlib import Path
 
+import torch
+from torch.utils import cpp_extension
+
 from attnscale.provenance import cpu_flags
 
 __all__ = [
@@ -79,7 +82,7 @@ _lock = threading.Lock()
 _state: dict[str, object] = {}
 
 
-def _build_name(torch) -> str:
+def _build_name() -> str:
     # The CPU's flags too: a -march=native build is never reused on another CPU sharing the cache.
     digest = hashlib.sha256()
     for source in (*SOURCES, *HEADERS):
@@ -136,10 +139,7 @@ def load_kernel():
         op, reason = None, "disabled by ATTNSCALE_NO_KERNEL" if kernel_disabled() else ""
         if not reason:
             try:
-                import torch
-                from torch.utils import cpp_extension
-
-                name = _build_name(torch)
+                name = _build_name()
                 if _compiler() is None:
                     raise FileNotFoundError(f"no C++ compiler: {cpp_extension.get_cxx_compiler()!r} is not on PATH")
                 _find_ninja_next_to_python()
@@ -154,7 +154,7 @@ def load_kernel():
                 )
                 op = torch.ops.attnscale_health.attention
                 _state["build"] = int(name.rsplit("_", 1)[1], 16)
-                _register_fake(torch)
+                _register_fake()
                 reason = "built"
             except Exception as err:  # noqa: BLE001 - any build or load failure means: use the fallback
                 reason = f"{type(err).__name__}: {_telling_line(str(err))}"
@@ -181,7 +181,7 @@ def kernel_build() -> int:
     return build
 
 
-def _register_fake(torch) -> None:
+def _register_fake() -> None:
     """The ops' shapes and dtypes without computing them (as the C++ allocates its outputs), so that
     Dynamo and Inductor keep each as one opaque op in a compiled graph."""
 
@@ -218,8 +218,6 @@ def _register_fake(torch) -> None:
 
 def _compiler() -> str | None:
     """The path of the C++ compiler torch would run (``CXX``, else ``c++``), None when there is none."""
-    from torch.utils import cpp_extension
-
     return shutil.which(cpp_extension.get_cxx_compiler())
 
 
@@ -228,14 +226,9 @@ def build_needed() -> bool:
     disabled, a compiler there, and no finished build of this source in the cache."""
     if "op" in _state or kernel_disabled():
         return False
-    try:
-        import torch
-        from torch.utils import cpp_extension
-    except ImportError:
-        return False
     if _compiler() is None:
         return False
-    name = _build_name(torch)
+    name = _build_name()
     return not (Path(cpp_extension._get_build_directory(name, False)) / f"{name}.so").is_file()
 
 
@@ -284,8 +277,4 @@ def kernel_status() -> dict[str, object]:
     from attnscale.torch.backends.flex import cuda_status
 
     op = load_kernel()
-    try:
-        import torch
-    except ImportError:
-        return {"available": False, "reason": _state["reason"], "cuda": {"backend": None, "reason": "no torch"}}
-    return {"available": op is not None, "reason": _state["reason"], "cuda": cuda_status(torch)}
+    return {"available": op is not None, "reason": _state["reason"], "cuda": cuda_status()}
