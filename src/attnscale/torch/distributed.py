@@ -1,7 +1,7 @@
 """One step's attention figures of every rank of a ``torch.distributed`` job, combined.
 
 Each rank's :class:`~attnscale.torch.monitor.Monitor` sees its own rows only. :func:`combine_step`
-packs a rank's :class:`~attnscale.torch.monitor_records.Step` into one float64 vector, gathers the
+packs a rank's :class:`~attnscale.torch.monitor.records.Step` into one float64 vector, gathers the
 vectors of every rank of the group with ONE collective (``all_gather_single``), and reduces
 them on each rank in rank order::
 
@@ -47,10 +47,11 @@ import zlib
 from typing import Any
 
 import numpy as np
+import torch
 
-from attnscale.errors import InputError, InputTypeError, require
+from attnscale.errors import InputError, InputTypeError
 from attnscale.torch.monitor import FALLBACK_REASONS
-from attnscale.torch.monitor_records import HeadFigures, Step
+from attnscale.torch.monitor.records import HeadFigures, Step
 
 __all__ = ["combine_step", "FALLBACK_REASONS"]
 
@@ -142,7 +143,6 @@ def combine_step(step: Step, process_group=None) -> Step:
     every rank of the group, at the same steps. Without an initialised process group, ``step`` itself."""
     if not isinstance(step, Step):
         raise InputTypeError(f"step: expected the Step that Monitor.step returns, got {type(step).__name__}")
-    torch = require("torch", "torch")
     dist = torch.distributed
     if not (dist.is_available() and dist.is_initialized()):
         return step
@@ -161,10 +161,10 @@ def combine_step(step: Step, process_group=None) -> Step:
     # the rank with the shorter vector aborts ("Received data size doesn't match expected size"), the
     # other reads the first rank's checksum and raises here; the job stops either way.
     dist.all_gather_single(gathered, mine, group=process_group)
-    gathered = gathered.view(world, -1).cpu().numpy()
-    if len(set(gathered[:, 0].tolist())) > 1:
+    rows = gathered.view(world, -1).cpu().numpy()
+    if len(set(rows[:, 0].tolist())) > 1:
         raise InputError(
             f"step: the ranks report different layers or heads (this rank: {_layout(step)}); "
             "every rank must run the same attention layers in each step"
         )
-    return _reduce(gathered, step)
+    return _reduce(rows, step)

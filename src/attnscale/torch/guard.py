@@ -63,14 +63,14 @@ not fit the projections raises, naming both.
 
 Names: module paths in ``model``, as :class:`attnscale.torch.Monitor` names its layers, the same
 whether or not the model is compiled (``torch.compile``'s ``_orig_mod`` left out:
-:mod:`attnscale.torch.compiled_names`), so monitor and guard may each be given the compiled model or
+:mod:`attnscale.torch.capture.paths`), so monitor and guard may each be given the compiled model or
 the plain one. The guard changes the parameters in place, which a compiled graph reads as inputs:
 no recompilation (the tests hold it on a compiled nanoGPT-style model).
 
 Refused, with the reason: a LayerNorm or RMSNorm on q or k (QK-norm: rescaling W_Q does nothing
 after it), projections whose sizes are not whole heads, GPT-2's cross-attention (q in ``q_attn``),
 or nothing found at all; :meth:`LogitGuard.apply` refuses, naming what is missing, a step that is no
-:class:`~attnscale.torch.monitor_records.Step` and a layer the guard does not know (a refused
+:class:`~attnscale.torch.monitor.records.Step` and a layer the guard does not know (a refused
 module's, with its reason; a compiled call the monitor could not name; another model's).
 """
 
@@ -81,9 +81,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from attnscale.errors import InputError, InputTypeError, check_positive, require
-from attnscale.torch.compiled_names import module_paths, root_class
-from attnscale.torch.monitor_records import Step
+import torch
+
+from attnscale.errors import InputError, InputTypeError, check_positive
+from attnscale.torch.capture.paths import module_paths, root_class
+from attnscale.torch.monitor.records import Step
 
 __all__ = ["LogitGuard", "Clip", "find_heads", "check_options"]
 
@@ -112,8 +114,6 @@ class _Rows:
         entry's bits as they are, so the heads not clipped are untouched."""
         if all(f == 1.0 for f in factors):
             return
-        import torch
-
         weight = self.module.weight
         out = weight.shape[1 if self.transposed else 0]
         # The factors in the precision a Python float scalar would be applied in (float64 for float64).
@@ -173,7 +173,7 @@ class Clip:
     factor: float  # γ = τ / max_logit: the head's logits were multiplied by it
 
 
-def _projection(torch, module, attr):
+def _projection(module, attr):
     """(the layer, its output features, transposed) for an nn.Linear or GPT-2's Conv1D at ``attr``, else None."""
     x = getattr(module, attr, None)
     if isinstance(x, torch.nn.Linear):
@@ -207,8 +207,8 @@ def _whole_heads(name, q_out, k_out, d) -> str | None:
     return None
 
 
-def _separate(torch, name, module, q_attr, k_attr, dim_attr) -> _Target | _Pending | str | None:
-    q, k = _projection(torch, module, q_attr), _projection(torch, module, k_attr)
+def _separate(name, module, q_attr, k_attr, dim_attr) -> _Target | _Pending | str | None:
+    q, k = _projection(module, q_attr), _projection(module, k_attr)
     if q is None or k is None:
         return None
     d = _count(module, (dim_attr,))
@@ -229,10 +229,10 @@ def _separate_sized(name, q, k, d: int) -> _Target | str:
     )
 
 
-def _fused(torch, name, module, attr) -> _Target | _Pending | str | None:
+def _fused(name, module, attr) -> _Target | _Pending | str | None:
     """A [q | k | v] projection: its sizes from the head size and counts the module holds (or the
     query head count of the step, then with as many key heads unless the module says how many)."""
-    found = _projection(torch, module, attr)
+    found = _projection(module, attr)
     if found is None:
         return None
     if getattr(module, "is_cross_attention", False):
@@ -261,11 +261,11 @@ def _fused_sized(name, attr, found, d, h_q, h_kv) -> _Target | str:
     )
 
 
-def _target(torch, name: str, module) -> _Target | _Pending | str | None:
+def _target(name: str, module) -> _Target | _Pending | str | None:
     """The module's projections, a reason it is refused, or None when it is no attention module."""
     for found in [
-        *(_separate(torch, name, module, *attrs) for attrs in _SEPARATE),
-        *(_fused(torch, name, module, attr) for attr in _FUSED),
+        *(_separate(name, module, *attrs) for attrs in _SEPARATE),
+        *(_fused(name, module, attr) for attr in _FUSED),
     ]:
         if found is None:
             continue
@@ -278,13 +278,12 @@ def _target(torch, name: str, module) -> _Target | _Pending | str | None:
 def find_heads(model) -> tuple[dict, dict[str, str]]:
     """({layer: _Target, or _Pending until a step gives its head count}, {layer: why refused}) over
     the modules of ``model``, named by their paths in the uncompiled model, as the monitor names
-    them (:func:`attnscale.torch.compiled_names.module_paths`; the model itself by its class)."""
-    torch = require("torch", "torch")
+    them (:func:`attnscale.torch.capture.paths.module_paths`; the model itself by its class)."""
     found, refused = {}, {}
     paths = module_paths(model)
     for module in dict(model.named_modules()).values():
         name = paths[id(module)] or root_class(model).__name__
-        t = _target(torch, name, module)
+        t = _target(name, module)
         if isinstance(t, str):
             refused[name] = t
         elif t is not None:
@@ -313,7 +312,6 @@ class LogitGuard:
     """
 
     def __init__(self, model, tau: float, alpha: float = 0.5, log_only: bool = False):
-        torch = require("torch", "torch")
         if not isinstance(model, torch.nn.Module):
             raise InputTypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
         self.tau = check_positive("tau", tau)
@@ -332,7 +330,6 @@ class LogitGuard:
         exceeded τ (``log_only``: none); returns the heads clipped (or that would be). Layers the guard
         does not know (another model's, a refused module's, a compiled call the monitor could not
         name) raise, naming what is missing, so a mis-wired monitor is not mistaken for a calm one."""
-        torch = require("torch", "torch")
         if not isinstance(step, Step):
             raise InputTypeError(
                 f"step: expected a Step (what Monitor.step returns, or combine_step), got {type(step).__name__}"

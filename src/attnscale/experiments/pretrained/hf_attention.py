@@ -1,6 +1,6 @@
 """Run a Hugging Face model with its own eager attention and see each call, or turn its scale: what
 the probe and the rescale read of a model, through the same ride on transformers' attention
-interface as the monitor's (:mod:`attnscale.torch.hf_interface`: one reading of a call, one refusal of
+interface as the monitor's (:mod:`attnscale.torch.capture.interface`: one reading of a call, one refusal of
 what cannot be rebuilt from it).
 
 :func:`attention_calls` switches the model to :data:`IMPLEMENTATION` for its duration (the module's own
@@ -14,7 +14,7 @@ its attention returns the probabilities), rides the attention interface, and for
   ``softcap``: cap·tanh(logit/cap), before the mask), and the probabilities the model computed from
   them (its eager attention, so ``output_attentions`` holds the same maps).
 
-A call whose logits carry more than that (:meth:`~attnscale.torch.hf_interface.InterfaceCall.unreadable`:
+A call whose logits carry more than that (:meth:`~attnscale.torch.capture.interface.InterfaceCall.unreadable`:
 a learned sink logit per head, as GPT-OSS's, and the like; the monitor refuses the same calls) is
 refused with :class:`UnsupportedAttention`, naming the model type and the reason, before any figure
 is made; a model whose attention does not go through the interface at all is refused the same way.
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnscale.errors import InputError, require
-from attnscale.torch.hf_interface import InterfaceCall, riding
+from attnscale.torch.capture.interface import InterfaceCall, riding
 from attnscale.torch.sdpa_mask import MASKED_BELOW
 
 __all__ = ["IMPLEMENTATION", "AttentionCall", "UnsupportedAttention", "register", "attention_calls"]

@@ -2,11 +2,11 @@
 
 API::
 
-    from attnscale.torch.compiled_names import module_paths, trace_site, SITES, joined
+    from attnscale.torch.capture.paths import module_paths, trace_site, site, joined
 
     module_paths(model)   # {id(module): path}: the paths of the uncompiled model
-    trace_site()          # while Dynamo traces an attention call: its index in SITES
-    SITES[i]              # (path below the traced module, class of the module there, why unnamed)
+    trace_site()          # while Dynamo traces an attention call: its site's index
+    site(i)               # (path below the traced module, class of the module there, why unnamed)
 
 Paths: ``torch.compile(model)`` wraps the model in an ``OptimizedModule`` that holds it as
 ``_orig_mod``, so its modules' paths read ``_orig_mod.blocks.0.attn``, and a submodule compiled in
@@ -15,7 +15,7 @@ place (``model.blocks[0] = torch.compile(block)``) adds ``_orig_mod`` in the mid
 the paths of the uncompiled one, and the wrapper and the module it wraps have the same path.
 
 Calls in a compiled graph: a graph runs with no Python frame per module, so the frames that name
-an eager call (:mod:`attnscale.torch.capture`) stop at the module whose forward was compiled. What
+an eager call (:mod:`attnscale.torch.capture.recorder`) stop at the module whose forward was compiled. What
 is below it is read while Dynamo traces: Dynamo keeps a stack of the modules it has entered (the
 ``nn_module_stack`` it records in each node's meta), each by its source (``L['self'].blocks.0.attn``:
 a path below a local of the traced frame) and class. :func:`trace_site` runs then (Dynamo calls it
@@ -41,7 +41,20 @@ import inspect
 import re
 from typing import Any
 
-__all__ = ["module_paths", "eager_path", "root_class", "trace_site", "SITES", "joined", "UnnamedCompiledCall"]
+import torch
+
+from attnscale.torch.capture.registry import REGISTRY
+
+__all__ = [
+    "module_paths",
+    "eager_path",
+    "root_class",
+    "trace_site",
+    "site",
+    "joined",
+    "compiled",
+    "UnnamedCompiledCall",
+]
 
 
 class UnnamedCompiledCall(UserWarning):
@@ -60,6 +73,12 @@ def root_class(model) -> type:
     return type(model)
 
 
+def compiled(module) -> bool:
+    """Whether ``module`` runs compiled: ``torch.compile(module)``'s wrapper, or ``module.compile()``."""
+    wrapper = getattr(torch._dynamo.eval_frame, "OptimizedModule", ())
+    return isinstance(module, wrapper) or getattr(module, "_compiled_call_impl", None) is not None
+
+
 def module_paths(model) -> dict[int, str]:
     """{id(module): its path in ``model`` as the uncompiled model names it} ("" for the model itself)."""
     return {id(m): eager_path(n) for n, m in model.named_modules()}
@@ -70,20 +89,23 @@ def joined(root: str, path: str) -> str:
     return f"{root}.{path}" if root and path else root or path
 
 
-# (path below the traced frame's module, class of the module at that path, why unnamed ("": named)).
-# Appended at trace time only (once per site in a graph), read by index when a graph runs.
-SITES: list[tuple[str, Any, str]] = []
-_INDEX: dict[tuple[str, Any, str], int] = {}
 # The parts of a Dynamo source after its root: .attr or [index].
 _PARTS = re.compile(r"\.([A-Za-z_0-9]+)|\[['\"]?([^\]'\"]+)['\"]?\]")
 
 
+def site(index: int) -> tuple[str, Any, str]:
+    """Site ``index`` (:func:`trace_site`): (path below the traced frame's module, class of the module
+    at that path, why unnamed ("": named)). Recorded at trace time only (once per site in a graph),
+    read by index when a graph runs."""
+    return REGISTRY.sites[index]
+
+
 def _site(path: str, cls: Any, why: str) -> int:
     key = (path, cls, why)
-    if key not in _INDEX:
-        _INDEX[key] = len(SITES)
-        SITES.append(key)
-    return _INDEX[key]
+    if key not in REGISTRY.site_index:
+        REGISTRY.site_index[key] = len(REGISTRY.sites)
+        REGISTRY.sites.append(key)
+    return REGISTRY.site_index[key]
 
 
 def _path_of(source: str, root: str) -> str | None:
@@ -103,7 +125,6 @@ def _module_self(code, f_locals: dict) -> tuple[str, type] | None:
     another name: transformers wraps a model's forward in ``wrapped_func(*args, **kwargs)``, whose
     module is ``args[0]``. Dynamo resumes a frame after a graph break in a function of its own
     (``torch_dynamo_resume_in_forward_at_…``), whose ``self`` is still the module's."""
-    import torch
 
     def runs(owner) -> bool:
         methods = (getattr(type(owner), name, None) for name in (code.co_name, "forward"))
@@ -123,7 +144,7 @@ def _module_self(code, f_locals: dict) -> tuple[str, type] | None:
 
 
 def trace_site() -> int:
-    """The site (index in :data:`SITES`) of the attention call Dynamo is tracing. Called by Dynamo
+    """The site (its index, :func:`site`) of the attention call Dynamo is tracing. Called by Dynamo
     while it traces (the result becomes a constant of the graph); reads Dynamo's private tracing
     state, so anything unexpected there leaves the call unnamed, with the reason."""
     try:

@@ -1,5 +1,6 @@
-"""The monitor's running aggregates: per (layer, head) counts, sums (entropy, weight on the first
-key, ‖q‖, ‖k‖) and extremes as NumPy arrays of H numbers, whatever the number of calls; and one
+"""The per-head summary of attention calls (the monitor's; the one home of these figures): running
+aggregates per (layer, head) — counts, sums (entropy, weight on the first key, ‖q‖, ‖k‖) and
+extremes — as NumPy arrays of H numbers, whatever the number of calls; and one
 call's figures folded into them. Means are kept as sums and counts, so that ranks and calls add up.
 
 A fully masked row counts in ``rows_empty`` and in no figure; a row whose logits overflowed to +inf
@@ -14,7 +15,7 @@ largest weight is above 1/2: equal logits over n keys weigh 1/n each, so only n 
 The weight on the first key and ‖q‖ are summed over the rows the entropy is (single-key rows out:
 all their weight is on their one key, a causal model's key 0, whatever the model learnt); ‖k‖ over
 every key row of the calls here — the monitor then keeps the real ones, each once, where padding or
-a KV cache makes them fewer (:mod:`attnscale.torch.monitor_tokens`).
+a KV cache makes them fewer (:mod:`attnscale.torch.monitor.tokens`).
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import torch
 
-from attnscale.errors import require
 from attnscale.softmax_rows import FLOAT16_MAX
 from attnscale.torch.head_table import ROWS, THRESHOLDS
 
@@ -148,11 +149,10 @@ def call_figures(stats, q, k, population: int | None = None, valid=None, entropi
     if stats.head_table is not None:
         run = _running(stats.head_table, population, _key_rows(k))
         return run, stats.counted_entropy.numpy() if entropies else None
-    torch = require("torch", "torch")
     q4, k4 = _by_head(q.detach(), k.detach())
     if valid is not None:
         valid = valid.detach().reshape(q4.shape[0], q4.shape[2])
-    if _summed_in_cpp(torch, stats.entropy, q4, k4):
+    if _summed_in_cpp(stats.entropy, q4, k4):
         lay = (q4.shape[0], q4.shape[1], q4.shape[2])
         figures = (stats.entropy, stats.max_logit, stats.min_logit, stats.lse, stats.first_key_weight)
         sums, ent = torch.ops.attnscale_health.head_sums(
@@ -174,7 +174,7 @@ def _key_rows(k) -> int:
     return k.shape[-2] * (1 if once else k.shape[0])
 
 
-def _summed_in_cpp(torch, figure, q4, k4) -> bool:
+def _summed_in_cpp(figure, q4, k4) -> bool:
     """Whether ``head_sums`` can take the call: CPU tensors of one dtype, float32 or float64, and the
     library built (loaded here: its ops are registered from then on)."""
     from attnscale.torch.ext import load_kernel
@@ -207,7 +207,6 @@ def numpy_call_figures(stats, q4, k4, population: int | None = None, valid=None,
     overflowed +inf logit stays visible in the head's max logit."""
     # One stack and one copy to the host for the six figures (a torch call each costs more than the
     # NumPy reductions below): the norms in the figures' dtype (float32, float64 for float64 inputs).
-    torch = require("torch", "torch")
     dtype = stats.entropy.dtype
     q_norms = torch.linalg.vector_norm(q4, dim=-1, dtype=dtype)
     k_norm = torch.linalg.vector_norm(k4, dim=-1, dtype=dtype).cpu().numpy()

@@ -36,7 +36,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["InterfaceCall", "riding", "available"]
+import torch
+
+from attnscale.torch.capture.call import Fallback, SDPAArguments
+from attnscale.torch.capture.registry import REGISTRY
+
+__all__ = ["InterfaceCall", "riding", "available", "interface_handler"]
 
 # Keyword arguments of an eager function that change its logits beyond what SDPA's arguments hold.
 _UNREADABLE_KWARGS = ("sinks", "s_aux")
@@ -82,7 +87,6 @@ class InterfaceCall:
 
     def unreadable(self) -> str | None:
         """Why :meth:`sdpa_arguments` cannot describe this call's logits, or None when it can."""
-        torch = sys.modules["torch"]
         if self.args:
             return f"{len(self.args)} positional argument(s) after the mask, which transformers' own models never pass"
         if not all(isinstance(t, torch.Tensor) and t.dim() == 4 for t in (self.query, self.key, self.value)):
@@ -99,33 +103,31 @@ class InterfaceCall:
             )
         return None
 
-    def sdpa_arguments(self) -> dict:
-        """The call as SDPA's arguments (the names :func:`attnscale.torch.capture.capture_sdpa`'s
-        ``replace`` takes) plus ``softcap`` (0.0 = none): ``attn_mask`` is the additive mask, sliced
-        to S keys as eager functions do, plus ``position_bias``; ``scale`` the ``scaling`` used
-        (None → 1/√d, as every eager function defaults). Only for a call :meth:`unreadable` accepts."""
+    def sdpa_arguments(self) -> SDPAArguments:
+        """The call as SDPA's arguments, with ``softcap`` (0.0 = none): ``attn_mask`` is the additive
+        mask, sliced to S keys as eager functions do, plus ``position_bias``; ``scale`` the
+        ``scaling`` used (None → 1/√d, as every eager function defaults). Only for a call
+        :meth:`unreadable` accepts."""
         S = self.key.shape[-2]
         mask = self.attention_mask
         if mask is not None and mask.shape[-1] > S:
             mask = mask[..., :S]
         bias = self.kwargs.get("position_bias")
         if bias is not None:
-            torch = sys.modules["torch"]
             if mask is not None and mask.dtype == torch.bool:
                 mask = torch.zeros_like(bias).masked_fill(~mask, -float("inf"))
             mask = bias if mask is None else bias + mask
         scaling = self.kwargs.get("scaling")
-        return {
-            "query": self.query,
-            "key": self.key,
-            "value": self.value,
-            "attn_mask": mask,
-            "dropout_p": float(self.kwargs.get("dropout") or 0.0),
-            "is_causal": False,
-            "scale": None if scaling is None else float(scaling),
-            "enable_gqa": self.key.shape[-3] != self.query.shape[-3],
-            "softcap": float(self.kwargs.get("softcap") or 0.0),
-        }
+        return SDPAArguments(
+            query=self.query,
+            key=self.key,
+            value=self.value,
+            attn_mask=mask,
+            dropout_p=float(self.kwargs.get("dropout") or 0.0),
+            scale=None if scaling is None else float(scaling),
+            enable_gqa=self.key.shape[-3] != self.query.shape[-3],
+            softcap=float(self.kwargs.get("softcap") or 0.0),
+        )
 
 
 def available() -> bool:
@@ -180,6 +182,13 @@ class riding:
         AttentionInterface.get_interface = get_interface  # type: ignore[method-assign]  # the patch is the point
         return self
 
+    def pause(self) -> None:
+        """Until :meth:`resume`, the interface hands back the model's function itself."""
+        self._active = False
+
+    def resume(self) -> None:
+        self._active = self._before is not None
+
     def __exit__(self, *exc) -> None:
         if self._before is None:
             return
@@ -191,3 +200,46 @@ class riding:
         if AttentionInterface.get_interface is self._patch:
             AttentionInterface.get_interface = self._before  # type: ignore[method-assign]  # our patch undone
         self._before = self._patch = None
+
+
+def interface_handler(cap):
+    """What answers each call through the interface for capture ``cap`` (a
+    :class:`~attnscale.torch.capture.recorder.Capture`): a call whose function called SDPA was seen
+    there; the model's eager function is read from the interface's arguments (or replaced); any
+    other call is counted in ``cap.skipped`` with its reason."""
+
+    def handle(call: InterfaceCall):
+        if torch.compiler.is_compiling():  # its SDPA call, if any, is seen by the mode
+            return call.run()
+        name = cap.module_name(call.module)
+        if name is None or cap.paused:  # another model's module, or paused
+            return call.run()
+        eager_like, fallback = call.eager_like, None
+        if cap.replace is not None and eager_like and call.unreadable() is None:
+            done = cap.replace(name, call.sdpa_arguments())
+            if done is not None and not isinstance(done, Fallback):
+                # Eager's layout (B, L, H, d); no probabilities, as under "sdpa".
+                return done.transpose(1, 2).contiguous(), None
+            fallback = done
+        seen = cap.sdpa_seen
+        # Its SDPA call, if any, is the module's: named from here, not by a walk of ~25 frames.
+        outer, REGISTRY.at_name.named = getattr(REGISTRY.at_name, "named", None), (cap, name)
+        try:
+            out, weights = call.run()
+        finally:
+            REGISTRY.at_name.named = outer
+        if cap.sdpa_seen != seen:  # its SDPA call was seen, and counted, there
+            return out, weights
+        why = call.unreadable()
+        if why is None and not (eager_like or isinstance(weights, torch.Tensor)):
+            why = (
+                f"attention implementation {call.implementation!r} neither calls SDPA nor returns its "
+                "probabilities (use attn_implementation='eager' or 'sdpa')"
+            )
+        if why is not None:
+            cap.skipped[(name, why)] += 1
+        else:
+            cap.emit(name, call.sdpa_arguments(), out.transpose(1, 2), "interface", weights, fallback)
+        return out, weights
+
+    return handle

@@ -40,14 +40,18 @@ or values (``static_k``/``static_v``), which add keys the projections do not mak
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from attnscale.errors import require
+import torch
 
-__all__ = ["ModuleProblem", "rebuild"]
+from attnscale.torch.capture.call import Fallback, SDPAArguments
+
+__all__ = ["ModuleProblem", "rebuild", "module_call"]
 
 
 @dataclass
@@ -63,29 +67,26 @@ class ModuleProblem:
     need_weights: bool  # the caller wants the head-averaged (or per-head) probabilities back
     finish: Callable  # out (B, H, L, d) -> attn_output, as the function returns it
 
-    def sdpa_arguments(self) -> dict:
-        """The call as SDPA's arguments (the names capture's ``replace`` takes), plus ``need_weights``."""
-        return {
-            "query": self.q,
-            "key": self.k,
-            "value": self.v,
-            "attn_mask": self.attn_mask,
-            "dropout_p": self.dropout_p,
-            "is_causal": self.is_causal,
-            "scale": None,
-            "enable_gqa": False,
-            "need_weights": self.need_weights,
-        }
+    def sdpa_arguments(self) -> SDPAArguments:
+        """The call as SDPA's arguments, with ``need_weights``."""
+        return SDPAArguments(
+            query=self.q,
+            key=self.k,
+            value=self.v,
+            attn_mask=self.attn_mask,
+            dropout_p=self.dropout_p,
+            is_causal=self.is_causal,
+            need_weights=self.need_weights,
+        )
 
 
-_SIGNATURE: list = []
+@functools.cache
+def _signature() -> inspect.Signature:
+    return inspect.signature(torch.nn.functional.multi_head_attention_forward)
 
 
 def _bound(args, kwargs) -> dict:
-    torch = require("torch", "torch")
-    if not _SIGNATURE:
-        _SIGNATURE.append(inspect.signature(torch.nn.functional.multi_head_attention_forward))
-    bound = _SIGNATURE[0].bind(*args, **(kwargs or {}))
+    bound = _signature().bind(*args, **(kwargs or {}))
     bound.apply_defaults()
     return dict(bound.arguments)
 
@@ -94,8 +95,7 @@ def rebuild(args, kwargs) -> ModuleProblem | str:
     """``F.multi_head_attention_forward``'s arguments as a :class:`ModuleProblem`, or the reason
     they cannot be. Differentiable: under autograd, q, k, v and ``finish`` carry gradients to the
     projections."""
-    torch = require("torch", "torch")
-    F = torch.nn.functional
+    F: Any = torch.nn.functional  # its private helpers (_in_projection ...) are not in its type stubs
     a = _bound(args, kwargs)
     if a["bias_k"] is not None or a["bias_v"] is not None:
         return "add_bias_kv=True adds a learned key and value the projections do not make"
@@ -160,3 +160,26 @@ def rebuild(args, kwargs) -> ModuleProblem | str:
         need_weights=bool(a["need_weights"]),
         finish=finish,
     )
+
+
+def module_call(cap, func, args, kwargs):
+    """``F.multi_head_attention_forward`` met by capture ``cap``'s mode: rebuilt by :func:`rebuild`,
+    replaced or run as it is, and recorded as ``"module"``."""
+    name = cap.innermost_name()
+    if name is None:  # another model's module
+        return func(*args, **(kwargs or {}))
+    replacing = cap.replace is not None
+    # Observing needs no graph; replacing does, through the projections.
+    with contextlib.nullcontext() if replacing else torch.no_grad():
+        problem = rebuild(args, kwargs)
+    if isinstance(problem, str):
+        cap.skipped[(name, problem)] += 1
+        return func(*args, **(kwargs or {}))
+    a, done = problem.sdpa_arguments(), None
+    if replacing:
+        done = cap.replace(name, a)
+        if done is not None and not isinstance(done, Fallback):
+            return problem.finish(done), None
+    result = func(*args, **(kwargs or {}))
+    cap.emit(name, a, None, "module", fallback=done)
+    return result

@@ -1,12 +1,17 @@
 """What :mod:`attnscale.torch.monitor` hands out: one record per call, figures per (layer, head)
-over a context or a step, and a step's strict-JSON form for the sinks. Plain data, no tensors."""
+over a context or a step (made from the running aggregates of :mod:`attnscale.torch.head_summary`:
+:func:`head_figures`), and a step's strict-JSON form for the sinks. Plain data, no tensors."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-__all__ = ["CallRecord", "HeadFigures", "Step", "SINK_WEIGHT"]
+import numpy as np
+
+from attnscale.torch.head_summary import Running
+
+__all__ = ["CallRecord", "HeadFigures", "Step", "SINK_WEIGHT", "head_figures", "pooled_figures"]
 
 # A head whose rows put this much weight on the first key on average is a sink head: the threshold
 # ε = 0.3 of Gu et al., "When Attention Sink Emerges in Language Models" (ICLR 2025), who call a head
@@ -97,6 +102,7 @@ class Step:
     fallbacks: dict  # reason -> calls that ran on SDPA instead (replace mode)
     heads: list  # list[HeadFigures], layers in the order first seen
     measured: bool = True  # False: a step that every=N left to the model (no calls, no heads)
+    alerts: tuple | None = None  # early-warning alerts of the step (Monitor(alerts=...)); None: no detector
 
     def by_layer(self) -> dict[str, list]:
         """{layer: its HeadFigures}, layers in the order first seen."""
@@ -137,6 +143,8 @@ class Step:
         }
         if medians_unkept:
             out["why_null"] = {"entropy_median": "history=False keeps no per-row entropies to take a median of"}
+        if self.alerts is not None:
+            out["alerts"] = [a.to_json() for a in self.alerts]
         return out
 
 
@@ -160,3 +168,72 @@ def pooled_figures(heads) -> dict:
         "float16_overflow_rows": sum(h.float16_overflow_rows for h in heads),
         "sink_heads_share": sum(h.sink_head for h in seen) / len(seen),
     }
+
+
+def _medians(calls: list | None, heads: int) -> list:
+    """Each head's median row entropy over ``calls`` (row entropies (N, H, L), NaN where a row is
+    not counted), NaN for a head without one (or no calls: history=False). All heads in one sort
+    (NaN sorts last): the median of n numbers is the middle one, or the mean of the middle two, as
+    NumPy's median takes it."""
+    if not calls:
+        return [math.nan] * heads
+    rows = np.concatenate([e.transpose(1, 0, 2).reshape(heads, -1) for e in calls], axis=1).astype(np.float64)
+    n = np.count_nonzero(~np.isnan(rows), axis=1)
+    if not rows.shape[1]:
+        return [math.nan] * heads
+    rows.sort(axis=1)
+    every = np.arange(heads)
+    middle = (rows[every, np.maximum(n - 1, 0) // 2] + rows[every, n // 2]) / 2
+    return [m if c else math.nan for m, c in zip(middle.tolist(), n.tolist())]
+
+
+def head_figures(layer: str, run: Running, entropies: dict) -> list[HeadFigures]:
+    """One :class:`HeadFigures` per head of ``run``; ``entropies``: {layer: [row entropies (N, H, L), ...]}
+    over the same calls (empty with history=False: no median). In plain Python over the table's
+    columns, one list of numbers per head (per head, an array operation costs more than the
+    arithmetic, and after a forward's GEMMs a list per figure cost more than the figures: measured)."""
+    nan, inf, population, keys, calls, total = math.nan, math.inf, run.population, run.keys, run.calls, run.total
+    medians = _medians(entropies.get(layer), run.heads)
+    out = []
+    # Counts are exact integers in float64 (ROWS' order); they become ints for the record.
+    for h, (no_entropy, empty, saturated, single, overflow, ent_sum, squares, first, q_norm, k_norm, _, hi, ent_min, lo) in enumerate(run.table.T.tolist()):  # fmt: skip
+        rows = total - no_entropy - single  # rows with an entropy figure
+        broken = no_entropy - empty
+        mean = ent_sum / rows if rows else nan
+        spread = (squares - rows * mean * mean) / (rows - 1) if rows > 1 else nan
+        unread = 1.0 - (rows + empty + broken + single) / population if population else 0.0
+        se = 0.0 if unread <= 0 else math.sqrt(max(spread, 0.0) / rows * unread) if rows > 1 else nan
+        # lo ≤ hi in every row, so max |logit| = max(max hi, −min lo): no per-row |·| needed.
+        top = max(hi, -lo)
+        # The logits of single-key and broken rows count: −inf/+inf here are the reductions'
+        # identities, no logit seen (an overflowed +inf max is a logit, and stays).
+        out.append(
+            HeadFigures(
+                layer=layer,
+                head=h,
+                calls=calls,
+                rows=int(rows),
+                rows_empty=int(empty),
+                rows_broken=int(broken),
+                saturated_rows=int(saturated),
+                float16_overflow_rows=int(overflow),
+                entropy_mean=mean,
+                entropy_median=medians[h],
+                entropy_min=ent_min if rows else nan,
+                max_logit=hi if hi > -inf else nan,
+                min_logit=lo if lo < inf else nan,
+                max_abs_logit=top if top > -inf else nan,
+                rows_of=population,
+                entropy_mean_se=se,
+                rows_single=int(single),
+                entropy_sum=ent_sum,
+                first_key_weight=first / rows if rows else nan,
+                q_norm_mean=q_norm / rows if rows else nan,
+                k_norm_mean=k_norm / keys if keys else nan,
+                keys=keys,
+                first_key_sum=first,
+                q_norm_sum=q_norm,
+                k_norm_sum=k_norm,
+            )
+        )
+    return out

@@ -2,23 +2,24 @@
 keys new to a KV cache (each counted once), each row's first real key, and grouped-query heads that
 the caller packed into rows, unpacked back into the model's heads.
 
-    keys = call_keys(torch, real, first, past, ...)     # CallKeys: the keys Σ ‖k‖ counts, per batch row
+    keys = call_keys(real, first, past, ...)            # CallKeys: the keys Σ ‖k‖ counts, per batch row
     count_keys(run, k, keys)                             # a call's Σ ‖k‖ and key count over those keys
-    first_real_weight(torch, q, k, lse, first, ...)      # each row's weight on its first real key
-    packed_groups(grouping(module), q, k)                # g when q (B, H/g, g, d) packs H heads' single rows
+    first_real_weight(q, k, lse, first, ...)             # each row's weight on its first real key
+    PackedHeads(model).groups(name, q, k, mask, causal)  # g when q (B, H/g, g, d) packs H heads' single rows
 
 Shapes: q (B, H_q, L, d_k), k (B, H_kv, S, d_k) (4-D calls only: the others have no batch rows to
 tell padding in). What a real key, a new key and a first real key are is said in
-:mod:`attnscale.torch.monitor`'s docstring (its paragraph on padding, KV caches and grouped-query heads).
+the monitor's user guide (docs/monitor.md: padding, KV caches and grouped-query heads).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+import torch
 
 from attnscale.torch.head_table import ROWS
 
@@ -32,6 +33,9 @@ __all__ = [
     "grouping",
     "packed_groups",
     "unpack",
+    "PackedHeads",
+    "with_first_real",
+    "unpack_call",
 ]
 
 _K_NORM = ROWS.index("k_norm_sum")
@@ -57,7 +61,7 @@ def keys_of(counted, first) -> CallKeys:
     return CallKeys(len(host[0]), index, first, host)
 
 
-def real_keys(torch, mask, causal: bool, valid, L: int, S: int, B: int):
+def real_keys(mask, causal: bool, valid, L: int, S: int, B: int):
     """``(real, first)`` of a call: bool (B, S), the keys that some real query row may attend — what
     the call's ``mask`` (bool, True = attend, broadcastable to (B, H, L, S), or None) and a top-left
     ``causal`` limit let through, over the rows ``valid`` (bool (B, L), or None: every row) — or None
@@ -78,7 +82,7 @@ def real_keys(torch, mask, causal: bool, valid, L: int, S: int, B: int):
     return real, (first if bool(first.any()) else None)
 
 
-def call_keys(torch, real, first, past: int, L: int, S: int, B: int, repeat: bool, device, starts=None) -> CallKeys:
+def call_keys(real, first, past: int, L: int, S: int, B: int, repeat: bool, device, starts=None) -> CallKeys:
     """The :class:`CallKeys` of a call in a forward that continues a KV cache of ``past`` tokens: of
     its ``real`` keys (None: every key), the ``L`` new ones — positions past .. past+L−1 when the keys
     span the sequence (S ≥ past + L: a dynamic cache, or a static one's slots), else the last L (a
@@ -99,13 +103,11 @@ def call_keys(torch, real, first, past: int, L: int, S: int, B: int, repeat: boo
 
 
 def count_keys(run, k, keys: CallKeys) -> None:
-    """Set ``run``'s (a :class:`~attnscale.torch.monitor_aggregates.Running` of one call on k (B, H_kv,
+    """Set ``run``'s (a :class:`~attnscale.torch.head_summary.Running` of one call on k (B, H_kv,
     S, d)) Σ ‖k‖ and key count to those of the keys ``keys`` counts: their norms (float32; float64 for
     float64 keys, as the figures) summed in float64; query head h reads KV head h // (H / H_kv). On
     the CPU in NumPy (torch's indexing and norm cost more than the arithmetic on a few keys:
     measured 170 µs against 26 on MiniLM's shapes, on a loaded machine), elsewhere in torch."""
-    import torch
-
     k = k.detach()
     if k.device.type == "cpu" and k.dtype in (torch.float32, torch.float64):
         picked = k.numpy()[keys.host[0], :, keys.host[1]]  # (n, H_kv, d)
@@ -117,7 +119,7 @@ def count_keys(run, k, keys: CallKeys) -> None:
     run.keys = keys.count
 
 
-def first_real_weight(torch, q, k, lse, first, scale, softcap: float, mask, bias, causal: bool):
+def first_real_weight(q, k, lse, first, scale, softcap: float, mask, bias, causal: bool):
     """(B, H_q, L) in lse's dtype: each row's weight on its batch row's first real key ``first`` (B,),
     exp(s_ip − lse_i), with s_ip formed as the attention formed it: scale·q_i·k_p (``scale`` None:
     1/√d_k), soft-capped by ``softcap`` (0: none), plus ``bias`` (broadcastable to (B, H_q, L, S), or
@@ -174,3 +176,51 @@ def unpack(x, groups: int):
     if x is None or (x.shape[-3] == 1 and x.shape[-2] == 1):
         return x
     return x.reshape(*x.shape[:-3], x.shape[-3] * groups, 1, x.shape[-1])
+
+
+class PackedHeads:
+    """Which layers pack their module's grouped-query heads into rows: each layer's module looked up
+    once in ``model`` (:func:`grouping`; None: no model, nothing is packed)."""
+
+    def __init__(self, model):
+        self._model = model
+        self._packing: dict[str, Any] = {}  # layer -> its module's (groups, heads), None: not grouped
+
+    def groups(self, name: str, q, k, mask, causal: bool) -> int:
+        """g when a call of layer ``name`` packs its module's grouped-query heads, g single query rows
+        to a KV head (:func:`packed_groups`), with a ``mask`` shared by heads and rows or packed as q;
+        else 0."""
+        if name not in self._packing:
+            try:
+                self._packing[name] = None if self._model is None else grouping(self._model.get_submodule(name))
+            except AttributeError:  # a name that is no module path (no model: a class name)
+                self._packing[name] = None
+        grouped = self._packing[name]
+        if grouped is None or causal:
+            return 0
+        groups = packed_groups(grouped, q, k)
+        shared = mask is None or (mask.dim() == 4 and tuple(mask.shape[1:3]) in ((1, 1), tuple(q.shape[1:3])))
+        return groups if shared else 0
+
+
+def with_first_real(stats, q, k, first, scale, softcap: float, mask, bias, causal):
+    """``stats`` with each row's weight on its batch row's first real key (``first`` (B,), not key 0:
+    :func:`first_real_weight`, with the call's ``scale``, ``softcap``, ``mask``, ``bias`` and
+    ``causal`` as its figures were made) and no head table: the call's figures are then summed from
+    its rows (:func:`~attnscale.torch.head_summary.call_figures`)."""
+    weight = first_real_weight(q, k, stats.lse, first, scale, softcap, mask, bias, bool(causal))
+    return replace(stats, first_key_weight=weight, head_table=None, counted_entropy=None)
+
+
+def unpack_call(call, groups: int):
+    """An :class:`~attnscale.torch.capture.SDPACall` whose q packs ``groups`` grouped-query heads
+    (:meth:`PackedHeads.groups`) with q (B, H, 1, d), its mask and output as q; 0: the call as it is."""
+    if not groups:
+        return call
+    return replace(
+        call,
+        q=unpack(call.q, groups),
+        attn_mask=unpack(call.attn_mask, groups),
+        output=unpack(call.output, groups),
+        enable_gqa=True,
+    )
