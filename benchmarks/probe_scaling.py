@@ -36,7 +36,7 @@ def build(folder: Path, size: dict) -> None:
     import torch
     import transformers
 
-    from attnscale.experiments.pretrained.loading import _minilm_folder
+    from attnscale.experiments.pretrained.pinned import _minilm_folder
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(_minilm_folder()), local_files_only=True)
     config = transformers.LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=1024, **size)
@@ -115,7 +115,7 @@ def main() -> None:
                 rows.append((name, f"~{length}", *probe(str(tmp / name), texts(tmp, length), tmp / "out")))
         rows.append(("all-MiniLM-L6-v2", "built-in", *probe("minilm", None, tmp / "out")))
         if args.smollm2:
-            from attnscale.experiments.pretrained.loading import _smollm2_file
+            from attnscale.experiments.pretrained.pinned import _smollm2_file
 
             rows.append(
                 ("SmolLM2-135M (its GGUF file as PATH)", "built-in", *probe(str(_smollm2_file()), None, tmp / "out"))

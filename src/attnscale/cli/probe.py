@@ -8,7 +8,7 @@ from attnscale import results
 from attnscale.cli import output
 from attnscale.cli.output import hold_results
 from attnscale.i18n import N_, _
-from attnscale.stored_words import SMOLLM2_WEIGHTS_NOTE, STRIKING_KINDS
+from attnscale.stored_words import STRIKING_KINDS
 from attnscale.cli.options import (
     MODEL_OPTIONS,
     add_command,
@@ -132,7 +132,7 @@ def summary_table(data: dict) -> str:
     """One screen per model: layers × figures (heads averaged), the float16 margin, the striking heads;
     in the bound language (the page's words where the page says the same)."""
     from attnscale.experiments.pretrained.probe.design import design_text
-    from attnscale.report.chapters.probe import layer_labels, scales_sentence  # the page's words
+    from attnscale.report.model_words import layer_labels, scales_sentence, weights_sentence  # the page's words
 
     cfg, check, model, f16 = data["config"], data["check"], data["model"], data["float16"]
     per_layer = data["per_layer"]
@@ -156,8 +156,7 @@ def summary_table(data: dict) -> str:
         )
     ]
     if model.get("weights_note"):
-        said = model["weights_note"]
-        lines.append(_("Note: {note}.", note=_(said) if said == SMOLLM2_WEIGHTS_NOTE else said))
+        lines.append(weights_sentence(model))
     labels = layer_labels(model)
     width = max(5, *(output.columns(label) for label in labels))
     lines += [

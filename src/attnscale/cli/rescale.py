@@ -22,7 +22,6 @@ from attnscale.cli.options import (
 )
 from attnscale.errors import InputError
 from attnscale.i18n import N_, _
-from attnscale.stored_words import SMOLLM2_WEIGHTS_NOTE
 
 EXAMPLES = [
     "attnscale rescale                          SmolLM2-135M: perplexity for α = 1/8 ... 8 on Python's own docs",
@@ -194,10 +193,10 @@ def _num(x, digits: int = 4) -> str:
 def summary_table(data: dict) -> str:
     """Per α: cross-entropy and perplexity (a language model) or the embeddings' cosines (an encoder), the
     mean entropy and max weight; in the bound language (the page's words where the page says the same)."""
-    from attnscale.report.chapters.rescale import NO_REMOVAL, _is_lm, _what  # the page's words
+    from attnscale.report.model_words import NO_REMOVAL, is_lm, measured_sentence, weights_sentence  # the page's words
 
     model = data["model"]
-    decoder = _is_lm(data)  # reads one text
+    decoder = is_lm(data)  # reads one text
     removes = (
         _(NO_REMOVAL[data["unscaled_alpha_none"]])
         if data["unscaled_alpha"] is None
@@ -213,9 +212,8 @@ def summary_table(data: dict) -> str:
         )
     ]
     if model.get("weights_note"):
-        said = model["weights_note"]
-        lines.append(_("Note: {note}.", note=_(said) if said == SMOLLM2_WEIGHTS_NOTE else said))
-    lines.append(_what(data))
+        lines.append(weights_sentence(model))
+    lines.append(measured_sentence(data))
     lines += _lm_lines(data) if decoder else _encoder_lines(data)
     analysis = data["analysis"]
     for row in data["alphas"]:
@@ -248,13 +246,13 @@ PASSED = {True: N_("passed"), False: N_("FAILED")}
 
 def _lm_lines(data: dict) -> list[str]:
     """A language model's text, check and table header."""
-    from attnscale.report.chapters.rescale import _source
+    from attnscale.report.model_words import text_source
 
     text, check = data["text"], data["check"]
     return [
         _(
             "text: {source}: {tokens} tokens in {windows} window(s) of up to {window}, {predicted} predicted",
-            source=_source(text["source"]),
+            source=text_source(text["source"]),
             tokens=text["n_tokens"],
             windows=text["windows"],
             window=text["window"],
@@ -276,13 +274,13 @@ def _lm_lines(data: dict) -> list[str]:
 
 def _encoder_lines(data: dict) -> list[str]:
     """An encoder's sentences, check and table header."""
-    from attnscale.report.chapters.rescale import _source
+    from attnscale.report.model_words import text_source
 
     text, check = data["text"], data["check"]
     return [
         _(
             "text: {source}: {n} sentences, {tokens} tokens",
-            source=_source(text["source"]),
+            source=text_source(text["source"]),
             n=text["n_sequences"],
             tokens=text["n_tokens"],
         ),

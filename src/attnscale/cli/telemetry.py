@@ -112,7 +112,8 @@ def _bench(args, config):
 
     from attnscale import results
     from attnscale.cli.progress import Progress
-    from attnscale.experiments.telemetry import measure_monitor, run_telemetry_bench
+    from attnscale.experiments.telemetry import run_telemetry_bench
+    from attnscale.experiments.telemetry_monitor import measure_monitor
 
     started = time.perf_counter()
     with Progress(quiet=args.quiet) as progress:

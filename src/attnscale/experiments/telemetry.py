@@ -1,12 +1,13 @@
 """The telemetry benchmark: what the per-row figures cost, forward and forward + backward, in time and
-peak memory, against plain PyTorch SDPA measured in the same run; and the monitor on a real model.
+peak memory, against plain PyTorch SDPA measured in the same run (the monitor on a real model:
+:mod:`.telemetry_monitor`).
 
 Variants, all on the same q, k, v (B, H, L, d), float32 unless configured, one device:
 
 - ``sdpa``: ``torch.nn.functional.scaled_dot_product_attention`` (the peer every ratio divides by);
 - ``kernel``: :func:`attnscale.torch.attention`, fused C++ kernel, output + lse + entropy (CPU only;
   with its defaults, so without the finiteness scan of q, k, v: ``check_finite`` is off by default);
-- ``kernel+range``: the same with ``logit_range=True`` (max and min logit);
+- ``kernel+range``: the same with the logit range asked for too (max and min logit);
 - ``composed``: the composed-PyTorch backend (one fused SDPA call on [V, K]), output + lse + entropy;
 - ``naive``: materialise the L×S weights, then the entropy (what diagnostic tools do today).
 
@@ -52,8 +53,6 @@ from attnscale.stored_words import PASS_NAMES
 __all__ = [
     "TelemetryBenchConfig",
     "run_telemetry_bench",
-    "measure_monitor",
-    "monitor_layers",
     "VARIANTS",
     "PASSES",
     "TARGETS",
@@ -176,6 +175,7 @@ def _inputs(torch, shape, device: str, seed: int):
 
 def _variant(torch, name: str, causal: bool) -> Callable:
     """The variant as a function (q, k, v) -> output tensor (figures computed, then dropped)."""
+    from attnscale.attention_aux import AuxRequest
     from attnscale.torch.functional import attention
 
     F = torch.nn.functional
@@ -184,9 +184,8 @@ def _variant(torch, name: str, causal: bool) -> Callable:
         return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     if name in ("kernel", "kernel+range", "composed"):
         backend = "composed" if name == "composed" else "kernel"
-        return lambda q, k, v: attention(
-            q, k, v, backend=backend, causal=alignment, return_stats=True, logit_range=name == "kernel+range"
-        )[0]
+        figures = AuxRequest(lse=True, entropy=True, logit_range=name == "kernel+range")
+        return lambda q, k, v: attention(q, k, v, backend=backend, causal=alignment, aux=figures)[0]
 
     def naive(q, k, v):
         s = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))  # (B, H, L, S)
@@ -446,77 +445,3 @@ def run_telemetry_bench(
         "load_average": list(load) if load else None,
         "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(), "torch": torch.__version__},
     }
-
-
-def measure_monitor(model, inputs: dict, repeats: int = 5) -> dict:
-    """A model's forward with and without :class:`attnscale.torch.Monitor`: times (interleaved,
-    medians), whether the outputs are bit-for-bit equal, the monitor's per-head figures and their
-    per-layer aggregates (:func:`monitor_layers`)."""
-    torch = require("torch", "torch")
-    from attnscale.results import finite_or_none
-    from attnscale.torch.monitor import Monitor
-
-    def first_tensor(out):
-        return out if isinstance(out, torch.Tensor) else out[0]
-
-    plain_s, watched_s = [], []
-    with torch.no_grad():
-        reference = first_tensor(model(**inputs))
-        equal = True
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            model(**inputs)
-            plain_s.append(time.perf_counter() - t0)
-            with Monitor(model) as mon:
-                t0 = time.perf_counter()
-                out = first_tensor(model(**inputs))
-                watched_s.append(time.perf_counter() - t0)
-            equal = equal and torch.equal(out, reference)
-    summary = mon.as_dict()
-    heads = [
-        {key: (finite_or_none(x) if isinstance(x, float) else x) for key, x in h.items()} for h in summary["heads"]
-    ]
-    calls = summary["calls"]
-    return {
-        "plain_median_s": statistics.median(plain_s),
-        "monitored_median_s": statistics.median(watched_s),
-        "ratio": statistics.median(watched_s) / statistics.median(plain_s),
-        "outputs_bitwise_equal": equal,
-        "repeats": repeats,
-        "calls_per_forward": len(calls),
-        "float16_overflow_calls": sum(1 for c in calls if c["float16_overflow_rows"]),
-        "layers": monitor_layers(heads),
-        "heads": heads,
-    }
-
-
-def monitor_layers(heads: list[dict]) -> list[dict]:
-    """Per layer, from the monitor's per-head figures: the mean of head mean entropies, the median of
-    head medians, the lowest entropy, the largest logit and the head with the lowest mean entropy.
-    Heads whose figure is missing (None: no attended row) are left out of that figure."""
-    layers: dict[str, list[dict]] = {}
-    for head in heads:
-        layers.setdefault(head["layer"], []).append(head)
-
-    def present(hs, key):
-        return [h[key] for h in hs if h.get(key) is not None]
-
-    rows = []
-    for name, hs in layers.items():
-        means, medians = present(hs, "entropy_mean"), present(hs, "entropy_median")
-        mins, logits = present(hs, "entropy_min"), present(hs, "max_logit")
-        ranked = [h for h in hs if h.get("entropy_mean") is not None]
-        lowest = min(ranked, key=lambda h: h["entropy_mean"]) if ranked else None
-        rows.append(
-            {
-                "layer": name,
-                "heads": len(hs),
-                "entropy_mean": sum(means) / len(means) if means else None,
-                "entropy_median_of_medians": statistics.median(medians) if medians else None,
-                "entropy_min": min(mins) if mins else None,
-                "max_logit": max(logits) if logits else None,
-                "lowest_head": None if lowest is None else lowest["head"],
-                "lowest_head_entropy_mean": None if lowest is None else lowest["entropy_mean"],
-            }
-        )
-    return rows

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from attnscale.i18n import _
-from attnscale.report.figures import _dk_axis, _errorbars
+from attnscale.report.figure_parts import dk_axis, errorbars
 from attnscale.report.plotting import REFERENCE, SCALED, UNSCALED, style
 
 
@@ -29,9 +29,9 @@ def qk_norm(data: dict):
                 ("scaling_sqrt", SCALED, "s", _("scaling 1/√d")),
             ):
                 v, lo, hi = zip(*(data[key][str(d)][figure] for d in ds))
-                _errorbars(ax, ds, v, lo, hi, color, name, marker)
+                errorbars(ax, ds, v, lo, hi, color, name, marker)
                 ax.plot(ds, v, color=color, lw=1.2)
-            _dk_axis(ax, ds)
+            dk_axis(ax, ds)
             ax.set_xlabel("d")
             ax.set_ylabel(label)
         axes[0].axhline(math.log2(data["T"]), color=REFERENCE, ls="--", lw=1, label=_("uniform row: log₂ T"))

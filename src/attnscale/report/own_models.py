@@ -15,6 +15,7 @@ from attnscale.report.chapters import probe as probe_chapter
 from attnscale.report.chapters import rescale as rescale_chapter
 from attnscale.report.experiments import RenderedChapter, quick_title, source_line
 from attnscale.report.html import error_box, para, table
+from attnscale.report.model_words import scale_text
 from attnscale.report.numbers import number
 
 #: Each family's chapter: the module that renders it and its title (the model's name and architecture).
@@ -78,7 +79,7 @@ def _read(kind: str, root) -> results.Envelope | None:
 
 def _scale_cell(model: dict) -> str:
     rules = model.get("scale_rules") or []
-    texts = list(dict.fromkeys(probe_chapter.scale_text(rule) for rule in rules))
+    texts = list(dict.fromkeys(scale_text(rule) for rule in rules))
     if not texts:
         return number(model.get("scale"), ".4g")
     if len(texts) == 1:

@@ -14,7 +14,7 @@ import numpy as np
 from attnscale.errors import InputError
 from attnscale.experiments.sweeps.process_settings import remember_first_settings
 from attnscale.results import finite_or_none
-from attnscale.softmax_rows import SATURATED_WEIGHT
+from attnscale.softmax_rows import SATURATED_WEIGHT, row_health
 from attnscale.stored_words import TRAINING_VERDICTS
 
 __all__ = [
@@ -69,22 +69,24 @@ def grad_norm(*params) -> tuple[float, bool]:
     return norm, all(bool((g == 0).all()) for g in grads)
 
 
-def attention_metrics(logits, weights) -> dict[str, object]:
-    """Health of attention rows. logits, weights: (B, H, R, S) torch tensors (R rows per head).
+def attention_metrics(logits) -> dict[str, object]:
+    """Health of attention rows. logits: (B, H, R, S) torch tensor (R rows per head), −inf where a
+    key is masked.
 
-    Returns the median entropy per head (nats), the largest finite logit, the mean over rows of each
-    row's logit standard deviation (over its finite logits: the spread that saturates a row), and the
-    fraction of rows whose largest weight exceeds :data:`SATURATED_WEIGHT`. A figure that does not
-    exist (no finite logit) is None.
+    Returns the median row entropy per head (nats), the largest finite logit, the mean over rows of
+    each row's logit standard deviation (over its finite logits: the spread that saturates a row), and
+    the fraction of rows whose largest weight exceeds :data:`SATURATED_WEIGHT`. Entropy and largest
+    weight are :func:`attnscale.softmax_rows.row_health`'s, in float64 from the logits; a row holding
+    a NaN or +inf logit (a diverging run) has neither (NaN entropy, not saturated). A figure that does
+    not exist (no finite logit) is None.
     """
     import torch
 
-    p = weights.double()
-    # 0 · ln 0 = 0: log of a zero weight is replaced by 0 (its weight is 0 anyway).
-    logp = torch.where(p > 0, p.clamp_min(np.finfo(np.float64).tiny).log(), torch.zeros_like(p))
-    entropy = -(p * logp).sum(-1)  # (B, H, R)
+    z = logits.detach().cpu().double()
+    broken = (torch.isnan(z) | (z == math.inf)).any(-1, keepdim=True)
+    health = row_health(torch.where(broken, -math.inf, z).numpy(), spectral=False)  # a broken row: empty
+    entropy = torch.from_numpy(health.entropy)  # (B, H, R)
     per_head = entropy.transpose(0, 1).reshape(entropy.shape[1], -1)  # (H, B·R)
-    z = logits.double()
     present = z > -math.inf  # masked keys are -inf
     count = present.sum(-1)  # (B, H, R)
     zf = torch.where(present, z, torch.zeros_like(z))
@@ -95,7 +97,7 @@ def attention_metrics(logits, weights) -> dict[str, object]:
         "entropy_median": [float(v) for v in per_head.median(dim=1).values],
         "max_logit": finite_or_none(finite.max()) if finite.numel() else None,
         "logit_std": finite_or_none(var.sqrt()[count > 0].mean()) if bool((count > 0).any()) else None,
-        "saturated_frac": float((p.max(-1).values > SATURATED_WEIGHT).double().mean()),
+        "saturated_frac": float(np.mean(health.max_weight > SATURATED_WEIGHT)),
     }
 
 

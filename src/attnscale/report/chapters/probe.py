@@ -2,7 +2,7 @@
 
 Renders a probe result (``attnscale probe``; kind ``probe/minilm`` here, ``probe/smollm2`` in
 :mod:`attnscale.report.chapters.probe_smollm2`, and any ``probe/user/<name>`` of the user's own
-model): each layer's scale in words (:func:`scale_text`), heat maps per layer × head, the per-layer table and
+model): each layer's scale in words (:func:`attnscale.report.model_words.scale_text`), heat maps per layer × head, the per-layer table and
 the striking heads. Every number and every choice of words comes from ``env.data`` (its
 ``analysis`` block); nothing is computed here.
 """
@@ -14,9 +14,10 @@ import math
 from attnscale.i18n import N_, _
 from attnscale.report import plotting
 from attnscale.report.html import bullets, error_box, esc, note, para, table
+from attnscale.report.model_words import layer_labels, model_scale_text, scales_sentence, weights_sentence
 from attnscale.report.numbers import number
 from attnscale.report.plotting import figure_svg
-from attnscale.stored_words import SMOLLM2_WEIGHTS_NOTE, STRIKING_KINDS
+from attnscale.stored_words import STRIKING_KINDS
 
 KIND = "probe/minilm"
 TITLE = N_("A real encoder: do its queries and keys obey the blog post's assumptions?")
@@ -206,99 +207,9 @@ def entropy_caption(model: dict) -> str:
     )
 
 
-def _scale_text(scale: float, d_k: int) -> str:
-    """The recorded scale, named 1/√d_k only when it is that number (a result written before each
-    layer's scale rule was recorded)."""
-    if d_k > 0 and math.isclose(scale, 1.0 / math.sqrt(d_k), rel_tol=1e-6):
-        return f"{scale:.4g} = 1/√{d_k}"
-    return f"{scale:.4g}"
-
-
-def scale_text(rule: dict) -> str:
-    """One layer's recorded scale in words (``rule``: pretrained.probe.run.scale_rule's dict): its value, what it
-    is in terms of d_k, and a QK-norm or a soft-cap when the layer has one."""
-    value = f"{rule['value']:.4g}"
-    words = {
-        "1/sqrt(d_k)": lambda: _("{value} = 1/√{d_k}", value=value, d_k=rule["d_k"]),
-        "1": lambda: _("1 (no scale: the logits are q·k itself)"),
-        "1/sqrt(c)": lambda: _("{value} = 1/√{c}, not 1/√d_k = 1/√{d_k}", value=value, c=rule["c"], d_k=rule["d_k"]),
-        "constant": lambda: _(
-            "{value} = {times} × 1/√{d_k}", value=value, times=number(rule["times_sqrt_d_k"]), d_k=rule["d_k"]
-        ),
-    }[rule["rule"]]()
-    if rule.get("qk_norm"):
-        words = _("{scale}, after q and k are normalised (QK-norm)", scale=words)
-    if rule.get("softcap") is not None:
-        words = _("{scale}, soft-capped: {cap}·tanh(logit/{cap})", scale=words, cap=number(rule["softcap"]))
-    return words
-
-
-def model_scale_text(model: dict) -> str:
-    """The model's scale in words: its first layer's rule, or the bare number for an older result."""
-    rules = model.get("scale_rules")
-    return scale_text(rules[0]) if rules else _scale_text(model["scale"], model["d_k"])
-
-
-#: An encoder-decoder's layer, by its side (see layer_sides): each side numbered from 0.
-LAYER_LABELS = {
-    "encoder": N_("encoder layer {i}"),
-    "decoder": N_("decoder layer {i}"),
-    "cross": N_("cross-attention layer {i}"),
-}
-
-
-def layer_sides(model: dict) -> list[str] | None:
-    """Each attention layer's side in an encoder-decoder ("encoder", "decoder": its causal
-    self-attention, "cross": the decoder reading the encoder), from the recorded ``cross_layers``
-    and ``causal_layers``; None for a model of one side (its layers are numbered plainly)."""
-    cross, causal = model.get("cross_layers"), model.get("causal_layers")
-    if model.get("family") != "encoder-decoder" or not cross or not causal or len(cross) != len(causal):
-        return None
-    return ["cross" if x else "decoder" if c else "encoder" for x, c in zip(cross, causal)]
-
-
-def layer_labels(model: dict) -> list[str]:
-    """The name of each attention layer: "0", "1", … or, in an encoder-decoder, "encoder layer 0", …,
-    "decoder layer 0", "cross-attention layer 0", … (:func:`layer_sides`)."""
-    n = len(model.get("scale_rules") or []) or model["n_layers"]
-    sides = layer_sides(model)
-    if sides is None:
-        return [str(i) for i in range(n)]
-    seen: dict[str, int] = {}
-    labels = []
-    for side in sides:
-        labels.append(_(LAYER_LABELS[side], i=seen.get(side, 0)))
-        seen[side] = seen.get(side, 0) + 1
-    return labels
-
-
 def weights_note(model: dict) -> str:
     """The note on where the model's weights came from (a result stores it in English)."""
-    text = model["weights_note"]
-    return note(_("Note: {note}.", note=_(text) if text == SMOLLM2_WEIGHTS_NOTE else text))
-
-
-def scales_sentence(model: dict) -> str | None:
-    """Which scale each layer applies: one sentence when all agree, else each layer's. None for a
-    result without the rules."""
-    rules = model.get("scale_rules")
-    if not rules:
-        return None
-    texts = [scale_text(rule) for rule in rules]
-    if len(set(texts)) == 1:
-        return _(
-            "All {n} attention layers multiply q·k by the same scale, {scale} (as recorded from each call).",
-            n=len(texts),
-            scale=texts[0],
-        )
-    sided = layer_sides(model) is not None  # "encoder layer 0: …", else "layer 0: …"
-    listed = _("; ", msgctxt="clauses").join(
-        _("{layer}: {scale}", layer=label, scale=s) if sided else _("layer {layer}: {scale}", layer=label, scale=s)
-        for label, s in zip(layer_labels(model), texts)
-    )
-    return _(
-        "The attention layers multiply q·k by different scales (as recorded from each call): {scales}.", scales=listed
-    )
+    return note(weights_sentence(model))
 
 
 def _head(where: dict) -> str:

@@ -9,21 +9,15 @@ from __future__ import annotations
 
 from attnscale.i18n import N_, _
 from attnscale.report import plotting
-from attnscale.report.chapters.probe import scales_sentence, weights_note
+from attnscale.report.chapters.probe import weights_note
 from attnscale.report.html import Verbatim, bullets, error_box, para, table
+from attnscale.report.model_words import is_lm, measured_sentence, text_source
 from attnscale.report.numbers import number
-from attnscale.stored_words import BUILTIN_SOURCE
 
 KIND = "rescale/smollm2"
 TITLE = N_("Turning a trained LLM's attention scale: SmolLM2-135M with 1/√d_k × α")
 HOW_TO = "attnscale rescale --model smollm2"
 
-#: Why no α removes the model's scale, by the result's ``unscaled_alpha_none``.
-NO_REMOVAL = {
-    "layers_differ": N_("no one α removes every layer's scale, since they differ"),
-    "no_scale": N_("it applies no scale (1), so there is none to remove"),
-    "not_positive": N_("its scale is not positive, so no α > 0 removes it"),
-}
 #: The greedy continuation against α: see continuation_key.
 CONTINUATION_SENTENCES = {
     "all_same": N_("The greedy continuation of “{prompt}” is the same at every α tried."),
@@ -50,7 +44,7 @@ def plot(data: dict):
     alphas = [r["alpha"] for r in rows]
     with plotting.style() as plt:
         fig, (left, right) = plt.subplots(1, 2, figsize=(7.6, 3.3), constrained_layout=True)
-        if _is_lm(data):
+        if is_lm(data):
             left.plot(alphas, [r["perplexity"] for r in rows], "o-", color=plotting.SCALED)
             left.set_yscale("log")
             left.set_ylabel(_("perplexity"))
@@ -119,7 +113,7 @@ def findings(data: dict) -> list[str]:
     """The sentences about the figures, each chosen by the analysis."""
     a, rows = data["analysis"], data["alphas"]
     out = []
-    if _is_lm(data):
+    if is_lm(data):
         if a["best_alpha"] == 1.0:
             out.append(
                 _(
@@ -203,7 +197,7 @@ CHECK = {
 
 
 def _check(data: dict) -> str:
-    check, lm = data["check"], _is_lm(data)
+    check, lm = data["check"], is_lm(data)
     if lm:
         detail = dict(
             ours=number(check["our_loss"], ".6f"),
@@ -224,56 +218,17 @@ def _check(data: dict) -> str:
     )
 
 
-def _is_lm(data: dict) -> bool:
-    """A language model's result (a decoder, or an encoder-decoder's decoder): cross-entropy per α
-    (a result without ``family`` was written when only decoders were causal)."""
-    model = data["model"]
-    return model.get("family", "decoder" if model["causal"] else "encoder") != "encoder"
-
-
-def _what(data: dict) -> str:
-    """What the intervention measures: the bundled words for a model scaled by 1/√d_k in every layer,
-    else the scales it applies, named (and why no α removes them, when none does)."""
-    model = data["model"]
-    rules = model.get("scale_rules") or []
-    if all(rule["rule"] == "1/sqrt(d_k)" for rule in rules) and data["unscaled_alpha"] is not None:
-        return _(
-            "What this measures: {model} was trained with the scale 1/√d_k = {scale}; here every attention layer's scale is multiplied by α at inference, nothing else changed, and α = {unscaled} removes the scale altogether. "
-            "It shows how sensitive a model trained with 1/√d_k is to its scale — not what training without the scale would give (the training chapters answer that).",
-            model=model["name"],
-            scale=number(model["scale"], ".4g"),
-            unscaled=f"{data['unscaled_alpha']:g}",
-        )
-    removal = (
-        _("α = {a} removes the scale altogether", a=f"{data['unscaled_alpha']:g}")
-        if data["unscaled_alpha"] is not None
-        else _(NO_REMOVAL[data["unscaled_alpha_none"]])
-    )
-    return _(
-        "What this measures: {scales} Here every attention layer's own scale is multiplied by α at inference (inside a soft-cap, where there is one), nothing else changed (a position bias stays as it is); {removal}. "
-        "It shows how sensitive {model}, as trained, is to its scale — not what training with another scale would give (the training chapters answer that).",
-        model=model["name"],
-        scales=scales_sentence(model),
-        removal=removal,
-    )
-
-
-def _source(source: str) -> str:
-    """The text's source as a result stores it: a file's path, or the built-in sentences (worded)."""
-    return _(BUILTIN_SOURCE) if source == BUILTIN_SOURCE else source
-
-
 def render(env) -> str:
     data = env.data
     model, text = data["model"], data["text"]
-    parts = [para(_what(data))]
+    parts = [para(measured_sentence(data))]
     if model.get("weights_note"):
         parts.append(weights_note(model))
-    lm = _is_lm(data)
+    lm = is_lm(data)
     if lm:
         about = _(
             "Text: {source}, {tokens} tokens in {windows} causal window(s) of up to {window} tokens, {predicted} of them predicted.",
-            source=_source(text["source"]),
+            source=text_source(text["source"]),
             tokens=text["n_tokens"],
             windows=text["windows"],
             window=text["window"],
@@ -282,7 +237,7 @@ def render(env) -> str:
     else:
         about = _(
             "Text: {source}, {n} sentences, {tokens} tokens.",
-            source=_source(text["source"]),
+            source=text_source(text["source"]),
             n=text["n_sequences"],
             tokens=text["n_tokens"],
         )

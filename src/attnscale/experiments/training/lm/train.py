@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 import statistics
 
+import numpy as np
+
 from attnscale.errors import check_count
 from attnscale.experiments.training.lm.config import PROGRESS_EVERY, RULE_CHOICES, LMCell
 from attnscale.experiments.training.text_data import VOCAB, ByteText
@@ -43,23 +45,30 @@ def head_figures(figures: dict) -> dict[str, list]:
     """Per head of one layer, over rows that attend at least two keys (causal row 0 attends only
     itself, so is always saturated, with entropy 0): the mean and minimum row entropy (nats), the
     largest |logit|, and the fraction of rows whose largest weight e^(max logit − lse) exceeds
-    SATURATED_WEIGHT. figures: the layer's (B, H, L) tensors. NaN figures become None."""
+    SATURATED_WEIGHT: the monitor's per-head summary of those rows
+    (:func:`attnscale.torch.head_summary.call_figures`), which leaves a row with a NaN or +inf logit
+    out of the entropy and saturation figures. figures: the layer's (B, H, L) tensors ``lse``,
+    ``entropy``, ``max_logit``, ``min_logit``. A figure that does not exist (no row, not finite) is None."""
+    import types
+
     import torch
 
-    from attnscale.softmax_rows import SATURATED_WEIGHT
+    from attnscale.torch.head_summary import call_figures
 
-    H = figures["entropy"].shape[1]
-    per_head = lambda t: t[:, :, 1:].double().transpose(0, 1).reshape(H, -1)  # noqa: E731  (H, rows)
-    entropy, hi, lo, lse = (per_head(figures[k]) for k in ("entropy", "max_logit", "min_logit", "lse"))
-    top_weight = torch.exp(hi - lse)
-    as_list = lambda t: [finite_or_none(v) for v in t.tolist()]  # noqa: E731
+    rows = {name: figures[name][:, :, 1:] for name in ("lse", "entropy", "max_logit", "min_logit")}
+    # The summary also sums each row's weight on key 0, ‖q‖ and ‖k‖, none of which is read here:
+    # zeros stand in for them.
+    zeros = torch.zeros_like(rows["entropy"])
+    stats = types.SimpleNamespace(**rows, first_key_weight=zeros, head_table=None, counted_entropy=None)
+    run, _ = call_figures(stats, zeros[..., None], zeros[..., None], entropies=False)
+    no_entropy, _, saturated, single = run.counts
+    counted = run.total - no_entropy - single  # rows with an entropy figure
+    per_row = lambda sums: [finite_or_none(x / n) if n else None for x, n in zip(sums.tolist(), counted.tolist())]  # noqa: E731
     return {
-        "entropy_mean": as_list(entropy.mean(1)),
-        "entropy_min": as_list(entropy.amin(1)),
-        "max_abs_logit": as_list(torch.maximum(hi.abs(), lo.abs()).amax(1)),
-        "saturated_frac": as_list(
-            torch.where(torch.isnan(top_weight), math.nan, (top_weight > SATURATED_WEIGHT).double()).mean(1)
-        ),
+        "entropy_mean": per_row(run.entropy_sum),
+        "entropy_min": [finite_or_none(m) if n else None for m, n in zip(run.mins[0].tolist(), counted.tolist())],
+        "max_abs_logit": [finite_or_none(v) for v in np.maximum(run.max_logit, -run.mins[1]).tolist()],
+        "saturated_frac": per_row(saturated),
     }
 
 

@@ -93,7 +93,7 @@ def _log_entry(step: int, cell: ScaleCell, attn, losses: list[float], correct: l
     the gradient norms of W_Q and W_K, and the health of the attention rows the layer recorded."""
     from attnscale.experiments.training.common import attention_metrics, grad_norm
 
-    rows_z, rows_p = attn.record.logits, attn.record.weights  # (B, H, 1, S): the query's row
+    rows_z = attn.record.logits  # (B, H, 1, S): the query's row
     gq, zero_q = grad_norm(attn.w_q.weight)
     gk, zero_k = grad_norm(attn.w_k.weight)
     window = slice(max(0, step - cell.log_every + 1), step + 1)
@@ -105,7 +105,7 @@ def _log_entry(step: int, cell: ScaleCell, attn, losses: list[float], correct: l
         "grad_wk": finite_or_none(gk),
         "grad_zero": zero_q and zero_k,
     }
-    entry.update(attention_metrics(rows_z, rows_p))
+    entry.update(attention_metrics(rows_z))
     return entry
 
 
