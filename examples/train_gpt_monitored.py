@@ -77,7 +77,7 @@ def main() -> None:
             clipped += len(clips)
             if sink is not None:
                 sink.write(figures)
-                sink.writer.add_scalar("attention/clipped_heads", len(clips), step)
+                sink.writer.add_scalar("attn/clipped_heads", len(clips), step)  # the sink's key scheme
             if step % a.print_every == 0 or step == a.steps - 1:
                 mean_loss = loss.detach().clone()
                 if distributed:

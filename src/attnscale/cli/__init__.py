@@ -16,7 +16,7 @@ from attnscale.errors import AttnScaleError
 from attnscale.i18n import SOURCE_LANG, language
 
 # One module per subcommand group; each defines register(subparsers).
-COMMAND_MODULES = ("core", "probe", "rescale", "report", "train", "verify", "telemetry", "full")
+COMMAND_MODULES = ("core", "probe", "rescale", "report", "train", "verify", "telemetry", "full", "watch")
 
 EXAMPLES = [
     "attnscale report                           the HTML report: every claim of the blog post, measured here",
@@ -26,6 +26,7 @@ EXAMPLES = [
     "attnscale train scale-vs-dk                does unscaled attention stop learning? (CPU, a few minutes)",
     "attnscale telemetry-bench                  attention with per-row entropy vs plain SDPA: time, memory",
     "attnscale full                             every full experiment here, in sequence (hours), then the report",
+    "attnscale watch examples/attn.jsonl        alerts on a training run's attention log (exit 1 if any)",
     "attnscale softmax 14 10 12 --scale 0.125   one row: the post's example after dividing by sqrt(64) = 8",
     "attnscale rules                            the scale rules, their formulas and citations",
 ]

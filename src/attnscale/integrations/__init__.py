@@ -17,34 +17,13 @@ the same figures), optionally apply QK-clip (:class:`attnscale.torch.guard.Logit
 ``alpha``, ``log_only``), and log the step's figures on the trainer's logging steps (the Monitor's
 ``every`` is refused: it would measure other steps than those).
 
-The keys logged (each a number; a figure that does not exist in a step — no row counted — is left
-out rather than logged as NaN). ``<layer>`` is the attention module's path in the model
-(``model.layers.0.self_attn``), ``<h>`` the head index:
+With ``alerts=True`` (or a :class:`~attnscale.early_warning.DetectorConfig`), an early-warning detector
+(:mod:`attnscale.early_warning`) judges every optimiser step's figures, combined over the ranks, so
+every rank sees the same alerts; ``attn/alerts`` counts them and ``callback.alerts`` holds them;
+``stop_on_alert=True`` stops the training at the first step with one (Hugging Face:
+``control.should_training_stop``; Lightning: ``trainer.should_stop``).
 
-==========================================  =================================================================
-``attn/<layer>/entropy_mean``               mean row entropy over the layer's heads and rows (nats)
-``attn/<layer>/entropy_min``                smallest row entropy of the layer (nats)
-``attn/<layer>/max_logit``                  largest attended logit of the layer (what QK-clip bounds)
-``attn/<layer>/max_abs_logit``              largest |logit| of the layer
-``attn/<layer>/saturated_fraction``         share of rows whose largest weight exceeds SATURATED_WEIGHT
-``attn/<layer>/float16_overflow_rows``      rows with a |logit| > 65504 (they overflow in float16)
-``attn/<layer>/first_key_weight``           mean weight on the first key over the layer's heads and rows
-                                            (attention sinks)
-``attn/<layer>/q_norm_mean``                mean ‖q‖ of the query rows (L2, as given to attention, before
-                                            any scale), over the layer's heads and rows
-``attn/<layer>/k_norm_mean``                mean ‖k‖ of the keys (each head's: its KV head's), row-weighted
-                                            over the layer's heads
-``attn/<layer>/sink_heads_share``           share of the layer's heads (with rows) whose mean weight on the
-                                            first key is ≥ SINK_WEIGHT = 0.3 (Gu et al., ICLR 2025)
-``attn/<layer>/head<h>/<figure>``           the same nine figures for one head, all but sink_heads_share
-                                            (``per_head=True``)
-``attn/calls``                              attention calls seen in the step (all ranks)
-``attn/clipped_heads``                      heads QK-clip rescaled in the step (would have, ``log_only``);
-                                            only with ``tau``
-``attn/fallbacks/<reason>``                 replace-mode calls that ran on the model's own attention
-==========================================  =================================================================
-
-A row that attends a single key (a causal model's first query) is in none of the means: its one
-key is the first, weight 1 whatever the model learnt. Means are row-weighted over the heads; each
-combines exactly over the ranks (sums and counts are gathered, not means).
+The keys logged are those of :mod:`attnscale.torch.keys`, the one key scheme that the trainer
+callbacks and :class:`~attnscale.torch.sinks.TensorBoardSink` share (``attn/<layer>/head<h>/<figure>``,
+``attn/<layer>/<figure>``, ``attn/model/<figure>``, ``attn/calls`` ...), documented there once.
 """

@@ -1,35 +1,20 @@
 """What both trainer callbacks do, trainer-free: a monitor over the training, one step per
-optimiser step, combined over ranks, QK-clip, and the step's figures as flat log keys (the keys
-are documented once, in :mod:`attnscale.integrations`)."""
+optimiser step, combined over ranks, QK-clip, early-warning alerts, and the step's figures as flat log
+keys (the keys are documented once, in :mod:`attnscale.torch.keys`)."""
 
 from __future__ import annotations
 
-import math
-
 from attnscale.errors import InputError, InputTypeError
+from attnscale.torch.keys import FIGURES
+from attnscale.torch.keys import step_keys as log_keys
 
-# The per-head figures logged, in the order of the key table: the ones TensorBoardSink charts.
-from attnscale.torch.monitor_records import pooled_figures
-from attnscale.torch.sinks import FIGURES
-
-__all__ = ["Watch", "log_keys", "FIGURES"]
+__all__ = ["Watch", "log_keys", "stopping_words", "FIGURES"]
 
 
-def log_keys(step, clips=None, per_head: bool = True) -> dict[str, float]:
-    """A :class:`~attnscale.torch.monitor_records.Step` (and the step's QK-clip, a list of
-    :class:`~attnscale.torch.guard.Clip` or None without a guard) → {key: number}; non-finite
-    figures left out (a NaN or an overflowed +inf breaks some loggers' charts)."""
-    out: dict[str, float] = {"attn/calls": float(step.calls)}
-    for layer, heads in step.by_layer().items():
-        groups = [(f"attn/{layer}", pooled_figures(heads))]
-        if per_head:
-            groups += [(f"attn/{layer}/head{h.head}", {f: getattr(h, f) for f in FIGURES}) for h in heads]
-        for prefix, figures in groups:
-            out.update({f"{prefix}/{name}": float(v) for name, v in figures.items() if math.isfinite(v)})
-    out.update({f"attn/fallbacks/{reason}": float(n) for reason, n in step.fallbacks.items()})
-    if clips is not None:
-        out["attn/clipped_heads"] = float(len(clips))
-    return out
+def stopping_words(alerts: list) -> str:
+    """Why a callback stops the training: the step's first alert in its sentence (and how many more)."""
+    more = f" (and {len(alerts) - 1} more alerts in this step)" if len(alerts) > 1 else ""
+    return f"attnscale: stopping the training at an early-warning alert: {alerts[0].sentence()}{more}"
 
 
 class Watch:
@@ -37,8 +22,12 @@ class Watch:
 
     tau: QK-clip threshold (None: no guard); alpha, log_only: :class:`~attnscale.torch.guard.LogitGuard`'s.
     process_group: the ranks to combine over (None: the default group, when one is initialised).
-    per_head: log each head's figures too. monitor_options: :class:`~attnscale.torch.Monitor`'s
-    (``history`` defaults to False: bounded memory over any number of steps)."""
+    per_head: log each head's figures too. alerts: an early-warning detector judging every step
+    (:func:`attnscale.early_warning.make_detector`: True, a DetectorConfig or a Detector; None: none);
+    its alerts are :attr:`alerts`, counted in ``attn/alerts``. stop_on_alert: ask the trainer to stop
+    at the first step with an alert (implies ``alerts=True`` when alerts is None).
+    monitor_options: :class:`~attnscale.torch.Monitor`'s (``history`` defaults to False: bounded
+    memory over any number of steps)."""
 
     def __init__(
         self,
@@ -47,8 +36,11 @@ class Watch:
         log_only: bool = False,
         per_head: bool = True,
         process_group=None,
+        alerts=None,
+        stop_on_alert: bool = False,
         **monitor_options,
     ):
+        from attnscale.early_warning import make_detector
         from attnscale.errors import check_positive
         from attnscale.torch.guard import check_options
 
@@ -57,6 +49,9 @@ class Watch:
         alpha, log_only = check_options(alpha, log_only)
         if not isinstance(per_head, bool):
             raise InputTypeError(f"per_head: expected True or False, got {per_head!r}")
+        if not isinstance(stop_on_alert, bool):
+            raise InputTypeError(f"stop_on_alert: expected True or False, got {stop_on_alert!r}")
+        make_detector(alerts)  # a wrong alerts= is refused here, not when training starts
         if "every" in monitor_options:  # the Monitor's every=N measures steps 1, N+1, ...: never N, 2N
             raise InputError(
                 f"every: not taken by the trainer callbacks (got {monitor_options['every']!r}): they log the "
@@ -70,6 +65,12 @@ class Watch:
         self.last = None  # the last Step closed
         self.combined = False  # whether ``last`` is combined over the ranks yet
         self.clips: list = []  # the last step's clips
+        self.alerts_option = True if alerts is None and stop_on_alert else alerts
+        self.stop_on_alert = stop_on_alert
+        self.detector = None
+        self.alerts: list = []  # every alert of the run, in order (Alert)
+        self.new_alerts: list = []  # the last step's
+        self._unlogged = 0  # alerts raised since the last log_keys()
 
     def start(self, model) -> None:
         """Begin watching ``model`` (the module whose attention runs: unwrapped, not its DDP wrapper)."""
@@ -83,6 +84,11 @@ class Watch:
         )
         self.monitor = Monitor(model, **self.monitor_options)
         self.monitor.__enter__()
+        from attnscale.early_warning import make_detector
+
+        # A new run starts a new detector (a Detector passed in is the user's own: it goes on).
+        self.detector = make_detector(self.alerts_option)
+        self.alerts, self.new_alerts, self._unlogged = [], [], 0
 
     def discard(self) -> None:
         """Drop the calls seen since the last step (an evaluation between steps): they are no step's."""
@@ -90,12 +96,23 @@ class Watch:
 
     def end_step(self, global_step: int, combine: bool = True):
         """Close the optimiser step ``global_step``: its figures combined over the ranks when ``combine``
-        or a guard needs them (see :meth:`combine`), QK-clip applied from them. Returns the Step."""
+        or a guard or a detector needs them (see :meth:`combine`: every rank then judges the same
+        figures, so every rank stops at the same step), QK-clip applied from them, the detector
+        updated. Returns the Step."""
         self.last, self.combined = self.monitor.step(int(global_step), log=False), False
-        if combine or self.guard is not None:
+        if combine or self.guard is not None or self.detector is not None:
             self.combine()
         self.clips = self.guard.apply(self.last) if self.guard is not None else None
+        if self.detector is not None:
+            self.new_alerts = self.detector.update(self.last)
+            self.alerts += self.new_alerts
+            self._unlogged += len(self.new_alerts)
         return self.last
+
+    @property
+    def should_stop(self) -> bool:
+        """Whether the trainer should stop now: ``stop_on_alert`` and the last step raised an alert."""
+        return self.stop_on_alert and bool(self.new_alerts)
 
     def combine(self):
         """The last step combined over the ranks, combining it now if it is not yet: a collective, so
@@ -107,8 +124,10 @@ class Watch:
         return self.last
 
     def log_keys(self) -> dict[str, float]:
-        """The last step's figures as log keys (:func:`log_keys`)."""
-        return log_keys(self.last, self.clips, self.per_head)
+        """The last step's figures as log keys (:func:`attnscale.torch.keys.step_keys`), with the
+        alerts raised since the previous call (the detector judges every step, the trainer logs some)."""
+        unlogged, self._unlogged = self._unlogged, 0
+        return log_keys(self.last, self.clips, self.per_head, alerts=None if self.detector is None else unlogged)
 
     def stop(self) -> None:
         if self.monitor is not None:

@@ -12,8 +12,10 @@ Needs ``pip install 'attnscale[lightning]'``.
 
 from __future__ import annotations
 
+import warnings
+
 from attnscale.errors import require
-from attnscale.integrations._watch import Watch
+from attnscale.integrations._watch import Watch, stopping_words
 
 _lightning = require("lightning.pytorch", "lightning")
 
@@ -25,7 +27,11 @@ class AttentionHealthCallback(_lightning.Callback):
 
     tau: QK-clip threshold after each optimiser step (None: none); alpha, log_only: as
     :class:`attnscale.torch.guard.LogitGuard`. per_head: log each head's figures besides each
-    layer's. process_group: the ranks to combine over (None: the default group). monitor_options:
+    layer's. process_group: the ranks to combine over (None: the default group). alerts: the
+    early-warning detector (True, a :class:`~attnscale.early_warning.DetectorConfig` or a
+    :class:`~attnscale.early_warning.Detector`), judging every optimiser step; ``attn/alerts`` counts its
+    alerts and :attr:`alerts` holds them. stop_on_alert: set ``trainer.should_stop`` at the first step
+    with an alert (with a warning that says it in one sentence). monitor_options:
     :class:`attnscale.torch.Monitor`'s (mode, backend, history, ...).
 
     The figures are logged, and combined over the ranks (one collective), on the optimiser steps
@@ -38,9 +44,13 @@ class AttentionHealthCallback(_lightning.Callback):
         log_only: bool = False,
         per_head: bool = True,
         process_group=None,
+        alerts=None,
+        stop_on_alert: bool = False,
         **monitor_options,
     ):
-        self.watch = Watch(tau, alpha, log_only, per_head, process_group, **monitor_options)
+        self.watch = Watch(
+            tau, alpha, log_only, per_head, process_group, alerts=alerts, stop_on_alert=stop_on_alert, **monitor_options
+        )
         self._stepped = 0  # optimiser steps closed so far
         self._open = False  # a step's micro-batches are under way
 
@@ -63,8 +73,16 @@ class AttentionHealthCallback(_lightning.Callback):
         # once logged is written again in every later row: a written step without figures would show stale ones.
         writes = getattr(trainer._logger_connector, "should_update_logs", True) or bool(trainer.fast_dev_run)
         self.watch.end_step(trainer.global_step, combine=writes)
+        if self.watch.should_stop:  # every rank judged the same combined figures: all stop together
+            trainer.should_stop = True
+            warnings.warn(stopping_words(self.watch.new_alerts), stacklevel=2)
         if writes:
             pl_module.log_dict(self.watch.log_keys(), on_step=True, on_epoch=False)
 
     def on_train_end(self, trainer, pl_module):
         self.watch.stop()
+
+    @property
+    def alerts(self) -> list:
+        """The run's early-warning alerts so far (:class:`~attnscale.early_warning.Alert`), in order."""
+        return self.watch.alerts

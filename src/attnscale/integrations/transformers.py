@@ -26,7 +26,7 @@ import sys
 import warnings
 
 from attnscale.errors import InputTypeError, require
-from attnscale.integrations._watch import Watch
+from attnscale.integrations._watch import Watch, stopping_words
 
 _transformers = require("transformers", "transformers")
 
@@ -64,7 +64,11 @@ class AttentionHealthCallback(_transformers.TrainerCallback):
 
     tau: QK-clip threshold after each optimiser step (None: none); alpha, log_only: as
     :class:`attnscale.torch.guard.LogitGuard`. per_head: log each head's figures besides each
-    layer's. process_group: the ranks to combine over (None: the default group). monitor_options:
+    layer's. process_group: the ranks to combine over (None: the default group). alerts: the
+    early-warning detector (True, a :class:`~attnscale.early_warning.DetectorConfig` or a
+    :class:`~attnscale.early_warning.Detector`), judging every optimiser step; ``attn/alerts`` counts its
+    alerts and :attr:`alerts` holds them. stop_on_alert: set ``control.should_training_stop`` at the
+    first step with an alert, and log that step (with a warning that says the alert in one sentence). monitor_options:
     :class:`attnscale.torch.Monitor`'s (mode, backend, history, ...).
 
     The figures are those of the optimiser step the Trainer logs (its ``logging_steps``,
@@ -79,6 +83,8 @@ class AttentionHealthCallback(_transformers.TrainerCallback):
         log_only: bool = False,
         per_head: bool = True,
         process_group=None,
+        alerts=None,
+        stop_on_alert: bool = False,
         **monitor_options,
     ):
         if args:
@@ -89,7 +95,9 @@ class AttentionHealthCallback(_transformers.TrainerCallback):
                 "the Trainer hands it the model): pass AttentionHealthCallback(tau=...) in "
                 "Trainer(callbacks=[...]) or to trainer.add_callback"
             )
-        self.watch = Watch(tau, alpha, log_only, per_head, process_group, **monitor_options)
+        self.watch = Watch(
+            tau, alpha, log_only, per_head, process_group, alerts=alerts, stop_on_alert=stop_on_alert, **monitor_options
+        )
         self._figures: tuple[int, dict] | None = None  # (step, keys) waiting for that step's log
         self._logged = -1  # the last step whose figures were logged
 
@@ -119,6 +127,11 @@ class AttentionHealthCallback(_transformers.TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         # DefaultFlowCallback, just before this one, has decided whether this step logs.
         self.watch.end_step(state.global_step, combine=control.should_log)
+        if self.watch.should_stop:
+            # The stopping step logs (the Trainer's loss and the figures, attn/alerts among them) even
+            # between logging steps: the run's last entry says why it ended.
+            control.should_training_stop = control.should_log = True
+            warnings.warn(stopping_words(self.watch.new_alerts), stacklevel=2)
         if control.should_log:
             self._figures = (state.global_step, self.watch.log_keys())
 
@@ -141,3 +154,8 @@ class AttentionHealthCallback(_transformers.TrainerCallback):
 
     def on_train_end(self, args, state, control, **kwargs):
         self.watch.stop()
+
+    @property
+    def alerts(self) -> list:
+        """The run's early-warning alerts so far (:class:`~attnscale.early_warning.Alert`), in order."""
+        return self.watch.alerts

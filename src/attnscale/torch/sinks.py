@@ -2,43 +2,32 @@
 
 A sink is any object with ``write(step: Step)``; whoever made it closes it (the monitor never
 does; both sinks here are context managers). ``step`` is the
-:class:`~attnscale.torch.monitor_records.Step` the monitor closed: ``step``, ``calls``,
-``fallbacks`` and ``heads``, one :class:`~attnscale.torch.monitor_records.HeadFigures` per layer ×
+:class:`~attnscale.torch.monitor.records.Step` the monitor closed: ``step``, ``calls``,
+``fallbacks`` and ``heads``, one :class:`~attnscale.torch.monitor.records.HeadFigures` per layer ×
 head (NaN for a figure that does not exist).
 
 - :class:`JSONLSink`: one strict-JSON line per step, :meth:`Step.to_json` (RFC 8259: no NaN or
   Infinity; null with ``why_null`` instead), flushed at once, so ``jq`` or a crashed run's reader
   gets every finished step.
-- :class:`TensorBoardSink`: scalars through ``torch.utils.tensorboard.SummaryWriter``, tagged
-  ``attention/<figure>/<layer>/head<h>`` per head, ``attention/<figure>/<layer>/layer`` over a
-  layer's heads and ``attention/<figure>/model`` over every head
-  (:func:`~attnscale.torch.monitor_records.pooled_figures`: row-weighted means, extremes, the share
-  of sink heads), ``attention/calls`` and ``attention/fallbacks/<reason>``. Needs ``tensorboard`` (``pip install 'attnscale[tensorboard]'``).
+- :class:`TensorBoardSink`: scalars through ``torch.utils.tensorboard.SummaryWriter``, tagged with
+  the keys the trainer callbacks log (one scheme, documented once: :mod:`attnscale.torch.keys`):
+  ``attn/<layer>/head<h>/<figure>`` per head, ``attn/<layer>/<figure>`` over a layer's heads,
+  ``attn/model/<figure>`` over every head, ``attn/calls``, ``attn/fallbacks/<reason>``, and
+  ``attn/alerts`` when the step carries early-warning alerts. Needs ``tensorboard`` (``pip install 'attnscale[tensorboard]'``).
+
+A step that carries ``alerts`` (a monitor made with an early-warning detector, :mod:`attnscale.early_warning`)
+has them written too: JSONLSink adds them to the step's line as ``"alerts": [Alert.to_json(), ...]``.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 from attnscale.errors import InputError, InputTypeError, require
-from attnscale.torch.monitor_records import pooled_figures
+from attnscale.torch.keys import FIGURES, step_keys
 
 __all__ = ["JSONLSink", "TensorBoardSink", "FIGURES"]
-
-# The per-head figures TensorBoardSink charts: fields (or properties) of HeadFigures.
-FIGURES = (
-    "entropy_mean",
-    "entropy_min",
-    "max_logit",
-    "max_abs_logit",
-    "saturated_fraction",
-    "float16_overflow_rows",
-    "first_key_weight",
-    "q_norm_mean",
-    "k_norm_mean",
-)
 
 
 class JSONLSink:
@@ -63,14 +52,18 @@ class JSONLSink:
         self._file = open(self.path, "a" if append else "w", encoding="utf-8")
 
     def write(self, step) -> None:
-        """step: a :class:`~attnscale.torch.monitor_records.Step`."""
+        """step: a :class:`~attnscale.torch.monitor.records.Step`."""
         if self._file.closed:
             raise InputError(
                 f"JSONLSink: the sink of {str(self.path)!r} is closed; expected write() before close() "
                 "(or inside its with block)"
             )
+        record = step.to_json()
+        alerts = getattr(step, "alerts", None)  # a monitor with a detector: the step's alerts
+        if alerts is not None and "alerts" not in record:
+            record["alerts"] = [a.to_json() for a in alerts]
         # allow_nan=False: a NaN that slipped through is a bug to see, not a file jq cannot read.
-        self._file.write(json.dumps(step.to_json(), allow_nan=False, ensure_ascii=False) + "\n")
+        self._file.write(json.dumps(record, allow_nan=False, ensure_ascii=False) + "\n")
         self._file.flush()
 
     def close(self) -> None:
@@ -88,7 +81,7 @@ class TensorBoardSink:
     """Scalars to TensorBoard. ``log_dir``: a folder for a new SummaryWriter (closed by
     :meth:`close`), or ``writer``: the training loop's own SummaryWriter (flushed, left open)."""
 
-    def __init__(self, log_dir=None, writer=None, prefix: str = "attention"):
+    def __init__(self, log_dir=None, writer=None, prefix: str = "attn"):
         if (log_dir is None) == (writer is None):
             raise InputTypeError("TensorBoardSink: expected exactly one of log_dir or writer")
         if writer is None:
@@ -103,23 +96,11 @@ class TensorBoardSink:
         self._prefix = prefix
 
     def write(self, step) -> None:
-        """step: a :class:`~attnscale.torch.monitor_records.Step`; a figure that does not exist (NaN) is left out."""
-        for h in step.heads:
-            for name in FIGURES:
-                self._scalar(f"{name}/{h.layer}/head{h.head}", getattr(h, name), step.step)
-        pooled = [(f"{layer}/layer", pooled_figures(heads)) for layer, heads in step.by_layer().items()]
-        if step.heads:
-            pooled.append(("model", pooled_figures(step.heads)))
-        for where, figures in pooled:
-            for name, value in figures.items():
-                self._scalar(f"{name}/{where}", value, step.step)
-        self.writer.add_scalar(f"{self._prefix}/calls", step.calls, step.step)
-        for reason, count in step.fallbacks.items():
-            self.writer.add_scalar(f"{self._prefix}/fallbacks/{reason}", count, step.step)
-
-    def _scalar(self, tag: str, value: float, step: int) -> None:
-        if math.isfinite(value):
-            self.writer.add_scalar(f"{self._prefix}/{tag}", value, step)
+        """step: a :class:`~attnscale.torch.monitor.records.Step`; a figure that does not exist (NaN) is left out."""
+        alerts = getattr(step, "alerts", None)
+        keys = step_keys(step, alerts=None if alerts is None else len(alerts), prefix=self._prefix)
+        for tag, value in keys.items():
+            self.writer.add_scalar(tag, value, step.step)
 
     def close(self) -> None:
         self.writer.flush()
