@@ -39,6 +39,7 @@ ORDER = (
     "train/scale-vs-dk",
     "train/logit-growth",
     "train/lm",
+    "train/early-warning",
     "probe/minilm",
     "probe/smollm2",
     "rescale/smollm2",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from attnscale.cli.output import columns, pad
+from attnscale.cli.train_early_warning import print_early_warning
 from attnscale.i18n import N_, _
 from attnscale.stored_words import TRAINING_VERDICT_MARK
 
@@ -170,7 +171,7 @@ def _print_logit_growth(a: dict) -> None:
 
 
 def _print_lm(a: dict) -> None:
-    from attnscale.report.chapters.lm import BASELINE_NAMES  # the page's names of the baselines
+    from attnscale.report.chapters.lm_words import BASELINE_NAMES  # the page's names of the baselines
 
     def baseline(name) -> str:
         return _(BASELINE_NAMES[name]) if name in BASELINE_NAMES else name
@@ -231,4 +232,9 @@ def _print_lm(a: dict) -> None:
 # The experiments this command runs, each with its table printer: those of
 # attnscale.experiments.training.registry.EXPERIMENTS (a test holds the two equal; not imported here, so that the
 # CLI starts without loading the experiments).
-PRINTERS = {"scale-vs-dk": _print_scale_vs_dk, "logit-growth": _print_logit_growth, "lm": _print_lm}
+PRINTERS = {
+    "scale-vs-dk": _print_scale_vs_dk,
+    "logit-growth": _print_logit_growth,
+    "lm": _print_lm,
+    "early-warning": print_early_warning,
+}

@@ -164,6 +164,7 @@ PRODUCERS: dict[str, Producer] = {
         _sweep("scale-vs-dk"),
         _sweep("logit-growth"),
         _sweep("lm"),
+        _sweep("early-warning"),
         Producer("telemetry", _telemetry_defaults(3)),
     )
 }

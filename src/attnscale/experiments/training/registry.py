@@ -1,7 +1,7 @@
 """The training experiments by name, and how one is run into its result (kind ``train/<name>``).
 
     >>> sorted(EXPERIMENTS)
-    ['lm', 'logit-growth', 'scale-vs-dk']
+    ['early-warning', 'lm', 'logit-growth', 'scale-vs-dk']
 
 The result is written through :func:`attnscale.results.write` under the results root (quick runs apart
 from full ones). Its data: the description, every cell with its result (final metrics and per-step
@@ -32,7 +32,7 @@ from typing import Any
 
 from attnscale import results
 from attnscale.errors import InputError, check_choice
-from attnscale.experiments.training import lm, logit_growth, scale_vs_dk
+from attnscale.experiments.training import early_warning, lm, logit_growth, scale_vs_dk
 from attnscale.experiments.sweeps.runner import Backend, Done, read_cached, run_sweep
 from attnscale.store import ResultCache, config_hash, to_jsonable
 
@@ -71,6 +71,13 @@ EXPERIMENTS: dict[str, Experiment] = {
         lm.train_cell,
         lm.analyse,
         "a small GPT on real English text with each scale rule: does unscaled attention stop learning?",
+    ),
+    early_warning.KIND: Experiment(
+        early_warning.KIND,
+        early_warning.EarlyWarningConfig,
+        early_warning.train_cell,
+        early_warning.analyse,
+        "how early attention figures warn that a run diverges, against the loss-spike detectors trainers ship",
     ),
 }
 

@@ -28,6 +28,7 @@ EXPERIMENT_CHAPTERS: tuple[str, ...] = (
     "rescale_minilm",
     "training",
     "training_logits",
+    "early_warning",
     "lm",
     "telemetry",
 )
