@@ -42,6 +42,7 @@ from attnscale.report.own_models import comparison_title, own_chapters
 from attnscale.report.page import Section, render_page
 from attnscale.report.seed import LANG_NAMES, glance_html, lang_links, seed_sections
 from attnscale.report.verdicts import all_claims_table
+from attnscale.report.widget_rows import read_real_rows
 
 Progress = Callable[[int, int, str], None]
 
@@ -186,7 +187,7 @@ def render_report(
     for the whole page (``tick`` is called inside)."""
     errors = {} if errors is None else errors
     with language(config.lang):
-        sections = seed_sections(verify, config.seed, tick)
+        sections = seed_sections(verify, config.seed, tick, read_real_rows(config.results))
         statuses, shown = {}, [("verify", verify)]
         for name in chapters.EXPERIMENT_CHAPTERS:
             ch = render_experiment(name, config.results)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from attnscale.i18n import N_, TextError, _, current_lang
-from attnscale.report import figures, figures_qk, seed_words
+from attnscale.report import figures, figures_beyond, figures_qk, seed_words
 from attnscale.report.experiments import provenance_line, quick_title
 from attnscale.report.html import error_box, esc
 from attnscale.report.numbers import number
@@ -22,9 +22,10 @@ from attnscale.report.plotting import responsive_figure
 from attnscale.report.seed_words import SEED_POST, caption, facts
 from attnscale.report.verdicts import claim_list
 from attnscale.report.widget import widget_html
+from attnscale.report.widget_rows import RealRows
 
 # chapter → the figures drawn in it, in order: (data block, the block's keys to draw or None for all).
-# Each block's name is its figure function's name in report.figures.
+# Each block's name is its figure function's name (figure_function).
 CHAPTER_FIGURES: dict[str, tuple[tuple[str, tuple[str, ...] | None], ...]] = {
     "formula": (),
     "without_scaling": (("saturation", None), ("jacobian", None)),
@@ -52,6 +53,12 @@ BEYOND_QK: tuple[tuple[str, str | None, str], ...] = (
 )
 
 
+def figure_function(block: str) -> Callable:
+    """The function that draws the data block ``block``: the one of that name in report.figures (the
+    post's chapters), report.figures_beyond or report.figures_qk (the beyond chapter's)."""
+    return getattr(figures, block, None) or getattr(figures_beyond, block, None) or getattr(figures_qk, block)
+
+
 def figure_html(block: str, data: dict, keys: tuple[str, ...] | None = None, values: dict | None = None) -> str:
     """The figure for ``data[block]`` (only its entries ``keys`` when given) as inline SVG, a note
     when the block is absent, or an error box when it cannot be drawn. ``values`` fill the
@@ -62,7 +69,7 @@ def figure_html(block: str, data: dict, keys: tuple[str, ...] | None = None, val
         block_data = {k: block_data[k] for k in keys if k in block_data} or None
     if block_data is None:
         return f'<p class="note">{esc(_("The verification produced no data for this figure."))} <code>{esc(block)}</code></p>'
-    draw: Callable = getattr(figures, block, None) or getattr(figures_qk, block)
+    draw = figure_function(block)
     try:
         # Drawn for the column and for a phone; a narrow figure is not blown up to the column's
         # width: at most 130 CSS px per inch drawn.
@@ -89,13 +96,15 @@ def seed_post_html() -> str:
     )
 
 
-def chapter_body(chapter: str, claims: list[dict], data: dict, seed: int, values: dict | None = None) -> str:
+def chapter_body(
+    chapter: str, claims: list[dict], data: dict, seed: int, values: dict | None = None, real: RealRows | None = None
+) -> str:
     values = values if values is not None else facts(data)
     body = [_paras(seed_words.paragraphs(chapter, values))]
     if chapter == "formula":
         body.append(seed_post_html())
     if chapter == "without_scaling":
-        body.append(widget_html(seed))
+        body.append(widget_html(seed, real))
     for block, keys in CHAPTER_FIGURES.get(chapter, ()):
         body.append(figure_html(block, data, keys, values))
     if chapter == "beyond":
@@ -109,10 +118,13 @@ def chapter_body(chapter: str, claims: list[dict], data: dict, seed: int, values
     return "".join(body)
 
 
-def seed_sections(verify, seed: int, tick: Callable[[str], None] = lambda label: None) -> list[Section]:
+def seed_sections(
+    verify, seed: int, tick: Callable[[str], None] = lambda label: None, real: RealRows | None = None
+) -> list[Section]:
     """One Section per chapter of the outline in the verification result ``verify`` (an
     :class:`attnscale.results.Envelope` of kind ``verify``), in its order; a quick result is labelled
-    beside each title, and the first chapter of each part says where and when it was computed."""
+    beside each title, and the first chapter of each part says where and when it was computed. ``real``:
+    the widget's real rows (:func:`attnscale.report.widget_rows.read_real_rows`)."""
     claims, data, outline = verify.data["claims"], verify.data["series"], verify.data["chapters"]
     values = facts(data, verify.config, outline)
     sections, part = [], None
@@ -120,7 +132,7 @@ def seed_sections(verify, seed: int, tick: Callable[[str], None] = lambda label:
         chapter = entry["id"]
         mine = [c for c in claims if c.get("chapter") == chapter]
         try:
-            html = chapter_body(chapter, mine, data, seed, values)
+            html = chapter_body(chapter, mine, data, seed, values, real)
         except TextError as err:  # the result lacks a value the chapter's prose names
             html = error_box(_("This chapter could not be rendered; the rest of the report is unaffected."), err=err)
         if entry["part"] != part:

@@ -5,6 +5,9 @@
  * vectors instead of drawing new ones. The logits follow attnscale.scales (the parameters come from
  * the Python rules, in the JSON block #widget-config):
  *     z_j = cap( factor(d_k, n) · q̂·k̂_j ),  weights = softmax(z)
+ * Below it, the real rows the probe captured (cfg.real, see attnscale.report.widget_rows): a head of
+ * dimension D gets, at the slider's d_k, q·k × √(d_k/D) and squared norms × d_k/D (what iid components
+ * would give), then the same rule over its own keys.
  * Plain JavaScript, no library, no network.
  */
 (function () {
@@ -65,28 +68,50 @@
     return 1;                                   // "unscaled"
   }
 
-  function rms(x, offset, dk, eps, kind) {
+  function sumSquares(x, offset, dk) {
     var s = 0;
     for (var i = 0; i < dk; i++) { var v = x[offset + i]; s += v * v; }
-    return Math.sqrt((kind === "rms" ? s / dk : s) + eps);
+    return s;
   }
 
-  function logits() {
-    var r = ruleById(state.rule), dk = state.dk, n = state.n, z = new Float64Array(n);
-    var q = state.q, k = state.k, rq = 1;
-    if (r.kind === "qknorm") rq = rms(q, 0, dk, r.eps, r.norm);
+  function radius(sq, dk, eps, kind) {
+    return Math.sqrt((kind === "rms" ? sq / dk : sq) + eps);
+  }
+
+  // The rule r on one row: dots[j] = q·k_j, qq = ‖q‖², kk[j] = ‖k_j‖², all of dimension dk.
+  function ruleLogits(r, dots, qq, kk, dk) {
+    var n = dots.length, z = new Float64Array(n), rq = 1, f;
+    if (r.kind === "qknorm") rq = radius(qq, dk, r.eps, r.norm);
+    if (r.kind === "qknorm") f = r.norm === "rms" ? r.gain / Math.sqrt(dk) : r.gain;
+    else if (r.kind === "logn") f = r.s * Math.log(Math.max(n, 1)) * baseFactor(r.base, dk);
+    else f = baseFactor(r.kind === "softcap" ? r.base : r.kind, dk);
     for (var j = 0; j < n; j++) {
-      var off = j * D_MAX, dot = 0;
-      for (var i = 0; i < dk; i++) dot += q[i] * k[off + i];
-      if (r.kind === "qknorm") dot /= rq * rms(k, off, dk, r.eps, r.norm);
-      var f;
-      if (r.kind === "qknorm") f = r.norm === "rms" ? r.gain / Math.sqrt(dk) : r.gain;
-      else if (r.kind === "logn") f = r.s * Math.log(Math.max(n, 1)) * baseFactor(r.base, dk);
-      else f = baseFactor(r.kind === "softcap" ? r.base : r.kind, dk);
+      var dot = dots[j];
+      if (r.kind === "qknorm") dot /= rq * radius(kk[j], dk, r.eps, r.norm);
       z[j] = f * dot;
       if (r.kind === "softcap") z[j] = r.cap * Math.tanh(z[j] / r.cap);
     }
     return z;
+  }
+
+  function logits() {
+    var dk = state.dk, n = state.n, q = state.q, k = state.k;
+    var dots = new Float64Array(n), kk = new Float64Array(n);
+    for (var j = 0; j < n; j++) {
+      var off = j * D_MAX, dot = 0;
+      for (var i = 0; i < dk; i++) dot += q[i] * k[off + i];
+      dots[j] = dot;
+      kk[j] = sumSquares(k, off, dk);
+    }
+    return ruleLogits(ruleById(state.rule), dots, sumSquares(q, 0, dk), kk, dk);
+  }
+
+  // A captured row at the slider's d_k: its q·k and norms grown as iid components' would.
+  function realLogits(row) {
+    var t = state.dk / row.d_k, grow = Math.sqrt(t), n = row.qk.length;
+    var dots = new Float64Array(n), kk = new Float64Array(n);
+    for (var j = 0; j < n; j++) { dots[j] = row.qk[j] * grow; kk[j] = row.k_norm2[j] * t; }
+    return ruleLogits(ruleById(state.rule), dots, row.q_norm2 * t, kk, state.dk);
   }
 
   function softmax(z) {
@@ -155,6 +180,35 @@
                                  fill: "#5d6677" }, cfg.labels.keys_axis + " (n = " + n + ")"));
   }
 
+  // A real row's bars: no axes (its figures are beside it), the largest dark, each key's token in its title.
+  function drawReal(node, p, keys) {
+    while (node.firstChild) node.removeChild(node.firstChild);
+    var n = p.length, slot = 320 / n, bw = Math.max(1, slot * 0.78), jmax = 0;
+    for (var j = 1; j < n; j++) if (p[j] > p[jmax]) jmax = j;
+    for (j = 0; j < n; j++) {
+      var h = Math.max(p[j] * 46, p[j] > 0 ? 0.5 : 0);
+      var bar = el("rect", { x: j * slot + (slot - bw) / 2, y: 48 - h, width: bw, height: h,
+                             fill: j === jmax ? "#3559c7" : "#9fb3ea", "class": "real-bar",
+                             "data-weight": p[j].toPrecision(17) });
+      bar.appendChild(el("title", {}, cfg.labels.key + " " + (j + 1) + " “" + keys[j] + "”: " + fmt(p[j], 4)));
+      node.appendChild(bar);
+    }
+  }
+
+  function updateReal() {
+    state.real = [];
+    for (var i = 0; i < cfg.real.length; i++) {
+      var row = cfg.real[i], z = realLogits(row), p = softmax(z), h = entropy(p), m = 0;
+      for (var j = 0; j < p.length; j++) if (p[j] > m) m = p[j];
+      root.querySelector("#w-entropy-" + i).textContent = fmt(h, 3) + " / " + fmt(Math.log(p.length), 2);
+      root.querySelector("#w-maxw-" + i).textContent = fmt(m, 3);
+      var tag = state.rule === "inverse_sqrt_dk" && row.own ? "own" : state.dk === row.d_k ? "exact" : "grown";
+      root.querySelector("#w-tag-" + i).textContent = "· " + cfg.labels[tag];
+      drawReal(root.querySelector("#w-real-" + i), p, row.keys);
+      state.real.push({ logits: z, weights: p, entropy: h, max_weight: m, tag: tag });
+    }
+  }
+
   var dkInput = root.querySelector("#w-dk"), dkOut = root.querySelector("#w-dk-out");
   var ruleInput = root.querySelector("#w-rule"), nInput = root.querySelector("#w-n");
   var out = {
@@ -179,6 +233,7 @@
     draw(p);
     state.weights = p;
     state.logits = z;
+    updateReal();
   }
 
   dkInput.max = String(dks.length - 1);
@@ -200,6 +255,7 @@
   fitWidth();
   sample();
   update();
-  // For tests and the curious: the current state, and the logits and weights it gives.
+  // For tests and the curious: the current state (the real rows' logits, weights and figures in
+  // state.real), and the logits and weights it gives.
   window.attnscaleWidget = { state: state, dks: dks, logits: logits, softmax: softmax };
 })();

@@ -1,5 +1,6 @@
 """The interactive figure: HTML controls, its configuration (taken from the library's scale rules, so
-the page and attnscale.scales use the same parameters) and the inline script ``widget.js``."""
+the page and attnscale.scales use the same parameters) and the inline script ``widget.js``; beside the
+iid row, the real rows the probe captured (:mod:`attnscale.report.widget_rows`), under the same slider."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from importlib import resources
 from attnscale.i18n import N_, _
 from attnscale.report.html import esc
 from attnscale.report.text import pretty, rule_label
+from attnscale.report.widget_rows import RealRows, rows_note
 from attnscale.scales import RULES
 
 N_CHOICES = (8, 16, 32, 64, 128)
@@ -56,7 +58,8 @@ def rule_configs() -> list[dict]:
     ]
 
 
-def widget_config(seed: int) -> dict:
+def widget_config(seed: int, real: RealRows | None = None) -> dict:
+    """The script's configuration: the iid row's (seed, d_k, n, the rules) and ``real``'s rows."""
     rules = rule_configs()
     for r in rules:
         r["label"] = rule_label(r["id"], r.get("cap"))
@@ -69,7 +72,16 @@ def widget_config(seed: int) -> dict:
         "n_choices": list(N_CHOICES),
         "rule": "inverse_sqrt_dk",
         "rules": rules,
-        "labels": {"key": _("key"), "keys_axis": _("keys"), "uniform": _("uniform"), "formula": _("logits")},
+        "labels": {
+            "key": _("key"),
+            "keys_axis": _("keys"),
+            "uniform": _("uniform"),
+            "formula": _("logits"),
+            "own": _("its model's own logits"),
+            "exact": _("this rule on its very q and k"),
+            "grown": pretty(_("q·k grown to this d_k, as if iid")),
+        },
+        "real": [] if real is None else real.rows,
     }
 
 
@@ -77,8 +89,36 @@ def _script() -> str:
     return resources.files("attnscale.report").joinpath("widget.js").read_text(encoding="utf-8")
 
 
-def widget_html(seed: int) -> str:
-    cfg = widget_config(seed)
+def real_rows_html(real: RealRows) -> str:
+    """The real rows' frames (each row's bars and figures filled by the script) and their note."""
+    readouts = READOUTS[:2]  # entropy / ln n, max weight
+    rows = []
+    for i, row in enumerate(real.rows):
+        title = _(
+            "{model}, layer {layer}, head {head} ({pick}), query “{query}”",
+            model=row["model"],
+            layer=row["layer"],
+            head=row["head"],
+            pick=row["pick"],
+            query=row["query"],
+        )
+        figures = "".join(f'<span>{esc(_(label))} <output id="{oid}-{i}">–</output></span>' for label, oid in readouts)
+        rows.append(
+            f'<div class="real-row"><p class="real-title">{esc(title)} <span class="real-tag" id="w-tag-{i}"></span></p>'
+            f'<svg class="real-bars" id="w-real-{i}" role="img" aria-label="{esc(title)}" viewBox="0 0 320 48" '
+            f'preserveAspectRatio="none"></svg><p class="real-figs">{figures}</p></div>'
+        )
+    note = rows_note(real)
+    if not rows and not note:
+        return ""
+    heading = _("Real rows under the same slider")
+    return f'<div class="real-rows"><h4>{esc(heading)}</h4><p class="formula-line">{esc(note)}</p>{"".join(rows)}</div>'
+
+
+def widget_html(seed: int, real: RealRows | None = None) -> str:
+    """The widget: its controls, the iid row's bars and figures, then ``real``'s rows (none: no
+    real rows, as when the page is built without the probe results)."""
+    cfg = widget_config(seed, real)
     options = "".join(
         f'<option value="{esc(r["id"])}"{" selected" if r["id"] == cfg["rule"] else ""}>{esc(r["label"])}</option>'
         for r in cfg["rules"]
@@ -104,7 +144,8 @@ def widget_html(seed: int) -> str:
         f'<button type="button" id="w-resample" title="{esc(_("new sample"))}">↻</button></div>'
         "</div>"
         '<svg class="bars" role="img" aria-label="softmax weights" viewBox="0 0 640 240"></svg>'
-        f'<div class="readouts" aria-live="polite">{readouts}</div><p class="formula-line" id="w-formula"></p></div>'
+        f'<div class="readouts" aria-live="polite">{readouts}</div><p class="formula-line" id="w-formula"></p>'
+        f"{'' if real is None else real_rows_html(real)}</div>"
         f'<script type="application/json" id="widget-config">{config_json}</script>'
         f"<script>{_script()}</script>"
     )

@@ -40,6 +40,7 @@ import numpy as np
 
 from attnscale.errors import InputError, check_count, require
 from attnscale.experiments.pretrained.probe.design import design, norm_gains
+from attnscale.experiments.pretrained.probe.rows import captured_rows, first_query, head_rows
 from attnscale.experiments.pretrained.probe.stats import add_sums, call_sums, check_probabilities, head_figures
 from attnscale.experiments.pretrained.model_run import arrays_of, forward, model_inputs, rebuilt_probabilities
 from attnscale.experiments.pretrained.probe.summary import (
@@ -209,6 +210,10 @@ class _Probed:
     present: set = field(default_factory=set)
     biased: bool = False
     gains: list = field(default_factory=list)  # per layer: its q/k-norm gains (design.norm_gains) or None
+    # the first sequence's query (rows.first_query), its tokens, and per layer every head's row there
+    query: int = 0
+    tokens: list = field(default_factory=list)
+    candidates: list = field(default_factory=list)
 
 
 def _token_lengths(tokenizer, model, texts: list[str]) -> list[int]:
@@ -250,6 +255,8 @@ def _add_calls(probed: _Probed, calls: list, query_valid: np.ndarray, kinds: dic
     check = probed.check
     for i, call in enumerate(calls):
         arrays = arrays_of(call)
+        if len(probed.candidates) < len(calls):  # the first batch: the rows the report may show
+            probed.candidates.append(head_rows(arrays, probed.query))
         probed.biased = probed.biased or call.bias is not None
         diff = check_probabilities(rebuilt_probabilities(**arrays), call.weights.double().cpu().numpy(), query_valid)
         check["max_abs_diff_per_layer"][i] = max(check["max_abs_diff_per_layer"][i], diff)
@@ -287,7 +294,8 @@ def run_probe(
     see FIGURES; a figure no row had is None, its reason in ``nulls``), ``per_layer``, ``float16``
     and ``striking_heads``; for a model with per-head QK-norm, ``qk_design``: per such layer the logit std
     predicted from its q/k-norm gains beside the text's, and a verdict
-    (:func:`attnscale.experiments.pretrained.probe.design.design`; None without). When the check failed ``heads`` is empty. Raises
+    (:func:`attnscale.experiments.pretrained.probe.design.design`; None without); ``rows``: three heads' rows for the
+    report's widget (:func:`attnscale.experiments.pretrained.probe.rows.captured_rows`). When the check failed ``heads`` is empty. Raises
     :class:`~attnscale.experiments.pretrained.hf_attention.UnsupportedAttention` for a model whose attention
     cannot be captured and rebuilt.
     """
@@ -328,6 +336,7 @@ def run_probe(
                 decoder_ids = forward(loaded, enc)
             if not probed.layers:
                 _first_batch_layers(probed, calls, model_type, model)
+                probed.query, probed.tokens = first_query(tokenizer, enc["input_ids"][0], query_valid[0])
             kinds = key_kinds(tokenizer, vocab_punct, enc["input_ids"].numpy(), query_valid)
             decoder_kinds = (
                 None if decoder_ids is None else key_kinds(tokenizer, vocab_punct, decoder_ids.numpy(), query_valid)
@@ -386,4 +395,5 @@ def _probe_data(
     if probed.check["passed"]:
         data.update(summarise([head_figures(s) for s in probed.sums], probed.layers, probed.present))
         data["qk_design"] = design(probed.layers, probed.gains, probed.sums, data["per_layer"])
+        data["rows"] = captured_rows(probed.candidates, data["heads"], probed.query, probed.tokens)
     return data
