@@ -22,7 +22,7 @@ Where the data chooses among sentences, the choice is a table of messages marked
 A message that two places translate differently carries a ``msgctxt`` (gettext's context). A
 message with no Chinese in the catalog is a :class:`MissingTranslation` when asked for in Chinese,
 never a silent English fallback; the test suite finds every such message first
-(``tests/test_i18n.py``, with :mod:`attnscale.i18n.extract`).
+(``tests/report/test_i18n.py``, with :mod:`attnscale.i18n.extract`).
 """
 
 from __future__ import annotations
