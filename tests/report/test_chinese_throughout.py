@@ -171,13 +171,15 @@ OPTION = re.compile(r"--[a-z][a-z-]*(?: [^\s-]\S*)?")  # an option and its value
 # What the library says in English inside a line, shown as it is (data, not the CLI's words): why the
 # benchmark skipped a variant.
 LIBRARY_WORDS = re.compile(r"已跳过：.*$", re.MULTILINE)
+# A command shown (`attnscale train early-warning`): code, whatever words its name is made of.
+COMMAND = re.compile(r"\battnscale(?: train)? [a-z][a-z-]*[a-z]")
 
 
 def cli_phrases(text: str) -> list[str]:
     """The runs of English words in a command's output that are neither names nor data: a line that is
     a path alone, and quoted reprs, are left out."""
     lines = [line for line in text.splitlines() if not re.search(r"(/|\.json|\.html)\S*$", line.strip())]
-    found = english_phrases(LIBRARY_WORDS.sub(" ", OPTION.sub(" ", REPR.sub(" ", "\n".join(lines)))))
+    found = english_phrases(LIBRARY_WORDS.sub(" ", COMMAND.sub(" ", OPTION.sub(" ", REPR.sub(" ", "\n".join(lines))))))
     return [p for p in found if not all(w in CLI_NAMES or w in ALLOWED for w in re.findall(WORD, p))]
 
 

@@ -130,14 +130,10 @@ def refusal(p: Problem) -> str | None:
     return None
 
 
-_COMPILED: dict = {}
-
-
+@functools.cache
 def _compiled():
     """FlexAttention compiled once per process (torch.compile caches a kernel per shape and mask)."""
-    if "fn" not in _COMPILED:
-        _COMPILED["fn"] = torch.compile(_flex_module().flex_attention)
-    return _COMPILED["fn"]
+    return torch.compile(_flex_module().flex_attention)
 
 
 class FlexFailure(InputError):
