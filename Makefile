@@ -68,18 +68,20 @@ lint: $(VENV)/.installed
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict  # the variable silences Material's end-of-life banner
 
-# One pytest worker per core (pytest-xdist), each test file on one worker (its module fixtures built
-# once): the suite is single-threaded Python for the most part, so 2 cores halve its time. The files
-# with the most slow tests go first (tests/conftest.py; --no-loadscope-reorder keeps that order), so
-# that no long file starts last.
+# pytest-xdist workers, each test file on one worker (its module fixtures built once): one more worker
+# than the machine has cores, because the suite waits a good part of its time (on subprocesses, a
+# browser, the timeouts it tests) and the extra worker fills it. The files with the most slow tests go
+# first (tests/conftest.py; --no-loadscope-reorder keeps that order), so that no long file starts last.
+WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
+
 test: setup browser lint
-	$(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder
+	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The loop while editing (a few minutes on 2 cores): every test but the slow ones (over ~5 s each:
 # @pytest.mark.slow), those that load a real model and those that drive a browser; no lint. `make test`
 # (and CI) runs every test.
 test-fast: setup
-	$(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder -m "not slow and not model and not browser"
+	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile --no-loadscope-reorder -m "not slow and not model and not browser"
 
 bench: setup
 	$(PY) benchmarks/attention.py
