@@ -276,7 +276,7 @@ def expectation(parser, ns, argv) -> tuple[str, str]:
 
 
 def documented_cases(parser, readme_text: str) -> list[Case]:
-    """Every documented command line as a case (duplicates after :func:`smallest` merged), then
+    """Every documented command line as a case (duplicates after :func:`smallest` merged, as parsed), then
     :data:`EXTRA` (the README's Python blocks: tests/meta/test_readme_python.py). A strict line that does
     not parse raises."""
     lines = [*example_lines(parser), *readme_lines(readme_text), *(("issue 25", f"attnscale {x}", True) for x in EXTRA)]
@@ -289,7 +289,8 @@ def documented_cases(parser, readme_text: str) -> list[Case]:
                 raise ValueError(f"{where}: {line!r} does not parse as an attnscale command")
             continue
         argv = smallest(parser, argv)
-        key = (tuple(argv), stdin)
+        # One run per command as parsed: the same options in another order are the same command.
+        key = (repr(sorted(vars(parse(parser, argv)).items(), key=lambda kv: kv[0])), stdin)
         if key not in cases:
             expect, why = expectation(parser, parse(parser, argv), argv)
             cases[key] = Case(tuple(argv), stdin, expect, why)

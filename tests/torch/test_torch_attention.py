@@ -644,6 +644,18 @@ def test_ninja_next_to_the_python_is_found_without_an_activated_venv(tmp_path, m
     assert os.environ["PATH"] == "/usr/bin"
 
 
+def test_the_build_does_not_depend_on_atens_dispatch_level(monkeypatch):
+    """ATEN_CPU_CAPABILITY=avx2 (the second arithmetic of the tests) changes what ATen dispatches to,
+    not what -march=native compiles: the same build serves, no second compile."""
+    from attnscale.torch import ext
+
+    here = ext._build_name()
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    assert ext._build_name() == here
+    monkeypatch.setattr(ext, "cpu_flags", lambda: "another cpu")
+    assert ext._build_name() != here
+
+
 def test_each_checkout_builds_its_kernel_in_its_own_folder(tmp_path, monkeypatch):
     """Two checkouts of the same source (a clone beside a working tree) would rebuild over each other
     in one folder, since ninja's build file records the source's path: the path is in the name."""

@@ -83,7 +83,8 @@ _state: dict[str, object] = {}
 
 
 def _build_name() -> str:
-    # The CPU's flags too: a -march=native build is never reused on another CPU sharing the cache.
+    # The CPU's flags too: a -march=native build is never reused on another CPU sharing the cache. Not
+    # ATen's dispatch level (ATEN_CPU_CAPABILITY): the code compiled here is the same whatever ATen picks.
     digest = hashlib.sha256()
     for source in (*SOURCES, *HEADERS):
         digest.update(source.read_bytes())
@@ -93,7 +94,6 @@ def _build_name() -> str:
         *_LDFLAGS,
         torch.__version__,
         platform.machine(),
-        torch.backends.cpu.get_cpu_capability(),
         cpu_flags(),
     ):
         digest.update(part.encode())
